@@ -1,0 +1,1 @@
+//! Trace analysis (issue 6 builds it).

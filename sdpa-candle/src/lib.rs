@@ -1,0 +1,1 @@
+//! candle integration (issue 8 builds it).

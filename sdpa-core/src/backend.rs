@@ -1,0 +1,372 @@
+//! The `Backend` trait every implementation (reference, CPU, CUDA) stands behind.
+//!
+//! Two levels: [`Backend`] works on the backend's own buffers (device memory for CUDA), so benchmarks and
+//! candle can run without host copies; [`HostBackend`] is its object-safe convenience on host tensors, with
+//! output poisoning and timing, which the CLI and tests use through `Box<dyn HostBackend>`.
+
+use crate::dtype::DType;
+use crate::error::{Result, SdpaError};
+use crate::spec::{AttentionSpec, Operand};
+use crate::tensor::{HostBuffer, HostInputs, HostOutput};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+/// Kernel families; the same name means the same idea on every backend (DESIGN.md, "Kernels").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernel {
+    /// Materialise the scores, softmax, multiply by V: what eager models run.
+    Unfused,
+    /// FlashAttention-1 structure (CUDA, SIMT).
+    Fa1,
+    /// FlashAttention-2 structure: the fused tiled kernel.
+    Fa2,
+    /// Flash-decoding: keys split across workers, partial states merged.
+    SplitKv,
+    /// The backend picks per spec; `forward` reports which kernel it ran.
+    Auto,
+}
+
+impl Kernel {
+    /// All kernel names.
+    pub const ALL: [Kernel; 5] = [Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Auto];
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Unfused => "unfused",
+            Kernel::Fa1 => "fa1",
+            Kernel::Fa2 => "fa2",
+            Kernel::SplitKv => "splitkv",
+            Kernel::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kernel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "unfused" => Ok(Kernel::Unfused),
+            "fa1" => Ok(Kernel::Fa1),
+            "fa2" => Ok(Kernel::Fa2),
+            "splitkv" | "split-kv" => Ok(Kernel::SplitKv),
+            "auto" => Ok(Kernel::Auto),
+            other => Err(format!("unknown kernel `{other}` (expected unfused, fa1, fa2, splitkv or auto)")),
+        }
+    }
+}
+
+/// How f32 inputs are multiplied. Only the CUDA tensor-core paths use anything but `Exact`; every result
+/// record carries it so a TF32 figure is never mistaken for an fp32 one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum F32Math {
+    /// IEEE f32 products and sums.
+    #[default]
+    Exact,
+    /// TF32 tensor cores (10-bit mantissa products, f32 accumulation): about 3e-4 relative error.
+    Tf32,
+    /// Split TF32 (3 TF32 products per f32 product): near-f32 accuracy on tensor cores.
+    SplitTf32,
+}
+
+impl F32Math {
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            F32Math::Exact => "exact",
+            F32Math::Tf32 => "tf32",
+            F32Math::SplitTf32 => "split-tf32",
+        }
+    }
+}
+
+impl FromStr for F32Math {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "exact" | "ieee" | "fp32" => Ok(F32Math::Exact),
+            "tf32" => Ok(F32Math::Tf32),
+            "split-tf32" | "3xtf32" => Ok(F32Math::SplitTf32),
+            other => Err(format!("unknown f32 math `{other}` (expected exact, tf32 or split-tf32)")),
+        }
+    }
+}
+
+/// How to run one forward call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// Which kernel.
+    pub kernel: Kernel,
+    /// f32 multiplication mode.
+    pub f32_math: F32Math,
+    /// Worker threads for CPU backends; `None` uses the global pool (`RAYON_NUM_THREADS`).
+    pub threads: Option<usize>,
+    /// Also write the log-sum-exp per query row.
+    pub lse: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { kernel: Kernel::Auto, f32_math: F32Math::Exact, threads: None, lse: false }
+    }
+}
+
+/// Mask families a backend handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaskKind {
+    /// No mask.
+    None,
+    /// Causal, top-left.
+    CausalTopLeft,
+    /// Causal, bottom-right.
+    CausalBottomRight,
+    /// Explicit boolean or additive mask.
+    Explicit,
+}
+
+impl MaskKind {
+    /// The family of a spec's mask.
+    pub fn of(mask: &crate::spec::Mask) -> Self {
+        use crate::spec::Mask;
+        match mask {
+            Mask::None => MaskKind::None,
+            Mask::CausalTopLeft => MaskKind::CausalTopLeft,
+            Mask::CausalBottomRight => MaskKind::CausalBottomRight,
+            Mask::Explicit(_) => MaskKind::Explicit,
+        }
+    }
+
+    /// Every family.
+    pub const ALL: [MaskKind; 4] =
+        [MaskKind::None, MaskKind::CausalTopLeft, MaskKind::CausalBottomRight, MaskKind::Explicit];
+}
+
+/// What a backend can run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Element types.
+    pub dtypes: Vec<DType>,
+    /// Kernel families (besides `auto`, which every backend accepts).
+    pub kernels: Vec<Kernel>,
+    /// Largest head dim (D and Dv) any kernel accepts.
+    pub max_head_dim: usize,
+    /// Head dims with specialised fast paths; others take a generic path.
+    pub fast_head_dims: Vec<usize>,
+    /// Mask families.
+    pub masks: Vec<MaskKind>,
+    /// f32 multiplication modes.
+    pub f32_math: Vec<F32Math>,
+}
+
+impl Capabilities {
+    /// Returns `Unsupported` when the request is outside these capabilities.
+    pub fn check(&self, backend: &'static str, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
+        let unsupported = |what: String| Err(SdpaError::Unsupported { backend, what });
+        if !self.dtypes.contains(&spec.dtype) {
+            return unsupported(format!("dtype {}", spec.dtype));
+        }
+        if opts.kernel != Kernel::Auto && !self.kernels.contains(&opts.kernel) {
+            return unsupported(format!("kernel {}", opts.kernel));
+        }
+        let hd = spec.shape.d.max(spec.shape.dv);
+        if hd > self.max_head_dim {
+            return unsupported(format!("head dim {hd} (at most {})", self.max_head_dim));
+        }
+        if !self.masks.contains(&MaskKind::of(&spec.mask)) {
+            return unsupported(format!("mask {}", spec.mask.name()));
+        }
+        if spec.dtype == DType::F32 && !self.f32_math.contains(&opts.f32_math) {
+            return unsupported(format!("f32 math {}", opts.f32_math.name()));
+        }
+        Ok(())
+    }
+}
+
+/// Operand buffers of one forward call, in the backend's own memory.
+#[derive(Debug)]
+pub struct ForwardArgs<'a, B> {
+    /// Queries.
+    pub q: &'a B,
+    /// Keys.
+    pub k: &'a B,
+    /// Values.
+    pub v: &'a B,
+    /// Explicit mask as additive f32, when the spec has one.
+    pub mask: Option<&'a B>,
+    /// Output, written in full by the call.
+    pub o: &'a mut B,
+    /// Log-sum-exp `[B, Hq, Sq]` f32, written when present.
+    pub lse: Option<&'a mut B>,
+}
+
+/// An attention backend working on its own buffers.
+pub trait Backend {
+    /// The backend's buffer type (host vector, device slice...).
+    type Buffer;
+
+    /// Short name: "reference", "cpu", "cuda".
+    fn name(&self) -> &'static str;
+    /// The device it runs on, in words (CPU model, GPU name).
+    fn device_name(&self) -> String;
+    /// What it can run.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Copies a host buffer into backend memory.
+    fn upload(&self, host: &HostBuffer) -> Result<Self::Buffer>;
+    /// Copies a buffer back to the host.
+    fn download(&self, buf: &Self::Buffer) -> Result<HostBuffer>;
+    /// Waits until all queued work has finished.
+    fn synchronize(&self) -> Result<()>;
+
+    /// Runs one forward call. The spec has been validated and buffer lengths checked by the caller
+    /// ([`HostBackend`] does both); implementations check what they depend on beyond that. Returns the
+    /// kernel that actually ran (what `auto` resolved to).
+    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, Self::Buffer>) -> Result<Kernel>;
+
+    /// Times `reps` forward calls after `warmup` untimed ones; returns milliseconds per call. The default
+    /// uses the host clock around a synchronised call; GPU backends override it with device events.
+    fn time_forward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        mut args: ForwardArgs<'_, Self::Buffer>,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<f64>> {
+        let mut times = Vec::with_capacity(reps);
+        for i in 0..warmup + reps {
+            let t = Instant::now();
+            let a = ForwardArgs {
+                q: args.q,
+                k: args.k,
+                v: args.v,
+                mask: args.mask,
+                o: &mut *args.o,
+                lse: args.lse.as_deref_mut(),
+            };
+            self.forward(spec, opts, a)?;
+            self.synchronize()?;
+            if i >= warmup {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(times)
+    }
+}
+
+/// Result of [`HostBackend::run_host`].
+#[derive(Debug, Clone)]
+pub struct HostRun {
+    /// Output and optional LSE.
+    pub output: HostOutput,
+    /// The kernel that ran.
+    pub kernel: Kernel,
+}
+
+/// The object-safe face of a backend, on host tensors. Implemented for every [`Backend`].
+pub trait HostBackend {
+    /// Short name.
+    fn name(&self) -> &'static str;
+    /// The device it runs on.
+    fn device_name(&self) -> String;
+    /// What it can run.
+    fn capabilities(&self) -> Capabilities;
+    /// Validates, uploads, poisons the output with NaN, runs, downloads.
+    fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun>;
+    /// Validates, uploads once, times `reps` calls after `warmup`; milliseconds per call and the kernel that
+    /// ran.
+    fn time_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        inputs: &HostInputs,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<(Vec<f64>, Kernel)>;
+}
+
+struct Uploaded<B> {
+    q: B,
+    k: B,
+    v: B,
+    mask: Option<B>,
+    o: B,
+    lse: Option<B>,
+}
+
+fn upload_all<T: Backend + ?Sized>(
+    be: &T,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    inputs: &HostInputs,
+) -> Result<Uploaded<T::Buffer>> {
+    spec.validate()?;
+    inputs.check(spec)?;
+    be.capabilities().check(be.name(), spec, opts)?;
+    let mask = match &inputs.mask {
+        Some(m) => Some(be.upload(&HostBuffer::F32(m.clone()))?),
+        None => None,
+    };
+    let lse = if opts.lse { Some(be.upload(&HostBuffer::poisoned(DType::F32, spec.lse_len()?))?) } else { None };
+    Ok(Uploaded {
+        q: be.upload(&inputs.q)?,
+        k: be.upload(&inputs.k)?,
+        v: be.upload(&inputs.v)?,
+        mask,
+        o: be.upload(&HostBuffer::poisoned(spec.dtype, spec.required_len(Operand::O)?))?,
+        lse,
+    })
+}
+
+impl<T: Backend> HostBackend for T {
+    fn name(&self) -> &'static str {
+        Backend::name(self)
+    }
+    fn device_name(&self) -> String {
+        Backend::device_name(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Backend::capabilities(self)
+    }
+
+    fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun> {
+        let mut u = upload_all(self, spec, opts, inputs)?;
+        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
+        let kernel = self.forward(spec, opts, args)?;
+        self.synchronize()?;
+        let o = self.download(&u.o)?;
+        let lse = match &u.lse {
+            Some(l) => Some(self.download(l)?.to_f32_vec()),
+            None => None,
+        };
+        Ok(HostRun { output: HostOutput { o, lse }, kernel })
+    }
+
+    fn time_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        inputs: &HostInputs,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<(Vec<f64>, Kernel)> {
+        let mut u = upload_all(self, spec, opts, inputs)?;
+        // One untimed call resolves `auto` and surfaces errors before timing starts.
+        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
+        let kernel = self.forward(spec, opts, args)?;
+        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
+        let times = self.time_forward(spec, opts, args, warmup, reps)?;
+        Ok((times, kernel))
+    }
+}

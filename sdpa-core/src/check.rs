@@ -1,0 +1,168 @@
+//! Comparing a backend's output with the f64 reference, and the per-dtype tolerances (the one place they
+//! are stated).
+
+use crate::backend::F32Math;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::reference::{reference_row, row_index};
+use crate::spec::AttentionSpec;
+use crate::tensor::{HostInputs, HostOutput};
+use serde::{Deserialize, Serialize};
+
+/// Largest relative L2 error `‖out − ref‖ / ‖ref‖` accepted for a dtype and f32 math mode.
+///
+/// - f32, exact: 1e-5 (f32 accumulation over long rows stays well under it).
+/// - f32, TF32 tensor cores: 2e-3 (10-bit mantissa products; typically 3e-4).
+/// - f32, split TF32: 2e-5.
+/// - f16: 2e-3 and bf16: 1.6e-2 — about four output roundings; inputs are the same rounded values the
+///   reference reads, so this covers rounding P to the half type before P·V plus the output rounding.
+///   Backend test suites additionally hold fused kernels to at most twice their own unfused kernel's error
+///   in the same dtype.
+pub fn tolerance(dtype: DType, f32_math: F32Math) -> f64 {
+    match (dtype, f32_math) {
+        (DType::F32, F32Math::Exact) => 1e-5,
+        (DType::F32, F32Math::Tf32) => 2e-3,
+        (DType::F32, F32Math::SplitTf32) => 2e-5,
+        (DType::F16, _) => 2e-3,
+        (DType::BF16, _) => 1.6e-2,
+    }
+}
+
+/// How far an output is from the reference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CheckReport {
+    /// Largest absolute difference over the checked elements.
+    pub max_abs_err: f64,
+    /// Relative L2 error `‖out − ref‖ / ‖ref‖`.
+    pub rel_err: f64,
+    /// The tolerance on `rel_err` for this dtype.
+    pub tolerance: f64,
+    /// Elements that are NaN on one side only (unwritten outputs stay NaN from the poison).
+    pub nan_mismatches: usize,
+    /// Largest LSE difference over rows with a finite reference LSE, when LSE was produced.
+    pub lse_max_abs_err: Option<f64>,
+    /// Query rows compared.
+    pub rows_checked: usize,
+    /// `rel_err <= tolerance`, no NaN mismatch, LSE (when present) within `1e-3 + tolerance·|lse|`.
+    pub pass: bool,
+}
+
+/// Compares `out` with the reference on all rows, or on `max_rows` rows spread evenly (first and last
+/// included) when the full reference would be too slow.
+pub fn check_output(
+    spec: &AttentionSpec,
+    inputs: &HostInputs,
+    out: &HostOutput,
+    f32_math: F32Math,
+    max_rows: Option<usize>,
+) -> Result<CheckReport> {
+    spec.validate()?;
+    inputs.check(spec)?;
+    let s = spec.shape;
+    let total = spec.lse_len()?;
+    let n = max_rows.map_or(total, |m| m.clamp(1, total));
+    let rows: Vec<usize> =
+        if n == total { (0..total).collect() } else { (0..n).map(|k| k * (total - 1) / (n - 1).max(1)).collect() };
+
+    let mut diff2 = 0.0;
+    let mut ref2 = 0.0;
+    let mut max_abs: f64 = 0.0;
+    let mut nan_mismatches = 0;
+    let mut lse_err: Option<f64> = None;
+    let mut lse_ok = true;
+    let tol = tolerance(spec.dtype, f32_math);
+    let mut want = vec![0.0f64; s.dv];
+    for &row in &rows {
+        let (i, bh) = (row % s.sq, row / s.sq);
+        let (h, b) = (bh % s.hq, bh / s.hq);
+        let want_lse = reference_row(spec, inputs, b, h, i, &mut want);
+        let off = spec.o_strides.offset(b, h, i);
+        for (c, &w) in want.iter().enumerate() {
+            let got = out.o.get_f64(off + c);
+            if got.is_nan() != w.is_nan() {
+                nan_mismatches += 1;
+                continue;
+            }
+            if w.is_nan() {
+                continue;
+            }
+            let d = got - w;
+            diff2 += d * d;
+            ref2 += w * w;
+            max_abs = max_abs.max(d.abs());
+        }
+        if let Some(lse) = &out.lse {
+            let got = lse[row_index(spec, b, h, i)] as f64;
+            if want_lse.is_finite() {
+                let e = (got - want_lse).abs();
+                lse_err = Some(lse_err.unwrap_or(0.0).max(e));
+                lse_ok &= e <= 1e-3 + tol * want_lse.abs();
+            } else {
+                // -inf must stay -inf; NaN must stay NaN.
+                let same = (want_lse.is_nan() && got.is_nan()) || got == want_lse;
+                lse_ok &= same;
+                if !same {
+                    nan_mismatches += 1;
+                }
+            }
+        }
+    }
+    let rel_err = if ref2 > 0.0 { (diff2 / ref2).sqrt() } else { diff2.sqrt() };
+    Ok(CheckReport {
+        max_abs_err: max_abs,
+        rel_err,
+        tolerance: tol,
+        nan_mismatches,
+        lse_max_abs_err: lse_err,
+        rows_checked: rows.len(),
+        pass: rel_err <= tol && nan_mismatches == 0 && lse_ok,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{HostBackend, RunOptions};
+    use crate::reference::ReferenceBackend;
+    use crate::spec::{Mask, Shape};
+    use crate::tensor::HostBuffer;
+
+    #[test]
+    fn the_reference_passes_its_own_check_and_poison_fails_it() {
+        for dt in DType::ALL {
+            let spec = AttentionSpec::new(Shape { b: 1, hq: 2, hkv: 1, sq: 9, sk: 13, d: 16, dv: 16 }, dt)
+                .with_mask(Mask::CausalTopLeft);
+            let inp = HostInputs::random(&spec, 1).unwrap();
+            let run = ReferenceBackend.run_host(&spec, &RunOptions { lse: true, ..Default::default() }, &inp).unwrap();
+            let rep = check_output(&spec, &inp, &run.output, F32Math::Exact, None).unwrap();
+            assert!(rep.pass, "{dt}: {rep:?}");
+            assert!(rep.rel_err <= dt.unit_roundoff() * 2.0, "{dt}: {rep:?}");
+
+            // One element left unwritten (still poisoned) must fail.
+            let mut bad = run.output.clone();
+            bad.o.set_f32(5, f32::NAN);
+            assert!(!check_output(&spec, &inp, &bad, F32Math::Exact, None).unwrap().pass);
+
+            // A wrong value must fail too.
+            let mut wrong = run.output.clone();
+            let x = wrong.o.get_f32(7);
+            wrong.o.set_f32(7, x + 0.5);
+            assert!(!check_output(&spec, &inp, &wrong, F32Math::Exact, None).unwrap().pass);
+        }
+    }
+
+    #[test]
+    fn sampling_rows_includes_the_last_one() {
+        let spec = AttentionSpec::new(Shape::new(1, 1, 100, 10, 4), DType::F32);
+        let inp = HostInputs::random(&spec, 2).unwrap();
+        let mut o = HostBuffer::zeros(DType::F32, 400);
+        let r = crate::reference::reference_attention(&spec, &inp).unwrap();
+        for (i, &x) in r.o.iter().enumerate().take(396) {
+            o.set_f32(i, x as f32);
+        }
+        // Only the last row is wrong (zeros); a sample of 5 rows must still see it.
+        let rep = check_output(&spec, &inp, &HostOutput { o, lse: None }, F32Math::Exact, Some(5)).unwrap();
+        assert_eq!(rep.rows_checked, 5);
+        assert!(!rep.pass);
+    }
+}

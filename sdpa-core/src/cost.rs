@@ -1,0 +1,221 @@
+//! The cost model: FLOPs, minimal bytes, arithmetic intensity, roofline time and efficiency, and the
+//! expected flash-attention efficiency band for a sequence length (DESIGN.md, "Cost model").
+
+use crate::backend::F32Math;
+use crate::dtype::DType;
+use crate::hardware::HardwareSpec;
+use crate::spec::{AttentionSpec, Mask, Shape};
+use serde::{Deserialize, Serialize};
+
+/// Number of (query, key) pairs one head computes under `mask`, counted exactly: causal masks count only
+/// unmasked pairs, and the two alignments differ when `Sq != Sk`. Explicit masks count every pair (kernels
+/// compute them all). Exact in `u128` for any `usize` lengths.
+pub fn pairs_per_head(sq: usize, sk: usize, mask: &Mask) -> u128 {
+    let (q, k) = (sq as u128, sk as u128);
+    let tri = |n: u128| n * (n + 1) / 2;
+    match mask {
+        Mask::None | Mask::Explicit(_) => q * k,
+        // Row i sees min(i + 1, Sk) keys.
+        Mask::CausalTopLeft => {
+            if q <= k {
+                tri(q)
+            } else {
+                tri(k) + (q - k) * k
+            }
+        }
+        // Row i sees clamp(i + 1 + Sk - Sq, 0, Sk) keys.
+        Mask::CausalBottomRight => {
+            if q <= k {
+                q * (k - q) + tri(q)
+            } else {
+                tri(k)
+            }
+        }
+    }
+}
+
+/// FLOPs and minimal bytes of one forward call.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AttentionCost {
+    /// Floating-point operations of the two matrix products: `2·pairs·(D + Dv)` summed over batch and heads.
+    pub flops: f64,
+    /// Bytes to read Q, K, V once and write O once at the dtype's size (K and V with Hkv heads).
+    pub bytes: f64,
+}
+
+impl AttentionCost {
+    /// Cost of a shape under a mask at a dtype (usable without strides, e.g. from a profiler trace).
+    pub fn of(shape: &Shape, mask: &Mask, dtype: DType) -> Self {
+        Self::with_elem_bytes(shape, mask, dtype.size_bytes() as f64)
+    }
+
+    /// Same with an explicit element size (traces may report dtypes we do not run, e.g. fp8).
+    pub fn with_elem_bytes(shape: &Shape, mask: &Mask, elem_bytes: f64) -> Self {
+        let s = shape;
+        let bh = (s.b as f64) * (s.hq as f64);
+        let pairs = pairs_per_head(s.sq, s.sk, mask) as f64;
+        let flops = 2.0 * bh * pairs * (s.d as f64 + s.dv as f64);
+        let elems = (s.b as f64)
+            * ((s.hq as f64) * (s.sq as f64) * (s.d as f64 + s.dv as f64)
+                + (s.hkv as f64) * (s.sk as f64) * (s.d as f64 + s.dv as f64));
+        AttentionCost { flops, bytes: elems * elem_bytes }
+    }
+
+    /// Cost of a spec.
+    pub fn of_spec(spec: &AttentionSpec) -> Self {
+        Self::of(&spec.shape, &spec.mask, spec.dtype)
+    }
+
+    /// FLOPs per byte.
+    pub fn arithmetic_intensity(&self) -> f64 {
+        if self.bytes > 0.0 {
+            self.flops / self.bytes
+        } else {
+            0.0
+        }
+    }
+
+    /// Achieved TFLOP/s for a measured time in milliseconds.
+    pub fn tflops(&self, time_ms: f64) -> f64 {
+        self.flops / (time_ms * 1e-3) / 1e12
+    }
+
+    /// Achieved GB/s of the minimal bytes for a measured time in milliseconds.
+    pub fn gbps(&self, time_ms: f64) -> f64 {
+        self.bytes / (time_ms * 1e-3) / 1e9
+    }
+
+    /// Roofline for this cost on `hw` at the peak that applies to `dtype` and `f32_math`.
+    pub fn roofline(&self, hw: &HardwareSpec, dtype: DType, f32_math: F32Math) -> Roofline {
+        let peak = hw.peak_tflops(dtype, f32_math) * 1e12;
+        let bw = hw.mem_bandwidth_gbs * 1e9;
+        let compute_s = self.flops / peak;
+        let memory_s = self.bytes / bw;
+        Roofline {
+            compute_s,
+            memory_s,
+            time_s: compute_s.max(memory_s),
+            bound: if compute_s >= memory_s { Bound::Compute } else { Bound::Memory },
+            ridge_intensity: peak / bw,
+        }
+    }
+}
+
+/// Which resource limits a call on the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// FLOPs / peak exceeds bytes / bandwidth.
+    Compute,
+    /// Bytes / bandwidth exceeds FLOPs / peak (decoding, tiny head dims).
+    Memory,
+}
+
+/// The roofline floor of one call on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Roofline {
+    /// FLOPs / peak, seconds.
+    pub compute_s: f64,
+    /// Bytes / bandwidth, seconds.
+    pub memory_s: f64,
+    /// The larger of the two: no kernel runs faster.
+    pub time_s: f64,
+    /// Which one it is.
+    pub bound: Bound,
+    /// Arithmetic intensity (FLOP/byte) where the two meet on this device.
+    pub ridge_intensity: f64,
+}
+
+impl Roofline {
+    /// Roofline time over measured time, in [0, 1] for an honest measurement.
+    pub fn efficiency(&self, measured_ms: f64) -> f64 {
+        self.time_s / (measured_ms * 1e-3)
+    }
+}
+
+/// Expected efficiency range of a good flash-attention kernel at a sequence length (the seed table).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EfficiencyBand {
+    /// Lower edge, fraction of peak.
+    pub low: f64,
+    /// Upper edge, fraction of peak.
+    pub high: f64,
+    /// The seed table row it comes from.
+    pub label: &'static str,
+}
+
+/// The band for sequence length `n` (the key length for attention ops). The seed table gives
+/// N < 512: 5-15 %, N = 1024: 20-40 %, N = 2048: 40-60 %, N > 4096: 50-70 %; lengths between its rows take
+/// the nearer row below: 512..1024 → the 1024 row, 1024..2048 → the 1024 row, 2048..=4096 → the 2048 row.
+pub fn expected_band(n: usize) -> EfficiencyBand {
+    match n {
+        0..=511 => EfficiencyBand { low: 0.05, high: 0.15, label: "N < 512" },
+        512..=2047 => EfficiencyBand { low: 0.20, high: 0.40, label: "N ~ 1024" },
+        2048..=4096 => EfficiencyBand { low: 0.40, high: 0.60, label: "N ~ 2048" },
+        _ => EfficiencyBand { low: 0.50, high: 0.70, label: "N > 4096" },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{ExplicitMask, MaskValues};
+
+    fn brute(sq: usize, sk: usize, mask: &Mask) -> u128 {
+        (0..sq).map(|i| mask.causal_limit(i, sq, sk).unwrap_or(sk) as u128).sum()
+    }
+
+    #[test]
+    fn causal_pairs_are_exact_in_both_alignments() {
+        for sq in [1, 2, 3, 7, 64, 100] {
+            for sk in [1, 2, 5, 64, 77, 130] {
+                for m in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+                    assert_eq!(pairs_per_head(sq, sk, &m), brute(sq, sk, &m), "{sq} {sk} {m:?}");
+                }
+            }
+        }
+        // Decoding one token against a 4096 cache: bottom-right sees all keys, top-left sees one.
+        assert_eq!(pairs_per_head(1, 4096, &Mask::CausalBottomRight), 4096);
+        assert_eq!(pairs_per_head(1, 4096, &Mask::CausalTopLeft), 1);
+        let ex = Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 1, 3, 4] });
+        assert_eq!(pairs_per_head(3, 4, &ex), 12);
+    }
+
+    #[test]
+    fn flops_and_bytes_match_the_textbook_formulas() {
+        let shape = Shape::new(2, 16, 1024, 1024, 64);
+        let c = AttentionCost::of(&shape, &Mask::None, DType::BF16);
+        assert_eq!(c.flops, 4.0 * 2.0 * 16.0 * 1024.0 * 1024.0 * 64.0);
+        assert_eq!(c.bytes, 4.0 * 2.0 * 16.0 * 1024.0 * 64.0 * 2.0);
+        let causal = AttentionCost::of(&shape, &Mask::CausalTopLeft, DType::BF16);
+        // S(S+1)/2 pairs, slightly more than half.
+        assert!((causal.flops / c.flops - 0.5).abs() < 1e-3);
+        let f32c = AttentionCost::of(&shape, &Mask::None, DType::F32);
+        assert_eq!(f32c.bytes, 2.0 * c.bytes);
+
+        // GQA reads fewer K/V bytes; Dv changes both terms.
+        let gqa = Shape { b: 1, hq: 32, hkv: 8, sq: 1, sk: 4096, d: 128, dv: 128 };
+        let g = AttentionCost::of(&gqa, &Mask::None, DType::BF16);
+        assert_eq!(g.bytes, (32.0 * 256.0 + 8.0 * 4096.0 * 256.0) * 2.0);
+    }
+
+    #[test]
+    fn roofline_picks_the_binding_resource() {
+        let h100 = HardwareSpec::find("NVIDIA H100 80GB HBM3").unwrap();
+        let big = AttentionCost::of(&Shape::new(4, 16, 4096, 4096, 128), &Mask::None, DType::BF16);
+        let r = big.roofline(h100, DType::BF16, F32Math::Exact);
+        assert_eq!(r.bound, Bound::Compute);
+        let decode = AttentionCost::of(&Shape::new(8, 32, 1, 4096, 128), &Mask::None, DType::BF16);
+        let r = decode.roofline(h100, DType::BF16, F32Math::Exact);
+        assert_eq!(r.bound, Bound::Memory);
+        assert!((r.efficiency(r.time_s * 2e3) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bands_follow_the_seed_table() {
+        assert_eq!(expected_band(128).high, 0.15);
+        assert_eq!(expected_band(1024).low, 0.20);
+        assert_eq!(expected_band(2048).low, 0.40);
+        assert_eq!(expected_band(8192).high, 0.70);
+    }
+}

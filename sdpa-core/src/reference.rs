@@ -1,0 +1,344 @@
+//! The f64 reference implementation: the oracle every backend is tested against.
+//!
+//! Straightforward two-pass softmax per query row with f64 accumulation, reading inputs through the spec's
+//! strides (so both layouts are exercised), every mask kind, GQA by index and `Dv != D`. Masked keys take
+//! no part at all; a row that sees no key is zeros with LSE `-inf`; NaN propagates to the rows it reaches.
+
+use crate::backend::{Backend, Capabilities, F32Math, ForwardArgs, Kernel, MaskKind, RunOptions};
+use crate::dtype::DType;
+use crate::error::{Result, SdpaError};
+use crate::spec::{AttentionSpec, Mask, Operand};
+use crate::tensor::{HostBuffer, HostInputs};
+
+/// Reference output in logical order: `o` is `[B, Hq, Sq, Dv]` contiguous, `lse` is `[B, Hq, Sq]`.
+#[derive(Debug, Clone)]
+pub struct ReferenceOutput {
+    /// Output values, contiguous BHSD regardless of the spec's strides.
+    pub o: Vec<f64>,
+    /// Log-sum-exp per query row.
+    pub lse: Vec<f64>,
+}
+
+/// Index of row `(b, h, i)` in the logical `[B, Hq, Sq]` order.
+pub fn row_index(spec: &AttentionSpec, b: usize, h: usize, i: usize) -> usize {
+    (b * spec.shape.hq + h) * spec.shape.sq + i
+}
+
+/// Computes one query row in f64: writes `Dv` values into `out` and returns the LSE.
+/// `spec` must be valid and `inputs` checked against it.
+pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usize, i: usize, out: &mut [f64]) -> f64 {
+    let s = &spec.shape;
+    let scale = spec.scale();
+    let kvh = s.kv_head(h);
+    let q_off = spec.q_strides.offset(b, h, i);
+    let limit = spec.mask.causal_limit(i, s.sq, s.sk).unwrap_or(s.sk);
+    let explicit = match (&spec.mask, &inputs.mask) {
+        (Mask::Explicit(m), Some(data)) => {
+            let st = m.strides();
+            let base =
+                if m.dims[0] == 1 { 0 } else { b * st[0] } + if m.dims[1] == 1 { 0 } else { h * st[1] } + i * st[2];
+            Some((data.as_slice(), base, st[3]))
+        }
+        _ => None,
+    };
+
+    // Scores of the visible keys; `None` marks a key that takes no part.
+    let q: Vec<f64> = (0..s.d).map(|c| inputs.q.get_f64(q_off + c)).collect();
+    let mut scores: Vec<Option<f64>> = Vec::with_capacity(limit);
+    for j in 0..limit {
+        let add = match explicit {
+            Some((data, base, sk_stride)) => data[base + j * sk_stride] as f64,
+            None => 0.0,
+        };
+        if add == f64::NEG_INFINITY {
+            scores.push(None);
+            continue;
+        }
+        let k_off = spec.k_strides.offset(b, kvh, j);
+        let dot: f64 = (0..s.d).map(|c| q[c] * inputs.k.get_f64(k_off + c)).sum();
+        scores.push(Some(dot * scale + add));
+    }
+
+    let visible = || scores.iter().enumerate().filter_map(|(j, x)| x.map(|v| (j, v)));
+    if visible().any(|(_, v)| v.is_nan()) {
+        out.iter_mut().for_each(|o| *o = f64::NAN);
+        return f64::NAN;
+    }
+    let m = visible().map(|(_, v)| v).fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        out.iter_mut().for_each(|o| *o = 0.0);
+        return f64::NEG_INFINITY;
+    }
+    out.iter_mut().for_each(|o| *o = 0.0);
+    let mut l = 0.0;
+    for (j, v) in visible() {
+        let p = (v - m).exp();
+        l += p;
+        let v_off = spec.v_strides.offset(b, kvh, j);
+        for (c, o) in out.iter_mut().enumerate() {
+            *o += p * inputs.v.get_f64(v_off + c);
+        }
+    }
+    out.iter_mut().for_each(|o| *o /= l);
+    m + l.ln()
+}
+
+/// Computes the whole output in f64. Splits rows over the machine's cores (std threads: core depends on no
+/// thread pool).
+pub fn reference_attention(spec: &AttentionSpec, inputs: &HostInputs) -> Result<ReferenceOutput> {
+    spec.validate()?;
+    inputs.check(spec)?;
+    let s = spec.shape;
+    let rows = spec.lse_len()?;
+    let dv = s.dv;
+    let mut o = vec![0.0f64; rows.checked_mul(dv).ok_or_else(|| SdpaError::overflow("reference output"))?];
+    let mut lse = vec![0.0f64; rows];
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(rows).max(1);
+    let per = rows.div_ceil(workers);
+    std::thread::scope(|scope| {
+        for (w, (o_chunk, lse_chunk)) in o.chunks_mut(per * dv).zip(lse.chunks_mut(per)).enumerate() {
+            scope.spawn(move || {
+                for (r, lse_out) in lse_chunk.iter_mut().enumerate() {
+                    let row = w * per + r;
+                    let (i, bh) = (row % s.sq, row / s.sq);
+                    let (h, b) = (bh % s.hq, bh / s.hq);
+                    *lse_out = reference_row(spec, inputs, b, h, i, &mut o_chunk[r * dv..(r + 1) * dv]);
+                }
+            });
+        }
+    });
+    Ok(ReferenceOutput { o, lse })
+}
+
+/// The reference as a backend (`sdpa run --backend reference`): f64 inside, rounded to the spec's dtype.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReferenceBackend;
+
+impl Backend for ReferenceBackend {
+    type Buffer = HostBuffer;
+
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+
+    fn device_name(&self) -> String {
+        "host (f64 reference)".to_string()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: DType::ALL.to_vec(),
+            kernels: vec![Kernel::Unfused],
+            max_head_dim: usize::MAX,
+            fast_head_dims: vec![],
+            masks: MaskKind::ALL.to_vec(),
+            f32_math: vec![F32Math::Exact],
+        }
+    }
+
+    fn upload(&self, host: &HostBuffer) -> Result<HostBuffer> {
+        Ok(host.clone())
+    }
+
+    fn download(&self, buf: &HostBuffer) -> Result<HostBuffer> {
+        Ok(buf.clone())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, HostBuffer>) -> Result<Kernel> {
+        let mask = match args.mask {
+            Some(HostBuffer::F32(m)) => Some(m.clone()),
+            Some(other) => {
+                return Err(SdpaError::DTypeMismatch { name: "mask", expected: DType::F32, found: other.dtype() })
+            }
+            None => None,
+        };
+        let inputs = HostInputs { q: args.q.clone(), k: args.k.clone(), v: args.v.clone(), mask };
+        let r = reference_attention(spec, &inputs)?;
+        let s = spec.shape;
+        let o_len = spec.required_len(Operand::O)?;
+        if args.o.len() < o_len || args.o.dtype() != spec.dtype {
+            return Err(SdpaError::BufferTooShort { name: "o", len: args.o.len(), needed: o_len });
+        }
+        for b in 0..s.b {
+            for h in 0..s.hq {
+                for i in 0..s.sq {
+                    let src = row_index(spec, b, h, i) * s.dv;
+                    let dst = spec.o_strides.offset(b, h, i);
+                    for c in 0..s.dv {
+                        args.o.set_f32(dst + c, r.o[src + c] as f32);
+                    }
+                }
+            }
+        }
+        if let Some(lse) = args.lse {
+            if lse.len() < r.lse.len() {
+                return Err(SdpaError::BufferTooShort { name: "lse", len: lse.len(), needed: r.lse.len() });
+            }
+            for (i, &x) in r.lse.iter().enumerate() {
+                lse.set_f32(i, x as f32);
+            }
+        }
+        let _ = opts;
+        Ok(Kernel::Unfused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{ExplicitMask, Layout, MaskValues, Shape};
+    use crate::tensor::mask_from_bool;
+
+    fn inputs(q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> HostInputs {
+        HostInputs { q: HostBuffer::F32(q), k: HostBuffer::F32(k), v: HostBuffer::F32(v), mask: None }
+    }
+
+    /// One query, two keys, hand-computed: scores [1, 0] (scale 1), softmax [e/(e+1), 1/(e+1)].
+    #[test]
+    fn hand_computed_two_keys() {
+        let spec = AttentionSpec::new(Shape::new(1, 1, 1, 2, 1), DType::F32).with_scale(1.0);
+        let inp = inputs(vec![1.0], vec![1.0, 0.0], vec![10.0, 20.0]);
+        let r = reference_attention(&spec, &inp).unwrap();
+        let e = std::f64::consts::E;
+        let want = 10.0 * e / (e + 1.0) + 20.0 / (e + 1.0);
+        assert!((r.o[0] - want).abs() < 1e-12, "{} vs {want}", r.o[0]);
+        assert!((r.lse[0] - (e + 1.0).ln()).abs() < 1e-12);
+    }
+
+    /// Causal alignments on Sq = 2, Sk = 3 with equal scores: each row averages the values it sees.
+    #[test]
+    fn hand_computed_causal_alignments() {
+        let shape = Shape::new(1, 1, 2, 3, 1);
+        let inp = inputs(vec![0.0, 0.0], vec![1.0, 1.0, 1.0], vec![3.0, 6.0, 9.0]);
+        let tl =
+            reference_attention(&AttentionSpec::new(shape, DType::F32).with_mask(Mask::CausalTopLeft), &inp).unwrap();
+        assert_eq!(tl.o, vec![3.0, 4.5]); // row 0 sees key 0; row 1 sees keys 0..=1
+        let br = reference_attention(&AttentionSpec::new(shape, DType::F32).with_mask(Mask::CausalBottomRight), &inp)
+            .unwrap();
+        assert_eq!(br.o, vec![4.5, 6.0]); // row 0 sees keys 0..=1; row 1 sees all three
+        assert!((br.lse[1] - 3f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fully_masked_rows_are_zero_with_lse_minus_inf() {
+        // Bottom-right with Sq > Sk: row 0 sees nothing.
+        let shape = Shape::new(1, 1, 3, 2, 2);
+        let spec = AttentionSpec::new(shape, DType::F32).with_mask(Mask::CausalBottomRight);
+        let inp = HostInputs::random(&spec, 3).unwrap();
+        let r = reference_attention(&spec, &inp).unwrap();
+        assert_eq!(&r.o[0..2], &[0.0, 0.0]);
+        assert_eq!(r.lse[0], f64::NEG_INFINITY);
+        assert!(r.lse[1].is_finite());
+
+        // An explicit boolean mask that drops every key of row 1.
+        let spec = AttentionSpec::new(Shape::new(1, 1, 2, 2, 1), DType::F32)
+            .with_mask(Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 1, 2, 2] }));
+        let mut inp = inputs(vec![1.0, 1.0], vec![1.0, 2.0], vec![5.0, f32::NAN]);
+        inp.mask = Some(mask_from_bool(&[true, false, false, false]));
+        let r = reference_attention(&spec, &inp).unwrap();
+        assert_eq!(r.o, vec![5.0, 0.0]); // the NaN value sits under a masked key: it never leaks
+    }
+
+    #[test]
+    fn nan_reaches_only_the_rows_that_read_it() {
+        let spec = AttentionSpec::new(Shape::new(1, 2, 3, 4, 2), DType::F32);
+        let mut inp = HostInputs::random(&spec, 5).unwrap();
+        inp.q.set_f32(spec.q_strides.offset(0, 1, 2), f32::NAN);
+        let r = reference_attention(&spec, &inp).unwrap();
+        for row in 0..6 {
+            let nan = r.o[row * 2].is_nan();
+            assert_eq!(nan, row == 5, "row {row}");
+        }
+    }
+
+    /// An independent naive formula: full score matrix per head, softmax by explicit max/sum, then P·V,
+    /// all on logical (copied, contiguous) tensors. Compared on random data with GQA, Dv != D, both layouts,
+    /// every mask kind.
+    #[test]
+    fn agrees_with_an_independent_naive_formula() {
+        let shape = Shape { b: 2, hq: 6, hkv: 2, sq: 5, sk: 7, d: 3, dv: 4 };
+        let masks = [
+            Mask::None,
+            Mask::CausalTopLeft,
+            Mask::CausalBottomRight,
+            Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [2, 1, 5, 7] }),
+            Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 6, 1, 7] }),
+        ];
+        for layout in [Layout::Bhsd, Layout::Bshd] {
+            for mask in masks {
+                let spec = AttentionSpec::new(shape, DType::F32).with_layout(layout).with_mask(mask).with_scale(0.7);
+                let inp = HostInputs::random(&spec, 11).unwrap();
+                let r = reference_attention(&spec, &inp).unwrap();
+                let naive = naive(&spec, &inp);
+                for (x, y) in r.o.iter().zip(&naive) {
+                    assert!((x - y).abs() < 1e-12 || (x.is_nan() && y.is_nan()), "{layout:?} {mask:?}: {x} vs {y}");
+                }
+            }
+        }
+    }
+
+    fn naive(spec: &AttentionSpec, inp: &HostInputs) -> Vec<f64> {
+        let s = spec.shape;
+        let get = |buf: &HostBuffer, st: crate::spec::Strides, b, h, t, c| buf.get_f64(st.offset(b, h, t) + c);
+        let mut out = Vec::new();
+        for b in 0..s.b {
+            for h in 0..s.hq {
+                let g = h * s.hkv / s.hq; // same group mapping, computed differently
+                let mut sc = vec![vec![0.0f64; s.sk]; s.sq];
+                for i in 0..s.sq {
+                    for j in 0..s.sk {
+                        let mut dot = 0.0;
+                        for c in 0..s.d {
+                            dot += get(&inp.q, spec.q_strides, b, h, i, c) * get(&inp.k, spec.k_strides, b, g, j, c);
+                        }
+                        let mut x = dot * spec.scale();
+                        let allowed = match spec.mask {
+                            Mask::CausalTopLeft => j <= i,
+                            Mask::CausalBottomRight => (j as i64) <= i as i64 + s.sk as i64 - s.sq as i64,
+                            _ => true,
+                        };
+                        if let (Mask::Explicit(m), Some(md)) = (spec.mask, &inp.mask) {
+                            let idx = |d: usize, n: usize| if m.dims[d] == 1 { 0 } else { n };
+                            let flat =
+                                ((idx(0, b) * m.dims[1] + idx(1, h)) * m.dims[2] + idx(2, i)) * m.dims[3] + idx(3, j);
+                            x += md[flat] as f64;
+                        }
+                        sc[i][j] = if allowed { x } else { f64::NEG_INFINITY };
+                    }
+                }
+                for row in sc {
+                    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> =
+                        row.iter().map(|&x| if m == f64::NEG_INFINITY { 0.0 } else { (x - m).exp() }).collect();
+                    let z: f64 = w.iter().sum();
+                    for c in 0..s.dv {
+                        let mut acc = 0.0;
+                        for j in 0..s.sk {
+                            if w[j] != 0.0 {
+                                acc += w[j] * get(&inp.v, spec.v_strides, b, g, j, c);
+                            }
+                        }
+                        out.push(if z == 0.0 { 0.0 } else { acc / z });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn reference_backend_writes_through_strides() {
+        use crate::backend::HostBackend;
+        let spec = AttentionSpec::new(Shape { b: 1, hq: 4, hkv: 2, sq: 3, sk: 5, d: 8, dv: 8 }, DType::BF16)
+            .with_layout(Layout::Bshd)
+            .with_mask(Mask::CausalBottomRight);
+        let inp = HostInputs::random(&spec, 9).unwrap();
+        let run = ReferenceBackend.run_host(&spec, &RunOptions { lse: true, ..Default::default() }, &inp).unwrap();
+        assert!(run.output.o.to_f32_vec().iter().all(|x| x.is_finite()));
+        assert_eq!(run.output.lse.map(|l| l.len()), Some(12));
+    }
+}

@@ -1,0 +1,593 @@
+//! `AttentionSpec`: what one attention call computes, validated once before any kernel runs.
+//!
+//! Logical shapes (DESIGN.md, "Semantics"): Q `[B, Hq, Sq, D]`, K `[B, Hkv, Sk, D]`, V `[B, Hkv, Sk, Dv]`,
+//! O `[B, Hq, Sq, Dv]`. Every tensor is addressed through element strides for (batch, head, sequence); the
+//! last dimension is always contiguous. BHSD (PyTorch) and BSHD (FlashAttention, candle) are two stride
+//! choices over the same logical shape, so neither needs a copy.
+
+use crate::dtype::DType;
+use crate::error::{Result, SdpaError};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Logical sizes of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shape {
+    /// Batch size.
+    pub b: usize,
+    /// Query heads.
+    pub hq: usize,
+    /// Key/value heads; `hq % hkv == 0` (GQA/MQA: query head `h` reads kv head `h / (hq / hkv)`).
+    pub hkv: usize,
+    /// Query sequence length (rows of the output).
+    pub sq: usize,
+    /// Key/value sequence length.
+    pub sk: usize,
+    /// Head dim of Q and K.
+    pub d: usize,
+    /// Head dim of V and O.
+    pub dv: usize,
+}
+
+impl Shape {
+    /// A shape with `dv == d` and `hkv == hq`.
+    pub fn new(b: usize, h: usize, sq: usize, sk: usize, d: usize) -> Self {
+        Shape { b, hq: h, hkv: h, sq, sk, d, dv: d }
+    }
+
+    /// Number of query heads sharing one kv head.
+    pub fn group_size(&self) -> usize {
+        if self.hkv == 0 {
+            0
+        } else {
+            self.hq / self.hkv
+        }
+    }
+
+    /// The kv head read by query head `h`.
+    #[inline]
+    pub fn kv_head(&self, h: usize) -> usize {
+        h / self.group_size()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{},{},{},{},{},{}", self.b, self.hq, self.hkv, self.sq, self.sk, self.d, self.dv)
+    }
+}
+
+impl FromStr for Shape {
+    type Err = String;
+    /// Parses `B,Hq,Hkv,Sq,Sk,D[,Dv]`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+        if parts.len() != 6 && parts.len() != 7 {
+            return Err(format!("shape `{s}` must be B,Hq,Hkv,Sq,Sk,D[,Dv] (6 or 7 numbers, got {})", parts.len()));
+        }
+        let mut v = [0usize; 7];
+        for (i, p) in parts.iter().enumerate() {
+            v[i] = p.parse().map_err(|_| format!("shape `{s}`: `{p}` is not a non-negative integer"))?;
+        }
+        let dv = if parts.len() == 7 { v[6] } else { v[5] };
+        Ok(Shape { b: v[0], hq: v[1], hkv: v[2], sq: v[3], sk: v[4], d: v[5], dv })
+    }
+}
+
+/// Memory order of the four logical dimensions; the last one (head dim) is always contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// `[batch, head, seq, dim]`, PyTorch's `scaled_dot_product_attention` order.
+    #[default]
+    Bhsd,
+    /// `[batch, seq, head, dim]`, FlashAttention's and candle's order.
+    Bshd,
+}
+
+impl Layout {
+    /// Contiguous strides of a `[b, heads, seq, dim]` tensor in this layout.
+    pub fn strides(self, heads: usize, seq: usize, dim: usize) -> Strides {
+        match self {
+            Layout::Bhsd => Strides { b: heads * seq * dim, h: seq * dim, s: dim },
+            Layout::Bshd => Strides { b: seq * heads * dim, h: dim, s: heads * dim },
+        }
+    }
+
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Bhsd => "bhsd",
+            Layout::Bshd => "bshd",
+        }
+    }
+}
+
+impl FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "bhsd" => Ok(Layout::Bhsd),
+            "bshd" => Ok(Layout::Bshd),
+            other => Err(format!("unknown layout `{other}` (expected bhsd or bshd)")),
+        }
+    }
+}
+
+/// Element strides of a 4-d tensor over (batch, head, sequence); the head-dim stride is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Strides {
+    /// Elements between consecutive batches.
+    pub b: usize,
+    /// Elements between consecutive heads.
+    pub h: usize,
+    /// Elements between consecutive sequence positions.
+    pub s: usize,
+}
+
+impl Strides {
+    /// Offset of element `[b, h, s, 0]`. Only valid after [`AttentionSpec::validate`].
+    #[inline]
+    pub fn offset(&self, b: usize, h: usize, s: usize) -> usize {
+        b * self.b + h * self.h + s * self.s
+    }
+}
+
+/// How an explicit mask's values are interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaskValues {
+    /// `true` = the key takes part (PyTorch's `attn_mask` convention); stored as 0 / -inf additive.
+    Boolean,
+    /// Added to the scaled scores before softmax; `-inf` removes a key.
+    Additive,
+}
+
+/// An explicit mask broadcastable to `[B, Hq, Sq, Sk]`, stored contiguously (row-major) over `dims`.
+///
+/// Backends receive it as f32 additive values (booleans converted to `0` / `-inf` by
+/// [`crate::tensor::mask_from_bool`]); `values` only records where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExplicitMask {
+    /// Boolean or additive origin.
+    pub values: MaskValues,
+    /// Size of each of the 4 dims: either 1 (broadcast) or the full size (B, Hq, Sq, Sk).
+    pub dims: [usize; 4],
+}
+
+impl ExplicitMask {
+    /// A full `[B, Hq, Sq, Sk]` mask.
+    pub fn full(values: MaskValues, shape: &Shape) -> Self {
+        ExplicitMask { values, dims: [shape.b, shape.hq, shape.sq, shape.sk] }
+    }
+
+    /// Element strides over (b, h, q, k); 0 for broadcast dims. Only valid after validation.
+    pub fn strides(&self) -> [usize; 4] {
+        let [db, dh, dq, dk] = self.dims;
+        let sk = if dk == 1 { 0 } else { 1 };
+        let sq = if dq == 1 { 0 } else { dk };
+        let sh = if dh == 1 { 0 } else { dq * dk };
+        let sb = if db == 1 { 0 } else { dh * dq * dk };
+        [sb, sh, sq, sk]
+    }
+
+    /// Number of stored elements (product of `dims`), checked.
+    pub fn len(&self) -> Result<usize> {
+        self.dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| SdpaError::overflow("length of the explicit mask"))
+    }
+
+    /// True when the mask stores no elements (never the case for a valid mask).
+    pub fn is_empty(&self) -> bool {
+        self.dims.contains(&0)
+    }
+}
+
+/// Which keys each query row sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Mask {
+    /// Every query sees every key.
+    #[default]
+    None,
+    /// Causal, aligned top-left (PyTorch `is_causal=True`): query `i` sees keys `j <= i`.
+    CausalTopLeft,
+    /// Causal, aligned bottom-right (FlashAttention, KV-cache decoding): query `i` sees keys
+    /// `j <= i + Sk - Sq`.
+    CausalBottomRight,
+    /// An explicit boolean or additive mask.
+    Explicit(ExplicitMask),
+}
+
+impl Mask {
+    /// Short name as used on the command line and in result records.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mask::None => "none",
+            Mask::CausalTopLeft => "causal",
+            Mask::CausalBottomRight => "causal-br",
+            Mask::Explicit(m) => match m.values {
+                MaskValues::Boolean => "bool",
+                MaskValues::Additive => "additive",
+            },
+        }
+    }
+
+    /// True for either causal alignment.
+    pub fn is_causal(&self) -> bool {
+        matches!(self, Mask::CausalTopLeft | Mask::CausalBottomRight)
+    }
+
+    /// For causal masks, the number of leading keys query row `i` sees (keys `0..limit`), which may be 0
+    /// (a fully masked row); `None` when the mask does not restrict by position.
+    #[inline]
+    pub fn causal_limit(&self, i: usize, sq: usize, sk: usize) -> Option<usize> {
+        match self {
+            Mask::CausalTopLeft => Some((i + 1).min(sk)),
+            Mask::CausalBottomRight => {
+                // i + Sk - Sq + 1, clamped to [0, Sk], without going negative in usize.
+                let lim = (i + 1 + sk).saturating_sub(sq);
+                Some(lim.min(sk))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for Mask {
+    type Err = String;
+    /// Parses the position masks: `none`, `causal` (top-left), `causal-br` (bottom-right). Explicit masks
+    /// need data and are built in code.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(Mask::None),
+            "causal" | "causal-tl" | "causal_top_left" => Ok(Mask::CausalTopLeft),
+            "causal-br" | "causal_bottom_right" => Ok(Mask::CausalBottomRight),
+            other => Err(format!("unknown mask `{other}` (expected none, causal or causal-br)")),
+        }
+    }
+}
+
+/// The operands of one attention call, for size and stride questions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    /// Queries.
+    Q,
+    /// Keys.
+    K,
+    /// Values.
+    V,
+    /// Output.
+    O,
+}
+
+impl Operand {
+    /// Lowercase name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Operand::Q => "q",
+            Operand::K => "k",
+            Operand::V => "v",
+            Operand::O => "o",
+        }
+    }
+}
+
+/// One attention call: shapes, dtype, scale, mask and strides. Plain data; call [`AttentionSpec::validate`]
+/// once before handing it to a kernel, which then trusts it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttentionSpec {
+    /// Logical sizes.
+    pub shape: Shape,
+    /// Element type of Q, K, V and O.
+    pub dtype: DType,
+    /// Multiplier of `Q·Kᵀ`; `None` means `1/sqrt(D)`.
+    pub scale: Option<f64>,
+    /// Which keys each query sees.
+    pub mask: Mask,
+    /// Strides of Q over (b, hq, sq).
+    pub q_strides: Strides,
+    /// Strides of K over (b, hkv, sk).
+    pub k_strides: Strides,
+    /// Strides of V over (b, hkv, sk).
+    pub v_strides: Strides,
+    /// Strides of O over (b, hq, sq).
+    pub o_strides: Strides,
+}
+
+impl AttentionSpec {
+    /// A spec with contiguous BHSD strides, no mask and the default scale.
+    pub fn new(shape: Shape, dtype: DType) -> Self {
+        Self::with_layout_of(shape, dtype, Layout::Bhsd)
+    }
+
+    fn with_layout_of(shape: Shape, dtype: DType, layout: Layout) -> Self {
+        // Saturating so that an absurd shape still builds a spec; `validate` reports the overflow.
+        let st = |h: usize, s: usize, d: usize| {
+            let hs = h.saturating_mul(s);
+            let sd = s.saturating_mul(d);
+            let hd = h.saturating_mul(d);
+            match layout {
+                Layout::Bhsd => Strides { b: hs.saturating_mul(d), h: sd, s: d },
+                Layout::Bshd => Strides { b: hs.saturating_mul(d), h: d, s: hd },
+            }
+        };
+        AttentionSpec {
+            shape,
+            dtype,
+            scale: None,
+            mask: Mask::None,
+            q_strides: st(shape.hq, shape.sq, shape.d),
+            k_strides: st(shape.hkv, shape.sk, shape.d),
+            v_strides: st(shape.hkv, shape.sk, shape.dv),
+            o_strides: st(shape.hq, shape.sq, shape.dv),
+        }
+    }
+
+    /// Replaces all four strides with the contiguous strides of `layout`.
+    pub fn with_layout(self, layout: Layout) -> Self {
+        let fresh = Self::with_layout_of(self.shape, self.dtype, layout);
+        AttentionSpec { scale: self.scale, mask: self.mask, ..fresh }
+    }
+
+    /// Sets the mask.
+    pub fn with_mask(mut self, mask: Mask) -> Self {
+        self.mask = mask;
+        self
+    }
+
+    /// Sets an explicit scale.
+    pub fn with_scale(mut self, scale: f64) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// The scale in effect: the explicit one or `1/sqrt(D)`.
+    pub fn scale(&self) -> f64 {
+        self.scale.unwrap_or_else(|| 1.0 / (self.shape.d as f64).sqrt())
+    }
+
+    /// The layout whose contiguous strides these are, if any.
+    pub fn layout(&self) -> Option<Layout> {
+        [Layout::Bhsd, Layout::Bshd].into_iter().find(|&l| {
+            let s = Self::with_layout_of(self.shape, self.dtype, l);
+            s.q_strides == self.q_strides
+                && s.k_strides == self.k_strides
+                && s.v_strides == self.v_strides
+                && s.o_strides == self.o_strides
+        })
+    }
+
+    /// Strides of one operand.
+    pub fn strides(&self, op: Operand) -> Strides {
+        match op {
+            Operand::Q => self.q_strides,
+            Operand::K => self.k_strides,
+            Operand::V => self.v_strides,
+            Operand::O => self.o_strides,
+        }
+    }
+
+    /// Logical `[b, heads, seq, dim]` extent of one operand.
+    pub fn extent(&self, op: Operand) -> [usize; 4] {
+        let s = &self.shape;
+        match op {
+            Operand::Q => [s.b, s.hq, s.sq, s.d],
+            Operand::K => [s.b, s.hkv, s.sk, s.d],
+            Operand::V => [s.b, s.hkv, s.sk, s.dv],
+            Operand::O => [s.b, s.hq, s.sq, s.dv],
+        }
+    }
+
+    /// Elements a buffer for `op` must hold: one past the largest addressed offset (checked).
+    pub fn required_len(&self, op: Operand) -> Result<usize> {
+        let [b, h, s, d] = self.extent(op);
+        let st = self.strides(op);
+        let what = || SdpaError::overflow(format!("length of {}", op.name()));
+        let mut last = d.checked_sub(1).ok_or_else(|| SdpaError::invalid("zero head dim"))?;
+        for (n, stride) in [(b, st.b), (h, st.h), (s, st.s)] {
+            let steps = n.checked_sub(1).ok_or_else(|| SdpaError::invalid(format!("zero dim in {}", op.name())))?;
+            last = steps.checked_mul(stride).and_then(|x| x.checked_add(last)).ok_or_else(what)?;
+        }
+        last.checked_add(1).ok_or_else(what)
+    }
+
+    /// Number of logical elements of `op` (checked).
+    pub fn numel(&self, op: Operand) -> Result<usize> {
+        self.extent(op)
+            .iter()
+            .try_fold(1usize, |a, &x| a.checked_mul(x))
+            .ok_or_else(|| SdpaError::overflow(format!("element count of {}", op.name())))
+    }
+
+    /// Elements of the LSE output, `[B, Hq, Sq]` contiguous.
+    pub fn lse_len(&self) -> Result<usize> {
+        let s = &self.shape;
+        s.b.checked_mul(s.hq).and_then(|x| x.checked_mul(s.sq)).ok_or_else(|| SdpaError::overflow("length of lse"))
+    }
+
+    /// Checks everything a kernel relies on. Never panics; returns the first problem found.
+    pub fn validate(&self) -> Result<()> {
+        let s = &self.shape;
+        for (name, v) in
+            [("B", s.b), ("Hq", s.hq), ("Hkv", s.hkv), ("Sq", s.sq), ("Sk", s.sk), ("D", s.d), ("Dv", s.dv)]
+        {
+            if v == 0 {
+                return Err(SdpaError::invalid(format!(
+                    "{name} is 0 in shape {s}; every dimension must be at least 1"
+                )));
+            }
+        }
+        if s.hq % s.hkv != 0 {
+            return Err(SdpaError::invalid(format!(
+                "Hq = {} is not a multiple of Hkv = {} (GQA needs whole groups)",
+                s.hq, s.hkv
+            )));
+        }
+        if let Some(scale) = self.scale {
+            if !scale.is_finite() {
+                return Err(SdpaError::invalid(format!("scale {scale} is not finite")));
+            }
+        }
+        // The output must be addressable and the sizes must not overflow, even in the cost model, which
+        // counts B·Hq·Sq·Sk pairs.
+        for op in [Operand::Q, Operand::K, Operand::V, Operand::O] {
+            self.required_len(op)?;
+            self.numel(op)?;
+        }
+        self.lse_len()?;
+        [s.b, s.hq, s.sq, s.sk]
+            .iter()
+            .try_fold(1usize, |a, &x| a.checked_mul(x))
+            .ok_or_else(|| SdpaError::overflow("number of (query, key) pairs B·Hq·Sq·Sk"))?;
+        self.check_output_does_not_alias()?;
+        if let Mask::Explicit(m) = &self.mask {
+            let full = [s.b, s.hq, s.sq, s.sk];
+            for (i, (&got, &want)) in m.dims.iter().zip(full.iter()).enumerate() {
+                if got != 1 && got != want {
+                    let axis = ["B", "Hq", "Sq", "Sk"][i];
+                    return Err(SdpaError::invalid(format!(
+                        "explicit mask dims {:?} do not broadcast to [B, Hq, Sq, Sk] = {:?}: dim {axis} is {got}, \
+                         must be 1 or {want}",
+                        m.dims, full
+                    )));
+                }
+            }
+            m.len()?;
+        }
+        Ok(())
+    }
+
+    /// Two distinct output elements must never share an address, or a kernel's writes race.
+    fn check_output_does_not_alias(&self) -> Result<()> {
+        let [b, h, sq, dv] = self.extent(Operand::O);
+        let st = self.o_strides;
+        // Sort the non-trivial dims by stride; each stride must step over everything inside it.
+        let mut dims: Vec<(usize, usize)> =
+            [(st.b, b), (st.h, h), (st.s, sq)].into_iter().filter(|&(_, n)| n > 1).collect();
+        dims.sort_unstable();
+        let mut span = dv; // the contiguous head dim
+        for (stride, n) in dims {
+            if stride < span {
+                return Err(SdpaError::invalid(format!(
+                    "output strides {:?} make distinct elements of O overlap (stride {stride} < span {span})",
+                    st
+                )));
+            }
+            span = stride.checked_mul(n).ok_or_else(|| SdpaError::overflow("span of o"))?;
+        }
+        Ok(())
+    }
+
+    /// Checks buffer lengths against the strides (elements, not bytes).
+    pub fn check_lengths(&self, q: usize, k: usize, v: usize, o: usize, mask: Option<usize>) -> Result<()> {
+        for (name, op, len) in [("q", Operand::Q, q), ("k", Operand::K, k), ("v", Operand::V, v), ("o", Operand::O, o)]
+        {
+            let needed = self.required_len(op)?;
+            if len < needed {
+                return Err(SdpaError::BufferTooShort { name, len, needed });
+            }
+        }
+        match (&self.mask, mask) {
+            (Mask::Explicit(m), Some(len)) => {
+                let needed = m.len()?;
+                if len < needed {
+                    return Err(SdpaError::BufferTooShort { name: "mask", len, needed });
+                }
+            }
+            (Mask::Explicit(_), None) => {
+                return Err(SdpaError::invalid("the spec has an explicit mask but no mask buffer was given"))
+            }
+            (_, Some(_)) => {
+                return Err(SdpaError::invalid(format!(
+                    "a mask buffer was given but the spec's mask is `{}`",
+                    self.mask.name()
+                )))
+            }
+            (_, None) => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_shapes_with_and_without_dv() {
+        let s: Shape = "2,8,2,77,130,64".parse().unwrap();
+        assert_eq!(s, Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 64, dv: 64 });
+        let s: Shape = "1,4,4,3,5,40,24".parse().unwrap();
+        assert_eq!(s.dv, 24);
+        assert!("1,2,3".parse::<Shape>().is_err());
+        assert!("1,2,x,4,5,6".parse::<Shape>().is_err());
+        assert!("1,2,-3,4,5,6".parse::<Shape>().is_err());
+    }
+
+    #[test]
+    fn rejects_each_impossible_spec_with_a_message() {
+        let ok = AttentionSpec::new(Shape { b: 1, hq: 4, hkv: 2, sq: 3, sk: 5, d: 8, dv: 8 }, DType::F32);
+        assert!(ok.validate().is_ok());
+
+        let mut zero = ok.clone();
+        zero.shape.sk = 0;
+        assert!(zero.validate().unwrap_err().to_string().contains("Sk is 0"));
+
+        let mut gqa = ok.clone();
+        gqa.shape.hkv = 3;
+        assert!(gqa.validate().unwrap_err().to_string().contains("not a multiple"));
+
+        let huge = AttentionSpec::new(Shape::new(usize::MAX / 2, 1 << 20, 1 << 20, 1 << 20, 128), DType::F32);
+        assert!(matches!(huge.validate(), Err(SdpaError::SizeOverflow { .. })));
+
+        let mut alias = ok.clone();
+        alias.o_strides.s = 1; // rows overlap
+        assert!(alias.validate().unwrap_err().to_string().contains("overlap"));
+
+        let bad_mask =
+            ok.clone().with_mask(Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 2, 3, 5] }));
+        assert!(bad_mask.validate().unwrap_err().to_string().contains("do not broadcast"));
+
+        let nan_scale = ok.clone().with_scale(f64::NAN);
+        assert!(nan_scale.validate().is_err());
+    }
+
+    #[test]
+    fn buffer_lengths_are_checked() {
+        let spec = AttentionSpec::new(Shape::new(2, 3, 4, 5, 6), DType::F16);
+        let q = spec.required_len(Operand::Q).unwrap();
+        assert_eq!(q, 2 * 3 * 4 * 6);
+        let k = spec.required_len(Operand::K).unwrap();
+        assert!(spec.check_lengths(q, k, k, q, None).is_ok());
+        let err = spec.check_lengths(q - 1, k, k, q, None).unwrap_err();
+        assert!(matches!(err, SdpaError::BufferTooShort { name: "q", .. }));
+        assert!(spec.check_lengths(q, k, k, q, Some(10)).is_err());
+    }
+
+    #[test]
+    fn bshd_and_bhsd_address_the_same_elements_differently() {
+        let shape = Shape { b: 2, hq: 4, hkv: 2, sq: 3, sk: 5, d: 8, dv: 6 };
+        let bshd = AttentionSpec::new(shape, DType::F32).with_layout(Layout::Bshd);
+        assert_eq!(bshd.layout(), Some(Layout::Bshd));
+        assert_eq!(bshd.q_strides, Strides { b: 3 * 4 * 8, h: 8, s: 4 * 8 });
+        assert_eq!(bshd.required_len(Operand::V).unwrap(), 2 * 5 * 2 * 6);
+        assert!(bshd.validate().is_ok());
+    }
+
+    #[test]
+    fn causal_limits_in_both_alignments() {
+        // Sq = 2, Sk = 5: top-left row 0 sees 1 key; bottom-right row 0 sees 4.
+        assert_eq!(Mask::CausalTopLeft.causal_limit(0, 2, 5), Some(1));
+        assert_eq!(Mask::CausalBottomRight.causal_limit(0, 2, 5), Some(4));
+        assert_eq!(Mask::CausalBottomRight.causal_limit(1, 2, 5), Some(5));
+        // Sq = 5, Sk = 2 bottom-right: rows 0..3 see nothing.
+        assert_eq!(Mask::CausalBottomRight.causal_limit(2, 5, 2), Some(0));
+        assert_eq!(Mask::CausalBottomRight.causal_limit(3, 5, 2), Some(1));
+        assert_eq!(Mask::CausalTopLeft.causal_limit(4, 5, 2), Some(2));
+        assert_eq!(Mask::None.causal_limit(0, 1, 1), None);
+    }
+}

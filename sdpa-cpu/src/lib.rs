@@ -1,0 +1,1 @@
+//! The CPU attention backend (issue 3 builds it).

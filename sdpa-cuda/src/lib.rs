@@ -1,0 +1,1 @@
+//! The CUDA attention backend (issue 4 builds it).
