@@ -38,10 +38,13 @@ pub struct CheckReport {
     /// The tolerance on `rel_err` for this dtype.
     pub tolerance: f64,
     /// Elements that are NaN on one side only (unwritten outputs stay NaN from the poison).
+    #[serde(default)]
     pub nan_mismatches: usize,
     /// Largest LSE difference over rows with a finite reference LSE, when LSE was produced.
+    #[serde(default)]
     pub lse_max_abs_err: Option<f64>,
     /// Query rows compared.
+    #[serde(default)]
     pub rows_checked: usize,
     /// `rel_err <= tolerance`, no NaN mismatch, LSE (when present) within `1e-3 + tolerance·|lse|`.
     pub pass: bool,
