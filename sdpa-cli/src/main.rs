@@ -1,1 +1,56 @@
-fn main() {}
+//! `sdpa`: run, benchmark and analyse scaled dot-product attention.
+//!
+//! Each subcommand lives in its own module; flags are parsed by clap into an args struct, validated into a
+//! config, and results are plain data printed by separate human and JSON printers.
+
+mod backends;
+mod devices;
+mod run;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Scaled dot-product attention: fused CPU and CUDA kernels, benchmarks and trace analysis.
+#[derive(Debug, Parser)]
+#[command(name = "sdpa", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one attention call on a backend, time it, and optionally check it against the f64 reference.
+    Run(run::RunArgs),
+    /// List the backends present, the CPU's SIMD features and the GPUs found (or why none).
+    Devices(devices::DevicesArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors; clap prints them and exits 0.
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Devices(args) => devices::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("sdpa: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A closed pipe (`sdpa ... | head`) is not an error.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().filter_map(|e| e.downcast_ref::<std::io::Error>()).any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}

@@ -1,1 +1,47 @@
-fn main() {}
+//! Project chores, reached as `cargo xtask <task>` through `.cargo/config.toml`.
+//!
+//! One module per task; tasks that measure write JSON.
+
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const HELP: &str = "\
+cargo xtask <task> [args]
+
+tasks:
+  help          this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let Some((task, rest)) = args.split_first() else {
+        print!("{HELP}");
+        return Ok(());
+    };
+    let _ = rest;
+    match task.as_str() {
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => bail!("unknown task `{other}`\n{HELP}"),
+    }
+}
+
+/// The repository root (the parent of this crate's directory).
+#[allow(dead_code)]
+pub fn project_root() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    dir.parent().map(PathBuf::from).unwrap_or(dir)
+}

@@ -1,0 +1,103 @@
+//! `sdpa devices`: what this machine can run.
+
+use crate::backends::{open_backend, BACKENDS};
+use anyhow::Result;
+use serde::Serialize;
+
+/// Flags of `sdpa devices`.
+#[derive(Debug, clap::Args)]
+pub struct DevicesArgs {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct BackendStatus {
+    name: &'static str,
+    available: bool,
+    device: Option<String>,
+    /// Why the backend is unavailable.
+    reason: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Devices {
+    cpu_model: String,
+    cpu_threads: usize,
+    cpu_simd: Vec<&'static str>,
+    backends: Vec<BackendStatus>,
+}
+
+pub fn run(args: DevicesArgs) -> Result<()> {
+    let backends = BACKENDS
+        .iter()
+        .map(|&name| match open_backend(name, None) {
+            Ok(be) => BackendStatus { name, available: true, device: Some(be.device_name()), reason: None },
+            Err(e) => BackendStatus { name, available: false, device: None, reason: Some(format!("{e:#}")) },
+        })
+        .collect();
+    let d = Devices {
+        cpu_model: cpu_model(),
+        cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_simd: cpu_simd_features(),
+        backends,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&d)?);
+        return Ok(());
+    }
+    println!("cpu: {} ({} threads)", d.cpu_model, d.cpu_threads);
+    println!("cpu simd: {}", if d.cpu_simd.is_empty() { "none detected".to_string() } else { d.cpu_simd.join(" ") });
+    for b in &d.backends {
+        match (&b.device, &b.reason) {
+            (Some(dev), _) => println!("backend {:<9} available: {dev}", b.name),
+            (None, Some(why)) => println!("backend {:<9} unavailable: {why}", b.name),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The CPU model from /proc/cpuinfo where there is one.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// SIMD features detected at run time (not compile time).
+fn cpu_simd_features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx2") {
+            f.push("avx2");
+        }
+        if is_x86_feature_detected!("fma") {
+            f.push("fma");
+        }
+        if is_x86_feature_detected!("avx512f") {
+            f.push("avx512f");
+        }
+        if is_x86_feature_detected!("avx512bf16") {
+            f.push("avx512bf16");
+        }
+        if is_x86_feature_detected!("f16c") {
+            f.push("f16c");
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            f.push("neon");
+        }
+    }
+    f
+}
