@@ -38,11 +38,7 @@ impl Shape {
 
     /// Number of query heads sharing one kv head.
     pub fn group_size(&self) -> usize {
-        if self.hkv == 0 {
-            0
-        } else {
-            self.hq / self.hkv
-        }
+        self.hq.checked_div(self.hkv).unwrap_or(0)
     }
 
     /// The kv head read by query head `h`.

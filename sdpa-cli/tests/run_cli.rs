@@ -1,0 +1,88 @@
+//! `sdpa run` as a user meets it: the JSON object of issue 2, checks that pass, and bad arguments that
+//! fail with one line and a non-zero exit.
+
+use std::process::Command;
+
+fn sdpa(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).output().expect("the sdpa binary runs")
+}
+
+#[test]
+fn reference_run_prints_the_documented_json_object() {
+    let out = sdpa(&[
+        "run",
+        "--backend",
+        "reference",
+        "--shape",
+        "2,8,2,77,130,64",
+        "--mask",
+        "causal-br",
+        "--check",
+        "--json",
+    ]);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert_eq!(v["backend"], "reference");
+    assert_eq!(v["dtype"], "bf16");
+    assert_eq!(v["mask"], "causal-br");
+    let shape = &v["shape"];
+    for (k, want) in [("b", 2), ("hq", 8), ("hkv", 2), ("sq", 77), ("sk", 130), ("d", 64), ("dv", 64)] {
+        assert_eq!(shape[k], want, "shape.{k}");
+    }
+    let t = &v["time_ms"];
+    let (med, min, max) = (t["median"].as_f64().unwrap(), t["min"].as_f64().unwrap(), t["max"].as_f64().unwrap());
+    assert!(min > 0.0 && min <= med && med <= max);
+    assert!(v["tflops"].as_f64().unwrap() > 0.0 && v["gbps"].as_f64().unwrap() > 0.0);
+    assert!(v["device"].is_string() && v["kernel"].is_string());
+    let c = &v["check"];
+    assert_eq!(c["pass"], true);
+    assert!(c["rel_err"].as_f64().unwrap() < c["tolerance"].as_f64().unwrap());
+    assert!(c["max_abs_err"].as_f64().is_some());
+}
+
+#[test]
+fn every_dtype_layout_and_mask_checks_on_the_reference() {
+    for dtype in ["f32", "f16", "bf16"] {
+        for (mask, layout) in [("none", "bshd"), ("causal", "bhsd"), ("causal-br", "bshd")] {
+            let out = sdpa(&[
+                "run",
+                "--shape",
+                "1,4,1,9,13,24,16",
+                "--dtype",
+                dtype,
+                "--mask",
+                mask,
+                "--layout",
+                layout,
+                "--check",
+                "--reps",
+                "2",
+                "--warmup",
+                "0",
+            ]);
+            assert!(out.status.success(), "{dtype} {mask} {layout}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("check pass"));
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_fail_with_one_line_and_no_panic() {
+    for args in [
+        &["run", "--shape", "1,3,2,4,4,8"][..], // Hq not a multiple of Hkv
+        &["run", "--shape", "1,0,1,4,4,8"],     // zero dim
+        &["run", "--shape", "1,2,3"],           // too few numbers
+        &["run", "--shape", "99999999999,99999999999,1,99999999999,4,8"], // overflow
+        &["run", "--mask", "diagonal"],
+        &["run", "--dtype", "f8"],
+        &["run", "--backend", "tpu"],
+        &["run", "--reps", "0"],
+    ] {
+        let out = sdpa(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.starts_with("sdpa: ") || first.starts_with("error: "), "{args:?}: {err}");
+    }
+}
