@@ -1,0 +1,407 @@
+"""Development harness for the fa2 / splitkv kernels on the device machine, without the Rust machinery.
+
+Loads the nvcc-built library of dev/fa2_host.cu through ctypes, drives it with torch tensors, checks every
+variant against a float64 torch reference on random data with NaN-poisoned outputs, and times it against
+PyTorch's SDPA (FLASH_ATTENTION backend and the default, cuDNN) with triton's do_bench medians in the same
+run, plus the copy-bandwidth and bf16 GEMM ceilings.
+
+    python3 sdpa-cuda/dev/fa2_bench.py --lib target-fa2/dev/fa2dev.so [--check] [--bench] [--decode]
+        [--tune] [--quick] [--out DIR]
+
+Writes fa2dev.json (every check and timing) to --out ($OUT by default) and prints short tables.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+LOG2E = 1.4426950408889634
+DT = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f16": 2e-3, "bf16": 1.6e-2}  # sdpa_core::check::tolerance
+
+
+class Params(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "mask", "part_o", "part_lse")] + [
+        (n, ctypes.c_longlong)
+        for n in ("q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "v_sb", "v_sh", "v_ss", "o_sb", "o_sh", "o_ss",
+                  "m_sb", "m_sh", "m_sq", "m_sk")
+    ] + [(n, ctypes.c_int) for n in ("b", "hq", "hkv", "sq", "sk", "group", "causal_off", "n_splits",
+                                    "keys_per_split")] + [("scale_log2", ctypes.c_float)]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Lib:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        assert self.lib.fa2dev_params_size() == ctypes.sizeof(Params), "Params layout mismatch"
+        self.entries = []
+        buf = (ctypes.c_int * 7)()
+        for i in range(self.lib.fa2dev_count()):
+            self.lib.fa2dev_entry(i, buf)
+            kind, dt, d, a, b, c, mask = list(buf)
+            self.entries.append(dict(i=i, kind=("fa2", "splitkv")[kind], dt=("f16", "bf16")[dt], d=d, a=a, b=b,
+                                     c=c, mask=mask))
+        self.lib.fa2dev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
+
+    def find(self, kind, dt, d, mask, cfg=None):
+        for e in self.entries:
+            if e["kind"] == kind and e["dt"] == dt and e["d"] == d and e["mask"] == mask:
+                if cfg is None or (e["a"], e["b"], e["c"]) == tuple(cfg):
+                    return e
+        return None
+
+    def configs(self, kind, dt, d, mask):
+        return [e for e in self.entries if e["kind"] == kind and e["dt"] == dt and e["d"] == d and e["mask"] == mask]
+
+
+def mask_code(kind):
+    return {"none": 0, "causal": 1, "causal-br": 1, "bool": 2, "additive": 2}[kind]
+
+
+class Problem:
+    """One attention call's tensors (logical BHSD views over BHSD or BSHD storage)."""
+
+    def __init__(self, B, Hq, Hkv, Sq, Sk, D, dt, layout="bhsd", mask="none", mask_dims=None, seed=0):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        tdt = DT[dt]
+
+        def mk(H, S):
+            if layout == "bhsd":
+                return torch.randn(B, H, S, D, device="cuda", generator=g).to(tdt)
+            return torch.randn(B, S, H, D, device="cuda", generator=g).to(tdt).transpose(1, 2)
+
+        self.q, self.k, self.v = mk(Hq, Sq), mk(Hkv, Sk), mk(Hkv, Sk)
+        self.o = mk(Hq, Sq)
+        self.B, self.Hq, self.Hkv, self.Sq, self.Sk, self.D, self.dt = B, Hq, Hkv, Sq, Sk, D, dt
+        self.layout, self.mask_kind = layout, mask
+        self.scale = 1.0 / math.sqrt(D)
+        self.lse = torch.empty(B, Hq, Sq, device="cuda", dtype=torch.float32)
+        self.add = None
+        if mask in ("bool", "additive"):
+            dims = mask_dims or (B, Hq, Sq, Sk)
+            if mask == "bool":
+                keep = torch.rand(dims, device="cuda", generator=g) < 0.8
+                self.add = torch.where(keep, 0.0, float("-inf")).float()
+            else:
+                vals = torch.rand(dims, device="cuda", generator=g) * 4 - 2
+                drop = torch.rand(dims, device="cuda", generator=g) < 0.1
+                self.add = torch.where(drop, float("-inf"), vals).float().contiguous()
+        self.off = {"causal": 0, "causal-br": Sk - Sq}.get(mask, 0)
+
+    def params(self, lse=True, part_o=None, part_lse=None, n_splits=0, kps=0):
+        p = Params()
+        p.q, p.k, p.v, p.o = self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.o.data_ptr()
+        p.lse = self.lse.data_ptr() if lse else None
+        p.mask = self.add.data_ptr() if self.add is not None else None
+        p.part_o = part_o.data_ptr() if part_o is not None else None
+        p.part_lse = part_lse.data_ptr() if part_lse is not None else None
+        for name, t in (("q", self.q), ("k", self.k), ("v", self.v), ("o", self.o)):
+            sb, sh, ss, sd = t.stride()
+            assert sd == 1
+            setattr(p, f"{name}_sb", sb); setattr(p, f"{name}_sh", sh); setattr(p, f"{name}_ss", ss)
+        if self.add is not None:
+            st = [0 if n == 1 else s for n, s in zip(self.add.shape, self.add.stride())]
+            p.m_sb, p.m_sh, p.m_sq, p.m_sk = st
+        p.b, p.hq, p.hkv, p.sq, p.sk = self.B, self.Hq, self.Hkv, self.Sq, self.Sk
+        p.group = self.Hq // self.Hkv
+        p.causal_off = self.off
+        p.n_splits, p.keys_per_split = n_splits, kps
+        p.scale_log2 = self.scale * LOG2E
+        return p
+
+    def reference(self):
+        G = self.Hq // self.Hkv
+        q = self.q.double()
+        k = self.k.double().repeat_interleave(G, 1)
+        v = self.v.double().repeat_interleave(G, 1)
+        s = q @ k.transpose(-1, -2) * self.scale
+        if self.mask_kind in ("causal", "causal-br"):
+            i = torch.arange(self.Sq, device="cuda")[:, None]
+            j = torch.arange(self.Sk, device="cuda")[None, :]
+            s = s.masked_fill(j > i + self.off, float("-inf"))
+        if self.add is not None:
+            s = s + self.add.double()
+        m = s.amax(-1, keepdim=True)
+        m0 = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+        p = torch.exp(s - m0)
+        l = p.sum(-1, keepdim=True)
+        o = torch.where(l > 0, (p @ v) / l, torch.zeros_like(l))
+        lse = torch.where(l > 0, m + torch.log(l), torch.full_like(l, float("-inf")))
+        return o, lse.squeeze(-1)
+
+    def torch_math(self):
+        """PyTorch's unfused math path in the same dtype: the 'unfused kernel' error yardstick."""
+        attn = None
+        if self.add is not None:
+            attn = self.add.to(self.q.dtype)
+        with sdpa_kernel([SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(self.q, self.k, self.v, attn_mask=attn,
+                                                  is_causal=self.mask_kind == "causal",
+                                                  enable_gqa=self.Hq != self.Hkv)
+
+
+class Runner:
+    def __init__(self, lib):
+        self.lib = lib
+        self.stream = torch.cuda.current_stream().cuda_stream
+
+    def fa2(self, pr, entry, lse=True):
+        p = pr.params(lse=lse)
+        rc = self.lib.lib.fa2dev_launch(entry["i"], ctypes.byref(p), ctypes.c_void_p(self.stream))
+        if rc != 0:
+            raise RuntimeError(f"launch failed rc={rc} {entry}")
+
+    def splits_for(self, pr, nw, sms=132, warps_per_sm=None):
+        G = pr.Hq // pr.Hkv
+        units = pr.B * pr.Hkv * ((G * pr.Sq + 15) // 16)
+        target = sms * (warps_per_sm or 4)
+        n = max(1, min(-(-target // units), -(-pr.Sk // 16)))
+        kps = -(-(-(-pr.Sk // n)) // 16) * 16
+        n = -(-pr.Sk // kps)
+        return n, kps
+
+    def splitkv(self, pr, entry, n_splits=None, kps=None, lse=True, ws=None):
+        if n_splits is None:
+            n_splits, kps = self.splits_for(pr, entry["a"])
+        rows = pr.B * pr.Hq * pr.Sq
+        if ws is None or ws[0].numel() < rows * n_splits * pr.D:
+            ws = (torch.empty(rows * n_splits * pr.D, device="cuda", dtype=torch.float32),
+                  torch.empty(rows * n_splits, device="cuda", dtype=torch.float32))
+        p = pr.params(lse=lse, part_o=ws[0], part_lse=ws[1], n_splits=n_splits, kps=kps)
+        rc = self.lib.lib.fa2dev_launch(entry["i"], ctypes.byref(p), ctypes.c_void_p(self.stream))
+        if rc != 0:
+            raise RuntimeError(f"launch failed rc={rc} {entry}")
+        return ws
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    nan_mismatch = int((torch.isnan(got) != torch.isnan(want)).sum())
+    ok = ~torch.isnan(want) & ~torch.isnan(got)
+    d = (got - want)[ok]
+    return float(d.norm() / want[ok].norm().clamp_min(1e-300)), nan_mismatch
+
+
+def lse_err(got, want):
+    fin = torch.isfinite(want)
+    bad = int(((~fin) & (got != want)).sum())
+    e = float((got.double() - want)[fin].abs().max()) if fin.any() else 0.0
+    return e, bad
+
+
+def run_checks(lib, res, quick):
+    r = Runner(lib)
+    cases = []
+    dims = [64, 96, 128, 256]
+    for d in dims:
+        for dt in ("bf16", "f16"):
+            for mask in ("none", "causal", "causal-br", "bool", "additive"):
+                cases.append((2, 4, 4, 77, 130, d, dt, "bhsd", mask, None))
+                cases.append((1, 8, 2, 130, 77, d, dt, "bshd", mask, None))
+            cases.append((1, 8, 1, 200, 333, d, dt, "bshd", "causal-br", None))
+            cases.append((1, 8, 8, 257, 257, d, dt, "bhsd", "causal", None))
+            cases.append((2, 8, 2, 1, 1000, d, dt, "bhsd", "none", None))
+            cases.append((1, 4, 4, 64, 64, d, dt, "bhsd", "additive", (1, 1, 64, 64)))
+            cases.append((2, 4, 1, 33, 190, d, dt, "bhsd", "bool", (2, 1, 1, 190)))
+    for (B, Hq, Hkv, Sq, Sk, D, dt, layout, mask, mdims) in cases:
+        pr = Problem(B, Hq, Hkv, Sq, Sk, D, dt, layout, mask, mdims, seed=Sq * 7 + Sk)
+        ref_o, ref_lse = pr.reference()
+        math_err = None
+        if mask != "causal-br":
+            math_err, _ = rel_err(pr.torch_math(), ref_o)
+        for kind in ("fa2", "splitkv"):
+            for e in lib.configs(kind, dt, D, mask_code(mask)):
+                pr.o.fill_(float("nan")); pr.lse.fill_(float("nan"))
+                if kind == "fa2":
+                    r.fa2(pr, e)
+                else:
+                    r.splitkv(pr, e)
+                torch.cuda.synchronize()
+                err, nanbad = rel_err(pr.o, ref_o)
+                le, lbad = lse_err(pr.lse, ref_lse)
+                ok = err <= TOL[dt] and nanbad == 0 and lbad == 0 and le <= 1e-3 + TOL[dt] * float(
+                    ref_lse[torch.isfinite(ref_lse)].abs().max() if torch.isfinite(ref_lse).any() else 0)
+                if math_err is not None and err > 2 * max(math_err, 1e-4):
+                    ok = False
+                row = dict(kind=kind, cfg=(e["a"], e["b"], e["c"]), B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, dt=dt,
+                           layout=layout, mask=mask, mask_dims=mdims, rel_err=err, nan_mismatch=nanbad,
+                           lse_err=le, lse_bad=lbad, math_err=math_err, ok=ok)
+                res["checks"].append(row)
+                if not ok:
+                    log("FAIL", json.dumps(row))
+    n_ok = sum(c["ok"] for c in res["checks"])
+    log(f"CHECKS {n_ok}/{len(res['checks'])} passed")
+    worst = {}
+    for c in res["checks"]:
+        key = (c["kind"], c["dt"])
+        ratio = c["rel_err"] / max(c["math_err"], 1e-4) if c["math_err"] else float("nan")
+        w = worst.setdefault(key, [0, 0])
+        w[0] = max(w[0], c["rel_err"])
+        if ratio == ratio:
+            w[1] = max(w[1], ratio)
+    for k, w in worst.items():
+        log(f"  {k[0]:8} {k[1]:5} max rel_err {w[0]:.2e}  max err/torch-math-err {w[1]:.2f}")
+
+
+def flops(B, Hq, Sq, Sk, D, causal):
+    f = 4 * B * Hq * Sq * Sk * D
+    return f / 2 if causal and Sq == Sk else f
+
+
+def bench(fn):
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def torch_time(pr, backend, causal):
+    def fn():
+        return F.scaled_dot_product_attention(pr.q, pr.k, pr.v, is_causal=causal, enable_gqa=pr.Hq != pr.Hkv)
+    try:
+        if backend is None:
+            return bench(fn)
+        with sdpa_kernel([backend]):
+            return bench(fn)
+    except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+        log("torch backend failed", backend, repr(e)[:100])
+        return None
+
+
+def ceilings(res):
+    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = bench(lambda: y.copy_(x))
+    res["ceilings"]["d2d_GBps"] = 2 * x.numel() / ms / 1e6
+    del x, y
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = bench(lambda: a @ b)
+    res["ceilings"]["gemm_bf16_TFLOPs"] = 2 * n**3 / ms / 1e9
+    del a, b
+    torch.cuda.empty_cache()
+    log("CEILINGS", json.dumps(res["ceilings"]))
+
+
+def run_bench(lib, res, args):
+    r = Runner(lib)
+    seqs = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    dts = ["bf16"] if args.quick else ["bf16", "f16"]
+    for dt in dts:
+        for D in (64, 128):
+            for causal in (False, True):
+                for S in seqs:
+                    B, H = 16384 // S, 2048 // D
+                    pr = Problem(B, H, H, S, S, D, dt, "bhsd", "causal" if causal else "none", seed=S)
+                    fl = flops(B, H, S, S, D, causal)
+                    row = dict(tag="fa2bench", dt=dt, B=B, H=H, S=S, D=D, causal=causal, ours={})
+                    # Sanity at full size: our output against PyTorch's flash output.
+                    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                        want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, is_causal=causal)
+                    cfgs = lib.configs("fa2", dt, D, 1 if causal else 0)
+                    if not args.tune:
+                        cfgs = cfgs[:1]
+                    for e in cfgs:
+                        pr.o.fill_(float("nan"))
+                        r.fa2(pr, e, lse=False)
+                        err, nb = rel_err(pr.o, want)
+                        ms = bench(lambda: r.fa2(pr, e, lse=False))
+                        row["ours"][str((e["a"], e["b"], e["c"]))] = dict(ms=ms, tflops=fl / ms / 1e9, err_vs_flash=err,
+                                                                          nan=nb)
+                    row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, causal)
+                    row["cudnn"] = torch_time(pr, None, causal)
+                    best = min(row["ours"].items(), key=lambda kv: kv[1]["ms"])
+                    row["best_cfg"], row["best_ms"] = best[0], best[1]["ms"]
+                    res["bench"].append(row)
+                    tf = lambda ms: fl / ms / 1e9 if ms else float("nan")
+                    cf = " ".join(f"{k}:{v['tflops']:.0f}" for k, v in row["ours"].items())
+                    log(f"{dt:4} D={D:3} c={int(causal)} S={S:5} flash={tf(row['flash']):5.0f} cudnn={tf(row['cudnn']):5.0f}"
+                        f" | {cf} | x_flash={row['flash'] / row['best_ms']:.3f} x_cudnn={row['cudnn'] / row['best_ms']:.3f}"
+                        f" err={best[1]['err_vs_flash']:.1e}")
+                    del pr, want
+                    torch.cuda.empty_cache()
+
+
+def run_decode(lib, res, args):
+    r = Runner(lib)
+    for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
+        D, dt = 128, "bf16"
+        pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
+        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
+        row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
+        for e in lib.configs("splitkv", dt, D, 0):
+            base, kps0 = r.splits_for(pr, e["a"])
+            for wps in ([2, 4, 8, 16] if args.tune else [4]):
+                n, kps = r.splits_for(pr, e["a"], warps_per_sm=wps)
+                ws = r.splitkv(pr, e, n, kps, lse=False)
+                pr.o.fill_(float("nan"))
+                r.splitkv(pr, e, n, kps, lse=False, ws=ws)
+                err, nb = rel_err(pr.o, want)
+                ms = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
+                key = f"nw{e['a']}_st{e['b']}_wps{wps}_splits{n}"
+                row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb)
+        row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, False)
+        row["cudnn"] = torch_time(pr, None, False)
+        best = min(row["ours"].items(), key=lambda kv: kv[1]["ms"])
+        row["best_cfg"], row["best_ms"] = best
+        res["decode"].append(row)
+        for k, v in sorted(row["ours"].items(), key=lambda kv: kv[1]["ms"])[:6]:
+            log(f"  decode B={B} Hq={Hq} Hkv={Hkv} Sk={Sk} {k}: {v['ms'] * 1e3:7.1f} us {v['GBps']:6.0f} GB/s"
+                f" err={v['err_vs_flash']:.1e}")
+        log(f"DECODE B={B} Hq={Hq} Hkv={Hkv} Sk={Sk}: ours {best[1]['ms'] * 1e3:.1f} us ({best[1]['GBps']:.0f} GB/s,"
+            f" {best[1]['GBps'] / res['ceilings'].get('d2d_GBps', float('nan')):.2f} of copy) flash {row['flash'] * 1e3:.1f} us"
+            f" default {row['cudnn'] * 1e3:.1f} us x_default={row['cudnn'] / best[1]['ms']:.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    lib = Lib(args.lib)
+    p = torch.cuda.get_device_properties(0)
+    res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
+                        argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+               ceilings={}, checks=[], bench=[], decode=[])
+    log("ENV", json.dumps(res["env"]))
+    try:
+        if args.check:
+            run_checks(lib, res, args.quick)
+        if args.bench or args.decode:
+            ceilings(res)
+        if args.bench:
+            run_bench(lib, res, args)
+        if args.decode:
+            run_decode(lib, res, args)
+    finally:
+        json.dump(res, open(os.path.join(args.out, "fa2dev.json"), "w"), indent=1, default=str)
+    if res["bench"]:
+        for dt in ("bf16", "f16"):
+            rows = [b for b in res["bench"] if b["dt"] == dt]
+            if not rows:
+                continue
+            xf = sorted(b["flash"] / b["best_ms"] for b in rows if b["flash"])
+            xc = sorted(b["cudnn"] / b["best_ms"] for b in rows if b["cudnn"])
+            log(f"SUMMARY {dt}: vs flash median {xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | vs cudnn median "
+                f"{xc[len(xc) // 2]:.3f} min {xc[0]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
