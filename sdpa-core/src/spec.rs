@@ -586,4 +586,36 @@ mod tests {
         assert_eq!(Mask::CausalTopLeft.causal_limit(4, 5, 2), Some(2));
         assert_eq!(Mask::None.causal_limit(0, 1, 1), None);
     }
+
+    use proptest::prelude::*;
+
+    fn dim() -> impl Strategy<Value = usize> {
+        prop_oneof![Just(0usize), 1usize..300, Just(usize::MAX), Just(usize::MAX / 3), Just(1usize << 33)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Validation, sizing and costing never panic, whatever the numbers; a spec that validates can be
+        /// sized and costed.
+        #[test]
+        fn validation_never_panics(
+            b in dim(), hq in dim(), hkv in dim(), sq in dim(), sk in dim(), d in dim(), dv in dim(),
+            o_s in dim(), causal in 0u8..3, layout in prop::bool::ANY,
+        ) {
+            let shape = Shape { b, hq, hkv, sq, sk, d, dv };
+            let mask = [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight][causal as usize];
+            let mut spec = AttentionSpec::new(shape, DType::BF16).with_mask(mask);
+            if layout { spec = spec.with_layout(Layout::Bshd); }
+            let _ = spec.validate();
+            spec.o_strides.s = o_s;
+            if spec.validate().is_ok() {
+                for op in [Operand::Q, Operand::K, Operand::V, Operand::O] {
+                    prop_assert!(spec.required_len(op).is_ok());
+                }
+                let c = crate::cost::AttentionCost::of_spec(&spec);
+                prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+            }
+        }
+    }
 }
