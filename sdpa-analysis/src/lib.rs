@@ -1,1 +1,7 @@
-//! Trace analysis (issue 6 builds it).
+//! sdpa-analysis: attention findings from PyTorch profiler traces.
+pub mod attention;
+pub mod error;
+pub mod trace;
+pub mod tree;
+
+pub use error::{AnalysisError, Result};

@@ -1,0 +1,333 @@
+//! Fused attention: every outermost attention operator (SDPA, its backend ops, flash-attn, their backward
+//! ops and autograd nodes) with the kernels its subtree launched. Attention kernels that no attention
+//! operator launched (CUDA graph replays, traces without CPU ops) are reported from the kernel alone.
+
+use super::signature::{kernel_backend, signature, AttnBackend, CausalArg, Phase, QkvLayout, Signature};
+use super::{AttentionCall, Kind, MaskInfo};
+use crate::trace::{GpuKind, OpArgs, NO_ID};
+use crate::tree::{OpTree, NONE};
+use sdpa_core::Shape;
+use std::collections::HashMap;
+
+/// Fused calls, and for every op whether it lies inside one (the unfused detector skips those).
+#[derive(Debug, Default)]
+pub struct FusedResult {
+    /// The calls.
+    pub calls: Vec<super::AttentionCall>,
+    /// Per op: inside a fused attention subtree.
+    pub inside: Vec<bool>,
+}
+
+/// Finds the fused attention calls of a tree.
+pub fn detect(tree: &OpTree<'_>) -> FusedResult {
+    let trace = tree.trace;
+    let ops = &trace.ops;
+    let mut sig_cache: HashMap<u32, Option<Signature>> = HashMap::new();
+    let mut sig_of = |o: u32| -> Option<Signature> {
+        let name = ops[o as usize].name;
+        *sig_cache.entry(name).or_insert_with(|| signature(trace.names.get(name)))
+    };
+
+    let mut inside = vec![false; ops.len()];
+    let mut roots: Vec<u32> = Vec::new();
+    for list in &tree.thread_ops {
+        for &o in list {
+            let p = tree.parent[o as usize];
+            if p != NONE && inside[p as usize] {
+                inside[o as usize] = true;
+            } else if sig_of(o).is_some() {
+                inside[o as usize] = true;
+                roots.push(o);
+            }
+        }
+    }
+
+    let mut calls = Vec::with_capacity(roots.len());
+    let mut call_of_root: HashMap<u32, usize> = HashMap::with_capacity(roots.len());
+    let mut fwd_module_by_seq: HashMap<i64, Vec<String>> = HashMap::new();
+    for &root in &roots {
+        let mut call = describe(tree, root, &mut sig_of);
+        if call.phase == Phase::Fwd {
+            let seq = tree.subtree(root).map(|o| ops[o as usize].seq).find(|&s| s != NO_ID);
+            if let Some(seq) = seq {
+                fwd_module_by_seq.insert(seq, call.module.clone());
+            }
+        }
+        call.at = (ops[root as usize].thread, ops[root as usize].ts);
+        call_of_root.insert(root, calls.len());
+        calls.push(call);
+    }
+    // Backward calls run on the autograd thread, outside any module frame: take the module of the forward
+    // call with the same autograd sequence number.
+    for (k, &root) in roots.iter().enumerate() {
+        if calls[k].phase == Phase::Bwd && calls[k].module.is_empty() {
+            let seq = tree.subtree(root).map(|o| ops[o as usize].seq).find(|&s| s != NO_ID);
+            if let Some(m) = seq.and_then(|s| fwd_module_by_seq.get(&s)) {
+                calls[k].module = m.clone();
+                calls[k].notes.push("module taken from the forward call with the same autograd sequence number".into());
+            }
+        }
+    }
+
+    // Kernels -> the call whose subtree launched them.
+    let mut orphans: Vec<usize> = Vec::new();
+    let mut main_kernel: Vec<(f64, Option<i64>)> = vec![(0.0, None); calls.len()];
+    for (g, act) in trace.gpu.iter().enumerate() {
+        let mut o = tree.gpu_op[g];
+        let mut hit = None;
+        while o != NONE {
+            if let Some(&c) = call_of_root.get(&o) {
+                hit = Some(c);
+                break;
+            }
+            o = tree.parent[o as usize];
+        }
+        let name = trace.names.get(act.name);
+        match hit {
+            Some(c) => {
+                let call = &mut calls[c];
+                call.gpu_us += act.dur;
+                add_kernel(&mut call.kernels, name, act.dur);
+                if act.kind == GpuKind::Kernel && kernel_backend(name).is_some() && act.dur > main_kernel[c].0 {
+                    main_kernel[c] = (act.dur, act.grid.map(|g| g[0].max(1) * g[1].max(1) * g[2].max(1)));
+                }
+            }
+            None => {
+                if act.kind == GpuKind::Kernel && kernel_backend(name).is_some() {
+                    orphans.push(g);
+                }
+            }
+        }
+    }
+    for (c, call) in calls.iter_mut().enumerate() {
+        call.grid_blocks = main_kernel[c].1;
+        refine_backend(call);
+    }
+    for g in orphans {
+        calls.push(orphan_call(tree, g));
+    }
+    FusedResult { calls, inside }
+}
+
+fn add_kernel(list: &mut Vec<(String, f64)>, name: &str, us: f64) {
+    match list.iter_mut().find(|(n, _)| n == name) {
+        Some(e) => e.1 += us,
+        None => list.push((name.to_string(), us)),
+    }
+}
+
+/// The backend the kernels show wins over "unknown"; a kernel that contradicts the op name is noted.
+fn refine_backend(call: &mut AttentionCall) {
+    let from_kernels = call.kernels.iter().find_map(|(k, _)| kernel_backend(k));
+    match (call.backend, from_kernels) {
+        (AttnBackend::Unknown, Some(b)) => call.backend = b,
+        // SDPA with no fused kernel underneath ran the math path (GEMMs + softmax).
+        (AttnBackend::Unknown, None)
+            if call.kernels.iter().any(|(k, _)| k.to_ascii_lowercase().contains("softmax")) =>
+        {
+            call.backend = AttnBackend::Math;
+            call.notes.push("no fused attention kernel launched; GEMM + softmax kernels: the math path".into());
+        }
+        (op, Some(k)) if op != k && op != AttnBackend::Math => {
+            call.notes.push(format!("the op says {} but its kernels look like {}", op.name(), k.name()));
+        }
+        _ => {}
+    }
+}
+
+fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option<Signature>) -> AttentionCall {
+    let ops = &tree.trace.ops;
+    let root_sig = sig_of(root);
+    let phase = root_sig.map(|s| s.phase).unwrap_or(Phase::Fwd);
+    let mut backend = AttnBackend::Unknown;
+    let mut shape = None;
+    let mut dtype = None;
+    let mut mask = None;
+    let mut scale = None;
+    let mut dropout = None;
+    let mut q_bshd = false;
+    let mut notes = Vec::new();
+    let subtree: Vec<u32> = tree.subtree(root).collect();
+    for &o in &subtree {
+        let Some(sig) = sig_of(o) else { continue };
+        if sig.backend != AttnBackend::Unknown {
+            backend = sig.backend; // the deepest named backend wins
+        }
+        let Some(args) = ops[o as usize].args.as_deref() else { continue };
+        if shape.is_none() {
+            if let Some((s, bshd, note)) = extract_shape(&sig, args) {
+                shape = Some(s);
+                q_bshd = bshd;
+                dtype = args.ty(sig.qkv[0]).map(str::to_string);
+                if let Some(n) = note {
+                    notes.push(n);
+                }
+            }
+        }
+        if mask.is_none() {
+            mask = extract_mask(&sig, args);
+        }
+        if scale.is_none() {
+            scale = sig.scale.and_then(|i| args.concrete(i)).and_then(parse_float);
+        }
+        if dropout.is_none() {
+            dropout = sig.dropout.and_then(|i| args.concrete(i)).and_then(parse_float);
+        }
+    }
+    let module = tree.module_path(root).into_iter().map(str::to_string).collect();
+    AttentionCall {
+        kind: Kind::Fused,
+        phase,
+        backend,
+        op: tree.name(root).to_string(),
+        module,
+        shape,
+        dtype,
+        mask: mask.unwrap_or(MaskInfo::Unknown),
+        scale,
+        dropout,
+        q_bshd_strides: q_bshd,
+        gpu_us: 0.0,
+        kernels: Vec::new(),
+        grid_blocks: None,
+        parts: Vec::new(),
+        notes,
+        at: (0, 0.0),
+    }
+}
+
+fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
+    let trace = tree.trace;
+    let act = &trace.gpu[g];
+    let name = trace.names.get(act.name);
+    let lower = name.to_ascii_lowercase();
+    let bwd = lower.contains("bwd") || lower.contains("bprop") || lower.contains("backward");
+    let op = tree.gpu_op[g];
+    let module = if op != NONE { tree.module_path(op).into_iter().map(str::to_string).collect() } else { Vec::new() };
+    AttentionCall {
+        kind: Kind::Fused,
+        phase: if bwd { Phase::Bwd } else { Phase::Fwd },
+        backend: kernel_backend(name).unwrap_or(AttnBackend::Unknown),
+        op: if op != NONE { tree.name(op).to_string() } else { "(no launching op)".into() },
+        module,
+        shape: None,
+        dtype: None,
+        mask: MaskInfo::Unknown,
+        scale: None,
+        dropout: None,
+        q_bshd_strides: false,
+        gpu_us: act.dur,
+        kernels: vec![(name.to_string(), act.dur)],
+        grid_blocks: act.grid.map(|g| g[0].max(1) * g[1].max(1) * g[2].max(1)),
+        parts: Vec::new(),
+        notes: vec![
+            "attention kernel with no attention op above it (CUDA graph replay or no CPU ops): shape unknown".into()
+        ],
+        at: (act.thread, act.ts),
+    }
+}
+
+/// Parses PyTorch's printing of a float (`0.125`, `0.`, `1e-3`).
+pub(crate) fn parse_float(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let t = t.strip_suffix('.').map(|x| format!("{x}.0")).unwrap_or_else(|| t.to_string());
+    t.parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        "True" | "true" | "1" => Some(true),
+        "False" | "false" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn extract_mask(sig: &Signature, args: &OpArgs) -> Option<MaskInfo> {
+    if let Some(d) = sig.mask.and_then(|i| args.dim(i)).filter(|d| !d.is_empty()) {
+        let values = if args.ty(sig.mask.unwrap_or(0)) == Some("bool") { "boolean" } else { "additive" };
+        return Some(MaskInfo::Explicit { values: values.into(), dims: d.to_vec() });
+    }
+    match sig.causal {
+        CausalArg::TopLeft(i) => {
+            args.concrete(i).and_then(parse_bool).map(|c| if c { MaskInfo::CausalTopLeft } else { MaskInfo::None })
+        }
+        CausalArg::BottomRight(i) => {
+            args.concrete(i).and_then(parse_bool).map(|c| if c { MaskInfo::CausalBottomRight } else { MaskInfo::None })
+        }
+        CausalArg::CustomMaskType(i) => match args.concrete(i).map(str::trim) {
+            Some("0") => Some(MaskInfo::None),
+            Some("1") => Some(MaskInfo::CausalTopLeft),
+            Some("2") => Some(MaskInfo::CausalBottomRight),
+            _ => None,
+        },
+        CausalArg::None => None,
+    }
+}
+
+fn pos(v: i64) -> Option<usize> {
+    (v > 0).then_some(v as usize)
+}
+
+/// Shape from Q/K/V dims; also whether Q is a `[B, S, H, D]` tensor viewed as BHSD, and a note.
+pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bool, Option<String>)> {
+    let [qi, ki, vi] = sig.qkv;
+    let (q, k, v) = (args.dim(qi)?, args.dim(ki)?, args.dim(vi)?);
+    match sig.layout {
+        QkvLayout::Bhsd => {
+            let (b, q, k, v) = match (q.len(), k.len(), v.len()) {
+                (4, 4, 4) => (q[0], &q[1..], &k[1..], &v[1..]),
+                (3, 3, 3) => (1, q, k, v),
+                _ => return None,
+            };
+            let shape = Shape {
+                b: pos(b)?,
+                hq: pos(q[0])?,
+                hkv: pos(k[0])?,
+                sq: pos(q[1])?,
+                sk: pos(k[1])?,
+                d: pos(q[2])?,
+                dv: pos(v[2])?,
+            };
+            let bshd = args.stride(qi).filter(|s| s.len() == 4).is_some_and(|s| s[1] < s[2]);
+            Some((shape, bshd, None))
+        }
+        QkvLayout::Bshd => {
+            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+                return None;
+            }
+            let shape = Shape {
+                b: pos(q[0])?,
+                hq: pos(q[2])?,
+                hkv: pos(k[2])?,
+                sq: pos(q[1])?,
+                sk: pos(k[1])?,
+                d: pos(q[3])?,
+                dv: pos(v[3])?,
+            };
+            Some((shape, true, None))
+        }
+        QkvLayout::Varlen { cu_q, max_q, max_k } => {
+            if q.len() != 3 || k.len() != 3 || v.len() != 3 {
+                return None;
+            }
+            let b = args.dim(cu_q).and_then(|d| d.first().copied()).map(|n| n - 1)?;
+            let sq = args.concrete(max_q).and_then(|s| s.trim().parse::<i64>().ok())?;
+            let sk = args.concrete(max_k).and_then(|s| s.trim().parse::<i64>().ok())?;
+            let shape = Shape {
+                b: pos(b)?,
+                hq: pos(q[1])?,
+                hkv: pos(k[1])?,
+                sq: pos(sq)?,
+                sk: pos(sk)?,
+                d: pos(q[2])?,
+                dv: pos(v[2])?,
+            };
+            Some((
+                shape,
+                true,
+                Some("variable-length batch: Sq and Sk are the maximum lengths, FLOPs are an upper bound".into()),
+            ))
+        }
+        QkvLayout::None => None,
+    }
+}

@@ -1,0 +1,179 @@
+//! Attention detection on an [`OpTree`]: fused calls ([`fused`]) and eager matmul-softmax-matmul chains
+//! ([`unfused`]), each as an [`AttentionCall`] with what the trace says about its shape, dtype, mask and
+//! kernels.
+
+pub mod fused;
+pub mod signature;
+pub mod unfused;
+
+pub use signature::{AttnBackend, Phase};
+
+use crate::tree::OpTree;
+use sdpa_core::Shape;
+use serde::Serialize;
+
+/// Fused (one attention operator) or unfused (separate ops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// One attention operator (SDPA, flash-attn, ...).
+    Fused,
+    /// Matmul, softmax, matmul as separate ops.
+    Unfused,
+}
+
+impl Kind {
+    /// `fused` or `unfused`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Fused => "fused",
+            Kind::Unfused => "unfused",
+        }
+    }
+}
+
+/// The mask an attention call applied, as far as the trace tells.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum MaskInfo {
+    /// No mask.
+    None,
+    /// Causal, query i sees keys j <= i (PyTorch `is_causal`).
+    CausalTopLeft,
+    /// Causal, query i sees keys j <= i + Sk - Sq (flash-attn, KV caches).
+    CausalBottomRight,
+    /// An explicit mask tensor of these dims was applied (its values are not in the trace).
+    Explicit {
+        /// `additive` (added to scores) or `boolean` (masked_fill / where).
+        values: String,
+        /// Its dims as recorded.
+        dims: Vec<i64>,
+    },
+    /// The trace does not say (no `Concrete Inputs`).
+    Unknown,
+}
+
+impl MaskInfo {
+    /// Some(true) for causal masks, Some(false) for none / explicit, None when unknown.
+    pub fn causal(&self) -> Option<bool> {
+        match self {
+            MaskInfo::CausalTopLeft | MaskInfo::CausalBottomRight => Some(true),
+            MaskInfo::None | MaskInfo::Explicit { .. } => Some(false),
+            MaskInfo::Unknown => None,
+        }
+    }
+
+    /// Short label: `none`, `causal`, `causal-br`, `explicit-additive[2,1,1024,1024]`, `unknown`.
+    pub fn label(&self) -> String {
+        match self {
+            MaskInfo::None => "none".into(),
+            MaskInfo::CausalTopLeft => "causal".into(),
+            MaskInfo::CausalBottomRight => "causal-br".into(),
+            MaskInfo::Explicit { values, dims } => {
+                let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+                format!("explicit-{values}[{}]", d.join(","))
+            }
+            MaskInfo::Unknown => "unknown".into(),
+        }
+    }
+
+    /// The core mask used for costing (explicit masks cost every pair, as kernels compute them all).
+    pub fn to_core(&self) -> sdpa_core::Mask {
+        match self {
+            MaskInfo::CausalTopLeft => sdpa_core::Mask::CausalTopLeft,
+            MaskInfo::CausalBottomRight => sdpa_core::Mask::CausalBottomRight,
+            _ => sdpa_core::Mask::None,
+        }
+    }
+}
+
+/// One part of an unfused chain with its GPU time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Part {
+    /// Role: `qk`, `scale`, `mask`, `softmax`, `cast`, `dropout`, `pv`, `other`.
+    pub role: &'static str,
+    /// Operator name (`aten::bmm`), or a description for `other`.
+    pub op: String,
+    /// GPU time of its kernels, µs.
+    pub gpu_us: f64,
+}
+
+/// One attention computation found in the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttentionCall {
+    /// Fused or unfused.
+    pub kind: Kind,
+    /// Forward or backward.
+    pub phase: Phase,
+    /// Implementation that ran it.
+    pub backend: AttnBackend,
+    /// Outermost attention operator (fused) or the QK matmul (unfused).
+    pub op: String,
+    /// `nn.Module` path, outermost first (empty when the trace has no module frames).
+    pub module: Vec<String>,
+    /// Logical shape, when the trace recorded shapes.
+    pub shape: Option<Shape>,
+    /// PyTorch dtype string of Q, e.g. `c10::BFloat16`.
+    pub dtype: Option<String>,
+    /// Mask.
+    pub mask: MaskInfo,
+    /// Softmax scale when recorded.
+    pub scale: Option<f64>,
+    /// Dropout probability when recorded.
+    pub dropout: Option<f64>,
+    /// True when Q's strides are those of a `[B, S, H, D]` tensor viewed as `[B, H, S, D]`.
+    pub q_bshd_strides: bool,
+    /// GPU time of every kernel, copy and set the call launched, µs.
+    pub gpu_us: f64,
+    /// Kernels launched: (name, µs).
+    pub kernels: Vec<(String, f64)>,
+    /// Grid (blocks) of the main kernel, when recorded.
+    pub grid_blocks: Option<i64>,
+    /// For unfused calls: the ops that make it up.
+    pub parts: Vec<Part>,
+    /// Anything the reader should know (assumptions, what was inferred).
+    pub notes: Vec<String>,
+    /// Thread row index and start time, µs (ordering, backward-to-forward matching).
+    #[serde(skip)]
+    pub at: (u32, f64),
+}
+
+/// Runs both detectors; calls come back in time order per thread.
+pub fn detect(tree: &OpTree<'_>) -> Vec<AttentionCall> {
+    let fused = fused::detect(tree);
+    let mut calls = fused.calls;
+    calls.extend(unfused::detect(tree, &fused.inside));
+    calls.sort_by(|a, b| a.at.0.cmp(&b.at.0).then(a.at.1.total_cmp(&b.at.1)));
+    calls
+}
+
+/// Parses PyTorch's dtype strings; `None` for dtypes the cost model has no name for (the caller then uses
+/// [`elem_bytes`]).
+pub fn core_dtype(t: &str) -> Option<sdpa_core::DType> {
+    match t {
+        "c10::BFloat16" | "BFloat16" | "bfloat16" => Some(sdpa_core::DType::BF16),
+        "c10::Half" | "Half" | "float16" | "half" => Some(sdpa_core::DType::F16),
+        "float" | "Float" | "float32" => Some(sdpa_core::DType::F32),
+        _ => None,
+    }
+}
+
+/// Element size in bytes of a PyTorch dtype string (fp8 = 1, double = 8), default 2.
+pub fn elem_bytes(t: &str) -> f64 {
+    if let Some(d) = core_dtype(t) {
+        return d.size_bytes() as f64;
+    }
+    let l = t.to_ascii_lowercase();
+    if l.contains("float8") || l.contains("fp8") || l.contains("int8") || l.contains("uint8") {
+        1.0
+    } else if l == "double" {
+        8.0
+    } else {
+        2.0
+    }
+}
+
+/// Short dtype label: `bf16`, `f16`, `f32`, or the PyTorch string.
+pub fn dtype_label(t: &str) -> String {
+    core_dtype(t).map(|d| d.name().to_string()).unwrap_or_else(|| t.trim_start_matches("c10::").to_string())
+}

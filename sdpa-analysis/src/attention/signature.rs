@@ -1,0 +1,289 @@
+//! Which operators are fused attention, and where their arguments are. Positions follow the operators'
+//! schemas in PyTorch's `native_functions.yaml` and flash-attn's Python bindings, so `Concrete Inputs[i]`
+//! and `Input Dims[i]` can be read by index.
+
+use serde::Serialize;
+
+/// Forward or backward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Forward.
+    Fwd,
+    /// Backward.
+    Bwd,
+}
+
+impl Phase {
+    /// `fwd` or `bwd`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Fwd => "fwd",
+            Phase::Bwd => "bwd",
+        }
+    }
+}
+
+/// The implementation that computed an attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnBackend {
+    /// PyTorch's FlashAttention-2 backend.
+    Flash,
+    /// PyTorch's memory-efficient (CUTLASS, xformers-derived) backend.
+    Efficient,
+    /// cuDNN's fused attention (on Hopper a flash-attention kernel with wgmma).
+    Cudnn,
+    /// SDPA's math fallback: matmul, softmax, matmul inside SDPA (not fused).
+    Math,
+    /// The `flash-attn` package (Tri Dao's kernels, FA2/FA3).
+    FlashAttn,
+    /// AMD's Composable Kernel / aiter fused attention.
+    Ck,
+    /// PyTorch's CPU flash kernel.
+    CpuFlash,
+    /// A backend registered through `_fused_attention_overrideable` (out-of-tree devices).
+    Overrideable,
+    /// An attention entry point whose backend neither the op nor its kernels reveal.
+    Unknown,
+    /// Eager attention written as separate matmul / softmax / matmul ops.
+    Eager,
+}
+
+impl AttnBackend {
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnBackend::Flash => "flash",
+            AttnBackend::Efficient => "efficient",
+            AttnBackend::Cudnn => "cudnn",
+            AttnBackend::Math => "math",
+            AttnBackend::FlashAttn => "flash_attn",
+            AttnBackend::Ck => "ck",
+            AttnBackend::CpuFlash => "cpu_flash",
+            AttnBackend::Overrideable => "overrideable",
+            AttnBackend::Unknown => "unknown",
+            AttnBackend::Eager => "eager",
+        }
+    }
+
+    /// True for kernels that tile K/V with an online softmax and never write the score matrix.
+    pub fn is_fused_kernel(self) -> bool {
+        !matches!(self, AttnBackend::Math | AttnBackend::Eager | AttnBackend::Unknown)
+    }
+}
+
+/// How Q, K, V are laid out in the op's inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvLayout {
+    /// `[B, H, S, D]` (SDPA); 3-d `[H, S, D]` means B = 1.
+    Bhsd,
+    /// `[B, S, H, D]` (flash-attn, PyTorch's `_flash_attention_forward`).
+    Bshd,
+    /// Packed `[total_tokens, H, D]` with cumulative lengths and maximum lengths.
+    Varlen {
+        /// Index of `cu_seqlens_q` (its length is B + 1).
+        cu_q: usize,
+        /// Index of `max_seqlen_q`.
+        max_q: usize,
+        /// Index of `max_seqlen_k`.
+        max_k: usize,
+    },
+    /// The op does not carry Q/K/V shapes (autograd nodes).
+    None,
+}
+
+/// How the op says "causal".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CausalArg {
+    /// `is_causal` bool, aligned top-left (PyTorch SDPA semantics).
+    TopLeft(usize),
+    /// `causal` bool, aligned bottom-right (flash-attn semantics).
+    BottomRight(usize),
+    /// `custom_mask_type` int: 0 none, 1 causal top-left, 2 causal bottom-right.
+    CustomMaskType(usize),
+    /// Not recorded.
+    None,
+}
+
+/// Where to find things in one fused attention operator's inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct Signature {
+    /// Forward or backward.
+    pub phase: Phase,
+    /// Backend implied by the name (`Unknown` for the dispatcher `scaled_dot_product_attention`).
+    pub backend: AttnBackend,
+    /// Layout of Q/K/V.
+    pub layout: QkvLayout,
+    /// Input indices of Q, K, V.
+    pub qkv: [usize; 3],
+    /// Input index of an explicit mask / bias tensor.
+    pub mask: Option<usize>,
+    /// Input index of dropout p.
+    pub dropout: Option<usize>,
+    /// The causal argument.
+    pub causal: CausalArg,
+    /// Input index of the softmax scale.
+    pub scale: Option<usize>,
+}
+
+const fn sig(
+    phase: Phase,
+    backend: AttnBackend,
+    layout: QkvLayout,
+    qkv0: usize,
+    mask: Option<usize>,
+    dropout: Option<usize>,
+    causal: CausalArg,
+    scale: Option<usize>,
+) -> Signature {
+    Signature { phase, backend, layout, qkv: [qkv0, qkv0 + 1, qkv0 + 2], mask, dropout, causal, scale }
+}
+
+/// The signature of a fused attention operator, or `None` when `name` is not one.
+pub fn signature(name: &str) -> Option<Signature> {
+    use AttnBackend::*;
+    use CausalArg::{BottomRight, CustomMaskType, TopLeft};
+    use Phase::*;
+    use QkvLayout::{Bhsd, Bshd};
+    let s = match name {
+        "aten::scaled_dot_product_attention" => sig(Fwd, Unknown, Bhsd, 0, Some(3), Some(4), TopLeft(5), Some(6)),
+        "aten::_scaled_dot_product_flash_attention" => sig(Fwd, Flash, Bhsd, 0, None, Some(3), TopLeft(4), Some(6)),
+        "aten::_scaled_dot_product_flash_attention_for_cpu" => {
+            sig(Fwd, CpuFlash, Bhsd, 0, Some(5), Some(3), TopLeft(4), Some(6))
+        }
+        "aten::_scaled_dot_product_efficient_attention" => {
+            sig(Fwd, Efficient, Bhsd, 0, Some(3), Some(5), TopLeft(6), Some(7))
+        }
+        "aten::_scaled_dot_product_cudnn_attention" => sig(Fwd, Cudnn, Bhsd, 0, Some(3), Some(5), TopLeft(6), Some(8)),
+        "aten::_scaled_dot_product_attention_math" | "aten::_scaled_dot_product_attention_math_for_mps" => {
+            sig(Fwd, Math, Bhsd, 0, Some(3), Some(4), TopLeft(5), Some(7))
+        }
+        "aten::_scaled_dot_product_fused_attention_overrideable" => {
+            sig(Fwd, Overrideable, Bhsd, 0, Some(3), Some(4), TopLeft(5), Some(7))
+        }
+        "aten::_flash_attention_forward" => sig(Fwd, Flash, Bshd, 0, None, Some(7), TopLeft(8), Some(10)),
+        "aten::_efficient_attention_forward" => {
+            sig(Fwd, Efficient, Bshd, 0, Some(3), Some(8), CustomMaskType(9), Some(11))
+        }
+        "aten::_cudnn_attention_forward" => sig(Fwd, Cudnn, Bhsd, 0, Some(3), Some(9), TopLeft(10), Some(12)),
+        "flash_attn::_flash_attn_forward" => sig(Fwd, FlashAttn, Bshd, 0, None, Some(3), BottomRight(5), Some(4)),
+        "flash_attn::_flash_attn_varlen_forward" => sig(
+            Fwd,
+            FlashAttn,
+            QkvLayout::Varlen { cu_q: 3, max_q: 5, max_k: 6 },
+            0,
+            None,
+            Some(7),
+            BottomRight(9),
+            Some(8),
+        ),
+        "aten::_scaled_dot_product_flash_attention_backward" => {
+            sig(Bwd, Flash, Bhsd, 1, None, Some(10), TopLeft(11), Some(14))
+        }
+        "aten::_scaled_dot_product_efficient_attention_backward" => {
+            sig(Bwd, Efficient, Bhsd, 1, Some(4), Some(9), TopLeft(11), Some(12))
+        }
+        "aten::_scaled_dot_product_cudnn_attention_backward" | "aten::_cudnn_attention_backward" => {
+            sig(Bwd, Cudnn, Bhsd, 1, Some(8), Some(13), TopLeft(14), Some(15))
+        }
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward" => {
+            sig(Bwd, CpuFlash, Bhsd, 1, Some(8), Some(6), TopLeft(7), Some(9))
+        }
+        "aten::_scaled_dot_product_fused_attention_overrideable_backward" => {
+            sig(Bwd, Overrideable, Bhsd, 1, None, None, CausalArg::None, None)
+        }
+        "aten::_flash_attention_backward" => sig(Bwd, Flash, Bshd, 1, None, Some(10), TopLeft(11), Some(14)),
+        "aten::_efficient_attention_backward" => {
+            sig(Bwd, Efficient, Bshd, 1, Some(4), Some(11), CustomMaskType(14), Some(16))
+        }
+        "flash_attn::_flash_attn_backward" => sig(Bwd, FlashAttn, Bshd, 1, None, Some(9), BottomRight(11), Some(10)),
+        "flash_attn::_flash_attn_varlen_backward" => sig(
+            Bwd,
+            FlashAttn,
+            QkvLayout::Varlen { cu_q: 9, max_q: 11, max_k: 12 },
+            1,
+            None,
+            Some(13),
+            BottomRight(15),
+            Some(14),
+        ),
+        _ => return generic(name),
+    };
+    Some(s)
+}
+
+/// Autograd nodes and other flash-attn entry points: recognised by name, no argument positions.
+fn generic(name: &str) -> Option<Signature> {
+    let bare = |phase, backend| sig(phase, backend, QkvLayout::None, 0, None, None, CausalArg::None, None);
+    if name.starts_with("ScaledDotProduct") && name.contains("AttentionBackward") {
+        let backend = if name.contains("Flash") {
+            AttnBackend::Flash
+        } else if name.contains("Efficient") {
+            AttnBackend::Efficient
+        } else if name.contains("Cudnn") {
+            AttnBackend::Cudnn
+        } else if name.contains("Overrideable") {
+            AttnBackend::Overrideable
+        } else {
+            AttnBackend::Unknown
+        };
+        return Some(bare(Phase::Bwd, backend));
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("flash_attn") || (name.contains("FlashAttn") && !name.starts_with("autograd::")) {
+        let bwd = lower.contains("bwd") || lower.contains("backward");
+        return Some(bare(if bwd { Phase::Bwd } else { Phase::Fwd }, AttnBackend::FlashAttn));
+    }
+    None
+}
+
+/// The backend a GPU kernel name reveals, if it is an attention kernel.
+pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
+    let k = kernel.to_ascii_lowercase();
+    if k.contains("cudnn") && (k.contains("sdpa") || k.contains("fmha") || k.contains("flash") || k.contains("attn")) {
+        Some(AttnBackend::Cudnn)
+    } else if k.contains("flash_fwd") || k.contains("flash_bwd") || k.contains("flash::") || k.contains("flashattn") {
+        Some(AttnBackend::Flash)
+    } else if k.contains("fmha_cutlass") || k.contains("attentionkernel") || k.contains("attentionbackwardkernel") {
+        Some(AttnBackend::Efficient)
+    } else if k.contains("ck_fmha") || k.contains("ck_tile::fmha") || k.contains("aiter") && k.contains("fmha") {
+        Some(AttnBackend::Ck)
+    } else if k.contains("fmha") {
+        Some(AttnBackend::Efficient)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_name_their_backend() {
+        let k = kernel_backend;
+        assert_eq!(
+            k("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0"),
+            Some(AttnBackend::Cudnn)
+        );
+        assert_eq!(
+            k("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>"),
+            Some(AttnBackend::Flash)
+        );
+        assert_eq!(
+            k("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<>)"),
+            Some(AttnBackend::Efficient)
+        );
+        assert_eq!(k("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT"), None);
+        assert_eq!(k("void (anonymous namespace)::softmax_warp_forward<c10::Half>"), None);
+    }
+
+    #[test]
+    fn wrappers_are_not_attention_roots() {
+        assert!(signature("autograd::engine::evaluate_function: ScaledDotProductCudnnAttentionBackward0").is_none());
+        assert_eq!(signature("ScaledDotProductCudnnAttentionBackward0").map(|s| s.backend), Some(AttnBackend::Cudnn));
+        assert!(signature("aten::softmax").is_none());
+        assert_eq!(signature("flash_attn::_flash_attn_backward").map(|s| s.phase), Some(Phase::Bwd));
+    }
+}

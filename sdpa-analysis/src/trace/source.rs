@@ -1,0 +1,116 @@
+//! Byte source of a trace file: plain or gzip (detected from the magic bytes, not the name), decompressed
+//! on a second thread so inflating and JSON parsing overlap, handed to the parser in bounded chunks.
+//!
+//! Memory stays bounded by the channel (a few MiB) whatever the file size. The reader counts the bytes it
+//! has delivered so a parse error can name its byte offset.
+
+use crate::error::{AnalysisError, Result};
+use flate2::read::MultiGzDecoder;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::thread;
+
+const CHUNK: usize = 1 << 20;
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Marks an I/O error that came from inflating, so the caller can report a damaged gzip stream rather than
+/// bad JSON.
+#[derive(Debug)]
+pub(crate) struct GzipFailure(pub io::Error);
+
+impl std::fmt::Display for GzipFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for GzipFailure {}
+
+/// A `Read` over the decompressed bytes of one file.
+#[derive(Debug)]
+pub(crate) struct ChunkReader {
+    rx: Receiver<io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+    before_cur: u64,
+    /// True when the file was gzip-compressed.
+    pub gzip: bool,
+}
+
+impl ChunkReader {
+    /// Opens `path` and starts the reading thread.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut file = File::open(path).map_err(|e| AnalysisError::io(path, "cannot open trace", e))?;
+        let mut magic = [0u8; 2];
+        let n = read_up_to(&mut file, &mut magic).map_err(|e| AnalysisError::io(path, "cannot read trace", e))?;
+        let gzip = n == 2 && magic == [0x1f, 0x8b];
+        let head = magic[..n].to_vec();
+        let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(CHUNKS_IN_FLIGHT);
+        let spawn = thread::Builder::new().name("sdpa-trace-reader".into()).spawn(move || {
+            let head = io::Cursor::new(head);
+            let mut src: Box<dyn Read> =
+                if gzip { Box::new(MultiGzDecoder::new(head.chain(file))) } else { Box::new(head.chain(file)) };
+            loop {
+                let mut buf = vec![0u8; CHUNK];
+                match read_up_to(&mut src, &mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        if tx.send(Ok(buf)).is_err() {
+                            return; // the parser stopped early
+                        }
+                    }
+                    Err(e) => {
+                        let e = if gzip { io::Error::new(e.kind(), GzipFailure(e)) } else { e };
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        spawn.map_err(|e| AnalysisError::io(path, "cannot start the reading thread", e))?;
+        Ok(ChunkReader { rx, cur: Vec::new(), pos: 0, before_cur: 0, gzip })
+    }
+
+    /// Decompressed bytes handed to the parser so far.
+    pub fn offset(&self) -> u64 {
+        self.before_cur + self.pos as u64
+    }
+}
+
+impl Read for ChunkReader {
+    #[inline]
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.cur.len() {
+            match self.rx.recv() {
+                Ok(Ok(chunk)) => {
+                    self.before_cur += self.cur.len() as u64;
+                    self.cur = chunk;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0), // the reading thread finished: end of file
+            }
+        }
+        let n = buf.len().min(self.cur.len() - self.pos);
+        buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Fills `buf` as far as the source allows; returns fewer bytes only at end of stream.
+fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
