@@ -1,1 +1,38 @@
-//! The CPU attention backend (issue 3 builds it).
+//! sdpa-cpu: the CPU attention backend.
+//!
+//! Kernels (names shared with the CUDA backend):
+//! - `unfused`: scores materialised by a SIMD GEMM, softmax pass, GEMM with V (the eager baseline);
+//! - `fa2`: the fused tiled flash kernel: query-tile × key-tile blocks, SIMD micro-kernels for Q·Kᵀ and
+//!   P·V, scale, mask and online softmax fused with a vectorised exp, rayon over (batch, kv head, query
+//!   tile), causal tiles above the diagonal skipped, GQA by index, O(threads × tile) scratch;
+//! - `splitkv`: keys split across workers, partial states merged with sdpa-core's merge (decoding);
+//! - `auto`: `splitkv` when the query tiles cannot fill the threads, `fa2` otherwise.
+//!
+//! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512, AVX2 + FMA, or a scalar fallback; a
+//! generic build runs the fastest path the CPU has. f32, f16 and bf16 in and out, f32 accumulation.
+//!
+//! ```
+//! use sdpa_core::{AttentionSpec, DType, HostBackend, HostInputs, Mask, RunOptions, Shape};
+//! use sdpa_core::check::check_output;
+//! use sdpa_cpu::CpuBackend;
+//!
+//! let spec = AttentionSpec::new(Shape::new(1, 4, 100, 100, 64), DType::F32).with_mask(Mask::CausalTopLeft);
+//! let inputs = HostInputs::random(&spec, 0).unwrap();
+//! let cpu = CpuBackend::new(Some(2)).unwrap();
+//! let run = cpu.run_host(&spec, &RunOptions::default(), &inputs).unwrap();
+//! assert!(check_output(&spec, &inputs, &run.output, Default::default(), None).unwrap().pass);
+//! ```
+
+mod backend;
+mod element;
+mod fa2;
+mod micro;
+mod problem;
+mod run;
+mod simd;
+mod unfused;
+
+pub use backend::{cpu_model, CpuBackend};
+pub use element::CpuElement;
+pub use run::{attention, MAX_HEAD_DIM};
+pub use simd::{simd_paths, supported_paths, SimdPath};

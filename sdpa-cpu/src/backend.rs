@@ -1,0 +1,135 @@
+//! `CpuBackend`: the CPU kernels behind sdpa-core's `Backend` trait, on host buffers.
+
+use crate::run::{attention_on, pool_of, BACKEND, MAX_HEAD_DIM};
+use crate::simd::SimdPath;
+use rayon::ThreadPool;
+use sdpa_core::{
+    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, MaskKind, Result,
+    RunOptions, SdpaError,
+};
+use std::sync::Arc;
+
+/// The CPU backend: `unfused`, `fa2`, `splitkv` and `auto`, f32/f16/bf16, every mask, on one SIMD path
+/// chosen at construction (the fastest this CPU supports unless forced with [`CpuBackend::with_simd`]).
+#[derive(Clone)]
+pub struct CpuBackend {
+    simd: SimdPath,
+    threads: Option<usize>,
+    pool: Option<Arc<ThreadPool>>,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend").field("simd", &self.simd).field("threads", &self.threads).finish()
+    }
+}
+
+impl CpuBackend {
+    /// A backend on the fastest SIMD path of this CPU. `threads`: a pool of that many workers, or `None`
+    /// for the global rayon pool (`RAYON_NUM_THREADS`). `RunOptions::threads`, when set, overrides both.
+    pub fn new(threads: Option<usize>) -> Result<CpuBackend> {
+        Self::with_simd(SimdPath::detect(), threads)
+    }
+
+    /// A backend forced onto `simd` (tests run every supported path); `Unsupported` when this CPU lacks it.
+    pub fn with_simd(simd: SimdPath, threads: Option<usize>) -> Result<CpuBackend> {
+        if !simd.is_supported() {
+            return Err(SdpaError::Unsupported { backend: BACKEND, what: format!("simd path {simd} on this CPU") });
+        }
+        let pool = threads.map(pool_of).transpose()?;
+        Ok(CpuBackend { simd, threads, pool })
+    }
+
+    /// The SIMD path in use.
+    pub fn simd(&self) -> SimdPath {
+        self.simd
+    }
+
+    /// Worker threads a call will use when `RunOptions::threads` is unset.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+}
+
+/// The CPU model from `/proc/cpuinfo` (Linux), or the architecture name elsewhere.
+pub fn cpu_model() -> String {
+    let from_proc = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    });
+    from_proc.unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn mismatch(name: &'static str, expected: DType, found: &HostBuffer) -> SdpaError {
+    SdpaError::DTypeMismatch { name, expected, found: found.dtype() }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = HostBuffer;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_name(&self) -> String {
+        format!("{} ({}, {} threads)", cpu_model(), self.simd, self.threads())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: DType::ALL.to_vec(),
+            kernels: vec![Kernel::Unfused, Kernel::Fa2, Kernel::SplitKv],
+            max_head_dim: MAX_HEAD_DIM,
+            fast_head_dims: vec![64, 128],
+            masks: MaskKind::ALL.to_vec(),
+            f32_math: vec![F32Math::Exact],
+        }
+    }
+
+    fn upload(&self, host: &HostBuffer) -> Result<HostBuffer> {
+        Ok(host.clone())
+    }
+
+    fn download(&self, buf: &HostBuffer) -> Result<HostBuffer> {
+        Ok(buf.clone())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, HostBuffer>) -> Result<Kernel> {
+        let mask = match args.mask {
+            Some(HostBuffer::F32(m)) => Some(m.as_slice()),
+            Some(other) => return Err(mismatch("mask", DType::F32, other)),
+            None => None,
+        };
+        let lse = match args.lse {
+            Some(HostBuffer::F32(l)) => Some(l.as_mut_slice()),
+            Some(other) => return Err(mismatch("lse", DType::F32, other)),
+            None => None,
+        };
+        let pool = self.pool.as_deref();
+        let dt = spec.dtype;
+        match (args.q, args.k, args.v, args.o) {
+            (HostBuffer::F32(q), HostBuffer::F32(k), HostBuffer::F32(v), HostBuffer::F32(o)) => {
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+            }
+            (HostBuffer::F16(q), HostBuffer::F16(k), HostBuffer::F16(v), HostBuffer::F16(o)) => {
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+            }
+            (HostBuffer::BF16(q), HostBuffer::BF16(k), HostBuffer::BF16(v), HostBuffer::BF16(o)) => {
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+            }
+            (q, k, v, o) => {
+                let bad = [("q", q), ("k", k), ("v", v), ("o", &*o)]
+                    .into_iter()
+                    .find(|(_, b)| b.dtype() != dt)
+                    .map_or(("q", q.dtype()), |(n, b)| (n, b.dtype()));
+                Err(SdpaError::DTypeMismatch { name: bad.0, expected: dt, found: bad.1 })
+            }
+        }
+    }
+}

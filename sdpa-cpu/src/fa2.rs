@@ -1,0 +1,351 @@
+//! The fused tiled kernel (`fa2`) and its split-KV variant (`splitkv`).
+//!
+//! Work items are (batch, kv head, tile of query rows); the rows of a tile are (query head, position)
+//! pairs of one GQA group, head-major, so the query heads that share a kv head read each K/V tile once and
+//! K/V are never copied per query head. Each item walks its key range in tiles: scores by a SIMD
+//! micro-kernel, mask, online softmax, P·V into an f32 accumulator, then one normalisation at the end.
+//! Key tiles past the causal limit of every row of the item are never visited. Scratch is per worker and
+//! sized by the tile, never by the sequence length.
+
+use crate::element::CpuElement;
+use crate::micro;
+use crate::problem::{round_up, MaskSel, Problem, SharedMut};
+use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
+use rayon::prelude::*;
+use sdpa_core::softmax::merge_normalized;
+
+/// Tile sizes of one SIMD path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tiles {
+    /// Query rows per work item (a multiple of the path's query micro-tile).
+    pub br: usize,
+    /// Keys per inner tile.
+    pub bc: usize,
+}
+
+impl Tiles {
+    pub(crate) fn for_path(path: SimdPath) -> Tiles {
+        match path {
+            SimdPath::Avx512 => Tiles { br: 64, bc: 64 },
+            SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
+            SimdPath::Scalar => Tiles { br: 16, bc: 32 },
+        }
+    }
+}
+
+/// f32 lanes of a path's vectors.
+pub(crate) fn lanes(path: SimdPath) -> usize {
+    match path {
+        SimdPath::Avx512 => 16,
+        SimdPath::Avx2 => 8,
+        SimdPath::Scalar => 1,
+    }
+}
+
+/// Rows `r0 .. r0 + nr` of kv head `kvh`'s group in batch `b`, keys `k_lo .. k_hi`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    pub b: usize,
+    pub kvh: usize,
+    pub r0: usize,
+    pub nr: usize,
+    pub k_lo: usize,
+    pub k_hi: usize,
+    /// First row of this item's slots in the split-KV partial buffers.
+    pub slot: usize,
+}
+
+/// Where an item's finished rows go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sink {
+    /// The call's output (and LSE), in the output dtype.
+    Output,
+    /// Split-KV partials: normalised f32 rows of width Dv and their LSE, at the item's slots.
+    Partial { o: SharedMut<f32>, lse: SharedMut<f32> },
+}
+
+/// Per-worker scratch, sized by the tile (O(threads × tile) in total).
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    qt: Vec<f32>,
+    qrow: Vec<f32>,
+    st: Vec<f32>,
+    kp: Vec<f32>,
+    vp: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    alpha: Vec<f32>,
+    sub: Vec<f32>,
+    rowbuf: Vec<f32>,
+    rows: Vec<(usize, usize)>,
+}
+
+impl Scratch {
+    pub(crate) fn new(path: SimdPath, tiles: Tiles, d: usize, dv: usize, packs: bool) -> Scratch {
+        let l = lanes(path);
+        let (dp, dvp, br) = (round_up(d, l), round_up(dv, l), round_up(tiles.br, l));
+        Scratch {
+            qt: vec![0.0; d * br],
+            qrow: vec![0.0; 4 * dp],
+            st: vec![0.0; tiles.bc * br],
+            kp: if packs { vec![0.0; tiles.bc * dp] } else { Vec::new() },
+            vp: if packs { vec![0.0; tiles.bc * dvp] } else { Vec::new() },
+            o: vec![0.0; br * dvp],
+            m: vec![0.0; br],
+            l: vec![0.0; br],
+            alpha: vec![0.0; br],
+            sub: vec![0.0; br],
+            rowbuf: vec![0.0; d.max(dv)],
+            rows: Vec::with_capacity(br),
+        }
+    }
+}
+
+struct ItemRun<'p, 'a, T> {
+    p: &'p Problem<'a, T>,
+    tiles: Tiles,
+    item: Item,
+    scr: &'p mut Scratch,
+    sink: Sink,
+}
+
+impl<T: CpuElement> SimdKernel for ItemRun<'_, '_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) {
+        process::<S, T>(s, self.p, self.tiles, self.item, self.scr, self.sink);
+    }
+}
+
+/// Runs one work item on SIMD path `path`.
+pub(crate) fn run_item<T: CpuElement>(
+    path: SimdPath,
+    p: &Problem<'_, T>,
+    tiles: Tiles,
+    item: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+) {
+    dispatch(path, ItemRun { p, tiles, item, scr, sink });
+}
+
+#[inline(always)]
+fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item, scr: &mut Scratch, sink: Sink) {
+    let lanes = S::LANES;
+    let (d, dv) = (p.d, p.dv);
+    let (dp, dvp) = (round_up(d, lanes), round_up(dv, lanes));
+    let nr = it.nr;
+    let nqv = nr.div_ceil(lanes);
+    let brp = nqv * lanes;
+    // A few rows (decoding) leave most lanes of a query vector empty: dot products along D instead.
+    let dot = nr * 4 <= lanes;
+
+    scr.rows.clear();
+    scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
+
+    // Q tile, scaled once here so the scores need no multiply.
+    for (r, &(h, i)) in scr.rows.iter().enumerate() {
+        let off = p.q_st.offset(it.b, h, i);
+        T::widen(&p.q[off..off + d], &mut scr.rowbuf[..d]);
+        if dot {
+            let dst = &mut scr.qrow[r * dp..(r + 1) * dp];
+            for (x, &y) in dst.iter_mut().zip(&scr.rowbuf[..d]) {
+                *x = y * p.scale;
+            }
+            dst[d..].fill(0.0);
+        } else {
+            for (c, &y) in scr.rowbuf[..d].iter().enumerate() {
+                scr.qt[c * brp + r] = y * p.scale;
+            }
+        }
+    }
+    if !dot && nr < brp {
+        for c in 0..d {
+            scr.qt[c * brp + nr..(c + 1) * brp].fill(0.0);
+        }
+    }
+
+    // The key range every row of the item may see; tiles past it are skipped entirely.
+    let (mut kmax, mut kmin) = (0usize, usize::MAX);
+    for &(_, i) in &scr.rows {
+        let lim = p.key_limit(i);
+        kmax = kmax.max(lim);
+        kmin = kmin.min(lim);
+    }
+    let k_hi = it.k_hi.min(kmax);
+    let explicit = matches!(p.mask, MaskSel::Explicit { .. });
+
+    scr.m[..brp].fill(f32::NEG_INFINITY);
+    scr.l[..brp].fill(0.0);
+    scr.o[..nr * dvp].fill(0.0);
+
+    let kbase = p.k_st.offset(it.b, it.kvh, 0);
+    let vbase = p.v_st.offset(it.b, it.kvh, 0);
+    let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
+    let mut j0 = it.k_lo;
+    while j0 < k_hi {
+        let j1 = (j0 + t.bc).min(k_hi);
+        let nk = j1 - j0;
+        let (kptr, ks) = match kf {
+            Some(kf) => (kf[kbase + j0 * p.k_st.s..].as_ptr(), p.k_st.s),
+            None => {
+                for j in 0..nk {
+                    let off = kbase + (j0 + j) * p.k_st.s;
+                    T::widen(&p.k[off..off + d], &mut scr.kp[j * dp..j * dp + d]);
+                }
+                (scr.kp.as_ptr(), dp)
+            }
+        };
+        let st = scr.st.as_mut_ptr();
+        if dot {
+            for r in 0..nr {
+                // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
+                // `st` holds bc·br >= nk·brp values.
+                unsafe { micro::dot_scores(s, d, scr.qrow.as_ptr().add(r * dp), kptr, ks, nk, st.add(r), brp) };
+            }
+        } else {
+            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` as above.
+            unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr(), brp, nqv, st, brp) };
+        }
+        if explicit || j1 > kmin {
+            // SAFETY: `st` holds nk rows of brp >= nr values, owned by this worker.
+            unsafe { p.apply_mask(it.b, &scr.rows, j0, j1, st, brp) };
+        }
+        // SAFETY: `st` holds nk rows of brp values; the statistics hold br >= brp values.
+        unsafe {
+            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha, &mut scr.sub);
+        }
+        let (vptr, vs) = match vf {
+            Some(vf) => (vf[vbase + j0 * p.v_st.s..].as_ptr(), p.v_st.s),
+            None => {
+                for j in 0..nk {
+                    let off = vbase + (j0 + j) * p.v_st.s;
+                    T::widen(&p.v[off..off + dv], &mut scr.vp[j * dvp..j * dvp + dv]);
+                }
+                (scr.vp.as_ptr(), dvp)
+            }
+        };
+        // SAFETY: Pᵀ is nk rows of brp >= nr values; V rows j0..j1 hold dv values at stride vs; `o` holds
+        // nr rows of dvp values; alpha holds brp values.
+        unsafe {
+            micro::pv(s, nk, st, brp, vptr, vs, nr, dv, scr.o.as_mut_ptr(), dvp, Some(scr.alpha.as_ptr()));
+        }
+        j0 = j1;
+    }
+
+    for r in 0..nr {
+        let (h, i) = scr.rows[r];
+        let lr = scr.l[r];
+        let row = &mut scr.o[r * dvp..r * dvp + dv];
+        let lse = if lr == 0.0 {
+            // No key took part: zeros and LSE = -inf, the documented convention.
+            row.fill(0.0);
+            f32::NEG_INFINITY
+        } else {
+            let inv = 1.0 / lr;
+            row.iter_mut().for_each(|x| *x *= inv);
+            scr.m[r] + lr.ln()
+        };
+        match sink {
+            // SAFETY: row (b, h, i) belongs to this item only.
+            Sink::Output => unsafe { p.write_row(it.b, h, i, row, lse) },
+            Sink::Partial { o, lse: l } => {
+                let slot = it.slot + r;
+                // SAFETY: the partial buffers hold a slot for every row of every item; slots are disjoint.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(row.as_ptr(), o.0.add(slot * dv), dv);
+                    *l.0.add(slot) = lse;
+                }
+            }
+        }
+    }
+}
+
+/// The row tiles of a call: (batch, kv head, first row, rows).
+fn row_tiles<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> Vec<(usize, usize, usize, usize)> {
+    let rows = p.group_rows();
+    let mut v = Vec::with_capacity(p.b * p.hkv() * rows.div_ceil(br));
+    for b in 0..p.b {
+        for kvh in 0..p.hkv() {
+            let mut r0 = 0;
+            while r0 < rows {
+                let nr = br.min(rows - r0);
+                v.push((b, kvh, r0, nr));
+                r0 += nr;
+            }
+        }
+    }
+    v
+}
+
+/// Number of row tiles `fa2` would run (what `auto` weighs against the thread count).
+pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> usize {
+    p.b * p.hkv() * p.group_rows().div_ceil(br)
+}
+
+/// `fa2`: one work item per row tile, over the current rayon pool.
+pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
+    let tiles = Tiles::for_path(path);
+    let packs = T::as_f32(p.k).is_none();
+    let items: Vec<Item> = row_tiles(p, tiles.br)
+        .into_iter()
+        .map(|(b, kvh, r0, nr)| Item { b, kvh, r0, nr, k_lo: 0, k_hi: p.sk, slot: 0 })
+        .collect();
+    items.par_iter().with_max_len(1).for_each_init(
+        || Scratch::new(path, tiles, p.d, p.dv, packs),
+        |scr, &item| run_item(path, p, tiles, item, scr, Sink::Output),
+    );
+}
+
+/// How many key chunks `splitkv` cuts each row tile into: enough items to keep every thread busy, each
+/// chunk at least two key tiles long.
+pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize) -> usize {
+    let want = (4 * threads).div_ceil(row_tiles.max(1));
+    let most = sk.div_ceil(2 * bc).max(1);
+    want.clamp(1, most)
+}
+
+/// `splitkv`: each row tile's keys are cut into chunks run as separate items; the normalised partial rows
+/// and their LSE are merged with sdpa-core's `merge_normalized`.
+pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
+    let tiles = Tiles::for_path(path);
+    let packs = T::as_f32(p.k).is_none();
+    let rt = row_tiles(p, tiles.br);
+    let splits = split_count(rt.len(), p.sk, tiles.bc, threads);
+    // Chunk boundaries on key-tile multiples, so no chunk starts mid-tile.
+    let chunk = round_up(p.sk.div_ceil(splits), tiles.bc);
+    let mut items = Vec::with_capacity(rt.len() * splits);
+    for (t, &(b, kvh, r0, nr)) in rt.iter().enumerate() {
+        for sidx in 0..splits {
+            let k_lo = (sidx * chunk).min(p.sk);
+            let k_hi = ((sidx + 1) * chunk).min(p.sk);
+            items.push(Item { b, kvh, r0, nr, k_lo, k_hi, slot: (t * splits + sidx) * tiles.br });
+        }
+    }
+    let slots = rt.len() * splits * tiles.br;
+    let mut part_o = vec![0.0f32; slots * p.dv];
+    let mut part_lse = vec![f32::NEG_INFINITY; slots];
+    let sink = Sink::Partial { o: SharedMut(part_o.as_mut_ptr()), lse: SharedMut(part_lse.as_mut_ptr()) };
+    items.par_iter().with_max_len(1).for_each_init(
+        || Scratch::new(path, tiles, p.d, p.dv, packs),
+        |scr, &item| run_item(path, p, tiles, item, scr, sink),
+    );
+    let (part_o, part_lse) = (&part_o, &part_lse);
+    rt.par_iter().enumerate().for_each_init(
+        || (vec![0.0f32; p.dv], Vec::with_capacity(splits)),
+        |(out, parts), (t, &(b, kvh, r0, nr))| {
+            for r in 0..nr {
+                parts.clear();
+                for sidx in 0..splits {
+                    let slot = (t * splits + sidx) * tiles.br + r;
+                    parts.push((&part_o[slot * p.dv..(slot + 1) * p.dv], part_lse[slot]));
+                }
+                let lse = merge_normalized(parts, out);
+                let (h, i) = p.row(kvh, r0 + r);
+                // SAFETY: each row tile (and so each row) is merged by exactly one task.
+                unsafe { p.write_row(b, h, i, out, lse) };
+            }
+        },
+    );
+}

@@ -1,0 +1,328 @@
+//! Micro-kernels, written once over a [`Simd`] token.
+//!
+//! Scores are kept transposed, `Sᵀ[key][query]`, with queries along the vector lanes: the query tile is
+//! packed once as `Qᵀ[dim][query]` and each key row is broadcast straight from K's memory, so K is never
+//! packed (for f32) and the online-softmax statistics (max, sum) are plain lane-wise vector operations.
+//! P·V then broadcasts `Pᵀ[key][row]` and streams rows of V along the vector lanes of the output.
+//!
+//! All functions are `#[inline(always)]` and `unsafe`: callers pass pointers with the documented extents.
+
+use crate::simd::Simd;
+
+/// `out[j*os + x] = Σ_c k[j*ks + c] · qt[c*qs + x]` for keys `j < nk` and lanes `x < nqv·LANES`.
+///
+/// # Safety
+/// `k` addresses `nk` rows of `d` f32 at stride `ks`; `qt` addresses `d` rows of `nqv·LANES` f32 at
+/// stride `qs`; `out` addresses `nk` rows of `nqv·LANES` f32 at stride `os`.
+#[inline(always)]
+pub(crate) unsafe fn scores<S: Simd>(
+    s: S,
+    d: usize,
+    k: *const f32,
+    ks: usize,
+    nk: usize,
+    qt: *const f32,
+    qs: usize,
+    nqv: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    const MR: usize = 6;
+    let l = S::LANES;
+    let mut n = 0;
+    // SAFETY (whole body): every pointer offset stays inside the extents stated in the contract.
+    unsafe {
+        while n < nqv {
+            let nq = if nqv - n >= S::QK_QVECS { S::QK_QVECS } else { 1 };
+            let (qt_n, out_n) = (qt.add(n * l), out.add(n * l));
+            let mut j = 0;
+            while j + MR <= nk {
+                let (kj, oj) = (k.add(j * ks), out_n.add(j * os));
+                match nq {
+                    4 => qk_micro::<S, MR, 4>(s, d, kj, ks, qt_n, qs, oj, os),
+                    2 => qk_micro::<S, MR, 2>(s, d, kj, ks, qt_n, qs, oj, os),
+                    _ => qk_micro::<S, MR, 1>(s, d, kj, ks, qt_n, qs, oj, os),
+                }
+                j += MR;
+            }
+            while j < nk {
+                let (kj, oj) = (k.add(j * ks), out_n.add(j * os));
+                match nq {
+                    4 => qk_micro::<S, 1, 4>(s, d, kj, ks, qt_n, qs, oj, os),
+                    2 => qk_micro::<S, 1, 2>(s, d, kj, ks, qt_n, qs, oj, os),
+                    _ => qk_micro::<S, 1, 1>(s, d, kj, ks, qt_n, qs, oj, os),
+                }
+                j += 1;
+            }
+            n += nq;
+        }
+    }
+}
+
+/// One register tile of [`scores`]: `MR` keys by `NQ` query vectors.
+#[inline(always)]
+unsafe fn qk_micro<S: Simd, const MR: usize, const NQ: usize>(
+    s: S,
+    d: usize,
+    k: *const f32,
+    ks: usize,
+    qt: *const f32,
+    qs: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let mut acc = [[s.zero(); NQ]; MR];
+    // SAFETY: offsets stay inside the extents of `scores`' contract.
+    unsafe {
+        for c in 0..d {
+            let mut qv = [s.zero(); NQ];
+            for (x, q) in qv.iter_mut().enumerate() {
+                *q = s.load(qt.add(c * qs + x * S::LANES));
+            }
+            for r in 0..MR {
+                let kb = s.splat(*k.add(r * ks + c));
+                for x in 0..NQ {
+                    acc[r][x] = s.fma(kb, qv[x], acc[r][x]);
+                }
+            }
+        }
+        for r in 0..MR {
+            for x in 0..NQ {
+                s.store(out.add(r * os + x * S::LANES), acc[r][x]);
+            }
+        }
+    }
+}
+
+/// Scores of a few query rows by dot products along the head dim (decoding, where a query tile would
+/// leave most lanes empty): `out[j*os] = Σ_c q[c] · k[j*ks + c]` for `j < nk`.
+///
+/// # Safety
+/// `q` addresses `round_up(d, LANES)` f32 (zero beyond `d`); `k` addresses `nk` rows of `d` f32 at stride
+/// `ks`; `out` addresses `(nk - 1)·os + 1` f32.
+#[inline(always)]
+pub(crate) unsafe fn dot_scores<S: Simd>(
+    s: S,
+    d: usize,
+    q: *const f32,
+    k: *const f32,
+    ks: usize,
+    nk: usize,
+    out: *mut f32,
+    os: usize,
+) {
+    let l = S::LANES;
+    let full = d / l * l;
+    let tail = d - full;
+    // SAFETY (whole body): offsets stay inside the contract's extents; the tail load reads `tail` values.
+    unsafe {
+        let mut j = 0;
+        while j + 4 <= nk {
+            let mut acc = [s.zero(); 4];
+            let mut c = 0;
+            while c < full {
+                let qv = s.load(q.add(c));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = s.fma(qv, s.load(k.add((j + r) * ks + c)), *a);
+                }
+                c += l;
+            }
+            if tail > 0 {
+                let qv = s.load(q.add(full));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = s.fma(qv, s.load_part(k.add((j + r) * ks + full), tail), *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                *out.add((j + r) * os) = s.reduce_sum(*a);
+            }
+            j += 4;
+        }
+        while j < nk {
+            let mut a = s.zero();
+            let mut c = 0;
+            while c < full {
+                a = s.fma(s.load(q.add(c)), s.load(k.add(j * ks + c)), a);
+                c += l;
+            }
+            if tail > 0 {
+                a = s.fma(s.load(q.add(full)), s.load_part(k.add(j * ks + full), tail), a);
+            }
+            *out.add(j * os) = s.reduce_sum(a);
+            j += 1;
+        }
+    }
+}
+
+/// Online-softmax update of one score tile, lane-wise over queries: turns `Sᵀ` (scaled, masked, `-inf`
+/// for masked keys) into `Pᵀ = e^(Sᵀ - m_new)` in place, updates `m` and `l`, and writes the factor
+/// `alpha = e^(m_old - m_new)` by which the caller rescales its accumulators. A lane whose keys are all
+/// masked so far keeps `m = -inf` and uses 0 as the subtrahend, so its P is exactly 0, never NaN.
+///
+/// # Safety
+/// `st` addresses `nk` rows of `nqv·LANES` f32 at stride `sts`; the slices hold `nqv·LANES` values.
+#[inline(always)]
+pub(crate) unsafe fn online_softmax<S: Simd>(
+    s: S,
+    st: *mut f32,
+    sts: usize,
+    nk: usize,
+    nqv: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    alpha: &mut [f32],
+    sub: &mut [f32],
+) {
+    let lanes = S::LANES;
+    // SAFETY (whole body): every access is inside `st`'s extent or the slices (length nqv·LANES).
+    unsafe {
+        for n in 0..nqv {
+            let off = n * lanes;
+            let mut mx = s.load(m.as_ptr().add(off));
+            for j in 0..nk {
+                mx = s.max(mx, s.load(st.add(j * sts + off)));
+            }
+            // Lane-wise bookkeeping on the few scalars of one vector: cheap next to the tile. The new
+            // maximum goes through `sub` as scratch before it is replaced by the subtrahend.
+            s.store(sub.as_mut_ptr().add(off), mx);
+            for x in 0..lanes {
+                let mn = sub[off + x];
+                let g = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+                sub[off + x] = g;
+                alpha[off + x] = (m[off + x] - g).exp();
+                m[off + x] = mn;
+            }
+            let g = s.load(sub.as_ptr().add(off));
+            let mut sum0 = s.zero();
+            let mut sum1 = s.zero();
+            let mut j = 0;
+            while j + 2 <= nk {
+                let p0 = s.exp(s.sub(s.load(st.add(j * sts + off)), g));
+                let p1 = s.exp(s.sub(s.load(st.add((j + 1) * sts + off)), g));
+                s.store(st.add(j * sts + off), p0);
+                s.store(st.add((j + 1) * sts + off), p1);
+                sum0 = s.add(sum0, p0);
+                sum1 = s.add(sum1, p1);
+                j += 2;
+            }
+            if j < nk {
+                let p0 = s.exp(s.sub(s.load(st.add(j * sts + off)), g));
+                s.store(st.add(j * sts + off), p0);
+                sum0 = s.add(sum0, p0);
+            }
+            let lv = s.load(l.as_ptr().add(off));
+            let av = s.load(alpha.as_ptr().add(off));
+            s.store(l.as_mut_ptr().add(off), s.fma(lv, av, s.add(sum0, sum1)));
+        }
+    }
+}
+
+/// `o[r*os + c] = o[r*os + c]·alpha[r] + Σ_j pt[j*ps + r] · v[j*vs + c]` for rows `r < rows`, columns
+/// `c < dv` (`alpha = None`: no rescale, accumulate onto `o`).
+///
+/// # Safety
+/// `pt` addresses `nk` rows of `rows` f32 at stride `ps`; `v` addresses `nk` rows of `dv` f32 at stride
+/// `vs`; `o` addresses `rows` rows of `round_up(dv, LANES)` f32 at stride `os`; `alpha`, when given,
+/// `rows` f32.
+#[inline(always)]
+pub(crate) unsafe fn pv<S: Simd>(
+    s: S,
+    nk: usize,
+    pt: *const f32,
+    ps: usize,
+    v: *const f32,
+    vs: usize,
+    rows: usize,
+    dv: usize,
+    o: *mut f32,
+    os: usize,
+    alpha: Option<*const f32>,
+) {
+    let l = S::LANES;
+    let mr = S::PV_ROWS;
+    let chunk = S::PV_VECS * l;
+    // SAFETY (whole body): offsets stay inside the extents of the contract.
+    unsafe {
+        let mut r = 0;
+        while r < rows {
+            let nr = if rows - r >= mr { mr } else { 1 };
+            let (pt_r, o_r) = (pt.add(r), o.add(r * os));
+            let al = alpha.map(|a| a.add(r));
+            let mut c = 0;
+            while c + chunk <= dv {
+                match (nr, S::PV_VECS) {
+                    (4, 4) => pv_micro::<S, 4, 4, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
+                    (4, 2) => pv_micro::<S, 4, 2, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
+                    (_, 4) => pv_micro::<S, 1, 4, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
+                    _ => pv_micro::<S, 1, 2, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
+                }
+                c += chunk;
+            }
+            while c < dv {
+                let n = (dv - c).min(l);
+                match (nr, n == l) {
+                    (4, true) => pv_micro::<S, 4, 1, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
+                    (4, false) => pv_micro::<S, 4, 1, true>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
+                    (_, true) => pv_micro::<S, 1, 1, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
+                    (_, false) => pv_micro::<S, 1, 1, true>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
+                }
+                c += l;
+            }
+            r += nr;
+        }
+    }
+}
+
+/// One register tile of [`pv`]: `MR` rows by `NV` vectors of columns; with `PART` the last vector reads
+/// only `tail` columns of V (the output row is padded, so it is stored whole).
+#[inline(always)]
+unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
+    s: S,
+    nk: usize,
+    pt: *const f32,
+    ps: usize,
+    v: *const f32,
+    vs: usize,
+    o: *mut f32,
+    os: usize,
+    alpha: Option<*const f32>,
+    tail: usize,
+) {
+    let l = S::LANES;
+    // SAFETY: offsets stay inside the extents of `pv`'s contract.
+    unsafe {
+        let mut acc = [[s.zero(); NV]; MR];
+        for r in 0..MR {
+            for x in 0..NV {
+                acc[r][x] = s.load(o.add(r * os + x * l));
+            }
+            if let Some(a) = alpha {
+                let av = s.splat(*a.add(r));
+                for x in 0..NV {
+                    acc[r][x] = s.mul(acc[r][x], av);
+                }
+            }
+        }
+        for j in 0..nk {
+            let mut vv = [s.zero(); NV];
+            for x in 0..NV {
+                vv[x] = if PART && x == NV - 1 {
+                    s.load_part(v.add(j * vs + x * l), tail)
+                } else {
+                    s.load(v.add(j * vs + x * l))
+                };
+            }
+            for r in 0..MR {
+                let pb = s.splat(*pt.add(j * ps + r));
+                for x in 0..NV {
+                    acc[r][x] = s.fma(pb, vv[x], acc[r][x]);
+                }
+            }
+        }
+        for r in 0..MR {
+            for x in 0..NV {
+                s.store(o.add(r * os + x * l), acc[r][x]);
+            }
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! One validated attention call as the kernels see it: sizes, strides, the operand slices, the mask, and
+//! the output pointers shared by the worker threads.
+
+use crate::element::CpuElement;
+use sdpa_core::{AttentionSpec, Mask, Strides};
+
+/// How the mask reaches the kernels.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MaskSel<'a> {
+    /// Every key is visible.
+    None,
+    /// A causal mask (either alignment); `Mask::causal_limit` gives each row's visible prefix.
+    Causal(Mask),
+    /// Additive f32 values with broadcast strides over (b, h, q, k) (0 on broadcast dims).
+    Explicit { data: &'a [f32], strides: [usize; 4] },
+}
+
+/// A raw output pointer that worker threads write through, each to rows no other thread writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SharedMut<T>(pub(crate) *mut T);
+
+impl<T> SharedMut<T> {
+    /// The pointer (a method, so closures capture the `Send` wrapper, not the bare pointer).
+    #[inline(always)]
+    pub(crate) fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: the pointer is only dereferenced for disjoint rows (validated non-aliasing output strides, one
+// work item per row), and the slice it came from outlives every worker (rayon joins before returning).
+unsafe impl<T: Send> Send for SharedMut<T> {}
+// SAFETY: as above; no two threads touch the same element.
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+
+/// Everything a kernel needs about one call; built after validation, trusted afterwards.
+#[derive(Debug)]
+pub(crate) struct Problem<'a, T> {
+    pub b: usize,
+    pub hq: usize,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+    /// Query heads per kv head.
+    pub group: usize,
+    pub scale: f32,
+    pub q: &'a [T],
+    pub k: &'a [T],
+    pub v: &'a [T],
+    pub mask: MaskSel<'a>,
+    pub q_st: Strides,
+    pub k_st: Strides,
+    pub v_st: Strides,
+    pub o_st: Strides,
+    pub o: SharedMut<T>,
+    /// `[B, Hq, Sq]` log-sum-exp, when requested.
+    pub lse: Option<SharedMut<f32>>,
+}
+
+impl<'a, T: CpuElement> Problem<'a, T> {
+    pub(crate) fn new(
+        spec: &AttentionSpec,
+        q: &'a [T],
+        k: &'a [T],
+        v: &'a [T],
+        mask: Option<&'a [f32]>,
+        o: &'a mut [T],
+        lse: Option<&'a mut [f32]>,
+    ) -> Self {
+        let s = spec.shape;
+        let mask = match (&spec.mask, mask) {
+            (Mask::Explicit(m), Some(data)) => MaskSel::Explicit { data, strides: m.strides() },
+            (m, _) if m.is_causal() => MaskSel::Causal(*m),
+            _ => MaskSel::None,
+        };
+        Problem {
+            b: s.b,
+            hq: s.hq,
+            sq: s.sq,
+            sk: s.sk,
+            d: s.d,
+            dv: s.dv,
+            group: s.group_size(),
+            scale: spec.scale() as f32,
+            q,
+            k,
+            v,
+            mask,
+            q_st: spec.q_strides,
+            k_st: spec.k_strides,
+            v_st: spec.v_strides,
+            o_st: spec.o_strides,
+            o: SharedMut(o.as_mut_ptr()),
+            lse: lse.map(|l| SharedMut(l.as_mut_ptr())),
+        }
+    }
+
+    /// Number of kv heads.
+    pub(crate) fn hkv(&self) -> usize {
+        self.hq / self.group
+    }
+
+    /// Rows of one kv head's work: every (query head of the group, query position) pair.
+    pub(crate) fn group_rows(&self) -> usize {
+        self.group * self.sq
+    }
+
+    /// Query head and position of row `r` of kv head `kvh`'s group (head-major).
+    #[inline]
+    pub(crate) fn row(&self, kvh: usize, r: usize) -> (usize, usize) {
+        (kvh * self.group + r / self.sq, r % self.sq)
+    }
+
+    /// Keys `0..limit` that query position `i` may see under a causal mask (all keys otherwise).
+    #[inline]
+    pub(crate) fn key_limit(&self, i: usize) -> usize {
+        match self.mask {
+            MaskSel::Causal(m) => m.causal_limit(i, self.sq, self.sk).unwrap_or(self.sk),
+            _ => self.sk,
+        }
+    }
+
+    /// Applies the mask to a transposed score tile `st[(j - j0)·sts + r]` for keys `j0..j1` and rows
+    /// `rows` (pairs of query head and position, one per lane). Causal keys past a row's limit become
+    /// `-inf`; explicit values are added, and an explicit `-inf` replaces the score so that a masked key
+    /// takes no part even when the score is NaN.
+    ///
+    /// # Safety
+    /// `st` addresses `j1 - j0` rows of at least `rows.len()` f32 at stride `sts`, written by no one else
+    /// meanwhile.
+    pub(crate) unsafe fn apply_mask(
+        &self,
+        b: usize,
+        rows: &[(usize, usize)],
+        j0: usize,
+        j1: usize,
+        st: *mut f32,
+        sts: usize,
+    ) {
+        // SAFETY: every index (j - j0)·sts + r is inside the caller's extent.
+        let at = |j: usize, r: usize| unsafe { st.add((j - j0) * sts + r) };
+        match self.mask {
+            MaskSel::None => {}
+            MaskSel::Causal(_) => {
+                for (r, &(_, i)) in rows.iter().enumerate() {
+                    let lim = self.key_limit(i).max(j0);
+                    for j in lim..j1 {
+                        // SAFETY: inside the caller's extent.
+                        unsafe { *at(j, r) = f32::NEG_INFINITY };
+                    }
+                }
+            }
+            MaskSel::Explicit { data, strides } => {
+                for (r, &(h, i)) in rows.iter().enumerate() {
+                    let base = b * strides[0] + h * strides[1] + i * strides[2];
+                    for j in j0..j1 {
+                        let add = data[base + j * strides[3]];
+                        // SAFETY: inside the caller's extent.
+                        unsafe {
+                            let x = at(j, r);
+                            *x = if add == f32::NEG_INFINITY { f32::NEG_INFINITY } else { *x + add };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes one finished output row from f32 values and its LSE.
+    ///
+    /// # Safety
+    /// Row `(b, h, i)` must belong to the calling work item only; `vals` holds `dv` values.
+    pub(crate) unsafe fn write_row(&self, b: usize, h: usize, i: usize, vals: &[f32], lse: f32) {
+        let off = self.o_st.offset(b, h, i);
+        // SAFETY: the validated spec guarantees `off + dv` is inside `o` and that rows do not overlap; the
+        // caller guarantees no other thread writes this row.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.o.0.add(off), self.dv) };
+        T::narrow(&vals[..self.dv], dst);
+        if let Some(l) = self.lse {
+            // SAFETY: `lse` has `B·Hq·Sq` elements (checked by the caller); this row's slot is ours.
+            unsafe { *l.0.add((b * self.hq + h) * self.sq + i) = lse };
+        }
+    }
+}
+
+/// Rounds `x` up to a multiple of `m`.
+#[inline]
+pub(crate) fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}

@@ -1,0 +1,152 @@
+//! SIMD paths chosen at run time from the CPU actually present.
+//!
+//! Every kernel is written once, generic over a [`Simd`] token whose methods are `#[inline(always)]`; a
+//! small entry function per path carries `#[target_feature]`, so the generic body is compiled with that
+//! path's instructions while the rest of the crate stays a baseline x86-64 (or any other) build. A token
+//! is only constructed after the CPU has been checked for its features, which is what makes the
+//! `unsafe` intrinsic calls inside the token sound.
+
+pub(crate) mod scalar;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One way of running the micro-kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SimdPath {
+    /// AVX-512 (F, VL, BW, DQ): 16 f32 lanes, 32 registers, `vscalefps` exp.
+    Avx512,
+    /// AVX2 + FMA: 8 f32 lanes, 16 registers.
+    Avx2,
+    /// Portable Rust, one lane at a time: correct everywhere, slow.
+    Scalar,
+}
+
+impl SimdPath {
+    /// Every path, fastest first.
+    pub const ALL: [SimdPath; 3] = [SimdPath::Avx512, SimdPath::Avx2, SimdPath::Scalar];
+
+    /// Lowercase name as shown by `sdpa devices` and in `device_name()`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdPath::Avx512 => "avx512",
+            SimdPath::Avx2 => "avx2",
+            SimdPath::Scalar => "scalar",
+        }
+    }
+
+    /// True when this CPU can run the path.
+    pub fn is_supported(self) -> bool {
+        match self {
+            SimdPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx512 => x86::avx512_supported(),
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx2 => x86::avx2_supported(),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest path this CPU supports.
+    pub fn detect() -> SimdPath {
+        SimdPath::ALL.into_iter().find(|p| p.is_supported()).unwrap_or(SimdPath::Scalar)
+    }
+}
+
+impl fmt::Display for SimdPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SimdPath {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "avx512" | "avx-512" => Ok(SimdPath::Avx512),
+            "avx2" => Ok(SimdPath::Avx2),
+            "scalar" => Ok(SimdPath::Scalar),
+            other => Err(format!("unknown simd path `{other}` (expected avx512, avx2 or scalar)")),
+        }
+    }
+}
+
+/// Names of the SIMD paths this CPU supports, fastest first (the scalar fallback is always last).
+pub fn simd_paths() -> Vec<&'static str> {
+    supported_paths().into_iter().map(SimdPath::name).collect()
+}
+
+/// The SIMD paths this CPU supports, fastest first.
+pub fn supported_paths() -> Vec<SimdPath> {
+    SimdPath::ALL.into_iter().filter(|p| p.is_supported()).collect()
+}
+
+/// The vector operations the micro-kernels need. Implementations are zero-sized tokens; all methods are
+/// `#[inline(always)]` so they melt into the `#[target_feature]` entry that instantiates the kernel.
+///
+/// Pointer methods are `unsafe`: the caller guarantees that `LANES` (or `n`) f32 values are readable or
+/// writable at the pointer.
+pub(crate) trait Simd: Copy + Send + Sync + 'static {
+    /// f32 lanes per vector.
+    const LANES: usize;
+    /// Query vectors per score micro-tile (registers: `QK_KEYS * QK_QVECS` accumulators).
+    const QK_QVECS: usize;
+    /// Rows per P·V micro-tile.
+    const PV_ROWS: usize;
+    /// Value vectors per P·V micro-tile.
+    const PV_VECS: usize;
+    /// A vector of `LANES` f32.
+    type V: Copy;
+
+    fn zero(self) -> Self::V;
+    fn splat(self, x: f32) -> Self::V;
+    /// # Safety
+    /// `LANES` f32 readable at `p`.
+    unsafe fn load(self, p: *const f32) -> Self::V;
+    /// Loads `n < LANES` values, the rest zero.
+    /// # Safety
+    /// `n` f32 readable at `p`.
+    unsafe fn load_part(self, p: *const f32, n: usize) -> Self::V;
+    /// # Safety
+    /// `LANES` f32 writable at `p`.
+    unsafe fn store(self, p: *mut f32, v: Self::V);
+    fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise maximum; where a lane of `b` is NaN the result is NaN.
+    fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
+    /// NaN.
+    fn exp(self, x: Self::V) -> Self::V;
+    /// Sum of the lanes.
+    fn reduce_sum(self, v: Self::V) -> f32;
+}
+
+/// A computation generic over the SIMD token (the pulp `WithSimd` pattern): `run` must be
+/// `#[inline(always)]` so it is compiled inside the path's `#[target_feature]` entry.
+pub(crate) trait SimdKernel {
+    type Output;
+    fn run<S: Simd>(self, s: S) -> Self::Output;
+}
+
+/// Runs `k` on `path`. Falls back to the scalar path when `path` is not supported by this CPU (callers
+/// check support first and report it; this keeps the function sound on its own).
+pub(crate) fn dispatch<K: SimdKernel>(path: SimdPath, k: K) -> K::Output {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        SimdPath::Avx512 if x86::avx512_supported() => {
+            // SAFETY: the CPU supports the features `run_avx512` enables (checked just above).
+            unsafe { x86::run_avx512(k) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        SimdPath::Avx2 if x86::avx2_supported() => {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            unsafe { x86::run_avx2(k) }
+        }
+        _ => k.run(scalar::Scalar),
+    }
+}

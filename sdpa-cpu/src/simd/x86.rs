@@ -1,0 +1,235 @@
+//! x86-64 tokens: AVX-512 and AVX2 + FMA, and the `#[target_feature]` entries that instantiate kernels.
+
+use super::{Simd, SimdKernel};
+use std::arch::x86_64::*;
+
+pub(crate) fn avx512_supported() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512dq")
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+}
+
+pub(crate) fn avx2_supported() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+/// Token proving the CPU runs AVX-512 F/VL/BW/DQ; built only by [`run_avx512`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512(());
+
+/// Token proving the CPU runs AVX2 and FMA; built only by [`run_avx2`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx2(());
+
+/// Runs `k` with AVX-512 code generation.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/VL/BW/DQ, AVX2 and FMA ([`avx512_supported`]).
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")]
+pub(crate) unsafe fn run_avx512<K: SimdKernel>(k: K) -> K::Output {
+    k.run(Avx512(()))
+}
+
+/// Runs `k` with AVX2 + FMA code generation.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA ([`avx2_supported`]).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn run_avx2<K: SimdKernel>(k: K) -> K::Output {
+    k.run(Avx2(()))
+}
+
+// Taylor coefficients of 2^f = e^(f ln 2) on f in [-0.5, 0.5]; degree 6 leaves a relative error of about
+// 1.2e-7, two f32 ulps.
+const C1: f32 = std::f32::consts::LN_2;
+const C2: f32 = 0.240_226_5;
+const C3: f32 = 0.055_504_11;
+const C4: f32 = 0.009_618_129;
+const C5: f32 = 0.001_333_355_8;
+const C6: f32 = 0.000_154_035_3;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+
+// SAFETY (for every `unsafe` block in the two impls below): the token types are only constructed inside
+// `run_avx512` / `run_avx2`, which are only called after the matching `*_supported()` check, so the
+// intrinsics' target features are present; pointer validity is the caller's contract on the `unsafe fn`s.
+impl Simd for Avx512 {
+    const LANES: usize = 16;
+    const QK_QVECS: usize = 4;
+    const PV_ROWS: usize = 4;
+    const PV_VECS: usize = 4;
+    type V = __m512;
+
+    #[inline(always)]
+    fn zero(self) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    fn splat(self, x: f32) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> __m512 {
+        // SAFETY: 16 readable f32 at `p` (caller), feature present (token).
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_part(self, p: *const f32, n: usize) -> __m512 {
+        let m = ((1u32 << n.min(16)) - 1) as u16;
+        // SAFETY: masked-off lanes are not accessed; `n` readable f32 at `p` (caller).
+        unsafe { _mm512_maskz_loadu_ps(m, p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: __m512) {
+        // SAFETY: 16 writable f32 at `p` (caller).
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    fn fma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn mul(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    fn add(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    fn sub(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    fn max(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl comment. `vmaxps` returns its second operand when either is NaN.
+        unsafe { _mm512_max_ps(a, b) }
+    }
+    #[inline(always)]
+    fn exp(self, x: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let t = _mm512_mul_ps(x, _mm512_set1_ps(LOG2E));
+            // Clamp keeps scalef exact; the constant goes first so a NaN `t` passes through.
+            let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
+            let t = _mm512_min_ps(_mm512_set1_ps(128.0), t);
+            let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+            let f = _mm512_sub_ps(t, n);
+            let mut p = _mm512_set1_ps(C6);
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C5));
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C4));
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C3));
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C2));
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C1));
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
+            // p * 2^n, rounding to 0 below the denormal range (2^-150 -> 0).
+            _mm512_scalef_ps(p, n)
+        }
+    }
+    #[inline(always)]
+    fn reduce_sum(self, v: __m512) -> f32 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_reduce_add_ps(v) }
+    }
+}
+
+impl Simd for Avx2 {
+    const LANES: usize = 8;
+    const QK_QVECS: usize = 2;
+    const PV_ROWS: usize = 4;
+    const PV_VECS: usize = 2;
+    type V = __m256;
+
+    #[inline(always)]
+    fn zero(self) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    fn splat(self, x: f32) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> __m256 {
+        // SAFETY: 8 readable f32 at `p` (caller).
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_part(self, p: *const f32, n: usize) -> __m256 {
+        // SAFETY: lanes whose mask is clear are not accessed; `n` readable f32 at `p` (caller).
+        unsafe {
+            let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            _mm256_maskload_ps(p, m)
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32, v: __m256) {
+        // SAFETY: 8 writable f32 at `p` (caller).
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    fn fma(self, a: __m256, b: __m256, c: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    fn mul(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    fn add(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    fn sub(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_sub_ps(a, b) }
+    }
+    #[inline(always)]
+    fn max(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl comment. `vmaxps` returns its second operand when either is NaN.
+        unsafe { _mm256_max_ps(a, b) }
+    }
+    #[inline(always)]
+    fn exp(self, x: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let t = _mm256_mul_ps(x, _mm256_set1_ps(LOG2E));
+            // Below -127 the result is exactly 0 (a zero exponent field); NaN passes through the clamps.
+            let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
+            let t = _mm256_min_ps(_mm256_set1_ps(127.0), t);
+            let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+            let f = _mm256_sub_ps(t, n);
+            let mut p = _mm256_set1_ps(C6);
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0));
+            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+            _mm256_mul_ps(p, _mm256_castsi256_ps(bits))
+        }
+    }
+    #[inline(always)]
+    fn reduce_sum(self, v: __m256) -> f32 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+    }
+}

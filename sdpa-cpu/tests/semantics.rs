@@ -1,0 +1,181 @@
+//! The edge semantics every backend shares (DESIGN.md, "Semantics"): fully masked rows give zeros and
+//! LSE = -inf, NaN in Q reaches only its own rows, masked keys take no part; and the slice-level entry.
+
+mod common;
+
+use common::{backends, check_inputs, spec, THREADS};
+use half::bf16;
+use sdpa_core::check::check_output;
+use sdpa_core::{
+    mask_from_bool, AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostBuffer, HostInputs, HostOutput,
+    Kernel, Layout, Mask, MaskValues, RunOptions, Shape,
+};
+use sdpa_cpu::attention;
+
+const KERNELS: [Kernel; 4] = [Kernel::Unfused, Kernel::Fa2, Kernel::SplitKv, Kernel::Auto];
+
+#[test]
+fn fully_masked_rows_are_zero_with_lse_minus_inf() {
+    // Bottom-right with Sq > Sk: the first Sq - Sk rows see no key.
+    let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 40, sk: 9, d: 16, dv: 8 };
+    // An explicit mask that removes every key of some rows (every third query position).
+    let full = ExplicitMask::full(MaskValues::Boolean, &Shape { sk: 70, ..shape });
+    let eshape = Shape { sk: 70, ..shape };
+    let keep: Vec<bool> = (0..2 * 40 * 70).map(|x| (x / 70) % 3 != 0 && x % 5 != 0).collect();
+    for be in backends() {
+        for kernel in KERNELS {
+            let s = spec(shape, DType::F32, Mask::CausalBottomRight, Layout::Bhsd);
+            let inp = HostInputs::random(&s, 1).unwrap();
+            check_inputs(&be, &s, kernel, &inp);
+            let run = be.run_host(&s, &RunOptions { kernel, lse: true, ..Default::default() }, &inp).unwrap();
+            let lse = run.output.lse.unwrap();
+            for i in 0..31 {
+                assert_eq!(lse[i], f32::NEG_INFINITY, "{} {kernel} row {i}", be.simd());
+                assert!((0..8).all(|c| run.output.o.get_f32(i * 8 + c) == 0.0), "{} {kernel} row {i}", be.simd());
+            }
+
+            let s = spec(eshape, DType::BF16, Mask::Explicit(full), Layout::Bshd);
+            let mut inp = HostInputs::random(&s, 2).unwrap();
+            inp.mask = Some(mask_from_bool(&keep));
+            let rep = check_inputs(&be, &s, kernel, &inp);
+            assert_eq!(rep.nan_mismatches, 0);
+        }
+    }
+}
+
+#[test]
+fn nan_in_q_reaches_only_its_rows() {
+    let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 70, sk: 90, d: 32, dv: 32 };
+    for be in backends() {
+        for kernel in KERNELS {
+            for mask in [Mask::None, Mask::CausalTopLeft] {
+                let s = spec(shape, DType::F32, mask, Layout::Bhsd);
+                let mut inp = HostInputs::random(&s, 3).unwrap();
+                let (h, i) = (3, 41);
+                inp.q.set_f32(s.q_strides.offset(0, h, i) + 5, f32::NAN);
+                // The reference gives NaN for that row only; check_output counts NaN on one side only as a
+                // mismatch, so passing means no other row was touched and that row is NaN.
+                let rep = check_inputs(&be, &s, kernel, &inp);
+                assert_eq!(rep.nan_mismatches, 0);
+                let run = be.run_host(&s, &RunOptions { kernel, ..Default::default() }, &inp).unwrap();
+                let nan_rows = (0..4 * 70).filter(|r| run.output.o.get_f32(r * 32).is_nan()).count();
+                assert_eq!(nan_rows, 1, "{} {kernel} {mask:?}", be.simd());
+            }
+        }
+    }
+}
+
+#[test]
+fn nan_in_q_of_a_fully_masked_row_stays_zero() {
+    // Row 0 sees no key (bottom-right, Sq > Sk): its NaN query takes part in nothing.
+    let shape = Shape { b: 1, hq: 1, hkv: 1, sq: 6, sk: 3, d: 8, dv: 8 };
+    for be in backends() {
+        for kernel in KERNELS {
+            let s = spec(shape, DType::F32, Mask::CausalBottomRight, Layout::Bhsd);
+            let mut inp = HostInputs::random(&s, 4).unwrap();
+            inp.q.set_f32(0, f32::NAN);
+            check_inputs(&be, &s, kernel, &inp);
+        }
+    }
+}
+
+#[test]
+fn scale_and_large_logits() {
+    // Scores around ±60 overflow a naive exp; an explicit scale must be honoured.
+    let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 33, sk: 47, d: 16, dv: 16 };
+    for be in backends() {
+        for kernel in KERNELS {
+            let s = spec(shape, DType::F32, Mask::None, Layout::Bhsd).with_scale(4.0);
+            check_inputs(&be, &s, kernel, &HostInputs::random(&s, 5).unwrap());
+        }
+    }
+}
+
+/// The slice entry candle uses: no copies, poisoned output, every dtype, LSE optional.
+#[test]
+fn slice_entry_point() {
+    let shape = Shape { b: 2, hq: 4, hkv: 1, sq: 29, sk: 31, d: 64, dv: 48 };
+    for dtype in DType::ALL {
+        let s = spec(shape, dtype, Mask::CausalTopLeft, Layout::Bshd);
+        let inp = HostInputs::random(&s, 6).unwrap();
+        let o_len = s.required_len(sdpa_core::Operand::O).unwrap();
+        let mut o = HostBuffer::poisoned(dtype, o_len);
+        let mut lse = vec![f32::NAN; s.lse_len().unwrap()];
+        let opts = RunOptions { threads: Some(THREADS), ..Default::default() };
+        let kernel = match (&inp.q, &inp.k, &inp.v, &mut o) {
+            (HostBuffer::F32(q), HostBuffer::F32(k), HostBuffer::F32(v), HostBuffer::F32(o)) => {
+                attention(&s, &opts, q, k, v, None, o, Some(&mut lse))
+            }
+            (HostBuffer::F16(q), HostBuffer::F16(k), HostBuffer::F16(v), HostBuffer::F16(o)) => {
+                attention(&s, &opts, q, k, v, None, o, None)
+            }
+            (HostBuffer::BF16(q), HostBuffer::BF16(k), HostBuffer::BF16(v), HostBuffer::BF16(o)) => {
+                attention(&s, &opts, q, k, v, None, o, Some(&mut lse))
+            }
+            _ => unreachable!("HostInputs::random uses the spec's dtype"),
+        }
+        .unwrap();
+        assert_eq!(kernel, Kernel::Fa2);
+        let lse = if dtype == DType::F16 { None } else { Some(lse) };
+        let rep = check_output(&s, &inp, &HostOutput { o, lse }, F32Math::Exact, None).unwrap();
+        assert!(rep.pass, "{dtype}: {rep:?}");
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() {
+    let s = AttentionSpec::new(Shape::new(1, 2, 8, 8, 16), DType::BF16);
+    let n = 2 * 8 * 16;
+    let x = vec![bf16::from_f32(0.5); n];
+    let mut o = vec![bf16::ZERO; n];
+    let opts = RunOptions::default();
+    // Short buffers.
+    let e = attention(&s, &opts, &x[..n - 1], &x, &x, None, &mut o, None).unwrap_err();
+    assert!(e.to_string().contains("buffer q"), "{e}");
+    let mut short = vec![bf16::ZERO; 3];
+    assert!(attention(&s, &opts, &x, &x, &x, None, &mut short, None).is_err());
+    let mut lse = vec![0.0f32; 3];
+    let e = attention(&s, &opts, &x, &x, &x, None, &mut o, Some(&mut lse)).unwrap_err();
+    assert!(e.to_string().contains("lse"), "{e}");
+    // Element type differs from the spec.
+    let xf = vec![0.5f32; n];
+    let mut of = vec![0.0f32; n];
+    assert!(attention(&s, &opts, &xf, &xf, &xf, None, &mut of, None).is_err());
+    // Explicit mask without data, and data without an explicit mask.
+    let sm = s.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &s.shape)));
+    assert!(attention(&sm, &opts, &x, &x, &x, None, &mut o, None).is_err());
+    assert!(attention(&s, &opts, &x, &x, &x, Some(&[0.0; 128]), &mut o, None).is_err());
+    // Unsupported requests.
+    let fa1 = RunOptions { kernel: Kernel::Fa1, ..Default::default() };
+    assert!(attention(&s, &fa1, &x, &x, &x, None, &mut o, None).is_err());
+    let tf32 = RunOptions { f32_math: F32Math::Tf32, ..Default::default() };
+    assert!(attention(&s, &tf32, &x, &x, &x, None, &mut o, None).is_ok(), "f32 math only matters for f32");
+    let sf = AttentionSpec::new(Shape::new(1, 2, 8, 8, 16), DType::F32);
+    assert!(attention(&sf, &tf32, &xf, &xf, &xf, None, &mut of, None).is_err());
+    let zero_threads = RunOptions { threads: Some(0), ..Default::default() };
+    assert!(attention(&s, &zero_threads, &x, &x, &x, None, &mut o, None).is_err());
+    let big = AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq: 1, sk: 1, d: 8193, dv: 8 }, DType::BF16);
+    let xb = vec![bf16::from_f32(0.5); 8193];
+    let e = attention(&big, &opts, &xb, &xb, &x[..8], None, &mut o[..8], None).unwrap_err();
+    assert!(e.to_string().contains("unsupported"), "{e}");
+    // Invalid shape.
+    let bad = AttentionSpec::new(Shape { b: 1, hq: 3, hkv: 2, sq: 1, sk: 1, d: 4, dv: 4 }, DType::BF16);
+    assert!(attention(&bad, &opts, &x, &x, &x, None, &mut o, None).is_err());
+}
+
+#[test]
+fn paths_are_reported_and_forced() {
+    let names = sdpa_cpu::simd_paths();
+    assert_eq!(names.last(), Some(&"scalar"));
+    for be in backends() {
+        assert!(be.device_name().contains(be.simd().name()), "{}", be.device_name());
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert_eq!(names.contains(&"avx2"), is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
+        assert_eq!(
+            names.contains(&"avx512"),
+            is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+        );
+    }
+}
