@@ -1,0 +1,355 @@
+//! [`CudaBackend`]: the `Backend` implementation, kernel selection, event timing, and
+//! [`CudaBackend::forward_on_stream`] for callers that own their device memory and stream (candle).
+
+use crate::buffer::CudaBuffer;
+use crate::call::Call;
+use crate::device::{Device, DeviceInfo};
+use crate::error::{drv, unsupported, BACKEND};
+use crate::params::AttnParams;
+use crate::{fa1, tf32, unfused};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+use half::{bf16, f16};
+use sdpa_core::{
+    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, Result,
+    RunOptions, SdpaError,
+};
+use std::sync::{Arc, Mutex};
+
+/// Head dims with a specialised `fa1` variant; others (up to [`MAX_HEAD_DIM`]) take the generic one.
+pub const FA1_FAST_HEAD_DIMS: [usize; 6] = [32, 64, 80, 96, 128, 256];
+/// Largest D and Dv any kernel accepts.
+pub const MAX_HEAD_DIM: usize = 8192;
+
+/// Element types the backend runs, for [`CudaBackend::forward_on_stream`].
+pub trait CudaElement: cudarc::driver::DeviceRepr {
+    /// The matching dtype.
+    const DTYPE: DType;
+}
+impl CudaElement for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl CudaElement for f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl CudaElement for bf16 {
+    const DTYPE: DType = DType::BF16;
+}
+
+/// The CUDA backend on one GPU.
+#[derive(Debug)]
+pub struct CudaBackend {
+    dev: Arc<Device>,
+    /// 256 MB written before each timed call, as `triton.testing.do_bench` does, so that every timed call
+    /// starts with a cold L2 and host launch overhead hides behind the memset.
+    flush: Mutex<Option<CudaSlice<u8>>>,
+}
+
+impl CudaBackend {
+    /// Opens GPU `device_ordinal`. Returns `SdpaError::DeviceUnavailable` (never panics) when there is no
+    /// driver library, no GPU, or no GPU with that ordinal.
+    pub fn new(device_ordinal: usize) -> Result<Self> {
+        Ok(CudaBackend { dev: Arc::new(Device::open(device_ordinal)?), flush: Mutex::new(None) })
+    }
+
+    /// A backend on the context of a caller's stream (e.g. candle's device); launches of
+    /// [`Self::forward`] go to that stream too.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        Ok(CudaBackend { dev: Arc::new(Device::from_stream(stream)?), flush: Mutex::new(None) })
+    }
+
+    /// The device (limits, modules, stream).
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Limits and facts of the GPU.
+    pub fn info(&self) -> &DeviceInfo {
+        self.dev.info()
+    }
+
+    /// Compiles (or loads from the disk cache) every registered kernel module now, so that the first
+    /// timed call does not pay for it. Returns the module names.
+    pub fn warm_up(&self) -> Result<Vec<&'static str>> {
+        crate::modules::MODULES
+            .iter()
+            .map(|m| {
+                self.dev.module(m)?;
+                Ok(m.name)
+            })
+            .collect()
+    }
+
+    /// Runs one forward call on caller-owned device memory, queued on `stream` (which must belong to
+    /// this backend's context). `mask` is the explicit mask as additive f32 over its dims (required iff the
+    /// spec's mask is explicit); `lse` receives `[B, Hq, Sq]` f32 when given. Lengths are checked against
+    /// the spec's strides. Returns the kernel that ran.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_on_stream<T: CudaElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        q: &impl DevicePtr<T>,
+        k: &impl DevicePtr<T>,
+        v: &impl DevicePtr<T>,
+        mask: Option<&CudaSlice<f32>>,
+        o: &mut impl DevicePtrMut<T>,
+        lse: Option<&mut CudaSlice<f32>>,
+    ) -> Result<Kernel> {
+        if stream.context().cu_ctx() != self.dev.context().cu_ctx() {
+            return Err(SdpaError::InvalidSpec("the stream belongs to another CUDA context than the backend".into()));
+        }
+        if T::DTYPE != spec.dtype {
+            return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
+        }
+        self.prepare(
+            spec,
+            opts,
+            q.len(),
+            k.len(),
+            v.len(),
+            o.len(),
+            mask.map(|m| m.len()),
+            lse.as_ref().map(|l| l.len()),
+        )?;
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(6);
+        let (qp, g) = q.device_ptr(stream);
+        guards.push(g);
+        let (kp, g) = k.device_ptr(stream);
+        guards.push(g);
+        let (vp, g) = v.device_ptr(stream);
+        guards.push(g);
+        let mp = match mask {
+            Some(m) => {
+                let (p, g) = m.device_ptr(stream);
+                guards.push(g);
+                p
+            }
+            None => 0,
+        };
+        let (op, g) = o.device_ptr_mut(stream);
+        guards.push(g);
+        let lp = match lse {
+            Some(l) => {
+                let (p, g) = l.device_ptr_mut(stream);
+                guards.push(g);
+                p
+            }
+            None => 0,
+        };
+        let params = AttnParams::new(spec, qp, kp, vp, op, mp, lp)?;
+        let call = Call { dev: &self.dev, stream, spec, opts, params };
+        let ran = dispatch(&call)?;
+        drop(guards);
+        Ok(ran)
+    }
+
+    /// Checks what `forward` relies on beyond the caller's validation.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        q: usize,
+        k: usize,
+        v: usize,
+        o: usize,
+        mask: Option<usize>,
+        lse: Option<usize>,
+    ) -> Result<()> {
+        spec.validate()?;
+        spec.check_lengths(q, k, v, o, mask)?;
+        if let Some(len) = lse {
+            let needed = spec.lse_len()?;
+            if len < needed {
+                return Err(SdpaError::BufferTooShort { name: "lse", len, needed });
+            }
+        }
+        if opts.lse && lse.is_none() {
+            return Err(SdpaError::InvalidSpec("options ask for LSE but no LSE buffer was given".into()));
+        }
+        self.capabilities().check(BACKEND, spec, opts)
+    }
+
+    fn flush_l2(&self) -> Result<()> {
+        let mut slot = self.flush.lock().map_err(|_| unsupported("flush buffer lock poisoned"))?;
+        if slot.is_none() {
+            let s = self.dev.stream().alloc_zeros::<u8>(256 << 20).map_err(drv("cuMemAlloc", "the L2 flush buffer"))?;
+            *slot = Some(s);
+        }
+        if let Some(buf) = slot.as_mut() {
+            self.dev.stream().memset_zeros(buf).map_err(drv("cuMemsetD8Async", "flushing L2"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel `auto` picks for a spec: the tensor-core f32 path when TF32 was asked for, otherwise `fa1`
+/// (FA-2 takes over f16/bf16 once it is registered in [`dispatch`]).
+pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
+    match (spec.dtype, opts.f32_math) {
+        (DType::F32, F32Math::Tf32 | F32Math::SplitTf32) => Kernel::Fa2,
+        _ => Kernel::Fa1,
+    }
+}
+
+/// Runs the requested kernel (resolving `auto`); returns the kernel that ran.
+pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
+    let kernel = match call.opts.kernel {
+        Kernel::Auto => resolve_auto(call.spec, call.opts),
+        k => k,
+    };
+    let f32_math = if call.spec.dtype == DType::F32 { call.opts.f32_math } else { F32Math::Exact };
+    match (kernel, f32_math) {
+        (Kernel::Unfused, _) => unfused::run(call)?,
+        (Kernel::Fa1, F32Math::Exact) => fa1::run(call)?,
+        (Kernel::Fa1, m) => {
+            return Err(unsupported(format!(
+                "fa1 is SIMT and runs f32 exactly; f32 math {} runs on kernel fa2 (tensor cores) or unfused",
+                m.name()
+            )))
+        }
+        (Kernel::Fa2, F32Math::Tf32 | F32Math::SplitTf32) => tf32::run(call)?,
+        (Kernel::Fa2, _) if call.spec.dtype == DType::F32 => {
+            return Err(unsupported(
+                "fa2 with f32 inputs runs on tensor cores: choose f32 math tf32 or split-tf32 (fa1 is exact f32)",
+            ))
+        }
+        // FA-2 (f16/bf16) and split-KV: the FA-2 module replaces these two arms with its `run`.
+        (Kernel::Fa2, _) => return Err(unsupported("fa2 for f16/bf16 is not built yet")),
+        (Kernel::SplitKv, _) => return Err(unsupported("splitkv is not built yet")),
+        (Kernel::Auto, _) => return Err(unsupported("auto resolved to itself")),
+    }
+    Ok(kernel)
+}
+
+fn buf_ptr<'a>(b: &'a CudaBuffer, stream: &'a CudaStream, guards: &mut Vec<SyncOnDrop<'a>>) -> u64 {
+    let (p, g) = b.ptr(stream);
+    guards.push(g);
+    p
+}
+
+impl Backend for CudaBackend {
+    type Buffer = CudaBuffer;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_name(&self) -> String {
+        let i = self.dev.info();
+        format!("{} (sm_{}{}, {} SMs)", i.name, i.compute_capability.0, i.compute_capability.1, i.sm_count)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            dtypes: DType::ALL.to_vec(),
+            kernels: vec![Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv],
+            max_head_dim: MAX_HEAD_DIM,
+            fast_head_dims: FA1_FAST_HEAD_DIMS.to_vec(),
+            masks: MaskKind::ALL.to_vec(),
+            f32_math: vec![F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32],
+        }
+    }
+
+    fn upload(&self, host: &HostBuffer) -> Result<CudaBuffer> {
+        CudaBuffer::upload(self.dev.stream(), host)
+    }
+
+    fn download(&self, buf: &CudaBuffer) -> Result<HostBuffer> {
+        buf.download(self.dev.stream())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.dev.synchronize()
+    }
+
+    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, CudaBuffer>) -> Result<Kernel> {
+        for (name, b) in [("q", args.q), ("k", args.k), ("v", args.v), ("o", &*args.o)] {
+            if b.dtype() != spec.dtype {
+                return Err(SdpaError::DTypeMismatch { name, expected: spec.dtype, found: b.dtype() });
+            }
+        }
+        for (name, b) in [("mask", args.mask), ("lse", args.lse.as_deref())] {
+            if let Some(b) = b {
+                if b.dtype() != DType::F32 {
+                    return Err(SdpaError::DTypeMismatch { name, expected: DType::F32, found: b.dtype() });
+                }
+            }
+        }
+        if matches!(spec.mask, Mask::Explicit(_)) != args.mask.is_some() {
+            return Err(SdpaError::InvalidSpec("an explicit mask needs a mask buffer, and only it".into()));
+        }
+        self.prepare(
+            spec,
+            opts,
+            args.q.len(),
+            args.k.len(),
+            args.v.len(),
+            args.o.len(),
+            args.mask.map(CudaBuffer::len),
+            args.lse.as_deref().map(CudaBuffer::len),
+        )?;
+        let stream = self.dev.stream();
+        let mut guards = Vec::with_capacity(6);
+        let q = buf_ptr(args.q, stream, &mut guards);
+        let k = buf_ptr(args.k, stream, &mut guards);
+        let v = buf_ptr(args.v, stream, &mut guards);
+        let mask = args.mask.map_or(0, |m| buf_ptr(m, stream, &mut guards));
+        let (o, g) = args.o.ptr_mut(stream);
+        guards.push(g);
+        let lse = match args.lse {
+            Some(l) => {
+                let (p, g) = l.ptr_mut(stream);
+                guards.push(g);
+                p
+            }
+            None => 0,
+        };
+        let params = AttnParams::new(spec, q, k, v, o, mask, lse)?;
+        let call = Call { dev: &self.dev, stream, spec, opts, params };
+        let ran = dispatch(&call)?;
+        drop(guards);
+        Ok(ran)
+    }
+
+    /// Device-event timing: each call is bracketed by two events after an L2 flush (as `do_bench` does).
+    fn time_forward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        mut args: ForwardArgs<'_, CudaBuffer>,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<f64>> {
+        let ctx = self.dev.context();
+        let stream = self.dev.stream();
+        let mut pairs = Vec::with_capacity(reps);
+        for i in 0..warmup + reps {
+            self.flush_l2()?;
+            let a = ForwardArgs {
+                q: args.q,
+                k: args.k,
+                v: args.v,
+                mask: args.mask,
+                o: &mut *args.o,
+                lse: args.lse.as_deref_mut(),
+            };
+            if i < warmup {
+                self.forward(spec, opts, a)?;
+                continue;
+            }
+            let start = ctx.new_event(None).map_err(drv("cuEventCreate", "timing"))?;
+            let end = ctx.new_event(None).map_err(drv("cuEventCreate", "timing"))?;
+            start.record(stream).map_err(drv("cuEventRecord", "timing"))?;
+            self.forward(spec, opts, a)?;
+            end.record(stream).map_err(drv("cuEventRecord", "timing"))?;
+            pairs.push((start, end));
+        }
+        self.dev.synchronize()?;
+        pairs
+            .iter()
+            .map(|(s, e)| s.elapsed_ms(e).map(|ms| ms as f64).map_err(drv("cuEventElapsedTime", "timing")))
+            .collect()
+    }
+}

@@ -1,0 +1,234 @@
+//! One GPU: its context, the backend's stream, the device limits launches are checked against, and the
+//! per-device cache of loaded modules (compiled on first use, or read from the disk cache).
+
+use crate::cache;
+use crate::error::{drv, unavailable, CudaError};
+use crate::libs;
+use crate::modules::{ModuleSource, HEADERS};
+use crate::nvrtc;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+use sdpa_core::{Result, SdpaError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Limits and facts read once from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Multiprocessors.
+    pub sm_count: i32,
+    /// Threads per block, at most.
+    pub max_threads_per_block: i32,
+    /// Grid dims, at most (x, y, z).
+    pub max_grid: (i32, i32, i32),
+    /// Shared memory per block without opt-in (48 KB).
+    pub smem_per_block: i32,
+    /// Shared memory per block with opt-in (227 KB on H100).
+    pub smem_per_block_optin: i32,
+    /// Driver version as CUDA encodes it (13000 = 13.0).
+    pub driver_version: i32,
+    /// Total device memory, bytes.
+    pub total_mem: usize,
+}
+
+impl DeviceInfo {
+    /// The NVRTC real architecture, e.g. "sm_90".
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+    }
+}
+
+/// A GPU ready to run kernels: context, stream, limits and loaded modules.
+#[derive(Debug)]
+pub struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    blas: Mutex<Option<CudaBlas>>,
+}
+
+fn driver_version() -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: a valid out-pointer; the driver library is loaded (checked by the caller).
+    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+    r.result().map_err(drv("cuDriverGetVersion", "reading the driver version"))?;
+    Ok(v)
+}
+
+impl Device {
+    /// Opens GPU `ordinal`. Never panics: a missing driver library, a driver that fails to initialise and
+    /// an absent ordinal are `DeviceUnavailable` with the reason.
+    pub fn open(ordinal: usize) -> Result<Self> {
+        if !libs::driver_library_present() {
+            return Err(unavailable(
+                "no CUDA driver found (libcuda.so not loadable): this machine has no NVIDIA driver or it is not \
+                 in the library path",
+            ));
+        }
+        let init = cudarc::driver::result::init();
+        if let Err(e) = init {
+            return Err(unavailable(format!("the CUDA driver failed to initialise ({e}): no usable GPU")));
+        }
+        let count = cudarc::driver::result::device::get_count()
+            .map_err(|e| unavailable(format!("could not count GPUs ({e})")))?;
+        if count <= 0 {
+            return Err(unavailable("no GPU: the CUDA driver reports 0 devices"));
+        }
+        if ordinal >= count as usize {
+            return Err(unavailable(format!(
+                "no GPU with ordinal {ordinal}: the driver reports {count} device(s) (0..{})",
+                count - 1
+            )));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| unavailable(format!("could not create a context on GPU {ordinal} ({e})")))?;
+        let stream = ctx.new_stream().map_err(drv("cuStreamCreate", "creating the backend stream"))?;
+        let info = Self::read_info(&ctx, ordinal)?;
+        Ok(Device { ctx, stream, info, modules: Mutex::default(), functions: Mutex::default(), blas: Mutex::default() })
+    }
+
+    /// Wraps a caller's context (candle's) on its own stream.
+    pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
+        let info = Self::read_info(&ctx, ctx.ordinal())?;
+        Ok(Device { ctx, stream, info, modules: Mutex::default(), functions: Mutex::default(), blas: Mutex::default() })
+    }
+
+    fn read_info(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo> {
+        let a = |attr: Attr| ctx.attribute(attr).map_err(drv("cuDeviceGetAttribute", "reading device limits"));
+        Ok(DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(drv("cuDeviceGetName", "reading the device name"))?,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(drv("cuDeviceGetAttribute", "reading the compute capability"))?,
+            sm_count: a(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_block: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_grid: (
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ),
+            smem_per_block: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            smem_per_block_optin: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            driver_version: driver_version()?,
+            total_mem: ctx.total_mem().map_err(drv("cuDeviceTotalMem", "reading the memory size"))?,
+        })
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every launch of this device goes to.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Limits and facts.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The loaded module, compiling (or reading the disk cache) on first use.
+    pub fn module(&self, src: &'static ModuleSource) -> Result<Arc<CudaModule>> {
+        let mut map = self.modules.lock().map_err(|_| poisoned())?;
+        if let Some(m) = map.get(src.name) {
+            return Ok(m.clone());
+        }
+        let image = self.compiled_image(src)?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(image))
+            .map_err(drv("cuModuleLoadData", "loading a compiled kernel module"))?;
+        map.insert(src.name, module.clone());
+        Ok(module)
+    }
+
+    /// The entry point `function` of module `src` (cached).
+    pub fn function(&self, src: &'static ModuleSource, function: &str) -> Result<CudaFunction> {
+        let key = format!("{}::{function}", src.name);
+        if let Some(f) = self.functions.lock().map_err(|_| poisoned())?.get(&key) {
+            return Ok(f.clone());
+        }
+        let module = self.module(src)?;
+        let f = module.load_function(function).map_err(|e| {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
+                CudaError::MissingKernel { module: src.name.to_string(), function: function.to_string() }
+                    .into_sdpa("looking up a kernel")
+            } else {
+                drv("cuModuleGetFunction", "looking up a kernel")(e)
+            }
+        })?;
+        self.functions.lock().map_err(|_| poisoned())?.insert(key, f.clone());
+        Ok(f)
+    }
+
+    fn compiled_image(&self, src: &'static ModuleSource) -> Result<Vec<u8>> {
+        let arch = self.info.arch();
+        let include = libs::include_dir();
+        let inc = include.as_ref().map(|p| p.display().to_string());
+        if inc.is_none() {
+            return Err(CudaError::Library(
+                "CUDA headers (cuda_fp16.h, cuda_bf16.h) not found: set CUDA_HOME to a CUDA 13 toolkit or \
+                 SDPA_CUDA_INCLUDE to its include directory"
+                    .into(),
+            )
+            .into_sdpa(format!("compiling module `{}`", src.name)));
+        }
+        let opts = nvrtc::options(&arch, inc.as_deref(), src);
+        let nvrtc_version = nvrtc::version().map_err(|e| e.into_sdpa(format!("compiling module `{}`", src.name)))?;
+        let key = cache::key(&[
+            src.source.as_bytes(),
+            HEADERS.iter().map(|(n, s)| format!("{n}\n{s}")).collect::<String>().as_bytes(),
+            arch.as_bytes(),
+            opts.join(" ").as_bytes(),
+            format!("nvrtc {nvrtc_version:?} driver {}", self.info.driver_version).as_bytes(),
+        ]);
+        if let Some(image) = cache::load(src.name, &key) {
+            return Ok(image);
+        }
+        let compiled =
+            nvrtc::compile(src, &arch, &opts).map_err(|e| e.into_sdpa(format!("compiling module `{}`", src.name)))?;
+        cache::store(src.name, &key, &compiled.cubin);
+        Ok(compiled.cubin)
+    }
+
+    /// Runs `f` with the cuBLAS handle (created on first use; needs libcublas), holding a lock so that no
+    /// other thread changes the handle's stream meanwhile. `f` sets the stream it wants.
+    pub fn with_blas<R>(&self, f: impl FnOnce(&CudaBlas) -> Result<R>) -> Result<R> {
+        let mut slot = self.blas.lock().map_err(|_| poisoned())?;
+        if slot.is_none() {
+            libs::ensure_cublas()
+                .map_err(|e| CudaError::Library(format!("cuBLAS unavailable: {e}")).into_sdpa("the unfused kernel"))?;
+            let b = CudaBlas::new(self.stream.clone()).map_err(|e| {
+                CudaError::Cublas { call: "cublasCreate", message: format!("{e:?}") }.into_sdpa("the unfused kernel")
+            })?;
+            *slot = Some(b);
+        }
+        match slot.as_ref() {
+            Some(b) => f(b),
+            None => Err(poisoned()),
+        }
+    }
+
+    /// Waits for the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(drv("cuStreamSynchronize", "waiting for the GPU"))
+    }
+}
+
+fn poisoned() -> SdpaError {
+    CudaError::Library("a module cache lock was poisoned by an earlier panic".into()).into_sdpa("loading a kernel")
+}

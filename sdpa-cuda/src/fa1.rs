@@ -1,0 +1,60 @@
+//! `fa1`: the FlashAttention-1 SIMT kernels of `kernels/fa1.cu` (see that file for the work split).
+//!
+//! Variant choice: D = Dv in [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the fixed-size
+//! kernel `fa1_{dtype}_{D}` when its shared memory fits the device; everything else takes the generic
+//! `fa1_{dtype}` with one block column per 64 columns of Dv.
+
+use crate::call::Call;
+use crate::error::unsupported;
+use crate::launch::{launch, LaunchDims};
+use crate::modules::FA1;
+use sdpa_core::Result;
+
+const BQ: usize = 64;
+const BK: usize = 64;
+const LDQ: usize = BQ + 4;
+const LDK: usize = BK + 4;
+const DC: usize = 32;
+const DVC: usize = 64;
+const THREADS: u32 = 256;
+
+/// Shared memory of the fixed variant for head dim `hd`, bytes.
+pub fn fixed_smem_bytes(hd: usize) -> usize {
+    4 * (hd * LDQ + hd * LDK + BK * hd + BK * LDQ)
+}
+
+/// Shared memory of the generic variant, bytes.
+pub fn generic_smem_bytes() -> usize {
+    4 * (DC * LDQ + DC * LDK + BK * DVC + BK * LDQ)
+}
+
+/// The entry point, grid and shared memory `fa1` uses for the call.
+pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
+    let s = call.spec.shape;
+    let dt = call.spec.dtype.name();
+    let q_tiles = s.sq.div_ceil(BQ);
+    let blocks = q_tiles
+        .checked_mul(s.b * s.hq)
+        .and_then(|x| u32::try_from(x).ok())
+        .ok_or_else(|| unsupported(format!("fa1 grid of {q_tiles} x {} blocks exceeds 2^32", s.b * s.hq)))?;
+    let optin = call.dev.info().smem_per_block_optin as usize;
+    let fixed = s.d == s.dv && crate::FA1_FAST_HEAD_DIMS.contains(&s.d) && fixed_smem_bytes(s.d) <= optin;
+    if fixed {
+        let dims =
+            LaunchDims { grid: (blocks, 1, 1), block: (THREADS, 1, 1), smem_bytes: fixed_smem_bytes(s.d) as u32 };
+        Ok((format!("fa1_{dt}_{}", s.d), dims))
+    } else {
+        let chunks = u32::try_from(s.dv.div_ceil(DVC)).map_err(|_| unsupported("Dv too large"))?;
+        let dims =
+            LaunchDims { grid: (blocks, chunks, 1), block: (THREADS, 1, 1), smem_bytes: generic_smem_bytes() as u32 };
+        Ok((format!("fa1_{dt}"), dims))
+    }
+}
+
+/// Launches `fa1` on the call's stream.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    let (name, dims) = plan(call)?;
+    // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
+    // every strided offset); the kernel reads Q/K/V/mask and writes O/LSE only within those extents.
+    unsafe { launch(call.dev, call.stream, &FA1, &name, dims, &call.params) }
+}

@@ -1,0 +1,46 @@
+//! The registry of kernel modules: every `.cu` file of `kernels/`, pulled into the binary with
+//! `include_str!`, plus the one shared header `common.cuh`.
+//!
+//! Adding a module is one line in [`MODULES`] (and a `pub const` for launch code to name it). Entry points
+//! inside a module are `extern "C"` and named `{kernel}_{dtype}[_{headdim}]`, e.g. `fa1_bf16_128`.
+
+/// The shared device header: the [`crate::params::AttnParams`] struct, dtype conversions, mask helpers.
+pub const COMMON_CUH: &str = include_str!("../kernels/common.cuh");
+
+/// Headers every module may `#include "name"`: handed to NVRTC in memory (no files needed at run time)
+/// and part of every cache key. A new shared header is one line here.
+pub const HEADERS: &[(&str, &str)] = &[("common.cuh", COMMON_CUH)];
+
+/// One `.cu` source compiled as one CUDA module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleSource {
+    /// Module name: the file stem, also the cache and error label.
+    pub name: &'static str,
+    /// CUDA C++ source (may `#include "common.cuh"`).
+    pub source: &'static str,
+    /// Extra NVRTC options for this module only (part of the cache key).
+    pub extra_options: &'static [&'static str],
+}
+
+impl ModuleSource {
+    /// A module with no extra options.
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        ModuleSource { name, source, extra_options: &[] }
+    }
+}
+
+/// The softmax (scale + mask + LSE) kernel of the unfused baseline.
+pub const UNFUSED: ModuleSource = ModuleSource::new("unfused", include_str!("../kernels/unfused.cu"));
+/// FlashAttention-1 SIMT kernels.
+pub const FA1: ModuleSource = ModuleSource::new("fa1", include_str!("../kernels/fa1.cu"));
+/// f32 inputs on tensor cores: TF32 and split TF32.
+pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../kernels/tf32.cu"));
+
+/// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
+/// New modules (FA-2, split-KV) add one line here.
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, TF32];
+
+/// Looks a module up by name.
+pub fn find(name: &str) -> Option<&'static ModuleSource> {
+    MODULES.iter().find(|m| m.name == name)
+}

@@ -1,0 +1,226 @@
+//! The unfused baseline, as eager PyTorch runs attention: cuBLAS writes the scores `S = Q·Kᵀ` (f32, all
+//! `B·Hq·Sq·Sk` of them), a softmax kernel applies scale and mask and writes `P` in the input dtype (and
+//! the LSE), cuBLAS multiplies `O = P·V`. f32 inputs multiply exactly (`CUBLAS_COMPUTE_32F`) or in TF32
+//! (`F32Math::Tf32`, `CUBLAS_COMPUTE_32F_FAST_TF32`).
+//!
+//! GQA and any strides without copies: the products are strided-batched over kv heads, one cuBLAS call per
+//! (batch, position in the head group); with no GQA and batch-uniform strides (BHSD) one call covers
+//! everything.
+
+use crate::call::Call;
+use crate::error::{unsupported, CudaError};
+use crate::launch::{launch, LaunchDims};
+use crate::modules::UNFUSED;
+use crate::params::AttnParams;
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{DevicePtr, DeviceRepr};
+use sdpa_core::{DType, F32Math, Result};
+
+/// Launch argument of `unfused_softmax_*` (mirrors `SoftmaxParams` in unfused.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct SoftmaxParams {
+    a: AttnParams,
+    s: u64,
+    p: u64,
+}
+// SAFETY: C layout of plain integers and floats (AttnParams is DeviceRepr; two u64 follow, no padding).
+unsafe impl DeviceRepr for SoftmaxParams {}
+
+fn data_type(dtype: DType) -> cudaDataType {
+    match dtype {
+        DType::F32 => cudaDataType::CUDA_R_32F,
+        DType::F16 => cudaDataType::CUDA_R_16F,
+        DType::BF16 => cudaDataType::CUDA_R_16BF,
+    }
+}
+
+fn c_int(name: &str, v: i64) -> Result<i32> {
+    i32::try_from(v).map_err(|_| unsupported(format!("{name} = {v} exceeds cuBLAS's 32-bit sizes")))
+}
+
+/// One strided-batched GEMM in cuBLAS's column-major terms; pointers are byte addresses.
+struct Gemm {
+    transa: cublasOperation_t,
+    m: i32,
+    n: i32,
+    k: i32,
+    a: u64,
+    a_type: cudaDataType,
+    lda: i32,
+    stride_a: i64,
+    b: u64,
+    b_type: cudaDataType,
+    ldb: i32,
+    stride_b: i64,
+    c: u64,
+    c_type: cudaDataType,
+    ldc: i32,
+    stride_c: i64,
+    batch: i32,
+    compute: cublasComputeType_t,
+}
+
+impl Gemm {
+    /// # Safety
+    /// Every address must point to device memory covering the matrices the sizes, leading dimensions and
+    /// strides describe, alive until the stream runs the GEMM.
+    unsafe fn run(&self, handle: cudarc::cublas::sys::cublasHandle_t) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: see the function's contract; alpha/beta are host f32 matching the f32 compute type.
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                handle,
+                self.transa,
+                cublasOperation_t::CUBLAS_OP_N,
+                self.m,
+                self.n,
+                self.k,
+                (&alpha as *const f32).cast(),
+                self.a as *const _,
+                self.a_type,
+                self.lda,
+                self.stride_a,
+                self.b as *const _,
+                self.b_type,
+                self.ldb,
+                self.stride_b,
+                (&beta as *const f32).cast(),
+                self.c as *mut _,
+                self.c_type,
+                self.ldc,
+                self.stride_c,
+                self.batch,
+                self.compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| {
+            CudaError::Cublas { call: "cublasGemmStridedBatchedEx", message: format!("{e:?}") }.into_sdpa("unfused")
+        })
+    }
+}
+
+/// Runs the three steps on the call's stream.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    let spec = call.spec;
+    let s = spec.shape;
+    let p = &call.params;
+    let compute = match (spec.dtype, call.opts.f32_math) {
+        (DType::F32, F32Math::Tf32) => cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        (DType::F32, F32Math::SplitTf32) => {
+            return Err(unsupported(
+                "unfused runs its products in cuBLAS, which has no split-TF32 mode; use fa2 with split-tf32",
+            ))
+        }
+        _ => cublasComputeType_t::CUBLAS_COMPUTE_32F,
+    };
+    let rows = (s.b * s.hq).checked_mul(s.sq).ok_or_else(|| unsupported("B·Hq·Sq overflows"))?;
+    let n_scores = rows.checked_mul(s.sk).ok_or_else(|| unsupported("the score matrix size overflows"))?;
+    let scores = call.scratch::<f32>(n_scores, "the unfused score matrix")?;
+    let probs = call.scratch::<u8>(n_scores * spec.dtype.size_bytes(), "the unfused probability matrix")?;
+    let (s_ptr, _gs) = scores.device_ptr(call.stream);
+    let (p_ptr, _gp) = probs.device_ptr(call.stream);
+
+    let es = spec.dtype.size_bytes() as u64;
+    let dt = data_type(spec.dtype);
+    let g = s.group_size() as i64;
+    let (sq, sk) = (s.sq as i64, s.sk as i64);
+    let [qb, qh, qs] = p.q_stride;
+    let [kb, kh, ks] = p.k_stride;
+    let [vb, vh, vs] = p.v_stride;
+    let [ob, oh, os] = p.o_stride;
+    // One call per (batch, group position) over kv heads; collapse to a single call when possible.
+    let uniform = g == 1
+        && qb == s.hq as i64 * qh
+        && kb == s.hkv as i64 * kh
+        && vb == s.hkv as i64 * vh
+        && ob == s.hq as i64 * oh;
+    let (outer_b, batch) = if uniform { (1, (s.b * s.hq) as i64) } else { (s.b as i64, s.hkv as i64) };
+    let inner_r = if uniform { 1 } else { g };
+
+    call.dev.with_blas(|blas| {
+        let handle = *blas.handle();
+        // SAFETY: the handle is live and locked for this closure; the stream belongs to its context.
+        unsafe { cudarc::cublas::result::set_stream(handle, call.stream.cu_stream() as _) }.map_err(|e| {
+            CudaError::Cublas { call: "cublasSetStream", message: format!("{e:?}") }.into_sdpa("unfused")
+        })?;
+        for b in 0..outer_b {
+            for r in 0..inner_r {
+                let srow0 = (b * s.hq as i64 + r) * sq * sk; // first score of (b, head r)
+                                                             // S^T (Sk x Sq, col-major) = K (D x Sk)^T · Q (D x Sq)
+                let gemm1 = Gemm {
+                    transa: cublasOperation_t::CUBLAS_OP_T,
+                    m: c_int("Sk", sk)?,
+                    n: c_int("Sq", sq)?,
+                    k: c_int("D", s.d as i64)?,
+                    a: p.k + (b * kb) as u64 * es,
+                    a_type: dt,
+                    lda: c_int("K row stride", ks)?,
+                    stride_a: kh,
+                    b: p.q + (b * qb + r * qh) as u64 * es,
+                    b_type: dt,
+                    ldb: c_int("Q row stride", qs)?,
+                    stride_b: g * qh,
+                    c: s_ptr + srow0 as u64 * 4,
+                    c_type: cudaDataType::CUDA_R_32F,
+                    ldc: c_int("Sk", sk)?,
+                    stride_c: g * sq * sk,
+                    batch: c_int("batch", batch)?,
+                    compute,
+                };
+                // SAFETY: Q, K and the score scratch cover every addressed element (validated strides,
+                // scratch sized B·Hq·Sq·Sk); the guards keep them alive until queued.
+                unsafe { gemm1.run(handle)? };
+            }
+        }
+        Ok(())
+    })?;
+
+    let sp = SoftmaxParams { a: *p, s: s_ptr, p: p_ptr };
+    let dims = LaunchDims {
+        grid: (u32::try_from(rows).map_err(|_| unsupported("more than 2^32 query rows"))?, 1, 1),
+        block: (256, 1, 1),
+        smem_bytes: 0,
+    };
+    // SAFETY: the scores were written above on this stream; P has B·Hq·Sq·Sk elements of the dtype; LSE
+    // (if any) has B·Hq·Sq f32; the explicit mask covers its dims.
+    unsafe { launch(call.dev, call.stream, &UNFUSED, &format!("unfused_softmax_{}", spec.dtype.name()), dims, &sp)? };
+
+    call.dev.with_blas(|blas| {
+        let handle = *blas.handle();
+        // SAFETY: as above.
+        unsafe { cudarc::cublas::result::set_stream(handle, call.stream.cu_stream() as _) }.map_err(|e| {
+            CudaError::Cublas { call: "cublasSetStream", message: format!("{e:?}") }.into_sdpa("unfused")
+        })?;
+        for b in 0..outer_b {
+            for r in 0..inner_r {
+                let prow0 = (b * s.hq as i64 + r) * sq * sk;
+                // O^T (Dv x Sq) = V^T (Dv x Sk) · P^T (Sk x Sq)
+                let gemm2 = Gemm {
+                    transa: cublasOperation_t::CUBLAS_OP_N,
+                    m: c_int("Dv", s.dv as i64)?,
+                    n: c_int("Sq", sq)?,
+                    k: c_int("Sk", sk)?,
+                    a: p.v + (b * vb) as u64 * es,
+                    a_type: dt,
+                    lda: c_int("V row stride", vs)?,
+                    stride_a: vh,
+                    b: p_ptr + prow0 as u64 * es,
+                    b_type: dt,
+                    ldb: c_int("Sk", sk)?,
+                    stride_b: g * sq * sk,
+                    c: p.o + (b * ob + r * oh) as u64 * es,
+                    c_type: dt,
+                    ldc: c_int("O row stride", os)?,
+                    stride_c: g * oh,
+                    batch: c_int("batch", batch)?,
+                    compute,
+                };
+                // SAFETY: P was written by the softmax on this stream; V and O cover every addressed element.
+                unsafe { gemm2.run(handle)? };
+            }
+        }
+        Ok(())
+    })
+}
