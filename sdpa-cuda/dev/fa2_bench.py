@@ -29,12 +29,13 @@ TOL = {"f16": 2e-3, "bf16": 1.6e-2}  # sdpa_core::check::tolerance
 
 
 class Params(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "mask", "part_o", "part_lse")] + [
-        (n, ctypes.c_longlong)
-        for n in ("q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "v_sb", "v_sh", "v_ss", "o_sb", "o_sh", "o_ss",
-                  "m_sb", "m_sh", "m_sq", "m_sk")
-    ] + [(n, ctypes.c_int) for n in ("b", "hq", "hkv", "sq", "sk", "group", "causal_off", "n_splits",
-                                    "keys_per_split")] + [("scale_log2", ctypes.c_float)]
+    """Mirror of AttnParams (kernels/common.cuh, src/params.rs)."""
+    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "mask", "lse", "workspace")] + [
+        (n, ctypes.c_longlong * 3) for n in ("q_stride", "k_stride", "v_stride", "o_stride")
+    ] + [("mask_stride", ctypes.c_longlong * 4)] + [
+        (n, ctypes.c_int) for n in ("b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind", "causal_offset")
+    ] + [("scale", ctypes.c_float), ("scale_log2", ctypes.c_float), ("num_splits", ctypes.c_int),
+         ("extra", ctypes.c_int)]
 
 
 def log(*a):
@@ -46,23 +47,37 @@ class Lib:
         self.lib = ctypes.CDLL(path)
         assert self.lib.fa2dev_params_size() == ctypes.sizeof(Params), "Params layout mismatch"
         self.entries = []
-        buf = (ctypes.c_int * 7)()
+        buf = (ctypes.c_int * 8)()
         for i in range(self.lib.fa2dev_count()):
             self.lib.fa2dev_entry(i, buf)
-            kind, dt, d, a, b, c, mask = list(buf)
+            kind, dt, d, a, b, c, e, mask = list(buf)
+            # fa2: a, b, c, e = BM, BN, warps, K/V stages; splitkv: a, b = warps, stages.
+            # splitkv: a, b, c = warps, stages, keys per step.
             self.entries.append(dict(i=i, kind=("fa2", "splitkv")[kind], dt=("f16", "bf16")[dt], d=d, a=a, b=b,
-                                     c=c, mask=mask))
+                                     c=c, e=e, mask=mask, cfg=(a, b, c, e) if kind == 0 else (a, b, c)))
         self.lib.fa2dev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
 
     def find(self, kind, dt, d, mask, cfg=None):
         for e in self.entries:
             if e["kind"] == kind and e["dt"] == dt and e["d"] == d and e["mask"] == mask:
-                if cfg is None or (e["a"], e["b"], e["c"]) == tuple(cfg):
+                if cfg is None or e["cfg"] == tuple(cfg):
                     return e
         return None
 
     def configs(self, kind, dt, d, mask):
-        return [e for e in self.entries if e["kind"] == kind and e["dt"] == dt and e["d"] == d and e["mask"] == mask]
+        return [e for e in self.entries if e["kind"] == kind and e["dt"] == dt and e["d"] == d and e["mask"] == mask
+                and self.fits(e)]
+
+    @staticmethod
+    def fits(e):
+        """Drops tuning configurations whose shared memory exceeds the H100's 227 KB per block."""
+        return Lib.smem(e) <= 227 * 1024
+
+    @staticmethod
+    def smem(e):
+        if e["kind"] == "splitkv":
+            return (16 + 2 * e["b"] * e["c"]) * (e["d"] + 8) * 2 * e["a"]
+        return (e["a"] + 2 * e["e"] * e["b"]) * (e["d"] + 8) * 2
 
 
 def mask_code(kind):
@@ -99,24 +114,26 @@ class Problem:
                 self.add = torch.where(drop, float("-inf"), vals).float().contiguous()
         self.off = {"causal": 0, "causal-br": Sk - Sq}.get(mask, 0)
 
-    def params(self, lse=True, part_o=None, part_lse=None, n_splits=0, kps=0):
+    def params(self, lse=True, workspace=None, n_splits=1, kps=0):
         p = Params()
         p.q, p.k, p.v, p.o = self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.o.data_ptr()
         p.lse = self.lse.data_ptr() if lse else None
         p.mask = self.add.data_ptr() if self.add is not None else None
-        p.part_o = part_o.data_ptr() if part_o is not None else None
-        p.part_lse = part_lse.data_ptr() if part_lse is not None else None
+        p.workspace = workspace.data_ptr() if workspace is not None else None
         for name, t in (("q", self.q), ("k", self.k), ("v", self.v), ("o", self.o)):
             sb, sh, ss, sd = t.stride()
             assert sd == 1
-            setattr(p, f"{name}_sb", sb); setattr(p, f"{name}_sh", sh); setattr(p, f"{name}_ss", ss)
+            setattr(p, f"{name}_stride", (ctypes.c_longlong * 3)(sb, sh, ss))
         if self.add is not None:
             st = [0 if n == 1 else s for n, s in zip(self.add.shape, self.add.stride())]
-            p.m_sb, p.m_sh, p.m_sq, p.m_sk = st
+            p.mask_stride = (ctypes.c_longlong * 4)(*st)
         p.b, p.hq, p.hkv, p.sq, p.sk = self.B, self.Hq, self.Hkv, self.Sq, self.Sk
         p.group = self.Hq // self.Hkv
-        p.causal_off = self.off
-        p.n_splits, p.keys_per_split = n_splits, kps
+        p.d = p.dv = self.D
+        p.mask_kind = mask_code(self.mask_kind)
+        p.causal_offset = self.off
+        p.num_splits, p.extra = n_splits, kps
+        p.scale = self.scale
         p.scale_log2 = self.scale * LOG2E
         return p
 
@@ -162,23 +179,26 @@ class Runner:
         if rc != 0:
             raise RuntimeError(f"launch failed rc={rc} {entry}")
 
-    def splits_for(self, pr, nw, sms=132, warps_per_sm=None):
+    def splits_for(self, pr, entry, sms=132, waves=1):
+        """Splits so that the grid fills the resident block slots `waves` times (slots from shared memory)."""
         G = pr.Hq // pr.Hkv
+        nw = entry["a"]
         units = pr.B * pr.Hkv * ((G * pr.Sq + 15) // 16)
-        target = sms * (warps_per_sm or 4)
-        n = max(1, min(-(-target // units), -(-pr.Sk // 16)))
-        kps = -(-(-(-pr.Sk // n)) // 16) * 16
+        per_sm = max(1, min(228 * 1024 // (Lib.smem(entry) + 1024), 64 // nw))
+        target_warps = int(sms * per_sm * nw * waves)
+        n = max(1, min(target_warps // units, -(-pr.Sk // 32)))
+        kps = -(-(-(-pr.Sk // n)) // 32) * 32
         n = -(-pr.Sk // kps)
         return n, kps
 
     def splitkv(self, pr, entry, n_splits=None, kps=None, lse=True, ws=None):
         if n_splits is None:
-            n_splits, kps = self.splits_for(pr, entry["a"])
+            n_splits, kps = self.splits_for(pr, entry)
         rows = pr.B * pr.Hq * pr.Sq
-        if ws is None or ws[0].numel() < rows * n_splits * pr.D:
-            ws = (torch.empty(rows * n_splits * pr.D, device="cuda", dtype=torch.float32),
-                  torch.empty(rows * n_splits, device="cuda", dtype=torch.float32))
-        p = pr.params(lse=lse, part_o=ws[0], part_lse=ws[1], n_splits=n_splits, kps=kps)
+        need = (rows * n_splits + 3) // 4 * 4 + rows * n_splits * pr.D  # partial LSEs, then partial outputs
+        if ws is None or ws.numel() < need:
+            ws = torch.empty(need, device="cuda", dtype=torch.float32)
+        p = pr.params(lse=lse, workspace=ws, n_splits=n_splits, kps=kps)
         rc = self.lib.lib.fa2dev_launch(entry["i"], ctypes.byref(p), ctypes.c_void_p(self.stream))
         if rc != 0:
             raise RuntimeError(f"launch failed rc={rc} {entry}")
@@ -234,7 +254,7 @@ def run_checks(lib, res, quick):
                     ref_lse[torch.isfinite(ref_lse)].abs().max() if torch.isfinite(ref_lse).any() else 0)
                 if math_err is not None and err > 2 * max(math_err, 1e-4):
                     ok = False
-                row = dict(kind=kind, cfg=(e["a"], e["b"], e["c"]), B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, dt=dt,
+                row = dict(kind=kind, cfg=e["cfg"], B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, dt=dt,
                            layout=layout, mask=mask, mask_dims=mdims, rel_err=err, nan_mismatch=nanbad,
                            lse_err=le, lse_bad=lbad, math_err=math_err, ok=ok)
                 res["checks"].append(row)
@@ -315,7 +335,7 @@ def run_bench(lib, res, args):
                         r.fa2(pr, e, lse=False)
                         err, nb = rel_err(pr.o, want)
                         ms = bench(lambda: r.fa2(pr, e, lse=False))
-                        row["ours"][str((e["a"], e["b"], e["c"]))] = dict(ms=ms, tflops=fl / ms / 1e9, err_vs_flash=err,
+                        row["ours"][str(e["cfg"])] = dict(ms=ms, tflops=fl / ms / 1e9, err_vs_flash=err,
                                                                           nan=nb)
                     row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, causal)
                     row["cudnn"] = torch_time(pr, None, causal)
@@ -331,6 +351,27 @@ def run_bench(lib, res, args):
                     torch.cuda.empty_cache()
 
 
+def run_extra(lib, res, args):
+    """Tile choice for D = 96 and 256 (no PyTorch anchor needed to pick among our own configs)."""
+    r = Runner(lib)
+    for D in (96, 256):
+        for causal in (False, True):
+            for S in (1024, 4096):
+                B, H = 16384 // S, 2048 // D if D != 96 else 16
+                pr = Problem(B, H, H, S, S, D, "bf16", "bhsd", "causal" if causal else "none", seed=S)
+                fl = flops(B, H, S, S, D, causal)
+                out = {}
+                for e in lib.configs("fa2", "bf16", D, 1 if causal else 0):
+                    ms = bench(lambda: r.fa2(pr, e, lse=False))
+                    out[str(e["cfg"])] = fl / ms / 1e9
+                fms = torch_time(pr, SDPBackend.FLASH_ATTENTION, causal)
+                res["extra"].append(dict(D=D, S=S, causal=causal, tflops=out, flash_tflops=fl / fms / 1e9 if fms else None))
+                log(f"extra D={D} c={int(causal)} S={S} flash={fl / fms / 1e9 if fms else float('nan'):.0f} | " +
+                    " ".join(f"{k}:{v:.0f}" for k, v in out.items()))
+                del pr
+                torch.cuda.empty_cache()
+
+
 def run_decode(lib, res, args):
     r = Runner(lib)
     for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
@@ -341,20 +382,28 @@ def run_decode(lib, res, args):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
         for e in lib.configs("splitkv", dt, D, 0):
-            base, kps0 = r.splits_for(pr, e["a"])
-            for wps in ([2, 4, 8, 16] if args.tune else [4]):
-                n, kps = r.splits_for(pr, e["a"], warps_per_sm=wps)
+            for waves in ([0.5, 1, 2] if args.tune else [1]):
+                n, kps = r.splits_for(pr, e, waves=waves)
                 ws = r.splitkv(pr, e, n, kps, lse=False)
                 pr.o.fill_(float("nan"))
                 r.splitkv(pr, e, n, kps, lse=False, ws=ws)
                 err, nb = rel_err(pr.o, want)
                 ms = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
-                key = f"nw{e['a']}_st{e['b']}_wps{wps}_splits{n}"
-                row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb)
+                key = f"nw{e['a']}_st{e['b']}_ks{e['c']}_waves{waves}_splits{n}"
+                row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb, entry=e, splits=(n, kps))
         row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, False)
         row["cudnn"] = torch_time(pr, None, False)
         best = min(row["ours"].items(), key=lambda kv: kv[1]["ms"])
         row["best_cfg"], row["best_ms"] = best
+        # Where the time goes: the split kernel alone (no combine), and a pure read of K and V by torch.
+        e = best[1]["entry"]
+        n, kps = best[1]["splits"]
+        lib.lib.fa2dev_set_combine(0)
+        ws = r.splitkv(pr, e, n, kps, lse=False)
+        row["split_only_ms"] = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
+        lib.lib.fa2dev_set_combine(1)
+        row["torch_sum_kv_ms"] = bench(lambda: (pr.k.sum(dtype=torch.float32), pr.v.sum(dtype=torch.float32)))
+        log(f"  split kernel alone {row['split_only_ms'] * 1e3:.1f} us; torch k.sum()+v.sum() {row['torch_sum_kv_ms'] * 1e3:.1f} us")
         res["decode"].append(row)
         for k, v in sorted(row["ours"].items(), key=lambda kv: kv[1]["ms"])[:6]:
             log(f"  decode B={B} Hq={Hq} Hkv={Hkv} Sk={Sk} {k}: {v['ms'] * 1e3:7.1f} us {v['GBps']:6.0f} GB/s"
@@ -371,6 +420,7 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--extra", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args()
@@ -379,7 +429,7 @@ def main():
     p = torch.cuda.get_device_properties(0)
     res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
                         argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
-               ceilings={}, checks=[], bench=[], decode=[])
+               ceilings={}, checks=[], bench=[], decode=[], extra=[])
     log("ENV", json.dumps(res["env"]))
     try:
         if args.check:
@@ -390,6 +440,8 @@ def main():
             run_bench(lib, res, args)
         if args.decode:
             run_decode(lib, res, args)
+        if args.extra:
+            run_extra(lib, res, args)
     finally:
         json.dump(res, open(os.path.join(args.out, "fa2dev.json"), "w"), indent=1, default=str)
     if res["bench"]:

@@ -3,7 +3,8 @@
 // device code as the Rust backend (kernels/fa2.cu, kernels/splitkv.cu) at several tile configurations, so
 // tile sizes can be chosen by measurement. Not part of the Rust build.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o fa2dev.so fa2_host.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 -I../kernels -shared -Xcompiler -fPIC -cudart static -o fa2dev.so fa2_host.cu
+//   (add -DFA2DEV_CONFIGS='"tune_configs.inc"' for the tuning candidates)
 #define FA2_NO_ENTRIES
 #define SPLITKV_NO_ENTRIES
 #include "../kernels/fa2.cu"
@@ -11,16 +12,16 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-template <typename T, int D, int BM, int BN, int NW, int MINB, int MASK>
-__global__ void __launch_bounds__(NW * 32, MINB) fa2_dev(const Fa2Params p) {
+template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
+__global__ void __launch_bounds__(NW * 32, MINB) fa2_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    fa2_forward<T, D, BM, BN, NW, MASK>(p, reinterpret_cast<T*>(smem));
+    fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(smem));
 }
 
-template <typename T, int D, int BM, int BN, int NW, int MINB, int MASK>
-int launch_fa2(const Fa2Params& p, cudaStream_t st) {
-    const int smem = Fa2Tile<D, BM, BN, NW>::SMEM_ELEMS * 2;
-    auto k = fa2_dev<T, D, BM, BN, NW, MINB, MASK>;
+template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
+int launch_fa2(const AttnParams& p, cudaStream_t st) {
+    const int smem = Fa2Tile<D, BM, BN, NW, ST>::SMEM_ELEMS * 2;
+    auto k = fa2_dev<T, D, BM, BN, NW, ST, MINB, MASK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
     dim3 grid((p.sq + BM - 1) / BM, p.hq, p.b);
@@ -28,82 +29,80 @@ int launch_fa2(const Fa2Params& p, cudaStream_t st) {
     return (int)cudaGetLastError();
 }
 
-template <typename T, int D, int NW, int STAGES, int MASK>
-__global__ void __launch_bounds__(NW * 32) splitkv_dev(const Fa2Params p) {
+template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+__global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    splitkv_forward<T, D, NW, STAGES, MASK>(p, reinterpret_cast<T*>(smem));
+    splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(smem));
 }
+static int g_combine = 1;  // 0: time the split kernel alone (the output is then incomplete)
+extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
 template <typename T, int D>
-__global__ void __launch_bounds__(128) combine_dev(const Fa2Params p) {
+__global__ void __launch_bounds__(128) combine_dev(const AttnParams p) {
     splitkv_combine_row<T, D>(p);
 }
 
-template <typename T, int D, int NW, int STAGES, int MASK>
-int launch_splitkv(const Fa2Params& p, cudaStream_t st) {
-    const int smem = SplitKvTile<D, STAGES>::WARP_ELEMS * 2 * NW;
-    auto k = splitkv_dev<T, D, NW, STAGES, MASK>;
+template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+int launch_splitkv(const AttnParams& p, cudaStream_t st) {
+    const int smem = SplitKvTile<D, STAGES, KS>::WARP_ELEMS * 2 * NW;
+    auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
     const int m_tiles = (p.group * p.sq + 15) / 16;
-    dim3 grid((p.n_splits + NW - 1) / NW, p.hkv * m_tiles, p.b);
+    dim3 grid((p.num_splits + NW - 1) / NW, p.hkv * m_tiles, p.b);
     k<<<grid, NW * 32, smem, st>>>(p);
     e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
+    if (e != cudaSuccess || !g_combine) return (int)e;
     const long long rows = (long long)p.b * p.hq * p.sq;
-    combine_dev<T, D><<<(unsigned)((rows + 3) / 4), 128, 0, st>>>(p);
+    combine_dev<T, D><<<(unsigned)rows, 128, 0, st>>>(p);
     return (int)cudaGetLastError();
 }
 
-typedef int (*LaunchFn)(const Fa2Params&, cudaStream_t);
+typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
     int kind;  // 0 fa2, 1 splitkv
     int dt;    // 0 f16, 1 bf16
-    int d, a, b, c, mask;  // fa2: BM, BN, NW; splitkv: NW, STAGES, 0
+    int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, 0
     LaunchFn fn;
 };
 
-#define FA2_CFG(DT, T, D, BM, BN, NW, MINB)                                                            \
-    {0, DT, D, BM, BN, NW, 0, launch_fa2<T, D, BM, BN, NW, MINB, 0>},                                 \
-        {0, DT, D, BM, BN, NW, 1, launch_fa2<T, D, BM, BN, NW, MINB, 1>},
-#define FA2_CFG_ALL(DT, T, D, BM, BN, NW, MINB)                                                        \
-    FA2_CFG(DT, T, D, BM, BN, NW, MINB){0, DT, D, BM, BN, NW, 2, launch_fa2<T, D, BM, BN, NW, MINB, 2>},
-#define SKV_CFG(DT, T, D, NW, ST)                                                                      \
-    {1, DT, D, NW, ST, 0, 0, launch_splitkv<T, D, NW, ST, 0>}, {1, DT, D, NW, ST, 0, 1, launch_splitkv<T, D, NW, ST, 1>},
-#define SKV_CFG_ALL(DT, T, D, NW, ST)                                                                  \
-    SKV_CFG(DT, T, D, NW, ST){1, DT, D, NW, ST, 0, 2, launch_splitkv<T, D, NW, ST, 2>},
+#define FA2_CFG(DT, T, D, BM, BN, NW, ST, MINB)                                                        \
+    {0, DT, D, BM, BN, NW, ST, 0, launch_fa2<T, D, BM, BN, NW, ST, MINB, 0>},                         \
+        {0, DT, D, BM, BN, NW, ST, 1, launch_fa2<T, D, BM, BN, NW, ST, MINB, 1>},
+#define FA2_CFG_ALL(DT, T, D, BM, BN, NW, ST, MINB)                                                    \
+    FA2_CFG(DT, T, D, BM, BN, NW, ST, MINB){0, DT, D, BM, BN, NW, ST, 2, launch_fa2<T, D, BM, BN, NW, ST, MINB, 2>},
+#define SKV_CFG(DT, T, D, NW, ST, KS)                                                                  \
+    {1, DT, D, NW, ST, KS, 0, 0, launch_splitkv<T, D, NW, ST, KS, 0>},                                \
+        {1, DT, D, NW, ST, KS, 0, 1, launch_splitkv<T, D, NW, ST, KS, 1>},
+#define SKV_CFG_ALL(DT, T, D, NW, ST, KS)                                                              \
+    SKV_CFG(DT, T, D, NW, ST, KS){1, DT, D, NW, ST, KS, 0, 2, launch_splitkv<T, D, NW, ST, KS, 2>},
 
 typedef __half H;
 typedef __nv_bfloat16 BF;
 static const Entry ENTRIES[] = {
-    // Defaults (every mask, both dtypes).
-    FA2_CFG_ALL(0, H, 64, 128, 64, 4, 2) FA2_CFG_ALL(1, BF, 64, 128, 64, 4, 2)
-    FA2_CFG_ALL(0, H, 96, 128, 64, 4, 2) FA2_CFG_ALL(1, BF, 96, 128, 64, 4, 2)
-    FA2_CFG_ALL(0, H, 128, 128, 64, 4, 2) FA2_CFG_ALL(1, BF, 128, 128, 64, 4, 2)
-    FA2_CFG_ALL(0, H, 256, 128, 64, 8, 1) FA2_CFG_ALL(1, BF, 256, 128, 64, 8, 1)
-    // Tuning candidates (bf16, none/causal).
-    FA2_CFG(1, BF, 64, 128, 128, 4, 1) FA2_CFG(1, BF, 64, 64, 64, 4, 2) FA2_CFG(1, BF, 64, 128, 128, 8, 1)
-    FA2_CFG(1, BF, 64, 64, 128, 4, 2)
-    FA2_CFG(1, BF, 128, 128, 32, 4, 2) FA2_CFG(1, BF, 128, 64, 64, 4, 2) FA2_CFG(1, BF, 128, 128, 64, 8, 1)
-    FA2_CFG(1, BF, 128, 128, 128, 8, 1)
-    FA2_CFG(1, BF, 96, 64, 64, 4, 2)
-    FA2_CFG(1, BF, 256, 64, 64, 4, 1) FA2_CFG(1, BF, 256, 64, 32, 4, 2)
-    // Split-KV.
-    SKV_CFG_ALL(0, H, 64, 4, 4) SKV_CFG_ALL(1, BF, 64, 4, 4)
-    SKV_CFG_ALL(0, H, 96, 4, 4) SKV_CFG_ALL(1, BF, 96, 4, 4)
-    SKV_CFG_ALL(0, H, 128, 4, 4) SKV_CFG_ALL(1, BF, 128, 4, 4)
-    SKV_CFG_ALL(0, H, 256, 4, 3) SKV_CFG_ALL(1, BF, 256, 4, 3)
-    SKV_CFG(1, BF, 128, 4, 3) SKV_CFG(1, BF, 128, 4, 2) SKV_CFG(1, BF, 128, 8, 3) SKV_CFG(1, BF, 128, 2, 6)
-    SKV_CFG(1, BF, 128, 4, 6)
+#ifndef FA2DEV_CONFIGS
+    // The configurations of the entry points in kernels/fa2.cu and kernels/splitkv.cu (every mask, both
+    // dtypes).
+    FA2_CFG_ALL(0, H, 64, 128, 128, 4, 1, 1) FA2_CFG_ALL(1, BF, 64, 128, 128, 4, 1, 1)
+    FA2_CFG_ALL(0, H, 96, 128, 64, 4, 2, 2) FA2_CFG_ALL(1, BF, 96, 128, 64, 4, 2, 2)
+    FA2_CFG_ALL(0, H, 128, 128, 64, 4, 1, 2) FA2_CFG_ALL(1, BF, 128, 128, 64, 4, 1, 2)
+    FA2_CFG_ALL(0, H, 256, 64, 64, 4, 1, 1) FA2_CFG_ALL(1, BF, 256, 64, 64, 4, 1, 1)
+    SKV_CFG_ALL(0, H, 64, 4, 2, 32) SKV_CFG_ALL(1, BF, 64, 4, 2, 32)
+    SKV_CFG_ALL(0, H, 96, 4, 2, 32) SKV_CFG_ALL(1, BF, 96, 4, 2, 32)
+    SKV_CFG_ALL(0, H, 128, 4, 2, 32) SKV_CFG_ALL(1, BF, 128, 4, 2, 32)
+    SKV_CFG_ALL(0, H, 256, 4, 2, 16) SKV_CFG_ALL(1, BF, 256, 4, 2, 16)
+#else
+#include FA2DEV_CONFIGS
+#endif
 };
 
 extern "C" int fa2dev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void fa2dev_entry(int i, int* out7) {
+extern "C" void fa2dev_entry(int i, int* out8) {
     const Entry& e = ENTRIES[i];
-    int v[7] = {e.kind, e.dt, e.d, e.a, e.b, e.c, e.mask};
-    for (int j = 0; j < 7; ++j) out7[j] = v[j];
+    int v[8] = {e.kind, e.dt, e.d, e.a, e.b, e.c, e.e, e.mask};
+    for (int j = 0; j < 8; ++j) out8[j] = v[j];
 }
-extern "C" int fa2dev_launch(int i, const Fa2Params* p, void* stream) {
+extern "C" int fa2dev_launch(int i, const AttnParams* p, void* stream) {
     if (i < 0 || i >= fa2dev_count()) return -1;
     return ENTRIES[i].fn(*p, (cudaStream_t)stream);
 }
-extern "C" int fa2dev_params_size() { return (int)sizeof(Fa2Params); }
+extern "C" int fa2dev_params_size() { return (int)sizeof(AttnParams); }

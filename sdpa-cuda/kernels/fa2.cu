@@ -14,47 +14,57 @@
 //
 // Causal masks: tiles wholly above the diagonal are never loaded (the loop stops at the last visible key of
 // the tile's last row); only tiles that cross the diagonal, or the end of the keys, run the mask code.
-#ifndef SDPA_FA2_MMA_CUH
 #include "fa2_mma.cuh"
-#endif
 
-template <int D, int BM, int BN, int NW>
+template <int D, int BM, int BN, int NW, int STAGES>
 struct Fa2Tile {
     static constexpr int ROWS_PER_WARP = BM / NW;
     static constexpr int MT = ROWS_PER_WARP / 16;  // m16 tiles per warp
     static constexpr int LD = D + 8;               // padded row length in elements
-    static constexpr int SMEM_ELEMS = (BM + 2 * BN) * LD;
+    static constexpr int SMEM_ELEMS = (BM + 2 * STAGES * BN) * LD;
     static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole m16 tiles");
     static_assert(D % 16 == 0 && BN % 16 == 0, "k16 steps");
+    static_assert(STAGES == 1 || STAGES == 2, "one K/V buffer (FA2 order) or two (double-buffered)");
 };
 
-// Copies rows [0, rows) of a tile (row r at `base + r * stride`) into shared memory with LD-element rows;
-// rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN would poison P·V).
+// Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
+// with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
+// would poison P·V).
 template <typename T, int D, int ROWS, int THREADS>
-__device__ __forceinline__ void fa2_load_tile(T* smem, const T* base, long long stride, int valid, int tid) {
+__device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     constexpr int LD = D + 8;
+    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+        // Each thread always copies the same column of rows r0, r0 + RSTEP, ...: no divisions in the loop.
+        constexpr int RSTEP = THREADS / CHUNKS;
+        const int r0 = tid / CHUNKS, col = (tid % CHUNKS) * 8;
+        const T* src = base + r0 * stride + col;
+        const unsigned d0 = dst + (r0 * LD + col) * 2;
 #pragma unroll
-    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
-        int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        bool ok = r < valid;
-        const T* src = ok ? base + r * stride + col : base;
-        fa2_cp_async16(smem + r * LD + col, src, ok);
+        for (int i = 0; i < ROWS / RSTEP; ++i) {
+            const bool ok = r0 + i * RSTEP < valid;
+            fa2_cp_async16(d0 + i * RSTEP * LD * 2, ok ? src : base, ok);
+            src += RSTEP * stride;
+        }
+    } else {
+#pragma unroll
+        for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+            const bool ok = r < valid;
+            fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+        }
     }
 }
 
-template <typename T, int D, int BM, int BN, int NW, int MASK>
-__device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
-    using Tile = Fa2Tile<D, BM, BN, NW>;
+template <typename T, int D, int BM, int BN, int NW, int STAGES, int MASK>
+__device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
+    using Tile = Fa2Tile<D, BM, BN, NW, STAGES>;
     constexpr int MT = Tile::MT;
     constexpr int LD = Tile::LD;
     constexpr int THREADS = NW * 32;
     constexpr int NT = BN / 8;  // n8 tiles of S per m16 tile
     constexpr int DT = D / 8;   // n8 tiles of O per m16 tile
-
-    T* sQ = smem;
-    T* sK = sQ + BM * LD;
-    T* sV = sK + BN * LD;
+    constexpr unsigned KV_BYTES = BN * LD * 2;  // one K or V buffer
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -64,17 +74,30 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
     const int kvh = h / p.group;
     const int m0 = m_block * BM;
     const int m_end = min(m0 + BM, p.sq);
+    const int warp_row0 = warp * Tile::ROWS_PER_WARP;
 
-    const T* q = static_cast<const T*>(p.q) + b * p.q_sb + h * p.q_sh + (long long)m0 * p.q_ss;
-    const T* k = static_cast<const T*>(p.k) + b * p.k_sb + kvh * p.k_sh;
-    const T* v = static_cast<const T*>(p.v) + b * p.v_sb + kvh * p.v_sh;
+    // Shared memory: Q [BM][LD], then STAGES x (K [BN][LD], V [BN][LD]).
+    const unsigned sQ = fa2_smem_addr(smem);
+    const unsigned sK = sQ + BM * LD * 2;
+    const unsigned sV = sK + STAGES * KV_BYTES;
+    // Per-lane ldmatrix bases; every fragment address is one of these plus a compile-time offset.
+    const unsigned q_ld = sQ + ((warp_row0 + (lane % 16)) * LD + (lane / 16) * 8) * 2;
+    const unsigned k_ld = sK + (((lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
+    const unsigned v_ld = sV + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2;
+
+    const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (long long)m0 * p.q_stride[2];
+    const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
+    const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
     int n_keys = p.sk;
-    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_off));
+    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     const int n_tiles = (n_keys + BN - 1) / BN;
 
-    fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_ss, m_end - m0, tid);
-    if (n_tiles > 0) fa2_load_tile<T, D, BN, THREADS>(sK, k, p.k_ss, p.sk, tid);
+    fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
+    if (n_tiles > 0) {
+        fa2_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
+        if (STAGES == 2) fa2_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
+    }
     fa2_cp_async_commit();
 
     float o[MT][DT][4];
@@ -86,14 +109,23 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
         m[mt][0] = m[mt][1] = fa2_neg_inf();
         l[mt][0] = l[mt][1] = 0.f;
     }
-    const int warp_row0 = warp * Tile::ROWS_PER_WARP;
     const float sl2 = p.scale_log2;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n0 = tile * BN;
+        const unsigned buf = STAGES == 2 ? (tile & 1) * KV_BYTES : 0u;
         fa2_cp_async_wait<0>();
-        __syncthreads();  // K[tile] (and Q) landed for everyone; everyone is done with V[tile-1]
-        fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n0 * p.v_ss, p.v_ss, p.sk - n0, tid);
+        __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
+        if (STAGES == 1) {
+            // FA2 order: V[tile] loads while S = Q K^T runs.
+            fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, tid);
+        } else if (tile + 1 < n_tiles) {
+            // Double-buffered: the whole next tile loads while this one is computed.
+            const int n1 = n0 + BN;
+            const unsigned nb = ((tile + 1) & 1) * KV_BYTES;
+            fa2_load_tile<T, D, BN, THREADS>(sK + nb, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+            fa2_load_tile<T, D, BN, THREADS>(sV + nb, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+        }
         fa2_cp_async_commit();
 
         // S = Q K^T for this warp's rows.
@@ -106,12 +138,11 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
         for (int kk = 0; kk < D / 16; ++kk) {
             unsigned a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                fa2_ldmatrix_x4(a[mt], sQ + (warp_row0 + mt * 16 + (lane % 16)) * LD + kk * 16 + (lane / 16) * 8);
+            for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], q_ld + (mt * 16 * LD + kk * 16) * 2);
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
                 unsigned bk[4];
-                fa2_ldmatrix_x4(bk, sK + (np * 16 + (lane % 8) + (lane / 16) * 8) * LD + kk * 16 + ((lane / 8) % 2) * 8);
+                fa2_ldmatrix_x4(bk, k_ld + buf + (np * 16 * LD + kk * 16) * 2);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     Fa2Type<T>::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
@@ -120,10 +151,20 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
             }
         }
 
+        if (STAGES == 1) {
+            fa2_cp_async_wait<0>();
+            __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
+            if (tile + 1 < n_tiles) {
+                const int n1 = n0 + BN;
+                fa2_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+            }
+            fa2_cp_async_commit();  // the next K loads during softmax and P V
+        }
+
         // Mask, then the online softmax update. For MASK_EXPLICIT the scores are scaled (log2 domain)
         // here; otherwise the scale is folded into the exp2 argument below.
         const bool edge = (n0 + BN > p.sk) ||
-                          (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_off) || MASK == FA2_MASK_EXPLICIT;
+                          (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) || MASK == FA2_MASK_EXPLICIT;
         if (edge) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -132,7 +173,7 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
                     const int row = m0 + warp_row0 + mt * 16 + g + hh * 8;
                     const float* mrow = nullptr;
                     if (MASK == FA2_MASK_EXPLICIT)
-                        mrow = p.mask + b * p.m_sb + h * p.m_sh + (long long)min(row, p.sq - 1) * p.m_sq;
+                        mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -140,9 +181,9 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
                             const int key = n0 + j * 8 + t4 * 2 + e;
                             float& x = s[mt][j][hh * 2 + e];
                             bool vis = key < p.sk;
-                            if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_off;
+                            if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
                             if (MASK == FA2_MASK_EXPLICIT)
-                                x = vis ? x * sl2 + mrow[key * p.m_sk] * FA2_LOG2E : fa2_neg_inf();
+                                x = vis ? x * sl2 + mrow[key * p.mask_stride[3]] * FA2_LOG2E : fa2_neg_inf();
                             else if (!vis)
                                 x = fa2_neg_inf();
                         }
@@ -180,14 +221,6 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
                 }
             }
 
-        fa2_cp_async_wait<0>();
-        __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
-        if (tile + 1 < n_tiles) {
-            const int n1 = n0 + BN;
-            fa2_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_ss, p.k_ss, p.sk - n1, tid);
-        }
-        fa2_cp_async_commit();
-
         // O += P V, P from registers.
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
@@ -202,7 +235,7 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
 #pragma unroll
             for (int dp = 0; dp < DT / 2; ++dp) {
                 unsigned bv[4];
-                fa2_ldmatrix_x4_trans(bv, sV + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + dp * 16 + (lane / 16) * 8);
+                fa2_ldmatrix_x4_trans(bv, v_ld + buf + (kk * 16 * LD + dp * 16) * 2);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     Fa2Type<T>::mma(o[mt][2 * dp], a[mt], bv[0], bv[1]);
@@ -215,7 +248,7 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
     // Epilogue: normalise, stage this warp's rows in its own part of sQ, then 16-byte coalesced stores.
     fa2_cp_async_wait<0>();
     __syncthreads();  // no cp.async into sQ may still be in flight (n_tiles == 0 skips the loop)
-    T* sO = sQ + warp_row0 * LD;
+    T* sO = smem + warp_row0 * LD;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -235,36 +268,37 @@ __device__ __forceinline__ void fa2_forward(const Fa2Params& p, T* smem) {
             }
         }
     __syncwarp();
-    T* out = static_cast<T*>(p.o) + b * p.o_sb + h * p.o_sh;
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
     constexpr int CHUNKS = D / 8;
 #pragma unroll
     for (int c = lane; c < Tile::ROWS_PER_WARP * CHUNKS; c += 32) {
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
         const int row = m0 + warp_row0 + r;
         if (row < p.sq)
-            *reinterpret_cast<uint4*>(out + (long long)row * p.o_ss + col) =
+            *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) =
                 *reinterpret_cast<const uint4*>(sO + r * LD + col);
     }
 }
 
-// Entry points: fa2_{dtype}_{D}_{mask}, tile sizes per head dim chosen by measurement on the H100
-// (sdpa-cuda/dev/fa2_bench.py). The Rust launcher mirrors FA2_TILE_* below.
-#define FA2_ENTRY(NAME, T, D, BM, BN, NW, MINB, MASK)                                                  \
-    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const Fa2Params p) {             \
+// Entry points fa2_{dtype}_{D}_{none|causal|explicit}. Tiles per head dim (BM query rows, BN keys, warps,
+// K/V stages, min blocks per SM) were chosen by measurement on the H100 (dev/fa2_bench.py, see
+// bench/results/fa2.md); src/fa2.rs mirrors them in `tile_for`.
+#define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
+    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
-        fa2_forward<T, D, BM, BN, NW, MASK>(p, reinterpret_cast<T*>(fa2_smem));                       \
+        fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(fa2_smem));                   \
     }
 
 #ifndef FA2_NO_ENTRIES
-#define FA2_ENTRIES_FOR(TNAME, T, D, BM, BN, NW, MINB)                                                 \
-    FA2_ENTRY(fa2_##TNAME##_##D##_none, T, D, BM, BN, NW, MINB, FA2_MASK_NONE)                         \
-    FA2_ENTRY(fa2_##TNAME##_##D##_causal, T, D, BM, BN, NW, MINB, FA2_MASK_CAUSAL)                     \
-    FA2_ENTRY(fa2_##TNAME##_##D##_explicit, T, D, BM, BN, NW, MINB, FA2_MASK_EXPLICIT)
+#define FA2_ENTRIES_FOR(TNAME, T, D, BM, BN, NW, ST, MINB)                                             \
+    FA2_ENTRY(fa2_##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                     \
+    FA2_ENTRY(fa2_##TNAME##_##D##_causal, T, D, BM, BN, NW, ST, MINB, FA2_MASK_CAUSAL)                 \
+    FA2_ENTRY(fa2_##TNAME##_##D##_explicit, T, D, BM, BN, NW, ST, MINB, FA2_MASK_EXPLICIT)
 #define FA2_ENTRIES_DTYPE(TNAME, T)                                                                    \
-    FA2_ENTRIES_FOR(TNAME, T, 64, 128, 64, 4, 2)                                                       \
-    FA2_ENTRIES_FOR(TNAME, T, 96, 128, 64, 4, 2)                                                       \
-    FA2_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 2)                                                      \
-    FA2_ENTRIES_FOR(TNAME, T, 256, 128, 64, 8, 1)
+    FA2_ENTRIES_FOR(TNAME, T, 64, 128, 128, 4, 1, 1)                                                   \
+    FA2_ENTRIES_FOR(TNAME, T, 96, 128, 64, 4, 2, 2)                                                    \
+    FA2_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 1, 2)                                                   \
+    FA2_ENTRIES_FOR(TNAME, T, 256, 64, 64, 4, 1, 1)
 FA2_ENTRIES_DTYPE(f16, __half)
 FA2_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif

@@ -1,0 +1,132 @@
+//! `fa2`: FlashAttention-2 on tensor cores for f16 and bf16 (`kernels/fa2.cu`, f32 accumulation), and the
+//! `auto` choice between `fa2`, `splitkv` and the foundation's kernels.
+//!
+//! One block per (query tile, query head, batch); each warp owns whole query rows; `mma.sync` m16n8k16 with
+//! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
+//! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded. Head
+//! dims [`FA2_HEAD_DIMS`] (with `D == Dv`) are compile-time specialisations whose tiles ([`tile_for`]) were
+//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/fa2.md`). Anything else the
+//! tensor-core kernels cannot take ([`unsupported_reason`]) runs on the generic fused `fa1` path, and
+//! [`run`] reports that it did.
+
+use crate::call::Call;
+use crate::error::unsupported;
+use crate::launch::{launch, LaunchDims};
+use crate::modules::FA2;
+use crate::params::{MASK_CAUSAL, MASK_EXPLICIT};
+use sdpa_core::{DType, Kernel, Result};
+
+/// Head dims (D = Dv) with a tensor-core specialisation in `fa2` and `splitkv`.
+pub const FA2_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+
+/// Tile of one `fa2` specialisation; mirrors the `FA2_ENTRIES_FOR` lines of `kernels/fa2.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fa2Tile {
+    /// Query rows per block.
+    pub bm: usize,
+    /// Keys per K/V tile.
+    pub bn: usize,
+    /// Warps per block (each owns `bm / warps` rows).
+    pub warps: usize,
+    /// K/V buffers: 1 (V[t] loads during Q·Kᵀ, K[t+1] during softmax and P·V) or 2 (double-buffered).
+    pub stages: usize,
+}
+
+impl Fa2Tile {
+    /// Dynamic shared memory of a block for head dim `d`, bytes (rows padded by 8 elements).
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        (self.bm + 2 * self.stages * self.bn) * (d + 8) * 2
+    }
+}
+
+/// The measured tile for head dim `d`, if `d` is specialised.
+pub fn tile_for(d: usize) -> Option<Fa2Tile> {
+    let t = |bm, bn, warps, stages| Some(Fa2Tile { bm, bn, warps, stages });
+    match d {
+        64 => t(128, 128, 4, 1),
+        96 => t(128, 64, 4, 2),
+        128 => t(128, 64, 4, 1),
+        256 => t(64, 64, 4, 1),
+        _ => None,
+    }
+}
+
+/// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
+/// `D == Dv` in [`FA2_HEAD_DIMS`], a positive scale (the running max is taken before scaling), and every
+/// row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base pointers and all strides of Q, K, V
+/// and O multiples of 8 elements.
+pub fn unsupported_reason(call: &Call<'_>) -> Option<String> {
+    let spec = call.spec;
+    let s = spec.shape;
+    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+        return Some(format!("dtype {} (tensor-core fa2 takes f16 and bf16)", spec.dtype));
+    }
+    if s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d) {
+        return Some(format!("head dims D = {}, Dv = {} (specialised: D = Dv in {FA2_HEAD_DIMS:?})", s.d, s.dv));
+    }
+    if spec.scale() <= 0.0 {
+        return Some(format!("scale {} (the tensor-core kernels need a positive scale)", spec.scale()));
+    }
+    let p = &call.params;
+    let ptrs_ok = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
+    let strides_ok = [p.q_stride, p.k_stride, p.v_stride, p.o_stride].iter().flatten().all(|&st| st % 8 == 0);
+    if !ptrs_ok || !strides_ok {
+        return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
+    }
+    None
+}
+
+/// Mask suffix of the entry points.
+pub(crate) fn mask_name(mask_kind: i32) -> &'static str {
+    match mask_kind {
+        MASK_CAUSAL => "causal",
+        MASK_EXPLICIT => "explicit",
+        _ => "none",
+    }
+}
+
+/// Entry point and launch shape of `fa2` for a supported call.
+pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
+    let s = call.spec.shape;
+    let tile = tile_for(s.d).ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", s.d)))?;
+    let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
+    let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
+    let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
+    let name = format!("fa2_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(call.params.mask_kind));
+    let dims = LaunchDims {
+        grid: (tiles, hq, b),
+        block: (tile.warps as u32 * 32, 1, 1),
+        smem_bytes: tile.smem_bytes(s.d) as u32,
+    };
+    Ok((name, dims))
+}
+
+/// Runs `fa2` on the call's stream, or the generic `fa1` path when [`unsupported_reason`] says the
+/// tensor-core kernel cannot take the call; returns the kernel that ran.
+pub fn run(call: &Call<'_>) -> Result<Kernel> {
+    if unsupported_reason(call).is_some() {
+        crate::fa1::run(call)?;
+        return Ok(Kernel::Fa1);
+    }
+    let (name, dims) = plan(call)?;
+    // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
+    // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and the
+    // mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
+    unsafe { launch(call.dev, call.stream, &FA2, &name, dims, &call.params)? };
+    Ok(Kernel::Fa2)
+}
+
+/// What `auto` runs: for f16/bf16 calls the tensor-core kernels take, `splitkv` when few query rows share
+/// each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too
+/// few blocks fill the GPU) and `fa2` otherwise; everything else as the foundation decides.
+pub fn resolve_auto(call: &Call<'_>) -> Kernel {
+    if unsupported_reason(call).is_some() {
+        return crate::backend::resolve_auto(call.spec, call.opts);
+    }
+    let s = call.spec.shape;
+    if s.group_size() * s.sq <= 64 {
+        Kernel::SplitKv
+    } else {
+        Kernel::Fa2
+    }
+}

@@ -1,0 +1,175 @@
+//! `splitkv`: flash-decoding on tensor cores (`kernels/splitkv.cu`) for f16/bf16.
+//!
+//! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
+//! packed together so they read K/V once). It writes a normalised partial output and its LSE into scratch
+//! memory; `splitkv_combine_*` merges the partials of each row with `sdpa_core::softmax::merge_normalized`'s
+//! rule. The number of splits ([`plan_splits`]) fills the GPU's resident block slots once, from its SM
+//! count and the kernel's shared memory. Calls the tensor-core kernels cannot take
+//! ([`crate::fa2::unsupported_reason`]) run on the generic `fa1` path.
+
+use crate::call::Call;
+use crate::error::unsupported;
+use crate::fa2::{mask_name, unsupported_reason};
+use crate::launch::{launch, LaunchDims};
+use crate::modules::SPLITKV;
+use sdpa_core::{Kernel, Result};
+
+/// Query rows per warp tile (one m16 tile).
+const ROWS_PER_TILE: usize = 16;
+/// Threads of the combine kernel (one block per row).
+const COMBINE_THREADS: u32 = 128;
+
+/// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_FOR` in `kernels/splitkv.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitKvTile {
+    /// Warps (splits) per block.
+    pub warps: usize,
+    /// Depth of each warp's cp.async ring.
+    pub stages: usize,
+    /// Keys per step.
+    pub keys_per_step: usize,
+}
+
+impl SplitKvTile {
+    /// Dynamic shared memory of a block for head dim `d`, bytes.
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        (ROWS_PER_TILE + 2 * self.stages * self.keys_per_step) * (d + 8) * 2 * self.warps
+    }
+}
+
+/// The tile for head dim `d`, if specialised (measured on the H100 for D = 128).
+pub fn tile_for(d: usize) -> Option<SplitKvTile> {
+    match d {
+        64 | 96 | 128 => Some(SplitKvTile { warps: 4, stages: 2, keys_per_step: 32 }),
+        256 => Some(SplitKvTile { warps: 4, stages: 2, keys_per_step: 16 }),
+        _ => None,
+    }
+}
+
+/// Split plan of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitPlan {
+    /// Splits per (batch, kv head, row tile).
+    pub splits: usize,
+    /// Keys per split (a multiple of 32; the last split may be shorter).
+    pub keys_per_split: usize,
+    /// Row tiles per kv head: `ceil(group·Sq / 16)`.
+    pub row_tiles: usize,
+}
+
+/// Chooses the splits: enough warps to fill every resident block slot of the GPU once (slots per SM from
+/// the kernel's shared memory), at least 32 keys per split.
+pub fn plan_splits(
+    b: usize,
+    hkv: usize,
+    group: usize,
+    sq: usize,
+    sk: usize,
+    sm_count: usize,
+    smem_per_sm: usize,
+    tile: SplitKvTile,
+    d: usize,
+) -> SplitPlan {
+    let row_tiles = (group * sq).div_ceil(ROWS_PER_TILE).max(1);
+    let units = (b * hkv * row_tiles).max(1);
+    let per_sm = ((smem_per_sm + 1024) / (tile.smem_bytes(d) + 1024)).clamp(1, 64 / tile.warps);
+    let target_warps = sm_count.max(1) * per_sm * tile.warps;
+    let max_splits = sk.div_ceil(32).max(1);
+    let splits = (target_warps / units).clamp(1, max_splits);
+    let keys_per_split = sk.div_ceil(splits).div_ceil(32) * 32;
+    SplitPlan { splits: sk.div_ceil(keys_per_split).max(1), keys_per_split, row_tiles }
+}
+
+/// f32 elements of scratch: the partial LSEs (padded to 16 bytes), then the partial outputs.
+pub fn workspace_len(rows: usize, splits: usize, d: usize) -> Option<usize> {
+    let n = rows.checked_mul(splits)?;
+    n.div_ceil(4).checked_mul(4)?.checked_add(n.checked_mul(d)?)
+}
+
+/// Runs `splitkv` (split kernel, then combine) on the call's stream, or `fa1` when the tensor-core kernels
+/// cannot take the call; returns the kernel that ran.
+pub fn run(call: &Call<'_>) -> Result<Kernel> {
+    if unsupported_reason(call).is_some() {
+        crate::fa1::run(call)?;
+        return Ok(Kernel::Fa1);
+    }
+    let s = call.spec.shape;
+    let tile = tile_for(s.d).ok_or_else(|| unsupported(format!("splitkv has no tile for D = {}", s.d)))?;
+    let info = call.dev.info();
+    let plan = plan_splits(
+        s.b,
+        s.hkv,
+        s.group_size(),
+        s.sq,
+        s.sk,
+        info.sm_count.max(1) as usize,
+        info.smem_per_block_optin.max(0) as usize,
+        tile,
+        s.d,
+    );
+    let rows = s.b * s.hq * s.sq;
+    let len = workspace_len(rows, plan.splits, s.d).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
+    let ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
+    let mut params = call.params;
+    // The guard orders the scratch's later reuse after this call's kernels; held until both are queued.
+    let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(&ws, call.stream);
+    params.workspace = ws_ptr;
+    params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
+    params.extra = i32::try_from(plan.keys_per_split).map_err(|_| unsupported("too many keys per split"))?;
+
+    let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
+    let split_dims = LaunchDims {
+        grid: (
+            u32_of(plan.splits.div_ceil(tile.warps), "split count")?,
+            u32_of(s.hkv * plan.row_tiles, "kv heads x row tiles")?,
+            u32_of(s.b, "batch")?,
+        ),
+        block: (tile.warps as u32 * 32, 1, 1),
+        smem_bytes: tile.smem_bytes(s.d) as u32,
+    };
+    let combine_dims =
+        LaunchDims { grid: (u32_of(rows, "rows")?, 1, 1), block: (COMBINE_THREADS, 1, 1), smem_bytes: 0 };
+    let dt = call.spec.dtype.name();
+    let split_name = format!("splitkv_{dt}_{}_{}", s.d, mask_name(params.mask_kind));
+    let combine_name = format!("splitkv_combine_{dt}_{}", s.d);
+    // SAFETY: `params` holds the backend's checked pointers plus `ws`, sized by `workspace_len` for exactly
+    // `rows x splits` partials, which lives until both launches are queued and is freed stream-ordered
+    // after them. The split kernel writes every partial slot (empty splits write zeros and -inf) before
+    // the combine kernel, queued after it on the same stream, reads them.
+    unsafe {
+        launch(call.dev, call.stream, &SPLITKV, &split_name, split_dims, &params)?;
+        launch(call.dev, call.stream, &SPLITKV, &combine_name, combine_dims, &params)?;
+    }
+    drop(ws_guard);
+    drop(ws);
+    Ok(Kernel::SplitKv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fill_the_gpu_and_cover_every_key() {
+        let tile = SplitKvTile { warps: 4, stages: 2, keys_per_step: 32 };
+        // D = 128: 153 KB per block, one block (4 warps) per SM, 528 warps on 132 SMs.
+        // B=8, Hkv=32, one row per head: 256 units -> 2 splits of 2048 keys.
+        let p = plan_splits(8, 32, 1, 1, 4096, 132, 227 * 1024, tile, 128);
+        assert_eq!((p.splits, p.keys_per_split, p.row_tiles), (2, 2048, 1));
+        // B=1, Hkv=8, group 4: 8 units -> 66 splits of 497 keys, rounded to 64 splits of 512.
+        let p = plan_splits(1, 8, 4, 1, 32768, 132, 227 * 1024, tile, 128);
+        assert_eq!((p.splits, p.keys_per_split), (64, 512));
+        // Short keys: never more splits than 32-key chunks, and the splits cover Sk exactly once.
+        for sk in [1, 31, 33, 77, 1000] {
+            let p = plan_splits(1, 1, 1, 1, sk, 132, 227 * 1024, tile, 64);
+            assert!(p.splits * p.keys_per_split >= sk && (p.splits - 1) * p.keys_per_split < sk, "sk {sk}: {p:?}");
+            assert_eq!(p.keys_per_split % 32, 0);
+        }
+    }
+
+    #[test]
+    fn workspace_has_room_for_lse_then_outputs() {
+        assert_eq!(workspace_len(3, 5, 64), Some(16 + 15 * 64));
+        assert_eq!(workspace_len(usize::MAX, 2, 64), None);
+    }
+}
