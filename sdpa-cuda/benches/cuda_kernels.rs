@@ -1,0 +1,131 @@
+//! Times CUDA kernels on a list of points with device events (L2 flushed before each call, median of the
+//! reps), checking each output against the f64 reference on a few rows, and writes one JSON record per
+//! (point, kernel). `bench/gpu/bench_cuda.py` drives it and times PyTorch on the same points in the same
+//! run; run alone (`cargo bench -p sdpa-cuda --bench cuda_kernels`) it times a small default grid.
+//!
+//! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]`, where a point
+//! is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", "dtype", "mask", "kernel", "f32_math"}`.
+
+use sdpa_core::check::check_output;
+use sdpa_core::{AttentionCost, AttentionSpec, F32Math, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
+use sdpa_cuda::CudaBackend;
+use serde_json::{json, Value};
+use std::process::ExitCode;
+
+fn default_points() -> Value {
+    let mut v = Vec::new();
+    for (kernel, dtype, math) in [("unfused", "bf16", "exact"), ("fa1", "bf16", "exact"), ("fa1", "f32", "exact")] {
+        for s in [512, 2048] {
+            v.push(json!({"tag": "default", "b": 4, "hq": 16, "hkv": 16, "sq": s, "sk": s, "d": 64,
+                          "dtype": dtype, "mask": "none", "kernel": kernel, "f32_math": math}));
+        }
+    }
+    Value::Array(v)
+}
+
+fn field<'a>(p: &'a Value, k: &str) -> Result<&'a Value, String> {
+    p.get(k).ok_or_else(|| format!("point {p} lacks `{k}`"))
+}
+
+fn usize_of(p: &Value, k: &str) -> Result<usize, String> {
+    field(p, k)?.as_u64().map(|x| x as usize).ok_or_else(|| format!("`{k}` of {p} is not an integer"))
+}
+
+fn str_of<'a>(p: &'a Value, k: &str) -> Result<&'a str, String> {
+    field(p, k)?.as_str().ok_or_else(|| format!("`{k}` of {p} is not a string"))
+}
+
+fn one(gpu: &CudaBackend, p: &Value, warmup: usize, reps: usize) -> Result<Value, String> {
+    let shape = Shape {
+        b: usize_of(p, "b")?,
+        hq: usize_of(p, "hq")?,
+        hkv: usize_of(p, "hkv")?,
+        sq: usize_of(p, "sq")?,
+        sk: usize_of(p, "sk")?,
+        d: usize_of(p, "d")?,
+        dv: usize_of(p, "d")?,
+    };
+    let dtype = str_of(p, "dtype")?.parse()?;
+    let mask: Mask = str_of(p, "mask")?.parse()?;
+    let kernel: Kernel = str_of(p, "kernel")?.parse()?;
+    let f32_math: F32Math = str_of(p, "f32_math")?.parse()?;
+    let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
+    let inputs = HostInputs::random(&spec, 42).map_err(|e| e.to_string())?;
+    let opts = RunOptions { kernel, f32_math, threads: None, lse: false };
+    let run = gpu.run_host(&spec, &opts, &inputs).map_err(|e| e.to_string())?;
+    let check = check_output(&spec, &inputs, &run.output, f32_math, Some(8)).map_err(|e| e.to_string())?;
+    let (mut times, ran) = gpu.time_host(&spec, &opts, &inputs, warmup, reps).map_err(|e| e.to_string())?;
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let cost = AttentionCost::of(&shape, &mask, dtype);
+    Ok(json!({
+        "kernel_ran": ran.name(),
+        "median_ms": median,
+        "min_ms": times[0],
+        "max_ms": times[times.len() - 1],
+        "tflops": cost.flops / median / 1e9,
+        "gbps": cost.bytes / median / 1e6,
+        "rel_err": check.rel_err,
+        "check_pass": check.pass,
+    }))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let warmup = arg("--warmup").and_then(|s| s.parse().ok()).unwrap_or(5);
+    let reps = arg("--reps").and_then(|s| s.parse().ok()).unwrap_or(30);
+    let points = match arg("--points") {
+        Some(path) => match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|e| e.to_string()))
+        {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("cuda_kernels: cannot read {path}: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => default_points(),
+    };
+    let gpu = match CudaBackend::new(0) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("cuda_kernels: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = gpu.warm_up() {
+        eprintln!("cuda_kernels: {e}");
+        return ExitCode::FAILURE;
+    }
+    let device = sdpa_core::Backend::device_name(&gpu);
+    let mut out = Vec::new();
+    for p in points.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let res = one(&gpu, p, warmup, reps);
+        let mut rec = p.clone();
+        if let Some(obj) = rec.as_object_mut() {
+            obj.insert("device".into(), json!(device));
+            match res {
+                Ok(Value::Object(r)) => obj.extend(r),
+                Ok(_) => {}
+                Err(e) => {
+                    obj.insert("error".into(), json!(e));
+                }
+            }
+        }
+        eprintln!("{rec}");
+        out.push(rec);
+    }
+    let text = serde_json::to_string_pretty(&out).unwrap_or_default();
+    match arg("--out") {
+        Some(path) => {
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!("cuda_kernels: cannot write {path}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        None => println!("{text}"),
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,141 @@
+//! Shared helpers of the GPU tests: opening the GPU (or skipping with the reason), one data-driven
+//! `check` against the f64 reference, and the case tables.
+
+#![allow(dead_code)]
+
+use sdpa_core::check::{check_output, CheckReport};
+use sdpa_core::{
+    AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, RunOptions,
+    SdpaError, Shape,
+};
+use sdpa_cuda::CudaBackend;
+
+/// The GPU, or `None` with the reason printed. `SDPA_REQUIRE_GPU=1` (set by `gpu-bundle/run-gpu.sh`) turns a
+/// missing GPU into a failure, so a GPU run can never pass by skipping.
+pub fn gpu() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            assert!(std::env::var_os("SDPA_REQUIRE_GPU").is_none_or(|v| v != "1"), "SDPA_REQUIRE_GPU=1 but: {e}");
+            eprintln!("skipping GPU test: {e}");
+            None
+        }
+    }
+}
+
+/// One case: shape, dtype, mask, layout, kernel, f32 math.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub shape: Shape,
+    pub dtype: DType,
+    pub mask: Mask,
+    pub layout: Layout,
+    pub kernel: Kernel,
+    pub f32_math: F32Math,
+    pub lse: bool,
+}
+
+impl Case {
+    pub fn spec(&self) -> AttentionSpec {
+        AttentionSpec::new(self.shape, self.dtype).with_layout(self.layout).with_mask(self.mask)
+    }
+
+    pub fn opts(&self) -> RunOptions {
+        RunOptions { kernel: self.kernel, f32_math: self.f32_math, threads: None, lse: self.lse }
+    }
+
+    pub fn label(&self) -> String {
+        format!(
+            "{}/{} {}{} {} {} D={} Dv={} [{}]",
+            self.kernel,
+            self.f32_math.name(),
+            self.dtype,
+            if self.lse { "+lse" } else { "" },
+            self.mask.name(),
+            self.layout.name(),
+            self.shape.d,
+            self.shape.dv,
+            self.shape
+        )
+    }
+}
+
+/// Runs one case on fresh random inputs (seeded by `seed`) with the output poisoned (NaN) by `run_host`,
+/// and compares with the f64 reference on at most `max_rows` rows.
+pub fn check(gpu: &CudaBackend, case: &Case, seed: u64, max_rows: Option<usize>) -> Result<CheckReport, SdpaError> {
+    let spec = case.spec();
+    let inputs = HostInputs::random(&spec, seed)?;
+    check_inputs(gpu, case, &inputs, max_rows)
+}
+
+/// As [`check`] on given inputs.
+pub fn check_inputs(
+    gpu: &CudaBackend,
+    case: &Case,
+    inputs: &HostInputs,
+    max_rows: Option<usize>,
+) -> Result<CheckReport, SdpaError> {
+    let spec = case.spec();
+    let run = gpu.run_host(&spec, &case.opts(), inputs)?;
+    if case.lse {
+        assert!(run.output.lse.is_some(), "{}: LSE requested but not returned", case.label());
+    }
+    check_output(&spec, inputs, &run.output, case.f32_math, max_rows)
+}
+
+/// Awkward shapes: lengths not multiples of any tile, Sq != Sk both ways, GQA 1/2/4, head dims of the issue
+/// (1, 40, 64, 80, 96, 128, 256, 8192) and one Dv != D.
+pub fn shapes() -> Vec<Shape> {
+    let s = |b, hq, hkv, sq, sk, d, dv| Shape { b, hq, hkv, sq, sk, d, dv };
+    vec![
+        s(1, 2, 2, 1, 1, 1, 1),
+        s(2, 3, 3, 17, 33, 1, 1),
+        s(2, 4, 2, 77, 130, 40, 40),
+        s(1, 8, 2, 130, 77, 64, 64),
+        s(2, 2, 1, 65, 65, 80, 80),
+        s(1, 4, 4, 100, 200, 96, 96),
+        s(1, 4, 1, 129, 257, 128, 128),
+        s(1, 2, 2, 70, 90, 256, 256),
+        s(1, 2, 1, 50, 70, 48, 24),
+        s(1, 1, 1, 33, 47, 8192, 8192),
+    ]
+}
+
+/// Every mask kind for a shape: none, causal both alignments, a broadcast boolean mask, a full additive
+/// mask.
+pub fn masks(shape: &Shape) -> Vec<Mask> {
+    vec![
+        Mask::None,
+        Mask::CausalTopLeft,
+        Mask::CausalBottomRight,
+        Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 1, shape.sq, shape.sk] }),
+        Mask::Explicit(ExplicitMask::full(MaskValues::Additive, shape)),
+    ]
+}
+
+/// The full table for one kernel and f32 math over `dtypes`.
+pub fn cases(kernel: Kernel, f32_math: F32Math, dtypes: &[DType]) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (si, shape) in shapes().into_iter().enumerate() {
+        for mask in masks(&shape) {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for &dtype in dtypes {
+                    // LSE on most cases; every fourth runs without it (the null-pointer path).
+                    let lse = (si + out.len()) % 4 != 0;
+                    out.push(Case { shape, dtype, mask, layout, kernel, f32_math, lse });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Rows compared against the reference: all for small cases, a spread sample for big ones.
+pub fn rows_for(shape: &Shape) -> Option<usize> {
+    let work = shape.b * shape.hq * shape.sq * shape.sk * (shape.d + shape.dv);
+    if work > 50_000_000 {
+        Some(96)
+    } else {
+        None
+    }
+}

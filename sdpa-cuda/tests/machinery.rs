@@ -1,0 +1,125 @@
+//! The backend's machinery: clean errors without a GPU (runs everywhere, CI included), and on a GPU the
+//! disk cache, event timing and `forward_on_stream` on caller-owned memory and a caller's stream.
+
+mod common;
+
+use common::gpu;
+use sdpa_core::check::check_output;
+use sdpa_core::{
+    AttentionSpec, DType, F32Math, HostBackend, HostBuffer, HostInputs, HostOutput, Kernel, Layout, Mask, RunOptions,
+    SdpaError, Shape,
+};
+use sdpa_cuda::CudaBackend;
+
+#[test]
+fn opening_a_missing_device_is_an_error_not_a_panic() {
+    match CudaBackend::new(0) {
+        Ok(g) => {
+            // On a GPU machine, an ordinal past the last device must still be a clean error.
+            let count = cudarc::driver::result::device::get_count().expect("driver works");
+            match CudaBackend::new(count as usize + 3) {
+                Err(SdpaError::DeviceUnavailable { reason, .. }) => assert!(reason.contains("no GPU with ordinal")),
+                other => panic!("expected DeviceUnavailable, got {other:?}"),
+            }
+            eprintln!("GPU present: {}", sdpa_core::Backend::device_name(&g));
+        }
+        Err(SdpaError::DeviceUnavailable { backend, reason }) => {
+            assert_eq!(backend, "cuda");
+            assert!(
+                reason.contains("no CUDA driver found") || reason.contains("no GPU") || reason.contains("initialise"),
+                "{reason}"
+            );
+        }
+        Err(other) => panic!("expected DeviceUnavailable, got {other}"),
+    }
+}
+
+#[test]
+fn modules_are_cached_on_disk() {
+    let Some(g) = gpu() else { return };
+    let dir = std::env::temp_dir().join(format!("sdpa-cuda-cache-test-{}", std::process::id()));
+    // The cache directory is read per compile; this test owns its process-wide setting only briefly, and
+    // no other test in this binary compiles modules concurrently with a different expectation.
+    std::env::set_var("SDPA_CUDA_CACHE", &dir);
+    let t = std::time::Instant::now();
+    let names = g.warm_up().expect("every module compiles and loads");
+    let first = t.elapsed();
+    let stamp = |d: &std::path::Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .expect("cache dir created")
+            .flatten()
+            .map(|e| (e.file_name(), e.metadata().and_then(|m| m.modified()).ok()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = stamp(&dir);
+    assert!(before.len() >= names.len(), "{} cached images for {names:?}", before.len());
+    // A fresh backend (empty module map) reads the images: no file is rewritten.
+    let g2 = CudaBackend::new(0).expect("gpu");
+    let t = std::time::Instant::now();
+    g2.warm_up().expect("loads from cache");
+    let second = t.elapsed();
+    eprintln!("first warm-up {first:.2?}, from the disk cache {second:.2?}");
+    assert_eq!(before, stamp(&dir), "the second warm-up compiled again");
+    std::env::remove_var("SDPA_CUDA_CACHE");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn event_timing_returns_one_positive_time_per_rep() {
+    let Some(g) = gpu() else { return };
+    let spec = AttentionSpec::new(Shape::new(1, 8, 512, 512, 64), DType::BF16);
+    let inputs = HostInputs::random(&spec, 3).expect("valid");
+    let opts = RunOptions { kernel: Kernel::Fa1, ..Default::default() };
+    let (times, kernel) = g.time_host(&spec, &opts, &inputs, 2, 5).expect("timed");
+    assert_eq!(kernel, Kernel::Fa1);
+    assert_eq!(times.len(), 5);
+    assert!(times.iter().all(|&t| t > 0.0 && t < 1000.0), "{times:?}");
+}
+
+#[test]
+fn forward_on_a_callers_stream_and_slices() {
+    let Some(g) = gpu() else { return };
+    let shape = Shape { b: 2, hq: 4, hkv: 2, sq: 37, sk: 80, d: 64, dv: 64 };
+    let spec = AttentionSpec::new(shape, DType::F16).with_layout(Layout::Bshd).with_mask(Mask::CausalBottomRight);
+    let inputs = HostInputs::random(&spec, 11).expect("valid");
+    let stream = g.device().context().new_stream().expect("a second stream");
+    let up = |b: &HostBuffer| match b {
+        HostBuffer::F16(v) => stream.clone_htod(v).expect("upload"),
+        _ => unreachable!("f16 spec"),
+    };
+    let (q, k, v) = (up(&inputs.q), up(&inputs.k), up(&inputs.v));
+    let o_len = spec.required_len(sdpa_core::Operand::O).expect("len");
+    let mut o = stream.clone_htod(&vec![half::f16::NAN; o_len]).expect("poisoned output");
+    let mut lse = stream.alloc_zeros::<f32>(spec.lse_len().expect("len")).expect("lse");
+    let opts = RunOptions { kernel: Kernel::Fa1, f32_math: F32Math::Exact, threads: None, lse: true };
+    let ran = g
+        .forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse))
+        .expect("runs on the stream");
+    assert_eq!(ran, Kernel::Fa1);
+    let out = HostOutput {
+        o: HostBuffer::F16(stream.clone_dtoh(&o).expect("download")),
+        lse: Some(stream.clone_dtoh(&lse).expect("download")),
+    };
+    let r = check_output(&spec, &inputs, &out, F32Math::Exact, None).expect("check");
+    assert!(r.pass, "{r:?}");
+    // A view into a larger allocation works too (candle hands out views with offsets).
+    let big = stream
+        .clone_htod(
+            &[
+                vec![half::f16::ZERO; 8],
+                match &inputs.q {
+                    HostBuffer::F16(v) => v.clone(),
+                    _ => unreachable!(),
+                },
+            ]
+            .concat(),
+        )
+        .expect("upload");
+    let q_view = big.slice(8..);
+    g.forward_on_stream(&stream, &spec, &opts, &q_view, &k, &v, None, &mut o, Some(&mut lse)).expect("view");
+    let o2 = stream.clone_dtoh(&o).expect("download");
+    let out2 = HostOutput { o: HostBuffer::F16(o2), lse: None };
+    assert!(check_output(&spec, &inputs, &out2, F32Math::Exact, None).expect("check").pass);
+}
