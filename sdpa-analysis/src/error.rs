@@ -23,7 +23,7 @@ pub enum AnalysisError {
     },
 
     /// The gzip stream is damaged or cut short.
-    #[error("{path}: corrupt or truncated gzip data after {offset} decompressed bytes: {source}")]
+    #[error("{path}: corrupt or truncated gzip data after {offset} decompressed bytes")]
     Gzip {
         /// The file.
         path: PathBuf,

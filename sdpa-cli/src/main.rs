@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; flags are parsed by clap into an args struct, validated into a
 //! config, and results are plain data printed by separate human and JSON printers.
 
+mod analyze;
 mod backends;
 mod devices;
 mod run;
@@ -24,6 +25,8 @@ enum Command {
     Run(run::RunArgs),
     /// List the backends present, the CPU's SIMD features and the GPUs found (or why none).
     Devices(devices::DevicesArgs),
+    /// Attention findings from a PyTorch profiler trace: fused/unfused attention, efficiency, what to do.
+    Analyze(analyze::AnalyzeArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Devices(args) => devices::run(args),
+        Command::Analyze(args) => analyze::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

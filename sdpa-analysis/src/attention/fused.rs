@@ -117,7 +117,7 @@ fn add_kernel(list: &mut Vec<(String, f64)>, name: &str, us: f64) {
 }
 
 /// The backend the kernels show wins over "unknown"; a kernel that contradicts the op name is noted.
-fn refine_backend(call: &mut AttentionCall) {
+pub(crate) fn refine_backend(call: &mut AttentionCall) {
     let from_kernels = call.kernels.iter().find_map(|(k, _)| kernel_backend(k));
     match (call.backend, from_kernels) {
         (AttnBackend::Unknown, Some(b)) => call.backend = b,
@@ -242,7 +242,7 @@ fn parse_bool(s: &str) -> Option<bool> {
     }
 }
 
-fn extract_mask(sig: &Signature, args: &OpArgs) -> Option<MaskInfo> {
+pub(crate) fn extract_mask(sig: &Signature, args: &OpArgs) -> Option<MaskInfo> {
     if let Some(d) = sig.mask.and_then(|i| args.dim(i)).filter(|d| !d.is_empty()) {
         let values = if args.ty(sig.mask.unwrap_or(0)) == Some("bool") { "boolean" } else { "additive" };
         return Some(MaskInfo::Explicit { values: values.into(), dims: d.to_vec() });

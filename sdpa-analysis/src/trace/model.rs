@@ -233,6 +233,9 @@ pub struct Trace {
     pub devices: Vec<DeviceProps>,
     /// Top-level record flags.
     pub flags: RecordFlags,
+    /// CPU ops that carried `Input Dims` (whether or not their args were kept): zero means the trace was
+    /// recorded without shapes.
+    pub ops_with_shapes: u64,
     /// Number of `python_function` events (module frames or not): tells "no stacks" from "no modules".
     pub python_events: u64,
     /// Parse counters.

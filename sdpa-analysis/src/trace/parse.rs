@@ -32,24 +32,24 @@ pub fn parse_file(path: &Path) -> Result<Trace> {
 }
 
 fn convert_error(path: &Path, offset: u64, e: serde_json::Error) -> AnalysisError {
+    let (line, column) = (e.line(), e.column());
     if e.is_io() {
-        let gz = std::error::Error::source(&e)
-            .and_then(|s| s.downcast_ref::<std::io::Error>())
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<GzipFailure>());
-        if let Some(GzipFailure(inner)) = gz {
+        // serde_json hands back the reader's own io::Error; our marker says it came from inflating.
+        let io: std::io::Error = e.into();
+        if let Some(GzipFailure(inner)) = io.get_ref().and_then(|r| r.downcast_ref::<GzipFailure>()) {
             return AnalysisError::Gzip {
                 path: path.to_path_buf(),
                 offset,
                 source: std::io::Error::new(inner.kind(), inner.to_string()),
             };
         }
+        return AnalysisError::io(path, format!("read failed after {offset} bytes"), io);
     }
     let full = e.to_string();
-    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let suffix = format!(" at line {line} column {column}");
     let message = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
     let message = if e.is_eof() { format!("{message} (the file is truncated)") } else { message };
-    AnalysisError::Json { path: path.to_path_buf(), offset, line: e.line(), column: e.column(), message }
+    AnalysisError::Json { path: path.to_path_buf(), offset, line, column, message }
 }
 
 /// Operators whose shapes and literals the detectors read; all others drop their `args` right away.
@@ -127,6 +127,9 @@ impl Collector {
                 let Some(dur) = ev.dur else { return };
                 if ev.ph.is_some_and(|p| p != b'X') {
                     return;
+                }
+                if !args.dims.0.is_empty() {
+                    self.trace.ops_with_shapes += 1;
                 }
                 let args_kept = if args.has_op_args() && self.keeps_args(name) {
                     Some(Box::new(OpArgs {

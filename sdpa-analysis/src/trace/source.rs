@@ -54,19 +54,33 @@ impl ChunkReader {
                 if gzip { Box::new(MultiGzDecoder::new(head.chain(file))) } else { Box::new(head.chain(file)) };
             loop {
                 let mut buf = vec![0u8; CHUNK];
-                match read_up_to(&mut src, &mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        if tx.send(Ok(buf)).is_err() {
-                            return; // the parser stopped early
+                let mut filled = 0;
+                let mut failure = None;
+                while filled < CHUNK {
+                    match src.read(&mut buf[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
                         }
                     }
-                    Err(e) => {
-                        let e = if gzip { io::Error::new(e.kind(), GzipFailure(e)) } else { e };
-                        let _ = tx.send(Err(e));
-                        return;
+                }
+                // Hand over what was decoded before a failure, so the error's offset is exact.
+                if filled > 0 {
+                    buf.truncate(filled);
+                    if tx.send(Ok(buf)).is_err() {
+                        return; // the parser stopped early
                     }
+                }
+                if let Some(e) = failure {
+                    let e = if gzip { io::Error::new(e.kind(), GzipFailure(e)) } else { e };
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                if filled < CHUNK {
+                    return; // end of file
                 }
             }
         });

@@ -1,0 +1,146 @@
+//! The per-op performance model: FLOPs and bytes from sdpa-core's cost model at the real element size
+//! (causal pairs counted exactly, Sq != Sk allowed), achieved TFLOP/s and TB/s from the measured kernel
+//! time, roofline efficiency on the device, and the expected band for the sequence length.
+//!
+//! Backward: FLOPs are 2.5x the forward (five matrix products instead of two: dV, dP, dS·K, dSᵀ·Q and the
+//! recomputed QKᵀ) and bytes 2x (Q, K, V, O, dO read; dQ, dK, dV written). Decoding (Sq <= 16 against a
+//! longer cache) is judged by bandwidth, with its own band; everything else by the seed table of
+//! [`sdpa_core::expected_band`] on the key length.
+
+use crate::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
+use sdpa_core::{expected_band, AttentionCost, Bound, F32Math, HardwareSpec, Shape};
+use serde::Serialize;
+
+/// An efficiency band, fraction of peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Band {
+    /// Lower edge.
+    pub low: f64,
+    /// Upper edge.
+    pub high: f64,
+    /// Where it comes from.
+    pub label: String,
+}
+
+/// Query lengths up to this are decoding (judged by bandwidth).
+pub const DECODE_MAX_SQ: usize = 16;
+
+/// The band a call is judged against.
+pub fn band_for(shape: &Shape) -> Band {
+    if is_decode(shape) {
+        Band {
+            low: 0.50,
+            high: 0.85,
+            label: "decode (Sq <= 16): bandwidth-bound; flash-decoding reached 63-84 % of HBM bandwidth on H100 \
+                    (ANCHORS.md)"
+                .into(),
+        }
+    } else {
+        let b = expected_band(shape.sk);
+        Band { low: b.low, high: b.high, label: format!("seed table, {}", b.label) }
+    }
+}
+
+/// True for decoding-like calls: few queries against a longer key sequence.
+pub fn is_decode(shape: &Shape) -> bool {
+    shape.sq <= DECODE_MAX_SQ && shape.sk > 4 * shape.sq
+}
+
+/// Cost and achieved rates of one call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Perf {
+    /// FLOPs of one call.
+    pub flops: f64,
+    /// Minimal bytes of one call.
+    pub bytes: f64,
+    /// Achieved TFLOP/s.
+    pub tflops: f64,
+    /// Achieved TB/s of the minimal bytes.
+    pub tbps: f64,
+    /// Roofline time / measured time, when the device and dtype are known.
+    pub efficiency: Option<f64>,
+    /// Binding resource on the roofline.
+    pub bound: Option<Bound>,
+    /// The band it is judged against.
+    pub band: Band,
+    /// `below`, `within` or `above` the band (when efficiency is known).
+    pub band_status: Option<&'static str>,
+}
+
+/// Computes the model for one call of `mean_us` microseconds.
+pub fn model(
+    shape: &Shape,
+    mask: &MaskInfo,
+    dtype: Option<&str>,
+    phase: Phase,
+    mean_us: f64,
+    hw: Option<&HardwareSpec>,
+) -> Option<Perf> {
+    if mean_us <= 0.0 {
+        return None;
+    }
+    let eb = dtype.map(elem_bytes).unwrap_or(2.0);
+    let fwd = AttentionCost::with_elem_bytes(shape, &mask.to_core(), eb);
+    let cost = match phase {
+        Phase::Fwd => fwd,
+        Phase::Bwd => AttentionCost { flops: fwd.flops * 2.5, bytes: fwd.bytes * 2.0 },
+    };
+    let ms = mean_us * 1e-3;
+    let band = band_for(shape);
+    let (efficiency, bound) = match (hw, dtype.and_then(core_dtype)) {
+        (Some(hw), Some(dt)) => {
+            let r = cost.roofline(hw, dt, F32Math::Exact);
+            (Some(r.efficiency(ms)), Some(r.bound))
+        }
+        _ => (None, None),
+    };
+    let band_status = efficiency.map(|e| {
+        if e < band.low {
+            "below"
+        } else if e > band.high {
+            "above"
+        } else {
+            "within"
+        }
+    });
+    Some(Perf {
+        flops: cost.flops,
+        bytes: cost.bytes,
+        tflops: cost.tflops(ms),
+        tbps: cost.gbps(ms) / 1e3,
+        efficiency,
+        bound,
+        band,
+        band_status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_flops_are_exact_and_dtype_sets_bytes() {
+        let s = Shape::new(2, 8, 1024, 1024, 64);
+        let p = model(&s, &MaskInfo::CausalTopLeft, Some("c10::BFloat16"), Phase::Fwd, 10.0, None).unwrap();
+        // 2 * B*H * S(S+1)/2 * (D + Dv)
+        assert_eq!(p.flops, 2.0 * 16.0 * (1024.0 * 1025.0 / 2.0) * 128.0);
+        assert_eq!(p.bytes, 4.0 * 2.0 * 8.0 * 1024.0 * 64.0 * 2.0);
+        let f32p = model(&s, &MaskInfo::None, Some("float"), Phase::Fwd, 10.0, None).unwrap();
+        assert_eq!(f32p.bytes, 2.0 * p.bytes, "fp32 moves 4-byte elements");
+        // Sq != Sk with causal does not fail (TraceLens drops such ops).
+        let r = Shape { sq: 100, ..s };
+        assert!(model(&r, &MaskInfo::CausalBottomRight, Some("c10::Half"), Phase::Fwd, 1.0, None).is_some());
+    }
+
+    #[test]
+    fn decoding_is_judged_by_bandwidth() {
+        let hw = HardwareSpec::find("h100-sxm");
+        let s = Shape { b: 8, hq: 32, hkv: 32, sq: 1, sk: 4096, d: 128, dv: 128 };
+        // ANCHORS: cuDNN decodes this shape in 190 µs, 2.8 TB/s.
+        let p = model(&s, &MaskInfo::None, Some("c10::BFloat16"), Phase::Fwd, 190.0, hw).unwrap();
+        assert_eq!(p.bound, Some(Bound::Memory));
+        assert!((p.tbps - 2.83).abs() < 0.05, "{}", p.tbps);
+        assert_eq!(p.band_status, Some("within"));
+    }
+}

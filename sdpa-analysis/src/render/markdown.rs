@@ -1,0 +1,89 @@
+//! The findings markdown (`--md FILE`, and the TraceLens contract's `sdpa_fwd_findings.md`).
+
+use super::{opt, pct};
+use crate::report::Report;
+use std::fmt::Write;
+
+/// Renders the findings document.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Attention findings\n");
+    let _ = writeln!(s, "Input: {}\n", r.inputs.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", "));
+    let dev = r.device.spec.clone().or_else(|| r.device.name.clone()).unwrap_or_else(|| "unknown".into());
+    let _ = writeln!(s, "Device: {dev} (from {}).\n", r.device.source);
+    let sm = &r.summary;
+    let _ = writeln!(s, "## Summary\n");
+    let _ = writeln!(
+        s,
+        "- GPU time: {:.1} µs; attention: {:.1} µs ({}), fused {:.1} µs, unfused {:.1} µs, {} calls.",
+        sm.total_gpu_time_us,
+        sm.attention_time_us,
+        pct(sm.attention_share),
+        sm.fused_time_us,
+        sm.unfused_time_us,
+        sm.attention_calls
+    );
+    let _ = writeln!(s, "- Fused attention kernels in use: {}.", if sm.fused_kernels_in_use { "yes" } else { "no" });
+    for m in &r.missing {
+        let _ = writeln!(s, "- Missing: {m}");
+    }
+    let _ = writeln!(s, "\n## Attention ops\n");
+    if r.attention_ops.is_empty() {
+        let _ = writeln!(s, "None found.");
+    } else {
+        let _ = writeln!(
+            s,
+            "| kind | pass | backend | module | B,Hq,Hkv,Sq,Sk,D | dtype | mask | calls | total µs | mean µs | TFLOP/s | TB/s | efficiency | expected band | bound |"
+        );
+        let _ =
+            writeln!(s, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        for o in &r.attention_ops {
+            let band = o
+                .expected_band
+                .as_ref()
+                .map(|b| format!("{:.0}-{:.0} % ({})", b.low * 100.0, b.high * 100.0, o.band_status.unwrap_or("?")))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} |",
+                o.kind.name(),
+                o.phase.name(),
+                o.backend.name(),
+                o.module,
+                o.shape_label(),
+                o.dtype.as_deref().unwrap_or("-"),
+                o.mask,
+                o.count,
+                o.total_us,
+                o.mean_us,
+                opt(o.tflops, 1),
+                opt(o.tbps, 2),
+                o.efficiency.map(pct).unwrap_or_else(|| "-".into()),
+                band,
+                o.bound.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Findings\n");
+    for (i, f) in r.findings.iter().enumerate() {
+        let path = match f.path {
+            "A" => "Path A (fuse / migrate)",
+            "B" => "Path B (kernel level)",
+            _ => "context",
+        };
+        let _ = writeln!(s, "### {}. [{}] {}\n", i + 1, f.severity.name(), f.title);
+        let _ = writeln!(s, "{path}. {}\n", f.detail);
+        if let Some(sp) = &f.expected_speedup {
+            let _ = writeln!(s, "Expected speedup: {:.1}-{:.1}x ({}).\n", sp.low, sp.high, sp.source);
+        }
+        if let Some(rp) = &f.replay {
+            let spec = serde_json::to_string(&rp.spec).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "Replay on our backends:\n\n```sh\n{}\n```\n\nSpec (`sdpa bench --spec FILE`):\n\n```json\n{}\n```\n",
+                rp.command, spec
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,91 @@
+//! The terminal summary of `sdpa analyze`.
+
+use super::{opt, pct};
+use crate::report::Report;
+use std::fmt::Write;
+
+/// Renders the summary.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let dev = match (&r.device.name, &r.device.spec) {
+        (Some(n), Some(spec)) if r.device.source == "override" => format!("{spec} (override; trace says {n})"),
+        (_, Some(spec)) => format!("{spec} ({})", r.device.source),
+        (Some(n), None) => format!("{n} (not in the hardware table)"),
+        (None, None) => "unknown".into(),
+    };
+    let _ = writeln!(s, "sdpa analyze: {}", r.inputs.join(", "));
+    let _ = writeln!(s, "device: {dev}");
+    let sm = &r.summary;
+    let _ = writeln!(
+        s,
+        "GPU time {:.1} µs; attention {:.1} µs = {} (fused {:.1} µs, unfused {:.1} µs, {} calls)",
+        sm.total_gpu_time_us,
+        sm.attention_time_us,
+        pct(sm.attention_share),
+        sm.fused_time_us,
+        sm.unfused_time_us,
+        sm.attention_calls
+    );
+    if !r.attention_ops.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<22} {:>5} {:>10} {:>9} {:>7} {:>7} {:<12}",
+            "kind",
+            "pass",
+            "backend",
+            "module",
+            "B,Hq,Hkv,Sq,Sk,D",
+            "dtype",
+            "mask",
+            "calls",
+            "total µs",
+            "mean µs",
+            "TFLOP/s",
+            "eff",
+            "band"
+        );
+        for o in &r.attention_ops {
+            let module = o.module.rsplit('/').next().unwrap_or("-");
+            let band = o
+                .expected_band
+                .as_ref()
+                .map(|b| format!("{:.0}-{:.0} % {}", b.low * 100.0, b.high * 100.0, o.band_status.unwrap_or("")))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                s,
+                "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<22} {:>5} {:>10.1} {:>9.1} {:>7} {:>7} {:<12}",
+                o.kind.name(),
+                o.phase.name(),
+                o.backend.name(),
+                truncate(module, 28),
+                o.shape_label(),
+                o.dtype.as_deref().unwrap_or("-"),
+                truncate(&o.mask, 22),
+                o.count,
+                o.total_us,
+                o.mean_us,
+                opt(o.tflops, 1),
+                o.efficiency.map(pct).unwrap_or_else(|| "-".into()),
+                band
+            );
+        }
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "findings:");
+    for f in &r.findings {
+        let _ = writeln!(s, "  [{}] path {}: {}", f.severity.name(), f.path, f.title);
+        if let Some(rp) = &f.replay {
+            let _ = writeln!(s, "      replay: {}", rp.command);
+        }
+    }
+    s
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}

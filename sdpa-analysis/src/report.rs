@@ -1,0 +1,330 @@
+//! The analysis result as plain data: device, GPU-time summary, attention ops (calls grouped by kind,
+//! phase, backend, module, shape, dtype and mask) with their performance model, and findings. Renderers
+//! (text, markdown, CSV) and `serde_json` print it; nothing here formats for people.
+
+use crate::attention::{dtype_label, AttentionCall, Kind, Part};
+use crate::findings::Finding;
+use crate::perf::{self, Band};
+use crate::tree::LinkStats;
+use sdpa_core::{HardwareSpec, Shape};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Files analysed.
+    pub inputs: Vec<String>,
+    /// The device efficiency is measured against.
+    pub device: DeviceInfo,
+    /// GPU time and attention's share of it.
+    pub summary: Summary,
+    /// Attention ops, largest total time first.
+    pub attention_ops: Vec<AttentionOp>,
+    /// Findings, most severe first.
+    pub findings: Vec<Finding>,
+    /// What the input lacked and what that costs the analysis.
+    pub missing: Vec<String>,
+    /// Parse and linking counters.
+    pub trace: TraceInfo,
+}
+
+/// The device.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DeviceInfo {
+    /// Name as the trace (or metadata) reports it.
+    pub name: Option<String>,
+    /// Hardware-table key it matched (`h100-sxm`), if any.
+    pub key: Option<String>,
+    /// Hardware-table name.
+    pub spec: Option<String>,
+    /// `trace`, `override` or `metadata`.
+    pub source: String,
+    /// Streaming multiprocessors, when recorded.
+    pub num_sms: Option<i64>,
+    /// Dense bf16 peak of the matched spec, TFLOP/s.
+    pub peak_bf16_tflops: Option<f64>,
+    /// Memory bandwidth of the matched spec, GB/s.
+    pub mem_bandwidth_gbs: Option<f64>,
+}
+
+impl DeviceInfo {
+    /// Resolves the device from a reported name and an optional override (`--device`).
+    pub fn resolve(reported: Option<&str>, num_sms: Option<i64>, override_key: Option<&str>, source: &str) -> Self {
+        let (hw, src) = match override_key {
+            Some(k) => (HardwareSpec::find(k), "override"),
+            None => (reported.and_then(HardwareSpec::find), source),
+        };
+        DeviceInfo {
+            name: reported.map(str::to_string),
+            key: hw.map(|h| h.key.to_string()),
+            spec: hw.map(|h| h.name.to_string()),
+            source: src.to_string(),
+            num_sms,
+            peak_bf16_tflops: hw.map(|h| h.bf16_tflops),
+            mem_bandwidth_gbs: hw.map(|h| h.mem_bandwidth_gbs),
+        }
+    }
+
+    /// The matched hardware spec.
+    pub fn hardware(&self) -> Option<&'static HardwareSpec> {
+        self.key.as_deref().and_then(HardwareSpec::find)
+    }
+}
+
+/// GPU time summary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Sum of all GPU kernel, copy and set durations, µs.
+    pub total_gpu_time_us: f64,
+    /// GPU time of all attention calls (fused kernels, or every op of an unfused chain), µs.
+    pub attention_time_us: f64,
+    /// attention / total.
+    pub attention_share: f64,
+    /// Of which fused, µs.
+    pub fused_time_us: f64,
+    /// Of which unfused, µs.
+    pub unfused_time_us: f64,
+    /// Number of attention calls.
+    pub attention_calls: usize,
+    /// True when any call ran a fused flash-style kernel (flash, cuDNN, efficient, flash-attn, CK).
+    pub fused_kernels_in_use: bool,
+}
+
+/// Per-kernel time of an op group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelTime {
+    /// Kernel name.
+    pub name: String,
+    /// Total over the group's calls, µs.
+    pub total_us: f64,
+}
+
+/// A group of identical attention calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttentionOp {
+    /// `fused` or `unfused`.
+    pub kind: Kind,
+    /// `fwd` or `bwd`.
+    pub phase: crate::attention::Phase,
+    /// `flash`, `cudnn`, `efficient`, `math`, `flash_attn`, `ck`, `eager`, ...
+    pub backend: crate::attention::AttnBackend,
+    /// True when the kernel is a fused (flash-style, online-softmax) kernel.
+    pub fused_kernel: bool,
+    /// Module path with instance numbers removed (`LlamaModel/LlamaDecoderLayer/LlamaAttention`), or `-`.
+    pub module: String,
+    /// Innermost module instances, in time order (`LlamaAttention_0`, ...).
+    pub layers: Vec<String>,
+    /// Outermost op name.
+    pub op: String,
+    /// Batch.
+    pub b: Option<usize>,
+    /// Query heads.
+    pub hq: Option<usize>,
+    /// Key/value heads.
+    pub hkv: Option<usize>,
+    /// Query length.
+    pub sq: Option<usize>,
+    /// Key length.
+    pub sk: Option<usize>,
+    /// Head dim of Q/K.
+    pub d: Option<usize>,
+    /// Head dim of V.
+    pub dv: Option<usize>,
+    /// `bf16`, `f16`, `f32` (or PyTorch's name for others).
+    pub dtype: Option<String>,
+    /// Causal mask (None when unknown).
+    pub causal: Option<bool>,
+    /// Mask label (`none`, `causal`, `explicit-additive[2,1,1024,1024]`, `unknown`).
+    pub mask: String,
+    /// Calls in the group.
+    pub count: usize,
+    /// Total GPU time, µs.
+    pub total_us: f64,
+    /// Mean GPU time per call, µs.
+    pub mean_us: f64,
+    /// total / total GPU time of the trace.
+    pub share_of_gpu: f64,
+    /// FLOPs per call.
+    pub flops: Option<f64>,
+    /// Minimal bytes per call.
+    pub bytes: Option<f64>,
+    /// Achieved TFLOP/s.
+    pub tflops: Option<f64>,
+    /// Achieved TB/s (minimal bytes).
+    pub tbps: Option<f64>,
+    /// Roofline efficiency on the device.
+    pub efficiency: Option<f64>,
+    /// Expected efficiency band for this sequence length.
+    pub expected_band: Option<Band>,
+    /// `below`, `within`, `above`.
+    pub band_status: Option<&'static str>,
+    /// `compute` or `memory`.
+    pub bound: Option<sdpa_core::Bound>,
+    /// True for decoding-like calls (Sq <= 16).
+    pub decode: bool,
+    /// Blocks of the main attention kernel (fused), when recorded.
+    pub grid_blocks: Option<i64>,
+    /// Q is a transposed `[B, S, H, D]` view.
+    pub q_bshd_strides: bool,
+    /// Dropout p.
+    pub dropout: Option<f64>,
+    /// Kernels and their total time.
+    pub kernels: Vec<KernelTime>,
+    /// Unfused: the ops of the chain, time summed over the group.
+    pub parts: Vec<Part>,
+    /// Notes from detection.
+    pub notes: Vec<String>,
+}
+
+impl AttentionOp {
+    /// The shape when fully known.
+    pub fn shape(&self) -> Option<Shape> {
+        Some(Shape { b: self.b?, hq: self.hq?, hkv: self.hkv?, sq: self.sq?, sk: self.sk?, d: self.d?, dv: self.dv? })
+    }
+
+    /// `B,Hq,Hkv,Sq,Sk,D` (with Dv when different) or `?`.
+    pub fn shape_label(&self) -> String {
+        match self.shape() {
+            Some(s) if s.d == s.dv => format!("{},{},{},{},{},{}", s.b, s.hq, s.hkv, s.sq, s.sk, s.d),
+            Some(s) => s.to_string(),
+            None => "?".into(),
+        }
+    }
+}
+
+/// Parse and link counters, summed over inputs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TraceInfo {
+    /// Events read.
+    pub events: u64,
+    /// Decompressed bytes parsed.
+    pub bytes: u64,
+    /// CPU ops kept.
+    pub cpu_ops: u64,
+    /// GPU activities kept.
+    pub gpu_activities: u64,
+    /// Kernel linking.
+    pub links: LinkStats,
+}
+
+/// Strips `_N` instance suffixes: `LlamaAttention_1` -> `LlamaAttention`.
+pub fn module_class(name: &str) -> &str {
+    match name.rsplit_once('_') {
+        Some((head, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => head,
+        _ => name,
+    }
+}
+
+/// Groups calls into ops and applies the performance model.
+pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpec>) -> Vec<AttentionOp> {
+    type Key =
+        (Kind, crate::attention::Phase, crate::attention::AttnBackend, String, Option<Shape>, Option<String>, String);
+    let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
+    for c in calls {
+        let module = if c.module.is_empty() {
+            "-".to_string()
+        } else {
+            c.module.iter().map(|m| module_class(m)).collect::<Vec<_>>().join("/")
+        };
+        let key: Key = (c.kind, c.phase, c.backend, module, c.shape, c.dtype.clone(), c.mask.label());
+        let k = format!("{key:?}");
+        groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
+    }
+    let mut out: Vec<AttentionOp> = groups
+        .into_values()
+        .map(|(key, members)| {
+            let (kind, phase, backend, module, shape, dtype, mask_label) = key;
+            let first = members[0];
+            let count = members.len();
+            let total: f64 = members.iter().map(|c| c.gpu_us).sum();
+            let mean = total / count as f64;
+            let mut layers: Vec<String> = Vec::new();
+            for c in &members {
+                if let Some(l) = c.module.last() {
+                    if !layers.contains(l) {
+                        layers.push(l.clone());
+                    }
+                }
+            }
+            let mut kernels: Vec<KernelTime> = Vec::new();
+            let mut parts: Vec<Part> = Vec::new();
+            let mut notes: Vec<String> = Vec::new();
+            for c in &members {
+                for (k, us) in &c.kernels {
+                    match kernels.iter_mut().find(|x| &x.name == k) {
+                        Some(x) => x.total_us += us,
+                        None => kernels.push(KernelTime { name: k.clone(), total_us: *us }),
+                    }
+                }
+                for (i, p) in c.parts.iter().enumerate() {
+                    if parts.len() == i {
+                        parts.push(p.clone());
+                    } else if let Some(x) = parts.get_mut(i).filter(|x| x.role == p.role) {
+                        x.gpu_us += p.gpu_us;
+                    }
+                }
+                for n in &c.notes {
+                    if !notes.contains(n) {
+                        notes.push(n.clone());
+                    }
+                }
+            }
+            kernels.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+            let perf = shape.and_then(|s| perf::model(&s, &first.mask, dtype.as_deref(), phase, mean, hw));
+            let decode = shape.is_some_and(|s| perf::is_decode(&s));
+            AttentionOp {
+                kind,
+                phase,
+                backend,
+                fused_kernel: backend.is_fused_kernel(),
+                module,
+                layers,
+                op: first.op.clone(),
+                b: shape.map(|s| s.b),
+                hq: shape.map(|s| s.hq),
+                hkv: shape.map(|s| s.hkv),
+                sq: shape.map(|s| s.sq),
+                sk: shape.map(|s| s.sk),
+                d: shape.map(|s| s.d),
+                dv: shape.map(|s| s.dv),
+                dtype: dtype.as_deref().map(dtype_label),
+                causal: first.mask.causal(),
+                mask: mask_label,
+                count,
+                total_us: total,
+                mean_us: mean,
+                share_of_gpu: if total_gpu_us > 0.0 { total / total_gpu_us } else { 0.0 },
+                flops: perf.as_ref().map(|p| p.flops),
+                bytes: perf.as_ref().map(|p| p.bytes),
+                tflops: perf.as_ref().map(|p| p.tflops),
+                tbps: perf.as_ref().map(|p| p.tbps),
+                efficiency: perf.as_ref().and_then(|p| p.efficiency),
+                expected_band: perf.as_ref().map(|p| p.band.clone()),
+                band_status: perf.as_ref().and_then(|p| p.band_status),
+                bound: perf.as_ref().and_then(|p| p.bound),
+                decode,
+                grid_blocks: first.grid_blocks,
+                q_bshd_strides: first.q_bshd_strides,
+                dropout: first.dropout,
+                kernels,
+                parts,
+                notes,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::module_class;
+
+    #[test]
+    fn module_instance_numbers_are_stripped() {
+        assert_eq!(module_class("LlamaAttention_12"), "LlamaAttention");
+        assert_eq!(module_class("Linear"), "Linear");
+        assert_eq!(module_class("my_block"), "my_block");
+    }
+}

@@ -1,0 +1,317 @@
+//! The TraceLens-style directory contract of the seed analysis skill.
+//!
+//! Input: `DIR/category_data/sdpa_fwd_ops.csv` (one row per distinct SDPA op: name, `Input Dims`,
+//! `Input type`, `Concrete Inputs` as Python tuple literals, `operation_count`, `Kernel Time (µs)_sum`,
+//! `kernel_details_summary`, `call_stack_full`) and `DIR/metadata/sdpa_fwd_metadata.json` (`platform`,
+//! `gpu_utilization`). Output: `DIR/category_findings/sdpa_fwd_findings.md`.
+//!
+//! The rows are re-analysed with this crate's own model: dims and causal flags are read from the raw
+//! inputs (not TraceLens' `perf_params`), bytes use the real element size, causal FLOPs are exact for any
+//! Sq/Sk, and the backend comes from the op and its kernels (cuDNN's flash kernel is a flash kernel).
+
+use crate::analyze::{build_report, Options};
+use crate::attention::fused::{extract_mask, extract_shape, refine_backend};
+use crate::attention::signature::signature;
+use crate::attention::{AttentionCall, Kind, MaskInfo};
+use crate::error::{AnalysisError, Result};
+use crate::report::{DeviceInfo, Report, TraceInfo};
+use crate::trace::OpArgs;
+use std::path::{Path, PathBuf};
+
+/// Largest `operation_count` accepted from a row (a guard against absurd input).
+const MAX_COUNT: u64 = 10_000_000;
+
+/// Reads the contract's forward-SDPA inputs under `dir` and analyses them.
+pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
+    let csv_path = dir.join("category_data").join("sdpa_fwd_ops.csv");
+    let meta_path = dir.join("metadata").join("sdpa_fwd_metadata.json");
+    let text = std::fs::read_to_string(&csv_path).map_err(|e| AnalysisError::io(&csv_path, "cannot read", e))?;
+    let rows = parse_csv(&text).map_err(|m| AnalysisError::invalid(&csv_path, m))?;
+    let header = rows.first().ok_or_else(|| AnalysisError::invalid(&csv_path, "empty CSV"))?;
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let need = |name: &str| col(name).ok_or_else(|| AnalysisError::invalid(&csv_path, format!("no `{name}` column")));
+    let (c_name, c_dims, c_types, c_conc, c_count) =
+        (need("name")?, need("Input Dims")?, need("Input type")?, need("Concrete Inputs")?, need("operation_count")?);
+    let c_time = col("Kernel Time (µs)_sum").or_else(|| col("total_duration_us"));
+    let c_time = c_time.ok_or_else(|| AnalysisError::invalid(&csv_path, "no `Kernel Time (µs)_sum` column"))?;
+    let c_kernels = col("kernel_details_summary");
+    let c_stack = col("call_stack_full");
+    let c_strides = col("Input Strides");
+
+    let mut calls: Vec<AttentionCall> = Vec::new();
+    let mut skipped = Vec::new();
+    for (line, row) in rows.iter().enumerate().skip(1) {
+        let get = |c: usize| row.get(c).map(String::as_str).unwrap_or("");
+        let name = get(c_name);
+        let Some(sig) = signature(name) else {
+            skipped.push(name.to_string());
+            continue;
+        };
+        let args = OpArgs {
+            dims: parse_py_dims(get(c_dims)),
+            types: parse_py_strs(get(c_types)),
+            concrete: parse_py_strs(get(c_conc)),
+            strides: c_strides.map(|c| parse_py_dims(get(c))).unwrap_or_default(),
+        };
+        let count: u64 = get(c_count)
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 1.0)
+            .map(|v| v as u64)
+            .ok_or_else(|| {
+                AnalysisError::invalid(
+                    &csv_path,
+                    format!("row {}: operation_count `{}` is not a positive number", line + 1, get(c_count)),
+                )
+            })?;
+        if count > MAX_COUNT {
+            return Err(AnalysisError::invalid(
+                &csv_path,
+                format!("row {}: operation_count {count} is implausible", line + 1),
+            ));
+        }
+        let total: f64 =
+            get(c_time).trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| {
+                AnalysisError::invalid(
+                    &csv_path,
+                    format!("row {}: kernel time `{}` is not a number", line + 1, get(c_time)),
+                )
+            })?;
+        let kernels = c_kernels.map(|c| parse_kernel_summary(get(c))).unwrap_or_default();
+        let module: Vec<String> = c_stack
+            .map(|c| {
+                parse_py_strs_loose(get(c))
+                    .into_iter()
+                    .filter_map(|f| f.strip_prefix("nn.Module: ").map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let shape = extract_shape(&sig, &args);
+        let mask = extract_mask(&sig, &args).unwrap_or(MaskInfo::Unknown);
+        let per_call = total / count as f64;
+        let mut call = AttentionCall {
+            kind: Kind::Fused,
+            phase: sig.phase,
+            backend: sig.backend,
+            op: name.to_string(),
+            module,
+            shape: shape.as_ref().map(|s| s.0),
+            dtype: args.ty(sig.qkv[0]).map(str::to_string),
+            mask,
+            scale: None,
+            dropout: None,
+            q_bshd_strides: shape.as_ref().is_some_and(|s| s.1),
+            gpu_us: per_call,
+            kernels: kernels.iter().map(|(k, us)| (k.clone(), us / count as f64)).collect(),
+            grid_blocks: None,
+            parts: Vec::new(),
+            notes: vec!["from a TraceLens sdpa_fwd_ops.csv row (per-call time = Kernel Time sum / count)".into()],
+            at: (0, line as f64),
+        };
+        refine_backend(&mut call);
+        for _ in 0..count {
+            calls.push(call.clone());
+        }
+    }
+
+    let mut missing = Vec::new();
+    if !skipped.is_empty() {
+        missing.push(format!(
+            "{}: rows that are not attention ops were skipped: {}",
+            csv_path.display(),
+            skipped.join(", ")
+        ));
+    }
+    let (platform, total_gpu) = read_metadata(&meta_path, &mut missing)?;
+    let attention: f64 = calls.iter().map(|c| c.gpu_us).sum();
+    let total_gpu = match total_gpu {
+        Some(t) if t > 0.0 => t,
+        _ => {
+            missing.push("no GPU busy time in the metadata: the attention share is relative to attention alone".into());
+            attention
+        }
+    };
+    let device = DeviceInfo::resolve(platform.as_deref(), None, opts.device.as_deref(), "metadata");
+    if device.key.is_none() {
+        missing.push("platform not in the hardware table: pass --device".into());
+    }
+    let inputs = vec![csv_path.display().to_string(), meta_path.display().to_string()];
+    Ok(build_report(inputs, device, &calls, total_gpu, missing, TraceInfo::default(), opts))
+}
+
+/// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.
+pub fn write_findings(dir: &Path, report: &Report) -> Result<PathBuf> {
+    let out_dir = dir.join("category_findings");
+    std::fs::create_dir_all(&out_dir).map_err(|e| AnalysisError::io(&out_dir, "cannot create", e))?;
+    let out = out_dir.join("sdpa_fwd_findings.md");
+    std::fs::write(&out, crate::render::markdown::render(report))
+        .map_err(|e| AnalysisError::io(&out, "cannot write", e))?;
+    Ok(out)
+}
+
+/// Platform name and GPU busy time (µs) from the metadata JSON; a missing file is noted, a malformed one is
+/// an error.
+fn read_metadata(path: &Path, missing: &mut Vec<String>) -> Result<(Option<String>, Option<f64>)> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            missing.push(format!("{}: not found; device unknown unless --device is given", path.display()));
+            return Ok((None, None));
+        }
+        Err(e) => return Err(AnalysisError::io(path, "cannot read", e)),
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| AnalysisError::invalid(path, format!("invalid JSON: {e}")))?;
+    let platform = v.get("platform").and_then(|p| p.as_str()).map(str::to_string);
+    let util = v.get("gpu_utilization");
+    let total_ms = util.and_then(|u| u.get("total_time_ms")).and_then(|x| x.as_f64());
+    let busy_pct = util.and_then(|u| u.get("computation_time_percent")).and_then(|x| x.as_f64());
+    let busy_us = match (total_ms, busy_pct) {
+        (Some(t), Some(p)) => Some(t * 1e3 * p / 100.0),
+        _ => None,
+    };
+    Ok((platform, busy_us))
+}
+
+/// Parses RFC 4180 CSV (quoted fields may hold commas, quotes and newlines).
+pub fn parse_csv(text: &str) -> std::result::Result<Vec<Vec<String>>, String> {
+    let mut rows = Vec::new();
+    let mut row = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = text.chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        any = true;
+        if quoted {
+            if c == '"' {
+                if chars.peek() == Some(&'"') {
+                    field.push('"');
+                    chars.next();
+                } else {
+                    quoted = false;
+                }
+            } else {
+                field.push(c);
+            }
+            continue;
+        }
+        match c {
+            '"' if field.is_empty() => quoted = true,
+            ',' => row.push(std::mem::take(&mut field)),
+            '\r' => {}
+            '\n' => {
+                row.push(std::mem::take(&mut field));
+                rows.push(std::mem::take(&mut row));
+                any = false;
+            }
+            _ => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("unterminated quoted field (truncated CSV?)".into());
+    }
+    if any {
+        row.push(field);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `((2, 8, 1024, 64), (), (3,))` -> per-entry integer lists (`()` is an empty list).
+pub fn parse_py_dims(s: &str) -> Vec<Option<Vec<i64>>> {
+    let inner = s.trim().strip_prefix('(').and_then(|x| x.strip_suffix(')')).unwrap_or("");
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut cur = String::new();
+    for c in inner.chars() {
+        match c {
+            '(' | '[' => {
+                depth += 1;
+                if depth == 1 {
+                    cur.clear();
+                    continue;
+                }
+            }
+            ')' | ']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    let nums: Vec<Option<i64>> =
+                        cur.split(',').map(str::trim).filter(|x| !x.is_empty()).map(|x| x.parse().ok()).collect();
+                    out.push(nums.into_iter().collect::<Option<Vec<i64>>>());
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        if depth >= 1 {
+            cur.push(c);
+        }
+    }
+    out
+}
+
+/// `('c10::BFloat16', '', 'Scalar')` -> the quoted strings, in order.
+pub fn parse_py_strs(s: &str) -> Vec<String> {
+    parse_py_strs_loose(s)
+}
+
+/// Every single- or double-quoted string in `s`, in order (nesting ignored).
+fn parse_py_strs_loose(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\'' || c == '"' {
+            let mut v = String::new();
+            let mut closed = false;
+            for d in chars.by_ref() {
+                if d == c {
+                    closed = true;
+                    break;
+                }
+                v.push(d);
+            }
+            if closed {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+/// Kernel names and total µs from `kernel_details_summary` (`[{'name': '...', ..., 'total_duration_us':
+/// np.float64(26.176), ...}, ...]`).
+fn parse_kernel_summary(s: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for part in s.split("{'name': ").skip(1) {
+        let name = parse_py_strs_loose(part).into_iter().next().unwrap_or_default();
+        let us = part
+            .split("'total_duration_us': ")
+            .nth(1)
+            .map(|t| t.trim_start_matches("np.float64("))
+            .and_then(|t| t.split([')', ',']).next())
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if !name.is_empty() {
+            out.push((name, us));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_literals_parse() {
+        let d = parse_py_dims("((2, 8, 1024, 64), (2, 2, 2048, 64), (), ())");
+        assert_eq!(d, vec![Some(vec![2, 8, 1024, 64]), Some(vec![2, 2, 2048, 64]), Some(vec![]), Some(vec![])]);
+        assert_eq!(parse_py_dims("((2, 8, 1024, 64),)"), vec![Some(vec![2, 8, 1024, 64])]);
+        assert_eq!(parse_py_strs("('', 'True', '0.125')"), vec!["", "True", "0.125"]);
+        let csv = parse_csv("a,b\n\"x, \"\"y\"\"\",2\n").unwrap();
+        assert_eq!(csv, vec![vec!["a", "b"], vec!["x, \"y\"", "2"]]);
+        assert!(parse_csv("a\n\"open").is_err());
+    }
+}

@@ -1,0 +1,70 @@
+//! The TraceLens-style directory contract: read `category_data/sdpa_fwd_ops.csv` and
+//! `metadata/sdpa_fwd_metadata.json` (real outputs of TraceLens on our fixture traces), write
+//! `category_findings/sdpa_fwd_findings.md`, and get the same ops as from the trace itself.
+
+use sdpa_analysis::attention::AttnBackend;
+use sdpa_analysis::{analyze_path, tracelens, Options};
+use std::path::{Path, PathBuf};
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
+/// Copies a fixture directory to a scratch place (the findings are written into it).
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
+}
+
+#[test]
+fn contract_round_trip_matches_the_trace() {
+    for (name, layers) in [("qwen2_sdpa_bf16_S2048", 3), ("llama_sdpa_train_bf16_S1024", 2)] {
+        let dir = std::env::temp_dir().join(format!("sdpa-tl-{}-{name}", std::process::id()));
+        copy_dir(&data("tracelens").join(name), &dir);
+        let from_csv = tracelens::analyze_dir(&dir, &Options::default()).unwrap();
+        assert_eq!(from_csv.device.key.as_deref(), Some("h100-sxm"), "platform H100_SXM");
+        assert_eq!(from_csv.attention_ops.len(), 1, "{name}: one forward SDPA row");
+        let op = &from_csv.attention_ops[0];
+        // cuDNN's kernel is recognised (TraceLens files its time under "other").
+        assert_eq!(op.backend, AttnBackend::Cudnn);
+        assert!(op.fused_kernel);
+        assert_eq!(op.count, layers);
+        assert_eq!(op.causal, Some(true));
+
+        let from_trace = analyze_path(&data(&format!("{name}.json.gz")), &Options::default()).unwrap();
+        let t = from_trace.attention_ops.iter().find(|o| o.phase == op.phase).unwrap();
+        assert_eq!((op.b, op.hq, op.hkv, op.sq, op.sk, op.d), (t.b, t.hq, t.hkv, t.sq, t.sk, t.d));
+        assert_eq!(op.flops, t.flops, "same exact causal FLOPs");
+        // TraceLens' kernel time covers the same kernels; allow for its rounding.
+        assert!((op.total_us - t.total_us).abs() < 0.5, "{} vs {}", op.total_us, t.total_us);
+        assert_eq!(
+            op.module,
+            "LlamaForCausalLM/LlamaModel/LlamaDecoderLayer/LlamaAttention"
+                .replace("Llama", if name.starts_with("qwen") { "Qwen2" } else { "Llama" })
+        );
+
+        let out = tracelens::write_findings(&dir, &from_csv).unwrap();
+        assert_eq!(out, dir.join("category_findings/sdpa_fwd_findings.md"));
+        let md = std::fs::read_to_string(out).unwrap();
+        assert!(md.contains("# Attention findings") && md.contains("sdpa bench --backend cuda"));
+    }
+}
+
+#[test]
+fn broken_contract_inputs_are_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("sdpa-tl-bad-{}", std::process::id()));
+    let e = tracelens::analyze_dir(&dir, &Options::default()).unwrap_err().to_string();
+    assert!(e.contains("sdpa_fwd_ops.csv"), "{e}");
+    std::fs::create_dir_all(dir.join("category_data")).unwrap();
+    std::fs::write(dir.join("category_data/sdpa_fwd_ops.csv"), "name,foo\naten::x,1\n").unwrap();
+    let e = tracelens::analyze_dir(&dir, &Options::default()).unwrap_err().to_string();
+    assert!(e.contains("Input Dims"), "{e}");
+}

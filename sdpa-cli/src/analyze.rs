@@ -1,0 +1,75 @@
+//! `sdpa analyze`: attention findings from a PyTorch profiler trace (or a TraceLens output directory).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sdpa_analysis::render;
+use sdpa_analysis::{analyze_path, tracelens, Options};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Flags of `sdpa analyze`.
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// Trace file (`.json` or `.json.gz`) or a directory of per-rank trace files.
+    pub path: Option<PathBuf>,
+    /// Print the report as one JSON object instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the findings markdown to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub md: Option<PathBuf>,
+    /// Write one CSV row per attention op to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// TraceLens-style directory: reads DIR/category_data/sdpa_fwd_ops.csv and
+    /// DIR/metadata/sdpa_fwd_metadata.json (unless PATH is given, then the trace is analysed instead) and
+    /// writes DIR/category_findings/sdpa_fwd_findings.md.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Device to judge efficiency against, overriding the trace (`h100-sxm`, `a100-80gb`, or a name).
+    #[arg(long, value_name = "KEY")]
+    pub device: Option<String>,
+    /// Our benchmark records (JSON arrays from `sdpa bench`): measured unfused-vs-fused speedups for Path A.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub bench_results: Vec<PathBuf>,
+}
+
+/// Runs the command.
+pub fn run(args: AnalyzeArgs) -> Result<()> {
+    if let Some(d) = &args.device {
+        if sdpa_core::HardwareSpec::find(d).is_none() {
+            let keys: Vec<&str> = sdpa_core::HARDWARE.iter().map(|h| h.key).collect();
+            bail!("--device `{d}` is not in the hardware table (known: {})", keys.join(", "));
+        }
+    }
+    let bench = sdpa_analysis::bench_results::load(&args.bench_results)?;
+    let opts = Options { device: args.device.clone(), bench };
+    let report = match (&args.path, &args.output_dir) {
+        (Some(p), _) => analyze_path(p, &opts)?,
+        (None, Some(dir)) => tracelens::analyze_dir(dir, &opts)?,
+        (None, None) => bail!("give a trace PATH, or --output-dir DIR for the TraceLens contract"),
+    };
+    if let Some(dir) = &args.output_dir {
+        let out = tracelens::write_findings(dir, &report)?;
+        eprintln!("sdpa: wrote {}", out.display());
+    }
+    if let Some(f) = &args.md {
+        write(f, &render::markdown::render(&report))?;
+    }
+    if let Some(f) = &args.csv {
+        write(f, &render::csv::render(&report))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
+        writeln!(stdout)?;
+    } else {
+        stdout.write_all(render::text::render(&report).as_bytes())?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
