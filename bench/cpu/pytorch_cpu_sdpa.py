@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Time PyTorch's CPU scaled_dot_product_attention (fused) and the eager matmul-softmax-matmul (unfused)
+on the CPU issue's shapes, interleaved in the same run with sdpa-cpu's kernels, and write result records
+(sdpa-core's BenchRecord format, one JSON array) plus a markdown table of ratios.
+
+    cargo build --release -p sdpa-cpu --example cpu_bench
+    python3 bench/cpu/pytorch_cpu_sdpa.py --ours target/release/examples/cpu_bench --threads 2 --rounds 3
+
+Without --ours only PyTorch is timed. Each round runs every case once on each side (PyTorch fused,
+PyTorch unfused, ours), so background load hits both sides alike; the record's median is the median of
+the per-round medians, min and max are over all samples. The same run also measures the machine's
+ceilings: single-thread f32 FMA rate (ours --fma-peak) and read bandwidth (torch sum over 1 GiB).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def cost(shape, mask, dtype):
+    """FLOPs and minimal bytes, as sdpa-core's cost model counts them."""
+    b, hq, hkv, sq, sk, d, dv = (shape[k] for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv"))
+    if mask == "causal":
+        pairs = sq * (sq + 1) // 2 if sq <= sk else sk * (sk + 1) // 2 + (sq - sk) * sk
+    else:
+        pairs = sq * sk
+    flops = 2.0 * b * hq * pairs * (d + dv)
+    esize = 4 if dtype == "f32" else 2
+    byts = b * (hq * sq * (d + dv) + hkv * sk * (d + dv)) * esize
+    return flops, byts
+
+
+def record(backend, kernel, device, dtype, shape, mask, threads, samples, per_round, check, machine, extra=None):
+    flops, byts = cost(shape, mask, dtype)
+    med = statistics.median(per_round)
+    r = {
+        "backend": backend, "kernel": kernel, "device": device, "dtype": dtype, "shape": shape, "mask": mask,
+        "layout": "bhsd", "threads": threads,
+        "time_ms": {"median": med, "min": min(samples), "max": max(samples), "reps": len(samples)},
+        "tflops": flops / (med * 1e-3) / 1e12, "gbps": byts / (med * 1e-3) / 1e9,
+        "check": check, "commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+    }
+    if extra:
+        r.update(extra)
+    return r
+
+
+class Torch:
+    def __init__(self, threads):
+        import torch
+        self.torch = torch
+        torch.set_num_threads(threads)
+        self.F = torch.nn.functional
+        self.device = f"{cpu_model()} (pytorch {torch.__version__}, {threads} threads)"
+
+    def inputs(self, shape, dtype, seed=0):
+        t = self.torch
+        g = t.Generator().manual_seed(seed)
+        dt = {"f32": t.float32, "f16": t.float16, "bf16": t.bfloat16}[dtype]
+        amp = math.sqrt(3.0)
+        mk = lambda h, s, d: ((t.rand(shape["b"], h, s, d, generator=g) * 2 - 1) * amp).to(dt)
+        return mk(shape["hq"], shape["sq"], shape["d"]), mk(shape["hkv"], shape["sk"], shape["d"]), \
+            mk(shape["hkv"], shape["sk"], shape["dv"])
+
+    def fn(self, kernel, shape, mask):
+        t, F = self.torch, self.F
+        causal = mask == "causal"
+        gqa = shape["hq"] != shape["hkv"]
+        if kernel == "fused":
+            return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+        scale = 1.0 / math.sqrt(shape["d"])
+        keep = None
+        if causal:
+            keep = t.ones(shape["sq"], shape["sk"], dtype=t.bool).tril()
+
+        def unfused(q, k, v):
+            if gqa:
+                rep = shape["hq"] // shape["hkv"]
+                k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            s = (q @ k.transpose(-2, -1)) * scale
+            if keep is not None:
+                s = s.masked_fill(~keep, float("-inf"))
+            return t.softmax(s, dim=-1) @ v
+        return unfused
+
+    def time(self, kernel, shape, mask, dtype, warmup, reps):
+        q, k, v = self.inputs(shape, dtype)
+        f = self.fn(kernel, shape, mask)
+        with self.torch.inference_mode():
+            for _ in range(warmup):
+                f(q, k, v)
+            out = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                f(q, k, v)
+                out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    def check(self, kernel, shape, mask, dtype, rows=16):
+        """Relative L2 error of the first and last `rows` query rows against float64."""
+        t = self.torch
+        q, k, v = self.inputs(shape, dtype, seed=1)
+        with t.inference_mode():
+            o = self.fn(kernel, shape, mask)(q, k, v).double()
+            sq = shape["sq"]
+            idx = sorted(set(list(range(min(rows, sq))) + list(range(max(0, sq - rows), sq))))
+            qd, kd, vd = q.double(), k.double(), v.double()
+            rep = shape["hq"] // shape["hkv"]
+            kd, vd = kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1)
+            s = (qd[:, :, idx] @ kd.transpose(-2, -1)) / math.sqrt(shape["d"])
+            if mask == "causal":
+                j = t.arange(shape["sk"])
+                allowed = j[None, :] <= t.tensor(idx)[:, None]
+                s = s.masked_fill(~allowed, float("-inf"))
+            ref = t.softmax(s, -1) @ vd
+            got = o[:, :, idx]
+            err = float(((got - ref).norm() / ref.norm()).item())
+            mx = float((got - ref).abs().max().item())
+        return {"max_abs_err": mx, "rel_err": err, "tolerance": TOL[dtype], "pass": err <= TOL[dtype],
+                "rows_checked": len(idx) * shape["b"] * shape["hq"]}
+
+    def read_bandwidth(self, gib=1.0, reps=5):
+        t = self.torch
+        x = t.ones(int(gib * 2**30) // 4, dtype=t.float32)
+        x.sum()
+        best = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            x.sum()
+            best.append(time.perf_counter() - t0)
+        return x.numel() * 4 / statistics.median(best) / 1e9
+
+
+def shp(b, hq, hkv, sq, sk, d, dv=None):
+    return {"b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "d": d, "dv": dv or d}
+
+
+def cases(preset):
+    prefill = [shp(1, 8, 8, 1024, 1024, 64), shp(1, 8, 8, 2048, 2048, 64), shp(1, 16, 16, 4096, 4096, 128)]
+    out = []
+    if preset in ("issue", "quick"):
+        for dtype in ("f32", "bf16"):
+            for s in (prefill[:1] if preset == "quick" else prefill):
+                for mask in ("none", "causal"):
+                    ours = ["fa2", "unfused"] if s["sq"] <= 1024 and dtype == "f32" else ["fa2"]
+                    out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ours})
+        for dtype in ("f32", "bf16"):
+            out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
+                        "ours": ["fa2", "splitkv", "unfused"]})
+    return out
+
+
+def run_ours(binary, case, threads, warmup, reps, check_rows=None, peak_mem=False):
+    s = case["shape"]
+    shape = ",".join(str(s[k]) for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv"))
+    cmd = [binary, "--shape", shape, "--mask", case["mask"], "--dtype", case["dtype"], "--kernels",
+           ",".join(case["ours"]), "--threads", str(threads), "--warmup", str(warmup), "--reps", str(reps)]
+    if check_rows:
+        cmd += ["--check", str(check_rows)]
+    if peak_mem:
+        cmd += ["--peak-mem"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {res.stderr.strip()}")
+    return json.loads(res.stdout)
+
+
+def torch_peak_mem(case, kernel, threads):
+    """Peak RSS of a fresh Python process that runs one PyTorch call (bytes)."""
+    code = (
+        "import json,resource,sys;sys.path.insert(0,%r);import pytorch_cpu_sdpa as m;"
+        "t=m.Torch(%d);c=json.loads(%r);q,k,v=t.inputs(c['shape'],c['dtype']);"
+        "f=t.fn(%r,c['shape'],c['mask']);"
+        "import torch\nwith torch.inference_mode(): f(q,k,v)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss*1024)"
+    ) % (os.path.dirname(os.path.abspath(__file__)), threads, json.dumps(case), kernel)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if res.returncode != 0:
+        return None
+    return int(res.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ours", help="path to sdpa-cpu's cpu_bench example binary")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--preset", default="issue", choices=["issue", "quick"])
+    ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
+    ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu-<date>.json)")
+    args = ap.parse_args()
+
+    torch_side = Torch(args.threads)
+    machine = cpu_model()
+    print(f"pytorch {torch_side.torch.__version__}, {args.threads} threads, machine {machine}", file=sys.stderr)
+    cs = cases(args.preset)
+    samples = {}  # key -> (all samples, per-round medians)
+
+    def add(key, times):
+        a, pr = samples.setdefault(key, ([], []))
+        a.extend(times)
+        pr.append(statistics.median(times))
+
+    ours_meta = {}
+    ceilings = {"fma_gflops_1t": [], "read_gbps": [], "loadavg": []}
+    for rnd in range(args.rounds):
+        ceilings["loadavg"].append(os.getloadavg()[0])
+        if args.ours:
+            out = subprocess.run([args.ours, "--fma-peak"], capture_output=True, text=True, check=True).stdout
+            ceilings["fma_gflops_1t"].append(json.loads(out)["fma_peak_gflops_1t"])
+        ceilings["read_gbps"].append(torch_side.read_bandwidth())
+        for c in cs:
+            big = c["shape"]["sq"] * c["shape"]["sk"] * c["shape"]["hq"] >= 16 * 4096 * 4096
+            reps = max(2, args.reps // 2) if big else args.reps
+            key = (json.dumps(c["shape"], sort_keys=True), c["mask"], c["dtype"])
+            for kernel in ("fused", "unfused"):
+                add(("pytorch", kernel) + key, torch_side.time(kernel, c["shape"], c["mask"], c["dtype"],
+                                                              args.warmup, reps))
+            if args.ours:
+                for r in run_ours(args.ours, c, args.threads, args.warmup, reps,
+                                  check_rows=64 if rnd == 0 else None):
+                    k2 = ("cpu", r["kernel"]) + key
+                    # The runner reports per-rep times only as stats: use its median as this round's sample.
+                    add(k2, [r["time_ms"]["median"]])
+                    samples[k2][0].extend([r["time_ms"]["min"], r["time_ms"]["max"]])
+                    if rnd == 0:
+                        ours_meta[k2] = r
+            print(f"round {rnd + 1}/{args.rounds}: {c['dtype']} {c['shape']['hq']}x{c['shape']['sq']}x"
+                  f"{c['shape']['sk']}x{c['shape']['d']} {c['mask']} done", file=sys.stderr)
+
+    records = []
+    for c in cs:
+        key = (json.dumps(c["shape"], sort_keys=True), c["mask"], c["dtype"])
+        for kernel in ("fused", "unfused"):
+            a, pr = samples[("pytorch", kernel) + key]
+            chk = torch_side.check(kernel, c["shape"], c["mask"], c["dtype"]) if c["shape"]["sq"] * c["shape"]["sk"] \
+                <= 4096 * 4096 else None
+            records.append(record("pytorch", kernel, torch_side.device, c["dtype"], c["shape"], c["mask"],
+                                  args.threads, a, pr, chk, machine))
+        for k2, meta in ours_meta.items():
+            if k2[2:] != key:
+                continue
+            a, pr = samples[k2]
+            records.append(record("cpu", k2[1], meta["device"], c["dtype"], c["shape"], c["mask"], args.threads,
+                                  a, pr, meta.get("check"), machine, {"f32_math": "exact"}))
+
+    if args.peak_mem and args.ours:
+        big = {"shape": shp(1, 8, 8, 16384, 16384, 64), "mask": "none", "dtype": "f32", "ours": ["fa2"]}
+        for kernel in ("fa2", "unfused"):
+            r = run_ours(args.ours, dict(big, ours=[kernel]), args.threads, 0, 1, peak_mem=True)[0]
+            records.append(r)
+        for kernel in ("fused", "unfused"):
+            pm = torch_peak_mem(big, kernel, args.threads)
+            records.append({"backend": "pytorch", "kernel": kernel, "device": torch_side.device, "dtype": "f32",
+                            "shape": big["shape"], "mask": "none", "threads": args.threads,
+                            "time_ms": {"median": float("nan"), "min": float("nan"), "max": float("nan")},
+                            "tflops": 0.0, "gbps": 0.0, "check": None, "peak_mem_bytes": pm,
+                            "commit": git_commit(), "machine": machine})
+
+    meta = {
+        "fma_gflops_1t_median": statistics.median(ceilings["fma_gflops_1t"]) if ceilings["fma_gflops_1t"] else None,
+        "read_gbps_median": statistics.median(ceilings["read_gbps"]),
+        "loadavg_1min_per_round": ceilings["loadavg"],
+        "pytorch": torch_side.torch.__version__, "threads": args.threads, "rounds": args.rounds,
+        "command": " ".join([os.path.relpath(sys.executable) if False else "python3"] + sys.argv),
+    }
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
+    out = args.out or os.path.join("bench", "results", f"cpu-{date}.json")
+    with open(out, "w") as f:
+        json.dump(records, f, indent=1, allow_nan=True)
+    with open(out.replace(".json", "-meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(json.dumps(meta), file=sys.stderr)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+//! Times the CPU kernels on one shape and prints result records (sdpa-core's `BenchRecord`, a JSON array)
+//! on stdout: the runner `bench/cpu/pytorch_cpu_sdpa.py` calls between its PyTorch timings so both sides
+//! are measured in the same run.
+//!
+//! `cargo run --release -p sdpa-cpu --example cpu_bench -- --shape 1,8,8,1024,1024,64 --mask causal
+//!  --dtype f32 --kernels fa2,unfused --threads 2 --reps 10 [--check 64] [--peak-mem] [--fma-peak]`
+
+use sdpa_core::check::check_output;
+use sdpa_core::record::{BenchRecord, TimeStats};
+use sdpa_core::{AttentionSpec, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape};
+use sdpa_cpu::CpuBackend;
+use std::error::Error;
+
+struct Args {
+    shape: Shape,
+    mask: Mask,
+    dtype: DType,
+    layout: Layout,
+    kernels: Vec<Kernel>,
+    threads: usize,
+    warmup: usize,
+    reps: usize,
+    check: Option<usize>,
+    peak_mem: bool,
+    fma_peak: bool,
+}
+
+fn parse() -> Result<Args, Box<dyn Error>> {
+    let mut a = Args {
+        shape: "1,8,8,1024,1024,64".parse()?,
+        mask: Mask::None,
+        dtype: DType::F32,
+        layout: Layout::Bhsd,
+        kernels: vec![Kernel::Fa2],
+        threads: 2,
+        warmup: 2,
+        reps: 10,
+        check: None,
+        peak_mem: false,
+        fma_peak: false,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut it = argv.iter();
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--shape" => a.shape = val()?.parse()?,
+            "--mask" => a.mask = val()?.parse()?,
+            "--dtype" => a.dtype = val()?.parse()?,
+            "--layout" => a.layout = val()?.parse()?,
+            "--kernels" => a.kernels = val()?.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            "--threads" => a.threads = val()?.parse()?,
+            "--warmup" => a.warmup = val()?.parse()?,
+            "--reps" => a.reps = val()?.parse()?,
+            "--check" => a.check = Some(val()?.parse()?),
+            "--peak-mem" => a.peak_mem = true,
+            "--fma-peak" => a.fma_peak = true,
+            other => return Err(format!("unknown flag {other}").into()),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let a = parse()?;
+    if a.fma_peak {
+        println!("{{\"fma_peak_gflops_1t\": {:.2}}}", fma_peak_gflops());
+        return Ok(());
+    }
+    let spec = AttentionSpec::new(a.shape, a.dtype).with_layout(a.layout).with_mask(a.mask);
+    let inputs = HostInputs::random(&spec, 1)?;
+    let cpu = CpuBackend::new(Some(a.threads))?;
+    let device = cpu.device_name();
+    let base_rss = peak_rss_bytes();
+    let mut records = Vec::new();
+    for &kernel in &a.kernels {
+        let opts = RunOptions { kernel, ..Default::default() };
+        let (times, ran) = cpu.time_host(&spec, &opts, &inputs, a.warmup, a.reps)?;
+        let stats = TimeStats::from_samples(&times).ok_or("no timing samples")?;
+        let check = match a.check {
+            Some(rows) => {
+                let run = cpu.run_host(&spec, &opts, &inputs)?;
+                Some(check_output(&spec, &inputs, &run.output, F32Math::Exact, Some(rows))?)
+            }
+            None => None,
+        };
+        let mut r = BenchRecord::new("cpu", ran.name(), &device, &spec, stats, check);
+        r.threads = Some(a.threads);
+        r.f32_math = Some(F32Math::Exact.name().to_string());
+        if a.peak_mem {
+            // Peak resident memory of the whole process (inputs, output, the timed call's scratch).
+            r.peak_mem_bytes = peak_rss_bytes();
+        }
+        r.machine = Some(sdpa_cpu::cpu_model());
+        records.push(r);
+    }
+    let _ = base_rss;
+    println!("{}", serde_json::to_string(&records)?);
+    Ok(())
+}
+
+/// Peak resident set size of this process (`VmHWM`, Linux), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Single-thread f32 FMA rate per CPU-second right now: 12 independent 512-bit (or 256-bit) FMA chains.
+/// The machine's real ceiling, measured in the same run as the kernels.
+fn fma_peak_gflops() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            let c0 = thread_cpu_seconds();
+            // SAFETY: AVX-512F is present (checked above).
+            let x = unsafe { fma_loop() };
+            let t = thread_cpu_seconds() - c0;
+            std::hint::black_box(x);
+            return 100e6 * 12.0 * 32.0 / t / 1e9;
+        }
+    }
+    f64::NAN
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn fma_loop() -> f32 {
+    use std::arch::x86_64::*;
+    let mut a = [_mm512_set1_ps(1.0); 12];
+    let (b, c) = (_mm512_set1_ps(1.000_000_1), _mm512_set1_ps(1e-7));
+    for _ in 0..100_000_000u64 {
+        for x in a.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, b, c);
+        }
+    }
+    a.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
+}
+
+/// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`).
+fn thread_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()))
+        .map_or(0.0, |ns| ns * 1e-9)
+}

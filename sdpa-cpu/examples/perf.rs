@@ -1,0 +1,94 @@
+//! Quick timing of one shape on every kernel: `cargo run --release -p sdpa-cpu --example perf -- B,Hq,Hkv,Sq,Sk,D [mask] [dtype] [threads]`.
+//! The full benchmark (with PyTorch side by side and JSON records) is `benches/attention.rs` and
+//! `bench/cpu/`; this is for quick looks while tuning.
+
+use sdpa_core::{AttentionCost, AttentionSpec, DType, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
+use sdpa_cpu::{CpuBackend, SimdPath};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let shape: Shape = args.first().map_or("1,8,8,1024,1024,64", String::as_str).parse()?;
+    let mask: Mask = args.get(1).map_or("none", String::as_str).parse()?;
+    let dtype: DType = args.get(2).map_or("f32", String::as_str).parse()?;
+    let threads: usize = args.get(3).map_or(Ok(2), |s| s.parse())?;
+    let path: SimdPath = args.get(4).map_or(Ok(SimdPath::detect()), |s| s.parse())?;
+    let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
+    let inputs = HostInputs::random(&spec, 1)?;
+    let cpu = CpuBackend::with_simd(path, Some(threads))?;
+    let cost = AttentionCost::of_spec(&spec);
+    let kernels: Vec<Kernel> = match std::env::var("KERNELS") {
+        Ok(k) => k.split(',').filter_map(|x| x.parse().ok()).collect(),
+        Err(_) => vec![Kernel::Fa2, Kernel::SplitKv, Kernel::Unfused],
+    };
+    for kernel in kernels {
+        let peak0 = fma_peak_gflops();
+        let opts = RunOptions { kernel, ..Default::default() };
+        let cpu0 = cpu_seconds();
+        let (mut t, k) = cpu.time_host(&spec, &opts, &inputs, 1, 5)?;
+        let cpu_s = (cpu_seconds() - cpu0) / 6.0;
+        t.sort_by(f64::total_cmp);
+        let med = t[t.len() / 2];
+        println!(
+            "{:8} {k:8} {shape} {} {dtype}: {med:8.3} ms  {:7.1} GFLOP/s  {:6.1} GB/s | per CPU-second: {:7.1} GFLOP/s",
+            path.name(),
+            mask.name(),
+            cost.flops / med / 1e6,
+            cost.bytes / med / 1e6,
+            cost.flops / cpu_s / 1e9,
+        );
+        let peak = (peak0 + fma_peak_gflops()) / 2.0;
+        println!("    single-thread FMA peak measured around it: {peak:.1} GFLOP/s per CPU-second; kernel at {:.0} % of {threads} x that", 100.0 * cost.flops / cpu_s / 1e9 / peak);
+    }
+    Ok(())
+}
+
+/// User + system CPU time of this process (Linux `/proc/self/stat`, 10 ms ticks); 0 elsewhere. Other
+/// jobs on a shared machine inflate wall time but not this.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
+}
+
+/// Single-thread f32 FMA rate per CPU-second right now (12 independent 512-bit or 256-bit chains).
+fn fma_peak_gflops() -> f64 {
+    if std::env::var_os("NOPEAK").is_some() {
+        return f64::NAN;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            let c0 = cpu_seconds_thread();
+            // SAFETY: AVX-512F is present (checked above).
+            let x = unsafe { fma_loop() };
+            let t = cpu_seconds_thread() - c0;
+            std::hint::black_box(x);
+            return 200e6 * 12.0 * 32.0 / t / 1e9;
+        }
+    }
+    f64::NAN
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn fma_loop() -> f32 {
+    use std::arch::x86_64::*;
+    let mut a = [_mm512_set1_ps(1.0); 12];
+    let (b, c) = (_mm512_set1_ps(1.000_000_1), _mm512_set1_ps(1e-7));
+    for _ in 0..200_000_000u64 {
+        for x in a.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, b, c);
+        }
+    }
+    a.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
+}
+
+/// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`, nanoseconds).
+fn cpu_seconds_thread() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()))
+        .map_or(0.0, |ns| ns * 1e-9)
+}
