@@ -26,6 +26,7 @@
 
 pub mod analyze;
 pub mod attention;
+pub mod bench_report;
 pub mod bench_results;
 pub mod error;
 pub mod findings;

@@ -5,7 +5,9 @@
 
 mod analyze;
 mod backends;
+mod bench;
 mod devices;
+mod report;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +27,11 @@ enum Command {
     Run(run::RunArgs),
     /// List the backends present, the CPU's SIMD features and the GPUs found (or why none).
     Devices(devices::DevicesArgs),
+    /// Benchmark a sweep (flags, --preset or --spec) on every backend and kernel, checked against the
+    /// reference, with PyTorch side by side when torch is importable; writes JSON records.
+    Bench(Box<bench::BenchArgs>),
+    /// Render benchmark result files as markdown and a self-contained HTML page with tables and SVG plots.
+    Report(report::ReportArgs),
     /// Attention findings from a PyTorch profiler trace: fused/unfused attention, efficiency, what to do.
     Analyze(analyze::AnalyzeArgs),
 }
@@ -42,6 +49,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Devices(args) => devices::run(args),
+        Command::Bench(args) => bench::run(*args),
+        Command::Report(args) => report::run(args),
         Command::Analyze(args) => analyze::run(args),
     };
     match result {

@@ -1,10 +1,11 @@
 //! The benchmark result record: one per (backend, kernel, device, dtype, shape, mask, layout), written by
 //! `sdpa run --json`, `sdpa bench`, the PyTorch timing scripts, and read by `sdpa report` and the analyzer.
 
+use crate::backend::F32Math;
 use crate::check::CheckReport;
 use crate::cost::AttentionCost;
 use crate::dtype::DType;
-use crate::spec::{AttentionSpec, Shape};
+use crate::spec::{AttentionSpec, Layout, Shape};
 use serde::{Deserialize, Serialize};
 
 /// Median, min and max of repeated timings, in milliseconds.
@@ -115,6 +116,40 @@ impl BenchRecord {
     }
 }
 
+/// A benchmark sweep as a file: `sdpa bench --spec FILE`, the presets under `bench/presets/`, and
+/// `bench/pytorch_sdpa.py --spec FILE` all read it. The sweep is the cross product of every list; an empty
+/// list takes the bench command's default (or its flag). A file holds one spec or a JSON array of specs,
+/// whose sweeps are run one after the other.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BenchSpec {
+    /// Short name, e.g. the preset's.
+    pub name: Option<String>,
+    /// What the sweep is for, in words.
+    pub description: Option<String>,
+    /// Backends: "reference", "cpu", "cuda"; "pytorch" asks for the PyTorch script on the same shapes.
+    pub backends: Vec<String>,
+    /// Kernel names: "unfused", "fa1", "fa2", "splitkv", "auto".
+    pub kernels: Vec<String>,
+    /// Element types.
+    pub dtypes: Vec<DType>,
+    /// Logical sizes, `{b, hq, hkv, sq, sk, d, dv}`.
+    pub shapes: Vec<Shape>,
+    /// Mask names as in records: "none", "causal" (top-left), "causal-br" (bottom-right), "bool",
+    /// "additive" (explicit full `[B, Hq, Sq, Sk]` masks with random contents).
+    pub masks: Vec<String>,
+    /// Memory layouts: "bhsd", "bshd".
+    pub layouts: Vec<Layout>,
+    /// f32 multiplication modes ("exact", "tf32", "split-tf32"); only f32 configurations use them.
+    pub f32_math: Vec<F32Math>,
+    /// Untimed calls before timing, when the spec wants a value other than the command's.
+    pub warmup: Option<usize>,
+    /// Largest number of timed calls.
+    pub reps: Option<usize>,
+    /// Time budget per configuration in seconds: fewer repetitions when one call is slow.
+    pub max_time_s: Option<f64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,5 +178,16 @@ mod tests {
             "check":{"max_abs_err":0.001,"rel_err":0.002,"tolerance":0.016,"pass":true}}"#;
         let r: BenchRecord = serde_json::from_str(py).unwrap();
         assert!(r.check.unwrap().pass);
+    }
+
+    #[test]
+    fn bench_specs_take_defaults_for_missing_lists() {
+        let text = r#"{"backends":["cpu"],"dtypes":["bf16"],"masks":["causal-br"],"layouts":["bshd"],
+            "shapes":[{"b":1,"hq":8,"hkv":2,"sq":64,"sk":96,"d":64,"dv":64}]}"#;
+        let s: BenchSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(s.shapes[0].hkv, 2);
+        assert_eq!(s.layouts, vec![Layout::Bshd]);
+        assert!(s.kernels.is_empty() && s.reps.is_none());
+        assert!(serde_json::from_str::<BenchSpec>(r#"{"dtypes":["f64"]}"#).is_err());
     }
 }

@@ -1,0 +1,535 @@
+//! From records to report data: per-shape groups with recomputed TFLOPS and GB/s, efficiency against a
+//! peak, speedup against a baseline, and the series the plots draw. Plain data; the printers render it.
+
+use super::results::{BenchFile, Skipped};
+use super::ReportError;
+use sdpa_core::{
+    AttentionCost, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues, Shape,
+};
+use std::collections::BTreeMap;
+
+/// What speedups are measured against: a backend's named kernel, or its fastest kernel in each group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    /// Backend name, e.g. "pytorch".
+    pub backend: String,
+    /// Kernel name; `None` means the fastest kernel of that backend in the group ("best").
+    pub kernel: Option<String>,
+}
+
+impl Baseline {
+    /// Parses `backend:kernel`, `backend:best` or `backend`.
+    pub fn parse(s: &str) -> Result<Self, ReportError> {
+        let s = s.trim();
+        let (b, k) = s.split_once(':').unwrap_or((s, "best"));
+        if b.is_empty() || k.is_empty() {
+            return Err(ReportError::Option(format!("baseline `{s}` must be backend:kernel, backend:best or backend")));
+        }
+        let kernel = if k == "best" { None } else { Some(k.to_string()) };
+        Ok(Baseline { backend: b.to_string(), kernel })
+    }
+
+    /// `backend:kernel` or `backend:best`.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.backend, self.kernel.as_deref().unwrap_or("best"))
+    }
+
+    /// The baselines tried in order when none is chosen: PyTorch's fastest backend, then our unfused
+    /// kernels (the pattern eager models run).
+    pub fn defaults() -> Vec<Baseline> {
+        vec![
+            Baseline { backend: "pytorch".into(), kernel: None },
+            Baseline { backend: "cuda".into(), kernel: Some("unfused".into()) },
+            Baseline { backend: "cpu".into(), kernel: Some("unfused".into()) },
+        ]
+    }
+}
+
+/// Peak rates measured on the machine (e.g. a GEMM and a copy in the same run), per dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MeasuredPeak {
+    /// f32 TFLOP/s.
+    pub f32_tflops: Option<f64>,
+    /// f16 TFLOP/s.
+    pub f16_tflops: Option<f64>,
+    /// bf16 TFLOP/s.
+    pub bf16_tflops: Option<f64>,
+    /// Memory bandwidth, GB/s.
+    pub gbps: Option<f64>,
+}
+
+impl MeasuredPeak {
+    /// Parses `767` (every dtype) or `bf16=767,f16=664,f32=52` into the TFLOP/s fields.
+    pub fn set_tflops(&mut self, s: &str) -> Result<(), ReportError> {
+        let num = |v: &str| -> Result<f64, ReportError> {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| ReportError::Option(format!("peak `{v}` is not a positive number")))
+        };
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            match part.split_once('=') {
+                None => {
+                    let x = num(part)?;
+                    (self.f32_tflops, self.f16_tflops, self.bf16_tflops) = (Some(x), Some(x), Some(x));
+                }
+                Some((dt, v)) => {
+                    let x = Some(num(v)?);
+                    match dt.trim().parse::<DType>().map_err(ReportError::Option)? {
+                        DType::F32 => self.f32_tflops = x,
+                        DType::F16 => self.f16_tflops = x,
+                        DType::BF16 => self.bf16_tflops = x,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tflops(&self, dt: DType) -> Option<f64> {
+        match dt {
+            DType::F32 => self.f32_tflops,
+            DType::F16 => self.f16_tflops,
+            DType::BF16 => self.bf16_tflops,
+        }
+    }
+}
+
+/// Which peak efficiencies divide by.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum PeakChoice {
+    /// Each record's device looked up in the hardware table by name (no efficiency when not found).
+    #[default]
+    Auto,
+    /// One table entry for every record (`--device h100-sxm`).
+    Tabled(&'static HardwareSpec),
+    /// Measured ceilings given on the command line.
+    Measured(MeasuredPeak),
+}
+
+/// How to build a report.
+#[derive(Debug, Clone, Default)]
+pub struct ReportOptions {
+    /// Title of the page.
+    pub title: Option<String>,
+    /// Baselines tried in order per group; empty means [`Baseline::defaults`].
+    pub baselines: Vec<Baseline>,
+    /// Peak for efficiency.
+    pub peak: PeakChoice,
+}
+
+/// Where a file's records came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// File name as given.
+    pub name: String,
+    /// Records read.
+    pub records: usize,
+    /// Skipped configurations listed.
+    pub skipped: usize,
+    /// Machine, commit, date and command of the run, when the file says.
+    pub machine: Option<String>,
+    /// Git commit.
+    pub commit: Option<String>,
+    /// Date of the run.
+    pub date: Option<String>,
+    /// Command line.
+    pub command: Option<String>,
+}
+
+/// One measured configuration with its derived figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The record as read.
+    pub rec: BenchRecord,
+    /// `backend:kernel` (with the f32 math mode when it is not exact).
+    pub series: String,
+    /// FLOP/s in TFLOP/s, recomputed from the shape, mask, dtype and median time.
+    pub tflops: f64,
+    /// Minimal bytes over median time, GB/s.
+    pub gbps: f64,
+    /// FLOPs per minimal byte.
+    pub intensity: f64,
+    /// Roofline time over measured time against the chosen peak.
+    pub efficiency: Option<f64>,
+    /// Which resource bounds the roofline.
+    pub bound: Option<Bound>,
+    /// Baseline median over this median (above 1: faster than the baseline).
+    pub speedup: Option<f64>,
+}
+
+/// The records of one configuration (platform, dtype, mask, shape, layout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// "cpu" or the GPU's name.
+    pub platform: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Mask name.
+    pub mask: String,
+    /// Logical sizes.
+    pub shape: Shape,
+    /// Layout name.
+    pub layout: String,
+    /// Measured rows, in series order.
+    pub rows: Vec<Row>,
+    /// The baseline the speedups use (label and median ms), when one is present in the group.
+    pub baseline: Option<(String, f64)>,
+}
+
+impl Group {
+    /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`.
+    pub fn title(&self) -> String {
+        format!("{} · {} · {} · {} · {}", self.platform, self.dtype, self.mask, shape_label(&self.shape), self.layout)
+    }
+}
+
+/// `B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64` (and `Dv=` when it differs).
+pub fn shape_label(s: &Shape) -> String {
+    let dv = if s.dv != s.d { format!(" Dv={}", s.dv) } else { String::new() };
+    format!("B={} Hq={} Hkv={} Sq={} Sk={} D={}{dv}", s.b, s.hq, s.hkv, s.sq, s.sk, s.d)
+}
+
+/// A TFLOPS-against-sequence-length plot: shapes that differ only in the sequence length (and batch).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqPlot {
+    /// Title.
+    pub title: String,
+    /// Per series: (Sk, TFLOPS) sorted by Sk.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// A roofline plot for one platform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RooflinePlot {
+    /// Title.
+    pub title: String,
+    /// Compute ceilings (label, TFLOP/s) and the bandwidth (GB/s), when a peak is known.
+    pub ceilings: Vec<(String, f64)>,
+    /// Memory bandwidth for the sloped roof.
+    pub gbps: Option<f64>,
+    /// Points: (series, intensity, TFLOPS, label).
+    pub points: Vec<(String, f64, f64, String)>,
+}
+
+/// Everything a report shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Page title.
+    pub title: String,
+    /// Input files.
+    pub sources: Vec<Source>,
+    /// Series in the order they first appear (plots give each one fixed colour).
+    pub series: Vec<String>,
+    /// Groups in a stable order.
+    pub groups: Vec<Group>,
+    /// Configurations that did not run.
+    pub skipped: Vec<Skipped>,
+    /// What the efficiency column divides by, in words.
+    pub peak_note: String,
+    /// TFLOPS-against-sequence-length plots.
+    pub seq_plots: Vec<SeqPlot>,
+    /// One roofline per platform.
+    pub rooflines: Vec<RooflinePlot>,
+}
+
+/// Parses a record's mask name back into a mask for the cost model (explicit masks cost every pair).
+pub fn mask_of(name: &str, shape: &Shape) -> Option<Mask> {
+    match name {
+        "bool" => Some(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, shape))),
+        "additive" => Some(Mask::Explicit(ExplicitMask::full(MaskValues::Additive, shape))),
+        other => other.parse().ok(),
+    }
+}
+
+/// True when a device name is a GPU's (so PyTorch CUDA records group with our CUDA records).
+fn is_gpu_name(device: &str) -> bool {
+    let d = device.to_ascii_lowercase();
+    ["nvidia", "geforce", "tesla", "instinct", "radeon", "cuda"].iter().any(|w| d.contains(w))
+}
+
+/// "cpu" for CPU backends and CPU devices, else the device name.
+pub fn platform_of(rec: &BenchRecord) -> String {
+    match rec.backend.as_str() {
+        "cpu" | "reference" => "cpu".to_string(),
+        "cuda" => rec.device.clone(),
+        _ if is_gpu_name(&rec.device) => rec.device.clone(),
+        _ => "cpu".to_string(),
+    }
+}
+
+fn series_of(rec: &BenchRecord) -> String {
+    match rec.f32_math.as_deref() {
+        Some(m) if m != "exact" && rec.dtype == DType::F32 => format!("{}:{}({m})", rec.backend, rec.kernel),
+        _ => format!("{}:{}", rec.backend, rec.kernel),
+    }
+}
+
+type GroupKey = (String, u8, String, [usize; 7], String);
+
+fn dtype_rank(d: DType) -> u8 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+    }
+}
+
+impl Report {
+    /// Builds a report from parsed files (each with the name it was read from).
+    pub fn build(files: &[(String, BenchFile)], opts: &ReportOptions) -> Result<Report, ReportError> {
+        let mut sources = Vec::new();
+        let mut series: Vec<String> = Vec::new();
+        let mut skipped = Vec::new();
+        // Key order: platform, dtype, mask, then D, heads, lengths, batch: related shapes sit together.
+        let mut groups: BTreeMap<(String, u8, String, [usize; 7], String), Group> = BTreeMap::new();
+        for (name, file) in files {
+            sources.push(Source {
+                name: name.clone(),
+                records: file.records.len(),
+                skipped: file.skipped.len(),
+                machine: file.machine.clone().or_else(|| file.records.iter().find_map(|r| r.machine.clone())),
+                commit: file.commit.clone().or_else(|| file.records.iter().find_map(|r| r.commit.clone())),
+                date: file.date.clone().or_else(|| file.records.iter().find_map(|r| r.date.clone())),
+                command: file.command.clone(),
+            });
+            skipped.extend(file.skipped.iter().cloned());
+            for rec in &file.records {
+                let row = derive_row(rec, &opts.peak)?;
+                if !series.contains(&row.series) {
+                    series.push(row.series.clone());
+                }
+                let s = rec.shape;
+                let layout = rec.layout.clone().unwrap_or_else(|| "bhsd".to_string());
+                let key: GroupKey = (
+                    platform_of(rec),
+                    dtype_rank(rec.dtype),
+                    rec.mask.clone(),
+                    [s.d, s.dv, s.hq, s.hkv, s.sq, s.sk, s.b],
+                    layout.clone(),
+                );
+                groups
+                    .entry(key)
+                    .or_insert_with(|| Group {
+                        platform: platform_of(rec),
+                        dtype: rec.dtype,
+                        mask: rec.mask.clone(),
+                        shape: s,
+                        layout,
+                        rows: Vec::new(),
+                        baseline: None,
+                    })
+                    .rows
+                    .push(row);
+            }
+        }
+        let baselines = if opts.baselines.is_empty() { Baseline::defaults() } else { opts.baselines.clone() };
+        let mut groups: Vec<Group> = groups.into_values().collect();
+        for g in &mut groups {
+            g.rows.sort_by_key(|r| series.iter().position(|s| *s == r.series));
+            g.baseline = baselines.iter().find_map(|b| baseline_time(g, b).map(|t| (b.label(), t)));
+            if let Some((_, base)) = g.baseline {
+                for r in &mut g.rows {
+                    r.speedup = Some(base / r.rec.time_ms.median);
+                }
+            }
+        }
+        let title = opts.title.clone().unwrap_or_else(|| "sdpa benchmark report".to_string());
+        let seq_plots = seq_plots(&groups, &series);
+        let rooflines = rooflines(&groups, &opts.peak);
+        Ok(Report { title, sources, series, groups, skipped, peak_note: peak_note(&opts.peak), seq_plots, rooflines })
+    }
+
+    /// Rows whose check against the reference failed.
+    pub fn failed_checks(&self) -> usize {
+        self.groups.iter().flat_map(|g| &g.rows).filter(|r| r.rec.check.as_ref().is_some_and(|c| !c.pass)).count()
+    }
+}
+
+fn baseline_time(g: &Group, b: &Baseline) -> Option<f64> {
+    g.rows
+        .iter()
+        .filter(|r| r.rec.backend == b.backend && b.kernel.as_ref().is_none_or(|k| *k == r.rec.kernel))
+        .map(|r| r.rec.time_ms.median)
+        .filter(|t| *t > 0.0)
+        .min_by(f64::total_cmp)
+}
+
+fn peak_note(p: &PeakChoice) -> String {
+    match p {
+        PeakChoice::Auto => "efficiency = roofline time / measured time, against each device's entry in the \
+                             built-in hardware table (datasheet dense peaks), where the device name matches one"
+            .to_string(),
+        PeakChoice::Tabled(hw) => format!(
+            "efficiency = roofline time / measured time, against {} ({}; bf16 {} TFLOPS, f32 {} TFLOPS, {} GB/s)",
+            hw.name, hw.source, hw.bf16_tflops, hw.fp32_tflops, hw.mem_bandwidth_gbs
+        ),
+        PeakChoice::Measured(m) => {
+            let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
+            format!(
+                "efficiency = roofline time / measured time, against measured ceilings: f32 {} / f16 {} / bf16 {} \
+                 TFLOPS, {} GB/s",
+                f(m.f32_tflops),
+                f(m.f16_tflops),
+                f(m.bf16_tflops),
+                f(m.gbps)
+            )
+        }
+    }
+}
+
+fn hardware_for(rec: &BenchRecord, peak: &PeakChoice) -> Option<&'static HardwareSpec> {
+    match peak {
+        PeakChoice::Tabled(hw) => Some(hw),
+        PeakChoice::Auto => HardwareSpec::find(&rec.device),
+        PeakChoice::Measured(_) => None,
+    }
+}
+
+fn derive_row(rec: &BenchRecord, peak: &PeakChoice) -> Result<Row, ReportError> {
+    let t = rec.time_ms.median;
+    if !(t.is_finite() && t > 0.0) {
+        return Err(ReportError::Record(format!(
+            "{}:{} {} has a median time of {t} ms",
+            rec.backend,
+            rec.kernel,
+            shape_label(&rec.shape)
+        )));
+    }
+    let cost = mask_of(&rec.mask, &rec.shape).map(|m| AttentionCost::of(&rec.shape, &m, rec.dtype));
+    let (tflops, gbps, intensity) = match cost {
+        Some(c) => (c.tflops(t), c.gbps(t), c.arithmetic_intensity()),
+        // An unknown mask name: trust the record's own figures.
+        None => (rec.tflops, rec.gbps, if rec.gbps > 0.0 { rec.tflops * 1e3 / rec.gbps } else { 0.0 }),
+    };
+    let f32_math: F32Math = rec.f32_math.as_deref().and_then(|m| m.parse().ok()).unwrap_or_default();
+    let (efficiency, bound) = match (peak, cost) {
+        (PeakChoice::Measured(m), Some(c)) => {
+            let compute = m.tflops(rec.dtype).map(|p| c.flops / (p * 1e12));
+            let memory = m.gbps.map(|bw| c.bytes / (bw * 1e9));
+            match (compute, memory) {
+                (None, None) => (None, None),
+                (cs, ms) => {
+                    let (cs, ms) = (cs.unwrap_or(0.0), ms.unwrap_or(0.0));
+                    let b = if cs >= ms { Bound::Compute } else { Bound::Memory };
+                    (Some(cs.max(ms) / (t * 1e-3)), Some(b))
+                }
+            }
+        }
+        (_, Some(c)) => match hardware_for(rec, peak) {
+            Some(hw) => {
+                let r = c.roofline(hw, rec.dtype, f32_math);
+                (Some(r.efficiency(t)), Some(r.bound))
+            }
+            None => (None, None),
+        },
+        (_, None) => (None, None),
+    };
+    Ok(Row { rec: rec.clone(), series: series_of(rec), tflops, gbps, intensity, efficiency, bound, speedup: None })
+}
+
+fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
+    // Family: everything but the sequence length and batch (fa2bench keeps B·S fixed).
+    type Family = (String, u8, String, [usize; 4], String, Option<usize>);
+    let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
+    let mut titles: BTreeMap<Family, String> = BTreeMap::new();
+    for g in groups {
+        let s = g.shape;
+        let sq_mode = if s.sq == s.sk { None } else { Some(s.sq) };
+        let key = (
+            g.platform.clone(),
+            dtype_rank(g.dtype),
+            g.mask.clone(),
+            [s.hq, s.hkv, s.d, s.dv],
+            g.layout.clone(),
+            sq_mode,
+        );
+        let sq = sq_mode.map_or("Sq=Sk".to_string(), |q| format!("Sq={q}"));
+        let dv = if s.dv != s.d { format!(" Dv={}", s.dv) } else { String::new() };
+        titles.entry(key.clone()).or_insert_with(|| {
+            format!(
+                "{} · {} · {} · Hq={} Hkv={} D={}{dv} · {sq} · {}",
+                g.platform, g.dtype, g.mask, s.hq, s.hkv, s.d, g.layout
+            )
+        });
+        fams.entry(key).or_default().extend(g.rows.iter());
+    }
+    let mut plots = Vec::new();
+    for (key, rows) in fams {
+        // Two batch sizes at the same length for the same series would make one line zig-zag: split by B.
+        let mut seen = std::collections::HashSet::new();
+        let clash = rows.iter().any(|r| !seen.insert((r.series.clone(), r.rec.shape.sk)))
+            && rows.iter().map(|r| r.rec.shape.b).collect::<std::collections::HashSet<_>>().len() > 1;
+        let mut parts: BTreeMap<Option<usize>, Vec<&Row>> = BTreeMap::new();
+        for r in rows {
+            parts.entry(clash.then_some(r.rec.shape.b)).or_default().push(r);
+        }
+        for (b, rows) in parts {
+            let xs: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.rec.shape.sk).collect();
+            if xs.len() < 2 {
+                continue;
+            }
+            let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+            for name in order {
+                let mut pts: Vec<(f64, f64)> =
+                    rows.iter().filter(|r| &r.series == name).map(|r| (r.rec.shape.sk as f64, r.tflops)).collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                series.push((name.clone(), pts));
+            }
+            let mut title = titles.get(&key).cloned().unwrap_or_default();
+            if let Some(b) = b {
+                title.push_str(&format!(" · B={b}"));
+            }
+            plots.push(SeqPlot { title, series });
+        }
+    }
+    plots
+}
+
+fn rooflines(groups: &[Group], peak: &PeakChoice) -> Vec<RooflinePlot> {
+    let mut by_platform: BTreeMap<String, Vec<&Group>> = BTreeMap::new();
+    for g in groups {
+        by_platform.entry(g.platform.clone()).or_default().push(g);
+    }
+    let mut out = Vec::new();
+    for (platform, gs) in by_platform {
+        let mut dtypes: Vec<DType> = gs.iter().map(|g| g.dtype).collect();
+        dtypes.sort_by_key(|d| dtype_rank(*d));
+        dtypes.dedup();
+        let (ceilings, gbps): (Vec<(String, f64)>, Option<f64>) = match peak {
+            PeakChoice::Measured(m) => {
+                (dtypes.iter().filter_map(|d| m.tflops(*d).map(|p| (format!("{d} peak"), p))).collect(), m.gbps)
+            }
+            _ => {
+                let hw = match peak {
+                    PeakChoice::Tabled(hw) => Some(*hw),
+                    _ => gs.iter().flat_map(|g| &g.rows).find_map(|r| HardwareSpec::find(&r.rec.device)),
+                };
+                match hw {
+                    Some(hw) => (
+                        dtypes
+                            .iter()
+                            .map(|d| (format!("{d} peak ({})", hw.key), hw.peak_tflops(*d, F32Math::Exact)))
+                            .collect(),
+                        Some(hw.mem_bandwidth_gbs),
+                    ),
+                    None => (Vec::new(), None),
+                }
+            }
+        };
+        let points = gs
+            .iter()
+            .flat_map(|g| g.rows.iter().map(move |r| (g, r)))
+            .filter(|(_, r)| r.intensity > 0.0 && r.tflops > 0.0)
+            .map(|(g, r)| {
+                (r.series.clone(), r.intensity, r.tflops, format!("{} {}: {:.3} TFLOPS", r.series, g.title(), r.tflops))
+            })
+            .collect();
+        out.push(RooflinePlot { title: format!("roofline · {platform}"), ceilings, gbps, points });
+    }
+    out
+}

@@ -1,0 +1,373 @@
+//! Printers: markdown (with plots as separate SVG files) and one self-contained HTML page (plots inline,
+//! styles inline, no script, no external resource).
+
+use super::model::{shape_label, Group, Report, Row};
+use super::results::Skipped;
+use super::svg::{color, esc, roofline_plot, seq_plot};
+use sdpa_core::Bound;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+fn fmt_ms(ms: f64) -> String {
+    if ms >= 100.0 {
+        format!("{ms:.1}")
+    } else if ms >= 1.0 {
+        format!("{ms:.3}")
+    } else {
+        format!("{ms:.4}")
+    }
+}
+
+fn fmt_tflops(t: f64) -> String {
+    if t >= 100.0 {
+        format!("{t:.0}")
+    } else if t >= 1.0 {
+        format!("{t:.1}")
+    } else if t >= 1e-3 {
+        format!("{t:.3}")
+    } else {
+        format!("{t:.2e}")
+    }
+}
+
+fn fmt_pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |e| format!("{:.1} %", e * 100.0))
+}
+
+fn fmt_speedup(x: Option<f64>) -> String {
+    x.map_or("-".into(), |s| format!("{s:.2}x"))
+}
+
+fn fmt_bound(b: Option<Bound>) -> &'static str {
+    match b {
+        Some(Bound::Compute) => "compute",
+        Some(Bound::Memory) => "memory",
+        None => "-",
+    }
+}
+
+fn fmt_check(r: &Row) -> String {
+    match &r.rec.check {
+        None => "not checked".into(),
+        Some(c) => format!(
+            "{} (rel {:.1e} ≤ {:.0e}{})",
+            if c.pass { "pass" } else { "FAIL" },
+            c.rel_err,
+            c.tolerance,
+            if c.rows_checked > 0 { format!(", {} rows", c.rows_checked) } else { String::new() }
+        ),
+    }
+}
+
+/// Cells of one detail-table row, shared by both printers.
+fn detail_cells(r: &Row) -> Vec<String> {
+    let t = &r.rec.time_ms;
+    vec![
+        r.rec.backend.clone(),
+        r.rec.kernel.clone()
+            + &r.rec.f32_math.as_ref().filter(|m| *m != "exact").map_or(String::new(), |m| format!(" ({m})")),
+        fmt_ms(t.median),
+        format!("{}–{}", fmt_ms(t.min), fmt_ms(t.max)),
+        if t.reps > 0 { t.reps.to_string() } else { "-".into() },
+        fmt_tflops(r.tflops),
+        format!("{:.1}", r.gbps),
+        fmt_pct(r.efficiency),
+        fmt_bound(r.bound).to_string(),
+        fmt_speedup(r.speedup),
+        fmt_check(r),
+    ]
+}
+
+const DETAIL_HEAD: [&str; 11] = [
+    "backend",
+    "kernel",
+    "median ms",
+    "min–max ms",
+    "reps",
+    "TFLOP/s",
+    "GB/s",
+    "efficiency",
+    "bound",
+    "speedup",
+    "check",
+];
+
+/// Skipped configurations collapsed by (backend, kernel, reason).
+/// (backend, kernel, reason) -> (count, any failed, a few examples).
+type SkipTally = BTreeMap<(String, String, String), (usize, bool, Vec<String>)>;
+
+fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)> {
+    let mut m = SkipTally::new();
+    for s in sk {
+        let e = m.entry((s.backend.clone(), s.kernel.clone(), s.reason.clone())).or_default();
+        e.0 += 1;
+        e.1 |= s.failed;
+        if e.2.len() < 3 {
+            e.2.push(format!("{} {} {}", s.dtype, s.mask, shape_label(&s.shape)));
+        }
+    }
+    m.into_iter()
+        .map(|((b, k, reason), (n, failed, ex))| {
+            let more = if n > ex.len() { format!("; {} more", n - ex.len()) } else { String::new() };
+            (format!("{b}:{k}"), reason, n, failed, format!("{}{more}", ex.join("; ")))
+        })
+        .collect()
+}
+
+/// Summary pivot: one row per group, one column per series (TFLOPS, with the speedup when there is one).
+fn summary(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut head: Vec<String> =
+        ["platform", "dtype", "mask", "B", "Hq", "Hkv", "Sq", "Sk", "D"].iter().map(|s| s.to_string()).collect();
+    head.extend(r.series.iter().cloned());
+    head.push("baseline".into());
+    let rows = r
+        .groups
+        .iter()
+        .map(|g| {
+            let s = g.shape;
+            let mut cells = vec![
+                g.platform.clone(),
+                g.dtype.to_string(),
+                g.mask.clone(),
+                s.b.to_string(),
+                s.hq.to_string(),
+                s.hkv.to_string(),
+                s.sq.to_string(),
+                s.sk.to_string(),
+                if s.dv == s.d { s.d.to_string() } else { format!("{}/{}", s.d, s.dv) },
+            ];
+            for name in &r.series {
+                let best = g.rows.iter().filter(|x| &x.series == name).max_by(|a, b| a.tflops.total_cmp(&b.tflops));
+                cells.push(best.map_or("-".into(), |x| {
+                    let fail = if x.rec.check.as_ref().is_some_and(|c| !c.pass) { " FAIL" } else { "" };
+                    match x.speedup {
+                        Some(sp) => format!("{} ({sp:.2}x){fail}", fmt_tflops(x.tflops)),
+                        None => format!("{}{fail}", fmt_tflops(x.tflops)),
+                    }
+                }));
+            }
+            cells.push(g.baseline.as_ref().map_or("-".into(), |b| b.0.clone()));
+            cells
+        })
+        .collect();
+    (head, rows)
+}
+
+fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn md_table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
+    let _ = writeln!(out, "| {} |", head.iter().map(|h| md_cell(h)).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
+    for r in rows {
+        let _ = writeln!(out, "| {} |", r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | "));
+    }
+    out.push('\n');
+}
+
+fn sources_table(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+    let head =
+        ["file", "records", "skipped", "machine", "commit", "date", "command"].iter().map(|s| s.to_string()).collect();
+    let rows = r
+        .sources
+        .iter()
+        .map(|s| {
+            let o = |x: &Option<String>| x.clone().unwrap_or_else(|| "-".into());
+            vec![
+                s.name.clone(),
+                s.records.to_string(),
+                s.skipped.to_string(),
+                o(&s.machine),
+                o(&s.commit),
+                o(&s.date),
+                o(&s.command),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
+const NOTES: &str = "TFLOP/s = FLOPs of the two matrix products (causal masks count only unmasked pairs) / median \
+time; GB/s = minimal bytes (Q, K, V read once, O written once) / median time; both recomputed from each record's \
+shape, mask, dtype and median with sdpa-core's cost model. Speedup = the baseline's median / this median (above 1 \
+is faster), measured within the same configuration.";
+
+/// Paths of the SVG files the markdown links to, relative to the markdown file, with their contents.
+pub fn svg_files(r: &Report) -> Vec<(String, String)> {
+    let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
+    let mut v = Vec::new();
+    for (i, p) in r.seq_plots.iter().enumerate() {
+        v.push((format!("plots/tflops-vs-seqlen-{}.svg", i + 1), seq_plot(p, &idx)));
+    }
+    for (i, p) in r.rooflines.iter().enumerate() {
+        v.push((format!("plots/roofline-{}.svg", i + 1), roofline_plot(p, &idx)));
+    }
+    v
+}
+
+/// The markdown report; `with_plots` links the files of [`svg_files`] (written next to it by the caller).
+pub fn markdown(r: &Report, with_plots: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# {}\n", r.title);
+    let (h, rows) = sources_table(r);
+    md_table(&mut out, &h, &rows);
+    let _ = writeln!(out, "{NOTES} {}.\n", r.peak_note);
+    if r.groups.is_empty() {
+        out.push_str("No measured records.\n\n");
+    } else {
+        out.push_str("## Summary (TFLOP/s; speedup against the baseline in brackets)\n\n");
+        let (h, rows) = summary(r);
+        md_table(&mut out, &h, &rows);
+    }
+    if with_plots && !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
+        out.push_str("## Plots\n\n");
+        for ((path, _), title) in svg_files(r).iter().zip(
+            r.seq_plots
+                .iter()
+                .map(|p| format!("TFLOP/s vs sequence length: {}", p.title))
+                .chain(r.rooflines.iter().map(|p| p.title.clone())),
+        ) {
+            let _ = writeln!(out, "![{}]({path})\n", md_cell(&title));
+        }
+    }
+    if !r.groups.is_empty() {
+        out.push_str("## Per configuration\n\n");
+        for g in &r.groups {
+            let _ = writeln!(out, "### {}\n", g.title());
+            if let Some(dev) = devices(g) {
+                let _ = writeln!(out, "Device: {dev}. Speedup against {}.\n", baseline_words(g));
+            }
+            let head: Vec<String> = DETAIL_HEAD.iter().map(|s| s.to_string()).collect();
+            let rows: Vec<Vec<String>> = g.rows.iter().map(detail_cells).collect();
+            md_table(&mut out, &head, &rows);
+        }
+    }
+    if !r.skipped.is_empty() {
+        out.push_str("## Not run\n\n");
+        let head: Vec<String> =
+            ["backend:kernel", "reason", "configurations", "examples"].iter().map(|s| s.to_string()).collect();
+        let rows: Vec<Vec<String>> = skipped_summary(&r.skipped)
+            .into_iter()
+            .map(|(bk, reason, n, failed, ex)| {
+                vec![bk, if failed { format!("FAILED: {reason}") } else { reason }, n.to_string(), ex]
+            })
+            .collect();
+        md_table(&mut out, &head, &rows);
+    }
+    out
+}
+
+fn devices(g: &Group) -> Option<String> {
+    let mut d: Vec<&str> = g.rows.iter().map(|r| r.rec.device.as_str()).collect();
+    d.sort_unstable();
+    d.dedup();
+    (!d.is_empty()).then(|| d.join(", "))
+}
+
+fn baseline_words(g: &Group) -> String {
+    g.baseline.as_ref().map_or("no baseline (none of the chosen baselines ran on this configuration)".into(), |b| {
+        format!("{} ({} ms)", b.0, fmt_ms(b.1))
+    })
+}
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;padding:0 16px;color:#222}\
+table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}.fail{color:#b00020;font-weight:600}\
+.pass{color:#116611}figure{margin:12px 0 24px}figure svg{max-width:100%;height:auto;border:1px solid #ddd}\
+.note{color:#555;font-size:13px;max-width:900px}.plots{display:flex;flex-wrap:wrap;gap:8px}\
+.plots figure{flex:1 1 560px;max-width:720px;margin:0}table.sources td,table.skipped td{text-align:left}h3{font-size:15px;margin-top:28px}.swatch{display:inline-block;width:10px;height:10px;margin-right:4px}";
+
+fn html_table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String>], status_col: Option<usize>) {
+    let _ = write!(out, r#"<table class="{class}"><thead><tr>"#);
+    for h in head {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for r in rows {
+        out.push_str("<tr>");
+        for (i, c) in r.iter().enumerate() {
+            let cls = if Some(i) == status_col || c.ends_with(" FAIL") {
+                if c.starts_with("FAIL") || c.ends_with(" FAIL") {
+                    r#" class="fail""#
+                } else if c.starts_with("pass") {
+                    r#" class="pass""#
+                } else {
+                    ""
+                }
+            } else {
+                ""
+            };
+            let _ = write!(out, "<td{cls}>{}</td>", esc(c));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+/// The self-contained HTML page.
+pub fn html(r: &Report) -> String {
+    let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style></head><body>",
+        esc(&r.title)
+    );
+    let _ = writeln!(out, "<h1>{}</h1>", esc(&r.title));
+    let (h, rows) = sources_table(r);
+    html_table(&mut out, "sources", &h, &rows, None);
+    let _ = writeln!(out, "<p class=\"note\">{} {}.</p>", esc(NOTES), esc(&r.peak_note));
+    if r.groups.is_empty() {
+        out.push_str("<p>No measured records.</p>\n");
+    } else {
+        out.push_str("<h2>Summary</h2><p class=\"note\">TFLOP/s; speedup against the baseline in brackets.</p>\n");
+        let (h, rows) = summary(r);
+        html_table(&mut out, "summary", &h, &rows, None);
+    }
+    if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
+        out.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+        for p in &r.seq_plots {
+            let _ = writeln!(out, "<figure class=\"seq\">{}</figure>", seq_plot(p, &idx));
+        }
+        for p in &r.rooflines {
+            let _ = writeln!(out, "<figure class=\"roof\">{}</figure>", roofline_plot(p, &idx));
+        }
+        out.push_str("</div>\n");
+    }
+    if !r.groups.is_empty() {
+        out.push_str("<h2>Per configuration</h2>\n");
+        for g in &r.groups {
+            let _ = writeln!(out, "<h3>{}</h3>", esc(&g.title()));
+            if let Some(dev) = devices(g) {
+                let _ = writeln!(
+                    out,
+                    "<p class=\"note\">Device: {}. Speedup against {}.</p>",
+                    esc(&dev),
+                    esc(&baseline_words(g))
+                );
+            }
+            let head: Vec<String> = DETAIL_HEAD.iter().map(|s| s.to_string()).collect();
+            let rows: Vec<Vec<String>> = g.rows.iter().map(detail_cells).collect();
+            html_table(&mut out, "detail", &head, &rows, Some(DETAIL_HEAD.len() - 1));
+        }
+    }
+    if !r.skipped.is_empty() {
+        out.push_str("<h2>Not run</h2>\n");
+        let head: Vec<String> =
+            ["backend:kernel", "reason", "configurations", "examples"].iter().map(|s| s.to_string()).collect();
+        let rows: Vec<Vec<String>> = skipped_summary(&r.skipped)
+            .into_iter()
+            .map(|(bk, reason, n, failed, ex)| {
+                vec![bk, if failed { format!("FAILED: {reason}") } else { reason }, n.to_string(), ex]
+            })
+            .collect();
+        html_table(&mut out, "skipped", &head, &rows, None);
+    }
+    let legend: Vec<String> = r
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("<span class=\"swatch\" style=\"background:{}\"></span>{}", color(i), esc(s)))
+        .collect();
+    let _ = writeln!(out, "<p class=\"note\">Series: {}</p>\n</body></html>", legend.join(" &nbsp; "));
+    out
+}

@@ -1,0 +1,522 @@
+//! `sdpa bench`: a sweep of shapes x dtypes x masks x layouts x backends x kernels, each configuration
+//! warmed up, timed many times (device events on the GPU, through the backend's `time_host`), checked
+//! against the f64 reference, and written as one JSON record; PyTorch's SDPA on the same shapes in the
+//! same invocation when torch is importable (`bench/pytorch_sdpa.py`).
+
+mod plan;
+mod presets;
+mod pytorch;
+
+use crate::backends::open_backend;
+use crate::run::{git_commit, utc_now};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use plan::{Case, Config, Overrides, Plan};
+use sdpa_analysis::bench_report::{BenchFile, Skipped};
+use sdpa_core::check::check_output;
+use sdpa_core::{
+    AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, SdpaError, TimeStats,
+};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Flags of `sdpa bench`. List flags take comma-separated values; `--shape` takes one shape per flag (or
+/// several separated by `;`). Flags given override the same list in the preset or spec file.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Named sweep: quick (default), fa2bench, decode, seed (files under bench/presets/).
+    #[arg(long, conflicts_with = "spec")]
+    preset: Option<String>,
+    /// JSON spec file: {backends, kernels, dtypes, shapes:[{b,hq,hkv,sq,sk,d,dv}], masks, layouts}, an array
+    /// of them, or a replay spec written by `sdpa analyze`.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Backends: reference, cpu, cuda (and pytorch to require the PyTorch comparison).
+    #[arg(long, value_delimiter = ',')]
+    backend: Vec<String>,
+    /// Kernels: unfused, fa1, fa2, splitkv, auto.
+    #[arg(long, value_delimiter = ',')]
+    kernel: Vec<String>,
+    /// Element types: f32, f16, bf16.
+    #[arg(long, value_delimiter = ',')]
+    dtype: Vec<DType>,
+    /// B,Hq,Hkv,Sq,Sk,D[,Dv]; repeat the flag for several shapes.
+    #[arg(long)]
+    shape: Vec<String>,
+    /// Masks: none, causal (top-left), causal-br (bottom-right), bool, additive (explicit, random).
+    #[arg(long, value_delimiter = ',')]
+    mask: Vec<String>,
+    /// Layouts: bhsd, bshd.
+    #[arg(long, value_delimiter = ',')]
+    layout: Vec<Layout>,
+    /// f32 multiplication modes on the GPU: exact, tf32, split-tf32.
+    #[arg(long, value_delimiter = ',')]
+    f32_math: Vec<F32Math>,
+    /// CPU worker threads (default: RAYON_NUM_THREADS or all cores); also passed to PyTorch.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Untimed calls before timing (default 3, or the preset's).
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Most timed calls per configuration (default 20, or the preset's).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Time budget per configuration in seconds; slow configurations get fewer repetitions (default 2).
+    #[arg(long)]
+    max_time: Option<f64>,
+    /// Rows compared with the reference (default: all rows of small shapes, a spread sample of big ones).
+    #[arg(long)]
+    check_rows: Option<usize>,
+    /// Do not compare with the reference.
+    #[arg(long)]
+    no_check: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output file (default: target/bench/bench-<date>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also time PyTorch on the same shapes; an error if torch cannot be imported.
+    #[arg(long, conflicts_with = "no_pytorch")]
+    with_pytorch: bool,
+    /// Never run PyTorch (by default it runs when `python3 -c "import torch"` works).
+    #[arg(long)]
+    no_pytorch: bool,
+    /// Python interpreter for the PyTorch script.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// The PyTorch script (default: bench/pytorch_sdpa.py of this repository).
+    #[arg(long)]
+    pytorch_script: Option<PathBuf>,
+    /// PyTorch kernels: default, math, flash, efficient, cudnn, unfused (default: all).
+    #[arg(long)]
+    pytorch_kernels: Option<String>,
+    /// Print the configurations and exit without running them.
+    #[arg(long)]
+    dry_run: bool,
+    /// No per-configuration lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Everything the timing loop needs, validated.
+struct Settings {
+    warmup: usize,
+    reps: usize,
+    max_time_s: f64,
+    check: bool,
+    check_rows: Option<usize>,
+    threads: Option<usize>,
+    seed: u64,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let (sweeps, source) = match (&args.spec, &args.preset) {
+        (Some(path), _) => (plan::read_spec_file(path)?, path.display().to_string()),
+        (None, Some(name)) => (presets::preset(name)?, format!("preset {name}")),
+        (None, None) => (presets::preset("quick")?, "preset quick".to_string()),
+    };
+    let over = Overrides {
+        backends: args.backend.iter().map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect(),
+        kernels: args.kernel.clone(),
+        dtypes: args.dtype.clone(),
+        shapes: plan::parse_shapes(&args.shape)?,
+        masks: args.mask.clone(),
+        layouts: args.layout.clone(),
+        f32_math: args.f32_math.clone(),
+    };
+    if args.reps == Some(0) {
+        bail!("--reps must be at least 1");
+    }
+    if let Some(t) = args.max_time {
+        if !(t.is_finite() && t > 0.0) {
+            bail!("--max-time must be a positive number of seconds");
+        }
+    }
+    if args.threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    let plan = plan::build(&sweeps, &over, &source)?;
+    if !args.dry_run && !args.quiet {
+        eprintln!("sdpa bench: {}: {} configurations", plan.source, plan.configs.len());
+    }
+    if args.dry_run {
+        println!("# {}: {} configurations", plan.source, plan.configs.len());
+        for c in &plan.configs {
+            println!("{}", describe(c));
+        }
+        for (dev, case) in &plan.pytorch_cases {
+            println!("pytorch ({dev}) {}", describe_case(case));
+        }
+        return Ok(());
+    }
+    let settings = Settings {
+        warmup: args.warmup.unwrap_or(3),
+        reps: args.reps.unwrap_or(20),
+        max_time_s: args.max_time.unwrap_or(2.0),
+        check: !args.no_check,
+        check_rows: args.check_rows,
+        threads: args.threads,
+        seed: args.seed,
+    };
+    let out_path = args.out.clone().unwrap_or_else(default_out);
+    if let Some(dir) = out_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+
+    let mut file = BenchFile::new();
+    file.command = Some(command_line());
+    file.machine = Some(machine());
+    file.commit = git_commit();
+    file.date = Some(utc_now());
+    let explicit_timing = (args.warmup, args.reps, args.max_time);
+    let opened = sweep(&plan, &settings, explicit_timing, &mut file, args.quiet);
+
+    // PyTorch on the same shapes, in the same invocation.
+    let mode = if args.with_pytorch || plan.pytorch_requested {
+        pytorch::Mode::Required
+    } else if args.no_pytorch {
+        pytorch::Mode::Off
+    } else {
+        pytorch::Mode::Auto
+    };
+    let py = pytorch::Request {
+        mode,
+        python: &args.python,
+        script: args.pytorch_script.as_deref(),
+        kernels: args.pytorch_kernels.as_deref(),
+        threads: args.threads,
+        warmup: settings.warmup,
+        reps: settings.reps,
+        max_time_s: settings.max_time_s,
+        check: settings.check,
+        seed: settings.seed,
+        out_path: &out_path,
+    };
+    let cuda_ok = opened.get("cuda").is_some_and(|ok| *ok);
+    let cases: Vec<(String, Case)> =
+        plan.pytorch_cases.iter().filter(|(dev, _)| dev != "cuda" || cuda_ok).cloned().collect();
+    let py_result = pytorch::run(&py, &cases, &mut file);
+
+    write_file(&out_path, &file)?;
+    print_summary(&file, &out_path);
+    py_result?;
+    let failed_checks = file.records.iter().filter(|r| r.check.as_ref().is_some_and(|c| !c.pass)).count();
+    let failed_runs = file.skipped.iter().filter(|s| s.failed).count();
+    if failed_checks + failed_runs > 0 {
+        bail!(
+            "{failed_checks} configuration(s) failed the reference check and {failed_runs} failed to run (records kept in {})",
+            out_path.display()
+        );
+    }
+    Ok(())
+}
+
+fn default_out() -> PathBuf {
+    let stamp: String = utc_now().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    PathBuf::from("target").join("bench").join(format!("bench-{stamp}.json"))
+}
+
+fn command_line() -> String {
+    let mut v: Vec<String> = std::env::args().collect();
+    if let Some(first) = v.first_mut() {
+        *first = "sdpa".to_string();
+    }
+    v.join(" ")
+}
+
+/// CPU model, thread count and host name.
+fn machine() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut s = format!("{} ({threads} threads)", crate::devices::cpu_model());
+    if !host.is_empty() {
+        s.push_str(&format!(", host {host}"));
+    }
+    s
+}
+
+fn describe_case(c: &Case) -> String {
+    let s = c.shape;
+    format!(
+        "{} {} {} B={} Hq={} Hkv={} Sq={} Sk={} D={}{}",
+        c.dtype,
+        c.mask.name(),
+        c.layout.name(),
+        s.b,
+        s.hq,
+        s.hkv,
+        s.sq,
+        s.sk,
+        s.d,
+        if s.dv != s.d { format!(" Dv={}", s.dv) } else { String::new() }
+    )
+}
+
+fn describe(c: &Config) -> String {
+    let fm = if c.case.dtype == DType::F32 && c.f32_math != F32Math::Exact {
+        format!(" ({})", c.f32_math.name())
+    } else {
+        String::new()
+    };
+    format!("{} {}{fm} {}", c.backend, c.kernel, describe_case(&c.case))
+}
+
+fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
+    Skipped {
+        backend: c.backend.clone(),
+        kernel: c.kernel.name().to_string(),
+        dtype: c.case.dtype,
+        shape: c.case.shape,
+        mask: c.case.mask.name().to_string(),
+        layout: Some(c.case.layout.name().to_string()),
+        reason,
+        failed,
+    }
+}
+
+/// Rows compared with the reference: all of them while the reference work stays under ~2e8 multiply-adds
+/// (a fraction of a second), otherwise an evenly spread sample (first and last row included) of that size.
+fn check_rows(spec: &AttentionSpec, explicit: Option<usize>) -> Option<usize> {
+    if explicit.is_some() {
+        return explicit;
+    }
+    let s = &spec.shape;
+    let per_row = (s.sk as f64) * ((s.d + s.dv) as f64);
+    let rows = (s.b * s.hq * s.sq) as f64;
+    if rows * per_row <= 2e8 {
+        None
+    } else {
+        Some(((2e8 / per_row) as usize).clamp(64, 4096))
+    }
+}
+
+enum Outcome {
+    Done(Box<BenchRecord>),
+    Skip(String),
+    Fail(String),
+}
+
+/// Errors that mean "cannot run here" rather than "broke": the sweep records them as skipped.
+fn is_unavailable(e: &anyhow::Error) -> bool {
+    e.chain().filter_map(|x| x.downcast_ref::<SdpaError>()).any(|x| {
+        matches!(x, SdpaError::Unsupported { .. } | SdpaError::DeviceUnavailable { .. } | SdpaError::OutOfMemory { .. })
+    })
+}
+
+/// Runs every configuration; returns which backends could be opened.
+fn sweep(
+    plan: &Plan,
+    st: &Settings,
+    explicit: (Option<usize>, Option<usize>, Option<f64>),
+    file: &mut BenchFile,
+    quiet: bool,
+) -> HashMap<String, bool> {
+    let pb = if std::io::stderr().is_terminal() {
+        let pb = ProgressBar::new(plan.configs.len() as u64);
+        if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:32} {pos}/{len} {wide_msg}")
+        {
+            pb.set_style(style);
+        }
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    let say = |line: String| {
+        if quiet {
+        } else if pb.is_hidden() {
+            println!("{line}");
+        } else {
+            pb.println(line);
+        }
+    };
+    let mut backends: HashMap<String, std::result::Result<Box<dyn HostBackend>, String>> = HashMap::new();
+    let mut inputs: Option<(Case, std::result::Result<HostInputs, String>)> = None;
+    for c in &plan.configs {
+        pb.set_message(describe(c));
+        let be = backends
+            .entry(c.backend.clone())
+            .or_insert_with(|| open_backend(&c.backend, st.threads).map_err(|e| format!("{e:#}")));
+        let be = match be {
+            Ok(be) => be,
+            Err(why) => {
+                file.skipped.push(skipped(c, format!("backend {} unavailable: {why}", c.backend), false));
+                pb.inc(1);
+                continue;
+            }
+        };
+        if inputs.as_ref().is_none_or(|(case, _)| *case != c.case) {
+            inputs = Some((c.case, HostInputs::random(&c.case.spec(), st.seed).map_err(|e| format!("{e:#}"))));
+        }
+        let Some((_, made)) = inputs.as_ref() else { continue };
+        let inp = match made {
+            Ok(i) => i,
+            Err(why) => {
+                file.skipped.push(skipped(c, format!("cannot build inputs: {why}"), true));
+                pb.inc(1);
+                continue;
+            }
+        };
+        match run_one(&**be, c, inp, st, explicit) {
+            Outcome::Done(rec) => {
+                let check = rec.check.as_ref().map_or("not checked".to_string(), |k| {
+                    format!(
+                        "check {} (rel err {:.1e}, tol {:.0e})",
+                        if k.pass { "pass" } else { "FAIL" },
+                        k.rel_err,
+                        k.tolerance
+                    )
+                });
+                say(format!(
+                    "{}: {:.4} ms (min {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s  {check}",
+                    describe(c),
+                    rec.time_ms.median,
+                    rec.time_ms.min,
+                    rec.time_ms.reps,
+                    rec.tflops,
+                    rec.gbps
+                ));
+                file.records.push(*rec);
+            }
+            Outcome::Skip(why) => {
+                say(format!("{}: skipped: {why}", describe(c)));
+                file.skipped.push(skipped(c, why, false));
+            }
+            Outcome::Fail(why) => {
+                say(format!("{}: FAILED: {why}", describe(c)));
+                file.skipped.push(skipped(c, why, true));
+            }
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    backends.into_iter().map(|(k, v)| (k, v.is_ok())).collect()
+}
+
+fn run_one(
+    be: &dyn HostBackend,
+    c: &Config,
+    inp: &HostInputs,
+    st: &Settings,
+    explicit: (Option<usize>, Option<usize>, Option<f64>),
+) -> Outcome {
+    let spec = c.case.spec();
+    let opts = RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads: st.threads, lse: false };
+    let classify = |e: SdpaError| {
+        let e = anyhow::Error::from(e);
+        if is_unavailable(&e) {
+            Outcome::Skip(format!("{e:#}"))
+        } else {
+            Outcome::Fail(format!("{e:#}"))
+        }
+    };
+    if let Err(e) = be.capabilities().check(be.name(), &spec, &opts) {
+        return classify(e);
+    }
+    // Flags beat the spec's per-sweep values, which beat the defaults.
+    let warmup = explicit.0.or(c.warmup).unwrap_or(st.warmup);
+    let max_reps = explicit.1.or(c.reps).unwrap_or(st.reps).max(1);
+    let budget = explicit.2.or(c.max_time_s).unwrap_or(st.max_time_s);
+
+    // One checked call on a poisoned output (this also compiles GPU kernels and warms caches).
+    let first = match be.run_host(&spec, &opts, inp) {
+        Ok(r) => r,
+        Err(e) => return classify(e),
+    };
+    let check = if st.check {
+        match check_output(&spec, inp, &first.output, c.f32_math, check_rows(&spec, st.check_rows)) {
+            Ok(r) => Some(r),
+            Err(e) => return Outcome::Fail(format!("reference check: {e}")),
+        }
+    } else {
+        None
+    };
+    drop(first);
+    // One timed call sizes the repetitions to the budget.
+    let probe = match be.time_host(&spec, &opts, inp, 0, 1) {
+        Ok((t, _)) => t.first().copied().unwrap_or(0.0) * 1e-3,
+        Err(e) => return classify(e),
+    };
+    let fit = if probe > 0.0 { (budget / probe) as usize } else { max_reps };
+    // At least 3 repetitions (a median and a spread) unless even 3 would blow the budget.
+    let min_reps = if probe * 3.0 <= 2.0 * budget { 3 } else { 1 };
+    let reps = fit.max(min_reps).min(max_reps).max(1);
+    let warmup = if probe * warmup as f64 > budget { warmup.min(1) } else { warmup };
+    let (times, _ran) = match be.time_host(&spec, &opts, inp, warmup, reps) {
+        Ok(t) => t,
+        Err(e) => return classify(e),
+    };
+    let Some(stats) = TimeStats::from_samples(&times) else {
+        return Outcome::Fail("no valid timing samples".to_string());
+    };
+    let mut rec = BenchRecord::new(be.name(), c.kernel.name(), &be.device_name(), &spec, stats, check);
+    rec.threads = st.threads.or_else(|| (c.backend == "cpu").then(rayon_threads).flatten());
+    if spec.dtype == DType::F32 {
+        rec.f32_math = Some(c.f32_math.name().to_string());
+    }
+    rec.commit = git_commit_cached();
+    rec.date = Some(utc_now());
+    rec.machine = Some(machine_cached());
+    Outcome::Done(Box::new(rec))
+}
+
+/// `RAYON_NUM_THREADS` when set (what the CPU backend's global pool uses), else the core count.
+fn rayon_threads() -> Option<usize> {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+}
+
+fn machine_cached() -> String {
+    static MACHINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MACHINE.get_or_init(machine).clone()
+}
+
+fn git_commit_cached() -> Option<String> {
+    static COMMIT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    COMMIT.get_or_init(git_commit).clone()
+}
+
+fn write_file(path: &Path, file: &BenchFile) -> Result<()> {
+    let text = serde_json::to_string_pretty(file)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn print_summary(file: &BenchFile, out: &Path) {
+    let mut reasons: Vec<(String, usize)> = Vec::new();
+    for s in &file.skipped {
+        let key = if s.failed { format!("FAILED: {}", s.reason) } else { s.reason.clone() };
+        match reasons.iter_mut().find(|r| r.0 == key) {
+            Some(r) => r.1 += 1,
+            None => reasons.push((key, 1)),
+        }
+    }
+    eprintln!(
+        "sdpa bench: {} records, {} not run, written to {}",
+        file.records.len(),
+        file.skipped.len(),
+        out.display()
+    );
+    for (why, n) in reasons {
+        eprintln!("  {n} not run: {why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::Shape;
+
+    #[test]
+    fn big_shapes_are_checked_on_a_sample_of_rows() {
+        let small = AttentionSpec::new(Shape::new(1, 8, 256, 256, 64), DType::BF16);
+        assert_eq!(check_rows(&small, None), None);
+        let big = AttentionSpec::new(Shape::new(1, 32, 16384, 16384, 128), DType::BF16);
+        let n = check_rows(&big, None).unwrap();
+        assert!((64..=4096).contains(&n));
+        assert_eq!(check_rows(&big, Some(7)), Some(7));
+    }
+}

@@ -1,0 +1,249 @@
+//! The sweep: flags, a preset or a spec file turned into a validated list of configurations, ordered so
+//! that configurations sharing inputs (same dtype, shape, mask, layout) run one after the other.
+
+use super::presets;
+use anyhow::{bail, Context, Result};
+use sdpa_core::record::BenchSpec;
+use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Shape};
+use std::path::Path;
+
+/// Backends the sweep can run itself (PyTorch runs through its script).
+pub const RUST_BACKENDS: [&str; 3] = ["reference", "cpu", "cuda"];
+
+/// The pseudo-backend that asks for the PyTorch script.
+pub const PYTORCH: &str = "pytorch";
+
+/// List overrides from the command line; an empty list keeps the preset's or spec's.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub backends: Vec<String>,
+    pub kernels: Vec<String>,
+    pub dtypes: Vec<DType>,
+    pub shapes: Vec<Shape>,
+    pub masks: Vec<String>,
+    pub layouts: Vec<Layout>,
+    pub f32_math: Vec<F32Math>,
+}
+
+/// The data one configuration shares with others: inputs are generated once per `Case`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Case {
+    pub dtype: DType,
+    pub shape: Shape,
+    pub mask: Mask,
+    pub layout: Layout,
+}
+
+impl Case {
+    /// The attention spec of the case.
+    pub fn spec(&self) -> AttentionSpec {
+        AttentionSpec::new(self.shape, self.dtype).with_layout(self.layout).with_mask(self.mask)
+    }
+}
+
+/// One thing to time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub case: Case,
+    pub backend: String,
+    pub kernel: Kernel,
+    pub f32_math: F32Math,
+    /// Per-sweep timing overrides from the spec.
+    pub warmup: Option<usize>,
+    pub reps: Option<usize>,
+    pub max_time_s: Option<f64>,
+}
+
+/// The whole plan.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Configurations, grouped by case.
+    pub configs: Vec<Config>,
+    /// Cases the PyTorch script should time, with the devices they ran on ("cpu", "cuda").
+    pub pytorch_cases: Vec<(String, Case)>,
+    /// "pytorch" appeared among the backends.
+    pub pytorch_requested: bool,
+    /// Name of the preset or spec file.
+    pub source: String,
+}
+
+/// Parses a mask name as records use it; explicit masks are full `[B, Hq, Sq, Sk]` with random contents.
+pub fn parse_mask(name: &str, shape: &Shape) -> Result<Mask> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "bool" | "boolean" => Ok(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, shape))),
+        "additive" => Ok(Mask::Explicit(ExplicitMask::full(MaskValues::Additive, shape))),
+        other => other.parse().map_err(|e: String| anyhow::anyhow!(e)),
+    }
+}
+
+/// Splits `--shape` values: each may hold several shapes separated by `;` or whitespace.
+pub fn parse_shapes(values: &[String]) -> Result<Vec<Shape>> {
+    let mut out = Vec::new();
+    for v in values {
+        for part in v.split(|c: char| c == ';' || c.is_whitespace()).filter(|p| !p.is_empty()) {
+            out.push(part.parse::<Shape>().map_err(|e| anyhow::anyhow!(e))?);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads a spec file: a [`BenchSpec`], an array of them, or what `sdpa analyze` writes for replays (a
+/// `ReplaySpec` with one `dtype`, `mask` and `layout`, a `{command, spec}` replay, an array of those, or a
+/// findings JSON whose findings carry replays).
+pub fn read_spec_file(path: &Path) -> Result<Vec<BenchSpec>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read spec file {}", path.display()))?;
+    parse_spec_text(&text).with_context(|| format!("spec file {}", path.display()))
+}
+
+/// See [`read_spec_file`].
+pub fn parse_spec_text(text: &str) -> Result<Vec<BenchSpec>> {
+    let value: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
+    let mut out = Vec::new();
+    collect_specs(value, &mut out)?;
+    if out.is_empty() {
+        bail!("no benchmark spec found (expected an object with `shapes`, or an array of them)");
+    }
+    Ok(out)
+}
+
+fn collect_specs(value: serde_json::Value, out: &mut Vec<BenchSpec>) -> Result<()> {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => {
+            for (i, v) in items.into_iter().enumerate() {
+                collect_specs(v, out).with_context(|| format!("item {i}"))?;
+            }
+            Ok(())
+        }
+        Value::Object(mut map) => {
+            // A findings report: every finding's replay.
+            if let Some(Value::Array(findings)) = map.remove("findings") {
+                for f in findings {
+                    if let Some(r) = f.get("replay").cloned() {
+                        collect_specs(r, out)?;
+                    }
+                }
+                return Ok(());
+            }
+            // A replay: `{command, spec}`.
+            if let Some(spec) = map.remove("spec") {
+                return collect_specs(spec, out);
+            }
+            // The analyzer's ReplaySpec names one dtype, mask and layout; ours lists them.
+            for (one, many) in [
+                ("dtype", "dtypes"),
+                ("mask", "masks"),
+                ("layout", "layouts"),
+                ("backend", "backends"),
+                ("kernel", "kernels"),
+            ] {
+                if let Some(v) = map.remove(one) {
+                    if map.contains_key(many) {
+                        bail!("both `{one}` and `{many}` given");
+                    }
+                    let list = if v.is_array() { v } else { Value::Array(vec![v]) };
+                    map.insert(many.to_string(), list);
+                }
+            }
+            let spec: BenchSpec = serde_json::from_value(Value::Object(map))?;
+            out.push(spec);
+            Ok(())
+        }
+        _ => bail!("expected a JSON object or array"),
+    }
+}
+
+fn pick<T: Clone>(over: &[T], spec: &[T], default: &[T]) -> Vec<T> {
+    if !over.is_empty() {
+        over.to_vec()
+    } else if !spec.is_empty() {
+        spec.to_vec()
+    } else {
+        default.to_vec()
+    }
+}
+
+/// Builds the plan from sweeps (a preset's or a spec file's) and command-line overrides.
+pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Plan> {
+    let mut plan = Plan { source: source.to_string(), ..Default::default() };
+    let quick = presets::quick_defaults();
+    for (i, sw) in sweeps.iter().enumerate() {
+        let name = sw.name.clone().unwrap_or_else(|| format!("sweep {}", i + 1));
+        let ctx = || format!("{source}: {name}");
+        let backends = pick(&over.backends, &sw.backends, &quick.backends);
+        let kernels = pick(&over.kernels, &sw.kernels, &quick.kernels);
+        let dtypes = pick(&over.dtypes, &sw.dtypes, &quick.dtypes);
+        let shapes = pick(&over.shapes, &sw.shapes, &quick.shapes);
+        let masks = pick(&over.masks, &sw.masks, &["none".to_string()]);
+        let layouts = pick(&over.layouts, &sw.layouts, &[Layout::Bhsd]);
+        let f32_math = pick(&over.f32_math, &sw.f32_math, &[F32Math::Exact]);
+        for b in &backends {
+            if b != PYTORCH && !RUST_BACKENDS.contains(&b.as_str()) {
+                bail!("{}: unknown backend `{b}` (expected reference, cpu, cuda or pytorch)", ctx());
+            }
+        }
+        let kernels: Vec<Kernel> = kernels
+            .iter()
+            .map(|k| k.parse::<Kernel>().map_err(|e| anyhow::anyhow!("{}: {e}", ctx())))
+            .collect::<Result<_>>()?;
+        if shapes.is_empty() || dtypes.is_empty() || kernels.is_empty() {
+            bail!("{}: the sweep is empty (no shapes, dtypes or kernels)", ctx());
+        }
+        plan.pytorch_requested |= backends.iter().any(|b| b == PYTORCH);
+        for &dtype in &dtypes {
+            for &shape in &shapes {
+                for m in &masks {
+                    let mask = parse_mask(m, &shape).with_context(ctx)?;
+                    for &layout in &layouts {
+                        let case = Case { dtype, shape, mask, layout };
+                        case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
+                        for b in backends.iter().filter(|b| *b != PYTORCH) {
+                            let device = if b == "cuda" { "cuda" } else { "cpu" };
+                            if b != "reference" && !plan.pytorch_cases.iter().any(|(d, c)| d == device && *c == case) {
+                                plan.pytorch_cases.push((device.to_string(), case));
+                            }
+                            for &kernel in &kernels {
+                                let maths: &[F32Math] = if dtype == DType::F32 { &f32_math } else { &[F32Math::Exact] };
+                                for &fm in maths {
+                                    plan.configs.push(Config {
+                                        case,
+                                        backend: b.clone(),
+                                        kernel,
+                                        f32_math: fm,
+                                        warmup: sw.warmup,
+                                        reps: sw.reps,
+                                        max_time_s: sw.max_time_s,
+                                    });
+                                }
+                            }
+                        }
+                        if backends.iter().all(|b| b == PYTORCH) && !plan.pytorch_cases.iter().any(|(_, c)| *c == case)
+                        {
+                            plan.pytorch_cases.push(("cpu".to_string(), case));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Same case next to each other, so one set of inputs serves every backend and kernel.
+    let mut order: Vec<Case> = Vec::new();
+    for c in &plan.configs {
+        if !order.contains(&c.case) {
+            order.push(c.case);
+        }
+    }
+    plan.configs.sort_by_key(|c| order.iter().position(|o| *o == c.case));
+    // Identical requests (overlapping sweeps) run once.
+    let mut seen = Vec::new();
+    plan.configs.retain(|c| {
+        let key = (c.case, c.backend.clone(), c.kernel, c.f32_math);
+        if seen.contains(&key) {
+            false
+        } else {
+            seen.push(key);
+            true
+        }
+    });
+    Ok(plan)
+}

@@ -1,0 +1,150 @@
+//! `sdpa report`: the figures in its tables are the ones the records imply (TFLOP/s from the cost model,
+//! speedup against the chosen baseline, efficiency against a tabled or measured peak), it reads every
+//! result shape we write, and every result file committed under `bench/results/` renders without a GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn sdpa(args: &[&str], cwd: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).current_dir(cwd).output().expect("the sdpa binary runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sdpa-report-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn record(backend: &str, kernel: &str, device: &str, sq: usize, mask: &str, median_ms: f64) -> serde_json::Value {
+    serde_json::json!({
+        "backend": backend, "kernel": kernel, "device": device, "dtype": "bf16",
+        "shape": {"b": 1, "hq": 16, "hkv": 16, "sq": sq, "sk": sq, "d": 128, "dv": 128},
+        "mask": mask, "layout": "bhsd",
+        "time_ms": {"median": median_ms, "min": median_ms * 0.9, "max": median_ms * 1.2, "reps": 30},
+        // Deliberately wrong: the report recomputes both from the shape and the median.
+        "tflops": 12345.0, "gbps": 0.5,
+        "check": {"max_abs_err": 0.002, "rel_err": 0.004, "tolerance": 0.016, "pass": true}
+    })
+}
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+#[test]
+fn tables_carry_recomputed_tflops_speedup_and_efficiency() {
+    let dir = tmp("numbers");
+    // FLOPs at S=4096, H=16, D=128, no mask: 4 * 16 * 4096^2 * 128 = 137.4 GFLOP.
+    let flops = 4.0 * 16.0 * 4096.0 * 4096.0 * 128.0;
+    let recs = serde_json::json!([
+        record("cuda", "fa2", H100, 4096, "none", 0.5),
+        record("pytorch", "flash", H100, 4096, "none", 0.75),
+        record("pytorch", "cudnn", H100, 4096, "none", 0.3),
+    ]);
+    std::fs::write(dir.join("r.json"), recs.to_string()).unwrap();
+
+    let out = sdpa(&["report", "r.json", "--baseline", "pytorch:flash", "--device", "h100-sxm"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8_lossy(&out.stdout);
+    let tflops = flops / 0.5e-3 / 1e12; // 274.9
+    assert_eq!(format!("{tflops:.0}"), "275");
+    // Detail row: median, TFLOP/s, efficiency against the H100 SXM bf16 datasheet peak (989.4), speedup.
+    let eff = tflops / 989.4 * 100.0;
+    let row = md.lines().find(|l| l.starts_with("| cuda | fa2 |")).expect("a detail row for cuda fa2");
+    assert!(row.contains("| 0.5000 |") && row.contains("| 275 |"), "{row}");
+    assert!(row.contains(&format!("| {eff:.1} % |")), "{row}");
+    assert!(row.contains("| compute |") && row.contains("| 1.50x |") && row.contains("pass"), "{row}");
+    let cudnn = md.lines().find(|l| l.starts_with("| pytorch | cudnn |")).unwrap();
+    assert!(cudnn.contains("| 2.50x |"), "{cudnn}");
+    assert!(!md.contains("12345"), "record's own TFLOPS must not leak into the tables");
+
+    // `pytorch` alone means PyTorch's fastest kernel in each configuration (cudnn here).
+    let out = sdpa(&["report", "r.json", "--baseline", "pytorch"], &dir);
+    let md = String::from_utf8_lossy(&out.stdout);
+    let row = md.lines().find(|l| l.starts_with("| cuda | fa2 |")).unwrap();
+    assert!(row.contains("| 0.60x |"), "{row}");
+
+    // Measured peaks: 767 TFLOP/s bf16 (the GEMM measured on the lent H100).
+    let out = sdpa(&["report", "r.json", "--peak-tflops", "bf16=767", "--peak-gbps", "3000"], &dir);
+    let md = String::from_utf8_lossy(&out.stdout);
+    let row = md.lines().find(|l| l.starts_with("| cuda | fa2 |")).unwrap();
+    assert!(row.contains(&format!("| {:.1} % |", tflops / 767.0 * 100.0)), "{row}");
+}
+
+#[test]
+fn out_dir_gets_markdown_html_and_svg_plots() {
+    let dir = tmp("files");
+    let mut recs = Vec::new();
+    for (s, t) in [(1024, 0.05), (2048, 0.16), (4096, 0.55)] {
+        recs.push(record("cuda", "fa2", H100, s, "causal", t));
+        recs.push(record("pytorch", "flash", H100, s, "causal", t * 1.3));
+    }
+    let file = serde_json::json!({"format": "sdpa-bench-v1", "machine": "test", "records": recs,
+        "skipped": [{"backend": "cuda", "kernel": "fa1", "dtype": "bf16",
+        "shape": {"b":1,"hq":16,"hkv":16,"sq":1024,"sk":1024,"d":128,"dv":128}, "mask": "causal",
+        "reason": "cuda: unsupported: kernel fa1", "failed": false}]});
+    std::fs::write(dir.join("f.json"), file.to_string()).unwrap();
+    let out = sdpa(&["report", "f.json", "--out-dir", "rep"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = std::fs::read_to_string(dir.join("rep/report.md")).unwrap();
+    let html = std::fs::read_to_string(dir.join("rep/report.html")).unwrap();
+    assert!(md.contains("## Summary") && md.contains("## Not run") && md.contains("cuda: unsupported: kernel fa1"));
+    assert!(md.contains("![TFLOP/s vs sequence length"), "{md}");
+    // One seq-length plot (one family, two series) and one roofline.
+    let seq = std::fs::read_to_string(dir.join("rep/plots/tflops-vs-seqlen-1.svg")).unwrap();
+    assert_eq!(seq.matches("<polyline").count(), 2);
+    assert_eq!(seq.matches("class=\"point\"").count(), 6);
+    let roof = std::fs::read_to_string(dir.join("rep/plots/roofline-1.svg")).unwrap();
+    assert!(roof.contains("bf16 peak (h100-sxm): 989 TFLOP/s"), "{roof}");
+    // Self-contained: plots inline, no external resources.
+    assert_eq!(html.matches("<svg").count(), 2);
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"));
+}
+
+#[test]
+fn run_json_output_and_json_lines_are_read_too() {
+    let dir = tmp("shapes");
+    let one = record("cpu", "fa2", "cpu", 512, "none", 1.0);
+    std::fs::write(dir.join("one.json"), serde_json::to_string_pretty(&one).unwrap()).unwrap();
+    let lines = format!("{}\n{}\n", record("cpu", "unfused", "cpu", 512, "none", 2.0), one);
+    std::fs::write(dir.join("lines.jsonl"), lines).unwrap();
+    let out = sdpa(&["report", "one.json", "lines.jsonl"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8_lossy(&out.stdout);
+    // Default baseline on the CPU: our unfused kernel.
+    assert!(md.lines().any(|l| l.starts_with("| cpu | fa2 |") && l.contains("| 2.00x |")), "{md}");
+
+    std::fs::write(dir.join("bad.json"), "{\"records\": [{\"backend\": 1}]}").unwrap();
+    let out = sdpa(&["report", "bad.json"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("bad.json") && !err.contains("panicked"), "{err}");
+    let out = sdpa(&["report", "one.json", "--baseline", ":x"], &dir);
+    assert!(!out.status.success());
+    let out = sdpa(&["report", "one.json", "--device", "abacus"], &dir);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device `abacus`"));
+}
+
+/// Every result file committed under `bench/results/` (H100 runs included) renders with no GPU present;
+/// the sample written by `sdpa bench` on the development machine is always there.
+#[test]
+fn committed_results_render_without_a_gpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench_sample.json")];
+    let mut stack = vec![root.join("bench/results")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") && !p.to_string_lossy().ends_with(".spec.json") {
+                files.push(p);
+            }
+        }
+    }
+    for f in files {
+        let dir = tmp(&format!("committed-{}", f.file_stem().unwrap().to_string_lossy()));
+        let out = sdpa(&["report", f.to_str().unwrap(), "--out-dir", "rep"], &dir);
+        assert!(out.status.success(), "{}: {}", f.display(), String::from_utf8_lossy(&out.stderr));
+        let md = std::fs::read_to_string(dir.join("rep/report.md")).unwrap();
+        assert!(md.contains("## Per configuration"), "{}: no measured records", f.display());
+    }
+}
