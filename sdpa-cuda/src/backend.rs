@@ -196,7 +196,7 @@ pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// Runs the requested kernel (resolving `auto`); returns the kernel that ran.
 pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let kernel = match call.opts.kernel {
-        Kernel::Auto => resolve_auto(call.spec, call.opts),
+        Kernel::Auto => crate::fa2::resolve_auto(call),
         k => k,
     };
     let f32_math = if call.spec.dtype == DType::F32 { call.opts.f32_math } else { F32Math::Exact };
@@ -216,8 +216,8 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
             ))
         }
         // FA-2 (f16/bf16) and split-KV: the FA-2 module replaces these two arms with its `run`.
-        (Kernel::Fa2, _) => return Err(unsupported("fa2 for f16/bf16 is not built yet")),
-        (Kernel::SplitKv, _) => return Err(unsupported("splitkv is not built yet")),
+        (Kernel::Fa2, _) => return crate::fa2::run(call),
+        (Kernel::SplitKv, _) => return crate::splitkv::run(call),
         (Kernel::Auto, _) => return Err(unsupported("auto resolved to itself")),
     }
     Ok(kernel)

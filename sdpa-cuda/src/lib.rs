@@ -52,11 +52,13 @@ pub mod call;
 pub mod device;
 pub mod error;
 pub mod fa1;
+pub mod fa2;
 pub mod launch;
 pub mod libs;
 pub mod modules;
 pub mod nvrtc;
 pub mod params;
+pub mod splitkv;
 pub mod tf32;
 pub mod unfused;
 

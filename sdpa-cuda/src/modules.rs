@@ -9,7 +9,8 @@ pub const COMMON_CUH: &str = include_str!("../kernels/common.cuh");
 
 /// Headers every module may `#include "name"`: handed to NVRTC in memory (no files needed at run time)
 /// and part of every cache key. A new shared header is one line here.
-pub const HEADERS: &[(&str, &str)] = &[("common.cuh", COMMON_CUH)];
+pub const HEADERS: &[(&str, &str)] =
+    &[("common.cuh", COMMON_CUH), ("fa2_mma.cuh", include_str!("../kernels/fa2_mma.cuh"))];
 
 /// One `.cu` source compiled as one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +37,14 @@ pub const FA1: ModuleSource = ModuleSource::new("fa1", include_str!("../kernels/
 /// f32 inputs on tensor cores: TF32 and split TF32.
 pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../kernels/tf32.cu"));
 
+/// FlashAttention-2 on tensor cores, f16/bf16 (`crate::fa2`).
+pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../kernels/fa2.cu"));
+/// Split-KV (flash-decoding) and its combine pass, f16/bf16 (`crate::splitkv`).
+pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../kernels/splitkv.cu"));
+
 /// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
 /// New modules (FA-2, split-KV) add one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, TF32];
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, TF32, FA2, SPLITKV];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

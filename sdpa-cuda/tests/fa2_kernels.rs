@@ -1,0 +1,215 @@
+//! The tensor-core `fa2` and `splitkv` kernels (f16/bf16) against the f64 reference on the GPU: random data,
+//! poisoned outputs, the foundation's awkward shapes plus GQA 8 and decoding shapes, every mask in both
+//! causal alignments, both layouts, with and without LSE; each within twice the unfused kernel's error in
+//! the same dtype on the same inputs. Also: which kernel ran (head dims without a specialisation fall back
+//! to `fa1` and say so) and what `auto` picks. Skips (printing why) without a GPU.
+
+mod common;
+
+use common::{check, check_inputs, gpu, masks, rows_for, shapes, Case};
+use sdpa_core::{DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, SdpaError, Shape};
+use sdpa_cuda::CudaBackend;
+
+const HALF: [DType; 2] = [DType::F16, DType::BF16];
+
+/// The foundation's shapes plus GQA ratio 8, decoding (Sq = 1 and a few speculative tokens) and long keys.
+fn table_shapes() -> Vec<Shape> {
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    let mut v = shapes();
+    v.extend([
+        s(1, 8, 1, 77, 300, 128),
+        s(2, 16, 2, 1, 1000, 64),
+        s(1, 32, 4, 3, 777, 256),
+        s(3, 4, 4, 1, 4097, 128),
+        s(1, 8, 8, 200, 33, 96),
+    ]);
+    v
+}
+
+fn table(kernel: Kernel) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (si, shape) in table_shapes().into_iter().enumerate() {
+        for mask in masks(&shape) {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for dtype in HALF {
+                    let lse = (si + out.len()) % 4 != 0;
+                    out.push(Case { shape, dtype, mask, layout, kernel, f32_math: F32Math::Exact, lse });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs every case, comparing with the reference and with the unfused kernel's error on the same inputs.
+fn run_table(name: &str, cases: Vec<Case>) {
+    let Some(gpu) = gpu() else { return };
+    let mut failures = Vec::new();
+    let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
+    for (n, case) in cases.iter().enumerate() {
+        let spec = case.spec();
+        let inputs = HostInputs::random(&spec, 5000 + n as u64).expect("valid spec");
+        let rows = rows_for(&case.shape);
+        let r = match check_inputs(&gpu, case, &inputs, rows) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{}: error: {e}", case.label()));
+                continue;
+            }
+        };
+        worst = worst.max(r.rel_err / r.tolerance);
+        if !r.pass {
+            failures.push(format!("{}: {r:?}", case.label()));
+            continue;
+        }
+        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
+        match check_inputs(&gpu, &base, &inputs, rows) {
+            Ok(u) => {
+                // Both at the output dtype's rounding floor counts as equal (2x of a near-zero error is noise).
+                let floor = u.rel_err.max(case.dtype.unit_roundoff());
+                worst_vs_unfused = worst_vs_unfused.max(r.rel_err / floor);
+                if r.rel_err > 2.0 * floor {
+                    failures.push(format!(
+                        "{}: rel_err {:.3e} > 2 x unfused {:.3e}",
+                        case.label(),
+                        r.rel_err,
+                        u.rel_err
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{}: unfused baseline error: {e}", case.label())),
+        }
+    }
+    eprintln!(
+        "{name}: {} cases, {} failed, worst rel_err/tolerance {worst:.3}, worst rel_err/unfused {worst_vs_unfused:.2}",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+#[test]
+fn fa2_matches_the_reference_and_the_unfused_error() {
+    run_table("fa2", table(Kernel::Fa2));
+}
+
+#[test]
+fn splitkv_matches_the_reference_and_the_unfused_error() {
+    run_table("splitkv", table(Kernel::SplitKv));
+}
+
+#[test]
+fn auto_matches_the_reference() {
+    run_table("auto", table(Kernel::Auto));
+}
+
+fn ran(gpu: &CudaBackend, case: &Case) -> Result<Kernel, SdpaError> {
+    let spec = case.spec();
+    let inputs = HostInputs::random(&spec, 3)?;
+    Ok(gpu.run_host(&spec, &case.opts(), &inputs)?.kernel)
+}
+
+/// Specialised head dims run the tensor-core kernels; others fall back to `fa1` and report it; `auto`
+/// picks `splitkv` for decoding and `fa2` for prefill.
+#[test]
+fn the_kernel_that_ran_is_reported() {
+    let Some(gpu) = gpu() else { return };
+    let case = |shape: Shape, kernel| Case {
+        shape,
+        dtype: DType::BF16,
+        mask: Mask::CausalBottomRight,
+        layout: Layout::Bshd,
+        kernel,
+        f32_math: F32Math::Exact,
+        lse: true,
+    };
+    for d in [64, 96, 128, 256] {
+        let prefill = Shape { b: 1, hq: 4, hkv: 2, sq: 300, sk: 300, d, dv: d };
+        assert_eq!(ran(&gpu, &case(prefill, Kernel::Fa2)).expect("runs"), Kernel::Fa2, "D = {d}");
+        assert_eq!(ran(&gpu, &case(prefill, Kernel::SplitKv)).expect("runs"), Kernel::SplitKv, "D = {d}");
+        assert_eq!(ran(&gpu, &case(prefill, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}");
+        let decode = Shape { b: 2, hq: 32, hkv: 8, sq: 1, sk: 5000, d, dv: d };
+        assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::SplitKv, "D = {d}");
+    }
+    let odd = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d: 80, dv: 80 };
+    assert_eq!(ran(&gpu, &case(odd, Kernel::Fa2)).expect("runs"), Kernel::Fa1);
+    assert_eq!(ran(&gpu, &case(odd, Kernel::SplitKv)).expect("runs"), Kernel::Fa1);
+    let f32_case = Case { dtype: DType::F32, ..case(Shape::new(1, 2, 40, 40, 64), Kernel::SplitKv) };
+    assert_eq!(ran(&gpu, &f32_case).expect("runs"), Kernel::Fa1);
+}
+
+/// Big enough to fill the GPU many times over (races and tile-boundary bugs show up here if anywhere),
+/// and the decoding shapes of the benchmark, sampled.
+#[test]
+fn larger_shapes_sampled() {
+    let Some(gpu) = gpu() else { return };
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    for (shape, kernel) in [
+        (s(2, 16, 4, 1000, 1500, 128), Kernel::Fa2),
+        (s(1, 8, 8, 2048, 2048, 64), Kernel::Fa2),
+        (s(2, 8, 1, 777, 1999, 256), Kernel::Fa2),
+        (s(8, 32, 32, 1, 4096, 128), Kernel::SplitKv),
+        (s(1, 32, 8, 1, 32768, 128), Kernel::SplitKv),
+        (s(2, 16, 4, 1000, 1500, 128), Kernel::SplitKv),
+    ] {
+        for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+            for dtype in HALF {
+                let case =
+                    Case { shape, dtype, mask, layout: Layout::Bhsd, kernel, f32_math: F32Math::Exact, lse: true };
+                let r = check(&gpu, &case, 77, Some(128)).expect("runs");
+                assert!(r.pass, "{}: {r:?}", case.label());
+            }
+        }
+    }
+}
+
+/// A NaN in one query poisons exactly that row (NaN is never turned into a number).
+#[test]
+fn nan_in_a_query_propagates_to_its_row_only() {
+    let Some(gpu) = gpu() else { return };
+    let shape = Shape { b: 1, hq: 4, hkv: 1, sq: 70, sk: 300, d: 128, dv: 128 };
+    for kernel in [Kernel::Fa2, Kernel::SplitKv] {
+        let case = Case {
+            shape,
+            dtype: DType::BF16,
+            mask: Mask::CausalBottomRight,
+            layout: Layout::Bshd,
+            kernel,
+            f32_math: F32Math::Exact,
+            lse: true,
+        };
+        let spec = case.spec();
+        let mut inputs = HostInputs::random(&spec, 7).expect("valid");
+        inputs.q.set_f32(spec.q_strides.offset(0, 1, 33) + 5, f32::NAN);
+        let r = check_inputs(&gpu, &case, &inputs, None).expect("runs");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
+/// A misaligned view (strides not a multiple of 8 elements) still gets the right answer, on `fa1`.
+#[test]
+fn misaligned_strides_fall_back() {
+    let Some(gpu) = gpu() else { return };
+    let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 40, sk: 50, d: 64, dv: 64 };
+    let case = Case {
+        shape,
+        dtype: DType::F16,
+        mask: Mask::None,
+        layout: Layout::Bhsd,
+        kernel: Kernel::Fa2,
+        f32_math: F32Math::Exact,
+        lse: false,
+    };
+    let mut spec = case.spec();
+    // Rows 68 elements apart: a padded layout whose rows are only 8-byte aligned.
+    for st in [&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides] {
+        st.s = 68;
+        st.h = 68 * 50;
+        st.b = 68 * 50 * 2;
+    }
+    let inputs = HostInputs::random(&spec, 11).expect("valid");
+    let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
+    assert_eq!(run.kernel, Kernel::Fa1);
+    let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+    assert!(r.pass, "{r:?}");
+}
