@@ -1,1 +1,97 @@
-//! candle integration (issue 8 builds it).
+//! sdpa-candle: one scaled dot-product attention call for candle models.
+//!
+//! Candle models compute attention as `softmax(q.matmul(kᵀ) · scale + mask).matmul(v)`, materialising the
+//! `[B, H, Sq, Sk]` score matrix. [`sdpa`] replaces those lines with one call that runs sdpa's fused kernels
+//! on candle's own storage: sdpa-cpu on the CPU and, with the `cuda` feature, sdpa-cuda on candle's CUDA
+//! memory and stream. Q, K and V are read in place through their candle strides and start offsets (a
+//! transposed or narrowed view costs no copy); the output is a new contiguous tensor in the same dims
+//! order as the inputs.
+//!
+//! ```
+//! use candle_core::{DType, Device, Tensor};
+//! use sdpa_candle::{sdpa, SdpaMask, SdpaOptions};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let dev = Device::Cpu;
+//! // [B, S, H, D] as projections produce them; 8 query heads share 2 kv heads (GQA).
+//! let q = Tensor::randn(0f32, 1.0, (1, 7, 8, 32), &dev)?;
+//! let k = Tensor::randn(0f32, 1.0, (1, 7, 2, 32), &dev)?;
+//! let v = Tensor::randn(0f32, 1.0, (1, 7, 2, 32), &dev)?;
+//! let opts = SdpaOptions::bshd().with_mask(SdpaMask::CausalTopLeft);
+//! let o = sdpa(&q, &k, &v, &opts)?;
+//! assert_eq!(o.dims(), &[1, 7, 8, 32]);
+//!
+//! // The same call on [B, H, S, D] views of the same storage: no copy, same numbers.
+//! let t = |x: &Tensor| x.transpose(1, 2);
+//! let o2 = sdpa(&t(&q)?, &t(&k)?, &t(&v)?, &SdpaOptions::bhsd().with_mask(SdpaMask::CausalTopLeft))?;
+//! let diff = (o2.transpose(1, 2)? - &o)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert!(diff < 1e-6);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Semantics are sdpa's (DESIGN.md): `scale` defaults to `1/sqrt(D)`; GQA when the query heads are a
+//! multiple of the kv heads (query head `h` reads kv head `h / (Hq / Hkv)`, K and V never repeated);
+//! `Dv` may differ from `D`; both causal alignments are named ([`SdpaMask::CausalTopLeft`],
+//! [`SdpaMask::CausalBottomRight`]); a query row that sees no key is zeros (where candle's own
+//! softmax gives NaN). Accumulation is in f32 for every dtype. There is no backward pass.
+//!
+//! What a view needs: rank 4, a contiguous last dim (stride 1). Anything else (a head dim that is not
+//! the innermost in memory) is an error that says to call `.contiguous()`.
+
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod error;
+mod mask;
+mod op;
+mod options;
+mod plan;
+
+pub use options::{SdpaMask, SdpaOptions};
+pub use sdpa_core::{F32Math, Kernel, Layout};
+
+use candle_core::{bail, Result, Tensor};
+use mask::MaskMeaning;
+use op::SdpaOp;
+use plan::{dtype_of, MaskPlan, View};
+use sdpa_core::{Mask, RunOptions};
+
+/// `softmax(Q·Kᵀ·scale + mask)·V` in one call.
+///
+/// `q` is `[B, Hq, Sq, D]`, `k` `[B, Hkv, Sk, D]`, `v` `[B, Hkv, Sk, Dv]` when `opts.layout` is
+/// [`Layout::Bhsd`], or `[B, S, H, D]` each when it is [`Layout::Bshd`]; the result is `[B, Hq, Sq, Dv]` or
+/// `[B, Sq, Hq, Dv]` accordingly, contiguous. All three share one dtype (f32, f16 or bf16) and one device.
+/// Errors (shapes that do not fit together, a dtype or device mismatch, a strided head dim, a mask that
+/// does not broadcast) are candle errors whose text starts with `sdpa:` and names the offending values.
+pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
+    for (name, t) in [("k", k), ("v", v)] {
+        if !t.device().same_device(q.device()) {
+            bail!("sdpa: q is on {:?} but {name} is on {:?}; q, k and v must share one device", q.device(), t.device());
+        }
+    }
+    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
+        bail!("sdpa: q, k and v must share one dtype, got q {:?}, k {:?}, v {:?}", q.dtype(), k.dtype(), v.dtype());
+    }
+    dtype_of(q.dtype())?;
+    let qv = View::of("q", q.layout(), opts.layout)?;
+    let kv = View::of("k", k.layout(), opts.layout)?;
+    let full = [qv.b, qv.h, qv.s, kv.s];
+    let explicit = |t: &Tensor, meaning| -> Result<(MaskPlan, Option<mask::PreparedMask>)> {
+        let m = mask::prepare(t, meaning, full, q.device())?;
+        Ok((MaskPlan::Explicit(m.desc), Some(m)))
+    };
+    let (mask, mask_tensor) = match &opts.mask {
+        SdpaMask::None => (MaskPlan::Position(Mask::None), None),
+        SdpaMask::CausalTopLeft => (MaskPlan::Position(Mask::CausalTopLeft), None),
+        SdpaMask::CausalBottomRight => (MaskPlan::Position(Mask::CausalBottomRight), None),
+        SdpaMask::Keep(t) => explicit(t, MaskMeaning::Keep)?,
+        SdpaMask::Exclude(t) => explicit(t, MaskMeaning::Exclude)?,
+        SdpaMask::Additive(t) => explicit(t, MaskMeaning::Additive)?,
+    };
+    let run = RunOptions { kernel: opts.kernel, f32_math: opts.f32_math, threads: opts.threads, lse: false };
+    let op = SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, run };
+    // Validate before candle takes the storage locks, so every shape error surfaces here.
+    op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
+    q.apply_op3_no_bwd(k, v, &op)
+}

@@ -1,0 +1,140 @@
+//! Interleaved recorder for bench/results/candle-cpu.json: for each configuration, checks every contender
+//! against the f64 reference (64 sampled rows), then times them in turn for several rounds (the order
+//! rotating each round) so that noise from other work on the machine falls on all of them alike, and
+//! writes one sdpa `BenchRecord` per contender and configuration with median, min and max.
+//!
+//! ```text
+//! RAYON_NUM_THREADS=2 cargo bench -p sdpa-candle --bench record -- --rounds 5
+//! ```
+//! Flags: `--rounds N` (default 5), `--out PATH` (default bench/results/candle-cpu.json), `--max-seq S`
+//! (skip larger shapes), `--dtype f32|bf16` (default both).
+
+mod common;
+
+use anyhow::{bail, Context, Result};
+use common::{Bench, Contender, SHAPES};
+use sdpa_core::check::check_output;
+use sdpa_core::{BenchRecord, DType, F32Math, HostBuffer, HostOutput, TimeStats};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn host(t: &candle_core::Tensor, dtype: DType) -> Result<HostBuffer> {
+    let flat = t.flatten_all()?;
+    Ok(match dtype {
+        DType::F32 => HostBuffer::F32(flat.to_vec1()?),
+        DType::F16 => HostBuffer::F16(flat.to_vec1()?),
+        DType::BF16 => HostBuffer::BF16(flat.to_vec1()?),
+    })
+}
+
+fn sh(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn main() -> Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = root.join("bench/results/candle-cpu.json");
+    let mut rounds = 5usize;
+    let mut max_seq = usize::MAX;
+    let mut dtypes = vec![DType::F32, DType::BF16];
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--rounds" => rounds = it.next().context("--rounds N")?.parse()?,
+            "--out" => out = PathBuf::from(it.next().context("--out PATH")?),
+            "--max-seq" => max_seq = it.next().context("--max-seq S")?.parse()?,
+            "--dtype" => dtypes = vec![it.next().context("--dtype")?.parse().map_err(anyhow::Error::msg)?],
+            "--bench" => {}
+            other => bail!("unknown flag `{other}`"),
+        }
+    }
+    let threads: usize = std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let device = cpu_model();
+    let commit = sh("git", &["rev-parse", "--short=12", "HEAD"]);
+    let date = sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
+    let mut records = Vec::new();
+    let mut table = Vec::new();
+    for (h, s, d) in SHAPES {
+        if s > max_seq {
+            continue;
+        }
+        for &dtype in &dtypes {
+            for causal in [false, true] {
+                let bench = Bench::new(h, s, d, dtype, causal, threads)?;
+                let mut checks = Vec::new();
+                for who in Contender::ALL {
+                    let o = bench.run(who).with_context(|| format!("{} on h{h} s{s}", who.name()))?;
+                    let got = HostOutput { o: host(&o, dtype)?, lse: None };
+                    checks.push(check_output(&bench.spec, &bench.inputs, &got, F32Math::Exact, Some(64))?);
+                }
+                let mut samples = vec![Vec::new(); Contender::ALL.len()];
+                for r in 0..rounds {
+                    for i in 0..Contender::ALL.len() {
+                        let idx = (i + r) % Contender::ALL.len();
+                        let t = Instant::now();
+                        std::hint::black_box(bench.run(Contender::ALL[idx])?);
+                        samples[idx].push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+                let mut medians = Vec::new();
+                for (i, who) in Contender::ALL.iter().enumerate() {
+                    let stats = TimeStats::from_samples(&samples[i]).context("no timing samples")?;
+                    medians.push(stats.median);
+                    let (backend, kernel) = match who {
+                        Contender::Sdpa => ("sdpa-candle", "auto"),
+                        Contender::CandleUnfused => ("candle", "unfused"),
+                        Contender::CandleFlash => ("candle", "flash_attn"),
+                    };
+                    let mut rec = BenchRecord::new(backend, kernel, &device, &bench.spec, stats, Some(checks[i]));
+                    if *who == Contender::CandleFlash {
+                        rec.layout = Some("bshd".into());
+                    }
+                    rec.threads = Some(threads);
+                    rec.f32_math = (dtype == DType::F32).then(|| "exact".into());
+                    rec.commit = commit.clone();
+                    rec.date = date.clone();
+                    rec.machine = Some(format!("{device}, {threads} threads"));
+                    records.push(rec);
+                }
+                let line = format!(
+                    "| {h} | {s} | {d} | {} | {dtype} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.1e} / {:.1e} / {:.1e} |",
+                    if causal { "causal" } else { "none" },
+                    medians[0],
+                    medians[1],
+                    medians[2],
+                    medians[1] / medians[0],
+                    medians[2] / medians[0],
+                    checks[0].rel_err,
+                    checks[1].rel_err,
+                    checks[2].rel_err,
+                );
+                println!("{line}");
+                table.push(line);
+            }
+        }
+    }
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&records)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("\n| H | S | D | mask | dtype | sdpa-candle ms | candle unfused ms | candle flash_attn ms | unfused / sdpa | flash_attn / sdpa | rel. error sdpa / unfused / flash |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for l in &table {
+        println!("{l}");
+    }
+    println!("\nwrote {} records to {}", records.len(), out.display());
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! A small Llama-style decoder layer in candle (random weights, nothing downloaded): RMSNorm, rotary
+//! embeddings, grouped-query causal attention, SwiGLU MLP. It runs once with candle's own attention
+//! (the matmul + softmax_last_dim + matmul that candle-transformers' models write) and once with
+//! `sdpa_candle::sdpa`, checks that the two outputs agree, and times both.
+//!
+//! ```text
+//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 01-llama-layer -- --seq 1024 --dtype f32
+//! cargo run --release -p sdpa-candle --features cuda --example 01-llama-layer -- --device cuda --dtype bf16
+//! ```
+//!
+//! The sdpa path needs no transpose at all: projections reshape to `[B, S, H, D]`, rotary embeddings run on
+//! that order (`rope_thd`), and `sdpa` reads it with `Layout::Bshd`; K and V stay at their kv heads.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::{ops, rotary_emb, Linear};
+use sdpa_candle::{sdpa, SdpaMask, SdpaOptions};
+use std::time::Instant;
+
+/// Sizes of the layer (a scaled-down Llama: 16 query heads sharing 4 kv heads).
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    intermediate: usize,
+    eps: f32,
+    rope_theta: f32,
+}
+
+const CONFIG: Config =
+    Config { hidden: 1024, heads: 16, kv_heads: 4, head_dim: 64, intermediate: 2816, eps: 1e-5, rope_theta: 10000.0 };
+
+/// Which attention the layer runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Attention {
+    /// candle-transformers' way: BHSD copies, K/V repeated per query head, scores materialised.
+    Candle,
+    /// One `sdpa_candle::sdpa` call on BSHD tensors.
+    Sdpa,
+}
+
+struct Layer {
+    cfg: Config,
+    attn_norm: Tensor,
+    mlp_norm: Tensor,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+fn linear(out_dim: usize, in_dim: usize, dtype: DType, dev: &Device) -> Result<Linear> {
+    // Scaled like a trained layer so activations stay O(1).
+    let w = (Tensor::randn(0f32, 1.0, (out_dim, in_dim), dev)? / (in_dim as f64).sqrt())?.to_dtype(dtype)?;
+    Ok(Linear::new(w, None))
+}
+
+impl Layer {
+    fn new(cfg: Config, max_seq: usize, dtype: DType, dev: &Device) -> Result<Self> {
+        let (h, hd) = (cfg.hidden, cfg.head_dim);
+        let norm = |seed: f64| -> Result<Tensor> { Ok((Tensor::rand(0.8f32, 1.2, h, dev)? * seed)?.to_dtype(dtype)?) };
+        // Rotary tables [max_seq, head_dim / 2], as candle-transformers' Llama builds them.
+        let inv: Vec<f32> = (0..hd).step_by(2).map(|i| 1.0 / cfg.rope_theta.powf(i as f32 / hd as f32)).collect();
+        let inv = Tensor::from_vec(inv, (1, hd / 2), dev)?;
+        let pos = Tensor::arange(0u32, max_seq as u32, dev)?.to_dtype(DType::F32)?.reshape((max_seq, 1))?;
+        let freqs = pos.matmul(&inv)?;
+        Ok(Layer {
+            cfg,
+            attn_norm: norm(1.0)?,
+            mlp_norm: norm(1.0)?,
+            wq: linear(cfg.heads * hd, h, dtype, dev)?,
+            wk: linear(cfg.kv_heads * hd, h, dtype, dev)?,
+            wv: linear(cfg.kv_heads * hd, h, dtype, dev)?,
+            wo: linear(h, cfg.heads * hd, dtype, dev)?,
+            gate: linear(cfg.intermediate, h, dtype, dev)?,
+            up: linear(cfg.intermediate, h, dtype, dev)?,
+            down: linear(h, cfg.intermediate, dtype, dev)?,
+            cos: freqs.cos()?.to_dtype(dtype)?,
+            sin: freqs.sin()?.to_dtype(dtype)?,
+        })
+    }
+
+    /// Self-attention of the normalised input `x` `[B, S, hidden]`, before the output projection.
+    fn attention(&self, x: &Tensor, how: Attention) -> Result<Tensor> {
+        let c = self.cfg;
+        let (b, s, _) = x.dims3()?;
+        let q = self.wq.forward(x)?.reshape((b, s, c.heads, c.head_dim))?;
+        let k = self.wk.forward(x)?.reshape((b, s, c.kv_heads, c.head_dim))?;
+        let v = self.wv.forward(x)?.reshape((b, s, c.kv_heads, c.head_dim))?;
+        let (cos, sin) = (self.cos.narrow(0, 0, s)?, self.sin.narrow(0, 0, s)?);
+        let y = match how {
+            Attention::Candle => {
+                let bhsd = |t: Tensor| t.transpose(1, 2)?.contiguous();
+                let q = rotary_emb::rope(&bhsd(q)?, &cos, &sin)?;
+                let k = rotary_emb::rope(&bhsd(k)?, &cos, &sin)?;
+                let v = bhsd(v)?;
+                let repeat = |t: Tensor| -> candle_core::Result<Tensor> {
+                    let g = c.heads / c.kv_heads;
+                    Tensor::cat(&vec![&t; g], 2)?.reshape((b, c.heads, s, c.head_dim))
+                };
+                let (k, v) = (repeat(k)?, repeat(v)?);
+                let scale = 1.0 / (c.head_dim as f64).sqrt();
+                let att = (q.matmul(&k.t()?)? * scale)?;
+                let mask: Vec<f32> = (0..s * s).map(|x| if x % s > x / s { f32::NEG_INFINITY } else { 0.0 }).collect();
+                let mask = Tensor::from_vec(mask, (s, s), x.device())?.to_dtype(att.dtype())?;
+                let att = ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
+                att.matmul(&v)?.transpose(1, 2)?
+            }
+            Attention::Sdpa => {
+                let q = rotary_emb::rope_thd(&q.contiguous()?, &cos, &sin)?;
+                let k = rotary_emb::rope_thd(&k.contiguous()?, &cos, &sin)?;
+                let opts = SdpaOptions::bshd().with_mask(SdpaMask::CausalTopLeft);
+                sdpa(&q, &k, &v, &opts)?
+            }
+        };
+        Ok(y.reshape((b, s, c.heads * c.head_dim))?)
+    }
+
+    fn forward(&self, x: &Tensor, how: Attention) -> Result<Tensor> {
+        let h = ops::rms_norm(x, &self.attn_norm, self.cfg.eps)?;
+        let x = (x + self.wo.forward(&self.attention(&h, how)?)?)?;
+        let h = ops::rms_norm(&x, &self.mlp_norm, self.cfg.eps)?;
+        let mlp = self.down.forward(&(ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?)?;
+        Ok((x + mlp)?)
+    }
+}
+
+struct Args {
+    device: String,
+    dtype: DType,
+    seq: usize,
+    batch: usize,
+    reps: usize,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args { device: "cpu".into(), dtype: DType::F32, seq: 512, batch: 1, reps: 5 };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--device" => a.device = val()?,
+            "--dtype" => {
+                a.dtype = match val()?.as_str() {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    "bf16" => DType::BF16,
+                    other => bail!("unknown dtype `{other}` (f32, f16 or bf16)"),
+                }
+            }
+            "--seq" => a.seq = val()?.parse().context("--seq")?,
+            "--batch" => a.batch = val()?.parse().context("--batch")?,
+            "--reps" => a.reps = val()?.parse().context("--reps")?,
+            other => bail!("unknown flag `{other}` (--device cpu|cuda, --dtype, --seq, --batch, --reps)"),
+        }
+    }
+    if a.reps == 0 || a.seq == 0 || a.batch == 0 {
+        bail!("--seq, --batch and --reps must be at least 1");
+    }
+    Ok(a)
+}
+
+/// Median wall time in milliseconds of `reps` runs after one warm-up, the device synchronised each time.
+fn time(dev: &Device, reps: usize, mut f: impl FnMut() -> Result<Tensor>) -> Result<f64> {
+    f()?;
+    dev.synchronize()?;
+    let mut ms = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        dev.synchronize()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}
+
+fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f64> {
+    let (a, b) = (a.to_dtype(DType::F64)?, b.to_dtype(DType::F64)?);
+    let d = (&a - &b)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
+    let r = b.sqr()?.sum_all()?.to_scalar::<f64>()?;
+    Ok((d / r).sqrt())
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let dev = match args.device.as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0).context("opening CUDA device 0 (build with --features cuda)")?,
+        other => bail!("unknown device `{other}` (cpu or cuda)"),
+    };
+    let cfg = CONFIG;
+    let layer = Layer::new(cfg, args.seq, args.dtype, &dev)?;
+    let x = Tensor::randn(0f32, 1.0, (args.batch, args.seq, cfg.hidden), &dev)?.to_dtype(args.dtype)?;
+
+    let ours = layer.forward(&x, Attention::Sdpa)?;
+    let theirs = layer.forward(&x, Attention::Candle)?;
+    let h = ops::rms_norm(&x, &layer.attn_norm, cfg.eps)?;
+    let att_ours = layer.attention(&h, Attention::Sdpa)?;
+    let att_theirs = layer.attention(&h, Attention::Candle)?;
+    let (err_layer, err_att) = (rel_l2(&ours, &theirs)?, rel_l2(&att_ours, &att_theirs)?);
+    // Both paths round in the model's dtype (candle's softmax and P·V in bf16 too), so the bound is that
+    // dtype's: a few units of its rounding error.
+    let tol = match args.dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 5e-3,
+        _ => 3e-2,
+    };
+    println!(
+        "Llama-style layer: hidden {}, {} query heads / {} kv heads, head dim {}, MLP {}; batch {}, seq {}, {:?} on {:?}",
+        cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate, args.batch, args.seq, args.dtype, dev
+    );
+    println!("relative L2 difference, sdpa vs candle attention: attention output {err_att:.2e}, layer output {err_layer:.2e} (tolerance {tol:.0e})");
+    if !(err_att <= tol && err_layer <= tol) {
+        bail!("the two attention paths disagree beyond {tol:e}");
+    }
+
+    let att_candle = time(&dev, args.reps, || layer.attention(&h, Attention::Candle))?;
+    let att_sdpa = time(&dev, args.reps, || layer.attention(&h, Attention::Sdpa))?;
+    let layer_candle = time(&dev, args.reps, || layer.forward(&x, Attention::Candle))?;
+    let layer_sdpa = time(&dev, args.reps, || layer.forward(&x, Attention::Sdpa))?;
+    println!("median of {} runs after a warm-up (ms):", args.reps);
+    println!("  attention (q/k/v projections + rope + attention): candle {att_candle:9.2}  sdpa {att_sdpa:9.2}  speedup {:.2}x", att_candle / att_sdpa);
+    println!("  whole layer:                                      candle {layer_candle:9.2}  sdpa {layer_sdpa:9.2}  speedup {:.2}x", layer_candle / layer_sdpa);
+    Ok(())
+}
