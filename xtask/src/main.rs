@@ -6,11 +6,14 @@ use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod gpu_bundle;
+
 const HELP: &str = "\
 cargo xtask <task> [args]
 
 tasks:
   help          this text
+  gpu-bundle    release binaries + run-gpu.sh for the GPU machine, in gpu-bundle/
 ";
 
 fn main() -> ExitCode {
@@ -29,8 +32,8 @@ fn run(args: &[String]) -> Result<()> {
         print!("{HELP}");
         return Ok(());
     };
-    let _ = rest;
     match task.as_str() {
+        "gpu-bundle" => gpu_bundle::run(rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(())

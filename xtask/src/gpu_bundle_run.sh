@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# run-gpu.sh: everything the GPU machine runs, from the bundle `cargo xtask gpu-bundle` built.
+#   gpu-bundle/run-gpu.sh [tests] [sanitize] [bench] [quick]     (no stage named: all three)
+# Results under $OUT (default ./gpu-out): summary.json (per test binary and sanitizer run: exit code and
+# result line), tests.log, sanitizer.log, cuda_bench.json + bench.log (ours vs PyTorch, same run), env.txt.
+# The last lines printed are a short table.
+set -uo pipefail
+B="$(cd "$(dirname "$0")" && pwd)"
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+export SDPA_REQUIRE_GPU=1
+export SDPA_CUDA_CACHE="${SDPA_CUDA_CACHE:-/tmp/sdpa-cuda-cache}"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export PYTHONUNBUFFERED=1
+stages="${*:-tests sanitize bench}"
+want() { [[ " $stages " == *" $1 "* ]]; }
+quick=""; want quick && quick="--quick"
+summary="$OUT/summary.jsonl"; : > "$summary"
+table=()
+
+{ date -u; uname -a; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv;
+  ls "$CUDA_HOME"/lib64/libnvrtc* 2>/dev/null | head -3; python3 -c 'import torch; print("torch", torch.__version__)'; } \
+  > "$OUT/env.txt" 2>&1
+
+if want tests; then
+  : > "$OUT/tests.log"
+  for t in "$B"/tests/*; do
+    name="$(basename "$t")"
+    start=$(date +%s)
+    # The machinery tests change a process-wide environment variable (the cache dir): one thread.
+    extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
+    "$t" "${extra[@]}" >> "$OUT/tests.log" 2>&1
+    rc=$?
+    res="$(grep -E '^test result:' "$OUT/tests.log" | tail -1)"
+    printf '{"stage":"test","binary":"%s","rc":%d,"seconds":%d,"result":"%s"}\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$res" >> "$summary"
+    table+=("test      $(printf '%-22s' "$name") rc=$rc  $res")
+  done
+fi
+
+if want sanitize; then
+  : > "$OUT/sanitizer.log"
+  # A small shape per kernel (lengths off the tiles, GQA, causal); explicit masks are covered by the tests.
+  runs=(
+    "unfused bf16 exact 1,2,1,70,90,64 causal"
+    "fa1 bf16 exact 1,2,1,70,90,64 causal-br"
+    "fa1 f32 exact 1,2,1,70,90,40 causal"
+    "fa2 f32 tf32 1,2,1,70,90,64 causal"
+    "fa2 f32 split-tf32 1,2,1,70,90,96 none"
+    "fa2 bf16 exact 1,2,1,70,90,64 causal"
+    "splitkv bf16 exact 1,4,1,1,300,128 none"
+  )
+  for tool in memcheck racecheck; do
+    for r in "${runs[@]}"; do
+      read -r kernel dtype math shape mask <<< "$r"
+      # Warm the module cache outside the sanitizer, so it instruments the launches, not NVRTC.
+      "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
+        --mask "$mask" --warmup 0 --reps 1 > /dev/null 2>&1
+      log="$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \
+        --dtype "$dtype" --f32-math "$math" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check 2>&1)"
+      rc=$?
+      echo "== $tool $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
+      res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sdpa:' | tail -1 | tr -d '"')"
+      printf '{"stage":"%s","run":"%s","rc":%d,"result":"%s"}\n' "$tool" "$r" "$rc" "$res" >> "$summary"
+      table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "$r" "$rc" "$res")")
+    done
+  done
+fi
+
+if want bench; then
+  python3 "$B/bench_cuda.py" --bench "$B/cuda_kernels" --out "$OUT" $quick > "$OUT/bench.log" 2>&1
+  rc=$?
+  printf '{"stage":"bench","rc":%d}\n' "$rc" >> "$summary"
+  table+=("bench     rc=$rc (cuda_bench.json, bench.log)")
+fi
+
+python3 - "$summary" "$OUT/summary.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+PY
+rm -f "$summary"
+[[ -f "$OUT/bench.log" ]] && sed -n '/^tag /,$p' "$OUT/bench.log"
+echo "== run-gpu.sh summary"
+printf '%s\n' "${table[@]}"
