@@ -24,7 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let peak0 = fma_peak_gflops();
         let opts = RunOptions { kernel, ..Default::default() };
         let cpu0 = cpu_seconds();
-        let (mut t, k) = cpu.time_host(&spec, &opts, &inputs, 1, 5)?;
+        let reps = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+        let (mut t, k) = cpu.time_host(&spec, &opts, &inputs, 1, reps)?;
         let cpu_s = (cpu_seconds() - cpu0) / 6.0;
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
@@ -37,7 +38,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cost.flops / cpu_s / 1e9,
         );
         let peak = (peak0 + fma_peak_gflops()) / 2.0;
-        println!("    single-thread FMA peak measured around it: {peak:.1} GFLOP/s per CPU-second; kernel at {:.0} % of {threads} x that", 100.0 * cost.flops / cpu_s / 1e9 / peak);
+        let best = t[0];
+        println!(
+            "    min {best:.3} ms = {:.1} GFLOP/s; single-thread FMA peak (min of trials, same run) {peak:.1} GFLOP/s: kernel at {:.0} % of {threads} x that",
+            cost.flops / best / 1e6,
+            100.0 * cost.flops / best / 1e6 / peak / threads as f64
+        );
     }
     Ok(())
 }
@@ -52,7 +58,8 @@ fn cpu_seconds() -> f64 {
     (tick(11) + tick(12)) / 100.0
 }
 
-/// Single-thread f32 FMA rate per CPU-second right now (12 independent 512-bit or 256-bit chains).
+/// Single-thread f32 FMA rate right now: the fastest of 200 short trials of 12 independent 512-bit FMA
+/// chains (wall clock; the minimum is the trial nothing else interrupted).
 fn fma_peak_gflops() -> f64 {
     if std::env::var_os("NOPEAK").is_some() {
         return f64::NAN;
@@ -60,12 +67,14 @@ fn fma_peak_gflops() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx512f") {
-            let c0 = cpu_seconds_thread();
-            // SAFETY: AVX-512F is present (checked above).
-            let x = unsafe { fma_loop() };
-            let t = cpu_seconds_thread() - c0;
-            std::hint::black_box(x);
-            return 200e6 * 12.0 * 32.0 / t / 1e9;
+            let mut best = f64::INFINITY;
+            for _ in 0..200 {
+                let t = std::time::Instant::now();
+                // SAFETY: AVX-512F is present (checked above).
+                std::hint::black_box(unsafe { fma_loop() });
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            return 20_000.0 * 12.0 * 32.0 / best / 1e9;
         }
     }
     f64::NAN
@@ -77,7 +86,7 @@ unsafe fn fma_loop() -> f32 {
     use std::arch::x86_64::*;
     let mut a = [_mm512_set1_ps(1.0); 12];
     let (b, c) = (_mm512_set1_ps(1.000_000_1), _mm512_set1_ps(1e-7));
-    for _ in 0..200_000_000u64 {
+    for _ in 0..20_000u64 {
         for x in a.iter_mut() {
             *x = _mm512_fmadd_ps(*x, b, c);
         }

@@ -25,6 +25,12 @@ pub(crate) struct Tiles {
 
 impl Tiles {
     pub(crate) fn for_path(path: SimdPath) -> Tiles {
+        if let Some(t) = std::env::var("SDPA_CPU_TILES").ok().and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some(Tiles { br: a.parse().ok()?, bc: b.parse().ok()? })
+        }) {
+            return t;
+        }
         match path {
             SimdPath::Avx512 => Tiles { br: 64, bc: 64 },
             SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
@@ -76,7 +82,6 @@ pub(crate) struct Scratch {
     m: Vec<f32>,
     l: Vec<f32>,
     alpha: Vec<f32>,
-    sub: Vec<f32>,
     rowbuf: Vec<f32>,
     rows: Vec<(usize, usize)>,
 }
@@ -95,7 +100,6 @@ impl Scratch {
             m: vec![0.0; br],
             l: vec![0.0; br],
             alpha: vec![0.0; br],
-            sub: vec![0.0; br],
             rowbuf: vec![0.0; d.max(dv)],
             rows: Vec::with_capacity(br),
         }
@@ -214,7 +218,7 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
         }
         // SAFETY: `st` holds nk rows of brp values; the statistics hold br >= brp values.
         unsafe {
-            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha, &mut scr.sub);
+            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
         }
         let (vptr, vs) = match vf {
             Some(vf) => (vf[vbase + j0 * p.v_st.s..].as_ptr(), p.v_st.s),

@@ -27,7 +27,6 @@ pub(crate) unsafe fn scores<S: Simd>(
     out: *mut f32,
     os: usize,
 ) {
-    const MR: usize = 6;
     let l = S::LANES;
     let mut n = 0;
     // SAFETY (whole body): every pointer offset stays inside the extents stated in the contract.
@@ -36,23 +35,43 @@ pub(crate) unsafe fn scores<S: Simd>(
             let nq = if nqv - n >= S::QK_QVECS { S::QK_QVECS } else { 1 };
             let (qt_n, out_n) = (qt.add(n * l), out.add(n * l));
             let mut j = 0;
-            while j + MR <= nk {
-                let (kj, oj) = (k.add(j * ks), out_n.add(j * os));
-                match nq {
-                    4 => qk_micro::<S, MR, 4>(s, d, kj, ks, qt_n, qs, oj, os),
-                    2 => qk_micro::<S, MR, 2>(s, d, kj, ks, qt_n, qs, oj, os),
-                    _ => qk_micro::<S, MR, 1>(s, d, kj, ks, qt_n, qs, oj, os),
-                }
-                j += MR;
-            }
             while j < nk {
+                let mr = if nk - j >= S::QK_KEYS { S::QK_KEYS } else { 1 };
                 let (kj, oj) = (k.add(j * ks), out_n.add(j * os));
-                match nq {
-                    4 => qk_micro::<S, 1, 4>(s, d, kj, ks, qt_n, qs, oj, os),
-                    2 => qk_micro::<S, 1, 2>(s, d, kj, ks, qt_n, qs, oj, os),
-                    _ => qk_micro::<S, 1, 1>(s, d, kj, ks, qt_n, qs, oj, os),
+                macro_rules! tile {
+                    ($mr:literal, $nq:literal) => {
+                        qk_micro::<S, $mr, $nq>(s, d, kj, ks, qt_n, qs, oj, os)
+                    };
                 }
-                j += 1;
+                // Only the arms matching the token's constants (and the 1-wide edges) survive inlining.
+                match (mr, nq) {
+                    (12, 2) => tile!(12, 2),
+                    (12, 1) => tile!(12, 1),
+                    (6, 4) => tile!(6, 4),
+                    (6, 2) => tile!(6, 2),
+                    (6, 1) => tile!(6, 1),
+                    (4, 4) => tile!(4, 4),
+                    (4, 1) => tile!(4, 1),
+                    (1, 4) => tile!(1, 4),
+                    (1, 2) => tile!(1, 2),
+                    _ => {
+                        for r in 0..mr {
+                            for x in 0..nq {
+                                qk_micro::<S, 1, 1>(
+                                    s,
+                                    d,
+                                    kj.add(r * ks),
+                                    ks,
+                                    qt_n.add(x * l),
+                                    qs,
+                                    oj.add(r * os + x * l),
+                                    os,
+                                )
+                            }
+                        }
+                    }
+                }
+                j += mr;
             }
             n += nq;
         }
@@ -171,7 +190,6 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
     m: &mut [f32],
     l: &mut [f32],
     alpha: &mut [f32],
-    sub: &mut [f32],
 ) {
     let lanes = S::LANES;
     // SAFETY (whole body): every access is inside `st`'s extent or the slices (length nqv·LANES).
@@ -182,17 +200,11 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             for j in 0..nk {
                 mx = s.max(mx, s.load(st.add(j * sts + off)));
             }
-            // Lane-wise bookkeeping on the few scalars of one vector: cheap next to the tile. The new
-            // maximum goes through `sub` as scratch before it is replaced by the subtrahend.
-            s.store(sub.as_mut_ptr().add(off), mx);
-            for x in 0..lanes {
-                let mn = sub[off + x];
-                let g = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
-                sub[off + x] = g;
-                alpha[off + x] = (m[off + x] - g).exp();
-                m[off + x] = mn;
-            }
-            let g = s.load(sub.as_ptr().add(off));
+            // The subtrahend: the new maximum, or 0 where it is still -inf (so e^(-inf - 0) = 0, not NaN).
+            let g = s.neg_inf_to_zero(mx);
+            let m_old = s.load(m.as_ptr().add(off));
+            s.store(alpha.as_mut_ptr().add(off), s.exp(s.sub(m_old, g)));
+            s.store(m.as_mut_ptr().add(off), mx);
             let mut sum0 = s.zero();
             let mut sum1 = s.zero();
             let mut j = 0;
@@ -239,34 +251,52 @@ pub(crate) unsafe fn pv<S: Simd>(
     alpha: Option<*const f32>,
 ) {
     let l = S::LANES;
-    let mr = S::PV_ROWS;
     let chunk = S::PV_VECS * l;
     // SAFETY (whole body): offsets stay inside the extents of the contract.
     unsafe {
         let mut r = 0;
         while r < rows {
-            let nr = if rows - r >= mr { mr } else { 1 };
+            let nr = if rows - r >= S::PV_ROWS { S::PV_ROWS } else { 1 };
             let (pt_r, o_r) = (pt.add(r), o.add(r * os));
             let al = alpha.map(|a| a.add(r));
             let mut c = 0;
-            while c + chunk <= dv {
-                match (nr, S::PV_VECS) {
-                    (4, 4) => pv_micro::<S, 4, 4, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
-                    (4, 2) => pv_micro::<S, 4, 2, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
-                    (_, 4) => pv_micro::<S, 1, 4, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
-                    _ => pv_micro::<S, 1, 2, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, 0),
-                }
-                c += chunk;
-            }
             while c < dv {
-                let n = (dv - c).min(l);
-                match (nr, n == l) {
-                    (4, true) => pv_micro::<S, 4, 1, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
-                    (4, false) => pv_micro::<S, 4, 1, true>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
-                    (_, true) => pv_micro::<S, 1, 1, false>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
-                    (_, false) => pv_micro::<S, 1, 1, true>(s, nk, pt_r, ps, v.add(c), vs, o_r.add(c), os, al, n),
+                let (nv, n) = if dv - c >= chunk { (S::PV_VECS, l) } else { (1, (dv - c).min(l)) };
+                let part = n < l;
+                let (vc, oc) = (v.add(c), o_r.add(c));
+                macro_rules! tile {
+                    ($mr:literal, $nv:literal, $part:literal) => {
+                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, vc, vs, oc, os, al, n)
+                    };
                 }
-                c += l;
+                // Only the arms matching the token's constants (and the edges) survive inlining.
+                match (nr, nv, part) {
+                    (8, 2, false) => tile!(8, 2, false),
+                    (8, 1, false) => tile!(8, 1, false),
+                    (8, 1, true) => tile!(8, 1, true),
+                    (4, 4, false) => tile!(4, 4, false),
+                    (4, 2, false) => tile!(4, 2, false),
+                    (4, 1, false) => tile!(4, 1, false),
+                    (4, 1, true) => tile!(4, 1, true),
+                    (1, 4, false) => tile!(1, 4, false),
+                    (1, 2, false) => tile!(1, 2, false),
+                    (1, 1, false) => tile!(1, 1, false),
+                    (1, 1, true) => tile!(1, 1, true),
+                    _ => {
+                        for rr in 0..nr {
+                            let alr = al.map(|a| a.add(rr));
+                            for x in 0..nv {
+                                let (vx, ox) = (vc.add(x * l), oc.add(rr * os + x * l));
+                                if part {
+                                    pv_micro::<S, 1, 1, true>(s, nk, pt_r.add(rr), ps, vx, vs, ox, os, alr, n)
+                                } else {
+                                    pv_micro::<S, 1, 1, false>(s, nk, pt_r.add(rr), ps, vx, vs, ox, os, alr, n)
+                                }
+                            }
+                        }
+                    }
+                }
+                c += nv * l;
             }
             r += nr;
         }

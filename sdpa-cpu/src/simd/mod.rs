@@ -92,6 +92,8 @@ pub fn supported_paths() -> Vec<SimdPath> {
 pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// f32 lanes per vector.
     const LANES: usize;
+    /// Keys per score micro-tile.
+    const QK_KEYS: usize;
     /// Query vectors per score micro-tile (registers: `QK_KEYS * QK_QVECS` accumulators).
     const QK_QVECS: usize;
     /// Rows per P·V micro-tile.
@@ -122,6 +124,8 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
     /// NaN.
     fn exp(self, x: Self::V) -> Self::V;
+    /// Lanes equal to `-inf` become 0, others pass unchanged (NaN included).
+    fn neg_inf_to_zero(self, v: Self::V) -> Self::V;
     /// Sum of the lanes.
     fn reduce_sum(self, v: Self::V) -> f32;
 }

@@ -8,6 +8,7 @@ pub(crate) struct Scalar;
 
 impl Simd for Scalar {
     const LANES: usize = 1;
+    const QK_KEYS: usize = 4;
     const QK_QVECS: usize = 4;
     const PV_ROWS: usize = 4;
     const PV_VECS: usize = 4;
@@ -67,6 +68,14 @@ impl Simd for Scalar {
     #[inline(always)]
     fn exp(self, x: f32) -> f32 {
         x.exp()
+    }
+    #[inline(always)]
+    fn neg_inf_to_zero(self, v: f32) -> f32 {
+        if v == f32::NEG_INFINITY {
+            0.0
+        } else {
+            v
+        }
     }
     #[inline(always)]
     fn reduce_sum(self, v: f32) -> f32 {

@@ -57,9 +57,10 @@ const LOG2E: f32 = std::f32::consts::LOG2_E;
 // intrinsics' target features are present; pointer validity is the caller's contract on the `unsafe fn`s.
 impl Simd for Avx512 {
     const LANES: usize = 16;
-    const QK_QVECS: usize = 4;
-    const PV_ROWS: usize = 4;
-    const PV_VECS: usize = 4;
+    const QK_KEYS: usize = 12;
+    const QK_QVECS: usize = 2;
+    const PV_ROWS: usize = 8;
+    const PV_VECS: usize = 2;
     type V = __m512;
 
     #[inline(always)]
@@ -135,6 +136,14 @@ impl Simd for Avx512 {
         }
     }
     #[inline(always)]
+    fn neg_inf_to_zero(self, v: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let is_ninf = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, _mm512_set1_ps(f32::NEG_INFINITY));
+            _mm512_mask_blend_ps(is_ninf, v, _mm512_setzero_ps())
+        }
+    }
+    #[inline(always)]
     fn reduce_sum(self, v: __m512) -> f32 {
         // SAFETY: see the impl comment.
         unsafe { _mm512_reduce_add_ps(v) }
@@ -143,6 +152,7 @@ impl Simd for Avx512 {
 
 impl Simd for Avx2 {
     const LANES: usize = 8;
+    const QK_KEYS: usize = 6;
     const QK_QVECS: usize = 2;
     const PV_ROWS: usize = 4;
     const PV_VECS: usize = 2;
@@ -220,6 +230,14 @@ impl Simd for Avx2 {
             p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0));
             let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
             _mm256_mul_ps(p, _mm256_castsi256_ps(bits))
+        }
+    }
+    #[inline(always)]
+    fn neg_inf_to_zero(self, v: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let is_ninf = _mm256_cmp_ps::<_CMP_EQ_OQ>(v, _mm256_set1_ps(f32::NEG_INFINITY));
+            _mm256_blendv_ps(v, _mm256_setzero_ps(), is_ninf)
         }
     }
     #[inline(always)]
