@@ -93,11 +93,3 @@ unsafe fn fma_loop() -> f32 {
     }
     a.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
 }
-
-/// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`, nanoseconds).
-fn cpu_seconds_thread() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()))
-        .map_or(0.0, |ns| ns * 1e-9)
-}
