@@ -24,6 +24,11 @@ pub trait CpuElement: sealed::Sealed + Copy + Send + Sync + 'static {
     /// The slice itself when the type is f32, so kernels can read it without packing.
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
 
+    /// The slice itself when the type is bf16 (the AVX512_BF16 kernel reads it in place).
+    fn as_bf16(_: &[Self]) -> Option<&[bf16]> {
+        None
+    }
+
     /// Widens `src` into `dst` (same length).
     fn widen(src: &[Self], dst: &mut [f32]) {
         for (d, &s) in dst.iter_mut().zip(src) {
@@ -94,6 +99,9 @@ impl CpuElement for bf16 {
     }
     fn as_f32(_: &[Self]) -> Option<&[f32]> {
         None
+    }
+    fn as_bf16(s: &[Self]) -> Option<&[bf16]> {
+        Some(s)
     }
     fn widen(src: &[bf16], dst: &mut [f32]) {
         // A bf16 is the top half of an f32: a shift, which the compiler vectorises.

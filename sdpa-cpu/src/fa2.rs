@@ -32,7 +32,7 @@ impl Tiles {
             return t;
         }
         match path {
-            SimdPath::Avx512 => Tiles { br: 64, bc: 64 },
+            SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: 64, bc: 64 },
             SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
             SimdPath::Scalar => Tiles { br: 16, bc: 32 },
         }
@@ -42,7 +42,7 @@ impl Tiles {
 /// f32 lanes of a path's vectors.
 pub(crate) fn lanes(path: SimdPath) -> usize {
     match path {
-        SimdPath::Avx512 => 16,
+        SimdPath::Avx512 | SimdPath::Avx512Bf16 => 16,
         SimdPath::Avx2 => 8,
         SimdPath::Scalar => 1,
     }
@@ -73,21 +73,33 @@ pub(crate) enum Sink {
 /// Per-worker scratch, sized by the tile (O(threads × tile) in total).
 #[derive(Debug)]
 pub(crate) struct Scratch {
-    qt: Vec<f32>,
-    qrow: Vec<f32>,
-    st: Vec<f32>,
-    kp: Vec<f32>,
-    vp: Vec<f32>,
-    o: Vec<f32>,
-    m: Vec<f32>,
-    l: Vec<f32>,
-    alpha: Vec<f32>,
-    rowbuf: Vec<f32>,
-    rows: Vec<(usize, usize)>,
+    pub(crate) qt: Vec<f32>,
+    pub(crate) qrow: Vec<f32>,
+    pub(crate) st: Vec<f32>,
+    pub(crate) kp: Vec<f32>,
+    pub(crate) vp: Vec<f32>,
+    pub(crate) o: Vec<f32>,
+    pub(crate) m: Vec<f32>,
+    pub(crate) l: Vec<f32>,
+    pub(crate) alpha: Vec<f32>,
+    pub(crate) rowbuf: Vec<f32>,
+    pub(crate) rows: Vec<(usize, usize)>,
+    /// bf16 pairs for the AVX512_BF16 kernel: Qᵀ by dim pairs, Pᵀ by key pairs, V interleaved by key pairs.
+    pub(crate) qt2: Vec<u32>,
+    pub(crate) pb: Vec<u32>,
+    pub(crate) v2: Vec<u32>,
 }
 
 impl Scratch {
-    pub(crate) fn new(path: SimdPath, tiles: Tiles, d: usize, dv: usize, packs: bool) -> Scratch {
+    /// Empty online-softmax state for `lanes` rows and a zero accumulator of `acc` values.
+    pub(crate) fn reset_state(&mut self, lanes: usize, acc: usize) {
+        self.m[..lanes].fill(f32::NEG_INFINITY);
+        self.l[..lanes].fill(0.0);
+        self.o[..acc].fill(0.0);
+    }
+
+    /// `packs`: K/V tiles are widened to f32 (non-f32 inputs); `pairs`: the AVX512_BF16 kernel runs.
+    pub(crate) fn new(path: SimdPath, tiles: Tiles, d: usize, dv: usize, packs: bool, pairs: bool) -> Scratch {
         let l = lanes(path);
         let (dp, dvp, br) = (round_up(d, l), round_up(dv, l), round_up(tiles.br, l));
         Scratch {
@@ -102,6 +114,9 @@ impl Scratch {
             alpha: vec![0.0; br],
             rowbuf: vec![0.0; d.max(dv)],
             rows: Vec::with_capacity(br),
+            qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
+            pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
+            v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
         }
     }
 }
@@ -131,7 +146,21 @@ pub(crate) fn run_item<T: CpuElement>(
     scr: &mut Scratch,
     sink: Sink,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if uses_pairs(p, path) && item.nr * 4 > 16 {
+        if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
+            // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
+            unsafe { crate::simd::bf16dot::process(p, q, k, v, tiles, item, scr, sink) };
+            return;
+        }
+    }
     dispatch(path, ItemRun { p, tiles, item, scr, sink });
+}
+
+/// Whether items of this call may take the AVX512_BF16 kernel: bf16 inputs, an even head dim (K is read
+/// in pairs straight from memory), and a CPU with the instructions.
+pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    path == SimdPath::Avx512Bf16 && T::as_bf16(p.q).is_some() && p.d % 2 == 0 && path.is_supported()
 }
 
 #[inline(always)]
@@ -170,19 +199,10 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
         }
     }
 
-    // The key range every row of the item may see; tiles past it are skipped entirely.
-    let (mut kmax, mut kmin) = (0usize, usize::MAX);
-    for &(_, i) in &scr.rows {
-        let lim = p.key_limit(i);
-        kmax = kmax.max(lim);
-        kmin = kmin.min(lim);
-    }
-    let k_hi = it.k_hi.min(kmax);
+    let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
     let explicit = matches!(p.mask, MaskSel::Explicit { .. });
 
-    scr.m[..brp].fill(f32::NEG_INFINITY);
-    scr.l[..brp].fill(0.0);
-    scr.o[..nr * dvp].fill(0.0);
+    scr.reset_state(brp, nr * dvp);
 
     let kbase = p.k_st.offset(it.b, it.kvh, 0);
     let vbase = p.v_st.offset(it.b, it.kvh, 0);
@@ -238,7 +258,25 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
         j0 = j1;
     }
 
-    for r in 0..nr {
+    finish_rows(p, it, scr, dvp, sink);
+}
+
+/// The keys `k_lo..k_hi` an item visits (clamped to the largest causal limit of its rows) and the smallest
+/// limit (tiles ending at or before it need no causal masking).
+pub(crate) fn key_range<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)], k_hi: usize) -> (usize, usize) {
+    let (mut kmax, mut kmin) = (0usize, usize::MAX);
+    for &(_, i) in rows {
+        let lim = p.key_limit(i);
+        kmax = kmax.max(lim);
+        kmin = kmin.min(lim);
+    }
+    (k_hi.min(kmax), kmin)
+}
+
+/// Normalises the item's accumulated rows (`o` at row stride `dvp`) and sends them to the sink.
+pub(crate) fn finish_rows<T: CpuElement>(p: &Problem<'_, T>, it: Item, scr: &mut Scratch, dvp: usize, sink: Sink) {
+    let dv = p.dv;
+    for r in 0..it.nr {
         let (h, i) = scr.rows[r];
         let lr = scr.l[r];
         let row = &mut scr.o[r * dvp..r * dvp + dv];
@@ -297,7 +335,7 @@ pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
         .map(|(b, kvh, r0, nr)| Item { b, kvh, r0, nr, k_lo: 0, k_hi: p.sk, slot: 0 })
         .collect();
     items.par_iter().with_max_len(1).for_each_init(
-        || Scratch::new(path, tiles, p.d, p.dv, packs),
+        || Scratch::new(path, tiles, p.d, p.dv, packs, uses_pairs(p, path)),
         |scr, &item| run_item(path, p, tiles, item, scr, Sink::Output),
     );
 }
@@ -332,7 +370,7 @@ pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thr
     let mut part_lse = vec![f32::NEG_INFINITY; slots];
     let sink = Sink::Partial { o: SharedMut(part_o.as_mut_ptr()), lse: SharedMut(part_lse.as_mut_ptr()) };
     items.par_iter().with_max_len(1).for_each_init(
-        || Scratch::new(path, tiles, p.d, p.dv, packs),
+        || Scratch::new(path, tiles, p.d, p.dv, packs, uses_pairs(p, path)),
         |scr, &item| run_item(path, p, tiles, item, scr, sink),
     );
     let (part_o, part_lse) = (&part_o, &part_lse);

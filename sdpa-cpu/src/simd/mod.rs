@@ -6,6 +6,8 @@
 //! is only constructed after the CPU has been checked for its features, which is what makes the
 //! `unsafe` intrinsic calls inside the token sound.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod bf16dot;
 pub(crate) mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
@@ -16,6 +18,9 @@ use std::str::FromStr;
 /// One way of running the micro-kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SimdPath {
+    /// AVX-512 plus AVX512_BF16: bf16 inputs multiply pairs with `vdpbf16ps` (twice the products per
+    /// instruction, P rounded to bf16 before P·V as GPU kernels do); other dtypes run as `Avx512`.
+    Avx512Bf16,
     /// AVX-512 (F, VL, BW, DQ): 16 f32 lanes, 32 registers, `vscalefps` exp.
     Avx512,
     /// AVX2 + FMA: 8 f32 lanes, 16 registers.
@@ -26,11 +31,12 @@ pub enum SimdPath {
 
 impl SimdPath {
     /// Every path, fastest first.
-    pub const ALL: [SimdPath; 3] = [SimdPath::Avx512, SimdPath::Avx2, SimdPath::Scalar];
+    pub const ALL: [SimdPath; 4] = [SimdPath::Avx512Bf16, SimdPath::Avx512, SimdPath::Avx2, SimdPath::Scalar];
 
     /// Lowercase name as shown by `sdpa devices` and in `device_name()`.
     pub fn name(self) -> &'static str {
         match self {
+            SimdPath::Avx512Bf16 => "avx512-bf16",
             SimdPath::Avx512 => "avx512",
             SimdPath::Avx2 => "avx2",
             SimdPath::Scalar => "scalar",
@@ -41,6 +47,8 @@ impl SimdPath {
     pub fn is_supported(self) -> bool {
         match self {
             SimdPath::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx512Bf16 => x86::avx512_supported() && x86::avx512bf16_supported(),
             #[cfg(target_arch = "x86_64")]
             SimdPath::Avx512 => x86::avx512_supported(),
             #[cfg(target_arch = "x86_64")]
@@ -66,10 +74,11 @@ impl FromStr for SimdPath {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
+            "avx512-bf16" | "avx512bf16" => Ok(SimdPath::Avx512Bf16),
             "avx512" | "avx-512" => Ok(SimdPath::Avx512),
             "avx2" => Ok(SimdPath::Avx2),
             "scalar" => Ok(SimdPath::Scalar),
-            other => Err(format!("unknown simd path `{other}` (expected avx512, avx2 or scalar)")),
+            other => Err(format!("unknown simd path `{other}` (expected avx512-bf16, avx512, avx2 or scalar)")),
         }
     }
 }
@@ -142,7 +151,7 @@ pub(crate) trait SimdKernel {
 pub(crate) fn dispatch<K: SimdKernel>(path: SimdPath, k: K) -> K::Output {
     match path {
         #[cfg(target_arch = "x86_64")]
-        SimdPath::Avx512 if x86::avx512_supported() => {
+        SimdPath::Avx512 | SimdPath::Avx512Bf16 if x86::avx512_supported() => {
             // SAFETY: the CPU supports the features `run_avx512` enables (checked just above).
             unsafe { x86::run_avx512(k) }
         }

@@ -12,6 +12,10 @@ pub(crate) fn avx512_supported() -> bool {
         && is_x86_feature_detected!("fma")
 }
 
+pub(crate) fn avx512bf16_supported() -> bool {
+    is_x86_feature_detected!("avx512bf16")
+}
+
 pub(crate) fn avx2_supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
@@ -19,6 +23,17 @@ pub(crate) fn avx2_supported() -> bool {
 /// Token proving the CPU runs AVX-512 F/VL/BW/DQ; built only by [`run_avx512`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Avx512(());
+
+impl Avx512 {
+    /// The token, for code that already runs under `#[target_feature(enable = "avx512f,...")]`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/VL/BW/DQ, AVX2 and FMA.
+    #[inline(always)]
+    pub(crate) unsafe fn new_unchecked() -> Avx512 {
+        Avx512(())
+    }
+}
 
 /// Token proving the CPU runs AVX2 and FMA; built only by [`run_avx2`].
 #[derive(Debug, Clone, Copy)]

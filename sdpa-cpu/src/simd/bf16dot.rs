@@ -1,0 +1,284 @@
+//! The fused kernel for bf16 inputs on CPUs with AVX512_BF16: `vdpbf16ps` multiplies pairs of bf16 and
+//! accumulates in f32, so each instruction does twice the products of an f32 FMA.
+//!
+//! Same structure as the generic item kernel (`fa2::process`): Qᵀ is packed once per item, now as pairs
+//! along the head dim; K is read in place, a pair of dims per 32-bit broadcast; the scores get the scale
+//! on their way out of the registers; mask and online softmax are the generic f32 code. P is rounded to
+//! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
+//! Needs an even head dim (odd ones take the generic path).
+
+use crate::element::CpuElement;
+use crate::fa2::{finish_rows, key_range, Item, Scratch, Sink, Tiles};
+use crate::micro;
+use crate::problem::{round_up, MaskSel, Problem};
+use crate::simd::x86::Avx512;
+use half::bf16;
+use std::arch::x86_64::*;
+
+const L: usize = 16;
+
+/// `vpermw` index that interleaves the two 16-element halves of a vector: lane 2i takes i, lane 2i+1
+/// takes 16 + i.
+static INTERLEAVE: [u16; 32] = {
+    let mut a = [0u16; 32];
+    let mut k = 0;
+    while k < 32 {
+        a[k] = if k % 2 == 0 { (k / 2) as u16 } else { 16 + (k / 2) as u16 };
+        k += 1;
+    }
+    a
+};
+
+#[inline(always)]
+fn bh(x: __m512i) -> __m512bh {
+    // SAFETY: both are 64-byte plain vectors; every bit pattern is a valid value of either.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
+}
+
+/// Runs one work item (rows `it.r0..` of kv head `it.kvh`, keys `it.k_lo..it.k_hi`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; `q`, `k`, `v` are `p`'s operands (checked
+/// against the spec), `p.d` is even, and `scr` was built with `pairs = true` for these tiles.
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
+pub(crate) unsafe fn process<T: CpuElement>(
+    p: &Problem<'_, T>,
+    q: &[bf16],
+    k: &[bf16],
+    v: &[bf16],
+    t: Tiles,
+    it: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+) {
+    // SAFETY: the caller guarantees the CPU features.
+    let s = unsafe { Avx512::new_unchecked() };
+    let (d, dv) = (p.d, p.dv);
+    let d2 = d / 2;
+    let dvp = round_up(dv, L);
+    let nr = it.nr;
+    let nqv = nr.div_ceil(L);
+    let brp = nqv * L;
+
+    scr.rows.clear();
+    scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
+    for (r, &(h, i)) in scr.rows.iter().enumerate() {
+        let src = &q[p.q_st.offset(it.b, h, i)..][..d];
+        for c2 in 0..d2 {
+            scr.qt2[c2 * brp + r] = src[2 * c2].to_bits() as u32 | (src[2 * c2 + 1].to_bits() as u32) << 16;
+        }
+    }
+    for c2 in 0..d2 {
+        scr.qt2[c2 * brp + nr..(c2 + 1) * brp].fill(0);
+    }
+
+    let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
+    let explicit = matches!(p.mask, MaskSel::Explicit { .. });
+    scr.reset_state(brp, nr * dvp);
+    let kbase = p.k_st.offset(it.b, it.kvh, 0);
+    let vbase = p.v_st.offset(it.b, it.kvh, 0);
+    // SAFETY (whole loop): every pointer stays inside its buffer: K and V rows j0..j1 exist (validated
+    // spec), the scratch buffers are sized for `t` (bc keys, br rows, dvp columns, d/2 pairs).
+    unsafe {
+        let scale = _mm512_set1_ps(p.scale);
+        let idx = _mm512_loadu_si512(INTERLEAVE.as_ptr().cast());
+        let mut j0 = it.k_lo;
+        while j0 < k_hi {
+            let j1 = (j0 + t.bc).min(k_hi);
+            let nk = j1 - j0;
+            let st = scr.st.as_mut_ptr();
+            let kp = k.as_ptr().add(kbase + j0 * p.k_st.s);
+            scores(d2, kp, p.k_st.s, nk, scr.qt2.as_ptr(), brp, nqv, st, brp, scale);
+            if explicit || j1 > kmin {
+                p.apply_mask(it.b, &scr.rows, j0, j1, st, brp);
+            }
+            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
+
+            // Pᵀ as bf16 pairs of consecutive keys, per row.
+            let np = nk.div_ceil(2);
+            let pb = scr.pb.as_mut_ptr();
+            for jp in 0..np {
+                for n in 0..nqv {
+                    let a = _mm512_loadu_ps(st.add(2 * jp * brp + n * L));
+                    let b = if 2 * jp + 1 < nk {
+                        _mm512_loadu_ps(st.add((2 * jp + 1) * brp + n * L))
+                    } else {
+                        _mm512_setzero_ps()
+                    };
+                    let packed: __m512i = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(b, a));
+                    _mm512_storeu_si512(pb.add(jp * brp + n * L).cast(), _mm512_permutexvar_epi16(idx, packed));
+                }
+            }
+            // V rows interleaved by key pairs, columns padded to dvp with zeros.
+            let v2 = scr.v2.as_mut_ptr();
+            let vs = p.v_st.s;
+            for jp in 0..np {
+                let ra = v.as_ptr().add(vbase + (j0 + 2 * jp) * vs);
+                let has_b = 2 * jp + 1 < nk;
+                let mut c = 0;
+                while c < dv {
+                    let n = (dv - c).min(L);
+                    let m = ((1u32 << n) - 1) as u16;
+                    let a = _mm256_maskz_loadu_epi16(m, ra.add(c).cast());
+                    let b =
+                        if has_b { _mm256_maskz_loadu_epi16(m, ra.add(vs + c).cast()) } else { _mm256_setzero_si256() };
+                    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+                    _mm512_storeu_si512(v2.add(jp * dvp + c).cast(), _mm512_permutexvar_epi16(idx, ab));
+                    c += L;
+                }
+            }
+            pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, scr.o.as_mut_ptr(), dvp, scr.alpha.as_ptr());
+            j0 = j1;
+        }
+    }
+    finish_rows(p, it, scr, dvp, sink);
+}
+
+/// `out[j*os + x] = scale · Σ_c k[j*ks + c] · q[x][c]` with Qᵀ given as dim pairs `qt2[c2*qs + x]`.
+#[inline(always)]
+unsafe fn scores(
+    d2: usize,
+    k: *const bf16,
+    ks: usize,
+    nk: usize,
+    qt2: *const u32,
+    qs: usize,
+    nqv: usize,
+    out: *mut f32,
+    os: usize,
+    scale: __m512,
+) {
+    // SAFETY: offsets stay inside the extents `process` sized.
+    unsafe {
+        let mut n = 0;
+        while n < nqv {
+            let nq = if nqv - n >= 2 { 2 } else { 1 };
+            let (q_n, o_n) = (qt2.add(n * L), out.add(n * L));
+            let mut j = 0;
+            while j < nk {
+                let mr = if nk - j >= 12 { 12 } else { 1 };
+                let (kj, oj) = (k.add(j * ks), o_n.add(j * os));
+                match (mr, nq) {
+                    (12, 2) => qk_tile::<12, 2>(d2, kj, ks, q_n, qs, oj, os, scale),
+                    (12, _) => qk_tile::<12, 1>(d2, kj, ks, q_n, qs, oj, os, scale),
+                    (_, 2) => qk_tile::<1, 2>(d2, kj, ks, q_n, qs, oj, os, scale),
+                    _ => qk_tile::<1, 1>(d2, kj, ks, q_n, qs, oj, os, scale),
+                }
+                j += mr;
+            }
+            n += nq;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn qk_tile<const MR: usize, const NQ: usize>(
+    d2: usize,
+    k: *const bf16,
+    ks: usize,
+    qt2: *const u32,
+    qs: usize,
+    out: *mut f32,
+    os: usize,
+    scale: __m512,
+) {
+    // SAFETY: offsets stay inside the extents `process` sized; K pairs are read unaligned.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NQ]; MR];
+        for c2 in 0..d2 {
+            let mut qv = [_mm512_setzero_si512(); NQ];
+            for (x, q) in qv.iter_mut().enumerate() {
+                *q = _mm512_loadu_si512(qt2.add(c2 * qs + x * L).cast());
+            }
+            for r in 0..MR {
+                let pair = k.add(r * ks + 2 * c2).cast::<u32>().read_unaligned();
+                let kb = bh(_mm512_set1_epi32(pair as i32));
+                for x in 0..NQ {
+                    acc[r][x] = _mm512_dpbf16_ps(acc[r][x], kb, bh(qv[x]));
+                }
+            }
+        }
+        for r in 0..MR {
+            for x in 0..NQ {
+                _mm512_storeu_ps(out.add(r * os + x * L), _mm512_mul_ps(acc[r][x], scale));
+            }
+        }
+    }
+}
+
+/// `o[r*os + c] = o[r*os + c]·alpha[r] + Σ_jp pb[jp*ps + r] · v2[jp*vs + c]` (pairs of keys) for rows
+/// `r < rows` and columns `c < cols` (a multiple of 16).
+#[inline(always)]
+unsafe fn pv(
+    np: usize,
+    pb: *const u32,
+    ps: usize,
+    v2: *const u32,
+    vs: usize,
+    rows: usize,
+    cols: usize,
+    o: *mut f32,
+    os: usize,
+    alpha: *const f32,
+) {
+    // SAFETY: offsets stay inside the extents `process` sized.
+    unsafe {
+        let mut r = 0;
+        while r < rows {
+            let nr = if rows - r >= 8 { 8 } else { 1 };
+            let mut c = 0;
+            while c < cols {
+                let nv = if cols - c >= 2 * L { 2 } else { 1 };
+                let (pr, vc, orc, ar) = (pb.add(r), v2.add(c), o.add(r * os + c), alpha.add(r));
+                match (nr, nv) {
+                    (8, 2) => pv_tile::<8, 2>(np, pr, ps, vc, vs, orc, os, ar),
+                    (8, _) => pv_tile::<8, 1>(np, pr, ps, vc, vs, orc, os, ar),
+                    (_, 2) => pv_tile::<1, 2>(np, pr, ps, vc, vs, orc, os, ar),
+                    _ => pv_tile::<1, 1>(np, pr, ps, vc, vs, orc, os, ar),
+                }
+                c += nv * L;
+            }
+            r += nr;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn pv_tile<const MR: usize, const NV: usize>(
+    np: usize,
+    pb: *const u32,
+    ps: usize,
+    v2: *const u32,
+    vs: usize,
+    o: *mut f32,
+    os: usize,
+    alpha: *const f32,
+) {
+    // SAFETY: offsets stay inside the extents `process` sized.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for r in 0..MR {
+            let a = _mm512_set1_ps(*alpha.add(r));
+            for x in 0..NV {
+                acc[r][x] = _mm512_mul_ps(_mm512_loadu_ps(o.add(r * os + x * L)), a);
+            }
+        }
+        for jp in 0..np {
+            let mut vv = [_mm512_setzero_si512(); NV];
+            for (x, w) in vv.iter_mut().enumerate() {
+                *w = _mm512_loadu_si512(v2.add(jp * vs + x * L).cast());
+            }
+            for r in 0..MR {
+                let pbb = bh(_mm512_set1_epi32(*pb.add(jp * ps + r) as i32));
+                for x in 0..NV {
+                    acc[r][x] = _mm512_dpbf16_ps(acc[r][x], pbb, bh(vv[x]));
+                }
+            }
+        }
+        for r in 0..MR {
+            for x in 0..NV {
+                _mm512_storeu_ps(o.add(r * os + x * L), acc[r][x]);
+            }
+        }
+    }
+}
