@@ -160,7 +160,7 @@ pub(crate) fn run_item<T: CpuElement>(
 /// Whether items of this call may take the AVX512_BF16 kernel: bf16 inputs, an even head dim (K is read
 /// in pairs straight from memory), and a CPU with the instructions.
 pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
-    path == SimdPath::Avx512Bf16 && T::as_bf16(p.q).is_some() && p.d % 2 == 0 && path.is_supported()
+    path == SimdPath::Avx512Bf16 && T::as_bf16(p.q).is_some() && p.d.is_multiple_of(2) && path.is_supported()
 }
 
 #[inline(always)]
