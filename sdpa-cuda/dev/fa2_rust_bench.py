@@ -1,0 +1,160 @@
+"""fa2 / splitkv through the Rust backend against PyTorch's SDPA, in one run on one GPU.
+
+Our kernels are timed by the foundation's Rust driver `cuda_kernels` (sdpa-cuda/benches/cuda_kernels.rs:
+NVRTC-compiled modules as users get them, CUDA events, L2 flushed before each call, median of the reps,
+output checked against the f64 reference on a few rows). PyTorch is timed here with
+`triton.testing.do_bench` medians, as ../shared/tools/gpu_anchors.py does: the FLASH_ATTENTION backend and
+the default backend (cuDNN on the H100). The same run measures the ceilings: device-to-device copy
+bandwidth (read + write) and an 8192^3 bf16 GEMM.
+
+    python3 sdpa-cuda/dev/fa2_rust_bench.py --bench path/to/cuda_kernels [--quick] [--out DIR]
+
+Writes fa2_rust_bench.json to --out ($OUT by default) and prints the tables and the issue's targets.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
+ap.add_argument("--quick", action="store_true")
+ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+args = ap.parse_args()
+os.makedirs(args.out, exist_ok=True)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def bench(fn):
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def pt(tag, b, hq, hkv, sq, sk, d, dtype, causal, kernel):
+    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=sq, sk=sk, d=d, dtype=dtype,
+                mask="causal" if causal else "none", kernel=kernel, f32_math="exact")
+
+
+points = []
+seqs = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+for dtype in (["bf16"] if args.quick else ["bf16", "f16"]):
+    for d in [64, 128]:
+        for causal in [False, True]:
+            for s in seqs:
+                points.append(pt("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dtype, causal, "fa2"))
+for (b, hq, hkv, sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
+    for k in ["splitkv", "auto", "fa2"]:
+        points.append(pt("decode", b, hq, hkv, 1, sk, 128, "bf16", False, k))
+points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
+
+res = dict(env={}, ceilings={}, records=[])
+p = torch.cuda.get_device_properties(0)
+res["env"] = dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
+                  argv=sys.argv)
+log("ENV", json.dumps(res["env"]))
+
+with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    json.dump(points, f)
+    pfile = f.name
+ours_file = os.path.join(tempfile.gettempdir(), "fa2_rust_raw.json")
+log(f"timing {len(points)} points of ours through the Rust backend ...")
+r = subprocess.run([args.bench, "--points", pfile, "--out", ours_file, "--warmup", "10", "--reps", "50"],
+                   stderr=subprocess.PIPE, text=True)
+if r.returncode != 0:
+    log(r.stderr[-4000:])
+    sys.exit(f"cuda_kernels failed with {r.returncode}")
+ours = json.load(open(ours_file))
+
+# Ceilings, in the same run.
+x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+y = torch.empty_like(x)
+res["ceilings"]["d2d_GBps"] = 2 * x.numel() / bench(lambda: y.copy_(x)) / 1e6
+del x, y
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+b_ = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+res["ceilings"]["gemm_bf16_TFLOPs"] = 2 * n**3 / bench(lambda: a @ b_) / 1e9
+del a, b_
+torch.cuda.empty_cache()
+log("CEILINGS", json.dumps(res["ceilings"]))
+
+dt = {"bf16": torch.bfloat16, "f16": torch.float16}
+torch_ms = {}
+for rec in ours:
+    key = (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"])
+    if key in torch_ms:
+        continue
+    b, hq, hkv, sq, sk, d, dname, mask = key
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
+    k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
+    v = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
+    causal = mask == "causal"
+    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+    out = {}
+    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
+        try:
+            if be is None:
+                out[name] = bench(fn)
+            else:
+                with sdpa_kernel([be]):
+                    out[name] = bench(fn)
+        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+            out[name] = None
+            log("torch", name, "failed:", repr(e)[:80])
+    torch_ms[key] = out
+    del q, k, v
+    torch.cuda.empty_cache()
+
+gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
+for rec in ours:
+    key = (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"])
+    t = torch_ms[key]
+    rec["torch_flash_ms"], rec["torch_default_ms"] = t["flash"], t["default"]
+    ms = rec.get("median_ms")
+    rec["x_flash"] = t["flash"] / ms if (ms and t["flash"]) else None
+    rec["x_default"] = t["default"] / ms if (ms and t["default"]) else None
+    rec["frac_gemm_bf16"] = rec["tflops"] / gemm if rec.get("tflops") else None
+    rec["frac_copy_bw"] = rec["gbps"] / res["ceilings"]["d2d_GBps"] if rec.get("gbps") else None
+    res["records"].append(rec)
+json.dump(res, open(os.path.join(args.out, "fa2_rust_bench.json"), "w"), indent=1)
+
+
+def fm(x, spec="6.1f"):
+    return "    -" if x is None else format(x, spec)
+
+
+log(f"\n{'tag':11} {'kernel':7} {'ran':7} {'dt':4} {'B':>3} {'H':>5} {'Sq':>5} {'Sk':>5} {'D':>3} {'c':1} "
+    f"{'ms':>8} {'TFLOPS':>6} {'GB/s':>6} {'xflash':>6} {'xdflt':>6} {'gemm%':>5} {'ok':2}")
+for rec in res["records"]:
+    log(f"{rec['tag']:11} {rec['kernel']:7} {rec.get('kernel_ran', 'ERR'):7} {rec['dtype']:4} {rec['b']:>3} "
+        f"{rec['hq']:>2}/{rec['hkv']:<2} {rec['sq']:>5} {rec['sk']:>5} {rec['d']:>3} {int(rec['mask'] == 'causal')} "
+        f"{fm(rec.get('median_ms'), '8.4f')} {fm(rec.get('tflops'))} {fm(rec.get('gbps'), '6.0f')} "
+        f"{fm(rec['x_flash'], '6.3f')} {fm(rec['x_default'], '6.3f')} "
+        f"{fm(100 * rec['frac_gemm_bf16'] if rec['frac_gemm_bf16'] else None, '5.1f')} "
+        f"{'y' if rec.get('check_pass') else 'N'}{(' ' + rec['error'][:60]) if rec.get('error') else ''}")
+
+log("\ntargets")
+for dname in dt:
+    grid = [r for r in res["records"] if r["tag"] == "fa2bench" and r["dtype"] == dname and r["x_flash"]]
+    if not grid:
+        continue
+    xf = sorted(r["x_flash"] for r in grid)
+    xd = sorted(r["x_default"] for r in grid if r["x_default"])
+    log(f"fa2bench {dname}: vs flash median {xf[len(xf) // 2]:.3f} (>= 1.0) min {xf[0]:.3f} (>= 0.9) | "
+        f"vs default (cuDNN) median {xd[len(xd) // 2]:.3f} min {xd[0]:.3f} | all checks pass: "
+        f"{all(r.get('check_pass') for r in grid)}")
+for r in res["records"]:
+    if r["tag"] == "decode" and r["kernel"] == "splitkv":
+        log(f"decode B={r['b']} Hq={r['hq']} Hkv={r['hkv']} Sk={r['sk']}: {r['median_ms'] * 1e3:.1f} us, "
+            f"{r['gbps']:.0f} GB/s = {r['frac_copy_bw']:.2f} of copy (>= 0.85), x default {fm(r['x_default'], '.3f')}"
+            f" (>= 1.0), x flash {fm(r['x_flash'], '.3f')}")
