@@ -339,8 +339,10 @@ impl Backend for CudaBackend {
                 self.forward(spec, opts, a)?;
                 continue;
             }
-            let start = ctx.new_event(None).map_err(drv("cuEventCreate", "timing"))?;
-            let end = ctx.new_event(None).map_err(drv("cuEventCreate", "timing"))?;
+            // cudarc's default event flags disable timing; elapsed times need CU_EVENT_DEFAULT.
+            let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let start = ctx.new_event(timed).map_err(drv("cuEventCreate", "timing"))?;
+            let end = ctx.new_event(timed).map_err(drv("cuEventCreate", "timing"))?;
             start.record(stream).map_err(drv("cuEventRecord", "timing"))?;
             self.forward(spec, opts, a)?;
             end.record(stream).map_err(drv("cuEventRecord", "timing"))?;
