@@ -301,6 +301,7 @@ fn parse_kernel_summary(s: &str) -> Vec<(String, f64)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

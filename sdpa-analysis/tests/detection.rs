@@ -2,6 +2,8 @@
 //! file names say model, attention implementation, dtype and sequence length). Expected values were read
 //! from the traces themselves (python's json module over the events), not from our own output.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use sdpa_analysis::attention::{detect, AttentionCall, AttnBackend, Kind, MaskInfo, Phase};
 use sdpa_analysis::trace::parse_file;
 use sdpa_analysis::tree::OpTree;

@@ -1,6 +1,8 @@
 //! End-to-end reports on the real traces: the JSON contract, GPU-time accounting (checked against sums
 //! taken with python over the same files), the perf model and the findings.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use sdpa_analysis::bench_results::BenchRecord;
 use sdpa_analysis::{analyze_path, Options, Report};
 use serde_json::Value;

@@ -1,10 +1,12 @@
 //! Bad input gets a clear error that names the file and the position, never a panic; odd but valid input
 //! (unknown fields, any event order, missing args, non-object events) still parses.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use sdpa_analysis::attention::{detect, Kind};
-use sdpa_analysis::trace::parse_file;
+use sdpa_analysis::trace::{parse_file, parse_file_reference};
 use sdpa_analysis::tree::OpTree;
 use sdpa_analysis::{analyze_path, AnalysisError, Options};
 use std::io::{Read, Write};
@@ -204,4 +206,39 @@ fn directory_of_ranks_is_one_report() {
     assert_eq!(r.attention_ops[0].count, 6, "3 layers on each of 2 ranks");
     let empty = scratch("ranks-empty");
     assert!(err_of(&empty).to_string().contains("no .json"));
+}
+
+#[test]
+fn scanner_and_serde_reader_agree_on_every_fixture() {
+    // parse_file (byte scanner + per-event slices) against parse_file_reference (serde_json over
+    // io::Read, one visitor for the whole document).
+    for f in [
+        "bert_eager_fp16_S128.json.gz",
+        "llama_sdpa_train_bf16_S1024.json.gz",
+        "mistral_eager_bf16_S1024_nostack.json.gz",
+        "qwen2_sdpa_bf16_S2048.json.gz",
+    ] {
+        let (a, b) = (parse_file(&data(f)).unwrap(), parse_file_reference(&data(f)).unwrap());
+        assert_eq!(a.stats, b.stats, "{f}");
+        assert_eq!(
+            (a.ops.len(), a.gpu.len(), a.launches.len(), a.modules.len()),
+            (b.ops.len(), b.gpu.len(), b.launches.len(), b.modules.len())
+        );
+        assert_eq!(
+            (&a.devices, &a.flags, a.python_events, a.ops_with_shapes),
+            (&b.devices, &b.flags, b.python_events, b.ops_with_shapes)
+        );
+        for (x, y) in a.ops.iter().zip(&b.ops) {
+            assert_eq!(
+                (a.names.get(x.name), x.ts, x.dur, x.ext_id, &x.args),
+                (b.names.get(y.name), y.ts, y.dur, y.ext_id, &y.args)
+            );
+        }
+        for (x, y) in a.gpu.iter().zip(&b.gpu) {
+            assert_eq!(
+                (a.names.get(x.name), x.ts, x.dur, x.correlation, x.grid),
+                (b.names.get(y.name), y.ts, y.dur, y.correlation, y.grid)
+            );
+        }
+    }
 }

@@ -2,6 +2,8 @@
 //! `metadata/sdpa_fwd_metadata.json` (real outputs of TraceLens on our fixture traces), write
 //! `category_findings/sdpa_fwd_findings.md`, and get the same ops as from the trace itself.
 
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
 use sdpa_analysis::attention::AttnBackend;
 use sdpa_analysis::{analyze_path, tracelens, Options};
 use std::path::{Path, PathBuf};

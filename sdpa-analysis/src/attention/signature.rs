@@ -257,6 +257,7 @@ pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -4,7 +4,8 @@
 pub mod lenient;
 pub mod model;
 pub mod parse;
+mod scan;
 pub mod source;
 
 pub use model::*;
-pub use parse::parse_file;
+pub use parse::{parse_file, parse_file_reference};

@@ -14,6 +14,19 @@ use std::path::Path;
 
 /// Parses one trace file (`.json` or gzip, detected from its first bytes).
 pub fn parse_file(path: &Path) -> Result<Trace> {
+    let reader = ChunkReader::open(path)?;
+    let gzip = reader.gzip;
+    let mut collector = Collector::new(path);
+    let bytes = super::scan::parse_with_scanner(path, reader, &mut collector)?;
+    let mut trace = collector.finish();
+    trace.stats.bytes = bytes;
+    trace.stats.gzip = gzip;
+    Ok(trace)
+}
+
+/// The same parse through serde_json's `io::Read` path (one visitor over the whole document). Slower than
+/// [`parse_file`]; kept as the reference the scanner is tested against.
+pub fn parse_file_reference(path: &Path) -> Result<Trace> {
     let mut reader = ChunkReader::open(path)?;
     let gzip = reader.gzip;
     let mut collector = Collector::new(path);
@@ -82,8 +95,8 @@ fn wants_args(name: &str) -> bool {
     name.contains("ttention") || name.starts_with("flash_attn") || name.contains("FlashAttn")
 }
 
-struct Collector {
-    trace: Trace,
+pub(crate) struct Collector {
+    pub(crate) trace: Trace,
     /// Per name id: 0 not yet decided, 1 keep args, 2 drop args.
     keep: Vec<u8>,
     thread_ids: HashMap<(i64, i64), u32>,
@@ -114,7 +127,7 @@ impl Collector {
         self.keep[i] == 1
     }
 
-    fn push(&mut self, ev: RawEvent) {
+    pub(crate) fn push(&mut self, ev: RawEvent) {
         self.trace.stats.events += 1;
         let (Some(ts), name) = (ev.ts, ev.name) else {
             return;
@@ -234,7 +247,7 @@ fn classify_cat(s: &str) -> Cat {
 }
 
 #[derive(Default)]
-struct RawEvent {
+pub(crate) struct RawEvent {
     ph: Option<u8>,
     cat: Cat,
     name: Option<NameId>,
@@ -380,7 +393,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_> {
 }
 
 /// One event; `None` when the element is not an object (skipped, counted).
-struct EventSeed<'a>(&'a mut Names);
+pub(crate) struct EventSeed<'a>(pub(crate) &'a mut Names);
 
 impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
     type Value = Option<RawEvent>;
@@ -664,7 +677,7 @@ impl<'de> de::Deserialize<'de> for ArgField {
 
 /// `deviceProperties`: a list of objects with `id`, `name`, `numSms`.
 #[derive(Default)]
-struct DeviceList(Vec<DeviceProps>);
+pub(crate) struct DeviceList(pub(crate) Vec<DeviceProps>);
 
 impl<'de> de::Deserialize<'de> for DeviceList {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -88,6 +88,16 @@ impl ChunkReader {
         Ok(ChunkReader { rx, cur: Vec::new(), pos: 0, before_cur: 0, gzip })
     }
 
+    /// The next chunk of decompressed bytes, `None` at end of file (the scanner's fast path; do not mix
+    /// with `read`).
+    pub fn next_chunk(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match self.rx.recv() {
+            Ok(Ok(chunk)) => Ok(Some(chunk)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// Decompressed bytes handed to the parser so far.
     pub fn offset(&self) -> u64 {
         self.before_cur + self.pos as u64
