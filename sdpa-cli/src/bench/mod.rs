@@ -146,7 +146,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for c in &plan.configs {
             println!("{}", describe(c));
         }
-        for (dev, case) in &plan.pytorch_cases {
+        for (dev, case, _) in &plan.pytorch_cases {
             println!("pytorch ({dev}) {}", describe_case(case));
         }
         return Ok(());
@@ -187,16 +187,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         script: args.pytorch_script.as_deref(),
         kernels: args.pytorch_kernels.as_deref(),
         threads: args.threads,
-        warmup: settings.warmup,
-        reps: settings.reps,
-        max_time_s: settings.max_time_s,
+        warmup: args.warmup,
+        reps: args.reps,
+        max_time_s: args.max_time,
         check: settings.check,
         seed: settings.seed,
         out_path: &out_path,
     };
     let cuda_ok = opened.get("cuda").is_some_and(|ok| *ok);
-    let cases: Vec<(String, Case)> =
-        plan.pytorch_cases.iter().filter(|(dev, _)| dev != "cuda" || cuda_ok).cloned().collect();
+    let cases: Vec<(String, Case, plan::Timing)> =
+        plan.pytorch_cases.iter().filter(|(dev, _, _)| dev != "cuda" || cuda_ok).cloned().collect();
     let py_result = pytorch::run(&py, &cases, &mut file);
 
     write_file(&out_path, &file)?;

@@ -41,6 +41,14 @@ impl Case {
     }
 }
 
+/// A sweep's own timing values (warm-up, repetitions, budget), when its spec gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Timing {
+    pub warmup: Option<usize>,
+    pub reps: Option<usize>,
+    pub max_time_s: Option<f64>,
+}
+
 /// One thing to time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -60,7 +68,7 @@ pub struct Plan {
     /// Configurations, grouped by case.
     pub configs: Vec<Config>,
     /// Cases the PyTorch script should time, with the devices they ran on ("cpu", "cuda").
-    pub pytorch_cases: Vec<(String, Case)>,
+    pub pytorch_cases: Vec<(String, Case, Timing)>,
     /// "pytorch" appeared among the backends.
     pub pytorch_requested: bool,
     /// Name of the preset or spec file.
@@ -190,6 +198,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
             bail!("{}: the sweep is empty (no shapes, dtypes or kernels)", ctx());
         }
         plan.pytorch_requested |= backends.iter().any(|b| b == PYTORCH);
+        let timing = Timing { warmup: sw.warmup, reps: sw.reps, max_time_s: sw.max_time_s };
         for &dtype in &dtypes {
             for &shape in &shapes {
                 for m in &masks {
@@ -199,8 +208,9 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
                         case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
                         for b in backends.iter().filter(|b| *b != PYTORCH) {
                             let device = if b == "cuda" { "cuda" } else { "cpu" };
-                            if b != "reference" && !plan.pytorch_cases.iter().any(|(d, c)| d == device && *c == case) {
-                                plan.pytorch_cases.push((device.to_string(), case));
+                            if b != "reference" && !plan.pytorch_cases.iter().any(|(d, c, _)| d == device && *c == case)
+                            {
+                                plan.pytorch_cases.push((device.to_string(), case, timing));
                             }
                             for &kernel in &kernels {
                                 let maths: &[F32Math] = if dtype == DType::F32 { &f32_math } else { &[F32Math::Exact] };
@@ -217,9 +227,9 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
                                 }
                             }
                         }
-                        if backends.iter().all(|b| b == PYTORCH) && !plan.pytorch_cases.iter().any(|(_, c)| *c == case)
-                        {
-                            plan.pytorch_cases.push(("cpu".to_string(), case));
+                        let only_pytorch = backends.iter().all(|b| b == PYTORCH);
+                        if only_pytorch && !plan.pytorch_cases.iter().any(|(_, c, _)| *c == case) {
+                            plan.pytorch_cases.push(("cpu".to_string(), case, timing));
                         }
                     }
                 }

@@ -1,7 +1,7 @@
 //! Running `bench/pytorch_sdpa.py` on the sweep's shapes in the same invocation, so every ratio against
 //! PyTorch is measured side by side on the same machine, and merging its records into ours.
 
-use super::plan::Case;
+use super::plan::{Case, Timing};
 use anyhow::{bail, Context, Result};
 use sdpa_analysis::bench_report::{parse_results, BenchFile, Skipped};
 use sdpa_core::record::BenchSpec;
@@ -28,9 +28,10 @@ pub struct Request<'a> {
     pub script: Option<&'a Path>,
     pub kernels: Option<&'a str>,
     pub threads: Option<usize>,
-    pub warmup: usize,
-    pub reps: usize,
-    pub max_time_s: f64,
+    /// Timing flags given on the command line (the spec's per-sweep values apply otherwise).
+    pub warmup: Option<usize>,
+    pub reps: Option<usize>,
+    pub max_time_s: Option<f64>,
     pub check: bool,
     pub seed: u64,
     pub out_path: &'a Path,
@@ -61,7 +62,7 @@ fn torch_importable(python: &str) -> std::result::Result<(), String> {
 }
 
 /// Runs the script once per device with the cases of that device; merges what it wrote into `file`.
-pub fn run(req: &Request<'_>, cases: &[(String, Case)], file: &mut BenchFile) -> Result<()> {
+pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut BenchFile) -> Result<()> {
     if req.mode == Mode::Off || cases.is_empty() {
         return Ok(());
     }
@@ -80,13 +81,14 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case)], file: &mut BenchFile) ->
         eprintln!("sdpa bench: PyTorch comparison skipped: {msg}");
         return Ok(());
     };
-    let mut devices: Vec<&str> = cases.iter().map(|(d, _)| d.as_str()).collect();
+    let mut devices: Vec<&str> = cases.iter().map(|(d, _, _)| d.as_str()).collect();
     devices.dedup();
     devices.sort_unstable();
     devices.dedup();
     let mut errors = Vec::new();
     for dev in devices {
-        let sweeps: Vec<BenchSpec> = cases.iter().filter(|(d, _)| d == dev).map(|(_, c)| case_spec(c)).collect();
+        let sweeps: Vec<BenchSpec> =
+            cases.iter().filter(|(d, _, _)| d == dev).map(|(_, c, t)| case_spec(c, t)).collect();
         let stem = req.out_path.with_extension("");
         let spec_path = PathBuf::from(format!("{}.pytorch-{dev}.spec.json", stem.display()));
         let out_path = PathBuf::from(format!("{}.pytorch-{dev}.json", stem.display()));
@@ -100,14 +102,17 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case)], file: &mut BenchFile) ->
             .arg(dev)
             .arg("--out")
             .arg(&out_path)
-            .arg("--warmup")
-            .arg(req.warmup.to_string())
-            .arg("--reps")
-            .arg(req.reps.to_string())
-            .arg("--max-time")
-            .arg(req.max_time_s.to_string())
             .arg("--seed")
             .arg(req.seed.to_string());
+        if let Some(w) = req.warmup {
+            cmd.arg("--warmup").arg(w.to_string());
+        }
+        if let Some(r) = req.reps {
+            cmd.arg("--reps").arg(r.to_string());
+        }
+        if let Some(t) = req.max_time_s {
+            cmd.arg("--max-time").arg(t.to_string());
+        }
         if let Some(k) = req.kernels {
             cmd.arg("--kernels").arg(k);
         }
@@ -130,7 +135,7 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case)], file: &mut BenchFile) ->
         match outcome {
             Ok(theirs) => merge(file, theirs),
             Err(why) => {
-                for (_, c) in cases.iter().filter(|(d, _)| d == dev) {
+                for (_, c, _) in cases.iter().filter(|(d, _, _)| d == dev) {
                     file.skipped.push(Skipped {
                         backend: "pytorch".into(),
                         kernel: "all".into(),
@@ -155,9 +160,12 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case)], file: &mut BenchFile) ->
     Ok(())
 }
 
-/// A one-configuration sweep for the script.
-fn case_spec(c: &Case) -> BenchSpec {
+/// A one-configuration sweep for the script, with its sweep's timing.
+fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
     BenchSpec {
+        warmup: t.warmup,
+        reps: t.reps,
+        max_time_s: t.max_time_s,
         dtypes: vec![c.dtype],
         shapes: vec![c.shape],
         masks: vec![c.mask.name().to_string()],

@@ -1,0 +1,517 @@
+#!/usr/bin/env python3
+"""Time PyTorch's scaled_dot_product_attention on the shapes of an sdpa bench spec, and write the same
+records `sdpa bench` writes, so every comparison with PyTorch is a ratio measured side by side.
+
+Kernels (each one a record per configuration, or a "not run" entry with PyTorch's reason):
+  default    PyTorch's own choice (cuDNN on the H100 with PyTorch 2.11)
+  flash      SDPBackend.FLASH_ATTENTION (FlashAttention-2 on CUDA; the flash kernel over sgemm on the CPU)
+  efficient  SDPBackend.EFFICIENT_ATTENTION (CUTLASS memory-efficient kernel; CUDA only)
+  cudnn      SDPBackend.CUDNN_ATTENTION (PyTorch >= 2.4, CUDA only)
+  math       SDPBackend.MATH (PyTorch's own unfused composite)
+  unfused    the eager-model pattern written out: Q.K^T * scale (+ mask), softmax in f32, cast, P.V
+
+Usage:
+  python3 bench/pytorch_sdpa.py --spec bench/presets/fa2bench.json --device cuda --out torch.json
+  python3 bench/pytorch_sdpa.py --spec spec.json --device cpu --threads 2 --kernels flash,math,unfused
+  python3 bench/pytorch_sdpa.py --self-test     # cost model and spec parsing, no torch needed
+
+Timing: warm-up calls, then up to --reps calls within --max-time seconds per configuration; CUDA events
+around each call on the GPU, the host clock on the CPU; the median, min and max are recorded. Every
+configuration is checked against a float64 recomputation of sampled query rows (the same row sampling and
+per-dtype tolerances as sdpa-core's check). TFLOP/s and GB/s follow sdpa-core's cost model (causal masks
+count only unmasked pairs); `sdpa bench` recomputes them with the Rust model when it merges these records.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+FORMAT = "sdpa-bench-v1"
+KERNELS = ["default", "flash", "efficient", "cudnn", "math", "unfused"]
+# sdpa-core's check::tolerance (relative L2 error), f32 exact.
+TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
+ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+DTYPE_ALIASES = {"f32": "f32", "fp32": "f32", "float32": "f32", "f16": "f16", "fp16": "f16", "float16": "f16",
+                 "half": "f16", "bf16": "bf16", "bfloat16": "bf16"}
+MASK_ALIASES = {"none": "none", "causal": "causal", "causal-tl": "causal", "causal_top_left": "causal",
+                "causal-br": "causal-br", "causal_bottom_right": "causal-br", "bool": "bool", "boolean": "bool",
+                "additive": "additive"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cost model (mirrors sdpa_core::cost) and row sampling (mirrors sdpa_core::check and `sdpa bench`)
+
+def pairs_per_head(sq, sk, mask):
+    """(query, key) pairs one head computes; causal masks count only unmasked pairs."""
+    tri = lambda n: n * (n + 1) // 2
+    if mask == "causal":
+        return tri(sq) if sq <= sk else tri(sk) + (sq - sk) * sk
+    if mask == "causal-br":
+        return sq * (sk - sq) + tri(sq) if sq <= sk else tri(sk)
+    return sq * sk
+
+
+def cost(shape, mask, dtype):
+    """(FLOPs of the two products, minimal bytes)."""
+    s = shape
+    flops = 2.0 * s["b"] * s["hq"] * pairs_per_head(s["sq"], s["sk"], mask) * (s["d"] + s["dv"])
+    elems = s["b"] * (s["hq"] * s["sq"] * (s["d"] + s["dv"]) + s["hkv"] * s["sk"] * (s["d"] + s["dv"]))
+    return flops, float(elems * ELEM_BYTES[dtype])
+
+
+def check_rows(shape):
+    """None (all rows) while the reference work stays under 2e8 multiply-adds, else a spread sample size."""
+    per_row = shape["sk"] * (shape["d"] + shape["dv"])
+    rows = shape["b"] * shape["hq"] * shape["sq"]
+    if rows * per_row <= 2e8:
+        return None
+    return max(64, min(4096, int(2e8 / per_row)))
+
+
+def sampled_rows(total, n):
+    """`n` row indices spread evenly over `total`, first and last included (sdpa_core::check_output)."""
+    if n is None or n >= total:
+        return list(range(total))
+    n = max(1, n)
+    return [k * (total - 1) // max(n - 1, 1) for k in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spec files (sdpa_core::record::BenchSpec, an array of them, or the analyzer's replay specs)
+
+def normalize_spec(obj, out):
+    if isinstance(obj, list):
+        for item in obj:
+            normalize_spec(item, out)
+        return
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object or array")
+    if isinstance(obj.get("findings"), list):
+        for f in obj["findings"]:
+            if isinstance(f, dict) and "replay" in f:
+                normalize_spec(f["replay"], out)
+        return
+    if "spec" in obj:
+        normalize_spec(obj["spec"], out)
+        return
+    spec = dict(obj)
+    for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts")]:
+        if one in spec:
+            v = spec.pop(one)
+            spec[many] = v if isinstance(v, list) else [v]
+    shapes = []
+    for s in spec.get("shapes", []):
+        missing = [k for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv") if k not in s]
+        if missing:
+            raise ValueError(f"shape {s} lacks {', '.join(missing)}")
+        shapes.append({k: int(s[k]) for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv")})
+    spec["shapes"] = shapes
+    spec["dtypes"] = [DTYPE_ALIASES[d.lower()] for d in spec.get("dtypes", ["f32"])]
+    spec["masks"] = [MASK_ALIASES[m.lower()] for m in spec.get("masks", ["none"])]
+    spec["layouts"] = [l.lower() for l in spec.get("layouts", ["bhsd"])]
+    for l in spec["layouts"]:
+        if l not in ("bhsd", "bshd"):
+            raise ValueError(f"unknown layout {l}")
+    for s in shapes:
+        if min(s.values()) <= 0 or s["hq"] % s["hkv"] != 0:
+            raise ValueError(f"invalid shape {s} (sizes must be positive and Hq a multiple of Hkv)")
+    out.append(spec)
+
+
+def load_cases(path):
+    with open(path) as f:
+        raw = json.load(f)
+    specs = []
+    normalize_spec(raw, specs)
+    cases, seen = [], set()
+    for sp in specs:
+        timing = {k: sp[k] for k in ("warmup", "reps", "max_time_s") if sp.get(k) is not None}
+        for dt in sp["dtypes"]:
+            for s in sp["shapes"]:
+                for m in sp["masks"]:
+                    for l in sp["layouts"]:
+                        key = (dt, tuple(sorted(s.items())), m, l)
+                        if key not in seen:
+                            seen.add(key)
+                            cases.append((dt, dict(s), m, l, timing))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Machine description
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine():
+    host = platform.node()
+    s = f"{cpu_model()} ({os.cpu_count() or 1} threads)"
+    return s + (f", host {host}" if host else "")
+
+
+def git_commit():
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here, capture_output=True, text=True)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except OSError:
+        return None
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running PyTorch
+
+def torch_dtype(torch, name):
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def make_inputs(torch, dev, dtype, s, mask, layout, seed):
+    """Q, K, V as [B, H, S, D] views (BSHD storage transposed when layout is bshd), and the mask."""
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    dt = torch_dtype(torch, dtype)
+
+    def tensor(h, n, d):
+        if layout == "bshd":
+            t = torch.rand((s["b"], n, h, d), generator=gen, device=dev, dtype=torch.float32) * 2 - 1
+            return t.to(dt).transpose(1, 2)
+        t = torch.rand((s["b"], h, n, d), generator=gen, device=dev, dtype=torch.float32) * 2 - 1
+        return t.to(dt)
+
+    q = tensor(s["hq"], s["sq"], s["d"])
+    k = tensor(s["hkv"], s["sk"], s["d"])
+    v = tensor(s["hkv"], s["sk"], s["dv"])
+    explicit = None
+    full = (s["b"], s["hq"], s["sq"], s["sk"])
+    if mask == "bool":
+        explicit = torch.rand(full, generator=gen, device=dev) < 0.8
+    elif mask == "additive":
+        r = torch.rand(full, generator=gen, device=dev)
+        explicit = torch.where(r < 0.1, torch.full_like(r, float("-inf")), r * 4 - 2).to(dt)
+    return q, k, v, explicit
+
+
+def backend_context(torch, kernel):
+    """A context manager restricting SDPA to one backend, or None when this PyTorch lacks it."""
+    import contextlib
+    if kernel in ("default", "unfused"):
+        return contextlib.nullcontext()
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    name = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+            "math": "MATH"}[kernel]
+    if not hasattr(SDPBackend, name):
+        return None
+    return sdpa_kernel(getattr(SDPBackend, name))
+
+
+def build_call(torch, kernel, q, k, v, s, mask, explicit):
+    """A zero-argument function running one forward call."""
+    F = torch.nn.functional
+    group = s["hq"] // s["hkv"]
+    scale = 1.0 / math.sqrt(s["d"])
+    if kernel == "unfused":
+        kk = k.repeat_interleave(group, dim=1) if group > 1 else k
+        vv = v.repeat_interleave(group, dim=1) if group > 1 else v
+        bias = None
+        if mask in ("causal", "causal-br"):
+            i = torch.arange(s["sq"], device=q.device).view(-1, 1)
+            j = torch.arange(s["sk"], device=q.device).view(1, -1)
+            off = 0 if mask == "causal" else s["sk"] - s["sq"]
+            bias = torch.zeros((s["sq"], s["sk"]), device=q.device, dtype=q.dtype)
+            bias = bias.masked_fill(j > i + off, float("-inf"))
+        elif mask == "bool":
+            bias = torch.zeros(explicit.shape, device=q.device, dtype=q.dtype).masked_fill(~explicit, float("-inf"))
+        elif mask == "additive":
+            bias = explicit
+
+        def run():
+            scores = torch.matmul(q, kk.transpose(-2, -1)) * scale
+            if bias is not None:
+                scores = scores + bias
+            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            return torch.matmul(p, vv)
+        return run
+
+    kwargs = {"scale": scale}
+    attn_mask = None
+    if mask == "causal":
+        kwargs["is_causal"] = True
+    elif mask == "causal-br":
+        from torch.nn.attention.bias import causal_lower_right
+        attn_mask = causal_lower_right(s["sq"], s["sk"])
+    elif mask in ("bool", "additive"):
+        attn_mask = explicit
+    qq, kk, vv = q, k, v
+    if group > 1:
+        import inspect
+        if "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters:
+            kwargs["enable_gqa"] = True
+        else:
+            kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+    def run():
+        return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=attn_mask, **kwargs)
+    return run
+
+
+def reference_check(torch, q, k, v, out, s, mask, explicit, dtype):
+    """Compares sampled output rows with a float64 recomputation; sdpa-core's CheckReport fields."""
+    group = s["hq"] // s["hkv"]
+    scale = 1.0 / math.sqrt(s["d"])
+    rows = sampled_rows(s["b"] * s["hq"] * s["sq"], check_rows(s))
+    by_head = {}
+    for r in rows:
+        i, bh = r % s["sq"], r // s["sq"]
+        by_head.setdefault((bh // s["hq"], bh % s["hq"]), []).append(i)
+    diff2 = ref2 = 0.0
+    max_abs = 0.0
+    nan_mismatch = 0
+    for (b, h), idx in by_head.items():
+        ii = torch.tensor(idx, device=q.device)
+        qd = q[b, h].index_select(0, ii).double().cpu()
+        kd = k[b, h // group].double().cpu()
+        vd = v[b, h // group].double().cpu()
+        sc = qd @ kd.T * scale
+        ic = torch.tensor(idx).view(-1, 1)
+        j = torch.arange(s["sk"]).view(1, -1)
+        if mask == "causal":
+            sc = sc.masked_fill(j > ic, float("-inf"))
+        elif mask == "causal-br":
+            sc = sc.masked_fill(j > ic + (s["sk"] - s["sq"]), float("-inf"))
+        elif mask == "bool":
+            sc = sc.masked_fill(~explicit[b, h].index_select(0, ii).cpu(), float("-inf"))
+        elif mask == "additive":
+            sc = sc + explicit[b, h].index_select(0, ii).double().cpu()
+        m = sc.max(dim=-1, keepdim=True).values
+        dead = torch.isinf(m) & (m < 0)
+        p = torch.exp(sc - torch.where(dead, torch.zeros_like(m), m))
+        l = p.sum(dim=-1, keepdim=True)
+        # A row with every key masked is zeros (sdpa's convention, DESIGN.md).
+        ref = torch.where(dead, torch.zeros_like(l), (p @ vd) / torch.where(dead, torch.ones_like(l), l))
+        got = out[b, h].index_select(0, ii).double().cpu()
+        got_nan, ref_nan = torch.isnan(got), torch.isnan(ref)
+        nan_mismatch += int((got_nan != ref_nan).sum())
+        ok = ~(got_nan | ref_nan)
+        d = (got - ref)[ok]
+        diff2 += float((d * d).sum())
+        ref2 += float((ref[ok] * ref[ok]).sum())
+        if d.numel():
+            max_abs = max(max_abs, float(d.abs().max()))
+    rel = math.sqrt(diff2 / ref2) if ref2 > 0 else math.sqrt(diff2)
+    tol = TOLERANCE[dtype]
+    return {"max_abs_err": max_abs, "rel_err": rel, "tolerance": tol, "nan_mismatches": nan_mismatch,
+            "lse_max_abs_err": None, "rows_checked": len(rows), "pass": rel <= tol and nan_mismatch == 0}
+
+
+def time_calls(torch, dev, fn, warmup, max_reps, budget):
+    """Milliseconds per call: a probe sizes the repetitions to the budget (at least 3 when they fit)."""
+    cuda = dev.type == "cuda"
+
+    def one():
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b)
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+
+    probe = one() * 1e-3
+    fit = int(budget / probe) if probe > 0 else max_reps
+    reps = max(1, min(max_reps, max(fit, 3 if probe * 3 <= 2 * budget else 1)))
+    if probe * warmup > budget:
+        warmup = min(warmup, 1)
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return [one() for _ in range(reps)]
+
+
+def run(args):
+    import torch
+
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("pytorch_sdpa.py: --device cuda but torch.cuda.is_available() is False")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model()
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    for k in kernels:
+        if k not in KERNELS:
+            raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
+    cases = load_cases(args.spec)
+    commit, date, mach = git_commit(), utc_now(), machine()
+    result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
+              "date": date, "records": [], "skipped": []}
+    for n, (dtype, s, mask, layout, timing) in enumerate(cases):
+        # Flags given on the command line beat the spec's per-sweep values, which beat the defaults.
+        warmup = args.warmup if args.warmup is not None else timing.get("warmup", 3)
+        reps = args.reps if args.reps is not None else timing.get("reps", 20)
+        budget = args.max_time if args.max_time is not None else timing.get("max_time_s", 2.0)
+        label = (f"{dtype} {mask} {layout} B={s['b']} Hq={s['hq']} Hkv={s['hkv']} Sq={s['sq']} Sk={s['sk']} "
+                 f"D={s['d']}")
+        try:
+            q, k, v, explicit = make_inputs(torch, dev, dtype, s, mask, layout, args.seed)
+        except RuntimeError as e:  # out of memory, typically
+            for kern in kernels:
+                result["skipped"].append(skip(kern, dtype, s, mask, layout, f"inputs: {first_line(e)}", True))
+            continue
+        for kern in kernels:
+            ctx = backend_context(torch, kern)
+            if ctx is None:
+                result["skipped"].append(skip(kern, dtype, s, mask, layout,
+                                              f"this PyTorch ({torch.__version__}) has no {kern} backend", False))
+                continue
+            try:
+                with ctx:
+                    fn = build_call(torch, kern, q, k, v, s, mask, explicit)
+                    out = fn()
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize()
+                    check = None if args.no_check else reference_check(torch, q, k, v, out, s, mask, explicit, dtype)
+                    del out
+                    times = time_calls(torch, dev, fn, warmup, reps, budget)
+            except (RuntimeError, NotImplementedError, ValueError) as e:
+                # "No available kernel" and friends: this backend cannot run this configuration here.
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+                result["skipped"].append(skip(kern, dtype, s, mask, layout, first_line(e), False))
+                print(f"[{n + 1}/{len(cases)}] pytorch {kern} {label}: not run: {first_line(e)}", file=sys.stderr)
+                continue
+            times.sort()
+            med = statistics.median(times)
+            flops, nbytes = cost(s, mask, dtype)
+            rec = {"backend": "pytorch", "kernel": kern, "device": device_name, "dtype": dtype, "shape": s,
+                   "mask": mask, "layout": layout, "f32_math": "exact" if dtype == "f32" else None,
+                   "threads": torch.get_num_threads() if dev.type == "cpu" else None,
+                   "time_ms": {"median": med, "min": times[0], "max": times[-1], "reps": len(times)},
+                   "tflops": flops / (med * 1e-3) / 1e12, "gbps": nbytes / (med * 1e-3) / 1e9,
+                   "check": check, "peak_mem_bytes": None, "commit": commit, "date": date, "machine": mach}
+            result["records"].append(rec)
+            status = "" if check is None else (" check pass" if check["pass"] else " check FAIL")
+            print(f"[{n + 1}/{len(cases)}] pytorch {kern} {label}: {med:.4f} ms {rec['tflops']:.3f} TFLOP/s{status}",
+                  file=sys.stderr)
+        del q, k, v, explicit
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    text = json.dumps(result, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+def first_line(e):
+    s = str(e).strip()
+    return (s.splitlines() or [type(e).__name__])[0][:300]
+
+
+def skip(kernel, dtype, s, mask, layout, reason, failed):
+    return {"backend": "pytorch", "kernel": kernel, "dtype": dtype, "shape": s, "mask": mask, "layout": layout,
+            "reason": reason, "failed": failed}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Self-test (no torch): the cost model against figures sdpa-core's tests pin, row sampling, spec parsing.
+
+def self_test():
+    s = {"b": 2, "hq": 16, "hkv": 16, "sq": 1024, "sk": 1024, "d": 64, "dv": 64}
+    f, b = cost(s, "none", "bf16")
+    assert f == 4.0 * 2 * 16 * 1024 * 1024 * 64, f
+    assert b == 4.0 * 2 * 16 * 1024 * 64 * 2, b
+    fc, _ = cost(s, "causal", "bf16")
+    assert abs(fc / f - 0.5) < 1e-3
+    assert pairs_per_head(1, 4096, "causal-br") == 4096 and pairs_per_head(1, 4096, "causal") == 1
+    for sq in (1, 2, 3, 7, 64, 100):
+        for sk in (1, 2, 5, 64, 77, 130):
+            tl = sum(min(i + 1, sk) for i in range(sq))
+            br = sum(max(0, min(sk, i + 1 + sk - sq)) for i in range(sq))
+            assert pairs_per_head(sq, sk, "causal") == tl and pairs_per_head(sq, sk, "causal-br") == br
+    g = {"b": 1, "hq": 32, "hkv": 8, "sq": 1, "sk": 4096, "d": 128, "dv": 128}
+    assert cost(g, "none", "bf16")[1] == (32.0 * 256 + 8 * 4096 * 256) * 2
+    assert sampled_rows(100, 5) == [0, 24, 49, 74, 99] and sampled_rows(10, None) == list(range(10))
+    assert check_rows({"b": 1, "hq": 8, "hkv": 8, "sq": 256, "sk": 256, "d": 64, "dv": 64}) is None
+    assert 64 <= check_rows({"b": 1, "hq": 32, "hkv": 32, "sq": 16384, "sk": 16384, "d": 128, "dv": 128}) <= 4096
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")
+    n = 0
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".json"):
+            n += len(load_cases(os.path.join(here, name)))
+    assert n > 0
+    spec = []
+    normalize_spec({"command": "x", "spec": {"backends": ["cuda"], "kernels": ["fa2"], "dtype": "bf16",
+                    "shapes": [{"b": 2, "hq": 16, "hkv": 8, "sq": 1024, "sk": 1024, "d": 64, "dv": 64}],
+                    "mask": "causal", "layout": "bshd"}}, spec)
+    assert spec[0]["dtypes"] == ["bf16"] and spec[0]["masks"] == ["causal"] and spec[0]["layouts"] == ["bshd"]
+    try:
+        normalize_spec({"shapes": [{"b": 1, "hq": 3, "hkv": 2, "sq": 1, "sk": 1, "d": 1, "dv": 1}]}, [])
+        raise AssertionError("an invalid GQA shape was accepted")
+    except ValueError:
+        pass
+    print(f"pytorch_sdpa.py self-test: ok ({n} preset cases parsed)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", help="bench spec file (sdpa-core BenchSpec, an array of them, or a replay spec)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--out", help="output file (default: stdout)")
+    p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated: " + ", ".join(KERNELS))
+    p.add_argument("--warmup", type=int, help="untimed calls (default: the spec's, else 3)")
+    p.add_argument("--reps", type=int, help="most timed calls per configuration (default: the spec's, else 20)")
+    p.add_argument("--max-time", type=float, help="seconds per configuration (default: the spec's, else 2)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads on the CPU")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-check", action="store_true", help="skip the float64 comparison")
+    p.add_argument("--dry-run", action="store_true", help="list the configurations and exit (no torch needed)")
+    p.add_argument("--self-test", action="store_true", help="check the cost model and spec parsing (no torch)")
+    args = p.parse_args()
+    if args.self_test:
+        self_test()
+        return
+    if not args.spec:
+        p.error("--spec is required")
+    if (args.reps is not None and args.reps < 1) or (args.max_time is not None and args.max_time <= 0) or \
+            (args.warmup is not None and args.warmup < 0):
+        p.error("--reps must be >= 1, --max-time > 0, --warmup >= 0")
+    try:
+        cases = load_cases(args.spec)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+        raise SystemExit(f"pytorch_sdpa.py: {args.spec}: {e}")
+    if args.dry_run:
+        for dtype, s, mask, layout, timing in cases:
+            print(dtype, mask, layout, json.dumps(s), json.dumps(timing))
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
