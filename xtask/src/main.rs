@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench;
 mod gpu_bundle;
 
 const HELP: &str = "\
@@ -13,6 +14,7 @@ cargo xtask <task> [args]
 
 tasks:
   help          this text
+  bench         quick benchmark sweep (CPU, GPU when present, PyTorch when importable) + report in target/bench/
   gpu-bundle    release binaries + run-gpu.sh for the GPU machine, in gpu-bundle/
 ";
 
@@ -33,6 +35,7 @@ fn run(args: &[String]) -> Result<()> {
         return Ok(());
     };
     match task.as_str() {
+        "bench" => bench::run(rest),
         "gpu-bundle" => gpu_bundle::run(rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
