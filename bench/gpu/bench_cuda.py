@@ -54,6 +54,14 @@ for d in [64, 128]:
             h = 2048 // d
             for k in ["fa1", "unfused"]:
                 points.append(pt("fa1_vs_unfused", 16384 // s, h, h, s, d, "bf16", causal, k))
+# fa2 (f16/bf16 tensor cores) and splitkv decoding (issue 5), against PyTorch's default (cuDNN) here;
+# sdpa-cuda/dev/fa2_rust_bench.py also times PyTorch's FLASH_ATTENTION backend on the full grid.
+for d in [64, 128]:
+    for s in seqs_bf16:
+        for causal in [False, True]:
+            points.append(pt("fa2", 16384 // s, 2048 // d, 2048 // d, s, d, "bf16", causal, "fa2"))
+for b, hq, hkv, sk in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
+    points.append(dict(pt("decode", b, hq, hkv, 1, 128, "bf16", False, "splitkv"), sk=sk))
 
 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(points, f)
@@ -137,6 +145,8 @@ rows = [
     ("f32 GQA split-tf32 vs torch", ratios(lambda p: p["tag"] == "gqa_f32" and p["f32_math"] == "split-tf32"), 3.0),
     ("fa1 bf16 vs our unfused bf16, S>=2048",
      [x for x in (own_ratio(d, s, c) for d in [64, 128] for s in seqs_bf16 for c in [False, True]) if x], 3.0),
+    ("fa2 bf16 vs torch default (cuDNN; next goal)", ratios(lambda p: p["tag"] == "fa2"), 1.0),
+    ("splitkv decode vs torch default", ratios(lambda p: p["tag"] == "decode"), 1.0),
 ]
 for name, xs, target in rows:
     if not xs:
