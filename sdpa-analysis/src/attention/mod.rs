@@ -54,12 +54,13 @@ pub enum MaskInfo {
 }
 
 impl MaskInfo {
-    /// Some(true) for causal masks, Some(false) for none / explicit, None when unknown.
+    /// Some(true) for causal masks, Some(false) for none, None when unknown (including explicit masks,
+    /// whose values the trace does not record: a causal model's additive mask looks like any other).
     pub fn causal(&self) -> Option<bool> {
         match self {
             MaskInfo::CausalTopLeft | MaskInfo::CausalBottomRight => Some(true),
-            MaskInfo::None | MaskInfo::Explicit { .. } => Some(false),
-            MaskInfo::Unknown => None,
+            MaskInfo::None => Some(false),
+            MaskInfo::Explicit { .. } | MaskInfo::Unknown => None,
         }
     }
 

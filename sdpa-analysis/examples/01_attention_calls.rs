@@ -1,7 +1,7 @@
-//! Prints the attention calls found in a trace (debugging aid): `cargo run --example dump -- TRACE`.
+//! Prints the attention calls found in a trace (debugging aid): `cargo run -p sdpa-analysis --example 01_attention_calls -- TRACE`.
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: dump TRACE");
+        eprintln!("usage: 01_attention_calls TRACE");
         std::process::exit(2);
     };
     let trace = match sdpa_analysis::trace::parse_file(std::path::Path::new(&path)) {
