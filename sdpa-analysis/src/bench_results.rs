@@ -55,6 +55,7 @@ impl BenchRecord {
             "causal" | "causal_top_left" | "causal-tl" => "causal".into(),
             "causal-br" | "causal_bottom_right" => "causal-br".into(),
             "" | "none" => "none".into(),
+            "bool" | "boolean" => "bool".into(),
             other => other.to_string(),
         }
     }

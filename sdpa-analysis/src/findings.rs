@@ -203,11 +203,7 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
         Some(d @ ("bf16" | "f16" | "f32")) => d.to_string(),
         _ => "bf16".to_string(),
     };
-    let mask = match op.mask.as_str() {
-        "causal" => "causal",
-        "causal-br" => "causal-br",
-        _ => "none",
-    };
+    let mask = replay_mask(&op.mask);
     let kernels: Vec<String> = if op.kind == Kind::Unfused || op.backend == AttnBackend::Math {
         vec!["unfused".into(), "fa2".into()]
     } else if op.decode {
@@ -223,6 +219,18 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
         mask: mask.into(),
         layout: if op.q_bshd_strides { "bshd".into() } else { "bhsd".into() },
     }))
+}
+
+/// The `sdpa bench` mask for a trace's mask label: explicit masks replay as a full random explicit mask of
+/// the same kind (the trace has only their dims), unknown as none.
+fn replay_mask(label: &str) -> &'static str {
+    match label {
+        "causal" => "causal",
+        "causal-br" => "causal-br",
+        l if l.starts_with("explicit-additive") => "additive",
+        l if l.starts_with("explicit-boolean") => "bool",
+        _ => "none",
+    }
 }
 
 fn shape_words(op: &AttentionOp) -> String {
@@ -256,10 +264,7 @@ fn unfused_finding(
     replay: Option<Replay>,
 ) -> Finding {
     let measured = op.shape().and_then(|s| {
-        let mask = match op.mask.as_str() {
-            "causal" | "causal-br" => op.mask.as_str(),
-            _ => "none",
-        };
+        let mask = replay_mask(&op.mask);
         measured_ratio(bench, &s, op.dtype.as_deref().unwrap_or(""), mask, device.key.as_deref())
     });
     let speedup = match &measured {
@@ -329,7 +334,9 @@ fn unfused_finding(
         d.push_str(&format!(" Note: {n}."));
     }
     if op.mask.starts_with("explicit") {
-        d.push_str(" The replay runs without the mask (its values are not in the trace).");
+        d.push_str(
+            " The replay uses a full-size random mask of the same kind (the trace records only the mask's dims).",
+        );
     }
     Finding {
         severity: severity_for_share(op.share_of_gpu),

@@ -13,9 +13,10 @@
 //! }
 //! ```
 //!
-//! `mask` is `none`, `causal` (top-left, PyTorch `is_causal`) or `causal-br` (bottom-right); an explicit
-//! mask seen in a trace is replayed as `none` (its values are not in the trace) and the finding says so.
-//! `layout` is `bhsd` or `bshd`. `dtype` is `f32`, `f16` or `bf16`.
+//! `mask` is `none`, `causal` (top-left, PyTorch `is_causal`), `causal-br` (bottom-right), or `additive` /
+//! `bool` for an explicit mask seen in a trace (replayed as a full-size random mask of that kind: the trace
+//! records only the mask's dims, and the finding says so). `layout` is `bhsd` or `bshd`. `dtype` is `f32`,
+//! `f16` or `bf16`. `sdpa bench --spec` also accepts a `{command, spec}` replay or a whole `--json` report.
 
 use sdpa_core::Shape;
 use serde::{Deserialize, Serialize};
@@ -31,7 +32,7 @@ pub struct ReplaySpec {
     pub dtype: String,
     /// Shapes, `B, Hq, Hkv, Sq, Sk, D, Dv`.
     pub shapes: Vec<Shape>,
-    /// `none`, `causal` or `causal-br`.
+    /// `none`, `causal`, `causal-br`, `additive` or `bool`.
     pub mask: String,
     /// `bhsd` or `bshd`.
     pub layout: String,

@@ -117,7 +117,7 @@ fn unfused_attention_is_path_a_with_a_replay() {
     let rp = f.replay.as_ref().unwrap();
     assert_eq!(
         rp.command,
-        "sdpa bench --backend cuda --kernel unfused,fa2 --dtype bf16 --shape 2,16,8,1024,1024,64 --mask none"
+        "sdpa bench --backend cuda --kernel unfused,fa2 --dtype bf16 --shape 2,16,8,1024,1024,64 --mask additive"
     );
     assert_eq!(rp.spec.shapes[0].hkv, 8);
     // The trace has no stacks: the report says what that costs.
