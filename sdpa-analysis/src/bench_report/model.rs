@@ -46,7 +46,7 @@ impl Baseline {
 }
 
 /// Peak rates measured on the machine (e.g. a GEMM and a copy in the same run), per dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct MeasuredPeak {
     /// f32 TFLOP/s.
     pub f32_tflops: Option<f64>,
@@ -87,7 +87,8 @@ impl MeasuredPeak {
         Ok(())
     }
 
-    fn tflops(&self, dt: DType) -> Option<f64> {
+    /// The TFLOP/s for a dtype, when measured.
+    pub fn tflops(&self, dt: DType) -> Option<f64> {
         match dt {
             DType::F32 => self.f32_tflops,
             DType::F16 => self.f16_tflops,
@@ -284,6 +285,8 @@ impl Report {
         let mut skipped = Vec::new();
         // Key order: platform, dtype, mask, then D, heads, lengths, batch: related shapes sit together.
         let mut groups: BTreeMap<(String, u8, String, [usize; 7], String), Group> = BTreeMap::new();
+        // Ceilings measured by the runs themselves, per platform (used when no peak was chosen).
+        let mut measured: BTreeMap<String, MeasuredPeak> = BTreeMap::new();
         for (name, file) in files {
             sources.push(Source {
                 name: name.clone(),
@@ -296,7 +299,14 @@ impl Report {
             });
             skipped.extend(file.skipped.iter().cloned());
             for rec in &file.records {
-                let row = derive_row(rec, &opts.peak)?;
+                let peak = match (&opts.peak, &file.ceilings) {
+                    (PeakChoice::Auto, Some(m)) if m.tflops(rec.dtype).is_some() => {
+                        measured.insert(platform_of(rec), *m);
+                        PeakChoice::Measured(*m)
+                    }
+                    (p, _) => *p,
+                };
+                let row = derive_row(rec, &peak)?;
                 if !series.contains(&row.series) {
                     series.push(row.series.clone());
                 }
@@ -337,8 +347,15 @@ impl Report {
         }
         let title = opts.title.clone().unwrap_or_else(|| "sdpa benchmark report".to_string());
         let seq_plots = seq_plots(&groups, &series);
-        let rooflines = rooflines(&groups, &opts.peak);
-        Ok(Report { title, sources, series, groups, skipped, peak_note: peak_note(&opts.peak), seq_plots, rooflines })
+        let rooflines = rooflines(&groups, &opts.peak, &measured);
+        let mut note = peak_note(&opts.peak);
+        for (platform, m) in &measured {
+            note.push_str(&format!(
+                "; on {platform}: the ceilings measured in the same run ({})",
+                describe_measured(m)
+            ));
+        }
+        Ok(Report { title, sources, series, groups, skipped, peak_note: note, seq_plots, rooflines })
     }
 
     /// Rows whose check against the reference failed.
@@ -366,17 +383,22 @@ fn peak_note(p: &PeakChoice) -> String {
             hw.name, hw.source, hw.bf16_tflops, hw.fp32_tflops, hw.mem_bandwidth_gbs
         ),
         PeakChoice::Measured(m) => {
-            let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
-            format!(
-                "efficiency = roofline time / measured time, against measured ceilings: f32 {} / f16 {} / bf16 {} \
-                 TFLOPS, {} GB/s",
-                f(m.f32_tflops),
-                f(m.f16_tflops),
-                f(m.bf16_tflops),
-                f(m.gbps)
-            )
+            format!("efficiency = roofline time / measured time, against measured ceilings: {}", describe_measured(m))
         }
     }
+}
+
+fn describe_measured(m: &MeasuredPeak) -> String {
+    let mut parts = Vec::new();
+    for (dt, v) in [("f32", m.f32_tflops), ("f16", m.f16_tflops), ("bf16", m.bf16_tflops)] {
+        if let Some(v) = v {
+            parts.push(format!("{dt} {v:.0} TFLOP/s"));
+        }
+    }
+    if let Some(g) = m.gbps {
+        parts.push(format!("{g:.0} GB/s"));
+    }
+    parts.join(", ")
 }
 
 fn hardware_for(rec: &BenchRecord, peak: &PeakChoice) -> Option<&'static HardwareSpec> {
@@ -490,7 +512,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
     plots
 }
 
-fn rooflines(groups: &[Group], peak: &PeakChoice) -> Vec<RooflinePlot> {
+fn rooflines(groups: &[Group], peak: &PeakChoice, measured: &BTreeMap<String, MeasuredPeak>) -> Vec<RooflinePlot> {
     let mut by_platform: BTreeMap<String, Vec<&Group>> = BTreeMap::new();
     for g in groups {
         by_platform.entry(g.platform.clone()).or_default().push(g);
@@ -500,6 +522,10 @@ fn rooflines(groups: &[Group], peak: &PeakChoice) -> Vec<RooflinePlot> {
         let mut dtypes: Vec<DType> = gs.iter().map(|g| g.dtype).collect();
         dtypes.sort_by_key(|d| dtype_rank(*d));
         dtypes.dedup();
+        let peak = match (peak, measured.get(&platform)) {
+            (PeakChoice::Auto, Some(m)) => &PeakChoice::Measured(*m),
+            (p, _) => p,
+        };
         let (ceilings, gbps): (Vec<(String, f64)>, Option<f64>) = match peak {
             PeakChoice::Measured(m) => {
                 (dtypes.iter().filter_map(|d| m.tflops(*d).map(|p| (format!("{d} peak"), p))).collect(), m.gbps)

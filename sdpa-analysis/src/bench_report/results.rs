@@ -1,8 +1,10 @@
 //! Result files: what `sdpa bench` and `bench/pytorch_sdpa.py` write, and the liberal reader `sdpa report`
 //! uses (a bench file, a JSON array of records, one record as `sdpa run --json` prints it, or JSON lines).
 
+use super::model::MeasuredPeak;
 use super::ReportError;
-use sdpa_core::{BenchRecord, DType, Shape};
+use sdpa_core::check::{tolerance, CheckReport};
+use sdpa_core::{BenchRecord, DType, F32Math, Shape, TimeStats};
 use serde::{Deserialize, Serialize};
 
 /// The format tag written into every bench file.
@@ -32,6 +34,10 @@ pub struct BenchFile {
     /// Configurations that did not run, with the reason.
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+    /// Ceilings measured in the same run (a dense GEMM, a device-to-device copy), when it measured them;
+    /// reports divide by these before falling back to the datasheet table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceilings: Option<MeasuredPeak>,
 }
 
 impl BenchFile {
@@ -45,6 +51,7 @@ impl BenchFile {
             date: None,
             records: Vec::new(),
             skipped: Vec::new(),
+            ceilings: None,
         }
     }
 }
@@ -96,6 +103,9 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
             Ok(file)
         }
         Ok(v @ serde_json::Value::Object(_)) => {
+            if is_flat(&v) {
+                return from_flat(&v).map_err(bad);
+            }
             if v.get("records").is_some() || v.get("skipped").is_some() {
                 let mut f: BenchFile = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
                 if f.format.is_empty() {
@@ -126,4 +136,109 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
             Ok(f)
         }
     }
+}
+
+/// The GPU helpers' harness format (`bench/results/fa2-h100.json`): `{env, ceilings, records}` with flat
+/// records (`b, hq, hkv, sq, sk, d, dtype, mask, kernel, median_ms, min_ms, max_ms, rel_err, check_pass`)
+/// that also carry PyTorch's medians measured in the same run (`torch_flash_ms`, `torch_default_ms`).
+fn is_flat(v: &serde_json::Value) -> bool {
+    v.get("records")
+        .and_then(|r| r.as_array())
+        .and_then(|r| r.first())
+        .is_some_and(|r| r.get("shape").is_none() && r.get("median_ms").is_some())
+}
+
+fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
+    let text = |x: Option<&serde_json::Value>| x.and_then(|s| s.as_str()).map(String::from);
+    let mut f = BenchFile::new();
+    let env = v.get("env");
+    f.command = env
+        .and_then(|e| e.get("argv"))
+        .and_then(|a| a.as_array())
+        .map(|a| a.iter().filter_map(|s| s.as_str()).collect::<Vec<_>>().join(" "));
+    f.machine = text(env.and_then(|e| e.get("name")));
+    if let Some(c) = v.get("ceilings") {
+        let num = |k: &str| c.get(k).and_then(|x| x.as_f64()).filter(|x| x.is_finite() && *x > 0.0);
+        let peak = MeasuredPeak {
+            f32_tflops: num("gemm_f32_TFLOPs"),
+            f16_tflops: num("gemm_f16_TFLOPs"),
+            bf16_tflops: num("gemm_bf16_TFLOPs"),
+            gbps: num("d2d_GBps"),
+        };
+        if peak != MeasuredPeak::default() {
+            f.ceilings = Some(peak);
+        }
+    }
+    let records = v.get("records").and_then(|r| r.as_array()).ok_or("records is not an array")?;
+    for (i, r) in records.iter().enumerate() {
+        let e = |what: &str| format!("record {i}: {what}");
+        let n = |k: &str| r.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+        let need = |k: &str| n(k).ok_or_else(|| e(&format!("missing `{k}`")));
+        let d = need("d")?;
+        let shape = Shape {
+            b: need("b")?,
+            hq: need("hq")?,
+            hkv: need("hkv")?,
+            sq: need("sq")?,
+            sk: need("sk")?,
+            d,
+            dv: n("dv").unwrap_or(d),
+        };
+        let dtype: DType =
+            text(r.get("dtype")).ok_or_else(|| e("missing `dtype`"))?.parse().map_err(|m: String| e(&m))?;
+        let ms = |k: &str| r.get(k).and_then(|x| x.as_f64()).filter(|x| x.is_finite() && *x > 0.0);
+        let median = ms("median_ms").ok_or_else(|| e("missing `median_ms`"))?;
+        let f32_math = text(r.get("f32_math"));
+        let fm: F32Math = f32_math.as_deref().and_then(|m| m.parse().ok()).unwrap_or_default();
+        let tol = tolerance(dtype, fm);
+        let check = r.get("rel_err").and_then(|x| x.as_f64()).map(|rel| CheckReport {
+            // Not recorded by the harness.
+            max_abs_err: f64::NAN,
+            rel_err: rel,
+            tolerance: tol,
+            nan_mismatches: 0,
+            lse_max_abs_err: None,
+            rows_checked: 0,
+            pass: r.get("check_pass").and_then(|p| p.as_bool()).unwrap_or(rel <= tol),
+        });
+        let device = text(r.get("device")).unwrap_or_else(|| f.machine.clone().unwrap_or_default());
+        let base = BenchRecord {
+            backend: text(r.get("backend")).unwrap_or_else(|| "cuda".to_string()),
+            kernel: text(r.get("kernel")).ok_or_else(|| e("missing `kernel`"))?,
+            device,
+            dtype,
+            shape,
+            mask: text(r.get("mask")).unwrap_or_else(|| "none".to_string()),
+            layout: text(r.get("layout")),
+            f32_math: if dtype == DType::F32 { f32_math } else { None },
+            threads: None,
+            time_ms: TimeStats {
+                median,
+                min: ms("min_ms").unwrap_or(median),
+                max: ms("max_ms").unwrap_or(median),
+                reps: n("reps").unwrap_or(0),
+            },
+            tflops: r.get("tflops").and_then(|x| x.as_f64()).unwrap_or(0.0),
+            gbps: r.get("gbps").and_then(|x| x.as_f64()).unwrap_or(0.0),
+            check,
+            peak_mem_bytes: None,
+            commit: text(r.get("commit")),
+            date: text(r.get("date")),
+            machine: None,
+        };
+        // PyTorch measured beside it in the same run: medians only.
+        for (key, kernel) in [("torch_flash_ms", "flash"), ("torch_default_ms", "default"), ("torch_cudnn_ms", "cudnn")]
+        {
+            if let Some(t) = ms(key) {
+                let mut p = base.clone();
+                p.backend = "pytorch".to_string();
+                p.kernel = kernel.to_string();
+                p.time_ms = TimeStats { median: t, min: t, max: t, reps: 0 };
+                p.check = None;
+                f.records.push(p);
+            }
+        }
+        f.records.push(base);
+    }
+    Ok(f)
 }
