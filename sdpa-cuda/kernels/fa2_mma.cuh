@@ -41,6 +41,16 @@ __device__ __forceinline__ void fa2_cp_async16(unsigned dst, const void* gmem, b
     int src_bytes = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
 }
+// As fa2_cp_async16 for data read exactly once (split-KV streams K and V): asks L2 to fetch the whole
+// 256-byte sector group, so each DRAM access serves the next rows' requests too.
+__device__ __forceinline__ void fa2_cp_async16_stream(unsigned dst, const void* gmem, bool valid) {
+    int src_bytes = valid ? 16 : 0;
+#ifdef SPLITKV_NO_L2_PREFETCH
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+#else
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+#endif
+}
 __device__ __forceinline__ void fa2_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void fa2_cp_async_wait() {

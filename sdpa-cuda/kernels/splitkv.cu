@@ -80,8 +80,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
             const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
-            fa2_cp_async16(sK + (rr * LD + col) * 2, kbase + kk * p.k_stride[2] + col, ok);
-            fa2_cp_async16(sV + (rr * LD + col) * 2, vbase + kk * p.v_stride[2] + col, ok);
+            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, kbase + kk * p.k_stride[2] + col, ok);
+            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, vbase + kk * p.v_stride[2] + col, ok);
         }
     };
 #pragma unroll

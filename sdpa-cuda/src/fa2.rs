@@ -8,6 +8,11 @@
 //! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/fa2.md`). Anything else the
 //! tensor-core kernels cannot take ([`unsupported_reason`]) runs on the generic fused `fa1` path, and
 //! [`run`] reports that it did.
+//!
+//! Known difference from the reference: a NaN in a *value* row that a query may not see (masked by causal
+//! or an explicit `-inf`) still reaches that query when its key falls in a loaded tile, because P·V
+//! multiplies the masked key's `p = 0` by NaN on the tensor cores. NaN in Q or K, and NaN in visible values,
+//! propagate exactly as in the reference.
 
 use crate::call::Call;
 use crate::error::unsupported;
