@@ -90,7 +90,7 @@ pub fn findings(
             out.push(unfused_finding(i, op, device, bench, replay));
         } else if op.backend == AttnBackend::Math {
             out.push(math_finding(i, op, replay));
-        } else if let Some(f) = fused_finding(i, op, device, replay) {
+        } else if let Some(f) = fused_finding(i, op, device, bench, replay) {
             out.push(f);
         }
     }
@@ -391,7 +391,13 @@ fn math_finding(i: usize, op: &AttentionOp, replay: Option<Replay>) -> Finding {
     }
 }
 
-fn fused_finding(i: usize, op: &AttentionOp, device: &DeviceInfo, replay: Option<Replay>) -> Option<Finding> {
+fn fused_finding(
+    i: usize,
+    op: &AttentionOp,
+    device: &DeviceInfo,
+    bench: &[BenchRecord],
+    replay: Option<Replay>,
+) -> Option<Finding> {
     let band = op.expected_band.as_ref()?;
     let eff = op.efficiency?;
     let short = !op.decode && op.sk.is_some_and(|s| s < 512);
@@ -473,6 +479,9 @@ fn fused_finding(i: usize, op: &AttentionOp, device: &DeviceInfo, replay: Option
     if checks.is_empty() {
         checks.push("kernel choice and tile shape for this head dim and length: replay it and compare kernels".into());
     }
+    if let Some(m) = measured_on_shape(op, bench) {
+        checks.push(m);
+    }
     Some(Finding {
         severity: severity_for_share(op.share_of_gpu),
         path: "B",
@@ -499,6 +508,33 @@ fn fused_finding(i: usize, op: &AttentionOp, device: &DeviceInfo, replay: Option
         replay,
         op_index: Some(i),
     })
+}
+
+/// What our benchmark records measured on this exact shape, dtype and mask, fastest first (PyTorch's
+/// backends included when the records hold them): a reference for what this GPU does on this call.
+fn measured_on_shape(op: &AttentionOp, bench: &[BenchRecord]) -> Option<String> {
+    let shape = op.shape()?;
+    let dtype = op.dtype.as_deref()?;
+    let mask = replay_mask(&op.mask);
+    let mut rows: Vec<&BenchRecord> = bench
+        .iter()
+        .filter(|r| r.shape == shape && r.dtype.eq_ignore_ascii_case(dtype) && r.mask_label() == mask)
+        .filter(|r| r.time_ms.median > 0.0)
+        .collect();
+    if rows.is_empty() || op.phase != crate::attention::Phase::Fwd {
+        return None;
+    }
+    rows.sort_by(|a, b| a.time_ms.median.total_cmp(&b.time_ms.median));
+    let fwd_flops = op.flops?;
+    let list: Vec<String> = rows
+        .iter()
+        .take(5)
+        .map(|r| {
+            let t = fwd_flops / (r.time_ms.median * 1e-3) / 1e12;
+            format!("{}/{} {:.1} µs ({:.0} TFLOP/s) on {}", r.backend, r.kernel, r.time_ms.median * 1e3, t, r.device)
+        })
+        .collect();
+    Some(format!("measured on this shape by our benchmarks: {} (the trace: {:.1} µs)", list.join(", "), op.mean_us))
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -179,3 +179,21 @@ fn renderers_cover_every_op() {
     let txt = sdpa_analysis::render::text::render(&r);
     assert!(txt.contains("LlamaAttention") && txt.contains("findings:"));
 }
+
+#[test]
+fn path_b_quotes_benchmark_records_for_the_same_shape() {
+    // Records on qwen2's shape: the finding lists them fastest first, with TFLOP/s from the same FLOPs.
+    let rec = |backend: &str, kernel: &str, ms: f64| -> BenchRecord {
+        serde_json::from_value(serde_json::json!({
+            "backend": backend, "kernel": kernel, "device": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
+            "shape": {"b": 2, "hq": 14, "hkv": 2, "sq": 2048, "sk": 2048, "d": 64, "dv": 64},
+            "mask": "causal", "time_ms": {"median": ms}
+        }))
+        .unwrap()
+    };
+    let bench = vec![rec("cuda", "fa2", 0.060), rec("pytorch", "cudnn", 0.040), rec("cuda", "fa2", 0.1)];
+    let r = analyze_path(&data("qwen2_sdpa_bf16_S2048.json.gz"), &Options { device: None, bench }).unwrap();
+    let f = r.findings.iter().find(|f| f.path == "B").unwrap();
+    let at = |s: &str| f.detail.find(s).unwrap_or_else(|| panic!("{s} in {}", f.detail));
+    assert!(at("pytorch/cudnn 40.0 µs") < at("cuda/fa2 60.0 µs"), "fastest first");
+}
