@@ -265,8 +265,9 @@ def build_call(torch, kernel, q, k, v, s, mask, explicit):
         attn_mask = explicit
     qq, kk, vv = q, k, v
     if group > 1:
-        import inspect
-        if "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters:
+        # enable_gqa (PyTorch >= 2.5) reads K/V by index; older versions need the copies eager code makes.
+        major_minor = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+        if major_minor >= (2, 5):
             kwargs["enable_gqa"] = True
         else:
             kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -326,7 +327,8 @@ def reference_check(torch, q, k, v, out, s, mask, explicit, dtype):
 
 
 def time_calls(torch, dev, fn, warmup, max_reps, budget):
-    """Milliseconds per call: a probe sizes the repetitions to the budget (at least 3 when they fit)."""
+    """Milliseconds per call: a probe sizes the repetitions to the budget (at least 3 unless one call
+    alone exceeds it)."""
     cuda = dev.type == "cuda"
 
     def one():
@@ -343,7 +345,7 @@ def time_calls(torch, dev, fn, warmup, max_reps, budget):
 
     probe = one() * 1e-3
     fit = int(budget / probe) if probe > 0 else max_reps
-    reps = max(1, min(max_reps, max(fit, 3 if probe * 3 <= 2 * budget else 1)))
+    reps = max(1, min(max_reps, max(fit, 3 if probe <= budget else 1)))
     if probe * warmup > budget:
         warmup = min(warmup, 1)
     for _ in range(warmup):
@@ -362,7 +364,9 @@ def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model()
-    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    # efficient and cudnn exist only on CUDA; on the CPU the default list leaves them out.
+    default_kernels = KERNELS if dev.type == "cuda" else ["default", "flash", "math", "unfused"]
+    kernels = [k.strip() for k in (args.kernels or ",".join(default_kernels)).split(",") if k.strip()]
     for k in kernels:
         if k not in KERNELS:
             raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
@@ -484,7 +488,8 @@ def main():
     p.add_argument("--spec", help="bench spec file (sdpa-core BenchSpec, an array of them, or a replay spec)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--out", help="output file (default: stdout)")
-    p.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated: " + ", ".join(KERNELS))
+    p.add_argument("--kernels", help="comma-separated: " + ", ".join(KERNELS) +
+                   " (default: all on cuda; default, flash, math, unfused on cpu)")
     p.add_argument("--warmup", type=int, help="untimed calls (default: the spec's, else 3)")
     p.add_argument("--reps", type=int, help="most timed calls per configuration (default: the spec's, else 20)")
     p.add_argument("--max-time", type=float, help="seconds per configuration (default: the spec's, else 2)")

@@ -94,10 +94,16 @@ fn open(out: &mut String, class: &str, title: &str, aria: &str) {
         esc(aria)
     );
     let _ = write!(out, r##"<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>"##);
+    // Long titles get a smaller font so they stay inside the picture.
+    let size = match title.chars().count() {
+        0..=70 => 13.0,
+        71..=90 => 11.0,
+        _ => 9.5,
+    };
     let _ = write!(
         out,
-        r#"<text x="{}" y="20" text-anchor="middle" font-size="13" font-weight="600">{}</text>"#,
-        LEFT + (W - LEFT - RIGHT) / 2.0,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="{size}" font-weight="600">{}</text>"#,
+        W / 2.0,
         esc(title)
     );
 }

@@ -439,8 +439,8 @@ fn run_one(
         Err(e) => return classify(e),
     };
     let fit = if probe > 0.0 { (budget / probe) as usize } else { max_reps };
-    // At least 3 repetitions (a median and a spread) unless even 3 would blow the budget.
-    let min_reps = if probe * 3.0 <= 2.0 * budget { 3 } else { 1 };
+    // At least 3 repetitions (a median and a spread) unless one call alone exceeds the budget.
+    let min_reps = if probe <= budget { 3 } else { 1 };
     let reps = fit.max(min_reps).min(max_reps).max(1);
     let warmup = if probe * warmup as f64 > budget { warmup.min(1) } else { warmup };
     let (times, _ran) = match be.time_host(&spec, &opts, inp, warmup, reps) {
