@@ -1,0 +1,51 @@
+"""Converts the output of fa2_rust_bench.py into the project's BenchRecord JSON (sdpa-core/src/record.rs), so
+`sdpa report` can tabulate and plot it (TFLOPS against sequence length per kernel).
+
+    python3 sdpa-cuda/dev/to_records.py bench/results/fa2-h100.json bench/results/fa2-h100-records.json
+
+Our records carry median, min and max over the timed calls; PyTorch's come from do_bench medians only, so
+their min and max are set to the median and `reps` to 0 (unknown).
+"""
+import json
+import sys
+
+src, dst = sys.argv[1], sys.argv[2]
+data = json.load(open(src))
+device = data["env"].get("name", "unknown GPU")
+machine = f"{device}, torch {data['env'].get('torch')}, CUDA {data['env'].get('cuda')}"
+
+
+def flops(r):
+    f = 4 * r["b"] * r["hq"] * r["sq"] * r["sk"] * r["d"]
+    if r["mask"] == "causal":
+        # Exact count of visible (query, key) pairs, top-left alignment.
+        sq, sk = r["sq"], r["sk"]
+        pairs = sum(min(i + 1, sk) for i in range(sq))
+        f = 4 * r["b"] * r["hq"] * pairs * r["d"]
+    return f
+
+
+def nbytes(r):
+    el = 2
+    return el * (r["b"] * r["hq"] * r["sq"] * r["d"] * 2 + r["b"] * r["hkv"] * r["sk"] * r["d"] * 2)
+
+
+out = []
+for r in data["records"]:
+    shape = dict(b=r["b"], hq=r["hq"], hkv=r["hkv"], sq=r["sq"], sk=r["sk"], d=r["d"], dv=r["d"])
+    base = dict(device=device, dtype=r["dtype"], shape=shape, mask=r["mask"], layout="bhsd", machine=machine)
+    if r.get("median_ms"):
+        out.append(dict(base, backend="cuda", kernel=r["kernel_ran"],
+                        time_ms=dict(median=r["median_ms"], min=r["min_ms"], max=r["max_ms"], reps=50),
+                        tflops=r["tflops"], gbps=r["gbps"]))
+    for name, key in (("flash", "torch_flash_ms"), ("cudnn", "torch_default_ms")):
+        ms = r.get(key)
+        if not ms:
+            continue
+        rec = dict(base, backend="pytorch", kernel=name, time_ms=dict(median=ms, min=ms, max=ms, reps=0),
+                   tflops=flops(r) / ms / 1e9, gbps=nbytes(r) / ms / 1e6)
+        if rec not in out and not any(o["backend"] == "pytorch" and o["kernel"] == name and o["shape"] == shape
+                                      and o["dtype"] == r["dtype"] and o["mask"] == r["mask"] for o in out):
+            out.append(rec)
+json.dump(out, open(dst, "w"), indent=1)
+print(f"wrote {len(out)} records to {dst}")
