@@ -341,7 +341,12 @@ fn unfused_finding(
     Finding {
         severity: severity_for_share(op.share_of_gpu),
         path: "A",
-        title: format!("Unfused attention in {}: {:.1} % of GPU time", where_(op), op.share_of_gpu * 100.0),
+        title: format!(
+            "Unfused attention{} in {}: {:.1} % of GPU time",
+            if op.phase == crate::attention::Phase::Bwd { " (backward)" } else { "" },
+            where_(op),
+            op.share_of_gpu * 100.0
+        ),
         detail: d,
         time_us: Some(op.total_us),
         expected_speedup: Some(speedup),

@@ -38,8 +38,9 @@
 //!
 //! # Limits
 //!
-//! - Unfused backward chains (`BmmBackward0`, `SoftmaxBackward0`, ...) are not detected; unfused calls are
-//!   forward only.
+//! - The backward of unfused chains (`BmmBackward0`, `SoftmaxBackward0`, ...) is matched through autograd
+//!   sequence numbers; no recorded fixture has an eager training step, so that path is tested on
+//!   hand-built traces only.
 //! - An explicit mask's values are not in a trace: whether an eager model's additive mask is causal is
 //!   reported as unknown.
 //! - GPU time is the sum of kernel, copy and set durations; kernels overlapping on several streams count

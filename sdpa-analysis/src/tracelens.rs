@@ -108,6 +108,7 @@ pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
             parts: Vec::new(),
             notes: vec!["from a TraceLens sdpa_fwd_ops.csv row (per-call time = Kernel Time sum / count)".into()],
             at: (0, line as f64),
+            seqs: Vec::new(),
         };
         refine_backend(&mut call);
         for _ in 0..count {

@@ -141,3 +141,48 @@ fn decoding_is_judged_by_bandwidth_and_short_prefill_is_not_flagged() {
     assert_eq!((f.severity, f.path), (Severity::Info, "-"));
     assert!(!r.findings.iter().any(|f| f.path == "B"));
 }
+
+#[test]
+fn unfused_backward_is_found_through_sequence_numbers() {
+    // Forward chain on thread 1 (seq 10..13), its autograd nodes on thread 2 with the same numbers, and an
+    // unrelated AddmmBackward0 (seq 99) that must not count.
+    let qk = r#""Input Dims": [[2, 4, 256, 64], [2, 4, 64, 256]], "Input type": ["c10::Half", "c10::Half"]"#;
+    let sc = r#""Input Dims": [[2, 4, 256, 256], []], "Input type": ["c10::Half", "double"]"#;
+    let sm = r#""Input Dims": [[2, 4, 256, 256], [], []], "Input type": ["c10::Half", "Scalar", ""]"#;
+    let pv = r#""Input Dims": [[2, 4, 256, 256], [2, 4, 256, 64]], "Input type": ["c10::Half", "c10::Half"]"#;
+    let mut ev = Vec::new();
+    let mut corr = 0;
+    let mut op = |ev: &mut Vec<String>, name: &str, tid: u32, ts: f64, seq: i64, args: &str, kernel_us: f64| {
+        corr += 1;
+        ev.push(format!(
+            r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": {tid}, "ts": {ts}, "dur": 8, "args": {{"Sequence number": {seq}{}{args}}}}}"#,
+            if args.is_empty() { "" } else { ", " }
+        ));
+        if kernel_us > 0.0 {
+            ev.push(format!(
+                r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": {tid}, "ts": {}, "dur": 1, "args": {{"correlation": {corr}}}}},
+                   {{"ph": "X", "cat": "kernel", "name": "k{corr}", "pid": 0, "tid": 7, "ts": {}, "dur": {kernel_us}, "args": {{"correlation": {corr}}}}}"#,
+                ts + 1.0,
+                1000.0 + ts
+            ));
+        }
+    };
+    op(&mut ev, "aten::matmul", 1, 100.0, 10, qk, 10.0);
+    op(&mut ev, "aten::mul", 1, 110.0, 11, sc, 2.0);
+    op(&mut ev, "aten::softmax", 1, 120.0, 12, sm, 3.0);
+    op(&mut ev, "aten::matmul", 1, 130.0, 13, pv, 10.0);
+    op(&mut ev, "BmmBackward0", 2, 500.0, 13, "", 20.0);
+    op(&mut ev, "SoftmaxBackward0", 2, 510.0, 12, "", 6.0);
+    op(&mut ev, "MulBackward0", 2, 520.0, 11, "", 4.0);
+    op(&mut ev, "BmmBackward0", 2, 530.0, 10, "", 20.0);
+    op(&mut ev, "AddmmBackward0", 2, 540.0, 99, "", 50.0);
+    let r = analyze("eager-bwd", &ev.join(",\n"));
+    let fwd = r.attention_ops.iter().find(|o| o.phase == Phase::Fwd).unwrap();
+    let bwd = r.attention_ops.iter().find(|o| o.phase == Phase::Bwd).unwrap();
+    assert_eq!((fwd.kind, bwd.kind), (Kind::Unfused, Kind::Unfused));
+    assert_eq!(fwd.total_us, 25.0);
+    assert_eq!(bwd.total_us, 50.0, "the four backward nodes, not AddmmBackward0");
+    assert_eq!(bwd.parts.len(), 4);
+    assert_eq!((bwd.b, bwd.hq, bwd.sq, bwd.d), (Some(2), Some(4), Some(256), Some(64)));
+    assert_eq!(r.summary.unfused_time_us, 75.0);
+}

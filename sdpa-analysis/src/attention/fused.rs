@@ -193,6 +193,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         parts: Vec::new(),
         notes,
         at: (0, 0.0),
+        seqs: Vec::new(),
     }
 }
 
@@ -224,6 +225,7 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
             "attention kernel with no attention op above it (CUDA graph replay or no CPU ops): shape unknown".into()
         ],
         at: (act.thread, act.ts),
+        seqs: Vec::new(),
     }
 }
 

@@ -137,13 +137,19 @@ pub struct AttentionCall {
     /// Thread row index and start time, µs (ordering, backward-to-forward matching).
     #[serde(skip)]
     pub at: (u32, f64),
+    /// Autograd sequence numbers of the call's forward ops (links an unfused chain to its backward).
+    #[serde(skip)]
+    pub seqs: Vec<i64>,
 }
 
 /// Runs both detectors; calls come back in time order per thread.
 pub fn detect(tree: &OpTree<'_>) -> Vec<AttentionCall> {
     let fused = fused::detect(tree);
     let mut calls = fused.calls;
-    calls.extend(unfused::detect(tree, &fused.inside));
+    let eager = unfused::detect(tree, &fused.inside);
+    let backward = unfused::backward_of(tree, &eager);
+    calls.extend(eager);
+    calls.extend(backward);
     calls.sort_by(|a, b| a.at.0.cmp(&b.at.0).then(a.at.1.total_cmp(&b.at.1)));
     calls
 }

@@ -269,6 +269,13 @@ fn finish(
         parts.push(Part { role: "other", op: "copies and layout ops in between".into(), gpu_us: total - named });
     }
     let kernels = gpu.kernels_between(tree, qk.ts, end);
+    // Autograd sequence numbers of every op of the chain (and what runs inside them): the backward nodes
+    // of a training step carry the same numbers.
+    let (lo, hi) = (tree.pos[c.qk as usize] as usize, tree.pos[pv as usize] as usize);
+    let mut seqs: Vec<i64> =
+        list[lo..=hi.max(lo)].iter().map(|&o| ops[o as usize].seq).filter(|&s| s != crate::trace::NO_ID).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
     Some(AttentionCall {
         kind: Kind::Unfused,
         phase: Phase::Fwd,
@@ -287,7 +294,105 @@ fn finish(
         parts,
         notes,
         at: (qk.thread, qk.ts),
+        seqs,
     })
+}
+
+/// The backward of unfused chains in a training trace: autograd nodes (`BmmBackward0`,
+/// `SoftmaxBackward0`, `MulBackward0`, ...) whose sequence numbers are those of a forward chain's ops.
+pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<AttentionCall> {
+    use std::collections::HashMap;
+    let ops = &tree.trace.ops;
+    let mut chain_of: HashMap<i64, usize> = HashMap::new();
+    for (i, c) in forward.iter().enumerate() {
+        for &s in &c.seqs {
+            chain_of.entry(s).or_insert(i);
+        }
+    }
+    if chain_of.is_empty() {
+        return Vec::new();
+    }
+    let is_node = |o: u32| {
+        let n = tree.name(o);
+        n.contains("Backward") && !n.starts_with("autograd::engine")
+    };
+    let mut nodes: Vec<Vec<u32>> = vec![Vec::new(); forward.len()];
+    for list in &tree.thread_ops {
+        for &o in list {
+            let s = ops[o as usize].seq;
+            if s == crate::trace::NO_ID || !is_node(o) {
+                continue;
+            }
+            let Some(&c) = chain_of.get(&s) else { continue };
+            // Outermost node only: nested ones are inside its time.
+            let mut p = tree.parent[o as usize];
+            let mut nested = false;
+            while p != NONE {
+                if is_node(p) && chain_of.contains_key(&ops[p as usize].seq) {
+                    nested = true;
+                    break;
+                }
+                p = tree.parent[p as usize];
+            }
+            if !nested {
+                nodes[c].push(o);
+            }
+        }
+    }
+    // Kernels of each chain's backward: walk up from each kernel's launcher once.
+    let node_chain: HashMap<u32, usize> =
+        nodes.iter().enumerate().flat_map(|(c, ns)| ns.iter().map(move |&o| (o, c))).collect();
+    let mut kernels: Vec<Vec<(String, f64)>> = vec![Vec::new(); forward.len()];
+    if !node_chain.is_empty() {
+        for (g, act) in tree.trace.gpu.iter().enumerate() {
+            let mut o = tree.gpu_op[g];
+            while o != NONE {
+                if let Some(&c) = node_chain.get(&o) {
+                    let name = tree.trace.names.get(act.name);
+                    match kernels[c].iter_mut().find(|(k, _)| k == name) {
+                        Some(e) => e.1 += act.dur,
+                        None => kernels[c].push((name.to_string(), act.dur)),
+                    }
+                    break;
+                }
+                o = tree.parent[o as usize];
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (c, found) in nodes.into_iter().enumerate() {
+        if found.is_empty() {
+            continue;
+        }
+        let f = &forward[c];
+        let parts: Vec<Part> = found
+            .iter()
+            .map(|&o| Part { role: "bwd", op: tree.name(o).to_string(), gpu_us: tree.incl_gpu_us[o as usize] })
+            .collect();
+        let kernels = std::mem::take(&mut kernels[c]);
+        let first = &ops[found[0] as usize];
+        out.push(AttentionCall {
+            kind: Kind::Unfused,
+            phase: Phase::Bwd,
+            backend: AttnBackend::Eager,
+            op: tree.name(found[0]).to_string(),
+            module: f.module.clone(),
+            shape: f.shape,
+            dtype: f.dtype.clone(),
+            mask: f.mask.clone(),
+            scale: None,
+            dropout: None,
+            q_bshd_strides: false,
+            gpu_us: parts.iter().map(|p| p.gpu_us).sum(),
+            kernels,
+            grid_blocks: None,
+            parts,
+            notes: vec!["backward of an unfused chain, matched through autograd sequence numbers".into()],
+            at: (first.thread, first.ts),
+            seqs: Vec::new(),
+        });
+    }
+    out
 }
 
 /// Hkv from a `repeat_kv` expand `[B, Hkv, 1, S, D] -> [B, Hkv, n_rep, S, D]` shortly before the QK matmul.
