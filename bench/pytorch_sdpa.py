@@ -425,12 +425,23 @@ def run(args):
         del q, k, v, explicit
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    text = json.dumps(result, indent=1)
+    # NaN and infinities are not JSON: write them as null (readers treat a missing value as unknown).
+    text = json.dumps(finite(result), indent=1, allow_nan=False)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     else:
         print(text)
+
+
+def finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
 
 
 def first_line(e):
@@ -462,6 +473,7 @@ def self_test():
     g = {"b": 1, "hq": 32, "hkv": 8, "sq": 1, "sk": 4096, "d": 128, "dv": 128}
     assert cost(g, "none", "bf16")[1] == (32.0 * 256 + 8 * 4096 * 256) * 2
     assert sampled_rows(100, 5) == [0, 24, 49, 74, 99] and sampled_rows(10, None) == list(range(10))
+    assert finite({"a": [float("nan"), 1.0], "b": float("inf")}) == {"a": [None, 1.0], "b": None}
     assert check_rows({"b": 1, "hq": 8, "hkv": 8, "sq": 256, "sk": 256, "d": 64, "dv": 64}) is None
     assert 64 <= check_rows({"b": 1, "hq": 32, "hkv": 32, "sq": 16384, "sk": 16384, "d": 128, "dv": 128}) <= 4096
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")

@@ -149,10 +149,11 @@ fn harness_files_with_measured_ceilings_render() {
 
 /// Files under `bench/results/` that are not benchmark records (they hold other measurements); anything
 /// else there must render.
-const NOT_RECORDS: [&str; 2] = [
-    "analyze.json", // sdpa analyze against TraceLens: wall time and memory, not attention timings
-    "fa2-dev-",     // the fa2 tile-tuning harness's raw data (per-tile timings), summarised in fa2.md
-];
+fn not_records(name: &str) -> bool {
+    name == "analyze.json" // sdpa analyze against TraceLens: wall time and memory, not attention timings
+        || name.starts_with("fa2-dev-") // the fa2 tile-tuning harness's raw data, summarised in fa2.md
+        || name.ends_with("-meta.json") // a run's machine description beside its records
+}
 
 /// Every result file committed under `bench/results/` (H100 runs included) renders with no GPU present;
 /// the sample written by `sdpa bench` on the development machine is always there.
@@ -167,10 +168,7 @@ fn committed_results_render_without_a_gpu() {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             if p.is_dir() {
                 stack.push(p);
-            } else if name.ends_with(".json")
-                && !name.ends_with(".spec.json")
-                && !NOT_RECORDS.iter().any(|n| name.starts_with(n))
-            {
+            } else if name.ends_with(".json") && !name.ends_with(".spec.json") && !not_records(&name) {
                 files.push(p);
             }
         }
