@@ -211,6 +211,54 @@ def torch_peak_mem(case, kernel, threads):
     return int(res.stdout.strip().splitlines()[-1])
 
 
+def render_md(records, meta):
+    """A markdown table: our kernels against PyTorch's fused and unfused on each case (ratios of medians and
+    of minima), achieved GFLOP/s and GB/s, and the ceilings measured in the same run."""
+    def key(r):
+        return (json.dumps(r["shape"], sort_keys=True), r["mask"], r["dtype"])
+    by = {}
+    for r in records:
+        if math.isnan(r["time_ms"]["median"]):
+            continue
+        by.setdefault(key(r), {})[(r["backend"], r["kernel"])] = r
+    peak2 = 2 * meta["fma_gflops_1t_median"] if meta.get("fma_gflops_1t_median") else None
+    lines = [
+        "| dtype | B,Hq,Hkv,Sq,Sk,D | mask | ours | ours ms (min) | GFLOP/s | GB/s | PyTorch fused ms (min) | "
+        "PyTorch unfused ms (min) | x fused (median / min) | x best PyTorch (median / min) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k, rs in by.items():
+        pf, pu = rs.get(("pytorch", "fused")), rs.get(("pytorch", "unfused"))
+        if not (pf and pu):
+            continue
+        for (be, kern), r in sorted(rs.items()):
+            if be != "cpu":
+                continue
+            sh = r["shape"]
+            t, tmin = r["time_ms"]["median"], r["time_ms"]["min"]
+            best = min([x for x in (pf, pu) if x], key=lambda x: x["time_ms"]["median"])
+            bestmin = min(x["time_ms"]["min"] for x in (pf, pu) if x)
+            lines.append(
+                f"| {r['dtype']} | {sh['b']},{sh['hq']},{sh['hkv']},{sh['sq']},{sh['sk']},{sh['d']} | {r['mask']} | "
+                f"{kern} | {t:.2f} ({tmin:.2f}) | {r['tflops'] * 1e3:.0f} | {r['gbps']:.1f} | "
+                f"{pf['time_ms']['median']:.2f} ({pf['time_ms']['min']:.2f}) | "
+                f"{pu['time_ms']['median']:.2f} ({pu['time_ms']['min']:.2f}) | "
+                f"{pf['time_ms']['median'] / t:.2f} / {pf['time_ms']['min'] / tmin:.2f} | "
+                f"{best['time_ms']['median'] / t:.2f} / {bestmin / tmin:.2f} |")
+    mem = [r for r in records if r.get("peak_mem_bytes")]
+    if mem:
+        lines += ["", "Peak resident memory of a fresh process running one call at B=1, H=2, Sq=Sk=16384, D=64, f32 "
+                  "(inputs and output are 32 MiB of it):", "",
+                  "| backend | kernel | peak RSS (MiB) |", "| --- | --- | --- |"]
+        for r in mem:
+            lines.append(f"| {r['backend']} | {r['kernel']} | {r['peak_mem_bytes'] / 2**20:.0f} |")
+    lines += ["", f"Ceilings measured in the same run: single-thread f32 FMA {meta.get('fma_gflops_1t_median')} GFLOP/s "
+              f"(2 threads: {peak2}), read bandwidth (torch sum over 1 GiB, 2 threads) "
+              f"{meta['read_gbps_median']:.1f} GB/s; 1-minute load average at the start of each round: "
+              f"{', '.join(f'{x:.1f}' for x in meta['loadavg_1min_per_round'])}."]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ours", help="path to sdpa-cpu's cpu_bench example binary")
@@ -221,7 +269,14 @@ def main():
     ap.add_argument("--preset", default="issue", choices=["issue", "quick"])
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu-<date>.json)")
+    ap.add_argument("--render", metavar="JSON", help="only print the markdown table of an earlier run")
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            recs = json.load(f)
+        with open(args.render.replace(".json", "-meta.json")) as f:
+            print(render_md(recs, json.load(f)))
+        return
 
     torch_side = Torch(args.threads)
     machine = cpu_model()
@@ -278,7 +333,8 @@ def main():
                                   a, pr, meta.get("check"), machine, {"f32_math": "exact"}))
 
     if args.peak_mem and args.ours:
-        big = {"shape": shp(1, 8, 8, 16384, 16384, 64), "mask": "none", "dtype": "f32", "ours": ["fa2"]}
+        # Two heads: PyTorch's unfused path holds B·H·Sq·Sk scores twice (scores and probabilities), 4 GiB here.
+        big = {"shape": shp(1, 2, 2, 16384, 16384, 64), "mask": "none", "dtype": "f32", "ours": ["fa2"]}
         for kernel in ("fa2", "unfused"):
             r = run_ours(args.ours, dict(big, ours=[kernel]), args.threads, 0, 1, peak_mem=True)[0]
             records.append(r)
@@ -304,6 +360,7 @@ def main():
     with open(out.replace(".json", "-meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta), file=sys.stderr)
+    print(render_md(records, meta))
     print(out)
 
 

@@ -24,7 +24,10 @@ pub(crate) struct Tiles {
 }
 
 impl Tiles {
-    pub(crate) fn for_path(path: SimdPath) -> Tiles {
+    /// Tiles for a path and a key length. Long key ranges get taller query tiles on AVX-512: each query
+    /// tile streams all of its kv head's K and V once, so taller tiles halve that traffic (from L3 or
+    /// memory, where other work on a shared machine competes), at a few percent of in-cache speed.
+    pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         if let Some(t) = std::env::var("SDPA_CPU_TILES").ok().and_then(|v| {
             let (a, b) = v.split_once(',')?;
             Some(Tiles { br: a.parse().ok()?, bc: b.parse().ok()? })
@@ -32,7 +35,7 @@ impl Tiles {
             return t;
         }
         match path {
-            SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: 64, bc: 64 },
+            SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
             SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
             SimdPath::Scalar => Tiles { br: 16, bc: 32 },
         }
@@ -222,23 +225,29 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
             }
         };
         let st = scr.st.as_mut_ptr();
+        // Decoding keeps each row's scores along the keys (`st[r*bc + j]`); tiles keep Sᵀ (`st[j*brp + r]`).
+        let (key_stride, row_stride) = if dot { (1, t.bc) } else { (brp, 1) };
         if dot {
             for r in 0..nr {
                 // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
-                // `st` holds bc·br >= nk·brp values.
-                unsafe { micro::dot_scores(s, d, scr.qrow.as_ptr().add(r * dp), kptr, ks, nk, st.add(r), brp) };
+                // `st` holds bc·br >= nr·bc values.
+                unsafe { micro::dot_scores(s, d, scr.qrow.as_ptr().add(r * dp), kptr, ks, nk, st.add(r * t.bc), 1) };
             }
         } else {
-            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` as above.
+            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values.
             unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr(), brp, nqv, st, brp) };
         }
         if explicit || j1 > kmin {
-            // SAFETY: `st` holds nk rows of brp >= nr values, owned by this worker.
-            unsafe { p.apply_mask(it.b, &scr.rows, j0, j1, st, brp) };
+            // SAFETY: every (key, row) index of this tile is inside `st`, owned by this worker.
+            unsafe { p.apply_mask(it.b, &scr.rows, j0, j1, st, key_stride, row_stride) };
         }
-        // SAFETY: `st` holds nk rows of brp values; the statistics hold br >= brp values.
+        // SAFETY: the tile's scores are inside `st`; the statistics hold br >= brp values.
         unsafe {
-            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
+            if dot {
+                micro::online_softmax_rows(s, st, t.bc, nk, nr, &mut scr.m, &mut scr.l, &mut scr.alpha);
+            } else {
+                micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
+            }
         }
         let (vptr, vs) = match vf {
             Some(vf) => (vf[vbase + j0 * p.v_st.s..].as_ptr(), p.v_st.s),
@@ -250,10 +259,11 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
                 (scr.vp.as_ptr(), dvp)
             }
         };
-        // SAFETY: Pᵀ is nk rows of brp >= nr values; V rows j0..j1 hold dv values at stride vs; `o` holds
-        // nr rows of dvp values; alpha holds brp values.
+        // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
+        // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
-            micro::pv(s, nk, st, brp, vptr, vs, nr, dv, scr.o.as_mut_ptr(), dvp, Some(scr.alpha.as_ptr()));
+            let o = scr.o.as_mut_ptr();
+            micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()));
         }
         j0 = j1;
     }
@@ -328,7 +338,7 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
 
 /// `fa2`: one work item per row tile, over the current rayon pool.
 pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
-    let tiles = Tiles::for_path(path);
+    let tiles = Tiles::for_path(path, p.sk);
     let packs = T::as_f32(p.k).is_none();
     let items: Vec<Item> = row_tiles(p, tiles.br)
         .into_iter()
@@ -351,7 +361,7 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
 /// `splitkv`: each row tile's keys are cut into chunks run as separate items; the normalised partial rows
 /// and their LSE are merged with sdpa-core's `merge_normalized`.
 pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
-    let tiles = Tiles::for_path(path);
+    let tiles = Tiles::for_path(path, p.sk);
     let packs = T::as_f32(p.k).is_none();
     let rt = row_tiles(p, tiles.br);
     let splits = split_count(rt.len(), p.sk, tiles.bc, threads);

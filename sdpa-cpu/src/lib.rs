@@ -8,8 +8,18 @@
 //! - `splitkv`: keys split across workers, partial states merged with sdpa-core's merge (decoding);
 //! - `auto`: `splitkv` when the query tiles cannot fill the threads, `fa2` otherwise.
 //!
-//! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512, AVX2 + FMA, or a scalar fallback; a
-//! generic build runs the fastest path the CPU has. f32, f16 and bf16 in and out, f32 accumulation.
+//! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
+//! pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs the fastest
+//! path the CPU has, and [`CpuBackend::with_simd`] forces one (the tests run every supported path).
+//! f32, f16 and bf16 in and out, f32 accumulation; head dims up to [`MAX_HEAD_DIM`], with no special
+//! case: 64 and 128 (any multiple of the micro-tile width) run without edge tiles, others add a masked
+//! edge vector.
+//!
+//! Semantics are sdpa-core's: a row with no visible key is zeros with LSE `-inf`; masked keys are set to
+//! `-inf` before the softmax (an explicit `-inf` replaces the score rather than adding to it), so NaN in Q
+//! or K reaches only rows that see it. One known difference from the f64 reference: P·V multiplies a whole
+//! key tile, so NaN or inf *in V* under a key masked for some rows of that tile reaches those rows
+//! (`0 · NaN`), where the reference skips the key. Finite V is exact.
 //!
 //! ```
 //! use sdpa_core::{AttentionSpec, DType, HostBackend, HostInputs, Mask, RunOptions, Shape};

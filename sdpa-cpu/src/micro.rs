@@ -229,11 +229,71 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
     }
 }
 
-/// `o[r*os + c] = o[r*os + c]·alpha[r] + Σ_j pt[j*ps + r] · v[j*vs + c]` for rows `r < rows`, columns
-/// `c < dv` (`alpha = None`: no rescale, accumulate onto `o`).
+/// Online-softmax update for a few rows whose scores lie along the keys (`st[r*rs + j]`, the decoding
+/// layout): the same state update as [`online_softmax`], vectorised along the keys instead of the rows.
 ///
 /// # Safety
-/// `pt` addresses `nk` rows of `rows` f32 at stride `ps`; `v` addresses `nk` rows of `dv` f32 at stride
+/// `st` addresses `nk` f32 at `r*rs` for every `r < rows`; the slices hold at least `rows` values.
+#[inline(always)]
+pub(crate) unsafe fn online_softmax_rows<S: Simd>(
+    s: S,
+    st: *mut f32,
+    rs: usize,
+    nk: usize,
+    rows: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    alpha: &mut [f32],
+) {
+    let lanes = S::LANES;
+    let full = nk / lanes * lanes;
+    // SAFETY (whole body): accesses stay inside row r's nk scores.
+    unsafe {
+        for r in 0..rows {
+            let row = st.add(r * rs);
+            let mut mv = s.splat(f32::NEG_INFINITY);
+            let mut j = 0;
+            while j < full {
+                mv = s.max(mv, s.load(row.add(j)));
+                j += lanes;
+            }
+            let mut mx = s.reduce_max(mv);
+            for j in full..nk {
+                let x = *row.add(j);
+                if x.is_nan() || x > mx {
+                    mx = x;
+                }
+            }
+            let m_new = if m[r].is_nan() || m[r] > mx { m[r] } else { mx };
+            let g = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+            let gv = s.splat(g);
+            let mut sum = s.zero();
+            let mut j = 0;
+            while j < full {
+                let e = s.exp(s.sub(s.load(row.add(j)), gv));
+                s.store(row.add(j), e);
+                sum = s.add(sum, e);
+                j += lanes;
+            }
+            let mut total = s.reduce_sum(sum);
+            for j in full..nk {
+                let e = (*row.add(j) - g).exp();
+                *row.add(j) = e;
+                total += e;
+            }
+            alpha[r] = (m[r] - g).exp();
+            l[r] = l[r] * alpha[r] + total;
+            m[r] = m_new;
+        }
+    }
+}
+
+/// `o[r*os + c] = o[r*os + c]·alpha[r] + Σ_j pt[j*ps + r*pr] · v[j*vs + c]` for rows `r < rows`,
+/// columns `c < dv` (`alpha = None`: no rescale, accumulate onto `o`). `pr = 1` reads Pᵀ (keys by rows);
+/// `ps = 1` reads P row by row.
+///
+/// # Safety
+/// `pt` addresses every `j*ps + r*pr` for `j < nk`, `r < rows`; `v` addresses `nk` rows of `dv` f32 at stride
 /// `vs`; `o` addresses `rows` rows of `round_up(dv, LANES)` f32 at stride `os`; `alpha`, when given,
 /// `rows` f32.
 #[inline(always)]
@@ -242,6 +302,7 @@ pub(crate) unsafe fn pv<S: Simd>(
     nk: usize,
     pt: *const f32,
     ps: usize,
+    pr: usize,
     v: *const f32,
     vs: usize,
     rows: usize,
@@ -257,7 +318,7 @@ pub(crate) unsafe fn pv<S: Simd>(
         let mut r = 0;
         while r < rows {
             let nr = if rows - r >= S::PV_ROWS { S::PV_ROWS } else { 1 };
-            let (pt_r, o_r) = (pt.add(r), o.add(r * os));
+            let (pt_r, o_r) = (pt.add(r * pr), o.add(r * os));
             let al = alpha.map(|a| a.add(r));
             let mut c = 0;
             while c < dv {
@@ -266,7 +327,7 @@ pub(crate) unsafe fn pv<S: Simd>(
                 let (vc, oc) = (v.add(c), o_r.add(c));
                 macro_rules! tile {
                     ($mr:literal, $nv:literal, $part:literal) => {
-                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, vc, vs, oc, os, al, n)
+                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, pr, vc, vs, oc, os, al, n)
                     };
                 }
                 // Only the arms matching the token's constants (and the edges) survive inlining.
@@ -288,9 +349,9 @@ pub(crate) unsafe fn pv<S: Simd>(
                             for x in 0..nv {
                                 let (vx, ox) = (vc.add(x * l), oc.add(rr * os + x * l));
                                 if part {
-                                    pv_micro::<S, 1, 1, true>(s, nk, pt_r.add(rr), ps, vx, vs, ox, os, alr, n)
+                                    pv_micro::<S, 1, 1, true>(s, nk, pt_r.add(rr * pr), ps, pr, vx, vs, ox, os, alr, n)
                                 } else {
-                                    pv_micro::<S, 1, 1, false>(s, nk, pt_r.add(rr), ps, vx, vs, ox, os, alr, n)
+                                    pv_micro::<S, 1, 1, false>(s, nk, pt_r.add(rr * pr), ps, pr, vx, vs, ox, os, alr, n)
                                 }
                             }
                         }
@@ -311,6 +372,7 @@ unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
     nk: usize,
     pt: *const f32,
     ps: usize,
+    pr: usize,
     v: *const f32,
     vs: usize,
     o: *mut f32,
@@ -343,7 +405,7 @@ unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
                 };
             }
             for r in 0..MR {
-                let pb = s.splat(*pt.add(j * ps + r));
+                let pb = s.splat(*pt.add(j * ps + r * pr));
                 for x in 0..NV {
                     acc[r][x] = s.fma(pb, vv[x], acc[r][x]);
                 }

@@ -121,14 +121,14 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         }
     }
 
-    /// Applies the mask to a transposed score tile `st[(j - j0)·sts + r]` for keys `j0..j1` and rows
+    /// Applies the mask to a score tile `st[(j - j0)·ks + r·rs]` for keys `j0..j1` and rows
     /// `rows` (pairs of query head and position, one per lane). Causal keys past a row's limit become
     /// `-inf`; explicit values are added, and an explicit `-inf` replaces the score so that a masked key
     /// takes no part even when the score is NaN.
     ///
     /// # Safety
-    /// `st` addresses `j1 - j0` rows of at least `rows.len()` f32 at stride `sts`, written by no one else
-    /// meanwhile.
+    /// Every index `(j - j0)·ks + r·rs` for `j < j1`, `r < rows.len()` is inside `st`, written by no one
+    /// else meanwhile.
     pub(crate) unsafe fn apply_mask(
         &self,
         b: usize,
@@ -136,10 +136,11 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         j0: usize,
         j1: usize,
         st: *mut f32,
-        sts: usize,
+        ks: usize,
+        rs: usize,
     ) {
-        // SAFETY: every index (j - j0)·sts + r is inside the caller's extent.
-        let at = |j: usize, r: usize| unsafe { st.add((j - j0) * sts + r) };
+        // SAFETY: every index (j - j0)·ks + r·rs is inside the caller's extent.
+        let at = |j: usize, r: usize| unsafe { st.add((j - j0) * ks + r * rs) };
         match self.mask {
             MaskSel::None => {}
             MaskSel::Causal(_) => {

@@ -96,7 +96,7 @@ pub(crate) fn attention_on<T: CpuElement>(
 fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, threads: usize) -> Kernel {
     match kernel {
         Kernel::Auto => {
-            let tiles = Tiles::for_path(path);
+            let tiles = Tiles::for_path(path, p.sk);
             let items = fa2::row_tile_count(p, tiles.br);
             if items < 2 * threads && fa2::split_count(items, p.sk, tiles.bc, threads) > 1 {
                 Kernel::SplitKv

@@ -96,7 +96,7 @@ fn head<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, b: usize, h: usize, p
     for_chunks(par, sqp, cols, |i0, i1| {
         let rows: Vec<(usize, usize)> = (i0..i1.min(sq)).map(|i| (h, i)).collect();
         // SAFETY: columns i0..i1 of every key row belong to this chunk only.
-        unsafe { p.apply_mask(b, &rows, 0, sk, stp.ptr().add(i0), sqp) };
+        unsafe { p.apply_mask(b, &rows, 0, sk, stp.ptr().add(i0), sqp, 1) };
         dispatch(path, Softmax::<T> { st: stp, sqp, sk, i0, i1, lse: lsep, _t: std::marker::PhantomData });
     });
 
@@ -249,6 +249,7 @@ impl SimdKernel for Pv {
                 self.sk,
                 self.st.0.add(self.r0),
                 self.sqp,
+                1,
                 self.v.0,
                 self.vs,
                 self.r1 - self.r0,

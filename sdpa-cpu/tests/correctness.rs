@@ -38,6 +38,8 @@ fn awkward_shapes() {
         // GQA 8:1 and a single (batch, head).
         Shape { b: 1, hq: 16, hkv: 2, sq: 19, sk: 45, d: 24, dv: 24 },
         Shape { b: 1, hq: 1, hkv: 1, sq: 100, sk: 100, d: 96, dv: 96 },
+        // Long keys (taller query tiles on AVX-512) with a group spanning tiles.
+        Shape { b: 1, hq: 2, hkv: 1, sq: 70, sk: 2050, d: 8, dv: 8 },
         // Decoding: one query against many keys, with GQA (the split-KV and dot-product paths).
         Shape { b: 1, hq: 8, hkv: 2, sq: 1, sk: 1000, d: 128, dv: 128 },
         Shape { b: 2, hq: 4, hkv: 4, sq: 3, sk: 517, d: 80, dv: 80 },

@@ -90,7 +90,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
             let kp = k.as_ptr().add(kbase + j0 * p.k_st.s);
             scores(d2, kp, p.k_st.s, nk, scr.qt2.as_ptr(), brp, nqv, st, brp, scale);
             if explicit || j1 > kmin {
-                p.apply_mask(it.b, &scr.rows, j0, j1, st, brp);
+                p.apply_mask(it.b, &scr.rows, j0, j1, st, brp, 1);
             }
             micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
 

@@ -137,6 +137,8 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn neg_inf_to_zero(self, v: Self::V) -> Self::V;
     /// Sum of the lanes.
     fn reduce_sum(self, v: Self::V) -> f32;
+    /// Largest lane (a NaN lane may or may not win; callers treat any NaN alike).
+    fn reduce_max(self, v: Self::V) -> f32;
 }
 
 /// A computation generic over the SIMD token (the pulp `WithSimd` pattern): `run` must be

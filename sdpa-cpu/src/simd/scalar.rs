@@ -81,4 +81,8 @@ impl Simd for Scalar {
     fn reduce_sum(self, v: f32) -> f32 {
         v
     }
+    #[inline(always)]
+    fn reduce_max(self, v: f32) -> f32 {
+        v
+    }
 }

@@ -163,6 +163,11 @@ impl Simd for Avx512 {
         // SAFETY: see the impl comment.
         unsafe { _mm512_reduce_add_ps(v) }
     }
+    #[inline(always)]
+    fn reduce_max(self, v: __m512) -> f32 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_reduce_max_ps(v) }
+    }
 }
 
 impl Simd for Avx2 {
@@ -262,6 +267,16 @@ impl Simd for Avx2 {
             let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
             let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+    }
+    #[inline(always)]
+    fn reduce_max(self, v: __m256) -> f32 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_max_ss(s, _mm_movehdup_ps(s));
             _mm_cvtss_f32(s)
         }
     }
