@@ -6,17 +6,29 @@ use crate::bench_results::BenchRecord;
 use crate::error::{AnalysisError, Result};
 use crate::findings;
 use crate::report::{self, DeviceInfo, Report, Summary, TraceInfo};
-use crate::trace::{parse_file, Trace};
+use crate::trace::{parse_file_with_progress, Progress, Trace};
 use crate::tree::OpTree;
 use std::path::{Path, PathBuf};
 
 /// Analysis options.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Options {
     /// Hardware-table key or device name that overrides the trace's `deviceProperties`.
     pub device: Option<String>,
     /// Our benchmark records, for measured Path A speedups.
     pub bench: Vec<BenchRecord>,
+    /// Called with (file bytes read, file size) while each trace file is parsed.
+    pub progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("device", &self.device)
+            .field("bench", &self.bench.len())
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 /// Trace files under a path: the file itself, or the `.json` / `.json.gz` files of a directory (sorted).
@@ -47,7 +59,7 @@ pub fn analyze_path(path: &Path, opts: &Options) -> Result<Report> {
     let files = trace_files(path)?;
     let mut traces = Vec::with_capacity(files.len());
     for f in &files {
-        let t = parse_file(f)?;
+        let t = parse_file_with_progress(f, opts.progress.clone())?;
         if t.stats.events == 0 {
             return Err(AnalysisError::invalid(
                 f,

@@ -134,7 +134,8 @@ fn measured_ratio_replaces_the_seed_range() {
         }))
         .unwrap()
     };
-    let opts = Options { device: None, bench: vec![rec("unfused", 0.060), rec("fa2", 0.020), rec("fa1", 0.030)] };
+    let opts =
+        Options { bench: vec![rec("unfused", 0.060), rec("fa2", 0.020), rec("fa1", 0.030)], ..Options::default() };
     let r = analyze_path(&data("bert_eager_fp16_S128.json.gz"), &opts).unwrap();
     let f = r.findings.iter().find(|f| f.path == "A").unwrap();
     let sp = f.expected_speedup.as_ref().unwrap();
@@ -159,7 +160,7 @@ fn device_override_changes_the_roofline() {
     let base = report("qwen2_sdpa_bf16_S2048.json.gz");
     let a100 = analyze_path(
         &data("qwen2_sdpa_bf16_S2048.json.gz"),
-        &Options { device: Some("a100-80gb".into()), bench: Vec::new() },
+        &Options { device: Some("a100-80gb".into()), ..Options::default() },
     )
     .unwrap();
     assert_eq!(a100.device.key.as_deref(), Some("a100-80gb"));
@@ -192,7 +193,7 @@ fn path_b_quotes_benchmark_records_for_the_same_shape() {
         .unwrap()
     };
     let bench = vec![rec("cuda", "fa2", 0.060), rec("pytorch", "cudnn", 0.040), rec("cuda", "fa2", 0.1)];
-    let r = analyze_path(&data("qwen2_sdpa_bf16_S2048.json.gz"), &Options { device: None, bench }).unwrap();
+    let r = analyze_path(&data("qwen2_sdpa_bf16_S2048.json.gz"), &Options { bench, ..Options::default() }).unwrap();
     let f = r.findings.iter().find(|f| f.path == "B").unwrap();
     let at = |s: &str| f.detail.find(s).unwrap_or_else(|| panic!("{s} in {}", f.detail));
     assert!(at("pytorch/cudnn 40.0 µs") < at("cuda/fa2 60.0 µs"), "fastest first");

@@ -2,9 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use sdpa_analysis::render;
 use sdpa_analysis::{analyze_path, tracelens, Options};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 /// Flags of `sdpa analyze`.
@@ -43,12 +44,34 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         }
     }
     let bench = sdpa_analysis::bench_results::load(&args.bench_results)?;
-    let opts = Options { device: args.device.clone(), bench };
+    // A progress bar on a terminal (large traces take seconds); nothing when stderr is piped.
+    let bar = if std::io::stderr().is_terminal() {
+        let pb = ProgressBar::new(0);
+        if let Ok(style) =
+            ProgressStyle::with_template("{spinner} reading trace {bytes}/{total_bytes} {wide_bar} {eta}")
+        {
+            pb.set_style(style);
+        }
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    let progress: Option<sdpa_analysis::trace::Progress> = if bar.is_hidden() {
+        None
+    } else {
+        let pb = bar.clone();
+        Some(std::sync::Arc::new(move |done, total| {
+            pb.set_length(total);
+            pb.set_position(done);
+        }))
+    };
+    let opts = Options { device: args.device.clone(), bench, progress };
     let report = match (&args.path, &args.output_dir) {
         (Some(p), _) => analyze_path(p, &opts)?,
         (None, Some(dir)) => tracelens::analyze_dir(dir, &opts)?,
         (None, None) => bail!("give a trace PATH, or --output-dir DIR for the TraceLens contract"),
     };
+    bar.finish_and_clear();
     if let Some(dir) = &args.output_dir {
         let out = tracelens::write_findings(dir, &report)?;
         eprintln!("sdpa: wrote {}", out.display());

@@ -4,8 +4,9 @@
 pub mod lenient;
 pub mod model;
 pub mod parse;
-mod scan;
+pub mod scan;
 pub mod source;
 
 pub use model::*;
-pub use parse::{parse_file, parse_file_reference};
+pub use parse::{parse_file, parse_file_reference, parse_file_with_progress};
+pub use scan::Progress;

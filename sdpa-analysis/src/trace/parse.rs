@@ -14,10 +14,15 @@ use std::path::Path;
 
 /// Parses one trace file (`.json` or gzip, detected from its first bytes).
 pub fn parse_file(path: &Path) -> Result<Trace> {
+    parse_file_with_progress(path, None)
+}
+
+/// [`parse_file`] with a progress callback (file bytes read, file size), called once per MiB of JSON.
+pub fn parse_file_with_progress(path: &Path, progress: Option<super::scan::Progress>) -> Result<Trace> {
     let reader = ChunkReader::open(path)?;
     let gzip = reader.gzip;
     let mut collector = Collector::new(path);
-    let bytes = super::scan::parse_with_scanner(path, reader, &mut collector)?;
+    let bytes = super::scan::parse_with_scanner(path, reader, &mut collector, progress)?;
     let mut trace = collector.finish();
     trace.stats.bytes = bytes;
     trace.stats.gzip = gzip;

@@ -23,11 +23,24 @@ pub(crate) struct Scanner {
     /// Newlines before `chunk[0]`.
     lines_before: u64,
     eof: bool,
+    progress: Option<Progress>,
 }
 
+/// Progress callback: (file bytes read, file size). Called once per chunk (1 MiB of JSON).
+pub type Progress = std::sync::Arc<dyn Fn(u64, u64) + Send + Sync>;
+
 impl Scanner {
-    pub fn new(reader: ChunkReader, path: &Path) -> Self {
-        Scanner { reader, path: path.to_path_buf(), chunk: Vec::new(), pos: 0, base: 0, lines_before: 0, eof: false }
+    pub fn new(reader: ChunkReader, path: &Path, progress: Option<Progress>) -> Self {
+        Scanner {
+            reader,
+            path: path.to_path_buf(),
+            chunk: Vec::new(),
+            pos: 0,
+            base: 0,
+            lines_before: 0,
+            eof: false,
+            progress,
+        }
     }
 
     /// Bytes consumed so far.
@@ -78,6 +91,9 @@ impl Scanner {
         loop {
             match self.reader.next_chunk() {
                 Ok(Some(c)) => {
+                    if let Some(p) = &self.progress {
+                        p(self.reader.raw_read(), self.reader.raw_total);
+                    }
                     self.lines_before += self.chunk.iter().filter(|&&b| b == b'\n').count() as u64;
                     self.base += self.chunk.len() as u64;
                     self.chunk = c;
@@ -427,8 +443,13 @@ impl Scanner {
 }
 
 /// Parses one file through the scanner.
-pub(crate) fn parse_with_scanner(path: &Path, reader: ChunkReader, c: &mut Collector) -> Result<u64> {
-    let mut s = Scanner::new(reader, path);
+pub(crate) fn parse_with_scanner(
+    path: &Path,
+    reader: ChunkReader,
+    c: &mut Collector,
+    progress: Option<Progress>,
+) -> Result<u64> {
+    let mut s = Scanner::new(reader, path, progress);
     s.document(c)?;
     Ok(s.offset())
 }

@@ -9,7 +9,9 @@ use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
 use std::thread;
 
 const CHUNK: usize = 1 << 20;
@@ -37,6 +39,24 @@ pub(crate) struct ChunkReader {
     before_cur: u64,
     /// True when the file was gzip-compressed.
     pub gzip: bool,
+    /// Bytes of the file (compressed, when gzip) read so far by the reading thread.
+    raw_read: Arc<AtomicU64>,
+    /// Size of the file in bytes.
+    pub raw_total: u64,
+}
+
+/// Counts the bytes read from the file (progress reporting).
+struct Counting<R> {
+    inner: R,
+    n: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.fetch_add(k as u64, Ordering::Relaxed);
+        Ok(k)
+    }
 }
 
 impl ChunkReader {
@@ -47,6 +67,9 @@ impl ChunkReader {
         let n = read_up_to(&mut file, &mut magic).map_err(|e| AnalysisError::io(path, "cannot read trace", e))?;
         let gzip = n == 2 && magic == [0x1f, 0x8b];
         let head = magic[..n].to_vec();
+        let raw_total = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let raw_read = Arc::new(AtomicU64::new(n as u64));
+        let file = Counting { inner: file, n: Arc::clone(&raw_read) };
         let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(CHUNKS_IN_FLIGHT);
         let spawn = thread::Builder::new().name("sdpa-trace-reader".into()).spawn(move || {
             let head = io::Cursor::new(head);
@@ -85,7 +108,7 @@ impl ChunkReader {
             }
         });
         spawn.map_err(|e| AnalysisError::io(path, "cannot start the reading thread", e))?;
-        Ok(ChunkReader { rx, cur: Vec::new(), pos: 0, before_cur: 0, gzip })
+        Ok(ChunkReader { rx, cur: Vec::new(), pos: 0, before_cur: 0, gzip, raw_read, raw_total })
     }
 
     /// The next chunk of decompressed bytes, `None` at end of file (the scanner's fast path; do not mix
@@ -96,6 +119,11 @@ impl ChunkReader {
             Ok(Err(e)) => Err(e),
             Err(_) => Ok(None),
         }
+    }
+
+    /// File bytes read so far (compressed bytes for gzip): progress against [`ChunkReader::raw_total`].
+    pub fn raw_read(&self) -> u64 {
+        self.raw_read.load(Ordering::Relaxed)
     }
 
     /// Decompressed bytes handed to the parser so far.
