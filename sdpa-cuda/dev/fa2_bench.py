@@ -179,14 +179,15 @@ class Runner:
         if rc != 0:
             raise RuntimeError(f"launch failed rc={rc} {entry}")
 
-    def splits_for(self, pr, entry, sms=132, waves=1):
-        """Splits so that the grid fills the resident block slots `waves` times (slots from shared memory)."""
+    def splits_for(self, pr, entry, sms=132, waves=2, min_keys=512):
+        """Splits so that the grid fills the resident block slots `waves` times (slots from shared memory),
+        at least `min_keys` keys each (src/splitkv.rs `plan_splits` with its defaults)."""
         G = pr.Hq // pr.Hkv
         nw = entry["a"]
         units = pr.B * pr.Hkv * ((G * pr.Sq + 15) // 16)
         per_sm = max(1, min(228 * 1024 // (Lib.smem(entry) + 1024), 64 // nw))
         target_warps = int(sms * per_sm * nw * waves)
-        n = max(1, min(target_warps // units, -(-pr.Sk // 32)))
+        n = max(1, min(target_warps // units, -(-pr.Sk // min_keys)))
         kps = -(-(-(-pr.Sk // n)) // 32) * 32
         n = -(-pr.Sk // kps)
         return n, kps
@@ -382,7 +383,7 @@ def run_decode(lib, res, args):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
         for e in lib.configs("splitkv", dt, D, 0):
-            for waves in ([0.5, 1, 2] if args.tune else [1]):
+            for waves in ([0.5, 1, 2] if args.tune else [2]):
                 n, kps = r.splits_for(pr, e, waves=waves)
                 ws = r.splitkv(pr, e, n, kps, lse=False)
                 pr.o.fill_(float("nan"))
@@ -421,11 +422,17 @@ def main():
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--extra", action="store_true")
+    ap.add_argument("--combine-warps", type=int, default=0, help="4 or 8: width of the split-KV combine kernel")
+    ap.add_argument("--pdl", action="store_true", help="launch the combine kernel as a programmatic dependent")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lib = Lib(args.lib)
+    if args.combine_warps:
+        lib.lib.fa2dev_set_combine_warps(args.combine_warps)
+    if args.pdl:
+        lib.lib.fa2dev_set_pdl(1)
     p = torch.cuda.get_device_properties(0)
     res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
                         argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),

@@ -36,10 +36,14 @@ __global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
 }
 static int g_combine = 1;  // 0: time the split kernel alone (the output is then incomplete)
 extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
-template <typename T, int D>
-__global__ void __launch_bounds__(128) combine_dev(const AttnParams p) {
-    splitkv_combine_row<T, D>(p);
+template <typename T, int D, int NWARP>
+__global__ void __launch_bounds__(NWARP * 32) combine_dev(const AttnParams p) {
+    splitkv_combine_row<T, D, NWARP>(p);
 }
+static int g_combine_warps = SPLITKV_COMBINE_WARPS;  // 4 or 8: A/B of the combine kernel's width
+extern "C" void fa2dev_set_combine_warps(int w) { g_combine_warps = w; }
+static int g_pdl = 0;  // 1: launch the combine kernel with programmatic dependent launch
+extern "C" void fa2dev_set_pdl(int on) { g_pdl = on; }
 
 template <typename T, int D, int NW, int STAGES, int KS, int MASK>
 int launch_splitkv(const AttnParams& p, cudaStream_t st) {
@@ -53,7 +57,25 @@ int launch_splitkv(const AttnParams& p, cudaStream_t st) {
     e = cudaGetLastError();
     if (e != cudaSuccess || !g_combine) return (int)e;
     const long long rows = (long long)p.b * p.hq * p.sq;
-    combine_dev<T, D><<<(unsigned)rows, 128, 0, st>>>(p);
+    if (g_pdl) {
+        // Programmatic dependent launch: the combine grid may start while the split grid drains.
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)rows);
+        cfg.blockDim = dim3(g_combine_warps * 32);
+        cfg.dynamicSmemBytes = 0;
+        cfg.stream = st;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (g_combine_warps == 4) return (int)cudaLaunchKernelEx(&cfg, combine_dev<T, D, 4>, p);
+        return (int)cudaLaunchKernelEx(&cfg, combine_dev<T, D, 8>, p);
+    }
+    if (g_combine_warps == 4)
+        combine_dev<T, D, 4><<<(unsigned)rows, 128, 0, st>>>(p);
+    else
+        combine_dev<T, D, 8><<<(unsigned)rows, 256, 0, st>>>(p);
     return (int)cudaGetLastError();
 }
 

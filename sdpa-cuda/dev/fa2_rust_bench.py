@@ -26,6 +26,7 @@ from triton.testing import do_bench
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--quick", action="store_true")
+ap.add_argument("--decode-only", action="store_true", help="only the decoding and GQA points")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -46,7 +47,7 @@ def pt(tag, b, hq, hkv, sq, sk, d, dtype, causal, kernel):
 
 points = []
 seqs = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
-for dtype in (["bf16"] if args.quick else ["bf16", "f16"]):
+for dtype in ([] if args.decode_only else ["bf16"] if args.quick else ["bf16", "f16"]):
     for d in [64, 128]:
         for causal in [False, True]:
             for s in seqs:

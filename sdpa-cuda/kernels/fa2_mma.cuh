@@ -104,6 +104,20 @@ struct Fa2Type<__nv_bfloat16> {
     }
 };
 
+// Programmatic dependent launch (sm_90): the split-KV kernel lets its combine pass be scheduled early,
+// and the combine pass waits here until the split kernel's writes are visible. Both are no-ops when the
+// launch did not ask for programmatic serialization, and on older architectures.
+__device__ __forceinline__ void fa2_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fa2_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Max and sum over the four threads of a quad (they hold one row of an mma accumulator).
 __device__ __forceinline__ float fa2_quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -33,6 +33,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
+    fa2_launch_dependents();  // the combine pass may be scheduled now; it waits for this grid's writes
     const int split = blockIdx.x * NW + warp;
     if (split >= p.num_splits) return;  // no block barriers below: idle warps may leave
     const int m_tiles = (p.group * p.sq + 15) / 16;
@@ -213,16 +214,17 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 
 // Merges the n_splits partials of each row: m = max LSE; any NaN LSE -> NaN row; m = -inf -> zeros and
 // -inf; else w_s = e^(lse_s - m), O = Σ w_s·O_s / Σ w_s, LSE = m + ln Σ w_s (sdpa_core::softmax::
-// merge_normalized). One block of 128 threads per row: each warp sums every fourth split (lanes over the
-// head dim, so loads are coalesced and independent), then the four warp sums meet in shared memory.
-template <typename T, int D>
+// merge_normalized). One block of NWARP warps per row: each warp sums every NWARP-th split (lanes over
+// the head dim, so loads are coalesced, and unrolled so that a warp's loads are all in flight at once),
+// then the warp sums meet in shared memory.
+template <typename T, int D, int NWARP>
 __device__ __forceinline__ void splitkv_combine_row(const AttnParams& p) {
-    constexpr int NWARP = 4;
     constexpr int PER_LANE = (D + 31) / 32;
     __shared__ float s_acc[NWARP][D];
     __shared__ float s_total[NWARP];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const long long row = blockIdx.x;
+    fa2_wait_primary();  // launched dependent on the split kernel: its partials must be complete
     const float* lse = fa2_part_lse(p) + row * p.num_splits;
     float mx = fa2_neg_inf();
     bool nan = false;
@@ -242,7 +244,7 @@ __device__ __forceinline__ void splitkv_combine_row(const AttnParams& p) {
     const bool live = !nan && mx != fa2_neg_inf();
     if (live) {
         const float* po = fa2_part_o(p) + row * p.num_splits * D;
-#pragma unroll 4
+#pragma unroll 8
         for (int s = warp; s < p.num_splits; s += NWARP) {
             const float w = expf(lse[s] - mx);
             total += w;
@@ -285,8 +287,12 @@ __device__ __forceinline__ void splitkv_combine_row(const AttnParams& p) {
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                 \
         splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(splitkv_smem));           \
     }
+// Warps of the combine kernel (src/splitkv.rs launches SPLITKV_COMBINE_WARPS * 32 threads per row).
+#define SPLITKV_COMBINE_WARPS 8
 #define SPLITKV_COMBINE_ENTRY(NAME, T, D)                                                              \
-    extern "C" __global__ void __launch_bounds__(128) NAME(const AttnParams p) { splitkv_combine_row<T, D>(p); }
+    extern "C" __global__ void __launch_bounds__(SPLITKV_COMBINE_WARPS * 32) NAME(const AttnParams p) {          \
+        splitkv_combine_row<T, D, SPLITKV_COMBINE_WARPS>(p);                                          \
+    }
 
 
 // Entry points splitkv_{dtype}_{D}_{mask} (NW warps = splits per block, STAGES-deep ring, KS keys per

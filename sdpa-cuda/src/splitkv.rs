@@ -18,8 +18,8 @@ use sdpa_core::{Kernel, Result};
 const ROWS_PER_TILE: usize = 16;
 /// Fewest keys a split gets (unless Sk itself is shorter).
 pub const MIN_KEYS_PER_SPLIT: usize = 512;
-/// Threads of the combine kernel (one block per row).
-const COMBINE_THREADS: u32 = 128;
+/// Threads of the combine kernel (one block per row; `SPLITKV_COMBINE_WARPS` in splitkv.cu).
+const COMBINE_THREADS: u32 = 256;
 
 /// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_FOR` in `kernels/splitkv.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
