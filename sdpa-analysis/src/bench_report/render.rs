@@ -272,14 +272,15 @@ fn baseline_words(g: &Group) -> String {
 }
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;padding:0 16px;color:#222}\
-table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+.wide{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}\
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}\
 th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}.fail{color:#b00020;font-weight:600}\
 .pass{color:#116611}figure{margin:12px 0 24px}figure svg{max-width:100%;height:auto;border:1px solid #ddd}\
 .note{color:#555;font-size:13px;max-width:900px}.plots{display:flex;flex-wrap:wrap;gap:8px}\
-.plots figure{flex:1 1 560px;max-width:720px;margin:0}table.sources td,table.skipped td{text-align:left}h3{font-size:15px;margin-top:28px}.swatch{display:inline-block;width:10px;height:10px;margin-right:4px}";
+.plots figure{flex:1 1 560px;max-width:720px;margin:0}table.sources td,table.skipped td{text-align:left;white-space:normal}h3{font-size:15px;margin-top:28px}.swatch{display:inline-block;width:10px;height:10px;margin-right:4px}";
 
 fn html_table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String>], status_col: Option<usize>) {
-    let _ = write!(out, r#"<table class="{class}"><thead><tr>"#);
+    let _ = write!(out, r#"<div class="wide"><table class="{class}"><thead><tr>"#);
     for h in head {
         let _ = write!(out, "<th>{}</th>", esc(h));
     }
@@ -302,7 +303,7 @@ fn html_table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
 }
 
 /// The self-contained HTML page.

@@ -94,6 +94,16 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
     if trimmed.is_empty() {
         return Err(bad("the file is empty".to_string()));
     }
+    // Python's json.dump writes NaN and Infinity unless told not to; say so instead of a bare position.
+    for token in [": NaN", ":NaN", ": Infinity", ": -Infinity"] {
+        if let Some(pos) = text.find(token) {
+            let line = text[..pos].matches('\n').count() + 1;
+            return Err(bad(format!(
+                "line {line} holds `{}`, which is not JSON (write null, or json.dump(..., allow_nan=False))",
+                token.trim_start_matches(':').trim()
+            )));
+        }
+    }
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Array(items)) => {
             let mut file = BenchFile::new();
