@@ -4,10 +4,12 @@
 // NW warps, each owning BM/NW whole rows (MT m16 tiles), so the online softmax of a row lives in one warp's
 // quad of threads and needs no shared-memory exchange. Every warp reads the whole K/V tile of BN keys.
 //
-// Pipeline per K/V tile: wait K[t] -> issue cp.async of V[t] -> S = Q·K^T (ldmatrix) -> mask, online
-// softmax with exp2 and the scale folded in -> wait V[t] -> issue cp.async of K[t+1] -> O += P·V with P
-// taken straight from the S accumulators (the C layout of two n8 tiles is the A layout of one k16 step)
-// and V read by ldmatrix.trans. So the V load overlaps Q·K^T and softmax, the next K load overlaps P·V.
+// Pipeline per K/V tile, STAGES = 1 (one K and one V buffer, FlashAttention-2's order): wait K[t] ->
+// issue cp.async of V[t] -> S = Q·K^T (ldmatrix) -> wait V[t] -> issue cp.async of K[t+1] -> mask and online
+// softmax with exp2 and the scale folded in -> O += P·V with P taken straight from the S accumulators (the
+// C layout of two n8 tiles is the A layout of one k16 step) and V read by ldmatrix.trans. So V[t] loads
+// during Q·K^T, K[t+1] during softmax and P·V. STAGES = 2 double-buffers K and V instead: tile t+1 loads
+// while tile t is computed, one barrier per tile. Which is faster depends on the head dim (measured).
 //
 // Shared memory rows are padded by 16 bytes (an odd number of 16-byte chunks per row): the eight row
 // addresses of every ldmatrix phase then fall in eight different bank groups, and so do cp.async stores.
