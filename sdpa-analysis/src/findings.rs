@@ -436,10 +436,14 @@ fn fused_finding(
     let mut checks: Vec<String> = Vec::new();
     if let (Some(g), Some(sms)) = (op.grid_blocks, device.num_sms) {
         if g <= sms {
+            let causal = if op.causal == Some(true) {
+                ", and with a causal mask the blocks' work differs, so SMs idle while the longest finish"
+            } else {
+                ""
+            };
             checks.push(format!(
                 "grid: the main kernel launched {g} blocks for {sms} SMs, a single wave or less: B·Hq·⌈Sq/tile⌉ is \
-                 too small to keep the GPU busy, and with a causal mask the blocks' work differs, so SMs idle while \
-                 the longest finish. Larger batches per call, or a split-KV kernel"
+                 too small to keep the GPU busy{causal}. Larger batches per call, or a split-KV kernel"
             ));
         } else if g < 2 * sms {
             checks.push(format!("grid: {g} blocks on {sms} SMs is one to two waves, so the tail wave leaves SMs idle"));
