@@ -25,7 +25,7 @@ fn attention(c: &mut Criterion) {
     for (h, s, d) in SHAPES {
         for dtype in [DType::F32, DType::BF16] {
             for causal in [false, true] {
-                let Ok(bench) = Bench::new(h, s, d, dtype, causal, threads()) else {
+                let Ok(bench) = Bench::new(h, s, d, dtype, causal, threads(), &candle_core::Device::Cpu) else {
                     eprintln!("skipping h{h} s{s} d{d}: inputs could not be built");
                     continue;
                 };

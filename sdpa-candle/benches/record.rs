@@ -6,12 +6,17 @@
 //! ```text
 //! RAYON_NUM_THREADS=2 cargo bench -p sdpa-candle --bench record -- --rounds 5
 //! ```
-//! Flags: `--rounds N` (default 5), `--out PATH` (default bench/results/candle-cpu.json), `--max-seq S`
-//! (skip larger shapes), `--dtype f32|bf16` (default both).
+//! Flags: `--rounds N` (default 5), `--out PATH` (default bench/results/candle-cpu.json, or candle-cuda.json
+//! with `--device cuda`), `--max-seq S` (skip larger shapes), `--dtype f32|bf16` (default both),
+//! `--device cpu|cuda` (cuda needs the `cuda` feature; candle's flash_attn is CPU-only and is left out),
+//! `--flash-max-seq S` (default 2048; 1024 for bf16): candle's flash_attn is timed only up to this length,
+//! because its bf16 path takes about 10 s per call already at S = 1024 and the 4096 shape would run for
+//! hours.
 
 mod common;
 
 use anyhow::{bail, Context, Result};
+use candle_core::Device;
 use common::{Bench, Contender, SHAPES};
 use sdpa_core::check::check_output;
 use sdpa_core::{BenchRecord, DType, F32Math, HostBuffer, HostOutput, TimeStats};
@@ -45,23 +50,41 @@ fn cpu_model() -> String {
 
 fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut out = root.join("bench/results/candle-cpu.json");
+    let mut out = None;
+    let mut device_name = "cpu".to_string();
     let mut rounds = 5usize;
     let mut max_seq = usize::MAX;
+    let mut flash_max_seq = 2048usize;
     let mut dtypes = vec![DType::F32, DType::BF16];
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--rounds" => rounds = it.next().context("--rounds N")?.parse()?,
-            "--out" => out = PathBuf::from(it.next().context("--out PATH")?),
+            "--out" => out = Some(PathBuf::from(it.next().context("--out PATH")?)),
+            "--device" => device_name = it.next().context("--device cpu|cuda")?,
             "--max-seq" => max_seq = it.next().context("--max-seq S")?.parse()?,
+            "--flash-max-seq" => flash_max_seq = it.next().context("--flash-max-seq S")?.parse()?,
             "--dtype" => dtypes = vec![it.next().context("--dtype")?.parse().map_err(anyhow::Error::msg)?],
             "--bench" => {}
             other => bail!("unknown flag `{other}`"),
         }
     }
     let threads: usize = std::env::var("RAYON_NUM_THREADS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
-    let device = cpu_model();
+    let (dev, device, contenders, out) = match device_name.as_str() {
+        "cpu" => (
+            Device::Cpu,
+            cpu_model(),
+            Contender::ALL.to_vec(),
+            out.unwrap_or(root.join("bench/results/candle-cpu.json")),
+        ),
+        "cuda" => {
+            let dev = Device::new_cuda(0).context("opening CUDA device 0 (build with --features cuda)")?;
+            let name = sh("nvidia-smi", &["--query-gpu=name", "--format=csv,noheader"]).unwrap_or("CUDA GPU 0".into());
+            let who = vec![Contender::Sdpa, Contender::CandleUnfused];
+            (dev, name, who, out.unwrap_or(root.join("bench/results/candle-cuda.json")))
+        }
+        other => bail!("unknown device `{other}` (cpu or cuda)"),
+    };
     let commit = sh("git", &["rev-parse", "--short=12", "HEAD"]);
     let date = sh("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]);
     let mut records = Vec::new();
@@ -72,24 +95,32 @@ fn main() -> Result<()> {
         }
         for &dtype in &dtypes {
             for causal in [false, true] {
-                let bench = Bench::new(h, s, d, dtype, causal, threads)?;
+                let bench = Bench::new(h, s, d, dtype, causal, threads, &dev)?;
+                let flash_limit = if dtype == DType::BF16 { flash_max_seq.min(1024) } else { flash_max_seq };
+                let contenders: Vec<Contender> =
+                    contenders.iter().copied().filter(|&c| c != Contender::CandleFlash || s <= flash_limit).collect();
                 let mut checks = Vec::new();
-                for who in Contender::ALL {
+                for &who in &contenders {
                     let o = bench.run(who).with_context(|| format!("{} on h{h} s{s}", who.name()))?;
+                    // candle's flash_attn returns f32 whatever the input dtype: rounded here, outside the timing.
+                    let o = o.to_device(&Device::Cpu)?.to_dtype(bench.q.dtype())?;
                     let got = HostOutput { o: host(&o, dtype)?, lse: None };
                     checks.push(check_output(&bench.spec, &bench.inputs, &got, F32Math::Exact, Some(64))?);
                 }
-                let mut samples = vec![Vec::new(); Contender::ALL.len()];
+                let n = contenders.len();
+                let mut samples = vec![Vec::new(); n];
                 for r in 0..rounds {
-                    for i in 0..Contender::ALL.len() {
-                        let idx = (i + r) % Contender::ALL.len();
+                    for i in 0..n {
+                        let idx = (i + r) % n;
+                        dev.synchronize()?;
                         let t = Instant::now();
-                        std::hint::black_box(bench.run(Contender::ALL[idx])?);
+                        std::hint::black_box(bench.run(contenders[idx])?);
+                        dev.synchronize()?;
                         samples[idx].push(t.elapsed().as_secs_f64() * 1e3);
                     }
                 }
                 let mut medians = Vec::new();
-                for (i, who) in Contender::ALL.iter().enumerate() {
+                for (i, who) in contenders.iter().enumerate() {
                     let stats = TimeStats::from_samples(&samples[i]).context("no timing samples")?;
                     medians.push(stats.median);
                     let (backend, kernel) = match who {
@@ -101,24 +132,28 @@ fn main() -> Result<()> {
                     if *who == Contender::CandleFlash {
                         rec.layout = Some("bshd".into());
                     }
-                    rec.threads = Some(threads);
+                    rec.threads = dev.is_cpu().then_some(threads);
                     rec.f32_math = (dtype == DType::F32).then(|| "exact".into());
                     rec.commit = commit.clone();
                     rec.date = date.clone();
-                    rec.machine = Some(format!("{device}, {threads} threads"));
+                    rec.machine =
+                        Some(if dev.is_cpu() { format!("{device}, {threads} threads") } else { device.clone() });
                     records.push(rec);
                 }
+                let (flash_ms, flash_ratio, flash_err) = match (medians.get(2), checks.get(2)) {
+                    (Some(m), Some(c)) => {
+                        (format!("{m:.2}"), format!("{:.2}x", m / medians[0]), format!("{:.1e}", c.rel_err))
+                    }
+                    _ => ("-".into(), "-".into(), "-".into()),
+                };
                 let line = format!(
-                    "| {h} | {s} | {d} | {} | {dtype} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x | {:.1e} / {:.1e} / {:.1e} |",
+                    "| {h} | {s} | {d} | {} | {dtype} | {:.2} | {:.2} | {flash_ms} | {:.2}x | {flash_ratio} | {:.1e} / {:.1e} / {flash_err} |",
                     if causal { "causal" } else { "none" },
                     medians[0],
                     medians[1],
-                    medians[2],
                     medians[1] / medians[0],
-                    medians[2] / medians[0],
                     checks[0].rel_err,
                     checks[1].rel_err,
-                    checks[2].rel_err,
                 );
                 println!("{line}");
                 table.push(line);

@@ -18,7 +18,7 @@ pub enum Contender {
     Sdpa,
     /// candle's matmul, scale, (mask add,) softmax_last_dim, matmul: what candle-transformers' models run.
     CandleUnfused,
-    /// `candle_nn::attention::flash_attn`, candle's own CPU flash kernel, on BSHD tensors.
+    /// `candle_nn::attention::flash_attn`, candle's own CPU flash kernel, on BSHD tensors (CPU only).
     CandleFlash,
 }
 
@@ -52,27 +52,37 @@ pub struct Bench {
     pub threads: usize,
 }
 
-fn tensor(buf: &HostBuffer, dims: (usize, usize, usize, usize)) -> Result<Tensor> {
-    let dev = Device::Cpu;
+fn tensor(buf: &HostBuffer, dims: (usize, usize, usize, usize), dev: &Device) -> Result<Tensor> {
+    let cpu = Device::Cpu;
     match buf {
-        HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &dev),
-        HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &dev),
-        HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &dev),
-    }
+        HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &cpu),
+        HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
+        HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
+    }?
+    .to_device(dev)
 }
 
 impl Bench {
-    pub fn new(h: usize, s: usize, d: usize, dtype: sdpa_core::DType, causal: bool, threads: usize) -> Result<Self> {
+    /// Inputs for B=1, `h` heads, `s` positions, head dim `d` on `dev`.
+    pub fn new(
+        h: usize,
+        s: usize,
+        d: usize,
+        dtype: sdpa_core::DType,
+        causal: bool,
+        threads: usize,
+        dev: &Device,
+    ) -> Result<Self> {
         let shape = Shape::new(1, h, s, s, d);
         let mask = if causal { Mask::CausalTopLeft } else { Mask::None };
         let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
         let inputs = HostInputs::random(&spec, 42).map_err(candle_core::Error::wrap)?;
         let dims = (1, h, s, d);
-        let (q, k, v) = (tensor(&inputs.q, dims)?, tensor(&inputs.k, dims)?, tensor(&inputs.v, dims)?);
+        let (q, k, v) = (tensor(&inputs.q, dims, dev)?, tensor(&inputs.k, dims, dev)?, tensor(&inputs.v, dims, dev)?);
         let bshd = |t: &Tensor| t.transpose(1, 2)?.contiguous();
         let causal_mask = if causal {
             let m: Vec<f32> = (0..s * s).map(|x| if x % s > x / s { f32::NEG_INFINITY } else { 0.0 }).collect();
-            Some(Tensor::from_vec(m, (s, s), &Device::Cpu)?.to_dtype(q.dtype())?)
+            Some(Tensor::from_vec(m, (s, s), &Device::Cpu)?.to_dtype(q.dtype())?.to_device(dev)?)
         } else {
             None
         };
