@@ -167,6 +167,8 @@ pub struct AttentionOp {
     pub grid_blocks: Option<i64>,
     /// Q is a transposed `[B, S, H, D]` view.
     pub q_bshd_strides: bool,
+    /// Softmax scale from `Concrete Inputs` (None: not recorded, or the default 1/sqrt(D)).
+    pub scale: Option<f64>,
     /// Dropout p.
     pub dropout: Option<f64>,
     /// Kernels and their total time.
@@ -306,6 +308,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 decode,
                 grid_blocks: first.grid_blocks,
                 q_bshd_strides: first.q_bshd_strides,
+                scale: first.scale,
                 dropout: first.dropout,
                 kernels,
                 parts,

@@ -103,6 +103,7 @@ fn perf_model_uses_exact_causal_flops_and_real_bytes() {
     assert_eq!(op.bound, Some(sdpa_core::Bound::Compute));
     let band = op.expected_band.as_ref().unwrap();
     assert_eq!((band.low, band.high), (0.40, 0.60), "N = 2048 row of the seed table");
+    assert_eq!(op.scale, Some(0.125), "from Concrete Inputs");
 }
 
 #[test]
