@@ -117,9 +117,9 @@ fn the_html_report_renders_tables_and_plots_in_chromium() {
         .unwrap_or_else(|| panic!("the probe did not run; chromium stderr: {}", String::from_utf8_lossy(&out.stderr)));
     let r: serde_json::Value = serde_json::from_str(&probe).unwrap();
     let n = |k: &str| r[k].as_u64().unwrap();
-    // Sources, summary, 6 detail tables.
-    assert_eq!(n("tables"), 8, "{r}");
-    assert!(n("rows") >= 1 + 6 + 12, "{r}");
+    // Sources, speedup summary, summary, 6 detail tables.
+    assert_eq!(n("tables"), 9, "{r}");
+    assert!(n("rows") >= 1 + 1 + 6 + 12, "{r}");
     assert_eq!(n("svgs"), 3, "{r}");
     assert_eq!(n("drawn_svgs"), 3, "{r}");
     // Two series per seq-length plot, two plots.

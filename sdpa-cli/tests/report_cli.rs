@@ -56,6 +56,10 @@ fn tables_carry_recomputed_tflops_speedup_and_efficiency() {
     let cudnn = md.lines().find(|l| l.starts_with("| pytorch | cudnn |")).unwrap();
     assert!(cudnn.contains("| 2.50x |"), "{cudnn}");
     assert!(!md.contains("12345"), "record's own TFLOPS must not leak into the tables");
+    // The ratio summary: one configuration each, the baseline itself left out.
+    assert!(md.contains("| cuda:fa2 | pytorch:flash | 1 | 1.500x | 1.500x | 1.500x |"), "{md}");
+    assert!(md.contains("| pytorch:cudnn | pytorch:flash | 1 | 2.500x |"), "{md}");
+    assert!(!md.contains("| pytorch:flash | pytorch:flash |"), "{md}");
 
     // `pytorch` alone means PyTorch's fastest kernel in each configuration (cudnn here).
     let out = sdpa(&["report", "r.json", "--baseline", "pytorch"], &dir);

@@ -192,6 +192,27 @@ pub fn shape_label(s: &Shape) -> String {
     format!("B={} Hq={} Hkv={} Sq={} Sk={} D={}{dv}", s.b, s.hq, s.hkv, s.sq, s.sk, s.d)
 }
 
+/// One line of [`Report::speedup_summary`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeedupSummary {
+    /// "cpu" or the GPU's name.
+    pub platform: String,
+    /// Element type.
+    pub dtype: DType,
+    /// `backend:kernel`.
+    pub series: String,
+    /// The baseline(s) the ratios are against.
+    pub baseline: String,
+    /// Configurations with a ratio.
+    pub configurations: usize,
+    /// Median ratio.
+    pub median: f64,
+    /// Smallest ratio.
+    pub min: f64,
+    /// Largest ratio.
+    pub max: f64,
+}
+
 /// A TFLOPS-against-sequence-length plot: shapes that differ only in the sequence length (and batch).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeqPlot {
@@ -356,6 +377,49 @@ impl Report {
             ));
         }
         Ok(Report { title, sources, series, groups, skipped, peak_note: note, seq_plots, rooflines })
+    }
+
+    /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min
+    /// and max, over the groups where the baseline ran (the seed reports' "ours vs PyTorch" line).
+    pub fn speedup_summary(&self) -> Vec<SpeedupSummary> {
+        // (platform, dtype rank, series index) -> (dtype, ratios, baselines used).
+        type Tally = BTreeMap<(String, u8, usize), (DType, Vec<f64>, Vec<String>)>;
+        let mut acc = Tally::new();
+        for g in &self.groups {
+            let Some((base, _)) = &g.baseline else { continue };
+            // The baseline against itself is 1 by definition.
+            for r in g.rows.iter().filter(|r| r.series != *base) {
+                let (Some(sp), Some(idx)) = (r.speedup, self.series.iter().position(|s| *s == r.series)) else {
+                    continue;
+                };
+                let e = acc.entry((g.platform.clone(), dtype_rank(g.dtype), idx)).or_insert((
+                    g.dtype,
+                    Vec::new(),
+                    Vec::new(),
+                ));
+                e.1.push(sp);
+                if !e.2.contains(base) {
+                    e.2.push(base.clone());
+                }
+            }
+        }
+        acc.into_iter()
+            .map(|((platform, _, idx), (dtype, mut v, bases))| {
+                v.sort_by(f64::total_cmp);
+                let n = v.len();
+                let median = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
+                SpeedupSummary {
+                    platform,
+                    dtype,
+                    series: self.series[idx].clone(),
+                    baseline: bases.join(", "),
+                    configurations: n,
+                    median,
+                    min: v[0],
+                    max: v[n - 1],
+                }
+            })
+            .collect()
     }
 
     /// Rows whose check against the reference failed.

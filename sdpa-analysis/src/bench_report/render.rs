@@ -114,6 +114,31 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
         .collect()
 }
 
+/// Speedup summary table: per platform, dtype and series, the median, min and max ratio to the baseline.
+fn ratio_table(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = ["platform", "dtype", "backend:kernel", "against", "configurations", "median", "min", "max"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows = r
+        .speedup_summary()
+        .into_iter()
+        .map(|s| {
+            vec![
+                s.platform,
+                s.dtype.to_string(),
+                s.series,
+                s.baseline,
+                s.configurations.to_string(),
+                format!("{:.3}x", s.median),
+                format!("{:.3}x", s.min),
+                format!("{:.3}x", s.max),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
 /// Summary pivot: one row per group, one column per series (TFLOPS, with the speedup when there is one).
 fn summary(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
     let mut head: Vec<String> =
@@ -216,6 +241,11 @@ pub fn markdown(r: &Report, with_plots: bool) -> String {
     if r.groups.is_empty() {
         out.push_str("No measured records.\n\n");
     } else {
+        let (h, rows) = ratio_table(r);
+        if !rows.is_empty() {
+            out.push_str("## Speedup against the baseline (ratios of medians measured in the same run)\n\n");
+            md_table(&mut out, &h, &rows);
+        }
         out.push_str("## Summary (TFLOP/s; speedup against the baseline in brackets)\n\n");
         let (h, rows) = summary(r);
         md_table(&mut out, &h, &rows);
@@ -320,6 +350,11 @@ pub fn html(r: &Report) -> String {
     if r.groups.is_empty() {
         out.push_str("<p>No measured records.</p>\n");
     } else {
+        let (h, rows) = ratio_table(r);
+        if !rows.is_empty() {
+            out.push_str("<h2>Speedup against the baseline</h2><p class=\"note\">Ratios of medians measured in the same run.</p>\n");
+            html_table(&mut out, "ratios", &h, &rows, None);
+        }
         out.push_str("<h2>Summary</h2><p class=\"note\">TFLOP/s; speedup against the baseline in brackets.</p>\n");
         let (h, rows) = summary(r);
         html_table(&mut out, "summary", &h, &rows, None);
