@@ -95,7 +95,7 @@ def normalize_spec(obj, out):
         raise ValueError("expected a JSON object or array")
     if isinstance(obj.get("findings"), list):
         for f in obj["findings"]:
-            if isinstance(f, dict) and "replay" in f:
+            if isinstance(f, dict) and f.get("replay"):
                 normalize_spec(f["replay"], out)
         return
     if "spec" in obj:

@@ -162,6 +162,16 @@ fn spec_files_in_our_format_and_the_analyzers_replay_format_are_accepted() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("cuda unfused bf16 causal bshd B=2 Hq=16 Hkv=8 Sq=1024 Sk=1024 D=64"), "{text}");
     assert!(text.contains("cuda fa2 bf16 causal bshd"), "{text}");
+
+    // A whole `sdpa analyze --json` report: every finding's replay; findings without one carry null.
+    let findings = format!(
+        r#"{{"inputs":["t.json.gz"],"findings":[{{"title":"share","replay":null}},
+        {{"title":"unfused","replay":{replay}}}]}}"#
+    );
+    std::fs::write(dir.join("findings.json"), findings).expect("write");
+    let out = sdpa(&["bench", "--spec", "findings.json", "--dry-run"], &dir);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("cuda ")).count(), 2);
 }
 
 #[test]

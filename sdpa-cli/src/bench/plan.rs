@@ -127,7 +127,8 @@ fn collect_specs(value: serde_json::Value, out: &mut Vec<BenchSpec>) -> Result<(
             // A findings report: every finding's replay.
             if let Some(Value::Array(findings)) = map.remove("findings") {
                 for f in findings {
-                    if let Some(r) = f.get("replay").cloned() {
+                    // Findings without a shape to replay (attention's share of time, say) carry null.
+                    if let Some(r) = f.get("replay").filter(|r| !r.is_null()).cloned() {
                         collect_specs(r, out)?;
                     }
                 }
