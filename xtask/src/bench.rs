@@ -15,6 +15,7 @@ cargo xtask bench [options] [-- <extra sdpa bench flags>]
   --full           the full sweeps: seed, decode and fa2bench (fa2bench needs a GPU)
   --out-dir DIR    where records and the report go (default: target/bench)
   --baseline B     report speedups against B (e.g. pytorch:flash; default: PyTorch's best, else unfused)
+  --device KEY     report efficiency against this hardware-table entry (e.g. zen5-2c, h100-sxm)
   --no-build       use the sdpa binary already built in release mode
   -h, --help       this text
 
@@ -25,6 +26,7 @@ struct Opts {
     presets: Vec<String>,
     out_dir: PathBuf,
     baseline: Option<String>,
+    device: Option<String>,
     build: bool,
     extra: Vec<String>,
 }
@@ -34,6 +36,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>> {
         presets: vec!["quick".into()],
         out_dir: project_root().join("target").join("bench"),
         baseline: None,
+        device: None,
         build: true,
         extra: Vec::new(),
     };
@@ -54,6 +57,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>> {
             "--full" => o.presets = vec!["seed".into(), "decode".into(), "fa2bench".into()],
             "--out-dir" => o.out_dir = PathBuf::from(it.next().context("--out-dir needs a value")?),
             "--baseline" => o.baseline = Some(it.next().context("--baseline needs a value")?.clone()),
+            "--device" => o.device = Some(it.next().context("--device needs a value")?.clone()),
             "--no-build" => o.build = false,
             "--" => o.extra.extend(it.by_ref().cloned()),
             other => bail!("unknown option `{other}`\n{HELP}"),
@@ -123,6 +127,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(b) = &o.baseline {
         report.args(["--baseline", b]);
     }
+    if let Some(d) = &o.device {
+        report.args(["--device", d]);
+    }
     if !run_checked(&mut report, "sdpa report")? {
         bail!("sdpa report failed");
     }
@@ -167,8 +174,9 @@ mod tests {
         assert_eq!(o.presets, ["seed", "decode", "fa2bench"]);
         assert!(!o.build);
         assert_eq!(o.extra, ["--backend", "cpu"]);
-        let o = parse(&args(&["--preset", "decode,seed"])).unwrap().unwrap();
+        let o = parse(&args(&["--preset", "decode,seed", "--device", "zen5-2c"])).unwrap().unwrap();
         assert_eq!(o.presets, ["decode", "seed"]);
+        assert_eq!(o.device.as_deref(), Some("zen5-2c"));
         assert!(parse(&args(&["--preset"])).is_err());
         assert!(parse(&args(&["--fast"])).is_err());
     }
