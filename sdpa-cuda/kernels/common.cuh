@@ -88,3 +88,9 @@ __device__ __forceinline__ float row_inv_l(float l) { return l > 0.f ? 1.f / l :
 __device__ __forceinline__ float row_lse(float m, float l) {
     return l > 0.f ? m + logf(l) : (l != l || m != m ? SDPA_NAN : SDPA_NEG_INF);
 }
+// The same for kernels that keep the running max in log2 units (scores multiplied by scale * log2(e)).
+#define SDPA_LOG2E 1.4426950408889634f
+#define SDPA_LN2 0.6931471805599453f
+__device__ __forceinline__ float row_lse_log2(float m2, float l) {
+    return l > 0.f ? m2 * SDPA_LN2 + logf(l) : (l != l || m2 != m2 ? SDPA_NAN : SDPA_NEG_INF);
+}

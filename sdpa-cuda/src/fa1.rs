@@ -18,9 +18,11 @@ const DC: usize = 32;
 const DVC: usize = 64;
 const THREADS: u32 = 256;
 
-/// Shared memory of the fixed variant for head dim `hd`, bytes.
+/// Shared memory of the fixed variant for head dim `hd`, bytes (P shares the K tile's memory when it
+/// fits there, as in `fa1_fixed`).
 pub fn fixed_smem_bytes(hd: usize) -> usize {
-    4 * (hd * LDQ + hd * LDK + BK * hd + BK * LDQ)
+    let p = if hd * LDK >= BK * LDQ { 0 } else { BK * LDQ };
+    4 * (hd * LDQ + hd * LDK + BK * hd + p)
 }
 
 /// Shared memory of the generic variant, bytes.

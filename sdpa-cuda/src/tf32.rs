@@ -12,7 +12,6 @@ use crate::modules::TF32;
 use sdpa_core::{DType, F32Math, Result};
 
 const BQ: usize = 64;
-const BK: usize = 32;
 const WARPS: u32 = 4;
 
 /// Padded head dim the kernel is instantiated for, if any.
@@ -22,7 +21,8 @@ pub fn padded_head_dim(d: usize) -> Option<usize> {
 
 /// Shared memory for padded head dim `dp`, bytes.
 pub fn smem_bytes(dp: usize) -> usize {
-    4 * (BQ * (dp + 4) + BK * (dp + 4) + BK * (dp + 8) + WARPS as usize * 16 * (BK + 4))
+    let bk = if dp >= 128 { 32 } else { 64 }; // TcTile<DP>::BK
+    4 * (BQ * (dp + 8) + 2 * bk * (dp + 8) + WARPS as usize * 16 * (bk + 8))
 }
 
 /// Launches the TF32 or split-TF32 kernel on the call's stream.
@@ -51,7 +51,13 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             .and_then(|x| u32::try_from(x).ok())
             .ok_or_else(|| unsupported("grid exceeds 2^32 blocks"))?;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (WARPS * 32, 1, 1), smem_bytes: smem_bytes(dp) as u32 };
+    // 16-byte global loads when every row start is 16-byte aligned (`extra` is the kernel's flag).
+    let p = &call.params;
+    let aligned = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
+        && s.d % 4 == 0
+        && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
+    let params = crate::params::AttnParams { extra: i32::from(aligned), ..*p };
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the kernel stays within them (rows past Sq/Sk and columns past D are never read or written).
-    unsafe { launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}"), dims, &call.params) }
+    unsafe { launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}"), dims, &params) }
 }
