@@ -88,7 +88,7 @@ pub fn include_dir() -> Option<PathBuf> {
     if let Some(v) = std::env::var_os("SDPA_CUDA_INCLUDE") {
         return Some(PathBuf::from(v));
     }
-    cuda_roots().into_iter().map(|r| r.join("include")).find(|inc| inc.join("cuda_fp16.h").is_file())
+    cuda_roots().into_iter().map(|r| r.join("include")).find(|inc| has_cuda_headers(inc))
 }
 
 fn lib_dirs() -> Vec<PathBuf> {
@@ -180,7 +180,7 @@ pub fn ensure_cublas() -> Result<&'static str, String> {
         .map_err(Clone::clone)
 }
 
-/// Whether `path` looks like a directory holding the CUDA headers (for diagnostics).
+/// Whether `path` holds the CUDA headers the kernels include.
 pub fn has_cuda_headers(path: &Path) -> bool {
     path.join("cuda_fp16.h").is_file() && path.join("cuda_bf16.h").is_file()
 }
