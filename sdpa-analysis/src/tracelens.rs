@@ -3,7 +3,8 @@
 //! Input: `DIR/category_data/sdpa_fwd_ops.csv` (one row per distinct SDPA op: name, `Input Dims`,
 //! `Input type`, `Concrete Inputs` as Python tuple literals, `operation_count`, `Kernel Time (µs)_sum`,
 //! `kernel_details_summary`, `call_stack_full`) and `DIR/metadata/sdpa_fwd_metadata.json` (`platform`,
-//! `gpu_utilization`). Output: `DIR/category_findings/sdpa_fwd_findings.md`.
+//! `gpu_utilization`). Output: `DIR/category_findings/sdpa_fwd_findings.md`. The backward category
+//! (`sdpa_bwd_ops.csv`, `sdpa_bwd_metadata.json` -> `sdpa_bwd_findings.md`) is read the same way when present.
 //!
 //! The rows are re-analysed with this crate's own model: dims and causal flags are read from the raw
 //! inputs (not TraceLens' `perf_params`), bytes use the real element size, causal FLOPs are exact for any
@@ -23,8 +24,19 @@ const MAX_COUNT: u64 = 10_000_000;
 
 /// Reads the contract's forward-SDPA inputs under `dir` and analyses them.
 pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
-    let csv_path = dir.join("category_data").join("sdpa_fwd_ops.csv");
-    let meta_path = dir.join("metadata").join("sdpa_fwd_metadata.json");
+    analyze_category(dir, "sdpa_fwd", opts)
+}
+
+/// True when `DIR/category_data/{category}_ops.csv` exists (`sdpa_fwd`, `sdpa_bwd`).
+pub fn has_category(dir: &Path, category: &str) -> bool {
+    dir.join("category_data").join(format!("{category}_ops.csv")).is_file()
+}
+
+/// Reads `DIR/category_data/{category}_ops.csv` and `DIR/metadata/{category}_metadata.json` and analyses
+/// them (`category` is `sdpa_fwd` or `sdpa_bwd`).
+pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Report> {
+    let csv_path = dir.join("category_data").join(format!("{category}_ops.csv"));
+    let meta_path = dir.join("metadata").join(format!("{category}_metadata.json"));
     let text = std::fs::read_to_string(&csv_path).map_err(|e| AnalysisError::io(&csv_path, "cannot read", e))?;
     let rows = parse_csv(&text).map_err(|m| AnalysisError::invalid(&csv_path, m))?;
     let header = rows.first().ok_or_else(|| AnalysisError::invalid(&csv_path, "empty CSV"))?;
@@ -37,6 +49,7 @@ pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
     let c_kernels = col("kernel_details_summary");
     let c_stack = col("call_stack_full");
     let c_strides = col("Input Strides");
+    let c_perf = col("perf_params");
 
     let mut calls: Vec<AttentionCall> = Vec::new();
     let mut skipped = Vec::new();
@@ -87,8 +100,23 @@ pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
                     .collect()
             })
             .unwrap_or_default();
-        let shape = extract_shape(&sig, &args);
-        let mask = extract_mask(&sig, &args).unwrap_or(MaskInfo::Unknown);
+        let mut shape = extract_shape(&sig, &args).map(|(s, bshd, _)| (s, bshd));
+        let mut mask = extract_mask(&sig, &args).unwrap_or(MaskInfo::Unknown);
+        let mut notes =
+            vec![format!("from a TraceLens {category}_ops.csv row (per-call time = Kernel Time sum / count)")];
+        // Autograd-node rows carry only the gradient's dims: fall back on TraceLens' own perf_params.
+        let pp = c_perf.map(|c| parse_perf_params(get(c))).unwrap_or_default();
+        if shape.is_none() {
+            if let Some(s) = pp.shape {
+                shape = Some((s, false));
+                notes.push("shape from TraceLens' perf_params (the op's inputs do not carry Q/K/V)".into());
+            }
+        }
+        if mask == MaskInfo::Unknown {
+            if let Some(c) = pp.causal {
+                mask = if c { MaskInfo::CausalTopLeft } else { MaskInfo::None };
+            }
+        }
         let per_call = total / count as f64;
         let mut call = AttentionCall {
             kind: Kind::Fused,
@@ -96,17 +124,17 @@ pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
             backend: sig.backend,
             op: name.to_string(),
             module,
-            shape: shape.as_ref().map(|s| s.0),
+            shape: shape.map(|s| s.0),
             dtype: args.ty(sig.qkv[0]).map(str::to_string),
             mask,
             scale: None,
             dropout: None,
-            q_bshd_strides: shape.as_ref().is_some_and(|s| s.1),
+            q_bshd_strides: shape.is_some_and(|s| s.1),
             gpu_us: per_call,
             kernels: kernels.iter().map(|(k, us)| (k.clone(), us / count as f64)).collect(),
             grid_blocks: None,
             parts: Vec::new(),
-            notes: vec!["from a TraceLens sdpa_fwd_ops.csv row (per-call time = Kernel Time sum / count)".into()],
+            notes,
             at: (0, line as f64),
             seqs: Vec::new(),
         };
@@ -143,9 +171,14 @@ pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
 
 /// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.
 pub fn write_findings(dir: &Path, report: &Report) -> Result<PathBuf> {
+    write_category_findings(dir, "sdpa_fwd", report)
+}
+
+/// Writes `DIR/category_findings/{category}_findings.md`; returns its path.
+pub fn write_category_findings(dir: &Path, category: &str, report: &Report) -> Result<PathBuf> {
     let out_dir = dir.join("category_findings");
     std::fs::create_dir_all(&out_dir).map_err(|e| AnalysisError::io(&out_dir, "cannot create", e))?;
-    let out = out_dir.join("sdpa_fwd_findings.md");
+    let out = out_dir.join(format!("{category}_findings.md"));
     std::fs::write(&out, crate::render::markdown::render(report))
         .map_err(|e| AnalysisError::io(&out, "cannot write", e))?;
     Ok(out)
@@ -173,6 +206,40 @@ fn read_metadata(path: &Path, missing: &mut Vec<String>) -> Result<(Option<Strin
         _ => None,
     };
     Ok((platform, busy_us))
+}
+
+/// What TraceLens' `perf_params` column says (`{'B': 2, 'N_Q': 1024, 'H_Q': 8, 'N_KV': 1024, 'H_KV': 8,
+/// 'd_h_qk': 64, 'd_h_v': 64, 'causal': True, ...}`).
+#[derive(Debug, Default, PartialEq)]
+struct PerfParams {
+    shape: Option<sdpa_core::Shape>,
+    causal: Option<bool>,
+}
+
+fn parse_perf_params(s: &str) -> PerfParams {
+    let field = |key: &str| -> Option<&str> {
+        let at = s.find(&format!("'{key}': "))? + key.len() + 4;
+        let rest = &s[at..];
+        Some(rest[..rest.find([',', '}']).unwrap_or(rest.len())].trim())
+    };
+    let num = |key: &str| field(key).and_then(|v| v.parse::<usize>().ok()).filter(|&v| v > 0);
+    let shape = (|| {
+        Some(sdpa_core::Shape {
+            b: num("B")?,
+            hq: num("H_Q")?,
+            hkv: num("H_KV")?,
+            sq: num("N_Q")?,
+            sk: num("N_KV")?,
+            d: num("d_h_qk")?,
+            dv: num("d_h_v")?,
+        })
+    })();
+    let causal = match field("causal") {
+        Some("True") => Some(true),
+        Some("False") => Some(false),
+        _ => None,
+    };
+    PerfParams { shape, causal }
 }
 
 /// Parses RFC 4180 CSV (quoted fields may hold commas, quotes and newlines).
@@ -315,5 +382,10 @@ mod tests {
         let csv = parse_csv("a,b\n\"x, \"\"y\"\"\",2\n").unwrap();
         assert_eq!(csv, vec![vec!["a", "b"], vec!["x, \"y\"", "2"]]);
         assert!(parse_csv("a\n\"open").is_err());
+        let pp = parse_perf_params(
+            "{'B': 2, 'N_Q': 1024, 'H_Q': 8, 'N_KV': 1024, 'H_KV': 8, 'd_h_qk': 64, 'd_h_v': 64, 'causal': True}",
+        );
+        assert_eq!(pp.shape, Some(sdpa_core::Shape::new(2, 8, 1024, 1024, 64)));
+        assert_eq!(pp.causal, Some(true));
     }
 }

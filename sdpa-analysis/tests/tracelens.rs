@@ -61,6 +61,21 @@ fn contract_round_trip_matches_the_trace() {
 }
 
 #[test]
+fn backward_category_takes_the_shape_from_perf_params() {
+    // The bwd row is the autograd node (only the gradient's dims): shape and causal come from perf_params.
+    let dir = data("tracelens").join("llama_sdpa_train_bf16_S1024");
+    assert!(tracelens::has_category(&dir, "sdpa_bwd"));
+    let r = tracelens::analyze_category(&dir, "sdpa_bwd", &Options::default()).unwrap();
+    let op = &r.attention_ops[0];
+    assert_eq!((op.phase, op.backend, op.count), (sdpa_analysis::attention::Phase::Bwd, AttnBackend::Cudnn, 2));
+    assert_eq!((op.b, op.hq, op.sq, op.d, op.causal), (Some(2), Some(8), Some(1024), Some(64), Some(true)));
+    let from_trace = analyze_path(&data("llama_sdpa_train_bf16_S1024.json.gz"), &Options::default()).unwrap();
+    let t = from_trace.attention_ops.iter().find(|o| o.phase == op.phase).unwrap();
+    assert_eq!(op.flops, t.flops);
+    assert!((op.total_us - t.total_us).abs() < 0.5, "{} vs {}", op.total_us, t.total_us);
+}
+
+#[test]
 fn broken_contract_inputs_are_clear_errors() {
     let dir = std::env::temp_dir().join(format!("sdpa-tl-bad-{}", std::process::id()));
     let e = tracelens::analyze_dir(&dir, &Options::default()).unwrap_err().to_string();

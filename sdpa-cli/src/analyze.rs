@@ -75,6 +75,12 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
     if let Some(dir) = &args.output_dir {
         let out = tracelens::write_findings(dir, &report)?;
         eprintln!("sdpa: wrote {}", out.display());
+        // The contract's backward category, when TraceLens wrote one (and no trace was given instead).
+        if args.path.is_none() && tracelens::has_category(dir, "sdpa_bwd") {
+            let bwd = tracelens::analyze_category(dir, "sdpa_bwd", &opts)?;
+            let out = tracelens::write_category_findings(dir, "sdpa_bwd", &bwd)?;
+            eprintln!("sdpa: wrote {}", out.display());
+        }
     }
     if let Some(f) = &args.md {
         write(f, &render::markdown::render(&report))?;
