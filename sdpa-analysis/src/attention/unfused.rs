@@ -405,7 +405,7 @@ fn repeat_kv_heads(
     h: i64,
     d: i64,
 ) -> Option<i64> {
-    let lo = qk_pos.saturating_sub(REPEAT_KV_LOOKBACK).max(floor);
+    let lo = qk_pos.saturating_sub(REPEAT_KV_LOOKBACK).max(floor).min(qk_pos);
     for &o in list[lo..qk_pos].iter().rev() {
         if tree.name(o) != "aten::expand" {
             continue;
