@@ -143,6 +143,52 @@ mod tests {
     use super::*;
     use sdpa_core::{DType, Shape};
 
+    /// The CUDA struct in common.cuh declares the same fields in the same order (sizes are asserted on
+    /// both sides; this catches two fields of one size swapped).
+    #[test]
+    fn common_cuh_declares_the_same_fields_in_order() {
+        let src = crate::modules::COMMON_CUH;
+        let body = src.split("struct AttnParams {").nth(1).and_then(|s| s.split("};").next()).unwrap_or_default();
+        let mut cuda = Vec::new();
+        for decl in body.lines().map(|l| l.split("//").next().unwrap_or("").trim()).filter(|l| !l.is_empty()) {
+            // `const void* q;`, `int b, hq, hkv;`, `i64 q_stride[3];`: the name is the last word of each
+            // comma-separated declarator.
+            for part in decl.trim_end_matches(';').split(',') {
+                let word = part.split_whitespace().last().unwrap_or("").trim_start_matches('*');
+                cuda.push(word.split('[').next().unwrap_or(word).to_string());
+            }
+        }
+        let rust = [
+            "q",
+            "k",
+            "v",
+            "o",
+            "mask",
+            "lse",
+            "workspace",
+            "q_stride",
+            "k_stride",
+            "v_stride",
+            "o_stride",
+            "mask_stride",
+            "b",
+            "hq",
+            "hkv",
+            "group",
+            "sq",
+            "sk",
+            "d",
+            "dv",
+            "mask_kind",
+            "causal_offset",
+            "scale",
+            "scale_log2",
+            "num_splits",
+            "extra",
+        ];
+        assert_eq!(cuda, rust);
+    }
+
     #[test]
     fn bottom_right_offset_and_sizes() {
         let spec = AttentionSpec::new(Shape { b: 2, hq: 8, hkv: 2, sq: 3, sk: 10, d: 64, dv: 32 }, DType::F16)
