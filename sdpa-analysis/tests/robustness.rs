@@ -242,3 +242,50 @@ fn scanner_and_serde_reader_agree_on_every_fixture() {
         }
     }
 }
+
+#[test]
+fn mutated_traces_never_panic() {
+    // Deterministic byte-level damage to a real trace: flipped bytes, cut ends, stray brackets, quotes and
+    // digits. Every outcome must be a report or an error naming the file, never a panic.
+    let dir = scratch("mutations");
+    let json = gunzip(&data("mistral_eager_bf16_S1024_nostack.json.gz"));
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let junk = b"{}[]\",:0-e9.tfn\\ ";
+    let (mut ok, mut err) = (0, 0);
+    for case in 0..60 {
+        let mut bytes = json.clone();
+        for _ in 0..(1 + next() % 4) {
+            let at = (next() % bytes.len() as u64) as usize;
+            match next() % 3 {
+                0 => bytes[at] = junk[(next() % junk.len() as u64) as usize],
+                1 => bytes.insert(at, junk[(next() % junk.len() as u64) as usize]),
+                _ => {
+                    bytes.remove(at);
+                }
+            }
+        }
+        if case % 10 == 0 {
+            let cut = (next() % bytes.len() as u64) as usize;
+            bytes.truncate(cut);
+        }
+        let p = write(&dir, "m.json", &bytes);
+        match analyze_path(&p, &Options::default()) {
+            Ok(r) => {
+                ok += 1;
+                assert!(r.summary.total_gpu_time_us.is_finite());
+            }
+            Err(e) => {
+                err += 1;
+                assert!(e.to_string().contains("m.json"), "{e}");
+            }
+        }
+    }
+    assert_eq!(ok + err, 60);
+    assert!(err > 0, "some mutations break the JSON");
+}
