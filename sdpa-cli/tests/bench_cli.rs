@@ -245,3 +245,112 @@ fn the_cpu_backend_sweeps_every_kernel_dtype_mask_and_layout_with_checks() {
         assert_eq!(r["threads"], 2);
     }
 }
+
+/// The PyTorch side-by-side plumbing, with a stand-in for the script (CI has no torch): `sdpa bench` writes
+/// a spec of the sweep's CPU cases, runs the script with the sweep's flags, and merges what it wrote, with
+/// TFLOP/s recomputed by our cost model. The real script is exercised by its own self-test.
+#[test]
+fn pytorch_records_are_merged_from_the_script_run_on_the_same_cases() {
+    let dir = tmp("pytorch");
+    // A stand-in interpreter: `-c "import torch"` succeeds; anything else runs python3.
+    let py = dir.join("fake-python");
+    std::fs::write(&py, "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then exit 0; fi\nexec python3 \"$@\"\n").expect("write");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // The stand-in script: one 2 ms "flash" record per case (with a wrong tflops), one case not run.
+    let script = r#"
+import json, sys
+a = sys.argv[1:]
+arg = lambda k: a[a.index(k) + 1]
+specs = json.load(open(arg("--spec")))
+recs, skipped = [], []
+for s in specs:
+    shape = s["shapes"][0]
+    rec = {"backend": "pytorch", "kernel": "flash", "device": "cpu model", "dtype": s["dtypes"][0], "shape": shape,
+           "mask": s["masks"][0], "layout": s["layouts"][0], "time_ms": {"median": 2.0, "min": 1.0, "max": 3.0, "reps": 3},
+           "tflops": 1e9, "gbps": 1e9}
+    recs.append(rec)
+skipped.append({"backend": "pytorch", "kernel": "efficient", "dtype": "f32", "shape": specs[0]["shapes"][0],
+                "mask": "none", "reason": "No available kernel", "failed": False})
+json.dump({"format": "sdpa-bench-v1", "records": recs, "skipped": skipped,
+           "command": " ".join(a)}, open(arg("--out"), "w"))
+"#;
+    std::fs::write(dir.join("stub.py"), script).expect("write");
+    let out = sdpa(
+        &[
+            "bench",
+            "--backend",
+            "reference,cpu",
+            "--kernel",
+            "unfused",
+            "--dtype",
+            "f32",
+            "--shape",
+            "1,2,2,16,16,8",
+            "--shape",
+            "1,2,1,8,24,8",
+            "--mask",
+            "causal",
+            "--reps",
+            "2",
+            "--python",
+            py.to_str().expect("utf-8"),
+            "--pytorch-script",
+            "stub.py",
+            "--with-pytorch",
+            "--quiet",
+            "--out",
+            "p.json",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let v = read_json(&dir.join("p.json"));
+    let recs = v["records"].as_array().expect("records");
+    let torch: Vec<_> = recs.iter().filter(|r| r["backend"] == "pytorch").collect();
+    // Two cases on the CPU (the reference's are not sent), one record each.
+    assert_eq!(torch.len(), 2, "{v}");
+    assert_eq!(recs.iter().filter(|r| r["backend"] == "cpu").count(), 2);
+    // FLOPs of 1x2 heads x 136 causal pairs x (8+8) x 2 over 2 ms, not the script's 1e9.
+    let want = 2.0 * 2.0 * 136.0 * 16.0 / 2e-3 / 1e12;
+    let got = torch[0]["tflops"].as_f64().expect("tflops");
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    assert!(v["skipped"].as_array().expect("skipped").iter().any(|s| s["reason"] == "No available kernel"));
+    // The spec handed to the script lists exactly the CPU cases.
+    let spec = read_json(&dir.join("p.pytorch-cpu.spec.json"));
+    assert_eq!(spec.as_array().expect("array").len(), 2);
+    assert_eq!(spec[1]["shapes"][0]["hkv"], 1);
+    assert_eq!(spec[0]["masks"][0], "causal");
+
+    // A script that fails: the configurations are listed as failed and --with-pytorch makes it an error.
+    std::fs::write(dir.join("broken.py"), "import sys\nsys.exit(3)\n").expect("write");
+    let out = sdpa(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "unfused",
+            "--dtype",
+            "f32",
+            "--shape",
+            "1,2,2,16,16,8",
+            "--python",
+            py.to_str().expect("utf-8"),
+            "--pytorch-script",
+            "broken.py",
+            "--with-pytorch",
+            "--quiet",
+            "--out",
+            "b.json",
+        ],
+        &dir,
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("PyTorch timing failed"), "{}", stderr(&out));
+    let v = read_json(&dir.join("b.json"));
+    assert!(v["skipped"].as_array().expect("skipped").iter().any(|s| s["backend"] == "pytorch" && s["failed"] == true));
+}
