@@ -124,6 +124,41 @@ impl Scratch {
     }
 }
 
+/// What a worker's scratch was sized for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScratchKey {
+    pub path: SimdPath,
+    pub tiles: Tiles,
+    pub d: usize,
+    pub dv: usize,
+    pub packs: bool,
+    pub pairs: bool,
+}
+
+thread_local! {
+    /// Each worker thread keeps its last scratch: items of one call (and calls of one shape) reuse it
+    /// instead of allocating and zeroing a few hundred KiB per item.
+    static SCRATCH: std::cell::RefCell<Option<(ScratchKey, Scratch)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's scratch for `key` (rebuilt when the key changed).
+fn with_scratch<R>(key: ScratchKey, f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let fresh = || Scratch::new(key.path, key.tiles, key.d, key.dv, key.packs, key.pairs);
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            if !matches!(&*slot, Some((k, _)) if *k == key) {
+                *slot = Some((key, fresh()));
+            }
+            match slot.as_mut() {
+                Some((_, scr)) => f(scr),
+                None => f(&mut fresh()),
+            }
+        }
+        // Re-entered on this thread (not expected: items never call back into rayon): a private scratch.
+        Err(_) => f(&mut fresh()),
+    })
+}
+
 struct ItemRun<'p, 'a, T> {
     p: &'p Problem<'a, T>,
     tiles: Tiles,
@@ -344,10 +379,10 @@ pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
         .into_iter()
         .map(|(b, kvh, r0, nr)| Item { b, kvh, r0, nr, k_lo: 0, k_hi: p.sk, slot: 0 })
         .collect();
-    items.par_iter().with_max_len(1).for_each_init(
-        || Scratch::new(path, tiles, p.d, p.dv, packs, uses_pairs(p, path)),
-        |scr, &item| run_item(path, p, tiles, item, scr, Sink::Output),
-    );
+    let key = ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) };
+    items.par_iter().with_max_len(1).for_each(|&item| {
+        with_scratch(key, |scr| run_item(path, p, tiles, item, scr, Sink::Output));
+    });
 }
 
 /// How many key chunks `splitkv` cuts each row tile into: enough items to keep every thread busy, each
@@ -379,10 +414,10 @@ pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thr
     let mut part_o = vec![0.0f32; slots * p.dv];
     let mut part_lse = vec![f32::NEG_INFINITY; slots];
     let sink = Sink::Partial { o: SharedMut(part_o.as_mut_ptr()), lse: SharedMut(part_lse.as_mut_ptr()) };
-    items.par_iter().with_max_len(1).for_each_init(
-        || Scratch::new(path, tiles, p.d, p.dv, packs, uses_pairs(p, path)),
-        |scr, &item| run_item(path, p, tiles, item, scr, sink),
-    );
+    let key = ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) };
+    items.par_iter().with_max_len(1).for_each(|&item| {
+        with_scratch(key, |scr| run_item(path, p, tiles, item, scr, sink));
+    });
     let (part_o, part_lse) = (&part_o, &part_lse);
     rt.par_iter().enumerate().for_each_init(
         || (vec![0.0f32; p.dv], Vec::with_capacity(splits)),
