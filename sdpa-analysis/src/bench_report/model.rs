@@ -370,6 +370,18 @@ impl Report {
         let seq_plots = seq_plots(&groups, &series);
         let rooflines = rooflines(&groups, &opts.peak, &measured);
         let mut note = peak_note(&opts.peak);
+        let mut unknown: Vec<&str> = groups
+            .iter()
+            .filter(|g| g.rows.iter().all(|r| r.efficiency.is_none()))
+            .map(|g| g.platform.as_str())
+            .collect();
+        unknown.dedup();
+        if !unknown.is_empty() {
+            note.push_str(&format!(
+                "; no peak known for {} (pass --device KEY from the hardware table, or --peak-tflops/--peak-gbps)",
+                unknown.join(", ")
+            ));
+        }
         for (platform, m) in &measured {
             note.push_str(&format!(
                 "; on {platform}: the ceilings measured in the same run ({})",
