@@ -94,21 +94,20 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
     if trimmed.is_empty() {
         return Err(bad("the file is empty".to_string()));
     }
-    // Python's json.dump writes NaN and Infinity unless told not to; say so instead of a bare position.
-    for token in [": NaN", ":NaN", ": Infinity", ": -Infinity"] {
-        if let Some(pos) = text.find(token) {
-            let line = text[..pos].matches('\n').count() + 1;
-            return Err(bad(format!(
-                "line {line} holds `{}`, which is not JSON (write null, or json.dump(..., allow_nan=False))",
-                token.trim_start_matches(':').trim()
-            )));
-        }
-    }
+    // Python's json.dump writes NaN and Infinity unless told not to. They are not JSON; read them as null,
+    // and a record left without a median becomes a "not run" entry instead of failing the whole file.
+    let cleaned = non_finite_to_null(text);
+    let text = cleaned.as_deref().unwrap_or(text);
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Array(items)) => {
             let mut file = BenchFile::new();
             for (i, item) in items.into_iter().enumerate() {
-                file.records.push(serde_json::from_value(item).map_err(|e| bad(format!("record {i}: {e}")))?);
+                match unmeasured(&item) {
+                    Some(skip) => file.skipped.push(skip),
+                    None => {
+                        file.records.push(serde_json::from_value(item).map_err(|e| bad(format!("record {i}: {e}")))?)
+                    }
+                }
             }
             Ok(file)
         }
@@ -117,7 +116,19 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
                 return from_flat(&v).map_err(bad);
             }
             if v.get("records").is_some() || v.get("skipped").is_some() {
+                let mut v = v;
+                let mut moved = Vec::new();
+                if let Some(serde_json::Value::Array(recs)) = v.get_mut("records") {
+                    recs.retain(|r| match unmeasured(r) {
+                        Some(skip) => {
+                            moved.push(skip);
+                            false
+                        }
+                        None => true,
+                    });
+                }
                 let mut f: BenchFile = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
+                f.skipped.extend(moved);
                 if f.format.is_empty() {
                     f.format = BENCH_FORMAT.to_string();
                 }
@@ -251,4 +262,87 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
         f.records.push(base);
     }
     Ok(f)
+}
+
+/// `text` with every NaN / Infinity / -Infinity outside strings replaced by null, or `None` when it has none.
+fn non_finite_to_null(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out: Option<String> = None;
+    let (mut i, mut last, mut in_str, mut esc) = (0, 0, false, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            if esc {
+                esc = false;
+            } else if c == b'\\' {
+                esc = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_str = true;
+            i += 1;
+            continue;
+        }
+        let token = ["-Infinity", "Infinity", "NaN"].into_iter().find(|t| b[i..].starts_with(t.as_bytes()));
+        match token {
+            Some(t) => {
+                let o = out.get_or_insert_with(String::new);
+                o.push_str(&text[last..i]);
+                o.push_str("null");
+                i += t.len();
+                last = i;
+            }
+            None => i += 1,
+        }
+    }
+    out.map(|mut o| {
+        o.push_str(&text[last..]);
+        o
+    })
+}
+
+/// A record without a finite median (NaN in the file) as a "not run" entry, when it names its configuration.
+fn unmeasured(r: &serde_json::Value) -> Option<Skipped> {
+    let median = r.get("time_ms").and_then(|t| t.get("median"));
+    if median.is_some_and(|m| m.as_f64().is_some_and(f64::is_finite)) {
+        return None;
+    }
+    let text = |k: &str| r.get(k).and_then(|x| x.as_str()).map(String::from);
+    Some(Skipped {
+        backend: text("backend")?,
+        kernel: text("kernel")?,
+        dtype: serde_json::from_value(r.get("dtype")?.clone()).ok()?,
+        shape: serde_json::from_value(r.get("shape")?.clone()).ok()?,
+        mask: text("mask").unwrap_or_else(|| "none".to_string()),
+        layout: text("layout"),
+        reason: "no valid time in the result file (NaN or missing median)".to_string(),
+        failed: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_outside_strings_becomes_null_and_unmeasured_records_become_not_run() {
+        assert_eq!(non_finite_to_null(r#"{"a": "NaN", "b": 1}"#), None);
+        assert_eq!(
+            non_finite_to_null(r#"{"a": NaN, "s": "x\"NaN", "b": [-Infinity, Infinity]}"#).as_deref(),
+            Some(r#"{"a": null, "s": "x\"NaN", "b": [null, null]}"#)
+        );
+        let text = r#"[{"backend":"pytorch","kernel":"fused","device":"cpu","dtype":"f32",
+            "shape":{"b":1,"hq":8,"hkv":8,"sq":16384,"sk":16384,"d":64,"dv":64},"mask":"none",
+            "time_ms":{"median":NaN,"min":NaN,"max":NaN},"tflops":0.0,"gbps":0.0},
+            {"backend":"cpu","kernel":"fa2","device":"cpu","dtype":"f32",
+            "shape":{"b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"dv":64},"mask":"none",
+            "time_ms":{"median":1.0,"min":1.0,"max":1.0},"tflops":0.0,"gbps":0.0}]"#;
+        let f = parse_results(text, "t.json").unwrap();
+        assert_eq!((f.records.len(), f.skipped.len()), (1, 1));
+        assert_eq!(f.skipped[0].shape.sq, 16384);
+    }
 }
