@@ -176,6 +176,10 @@ def cases(preset):
             for s in (shp(1, 4, 4, 512, 512, 64), shp(1, 2, 2, 512, 512, 128)):
                 for mask in ("none", "causal"):
                     out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ["fa2"]})
+    if preset == "decode":
+        for dtype in ("f32", "bf16"):
+            out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
+                        "ours": ["fa2", "splitkv", "unfused"]})
     if preset in ("issue", "quick"):
         for dtype in ("f32", "bf16"):
             for s in (prefill[:1] if preset == "quick" else prefill):
@@ -273,7 +277,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small"])
+    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode"])
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu-<date>.json)")
     ap.add_argument("--render", metavar="JSON", help="only print the markdown table of an earlier run")

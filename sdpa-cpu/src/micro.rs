@@ -322,7 +322,14 @@ pub(crate) unsafe fn pv<S: Simd>(
             let al = alpha.map(|a| a.add(r));
             let mut c = 0;
             while c < dv {
-                let (nv, n) = if dv - c >= chunk { (S::PV_VECS, l) } else { (1, (dv - c).min(l)) };
+                // A single row (decoding) takes eight vectors at once: one pass over each V row.
+                let (nv, n) = if nr == 1 && dv - c >= 8 * l {
+                    (8, l)
+                } else if dv - c >= chunk {
+                    (S::PV_VECS, l)
+                } else {
+                    (1, (dv - c).min(l))
+                };
                 let part = n < l;
                 let (vc, oc) = (v.add(c), o_r.add(c));
                 macro_rules! tile {
@@ -332,6 +339,7 @@ pub(crate) unsafe fn pv<S: Simd>(
                 }
                 // Only the arms matching the token's constants (and the edges) survive inlining.
                 match (nr, nv, part) {
+                    (1, 8, false) => tile!(1, 8, false),
                     (8, 2, false) => tile!(8, 2, false),
                     (8, 1, false) => tile!(8, 1, false),
                     (8, 1, true) => tile!(8, 1, true),
