@@ -28,12 +28,6 @@ impl Tiles {
     /// tile streams all of its kv head's K and V once, so taller tiles halve that traffic (from L3 or
     /// memory, where other work on a shared machine competes), at a few percent of in-cache speed.
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
-        if let Some(t) = std::env::var("SDPA_CPU_TILES").ok().and_then(|v| {
-            let (a, b) = v.split_once(',')?;
-            Some(Tiles { br: a.parse().ok()?, bc: b.parse().ok()? })
-        }) {
-            return t;
-        }
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
             SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
