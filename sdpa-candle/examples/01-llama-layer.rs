@@ -56,6 +56,9 @@ struct Layer {
     down: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// Additive causal mask `[max_seq, max_seq]` in the model's dtype, built once as candle-transformers'
+    /// models cache theirs (so the candle path is not charged for building it).
+    causal: Tensor,
 }
 
 fn linear(out_dim: usize, in_dim: usize, dtype: DType, dev: &Device) -> Result<Linear> {
@@ -73,6 +76,9 @@ impl Layer {
         let inv = Tensor::from_vec(inv, (1, hd / 2), dev)?;
         let pos = Tensor::arange(0u32, max_seq as u32, dev)?.to_dtype(DType::F32)?.reshape((max_seq, 1))?;
         let freqs = pos.matmul(&inv)?;
+        let mask: Vec<f32> =
+            (0..max_seq * max_seq).map(|x| if x % max_seq > x / max_seq { f32::NEG_INFINITY } else { 0.0 }).collect();
+        let causal = Tensor::from_vec(mask, (max_seq, max_seq), dev)?.to_dtype(dtype)?;
         Ok(Layer {
             cfg,
             attn_norm: norm(1.0)?,
@@ -86,6 +92,7 @@ impl Layer {
             down: linear(h, cfg.intermediate, dtype, dev)?,
             cos: freqs.cos()?.to_dtype(dtype)?,
             sin: freqs.sin()?.to_dtype(dtype)?,
+            causal,
         })
     }
 
@@ -115,8 +122,7 @@ impl Layer {
                 let (k, v) = (repeat(k)?, repeat(v)?);
                 let scale = 1.0 / (c.head_dim as f64).sqrt();
                 let att = (q.matmul(&k.t()?)? * scale)?;
-                let mask: Vec<f32> = (0..s * s).map(|x| if x % s > x / s { f32::NEG_INFINITY } else { 0.0 }).collect();
-                let mask = Tensor::from_vec(mask, (s, s), x.device())?.to_dtype(att.dtype())?;
+                let mask = self.causal.narrow(0, 0, s)?.narrow(1, 0, s)?.to_dtype(att.dtype())?;
                 let att = ops::softmax_last_dim(&att.broadcast_add(&mask)?)?;
                 att.matmul(&v)?.transpose(1, 2)?
             }

@@ -5,7 +5,7 @@
 use crate::error::sdpa_err;
 use crate::op::SdpaOp;
 use crate::plan::Plan;
-use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream};
+use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use candle_core::cuda::CudaDType;
 use candle_core::{bail, CudaStorage, Result, Shape, Storage};
 use sdpa_cuda::{CudaBackend, CudaElement};
@@ -40,6 +40,15 @@ fn mask_storage(op: &SdpaOp) -> Result<Option<candle_core::StorageRef<'_>>> {
     Ok(Some(storage))
 }
 
+/// The part of a storage an operand reads, from its start offset.
+fn view<'a, T: Element>(s: &'a CudaStorage, off: usize, name: &str) -> Result<CudaView<'a, T>> {
+    let slice: &CudaSlice<T> = s.as_cuda_slice::<T>()?;
+    if off > slice.len() {
+        bail!("sdpa: {name} starts at offset {off} past the end of its storage ({} elements)", slice.len());
+    }
+    Ok(slice.slice(off..))
+}
+
 fn run_typed<T: Element>(
     op: &SdpaOp,
     plan: &Plan,
@@ -49,16 +58,9 @@ fn run_typed<T: Element>(
     s2: &CudaStorage,
     s3: &CudaStorage,
 ) -> Result<(CudaStorage, Shape)> {
-    let view = |s: &CudaStorage, off: usize, name: &str| -> Result<_> {
-        let slice: &CudaSlice<T> = s.as_cuda_slice::<T>()?;
-        if off > slice.len() {
-            bail!("sdpa: {name} starts at offset {off} past the end of its storage ({} elements)", slice.len());
-        }
-        Ok(slice.slice(off..))
-    };
-    let q = view(s1, plan.q_offset, "q")?;
-    let k = view(s2, plan.k_offset, "k")?;
-    let v = view(s3, plan.v_offset, "v")?;
+    let q = view::<T>(s1, plan.q_offset, "q")?;
+    let k = view::<T>(s2, plan.k_offset, "k")?;
+    let v = view::<T>(s3, plan.v_offset, "v")?;
     let mask_guard = mask_storage(op)?;
     let mask: Option<&CudaSlice<f32>> = match &mask_guard {
         None => None,

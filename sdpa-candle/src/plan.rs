@@ -120,7 +120,7 @@ pub(crate) fn plan(
     if k.d != q.d {
         bail!("sdpa: head dims of q ({}) and k ({}) differ {}", q.d, k.d, ctx());
     }
-    if k.h == 0 || q.h % k.h != 0 {
+    if k.h == 0 || !q.h.is_multiple_of(k.h) {
         bail!(
             "sdpa: q has {} heads, which is not a multiple of the {} heads of k and v (GQA needs whole groups) {}",
             q.h,
