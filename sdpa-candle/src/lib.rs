@@ -38,6 +38,14 @@
 //!
 //! What a view needs: rank 4, a contiguous last dim (stride 1). Anything else (a head dim that is not
 //! the innermost in memory) is an error that says to call `.contiguous()`.
+//!
+//! CUDA (feature `cuda`): the same call on candle CUDA tensors runs sdpa-cuda on candle's own device memory
+//! and stream; Q, K, V and the mask are read in place and the output is a new allocation candle owns. The
+//! feature turns on candle-core's `cuda` feature, so building it needs nvcc and the CUDA libraries
+//! (`../shared/tools/candle-cuda-setup.sh` prepares a machine without them). candle-core 0.11.1 and sdpa-cuda
+//! share cudarc 0.19; candle's `dynamic-linking` wins over sdpa-cuda's `fallback-dynamic-loading` in the
+//! feature union, and the workspace's pinned `cuda-13000` wins over candle's `cuda-version-from-build-system`,
+//! so a CUDA build must use a CUDA 13.0 toolkit.
 
 mod cpu;
 #[cfg(feature = "cuda")]
