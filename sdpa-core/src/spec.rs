@@ -417,7 +417,7 @@ impl AttentionSpec {
                 )));
             }
         }
-        if s.hq % s.hkv != 0 {
+        if !s.hq.is_multiple_of(s.hkv) {
             return Err(SdpaError::invalid(format!(
                 "Hq = {} is not a multiple of Hkv = {} (GQA needs whole groups)",
                 s.hq, s.hkv

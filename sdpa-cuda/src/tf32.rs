@@ -54,7 +54,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     // 16-byte global loads when every row start is 16-byte aligned (`extra` is the kernel's flag).
     let p = &call.params;
     let aligned = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
-        && s.d % 4 == 0
+        && s.d.is_multiple_of(4)
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let params = crate::params::AttnParams { extra: i32::from(aligned), ..*p };
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
