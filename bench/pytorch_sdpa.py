@@ -330,9 +330,14 @@ def time_calls(torch, dev, fn, warmup, max_reps, budget):
     """Milliseconds per call: a probe sizes the repetitions to the budget (at least 3 unless one call
     alone exceeds it)."""
     cuda = dev.type == "cuda"
+    # As sdpa-cuda's event timing and triton's do_bench do: zero a 256 MB buffer before each timed call, so
+    # every call starts with a cold L2 and the host's Python dispatch of `fn` overlaps the memset instead of
+    # showing up as idle GPU time between the events (which inflated short calls such as decoding).
+    flush = torch.empty(256 << 20, dtype=torch.int8, device=dev) if cuda else None
 
     def one():
         if cuda:
+            flush.zero_()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             fn()

@@ -271,12 +271,15 @@ fn is_gpu_name(device: &str) -> bool {
     ["nvidia", "geforce", "tesla", "instinct", "radeon", "cuda"].iter().any(|w| d.contains(w))
 }
 
-/// "cpu" for CPU backends and CPU devices, else the device name.
+/// "cpu" for CPU backends and CPU devices, else the GPU's name without the details our CUDA backend appends
+/// in brackets ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"), so PyTorch's records of the same GPU, which carry
+/// the bare name, land on the same platform and are compared with ours.
 pub fn platform_of(rec: &BenchRecord) -> String {
+    let gpu = |name: &str| name.split(" (").next().unwrap_or(name).trim().to_string();
     match rec.backend.as_str() {
         "cpu" | "reference" => "cpu".to_string(),
-        "cuda" => rec.device.clone(),
-        _ if is_gpu_name(&rec.device) => rec.device.clone(),
+        "cuda" => gpu(&rec.device),
+        _ if is_gpu_name(&rec.device) => gpu(&rec.device),
         _ => "cpu".to_string(),
     }
 }
@@ -634,4 +637,27 @@ fn rooflines(groups: &[Group], peak: &PeakChoice, measured: &BTreeMap<String, Me
         out.push(RooflinePlot { title: format!("roofline · {platform}"), ceilings, gbps, points });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::{AttentionSpec, Shape, TimeStats};
+
+    fn rec(backend: &str, device: &str) -> BenchRecord {
+        let spec = AttentionSpec::new(Shape::new(1, 8, 512, 512, 64), DType::BF16);
+        let t = TimeStats { median: 1.0, min: 1.0, max: 1.0, reps: 1 };
+        BenchRecord::new(backend, "fa2", device, &spec, t, None)
+    }
+
+    /// Regression: on the H100 our CUDA records named the device "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"
+    /// and PyTorch's "NVIDIA H100 80GB HBM3", so the report put them on two platforms and never compared them.
+    #[test]
+    fn our_gpu_records_share_a_platform_with_pytorchs() {
+        let ours = platform_of(&rec("cuda", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"));
+        let torch = platform_of(&rec("pytorch", "NVIDIA H100 80GB HBM3"));
+        assert_eq!(ours, torch);
+        assert_eq!(platform_of(&rec("cpu", "AMD EPYC (avx512-bf16, 2 threads)")), "cpu");
+        assert_eq!(platform_of(&rec("pytorch", "cpu")), "cpu");
+    }
 }
