@@ -305,6 +305,19 @@ struct Uploaded<B> {
     lse: Option<B>,
 }
 
+impl<B> Uploaded<B> {
+    fn args(&mut self) -> ForwardArgs<'_, B> {
+        ForwardArgs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            mask: self.mask.as_ref(),
+            o: &mut self.o,
+            lse: self.lse.as_mut(),
+        }
+    }
+}
+
 fn upload_all<T: Backend + ?Sized>(
     be: &T,
     spec: &AttentionSpec,
@@ -342,8 +355,7 @@ impl<T: Backend> HostBackend for T {
 
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun> {
         let mut u = upload_all(self, spec, opts, inputs)?;
-        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
-        let kernel = self.forward(spec, opts, args)?;
+        let kernel = self.forward(spec, opts, u.args())?;
         self.synchronize()?;
         let o = self.download(&u.o)?;
         let lse = match &u.lse {
@@ -363,10 +375,8 @@ impl<T: Backend> HostBackend for T {
     ) -> Result<(Vec<f64>, Kernel)> {
         let mut u = upload_all(self, spec, opts, inputs)?;
         // One untimed call resolves `auto` and surfaces errors before timing starts.
-        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
-        let kernel = self.forward(spec, opts, args)?;
-        let args = ForwardArgs { q: &u.q, k: &u.k, v: &u.v, mask: u.mask.as_ref(), o: &mut u.o, lse: u.lse.as_mut() };
-        let times = self.time_forward(spec, opts, args, warmup, reps)?;
+        let kernel = self.forward(spec, opts, u.args())?;
+        let times = self.time_forward(spec, opts, u.args(), warmup, reps)?;
         Ok((times, kernel))
     }
 }
