@@ -90,7 +90,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     let (times, kernel) = backend.time_host(&spec, &opts, &inputs, warmup, reps)?;
     let stats = TimeStats::from_samples(&times).context("no valid timing samples")?;
 
-    let mut rec = BenchRecord::new(backend.name(), kernel.name(), &backend.device_name(), &spec, stats, check);
+    let mut rec = BenchRecord::new(backend.name(), args.kernel.name(), &backend.device_name(), &spec, stats, check);
+    if args.kernel == Kernel::Auto {
+        rec.auto_chose = Some(kernel.name().to_string());
+    }
     rec.threads = args.threads;
     if spec.dtype == DType::F32 {
         rec.f32_math = Some(args.f32_math.name().to_string());

@@ -41,8 +41,11 @@ impl TimeStats {
 pub struct BenchRecord {
     /// "reference", "cpu", "cuda", "pytorch", "candle", ...
     pub backend: String,
-    /// Kernel that ran ("fa2", "unfused", "flash", "cudnn", "math", ...).
+    /// Kernel that ran ("fa2", "unfused", "flash", "cudnn", "math", ...), or "auto" when the backend chose.
     pub kernel: String,
+    /// For `auto`: the kernel the backend chose for this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_chose: Option<String>,
     /// Device name.
     pub device: String,
     /// Element type.
@@ -97,6 +100,7 @@ impl BenchRecord {
         BenchRecord {
             backend: backend.to_string(),
             kernel: kernel.to_string(),
+            auto_chose: None,
             device: device.to_string(),
             dtype: spec.dtype,
             shape: spec.shape,

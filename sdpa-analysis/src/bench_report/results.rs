@@ -226,6 +226,7 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
         let base = BenchRecord {
             backend: text(r.get("backend")).unwrap_or_else(|| "cuda".to_string()),
             kernel: text(r.get("kernel")).ok_or_else(|| e("missing `kernel`"))?,
+            auto_chose: None,
             device,
             dtype,
             shape,

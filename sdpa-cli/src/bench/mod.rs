@@ -15,7 +15,8 @@ use plan::{Case, Config, Overrides, Plan};
 use sdpa_analysis::bench_report::{BenchFile, Skipped};
 use sdpa_core::check::check_output;
 use sdpa_core::{
-    AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, SdpaError, TimeStats,
+    AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, RunOptions, SdpaError,
+    TimeStats,
 };
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -443,7 +444,7 @@ fn run_one(
     let min_reps = if probe <= budget { 3 } else { 1 };
     let reps = fit.max(min_reps).min(max_reps).max(1);
     let warmup = if probe * warmup as f64 > budget { warmup.min(1) } else { warmup };
-    let (times, _ran) = match be.time_host(&spec, &opts, inp, warmup, reps) {
+    let (times, ran) = match be.time_host(&spec, &opts, inp, warmup, reps) {
         Ok(t) => t,
         Err(e) => return classify(e),
     };
@@ -451,6 +452,9 @@ fn run_one(
         return Outcome::Fail("no valid timing samples".to_string());
     };
     let mut rec = BenchRecord::new(be.name(), c.kernel.name(), &be.device_name(), &spec, stats, check);
+    if c.kernel == Kernel::Auto {
+        rec.auto_chose = Some(ran.name().to_string());
+    }
     rec.threads = st.threads.or_else(|| (c.backend == "cpu").then(rayon_threads).flatten());
     if spec.dtype == DType::F32 {
         rec.f32_math = Some(c.f32_math.name().to_string());
