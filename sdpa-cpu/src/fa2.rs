@@ -9,6 +9,7 @@
 
 use crate::element::CpuElement;
 use crate::micro;
+use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 use rayon::prelude::*;
@@ -159,17 +160,19 @@ struct ItemRun<'p, 'a, T> {
     item: Item,
     scr: &'p mut Scratch,
     sink: Sink,
+    careful: bool,
 }
 
 impl<T: CpuElement> SimdKernel for ItemRun<'_, '_, T> {
-    type Output = ();
+    type Output = bool;
     #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        process::<S, T>(s, self.p, self.tiles, self.item, self.scr, self.sink);
+    fn run<S: Simd>(self, s: S) -> bool {
+        process::<S, T>(s, self.p, self.tiles, self.item, self.scr, self.sink, self.careful)
     }
 }
 
-/// Runs one work item on SIMD path `path`.
+/// Runs one work item on SIMD path `path`; again in careful mode when its accumulators came out
+/// non-finite (see `nonfinite`).
 pub(crate) fn run_item<T: CpuElement>(
     path: SimdPath,
     p: &Problem<'_, T>,
@@ -181,12 +184,20 @@ pub(crate) fn run_item<T: CpuElement>(
     #[cfg(target_arch = "x86_64")]
     if uses_pairs(p, path) && item.nr * 4 > 16 {
         if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
-            // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
-            unsafe { crate::simd::bf16dot::process(p, q, k, v, tiles, item, scr, sink) };
+            for careful in [false, true] {
+                // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
+                if unsafe { crate::simd::bf16dot::process(p, q, k, v, tiles, item, scr, sink, careful) } {
+                    return;
+                }
+            }
             return;
         }
     }
-    dispatch(path, ItemRun { p, tiles, item, scr, sink });
+    for careful in [false, true] {
+        if dispatch(path, ItemRun { p, tiles, item, scr: &mut *scr, sink, careful }) {
+            return;
+        }
+    }
 }
 
 /// Whether items of this call may take the AVX512_BF16 kernel: bf16 inputs, an even head dim (K is read
@@ -195,8 +206,18 @@ pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> b
     path == SimdPath::Avx512Bf16 && T::as_bf16(p.q).is_some() && p.d.is_multiple_of(2) && path.is_supported()
 }
 
+/// One work item. Returns false, having sent nothing, when not `careful` and an accumulator came out
+/// non-finite (the caller runs the item again with `careful`); true once its rows went to the sink.
 #[inline(always)]
-fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item, scr: &mut Scratch, sink: Sink) {
+fn process<S: Simd, T: CpuElement>(
+    s: S,
+    p: &Problem<'_, T>,
+    t: Tiles,
+    it: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+    careful: bool,
+) -> bool {
     let lanes = S::LANES;
     let (d, dv) = (p.d, p.dv);
     let (dp, dvp) = (round_up(d, lanes), round_up(dv, lanes));
@@ -288,16 +309,33 @@ fn process<S: Simd, T: CpuElement>(s: S, p: &Problem<'_, T>, t: Tiles, it: Item,
                 (scr.vp.as_ptr(), dvp)
             }
         };
+        // Careful mode: V rows with NaN or inf leave the tile product and come back only where attended.
+        // SAFETY: V rows j0..j1 hold dv values at stride vs.
+        let bad = if careful { unsafe { nonfinite::bad_rows(vptr, vs, nk, dv) } } else { Vec::new() };
+        // SAFETY: as above.
+        let clean =
+            if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
+        let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
+        let o = scr.o.as_mut_ptr();
         // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
-            let o = scr.o.as_mut_ptr();
             micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()));
+        }
+        if !bad.is_empty() {
+            let vals = nonfinite::widen_rows(p.v, vbase + j0 * p.v_st.s, p.v_st.s, dv, &bad);
+            let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
+            // SAFETY: P and `o` as for the product above.
+            unsafe { nonfinite::add_back(p, it.b, &scr.rows, j0, &bad, &vals, prob, o, dvp) };
         }
         j0 = j1;
     }
 
+    if !careful && !nonfinite::all_finite(s, &scr.o[..nr * dvp]) {
+        return false;
+    }
     finish_rows(p, it, scr, dvp, sink);
+    true
 }
 
 /// The keys `k_lo..k_hi` an item visits (clamped to the largest causal limit of its rows) and the smallest

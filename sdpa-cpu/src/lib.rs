@@ -17,9 +17,10 @@
 //!
 //! Semantics are sdpa-core's: a row with no visible key is zeros with LSE `-inf`; masked keys are set to
 //! `-inf` before the softmax (an explicit `-inf` replaces the score rather than adding to it), so NaN in Q
-//! or K reaches only rows that see it. One known difference from the f64 reference: P·V multiplies a whole
-//! key tile, so NaN or inf *in V* under a key masked for some rows of that tile reaches those rows
-//! (`0 · NaN`), where the reference skips the key. Finite V is exact.
+//! or K reaches only rows that see it. NaN or inf in V under a key masked for some rows of a tile those
+//! rows load would reach them through `0 · NaN` in the tile's P·V; each work item checks its accumulators
+//! once and, only when one is non-finite, runs again keeping such V rows out of the rows that do not
+//! attend to them (`nonfinite`), so every row matches the f64 reference, poisoned or not.
 //!
 //! ```
 //! use sdpa_core::{AttentionSpec, DType, HostBackend, HostInputs, Mask, RunOptions, Shape};
@@ -37,6 +38,7 @@ mod backend;
 mod element;
 mod fa2;
 mod micro;
+mod nonfinite;
 mod problem;
 mod run;
 mod simd;

@@ -121,6 +121,19 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         }
     }
 
+    /// Whether query `(h, i)` of batch `b` attends to key `j` at all (the f64 reference's rule: causal keys
+    /// past the row's limit and explicit `-inf` entries take no part; a finite additive value keeps the
+    /// key). Only the careful path of a tile with non-finite V asks this, key by key.
+    pub(crate) fn visible(&self, b: usize, h: usize, i: usize, j: usize) -> bool {
+        match self.mask {
+            MaskSel::None => true,
+            MaskSel::Causal(_) => j < self.key_limit(i),
+            MaskSel::Explicit { data, strides } => {
+                data[b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3]] != f32::NEG_INFINITY
+            }
+        }
+    }
+
     /// Applies the mask to a score tile `st[(j - j0)·ks + r·rs]` for keys `j0..j1` and rows
     /// `rows` (pairs of query head and position, one per lane). Causal keys past a row's limit become
     /// `-inf`; explicit values are added, and an explicit `-inf` replaces the score so that a masked key

@@ -7,6 +7,7 @@
 use crate::element::CpuElement;
 use crate::fa2::lanes;
 use crate::micro;
+use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 use rayon::prelude::*;
@@ -104,7 +105,10 @@ fn head<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, b: usize, h: usize, p
     for_chunks(par, sq, ROW_CHUNK, |r0, r1| {
         let mut o = vec![0.0f32; (r1 - r0) * dvp];
         let op = SharedMut(o.as_mut_ptr());
-        dispatch(path, Pv { sk, st: stp, sqp, r0, r1, v: vptr, vs, dv, o: op, dvp });
+        let finite = dispatch(path, Pv { sk, st: stp, sqp, r0, r1, v: vptr, vs, dv, o: op, dvp });
+        if !finite {
+            careful_pv(p, b, h, r0, r1, stp.ptr(), sqp, vptr.0, vs, &mut o, dvp, path);
+        }
         for i in r0..r1 {
             // SAFETY: row (b, h, i) is written by this chunk only; `lse` is read after pass 2 finished.
             unsafe { p.write_row(b, h, i, &o[(i - r0) * dvp..], *lsep.ptr().add(i)) };
@@ -238,9 +242,10 @@ struct Pv {
 }
 
 impl SimdKernel for Pv {
-    type Output = ();
+    /// Whether every accumulated value is finite.
+    type Output = bool;
     #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
+    fn run<S: Simd>(self, s: S) -> bool {
         // SAFETY: Pᵀ columns r0..r1 over sk rows; V is sk rows of dv at stride vs; `o` is this chunk's own
         // (r1 - r0) × dvp buffer.
         unsafe {
@@ -257,7 +262,47 @@ impl SimdKernel for Pv {
                 self.o.0,
                 self.dvp,
                 None,
-            )
-        };
+            );
+            nonfinite::all_finite(s, std::slice::from_raw_parts(self.o.0, (self.r1 - self.r0) * self.dvp))
+        }
     }
+}
+
+/// Rows `r0..r1` of head `(b, h)` again, for a chunk whose P·V came out non-finite: V rows holding NaN or
+/// inf leave the product and come back only for the rows that attend to them (see `nonfinite`).
+#[allow(clippy::too_many_arguments)]
+fn careful_pv<T: CpuElement>(
+    p: &Problem<'_, T>,
+    b: usize,
+    h: usize,
+    r0: usize,
+    r1: usize,
+    st: *mut f32,
+    sqp: usize,
+    v: *const f32,
+    vs: usize,
+    o: &mut [f32],
+    dvp: usize,
+    path: SimdPath,
+) {
+    let (sk, dv) = (p.sk, p.dv);
+    // SAFETY: `v` holds sk rows of dv f32 at stride vs (the head's V, in place or widened).
+    let bad = unsafe { nonfinite::bad_rows(v, vs, sk, dv) };
+    // SAFETY: as above.
+    let clean = unsafe { nonfinite::sanitized(v, vs, sk, dv, dvp, &bad) };
+    o.fill(0.0);
+    let op = SharedMut(o.as_mut_ptr());
+    let stp = SharedMut(st);
+    dispatch(path, Pv { sk, st: stp, sqp, r0, r1, v: SharedConst(clean.as_ptr()), vs: dvp, dv, o: op, dvp });
+    let mut vals = vec![0.0f32; bad.len() * dv];
+    for (n, &j) in bad.iter().enumerate() {
+        // SAFETY: row j of V exists.
+        vals[n * dv..(n + 1) * dv].copy_from_slice(unsafe { std::slice::from_raw_parts(v.add(j * vs), dv) });
+    }
+    let rows: Vec<(usize, usize)> = (r0..r1).map(|i| (h, i)).collect();
+    // SAFETY: P is the head's Sk × sqp matrix (columns r0..r1 are this chunk's); `o` holds r1 - r0 rows
+    // of dvp values.
+    let prob = ProbTile { pt: unsafe { st.add(r0) }, ps: sqp, pr: 1 };
+    // SAFETY: as above.
+    unsafe { nonfinite::add_back(p, b, &rows, 0, &bad, &vals, prob, o.as_mut_ptr(), dvp) };
 }

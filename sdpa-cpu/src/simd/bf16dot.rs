@@ -10,6 +10,7 @@
 use crate::element::CpuElement;
 use crate::fa2::{finish_rows, key_range, Item, Scratch, Sink, Tiles};
 use crate::micro;
+use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem};
 use crate::simd::x86::Avx512;
 use half::bf16;
@@ -35,7 +36,9 @@ fn bh(x: __m512i) -> __m512bh {
     unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
 }
 
-/// Runs one work item (rows `it.r0..` of kv head `it.kvh`, keys `it.k_lo..it.k_hi`).
+/// Runs one work item (rows `it.r0..` of kv head `it.kvh`, keys `it.k_lo..it.k_hi`). Returns false, having
+/// sent nothing, when not `careful` and an accumulator came out non-finite (see `nonfinite`); true once
+/// its rows went to the sink.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; `q`, `k`, `v` are `p`'s operands (checked
@@ -50,7 +53,8 @@ pub(crate) unsafe fn process<T: CpuElement>(
     it: Item,
     scr: &mut Scratch,
     sink: Sink,
-) {
+    careful: bool,
+) -> bool {
     // SAFETY: the caller guarantees the CPU features.
     let s = unsafe { Avx512::new_unchecked() };
     let (d, dv) = (p.d, p.dv);
@@ -127,11 +131,34 @@ pub(crate) unsafe fn process<T: CpuElement>(
                     c += L;
                 }
             }
-            pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, scr.o.as_mut_ptr(), dvp, scr.alpha.as_ptr());
+            // Careful mode: V rows with NaN or inf leave the pair product and come back only where attended.
+            let bad: Vec<usize> = if careful {
+                (0..nk).filter(|&j| v[vbase + (j0 + j) * vs..][..dv].iter().any(|x| !x.is_finite())).collect()
+            } else {
+                Vec::new()
+            };
+            for &j in &bad {
+                // Pair `j / 2` keeps key `j` in the low (even j) or high (odd j) half of each u32.
+                let keep = if j % 2 == 0 { 0xFFFF_0000u32 } else { 0x0000_FFFF };
+                for c in 0..dv {
+                    *v2.add((j / 2) * dvp + c) &= keep;
+                }
+            }
+            let o = scr.o.as_mut_ptr();
+            pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, o, dvp, scr.alpha.as_ptr());
+            if !bad.is_empty() {
+                let vals = nonfinite::widen_rows(v, vbase + j0 * vs, vs, dv, &bad);
+                let prob = ProbTile { pt: st, ps: brp, pr: 1 };
+                nonfinite::add_back(p, it.b, &scr.rows, j0, &bad, &vals, prob, o, dvp);
+            }
             j0 = j1;
         }
     }
+    if !careful && !nonfinite::all_finite(s, &scr.o[..nr * dvp]) {
+        return false;
+    }
     finish_rows(p, it, scr, dvp, sink);
+    true
 }
 
 /// `out[j*os + x] = scale · Σ_c k[j*ks + c] · q[x][c]` with Qᵀ given as dim pairs `qt2[c2*qs + x]`.
