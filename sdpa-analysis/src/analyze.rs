@@ -2,12 +2,12 @@
 //! all calls together (a directory of per-rank files gives one report).
 
 use crate::attention::{self, AttentionCall, Kind};
-use crate::bench_results::BenchRecord;
 use crate::error::{AnalysisError, Result};
 use crate::findings;
 use crate::report::{self, DeviceInfo, Report, Summary, TraceInfo};
 use crate::trace::{parse_file_with_progress, Progress, Trace};
 use crate::tree::OpTree;
+use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
 
 /// Analysis options.

@@ -1,75 +1,44 @@
-//! Our own benchmark records (`sdpa bench` / `cargo xtask bench` JSON), read to replace the seed's 3-10x
-//! Path A range with a measured unfused-vs-fused ratio on the same shape, dtype and mask.
+//! Our own benchmark records (`sdpa bench`, `cargo xtask bench`, `sdpa run --json`, the PyTorch scripts),
+//! read to replace the seed's 3-10x Path A range with a measured unfused-vs-fused ratio on the same shape,
+//! dtype and mask, and to quote what our benchmarks measured on a trace's exact shape.
 //!
-//! Record format (a JSON array; unknown fields ignored):
-//! `{"backend": "cuda", "kernel": "fa2", "device": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
-//!   "shape": {"b":2,"hq":16,"hkv":8,"sq":1024,"sk":1024,"d":64,"dv":64}, "mask": "causal",
-//!   "time_ms": {"median": 0.21, ...}, ...}`
+//! The records are sdpa-core's [`BenchRecord`], read by the same liberal reader as `sdpa report`
+//! ([`crate::bench_report::parse_results`]): a bench file, a JSON array of records, one record, or JSON lines.
 
+use crate::bench_report::parse_results;
 use crate::error::{AnalysisError, Result};
-use sdpa_core::{HardwareSpec, Shape};
-use serde::Deserialize;
+use sdpa_core::{BenchRecord, HardwareSpec, Shape};
 use std::path::Path;
 
-/// One benchmark result record (the fields this crate reads).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct BenchRecord {
-    /// `cpu`, `cuda`, `torch`, ...
-    #[serde(default)]
-    pub backend: String,
-    /// `unfused`, `fa2`, ...
-    #[serde(default)]
-    pub kernel: String,
-    /// Device name as the benchmark saw it.
-    #[serde(default)]
-    pub device: String,
-    /// `bf16`, `f16`, `f32`.
-    #[serde(default)]
-    pub dtype: String,
-    /// The shape.
-    pub shape: Shape,
-    /// `none`, `causal`, `causal-br` (or sdpa-core's serialized mask object).
-    #[serde(default)]
-    pub mask: serde_json::Value,
-    /// Timing, milliseconds.
-    pub time_ms: TimeMs,
-}
-
-/// Timing summary of a record, milliseconds.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct TimeMs {
-    /// Median.
-    pub median: f64,
-}
-
-impl BenchRecord {
-    /// The mask as `none` / `causal` / `causal-br`.
-    pub fn mask_label(&self) -> String {
-        let raw = match &self.mask {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Object(o) => o.get("kind").and_then(|k| k.as_str()).unwrap_or("").to_string(),
-            serde_json::Value::Null => "none".into(),
-            other => other.to_string(),
-        };
-        match raw.to_ascii_lowercase().as_str() {
-            "causal" | "causal_top_left" | "causal-tl" => "causal".into(),
-            "causal-br" | "causal_bottom_right" => "causal-br".into(),
-            "" | "none" => "none".into(),
-            "bool" | "boolean" => "bool".into(),
-            other => other.to_string(),
-        }
+/// A record's mask as the analyzer labels a trace's mask: `none`, `causal` (top-left), `causal-br`,
+/// `bool`, `additive`. Accepts the spellings the PyTorch scripts and older records used.
+pub fn mask_label(raw: &str) -> String {
+    match raw.to_ascii_lowercase().as_str() {
+        "causal" | "causal_top_left" | "causal-tl" => "causal".into(),
+        "causal-br" | "causal_bottom_right" => "causal-br".into(),
+        "" | "none" => "none".into(),
+        "bool" | "boolean" => "bool".into(),
+        other => other.to_string(),
     }
 }
 
-/// Reads one or more record files.
+/// True when `r` ran this shape in this dtype (`bf16`, `f16`, `f32`, any case) under this mask label.
+pub fn same_problem(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str) -> bool {
+    r.shape == *shape
+        && r.dtype.name().eq_ignore_ascii_case(dtype)
+        && mask_label(&r.mask) == mask
+        && r.time_ms.median > 0.0
+}
+
+/// Reads one or more result files (records only; configurations a file lists as skipped are dropped).
 pub fn load(paths: &[impl AsRef<Path>]) -> Result<Vec<BenchRecord>> {
     let mut out = Vec::new();
     for p in paths {
         let p = p.as_ref();
         let text = std::fs::read_to_string(p).map_err(|e| AnalysisError::io(p, "cannot read benchmark results", e))?;
-        let recs: Vec<BenchRecord> = serde_json::from_str(&text)
-            .map_err(|e| AnalysisError::invalid(p, format!("not a JSON array of benchmark records: {e}")))?;
-        out.extend(recs);
+        let file = parse_results(&text, &p.display().to_string())
+            .map_err(|e| AnalysisError::invalid(p, format!("not a benchmark result file: {e}")))?;
+        out.extend(file.records);
     }
     Ok(out)
 }
@@ -95,9 +64,7 @@ pub fn measured_ratio(
     mask: &str,
     device_key: Option<&str>,
 ) -> Option<MeasuredRatio> {
-    let same = |r: &&BenchRecord| {
-        r.shape == *shape && r.dtype.eq_ignore_ascii_case(dtype) && r.mask_label() == mask && r.time_ms.median > 0.0
-    };
+    let same = |r: &&BenchRecord| same_problem(r, shape, dtype, mask);
     let on_device = |r: &&BenchRecord| match device_key {
         Some(k) => HardwareSpec::find(&r.device).map(|h| h.key) == Some(k),
         None => true,

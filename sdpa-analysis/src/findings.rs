@@ -8,9 +8,10 @@
 //! replay that runs the same shape on our backends.
 
 use crate::attention::{AttnBackend, Kind};
-use crate::bench_results::{measured_ratio, BenchRecord};
+use crate::bench_results::{measured_ratio, same_problem};
 use crate::replay::{Replay, ReplaySpec};
 use crate::report::{AttentionOp, DeviceInfo, Summary};
+use sdpa_core::BenchRecord;
 use serde::Serialize;
 
 /// How much a finding matters.
@@ -528,11 +529,7 @@ fn measured_on_shape(op: &AttentionOp, bench: &[BenchRecord]) -> Option<String> 
     let shape = op.shape()?;
     let dtype = op.dtype.as_deref()?;
     let mask = replay_mask(&op.mask);
-    let mut rows: Vec<&BenchRecord> = bench
-        .iter()
-        .filter(|r| r.shape == shape && r.dtype.eq_ignore_ascii_case(dtype) && r.mask_label() == mask)
-        .filter(|r| r.time_ms.median > 0.0)
-        .collect();
+    let mut rows: Vec<&BenchRecord> = bench.iter().filter(|r| same_problem(r, &shape, dtype, mask)).collect();
     if rows.is_empty() || op.phase != crate::attention::Phase::Fwd {
         return None;
     }

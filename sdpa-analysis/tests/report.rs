@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::bench_results::BenchRecord;
 use sdpa_analysis::{analyze_path, Options, Report};
+use sdpa_core::BenchRecord;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -131,7 +131,7 @@ fn measured_ratio_replaces_the_seed_range() {
         serde_json::from_value(serde_json::json!({
             "backend": "cuda", "kernel": kernel, "device": "NVIDIA H100 80GB HBM3", "dtype": "f16",
             "shape": {"b": 32, "hq": 12, "hkv": 12, "sq": 128, "sk": 128, "d": 64, "dv": 64},
-            "mask": "none", "time_ms": {"median": ms, "min": ms}
+            "mask": "none", "time_ms": {"median": ms, "min": ms, "max": ms}, "tflops": 0.0, "gbps": 0.0
         }))
         .unwrap()
     };
@@ -189,7 +189,7 @@ fn path_b_quotes_benchmark_records_for_the_same_shape() {
         serde_json::from_value(serde_json::json!({
             "backend": backend, "kernel": kernel, "device": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
             "shape": {"b": 2, "hq": 14, "hkv": 2, "sq": 2048, "sk": 2048, "d": 64, "dv": 64},
-            "mask": "causal", "time_ms": {"median": ms}
+            "mask": "causal", "time_ms": {"median": ms, "min": ms, "max": ms}, "tflops": 0.0, "gbps": 0.0
         }))
         .unwrap()
     };
@@ -198,4 +198,36 @@ fn path_b_quotes_benchmark_records_for_the_same_shape() {
     let f = r.findings.iter().find(|f| f.path == "B").unwrap();
     let at = |s: &str| f.detail.find(s).unwrap_or_else(|| panic!("{s} in {}", f.detail));
     assert!(at("pytorch/cudnn 40.0 µs") < at("cuda/fa2 60.0 µs"), "fastest first");
+}
+
+#[test]
+fn bench_results_load_every_format_sdpa_bench_writes() {
+    // `sdpa bench` writes a bench file (an object with `records` and `skipped`); `sdpa run --json` one record;
+    // older tools a plain array. The analyzer reads all of them through `sdpa report`'s reader.
+    let rec = serde_json::json!({
+        "backend": "cuda", "kernel": "unfused", "device": "NVIDIA H100 80GB HBM3", "dtype": "f16",
+        "shape": {"b": 32, "hq": 12, "hkv": 12, "sq": 128, "sk": 128, "d": 64, "dv": 64},
+        "mask": "none", "time_ms": {"median": 0.06, "min": 0.05, "max": 0.07}, "tflops": 1.0, "gbps": 1.0
+    });
+    let dir = std::env::temp_dir().join(format!("sdpa-analysis-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bench.json");
+    let bench_file = serde_json::json!({"format": "sdpa-bench-v1", "records": [rec.clone()], "skipped": []});
+    std::fs::write(&file, bench_file.to_string()).unwrap();
+    let array = dir.join("array.json");
+    std::fs::write(&array, serde_json::json!([rec.clone(), rec.clone()]).to_string()).unwrap();
+    let one = dir.join("one.json");
+    std::fs::write(&one, rec.to_string()).unwrap();
+    let recs = sdpa_analysis::bench_results::load(&[&file, &array, &one]).unwrap();
+    assert_eq!(recs.len(), 4);
+    assert!(recs.iter().all(|r| r.kernel == "unfused" && r.time_ms.median == 0.06));
+
+    // A damaged file is an error that names the file, not a panic and not an empty result.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"records\": [{\"backend\": ").unwrap();
+    let err = sdpa_analysis::bench_results::load(&[&bad]).unwrap_err().to_string();
+    assert!(err.contains("bad.json"), "{err}");
+    let missing = sdpa_analysis::bench_results::load(&[dir.join("nope.json")]).unwrap_err().to_string();
+    assert!(missing.contains("nope.json"), "{missing}");
+    std::fs::remove_dir_all(&dir).ok();
 }

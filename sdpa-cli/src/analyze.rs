@@ -30,7 +30,8 @@ pub struct AnalyzeArgs {
     /// Device to judge efficiency against, overriding the trace (`h100-sxm`, `a100-80gb`, or a name).
     #[arg(long, value_name = "KEY")]
     pub device: Option<String>,
-    /// Our benchmark records (JSON arrays from `sdpa bench`): measured unfused-vs-fused speedups for Path A.
+    /// Our benchmark results (`sdpa bench --out`, `sdpa run --json`, the PyTorch scripts): measured
+    /// unfused-vs-fused speedups for Path A and the times measured on a trace's exact shape.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub bench_results: Vec<PathBuf>,
 }

@@ -1,0 +1,94 @@
+//! `sdpa analyze` as a performance engineer meets it: a real trace in, findings out; our own benchmark
+//! results from `sdpa bench` fed back with `--bench-results` replace the seed's speedup range with a
+//! measured one; bad input fails with one clear line.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn sdpa(args: &[&str], cwd: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).current_dir(cwd).output().expect("the sdpa binary runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sdpa-analyze-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// A real profiler trace of BERT with eager (unfused) attention, fp16, S = 128, recorded on an H100.
+fn bert_trace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdpa-analysis/tests/data/bert_eager_fp16_S128.json.gz")
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("sdpa analyze --json prints one JSON object")
+}
+
+fn path_a(report: &serde_json::Value) -> serde_json::Value {
+    report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["path"] == "A"))
+        .cloned()
+        .expect("the eager trace has a Path A finding")
+}
+
+#[test]
+fn bench_results_from_sdpa_bench_turn_the_seed_range_into_a_measured_speedup() {
+    let dir = tmp("loop");
+    let trace = bert_trace();
+    let trace = trace.to_str().expect("utf-8 path");
+
+    // Without records: the seed's range, labelled as such.
+    let before = path_a(&json(&sdpa(&["analyze", trace, "--json"], &dir)));
+    let source = before["expected_speedup"]["source"].as_str().unwrap_or_default().to_string();
+    assert!(source.starts_with("seed range"), "{source}");
+
+    // The trace's shape (B=32, H=12, S=128, D=64, fp16, no mask) on our CPU kernels, as `sdpa bench` writes it.
+    let bench = sdpa(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "unfused,fa2",
+            "--dtype",
+            "f16",
+            "--shape",
+            "32,12,12,128,128,64",
+            "--mask",
+            "none",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--no-pytorch",
+            "--out",
+            "res.json",
+        ],
+        &dir,
+    );
+    assert!(bench.status.success(), "stderr: {}", String::from_utf8_lossy(&bench.stderr));
+
+    let after = path_a(&json(&sdpa(&["analyze", trace, "--json", "--bench-results", "res.json"], &dir)));
+    let speedup = &after["expected_speedup"];
+    let source = speedup["source"].as_str().unwrap_or_default();
+    assert!(source.starts_with("measured: our unfused"), "{source}");
+    assert!(source.contains("fa2"), "names the fused kernel: {source}");
+    let (low, high) = (speedup["low"].as_f64().unwrap_or(0.0), speedup["high"].as_f64().unwrap_or(0.0));
+    assert!(low > 0.0 && low == high, "one measured ratio, not a range: {speedup}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unreadable_bench_results_fail_with_the_file_name() {
+    let dir = tmp("bad");
+    std::fs::write(dir.join("cut.json"), "{\"format\": \"sdpa-bench-v1\", \"records\": [{\"backend\"").expect("write");
+    let trace = bert_trace();
+    let out = sdpa(&["analyze", trace.to_str().expect("utf-8 path"), "--bench-results", "cut.json"], &dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut.json") && !err.contains("panicked"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
