@@ -186,3 +186,17 @@ fn committed_results_render_without_a_gpu() {
         assert!(md.contains("## Per configuration"), "{}: no measured records", f.display());
     }
 }
+
+#[test]
+fn auto_rows_name_the_kernel_the_backend_chose() {
+    let dir = tmp("auto");
+    let mut auto = record("cuda", "auto", H100, 1024, "causal", 0.1);
+    auto["auto_chose"] = serde_json::json!("fa2");
+    let recs = serde_json::json!([auto, record("cuda", "fa1", H100, 1024, "causal", 0.3)]);
+    std::fs::write(dir.join("r.json"), recs.to_string()).unwrap();
+    let out = sdpa(&["report", "r.json"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.lines().any(|l| l.starts_with("| cuda | auto → fa2 |")), "{md}");
+    assert!(md.lines().any(|l| l.starts_with("| cuda | fa1 |")), "{md}");
+}

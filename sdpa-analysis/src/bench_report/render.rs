@@ -4,7 +4,7 @@
 use super::model::{shape_label, Group, Report, Row};
 use super::results::Skipped;
 use super::svg::{color, esc, roofline_plot, seq_plot};
-use sdpa_core::Bound;
+use sdpa_core::{BenchRecord, Bound};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -64,8 +64,7 @@ fn detail_cells(r: &Row) -> Vec<String> {
     let t = &r.rec.time_ms;
     vec![
         r.rec.backend.clone(),
-        r.rec.kernel.clone()
-            + &r.rec.f32_math.as_ref().filter(|m| *m != "exact").map_or(String::new(), |m| format!(" ({m})")),
+        kernel_cell(&r.rec),
         fmt_ms(t.median),
         format!("{}–{}", fmt_ms(t.min), fmt_ms(t.max)),
         if t.reps > 0 { t.reps.to_string() } else { "-".into() },
@@ -76,6 +75,18 @@ fn detail_cells(r: &Row) -> Vec<String> {
         fmt_speedup(r.speedup),
         fmt_check(r),
     ]
+}
+
+/// The kernel as run: `auto → fa2` when the backend chose, with the f32 math mode when it is not exact.
+fn kernel_cell(rec: &BenchRecord) -> String {
+    let mut k = rec.kernel.clone();
+    if let Some(chose) = rec.auto_chose.as_deref().filter(|c| *c != rec.kernel) {
+        k = format!("{k} → {chose}");
+    }
+    if let Some(m) = rec.f32_math.as_deref().filter(|m| *m != "exact") {
+        k = format!("{k} ({m})");
+    }
+    k
 }
 
 const DETAIL_HEAD: [&str; 11] = [
