@@ -29,17 +29,17 @@ struct Fa1Block {
 
 // Block coordinates: grid.x enumerates (query tile, batch*head) with the tile index slow and reversed, so
 // the longest causal tiles start first.
-__device__ __forceinline__ Fa1Block fa1_block(const AttnParams& p) {
+__device__ __forceinline__ Fa1Block fa1_block(const AttnParams& p, int bq = FA1_BQ) {
     const int bh_count = p.b * p.hq;
-    const int n_tiles = (p.sq + FA1_BQ - 1) / FA1_BQ;
+    const int n_tiles = (p.sq + bq - 1) / bq;
     const int bh = blockIdx.x % bh_count;
     const int tile = n_tiles - 1 - (int)(blockIdx.x / bh_count);
     Fa1Block blk;
     blk.b = bh / p.hq;
     blk.h = bh % p.hq;
     blk.kvh = blk.h / p.group;
-    blk.q0 = tile * FA1_BQ;
-    const int q_last = min(blk.q0 + FA1_BQ, p.sq) - 1;
+    blk.q0 = tile * bq;
+    const int q_last = min(blk.q0 + bq, p.sq) - 1;
     blk.n_keys = causal_limit(p, q_last);  // Sk unless causal
     return blk;
 }
@@ -274,9 +274,330 @@ __device__ void fa1_generic(const AttnParams& p) {
     fa1_store<T, 1>(p, blk, acc, m, l, c0, FA1_DVC, blockIdx.y == 0, tx, ty);
 }
 
+// ---- Register-tiled fast variant (`fa1t_{dtype}_{D}`) -------------------------------------------------------
+//
+// The 4x4-per-thread tile above feeds 16 FMAs per two 16-byte shared loads and is bound by shared memory.
+// Here each of the 256 threads (tx = tid % 16, ty = tid / 16) owns TM query rows ty + 16 r (BQ = 16 TM rows per
+// block), four keys tx + 16 c of each 64-key tile, and HD / 16 output columns, so a step of four head-dim
+// elements costs TM + 4 shared loads for 16 TM FMAs (S = Q·Kᵀ) and a step of four keys TM + HD / 4 loads for
+// 4 TM HD / 16 FMAs (O += P·V). All tiles are row-major f32 in shared memory with rows padded by four
+// floats: the two rows a warp reads at once (ty, ty + 1) and the 16 key rows (tx) land in distinct bank
+// groups, so every 16-byte load takes the minimum number of wavefronts.
+//
+// Loads overlap compute in the order FA-2 uses: V[j] is requested before S = Q·K[j]ᵀ, K[j+1] before the
+// softmax and P·V of tile j (f32 through cp.async; f16/bf16 through registers, converted when they land).
+// Needs 16-byte aligned Q/K/V bases and strides (the launcher checks, else the plain fixed variant runs).
+
+__device__ __forceinline__ void fa1_cp_async16(float* sdst, const void* gsrc, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gsrc), "r"(src_bytes));
+}
+__device__ __forceinline__ void fa1_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void fa1_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Two packed 16-bit values to f32.
+__device__ __forceinline__ float2 fa1_unpack2(unsigned bits, __half) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+}
+__device__ __forceinline__ float2 fa1_unpack2(unsigned bits, __nv_bfloat16) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+}
+
+// Copies a ROWS x HD tile (global rows `row_stride` elements apart, rows >= rows_valid read as zeros) into
+// shared memory as f32 rows LD floats apart, in 16-byte chunks spread over the 256 threads. f32: `issue`
+// starts cp.async copies (completed by the caller's cp.async wait); f16/bf16: `issue` loads into registers
+// and `land` converts and stores them.
+template <typename T, int ROWS, int HD, int LD>
+struct Fa1TileLoad {
+    static constexpr bool ASYNC = sizeof(T) == 4;
+    static constexpr int VE = 16 / (int)sizeof(T);  // elements per chunk
+    static constexpr int CPR = HD / VE;             // chunks per row
+    static constexpr int CHUNKS = ROWS * CPR;
+    static constexpr int PER = (CHUNKS + FA1_THREADS - 1) / FA1_THREADS;
+    uint4 stage[ASYNC ? 1 : PER];
+
+    __device__ __forceinline__ void issue(float* dst, const T* src, i64 row_stride, int rows_valid) {
+        // When CPR divides the thread count, chunk i of a thread is row r0 + i * RSTEP, column ch: one base
+        // pointer and one stride (keeps the per-chunk 64-bit addresses out of the registers).
+        constexpr bool REGULAR = FA1_THREADS % CPR == 0;
+        constexpr int RSTEP = REGULAR ? FA1_THREADS / CPR : 0;
+        const int r0 = threadIdx.x / CPR, ch0 = threadIdx.x - r0 * CPR;
+        const T* base = src + r0 * row_stride + ch0 * VE;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int idx = threadIdx.x + i * FA1_THREADS;
+            if (CHUNKS % FA1_THREADS == 0 || idx < CHUNKS) {
+                const int r = REGULAR ? r0 + i * RSTEP : idx / CPR;
+                const int ch = REGULAR ? ch0 : idx - r * CPR;
+                const bool ok = r < rows_valid;
+                const T* g = REGULAR ? base + i * RSTEP * row_stride : src + r * row_stride + ch * VE;
+                if (!ok) g = src;
+                if constexpr (ASYNC) {
+                    fa1_cp_async16(dst + r * LD + ch * VE, g, ok ? 16 : 0);
+                } else {
+                    stage[i] = ok ? *reinterpret_cast<const uint4*>(g) : make_uint4(0, 0, 0, 0);
+                }
+            }
+        }
+    }
+
+    __device__ __forceinline__ void land(float* dst) {
+        if constexpr (!ASYNC) {
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                const int idx = threadIdx.x + i * FA1_THREADS;
+                if (CHUNKS % FA1_THREADS == 0 || idx < CHUNKS) {
+                    const int r = idx / CPR, ch = idx - r * CPR;
+                    const float2 a = fa1_unpack2(stage[i].x, T()), b = fa1_unpack2(stage[i].y, T());
+                    const float2 c = fa1_unpack2(stage[i].z, T()), d = fa1_unpack2(stage[i].w, T());
+                    float* o = dst + r * LD + ch * VE;
+                    *reinterpret_cast<float4*>(o) = make_float4(a.x, a.y, b.x, b.y);
+                    *reinterpret_cast<float4*>(o + 4) = make_float4(c.x, c.y, d.x, d.y);
+                }
+            }
+        }
+    }
+};
+
+// ALIAS: P takes the K tile's memory (K is dead once the scores are done), so two blocks fit per SM at
+// HD = 128 with TM = 4; K[j+1] is then requested only after P·V of tile j, and the other block covers it.
+template <int HD, int TM, bool ALIAS = false>
+struct Fa1Tiled {
+    static constexpr int BQ = 16 * TM;
+    static constexpr int BK = 64;
+    static constexpr int LDQ = HD + 4;
+    static constexpr int LDK = HD + 4;
+    static constexpr int LDV = HD;
+    static constexpr int LDP = BK + 4;
+    static constexpr int TD = HD / 16;  // output columns per thread
+    // Output columns as NG groups of VEC adjacent ones: column (g, e) = g * 16 * VEC + tx * VEC + e.
+    static constexpr int VEC = TD % 4 == 0 ? 4 : (TD % 2 == 0 ? 2 : 1);
+    static constexpr int NG = TD / VEC;
+    static constexpr int SMEM_FLOATS = BQ * LDQ + BK * LDK + BK * LDV + (ALIAS ? 0 : BQ * LDP);
+    static_assert(HD % 16 == 0, "tiled fa1 needs HD % 16 == 0");
+    static_assert(!ALIAS || BQ * LDP <= BK * LDK, "P must fit in the K tile");
+};
+
+template <typename T, int HD, int TM, bool ALIAS, int UNR>
+__device__ void fa1_tiled(const AttnParams& p) {
+    using C = Fa1Tiled<HD, TM, ALIAS>;
+    constexpr int BQ = C::BQ, BK = C::BK, LDQ = C::LDQ, LDK = C::LDK, LDV = C::LDV, LDP = C::LDP;
+    constexpr int TD = C::TD, VEC = C::VEC, NG = C::NG;
+    extern __shared__ __align__(16) float smem[];
+    float* Qs = smem;             // [BQ][LDQ]
+    float* Ks = Qs + BQ * LDQ;    // [BK][LDK]
+    float* Vs = Ks + BK * LDK;    // [BK][LDV]
+    float* Ps = ALIAS ? Ks : Vs + BK * LDV;  // [BQ][LDP]
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const Fa1Block blk = fa1_block(p, BQ);
+    const T* q = static_cast<const T*>(p.q) + blk.b * p.q_stride[0] + blk.h * p.q_stride[1] + blk.q0 * p.q_stride[2];
+    const T* k = static_cast<const T*>(p.k) + blk.b * p.k_stride[0] + blk.kvh * p.k_stride[1];
+    const T* v = static_cast<const T*>(p.v) + blk.b * p.v_stride[0] + blk.kvh * p.v_stride[1];
+
+    Fa1TileLoad<T, BK, HD, LDK> kload;
+    Fa1TileLoad<T, BK, HD, LDV> vload;
+    {
+        Fa1TileLoad<T, BQ, HD, LDQ> qload;
+        qload.issue(Qs, q, p.q_stride[2], p.sq - blk.q0);
+        qload.land(Qs);
+    }
+    if (blk.n_keys > 0) kload.issue(Ks, k, p.k_stride[2], p.sk);
+    fa1_cp_async_commit();
+    if (ALIAS && blk.n_keys > 0) vload.issue(Vs, v, p.v_stride[2], p.sk);
+    if (ALIAS) fa1_cp_async_commit();
+
+    float m[TM], l[TM], acc[TM][TD];
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+        m[r] = SDPA_NEG_INF;
+        l[r] = 0.f;
+#pragma unroll
+        for (int e = 0; e < TD; ++e) acc[r][e] = 0.f;
+    }
+    const float* qp = Qs + ty * LDQ;
+    const float* kp = Ks + tx * LDK;
+    const float* pp = Ps + ty * LDP;
+    for (int k0 = 0; k0 < blk.n_keys; k0 += BK) {
+        kload.land(Ks);
+        if constexpr (ALIAS) {
+            fa1_cp_async_wait<1>();  // K[j] (and Q); V[j] may still be in flight
+            __syncthreads();
+        } else {
+            fa1_cp_async_wait<0>();
+            __syncthreads();  // K[j] (and Q) in place; every thread is past P·V of tile j-1 (Vs, Ps free)
+            vload.issue(Vs, v + k0 * p.v_stride[2], p.v_stride[2], p.sk - k0);
+            fa1_cp_async_commit();
+        }
+
+        // S = Q·K[j]ᵀ for rows ty + 16 r and keys tx + 16 c.
+        float s[TM][4];
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
+#pragma unroll UNR
+        for (int d = 0; d < HD; d += 4) {
+            float4 kv[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(kp + c * 16 * LDK + d);
+#pragma unroll
+            for (int r = 0; r < TM; ++r) {
+                const float4 qv = *reinterpret_cast<const float4*>(qp + r * 16 * LDQ + d);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    s[r][c] = fmaf(qv.x, kv[c].x, s[r][c]);
+                    s[r][c] = fmaf(qv.y, kv[c].y, s[r][c]);
+                    s[r][c] = fmaf(qv.z, kv[c].z, s[r][c]);
+                    s[r][c] = fmaf(qv.w, kv[c].w, s[r][c]);
+                }
+            }
+        }
+        __syncthreads();  // every thread is done reading K[j]
+        if (!ALIAS) {
+            if (k0 + BK < blk.n_keys) kload.issue(Ks, k + (k0 + BK) * p.k_stride[2], p.k_stride[2], p.sk - k0 - BK);
+            fa1_cp_async_commit();
+        }
+
+        // Online softmax per row (scores in log2 units, as in fa1_softmax); P to shared memory.
+        float alpha[TM];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) {
+            const int i = blk.q0 + ty + 16 * r;
+            const bool row_ok = i < p.sq;
+            const int limit = row_ok ? causal_limit(p, i) : 0;
+            const float* mrow = (row_ok && p.mask_kind == SDPA_MASK_EXPLICIT) ? mask_row(p, blk.b, blk.h, i) : nullptr;
+            float mx = SDPA_NEG_INF;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int j = k0 + tx + 16 * c;
+                bool vis = j < limit;
+                float x = s[r][c] * p.scale_log2;
+                if (vis && mrow != nullptr) {
+                    const float add = mrow[j * p.mask_stride[3]];
+                    vis = add != SDPA_NEG_INF;
+                    x = fmaf(add, SDPA_LOG2E, x);
+                }
+                s[r][c] = vis ? x : SDPA_NEG_INF;
+                mx = nan_max(mx, s[r][c]);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float m_new = nan_max(m[r], mx);
+            float sum = 0.f;
+            if (m_new == SDPA_NEG_INF) {
+                alpha[r] = 1.f;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
+            } else {
+                alpha[r] = m[r] == SDPA_NEG_INF ? 0.f : exp2f(m[r] - m_new);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    s[r][c] = s[r][c] == SDPA_NEG_INF ? 0.f : exp2f(s[r][c] - m_new);
+                    sum += s[r][c];
+                }
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            l[r] = l[r] * alpha[r] + sum;
+            m[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) Ps[(ty + 16 * r) * LDP + tx + 16 * c] = s[r][c];
+        }
+        vload.land(Vs);
+        if constexpr (ALIAS) {
+            fa1_cp_async_wait<0>();
+        } else {
+            fa1_cp_async_wait<1>();
+        }
+        __syncthreads();  // V[j] and P in place (K[j+1] may still be in flight)
+
+        // O = O * alpha + P·V[j] for rows ty + 16 r and this thread's columns.
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int e = 0; e < TD; ++e) acc[r][e] *= alpha[r];
+#pragma unroll UNR
+        for (int kk = 0; kk < BK; kk += 4) {
+            float4 pv[TM];
+#pragma unroll
+            for (int r = 0; r < TM; ++r) pv[r] = *reinterpret_cast<const float4*>(pp + r * 16 * LDP + kk);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float* vrow = Vs + (kk + u) * LDV + tx * VEC;
+                float vv[TD];
+#pragma unroll
+                for (int g = 0; g < NG; ++g) {
+                    if constexpr (VEC == 4) {
+                        const float4 t = *reinterpret_cast<const float4*>(vrow + g * 16 * VEC);
+                        vv[g * 4] = t.x, vv[g * 4 + 1] = t.y, vv[g * 4 + 2] = t.z, vv[g * 4 + 3] = t.w;
+                    } else if constexpr (VEC == 2) {
+                        const float2 t = *reinterpret_cast<const float2*>(vrow + g * 16 * VEC);
+                        vv[g * 2] = t.x, vv[g * 2 + 1] = t.y;
+                    } else {
+                        vv[g] = vrow[g * 16];
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < TM; ++r) {
+                    const float pr = u == 0 ? pv[r].x : (u == 1 ? pv[r].y : (u == 2 ? pv[r].z : pv[r].w));
+#pragma unroll
+                    for (int e = 0; e < TD; ++e) acc[r][e] = fmaf(pr, vv[e], acc[r][e]);
+                }
+            }
+        }
+        if constexpr (ALIAS) {
+            if (k0 + BK < blk.n_keys) {
+                __syncthreads();  // every thread is done with P (in the K tile) and V[j]
+                kload.issue(Ks, k + (k0 + BK) * p.k_stride[2], p.k_stride[2], p.sk - k0 - BK);
+                fa1_cp_async_commit();
+                vload.issue(Vs, v + (k0 + BK) * p.v_stride[2], p.v_stride[2], p.sk - k0 - BK);
+                fa1_cp_async_commit();
+            }
+        }
+    }
+    fa1_cp_async_wait<0>();  // nothing may be in flight when the block exits
+
+    T* o = static_cast<T*>(p.o) + blk.b * p.o_stride[0] + blk.h * p.o_stride[1];
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+        const int i = blk.q0 + ty + 16 * r;
+        if (i >= p.sq) continue;
+        const float inv = row_inv_l(l[r]);
+#pragma unroll
+        for (int g = 0; g < NG; ++g)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+                o[i * p.o_stride[2] + g * 16 * VEC + tx * VEC + e] = from_f32<T>(acc[r][g * VEC + e] * inv);
+        if (tx == 0 && p.lse != nullptr) p.lse[((i64)blk.b * p.hq + blk.h) * p.sq + i] = row_lse_log2(m[r], l[r]);
+    }
+}
+
+// The tiled variant's shape per element type and head dim, chosen by measurement on the H100 (dev/fa1_bench.py,
+// bench/results/fa1.md): TM rows per thread, P aliasing the K tile, blocks per SM the registers must allow,
+// inner-loop unrolling. Up to HD = 64, 64-row blocks run two per SM (128 registers, no spills); up to 128,
+// 128-row blocks with eight rows per thread, one per SM; at 256, 64-row blocks (eight rows would need 298 KB
+// of shared memory). src/fa1.rs mirrors TM and ALIAS for the launch.
+template <typename T, int HD>
+struct Fa1TiledChoice {
+    static constexpr int TM = HD <= 64 ? 4 : (HD <= 128 ? 8 : 4);
+    static constexpr bool ALIAS = false;
+    static constexpr int MINB = HD <= 64 ? 2 : 1;
+    static constexpr int UNR = 2;
+};
+
+#ifndef FA1_NO_ENTRIES
 #define FA1_FIXED(NAME, T, HD)                                                                   \
     extern "C" __global__ void __launch_bounds__(FA1_THREADS) NAME(const AttnParams p) {       \
         fa1_fixed<T, HD>(p);                                                                     \
+    }
+#define FA1_TILED(NAME, T, HD)                                                                            \
+    extern "C" __global__ void __launch_bounds__(FA1_THREADS, Fa1TiledChoice<T, HD>::MINB)                \
+        NAME(const AttnParams p) {                                                                        \
+        using C = Fa1TiledChoice<T, HD>;                                                                  \
+        fa1_tiled<T, HD, C::TM, C::ALIAS, C::UNR>(p);                                                     \
     }
 #define FA1_ALL_DIMS(TNAME, T)      \
     FA1_FIXED(fa1_##TNAME##_32, T, 32)   \
@@ -285,8 +606,15 @@ __device__ void fa1_generic(const AttnParams& p) {
     FA1_FIXED(fa1_##TNAME##_96, T, 96)   \
     FA1_FIXED(fa1_##TNAME##_128, T, 128) \
     FA1_FIXED(fa1_##TNAME##_256, T, 256) \
+    FA1_TILED(fa1t_##TNAME##_32, T, 32)   \
+    FA1_TILED(fa1t_##TNAME##_64, T, 64)   \
+    FA1_TILED(fa1t_##TNAME##_80, T, 80)   \
+    FA1_TILED(fa1t_##TNAME##_96, T, 96)   \
+    FA1_TILED(fa1t_##TNAME##_128, T, 128) \
+    FA1_TILED(fa1t_##TNAME##_256, T, 256) \
     extern "C" __global__ void __launch_bounds__(FA1_THREADS) fa1_##TNAME(const AttnParams p) { fa1_generic<T>(p); }
 
 FA1_ALL_DIMS(f32, float)
 FA1_ALL_DIMS(f16, __half)
 FA1_ALL_DIMS(bf16, __nv_bfloat16)
+#endif

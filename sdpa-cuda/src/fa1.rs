@@ -1,8 +1,10 @@
 //! `fa1`: the FlashAttention-1 SIMT kernels of `kernels/fa1.cu` (see that file for the work split).
 //!
-//! Variant choice: D = Dv in [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the fixed-size
-//! kernel `fa1_{dtype}_{D}` when its shared memory fits the device; everything else takes the generic
-//! `fa1_{dtype}` with one block column per 64 columns of Dv.
+//! Variant choice: D = Dv in [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the register-tiled
+//! kernel `fa1t_{dtype}_{D}` (8 query rows per thread in 128-row blocks for 64 < D <= 128, otherwise 4
+//! rows in 64-row blocks) when Q, K and V have 16-byte aligned bases and strides (it copies tiles in
+//! 16-byte chunks) and its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
+//! everything else takes the generic `fa1_{dtype}` with one block column per 64 columns of Dv.
 
 use crate::call::Call;
 use crate::error::unsupported;
@@ -25,6 +27,33 @@ pub fn fixed_smem_bytes(hd: usize) -> usize {
     4 * (hd * LDQ + hd * LDK + BK * hd + p)
 }
 
+/// Query rows per thread of the tiled variant (`Fa1TiledChoice::TM` in fa1.cu): its blocks hold 16 x that
+/// many rows.
+pub fn tiled_rows(hd: usize) -> usize {
+    if hd <= 64 || hd > 128 {
+        4
+    } else {
+        8
+    }
+}
+
+/// Shared memory of the tiled variant for head dim `hd`, bytes (`Fa1Tiled::SMEM_FLOATS`: Q, K, V and P
+/// tiles, rows of Q and K padded by four floats, P rows of BK + 4).
+pub fn tiled_smem_bytes(hd: usize) -> usize {
+    let bq = 16 * tiled_rows(hd);
+    4 * (bq * (hd + 4) + BK * (hd + 4) + BK * hd + bq * (BK + 4))
+}
+
+/// Whether the tiled variant's 16-byte copies are legal for the call: Q, K and V base addresses and every
+/// stride (batch, head, sequence) a multiple of 16 bytes.
+fn tiled_aligned(call: &Call<'_>) -> bool {
+    let elem = call.spec.dtype.size_bytes() as i64;
+    let p = &call.params;
+    [(p.q, p.q_stride), (p.k, p.k_stride), (p.v, p.v_stride)]
+        .iter()
+        .all(|(ptr, st)| ptr.is_multiple_of(16) && st.iter().all(|s| (s * elem) % 16 == 0))
+}
+
 /// Shared memory of the generic variant, bytes.
 pub fn generic_smem_bytes() -> usize {
     4 * (DC * LDQ + DC * LDK + BK * DVC + BK * LDQ)
@@ -40,8 +69,18 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
         .and_then(|x| u32::try_from(x).ok())
         .ok_or_else(|| unsupported(format!("fa1 grid of {q_tiles} x {} blocks exceeds 2^32", s.b * s.hq)))?;
     let optin = call.dev.info().smem_per_block_optin as usize;
-    let fixed = s.d == s.dv && crate::FA1_FAST_HEAD_DIMS.contains(&s.d) && fixed_smem_bytes(s.d) <= optin;
-    if fixed {
+    let fast = s.d == s.dv && crate::FA1_FAST_HEAD_DIMS.contains(&s.d);
+    if fast && tiled_smem_bytes(s.d) <= optin && tiled_aligned(call) {
+        let bq = 16 * tiled_rows(s.d);
+        let blocks =
+            s.sq.div_ceil(bq).checked_mul(s.b * s.hq).and_then(|x| u32::try_from(x).ok()).ok_or_else(|| {
+                unsupported(format!("fa1 grid of {} x {} blocks exceeds 2^32", s.sq.div_ceil(bq), s.b * s.hq))
+            })?;
+        let dims =
+            LaunchDims { grid: (blocks, 1, 1), block: (THREADS, 1, 1), smem_bytes: tiled_smem_bytes(s.d) as u32 };
+        return Ok((format!("fa1t_{dt}_{}", s.d), dims));
+    }
+    if fast && fixed_smem_bytes(s.d) <= optin {
         let dims =
             LaunchDims { grid: (blocks, 1, 1), block: (THREADS, 1, 1), smem_bytes: fixed_smem_bytes(s.d) as u32 };
         Ok((format!("fa1_{dt}_{}", s.d), dims))

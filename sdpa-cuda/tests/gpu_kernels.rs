@@ -6,7 +6,7 @@
 mod common;
 
 use common::{cases, check, check_inputs, gpu, rows_for, Case};
-use sdpa_core::{DType, F32Math, HostBuffer, HostInputs, Kernel, Layout, Mask, SdpaError, Shape};
+use sdpa_core::{DType, F32Math, HostBackend, HostBuffer, HostInputs, Kernel, Layout, Mask, SdpaError, Shape};
 
 /// Runs a table, prints one line per failure and a summary, fails if any case failed.
 fn run_table(name: &str, table: Vec<Case>, mut extra: impl FnMut(&Case, &HostInputs, f64) -> Option<String>) {
@@ -159,4 +159,93 @@ fn bad_buffers_are_refused() {
     assert!(matches!(e, Err(SdpaError::BufferTooShort { name: "k", .. })), "{e:?}");
     let e = gpu.forward(&spec, &opts, ForwardArgs { q: &q, k: &q, v: &wrong, mask: None, o: &mut o, lse: None });
     assert!(matches!(e, Err(SdpaError::DTypeMismatch { name: "v", .. })), "{e:?}");
+}
+
+/// A view whose rows are `row` elements apart (only 8- or 4-byte aligned for odd multiples of 2), so the
+/// tiled fa1 variant (16-byte copies) must hand over to the plain fixed one.
+fn padded_rows(spec: &mut sdpa_core::AttentionSpec, row: usize) {
+    let s = spec.shape;
+    for (st, heads, len) in [
+        (&mut spec.q_strides, s.hq, s.sq),
+        (&mut spec.k_strides, s.hkv, s.sk),
+        (&mut spec.v_strides, s.hkv, s.sk),
+        (&mut spec.o_strides, s.hq, s.sq),
+    ] {
+        st.s = row;
+        st.h = row * len;
+        st.b = row * len * heads;
+    }
+}
+
+/// The fast fa1 variants on shapes spanning several query blocks (128 rows in the tiled variant) and key
+/// tiles, with partial last tiles, GQA, Sq != Sk: D = 32 (absent from the shared table) and the common head
+/// dims, every mask, both layouts, every dtype; then each dtype on a misaligned view (plain fixed variant).
+#[test]
+fn fa1_fast_variants_on_multi_tile_shapes() {
+    let mut table = Vec::new();
+    let s = |hq, hkv, sq, sk, d| Shape { b: 2, hq, hkv, sq, sk, d, dv: d };
+    for (i, shape) in [s(4, 2, 300, 333, 32), s(2, 1, 257, 190, 64), s(2, 2, 130, 300, 128), s(2, 1, 140, 150, 256)]
+        .into_iter()
+        .enumerate()
+    {
+        for mask in common::masks(&shape) {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for dtype in DType::ALL {
+                    let lse = (i + table.len()) % 3 != 0;
+                    table.push(Case { shape, dtype, mask, layout, kernel: Kernel::Fa1, f32_math: F32Math::Exact, lse });
+                }
+            }
+        }
+    }
+    run_table("fa1 fast variants", table, |_, _, _| None);
+
+    let Some(gpu) = gpu() else { return };
+    for dtype in DType::ALL {
+        let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 140, sk: 150, d: 64, dv: 64 };
+        let case = Case {
+            shape,
+            dtype,
+            mask: Mask::CausalBottomRight,
+            layout: Layout::Bhsd,
+            kernel: Kernel::Fa1,
+            f32_math: F32Math::Exact,
+            lse: true,
+        };
+        let mut spec = case.spec();
+        padded_rows(&mut spec, 66);
+        let inputs = HostInputs::random(&spec, 21).expect("valid");
+        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
+        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        assert!(r.pass, "misaligned {dtype}: {r:?}");
+    }
+}
+
+/// A few small shapes, one per fa1 variant (tiled with each dtype and several head dims, plain fixed on a
+/// misaligned view, generic), for `compute-sanitizer --tool memcheck|racecheck`: lengths off the tiles,
+/// more than one query block and key tile, GQA, masks that mix full and partial tiles.
+#[test]
+fn fa1_small_shapes_for_the_sanitizer() {
+    let Some(gpu) = gpu() else { return };
+    let add = |sh: &Shape| Mask::Explicit(sdpa_core::ExplicitMask::full(sdpa_core::MaskValues::Additive, sh));
+    let sh = |sq, sk, d| Shape { b: 1, hq: 2, hkv: 1, sq, sk, d, dv: d };
+    let runs = [
+        (sh(150, 200, 64), DType::F32, Mask::CausalBottomRight, false),
+        (sh(140, 130, 128), DType::BF16, add(&sh(140, 130, 128)), false),
+        (sh(70, 150, 256), DType::F16, Mask::None, false),
+        (sh(129, 129, 80), DType::F32, Mask::CausalTopLeft, false),
+        (sh(100, 140, 64), DType::F32, Mask::CausalTopLeft, true),
+        (sh(70, 90, 40), DType::F32, Mask::CausalTopLeft, false),
+    ];
+    for (shape, dtype, mask, misaligned) in runs {
+        let case =
+            Case { shape, dtype, mask, layout: Layout::Bshd, kernel: Kernel::Fa1, f32_math: F32Math::Exact, lse: true };
+        let mut spec = case.spec();
+        if misaligned {
+            padded_rows(&mut spec, 66);
+        }
+        let inputs = HostInputs::random(&spec, 5).expect("valid");
+        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
+        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
 }
