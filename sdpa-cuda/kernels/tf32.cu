@@ -1,273 +1,439 @@
 // f32 attention on tensor cores: TF32 (`tf32_f32_*`) and split TF32 (`tf32x3_f32_*`).
 //
-// FlashAttention-2 work split: one block per (query tile of 64 rows, query head, batch), four warps each
-// owning 16 whole rows, so the online softmax of a row stays inside one quad of threads. Both products
-// use `mma.sync.m16n8k8` with TF32 operands and f32 accumulation. Split TF32 writes each f32 operand as
-// big + small (big = tf32(x), small = tf32(x - big)) and sums big·big + big·small + small·big, which
-// recovers close to f32 accuracy (the dropped small·small term is ~2^-22 relative).
+// FlashAttention-2 work split: one block per (query tile of BM rows, query head, batch); NW warps each own
+// MT whole m16 row tiles, so the online softmax of a row stays inside one quad of threads. Both products
+// use `mma.sync.m16n8k8` with TF32 operands and f32 accumulation.
 //
-// Shared memory: Q [64][DP+8], K and V [BK][DP+8] as f32 (BK = 64, or 32 from DP = 128), and a per-warp
-// P tile [16][BK+8]. The
-// columns of Q, K and P are stored permuted inside each group of 8 (c -> 2*(c%4) + c/4), so the two A/B
-// fragment elements a thread needs (columns t and t+4) are adjacent: one 8-byte load, and with rows
-// padded by 8 floats the 16 lanes of each half-warp hit distinct banks. Global loads are 16 bytes wide
-// when D and all strides allow (params.extra = 1). Softmax runs in log2 units (exp2). Head dims are
-// padded to DP (16, 32, 64, 128 or 256) with zeros, so any D up to 256 runs; Dv = D.
+// Operands. TF32 keeps 11 significant bits; the tensor cores ignore the low 13 bits of an f32 pattern,
+// which would truncate. Every operand is first rounded to the nearest TF32 value (Veltkamp split, three
+// f32 operations that keep NaN a NaN). Split TF32 writes each f32 operand as big + small (big = nearest
+// TF32, small = x - big, exact in f32 and within one bit of TF32) and sums small·big + big·small +
+// big·big; the dropped small·small term is ~2^-22 relative.
+//
+// Accuracy of split TF32. The tensor cores' own f32 accumulation does not round to nearest: chaining
+// every k-step of a long sum through the mma accumulator loses a fraction of an ulp per step, always in
+// the same direction, so the error grows with the number of keys (2.9e-5 at S = 4096 before this
+// layout). Here each group of three products starts from a zero accumulator (a sum of 8 exact products,
+// rounded once) and is added to the running sum with an ordinary f32 add, which rounds to nearest: the
+// error then behaves like a plain f32 dot product of length D / 8 (scores) or Sk / 8 (P·V).
+//
+// Data movement: K and V tiles go global -> shared with 16-byte cp.async (STAGES = 2: the next tile loads
+// while this one is computed, one barrier per tile; STAGES = 1: FlashAttention-2's order, V[t] during
+// Q·Kᵀ and K[t+1] during softmax and P·V, two barriers per tile). Q is loaded once per block, rounded (and
+// split) once, and kept in shared memory. Fragments of Q and K come from `ldmatrix.b16` on 32-bit data:
+// each 8x8 b16 matrix is 8 rows x 4 floats, exactly the m16n8k8 TF32 A/B fragment layout.
+//
+// P stays in registers: the S accumulator of an 8-key tile holds keys 2t and 2t+1 in thread t of a quad;
+// the A fragment of P·V wants k-indices t and t+4. Taking k-index t <-> key 2t and t+4 <-> key 2t+1 makes
+// the S registers the A fragment as they are; the B fragment then reads V rows 2t and 2t+1 (scalar
+// shared loads). Rows are padded to DP + 4 floats: an odd number of 16-byte chunks (ldmatrix phases hit 8
+// distinct bank groups) and 2·LD ≡ 8 (mod 32) banks, so the 32 V reads of a warp hit 32 distinct banks.
+//
+// Head dims are padded to DP (16, 32, 64, 128 or 256) with zeros, so any D = Dv up to 256 runs. Causal
+// tiles wholly above the diagonal are never loaded; only tiles that cross it (or the end of the keys, or
+// any tile under an explicit mask) run mask code. Softmax runs in log2 units (exp2, scale folded in).
 #include "common.cuh"
 
-constexpr int TC_BQ = 64;
-constexpr int TC_WARPS = 4;
-// Keys per tile: 64, or 32 from DP = 128 up so that two blocks (eight warps) fit on an SM.
-template <int DP> struct TcTile {
-    static constexpr int BK = DP >= 128 ? 32 : 64;
-    static constexpr int LDP = BK + 8;
+#define TC_MASK_NONE 0
+#define TC_MASK_CAUSAL 1
+#define TC_MASK_EXPLICIT 2
+
+// Tile configuration: DP padded head dim, MT m16 tiles per warp, NW warps, BK keys per tile, STAGES K/V
+// buffers, SPLIT split TF32 (Q stored as big and small halves).
+template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT>
+struct TcCfg {
+    static constexpr int BM = 16 * MT * NW;
+    static constexpr int LD = DP + 4;
+    static constexpr int NT = BK / 8;  // n8 tiles of S per m16 tile
+    static constexpr int DT = DP / 8;  // n8 tiles of O per m16 tile
+    static constexpr int Q_FLOATS = (SPLIT ? 2 : 1) * BM * LD;
+    static constexpr int KV_FLOATS = BK * LD;
+    static constexpr int SMEM_BYTES = 4 * (Q_FLOATS + 2 * STAGES * KV_FLOATS);
+    static_assert(DP % 16 == 0 && BK % 16 == 0, "k8 steps in pairs");
+    static_assert(STAGES == 1 || STAGES == 2, "one or two K/V buffers");
 };
 
-__device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
+__device__ __forceinline__ unsigned tc_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16-byte global->shared copy; `ok == false` writes zeros and reads nothing.
+__device__ __forceinline__ void tc_cp16(unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void tc_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tc_ldsm4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ float tc_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float tc_quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float tc_quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// D += A·B for one m16n8k8 TF32 tile.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+// Nearest TF32 value of x (11 significant bits; Veltkamp splitting with 2^13 + 1). The _rn intrinsics
+// keep the compiler from fusing the steps into an FMA, which would break the split. NaN stays NaN.
+__device__ __forceinline__ float tc_big(float x) {
+    const float c = __fmul_rn(x, 8193.f);
+    return __fsub_rn(c, __fsub_rn(c, x));
+}
+// An operand as TF32 bit patterns: big (nearest TF32) and, for split TF32, small = x - big.
+template <bool SPLIT>
+__device__ __forceinline__ void tc_split(float x, unsigned& big, unsigned& small) {
+    const float hi = tc_big(x);
+    big = __float_as_uint(hi);
+    if (SPLIT) small = __float_as_uint(__fsub_rn(x, hi));
+}
+
+// D += A·B, one m16n8k8 TF32 tile.
+__device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
-// An operand fragment as TF32: big parts, and for split TF32 the small parts.
-template <int N, bool SPLIT>
-struct Frag {
-    unsigned big[N];
-    unsigned small[SPLIT ? N : 1];
-    __device__ __forceinline__ void set(const float (&x)[N]) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-            big[i] = to_tf32(x[i]);
-            if (SPLIT) small[SPLIT ? i : 0] = to_tf32(x[i] - __uint_as_float(big[i]));
-        }
-    }
-};
-
+// D = A·B (zero accumulator).
+__device__ __forceinline__ void tc_mma0(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+// acc += A·B in the chosen precision. Split: the three products of one k8 step start from zero and are
+// added to `acc` with round-to-nearest f32 adds (see the file comment).
 template <bool SPLIT>
-__device__ __forceinline__ void mma_split(float (&d)[4], const Frag<4, SPLIT>& a, const Frag<2, SPLIT>& b) {
-    if (SPLIT) {
-        const unsigned as[4] = {a.small[0], a.small[SPLIT ? 1 : 0], a.small[SPLIT ? 2 : 0], a.small[SPLIT ? 3 : 0]};
-        const unsigned bs[2] = {b.small[0], b.small[SPLIT ? 1 : 0]};
-        mma_tf32(d, as, b.big);
-        mma_tf32(d, a.big, bs);
-    }
-    mma_tf32(d, a.big, b.big);
-}
-
-// Position of column c inside its group of 8: t -> 2t, t + 4 -> 2t + 1.
-__device__ __forceinline__ int perm8(int c) { return (c & ~7) | ((c & 3) << 1) | ((c >> 2) & 1); }
-
-// rows [0, rows) of a [rows][DP] tile into shared memory (row length ld), columns permuted when PERM;
-// zeros past `valid` rows and past column d. VEC: 16-byte global loads (d % 4 == 0, aligned).
-template <int DP, bool PERM>
-__device__ __forceinline__ void tc_load(float* dst, int ld, const float* src, i64 stride, int rows, int valid, int d,
-                                        bool vec) {
-    if (vec) {
-        constexpr int C4 = DP / 4;
-        for (int idx = threadIdx.x; idx < rows * C4; idx += TC_WARPS * 32) {
-            const int r = idx / C4, c = (idx - r * C4) * 4;
-            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (r < valid && c < d) x = *reinterpret_cast<const float4*>(src + r * stride + c);
-            float* row = dst + r * ld;
-            if (PERM) {
-                row[perm8(c)] = x.x;
-                row[perm8(c + 1)] = x.y;
-                row[perm8(c + 2)] = x.z;
-                row[perm8(c + 3)] = x.w;
-            } else {
-                *reinterpret_cast<float4*>(row + c) = x;
-            }
-        }
+__device__ __forceinline__ void tc_mma_acc(float (&acc)[4], const unsigned (&ab)[4], const unsigned (&as)[4],
+                                           unsigned bb0, unsigned bb1, unsigned bs0, unsigned bs1) {
+    if (!SPLIT) {
+        tc_mma(acc, ab, bb0, bb1);
     } else {
-        for (int idx = threadIdx.x; idx < rows * DP; idx += TC_WARPS * 32) {
-            const int r = idx / DP, c = idx - r * DP;
-            dst[r * ld + (PERM ? perm8(c) : c)] = (r < valid && c < d) ? src[r * stride + c] : 0.f;
-        }
+        float t[4];
+        tc_mma0(t, as, bb0, bb1);
+        tc_mma(t, ab, bs0, bs1);
+        tc_mma(t, ab, bb0, bb1);
+        acc[0] += t[0];
+        acc[1] += t[1];
+        acc[2] += t[2];
+        acc[3] += t[3];
     }
 }
 
-template <int DP, bool SPLIT>
-__device__ void tc_forward(const AttnParams& p) {
-    constexpr int LD = DP + 8;
-    constexpr int TC_BK = TcTile<DP>::BK;
-    constexpr int TC_LDP = TcTile<DP>::LDP;
-    constexpr int NT_S = TC_BK / 8;  // n8 tiles of the score tile
-    constexpr int NT_O = DP / 8;     // n8 tiles of the output
-    extern __shared__ __align__(16) float smem[];
-    float* Qs = smem;
-    float* Ks = Qs + TC_BQ * LD;
-    float* Vs = Ks + TC_BK * LD;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// Rows [0, ROWS) of a [ROWS][DP] f32 tile into shared memory (LD-float rows at `dst`), zeros at or past
+// `valid` rows and past column d. 16-byte cp.async (caller checked d % 4 == 0 and 16-byte alignment).
+template <int DP, int LD, int ROWS, int THREADS>
+__device__ __forceinline__ void tc_load_async(unsigned dst, const float* src, i64 stride, int valid, int d, int tid) {
+    constexpr int CH = DP / 4;
+    constexpr int TOTAL = ROWS * CH;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; ++i) {
+        const int c = tid + i * THREADS;
+        if (TOTAL % THREADS == 0 || c < TOTAL) {
+            const int r = c / CH, col = (c % CH) * 4;
+            const bool ok = r < valid && col < d;
+            tc_cp16(dst + (r * LD + col) * 4, ok ? src + r * stride + col : src, ok);
+        }
+    }
+}
+// The same with scalar loads and stores, for any D and alignment.
+template <int DP, int LD, int ROWS, int THREADS>
+__device__ __forceinline__ void tc_load_sync(float* dst, const float* src, i64 stride, int valid, int d, int tid) {
+    for (int c = tid; c < ROWS * DP; c += THREADS) {
+        const int r = c / DP, col = c % DP;
+        dst[r * LD + col] = (r < valid && col < d) ? src[r * stride + col] : 0.f;
+    }
+}
+template <int DP, int LD, int ROWS, int THREADS>
+__device__ __forceinline__ void tc_load(float* dst, const float* src, i64 stride, int valid, int d, int tid,
+                                        bool vec) {
+    if (vec)
+        tc_load_async<DP, LD, ROWS, THREADS>(tc_smem_addr(dst), src, stride, valid, d, tid);
+    else
+        tc_load_sync<DP, LD, ROWS, THREADS>(dst, src, stride, valid, d, tid);
+}
+
+// params.extra: bit 0 = 16-byte loads allowed (D % 4 == 0, Q/K/V and their strides 16-byte aligned);
+// bit 1 = 8-byte output stores allowed (Dv even, O and its strides 8-byte aligned).
+template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT, int MASK>
+__device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
+    using C = TcCfg<DP, MT, NW, BK, STAGES, SPLIT>;
+    constexpr int LD = C::LD, NT = C::NT, DT = C::DT, BM = C::BM, THREADS = NW * 32;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;
-    float* Ps = Vs + TC_BK * LD + warp * 16 * TC_LDP;
-    const bool vec = p.extra == 1;
+    const bool vec = (p.extra & 1) != 0;
 
+    // Block -> (batch, head, query tile); the last query tiles (the most keys under a causal mask) first.
     const int bh_count = p.b * p.hq;
-    const int n_tiles = (p.sq + TC_BQ - 1) / TC_BQ;
+    const int n_mblocks = (p.sq + BM - 1) / BM;
     const int bh = blockIdx.x % bh_count;
-    const int q0 = (n_tiles - 1 - (int)(blockIdx.x / bh_count)) * TC_BQ;
+    const int m_block = n_mblocks - 1 - (int)(blockIdx.x / bh_count);
     const int b = bh / p.hq, h = bh % p.hq, kvh = h / p.group;
-    const int n_keys = causal_limit(p, min(q0 + TC_BQ, p.sq) - 1);
+    const int m0 = m_block * BM, m_end = min(m0 + BM, p.sq);
+    const int wrow0 = warp * 16 * MT;
 
-    const float* q = static_cast<const float*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + q0 * p.q_stride[2];
+    // Shared memory: Q big [BM][LD] (+ Q small [BM][LD]), then STAGES x K [BK][LD], STAGES x V [BK][LD].
+    float* sQ = smem;
+    float* sK = sQ + C::Q_FLOATS;
+    float* sV = sK + STAGES * C::KV_FLOATS;
+
+    const float* q = static_cast<const float*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + m0 * p.q_stride[2];
     const float* k = static_cast<const float*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const float* v = static_cast<const float*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
-    tc_load<DP, true>(Qs, LD, q, p.q_stride[2], TC_BQ, p.sq - q0, p.d, vec);
 
-    // Rows this thread holds in C fragments: r0 = warp*16 + g and r1 = r0 + 8.
-    const int rr[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    float m[2] = {SDPA_NEG_INF, SDPA_NEG_INF}, l[2] = {0.f, 0.f};
-    float acc[NT_O][4];
-#pragma unroll
-    for (int n = 0; n < NT_O; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+    int n_keys = p.sk;
+    if (MASK == TC_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
+    const int n_tiles = (n_keys + BK - 1) / BK;
 
-    for (int k0 = 0; k0 < n_keys; k0 += TC_BK) {
-        __syncthreads();  // the previous tile's K/V reads are done
-        tc_load<DP, true>(Ks, LD, k + k0 * p.k_stride[2], p.k_stride[2], TC_BK, p.sk - k0, p.d, vec);
-        tc_load<DP, false>(Vs, LD, v + k0 * p.v_stride[2], p.v_stride[2], TC_BK, p.sk - k0, p.dv, vec);
-        __syncthreads();
+    if (n_tiles > 0) {
+        tc_load<DP, LD, BK, THREADS>(sK, k, p.k_stride[2], p.sk, p.d, tid, vec);
+        if (STAGES == 2) tc_load<DP, LD, BK, THREADS>(sV, v, p.v_stride[2], p.sk, p.dv, tid, vec);
+    }
+    tc_commit();
 
-        float s[NT_S][4];
+    // Q: loaded, rounded (and split) once per block while the first K/V tile is in flight.
+    {
+        const int valid = m_end - m0;
+        for (int c = tid; c < BM * (DP / 4); c += THREADS) {
+            const int r = c / (DP / 4), col = (c % (DP / 4)) * 4;
+            float x[4] = {0.f, 0.f, 0.f, 0.f};
+            if (r < valid) {
+                const float* src = q + r * p.q_stride[2] + col;
+                if (vec) {
+                    if (col < p.d) {
+                        const float4 f = *reinterpret_cast<const float4*>(src);
+                        x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+                    }
+                } else {
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n)
+                    for (int e = 0; e < 4; ++e)
+                        if (col + e < p.d) x[e] = src[e];
+                }
+            }
+            unsigned hi[4], lo[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-        const float* qw = Qs + warp * 16 * LD;
-#pragma unroll 2
-        for (int kk = 0; kk < DP; kk += 8) {
-            const float2 lo = *reinterpret_cast<const float2*>(qw + g * LD + kk + 2 * t);
-            const float2 hi = *reinterpret_cast<const float2*>(qw + (g + 8) * LD + kk + 2 * t);
-            Frag<4, SPLIT> a;
-            a.set({lo.x, hi.x, lo.y, hi.y});
+            for (int e = 0; e < 4; ++e) tc_split<SPLIT>(x[e], hi[e], lo[e]);
+            *reinterpret_cast<uint4*>(sQ + r * LD + col) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (SPLIT) *reinterpret_cast<uint4*>(sQ + BM * LD + r * LD + col) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    }
+
+    // Per-lane fragment addresses. Q (A, 16x8): matrices rows 0-7 / 8-15 x columns 0-3 / 4-7, in the
+    // register order a0..a3. K (B of two n8 tiles): keys 0-7 columns 0-3, keys 0-7 columns 4-7, keys 8-15
+    // columns 0-3, keys 8-15 columns 4-7. V: rows 2t and 2t+1, column g of each n8 tile.
+    const unsigned q_ld = tc_smem_addr(sQ) + ((wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 4) * 4;
+    const unsigned k_ld = tc_smem_addr(sK) + (((lane & 7) + ((lane >> 4) & 1) * 8) * LD + ((lane >> 3) & 1) * 4) * 4;
+    const float* v_rd = sV + 2 * t * LD + g;
+
+    float o[MT][DT][4];
+    float m[MT][2], l[MT][2];
 #pragma unroll
-            for (int n = 0; n < NT_S; ++n) {
-                const float2 kb = *reinterpret_cast<const float2*>(Ks + (n * 8 + g) * LD + kk + 2 * t);
-                Frag<2, SPLIT> bf;
-                bf.set({kb.x, kb.y});
-                mma_split<SPLIT>(s[n], a, bf);
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < DT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+        m[mt][0] = m[mt][1] = SDPA_NEG_INF;
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+    const float sl2 = p.scale_log2;
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int n0 = tile * BK;
+        const int buf = STAGES == 2 ? (tile & 1) : 0;
+        tc_wait_all();
+        __syncthreads();  // this tile's K (and V) and Q are visible; everyone is done with the last tile
+        if (STAGES == 1) {
+            tc_load<DP, LD, BK, THREADS>(sV, v + n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, p.dv, tid, vec);
+        } else if (tile + 1 < n_tiles) {
+            const int n1 = n0 + BK, nb = (tile + 1) & 1;
+            tc_load<DP, LD, BK, THREADS>(sK + nb * C::KV_FLOATS, k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1,
+                                         p.d, tid, vec);
+            tc_load<DP, LD, BK, THREADS>(sV + nb * C::KV_FLOATS, v + n1 * p.v_stride[2], p.v_stride[2], p.sk - n1,
+                                         p.dv, tid, vec);
+        }
+        tc_commit();
+
+        // S = Q Kᵀ for this warp's rows.
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+        const unsigned kb_ld = k_ld + buf * C::KV_FLOATS * 4;
+#pragma unroll
+        for (int kk = 0; kk < DP / 8; ++kk) {
+            unsigned qa[MT][4], qs[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tc_ldsm4(qa[mt], q_ld + (mt * 16 * LD + kk * 8) * 4);
+                if (SPLIT) tc_ldsm4(qs[mt], q_ld + (BM * LD + mt * 16 * LD + kk * 8) * 4);
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned kr[4], kb[4], ks[4];
+                tc_ldsm4(kr, kb_ld + (np * 16 * LD + kk * 8) * 4);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) tc_split<SPLIT>(__uint_as_float(kr[e]), kb[e], ks[e]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    tc_mma_acc<SPLIT>(s[mt][2 * np], qa[mt], qs[mt], kb[0], kb[1], ks[0], ks[1]);
+                    tc_mma_acc<SPLIT>(s[mt][2 * np + 1], qa[mt], qs[mt], kb[2], kb[3], ks[2], ks[3]);
+                }
             }
         }
 
-        // Scale (log2 units), mask, online softmax; element e of tile n is row rr[e / 2],
-        // key k0 + n*8 + 2t + (e & 1).
-        float alpha[2];
+        if (STAGES == 1) {
+            tc_wait_all();
+            __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
+            if (tile + 1 < n_tiles) {
+                const int n1 = n0 + BK;
+                tc_load<DP, LD, BK, THREADS>(sK, k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, p.d, tid, vec);
+            }
+            tc_commit();
+        }
+
+        // Mask (edge tiles only). Explicit masks scale the scores here (log2 units); otherwise the scale is
+        // folded into the exp2 argument below.
+        const bool edge = (n0 + BK > p.sk) || (MASK == TC_MASK_CAUSAL && n0 + BK - 1 > m0 + p.causal_offset) ||
+                          MASK == TC_MASK_EXPLICIT;
+        if (edge) {
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const int i = rr[hr];
-            const bool row_ok = i < p.sq;
-            const int limit = row_ok ? causal_limit(p, i) : 0;
-            const float* mrow = (row_ok && p.mask_kind == SDPA_MASK_EXPLICIT) ? mask_row(p, b, h, i) : nullptr;
-            float mx = SDPA_NEG_INF;
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NT_S; ++n)
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = m0 + wrow0 + mt * 16 + g + hh * 8;
+                    const float* mrow = nullptr;
+                    if (MASK == TC_MASK_EXPLICIT) mrow = mask_row(p, b, h, min(row, p.sq - 1));
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int j = k0 + n * 8 + 2 * t + c;
-                    float x = s[n][hr * 2 + c] * p.scale_log2;
-                    bool vis = j < limit;
-                    if (vis && mrow != nullptr) {
-                        const float add = mrow[j * p.mask_stride[3]];
-                        vis = add != SDPA_NEG_INF;
-                        x = fmaf(add, SDPA_LOG2E, x);
-                    }
-                    s[n][hr * 2 + c] = vis ? x : SDPA_NEG_INF;
-                    mx = nan_max(mx, s[n][hr * 2 + c]);
+                    for (int j = 0; j < NT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int key = n0 + j * 8 + 2 * t + e;
+                            float& x = s[mt][j][hh * 2 + e];
+                            bool vis = key < p.sk;
+                            if (MASK == TC_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                            if (MASK == TC_MASK_EXPLICIT)
+                                x = vis ? fmaf(mrow[key * p.mask_stride[3]], SDPA_LOG2E, x * sl2) : SDPA_NEG_INF;
+                            else if (!vis)
+                                x = SDPA_NEG_INF;
+                        }
                 }
-            mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = nan_max(m[hr], mx);
-            float sum = 0.f;
-            if (m_new == SDPA_NEG_INF) {
-                alpha[hr] = 1.f;
+        }
+
+        // Online softmax. A row that has seen only masked keys keeps m = -inf and subtracts 0, so exp2 gives 0.
 #pragma unroll
-                for (int n = 0; n < NT_S; ++n) s[n][hr * 2] = s[n][hr * 2 + 1] = 0.f;
-            } else {
-                alpha[hr] = m[hr] == SDPA_NEG_INF ? 0.f : exp2f(m[hr] - m_new);
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int n = 0; n < NT_S; ++n)
+            for (int hh = 0; hh < 2; ++hh) {
+                float mx = SDPA_NEG_INF;
 #pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        float& x = s[n][hr * 2 + c];
-                        x = x == SDPA_NEG_INF ? 0.f : exp2f(x - m_new);
+                for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
+                mx = tc_quad_max(mx);
+                const float m_old = m[mt][hh];
+                const float m_new = fmaxf(m_old, MASK == TC_MASK_EXPLICIT ? mx : mx * sl2);
+                const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
+                const float alpha = tc_exp2(m_old - m_use);
+                m[mt][hh] = m_new;
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = s[mt][j][hh * 2 + e];
+                        x = MASK == TC_MASK_EXPLICIT ? tc_exp2(x - m_use) : tc_exp2(fmaf(x, sl2, -m_use));
                         sum += x;
                     }
+                l[mt][hh] = l[mt][hh] * alpha + sum;  // per-thread partial; the quad is summed at the end
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    o[mt][j][hh * 2] *= alpha;
+                    o[mt][j][hh * 2 + 1] *= alpha;
+                }
             }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            l[hr] = l[hr] * alpha[hr] + sum;
-            m[hr] = m_new;
-        }
-        // P to the warp's shared tile, columns permuted like Q (C layout -> A layout for TF32).
+
+        // O += P V with P from registers: k-step kk is S tile kk, k-index t <-> key 2t, t+4 <-> key 2t+1.
+        const float* vb = v_rd + buf * C::KV_FLOATS;
 #pragma unroll
-        for (int n = 0; n < NT_S; ++n)
+        for (int kk = 0; kk < NT; ++kk) {
+            unsigned pa[MT][4], ps[MT][4];
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int col = perm8(n * 8 + 2 * t + c);
-                Ps[g * TC_LDP + col] = s[n][c];
-                Ps[(g + 8) * TC_LDP + col] = s[n][2 + c];
+            for (int mt = 0; mt < MT; ++mt) {
+                tc_split<SPLIT>(s[mt][kk][0], pa[mt][0], ps[mt][0]);
+                tc_split<SPLIT>(s[mt][kk][2], pa[mt][1], ps[mt][1]);
+                tc_split<SPLIT>(s[mt][kk][1], pa[mt][2], ps[mt][2]);
+                tc_split<SPLIT>(s[mt][kk][3], pa[mt][3], ps[mt][3]);
             }
 #pragma unroll
-        for (int n = 0; n < NT_O; ++n) {
-            acc[n][0] *= alpha[0];
-            acc[n][1] *= alpha[0];
-            acc[n][2] *= alpha[1];
-            acc[n][3] *= alpha[1];
-        }
-        __syncwarp();
-#pragma unroll 2
-        for (int kk = 0; kk < TC_BK; kk += 8) {
-            const float2 lo = *reinterpret_cast<const float2*>(Ps + g * TC_LDP + kk + 2 * t);
-            const float2 hi = *reinterpret_cast<const float2*>(Ps + (g + 8) * TC_LDP + kk + 2 * t);
-            Frag<4, SPLIT> a;
-            a.set({lo.x, hi.x, lo.y, hi.y});
+            for (int n = 0; n < DT; ++n) {
+                unsigned vbig[2], vsmall[2];
+                tc_split<SPLIT>(vb[kk * 8 * LD + n * 8], vbig[0], vsmall[0]);
+                tc_split<SPLIT>(vb[(kk * 8 + 1) * LD + n * 8], vbig[1], vsmall[1]);
 #pragma unroll
-            for (int n = 0; n < NT_O; ++n) {
-                Frag<2, SPLIT> bf;
-                bf.set({Vs[(kk + t) * LD + n * 8 + g], Vs[(kk + t + 4) * LD + n * 8 + g]});
-                mma_split<SPLIT>(acc[n], a, bf);
+                for (int mt = 0; mt < MT; ++mt)
+                    tc_mma_acc<SPLIT>(o[mt][n], pa[mt], ps[mt], vbig[0], vbig[1], vsmall[0], vsmall[1]);
             }
         }
-        __syncwarp();
     }
 
-    float* o = static_cast<float*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    // Epilogue: normalise and store straight from the accumulators (rows g and g+8, columns 2t, 2t+1).
+    float* out = static_cast<float*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    const bool vec2 = (p.extra & 2) != 0;
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-        const int i = rr[hr];
-        if (i >= p.sq) continue;
-        const float inv = row_inv_l(l[hr]);
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int n = 0; n < NT_O; ++n)
+        for (int hh = 0; hh < 2; ++hh) {
+            const float lsum = tc_quad_sum(l[mt][hh]);
+            // NaN stays NaN (NaN == 0 is false); a row that saw no key is zeros with LSE -inf.
+            const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
+            const int row = m0 + wrow0 + mt * 16 + g + hh * 8;
+            if (row >= p.sq) continue;
+            float* orow = out + row * p.o_stride[2];
 #pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int col = n * 8 + 2 * t + c;
-                if (col < p.dv) o[i * p.o_stride[2] + col] = acc[n][hr * 2 + c] * inv;
+            for (int j = 0; j < DT; ++j) {
+                const int col = j * 8 + 2 * t;
+                const float x0 = o[mt][j][hh * 2] * inv, x1 = o[mt][j][hh * 2 + 1] * inv;
+                if (vec2 && col + 1 < p.dv) {
+                    *reinterpret_cast<float2*>(orow + col) = make_float2(x0, x1);
+                } else {
+                    if (col < p.dv) orow[col] = x0;
+                    if (col + 1 < p.dv) orow[col + 1] = x1;
+                }
             }
-        if (p.lse != nullptr && t == 0) p.lse[((i64)b * p.hq + h) * p.sq + i] = row_lse_log2(m[hr], l[hr]);
-    }
+            if (p.lse != nullptr && t == 0)
+                p.lse[((i64)b * p.hq + h) * p.sq + row] =
+                    lsum == 0.f ? SDPA_NEG_INF : (m[mt][hh] + log2f(lsum)) * SDPA_LN2;
+        }
 }
 
-#define TC_KERNEL(NAME, DP, SPLIT)                                                                   \
-    extern "C" __global__ void __launch_bounds__(TC_WARPS * 32) NAME(const AttnParams p) {         \
-        tc_forward<DP, SPLIT>(p);                                                                    \
+// Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
+// warp, NW warps, BK keys, K/V stages) were chosen by measurement on the H100 (dev/tf32_bench.py, see
+// bench/results/tf32.md); src/tf32.rs mirrors this table in `tile_for`.
+#define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, MASK)                                               \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \
+        extern __shared__ __align__(16) float tc_smem[];                                             \
+        tc_forward<DP, MT, NW, BK, ST, SPLIT, MASK>(p, tc_smem);                                     \
     }
-#define TC_ALL(DP)                        \
-    TC_KERNEL(tf32_f32_##DP, DP, false)   \
-    TC_KERNEL(tf32x3_f32_##DP, DP, true)
+#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT)                                                \
+    TC_ENTRY(PREFIX##_f32_##DP##_none, DP, MT, NW, BK, ST, SPLIT, TC_MASK_NONE)                     \
+    TC_ENTRY(PREFIX##_f32_##DP##_causal, DP, MT, NW, BK, ST, SPLIT, TC_MASK_CAUSAL)                 \
+    TC_ENTRY(PREFIX##_f32_##DP##_explicit, DP, MT, NW, BK, ST, SPLIT, TC_MASK_EXPLICIT)
 
-TC_ALL(16)
-TC_ALL(32)
-TC_ALL(64)
-TC_ALL(128)
-TC_ALL(256)
+#ifndef TC_NO_ENTRIES
+TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false)
+TC_ENTRIES(tf32, 32, 2, 4, 64, 2, false)
+TC_ENTRIES(tf32, 64, 2, 4, 64, 2, false)
+TC_ENTRIES(tf32, 128, 2, 4, 32, 1, false)
+TC_ENTRIES(tf32, 256, 1, 4, 32, 1, false)
+TC_ENTRIES(tf32x3, 16, 2, 4, 64, 2, true)
+TC_ENTRIES(tf32x3, 32, 2, 4, 64, 2, true)
+TC_ENTRIES(tf32x3, 64, 2, 4, 64, 1, true)
+TC_ENTRIES(tf32x3, 128, 1, 4, 32, 1, true)
+TC_ENTRIES(tf32x3, 256, 1, 4, 32, 1, true)
+#endif

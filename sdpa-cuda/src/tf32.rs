@@ -1,28 +1,63 @@
 //! The opt-in tensor-core path for f32 inputs (`kernels/tf32.cu`), run as kernel `fa2` with
 //! `F32Math::Tf32` (one TF32 product, about 3e-4 relative error) or `F32Math::SplitTf32` (three TF32
-//! products, near-f32 accuracy). Every result record carries the `F32Math` it ran with.
+//! products per k-step, each group rounded once into an f32 sum: about f32 accuracy). Every result record
+//! carries the `F32Math` it ran with.
 //!
 //! Head dims: D = Dv up to 256, padded with zeros to 16, 32, 64, 128 or 256 inside the kernel; larger or
-//! unequal head dims are `Unsupported` (the exact `fa1` path covers them).
+//! unequal head dims are `Unsupported` (the exact `fa1` path covers them). Any strides work: 16-byte
+//! `cp.async` loads when D and every Q/K/V stride allow, scalar loads otherwise.
 
 use crate::call::Call;
 use crate::error::unsupported;
 use crate::launch::{launch, LaunchDims};
 use crate::modules::TF32;
+use crate::params::{MASK_CAUSAL, MASK_NONE};
 use sdpa_core::{DType, F32Math, Result};
 
-const BQ: usize = 64;
-const WARPS: u32 = 4;
+/// The tile of one entry point of `kernels/tf32.cu` (its `TC_ENTRIES` table, mirrored here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tile {
+    /// m16 row tiles per warp.
+    pub mt: usize,
+    /// Warps per block.
+    pub warps: usize,
+    /// Keys per K/V tile.
+    pub bk: usize,
+    /// K/V shared-memory buffers (2: double-buffered).
+    pub stages: usize,
+}
+
+impl Tile {
+    /// Query rows per block.
+    pub fn rows(&self) -> usize {
+        16 * self.mt * self.warps
+    }
+
+    /// Dynamic shared memory for padded head dim `dp`, bytes (`TcCfg::SMEM_BYTES`).
+    pub fn smem_bytes(&self, dp: usize, split: bool) -> usize {
+        let ld = dp + 4;
+        let q_copies = if split { 2 } else { 1 };
+        4 * (q_copies * self.rows() * ld + 2 * self.stages * self.bk * ld)
+    }
+}
+
+/// The tile the kernel module instantiates for padded head dim `dp` (chosen by measurement on the H100,
+/// `dev/tf32_bench.py`; see bench/results/tf32.md).
+pub fn tile_for(dp: usize, split: bool) -> Tile {
+    let t = |mt, warps, bk, stages| Tile { mt, warps, bk, stages };
+    match (dp, split) {
+        (16 | 32 | 64, false) => t(2, 4, 64, 2),
+        (128, false) => t(2, 4, 32, 1),
+        (16 | 32, true) => t(2, 4, 64, 2),
+        (64, true) => t(2, 4, 64, 1),
+        (128, true) => t(1, 4, 32, 1),
+        _ => t(1, 4, 32, 1),
+    }
+}
 
 /// Padded head dim the kernel is instantiated for, if any.
 pub fn padded_head_dim(d: usize) -> Option<usize> {
     [16, 32, 64, 128, 256].into_iter().find(|&p| d <= p)
-}
-
-/// Shared memory for padded head dim `dp`, bytes.
-pub fn smem_bytes(dp: usize) -> usize {
-    let bk = if dp >= 128 { 32 } else { 64 }; // TcTile<DP>::BK
-    4 * (BQ * (dp + 8) + 2 * bk * (dp + 8) + WARPS as usize * 16 * (bk + 8))
 }
 
 /// Launches the TF32 or split-TF32 kernel on the call's stream.
@@ -31,9 +66,9 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     if call.spec.dtype != DType::F32 {
         return Err(unsupported("the TF32 kernels take f32 inputs"));
     }
-    let prefix = match call.opts.f32_math {
-        F32Math::Tf32 => "tf32",
-        F32Math::SplitTf32 => "tf32x3",
+    let (prefix, split) = match call.opts.f32_math {
+        F32Math::Tf32 => ("tf32", false),
+        F32Math::SplitTf32 => ("tf32x3", true),
         F32Math::Exact => return Err(unsupported("the tensor-core f32 kernel needs f32 math tf32 or split-tf32")),
     };
     let dp = match padded_head_dim(s.d) {
@@ -45,19 +80,67 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             )))
         }
     };
+    let tile = tile_for(dp, split);
     let blocks =
-        s.sq.div_ceil(BQ)
+        s.sq.div_ceil(tile.rows())
             .checked_mul(s.b * s.hq)
             .and_then(|x| u32::try_from(x).ok())
-            .ok_or_else(|| unsupported("grid exceeds 2^32 blocks"))?;
-    let dims = LaunchDims { grid: (blocks, 1, 1), block: (WARPS * 32, 1, 1), smem_bytes: smem_bytes(dp) as u32 };
-    // 16-byte global loads when every row start is 16-byte aligned (`extra` is the kernel's flag).
+            .filter(|&x| x <= i32::MAX as u32)
+            .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
+    let dims = LaunchDims {
+        grid: (blocks, 1, 1),
+        block: ((tile.warps * 32) as u32, 1, 1),
+        smem_bytes: tile.smem_bytes(dp, split) as u32,
+    };
     let p = &call.params;
-    let aligned = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
+    let mask = match p.mask_kind {
+        MASK_NONE => "none",
+        MASK_CAUSAL => "causal",
+        _ => "explicit",
+    };
+    // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
+    // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
+    let loads16 = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
         && s.d.is_multiple_of(4)
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
-    let params = crate::params::AttnParams { extra: i32::from(aligned), ..*p };
+    let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
+    let params = crate::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
-    // offset; the kernel stays within them (rows past Sq/Sk and columns past D are never read or written).
-    unsafe { launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}"), dims, &params) }
+    // offset; the kernel stays within them (rows past Sq/Sk and columns past D are never read or written),
+    // and 16-byte loads / 8-byte stores are only enabled when every address they touch is aligned.
+    unsafe { launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}_{mask}"), dims, &params) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tile fits the 227 KB opt-in shared memory of an H100/A100 block and has whole k16 steps.
+    #[test]
+    fn tiles_fit_shared_memory() {
+        for dp in [16, 32, 64, 128, 256] {
+            for split in [false, true] {
+                let t = tile_for(dp, split);
+                assert!(t.smem_bytes(dp, split) <= 227 * 1024, "dp {dp} split {split}: {t:?}");
+                assert!(t.bk.is_multiple_of(16) && (1..=2).contains(&t.stages), "{t:?}");
+            }
+        }
+        assert_eq!(padded_head_dim(40), Some(64));
+        assert_eq!(padded_head_dim(257), None);
+    }
+
+    /// The Rust table names the same tiles as the kernel's entry-point table.
+    #[test]
+    fn tiles_match_the_kernel_table() {
+        let src = crate::modules::TF32.source;
+        for dp in [16, 32, 64, 128, 256] {
+            for split in [false, true] {
+                let t = tile_for(dp, split);
+                let prefix = if split { "tf32x3" } else { "tf32" };
+                let line =
+                    format!("TC_ENTRIES({prefix}, {dp}, {}, {}, {}, {}, {split})", t.mt, t.warps, t.bk, t.stages);
+                assert!(src.contains(&line), "kernels/tf32.cu lacks `{line}`");
+            }
+        }
+    }
 }

@@ -1,0 +1,89 @@
+// Standalone development harness for the TF32 kernels (kernels/tf32.cu): compiled with nvcc into a shared
+// library that dev/tf32_bench.py loads with ctypes and drives with torch tensors. It instantiates the same
+// device code as the Rust backend at several tile configurations, so tiles can be chosen by measurement,
+// and carries a tensor-core microbenchmark (independent mma.sync m16n8k8 TF32 chains, no memory traffic):
+// the ceiling of the instruction these kernels are built from. Not part of the Rust build.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o tf32dev.so tf32_host.cu
+//   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations)
+#define TC_NO_ENTRIES
+#include "../kernels/tf32.cu"
+#include <cuda_runtime.h>
+
+template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, int MASK>
+__global__ void __launch_bounds__(NW * 32) tc_dev(const AttnParams p) {
+    extern __shared__ __align__(16) float smem[];
+    tc_forward<DP, MT, NW, BK, ST, SPLIT, MASK>(p, smem);
+}
+
+template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, int MASK>
+int launch_tc(const AttnParams& p, cudaStream_t st) {
+    using C = TcCfg<DP, MT, NW, BK, ST, SPLIT>;
+    auto k = tc_dev<DP, MT, NW, BK, ST, SPLIT, MASK>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+    if (e != cudaSuccess) return (int)e;
+    const long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
+    k<<<(unsigned)blocks, NW * 32, C::SMEM_BYTES, st>>>(p);
+    return (int)cudaGetLastError();
+}
+
+typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
+struct Entry {
+    int dp, mt, nw, bk, st, split, mask, bm, smem;
+    LaunchFn fn;
+};
+#define TC_CFG(DP, MT, NW, BK, ST, SPLIT, MASK)                                                             \
+    {DP, MT, NW, BK, ST, SPLIT, MASK, TcCfg<DP, MT, NW, BK, ST, SPLIT>::BM,                                 \
+     TcCfg<DP, MT, NW, BK, ST, SPLIT>::SMEM_BYTES, launch_tc<DP, MT, NW, BK, ST, SPLIT, MASK>},
+#define TC_CFG2(DP, MT, NW, BK, ST, SPLIT) TC_CFG(DP, MT, NW, BK, ST, SPLIT, 0) TC_CFG(DP, MT, NW, BK, ST, SPLIT, 1)
+
+static const Entry ENTRIES[] = {
+#ifndef TF32DEV_CONFIGS
+    // plain TF32
+    TC_CFG2(64, 2, 4, 64, 2, false) TC_CFG2(64, 2, 4, 32, 2, false) TC_CFG2(64, 1, 4, 64, 2, false)
+    TC_CFG2(64, 1, 8, 64, 2, false)
+    TC_CFG2(128, 2, 4, 32, 1, false) TC_CFG2(128, 1, 4, 32, 2, false) TC_CFG2(128, 2, 4, 16, 2, false)
+    TC_CFG2(128, 1, 8, 32, 2, false)
+    // split TF32
+    TC_CFG2(64, 2, 4, 64, 1, true) TC_CFG2(64, 2, 4, 32, 2, true) TC_CFG2(64, 1, 4, 64, 2, true)
+    TC_CFG2(64, 1, 8, 64, 2, true) TC_CFG2(64, 2, 4, 32, 1, true)
+    TC_CFG2(128, 1, 4, 32, 1, true) TC_CFG2(128, 1, 4, 16, 2, true) TC_CFG2(128, 1, 8, 32, 1, true)
+#else
+#include TF32DEV_CONFIGS
+#endif
+};
+
+extern "C" int tfdev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
+extern "C" void tfdev_entry(int i, int* out9) {
+    const Entry& e = ENTRIES[i];
+    const int v[9] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.mask, e.bm, e.smem};
+    for (int j = 0; j < 9; ++j) out9[j] = v[j];
+}
+extern "C" int tfdev_launch(int i, const AttnParams* p, void* stream) {
+    if (i < 0 || i >= tfdev_count()) return -1;
+    return ENTRIES[i].fn(*p, (cudaStream_t)stream);
+}
+extern "C" int tfdev_params_size() { return (int)sizeof(AttnParams); }
+
+// Tensor-core ceiling for mma.sync m16n8k8 TF32: each warp runs 8 independent accumulator chains.
+__global__ void __launch_bounds__(128) mma_peak(int iters, float* sink) {
+    unsigned a[4], b0 = __float_as_uint(1.0f + threadIdx.x * 1e-3f), b1 = b0 ^ 0x2000u;
+    for (int i = 0; i < 4; ++i) a[i] = __float_as_uint(0.5f + (threadIdx.x + i) * 1e-3f);
+    float acc[8][4];
+    for (int j = 0; j < 8; ++j)
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tc_mma(acc[j], a, b0, b1);
+    }
+    float s = 0.f;
+    for (int j = 0; j < 8; ++j)
+        for (int e = 0; e < 4; ++e) s += acc[j][e];
+    if (s == 12345.f) sink[threadIdx.x] = s;
+}
+// Launches `blocks` blocks of 4 warps, `iters` x 8 mmas per warp; returns the FLOP count through *flops.
+extern "C" int tfdev_mma_peak(int blocks, int iters, float* sink, void* stream, double* flops) {
+    mma_peak<<<blocks, 128, 0, (cudaStream_t)stream>>>(iters, sink);
+    *flops = (double)blocks * 4 * iters * 8 * (2.0 * 16 * 8 * 8);
+    return (int)cudaGetLastError();
+}

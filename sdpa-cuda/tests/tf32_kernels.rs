@@ -1,0 +1,237 @@
+//! The f32 tensor-core kernels (`fa2` with `F32Math::Tf32` and `F32Math::SplitTf32`, kernels/tf32.cu)
+//! against the f64 reference on the GPU: random data, NaN-poisoned outputs, the foundation's awkward
+//! shapes plus GQA 8, decoding rows, Sq > Sk (rows that see no key) and a head dim off the 16-byte path,
+//! every mask (none, causal both alignments, broadcast boolean, full and broadcast additive), both layouts,
+//! with and without LSE, each with its tolerance; split TF32 also on a long sequence (S = 4096, no mask:
+//! the case whose error grew with the sequence before the per-group rounding). Skips (printing why)
+//! without a GPU.
+
+mod common;
+
+use common::{check, check_inputs, gpu, masks, rows_for, shapes, Case};
+use sdpa_core::{
+    DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, SdpaError, Shape,
+};
+
+const MATHS: [F32Math; 2] = [F32Math::Tf32, F32Math::SplitTf32];
+
+/// The foundation's shapes plus GQA 8, decoding, Sq > Sk with bottom-right causal rows that see nothing,
+/// D = 63 (scalar loads) and D = 256 with odd lengths.
+fn table_shapes() -> Vec<Shape> {
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    let mut v = shapes();
+    v.extend([
+        s(1, 8, 1, 77, 300, 128),
+        s(2, 16, 2, 1, 1000, 64),
+        s(1, 4, 2, 200, 33, 96),
+        s(2, 2, 1, 45, 70, 63),
+        s(1, 3, 3, 150, 101, 256),
+        s(1, 2, 2, 16, 16, 32),
+    ]);
+    v
+}
+
+/// Every mask of the foundation's table plus an additive mask broadcast over heads and query rows.
+fn table_masks(shape: &Shape) -> Vec<Mask> {
+    let mut m = masks(shape);
+    m.push(Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [shape.b, 1, 1, shape.sk] }));
+    m
+}
+
+fn table(f32_math: F32Math) -> Vec<Case> {
+    let mut out = Vec::new();
+    for (si, shape) in table_shapes().into_iter().enumerate() {
+        for mask in table_masks(&shape) {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                let lse = (si + out.len()) % 4 != 0;
+                out.push(Case { shape, dtype: DType::F32, mask, layout, kernel: Kernel::Fa2, f32_math, lse });
+            }
+        }
+    }
+    out
+}
+
+/// Runs every case; D = Dv > 256 and D != Dv must be `Unsupported`, everything else must pass.
+fn run_table(name: &str, cases: Vec<Case>) {
+    let Some(gpu) = gpu() else { return };
+    let mut failures = Vec::new();
+    let (mut worst, mut worst_err, mut unsupported): (f64, f64, usize) = (0.0, 0.0, 0);
+    for (n, case) in cases.iter().enumerate() {
+        let spec = case.spec();
+        let inputs = HostInputs::random(&spec, 7000 + n as u64).expect("valid spec");
+        let expect_unsupported = case.shape.d > 256 || case.shape.d != case.shape.dv;
+        match check_inputs(&gpu, case, &inputs, rows_for(&case.shape)) {
+            Ok(r) if expect_unsupported => failures.push(format!("{}: ran, expected Unsupported: {r:?}", case.label())),
+            Ok(r) => {
+                worst = worst.max(r.rel_err / r.tolerance);
+                worst_err = worst_err.max(r.rel_err);
+                if !r.pass {
+                    failures.push(format!("{}: {r:?}", case.label()));
+                }
+            }
+            Err(SdpaError::Unsupported { .. }) if expect_unsupported => unsupported += 1,
+            Err(e) => failures.push(format!("{}: error: {e}", case.label())),
+        }
+    }
+    eprintln!(
+        "{name}: {} cases, {} failed, {unsupported} unsupported as expected, worst rel_err {worst_err:.2e} \
+         ({worst:.3} of tolerance)",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+#[test]
+fn tf32_matches_the_reference() {
+    run_table("fa2 f32 tf32", table(F32Math::Tf32));
+}
+
+#[test]
+fn split_tf32_matches_the_reference() {
+    run_table("fa2 f32 split-tf32", table(F32Math::SplitTf32));
+}
+
+/// Split TF32 on a long unmasked sequence, sampled rows: the error must stay at f32 level (sdpa-core's
+/// split-TF32 tolerance), where chaining every k-step through the tensor-core accumulator had reached
+/// 2.9e-5 at S = 4096. Causal and GQA on the same length as well.
+#[test]
+fn split_tf32_long_sequences_stay_accurate() {
+    let Some(gpu) = gpu() else { return };
+    for (shape, mask) in [
+        (Shape { b: 1, hq: 4, hkv: 4, sq: 4096, sk: 4096, d: 64, dv: 64 }, Mask::None),
+        (Shape { b: 1, hq: 2, hkv: 2, sq: 4096, sk: 4096, d: 128, dv: 128 }, Mask::None),
+        (Shape { b: 1, hq: 8, hkv: 2, sq: 4096, sk: 4096, d: 128, dv: 128 }, Mask::CausalTopLeft),
+        (Shape { b: 1, hq: 2, hkv: 2, sq: 1000, sk: 8191, d: 64, dv: 64 }, Mask::None),
+    ] {
+        for f32_math in MATHS {
+            let case =
+                Case { shape, dtype: DType::F32, mask, layout: Layout::Bhsd, kernel: Kernel::Fa2, f32_math, lse: true };
+            let r = check(&gpu, &case, 4096, Some(96)).expect("runs");
+            eprintln!("{}: rel_err {:.2e} (tolerance {:.0e})", case.label(), r.rel_err, r.tolerance);
+            assert!(r.pass, "{}: {r:?}", case.label());
+        }
+    }
+}
+
+/// Big enough to fill the GPU many times over: races and tile-boundary bugs show up here if anywhere.
+#[test]
+fn larger_shapes_sampled() {
+    let Some(gpu) = gpu() else { return };
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    for shape in [s(2, 16, 4, 1000, 1500, 128), s(1, 8, 8, 2048, 2048, 64), s(2, 8, 1, 777, 1999, 256)] {
+        for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+            for f32_math in MATHS {
+                let case = Case {
+                    shape,
+                    dtype: DType::F32,
+                    mask,
+                    layout: Layout::Bshd,
+                    kernel: Kernel::Fa2,
+                    f32_math,
+                    lse: true,
+                };
+                let r = check(&gpu, &case, 77, Some(128)).expect("runs");
+                assert!(r.pass, "{}: {r:?}", case.label());
+            }
+        }
+    }
+}
+
+/// A NaN in one query poisons exactly that row (NaN is never turned into a number by the TF32 rounding).
+#[test]
+fn nan_in_a_query_propagates_to_its_row_only() {
+    let Some(gpu) = gpu() else { return };
+    let shape = Shape { b: 1, hq: 4, hkv: 1, sq: 70, sk: 300, d: 64, dv: 64 };
+    for f32_math in MATHS {
+        let case = Case {
+            shape,
+            dtype: DType::F32,
+            mask: Mask::CausalBottomRight,
+            layout: Layout::Bshd,
+            kernel: Kernel::Fa2,
+            f32_math,
+            lse: true,
+        };
+        let spec = case.spec();
+        let mut inputs = HostInputs::random(&spec, 7).expect("valid");
+        inputs.q.set_f32(spec.q_strides.offset(0, 1, 33) + 5, f32::NAN);
+        let r = check_inputs(&gpu, &case, &inputs, None).expect("runs");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
+/// Rows only 8-byte aligned (stride 66 floats): the scalar-load path of the same kernel, still exact.
+#[test]
+fn misaligned_strides_use_scalar_loads() {
+    let Some(gpu) = gpu() else { return };
+    let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 40, sk: 90, d: 64, dv: 64 };
+    for f32_math in MATHS {
+        let case = Case {
+            shape,
+            dtype: DType::F32,
+            mask: Mask::CausalTopLeft,
+            layout: Layout::Bhsd,
+            kernel: Kernel::Fa2,
+            f32_math,
+            lse: true,
+        };
+        let mut spec = case.spec();
+        for st in [&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides] {
+            st.s = 66;
+            st.h = 66 * 90;
+            st.b = 66 * 90 * 2;
+        }
+        let inputs = HostInputs::random(&spec, 11).expect("valid");
+        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
+        assert_eq!(run.kernel, Kernel::Fa2);
+        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, f32_math, None).expect("checks");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
+/// Head dims past 256 or D != Dv are `Unsupported` with a message naming the limit.
+#[test]
+fn unsupported_head_dims_say_so() {
+    let Some(gpu) = gpu() else { return };
+    for (d, dv) in [(512, 512), (64, 32)] {
+        let case = Case {
+            shape: Shape { b: 1, hq: 1, hkv: 1, sq: 8, sk: 8, d, dv },
+            dtype: DType::F32,
+            mask: Mask::None,
+            layout: Layout::Bhsd,
+            kernel: Kernel::Fa2,
+            f32_math: F32Math::SplitTf32,
+            lse: false,
+        };
+        match check(&gpu, &case, 1, None) {
+            Err(SdpaError::Unsupported { what, .. }) => assert!(what.contains("D = Dv <= 256"), "{what}"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}
+
+/// A few small cases for `compute-sanitizer` (memcheck, racecheck): every mask path, both maths, lengths
+/// off the tiles, GQA, the scalar-load path.
+#[test]
+fn sanitizer_small_cases() {
+    let Some(gpu) = gpu() else { return };
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    for f32_math in MATHS {
+        for (shape, mask) in [
+            (s(1, 2, 1, 70, 90, 64), Mask::CausalTopLeft),
+            (s(1, 2, 1, 90, 70, 64), Mask::CausalBottomRight),
+            (
+                s(1, 2, 2, 33, 47, 128),
+                Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [1, 2, 33, 47] }),
+            ),
+            (s(1, 2, 1, 20, 37, 40), Mask::None),
+            (s(1, 1, 1, 19, 23, 63), Mask::None),
+        ] {
+            let case =
+                Case { shape, dtype: DType::F32, mask, layout: Layout::Bshd, kernel: Kernel::Fa2, f32_math, lse: true };
+            let r = check(&gpu, &case, 5, None).expect("runs");
+            assert!(r.pass, "{}: {r:?}", case.label());
+        }
+    }
+}
