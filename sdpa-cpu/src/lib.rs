@@ -5,8 +5,10 @@
 //! - `fa2`: the fused tiled flash kernel: query-tile × key-tile blocks, SIMD micro-kernels for Q·Kᵀ and
 //!   P·V, scale, mask and online softmax fused with a vectorised exp, rayon over (batch, kv head, query
 //!   tile), causal tiles above the diagonal skipped, GQA by index, O(threads × tile) scratch;
-//! - `splitkv`: keys split across workers, partial states merged with sdpa-core's merge (decoding);
-//! - `auto`: `splitkv` when the query tiles cannot fill the threads, `fa2` otherwise.
+//! - `splitkv`: keys split across workers, partial states merged with sdpa-core's merge. For decoding (at
+//!   most `LANES / 4` query rows per kv head) it streams K and V in memory order, each worker a contiguous
+//!   run, with software prefetch, on both layouts (`decode`);
+//! - `auto`: `splitkv` for decoding and when the query tiles cannot fill the threads, `fa2` otherwise.
 //!
 //! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
 //! pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs the fastest
@@ -35,6 +37,7 @@
 //! ```
 
 mod backend;
+mod decode;
 mod element;
 mod fa2;
 mod micro;

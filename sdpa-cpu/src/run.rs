@@ -1,5 +1,6 @@
 //! The slice-level entry point: validation, thread pools, kernel choice (`auto`) and dispatch.
 
+use crate::decode;
 use crate::element::CpuElement;
 use crate::fa2::{self, Tiles};
 use crate::problem::Problem;
@@ -79,6 +80,7 @@ pub(crate) fn attention_on<T: CpuElement>(
         let kernel = resolve(opts.kernel, &p, path, threads);
         match kernel {
             Kernel::Unfused => unfused::run_unfused(&p, path, threads),
+            Kernel::SplitKv if decode::applies(&p, path) => decode::run_decode(&p, path, threads),
             Kernel::SplitKv => fa2::run_splitkv(&p, path, threads),
             _ => fa2::run_fa2(&p, path),
         }
@@ -91,10 +93,12 @@ pub(crate) fn attention_on<T: CpuElement>(
     })
 }
 
-/// What `auto` runs: `splitkv` when the query tiles cannot keep the threads busy and there are enough
-/// keys to split (decoding with few heads), `fa2` otherwise. `unfused` is never faster.
+/// What `auto` runs: `splitkv` for decoding (a few query rows per kv head: it streams K and V in memory
+/// order) and when the query tiles cannot keep the threads busy and there are enough keys to split, `fa2`
+/// otherwise. `unfused` is never faster.
 fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, threads: usize) -> Kernel {
     match kernel {
+        Kernel::Auto if decode::applies(p, path) => Kernel::SplitKv,
         Kernel::Auto => {
             let tiles = Tiles::for_path(path, p.sk);
             let items = fa2::row_tile_count(p, tiles.br);

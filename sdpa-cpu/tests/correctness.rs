@@ -80,3 +80,25 @@ fn longer_sequences() {
         }
     }
 }
+
+/// Decoding shapes (a few query rows per kv head: `splitkv` streams K and V in memory order) on both
+/// layouts, every mask, every dtype, B > 1, GQA, key counts no block divides.
+#[test]
+fn decoding_every_layout_and_mask() {
+    let shapes = [
+        Shape { b: 2, hq: 4, hkv: 2, sq: 2, sk: 77, d: 40, dv: 24 },
+        Shape { b: 1, hq: 3, hkv: 3, sq: 1, sk: 1000, d: 64, dv: 64 },
+        Shape { b: 3, hq: 2, hkv: 1, sq: 1, sk: 33, d: 128, dv: 128 },
+    ];
+    for be in backends() {
+        for shape in shapes {
+            for dtype in DType::ALL {
+                for layout in [Layout::Bhsd, Layout::Bshd] {
+                    for mask in masks(&shape) {
+                        check_all_kernels(&be, &spec(shape, dtype, mask, layout));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -165,3 +165,21 @@ pub(crate) fn dispatch<K: SimdKernel>(path: SimdPath, k: K) -> K::Output {
         _ => k.run(scalar::Scalar),
     }
 }
+
+/// Asks the CPU to bring the cache line holding `p` into L2 (`prefetcht1`) ahead of its use: a hint that
+/// never faults, whatever the address. No-op off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch_l2<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        // SSE is part of every x86-64 CPU (newer compilers call the intrinsic safe, hence the allow).
+        #[allow(unused_unsafe)]
+        // SAFETY: a prefetch accesses no memory architecturally, so any address is sound.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(p.cast::<i8>())
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

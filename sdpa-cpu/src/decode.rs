@@ -1,0 +1,273 @@
+//! `splitkv` for decoding: a few query rows per kv head (at most `LANES / 4`), many keys. The work is a
+//! stream over K and V, so it is cut the way memory lies, not by head: the (batch, kv head, key block)
+//! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
+//! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
+//! of `BLOCK` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
+//! P·V on that head's running state, with software prefetch `AHEAD` units ahead (BSHD rows are scattered
+//! 512-byte pieces that the hardware prefetcher does not follow across pages). Each run ends with
+//! normalised partial rows and their LSE for every head it touched, merged by sdpa-core's
+//! `merge_normalized`. A few more runs than threads leave room for work stealing when another process
+//! takes a core.
+
+use crate::element::CpuElement;
+use crate::fa2::{key_range, lanes};
+use crate::micro;
+use crate::nonfinite::{self, ProbTile};
+use crate::problem::{round_up, MaskSel, Problem, SharedMut};
+use crate::simd::{dispatch, prefetch_l2, Simd, SimdKernel, SimdPath};
+use rayon::prelude::*;
+use sdpa_core::softmax::merge_normalized;
+
+/// Keys per unit: long enough to amortise a unit's softmax step and state update, short enough that the
+/// unit's BSHD rows (one 512-byte piece per key and head) stay few in flight.
+const BLOCK: usize = 64;
+/// Software prefetch distance in units (a unit ahead is 32 KiB of each of K and V at D = 128, f32).
+const AHEAD: usize = 1;
+/// Runs per thread: more than one, so that a thread that another process holds up loses its last runs to
+/// the others instead of holding up the call.
+const RUNS_PER_THREAD: usize = 8;
+
+/// Whether a call takes this path: rows per kv head few enough for dot products (as `fa2` decides for its
+/// items), on a SIMD path.
+pub(crate) fn applies<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    let l = lanes(path);
+    l >= 8 && p.group_rows() * 4 <= l
+}
+
+/// The call as the runs see it.
+struct Plan {
+    nr: usize,
+    dp: usize,
+    dvp: usize,
+    heads: usize,
+    blocks: usize,
+    units: usize,
+    key_major: bool,
+    /// Keys past every row's causal limit are never read; blocks ending at or before `kmin` need no
+    /// causal mask.
+    kmax: usize,
+    kmin: usize,
+}
+
+impl Plan {
+    /// (batch, kv head, block) of unit `u`.
+    #[inline]
+    fn unit<T: CpuElement>(&self, p: &Problem<'_, T>, u: usize) -> (usize, usize, usize) {
+        let hkv = p.hkv();
+        let per_batch = hkv * self.blocks;
+        let (b, rest) = (u / per_batch, u % per_batch);
+        if self.key_major {
+            (b, rest % hkv, rest / hkv)
+        } else {
+            (b, rest / self.blocks, rest % self.blocks)
+        }
+    }
+}
+
+/// Runs the call: every run on the pool, then the merge.
+pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
+    let l = lanes(path);
+    let (d, dv) = (p.d, p.dv);
+    let nr = p.group_rows();
+    let heads = p.b * p.hkv();
+    let blocks = p.sk.div_ceil(BLOCK);
+    let rows0: Vec<(usize, usize)> = (0..nr).map(|r| p.row(0, r)).collect();
+    let (kmax, kmin) = key_range(p, &rows0, p.sk);
+    let plan = Plan {
+        nr,
+        dp: round_up(d, l),
+        dvp: round_up(dv, l),
+        heads,
+        blocks,
+        units: heads * blocks,
+        // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
+        key_major: p.k_st.h < p.k_st.s,
+        kmax,
+        kmin,
+    };
+    // Q rows of every head, scaled once, zero-padded to the vector width.
+    let mut q = vec![0.0f32; heads * nr * plan.dp];
+    for b in 0..p.b {
+        for kvh in 0..p.hkv() {
+            for r in 0..nr {
+                let (h, i) = p.row(kvh, r);
+                let off = p.q_st.offset(b, h, i);
+                let dst = &mut q[((b * p.hkv() + kvh) * nr + r) * plan.dp..][..d];
+                T::widen(&p.q[off..off + d], dst);
+                dst.iter_mut().for_each(|x| *x *= p.scale);
+            }
+        }
+    }
+    let runs = plan.units.clamp(1, RUNS_PER_THREAD * threads);
+    let slots = heads * nr;
+    let mut part_o = vec![0.0f32; runs * slots * dv];
+    let mut part_lse = vec![f32::NEG_INFINITY; runs * slots];
+    let (po, pl) = (SharedMut(part_o.as_mut_ptr()), SharedMut(part_lse.as_mut_ptr()));
+    (0..runs).into_par_iter().with_max_len(1).for_each(|c| {
+        let (u0, u1) = (c * plan.units / runs, (c + 1) * plan.units / runs);
+        for careful in [false, true] {
+            let run = Run { p, plan: &plan, q: &q, u0, u1, part_o: po, part_lse: pl, first_slot: c * slots, careful };
+            if dispatch(path, run) {
+                break;
+            }
+        }
+    });
+    let (part_o, part_lse) = (&part_o, &part_lse);
+    (0..heads).into_par_iter().for_each_init(
+        || (vec![0.0f32; dv], Vec::with_capacity(runs)),
+        |(out, parts), hd| {
+            let (b, kvh) = (hd / p.hkv(), hd % p.hkv());
+            for r in 0..nr {
+                parts.clear();
+                parts.extend((0..runs).map(|c| {
+                    let slot = c * slots + hd * nr + r;
+                    (&part_o[slot * dv..(slot + 1) * dv], part_lse[slot])
+                }));
+                let lse = merge_normalized(parts, out);
+                let (h, i) = p.row(kvh, r);
+                // SAFETY: each row is merged and written by exactly one task.
+                unsafe { p.write_row(b, h, i, out, lse) };
+            }
+        },
+    );
+}
+
+/// One run of units `u0..u1`, writing its partials at slots `first_slot..` (one per head and row).
+struct Run<'r, 'a, T> {
+    p: &'r Problem<'a, T>,
+    plan: &'r Plan,
+    q: &'r [f32],
+    u0: usize,
+    u1: usize,
+    part_o: SharedMut<f32>,
+    part_lse: SharedMut<f32>,
+    first_slot: usize,
+    careful: bool,
+}
+
+impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
+    /// False, having written nothing, when not careful and a state came out non-finite.
+    type Output = bool;
+
+    #[inline(always)]
+    fn run<S: Simd>(self, s: S) -> bool {
+        let (p, pl) = (self.p, self.plan);
+        let (d, dv, nr, dp, dvp) = (p.d, p.dv, pl.nr, pl.dp, pl.dvp);
+        let hkv = p.hkv();
+        let mut m = vec![f32::NEG_INFINITY; pl.heads * nr];
+        let mut l = vec![0.0f32; pl.heads * nr];
+        let mut acc = vec![0.0f32; pl.heads * nr * dvp];
+        let mut alpha = [0.0f32; 16];
+        let mut st = vec![0.0f32; nr * BLOCK];
+        let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
+        let mut kp = if kf.is_none() { vec![0.0f32; BLOCK * dp] } else { Vec::new() };
+        let mut vp = if vf.is_none() { vec![0.0f32; BLOCK * dvp] } else { Vec::new() };
+        let explicit = matches!(p.mask, MaskSel::Explicit { .. });
+        let esize = std::mem::size_of::<T>();
+
+        for u in self.u0..self.u1 {
+            if u + AHEAD < self.u1 {
+                let (b, kvh, blk) = pl.unit(p, u + AHEAD);
+                let (j0, j1) = (blk * BLOCK, (blk * BLOCK + BLOCK).min(pl.kmax));
+                for j in j0..j1 {
+                    let (k_row, v_row) = (p.k_st.offset(b, kvh, j), p.v_st.offset(b, kvh, j));
+                    // Into L2: far enough ahead that L1 would lose the lines before their turn.
+                    for byte in (0..d * esize).step_by(64) {
+                        prefetch_l2(p.k.as_ptr().cast::<u8>().wrapping_add(k_row * esize + byte));
+                    }
+                    for byte in (0..dv * esize).step_by(64) {
+                        prefetch_l2(p.v.as_ptr().cast::<u8>().wrapping_add(v_row * esize + byte));
+                    }
+                }
+            }
+            let (b, kvh, blk) = pl.unit(p, u);
+            let j0 = blk * BLOCK;
+            if j0 >= pl.kmax {
+                continue;
+            }
+            let j1 = (j0 + BLOCK).min(pl.kmax);
+            let nk = j1 - j0;
+            let hd = b * hkv + kvh;
+            let kbase = p.k_st.offset(b, kvh, j0);
+            let (kptr, ks) = match kf {
+                Some(kf) => (kf[kbase..].as_ptr(), p.k_st.s),
+                None => {
+                    for j in 0..nk {
+                        let off = kbase + j * p.k_st.s;
+                        T::widen(&p.k[off..off + d], &mut kp[j * dp..j * dp + d]);
+                    }
+                    (kp.as_ptr(), dp)
+                }
+            };
+            let stp = st.as_mut_ptr();
+            for r in 0..nr {
+                // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at stride ks;
+                // `st` row r holds BLOCK >= nk values.
+                unsafe {
+                    micro::dot_scores(s, d, self.q[(hd * nr + r) * dp..].as_ptr(), kptr, ks, nk, stp.add(r * BLOCK), 1)
+                };
+            }
+            let mut rows = [(0usize, 0usize); 16];
+            for (r, x) in rows.iter_mut().enumerate().take(nr) {
+                *x = p.row(kvh, r);
+            }
+            let rows = &rows[..nr];
+            if explicit || j1 > pl.kmin {
+                // SAFETY: every (key, row) of the block is inside `st` (row stride BLOCK).
+                unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, BLOCK) };
+            }
+            let (ms, ls) = (&mut m[hd * nr..(hd + 1) * nr], &mut l[hd * nr..(hd + 1) * nr]);
+            // SAFETY: nr rows of nk scores at row stride BLOCK; the state slices hold nr values.
+            unsafe { micro::online_softmax_rows(s, stp, BLOCK, nk, nr, ms, ls, &mut alpha) };
+            let vbase = p.v_st.offset(b, kvh, j0);
+            let (vptr, vs) = match vf {
+                Some(vf) => (vf[vbase..].as_ptr(), p.v_st.s),
+                None => {
+                    for j in 0..nk {
+                        let off = vbase + j * p.v_st.s;
+                        T::widen(&p.v[off..off + dv], &mut vp[j * dvp..j * dvp + dv]);
+                    }
+                    (vp.as_ptr(), dvp)
+                }
+            };
+            // Careful mode: V rows with NaN or inf leave the product and come back only where attended.
+            // SAFETY: V rows j0..j1 hold dv values at stride vs.
+            let bad = if self.careful { unsafe { nonfinite::bad_rows(vptr, vs, nk, dv) } } else { Vec::new() };
+            let clean =
+                // SAFETY: as above.
+                if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
+            let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
+            let o = acc[hd * nr * dvp..].as_mut_ptr();
+            // SAFETY: P is nr rows of nk at row stride BLOCK; V as above; this head's state is nr rows of dvp.
+            unsafe { micro::pv(s, nk, stp, 1, BLOCK, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr())) };
+            if !bad.is_empty() {
+                let vals = nonfinite::widen_rows(p.v, vbase, p.v_st.s, dv, &bad);
+                let prob = ProbTile { pt: stp, ps: 1, pr: BLOCK };
+                // SAFETY: P and the state rows as for the product above.
+                unsafe { nonfinite::add_back(p, b, rows, j0, &bad, &vals, prob, o, dvp) };
+            }
+        }
+
+        if !self.careful && !nonfinite::all_finite(s, &acc) {
+            return false;
+        }
+        for slot in 0..pl.heads * nr {
+            let (lr, row) = (l[slot], &mut acc[slot * dvp..slot * dvp + dv]);
+            let lse = if lr == 0.0 {
+                row.fill(0.0);
+                f32::NEG_INFINITY
+            } else {
+                let inv = 1.0 / lr;
+                row.iter_mut().for_each(|x| *x *= inv);
+                m[slot] + lr.ln()
+            };
+            let at = self.first_slot + slot;
+            // SAFETY: the partial buffers hold `runs × heads × nr` slots of dv values; this run's are its own.
+            unsafe {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), self.part_o.0.add(at * dv), dv);
+                *self.part_lse.0.add(at) = lse;
+            }
+        }
+        true
+    }
+}
