@@ -44,16 +44,16 @@ class Lib:
         self.lib = ctypes.CDLL(path)
         assert self.lib.fa1dev_params_size() == ctypes.sizeof(Params), "Params layout mismatch"
         self.lib.fa1dev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
-        buf = (ctypes.c_int * 7)()
+        buf = (ctypes.c_int * 8)()
         self.entries = []
         for i in range(self.lib.fa1dev_count()):
             self.lib.fa1dev_entry(i, buf)
-            kind, dt, d, tm, alias, minb, unr = list(buf)
-            # e.g. "ship:t4b2u2", "alt:t4ab2u1" (a: P aliases K), "plain"
-            name = "plain" if kind == 1 else (("ship:" if kind == 0 else "alt:") +
+            kind, dt, d, tm, alias, minb, unr, tx = list(buf)
+            # e.g. "ship:t4b2u2", "alt:t4ab2u1" (a: P aliases K), "alt:x8t8b1u1" (8 threads per row), "plain"
+            name = "plain" if kind == 1 else (("ship:" if kind == 0 else "alt:") + ("x8" if tx == 8 else "") +
                                                 f"t{tm}{'a' if alias else ''}b{minb}u{unr}")
             self.entries.append(dict(i=i, kind=kind, dt=DTS[dt], d=d, tm=tm, alias=alias, minb=minb, unr=unr,
-                                     name=name))
+                                     tx=tx, name=name))
         self.stream = torch.cuda.current_stream().cuda_stream
 
     def launch(self, e, pr, lse=True):

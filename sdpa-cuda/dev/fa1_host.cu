@@ -8,23 +8,23 @@
 #include "../kernels/fa1.cu"
 #include <cuda_runtime.h>
 
-template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR>
-__global__ void __launch_bounds__(FA1_THREADS, MINB) tiled_dev(const AttnParams p) {
-    fa1_tiled<T, HD, TM, ALIAS, UNR>(p);
+template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR, int TX>
+__global__ void __launch_bounds__(16 * TX, MINB) tiled_dev(const AttnParams p) {
+    fa1_tiled<T, HD, TM, ALIAS, UNR, TX>(p);
 }
 template <typename T, int HD>
 __global__ void __launch_bounds__(FA1_THREADS) fixed_dev(const AttnParams p) {
     fa1_fixed<T, HD>(p);
 }
 
-template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR>
+template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR, int TX>
 int launch_tiled(const AttnParams& p, cudaStream_t st) {
-    const int smem = Fa1Tiled<HD, TM, ALIAS>::SMEM_FLOATS * 4;
-    auto k = tiled_dev<T, HD, TM, ALIAS, MINB, UNR>;
+    const int smem = Fa1Tiled<HD, TM, ALIAS, TX>::SMEM_FLOATS * 4;
+    auto k = tiled_dev<T, HD, TM, ALIAS, MINB, UNR, TX>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
     const int bq = 16 * TM;
-    k<<<((p.sq + bq - 1) / bq) * p.b * p.hq, FA1_THREADS, smem, st>>>(p);
+    k<<<((p.sq + bq - 1) / bq) * p.b * p.hq, 16 * TX, smem, st>>>(p);
     return (int)cudaGetLastError();
 }
 
@@ -43,36 +43,37 @@ typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
     int kind;  // 0 tiled (shipped choice), 1 plain fixed, 2 tiled alternative
     int dt;    // 0 f32, 1 f16, 2 bf16
-    int d, tm, alias, minb, unr;
+    int d, tm, alias, minb, unr, tx;
     LaunchFn fn;
 };
 typedef __half H;
 typedef __nv_bfloat16 BF;
 #define SHIP(DT, T, D)                                                                                    \
     {0, DT, D, Fa1TiledChoice<T, D>::TM, Fa1TiledChoice<T, D>::ALIAS, Fa1TiledChoice<T, D>::MINB,         \
-     Fa1TiledChoice<T, D>::UNR,                                                                           \
+     Fa1TiledChoice<T, D>::UNR, Fa1TiledChoice<T, D>::TX,                                                 \
      launch_tiled<T, D, Fa1TiledChoice<T, D>::TM, Fa1TiledChoice<T, D>::ALIAS, Fa1TiledChoice<T, D>::MINB, \
-                  Fa1TiledChoice<T, D>::UNR>},
-#define ALT(DT, T, D, TM, AL, MINB, UNR) {2, DT, D, TM, AL, MINB, UNR, launch_tiled<T, D, TM, AL, MINB, UNR>},
-#define FIXED(DT, T, D) {1, DT, D, 4, 0, 1, 1, launch_fixed<T, D>},
+                  Fa1TiledChoice<T, D>::UNR, Fa1TiledChoice<T, D>::TX>},
+#define ALT(DT, T, D, TM, AL, MINB, UNR, TX) \
+    {2, DT, D, TM, AL, MINB, UNR, TX, launch_tiled<T, D, TM, AL, MINB, UNR, TX>},
+#define FIXED(DT, T, D) {1, DT, D, 4, 0, 1, 1, 16, launch_fixed<T, D>},
 static const Entry ENTRIES[] = {
     // The shipped choice (Fa1TiledChoice) for every fast head dim of f32, and a few of f16/bf16.
     SHIP(0, float, 32) SHIP(0, float, 64) SHIP(0, float, 80) SHIP(0, float, 96) SHIP(0, float, 128)
     SHIP(0, float, 256) SHIP(2, BF, 64) SHIP(2, BF, 128) SHIP(1, H, 96) SHIP(2, BF, 256)
-    // Alternatives: P aliasing K (two or three blocks per SM), other row counts and unrolling.
-    ALT(0, float, 64, 4, true, 2, 2) ALT(0, float, 64, 4, true, 2, 1) ALT(0, float, 64, 4, true, 3, 1)
-    ALT(0, float, 64, 8, false, 1, 2) ALT(0, float, 64, 4, false, 2, 1)
-    ALT(0, float, 96, 4, true, 2, 1) ALT(0, float, 128, 4, true, 2, 1) ALT(0, float, 128, 4, true, 2, 2)
-    ALT(0, float, 128, 8, false, 1, 1) ALT(2, BF, 128, 4, true, 2, 1)
+    // Alternatives: eight threads per row group (TX = 8: 128 threads, 8 x 8 score tile per thread),
+    // P aliasing K (two blocks per SM at D = 128), unrolling.
+    ALT(0, float, 64, 8, false, 2, 2, 8) ALT(0, float, 64, 8, false, 2, 1, 8) ALT(0, float, 64, 4, true, 3, 1, 16)
+    ALT(0, float, 128, 8, false, 1, 1, 8) ALT(0, float, 128, 4, true, 2, 1, 8) ALT(0, float, 128, 4, true, 2, 2, 16)
+    ALT(2, BF, 64, 8, false, 2, 2, 8)
     // The plain fixed variant (4 x 4 per thread) that the tiled one replaces.
     FIXED(0, float, 64) FIXED(0, float, 128)
 };
 
 extern "C" int fa1dev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void fa1dev_entry(int i, int* out7) {
+extern "C" void fa1dev_entry(int i, int* out8) {
     const Entry& e = ENTRIES[i];
-    int v[7] = {e.kind, e.dt, e.d, e.tm, e.alias, e.minb, e.unr};
-    for (int j = 0; j < 7; ++j) out7[j] = v[j];
+    int v[8] = {e.kind, e.dt, e.d, e.tm, e.alias, e.minb, e.unr, e.tx};
+    for (int j = 0; j < 8; ++j) out8[j] = v[j];
 }
 extern "C" int fa1dev_launch(int i, const AttnParams* p, void* stream) {
     if (i < 0 || i >= fa1dev_count()) return -1;

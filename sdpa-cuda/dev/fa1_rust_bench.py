@@ -4,7 +4,7 @@ backend, triton do_bench median, which also flushes L2) in the same run, as benc
 for the whole table. Also PyTorch's error against float64 on the first batch element, and fa1 bf16.
 
     python3 sdpa-cuda/dev/fa1_rust_bench.py --bench target-fa1/release/deps/cuda_kernels-* [--out DIR]
-Writes fa1_rust_bench.json (records with torch_ms, torch_rel_err, speedup) and prints a table.
+Writes fa1_rust_bench[_LABEL].json (records with torch_ms, torch_rel_err, speedup) and prints a table.
 """
 import argparse
 import json
@@ -21,6 +21,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 ap.add_argument("--reps", default="25")
+ap.add_argument("--label", default="", help="suffix of the output file (fa1_rust_bench[_LABEL].json)")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
@@ -77,7 +78,7 @@ for p in ours:
     torch.cuda.empty_cache()
 
 json.dump(dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, device=torch.cuda.get_device_name(0)),
-               records=ours), open(os.path.join(args.out, "fa1_rust_bench.json"), "w"), indent=1)
+               records=ours), open(os.path.join(args.out, f"fa1_rust_bench{'_' + args.label if args.label else ''}.json"), "w"), indent=1)
 print(f"{'tag':8} {'dt':4} {'B':>3} {'H':>5} {'S':>5} {'D':>3} c {'ran':6} {'ours ms':>8} {'TFLOPS':>6} "
       f"{'torch ms':>8} {'x':>5} {'err':>8} {'torch err':>9}")
 for p in ours:

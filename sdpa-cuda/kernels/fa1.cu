@@ -310,26 +310,26 @@ __device__ __forceinline__ float2 fa1_unpack2(unsigned bits, __nv_bfloat16) {
 // shared memory as f32 rows LD floats apart, in 16-byte chunks spread over the 256 threads. f32: `issue`
 // starts cp.async copies (completed by the caller's cp.async wait); f16/bf16: `issue` loads into registers
 // and `land` converts and stores them.
-template <typename T, int ROWS, int HD, int LD>
+template <typename T, int ROWS, int HD, int LD, int NT>
 struct Fa1TileLoad {
     static constexpr bool ASYNC = sizeof(T) == 4;
     static constexpr int VE = 16 / (int)sizeof(T);  // elements per chunk
     static constexpr int CPR = HD / VE;             // chunks per row
     static constexpr int CHUNKS = ROWS * CPR;
-    static constexpr int PER = (CHUNKS + FA1_THREADS - 1) / FA1_THREADS;
+    static constexpr int PER = (CHUNKS + NT - 1) / NT;
     uint4 stage[ASYNC ? 1 : PER];
 
     __device__ __forceinline__ void issue(float* dst, const T* src, i64 row_stride, int rows_valid) {
         // When CPR divides the thread count, chunk i of a thread is row r0 + i * RSTEP, column ch: one base
         // pointer and one stride (keeps the per-chunk 64-bit addresses out of the registers).
-        constexpr bool REGULAR = FA1_THREADS % CPR == 0;
-        constexpr int RSTEP = REGULAR ? FA1_THREADS / CPR : 0;
+        constexpr bool REGULAR = NT % CPR == 0;
+        constexpr int RSTEP = REGULAR ? NT / CPR : 0;
         const int r0 = threadIdx.x / CPR, ch0 = threadIdx.x - r0 * CPR;
         const T* base = src + r0 * row_stride + ch0 * VE;
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
-            const int idx = threadIdx.x + i * FA1_THREADS;
-            if (CHUNKS % FA1_THREADS == 0 || idx < CHUNKS) {
+            const int idx = threadIdx.x + i * NT;
+            if (CHUNKS % NT == 0 || idx < CHUNKS) {
                 const int r = REGULAR ? r0 + i * RSTEP : idx / CPR;
                 const int ch = REGULAR ? ch0 : idx - r * CPR;
                 const bool ok = r < rows_valid;
@@ -348,8 +348,8 @@ struct Fa1TileLoad {
         if constexpr (!ASYNC) {
 #pragma unroll
             for (int i = 0; i < PER; ++i) {
-                const int idx = threadIdx.x + i * FA1_THREADS;
-                if (CHUNKS % FA1_THREADS == 0 || idx < CHUNKS) {
+                const int idx = threadIdx.x + i * NT;
+                if (CHUNKS % NT == 0 || idx < CHUNKS) {
                     const int r = idx / CPR, ch = idx - r * CPR;
                     const float2 a = fa1_unpack2(stage[i].x, T()), b = fa1_unpack2(stage[i].y, T());
                     const float2 c = fa1_unpack2(stage[i].z, T()), d = fa1_unpack2(stage[i].w, T());
@@ -364,26 +364,29 @@ struct Fa1TileLoad {
 
 // ALIAS: P takes the K tile's memory (K is dead once the scores are done), so two blocks fit per SM at
 // HD = 128 with TM = 4; K[j+1] is then requested only after P·V of tile j, and the other block covers it.
-template <int HD, int TM, bool ALIAS = false>
+template <int HD, int TM, bool ALIAS = false, int TX = 16>
 struct Fa1Tiled {
+    static constexpr int NT = 16 * TX;  // threads: 16 row groups of TX
     static constexpr int BQ = 16 * TM;
     static constexpr int BK = 64;
+    static constexpr int TN = BK / TX;  // keys per thread
     static constexpr int LDQ = HD + 4;
     static constexpr int LDK = HD + 4;
     static constexpr int LDV = HD;
     static constexpr int LDP = BK + 4;
-    static constexpr int TD = HD / 16;  // output columns per thread
-    // Output columns as NG groups of VEC adjacent ones: column (g, e) = g * 16 * VEC + tx * VEC + e.
+    static constexpr int TD = HD / TX;  // output columns per thread
+    // Output columns as NG groups of VEC adjacent ones: column (g, e) = g * TX * VEC + tx * VEC + e.
     static constexpr int VEC = TD % 4 == 0 ? 4 : (TD % 2 == 0 ? 2 : 1);
     static constexpr int NG = TD / VEC;
     static constexpr int SMEM_FLOATS = BQ * LDQ + BK * LDK + BK * LDV + (ALIAS ? 0 : BQ * LDP);
-    static_assert(HD % 16 == 0, "tiled fa1 needs HD % 16 == 0");
+    static_assert(HD % 16 == 0 && HD % TX == 0, "tiled fa1 needs HD % 16 == 0");
     static_assert(!ALIAS || BQ * LDP <= BK * LDK, "P must fit in the K tile");
 };
 
-template <typename T, int HD, int TM, bool ALIAS, int UNR>
+template <typename T, int HD, int TM, bool ALIAS, int UNR, int TX = 16>
 __device__ void fa1_tiled(const AttnParams& p) {
-    using C = Fa1Tiled<HD, TM, ALIAS>;
+    using C = Fa1Tiled<HD, TM, ALIAS, TX>;
+    constexpr int NT = C::NT, TN = C::TN;
     constexpr int BQ = C::BQ, BK = C::BK, LDQ = C::LDQ, LDK = C::LDK, LDV = C::LDV, LDP = C::LDP;
     constexpr int TD = C::TD, VEC = C::VEC, NG = C::NG;
     extern __shared__ __align__(16) float smem[];
@@ -391,16 +394,16 @@ __device__ void fa1_tiled(const AttnParams& p) {
     float* Ks = Qs + BQ * LDQ;    // [BK][LDK]
     float* Vs = Ks + BK * LDK;    // [BK][LDV]
     float* Ps = ALIAS ? Ks : Vs + BK * LDV;  // [BQ][LDP]
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     const Fa1Block blk = fa1_block(p, BQ);
     const T* q = static_cast<const T*>(p.q) + blk.b * p.q_stride[0] + blk.h * p.q_stride[1] + blk.q0 * p.q_stride[2];
     const T* k = static_cast<const T*>(p.k) + blk.b * p.k_stride[0] + blk.kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + blk.b * p.v_stride[0] + blk.kvh * p.v_stride[1];
 
-    Fa1TileLoad<T, BK, HD, LDK> kload;
-    Fa1TileLoad<T, BK, HD, LDV> vload;
+    Fa1TileLoad<T, BK, HD, LDK, NT> kload;
+    Fa1TileLoad<T, BK, HD, LDV, NT> vload;
     {
-        Fa1TileLoad<T, BQ, HD, LDQ> qload;
+        Fa1TileLoad<T, BQ, HD, LDQ, NT> qload;
         qload.issue(Qs, q, p.q_stride[2], p.sq - blk.q0);
         qload.land(Qs);
     }
@@ -432,26 +435,45 @@ __device__ void fa1_tiled(const AttnParams& p) {
             fa1_cp_async_commit();
         }
 
-        // S = Q·K[j]ᵀ for rows ty + 16 r and keys tx + 16 c.
-        float s[TM][4];
+        // S = Q·K[j]ᵀ for rows ty + 16 r and keys tx + TX c.
+        float s[TM][TN];
 #pragma unroll
         for (int r = 0; r < TM; ++r)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
+            for (int c = 0; c < TN; ++c) s[r][c] = 0.f;
+        if constexpr (TN <= 4) {
 #pragma unroll UNR
-        for (int d = 0; d < HD; d += 4) {
-            float4 kv[4];
+            for (int d = 0; d < HD; d += 4) {
+                float4 kv[TN];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) kv[c] = *reinterpret_cast<const float4*>(kp + c * 16 * LDK + d);
+                for (int c = 0; c < TN; ++c) kv[c] = *reinterpret_cast<const float4*>(kp + c * TX * LDK + d);
 #pragma unroll
-            for (int r = 0; r < TM; ++r) {
-                const float4 qv = *reinterpret_cast<const float4*>(qp + r * 16 * LDQ + d);
+                for (int r = 0; r < TM; ++r) {
+                    const float4 qv = *reinterpret_cast<const float4*>(qp + r * 16 * LDQ + d);
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    s[r][c] = fmaf(qv.x, kv[c].x, s[r][c]);
-                    s[r][c] = fmaf(qv.y, kv[c].y, s[r][c]);
-                    s[r][c] = fmaf(qv.z, kv[c].z, s[r][c]);
-                    s[r][c] = fmaf(qv.w, kv[c].w, s[r][c]);
+                    for (int c = 0; c < TN; ++c) {
+                        s[r][c] = fmaf(qv.x, kv[c].x, s[r][c]);
+                        s[r][c] = fmaf(qv.y, kv[c].y, s[r][c]);
+                        s[r][c] = fmaf(qv.z, kv[c].z, s[r][c]);
+                        s[r][c] = fmaf(qv.w, kv[c].w, s[r][c]);
+                    }
+                }
+            }
+        } else {
+            // Eight keys per thread: 8-byte loads halve the K operand registers.
+#pragma unroll UNR
+            for (int d = 0; d < HD; d += 2) {
+                float2 kv[TN];
+#pragma unroll
+                for (int c = 0; c < TN; ++c) kv[c] = *reinterpret_cast<const float2*>(kp + c * TX * LDK + d);
+#pragma unroll
+                for (int r = 0; r < TM; ++r) {
+                    const float2 qv = *reinterpret_cast<const float2*>(qp + r * 16 * LDQ + d);
+#pragma unroll
+                    for (int c = 0; c < TN; ++c) {
+                        s[r][c] = fmaf(qv.x, kv[c].x, s[r][c]);
+                        s[r][c] = fmaf(qv.y, kv[c].y, s[r][c]);
+                    }
                 }
             }
         }
@@ -471,8 +493,8 @@ __device__ void fa1_tiled(const AttnParams& p) {
             const float* mrow = (row_ok && p.mask_kind == SDPA_MASK_EXPLICIT) ? mask_row(p, blk.b, blk.h, i) : nullptr;
             float mx = SDPA_NEG_INF;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int j = k0 + tx + 16 * c;
+            for (int c = 0; c < TN; ++c) {
+                const int j = k0 + tx + TX * c;
                 bool vis = j < limit;
                 float x = s[r][c] * p.scale_log2;
                 if (vis && mrow != nullptr) {
@@ -484,27 +506,27 @@ __device__ void fa1_tiled(const AttnParams& p) {
                 mx = nan_max(mx, s[r][c]);
             }
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            for (int o = TX / 2; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             const float m_new = nan_max(m[r], mx);
             float sum = 0.f;
             if (m_new == SDPA_NEG_INF) {
                 alpha[r] = 1.f;
 #pragma unroll
-                for (int c = 0; c < 4; ++c) s[r][c] = 0.f;
+                for (int c = 0; c < TN; ++c) s[r][c] = 0.f;
             } else {
                 alpha[r] = m[r] == SDPA_NEG_INF ? 0.f : exp2f(m[r] - m_new);
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
+                for (int c = 0; c < TN; ++c) {
                     s[r][c] = s[r][c] == SDPA_NEG_INF ? 0.f : exp2f(s[r][c] - m_new);
                     sum += s[r][c];
                 }
             }
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            for (int o = TX / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             l[r] = l[r] * alpha[r] + sum;
             m[r] = m_new;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) Ps[(ty + 16 * r) * LDP + tx + 16 * c] = s[r][c];
+            for (int c = 0; c < TN; ++c) Ps[(ty + 16 * r) * LDP + tx + TX * c] = s[r][c];
         }
         vload.land(Vs);
         if constexpr (ALIAS) {
@@ -531,13 +553,13 @@ __device__ void fa1_tiled(const AttnParams& p) {
 #pragma unroll
                 for (int g = 0; g < NG; ++g) {
                     if constexpr (VEC == 4) {
-                        const float4 t = *reinterpret_cast<const float4*>(vrow + g * 16 * VEC);
+                        const float4 t = *reinterpret_cast<const float4*>(vrow + g * TX * VEC);
                         vv[g * 4] = t.x, vv[g * 4 + 1] = t.y, vv[g * 4 + 2] = t.z, vv[g * 4 + 3] = t.w;
                     } else if constexpr (VEC == 2) {
-                        const float2 t = *reinterpret_cast<const float2*>(vrow + g * 16 * VEC);
+                        const float2 t = *reinterpret_cast<const float2*>(vrow + g * TX * VEC);
                         vv[g * 2] = t.x, vv[g * 2 + 1] = t.y;
                     } else {
-                        vv[g] = vrow[g * 16];
+                        vv[g] = vrow[g * TX];
                     }
                 }
 #pragma unroll
@@ -570,22 +592,27 @@ __device__ void fa1_tiled(const AttnParams& p) {
         for (int g = 0; g < NG; ++g)
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                o[i * p.o_stride[2] + g * 16 * VEC + tx * VEC + e] = from_f32<T>(acc[r][g * VEC + e] * inv);
+                o[i * p.o_stride[2] + g * TX * VEC + tx * VEC + e] = from_f32<T>(acc[r][g * VEC + e] * inv);
         if (tx == 0 && p.lse != nullptr) p.lse[((i64)blk.b * p.hq + blk.h) * p.sq + i] = row_lse_log2(m[r], l[r]);
     }
 }
 
 // The tiled variant's shape per element type and head dim, chosen by measurement on the H100 (dev/fa1_bench.py,
-// bench/results/fa1.md): TM rows per thread, P aliasing the K tile, blocks per SM the registers must allow,
-// inner-loop unrolling. Up to HD = 64, 64-row blocks run two per SM (128 registers, no spills); up to 128,
-// 128-row blocks with eight rows per thread, one per SM; at 256, 64-row blocks (eight rows would need 298 KB
-// of shared memory). src/fa1.rs mirrors TM and ALIAS for the launch.
+// bench/results/fa1.md): TX threads per row group (NT = 16 TX threads), TM rows per thread, P aliasing the K
+// tile, blocks per SM the registers must allow, inner-loop unrolling. With TX = 16, up to HD = 64, 64-row
+// blocks run two per SM (128 registers, no spills); up to 128, 128-row blocks with eight rows per thread, one
+// per SM; at 256, 64-row blocks (eight rows would need 298 KB of shared memory). NARROW (TX = 8: eight keys
+// and HD / 8 columns per thread, 128 threads) makes each shared load feed more FMAs.
+// src/fa1.rs mirrors NARROW, TX and TM for the launch.
 template <typename T, int HD>
 struct Fa1TiledChoice {
-    static constexpr int TM = HD <= 64 ? 4 : (HD <= 128 ? 8 : 4);
+    static constexpr bool NARROW = false;  // fa1-choice
+    static constexpr int TX = NARROW ? 8 : 16;
+    static constexpr int NT = 16 * TX;
+    static constexpr int TM = NARROW ? 8 : (HD <= 64 || HD > 128 ? 4 : 8);
     static constexpr bool ALIAS = false;
     static constexpr int MINB = HD <= 64 ? 2 : 1;
-    static constexpr int UNR = 2;
+    static constexpr int UNR = NARROW && HD > 64 ? 1 : 2;
 };
 
 #ifndef FA1_NO_ENTRIES
@@ -594,10 +621,10 @@ struct Fa1TiledChoice {
         fa1_fixed<T, HD>(p);                                                                     \
     }
 #define FA1_TILED(NAME, T, HD)                                                                            \
-    extern "C" __global__ void __launch_bounds__(FA1_THREADS, Fa1TiledChoice<T, HD>::MINB)                \
+    extern "C" __global__ void __launch_bounds__(Fa1TiledChoice<T, HD>::NT, Fa1TiledChoice<T, HD>::MINB)  \
         NAME(const AttnParams p) {                                                                        \
         using C = Fa1TiledChoice<T, HD>;                                                                  \
-        fa1_tiled<T, HD, C::TM, C::ALIAS, C::UNR>(p);                                                     \
+        fa1_tiled<T, HD, C::TM, C::ALIAS, C::UNR, C::TX>(p);                                              \
     }
 #define FA1_ALL_DIMS(TNAME, T)      \
     FA1_FIXED(fa1_##TNAME##_32, T, 32)   \

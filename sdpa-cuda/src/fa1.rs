@@ -10,7 +10,7 @@ use crate::call::Call;
 use crate::error::unsupported;
 use crate::launch::{launch, LaunchDims};
 use crate::modules::FA1;
-use sdpa_core::Result;
+use sdpa_core::{DType, Result};
 
 const BQ: usize = 64;
 const BK: usize = 64;
@@ -27,20 +27,32 @@ pub fn fixed_smem_bytes(hd: usize) -> usize {
     4 * (hd * LDQ + hd * LDK + BK * hd + p)
 }
 
-/// Query rows per thread of the tiled variant (`Fa1TiledChoice::TM` in fa1.cu): its blocks hold 16 x that
-/// many rows.
-pub fn tiled_rows(hd: usize) -> usize {
-    if hd <= 64 || hd > 128 {
-        4
+/// Shape of the tiled variant (`Fa1TiledChoice` in fa1.cu): threads per row group `tx` (16 row groups,
+/// so 16 x `tx` threads) and query rows per thread `rows` (blocks of 16 x `rows` rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TiledShape {
+    /// Threads per row group.
+    pub tx: usize,
+    /// Query rows per thread.
+    pub rows: usize,
+}
+
+/// f32 head dims whose tiled variant is narrow (`NARROW` in `Fa1TiledChoice`: 8 threads per row group).
+const NARROW_F32_DIMS: &[usize] = &[]; // fa1-choice
+
+/// The tiled variant's shape for head dim `hd` and element type `dtype`.
+pub fn tiled_shape(hd: usize, dtype: DType) -> TiledShape {
+    if dtype == DType::F32 && NARROW_F32_DIMS.contains(&hd) {
+        TiledShape { tx: 8, rows: 8 }
     } else {
-        8
+        TiledShape { tx: 16, rows: if hd <= 64 || hd > 128 { 4 } else { 8 } }
     }
 }
 
-/// Shared memory of the tiled variant for head dim `hd`, bytes (`Fa1Tiled::SMEM_FLOATS`: Q, K, V and P
-/// tiles, rows of Q and K padded by four floats, P rows of BK + 4).
-pub fn tiled_smem_bytes(hd: usize) -> usize {
-    let bq = 16 * tiled_rows(hd);
+/// Shared memory of the tiled variant, bytes (`Fa1Tiled::SMEM_FLOATS`: Q, K, V and P tiles, rows of Q and
+/// K padded by four floats, P rows of BK + 4).
+pub fn tiled_smem_bytes(hd: usize, dtype: DType) -> usize {
+    let bq = 16 * tiled_shape(hd, dtype).rows;
     4 * (bq * (hd + 4) + BK * (hd + 4) + BK * hd + bq * (BK + 4))
 }
 
@@ -70,14 +82,17 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
         .ok_or_else(|| unsupported(format!("fa1 grid of {q_tiles} x {} blocks exceeds 2^32", s.b * s.hq)))?;
     let optin = call.dev.info().smem_per_block_optin as usize;
     let fast = s.d == s.dv && crate::FA1_FAST_HEAD_DIMS.contains(&s.d);
-    if fast && tiled_smem_bytes(s.d) <= optin && tiled_aligned(call) {
-        let bq = 16 * tiled_rows(s.d);
+    let dtype = call.spec.dtype;
+    if fast && tiled_smem_bytes(s.d, dtype) <= optin && tiled_aligned(call) {
+        let shape = tiled_shape(s.d, dtype);
+        let bq = 16 * shape.rows;
         let blocks =
             s.sq.div_ceil(bq).checked_mul(s.b * s.hq).and_then(|x| u32::try_from(x).ok()).ok_or_else(|| {
                 unsupported(format!("fa1 grid of {} x {} blocks exceeds 2^32", s.sq.div_ceil(bq), s.b * s.hq))
             })?;
-        let dims =
-            LaunchDims { grid: (blocks, 1, 1), block: (THREADS, 1, 1), smem_bytes: tiled_smem_bytes(s.d) as u32 };
+        let threads = 16 * shape.tx as u32;
+        let smem_bytes = tiled_smem_bytes(s.d, dtype) as u32;
+        let dims = LaunchDims { grid: (blocks, 1, 1), block: (threads, 1, 1), smem_bytes };
         return Ok((format!("fa1t_{dt}_{}", s.d), dims));
     }
     if fast && fixed_smem_bytes(s.d) <= optin {

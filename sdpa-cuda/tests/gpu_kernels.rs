@@ -230,6 +230,7 @@ fn fa1_small_shapes_for_the_sanitizer() {
     let sh = |sq, sk, d| Shape { b: 1, hq: 2, hkv: 1, sq, sk, d, dv: d };
     let runs = [
         (sh(150, 200, 64), DType::F32, Mask::CausalBottomRight, false),
+        (sh(150, 140, 128), DType::F32, Mask::CausalTopLeft, false),
         (sh(140, 130, 128), DType::BF16, add(&sh(140, 130, 128)), false),
         (sh(70, 150, 256), DType::F16, Mask::None, false),
         (sh(129, 129, 80), DType::F32, Mask::CausalTopLeft, false),
