@@ -3,26 +3,26 @@
 //! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
 //! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
 //! of `BLOCK` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
-//! P·V on that head's running state, with software prefetch `AHEAD` units ahead (BSHD rows are scattered
-//! 512-byte pieces that the hardware prefetcher does not follow across pages). Each run ends with
-//! normalised partial rows and their LSE for every head it touched, merged by sdpa-core's
-//! `merge_normalized`. A few more runs than threads leave room for work stealing when another process
-//! takes a core.
+//! P·V on that head's running state. While it walks its rows it prefetches the next unit's rows into L2,
+//! one row per row read, so the requests run exactly one unit ahead and spread evenly (a burst per unit
+//! measured slower; BSHD rows are scattered 512-byte pieces the hardware prefetcher does not follow
+//! across pages). Each run ends with normalised partial rows and their LSE for every head it touched,
+//! merged by sdpa-core's `merge_normalized`. More runs than threads leave room for work stealing when
+//! another process takes a core.
 
 use crate::element::CpuElement;
 use crate::fa2::{key_range, lanes};
-use crate::micro;
+use crate::micro::{self, Shadow};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
-use crate::simd::{dispatch, prefetch_l2, Simd, SimdKernel, SimdPath};
+use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
+use sdpa_core::Strides;
 
-/// Keys per unit: long enough to amortise a unit's softmax step and state update, short enough that the
-/// unit's BSHD rows (one 512-byte piece per key and head) stay few in flight.
+/// Keys per unit: long enough to amortise a unit's softmax step and state update (16 and 64 measured
+/// alike on BSHD; 64 is ahead on BHSD).
 const BLOCK: usize = 64;
-/// Software prefetch distance in units (a unit ahead is 32 KiB of each of K and V at D = 128, f32).
-const AHEAD: usize = 1;
 /// Runs per thread: more than one, so that a thread that another process holds up loses its last runs to
 /// the others instead of holding up the call.
 const RUNS_PER_THREAD: usize = 8;
@@ -70,6 +70,8 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     let (d, dv) = (p.d, p.dv);
     let nr = p.group_rows();
     let heads = p.b * p.hkv();
+    // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
+    let key_major = p.k_st.h < p.k_st.s;
     let blocks = p.sk.div_ceil(BLOCK);
     let rows0: Vec<(usize, usize)> = (0..nr).map(|r| p.row(0, r)).collect();
     let (kmax, kmin) = key_range(p, &rows0, p.sk);
@@ -80,8 +82,7 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
         heads,
         blocks,
         units: heads * blocks,
-        // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
-        key_major: p.k_st.h < p.k_st.s,
+        key_major,
         kmax,
         kmin,
     };
@@ -163,23 +164,12 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let mut kp = if kf.is_none() { vec![0.0f32; BLOCK * dp] } else { Vec::new() };
         let mut vp = if vf.is_none() { vec![0.0f32; BLOCK * dvp] } else { Vec::new() };
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
-        let esize = std::mem::size_of::<T>();
 
         for u in self.u0..self.u1 {
-            if u + AHEAD < self.u1 {
-                let (b, kvh, blk) = pl.unit(p, u + AHEAD);
-                let (j0, j1) = (blk * BLOCK, (blk * BLOCK + BLOCK).min(pl.kmax));
-                for j in j0..j1 {
-                    let (k_row, v_row) = (p.k_st.offset(b, kvh, j), p.v_st.offset(b, kvh, j));
-                    // Into L2: far enough ahead that L1 would lose the lines before their turn.
-                    for byte in (0..d * esize).step_by(64) {
-                        prefetch_l2(p.k.as_ptr().cast::<u8>().wrapping_add(k_row * esize + byte));
-                    }
-                    for byte in (0..dv * esize).step_by(64) {
-                        prefetch_l2(p.v.as_ptr().cast::<u8>().wrapping_add(v_row * esize + byte));
-                    }
-                }
-            }
+            let (ksh, vsh) = (
+                shadow(p, pl, u, self.u1, p.k.as_ptr(), p.k_st, d),
+                shadow(p, pl, u, self.u1, p.v.as_ptr(), p.v_st, dv),
+            );
             let (b, kvh, blk) = pl.unit(p, u);
             let j0 = blk * BLOCK;
             if j0 >= pl.kmax {
@@ -204,7 +194,17 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at stride ks;
                 // `st` row r holds BLOCK >= nk values.
                 unsafe {
-                    micro::dot_scores(s, d, self.q[(hd * nr + r) * dp..].as_ptr(), kptr, ks, nk, stp.add(r * BLOCK), 1)
+                    micro::dot_scores(
+                        s,
+                        d,
+                        self.q[(hd * nr + r) * dp..].as_ptr(),
+                        kptr,
+                        ks,
+                        nk,
+                        stp.add(r * BLOCK),
+                        1,
+                        if r == 0 { ksh } else { None },
+                    )
                 };
             }
             let mut rows = [(0usize, 0usize); 16];
@@ -239,7 +239,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
             let o = acc[hd * nr * dvp..].as_mut_ptr();
             // SAFETY: P is nr rows of nk at row stride BLOCK; V as above; this head's state is nr rows of dvp.
-            unsafe { micro::pv(s, nk, stp, 1, BLOCK, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr())) };
+            unsafe { micro::pv(s, nk, stp, 1, BLOCK, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh) };
             if !bad.is_empty() {
                 let vals = nonfinite::widen_rows(p.v, vbase, p.v_st.s, dv, &bad);
                 let prob = ProbTile { pt: stp, ps: 1, pr: BLOCK };
@@ -270,4 +270,26 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         }
         true
     }
+}
+
+/// What unit `u` prefetches of one operand (K or V: `base`, `st`, row `width`) while it walks its own rows:
+/// the next unit's rows (on BSHD, the same keys of the next head). `None` at the end of the run and past
+/// every row's causal limit.
+#[inline(always)]
+fn shadow<T: CpuElement>(
+    p: &Problem<'_, T>,
+    pl: &Plan,
+    u: usize,
+    u1: usize,
+    base: *const T,
+    st: Strides,
+    width: usize,
+) -> Option<Shadow> {
+    let esize = std::mem::size_of::<T>();
+    let (b, kvh, blk) = pl.unit(p, u + 1);
+    (u + 1 < u1 && blk * BLOCK < pl.kmax).then(|| Shadow {
+        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, blk * BLOCK) * esize),
+        stride: st.s * esize,
+        lines: (width * esize).div_ceil(64),
+    })
 }

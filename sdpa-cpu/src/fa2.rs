@@ -281,7 +281,9 @@ fn process<S: Simd, T: CpuElement>(
             for r in 0..nr {
                 // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
                 // `st` holds bc·br >= nr·bc values.
-                unsafe { micro::dot_scores(s, d, scr.qrow.as_ptr().add(r * dp), kptr, ks, nk, st.add(r * t.bc), 1) };
+                unsafe {
+                    micro::dot_scores(s, d, scr.qrow.as_ptr().add(r * dp), kptr, ks, nk, st.add(r * t.bc), 1, None)
+                };
             }
         } else {
             // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values.
@@ -320,7 +322,7 @@ fn process<S: Simd, T: CpuElement>(
         // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
-            micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()));
+            micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()), None);
         }
         if !bad.is_empty() {
             let vals = nonfinite::widen_rows(p.v, vbase + j0 * p.v_st.s, p.v_st.s, dv, &bad);

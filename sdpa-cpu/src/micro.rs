@@ -7,7 +7,27 @@
 //!
 //! All functions are `#[inline(always)]` and `unsafe`: callers pass pointers with the documented extents.
 
-use crate::simd::Simd;
+use crate::simd::{prefetch_l2, Simd};
+
+/// The rows of the next piece of work, prefetched into L2 one row per row a kernel walks (so the requests
+/// spread evenly over the work and run exactly one piece ahead): row `j` starts at `base + j·stride`
+/// bytes and spans `lines` cache lines. Decoding passes it; everything else passes `None`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shadow {
+    pub base: *const u8,
+    pub stride: usize,
+    pub lines: usize,
+}
+
+impl Shadow {
+    #[inline(always)]
+    fn row(self, j: usize) {
+        for l in 0..self.lines {
+            // Wrapping: the address is only a hint and may lie past the tensor at its end.
+            prefetch_l2(self.base.wrapping_add(j * self.stride + l * 64));
+        }
+    }
+}
 
 /// `out[j*os + x] = Σ_c k[j*ks + c] · qt[c*qs + x]` for keys `j < nk` and lanes `x < nqv·LANES`.
 ///
@@ -129,6 +149,7 @@ pub(crate) unsafe fn dot_scores<S: Simd>(
     nk: usize,
     out: *mut f32,
     os: usize,
+    shadow: Option<Shadow>,
 ) {
     let l = S::LANES;
     let full = d / l * l;
@@ -137,6 +158,9 @@ pub(crate) unsafe fn dot_scores<S: Simd>(
     unsafe {
         let mut j = 0;
         while j + 4 <= nk {
+            if let Some(sh) = shadow {
+                (j..j + 4).for_each(|r| sh.row(r));
+            }
             let mut acc = [s.zero(); 4];
             let mut c = 0;
             while c < full {
@@ -158,6 +182,9 @@ pub(crate) unsafe fn dot_scores<S: Simd>(
             j += 4;
         }
         while j < nk {
+            if let Some(sh) = shadow {
+                sh.row(j);
+            }
             let mut a = s.zero();
             let mut c = 0;
             while c < full {
@@ -310,6 +337,7 @@ pub(crate) unsafe fn pv<S: Simd>(
     o: *mut f32,
     os: usize,
     alpha: Option<*const f32>,
+    shadow: Option<Shadow>,
 ) {
     let l = S::LANES;
     let chunk = S::PV_VECS * l;
@@ -332,9 +360,11 @@ pub(crate) unsafe fn pv<S: Simd>(
                 };
                 let part = n < l;
                 let (vc, oc) = (v.add(c), o_r.add(c));
+                // The first pass over V prefetches the next piece's rows.
+                let sh = if r == 0 && c == 0 { shadow } else { None };
                 macro_rules! tile {
                     ($mr:literal, $nv:literal, $part:literal) => {
-                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, pr, vc, vs, oc, os, al, n)
+                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, pr, vc, vs, oc, os, al, n, sh)
                     };
                 }
                 // Only the arms matching the token's constants (and the edges) survive inlining.
@@ -357,9 +387,35 @@ pub(crate) unsafe fn pv<S: Simd>(
                             for x in 0..nv {
                                 let (vx, ox) = (vc.add(x * l), oc.add(rr * os + x * l));
                                 if part {
-                                    pv_micro::<S, 1, 1, true>(s, nk, pt_r.add(rr * pr), ps, pr, vx, vs, ox, os, alr, n)
+                                    pv_micro::<S, 1, 1, true>(
+                                        s,
+                                        nk,
+                                        pt_r.add(rr * pr),
+                                        ps,
+                                        pr,
+                                        vx,
+                                        vs,
+                                        ox,
+                                        os,
+                                        alr,
+                                        n,
+                                        None,
+                                    )
                                 } else {
-                                    pv_micro::<S, 1, 1, false>(s, nk, pt_r.add(rr * pr), ps, pr, vx, vs, ox, os, alr, n)
+                                    pv_micro::<S, 1, 1, false>(
+                                        s,
+                                        nk,
+                                        pt_r.add(rr * pr),
+                                        ps,
+                                        pr,
+                                        vx,
+                                        vs,
+                                        ox,
+                                        os,
+                                        alr,
+                                        n,
+                                        None,
+                                    )
                                 }
                             }
                         }
@@ -387,6 +443,7 @@ unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
     os: usize,
     alpha: Option<*const f32>,
     tail: usize,
+    shadow: Option<Shadow>,
 ) {
     let l = S::LANES;
     // SAFETY: offsets stay inside the extents of `pv`'s contract.
@@ -404,6 +461,9 @@ unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
             }
         }
         for j in 0..nk {
+            if let Some(sh) = shadow {
+                sh.row(j);
+            }
             let mut vv = [s.zero(); NV];
             for x in 0..NV {
                 vv[x] = if PART && x == NV - 1 {

@@ -262,6 +262,7 @@ impl SimdKernel for Pv {
                 self.o.0,
                 self.dvp,
                 None,
+                None,
             );
             nonfinite::all_finite(s, std::slice::from_raw_parts(self.o.0, (self.r1 - self.r0) * self.dvp))
         }
