@@ -51,10 +51,10 @@ class Lib:
         for i in range(self.lib.fa2dev_count()):
             self.lib.fa2dev_entry(i, buf)
             kind, dt, d, a, b, c, e, mask = list(buf)
-            # fa2: a, b, c, e = BM, BN, warps, K/V stages; splitkv: a, b = warps, stages.
-            # splitkv: a, b, c = warps, stages, keys per step.
-            self.entries.append(dict(i=i, kind=("fa2", "splitkv")[kind], dt=("f16", "bf16")[dt], d=d, a=a, b=b,
-                                     c=c, e=e, mask=mask, cfg=(a, b, c, e) if kind == 0 else (a, b, c)))
+            # fa2: a, b, c, e = BM, BN, warps, K/V stages; splitkv: a, b, c, e = warps, stages, keys per
+            # step, bulk copies (1) or cp.async (0); splitkv_v1: last session's kernel + combine pass.
+            self.entries.append(dict(i=i, kind=("fa2", "splitkv", "splitkv_v1")[kind], dt=("f16", "bf16")[dt], d=d,
+                                     a=a, b=b, c=c, e=e, mask=mask, cfg=(a, b, c, e)))
         self.lib.fa2dev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
 
     def find(self, kind, dt, d, mask, cfg=None):
@@ -75,8 +75,8 @@ class Lib:
 
     @staticmethod
     def smem(e):
-        if e["kind"] == "splitkv":
-            return (16 + 2 * e["b"] * e["c"]) * (e["d"] + 8) * 2 * e["a"]
+        if e["kind"].startswith("splitkv"):
+            return (16 + 2 * e["b"] * e["c"]) * (e["d"] + 8) * 2 * e["a"] + 8 * e["a"] * e["b"]
         return (e["a"] + 2 * e["e"] * e["b"]) * (e["d"] + 8) * 2
 
 
@@ -196,7 +196,12 @@ class Runner:
         if n_splits is None:
             n_splits, kps = self.splits_for(pr, entry)
         rows = pr.B * pr.Hq * pr.Sq
-        need = (rows * n_splits + 3) // 4 * 4 + rows * n_splits * pr.D  # partial LSEs, then partial outputs
+        if entry["kind"] == "splitkv_v1":  # partial LSEs, then partial outputs, per warp split
+            need = (rows * n_splits + 3) // 4 * 4 + rows * n_splits * pr.D
+        else:  # per block: partial LSEs, partial outputs, then a counter per (batch, row tile)
+            nblk = -(-n_splits // entry["a"])
+            units = pr.B * pr.Hkv * ((pr.Hq // pr.Hkv * pr.Sq + 15) // 16)
+            need = (rows * nblk + 3) // 4 * 4 + rows * nblk * pr.D + units
         if ws is None or ws.numel() < need:
             ws = torch.empty(need, device="cuda", dtype=torch.float32)
         p = pr.params(lse=lse, workspace=ws, n_splits=n_splits, kps=kps)
@@ -221,7 +226,7 @@ def lse_err(got, want):
     return e, bad
 
 
-def run_checks(lib, res, quick):
+def run_checks(lib, res, args):
     r = Runner(lib)
     cases = []
     dims = [64, 96, 128, 256]
@@ -233,6 +238,8 @@ def run_checks(lib, res, quick):
             cases.append((1, 8, 1, 200, 333, d, dt, "bshd", "causal-br", None))
             cases.append((1, 8, 8, 257, 257, d, dt, "bhsd", "causal", None))
             cases.append((2, 8, 2, 1, 1000, d, dt, "bhsd", "none", None))
+            cases.append((1, 32, 4, 1, 4099, d, dt, "bshd", "causal-br", None))
+            cases.append((3, 8, 8, 2, 2500, d, dt, "bhsd", "additive", None))
             cases.append((1, 4, 4, 64, 64, d, dt, "bhsd", "additive", (1, 1, 64, 64)))
             cases.append((2, 4, 1, 33, 190, d, dt, "bhsd", "bool", (2, 1, 1, 190)))
     for (B, Hq, Hkv, Sq, Sk, D, dt, layout, mask, mdims) in cases:
@@ -241,7 +248,7 @@ def run_checks(lib, res, quick):
         math_err = None
         if mask != "causal-br":
             math_err, _ = rel_err(pr.torch_math(), ref_o)
-        for kind in ("fa2", "splitkv"):
+        for kind in args.kinds.split(","):
             for e in lib.configs(kind, dt, D, mask_code(mask)):
                 pr.o.fill_(float("nan")); pr.lse.fill_(float("nan"))
                 if kind == "fa2":
@@ -373,8 +380,28 @@ def run_extra(lib, res, args):
                 torch.cuda.empty_cache()
 
 
+def time_flushed(fn, flush, reps=50, warmup=10):
+    """Median of event-timed calls, `flush()` before each (outside the events)."""
+    for _ in range(warmup):
+        flush(); fn()
+    ts = []
+    for _ in range(reps):
+        flush()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
 def run_decode(lib, res, args):
     r = Runner(lib)
+    flush_buf = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    read_buf = torch.ones(64 * 2**20, dtype=torch.float32, device="cuda")  # 256 MB
+    # do_bench's flush writes 256 MB, leaving L2 full of dirty lines that the timed call writes back;
+    # reading 256 MB leaves it full of clean ones.
+    flushes = {"write": lambda: flush_buf.zero_(), "read": lambda: read_buf.sum()}
     for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
         D, dt = 128, "bf16"
         pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
@@ -382,36 +409,62 @@ def run_decode(lib, res, args):
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
-        for e in lib.configs("splitkv", dt, D, 0):
-            for waves in ([0.5, 1, 2] if args.tune else [2]):
+        entries = lib.configs("splitkv", dt, D, 0) + lib.configs("splitkv_v1", dt, D, 0)
+        for e in entries:
+            for waves in [float(w) for w in args.waves.split(",")]:
                 n, kps = r.splits_for(pr, e, waves=waves)
                 ws = r.splitkv(pr, e, n, kps, lse=False)
                 pr.o.fill_(float("nan"))
                 r.splitkv(pr, e, n, kps, lse=False, ws=ws)
                 err, nb = rel_err(pr.o, want)
                 ms = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
-                key = f"nw{e['a']}_st{e['b']}_ks{e['c']}_waves{waves}_splits{n}"
+                key = f"{e['kind']}_nw{e['a']}_st{e['b']}_ks{e['c']}_{'bulk' if e['e'] else 'cpasync'}_waves{waves}_splits{n}"
                 row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb, entry=e, splits=(n, kps))
         row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, False)
         row["cudnn"] = torch_time(pr, None, False)
-        best = min(row["ours"].items(), key=lambda kv: kv[1]["ms"])
+        best = min(((k, v) for k, v in row["ours"].items() if v["entry"]["kind"] == "splitkv" and v["err_vs_flash"] < 1e-2
+                    and v["nan"] == 0), key=lambda kv: kv[1]["ms"])
         row["best_cfg"], row["best_ms"] = best
-        # Where the time goes: the split kernel alone (no combine), and a pure read of K and V by torch.
         e = best[1]["entry"]
         n, kps = best[1]["splits"]
-        lib.lib.fa2dev_set_combine(0)
         ws = r.splitkv(pr, e, n, kps, lse=False)
-        row["split_only_ms"] = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
-        lib.lib.fa2dev_set_combine(1)
-        row["torch_sum_kv_ms"] = bench(lambda: (pr.k.sum(dtype=torch.float32), pr.v.sum(dtype=torch.float32)))
-        log(f"  split kernel alone {row['split_only_ms'] * 1e3:.1f} us; torch k.sum()+v.sum() {row['torch_sum_kv_ms'] * 1e3:.1f} us")
+        # Without zeroing the counters each call (they reset themselves): the memset's cost.
+        lib.lib.fa2dev_set_memset(0)
+        row["best_no_memset_ms"] = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
+        lib.lib.fa2dev_set_memset(1)
+        # The same calls after a write flush (as do_bench) and after a read flush (clean L2).
+        sdpa = lambda: F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
+        row["flush"] = {}
+        for fname, fl in flushes.items():
+            row["flush"][fname] = dict(
+                ours=time_flushed(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws), fl),
+                cudnn=time_flushed(sdpa, fl),
+                kv_sum=time_flushed(lambda: (pr.k.sum(dtype=torch.float32), pr.v.sum(dtype=torch.float32)), fl))
+        log("  flush write/read (us): " + "; ".join(
+            f"{k}: {row['flush']['write'][k] * 1e3:.1f} / {row['flush']['read'][k] * 1e3:.1f}" for k in ("ours", "cudnn", "kv_sum")))
         res["decode"].append(row)
-        for k, v in sorted(row["ours"].items(), key=lambda kv: kv[1]["ms"])[:6]:
+        for k, v in sorted(row["ours"].items(), key=lambda kv: kv[1]["ms"]):
             log(f"  decode B={B} Hq={Hq} Hkv={Hkv} Sk={Sk} {k}: {v['ms'] * 1e3:7.1f} us {v['GBps']:6.0f} GB/s"
                 f" err={v['err_vs_flash']:.1e}")
         log(f"DECODE B={B} Hq={Hq} Hkv={Hkv} Sk={Sk}: ours {best[1]['ms'] * 1e3:.1f} us ({best[1]['GBps']:.0f} GB/s,"
-            f" {best[1]['GBps'] / res['ceilings'].get('d2d_GBps', float('nan')):.2f} of copy) flash {row['flash'] * 1e3:.1f} us"
-            f" default {row['cudnn'] * 1e3:.1f} us x_default={row['cudnn'] / best[1]['ms']:.2f}")
+            f" {best[1]['GBps'] / res['ceilings'].get('d2d_GBps', float('nan')):.2f} of copy; no memset"
+            f" {row['best_no_memset_ms'] * 1e3:.1f} us) flash {row['flash'] * 1e3:.1f} us"
+            f" default {row['cudnn'] * 1e3:.1f} us x_default={row['cudnn'] / best[1]['ms']:.3f} [{best[0]}]")
+        del pr, ws
+        torch.cuda.empty_cache()
+
+
+def run_ncu_target(lib, args):
+    """One call of each decoding shape (ours with the first bulk config, then PyTorch's default), for ncu."""
+    r = Runner(lib)
+    for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
+        pr = Problem(B, Hq, Hkv, 1, Sk, 128, "bf16", "bhsd", "none", seed=Sk)
+        e = [c for c in lib.configs("splitkv", "bf16", 128, 0) if c["e"]][0]
+        n, kps = r.splits_for(pr, e, waves=2)
+        ws = r.splitkv(pr, e, n, kps, lse=False)
+        r.splitkv(pr, e, n, kps, lse=False, ws=ws)
+        F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
+        torch.cuda.synchronize()
 
 
 def main():
@@ -422,17 +475,17 @@ def main():
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--extra", action="store_true")
-    ap.add_argument("--combine-warps", type=int, default=0, help="4 or 8: width of the split-KV combine kernel")
-    ap.add_argument("--pdl", action="store_true", help="launch the combine kernel as a programmatic dependent")
+    ap.add_argument("--kinds", default="fa2,splitkv", help="kernels to check: fa2, splitkv, splitkv_v1")
+    ap.add_argument("--waves", default="2", help="split counts to time, in waves of resident warps")
+    ap.add_argument("--ncu-target", action="store_true", help="one call per decoding shape, for ncu")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lib = Lib(args.lib)
-    if args.combine_warps:
-        lib.lib.fa2dev_set_combine_warps(args.combine_warps)
-    if args.pdl:
-        lib.lib.fa2dev_set_pdl(1)
+    if args.ncu_target:
+        run_ncu_target(lib, args)
+        return
     p = torch.cuda.get_device_properties(0)
     res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
                         argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
@@ -440,7 +493,7 @@ def main():
     log("ENV", json.dumps(res["env"]))
     try:
         if args.check:
-            run_checks(lib, res, args.quick)
+            run_checks(lib, res, args)
         if args.bench or args.decode:
             ceilings(res)
         if args.bench:

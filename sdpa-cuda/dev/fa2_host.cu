@@ -4,10 +4,17 @@
 // tile sizes can be chosen by measurement. Not part of the Rust build.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I../kernels -shared -Xcompiler -fPIC -cudart static -o fa2dev.so fa2_host.cu
-//   (add -DFA2DEV_CONFIGS='"tune_configs.inc"' for the tuning candidates)
+//   (add -DFA2DEV_CONFIGS='"tune_configs.inc"' for the tuning candidates, '"decode_configs.inc"' for the
+//   split-KV kernels alone: every head dim, dtype and mask on both load paths, plus decoding variants)
 #define FA2_NO_ENTRIES
 #define SPLITKV_NO_ENTRIES
 #include "../kernels/fa2.cu"
+namespace v1 {
+#include "splitkv_v1.cuh"
+}
+#undef SPLITKV_ENTRY
+#undef SPLITKV_COMBINE_WARPS
+#undef SPLITKV_COMBINE_ENTRY
 #include "../kernels/splitkv.cu"
 #include <cstdio>
 #include <cuda_runtime.h>
@@ -29,26 +36,51 @@ int launch_fa2(const AttnParams& p, cudaStream_t st) {
     return (int)cudaGetLastError();
 }
 
-template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+// The split-KV kernel (kernels/splitkv.cu, combine folded in) with the bulk-copy (sm_90) or cp.async path.
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
 __global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(smem));
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK>(p, reinterpret_cast<T*>(smem));
 }
-static int g_combine = 1;  // 0: time the split kernel alone (the output is then incomplete)
+static int g_memset = 1;  // 0: skip zeroing the row-tile counters (they reset themselves after a call)
+extern "C" void fa2dev_set_memset(int on) { g_memset = on; }
+static int g_combine = 1;  // v1 only; 0: time the split kernel alone (the output is then incomplete)
 extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
-template <typename T, int D, int NWARP>
-__global__ void __launch_bounds__(NWARP * 32) combine_dev(const AttnParams p) {
-    splitkv_combine_row<T, D, NWARP>(p);
-}
-static int g_combine_warps = SPLITKV_COMBINE_WARPS;  // 4 or 8: A/B of the combine kernel's width
-extern "C" void fa2dev_set_combine_warps(int w) { g_combine_warps = w; }
-static int g_pdl = 0;  // 1: launch the combine kernel with programmatic dependent launch
-extern "C" void fa2dev_set_pdl(int on) { g_pdl = on; }
 
-template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
 int launch_splitkv(const AttnParams& p, cudaStream_t st) {
-    const int smem = SplitKvTile<D, STAGES, KS>::WARP_ELEMS * 2 * NW;
-    auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK>;
+    const int smem = SplitKvTile<D, STAGES, KS>::smem_bytes(NW);
+    auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK, BULK>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return (int)e;
+    const int m_tiles = (p.group * p.sq + 15) / 16;
+    const int nblk = (p.num_splits + NW - 1) / NW;
+    dim3 grid(nblk, p.hkv * m_tiles, p.b);
+    if (nblk > 1 && g_memset) {
+        // Counters after the partial LSEs and outputs (splitkv_counters in kernels/splitkv.cu).
+        const long long rows = (long long)p.b * p.hq * p.sq;
+        const long long off = (rows * nblk + 3) / 4 * 4 + rows * nblk * D;
+        e = cudaMemsetAsync(static_cast<float*>(p.workspace) + off, 0, sizeof(unsigned) * p.b * grid.y, st);
+        if (e != cudaSuccess) return (int)e;
+    }
+    k<<<grid, NW * 32, smem, st>>>(p);
+    return (int)cudaGetLastError();
+}
+
+// Last session's split kernel and separate combine pass (dev/splitkv_v1.cuh), for same-run comparison.
+template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+__global__ void __launch_bounds__(NW * 32) splitkv_v1_dev(const AttnParams p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    v1::splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(smem));
+}
+template <typename T, int D>
+__global__ void __launch_bounds__(256) combine_v1_dev(const AttnParams p) {
+    v1::splitkv_combine_row<T, D, 8>(p);
+}
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool UNUSED>
+int launch_splitkv_v1(const AttnParams& p, cudaStream_t st) {
+    const int smem = v1::SplitKvTile<D, STAGES, KS>::WARP_ELEMS * 2 * NW;
+    auto k = splitkv_v1_dev<T, D, NW, STAGES, KS, MASK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;
     const int m_tiles = (p.group * p.sq + 15) / 16;
@@ -57,33 +89,15 @@ int launch_splitkv(const AttnParams& p, cudaStream_t st) {
     e = cudaGetLastError();
     if (e != cudaSuccess || !g_combine) return (int)e;
     const long long rows = (long long)p.b * p.hq * p.sq;
-    if (g_pdl) {
-        // Programmatic dependent launch: the combine grid may start while the split grid drains.
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3((unsigned)rows);
-        cfg.blockDim = dim3(g_combine_warps * 32);
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = st;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (g_combine_warps == 4) return (int)cudaLaunchKernelEx(&cfg, combine_dev<T, D, 4>, p);
-        return (int)cudaLaunchKernelEx(&cfg, combine_dev<T, D, 8>, p);
-    }
-    if (g_combine_warps == 4)
-        combine_dev<T, D, 4><<<(unsigned)rows, 128, 0, st>>>(p);
-    else
-        combine_dev<T, D, 8><<<(unsigned)rows, 256, 0, st>>>(p);
+    combine_v1_dev<T, D><<<(unsigned)rows, 256, 0, st>>>(p);
     return (int)cudaGetLastError();
 }
 
 typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
-    int kind;  // 0 fa2, 1 splitkv
+    int kind;  // 0 fa2, 1 splitkv, 2 splitkv v1 (last session's, separate combine)
     int dt;    // 0 f16, 1 bf16
-    int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, 0
+    int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, bulk
     LaunchFn fn;
 };
 
@@ -92,11 +106,12 @@ struct Entry {
         {0, DT, D, BM, BN, NW, ST, 1, launch_fa2<T, D, BM, BN, NW, ST, MINB, 1>},
 #define FA2_CFG_ALL(DT, T, D, BM, BN, NW, ST, MINB)                                                    \
     FA2_CFG(DT, T, D, BM, BN, NW, ST, MINB){0, DT, D, BM, BN, NW, ST, 2, launch_fa2<T, D, BM, BN, NW, ST, MINB, 2>},
-#define SKV_CFG(DT, T, D, NW, ST, KS)                                                                  \
-    {1, DT, D, NW, ST, KS, 0, 0, launch_splitkv<T, D, NW, ST, KS, 0>},                                \
-        {1, DT, D, NW, ST, KS, 0, 1, launch_splitkv<T, D, NW, ST, KS, 1>},
-#define SKV_CFG_ALL(DT, T, D, NW, ST, KS)                                                              \
-    SKV_CFG(DT, T, D, NW, ST, KS){1, DT, D, NW, ST, KS, 0, 2, launch_splitkv<T, D, NW, ST, KS, 2>},
+#define SKV_CFG(DT, T, D, NW, ST, KS, BULK)                                                            \
+    {1, DT, D, NW, ST, KS, BULK, 0, launch_splitkv<T, D, NW, ST, KS, 0, BULK>},                        \
+        {1, DT, D, NW, ST, KS, BULK, 1, launch_splitkv<T, D, NW, ST, KS, 1, BULK>},
+#define SKV_CFG_ALL(DT, T, D, NW, ST, KS, BULK)                                                        \
+    SKV_CFG(DT, T, D, NW, ST, KS, BULK){1, DT, D, NW, ST, KS, BULK, 2, launch_splitkv<T, D, NW, ST, KS, 2, BULK>},
+#define SKV_V1_CFG(DT, T, D, NW, ST, KS) {2, DT, D, NW, ST, KS, 0, 0, launch_splitkv_v1<T, D, NW, ST, KS, 0, false>},
 
 typedef __half H;
 typedef __nv_bfloat16 BF;
@@ -108,10 +123,10 @@ static const Entry ENTRIES[] = {
     FA2_CFG_ALL(0, H, 96, 128, 64, 4, 2, 2) FA2_CFG_ALL(1, BF, 96, 128, 64, 4, 2, 2)
     FA2_CFG_ALL(0, H, 128, 128, 64, 4, 1, 2) FA2_CFG_ALL(1, BF, 128, 128, 64, 4, 1, 2)
     FA2_CFG_ALL(0, H, 256, 64, 64, 4, 1, 1) FA2_CFG_ALL(1, BF, 256, 64, 64, 4, 1, 1)
-    SKV_CFG_ALL(0, H, 64, 4, 2, 32) SKV_CFG_ALL(1, BF, 64, 4, 2, 32)
-    SKV_CFG_ALL(0, H, 96, 4, 2, 32) SKV_CFG_ALL(1, BF, 96, 4, 2, 32)
-    SKV_CFG_ALL(0, H, 128, 4, 2, 32) SKV_CFG_ALL(1, BF, 128, 4, 2, 32)
-    SKV_CFG_ALL(0, H, 256, 4, 2, 16) SKV_CFG_ALL(1, BF, 256, 4, 2, 16)
+    SKV_CFG_ALL(0, H, 64, 4, 2, 32, true) SKV_CFG_ALL(1, BF, 64, 4, 2, 32, true)
+    SKV_CFG_ALL(0, H, 96, 4, 2, 32, true) SKV_CFG_ALL(1, BF, 96, 4, 2, 32, true)
+    SKV_CFG_ALL(0, H, 128, 4, 2, 32, true) SKV_CFG_ALL(1, BF, 128, 4, 2, 32, true)
+    SKV_CFG_ALL(0, H, 256, 4, 2, 16, true) SKV_CFG_ALL(1, BF, 256, 4, 2, 16, true)
 #else
 #include FA2DEV_CONFIGS
 #endif

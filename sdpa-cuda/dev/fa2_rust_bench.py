@@ -27,6 +27,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--decode-only", action="store_true", help="only the decoding and GQA points")
+ap.add_argument("--tiny", action="store_true", help="also issue 4's tiny shapes (B=1, H=1, S=64/128/512, D=64, bf16)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -56,6 +57,9 @@ for (b, hq, hkv, sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
     for k in ["splitkv", "auto", "fa2"]:
         points.append(pt("decode", b, hq, hkv, 1, sk, 128, "bf16", False, k))
 points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
+for s in ([64, 128, 512] if args.tiny else []):
+    for k in ["auto", "fa2", "splitkv"]:
+        points.append(pt("tiny", 1, 1, 1, s, s, 64, "bf16", False, k))
 
 res = dict(env={}, ceilings={}, records=[])
 p = torch.cuda.get_device_properties(0)
@@ -155,7 +159,11 @@ for dname in dt:
         f"vs default (cuDNN) median {xd[len(xd) // 2]:.3f} min {xd[0]:.3f} | all checks pass: "
         f"{all(r.get('check_pass') for r in grid)}")
 for r in res["records"]:
-    if r["tag"] == "decode" and r["kernel"] == "splitkv":
-        log(f"decode B={r['b']} Hq={r['hq']} Hkv={r['hkv']} Sk={r['sk']}: {r['median_ms'] * 1e3:.1f} us, "
+    if r["tag"] == "tiny":
+        log(f"tiny S={r['sq']} {r['kernel']:7} ran {r.get('kernel_ran', 'ERR'):7} {fm(r.get('median_ms') and r['median_ms'] * 1e3, '.1f')} us,"
+            f" x default {fm(r['x_default'], '.3f')} (>= 1.0), x flash {fm(r['x_flash'], '.3f')}")
+for r in res["records"]:
+    if r["tag"] == "decode" and r["kernel"] in ("splitkv", "auto"):
+        log(f"decode {r['kernel']:7} B={r['b']} Hq={r['hq']} Hkv={r['hkv']} Sk={r['sk']}: {r['median_ms'] * 1e3:.1f} us, "
             f"{r['gbps']:.0f} GB/s = {r['frac_copy_bw']:.2f} of copy (>= 0.85), x default {fm(r['x_default'], '.3f')}"
             f" (>= 1.0), x flash {fm(r['x_flash'], '.3f')}")

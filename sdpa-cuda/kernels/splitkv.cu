@@ -1,20 +1,94 @@
-// Split-KV (flash-decoding) forward on tensor cores, and the combine kernel that merges its partials.
+// Split-KV (flash-decoding) forward on tensor cores, with its combine folded into the same launch.
 //
 // When B·Hq·ceil(Sq/BM) blocks cannot fill the GPU (one new token, small batch, long context), the keys
 // are split instead: every warp is one split. A warp owns a 16-row tile of the rows that share one kv head,
 // packed group-major (row r = g·Sq + i is query i of head kvh·group + g), so GQA heads read their K/V once,
-// and it streams its own key range through a private STAGES-deep cp.async ring of KS-key K/V tiles. There
-// is no block-wide barrier at all: warps are independent, a block only groups NW splits of one row tile.
-// Each warp writes a normalised partial output and its LSE; `splitkv_combine` merges the partials of a
-// row with exactly sdpa-core's `merge_normalized` rule.
+// and it streams its own key range through a private STAGES-deep ring of KS-key K/V tiles:
+//  - on sm_90 with bulk copies (`cp.async.bulk`, one 1-D copy per K or V row, each lane issuing its own
+//    rows) that complete on one mbarrier per stage, so a whole tile is in flight for a handful of
+//    instructions and no register holds an address per 16 bytes;
+//  - elsewhere (sm_80) with 16-byte `cp.async` per lane, as before.
+// The NW warps of a block are NW consecutive splits of one row tile. When they are done, the block merges
+// their partials in shared memory; if the row tile has one block, that is the output. Otherwise the block
+// writes one partial (normalised output + LSE) per row, and the last block of the row tile to finish (an
+// atomic counter per row tile, reset by that block for the next call) merges the blocks' partials. Both
+// merges use exactly sdpa-core's `merge_normalized` rule: one launch, no separate combine pass.
 #include "fa2_mma.cuh"
 
 template <int D, int STAGES, int KS>
 struct SplitKvTile {
     static constexpr int LD = D + 8;                                // padded row, elements
     static constexpr int WARP_ELEMS = (16 + 2 * STAGES * KS) * LD;  // Q tile + K/V ring, per warp
-    static_assert(KS % 16 == 0, "keys per step are whole k16 steps of P·V");
+    static_assert(KS % 16 == 0 && KS <= 32, "keys per step are whole k16 steps of P·V, one row per lane");
+    // Dynamic shared memory of an NW-warp block: the warps' regions, then one 8-byte mbarrier per stage
+    // and warp (src/splitkv.rs `SplitKvTile::smem_bytes` mirrors this).
+    static constexpr int smem_bytes(int nw) { return nw * WARP_ELEMS * 2 + nw * STAGES * 8; }
 };
+
+// Scratch inside AttnParams::workspace for row tiles split over several blocks (nblk = gridDim.x): the
+// blocks' partial LSEs [rows][nblk] first, then partial outputs [rows][nblk][D] f32 from the next 16-byte
+// boundary, then one u32 counter per (batch, row tile), zero before the launch (src/splitkv.rs
+// `workspace_len` sizes it the same way and zeroes the counters).
+__device__ __forceinline__ float* splitkv_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
+__device__ __forceinline__ long long splitkv_lse_len(const AttnParams& p) {
+    return ((long long)p.b * p.hq * p.sq * gridDim.x + 3) / 4 * 4;
+}
+__device__ __forceinline__ float* splitkv_part_o(const AttnParams& p) {
+    return static_cast<float*>(p.workspace) + splitkv_lse_len(p);
+}
+__device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, int d) {
+    const long long n = splitkv_lse_len(p) + (long long)p.b * p.hq * p.sq * gridDim.x * d;
+    return reinterpret_cast<unsigned*>(static_cast<float*>(p.workspace) + n);
+}
+
+// ---- sm_90 bulk copies ----------------------------------------------------------------------------------
+
+// Declared on every architecture (the cp.async instantiations never call them); the instructions exist
+// from sm_90 on. The entry points take the bulk path exactly when compiled for sm_90 or newer.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPLITKV_USE_BULK true
+#define SKV_SM90(...) __VA_ARGS__
+#else
+#define SPLITKV_USE_BULK false
+#define SKV_SM90(...)
+#endif
+__device__ __forceinline__ void skv_mbar_init(unsigned bar, unsigned count) {
+    SKV_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory"));
+}
+// Arrives once and adds `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void skv_mbar_expect(unsigned bar, unsigned bytes) {
+    SKV_SM90(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory"));
+}
+__device__ __forceinline__ void skv_mbar_wait(unsigned bar, unsigned parity) {
+    SKV_SM90(asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory"));
+}
+// L2 policy for data read exactly once: evict it first.
+__device__ __forceinline__ unsigned long long skv_evict_first() {
+    unsigned long long pol = 0;
+    SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)));
+    return pol;
+}
+// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
+// completing as transactions on `bar`.
+__device__ __forceinline__ void skv_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                              unsigned long long pol) {
+    SKV_SM90(asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+        "%4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory"));
+}
+__device__ __forceinline__ void skv_mbar_init_fence() {
+    SKV_SM90(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
+}
 
 // Rows of this warp's tile: r in [r0, r0 + 16) of the group's G·Sq packed rows.
 __device__ __forceinline__ void splitkv_row(const AttnParams& p, int r, int& hq, int& i) {
@@ -23,7 +97,52 @@ __device__ __forceinline__ void splitkv_row(const AttnParams& p, int r, int& hq,
     hq = (blockIdx.y / ((p.group * p.sq + 15) / 16)) * p.group + g;
 }
 
-template <typename T, int D, int NW, int STAGES, int KS, int MASK>
+// sdpa_core::softmax::merge_normalized for a 4-wide slice [c, c + 4) of one row's output: n partials
+// (normalised output, LSE). `lse_at(s)` and `o_at(s)` (a float4) read partial s. Returns the merged LSE.
+template <typename LseAt, typename OAt>
+__device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, float4& out) {
+    float mx = fa2_neg_inf();
+    bool nan = false;
+    for (int s = 0; s < n; ++s) {
+        const float x = lse_at(s);
+        nan |= x != x;
+        mx = fmaxf(mx, x);
+    }
+    if (nan) {
+        const float q = __int_as_float(0x7fffffff);
+        out = make_float4(q, q, q, q);
+        return q;
+    }
+    if (mx == fa2_neg_inf()) {
+        out = make_float4(0.f, 0.f, 0.f, 0.f);
+        return fa2_neg_inf();
+    }
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float total = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < n; ++s) {
+        const float w = expf(lse_at(s) - mx);
+        const float4 o = o_at(s);
+        total += w;
+        acc.x += w * o.x;
+        acc.y += w * o.y;
+        acc.z += w * o.z;
+        acc.w += w * o.w;
+    }
+    const float inv = 1.f / total;
+    out = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    return mx + logf(total);
+}
+
+template <typename T>
+__device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
+    dst[0] = T(v.x);
+    dst[1] = T(v.y);
+    dst[2] = T(v.z);
+    dst[3] = T(v.w);
+}
+
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     using Tile = SplitKvTile<D, STAGES, KS>;
     constexpr int NT = KS / 8;  // n8 tiles of S per step
@@ -33,9 +152,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
-    fa2_launch_dependents();  // the combine pass may be scheduled now; it waits for this grid's writes
     const int split = blockIdx.x * NW + warp;
-    if (split >= p.num_splits) return;  // no block barriers below: idle warps may leave
+    const bool active = split < p.num_splits;  // idle warps still join the block's merge below
     const int m_tiles = (p.group * p.sq + 15) / 16;
     const int kvh = blockIdx.y / m_tiles, r0 = (blockIdx.y % m_tiles) * 16;
     const int b = blockIdx.z;
@@ -58,7 +176,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     }
     const int k_begin = split * p.extra;
     const int k_stop = min(key_end, k_begin + p.extra);
-    const int n_steps = k_stop > k_begin ? (k_stop - k_begin + KS - 1) / KS : 0;
+    const int n_steps = active && k_stop > k_begin ? (k_stop - k_begin + KS - 1) / KS : 0;
 
     const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
@@ -72,7 +190,32 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
         fa2_cp_async16(sQ + (rr * LD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
     }
-    auto load_step = [&](int step) {
+    fa2_cp_async_commit();
+
+    // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
+    // last key instead of zeros (they score -inf, so p = 0 multiplies a finite value row).
+    const unsigned bars = fa2_smem_addr(smem + NW * Tile::WARP_ELEMS) + warp * STAGES * 8;
+    unsigned long long pol = 0;
+    if constexpr (BULK) {
+        pol = skv_evict_first();
+        if (lane == 0)
+            for (int s = 0; s < STAGES; ++s) skv_mbar_init(bars + s * 8, 1);
+        skv_mbar_init_fence();
+        __syncwarp();
+    }
+    auto load_bulk = [&](int step) {
+        const int s = step % STAGES;
+        const unsigned sK = sKV + s * 2 * TILE_BYTES;
+        const int key0 = k_begin + step * KS;
+        if (lane == 0) skv_mbar_expect(bars + s * 8, 2 * KS * D * 2);
+        __syncwarp();
+        if (lane < KS) {
+            const long long key = min(key0 + lane, k_stop - 1);
+            skv_bulk_copy(sK + lane * LD * 2, kbase + key * p.k_stride[2], D * 2, bars + s * 8, pol);
+            skv_bulk_copy(sK + TILE_BYTES + lane * LD * 2, vbase + key * p.v_stride[2], D * 2, bars + s * 8, pol);
+        }
+    };
+    auto load_cp_async = [&](int step) {
         const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
         const unsigned sV = sK + TILE_BYTES;
         const int key0 = k_begin + step * KS;
@@ -85,10 +228,17 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
             fa2_cp_async16_stream(sV + (rr * LD + col) * 2, vbase + kk * p.v_stride[2] + col, ok);
         }
     };
+    if constexpr (BULK) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_steps) load_step(s);
-        fa2_cp_async_commit();
+        for (int s = 0; s < STAGES - 1; ++s)
+            if (s < n_steps) load_bulk(s);
+        fa2_cp_async_wait<0>();  // Q
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < n_steps) load_cp_async(s);
+            fa2_cp_async_commit();
+        }
     }
 
     float o[DT][4];
@@ -104,10 +254,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     const float sl2 = p.scale_log2;
 
     for (int step = 0; step < n_steps; ++step) {
-        fa2_cp_async_wait<STAGES - 2>();
-        __syncwarp();  // step's tile landed for every lane; every lane is done with step - 1's buffer
-        if (step + STAGES - 1 < n_steps) load_step(step + STAGES - 1);
-        fa2_cp_async_commit();
+        if constexpr (BULK) {
+            skv_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
+            __syncwarp();  // every lane is done with step - 1's buffer before it is refilled
+            if (step + STAGES - 1 < n_steps) load_bulk(step + STAGES - 1);
+        } else {
+            fa2_cp_async_wait<STAGES - 2>();
+            __syncwarp();  // step's tile landed for every lane; every lane is done with step - 1's buffer
+            if (step + STAGES - 1 < n_steps) load_cp_async(step + STAGES - 1);
+            fa2_cp_async_commit();
+        }
         const unsigned buf = (step % STAGES) * 2 * TILE_BYTES;
         const int key0 = k_begin + step * KS;
 
@@ -193,121 +349,110 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
             }
         }
     }
-    fa2_cp_async_wait<0>();
+    if constexpr (!BULK) fa2_cp_async_wait<0>();
+    __syncwarp();  // every lane is done reading the ring before it holds this warp's partials
 
-    // Partial (normalised output, LSE) per row; rows are indexed like the LSE output, [B, Hq, Sq].
+    // This warp's partials (normalised output and LSE per row of the tile) go into its own ring:
+    // f32 [16][D], then 16 LSEs. An idle or empty split has l = 0: zeros and LSE -inf.
+    float* wo = reinterpret_cast<float*>(smem + warp * Tile::WARP_ELEMS + 16 * LD);
+    float* wlse = wo + 16 * D;
+    static_assert((2 * STAGES * KS * LD * 2) >= (16 * D + 16) * 4, "the ring holds a warp's partials");
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-        const int r = r0 + g + hh * 8;
+        const int rr = g + hh * 8;
         const float lsum = fa2_quad_sum(l[hh]);
-        if (r >= rows) continue;
         const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
-        const long long row = ((long long)b * p.hq + row_h[hh]) * p.sq + row_i[hh];
-        const long long slot = row * p.num_splits + split;
-        float* po = fa2_part_o(p) + slot * D;
 #pragma unroll
         for (int j = 0; j < DT; ++j)
-            *reinterpret_cast<float2*>(po + j * 8 + t4 * 2) = make_float2(o[j][hh * 2] * inv, o[j][hh * 2 + 1] * inv);
-        if (t4 == 0) fa2_part_lse(p)[slot] = lsum == 0.f ? fa2_neg_inf() : (m[hh] + __log2f(lsum)) * FA2_LN2;
+            *reinterpret_cast<float2*>(wo + rr * D + j * 8 + t4 * 2) =
+                make_float2(o[j][hh * 2] * inv, o[j][hh * 2 + 1] * inv);
+        if (t4 == 0) wlse[rr] = lsum == 0.f ? fa2_neg_inf() : (m[hh] + __log2f(lsum)) * FA2_LN2;
     }
-}
-
-// Merges the n_splits partials of each row: m = max LSE; any NaN LSE -> NaN row; m = -inf -> zeros and
-// -inf; else w_s = e^(lse_s - m), O = Σ w_s·O_s / Σ w_s, LSE = m + ln Σ w_s (sdpa_core::softmax::
-// merge_normalized). One block of NWARP warps per row: each warp sums every NWARP-th split (lanes over
-// the head dim, so loads are coalesced, and unrolled so that a warp's loads are all in flight at once),
-// then the warp sums meet in shared memory.
-template <typename T, int D, int NWARP>
-__device__ __forceinline__ void splitkv_combine_row(const AttnParams& p) {
-    constexpr int PER_LANE = (D + 31) / 32;
-    __shared__ float s_acc[NWARP][D];
-    __shared__ float s_total[NWARP];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const long long row = blockIdx.x;
-    fa2_wait_primary();  // launched dependent on the split kernel: its partials must be complete
-    const float* lse = fa2_part_lse(p) + row * p.num_splits;
-    float mx = fa2_neg_inf();
-    bool nan = false;
-    for (int s = lane; s < p.num_splits; s += 32) {
-        const float x = lse[s];
-        nan |= x != x;
-        mx = fmaxf(mx, x);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    nan = __any_sync(0xffffffffu, nan);
-
-    float acc[PER_LANE];
-#pragma unroll
-    for (int c = 0; c < PER_LANE; ++c) acc[c] = 0.f;
-    float total = 0.f;
-    const bool live = !nan && mx != fa2_neg_inf();
-    if (live) {
-        const float* po = fa2_part_o(p) + row * p.num_splits * D;
-#pragma unroll 8
-        for (int s = warp; s < p.num_splits; s += NWARP) {
-            const float w = expf(lse[s] - mx);
-            total += w;
-#pragma unroll
-            for (int c = 0; c < PER_LANE; ++c)
-                if (c * 32 + lane < D) acc[c] += w * po[(long long)s * D + c * 32 + lane];
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < PER_LANE; ++c)
-        if (c * 32 + lane < D) s_acc[warp][c * 32 + lane] = acc[c];
-    if (lane == 0) s_total[warp] = total;
     __syncthreads();
 
-    const int i = (int)(row % p.sq);
-    const long long bh = row / p.sq;
-    const int h = (int)(bh % p.hq), b = (int)(bh / p.hq);
-    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (long long)i * p.o_stride[2];
-    float sum_w = 0.f;
-#pragma unroll
-    for (int w = 0; w < NWARP; ++w) sum_w += s_total[w];
-    const float qnan = __int_as_float(0x7fffffff);
-    for (int d = threadIdx.x; d < D; d += NWARP * 32) {
-        float x = 0.f;
-        if (nan) {
-            x = qnan;
-        } else if (live) {
-#pragma unroll
-            for (int w = 0; w < NWARP; ++w) x += s_acc[w][d];
-            x *= 1.f / sum_w;
+    // Merge the block's NW partials per row; with one block per row tile that is the output, otherwise
+    // the block's partial. Threads take (row, 4 columns) pairs.
+    const int tile_rows = min(16, rows - r0);
+    const int nblk = gridDim.x;
+    const long long unit = (long long)b * gridDim.y + blockIdx.y;
+    for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
+        const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
+        int hq, i;
+        splitkv_row(p, r0 + rr, hq, i);
+        const long long row = ((long long)b * p.hq + hq) * p.sq + i;
+        float4 v;
+        const float lse = splitkv_merge(
+            NW,
+            [&](int w) { return reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + 16 * LD)[16 * D + rr]; },
+            [&](int w) {
+                return *reinterpret_cast<const float4*>(
+                    reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + 16 * LD) + rr * D + c);
+            },
+            v);
+        if (nblk == 1) {
+            splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+            if (p.lse != nullptr && c == 0) p.lse[row] = lse;
+        } else {
+            const long long slot = row * nblk + blockIdx.x;
+            *reinterpret_cast<float4*>(splitkv_part_o(p) + slot * D + c) = v;
+            if (c == 0) splitkv_part_lse(p)[slot] = lse;
         }
-        out[d] = T(x);
     }
-    if (p.lse != nullptr && threadIdx.x == 0)
-        p.lse[row] = nan ? qnan : (live ? mx + logf(sum_w) : fa2_neg_inf());
+    if (nblk == 1) return;
+
+    // Last block of the row tile merges the blocks' partials (threadFenceReduction pattern: every thread
+    // fences its writes before the count; the last block fences before reading).
+    __shared__ bool s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* cnt = splitkv_counters(p, D) + unit;
+        s_last = atomicAdd(cnt, 1u) == (unsigned)nblk - 1;
+        if (s_last) *cnt = 0u;  // ready for the next call on this scratch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
+        const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
+        int hq, i;
+        splitkv_row(p, r0 + rr, hq, i);
+        const long long row = ((long long)b * p.hq + hq) * p.sq + i;
+        const float* plse = splitkv_part_lse(p) + row * nblk;
+        const float* po = splitkv_part_o(p) + row * nblk * D + c;
+        float4 v;
+        const float lse = splitkv_merge(
+            nblk, [&](int s) { return __ldcg(plse + s); },
+            [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
+        splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+        if (p.lse != nullptr && c == 0) p.lse[row] = lse;
+    }
 }
 
-#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK)                                                \
+#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                   \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                 \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(splitkv_smem));           \
-    }
-// Warps of the combine kernel (src/splitkv.rs launches SPLITKV_COMBINE_WARPS * 32 threads per row).
-#define SPLITKV_COMBINE_WARPS 8
-#define SPLITKV_COMBINE_ENTRY(NAME, T, D)                                                              \
-    extern "C" __global__ void __launch_bounds__(SPLITKV_COMBINE_WARPS * 32) NAME(const AttnParams p) {          \
-        splitkv_combine_row<T, D, SPLITKV_COMBINE_WARPS>(p);                                          \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK>(p, reinterpret_cast<T*>(splitkv_smem));     \
     }
 
-
-// Entry points splitkv_{dtype}_{D}_{mask} (NW warps = splits per block, STAGES-deep ring, KS keys per
-// step; chosen on the H100, mirrored by src/splitkv.rs) and splitkv_combine_{dtype}_{D}.
+// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture) and
+// splitkv_bulk_{dtype}_{D}_{mask} (bulk copies where compiled for sm_90 or newer, the cp.async path
+// elsewhere); NW warps = splits per block, STAGES-deep ring, KS keys per step, chosen on the H100 and
+// mirrored by src/splitkv.rs `tile_for`.
 #ifndef SPLITKV_NO_ENTRIES
-#define SPLITKV_ENTRIES_FOR(TNAME, T, D, NW, STAGES, KS)                                               \
-    SPLITKV_ENTRY(splitkv_##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE)                   \
-    SPLITKV_ENTRY(splitkv_##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL)               \
-    SPLITKV_ENTRY(splitkv_##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT)           \
-    SPLITKV_COMBINE_ENTRY(splitkv_combine_##TNAME##_##D, T, D)
+#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, BULK)                                    \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, BULK)                  \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, BULK)              \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, BULK)
 #define SPLITKV_ENTRIES_DTYPE(TNAME, T)                                                                \
-    SPLITKV_ENTRIES_FOR(TNAME, T, 64, 4, 2, 32)                                                        \
-    SPLITKV_ENTRIES_FOR(TNAME, T, 96, 4, 2, 32)                                                        \
-    SPLITKV_ENTRIES_FOR(TNAME, T, 128, 4, 2, 32)                                                       \
-    SPLITKV_ENTRIES_FOR(TNAME, T, 256, 4, 2, 16)
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, false)                                       \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, false)                                       \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, false)                                      \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, false)                                      \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SPLITKV_USE_BULK)                       \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SPLITKV_USE_BULK)                       \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SPLITKV_USE_BULK)                      \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SPLITKV_USE_BULK)
 SPLITKV_ENTRIES_DTYPE(f16, __half)
 SPLITKV_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif

@@ -121,15 +121,21 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     Ok(Kernel::Fa2)
 }
 
+/// Fewest keys for which `auto` picks `splitkv`: at least two splits' worth. With fewer, splitkv's plan has
+/// a single split per row tile, so it would only replace `fa2`'s one launch with its own (tiny shapes such
+/// as B=1, H=1, S=64, where the launch is all there is).
+pub const AUTO_SPLITKV_MIN_KEYS: usize = 2 * crate::splitkv::MIN_KEYS_PER_SPLIT;
+
 /// What `auto` runs: for f16/bf16 calls the tensor-core kernels take, `splitkv` when few query rows share
 /// each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too
-/// few blocks fill the GPU) and `fa2` otherwise; everything else as the foundation decides.
+/// few blocks fill the GPU) and the keys are long enough to split ([`AUTO_SPLITKV_MIN_KEYS`]), `fa2`
+/// otherwise; everything else as the foundation decides.
 pub fn resolve_auto(call: &Call<'_>) -> Kernel {
     if unsupported_reason(call).is_some() {
         return crate::backend::resolve_auto(call.spec, call.opts);
     }
     let s = call.spec.shape;
-    if s.group_size() * s.sq <= 64 {
+    if s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
         Kernel::SplitKv
     } else {
         Kernel::Fa2

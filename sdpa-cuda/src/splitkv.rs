@@ -1,14 +1,17 @@
-//! `splitkv`: flash-decoding on tensor cores (`kernels/splitkv.cu`) for f16/bf16.
+//! `splitkv`: flash-decoding on tensor cores (`kernels/splitkv.cu`) for f16/bf16, in one launch.
 //!
 //! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
-//! packed together so they read K/V once). It writes a normalised partial output and its LSE into scratch
-//! memory; `splitkv_combine_*` merges the partials of each row with `sdpa_core::softmax::merge_normalized`'s
-//! rule. The number of splits ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM
-//! count and the kernel's shared memory, with at least 512 keys per split. Calls the tensor-core kernels cannot take
+//! packed together so they read K/V once); on sm_90, for splits of at most [`BULK_MAX_KEYS_PER_SPLIT`]
+//! keys, it streams K/V with bulk copies completing on mbarriers, otherwise with `cp.async`. The warps of a block (consecutive splits of one row tile) merge
+//! their partials in shared memory; when a row tile spans several blocks, each writes one partial
+//! (normalised output + LSE) to scratch and the last block to finish, found with a per-row-tile counter,
+//! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
+//! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
+//! memory, with at least 512 keys per split. Calls the tensor-core kernels cannot take
 //! ([`crate::fa2::unsupported_reason`]) run on the generic `fa1` path.
 
 use crate::call::Call;
-use crate::error::unsupported;
+use crate::error::{driver, unsupported};
 use crate::fa2::{mask_name, unsupported_reason};
 use crate::launch::{launch, LaunchDims};
 use crate::modules::SPLITKV;
@@ -18,8 +21,6 @@ use sdpa_core::{Kernel, Result};
 const ROWS_PER_TILE: usize = 16;
 /// Fewest keys a split gets (unless Sk itself is shorter).
 pub const MIN_KEYS_PER_SPLIT: usize = 512;
-/// Threads of the combine kernel (one block per row; `SPLITKV_COMBINE_WARPS` in splitkv.cu).
-const COMBINE_THREADS: u32 = 256;
 
 /// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_FOR` in `kernels/splitkv.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,20 +34,29 @@ pub struct SplitKvTile {
 }
 
 impl SplitKvTile {
-    /// Dynamic shared memory of a block for head dim `d`, bytes.
+    /// Dynamic shared memory of a block for head dim `d`, bytes: each warp's Q tile and K/V ring, then
+    /// one 8-byte mbarrier per stage and warp (`SplitKvTile::smem_bytes` in splitkv.cu).
     pub fn smem_bytes(&self, d: usize) -> usize {
-        (ROWS_PER_TILE + 2 * self.stages * self.keys_per_step) * (d + 8) * 2 * self.warps
+        (ROWS_PER_TILE + 2 * self.stages * self.keys_per_step) * (d + 8) * 2 * self.warps + 8 * self.stages * self.warps
     }
 }
 
-/// The tile for head dim `d`, if specialised (measured on the H100 for D = 128).
-pub fn tile_for(d: usize) -> Option<SplitKvTile> {
-    match d {
-        64 | 96 | 128 => Some(SplitKvTile { warps: 4, stages: 2, keys_per_step: 32 }),
-        256 => Some(SplitKvTile { warps: 4, stages: 2, keys_per_step: 16 }),
+/// The tile for head dim `d` on the `cp.async` path (`bulk == false`) or the sm_90 bulk-copy path, if
+/// specialised (measured on the H100 for D = 128: `bench/results/fa2.md`).
+pub fn tile_for(d: usize, bulk: bool) -> Option<SplitKvTile> {
+    let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step });
+    match (d, bulk) {
+        (64 | 96 | 128, false) => t(2, 32),
+        (64 | 96 | 128, true) => t(3, 32),
+        (256, _) => t(2, 16),
         _ => None,
     }
 }
+
+/// Longest split that takes the bulk-copy path on sm_90. Measured on the H100 (`bench/results/fa2.md`):
+/// bulk copies beat `cp.async` by about 5 % at 512 keys per split (B=1, Hkv=8, Sk=32k) and lose by 5-70 %
+/// at 1024-2048 (B=8, Hkv=32, Sk=4k).
+pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
 
 /// Split plan of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +67,8 @@ pub struct SplitPlan {
     pub keys_per_split: usize,
     /// Row tiles per kv head: `ceil(group·Sq / 16)`.
     pub row_tiles: usize,
+    /// Blocks per row tile: `ceil(splits / warps)`; above 1 the blocks' partials go through scratch.
+    pub blocks: usize,
 }
 
 /// Chooses the splits: enough warps to fill every resident block slot of the GPU twice (slots per SM from
@@ -81,16 +93,20 @@ pub fn plan_splits(
     let max_splits = sk.div_ceil(MIN_KEYS_PER_SPLIT).max(1);
     let splits = (target_warps / units).clamp(1, max_splits);
     let keys_per_split = sk.div_ceil(splits).div_ceil(32) * 32;
-    SplitPlan { splits: sk.div_ceil(keys_per_split).max(1), keys_per_split, row_tiles }
+    let splits = sk.div_ceil(keys_per_split).max(1);
+    SplitPlan { splits, keys_per_split, row_tiles, blocks: splits.div_ceil(tile.warps) }
 }
 
-/// f32 elements of scratch: the partial LSEs (padded to 16 bytes), then the partial outputs.
-pub fn workspace_len(rows: usize, splits: usize, d: usize) -> Option<usize> {
-    let n = rows.checked_mul(splits)?;
-    n.div_ceil(4).checked_mul(4)?.checked_add(n.checked_mul(d)?)
+/// Scratch of a call whose row tiles span `blocks > 1` blocks, in 4-byte elements: the blocks' partial
+/// LSEs (`rows x blocks`, padded to 16 bytes), the partial outputs (`rows x blocks x d` f32), then one u32
+/// counter per (batch, row tile) (`units`). Returns (total length, offset of the counters).
+pub fn workspace_len(rows: usize, blocks: usize, d: usize, units: usize) -> Option<(usize, usize)> {
+    let n = rows.checked_mul(blocks)?;
+    let counters = n.div_ceil(4).checked_mul(4)?.checked_add(n.checked_mul(d)?)?;
+    Some((counters.checked_add(units)?, counters))
 }
 
-/// Runs `splitkv` (split kernel, then combine) on the call's stream, or `fa1` when the tensor-core kernels
+/// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's stream, or `fa1` when the tensor-core kernels
 /// cannot take the call; returns the kernel that ran.
 pub fn run(call: &Call<'_>) -> Result<Kernel> {
     if unsupported_reason(call).is_some() {
@@ -98,52 +114,71 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         return Ok(Kernel::Fa1);
     }
     let s = call.spec.shape;
-    let tile = tile_for(s.d).ok_or_else(|| unsupported(format!("splitkv has no tile for D = {}", s.d)))?;
     let info = call.dev.info();
-    let plan = plan_splits(
-        s.b,
-        s.hkv,
-        s.group_size(),
-        s.sq,
-        s.sk,
-        info.sm_count.max(1) as usize,
-        info.smem_per_block_optin.max(0) as usize,
-        tile,
-        s.d,
-    );
+    let plan_for = |tile: SplitKvTile| {
+        plan_splits(
+            s.b,
+            s.hkv,
+            s.group_size(),
+            s.sq,
+            s.sk,
+            info.sm_count.max(1) as usize,
+            info.smem_per_block_optin.max(0) as usize,
+            tile,
+            s.d,
+        )
+    };
+    let no_tile = || unsupported(format!("splitkv has no tile for D = {}", s.d));
+    let mut tile = tile_for(s.d, false).ok_or_else(no_tile)?;
+    let mut plan = plan_for(tile);
+    let mut prefix = "splitkv";
+    if info.compute_capability.0 >= 9 && plan.keys_per_split <= BULK_MAX_KEYS_PER_SPLIT {
+        tile = tile_for(s.d, true).ok_or_else(no_tile)?;
+        plan = plan_for(tile);
+        prefix = "splitkv_bulk";
+    }
     let rows = s.b * s.hq * s.sq;
-    let len = workspace_len(rows, plan.splits, s.d).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
-    let ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
+    let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
-    // The guard orders the scratch's later reuse after this call's kernels; held until both are queued.
-    let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(&ws, call.stream);
-    params.workspace = ws_ptr;
     params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
     params.extra = i32::try_from(plan.keys_per_split).map_err(|_| unsupported("too many keys per split"))?;
 
     let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
-    let split_dims = LaunchDims {
+    let dims = LaunchDims {
         grid: (
-            u32_of(plan.splits.div_ceil(tile.warps), "split count")?,
+            u32_of(plan.blocks, "split count")?,
             u32_of(s.hkv * plan.row_tiles, "kv heads x row tiles")?,
             u32_of(s.b, "batch")?,
         ),
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(s.d) as u32,
     };
-    let combine_dims =
-        LaunchDims { grid: (u32_of(rows, "rows")?, 1, 1), block: (COMBINE_THREADS, 1, 1), smem_bytes: 0 };
-    let dt = call.spec.dtype.name();
-    let split_name = format!("splitkv_{dt}_{}_{}", s.d, mask_name(params.mask_kind));
-    let combine_name = format!("splitkv_combine_{dt}_{}", s.d);
-    // SAFETY: `params` holds the backend's checked pointers plus `ws`, sized by `workspace_len` for exactly
-    // `rows x splits` partials, which lives until both launches are queued and is freed stream-ordered
-    // after them. The split kernel writes every partial slot (empty splits write zeros and -inf) before
-    // the combine kernel, queued after it on the same stream, reads them.
-    unsafe {
-        launch(call.dev, call.stream, &SPLITKV, &split_name, split_dims, &params)?;
-        launch(call.dev, call.stream, &SPLITKV, &combine_name, combine_dims, &params)?;
+    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(params.mask_kind));
+    if plan.blocks == 1 {
+        // SAFETY: `params` holds the backend's checked pointers; with one block per row tile the kernel
+        // merges its warps' partials in shared memory and writes O rows < Sq and LSE entries < B·Hq·Sq
+        // only, never touching `workspace` (null).
+        unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, &params)? };
+        return Ok(Kernel::SplitKv);
     }
+    let (len, counters) =
+        workspace_len(rows, plan.blocks, s.d, units).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
+    let mut ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
+    // The kernel finds the last block of each row tile with these counters: zero before the launch (it
+    // leaves them zero again, but scratch comes uninitialised).
+    call.stream.memset_zeros(&mut ws.slice_mut(counters..len)).map_err(driver(
+        "cuMemsetD8Async",
+        "splitkv counters",
+        units * 4,
+    ))?;
+    // The guard orders the scratch's later reuse after this call's kernel; held until it is queued.
+    let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(&ws, call.stream);
+    params.workspace = ws_ptr;
+    // SAFETY: `params` holds the backend's checked pointers plus `ws`, sized by `workspace_len` for exactly
+    // `rows x blocks` partials and `units` zeroed counters, which lives until the launch is queued and is
+    // freed stream-ordered after it. Every block writes its partial slots before counting itself on its
+    // row tile's counter; only the last block (which fences first) reads them back.
+    unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, &params)? };
     drop(ws_guard);
     drop(ws);
     Ok(Kernel::SplitKv)
@@ -159,21 +194,22 @@ mod tests {
         // D = 128: 153 KB per block, one block (4 warps) per SM, two waves = 1056 warps on 132 SMs.
         // B=8, Hkv=32, one row per head: 256 units -> 4 splits of 1024 keys.
         let p = plan_splits(8, 32, 1, 1, 4096, 132, 227 * 1024, tile, 128);
-        assert_eq!((p.splits, p.keys_per_split, p.row_tiles), (4, 1024, 1));
+        assert_eq!((p.splits, p.keys_per_split, p.row_tiles, p.blocks), (4, 1024, 1, 1));
         // B=1, Hkv=8, group 4: 8 units -> 132 splits wanted, capped at 512 keys each: 64 splits.
         let p = plan_splits(1, 8, 4, 1, 32768, 132, 227 * 1024, tile, 128);
-        assert_eq!((p.splits, p.keys_per_split), (64, 512));
+        assert_eq!((p.splits, p.keys_per_split, p.blocks), (64, 512, 16));
         // Short keys: never more splits than 32-key chunks, and the splits cover Sk exactly once.
         for sk in [1, 31, 33, 77, 1000] {
             let p = plan_splits(1, 1, 1, 1, sk, 132, 227 * 1024, tile, 64);
             assert!(p.splits * p.keys_per_split >= sk && (p.splits - 1) * p.keys_per_split < sk, "sk {sk}: {p:?}");
             assert_eq!(p.keys_per_split % 32, 0);
+            assert_eq!(p.blocks, p.splits.div_ceil(4));
         }
     }
 
     #[test]
-    fn workspace_has_room_for_lse_then_outputs() {
-        assert_eq!(workspace_len(3, 5, 64), Some(16 + 15 * 64));
-        assert_eq!(workspace_len(usize::MAX, 2, 64), None);
+    fn workspace_has_room_for_lse_outputs_then_counters() {
+        assert_eq!(workspace_len(3, 5, 64, 7), Some((16 + 15 * 64 + 7, 16 + 15 * 64)));
+        assert_eq!(workspace_len(usize::MAX, 2, 64, 1), None);
     }
 }

@@ -22,6 +22,10 @@ fn table_shapes() -> Vec<Shape> {
         s(1, 32, 4, 3, 777, 256),
         s(3, 4, 4, 1, 4097, 128),
         s(1, 8, 8, 200, 33, 96),
+        // Row tiles spread over several blocks (their partials merged by the last block): every head dim.
+        s(2, 4, 1, 1, 3500, 64),
+        s(1, 16, 2, 2, 3000, 96),
+        s(1, 8, 4, 1, 2600, 256),
     ]);
     v
 }
@@ -110,7 +114,7 @@ fn ran(gpu: &CudaBackend, case: &Case) -> Result<Kernel, SdpaError> {
 }
 
 /// Specialised head dims run the tensor-core kernels; others fall back to `fa1` and report it; `auto`
-/// picks `splitkv` for decoding and `fa2` for prefill.
+/// picks `splitkv` for decoding long keys and `fa2` for prefill and short keys.
 #[test]
 fn the_kernel_that_ran_is_reported() {
     let Some(gpu) = gpu() else { return };
@@ -130,6 +134,13 @@ fn the_kernel_that_ran_is_reported() {
         assert_eq!(ran(&gpu, &case(prefill, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}");
         let decode = Shape { b: 2, hq: 32, hkv: 8, sq: 1, sk: 5000, d, dv: d };
         assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::SplitKv, "D = {d}");
+        // Too few keys to split: one fa2 launch (issue 4's tiny shapes).
+        for n in [64, 128, 512] {
+            let tiny = Shape { b: 1, hq: 1, hkv: 1, sq: n, sk: n, d, dv: d };
+            assert_eq!(ran(&gpu, &case(tiny, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}, S = {n}");
+            let short_decode = Shape { sq: 1, ..tiny };
+            assert_eq!(ran(&gpu, &case(short_decode, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}, S = {n}");
+        }
     }
     let odd = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d: 80, dv: 80 };
     assert_eq!(ran(&gpu, &case(odd, Kernel::Fa2)).expect("runs"), Kernel::Fa1);
