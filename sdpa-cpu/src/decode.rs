@@ -26,6 +26,8 @@ const BLOCK: usize = 64;
 /// Runs per thread: more than one, so that a thread that another process holds up loses its last runs to
 /// the others instead of holding up the call.
 const RUNS_PER_THREAD: usize = 8;
+/// Least K and V bytes per run.
+const MIN_RUN_BYTES: usize = 512 << 10;
 
 /// Whether a call takes this path: rows per kv head few enough for dot products (as `fa2` decides for its
 /// items), on a SIMD path.
@@ -99,7 +101,10 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
             }
         }
     }
-    let runs = plan.units.clamp(1, RUNS_PER_THREAD * threads);
+    // Runs of at least MIN_RUN_BYTES of K and V each (fewer partials to write and merge on small calls),
+    // at least one per thread, at most RUNS_PER_THREAD per thread and one per unit.
+    let kv_bytes = heads * p.sk * (d + dv) * std::mem::size_of::<T>();
+    let runs = (kv_bytes / MIN_RUN_BYTES).clamp(threads, RUNS_PER_THREAD * threads).min(plan.units).max(1);
     let slots = heads * nr;
     let mut part_o = vec![0.0f32; runs * slots * dv];
     let mut part_lse = vec![f32::NEG_INFINITY; runs * slots];
