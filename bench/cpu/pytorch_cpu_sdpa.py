@@ -9,7 +9,8 @@ on the CPU issue's shapes, interleaved in the same run with sdpa-cpu's kernels, 
 Without --ours only PyTorch is timed. Each round runs every case once on each side (PyTorch fused,
 PyTorch unfused, ours), so background load hits both sides alike; the record's median is the median of
 the per-round medians, min and max are over all samples. The same run also measures the machine's
-ceilings: single-thread f32 FMA rate (ours --fma-peak) and read bandwidth (torch sum over 1 GiB).
+ceilings: single-thread f32 FMA rate (ours --fma-peak), read bandwidth (torch sum over 1 GiB) and, with
+--ours, the read bandwidth of a Rust streaming sum with 512-bit loads (ours --read-bw, best of 6 passes).
 """
 
 import argparse
@@ -265,7 +266,10 @@ def render_md(records, meta):
             lines.append(f"| {r['backend']} | {r['kernel']} | {r['peak_mem_bytes'] / 2**20:.0f} |")
     lines += ["", f"Ceilings measured in the same run: single-thread f32 FMA {meta.get('fma_gflops_1t_median')} GFLOP/s "
               f"(2 threads: {peak2}), read bandwidth (torch sum over 1 GiB, 2 threads) "
-              f"{meta['read_gbps_median']:.1f} GB/s; 1-minute load average at the start of each round: "
+              f"{meta['read_gbps_median']:.1f} GB/s"
+              + (f", read bandwidth (Rust 512-bit streaming sum, best of 6 passes, same threads) "
+                 f"{meta['read_gbps_rust_median']:.1f} GB/s" if meta.get("read_gbps_rust_median") else "")
+              + f"; 1-minute load average at the start of each round: "
               f"{', '.join(f'{x:.1f}' for x in meta['loadavg_1min_per_round'])}."]
     return "\n".join(lines) + "\n"
 
@@ -301,12 +305,15 @@ def main():
         pr.append(statistics.median(times))
 
     ours_meta = {}
-    ceilings = {"fma_gflops_1t": [], "read_gbps": [], "loadavg": []}
+    ceilings = {"fma_gflops_1t": [], "read_gbps": [], "read_gbps_rust": [], "loadavg": []}
     for rnd in range(args.rounds):
         ceilings["loadavg"].append(os.getloadavg()[0])
         if args.ours:
             out = subprocess.run([args.ours, "--fma-peak"], capture_output=True, text=True, check=True).stdout
             ceilings["fma_gflops_1t"].append(json.loads(out)["fma_peak_gflops_1t"])
+            out = subprocess.run([args.ours, "--read-bw", "--threads", str(args.threads)], capture_output=True,
+                                 text=True, check=True).stdout
+            ceilings["read_gbps_rust"].append(json.loads(out)["read_gbps"])
         ceilings["read_gbps"].append(torch_side.read_bandwidth())
         for c in cs:
             big = c["shape"]["sq"] * c["shape"]["sk"] * c["shape"]["hq"] >= 16 * 4096 * 4096
@@ -361,6 +368,9 @@ def main():
     meta = {
         "fma_gflops_1t_median": statistics.median(ceilings["fma_gflops_1t"]) if ceilings["fma_gflops_1t"] else None,
         "read_gbps_median": statistics.median(ceilings["read_gbps"]),
+        "read_gbps_per_round": ceilings["read_gbps"],
+        "read_gbps_rust_per_round": ceilings["read_gbps_rust"],
+        "read_gbps_rust_median": statistics.median(ceilings["read_gbps_rust"]) if ceilings["read_gbps_rust"] else None,
         "loadavg_1min_per_round": ceilings["loadavg"],
         "pytorch": torch_side.torch.__version__, "threads": args.threads, "rounds": args.rounds,
         "command": " ".join([os.path.relpath(sys.executable) if False else "python3"] + sys.argv),

@@ -3,7 +3,14 @@
 //! are measured in the same run.
 //!
 //! `cargo run --release -p sdpa-cpu --example cpu_bench -- --shape 1,8,8,1024,1024,64 --mask causal
-//!  --dtype f32 --kernels fa2,unfused --threads 2 --reps 10 [--check 64] [--peak-mem] [--fma-peak]`
+//!  --dtype f32 --kernels fa2,unfused --threads 2 --reps 10 [--check 64] [--peak-mem] [--fma-peak] [--read-bw]`
+//!
+//! `--fma-peak` and `--read-bw` only measure a ceiling and print it as JSON: the single-thread f32 FMA rate,
+//! and the read bandwidth of `--threads` threads streaming 1 GiB with 512-bit loads (best of 3 plain and
+//! 3 software-prefetching passes).
+
+#[path = "support/readbw.rs"]
+mod readbw;
 
 use sdpa_core::check::check_output;
 use sdpa_core::record::{BenchRecord, TimeStats};
@@ -23,6 +30,7 @@ struct Args {
     check: Option<usize>,
     peak_mem: bool,
     fma_peak: bool,
+    read_bw: bool,
 }
 
 fn parse() -> Result<Args, Box<dyn Error>> {
@@ -38,6 +46,7 @@ fn parse() -> Result<Args, Box<dyn Error>> {
         check: None,
         peak_mem: false,
         fma_peak: false,
+        read_bw: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -55,6 +64,7 @@ fn parse() -> Result<Args, Box<dyn Error>> {
             "--check" => a.check = Some(val()?.parse()?),
             "--peak-mem" => a.peak_mem = true,
             "--fma-peak" => a.fma_peak = true,
+            "--read-bw" => a.read_bw = true,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -63,6 +73,13 @@ fn parse() -> Result<Args, Box<dyn Error>> {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let a = parse()?;
+    if a.read_bw {
+        let buf = readbw::buffer(1 << 30);
+        let pass = |prefetch| (0..3).map(|_| readbw::read_gbps(&buf, a.threads, prefetch)).fold(0.0, f64::max);
+        let (plain, prefetch) = (pass(false), pass(true));
+        println!("{{\"read_gbps\": {:.2}, \"plain\": {plain:.2}, \"prefetch\": {prefetch:.2}}}", plain.max(prefetch));
+        return Ok(());
+    }
     if a.fma_peak {
         println!("{{\"fma_peak_gflops_1t\": {:.2}}}", fma_peak_gflops());
         return Ok(());

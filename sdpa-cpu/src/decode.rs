@@ -2,7 +2,7 @@
 //! stream over K and V, so it is cut the way memory lies, not by head: the (batch, kv head, key block)
 //! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
 //! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
-//! of `BLOCK` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
+//! of `BLOCK_*` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
 //! P·V on that head's running state. While it walks its rows it prefetches the next unit's rows into L2,
 //! one row per row read, so the requests run exactly one unit ahead and spread evenly (a burst per unit
 //! measured slower; BSHD rows are scattered 512-byte pieces the hardware prefetcher does not follow
@@ -20,9 +20,12 @@ use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
 use sdpa_core::Strides;
 
-/// Keys per unit: long enough to amortise a unit's softmax step and state update (16 and 64 measured
-/// alike on BSHD; 64 is ahead on BHSD).
-const BLOCK: usize = 64;
+/// Keys per unit for f32 K and V, read in place: long enough to amortise a unit's softmax step and state
+/// update (16 and 64 measured alike on BSHD; 64 is ahead on BHSD).
+const BLOCK_F32: usize = 64;
+/// Keys per unit for f16 and bf16, widened to f32 scratch first: K and V scratch (2 × 16 × D f32) stay
+/// in L1.
+const BLOCK_WIDENED: usize = 16;
 /// Runs per thread: more than one, so that a thread that another process holds up loses its last runs to
 /// the others instead of holding up the call.
 const RUNS_PER_THREAD: usize = 8;
@@ -38,6 +41,7 @@ pub(crate) fn applies<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool
 
 /// The call as the runs see it.
 struct Plan {
+    block: usize,
     nr: usize,
     dp: usize,
     dvp: usize,
@@ -74,10 +78,12 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     let heads = p.b * p.hkv();
     // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
     let key_major = p.k_st.h < p.k_st.s;
-    let blocks = p.sk.div_ceil(BLOCK);
+    let block = if T::as_f32(p.k).is_some() { BLOCK_F32 } else { BLOCK_WIDENED };
+    let blocks = p.sk.div_ceil(block);
     let rows0: Vec<(usize, usize)> = (0..nr).map(|r| p.row(0, r)).collect();
     let (kmax, kmin) = key_range(p, &rows0, p.sk);
     let plan = Plan {
+        block,
         nr,
         dp: round_up(d, l),
         dvp: round_up(dv, l),
@@ -164,10 +170,10 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let mut l = vec![0.0f32; pl.heads * nr];
         let mut acc = vec![0.0f32; pl.heads * nr * dvp];
         let mut alpha = [0.0f32; 16];
-        let mut st = vec![0.0f32; nr * BLOCK];
+        let mut st = vec![0.0f32; nr * pl.block];
         let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
-        let mut kp = if kf.is_none() { vec![0.0f32; BLOCK * dp] } else { Vec::new() };
-        let mut vp = if vf.is_none() { vec![0.0f32; BLOCK * dvp] } else { Vec::new() };
+        let mut kp = if kf.is_none() { vec![0.0f32; pl.block * dp] } else { Vec::new() };
+        let mut vp = if vf.is_none() { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
 
         for u in self.u0..self.u1 {
@@ -176,11 +182,11 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 shadow(p, pl, u, self.u1, p.v.as_ptr(), p.v_st, dv),
             );
             let (b, kvh, blk) = pl.unit(p, u);
-            let j0 = blk * BLOCK;
+            let j0 = blk * pl.block;
             if j0 >= pl.kmax {
                 continue;
             }
-            let j1 = (j0 + BLOCK).min(pl.kmax);
+            let j1 = (j0 + pl.block).min(pl.kmax);
             let nk = j1 - j0;
             let hd = b * hkv + kvh;
             let kbase = p.k_st.offset(b, kvh, j0);
@@ -188,8 +194,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 Some(kf) => (kf[kbase..].as_ptr(), p.k_st.s),
                 None => {
                     for j in 0..nk {
-                        let off = kbase + j * p.k_st.s;
-                        T::widen(&p.k[off..off + d], &mut kp[j * dp..j * dp + d]);
+                        widen(s, p.k, kbase + j * p.k_st.s, &mut kp[j * dp..j * dp + d]);
                     }
                     (kp.as_ptr(), dp)
                 }
@@ -197,7 +202,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             let stp = st.as_mut_ptr();
             for r in 0..nr {
                 // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at stride ks;
-                // `st` row r holds BLOCK >= nk values.
+                // `st` row r holds `block` >= nk values.
                 unsafe {
                     micro::dot_scores(
                         s,
@@ -206,7 +211,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                         kptr,
                         ks,
                         nk,
-                        stp.add(r * BLOCK),
+                        stp.add(r * pl.block),
                         1,
                         if r == 0 { ksh } else { None },
                     )
@@ -218,19 +223,18 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             }
             let rows = &rows[..nr];
             if explicit || j1 > pl.kmin {
-                // SAFETY: every (key, row) of the block is inside `st` (row stride BLOCK).
-                unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, BLOCK) };
+                // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
+                unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, pl.block) };
             }
             let (ms, ls) = (&mut m[hd * nr..(hd + 1) * nr], &mut l[hd * nr..(hd + 1) * nr]);
-            // SAFETY: nr rows of nk scores at row stride BLOCK; the state slices hold nr values.
-            unsafe { micro::online_softmax_rows(s, stp, BLOCK, nk, nr, ms, ls, &mut alpha) };
+            // SAFETY: nr rows of nk scores at row stride `block`; the state slices hold nr values.
+            unsafe { micro::online_softmax_rows(s, stp, pl.block, nk, nr, ms, ls, &mut alpha) };
             let vbase = p.v_st.offset(b, kvh, j0);
             let (vptr, vs) = match vf {
                 Some(vf) => (vf[vbase..].as_ptr(), p.v_st.s),
                 None => {
                     for j in 0..nk {
-                        let off = vbase + j * p.v_st.s;
-                        T::widen(&p.v[off..off + dv], &mut vp[j * dvp..j * dvp + dv]);
+                        widen(s, p.v, vbase + j * p.v_st.s, &mut vp[j * dvp..j * dvp + dv]);
                     }
                     (vp.as_ptr(), dvp)
                 }
@@ -243,11 +247,11 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
             let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
             let o = acc[hd * nr * dvp..].as_mut_ptr();
-            // SAFETY: P is nr rows of nk at row stride BLOCK; V as above; this head's state is nr rows of dvp.
-            unsafe { micro::pv(s, nk, stp, 1, BLOCK, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh) };
+            // SAFETY: P is nr rows of nk at row stride `block`; V as above; this head's state is nr rows of dvp.
+            unsafe { micro::pv(s, nk, stp, 1, pl.block, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh) };
             if !bad.is_empty() {
                 let vals = nonfinite::widen_rows(p.v, vbase, p.v_st.s, dv, &bad);
-                let prob = ProbTile { pt: stp, ps: 1, pr: BLOCK };
+                let prob = ProbTile { pt: stp, ps: 1, pr: pl.block };
                 // SAFETY: P and the state rows as for the product above.
                 unsafe { nonfinite::add_back(p, b, rows, j0, &bad, &vals, prob, o, dvp) };
             }
@@ -292,9 +296,24 @@ fn shadow<T: CpuElement>(
 ) -> Option<Shadow> {
     let esize = std::mem::size_of::<T>();
     let (b, kvh, blk) = pl.unit(p, u + 1);
-    (u + 1 < u1 && blk * BLOCK < pl.kmax).then(|| Shadow {
-        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, blk * BLOCK) * esize),
+    (u + 1 < u1 && blk * pl.block < pl.kmax).then(|| Shadow {
+        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, blk * pl.block) * esize),
         stride: st.s * esize,
         lines: (width * esize).div_ceil(64),
     })
+}
+
+/// Widens `dst.len()` elements of `src` from `off` into `dst`: bf16 with the path's vectors (a shift), f16
+/// through `half` (F16C when present).
+#[inline(always)]
+fn widen<S: Simd, T: CpuElement>(s: S, src: &[T], off: usize, dst: &mut [f32]) {
+    let n = dst.len();
+    match T::as_bf16(src) {
+        Some(b) => {
+            let row = &b[off..off + n];
+            // SAFETY: `row` and `dst` both hold n values.
+            unsafe { s.widen_bf16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
+        }
+        None => T::widen(&src[off..off + n], dst),
+    }
 }

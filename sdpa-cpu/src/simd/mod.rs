@@ -139,6 +139,17 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn reduce_sum(self, v: Self::V) -> f32;
     /// Largest lane (a NaN lane may or may not win; callers treat any NaN alike).
     fn reduce_max(self, v: Self::V) -> f32;
+
+    /// Widens `n` bf16 (raw bits) to f32: a bf16 is the top half of an f32.
+    /// # Safety
+    /// `n` u16 readable at `src`, `n` f32 writable at `dst`.
+    #[inline(always)]
+    unsafe fn widen_bf16(self, src: *const u16, dst: *mut f32, n: usize) {
+        for i in 0..n {
+            // SAFETY: i < n (caller's extents).
+            unsafe { *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16) };
+        }
+    }
 }
 
 /// A computation generic over the SIMD token (the pulp `WithSimd` pattern): `run` must be

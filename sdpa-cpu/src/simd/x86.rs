@@ -168,6 +168,22 @@ impl Simd for Avx512 {
         // SAFETY: see the impl comment.
         unsafe { _mm512_reduce_max_ps(v) }
     }
+    #[inline(always)]
+    unsafe fn widen_bf16(self, src: *const u16, dst: *mut f32, n: usize) {
+        let full = n / 16 * 16;
+        // SAFETY: `n` values at `src` and `dst` (caller); vectors cover i..i+16 <= full <= n.
+        unsafe {
+            let mut i = 0;
+            while i < full {
+                let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(src.add(i).cast()));
+                _mm512_storeu_ps(dst.add(i), _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)));
+                i += 16;
+            }
+            for i in full..n {
+                *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16);
+            }
+        }
+    }
 }
 
 impl Simd for Avx2 {
@@ -268,6 +284,22 @@ impl Simd for Avx2 {
             let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             let s = _mm_add_ss(s, _mm_movehdup_ps(s));
             _mm_cvtss_f32(s)
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen_bf16(self, src: *const u16, dst: *mut f32, n: usize) {
+        let full = n / 8 * 8;
+        // SAFETY: `n` values at `src` and `dst` (caller); vectors cover i..i+8 <= full <= n.
+        unsafe {
+            let mut i = 0;
+            while i < full {
+                let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(src.add(i).cast()));
+                _mm256_storeu_ps(dst.add(i), _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)));
+                i += 8;
+            }
+            for i in full..n {
+                *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16);
+            }
         }
     }
     #[inline(always)]
