@@ -1,15 +1,17 @@
 // FlashAttention-1 forward in SIMT arithmetic (f32 products and sums for every dtype).
 //
-// One block per (query tile of 64 rows, query head, batch); a sequential loop over key/value tiles of 64
-// keys staged in shared memory as f32; an online softmax per row (running max m, sum l, accumulator).
-// 256 threads as a 16 x 16 grid: thread (tx, ty) owns query rows ty*4..ty*4+3 and, for the score tile,
-// keys tx*4..tx*4+3, so every shared-memory read is a float4 feeding 16 FMAs. A row's 64 scores live in the
-// 16 threads of one half-warp: row max and sum are half-warp shuffles; P goes through shared memory
-// (transposed) to the P·V step, where the same thread owns columns tx*4 + 64*c of its rows.
-//
-// Fast variants fix D = Dv at compile time and keep the Q tile resident; the generic variant takes any D
-// and Dv: Q·Kᵀ is accumulated over 32-wide chunks of D, and each block produces one 64-wide chunk of Dv
-// (grid.y), recomputing the scores per chunk: still fused and O(S) in memory, for head dims up to 8192.
+// Three variants, all with one block per (query tile, query head, batch), a sequential loop over 64-key
+// K/V tiles staged in shared memory as f32 and an online softmax per row (running max m, sum l,
+// accumulator):
+// - `fa1t_{dtype}_{D}` (register-tiled, below `fa1_tiled`): the fast path for D = Dv in {32, 64, 80, 96,
+//   128, 256} on 16-byte aligned views; several query rows and keys per thread, K/V copied with cp.async
+//   while the previous step computes.
+// - `fa1_{dtype}_{D}` (plain fixed, `fa1_fixed`): the same head dims for views the tiled variant cannot
+//   copy in 16-byte chunks. 256 threads as a 16 x 16 grid: thread (tx, ty) owns query rows ty*4..ty*4+3
+//   and keys tx*4..tx*4+3 of 64-row / 64-key tiles; Q, K and P transposed in shared memory.
+// - `fa1_{dtype}` (generic, `fa1_generic`): any D and Dv. Q·Kᵀ is accumulated over 32-wide chunks of D, and
+//   each block produces one 64-wide chunk of Dv (grid.y), recomputing the scores per chunk: still fused and
+//   O(S) in memory, for head dims up to 8192.
 //
 // Causal masks: key tiles wholly past the last visible key of the tile's last row are never loaded.
 #include "common.cuh"
@@ -277,12 +279,14 @@ __device__ void fa1_generic(const AttnParams& p) {
 // ---- Register-tiled fast variant (`fa1t_{dtype}_{D}`) -------------------------------------------------------
 //
 // The 4x4-per-thread tile above feeds 16 FMAs per two 16-byte shared loads and is bound by shared memory.
-// Here each of the 256 threads (tx = tid % 16, ty = tid / 16) owns TM query rows ty + 16 r (BQ = 16 TM rows per
-// block), four keys tx + 16 c of each 64-key tile, and HD / 16 output columns, so a step of four head-dim
-// elements costs TM + 4 shared loads for 16 TM FMAs (S = Q·Kᵀ) and a step of four keys TM + HD / 4 loads for
-// 4 TM HD / 16 FMAs (O += P·V). All tiles are row-major f32 in shared memory with rows padded by four
-// floats: the two rows a warp reads at once (ty, ty + 1) and the 16 key rows (tx) land in distinct bank
-// groups, so every 16-byte load takes the minimum number of wavefronts.
+// Here the NT = 16 TX threads form 16 row groups of TX (tx = tid % TX, ty = tid / TX): a thread owns TM query
+// rows ty + 16 r (BQ = 16 TM rows per block), TN = 64 / TX keys tx + TX c of each 64-key tile and HD / TX
+// output columns, so a step of four head-dim elements costs TM + TN shared loads for 4 TM TN FMAs (S = Q·Kᵀ)
+// and a step of four keys TM + HD / TX loads for 4 TM HD / TX FMAs (O += P·V). TX = 16 (256 threads) in
+// general, TX = 8 (128 threads, an 8 x 8 score tile per thread) where registers allow it (Fa1TiledChoice).
+// A row's scores live in TX adjacent lanes, so row max and sum are TX-lane shuffles. All tiles are row-major
+// f32 in shared memory with Q and K rows padded by four floats: the rows a warp reads at once (consecutive
+// ty) and the key rows (tx) land in distinct bank groups, so every 16-byte load takes the fewest wavefronts.
 //
 // Loads overlap compute in the order FA-2 uses: V[j] is requested before S = Q·K[j]ᵀ, K[j+1] before the
 // softmax and P·V of tile j (f32 through cp.async; f16/bf16 through registers, converted when they land).
@@ -598,15 +602,17 @@ __device__ void fa1_tiled(const AttnParams& p) {
 }
 
 // The tiled variant's shape per element type and head dim, chosen by measurement on the H100 (dev/fa1_bench.py,
-// bench/results/fa1.md): TX threads per row group (NT = 16 TX threads), TM rows per thread, P aliasing the K
-// tile, blocks per SM the registers must allow, inner-loop unrolling. With TX = 16, up to HD = 64, 64-row
-// blocks run two per SM (128 registers, no spills); up to 128, 128-row blocks with eight rows per thread, one
-// per SM; at 256, 64-row blocks (eight rows would need 298 KB of shared memory). NARROW (TX = 8: eight keys
-// and HD / 8 columns per thread, 128 threads) makes each shared load feed more FMAs.
-// src/fa1.rs mirrors NARROW, TX and TM for the launch.
+// dev/fa1_build_sets.sh, bench/results/fa1.md): TX threads per row group (NT = 16 TX threads), TM rows per
+// thread, P aliasing the K tile (unused: slower), blocks per SM the registers must allow, inner-loop
+// unrolling. With TX = 16: up to HD = 64, 64-row blocks two per SM (128 registers); up to 128, 128-row
+// blocks with eight rows per thread, one per SM (238-255 registers); at 256, 64-row blocks (eight rows would
+// need 298 KB of shared memory). NARROW (TX = 8, TM = 8: 8 x 8 scores per thread, 128 threads, two blocks
+// per SM) for f32 at HD = 64: 28-32 TFLOPS against 27-29 with TX = 16. At HD = 128 it would run one block of
+// four warps per SM (its 168 KB of shared memory) and reached only 20 TFLOPS; at HD = 96 and for f16/bf16
+// at 128 it spills. src/fa1.rs mirrors NARROW, TX and TM for the launch.
 template <typename T, int HD>
 struct Fa1TiledChoice {
-    static constexpr bool NARROW = false;  // fa1-choice
+    static constexpr bool NARROW = sizeof(T) == 4 && (HD == 64);  // fa1-choice
     static constexpr int TX = NARROW ? 8 : 16;
     static constexpr int NT = 16 * TX;
     static constexpr int TM = NARROW ? 8 : (HD <= 64 || HD > 128 ? 4 : 8);

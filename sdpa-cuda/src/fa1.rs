@@ -1,9 +1,10 @@
 //! `fa1`: the FlashAttention-1 SIMT kernels of `kernels/fa1.cu` (see that file for the work split).
 //!
 //! Variant choice: D = Dv in [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the register-tiled
-//! kernel `fa1t_{dtype}_{D}` (8 query rows per thread in 128-row blocks for 64 < D <= 128, otherwise 4
-//! rows in 64-row blocks) when Q, K and V have 16-byte aligned bases and strides (it copies tiles in
-//! 16-byte chunks) and its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
+//! kernel `fa1t_{dtype}_{D}` ([`tiled_shape`]: 256 threads with 8 query rows each in 128-row blocks for
+//! 64 < D <= 128, 4 rows in 64-row blocks otherwise; 128 threads with 8 rows and 8 keys each for f32 at
+//! D = 64) when Q, K and V have 16-byte aligned bases and strides (it copies tiles in 16-byte chunks) and
+//! its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
 //! everything else takes the generic `fa1_{dtype}` with one block column per 64 columns of Dv.
 
 use crate::call::Call;
@@ -38,7 +39,7 @@ pub struct TiledShape {
 }
 
 /// f32 head dims whose tiled variant is narrow (`NARROW` in `Fa1TiledChoice`: 8 threads per row group).
-const NARROW_F32_DIMS: &[usize] = &[]; // fa1-choice
+const NARROW_F32_DIMS: &[usize] = &[64]; // fa1-choice
 
 /// The tiled variant's shape for head dim `hd` and element type `dtype`.
 pub fn tiled_shape(hd: usize, dtype: DType) -> TiledShape {
