@@ -43,6 +43,32 @@ fn fully_masked_rows_are_zero_with_lse_minus_inf() {
     }
 }
 
+/// The decoding path (`splitkv` with a few rows per kv head): a head whose keys are all masked out, and
+/// rows that see no key under bottom-right alignment with Sq > Sk.
+#[test]
+fn fully_masked_rows_when_decoding() {
+    let shape = Shape { b: 2, hq: 4, hkv: 2, sq: 1, sk: 300, d: 16, dv: 8 };
+    // Query head 3 of batch 1 sees no key; every other row sees all but every seventh.
+    let keep: Vec<bool> = (0..2 * 4 * 300).map(|x| x / 300 != 7 && x % 7 != 0).collect();
+    let short = Shape { b: 1, hq: 2, hkv: 2, sq: 3, sk: 2, d: 16, dv: 8 };
+    for be in backends() {
+        for kernel in KERNELS {
+            let s =
+                spec(shape, DType::F32, Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &shape)), Layout::Bshd);
+            let mut inp = HostInputs::random(&s, 7).unwrap();
+            inp.mask = Some(mask_from_bool(&keep));
+            check_inputs(&be, &s, kernel, &inp);
+            let run = be.run_host(&s, &RunOptions { kernel, lse: true, ..Default::default() }, &inp).unwrap();
+            let row = s.o_strides.offset(1, 3, 0);
+            assert!((0..8).all(|c| run.output.o.get_f32(row + c) == 0.0), "{} {kernel}", be.simd());
+            assert_eq!(run.output.lse.unwrap()[7], f32::NEG_INFINITY, "{} {kernel}", be.simd());
+            // Row 0 of each head sees no key (limit 0 + 2 - 3 < 0).
+            let s = spec(short, DType::BF16, Mask::CausalBottomRight, Layout::Bhsd);
+            check_inputs(&be, &s, kernel, &HostInputs::random(&s, 8).unwrap());
+        }
+    }
+}
+
 #[test]
 fn nan_in_q_reaches_only_its_rows() {
     let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 70, sk: 90, d: 32, dv: 32 };
