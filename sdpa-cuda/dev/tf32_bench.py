@@ -55,12 +55,12 @@ class Lib:
         self.lib.tfdev_mma_peak.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                             ctypes.POINTER(ctypes.c_double)]
         self.entries = []
-        buf = (ctypes.c_int * 9)()
+        buf = (ctypes.c_int * 10)()
         for i in range(self.lib.tfdev_count()):
             self.lib.tfdev_entry(i, buf)
-            dp, mt, nw, bk, st, split, mask, bm, smem = list(buf)
-            self.entries.append(dict(i=i, dp=dp, mt=mt, nw=nw, bk=bk, st=st, split=split, mask=mask, bm=bm,
-                                     smem=smem, cfg=f"mt{mt}_nw{nw}_bk{bk}_st{st}"))
+            dp, mt, nw, bk, st, split, pre, mask, bm, smem = list(buf)
+            self.entries.append(dict(i=i, dp=dp, mt=mt, nw=nw, bk=bk, st=st, split=split, pre=pre, mask=mask, bm=bm,
+                                     smem=smem, cfg=f"mt{mt}_nw{nw}_bk{bk}_st{st}{'_pre' if pre else ''}"))
 
     def configs(self, dp, split, mask):
         return [e for e in self.entries if e["dp"] == dp and e["split"] == split and e["mask"] == mask]

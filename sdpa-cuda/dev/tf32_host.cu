@@ -10,16 +10,16 @@
 #include "../kernels/tf32.cu"
 #include <cuda_runtime.h>
 
-template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, int MASK>
+template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
 __global__ void __launch_bounds__(NW * 32) tc_dev(const AttnParams p) {
     extern __shared__ __align__(16) float smem[];
-    tc_forward<DP, MT, NW, BK, ST, SPLIT, MASK>(p, smem);
+    tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, smem);
 }
 
-template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, int MASK>
+template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
 int launch_tc(const AttnParams& p, cudaStream_t st) {
-    using C = TcCfg<DP, MT, NW, BK, ST, SPLIT>;
-    auto k = tc_dev<DP, MT, NW, BK, ST, SPLIT, MASK>;
+    using C = TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>;
+    auto k = tc_dev<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
     if (e != cudaSuccess) return (int)e;
     const long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
@@ -29,35 +29,33 @@ int launch_tc(const AttnParams& p, cudaStream_t st) {
 
 typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
-    int dp, mt, nw, bk, st, split, mask, bm, smem;
+    int dp, mt, nw, bk, st, split, pre, mask, bm, smem;
     LaunchFn fn;
 };
-#define TC_CFG(DP, MT, NW, BK, ST, SPLIT, MASK)                                                             \
-    {DP, MT, NW, BK, ST, SPLIT, MASK, TcCfg<DP, MT, NW, BK, ST, SPLIT>::BM,                                 \
-     TcCfg<DP, MT, NW, BK, ST, SPLIT>::SMEM_BYTES, launch_tc<DP, MT, NW, BK, ST, SPLIT, MASK>},
-#define TC_CFG2(DP, MT, NW, BK, ST, SPLIT) TC_CFG(DP, MT, NW, BK, ST, SPLIT, 0) TC_CFG(DP, MT, NW, BK, ST, SPLIT, 1)
+#define TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                                        \
+    {DP, MT, NW, BK, ST, SPLIT, PRE, MASK, TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::BM,                       \
+     TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::SMEM_BYTES, launch_tc<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>},
+#define TC_CFG2(DP, MT, NW, BK, ST, SPLIT, PRE) \
+    TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 0) TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 1)
 
 static const Entry ENTRIES[] = {
 #ifndef TF32DEV_CONFIGS
     // plain TF32
-    TC_CFG2(64, 2, 4, 64, 2, false) TC_CFG2(64, 2, 4, 32, 2, false) TC_CFG2(64, 1, 4, 64, 2, false)
-    TC_CFG2(64, 1, 8, 64, 2, false)
-    TC_CFG2(128, 2, 4, 32, 1, false) TC_CFG2(128, 1, 4, 32, 2, false) TC_CFG2(128, 2, 4, 16, 2, false)
-    TC_CFG2(128, 1, 8, 32, 2, false)
+    TC_CFG2(64, 2, 4, 64, 2, false, true) TC_CFG2(64, 2, 8, 64, 2, false, true)
+    TC_CFG2(128, 2, 4, 32, 1, false, true) TC_CFG2(128, 2, 8, 32, 1, false, true)
     // split TF32
-    TC_CFG2(64, 2, 4, 64, 1, true) TC_CFG2(64, 2, 4, 32, 2, true) TC_CFG2(64, 1, 4, 64, 2, true)
-    TC_CFG2(64, 1, 8, 64, 2, true) TC_CFG2(64, 2, 4, 32, 1, true)
-    TC_CFG2(128, 1, 4, 32, 1, true) TC_CFG2(128, 1, 4, 16, 2, true) TC_CFG2(128, 1, 8, 32, 1, true)
+    TC_CFG2(64, 2, 4, 32, 1, true, true)
+    TC_CFG2(128, 1, 8, 16, 1, true, true) TC_CFG2(128, 1, 8, 32, 1, true, true) TC_CFG2(128, 2, 4, 16, 1, true, true)
 #else
 #include TF32DEV_CONFIGS
 #endif
 };
 
 extern "C" int tfdev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void tfdev_entry(int i, int* out9) {
+extern "C" void tfdev_entry(int i, int* out10) {
     const Entry& e = ENTRIES[i];
-    const int v[9] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.mask, e.bm, e.smem};
-    for (int j = 0; j < 9; ++j) out9[j] = v[j];
+    const int v[10] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.pre, e.mask, e.bm, e.smem};
+    for (int j = 0; j < 10; ++j) out10[j] = v[j];
 }
 extern "C" int tfdev_launch(int i, const AttnParams* p, void* stream) {
     if (i < 0 || i >= tfdev_count()) return -1;

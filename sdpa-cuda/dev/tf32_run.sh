@@ -4,7 +4,7 @@
 # compute-sanitizer memcheck + racecheck on its small cases. Built here beforehand into $C:
 #   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o $C/tf32dev.so sdpa-cuda/dev/tf32_host.cu
 #   CARGO_TARGET_DIR=target-tf32 cargo test --release -p sdpa-cuda --test tf32_kernels --no-run  (copied to $C/tf32_kernels)
-# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [tests] [sanitize]
+# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [tests] [testsb] [sanitize]
 C=${C:-target-tf32/carry}
 OUT=${OUT:-/tmp/tf32-out}
 mkdir -p "$OUT"
@@ -18,8 +18,13 @@ if want dev; then
   table+=("dev rc=$?")
 fi
 if want tests; then
-  "$C/tf32_kernels" --test-threads=1 > "$OUT/tests.log" 2>&1
+  "$C/tf32_kernels" --test-threads=1 --nocapture > "$OUT/tests.log" 2>&1
   table+=("tests rc=$? $(grep -E '^test result' "$OUT/tests.log" | tail -1)")
+fi
+if want testsb && [ -x "$C/tf32_kernels_b" ]; then
+  # A second build of the same tests with another entry table (candidate tiles), so that either table can ship.
+  "$C/tf32_kernels_b" --test-threads=1 --nocapture > "$OUT/tests_b.log" 2>&1
+  table+=("tests_b rc=$? $(grep -E '^test result' "$OUT/tests_b.log" | tail -1)")
 fi
 if want sanitize; then
   for tool in memcheck racecheck; do
@@ -31,4 +36,5 @@ fi
 grep -E "CEILINGS|CHECKS|^FAIL" "$OUT/dev.log" 2>/dev/null | cut -c1-400 | head -20
 sed -n '/^SUMMARY/,$p' "$OUT/dev.log" 2>/dev/null
 grep -E "cases|rel_err .*tolerance|panicked|FAILED|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300 | head -30
+grep -E "cases|panicked|FAILED|failed" "$OUT/tests_b.log" 2>/dev/null | cut -c1-300 | head -10
 printf '%s\n' "${table[@]}"

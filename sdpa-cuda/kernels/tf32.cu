@@ -19,8 +19,8 @@
 //
 // Data movement: K and V tiles go global -> shared with 16-byte cp.async (STAGES = 2: the next tile loads
 // while this one is computed, one barrier per tile; STAGES = 1: FlashAttention-2's order, V[t] during
-// Q·Kᵀ and K[t+1] during softmax and P·V, two barriers per tile). Q is loaded once per block, rounded (and
-// split) once, and kept in shared memory. Fragments of Q and K come from `ldmatrix.b16` on 32-bit data:
+// Q·Kᵀ and K[t+1] during softmax and P·V, two barriers per tile). Q is loaded once per block (cp.async,
+// overlapping the first K/V tile), rounded (and split) once in place, and kept in shared memory. Fragments of Q and K come from `ldmatrix.b16` on 32-bit data:
 // each 8x8 b16 matrix is 8 rows x 4 floats, exactly the m16n8k8 TF32 A/B fragment layout.
 //
 // P stays in registers: the S accumulator of an 8-key tile holds keys 2t and 2t+1 in thread t of a quad;
@@ -39,8 +39,9 @@
 #define TC_MASK_EXPLICIT 2
 
 // Tile configuration: DP padded head dim, MT m16 tiles per warp, NW warps, BK keys per tile, STAGES K/V
-// buffers, SPLIT split TF32 (Q stored as big and small halves).
-template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT>
+// buffers, SPLIT split TF32 (Q stored as big and small halves), PRE K and V rounded (split) once per block
+// in shared memory, each thread converting the chunks it copied, instead of by every warp at each use.
+template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT, bool PRE>
 struct TcCfg {
     static constexpr int BM = 16 * MT * NW;
     static constexpr int LD = DP + 4;
@@ -48,7 +49,9 @@ struct TcCfg {
     static constexpr int DT = DP / 8;  // n8 tiles of O per m16 tile
     static constexpr int Q_FLOATS = (SPLIT ? 2 : 1) * BM * LD;
     static constexpr int KV_FLOATS = BK * LD;
-    static constexpr int SMEM_BYTES = 4 * (Q_FLOATS + 2 * STAGES * KV_FLOATS);
+    // K and V buffers: STAGES each, plus as many for their small halves when PRE and SPLIT.
+    static constexpr int KV_BUFS = (PRE && SPLIT ? 2 : 1) * STAGES;
+    static constexpr int SMEM_BYTES = 4 * (Q_FLOATS + 2 * KV_BUFS * KV_FLOATS);
     static_assert(DP % 16 == 0 && BK % 16 == 0, "k8 steps in pairs");
     static_assert(STAGES == 1 || STAGES == 2, "one or two K/V buffers");
 };
@@ -144,28 +147,61 @@ __device__ __forceinline__ void tc_load_async(unsigned dst, const float* src, i6
         }
     }
 }
-// The same with scalar loads and stores, for any D and alignment.
-template <int DP, int LD, int ROWS, int THREADS>
-__device__ __forceinline__ void tc_load_sync(float* dst, const float* src, i64 stride, int valid, int d, int tid) {
+// The same with scalar loads and stores, for any D and alignment; with PRE the values are stored already
+// rounded (big at dst, small at dst_small for SPLIT).
+template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
+__device__ __forceinline__ void tc_load_sync(float* dst, float* dst_small, const float* src, i64 stride, int valid,
+                                             int d, int tid) {
     for (int c = tid; c < ROWS * DP; c += THREADS) {
         const int r = c / DP, col = c % DP;
-        dst[r * LD + col] = (r < valid && col < d) ? src[r * stride + col] : 0.f;
+        const float x = (r < valid && col < d) ? src[r * stride + col] : 0.f;
+        if (PRE) {
+            unsigned hi, lo;
+            tc_split<SPLIT>(x, hi, lo);
+            dst[r * LD + col] = __uint_as_float(hi);
+            if (SPLIT) dst_small[r * LD + col] = __uint_as_float(lo);
+        } else {
+            dst[r * LD + col] = x;
+        }
     }
 }
-template <int DP, int LD, int ROWS, int THREADS>
-__device__ __forceinline__ void tc_load(float* dst, const float* src, i64 stride, int valid, int d, int tid,
-                                        bool vec) {
+template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
+__device__ __forceinline__ void tc_load(float* dst, float* dst_small, const float* src, i64 stride, int valid, int d,
+                                        int tid, bool vec) {
     if (vec)
         tc_load_async<DP, LD, ROWS, THREADS>(tc_smem_addr(dst), src, stride, valid, d, tid);
     else
-        tc_load_sync<DP, LD, ROWS, THREADS>(dst, src, stride, valid, d, tid);
+        tc_load_sync<DP, LD, ROWS, THREADS, SPLIT, PRE>(dst, dst_small, src, stride, valid, d, tid);
+}
+// PRE, 16-byte path: once this thread's cp.async copies have landed (wait_group), it rounds (splits) the
+// same chunks in place (small halves to dst_small). Only its own chunks: no barrier needed before.
+template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
+__device__ __forceinline__ void tc_round_own(float* dst, float* dst_small, int tid, bool vec) {
+    if (!PRE || !vec) return;
+    constexpr int CH = DP / 4;
+    constexpr int TOTAL = ROWS * CH;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; ++i) {
+        const int c = tid + i * THREADS;
+        if (TOTAL % THREADS == 0 || c < TOTAL) {
+            const int off = (c / CH) * LD + (c % CH) * 4;
+            const float4 x = *reinterpret_cast<const float4*>(dst + off);
+            unsigned hi[4], lo[4];
+            tc_split<SPLIT>(x.x, hi[0], lo[0]);
+            tc_split<SPLIT>(x.y, hi[1], lo[1]);
+            tc_split<SPLIT>(x.z, hi[2], lo[2]);
+            tc_split<SPLIT>(x.w, hi[3], lo[3]);
+            *reinterpret_cast<uint4*>(dst + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (SPLIT) *reinterpret_cast<uint4*>(dst_small + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    }
 }
 
 // params.extra: bit 0 = 16-byte loads allowed (D % 4 == 0, Q/K/V and their strides 16-byte aligned);
 // bit 1 = 8-byte output stores allowed (Dv even, O and its strides 8-byte aligned).
-template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT, int MASK>
+template <int DP, int MT, int NW, int BK, int STAGES, bool SPLIT, bool PRE, int MASK>
 __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
-    using C = TcCfg<DP, MT, NW, BK, STAGES, SPLIT>;
+    using C = TcCfg<DP, MT, NW, BK, STAGES, SPLIT, PRE>;
     constexpr int LD = C::LD, NT = C::NT, DT = C::DT, BM = C::BM, THREADS = NW * 32;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;
@@ -180,10 +216,12 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     const int m0 = m_block * BM, m_end = min(m0 + BM, p.sq);
     const int wrow0 = warp * 16 * MT;
 
-    // Shared memory: Q big [BM][LD] (+ Q small [BM][LD]), then STAGES x K [BK][LD], STAGES x V [BK][LD].
+    // Shared memory: Q big [BM][LD] (+ Q small [BM][LD]), then STAGES x K [BK][LD] (+ their small halves),
+    // STAGES x V [BK][LD] (+ small halves). KS/VS: offset of a small half from its big half, floats.
+    constexpr int KS = (PRE && SPLIT) ? STAGES * C::KV_FLOATS : 0;
     float* sQ = smem;
     float* sK = sQ + C::Q_FLOATS;
-    float* sV = sK + STAGES * C::KV_FLOATS;
+    float* sV = sK + (PRE && SPLIT ? 2 : 1) * STAGES * C::KV_FLOATS;
 
     const float* q = static_cast<const float*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + m0 * p.q_stride[2];
     const float* k = static_cast<const float*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
@@ -193,38 +231,18 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     if (MASK == TC_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     const int n_tiles = (n_keys + BK - 1) / BK;
 
+    // Q first (a cp.async group of its own), then the first K (and V) tile. Q is rounded (and split) in
+    // place once per block as soon as it has landed, while K/V are still in flight; each thread converts
+    // the chunks it copied, and the first barrier of the loop publishes them.
+    tc_load<DP, LD, BM, THREADS, SPLIT, true>(sQ, sQ + BM * LD, q, p.q_stride[2], m_end - m0, p.d, tid, vec);
+    tc_commit();
     if (n_tiles > 0) {
-        tc_load<DP, LD, BK, THREADS>(sK, k, p.k_stride[2], p.sk, p.d, tid, vec);
-        if (STAGES == 2) tc_load<DP, LD, BK, THREADS>(sV, v, p.v_stride[2], p.sk, p.dv, tid, vec);
+        tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sK, sK + KS, k, p.k_stride[2], p.sk, p.d, tid, vec);
+        if (STAGES == 2) tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sV, sV + KS, v, p.v_stride[2], p.sk, p.dv, tid, vec);
     }
     tc_commit();
-
-    // Q: loaded, rounded (and split) once per block while the first K/V tile is in flight.
-    {
-        const int valid = m_end - m0;
-        for (int c = tid; c < BM * (DP / 4); c += THREADS) {
-            const int r = c / (DP / 4), col = (c % (DP / 4)) * 4;
-            float x[4] = {0.f, 0.f, 0.f, 0.f};
-            if (r < valid) {
-                const float* src = q + r * p.q_stride[2] + col;
-                if (vec) {
-                    if (col < p.d) {
-                        const float4 f = *reinterpret_cast<const float4*>(src);
-                        x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        if (col + e < p.d) x[e] = src[e];
-                }
-            }
-            unsigned hi[4], lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) tc_split<SPLIT>(x[e], hi[e], lo[e]);
-            *reinterpret_cast<uint4*>(sQ + r * LD + col) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            if (SPLIT) *reinterpret_cast<uint4*>(sQ + BM * LD + r * LD + col) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        }
-    }
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    tc_round_own<DP, LD, BM, THREADS, SPLIT, true>(sQ, sQ + BM * LD, tid, vec);
 
     // Per-lane fragment addresses. Q (A, 16x8): matrices rows 0-7 / 8-15 x columns 0-3 / 4-7, in the
     // register order a0..a3. K (B of two n8 tiles): keys 0-7 columns 0-3, keys 0-7 columns 4-7, keys 8-15
@@ -248,15 +266,20 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
         const int n0 = tile * BK;
         const int buf = STAGES == 2 ? (tile & 1) : 0;
         tc_wait_all();
+        tc_round_own<DP, LD, BK, THREADS, SPLIT, PRE>(sK + buf * C::KV_FLOATS, sK + KS + buf * C::KV_FLOATS, tid, vec);
+        if (STAGES == 2)
+            tc_round_own<DP, LD, BK, THREADS, SPLIT, PRE>(sV + buf * C::KV_FLOATS, sV + KS + buf * C::KV_FLOATS, tid,
+                                                          vec);
         __syncthreads();  // this tile's K (and V) and Q are visible; everyone is done with the last tile
         if (STAGES == 1) {
-            tc_load<DP, LD, BK, THREADS>(sV, v + n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, p.dv, tid, vec);
+            tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sV, sV + KS, v + n0 * p.v_stride[2], p.v_stride[2], p.sk - n0,
+                                                     p.dv, tid, vec);
         } else if (tile + 1 < n_tiles) {
             const int n1 = n0 + BK, nb = (tile + 1) & 1;
-            tc_load<DP, LD, BK, THREADS>(sK + nb * C::KV_FLOATS, k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1,
-                                         p.d, tid, vec);
-            tc_load<DP, LD, BK, THREADS>(sV + nb * C::KV_FLOATS, v + n1 * p.v_stride[2], p.v_stride[2], p.sk - n1,
-                                         p.dv, tid, vec);
+            tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sK + nb * C::KV_FLOATS, sK + KS + nb * C::KV_FLOATS,
+                                                     k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, p.d, tid, vec);
+            tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sV + nb * C::KV_FLOATS, sV + KS + nb * C::KV_FLOATS,
+                                                     v + n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, p.dv, tid, vec);
         }
         tc_commit();
 
@@ -277,10 +300,16 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
             }
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
-                unsigned kr[4], kb[4], ks[4];
-                tc_ldsm4(kr, kb_ld + (np * 16 * LD + kk * 8) * 4);
+                unsigned kb[4], ks[4];
+                if (PRE) {
+                    tc_ldsm4(kb, kb_ld + (np * 16 * LD + kk * 8) * 4);
+                    if (SPLIT) tc_ldsm4(ks, kb_ld + (KS + np * 16 * LD + kk * 8) * 4);
+                } else {
+                    unsigned kr[4];
+                    tc_ldsm4(kr, kb_ld + (np * 16 * LD + kk * 8) * 4);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) tc_split<SPLIT>(__uint_as_float(kr[e]), kb[e], ks[e]);
+                    for (int e = 0; e < 4; ++e) tc_split<SPLIT>(__uint_as_float(kr[e]), kb[e], ks[e]);
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     tc_mma_acc<SPLIT>(s[mt][2 * np], qa[mt], qs[mt], kb[0], kb[1], ks[0], ks[1]);
@@ -291,10 +320,12 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 
         if (STAGES == 1) {
             tc_wait_all();
+            tc_round_own<DP, LD, BK, THREADS, SPLIT, PRE>(sV, sV + KS, tid, vec);
             __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
             if (tile + 1 < n_tiles) {
                 const int n1 = n0 + BK;
-                tc_load<DP, LD, BK, THREADS>(sK, k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, p.d, tid, vec);
+                tc_load<DP, LD, BK, THREADS, SPLIT, PRE>(sK, sK + KS, k + n1 * p.k_stride[2], p.k_stride[2], p.sk - n1,
+                                                         p.d, tid, vec);
             }
             tc_commit();
         }
@@ -328,6 +359,9 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
         }
 
         // Online softmax. A row that has seen only masked keys keeps m = -inf and subtracts 0, so exp2 gives 0.
+        // O is rescaled only when some row of the warp changed its maximum (after the first tiles, rarely).
+        float alpha[MT][2];
+        bool rescale = false;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -339,7 +373,9 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
                 const float m_old = m[mt][hh];
                 const float m_new = fmaxf(m_old, MASK == TC_MASK_EXPLICIT ? mx : mx * sl2);
                 const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
-                const float alpha = tc_exp2(m_old - m_use);
+                const float a = tc_exp2(m_old - m_use);
+                alpha[mt][hh] = a;
+                rescale |= a != 1.f;
                 m[mt][hh] = m_new;
                 float sum = 0.f;
 #pragma unroll
@@ -350,13 +386,19 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
                         x = MASK == TC_MASK_EXPLICIT ? tc_exp2(x - m_use) : tc_exp2(fmaf(x, sl2, -m_use));
                         sum += x;
                     }
-                l[mt][hh] = l[mt][hh] * alpha + sum;  // per-thread partial; the quad is summed at the end
+                l[mt][hh] = l[mt][hh] * a + sum;  // per-thread partial; the quad is summed at the end
+            }
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int j = 0; j < DT; ++j) {
-                    o[mt][j][hh * 2] *= alpha;
-                    o[mt][j][hh * 2 + 1] *= alpha;
+                    o[mt][j][0] *= alpha[mt][0];
+                    o[mt][j][1] *= alpha[mt][0];
+                    o[mt][j][2] *= alpha[mt][1];
+                    o[mt][j][3] *= alpha[mt][1];
                 }
-            }
+        }
 
         // O += P V with P from registers: k-step kk is S tile kk, k-index t <-> key 2t, t+4 <-> key 2t+1.
         const float* vb = v_rd + buf * C::KV_FLOATS;
@@ -373,8 +415,17 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 #pragma unroll
             for (int n = 0; n < DT; ++n) {
                 unsigned vbig[2], vsmall[2];
-                tc_split<SPLIT>(vb[kk * 8 * LD + n * 8], vbig[0], vsmall[0]);
-                tc_split<SPLIT>(vb[(kk * 8 + 1) * LD + n * 8], vbig[1], vsmall[1]);
+                if (PRE) {
+                    vbig[0] = __float_as_uint(vb[kk * 8 * LD + n * 8]);
+                    vbig[1] = __float_as_uint(vb[(kk * 8 + 1) * LD + n * 8]);
+                    if (SPLIT) {
+                        vsmall[0] = __float_as_uint(vb[KS + kk * 8 * LD + n * 8]);
+                        vsmall[1] = __float_as_uint(vb[KS + (kk * 8 + 1) * LD + n * 8]);
+                    }
+                } else {
+                    tc_split<SPLIT>(vb[kk * 8 * LD + n * 8], vbig[0], vsmall[0]);
+                    tc_split<SPLIT>(vb[(kk * 8 + 1) * LD + n * 8], vbig[1], vsmall[1]);
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
                     tc_mma_acc<SPLIT>(o[mt][n], pa[mt], ps[mt], vbig[0], vbig[1], vsmall[0], vsmall[1]);
@@ -413,27 +464,31 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 }
 
 // Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
-// warp, NW warps, BK keys, K/V stages) were chosen by measurement on the H100 (dev/tf32_bench.py, see
-// bench/results/tf32.md); src/tf32.rs mirrors this table in `tile_for`.
-#define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, MASK)                                               \
+// warp, NW warps, BK keys, K/V stages, split, per-block K/V rounding) were chosen by measurement on the H100
+// (dev/tf32_bench.py, see bench/results/tf32.md; plain TF32 at D = 128 takes 8 warps without a mask and 4
+// under causal masks, whose short diagonal blocks favour smaller blocks); src/tf32.rs mirrors this table in
+// `tile_for`.
+#define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \
         extern __shared__ __align__(16) float tc_smem[];                                             \
-        tc_forward<DP, MT, NW, BK, ST, SPLIT, MASK>(p, tc_smem);                                     \
+        tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, tc_smem);                                \
     }
-#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT)                                                \
-    TC_ENTRY(PREFIX##_f32_##DP##_none, DP, MT, NW, BK, ST, SPLIT, TC_MASK_NONE)                     \
-    TC_ENTRY(PREFIX##_f32_##DP##_causal, DP, MT, NW, BK, ST, SPLIT, TC_MASK_CAUSAL)                 \
-    TC_ENTRY(PREFIX##_f32_##DP##_explicit, DP, MT, NW, BK, ST, SPLIT, TC_MASK_EXPLICIT)
+#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT, PRE)                                           \
+    TC_ENTRY(PREFIX##_f32_##DP##_none, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_NONE)                \
+    TC_ENTRY(PREFIX##_f32_##DP##_causal, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_CAUSAL)            \
+    TC_ENTRY(PREFIX##_f32_##DP##_explicit, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_EXPLICIT)
 
 #ifndef TC_NO_ENTRIES
-TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false)
-TC_ENTRIES(tf32, 32, 2, 4, 64, 2, false)
-TC_ENTRIES(tf32, 64, 2, 4, 64, 2, false)
-TC_ENTRIES(tf32, 128, 2, 4, 32, 1, false)
-TC_ENTRIES(tf32, 256, 1, 4, 32, 1, false)
-TC_ENTRIES(tf32x3, 16, 2, 4, 64, 2, true)
-TC_ENTRIES(tf32x3, 32, 2, 4, 64, 2, true)
-TC_ENTRIES(tf32x3, 64, 2, 4, 64, 1, true)
-TC_ENTRIES(tf32x3, 128, 1, 4, 32, 1, true)
-TC_ENTRIES(tf32x3, 256, 1, 4, 32, 1, true)
+TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false, true)
+TC_ENTRIES(tf32, 32, 2, 4, 64, 2, false, true)
+TC_ENTRIES(tf32, 64, 2, 8, 64, 2, false, true)
+TC_ENTRY(tf32_f32_128_none, 128, 2, 8, 32, 1, false, true, TC_MASK_NONE)
+TC_ENTRY(tf32_f32_128_causal, 128, 2, 4, 32, 1, false, true, TC_MASK_CAUSAL)
+TC_ENTRY(tf32_f32_128_explicit, 128, 2, 4, 32, 1, false, true, TC_MASK_EXPLICIT)
+TC_ENTRIES(tf32, 256, 1, 4, 16, 1, false, true)
+TC_ENTRIES(tf32x3, 16, 2, 4, 32, 1, true, true)
+TC_ENTRIES(tf32x3, 32, 2, 4, 32, 1, true, true)
+TC_ENTRIES(tf32x3, 64, 2, 4, 32, 1, true, true)
+TC_ENTRIES(tf32x3, 128, 1, 8, 32, 1, true, true)
+TC_ENTRIES(tf32x3, 256, 1, 4, 16, 1, true, true)
 #endif

@@ -25,6 +25,8 @@ pub struct Tile {
     pub bk: usize,
     /// K/V shared-memory buffers (2: double-buffered).
     pub stages: usize,
+    /// K and V rounded (split) once per block in shared memory rather than by every warp at each use.
+    pub pre: bool,
 }
 
 impl Tile {
@@ -36,22 +38,33 @@ impl Tile {
     /// Dynamic shared memory for padded head dim `dp`, bytes (`TcCfg::SMEM_BYTES`).
     pub fn smem_bytes(&self, dp: usize, split: bool) -> usize {
         let ld = dp + 4;
-        let q_copies = if split { 2 } else { 1 };
-        4 * (q_copies * self.rows() * ld + 2 * self.stages * self.bk * ld)
+        let halves = if split { 2 } else { 1 };
+        let kv_bufs = if self.pre { halves } else { 1 } * self.stages;
+        4 * (halves * self.rows() * ld + 2 * kv_bufs * self.bk * ld)
     }
 }
 
-/// The tile the kernel module instantiates for padded head dim `dp` (chosen by measurement on the H100,
-/// `dev/tf32_bench.py`; see bench/results/tf32.md).
-pub fn tile_for(dp: usize, split: bool) -> Tile {
-    let t = |mt, warps, bk, stages| Tile { mt, warps, bk, stages };
+/// The tile the kernel module instantiates for padded head dim `dp`, split TF32 or not, and `mask_kind`
+/// (`params::MASK_*`), chosen by measurement on the H100 (`dev/tf32_bench.py`; bench/results/tf32.md).
+pub fn tile_for(dp: usize, split: bool, mask_kind: i32) -> Tile {
+    let t = |mt, warps, bk, stages, pre| Tile { mt, warps, bk, stages, pre };
     match (dp, split) {
-        (16 | 32 | 64, false) => t(2, 4, 64, 2),
-        (128, false) => t(2, 4, 32, 1),
-        (16 | 32, true) => t(2, 4, 64, 2),
-        (64, true) => t(2, 4, 64, 1),
-        (128, true) => t(1, 4, 32, 1),
-        _ => t(1, 4, 32, 1),
+        (16 | 32, false) => t(2, 4, 64, 2, true),
+        (64, false) => t(2, 8, 64, 2, true),
+        (128, false) if mask_kind == MASK_NONE => t(2, 8, 32, 1, true),
+        (128, false) => t(2, 4, 32, 1, true),
+        (16 | 32 | 64, true) => t(2, 4, 32, 1, true),
+        (128, true) => t(1, 8, 32, 1, true),
+        _ => t(1, 4, 16, 1, true),
+    }
+}
+
+/// Entry-point suffix of a mask kind.
+fn mask_name(mask_kind: i32) -> &'static str {
+    match mask_kind {
+        MASK_NONE => "none",
+        MASK_CAUSAL => "causal",
+        _ => "explicit",
     }
 }
 
@@ -80,7 +93,8 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             )))
         }
     };
-    let tile = tile_for(dp, split);
+    let p = &call.params;
+    let tile = tile_for(dp, split, p.mask_kind);
     let blocks =
         s.sq.div_ceil(tile.rows())
             .checked_mul(s.b * s.hq)
@@ -92,12 +106,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         block: ((tile.warps * 32) as u32, 1, 1),
         smem_bytes: tile.smem_bytes(dp, split) as u32,
     };
-    let p = &call.params;
-    let mask = match p.mask_kind {
-        MASK_NONE => "none",
-        MASK_CAUSAL => "causal",
-        _ => "explicit",
-    };
+    let mask = mask_name(p.mask_kind);
     // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
     // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
     let loads16 = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
@@ -114,32 +123,41 @@ pub fn run(call: &Call<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::MASK_EXPLICIT;
 
     /// Every tile fits the 227 KB opt-in shared memory of an H100/A100 block and has whole k16 steps.
     #[test]
     fn tiles_fit_shared_memory() {
         for dp in [16, 32, 64, 128, 256] {
             for split in [false, true] {
-                let t = tile_for(dp, split);
-                assert!(t.smem_bytes(dp, split) <= 227 * 1024, "dp {dp} split {split}: {t:?}");
-                assert!(t.bk.is_multiple_of(16) && (1..=2).contains(&t.stages), "{t:?}");
+                for mask in [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT] {
+                    let t = tile_for(dp, split, mask);
+                    assert!(t.smem_bytes(dp, split) <= 227 * 1024, "dp {dp} split {split}: {t:?}");
+                    assert!(t.bk.is_multiple_of(16) && (1..=2).contains(&t.stages), "{t:?}");
+                }
             }
         }
         assert_eq!(padded_head_dim(40), Some(64));
         assert_eq!(padded_head_dim(257), None);
     }
 
-    /// The Rust table names the same tiles as the kernel's entry-point table.
+    /// The Rust table names the same tiles as the kernel's entry-point table (a `TC_ENTRIES` line for all
+    /// three masks, or a `TC_ENTRY` line for one).
     #[test]
     fn tiles_match_the_kernel_table() {
         let src = crate::modules::TF32.source;
         for dp in [16, 32, 64, 128, 256] {
             for split in [false, true] {
-                let t = tile_for(dp, split);
-                let prefix = if split { "tf32x3" } else { "tf32" };
-                let line =
-                    format!("TC_ENTRIES({prefix}, {dp}, {}, {}, {}, {}, {split})", t.mt, t.warps, t.bk, t.stages);
-                assert!(src.contains(&line), "kernels/tf32.cu lacks `{line}`");
+                for mask in [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT] {
+                    let t = tile_for(dp, split, mask);
+                    let prefix = if split { "tf32x3" } else { "tf32" };
+                    let tail = format!("{dp}, {}, {}, {}, {}, {split}, {}", t.mt, t.warps, t.bk, t.stages, t.pre);
+                    let all = format!("TC_ENTRIES({prefix}, {tail})");
+                    let one = format!("TC_ENTRY({prefix}_f32_{dp}_{}, {tail}, ", mask_name(mask));
+                    assert!(src.contains(&all) || src.contains(&one), "kernels/tf32.cu lacks `{all}` or `{one}`");
+                    let other = format!("TC_ENTRIES({prefix}, {dp}, ");
+                    assert!(!(src.contains(&one) && src.contains(&other)), "{prefix} {dp}: both forms in the table");
+                }
             }
         }
     }
