@@ -20,11 +20,10 @@ use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
 use sdpa_core::Strides;
 
-/// Keys per unit for f32 K and V, read in place: long enough to amortise a unit's softmax step and state
-/// update (16 and 64 measured alike on BSHD; 64 is ahead on BHSD).
-const BLOCK_F32: usize = 64;
-/// Keys per unit for f16 and bf16, widened to f32 scratch first: K and V scratch (2 × 16 × D f32) stay
-/// in L1.
+/// Keys per unit for f32 and bf16 K and V, read in place: long enough to amortise a unit's softmax step
+/// and state update (16 and 64 measured alike on BSHD; 64 is ahead on BHSD).
+const BLOCK_IN_PLACE: usize = 64;
+/// Keys per unit for f16, widened to f32 scratch first: K and V scratch (2 × 16 × D f32) stay in L1.
 const BLOCK_WIDENED: usize = 16;
 /// Runs per thread: more than one, so that a thread that another process holds up loses its last runs to
 /// the others instead of holding up the call.
@@ -78,7 +77,7 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     let heads = p.b * p.hkv();
     // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
     let key_major = p.k_st.h < p.k_st.s;
-    let block = if T::as_f32(p.k).is_some() { BLOCK_F32 } else { BLOCK_WIDENED };
+    let block = if T::as_f32(p.k).is_some() || T::as_bf16(p.k).is_some() { BLOCK_IN_PLACE } else { BLOCK_WIDENED };
     let blocks = p.sk.div_ceil(block);
     let rows0: Vec<(usize, usize)> = (0..nr).map(|r| p.row(0, r)).collect();
     let (kmax, kmin) = key_range(p, &rows0, p.sk);
@@ -172,8 +171,14 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let mut alpha = [0.0f32; 16];
         let mut st = vec![0.0f32; nr * pl.block];
         let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
-        let mut kp = if kf.is_none() { vec![0.0f32; pl.block * dp] } else { Vec::new() };
-        let mut vp = if vf.is_none() { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
+        // bf16 K and V are read in place, widened in registers; the careful mode widens into scratch.
+        let (kb, vb) = match (self.careful, T::as_bf16(p.k), T::as_bf16(p.v)) {
+            (false, Some(kb), Some(vb)) => (Some(kb), Some(vb)),
+            _ => (None, None),
+        };
+        let widens = kf.is_none() && kb.is_none();
+        let mut kp = if widens { vec![0.0f32; pl.block * dp] } else { Vec::new() };
+        let mut vp = if widens { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
 
         for u in self.u0..self.u1 {
@@ -190,32 +195,28 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             let nk = j1 - j0;
             let hd = b * hkv + kvh;
             let kbase = p.k_st.offset(b, kvh, j0);
-            let (kptr, ks) = match kf {
-                Some(kf) => (kf[kbase..].as_ptr(), p.k_st.s),
-                None => {
+            let stp = st.as_mut_ptr();
+            // Scores of the nr rows against keys j0..j1 read from `$k` at row stride `$ks`.
+            macro_rules! scores {
+                ($k:expr, $ks:expr) => {
+                    for r in 0..nr {
+                        let q = self.q[(hd * nr + r) * dp..].as_ptr();
+                        let sh = if r == 0 { ksh } else { None };
+                        // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at
+                        // stride $ks; `st` row r holds `block` >= nk values.
+                        unsafe { micro::dot_scores(s, d, q, $k, $ks, nk, stp.add(r * pl.block), 1, sh) };
+                    }
+                };
+            }
+            match (kf, kb) {
+                (Some(kf), _) => scores!(kf[kbase..].as_ptr(), p.k_st.s),
+                (None, Some(kb)) => scores!(kb[kbase..].as_ptr(), p.k_st.s),
+                (None, None) => {
                     for j in 0..nk {
                         widen(s, p.k, kbase + j * p.k_st.s, &mut kp[j * dp..j * dp + d]);
                     }
-                    (kp.as_ptr(), dp)
+                    scores!(kp.as_ptr(), dp)
                 }
-            };
-            let stp = st.as_mut_ptr();
-            for r in 0..nr {
-                // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at stride ks;
-                // `st` row r holds `block` >= nk values.
-                unsafe {
-                    micro::dot_scores(
-                        s,
-                        d,
-                        self.q[(hd * nr + r) * dp..].as_ptr(),
-                        kptr,
-                        ks,
-                        nk,
-                        stp.add(r * pl.block),
-                        1,
-                        if r == 0 { ksh } else { None },
-                    )
-                };
             }
             let mut rows = [(0usize, 0usize); 16];
             for (r, x) in rows.iter_mut().enumerate().take(nr) {
@@ -230,6 +231,16 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             // SAFETY: nr rows of nk scores at row stride `block`; the state slices hold nr values.
             unsafe { micro::online_softmax_rows(s, stp, pl.block, nk, nr, ms, ls, &mut alpha) };
             let vbase = p.v_st.offset(b, kvh, j0);
+            let o = acc[hd * nr * dvp..].as_mut_ptr();
+            if let Some(vb) = vb {
+                // SAFETY: P is nr rows of nk at row stride `block`; V rows j0..j1 hold dv bf16 at stride
+                // v_st.s; this head's state is nr rows of dvp.
+                let vptr = vb[vbase..].as_ptr();
+                unsafe {
+                    micro::pv(s, nk, stp, 1, pl.block, vptr, p.v_st.s, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh)
+                };
+                continue;
+            }
             let (vptr, vs) = match vf {
                 Some(vf) => (vf[vbase..].as_ptr(), p.v_st.s),
                 None => {
@@ -246,7 +257,6 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 // SAFETY: as above.
                 if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
             let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
-            let o = acc[hd * nr * dvp..].as_mut_ptr();
             // SAFETY: P is nr rows of nk at row stride `block`; V as above; this head's state is nr rows of dvp.
             unsafe { micro::pv(s, nk, stp, 1, pl.block, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh) };
             if !bad.is_empty() {

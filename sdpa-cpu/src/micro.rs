@@ -9,6 +9,43 @@
 
 use crate::simd::{prefetch_l2, Simd};
 
+/// An element type the micro-kernels read K and V in: f32, or bf16 widened in registers (decoding reads
+/// bf16 K and V in place).
+pub(crate) trait KvElem: Copy {
+    /// # Safety
+    /// `LANES` elements readable at `p`.
+    unsafe fn load<S: Simd>(s: S, p: *const Self) -> S::V;
+    /// # Safety
+    /// `n < LANES` elements readable at `p`; the other lanes are zero.
+    unsafe fn load_part<S: Simd>(s: S, p: *const Self, n: usize) -> S::V;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(s: S, p: *const f32) -> S::V {
+        // SAFETY: the caller's contract.
+        unsafe { s.load(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_part<S: Simd>(s: S, p: *const f32, n: usize) -> S::V {
+        // SAFETY: the caller's contract.
+        unsafe { s.load_part(p, n) }
+    }
+}
+
+impl KvElem for half::bf16 {
+    #[inline(always)]
+    unsafe fn load<S: Simd>(s: S, p: *const half::bf16) -> S::V {
+        // SAFETY: the caller's contract; a bf16 is a u16 bit pattern.
+        unsafe { s.load_bf16(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_part<S: Simd>(s: S, p: *const half::bf16, n: usize) -> S::V {
+        // SAFETY: as above.
+        unsafe { s.load_bf16_part(p.cast(), n) }
+    }
+}
+
 /// The rows of the next piece of work, prefetched into L2 one row per row a kernel walks (so the requests
 /// spread evenly over the work and run exactly one piece ahead): row `j` starts at `base + j·stride`
 /// bytes and spans `lines` cache lines. Decoding passes it; everything else passes `None`.
@@ -140,11 +177,11 @@ unsafe fn qk_micro<S: Simd, const MR: usize, const NQ: usize>(
 /// `q` addresses `round_up(d, LANES)` f32 (zero beyond `d`); `k` addresses `nk` rows of `d` f32 at stride
 /// `ks`; `out` addresses `(nk - 1)·os + 1` f32.
 #[inline(always)]
-pub(crate) unsafe fn dot_scores<S: Simd>(
+pub(crate) unsafe fn dot_scores<S: Simd, E: KvElem>(
     s: S,
     d: usize,
     q: *const f32,
-    k: *const f32,
+    k: *const E,
     ks: usize,
     nk: usize,
     out: *mut f32,
@@ -166,14 +203,14 @@ pub(crate) unsafe fn dot_scores<S: Simd>(
             while c < full {
                 let qv = s.load(q.add(c));
                 for (r, a) in acc.iter_mut().enumerate() {
-                    *a = s.fma(qv, s.load(k.add((j + r) * ks + c)), *a);
+                    *a = s.fma(qv, E::load(s, k.add((j + r) * ks + c)), *a);
                 }
                 c += l;
             }
             if tail > 0 {
                 let qv = s.load(q.add(full));
                 for (r, a) in acc.iter_mut().enumerate() {
-                    *a = s.fma(qv, s.load_part(k.add((j + r) * ks + full), tail), *a);
+                    *a = s.fma(qv, E::load_part(s, k.add((j + r) * ks + full), tail), *a);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
@@ -188,11 +225,11 @@ pub(crate) unsafe fn dot_scores<S: Simd>(
             let mut a = s.zero();
             let mut c = 0;
             while c < full {
-                a = s.fma(s.load(q.add(c)), s.load(k.add(j * ks + c)), a);
+                a = s.fma(s.load(q.add(c)), E::load(s, k.add(j * ks + c)), a);
                 c += l;
             }
             if tail > 0 {
-                a = s.fma(s.load(q.add(full)), s.load_part(k.add(j * ks + full), tail), a);
+                a = s.fma(s.load(q.add(full)), E::load_part(s, k.add(j * ks + full), tail), a);
             }
             *out.add(j * os) = s.reduce_sum(a);
             j += 1;
@@ -324,13 +361,13 @@ pub(crate) unsafe fn online_softmax_rows<S: Simd>(
 /// `vs`; `o` addresses `rows` rows of `round_up(dv, LANES)` f32 at stride `os`; `alpha`, when given,
 /// `rows` f32.
 #[inline(always)]
-pub(crate) unsafe fn pv<S: Simd>(
+pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
     s: S,
     nk: usize,
     pt: *const f32,
     ps: usize,
     pr: usize,
-    v: *const f32,
+    v: *const E,
     vs: usize,
     rows: usize,
     dv: usize,
@@ -364,7 +401,7 @@ pub(crate) unsafe fn pv<S: Simd>(
                 let sh = if r == 0 && c == 0 { shadow } else { None };
                 macro_rules! tile {
                     ($mr:literal, $nv:literal, $part:literal) => {
-                        pv_micro::<S, $mr, $nv, $part>(s, nk, pt_r, ps, pr, vc, vs, oc, os, al, n, sh)
+                        pv_micro::<S, E, $mr, $nv, $part>(s, nk, pt_r, ps, pr, vc, vs, oc, os, al, n, sh)
                     };
                 }
                 // Only the arms matching the token's constants (and the edges) survive inlining.
@@ -387,7 +424,7 @@ pub(crate) unsafe fn pv<S: Simd>(
                             for x in 0..nv {
                                 let (vx, ox) = (vc.add(x * l), oc.add(rr * os + x * l));
                                 if part {
-                                    pv_micro::<S, 1, 1, true>(
+                                    pv_micro::<S, E, 1, 1, true>(
                                         s,
                                         nk,
                                         pt_r.add(rr * pr),
@@ -402,7 +439,7 @@ pub(crate) unsafe fn pv<S: Simd>(
                                         None,
                                     )
                                 } else {
-                                    pv_micro::<S, 1, 1, false>(
+                                    pv_micro::<S, E, 1, 1, false>(
                                         s,
                                         nk,
                                         pt_r.add(rr * pr),
@@ -431,13 +468,13 @@ pub(crate) unsafe fn pv<S: Simd>(
 /// One register tile of [`pv`]: `MR` rows by `NV` vectors of columns; with `PART` the last vector reads
 /// only `tail` columns of V (the output row is padded, so it is stored whole).
 #[inline(always)]
-unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
+unsafe fn pv_micro<S: Simd, E: KvElem, const MR: usize, const NV: usize, const PART: bool>(
     s: S,
     nk: usize,
     pt: *const f32,
     ps: usize,
     pr: usize,
-    v: *const f32,
+    v: *const E,
     vs: usize,
     o: *mut f32,
     os: usize,
@@ -467,9 +504,9 @@ unsafe fn pv_micro<S: Simd, const MR: usize, const NV: usize, const PART: bool>(
             let mut vv = [s.zero(); NV];
             for x in 0..NV {
                 vv[x] = if PART && x == NV - 1 {
-                    s.load_part(v.add(j * vs + x * l), tail)
+                    E::load_part(s, v.add(j * vs + x * l), tail)
                 } else {
-                    s.load(v.add(j * vs + x * l))
+                    E::load(s, v.add(j * vs + x * l))
                 };
             }
             for r in 0..MR {

@@ -89,6 +89,8 @@ fn decoding_every_layout_and_mask() {
         Shape { b: 2, hq: 4, hkv: 2, sq: 2, sk: 77, d: 40, dv: 24 },
         Shape { b: 1, hq: 3, hkv: 3, sq: 1, sk: 1000, d: 64, dv: 64 },
         Shape { b: 3, hq: 2, hkv: 1, sq: 1, sk: 33, d: 128, dv: 128 },
+        // Two rows per kv head (the decoding path on AVX2 too), head dims with partial vectors.
+        Shape { b: 1, hq: 2, hkv: 2, sq: 2, sk: 70, d: 20, dv: 13 },
     ];
     for be in backends() {
         for shape in shapes {

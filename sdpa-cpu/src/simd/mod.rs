@@ -140,6 +140,15 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// Largest lane (a NaN lane may or may not win; callers treat any NaN alike).
     fn reduce_max(self, v: Self::V) -> f32;
 
+    /// Loads `LANES` bf16 (raw bits) as f32.
+    /// # Safety
+    /// `LANES` u16 readable at `p`.
+    unsafe fn load_bf16(self, p: *const u16) -> Self::V;
+    /// Loads `n < LANES` bf16 (raw bits) as f32, the other lanes zero.
+    /// # Safety
+    /// `n` u16 readable at `p`.
+    unsafe fn load_bf16_part(self, p: *const u16, n: usize) -> Self::V;
+
     /// Widens `n` bf16 (raw bits) to f32: a bf16 is the top half of an f32.
     /// # Safety
     /// `n` u16 readable at `src`, `n` f32 writable at `dst`.

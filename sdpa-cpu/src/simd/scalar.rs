@@ -37,6 +37,20 @@ impl Simd for Scalar {
         }
     }
     #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> f32 {
+        // SAFETY: the caller guarantees one readable u16 at `p`.
+        f32::from_bits((unsafe { *p } as u32) << 16)
+    }
+    #[inline(always)]
+    unsafe fn load_bf16_part(self, p: *const u16, n: usize) -> f32 {
+        if n == 0 {
+            0.0
+        } else {
+            // SAFETY: n >= 1 readable values at `p`.
+            f32::from_bits((unsafe { *p } as u32) << 16)
+        }
+    }
+    #[inline(always)]
     unsafe fn store(self, p: *mut f32, v: f32) {
         // SAFETY: the caller guarantees one writable f32 at `p`.
         unsafe { *p = v }

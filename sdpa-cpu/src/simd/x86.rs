@@ -100,6 +100,20 @@ impl Simd for Avx512 {
         unsafe { _mm512_maskz_loadu_ps(m, p) }
     }
     #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> __m512 {
+        // SAFETY: 16 readable u16 at `p` (caller).
+        unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast())))) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16_part(self, p: *const u16, n: usize) -> __m512 {
+        let m = ((1u32 << n.min(16)) - 1) as u16;
+        // SAFETY: masked-off lanes are not accessed (AVX-512 BW/VL); `n` readable u16 at `p` (caller).
+        unsafe {
+            let w = _mm256_maskz_loadu_epi16(m, p.cast());
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(w)))
+        }
+    }
+    #[inline(always)]
     unsafe fn store(self, p: *mut f32, v: __m512) {
         // SAFETY: 16 writable f32 at `p` (caller).
         unsafe { _mm512_storeu_ps(p, v) }
@@ -215,6 +229,20 @@ impl Simd for Avx2 {
         unsafe {
             let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
             _mm256_maskload_ps(p, m)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(self, p: *const u16) -> __m256 {
+        // SAFETY: 8 readable u16 at `p` (caller).
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())))) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16_part(self, p: *const u16, n: usize) -> __m256 {
+        let mut tmp = [0u16; 8];
+        // SAFETY: `n < 8` readable u16 at `p` (caller); `tmp` holds 8.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, tmp.as_mut_ptr(), n.min(8));
+            self.load_bf16(tmp.as_ptr())
         }
     }
     #[inline(always)]
