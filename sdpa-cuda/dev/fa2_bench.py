@@ -418,7 +418,8 @@ def run_decode(lib, res, args):
                 r.splitkv(pr, e, n, kps, lse=False, ws=ws)
                 err, nb = rel_err(pr.o, want)
                 ms = bench(lambda: r.splitkv(pr, e, n, kps, lse=False, ws=ws))
-                key = f"{e['kind']}_nw{e['a']}_st{e['b']}_ks{e['c']}_{'bulk' if e['e'] else 'cpasync'}_waves{waves}_splits{n}"
+                path = ("bulk" if e["e"] & 1 else "cpasync") + ("_ilv" if e["e"] & 2 else "")
+                key = f"{e['kind']}_nw{e['a']}_st{e['b']}_ks{e['c']}_{path}_waves{waves}_splits{n}"
                 row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb, entry=e, splits=(n, kps))
         row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, False)
         row["cudnn"] = torch_time(pr, None, False)
@@ -459,7 +460,7 @@ def run_ncu_target(lib, args):
     r = Runner(lib)
     for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
         pr = Problem(B, Hq, Hkv, 1, Sk, 128, "bf16", "bhsd", "none", seed=Sk)
-        e = [c for c in lib.configs("splitkv", "bf16", 128, 0) if c["e"]][0]
+        e = [c for c in lib.configs("splitkv", "bf16", 128, 0) if c["e"] & 1][0]
         n, kps = r.splits_for(pr, e, waves=2)
         ws = r.splitkv(pr, e, n, kps, lse=False)
         r.splitkv(pr, e, n, kps, lse=False, ws=ws)

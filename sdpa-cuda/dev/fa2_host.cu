@@ -37,17 +37,17 @@ int launch_fa2(const AttnParams& p, cudaStream_t st) {
 }
 
 // The split-KV kernel (kernels/splitkv.cu, combine folded in) with the bulk-copy (sm_90) or cp.async path.
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int BULK>
 __global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK>(p, reinterpret_cast<T*>(smem));
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, (BULK & 1) != 0, (BULK & 2) != 0>(p, reinterpret_cast<T*>(smem));
 }
 static int g_memset = 1;  // 0: skip zeroing the row-tile counters (they reset themselves after a call)
 extern "C" void fa2dev_set_memset(int on) { g_memset = on; }
 static int g_combine = 1;  // v1 only; 0: time the split kernel alone (the output is then incomplete)
 extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
 
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int BULK>
 int launch_splitkv(const AttnParams& p, cudaStream_t st) {
     const int smem = SplitKvTile<D, STAGES, KS>::smem_bytes(NW);
     auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK, BULK>;
@@ -77,7 +77,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256) combine_v1_dev(const AttnParams p) {
     v1::splitkv_combine_row<T, D, 8>(p);
 }
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool UNUSED>
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int UNUSED>
 int launch_splitkv_v1(const AttnParams& p, cudaStream_t st) {
     const int smem = v1::SplitKvTile<D, STAGES, KS>::WARP_ELEMS * 2 * NW;
     auto k = splitkv_v1_dev<T, D, NW, STAGES, KS, MASK>;
@@ -97,7 +97,7 @@ typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
     int kind;  // 0 fa2, 1 splitkv, 2 splitkv v1 (last session's, separate combine)
     int dt;    // 0 f16, 1 bf16
-    int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, bulk
+    int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, bulk (1) | interleave (2)
     LaunchFn fn;
 };
 
@@ -111,7 +111,7 @@ struct Entry {
         {1, DT, D, NW, ST, KS, BULK, 1, launch_splitkv<T, D, NW, ST, KS, 1, BULK>},
 #define SKV_CFG_ALL(DT, T, D, NW, ST, KS, BULK)                                                        \
     SKV_CFG(DT, T, D, NW, ST, KS, BULK){1, DT, D, NW, ST, KS, BULK, 2, launch_splitkv<T, D, NW, ST, KS, 2, BULK>},
-#define SKV_V1_CFG(DT, T, D, NW, ST, KS) {2, DT, D, NW, ST, KS, 0, 0, launch_splitkv_v1<T, D, NW, ST, KS, 0, false>},
+#define SKV_V1_CFG(DT, T, D, NW, ST, KS) {2, DT, D, NW, ST, KS, 0, 0, launch_splitkv_v1<T, D, NW, ST, KS, 0, 0>},
 
 typedef __half H;
 typedef __nv_bfloat16 BF;

@@ -142,7 +142,12 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
     dst[3] = T(v.w);
 }
 
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK>
+// INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads
+// tiles w, w + NW, ...), so the block streams K and V in contiguous NW·KS-key chunks; otherwise each warp
+// reads its own contiguous split (NW times as many concurrent streams, each NW times longer). The entry
+// points use contiguous splits; the interleaved form is a dev-harness variant (1-2 % faster on B=1,
+// Sk=32k there, not yet timed through the Rust backend: bench/results/fa2.md).
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK, bool INTERLEAVE>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     using Tile = SplitKvTile<D, STAGES, KS>;
     constexpr int NT = KS / 8;  // n8 tiles of S per step
@@ -153,7 +158,6 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
     const int split = blockIdx.x * NW + warp;
-    const bool active = split < p.num_splits;  // idle warps still join the block's merge below
     const int m_tiles = (p.group * p.sq + 15) / 16;
     const int kvh = blockIdx.y / m_tiles, r0 = (blockIdx.y % m_tiles) * 16;
     const int b = blockIdx.z;
@@ -174,9 +178,13 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         for (int r = r0; r < min(r0 + 16, rows); ++r) max_i = max(max_i, r % p.sq);
         key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
     }
-    const int k_begin = split * p.extra;
-    const int k_stop = min(key_end, k_begin + p.extra);
-    const int n_steps = active && k_stop > k_begin ? (k_stop - k_begin + KS - 1) / KS : 0;
+    // This warp's tiles start at k_begin + step·k_step and stop at k_stop. Warps past the last split (or
+    // past the keys) get no steps, and still join the block's merge below.
+    const int k_begin = INTERLEAVE ? blockIdx.x * NW * p.extra + warp * KS : split * p.extra;
+    const int k_stop = INTERLEAVE ? min(key_end, (blockIdx.x + 1) * NW * p.extra) : min(key_end, k_begin + p.extra);
+    constexpr int k_step = INTERLEAVE ? NW * KS : KS;
+    const bool has_keys = (INTERLEAVE || split < p.num_splits) && k_stop > k_begin;
+    const int n_steps = has_keys ? (k_stop - k_begin + k_step - 1) / k_step : 0;
 
     const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
@@ -206,7 +214,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     auto load_bulk = [&](int step) {
         const int s = step % STAGES;
         const unsigned sK = sKV + s * 2 * TILE_BYTES;
-        const int key0 = k_begin + step * KS;
+        const int key0 = k_begin + step * k_step;
         if (lane == 0) skv_mbar_expect(bars + s * 8, 2 * KS * D * 2);
         __syncwarp();
         if (lane < KS) {
@@ -218,7 +226,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     auto load_cp_async = [&](int step) {
         const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
         const unsigned sV = sK + TILE_BYTES;
-        const int key0 = k_begin + step * KS;
+        const int key0 = k_begin + step * k_step;
 #pragma unroll
         for (int c = lane; c < KS * CHUNKS; c += 32) {
             const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
@@ -265,7 +273,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
             fa2_cp_async_commit();
         }
         const unsigned buf = (step % STAGES) * 2 * TILE_BYTES;
-        const int key0 = k_begin + step * KS;
+        const int key0 = k_begin + step * k_step;
 
         float s[NT][4];
 #pragma unroll
@@ -432,7 +440,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 #define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                   \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                 \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK>(p, reinterpret_cast<T*>(splitkv_smem));     \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK, false>(p, reinterpret_cast<T*>(splitkv_smem)); \
     }
 
 // Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture) and

@@ -54,8 +54,8 @@ pub fn tile_for(d: usize, bulk: bool) -> Option<SplitKvTile> {
 }
 
 /// Longest split that takes the bulk-copy path on sm_90. Measured on the H100 (`bench/results/fa2.md`):
-/// bulk copies beat `cp.async` by about 5 % at 512 keys per split (B=1, Hkv=8, Sk=32k) and lose by 5-70 %
-/// at 1024-2048 (B=8, Hkv=32, Sk=4k).
+/// bulk copies beat `cp.async` by about 6 % at 512 keys per split (B=1, Hkv=8, Sk=32k) and lose by 4-70 %
+/// at 1024-2048 (B=8, Hkv=32, Sk=4k); the cause of the loss is not established.
 pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
 
 /// Split plan of one call.
@@ -72,9 +72,9 @@ pub struct SplitPlan {
 }
 
 /// Chooses the splits: enough warps to fill every resident block slot of the GPU twice (slots per SM from
-/// the kernel's shared memory), but at least [`MIN_KEYS_PER_SPLIT`] keys per split so that the combine
-/// pass stays small. Measured on the H100 (`bench/results/fa2.md`): B=8, Hkv=32, Sk=4k gets 4 splits
-/// (201 us against 207 us with 2); B=1, Hkv=8, Sk=32k gets 64 (128 were slower).
+/// the kernel's shared memory), but at least [`MIN_KEYS_PER_SPLIT`] keys per split so that the merge of
+/// the partials stays small. Measured on the H100 (`bench/results/fa2.md`): B=8, Hkv=32, Sk=4k gets 4
+/// splits (201 us against 207 us with 2); B=1, Hkv=8, Sk=32k gets 64 (128 were slower).
 pub fn plan_splits(
     b: usize,
     hkv: usize,
