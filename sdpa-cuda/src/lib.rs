@@ -44,6 +44,14 @@
 //!   pointers), wired into [`backend::dispatch`].
 //! - [`CudaBackend::forward_on_stream`] runs on caller-owned `CudaSlice`/`CudaView` memory and a caller's
 //!   stream (candle's).
+//!
+//! # NaN under a masked key
+//! Every kernel here multiplies a masked key's `p = 0` by its value row (on the tensor cores, or in
+//! cuBLAS's P·V for `unfused`), so a NaN or inf in V at a key a row may not see reaches that row when the
+//! key falls in a tile the row loads; and an explicit mask is added to the score, so a NaN in K under an
+//! explicit `-inf` entry gives a NaN score. The reference and the CPU backend skip such keys. NaN in Q, or
+//! in a visible key or value, propagates as in the reference. Not fixed yet: it needs a careful recompute
+//! of the affected rows in every kernel's epilogue.
 
 pub mod backend;
 pub mod buffer;

@@ -48,6 +48,11 @@ if want sanitize; then
     "fa2 f32 split-tf32 1,2,1,70,90,96 none"
     "fa2 bf16 exact 1,2,1,70,90,64 causal"
     "splitkv bf16 exact 1,4,1,1,300,128 none"
+    "fa1 f32 exact 1,2,1,70,90,64 causal"
+    "fa1 bf16 exact 1,2,2,70,90,128 none"
+    "fa2 f32 tf32 1,2,1,70,90,128 none"
+    "fa2 f32 split-tf32 1,2,1,70,90,128 causal"
+    "splitkv bf16 exact 1,32,8,1,5000,128 none"
   )
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do
