@@ -3,12 +3,17 @@
 //! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
 //! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
 //! of `BLOCK_*` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
-//! P·V on that head's running state. While it walks its rows it prefetches the next unit's rows into L2,
+//! P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
+//! f16 is widened into scratch. While a unit walks its rows it prefetches the next unit's rows into L2,
 //! one row per row read, so the requests run exactly one unit ahead and spread evenly (a burst per unit
-//! measured slower; BSHD rows are scattered 512-byte pieces the hardware prefetcher does not follow
-//! across pages). Each run ends with normalised partial rows and their LSE for every head it touched,
-//! merged by sdpa-core's `merge_normalized`. More runs than threads leave room for work stealing when
-//! another process takes a core.
+//! measured slower; BSHD rows are scattered pieces the hardware prefetcher does not follow across
+//! pages). Each run ends with normalised partial rows and their LSE for every head it touched, merged by
+//! sdpa-core's `merge_normalized`. More runs than threads leave room for work stealing when another
+//! process takes a core.
+//!
+//! Measured limit (`bench/results/cpu.md`): on BSHD the rate follows the row size, not the bytes (D = 256
+//! f32 rows of 1 KiB stream at about 80 % of the read ceiling, 512-byte rows at about 70 %, 128-byte bf16
+//! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 
 use crate::element::CpuElement;
 use crate::fa2::{key_range, lanes};
