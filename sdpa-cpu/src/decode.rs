@@ -49,7 +49,6 @@ struct Plan {
     nr: usize,
     dp: usize,
     dvp: usize,
-    heads: usize,
     blocks: usize,
     units: usize,
     key_major: bool,
@@ -60,6 +59,19 @@ struct Plan {
 }
 
 impl Plan {
+    /// The (batch · Hkv + kv head) range that units `u0..u1` (non-empty) touch: contiguous in either order
+    /// (key-major runs are widened to whole batches).
+    fn heads_of<T: CpuElement>(&self, p: &Problem<'_, T>, u0: usize, u1: usize) -> (usize, usize) {
+        let hkv = p.hkv();
+        if self.key_major {
+            let per_batch = hkv * self.blocks;
+            (u0 / per_batch * hkv, ((u1 - 1) / per_batch + 1) * hkv)
+        } else {
+            let ((b0, k0, _), (b1, k1, _)) = (self.unit(p, u0), self.unit(p, u1 - 1));
+            (b0 * hkv + k0, b1 * hkv + k1 + 1)
+        }
+    }
+
     /// (batch, kv head, block) of unit `u`.
     #[inline]
     fn unit<T: CpuElement>(&self, p: &Problem<'_, T>, u: usize) -> (usize, usize, usize) {
@@ -91,7 +103,6 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
         nr,
         dp: round_up(d, l),
         dvp: round_up(dv, l),
-        heads,
         blocks,
         units: heads * blocks,
         key_major,
@@ -115,28 +126,41 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     // at least one per thread, at most RUNS_PER_THREAD per thread and one per unit.
     let kv_bytes = heads * p.sk * (d + dv) * std::mem::size_of::<T>();
     let runs = (kv_bytes / MIN_RUN_BYTES).clamp(threads, RUNS_PER_THREAD * threads).min(plan.units).max(1);
-    let slots = heads * nr;
-    let mut part_o = vec![0.0f32; runs * slots * dv];
-    let mut part_lse = vec![f32::NEG_INFINITY; runs * slots];
+    // Each run keeps state and writes partials only for the heads it touches (on BHSD a few per run), so
+    // the partials stay about the size of the output however many runs there are.
+    let spans: Vec<Span> = {
+        let mut slot0 = 0;
+        (0..runs)
+            .map(|c| {
+                let (u0, u1) = (c * plan.units / runs, (c + 1) * plan.units / runs);
+                let (h0, h1) = if u0 < u1 { plan.heads_of(p, u0, u1) } else { (0, 0) };
+                let span = Span { u0, u1, h0, h1, slot0 };
+                slot0 += (h1 - h0) * nr;
+                span
+            })
+            .collect()
+    };
+    let total = spans.last().map_or(0, |sp| sp.slot0 + (sp.h1 - sp.h0) * nr);
+    let mut part_o = vec![0.0f32; total * dv];
+    let mut part_lse = vec![f32::NEG_INFINITY; total];
     let (po, pl) = (SharedMut(part_o.as_mut_ptr()), SharedMut(part_lse.as_mut_ptr()));
-    (0..runs).into_par_iter().with_max_len(1).for_each(|c| {
-        let (u0, u1) = (c * plan.units / runs, (c + 1) * plan.units / runs);
+    spans.par_iter().with_max_len(1).for_each(|&span| {
         for careful in [false, true] {
-            let run = Run { p, plan: &plan, q: &q, u0, u1, part_o: po, part_lse: pl, first_slot: c * slots, careful };
+            let run = Run { p, plan: &plan, q: &q, span, part_o: po, part_lse: pl, careful };
             if dispatch(path, run) {
                 break;
             }
         }
     });
-    let (part_o, part_lse) = (&part_o, &part_lse);
+    let (part_o, part_lse, spans) = (&part_o, &part_lse, &spans);
     (0..heads).into_par_iter().for_each_init(
         || (vec![0.0f32; dv], Vec::with_capacity(runs)),
         |(out, parts), hd| {
             let (b, kvh) = (hd / p.hkv(), hd % p.hkv());
             for r in 0..nr {
                 parts.clear();
-                parts.extend((0..runs).map(|c| {
-                    let slot = c * slots + hd * nr + r;
+                parts.extend(spans.iter().filter(|sp| (sp.h0..sp.h1).contains(&hd)).map(|sp| {
+                    let slot = sp.slot0 + (hd - sp.h0) * nr + r;
                     (&part_o[slot * dv..(slot + 1) * dv], part_lse[slot])
                 }));
                 let lse = merge_normalized(parts, out);
@@ -148,16 +172,25 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     );
 }
 
-/// One run of units `u0..u1`, writing its partials at slots `first_slot..` (one per head and row).
+/// One run: units `u0..u1`, touching heads `h0..h1`, whose partials go to slots `slot0..` (one per head
+/// and row, head-major).
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    u0: usize,
+    u1: usize,
+    h0: usize,
+    h1: usize,
+    slot0: usize,
+}
+
+/// One run (`span`), on the pool.
 struct Run<'r, 'a, T> {
     p: &'r Problem<'a, T>,
     plan: &'r Plan,
     q: &'r [f32],
-    u0: usize,
-    u1: usize,
+    span: Span,
     part_o: SharedMut<f32>,
     part_lse: SharedMut<f32>,
-    first_slot: usize,
     careful: bool,
 }
 
@@ -170,9 +203,11 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let (p, pl) = (self.p, self.plan);
         let (d, dv, nr, dp, dvp) = (p.d, p.dv, pl.nr, pl.dp, pl.dvp);
         let hkv = p.hkv();
-        let mut m = vec![f32::NEG_INFINITY; pl.heads * nr];
-        let mut l = vec![0.0f32; pl.heads * nr];
-        let mut acc = vec![0.0f32; pl.heads * nr * dvp];
+        let sp = self.span;
+        let nh = sp.h1 - sp.h0;
+        let mut m = vec![f32::NEG_INFINITY; nh * nr];
+        let mut l = vec![0.0f32; nh * nr];
+        let mut acc = vec![0.0f32; nh * nr * dvp];
         let mut alpha = [0.0f32; 16];
         let mut st = vec![0.0f32; nr * pl.block];
         let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
@@ -186,11 +221,9 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let mut vp = if widens { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
 
-        for u in self.u0..self.u1 {
-            let (ksh, vsh) = (
-                shadow(p, pl, u, self.u1, p.k.as_ptr(), p.k_st, d),
-                shadow(p, pl, u, self.u1, p.v.as_ptr(), p.v_st, dv),
-            );
+        for u in sp.u0..sp.u1 {
+            let (ksh, vsh) =
+                (shadow(p, pl, u, sp.u1, p.k.as_ptr(), p.k_st, d), shadow(p, pl, u, sp.u1, p.v.as_ptr(), p.v_st, dv));
             let (b, kvh, blk) = pl.unit(p, u);
             let j0 = blk * pl.block;
             if j0 >= pl.kmax {
@@ -199,6 +232,8 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             let j1 = (j0 + pl.block).min(pl.kmax);
             let nk = j1 - j0;
             let hd = b * hkv + kvh;
+            // This head's place in the run's state.
+            let sh = hd - sp.h0;
             let kbase = p.k_st.offset(b, kvh, j0);
             let stp = st.as_mut_ptr();
             // Scores of the nr rows against keys j0..j1 read from `$k` at row stride `$ks`.
@@ -232,11 +267,11 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
                 unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, pl.block) };
             }
-            let (ms, ls) = (&mut m[hd * nr..(hd + 1) * nr], &mut l[hd * nr..(hd + 1) * nr]);
+            let (ms, ls) = (&mut m[sh * nr..(sh + 1) * nr], &mut l[sh * nr..(sh + 1) * nr]);
             // SAFETY: nr rows of nk scores at row stride `block`; the state slices hold nr values.
             unsafe { micro::online_softmax_rows(s, stp, pl.block, nk, nr, ms, ls, &mut alpha) };
             let vbase = p.v_st.offset(b, kvh, j0);
-            let o = acc[hd * nr * dvp..].as_mut_ptr();
+            let o = acc[sh * nr * dvp..].as_mut_ptr();
             if let Some(vb) = vb {
                 // SAFETY: P is nr rows of nk at row stride `block`; V rows j0..j1 hold dv bf16 at stride
                 // v_st.s; this head's state is nr rows of dvp.
@@ -275,7 +310,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         if !self.careful && !nonfinite::all_finite(s, &acc) {
             return false;
         }
-        for slot in 0..pl.heads * nr {
+        for slot in 0..nh * nr {
             let (lr, row) = (l[slot], &mut acc[slot * dvp..slot * dvp + dv]);
             let lse = if lr == 0.0 {
                 row.fill(0.0);
@@ -285,8 +320,8 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 row.iter_mut().for_each(|x| *x *= inv);
                 m[slot] + lr.ln()
             };
-            let at = self.first_slot + slot;
-            // SAFETY: the partial buffers hold `runs × heads × nr` slots of dv values; this run's are its own.
+            let at = sp.slot0 + slot;
+            // SAFETY: the partial buffers hold every span's slots of dv values; this run's are its own.
             unsafe {
                 std::ptr::copy_nonoverlapping(row.as_ptr(), self.part_o.0.add(at * dv), dv);
                 *self.part_lse.0.add(at) = lse;
