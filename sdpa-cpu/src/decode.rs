@@ -238,15 +238,24 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             let stp = st.as_mut_ptr();
             // Scores of the nr rows against keys j0..j1 read from `$k` at row stride `$ks`.
             macro_rules! scores {
-                ($k:expr, $ks:expr) => {
-                    for r in 0..nr {
-                        let q = self.q[(hd * nr + r) * dp..].as_ptr();
-                        let sh = if r == 0 { ksh } else { None };
-                        // SAFETY: the Q row holds dp values (zero past d); K rows j0..j1 hold d values at
-                        // stride $ks; `st` row r holds `block` >= nk values.
-                        unsafe { micro::dot_scores(s, d, q, $k, $ks, nk, stp.add(r * pl.block), 1, sh) };
+                ($k:expr, $ks:expr) => {{
+                    let (q, k, ks) = (self.q[hd * nr * dp..].as_ptr(), $k, $ks);
+                    // SAFETY: the Q rows hold dp values each (zero past d); K rows j0..j1 hold d values at
+                    // stride ks; `st` holds nr rows of `block` >= nk values.
+                    unsafe {
+                        match nr {
+                            4 => micro::dot_scores_rows::<_, _, 4>(s, d, q, dp, k, ks, nk, stp, pl.block, ksh),
+                            3 => micro::dot_scores_rows::<_, _, 3>(s, d, q, dp, k, ks, nk, stp, pl.block, ksh),
+                            2 => micro::dot_scores_rows::<_, _, 2>(s, d, q, dp, k, ks, nk, stp, pl.block, ksh),
+                            _ => {
+                                for r in 0..nr {
+                                    let sh = if r == 0 { ksh } else { None };
+                                    micro::dot_scores(s, d, q.add(r * dp), k, ks, nk, stp.add(r * pl.block), 1, sh);
+                                }
+                            }
+                        }
                     }
-                };
+                }};
             }
             match (kf, kb) {
                 (Some(kf), _) => scores!(kf[kbase..].as_ptr(), p.k_st.s),

@@ -237,6 +237,90 @@ pub(crate) unsafe fn dot_scores<S: Simd, E: KvElem>(
     }
 }
 
+/// [`dot_scores`] for `R` query rows at once (GQA decoding): each K vector is loaded once for all rows.
+/// `q` row `r` at `q + r·qs`; scores of row `r` at `out + r·ors + j`.
+///
+/// # Safety
+/// As [`dot_scores`] for each row; `out` addresses `R` rows of `nk` f32 at stride `ors`.
+#[inline(always)]
+pub(crate) unsafe fn dot_scores_rows<S: Simd, E: KvElem, const R: usize>(
+    s: S,
+    d: usize,
+    q: *const f32,
+    qs: usize,
+    k: *const E,
+    ks: usize,
+    nk: usize,
+    out: *mut f32,
+    ors: usize,
+    shadow: Option<Shadow>,
+) {
+    let l = S::LANES;
+    let full = d / l * l;
+    let tail = d - full;
+    // SAFETY (whole body): offsets stay inside the contract's extents; the tail load reads `tail` values.
+    unsafe {
+        let mut j = 0;
+        while j + 2 <= nk {
+            if let Some(sh) = shadow {
+                sh.row(j);
+                sh.row(j + 1);
+            }
+            let mut acc = [[s.zero(); R]; 2];
+            let mut c = 0;
+            while c < full {
+                let kv = [E::load(s, k.add(j * ks + c)), E::load(s, k.add((j + 1) * ks + c))];
+                for r in 0..R {
+                    let qv = s.load(q.add(r * qs + c));
+                    for (x, a) in acc.iter_mut().enumerate() {
+                        a[r] = s.fma(qv, kv[x], a[r]);
+                    }
+                }
+                c += l;
+            }
+            if tail > 0 {
+                let kv =
+                    [E::load_part(s, k.add(j * ks + full), tail), E::load_part(s, k.add((j + 1) * ks + full), tail)];
+                for r in 0..R {
+                    let qv = s.load(q.add(r * qs + full));
+                    for (x, a) in acc.iter_mut().enumerate() {
+                        a[r] = s.fma(qv, kv[x], a[r]);
+                    }
+                }
+            }
+            for (x, a) in acc.iter().enumerate() {
+                for (r, v) in a.iter().enumerate() {
+                    *out.add(r * ors + j + x) = s.reduce_sum(*v);
+                }
+            }
+            j += 2;
+        }
+        if j < nk {
+            if let Some(sh) = shadow {
+                sh.row(j);
+            }
+            let mut acc = [s.zero(); R];
+            let mut c = 0;
+            while c < full {
+                let kv = E::load(s, k.add(j * ks + c));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = s.fma(s.load(q.add(r * qs + c)), kv, *a);
+                }
+                c += l;
+            }
+            if tail > 0 {
+                let kv = E::load_part(s, k.add(j * ks + full), tail);
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = s.fma(s.load(q.add(r * qs + full)), kv, *a);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                *out.add(r * ors + j) = s.reduce_sum(*a);
+            }
+        }
+    }
+}
+
 /// Online-softmax update of one score tile, lane-wise over queries: turns `Sᵀ` (scaled, masked, `-inf`
 /// for masked keys) into `Pᵀ = e^(Sᵀ - m_new)` in place, updates `m` and `l`, and writes the factor
 /// `alpha = e^(m_old - m_new)` by which the caller rescales its accumulators. A lane whose keys are all
@@ -382,7 +466,14 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
     unsafe {
         let mut r = 0;
         while r < rows {
-            let nr = if rows - r >= S::PV_ROWS { S::PV_ROWS } else { 1 };
+            // Four rows (GQA decoding) take a tile of their own where the path's tile is taller.
+            let nr = if rows - r >= S::PV_ROWS {
+                S::PV_ROWS
+            } else if rows - r >= 4 {
+                4
+            } else {
+                1
+            };
             let (pt_r, o_r) = (pt.add(r * pr), o.add(r * os));
             let al = alpha.map(|a| a.add(r));
             let mut c = 0;
@@ -390,6 +481,8 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
                 // A single row (decoding) takes eight vectors at once: one pass over each V row.
                 let (nv, n) = if nr == 1 && dv - c >= 8 * l {
                     (8, l)
+                } else if nr == 4 && S::PV_ROWS > 4 && dv - c >= 4 * l {
+                    (4, l)
                 } else if dv - c >= chunk {
                     (S::PV_VECS, l)
                 } else {
