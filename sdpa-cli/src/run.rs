@@ -158,8 +158,12 @@ fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
     }
 }
 
-/// The checked-out commit, when run inside the repository.
+/// The commit of the code that runs: the one this binary was built from (stamped by `build.rs`), or, for a
+/// build outside a git checkout, the checkout the command runs in.
 pub fn git_commit() -> Option<String> {
+    if let Some(c) = option_env!("SDPA_BUILD_COMMIT") {
+        return Some(c.to_string());
+    }
     let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

@@ -89,3 +89,24 @@ fn bad_arguments_fail_with_one_line_and_no_panic() {
         assert!(first.starts_with("sdpa: ") || first.starts_with("error: "), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn records_name_the_commit_the_binary_was_built_from_wherever_it_runs() {
+    // Run outside any git checkout (as the GPU bundle does on the device): the record still names the commit
+    // of the code measured, the one this test binary's crate was built from.
+    let dir = std::env::temp_dir().join(format!("sdpa-run-commit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sdpa"))
+        .args(["run", "--backend", "reference", "--shape", "1,1,1,8,8,8", "--json"])
+        .current_dir(&dir)
+        .output()
+        .expect("the sdpa binary runs");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    match option_env!("SDPA_BUILD_COMMIT") {
+        Some(built) => assert_eq!(v["commit"], built),
+        // Built outside a git checkout: nothing to stamp, and the temp dir is no checkout either.
+        None => assert!(v["commit"].is_null(), "{}", v["commit"]),
+    }
+}
