@@ -4,7 +4,7 @@
 # compute-sanitizer memcheck + racecheck on its small cases. Built here beforehand into $C:
 #   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o $C/tf32dev.so sdpa-cuda/dev/tf32_host.cu
 #   CARGO_TARGET_DIR=target-tf32 cargo test --release -p sdpa-cuda --test tf32_kernels --no-run  (copied to $C/tf32_kernels)
-# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [tests] [testsb] [sanitize]
+# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [tests] [testsb] [sanitize] [sanitizeb]
 C=${C:-target-tf32/carry}
 OUT=${OUT:-/tmp/tf32-out}
 mkdir -p "$OUT"
@@ -27,10 +27,14 @@ if want testsb && [ -x "$C/tf32_kernels_b" ]; then
   table+=("tests_b rc=$? $(grep -E '^test result' "$OUT/tests_b.log" | tail -1)")
 fi
 if want sanitize; then
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 3 "$C/tf32_kernels" --exact sanitizer_small_cases \
-      > "$OUT/sanitize-$tool.log" 2>&1
-    table+=("$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/sanitize-$tool.log" | tr '\n' ' ')")
+  bins=(tf32_kernels)
+  want sanitizeb && [ -x "$C/tf32_kernels_b" ] && bins+=(tf32_kernels_b)
+  for bin in "${bins[@]}"; do
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool --error-exitcode 3 "$C/$bin" --exact sanitizer_small_cases \
+        > "$OUT/sanitize-$bin-$tool.log" 2>&1
+      table+=("$bin $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$OUT/sanitize-$bin-$tool.log" | tr '\n' ' ')")
+    done
   done
 fi
 grep -E "CEILINGS|CHECKS|^FAIL" "$OUT/dev.log" 2>/dev/null | cut -c1-400 | head -20
