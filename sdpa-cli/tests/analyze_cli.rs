@@ -2,19 +2,10 @@
 //! results from `sdpa bench` fed back with `--bench-results` replace the seed's speedup range with a
 //! measured one; bad input fails with one clear line.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn sdpa(args: &[&str], cwd: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).current_dir(cwd).output().expect("the sdpa binary runs")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sdpa-analyze-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
+use common::{sdpa, tmp};
+use std::path::PathBuf;
 
 /// A real profiler trace of BERT with eager (unfused) attention, fp16, S = 128, recorded on an H100.
 fn bert_trace() -> PathBuf {

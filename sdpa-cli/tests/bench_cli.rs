@@ -2,19 +2,10 @@
 //! kernels that cannot run listed as skipped with the reason (the sweep goes on), presets and spec files
 //! (ours and the analyzer's replay format), and bad input that fails before anything runs.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn sdpa(args: &[&str], cwd: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).current_dir(cwd).output().expect("the sdpa binary runs")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sdpa-bench-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
+use common::{sdpa, tmp};
+use std::path::Path;
 
 fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).expect("result file")).expect("result JSON")

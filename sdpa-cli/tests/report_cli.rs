@@ -2,19 +2,10 @@
 //! speedup against the chosen baseline, efficiency against a tabled or measured peak), it reads every
 //! result shape we write, and every result file committed under `bench/results/` renders without a GPU.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn sdpa(args: &[&str], cwd: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).current_dir(cwd).output().expect("the sdpa binary runs")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sdpa-report-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
+use common::{sdpa, tmp};
+use std::path::Path;
 
 fn record(backend: &str, kernel: &str, device: &str, sq: usize, mask: &str, median_ms: f64) -> serde_json::Value {
     serde_json::json!({
@@ -155,7 +146,9 @@ fn harness_files_with_measured_ceilings_render() {
 /// else there must render.
 fn not_records(name: &str) -> bool {
     name == "analyze.json" // sdpa analyze against TraceLens: wall time and memory, not attention timings
-        || name.starts_with("fa2-dev-") // the fa2 tile-tuning harness's raw data, summarised in fa2.md
+        || name.contains("-dev-") // the nvcc harnesses' raw data (fa1, fa2, decode), summarised in their notes
+        || name == "fa1-h100-sets.json" // fa1 tile choices compared, harness format, summarised in fa1.md
+        || name == "tf32-h100.json" // the TF32 harness run with PyTorch's errors, summarised in tf32.md
         || name.ends_with("-meta.json") // a run's machine description beside its records
 }
 
