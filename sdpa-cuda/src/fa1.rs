@@ -4,8 +4,9 @@
 //! kernel `fa1t_{dtype}_{D}` ([`tiled_shape`]: 256 threads with 8 query rows each in 128-row blocks for
 //! 64 < D <= 128, 4 rows in 64-row blocks otherwise; 128 threads with 8 rows and 8 keys each for f32 at
 //! D = 64) when Q, K and V have 16-byte aligned bases and strides (it copies tiles in 16-byte chunks) and
-//! its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
-//! everything else takes the generic `fa1_{dtype}` with one block column per 64 columns of Dv.
+//! its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row
+//! blocks) when that fits; everything else takes the generic `fa1_{dtype}` with one block column per 64
+//! columns of Dv.
 
 use crate::call::Call;
 use crate::error::unsupported;

@@ -2,8 +2,8 @@
 //!
 //! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
 //! packed together so they read K/V once); on sm_90, for splits of at most [`BULK_MAX_KEYS_PER_SPLIT`]
-//! keys, it streams K/V with bulk copies completing on mbarriers, otherwise with `cp.async`. The warps of a block (consecutive splits of one row tile) merge
-//! their partials in shared memory; when a row tile spans several blocks, each writes one partial
+//! keys, it streams K/V with bulk copies completing on mbarriers, otherwise with `cp.async`. The warps of
+//! a block (consecutive splits of one row tile) merge their partials in shared memory; when a row tile spans several blocks, each writes one partial
 //! (normalised output + LSE) to scratch and the last block to finish, found with a per-row-tile counter,
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
@@ -106,8 +106,8 @@ pub fn workspace_len(rows: usize, blocks: usize, d: usize, units: usize) -> Opti
     Some((counters.checked_add(units)?, counters))
 }
 
-/// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's stream, or `fa1` when the tensor-core kernels
-/// cannot take the call; returns the kernel that ran.
+/// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
+/// stream, or `fa1` when the tensor-core kernels cannot take the call; returns the kernel that ran.
 pub fn run(call: &Call<'_>) -> Result<Kernel> {
     if unsupported_reason(call).is_some() {
         crate::fa1::run(call)?;
