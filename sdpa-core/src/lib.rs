@@ -1,8 +1,8 @@
 //! sdpa-core: what one scaled dot-product attention call means, and the tools every backend shares.
 //!
 //! `O = softmax(Q·Kᵀ·scale + mask)·V`, described by an [`AttentionSpec`] (shapes, strides, dtype, mask,
-//! scale, GQA), computed exactly by the f64 [`reference`] (the oracle for every backend), costed by the
-//! [`cost`] model against the [`hardware`] table, and run by implementations of [`Backend`].
+//! scale, GQA), computed exactly by the f64 [`reference`](mod@reference) (the oracle for every backend),
+//! costed by the [`cost`] model against the [`hardware`] table, and run by implementations of [`Backend`].
 //!
 //! This crate depends on no backend and no GPU crate.
 //!

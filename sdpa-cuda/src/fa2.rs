@@ -33,7 +33,7 @@ pub struct Fa2Tile {
     pub bn: usize,
     /// Warps per block (each owns `bm / warps` rows).
     pub warps: usize,
-    /// K/V buffers: 1 (V[t] loads during Q·Kᵀ, K[t+1] during softmax and P·V) or 2 (double-buffered).
+    /// K/V buffers: 1 (`V[t]` loads during Q·Kᵀ, `K[t+1]` during softmax and P·V) or 2 (double-buffered).
     pub stages: usize,
 }
 
