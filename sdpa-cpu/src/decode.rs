@@ -301,19 +301,13 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             };
             // Careful mode: V rows with NaN or inf leave the product and come back only where attended.
             // SAFETY: V rows j0..j1 hold dv values at stride vs.
-            let bad = if self.careful { unsafe { nonfinite::bad_rows(vptr, vs, nk, dv) } } else { Vec::new() };
-            let clean =
-                // SAFETY: as above.
-                if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
-            let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
+            let screened = unsafe { nonfinite::ScreenedV::new(self.careful, vptr, vs, nk, dv, dvp) };
+            let (vptr, vs) = screened.tile(vptr, vs, dvp);
             // SAFETY: P is nr rows of nk at row stride `block`; V as above; this head's state is nr rows of dvp.
             unsafe { micro::pv(s, nk, stp, 1, pl.block, vptr, vs, nr, dv, o, dvp, Some(alpha.as_ptr()), vsh) };
-            if !bad.is_empty() {
-                let vals = nonfinite::widen_rows(p.v, vbase, p.v_st.s, dv, &bad);
-                let prob = ProbTile { pt: stp, ps: 1, pr: pl.block };
-                // SAFETY: P and the state rows as for the product above.
-                unsafe { nonfinite::add_back(p, b, rows, j0, &bad, &vals, prob, o, dvp) };
-            }
+            let prob = ProbTile { pt: stp, ps: 1, pr: pl.block };
+            // SAFETY: P and the state rows as for the product above.
+            unsafe { screened.add_back(p, b, rows, j0, prob, o, dvp) };
         }
 
         if !self.careful && !nonfinite::all_finite(s, &acc) {

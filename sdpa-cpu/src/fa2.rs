@@ -313,23 +313,17 @@ fn process<S: Simd, T: CpuElement>(
         };
         // Careful mode: V rows with NaN or inf leave the tile product and come back only where attended.
         // SAFETY: V rows j0..j1 hold dv values at stride vs.
-        let bad = if careful { unsafe { nonfinite::bad_rows(vptr, vs, nk, dv) } } else { Vec::new() };
-        // SAFETY: as above.
-        let clean =
-            if bad.is_empty() { Vec::new() } else { unsafe { nonfinite::sanitized(vptr, vs, nk, dv, dvp, &bad) } };
-        let (vptr, vs) = if bad.is_empty() { (vptr, vs) } else { (clean.as_ptr(), dvp) };
+        let screened = unsafe { nonfinite::ScreenedV::new(careful, vptr, vs, nk, dv, dvp) };
+        let (vptr, vs) = screened.tile(vptr, vs, dvp);
         let o = scr.o.as_mut_ptr();
         // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
             micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()), None);
         }
-        if !bad.is_empty() {
-            let vals = nonfinite::widen_rows(p.v, vbase + j0 * p.v_st.s, p.v_st.s, dv, &bad);
-            let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
-            // SAFETY: P and `o` as for the product above.
-            unsafe { nonfinite::add_back(p, it.b, &scr.rows, j0, &bad, &vals, prob, o, dvp) };
-        }
+        let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
+        // SAFETY: P and `o` as for the product above.
+        unsafe { screened.add_back(p, it.b, &scr.rows, j0, prob, o, dvp) };
         j0 = j1;
     }
 

@@ -38,7 +38,7 @@ pub(crate) fn all_finite<S: Simd>(s: S, x: &[f32]) -> bool {
 ///
 /// # Safety
 /// `v` addresses `nk` rows of `dv` f32 at stride `vs`.
-pub(crate) unsafe fn bad_rows(v: *const f32, vs: usize, nk: usize, dv: usize) -> Vec<usize> {
+unsafe fn bad_rows(v: *const f32, vs: usize, nk: usize, dv: usize) -> Vec<usize> {
     (0..nk)
         .filter(|&j| {
             // SAFETY: row j exists (contract).
@@ -52,7 +52,7 @@ pub(crate) unsafe fn bad_rows(v: *const f32, vs: usize, nk: usize, dv: usize) ->
 ///
 /// # Safety
 /// As [`bad_rows`].
-pub(crate) unsafe fn sanitized(v: *const f32, vs: usize, nk: usize, dv: usize, dvp: usize, bad: &[usize]) -> Vec<f32> {
+unsafe fn sanitized(v: *const f32, vs: usize, nk: usize, dv: usize, dvp: usize, bad: &[usize]) -> Vec<f32> {
     let mut out = vec![0.0f32; nk * dvp];
     for j in (0..nk).filter(|j| !bad.contains(j)) {
         // SAFETY: row j exists (contract).
@@ -101,6 +101,69 @@ pub(crate) unsafe fn add_back<T: CpuElement>(
                     *x += pv * y;
                 }
             }
+        }
+    }
+}
+
+/// A V tile as the careful path multiplies it: the rows holding NaN or inf (tile indices) are taken out of
+/// the tile product, kept widened, and added back afterwards for exactly the rows that attend to them.
+/// Outside careful mode, or when every row is finite, it is empty: nothing is copied and nothing added.
+pub(crate) struct ScreenedV {
+    bad: Vec<usize>,
+    vals: Vec<f32>,
+    clean: Vec<f32>,
+}
+
+impl ScreenedV {
+    /// Screens the tile `v` (`nk` rows of `dv` f32 at stride `vs`) when `careful`.
+    ///
+    /// # Safety
+    /// As [`bad_rows`].
+    pub(crate) unsafe fn new(careful: bool, v: *const f32, vs: usize, nk: usize, dv: usize, dvp: usize) -> Self {
+        // SAFETY: the caller's contract.
+        let bad = if careful { unsafe { bad_rows(v, vs, nk, dv) } } else { Vec::new() };
+        if bad.is_empty() {
+            return ScreenedV { bad, vals: Vec::new(), clean: Vec::new() };
+        }
+        // SAFETY: the caller's contract.
+        let clean = unsafe { sanitized(v, vs, nk, dv, dvp, &bad) };
+        let mut vals = vec![0.0f32; bad.len() * dv];
+        for (n, &j) in bad.iter().enumerate() {
+            // SAFETY: row j of the tile exists (contract).
+            vals[n * dv..(n + 1) * dv].copy_from_slice(unsafe { std::slice::from_raw_parts(v.add(j * vs), dv) });
+        }
+        ScreenedV { bad, vals, clean }
+    }
+
+    /// The tile to multiply, as (pointer, row stride): the copy without the bad rows (stride `dvp`) when
+    /// some were taken out, else `(v, vs)` itself.
+    pub(crate) fn tile(&self, v: *const f32, vs: usize, dvp: usize) -> (*const f32, usize) {
+        if self.bad.is_empty() {
+            (v, vs)
+        } else {
+            (self.clean.as_ptr(), dvp)
+        }
+    }
+
+    /// After the tile product: adds each taken-out row back for the rows that attend to it (see
+    /// [`add_back`]); `rows`, `j0`, `prob`, `o` and `os` as there.
+    ///
+    /// # Safety
+    /// As [`add_back`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn add_back<T: CpuElement>(
+        &self,
+        p: &Problem<'_, T>,
+        b: usize,
+        rows: &[(usize, usize)],
+        j0: usize,
+        prob: ProbTile,
+        o: *mut f32,
+        os: usize,
+    ) {
+        if !self.bad.is_empty() {
+            // SAFETY: the caller's contract.
+            unsafe { add_back(p, b, rows, j0, &self.bad, &self.vals, prob, o, os) };
         }
     }
 }

@@ -288,22 +288,16 @@ fn careful_pv<T: CpuElement>(
 ) {
     let (sk, dv) = (p.sk, p.dv);
     // SAFETY: `v` holds sk rows of dv f32 at stride vs (the head's V, in place or widened).
-    let bad = unsafe { nonfinite::bad_rows(v, vs, sk, dv) };
-    // SAFETY: as above.
-    let clean = unsafe { nonfinite::sanitized(v, vs, sk, dv, dvp, &bad) };
+    let screened = unsafe { nonfinite::ScreenedV::new(true, v, vs, sk, dv, dvp) };
+    let (clean, cs) = screened.tile(v, vs, dvp);
     o.fill(0.0);
     let op = SharedMut(o.as_mut_ptr());
     let stp = SharedMut(st);
-    dispatch(path, Pv { sk, st: stp, sqp, r0, r1, v: SharedConst(clean.as_ptr()), vs: dvp, dv, o: op, dvp });
-    let mut vals = vec![0.0f32; bad.len() * dv];
-    for (n, &j) in bad.iter().enumerate() {
-        // SAFETY: row j of V exists.
-        vals[n * dv..(n + 1) * dv].copy_from_slice(unsafe { std::slice::from_raw_parts(v.add(j * vs), dv) });
-    }
+    dispatch(path, Pv { sk, st: stp, sqp, r0, r1, v: SharedConst(clean), vs: cs, dv, o: op, dvp });
     let rows: Vec<(usize, usize)> = (r0..r1).map(|i| (h, i)).collect();
     // SAFETY: P is the head's Sk × sqp matrix (columns r0..r1 are this chunk's); `o` holds r1 - r0 rows
     // of dvp values.
     let prob = ProbTile { pt: unsafe { st.add(r0) }, ps: sqp, pr: 1 };
     // SAFETY: as above.
-    unsafe { nonfinite::add_back(p, b, &rows, 0, &bad, &vals, prob, o.as_mut_ptr(), dvp) };
+    unsafe { screened.add_back(p, b, &rows, 0, prob, o.as_mut_ptr(), dvp) };
 }
