@@ -55,12 +55,13 @@ class Lib:
         self.lib.tfdev_mma_peak.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                             ctypes.POINTER(ctypes.c_double)]
         self.entries = []
-        buf = (ctypes.c_int * 10)()
+        buf = (ctypes.c_int * 11)()
         for i in range(self.lib.tfdev_count()):
             self.lib.tfdev_entry(i, buf)
-            dp, mt, nw, bk, st, split, pre, mask, bm, smem = list(buf)
+            dp, mt, nw, bk, st, split, pre, mask, bm, smem, wg = list(buf)
+            cfg = f"wg{wg}_bk{bk}" if wg else f"mt{mt}_nw{nw}_bk{bk}_st{st}{'_pre' if pre else ''}"
             self.entries.append(dict(i=i, dp=dp, mt=mt, nw=nw, bk=bk, st=st, split=split, pre=pre, mask=mask, bm=bm,
-                                     smem=smem, cfg=f"mt{mt}_nw{nw}_bk{bk}_st{st}{'_pre' if pre else ''}"))
+                                     smem=smem, wg=wg, cfg=cfg))
 
     def configs(self, dp, split, mask):
         return [e for e in self.entries if e["dp"] == dp and e["split"] == split and e["mask"] == mask]
@@ -165,6 +166,8 @@ def run_checks(lib, res):
         ref_o, ref_lse = pr.reference()
         for split in (0, 1):
             for e in lib.configs(dp, split, 0 if mask == "none" else 1):
+                if e["wg"] and not (pr.params().extra & 1):
+                    continue  # the wgmma kernel takes only the 16-byte load path (the host falls back)
                 pr.o.fill_(float("nan"))
                 pr.lse.fill_(float("nan"))
                 launch(lib, e, pr)
@@ -234,8 +237,10 @@ def issue_shapes():
     return out
 
 
-def run_bench(lib, res, only_best=False):
+def run_bench(lib, res, dims=None):
     for (tag, B, Hq, Hkv, S, D, causal) in issue_shapes():
+        if dims and D not in dims:
+            continue
         mask = "causal" if causal else "none"
         pr = Problem(B, Hq, Hkv, S, S, D, "bhsd", mask, seed=S + D)
         fl = flops(B, Hq, S, S, D, causal)
@@ -296,6 +301,8 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--dims", type=int, nargs="*", help="time only these head dims")
+    ap.add_argument("--no-ceilings", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lib = Lib(args.lib)
@@ -308,8 +315,9 @@ def main():
         if args.check:
             run_checks(lib, res)
         if args.bench:
-            ceilings(lib, res)
-            run_bench(lib, res)
+            if not args.no_ceilings:
+                ceilings(lib, res)
+            run_bench(lib, res, args.dims)
     finally:
         with open(os.path.join(args.out, "tf32dev.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)

@@ -4,10 +4,13 @@
 // and carries a tensor-core microbenchmark (independent mma.sync m16n8k8 TF32 chains, no memory traffic):
 // the ceiling of the instruction these kernels are built from. Not part of the Rust build.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o tf32dev.so tf32_host.cu
-//   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations)
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC -cudart static \
+//        -o tf32dev.so tf32_host.cu
+//   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations; sm_90a only for the wgmma
+//   kernel of tf32_wg.cuh, whose entries trap when built for plain sm_90)
 #define TC_NO_ENTRIES
 #include "../kernels/tf32.cu"
+#include "tf32_wg.cuh"
 #include <cuda_runtime.h>
 
 template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
@@ -27,14 +30,36 @@ int launch_tc(const AttnParams& p, cudaStream_t st) {
     return (int)cudaGetLastError();
 }
 
+template <int DP, int NWG, int BK, int MASK>
+__global__ void __launch_bounds__(NWG * 128) wg_dev(const AttnParams p) {
+    extern __shared__ __align__(128) float smem[];
+    wg_forward<DP, NWG, BK, MASK>(p, smem);
+}
+
+template <int DP, int NWG, int BK, int MASK>
+int launch_wg(const AttnParams& p, cudaStream_t st) {
+    using C = WgCfg<DP, NWG, BK>;
+    auto k = wg_dev<DP, NWG, BK, MASK>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+    if (e != cudaSuccess) return (int)e;
+    const long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
+    k<<<(unsigned)blocks, C::THREADS, C::SMEM_BYTES, st>>>(p);
+    return (int)cudaGetLastError();
+}
+
 typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
-    int dp, mt, nw, bk, st, split, pre, mask, bm, smem;
+    int dp, mt, nw, bk, st, split, pre, mask, bm, smem, wg;
     LaunchFn fn;
 };
 #define TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                                        \
     {DP, MT, NW, BK, ST, SPLIT, PRE, MASK, TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::BM,                       \
-     TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::SMEM_BYTES, launch_tc<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>},
+     TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::SMEM_BYTES, 0, launch_tc<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>},
+// wgmma kernel (plain TF32 only): NWG warpgroups, BK keys per tile; needs the 16-byte load path.
+#define WG_CFG(DP, NWG, BK, MASK)                                                                          \
+    {DP, 1, 4 * NWG, BK, 1, 0, 1, MASK, WgCfg<DP, NWG, BK>::BM, WgCfg<DP, NWG, BK>::SMEM_BYTES, NWG,       \
+     launch_wg<DP, NWG, BK, MASK>},
+#define WG_CFG2(DP, NWG, BK) WG_CFG(DP, NWG, BK, 0) WG_CFG(DP, NWG, BK, 1)
 #define TC_CFG2(DP, MT, NW, BK, ST, SPLIT, PRE) \
     TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 0) TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 1)
 
@@ -52,10 +77,10 @@ static const Entry ENTRIES[] = {
 };
 
 extern "C" int tfdev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void tfdev_entry(int i, int* out10) {
+extern "C" void tfdev_entry(int i, int* out11) {
     const Entry& e = ENTRIES[i];
-    const int v[10] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.pre, e.mask, e.bm, e.smem};
-    for (int j = 0; j < 10; ++j) out10[j] = v[j];
+    const int v[11] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.pre, e.mask, e.bm, e.smem, e.wg};
+    for (int j = 0; j < 11; ++j) out11[j] = v[j];
 }
 extern "C" int tfdev_launch(int i, const AttnParams* p, void* stream) {
     if (i < 0 || i >= tfdev_count()) return -1;

@@ -30,13 +30,18 @@
 // distinct bank groups) and 2·LD ≡ 8 (mod 32) banks, so the 32 V reads of a warp hit 32 distinct banks.
 //
 // Head dims are padded to DP (16, 32, 64, 128 or 256) with zeros, so any D = Dv up to 256 runs. Causal
-// tiles wholly above the diagonal are never loaded; only tiles that cross it (or the end of the keys, or
-// any tile under an explicit mask) run mask code. Softmax runs in log2 units (exp2, scale folded in).
+// tiles wholly above the diagonal are never loaded; a warp skips the loaded tiles wholly above its own rows;
+// only tiles that cross a warp's part of the diagonal (or the end of the keys, or any tile under an explicit
+// mask) run mask code. Softmax runs in log2 units (exp2, scale folded in).
 #include "common.cuh"
 
 #define TC_MASK_NONE 0
 #define TC_MASK_CAUSAL 1
 #define TC_MASK_EXPLICIT 2
+// Causal key tiles skipped per warp (1) or per block only (0; kept for A/B timing in dev/tf32_host.cu).
+#ifndef TC_WARP_SKIP
+#define TC_WARP_SKIP 1
+#endif
 
 // Tile configuration: DP padded head dim, MT m16 tiles per warp, NW warps, BK keys per tile, STAGES K/V
 // buffers, SPLIT split TF32 (Q stored as big and small halves), PRE K and V rounded (split) once per block
@@ -283,6 +288,11 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
         }
         tc_commit();
 
+        // Causal: a tile whose first key lies past the last row of this warp is wholly masked for it; the warp
+        // skips its products and softmax (it still loads and meets the barriers with the block).
+        const bool active =
+            MASK != TC_MASK_CAUSAL || !TC_WARP_SKIP || n0 <= m0 + wrow0 + 16 * MT - 1 + p.causal_offset;
+
         // S = Q Kᵀ for this warp's rows.
         float s[MT][NT][4];
 #pragma unroll
@@ -290,30 +300,32 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 #pragma unroll
             for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
         const unsigned kb_ld = k_ld + buf * C::KV_FLOATS * 4;
+        if (active) {
 #pragma unroll
-        for (int kk = 0; kk < DP / 8; ++kk) {
-            unsigned qa[MT][4], qs[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                tc_ldsm4(qa[mt], q_ld + (mt * 16 * LD + kk * 8) * 4);
-                if (SPLIT) tc_ldsm4(qs[mt], q_ld + (BM * LD + mt * 16 * LD + kk * 8) * 4);
-            }
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-                unsigned kb[4], ks[4];
-                if (PRE) {
-                    tc_ldsm4(kb, kb_ld + (np * 16 * LD + kk * 8) * 4);
-                    if (SPLIT) tc_ldsm4(ks, kb_ld + (KS + np * 16 * LD + kk * 8) * 4);
-                } else {
-                    unsigned kr[4];
-                    tc_ldsm4(kr, kb_ld + (np * 16 * LD + kk * 8) * 4);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) tc_split<SPLIT>(__uint_as_float(kr[e]), kb[e], ks[e]);
-                }
+            for (int kk = 0; kk < DP / 8; ++kk) {
+                unsigned qa[MT][4], qs[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    tc_mma_acc<SPLIT>(s[mt][2 * np], qa[mt], qs[mt], kb[0], kb[1], ks[0], ks[1]);
-                    tc_mma_acc<SPLIT>(s[mt][2 * np + 1], qa[mt], qs[mt], kb[2], kb[3], ks[2], ks[3]);
+                    tc_ldsm4(qa[mt], q_ld + (mt * 16 * LD + kk * 8) * 4);
+                    if (SPLIT) tc_ldsm4(qs[mt], q_ld + (BM * LD + mt * 16 * LD + kk * 8) * 4);
+                }
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                    unsigned kb[4], ks[4];
+                    if (PRE) {
+                        tc_ldsm4(kb, kb_ld + (np * 16 * LD + kk * 8) * 4);
+                        if (SPLIT) tc_ldsm4(ks, kb_ld + (KS + np * 16 * LD + kk * 8) * 4);
+                    } else {
+                        unsigned kr[4];
+                        tc_ldsm4(kr, kb_ld + (np * 16 * LD + kk * 8) * 4);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) tc_split<SPLIT>(__uint_as_float(kr[e]), kb[e], ks[e]);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        tc_mma_acc<SPLIT>(s[mt][2 * np], qa[mt], qs[mt], kb[0], kb[1], ks[0], ks[1]);
+                        tc_mma_acc<SPLIT>(s[mt][2 * np + 1], qa[mt], qs[mt], kb[2], kb[3], ks[2], ks[3]);
+                    }
                 }
             }
         }
@@ -332,7 +344,9 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 
         // Mask (edge tiles only). Explicit masks scale the scores here (log2 units); otherwise the scale is
         // folded into the exp2 argument below.
-        const bool edge = (n0 + BK > p.sk) || (MASK == TC_MASK_CAUSAL && n0 + BK - 1 > m0 + p.causal_offset) ||
+        if (!active) continue;
+        const bool edge = (n0 + BK > p.sk) ||
+                          (MASK == TC_MASK_CAUSAL && n0 + BK - 1 > m0 + (TC_WARP_SKIP ? wrow0 : 0) + p.causal_offset) ||
                           MASK == TC_MASK_EXPLICIT;
         if (edge) {
 #pragma unroll
@@ -465,9 +479,8 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 
 // Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
 // warp, NW warps, BK keys, K/V stages, split, per-block K/V rounding) were chosen by measurement on the H100
-// (dev/tf32_bench.py, see bench/results/tf32.md; plain TF32 at D = 128 takes 8 warps without a mask and 4
-// under causal masks, whose short diagonal blocks favour smaller blocks); src/tf32.rs mirrors this table in
-// `tile_for`.
+// (dev/tf32_bench.py, see bench/results/tf32.md; since warps skip the causal key tiles past their rows, plain
+// TF32 at D = 128 takes 8 warps under causal masks too); src/tf32.rs mirrors this table in `tile_for`.
 #define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \
         extern __shared__ __align__(16) float tc_smem[];                                             \
@@ -482,9 +495,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false, true)
 TC_ENTRIES(tf32, 32, 2, 4, 64, 2, false, true)
 TC_ENTRIES(tf32, 64, 2, 8, 64, 2, false, true)
-TC_ENTRY(tf32_f32_128_none, 128, 2, 8, 32, 1, false, true, TC_MASK_NONE)
-TC_ENTRY(tf32_f32_128_causal, 128, 2, 4, 32, 1, false, true, TC_MASK_CAUSAL)
-TC_ENTRY(tf32_f32_128_explicit, 128, 2, 4, 32, 1, false, true, TC_MASK_EXPLICIT)
+TC_ENTRIES(tf32, 128, 2, 8, 32, 1, false, true)
 TC_ENTRIES(tf32, 256, 1, 4, 16, 1, false, true)
 TC_ENTRIES(tf32x3, 16, 2, 4, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 32, 2, 4, 32, 1, true, true)

@@ -211,8 +211,8 @@ fn unsupported_head_dims_say_so() {
     }
 }
 
-/// A few small cases for `compute-sanitizer` (memcheck, racecheck): every mask path, both maths, lengths
-/// off the tiles, GQA, the scalar-load path.
+/// A few small cases for `compute-sanitizer` (memcheck, racecheck): every mask path, both maths, D = 64 and
+/// 128 under causal masks, lengths off the tiles, GQA, the scalar-load path.
 #[test]
 fn sanitizer_small_cases() {
     let Some(gpu) = gpu() else { return };
@@ -221,6 +221,8 @@ fn sanitizer_small_cases() {
         for (shape, mask) in [
             (s(1, 2, 1, 70, 90, 64), Mask::CausalTopLeft),
             (s(1, 2, 1, 90, 70, 64), Mask::CausalBottomRight),
+            // Two query blocks of the D = 128 causal tile: warps skip the key tiles past their rows.
+            (s(1, 2, 1, 150, 150, 128), Mask::CausalTopLeft),
             (
                 s(1, 2, 2, 33, 47, 128),
                 Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [1, 2, 33, 47] }),
