@@ -179,17 +179,19 @@ class Runner:
         if rc != 0:
             raise RuntimeError(f"launch failed rc={rc} {entry}")
 
-    def splits_for(self, pr, entry, sms=132, waves=2, min_keys=512):
-        """Splits so that the grid fills the resident block slots `waves` times (slots from shared memory),
-        at least `min_keys` keys each (src/splitkv.rs `plan_splits` with its defaults)."""
+    def splits_for(self, pr, entry, sms=132, waves=1, min_keys=256):
+        """src/splitkv.rs `plan_splits`: as many blocks per unit as fit in the resident block slots (x waves),
+        at least `min_keys` keys per split; splits divide the keys evenly (the kernel ignores kps, which
+        only last session's v1 kernel reads)."""
         G = pr.Hq // pr.Hkv
         nw = entry["a"]
         units = pr.B * pr.Hkv * ((G * pr.Sq + 15) // 16)
         per_sm = max(1, min(228 * 1024 // (Lib.smem(entry) + 1024), 64 // nw))
-        target_warps = int(sms * per_sm * nw * waves)
-        n = max(1, min(target_warps // units, -(-pr.Sk // min_keys)))
+        bpu = max(1, int(sms * per_sm * waves) // units)
+        n = max(1, min(bpu * nw, -(-pr.Sk // min_keys)))
         kps = -(-(-(-pr.Sk // n)) // 32) * 32
-        n = -(-pr.Sk // kps)
+        if entry["kind"] == "splitkv_v1":
+            n = -(-pr.Sk // kps)
         return n, kps
 
     def splitkv(self, pr, entry, n_splits=None, kps=None, lse=True, ws=None):
@@ -455,6 +457,65 @@ def run_decode(lib, res, args):
         torch.cuda.empty_cache()
 
 
+def run_decode_ab(lib, res, args):
+    """Split-KV variants at explicit split counts on the two decoding shapes, and fa2 tiles on issue 4's
+    tiny shapes; ours and PyTorch's timed the same way (do_bench: 256 MB write flush, median), plus ours
+    and cuDNN after a read flush (clean L2)."""
+    r = Runner(lib)
+    read_buf = torch.ones(64 * 2**20, dtype=torch.float32, device="cuda")
+    read_flush = lambda: read_buf.sum()
+    plans = {
+        (8, 32, 32, 4096): [((4, 2, 32, 0), 4), ((4, 2, 32, 2), 4), ((8, 2, 16, 0), 8), ((4, 2, 32, 0), 4)],
+        (1, 32, 8, 32768): [((4, 3, 32, 1), 64), ((4, 3, 32, 3), 64), ((8, 2, 16, 1), 128), ((4, 3, 32, 1), 60),
+                            ((4, 2, 32, 0), 64), ((4, 3, 32, 1), 64)],
+    }
+    res["decode_ab"] = []
+    for (B, Hq, Hkv, Sk), variants in plans.items():
+        D, dt = 128, "bf16"
+        pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
+        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
+        sdpa = lambda: F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
+        row = dict(B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, bytes=nbytes, cudnn=bench(sdpa), cudnn_read=time_flushed(sdpa, read_flush))
+        for cfg, n in variants:
+            e = lib.find("splitkv", dt, D, 0, cfg)
+            if e is None:
+                log("missing", cfg)
+                continue
+            ws = r.splitkv(pr, e, n, 0, lse=False)
+            pr.o.fill_(float("nan"))
+            r.splitkv(pr, e, n, 0, lse=False, ws=ws)
+            err, nb = rel_err(pr.o, want)
+            ms = bench(lambda: r.splitkv(pr, e, n, 0, lse=False, ws=ws))
+            ms_read = time_flushed(lambda: r.splitkv(pr, e, n, 0, lse=False, ws=ws), read_flush)
+            key = f"nw{cfg[0]}_st{cfg[1]}_ks{cfg[2]}_{'bulk' if cfg[3] & 1 else 'cp'}{'_ilv' if cfg[3] & 2 else ''}_n{n}"
+            row[key] = dict(ms=ms, ms_read=ms_read, err=err, nan=nb)
+            log(f"AB B={B} Sk={Sk} {key:28}: {ms * 1e3:6.1f} us (read flush {ms_read * 1e3:6.1f}) "
+                f"{nbytes / ms / 1e6 / res['ceilings']['d2d_GBps']:.3f} of copy, x cudnn {row['cudnn'] / ms:.3f} "
+                f"err {err:.1e} nan {nb}")
+        log(f"AB B={B} Sk={Sk} cudnn {row['cudnn'] * 1e3:6.1f} us (read flush {row['cudnn_read'] * 1e3:6.1f})")
+        res["decode_ab"].append(row)
+        del pr, ws
+        torch.cuda.empty_cache()
+    for D, S in [(64, 64), (64, 128), (64, 512), (128, 64), (128, 128), (128, 512)]:
+        pr = Problem(1, 1, 1, S, S, D, "bf16", "bhsd", "none", seed=S)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v)
+        row = dict(S=S, cudnn=torch_time(pr, None, False), flash=torch_time(pr, SDPBackend.FLASH_ATTENTION, False))
+        for e in lib.configs("fa2", "bf16", D, 0):
+            pr.o.fill_(float("nan"))
+            r.fa2(pr, e, lse=False)
+            err, nb = rel_err(pr.o, want)
+            ms = bench(lambda: r.fa2(pr, e, lse=False))
+            row[str(e["cfg"])] = dict(ms=ms, err=err, nan=nb)
+            log(f"TINY D={D} S={S} fa2 {str(e['cfg']):18}: {ms * 1e3:5.2f} us x default {row['cudnn'] / ms:.3f} "
+                f"x flash {row['flash'] / ms:.3f} err {err:.1e} nan {nb}")
+        log(f"TINY D={D} S={S} default {row['cudnn'] * 1e3:.2f} us flash {row['flash'] * 1e3:.2f} us")
+        row["D"] = D
+        res["decode_ab"].append(row)
+
+
 def run_ncu_target(lib, args):
     """One call of each decoding shape (ours with the first bulk config, then PyTorch's default), for ncu."""
     r = Runner(lib)
@@ -474,6 +535,7 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--decode-ab", action="store_true", help="split-KV variants at fixed splits, fa2 tiny tiles")
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--extra", action="store_true")
     ap.add_argument("--kinds", default="fa2,splitkv", help="kernels to check: fa2, splitkv, splitkv_v1")
@@ -495,12 +557,14 @@ def main():
     try:
         if args.check:
             run_checks(lib, res, args)
-        if args.bench or args.decode:
+        if args.bench or args.decode or args.decode_ab:
             ceilings(res)
         if args.bench:
             run_bench(lib, res, args)
         if args.decode:
             run_decode(lib, res, args)
+        if args.decode_ab:
+            run_decode_ab(lib, res, args)
         if args.extra:
             run_extra(lib, res, args)
     finally:

@@ -60,6 +60,7 @@ points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
 for s in ([64, 128, 512] if args.tiny else []):
     for k in ["auto", "fa2", "splitkv"]:
         points.append(pt("tiny", 1, 1, 1, s, s, 64, "bf16", False, k))
+    points.append(pt("tiny", 1, 1, 1, s, s, 128, "bf16", False, "auto"))
 
 res = dict(env={}, ceilings={}, records=[])
 p = torch.cuda.get_device_properties(0)
@@ -160,7 +161,7 @@ for dname in dt:
         f"{all(r.get('check_pass') for r in grid)}")
 for r in res["records"]:
     if r["tag"] == "tiny":
-        log(f"tiny S={r['sq']} {r['kernel']:7} ran {r.get('kernel_ran', 'ERR'):7} {fm(r.get('median_ms') and r['median_ms'] * 1e3, '.1f')} us,"
+        log(f"tiny D={r['d']} S={r['sq']} {r['kernel']:7} ran {r.get('kernel_ran', 'ERR'):7} {fm(r.get('median_ms') and r['median_ms'] * 1e3, '.1f')} us,"
             f" x default {fm(r['x_default'], '.3f')} (>= 1.0), x flash {fm(r['x_flash'], '.3f')}")
 for r in res["records"]:
     if r["tag"] == "decode" and r["kernel"] in ("splitkv", "auto"):

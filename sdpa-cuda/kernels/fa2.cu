@@ -291,16 +291,23 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(fa2_smem));                   \
     }
 
+// Entry points fa2_{dtype}_{D}_{mask} with the tile measured for each head dim on full grids, and
+// fa2_small_{dtype}_{D}_{mask} with 64-row tiles (128 keys at D = 64, 64 at D = 96 and 128) for grids
+// that leave SMs idle (issue 4's tiny shapes: a shorter path per block, no opt-in shared memory at
+// D = 64); src/fa2.rs `tile_for` mirrors both. D = 256 already runs 64 x 64.
 #ifndef FA2_NO_ENTRIES
-#define FA2_ENTRIES_FOR(TNAME, T, D, BM, BN, NW, ST, MINB)                                             \
-    FA2_ENTRY(fa2_##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                     \
-    FA2_ENTRY(fa2_##TNAME##_##D##_causal, T, D, BM, BN, NW, ST, MINB, FA2_MASK_CAUSAL)                 \
-    FA2_ENTRY(fa2_##TNAME##_##D##_explicit, T, D, BM, BN, NW, ST, MINB, FA2_MASK_EXPLICIT)
+#define FA2_ENTRIES_FOR(PFX, TNAME, T, D, BM, BN, NW, ST, MINB)                                        \
+    FA2_ENTRY(PFX##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                      \
+    FA2_ENTRY(PFX##TNAME##_##D##_causal, T, D, BM, BN, NW, ST, MINB, FA2_MASK_CAUSAL)                  \
+    FA2_ENTRY(PFX##TNAME##_##D##_explicit, T, D, BM, BN, NW, ST, MINB, FA2_MASK_EXPLICIT)
 #define FA2_ENTRIES_DTYPE(TNAME, T)                                                                    \
-    FA2_ENTRIES_FOR(TNAME, T, 64, 128, 128, 4, 1, 1)                                                   \
-    FA2_ENTRIES_FOR(TNAME, T, 96, 128, 64, 4, 2, 2)                                                    \
-    FA2_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 1, 2)                                                   \
-    FA2_ENTRIES_FOR(TNAME, T, 256, 64, 64, 4, 1, 1)
+    FA2_ENTRIES_FOR(fa2_, TNAME, T, 64, 128, 128, 4, 1, 1)                                             \
+    FA2_ENTRIES_FOR(fa2_, TNAME, T, 96, 128, 64, 4, 2, 2)                                              \
+    FA2_ENTRIES_FOR(fa2_, TNAME, T, 128, 128, 64, 4, 1, 2)                                             \
+    FA2_ENTRIES_FOR(fa2_, TNAME, T, 256, 64, 64, 4, 1, 1)                                              \
+    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 64, 64, 128, 4, 1, 1)                                        \
+    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 96, 64, 64, 4, 1, 1)                                         \
+    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 128, 64, 64, 4, 1, 1)
 FA2_ENTRIES_DTYPE(f16, __half)
 FA2_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif

@@ -103,6 +103,7 @@ template <typename LseAt, typename OAt>
 __device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, float4& out) {
     float mx = fa2_neg_inf();
     bool nan = false;
+#pragma unroll 8
     for (int s = 0; s < n; ++s) {
         const float x = lse_at(s);
         nan |= x != x;
@@ -119,7 +120,7 @@ __device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, fl
     }
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float total = 0.f;
-#pragma unroll 8
+#pragma unroll 16
     for (int s = 0; s < n; ++s) {
         const float w = expf(lse_at(s) - mx);
         const float4 o = o_at(s);
@@ -178,12 +179,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         for (int r = r0; r < min(r0 + 16, rows); ++r) max_i = max(max_i, r % p.sq);
         key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
     }
+    // Split s covers keys [s·Sk/n, (s+1)·Sk/n) of n = num_splits: any split count divides the keys evenly
+    // (to within one key), whatever Sk is.
     // This warp's tiles start at k_begin + step·k_step and stop at k_stop. Warps past the last split (or
     // past the keys) get no steps, and still join the block's merge below.
-    const int k_begin = INTERLEAVE ? blockIdx.x * NW * p.extra + warp * KS : split * p.extra;
-    const int k_stop = INTERLEAVE ? min(key_end, (blockIdx.x + 1) * NW * p.extra) : min(key_end, k_begin + p.extra);
+    const int ns = p.num_splits;
+    auto split_start = [&](int s) { return (int)((long long)min(s, ns) * p.sk / ns); };
+    const int k_begin = INTERLEAVE ? split_start(blockIdx.x * NW) + warp * KS : split_start(split);
+    const int k_stop = min(key_end, INTERLEAVE ? split_start((blockIdx.x + 1) * NW) : split_start(split + 1));
     constexpr int k_step = INTERLEAVE ? NW * KS : KS;
-    const bool has_keys = (INTERLEAVE || split < p.num_splits) && k_stop > k_begin;
+    const bool has_keys = (INTERLEAVE || split < ns) && k_stop > k_begin;
     const int n_steps = has_keys ? (k_stop - k_begin + k_step - 1) / k_step : 0;
 
     const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
@@ -421,6 +426,20 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    // The tile's partial LSEs go to shared memory first, all loaded at once (the ring is free: every
+    // thread passed the barrier above after its last read), so the merge's max pass reads no L2; the
+    // partial outputs stream from L2 with many loads in flight (splitkv_merge's unrolled pass).
+    float* s_lse = reinterpret_cast<float*>(smem);
+    const bool staged = tile_rows * nblk <= NW * Tile::WARP_ELEMS / 2;  // floats that fit in the ring
+    if (staged) {
+        for (int x = threadIdx.x; x < tile_rows * nblk; x += NW * 32) {
+            const int rr = x / nblk, s = x - rr * nblk;
+            int hq, i;
+            splitkv_row(p, r0 + rr, hq, i);
+            s_lse[x] = __ldcg(splitkv_part_lse(p) + (((long long)b * p.hq + hq) * p.sq + i) * nblk + s);
+        }
+        __syncthreads();
+    }
     for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
         const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
         int hq, i;
@@ -430,7 +449,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         const float* po = splitkv_part_o(p) + row * nblk * D + c;
         float4 v;
         const float lse = splitkv_merge(
-            nblk, [&](int s) { return __ldcg(plse + s); },
+            nblk, [&](int s) { return staged ? s_lse[rr * nblk + s] : __ldcg(plse + s); },
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
         splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;

@@ -44,16 +44,28 @@ impl Fa2Tile {
     }
 }
 
-/// The measured tile for head dim `d`, if `d` is specialised.
-pub fn tile_for(d: usize) -> Option<Fa2Tile> {
+/// The measured tile for head dim `d`, if `d` is specialised: `small == false` for grids that fill the GPU
+/// (`fa2_*` entries), `small == true` for grids that leave SMs idle (`fa2_small_*` entries: 64 query rows,
+/// 4 warps, 128 keys per tile at D = 64 (46 KB, no opt-in), 64 at D = 96 and 128: more blocks and a
+/// shorter path through each; measured on issue 4's tiny shapes, `bench/results/fa2.md`). D = 256 runs
+/// 64 x 64 either way.
+pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
     let t = |bm, bn, warps, stages| Some(Fa2Tile { bm, bn, warps, stages });
-    match d {
-        64 => t(128, 128, 4, 1),
-        96 => t(128, 64, 4, 2),
-        128 => t(128, 64, 4, 1),
-        256 => t(64, 64, 4, 1),
+    match (d, small) {
+        (64, false) => t(128, 128, 4, 1),
+        (96, false) => t(128, 64, 4, 2),
+        (128, false) => t(128, 64, 4, 1),
+        (64, true) => t(64, 128, 4, 1),
+        (96 | 128, true) | (256, _) => t(64, 64, 4, 1),
         _ => None,
     }
+}
+
+/// Whether `fa2` takes the small tile: the full-grid tile's grid `ceil(Sq / bm) x Hq x B` has fewer blocks
+/// than the GPU has SMs (issue 4's tiny shapes, short prefill of one sequence), so halving the tile adds
+/// blocks on idle SMs and halves each block's work.
+pub fn small_grid(sq: usize, hq: usize, b: usize, big: Fa2Tile, sm_count: usize) -> bool {
+    sq.div_ceil(big.bm).saturating_mul(hq).saturating_mul(b) < sm_count
 }
 
 /// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
@@ -93,11 +105,15 @@ pub(crate) fn mask_name(mask_kind: i32) -> &'static str {
 /// Entry point and launch shape of `fa2` for a supported call.
 pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let s = call.spec.shape;
-    let tile = tile_for(s.d).ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", s.d)))?;
+    let no_tile = || unsupported(format!("fa2 has no tile for D = {}", s.d));
+    let big = tile_for(s.d, false).ok_or_else(no_tile)?;
+    let small = s.d != 256 && small_grid(s.sq, s.hq, s.b, big, call.dev.info().sm_count.max(1) as usize);
+    let tile = if small { tile_for(s.d, true).ok_or_else(no_tile)? } else { big };
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let name = format!("fa2_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(call.params.mask_kind));
+    let prefix = if small { "fa2_small" } else { "fa2" };
+    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(call.params.mask_kind));
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
@@ -121,10 +137,10 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     Ok(Kernel::Fa2)
 }
 
-/// Fewest keys for which `auto` picks `splitkv`: at least two splits' worth. With fewer, splitkv's plan has
-/// a single split per row tile, so it would only replace `fa2`'s one launch with its own (tiny shapes such
-/// as B=1, H=1, S=64, where the launch is all there is).
-pub const AUTO_SPLITKV_MIN_KEYS: usize = 2 * crate::splitkv::MIN_KEYS_PER_SPLIT;
+/// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
+/// shapes such as B=1, H=1, S=64, where the launch is all there is; Sq = 1 with Sk <= 512 measured in
+/// `bench/results/fa2.md`).
+pub const AUTO_SPLITKV_MIN_KEYS: usize = 1024;
 
 /// What `auto` runs: for f16/bf16 calls the tensor-core kernels take, `splitkv` when few query rows share
 /// each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too

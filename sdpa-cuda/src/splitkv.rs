@@ -7,7 +7,8 @@
 //! (normalised output + LSE) to scratch and the last block to finish, found with a per-row-tile counter,
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
-//! memory, with at least 512 keys per split. Calls the tensor-core kernels cannot take
+//! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
+//! `[s·Sk/n, (s+1)·Sk/n)`. Calls the tensor-core kernels cannot take
 //! ([`crate::fa2::unsupported_reason`]) run on the generic `fa1` path.
 
 use crate::call::Call;
@@ -42,7 +43,8 @@ impl SplitKvTile {
 }
 
 /// The tile for head dim `d` on the `cp.async` path (`bulk == false`) or the sm_90 bulk-copy path, if
-/// specialised (measured on the H100 for D = 128: `bench/results/fa2.md`).
+/// specialised (measured on the H100 for D = 128: `bench/results/fa2.md`; two-warp blocks, two per SM,
+/// were 2-10 % slower on both decoding shapes).
 pub fn tile_for(d: usize, bulk: bool) -> Option<SplitKvTile> {
     let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step });
     match (d, bulk) {
@@ -61,9 +63,9 @@ pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
 /// Split plan of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitPlan {
-    /// Splits per (batch, kv head, row tile).
+    /// Splits per (batch, kv head, row tile); split `s` covers keys `[s·Sk/splits, (s+1)·Sk/splits)`.
     pub splits: usize,
-    /// Keys per split (a multiple of 32; the last split may be shorter).
+    /// Keys of the longest split: `ceil(Sk / splits)`.
     pub keys_per_split: usize,
     /// Row tiles per kv head: `ceil(group·Sq / 16)`.
     pub row_tiles: usize,
@@ -74,7 +76,8 @@ pub struct SplitPlan {
 /// Chooses the splits: enough warps to fill every resident block slot of the GPU twice (slots per SM from
 /// the kernel's shared memory), but at least [`MIN_KEYS_PER_SPLIT`] keys per split so that the merge of
 /// the partials stays small. Measured on the H100 (`bench/results/fa2.md`): B=8, Hkv=32, Sk=4k gets 4
-/// splits (201 us against 207 us with 2); B=1, Hkv=8, Sk=32k gets 64 (128 were slower).
+/// splits (201 us against 207 us with 2); B=1, Hkv=8, Sk=32k gets 64 (128 were slower; 66 splits over
+/// 264 two-warp blocks, every SM busy, were slower too: the time grows with the blocks per row tile).
 pub fn plan_splits(
     b: usize,
     hkv: usize,
@@ -92,9 +95,7 @@ pub fn plan_splits(
     let target_warps = 2 * sm_count.max(1) * per_sm * tile.warps;
     let max_splits = sk.div_ceil(MIN_KEYS_PER_SPLIT).max(1);
     let splits = (target_warps / units).clamp(1, max_splits);
-    let keys_per_split = sk.div_ceil(splits).div_ceil(32) * 32;
-    let splits = sk.div_ceil(keys_per_split).max(1);
-    SplitPlan { splits, keys_per_split, row_tiles, blocks: splits.div_ceil(tile.warps) }
+    SplitPlan { splits, keys_per_split: sk.div_ceil(splits).max(1), row_tiles, blocks: splits.div_ceil(tile.warps) }
 }
 
 /// Scratch of a call whose row tiles span `blocks > 1` blocks, in 4-byte elements: the blocks' partial
@@ -141,7 +142,6 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
     params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
-    params.extra = i32::try_from(plan.keys_per_split).map_err(|_| unsupported("too many keys per split"))?;
 
     let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
     let dims = LaunchDims {
@@ -198,11 +198,12 @@ mod tests {
         // B=1, Hkv=8, group 4: 8 units -> 132 splits wanted, capped at 512 keys each: 64 splits.
         let p = plan_splits(1, 8, 4, 1, 32768, 132, 227 * 1024, tile, 128);
         assert_eq!((p.splits, p.keys_per_split, p.blocks), (64, 512, 16));
-        // Short keys: never more splits than 32-key chunks, and the splits cover Sk exactly once.
-        for sk in [1, 31, 33, 77, 1000] {
+        // Short keys: at least MIN_KEYS_PER_SPLIT keys per split; the splits cover Sk (the longest is
+        // ceil(Sk / splits), the kernel cuts at s·Sk/splits).
+        for sk in [1, 31, 33, 77, 1000, 5000] {
             let p = plan_splits(1, 1, 1, 1, sk, 132, 227 * 1024, tile, 64);
-            assert!(p.splits * p.keys_per_split >= sk && (p.splits - 1) * p.keys_per_split < sk, "sk {sk}: {p:?}");
-            assert_eq!(p.keys_per_split % 32, 0);
+            assert_eq!(p.splits, sk.div_ceil(MIN_KEYS_PER_SPLIT), "sk {sk}: {p:?}");
+            assert!(p.splits * p.keys_per_split >= sk, "sk {sk}: {p:?}");
             assert_eq!(p.blocks, p.splits.div_ceil(4));
         }
     }

@@ -134,6 +134,9 @@ fn the_kernel_that_ran_is_reported() {
         assert_eq!(ran(&gpu, &case(prefill, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}");
         let decode = Shape { b: 2, hq: 32, hkv: 8, sq: 1, sk: 5000, d, dv: d };
         assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::SplitKv, "D = {d}");
+        // Many heads: one block per head, splits long enough for the cp.async path at D = 128 and 256.
+        let many_heads = Shape { b: 2, hq: 80, hkv: 80, sq: 1, sk: 1100, d, dv: d };
+        assert_eq!(ran(&gpu, &case(many_heads, Kernel::Auto)).expect("runs"), Kernel::SplitKv, "D = {d}");
         // Too few keys to split: one fa2 launch (issue 4's tiny shapes).
         for n in [64, 128, 512] {
             let tiny = Shape { b: 1, hq: 1, hkv: 1, sq: n, sk: n, d, dv: d };
@@ -150,7 +153,9 @@ fn the_kernel_that_ran_is_reported() {
 }
 
 /// Big enough to fill the GPU many times over (races and tile-boundary bugs show up here if anywhere),
-/// and the decoding shapes of the benchmark, sampled.
+/// and the decoding shapes of the benchmark, sampled. The small shapes of the table run `fa2`'s small
+/// tile (their grids leave SMs idle); the awkward sizes here have grids of at least 132 blocks, so they
+/// take the full-grid tiles.
 #[test]
 fn larger_shapes_sampled() {
     let Some(gpu) = gpu() else { return };
@@ -159,6 +164,9 @@ fn larger_shapes_sampled() {
         (s(2, 16, 4, 1000, 1500, 128), Kernel::Fa2),
         (s(1, 8, 8, 2048, 2048, 64), Kernel::Fa2),
         (s(2, 8, 1, 777, 1999, 256), Kernel::Fa2),
+        (s(3, 48, 12, 333, 401, 64), Kernel::Fa2),
+        (s(2, 40, 5, 300, 257, 128), Kernel::Fa2),
+        (s(2, 36, 36, 200, 190, 96), Kernel::Fa2),
         (s(8, 32, 32, 1, 4096, 128), Kernel::SplitKv),
         (s(1, 32, 8, 1, 32768, 128), Kernel::SplitKv),
         (s(2, 16, 4, 1000, 1500, 128), Kernel::SplitKv),
