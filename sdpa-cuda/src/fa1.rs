@@ -1,17 +1,24 @@
-//! `fa1`: the FlashAttention-1 SIMT kernels of `kernels/fa1.cu` (see that file for the work split).
+//! `fa1`: FlashAttention-1, on tensor cores for f16/bf16 (`kernels/fa1_mma.cu`) and in SIMT arithmetic for
+//! everything else (`kernels/fa1.cu`); see those files for the work split.
 //!
-//! Variant choice: D = Dv in [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the register-tiled
-//! kernel `fa1t_{dtype}_{D}` ([`tiled_shape`]: 256 threads with 8 query rows each in 128-row blocks for
-//! 64 < D <= 128, 4 rows in 64-row blocks otherwise; 128 threads with 8 rows and 8 keys each for f32 at
-//! D = 64) when Q, K and V have 16-byte aligned bases and strides (it copies tiles in 16-byte chunks) and
-//! its shared memory fits, else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row
-//! blocks) when that fits; everything else takes the generic `fa1_{dtype}` with one block column per 64
-//! columns of Dv.
+//! Variant choice, first match wins (the entry point's name says which ran):
+//! - `fa1m_{dtype}_{D}_{mask}` (tensor cores, [`MmaTile`]): f16/bf16 with D = Dv in [`FA1_MMA_HEAD_DIMS`],
+//!   a positive scale, Q/K/V/O base pointers and strides multiples of 8 elements ([`mma_unsupported_reason`]).
+//!   FA-1's split: the warps of a block split the keys of each K/V tile and merge their partial softmax
+//!   states once at the end.
+//! - SIMT otherwise (f32 always, so f32 stays exact). D = Dv in
+//!   [`FA1_FAST_HEAD_DIMS`](crate::FA1_FAST_HEAD_DIMS) takes the register-tiled kernel `fa1t_{dtype}_{D}`
+//!   ([`tiled_shape`]: 256 threads with 8 query rows each in 128-row blocks for 64 < D <= 128, 4 rows in
+//!   64-row blocks otherwise; 128 threads with 8 rows and 8 keys each for f32 at D = 64) when Q, K and V
+//!   have 16-byte aligned bases and strides (it copies tiles in 16-byte chunks) and its shared memory fits,
+//!   else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
+//!   everything else takes the generic `fa1_{dtype}` with one block column per 64 columns of Dv.
 
 use crate::call::Call;
 use crate::error::unsupported;
 use crate::launch::{launch, LaunchDims};
-use crate::modules::FA1;
+use crate::modules::{ModuleSource, FA1, FA1_MMA};
+use crate::params::{MASK_CAUSAL, MASK_EXPLICIT};
 use sdpa_core::{DType, Result};
 
 const BQ: usize = 64;
@@ -73,8 +80,112 @@ pub fn generic_smem_bytes() -> usize {
     4 * (DC * LDQ + DC * LDK + BK * DVC + BK * LDQ)
 }
 
-/// The entry point, grid and shared memory `fa1` uses for the call.
-pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
+/// Head dims (D = Dv) with a tensor-core `fa1m` specialisation for f16/bf16.
+pub const FA1_MMA_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Tile of one `fa1m` specialisation; mirrors the `FA1M_ENTRIES_FOR` lines of `kernels/fa1_mma.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaTile {
+    /// Query rows per block.
+    pub bm: usize,
+    /// Keys per K/V tile.
+    pub bn: usize,
+    /// Warp row groups (each owns `bm / wm` query rows).
+    pub wm: usize,
+    /// Warp key groups (each owns `bn / wn` keys of every K/V tile: FA-1's split).
+    pub wn: usize,
+    /// K/V buffers (2: double-buffered).
+    pub stages: usize,
+}
+
+impl MmaTile {
+    /// Threads per block.
+    pub fn threads(&self) -> usize {
+        self.wm * self.wn * 32
+    }
+
+    /// Dynamic shared memory for head dim `d`, bytes (`Fa1MmaTile::SMEM_BYTES`): the larger of the loop's
+    /// Q and K/V buffers (rows padded by 8 elements) and the final merge's m, l and f32 O rows.
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        let lp = (self.bm + 2 * self.stages * self.bn) * (d + 8) * 2;
+        let merge = (2 * self.wn * self.bm + self.bm * (d + 4)) * 4;
+        lp.max(merge)
+    }
+}
+
+/// The `fa1m` tile for head dim `d`, if `d` is specialised.
+pub fn mma_tile_for(d: usize) -> Option<MmaTile> {
+    let t = |bm, bn, wm, wn, stages| Some(MmaTile { bm, bn, wm, wn, stages });
+    match d {
+        64 => t(64, 64, 1, 4, 2),   // fa1m-choice-64
+        128 => t(128, 64, 4, 2, 2), // fa1m-choice-128
+        _ => None,
+    }
+}
+
+/// Why the tensor-core `fa1m` cannot run this call (it then runs a SIMT variant), or `None` when it can.
+pub fn mma_unsupported_reason(call: &Call<'_>) -> Option<String> {
+    let spec = call.spec;
+    let s = spec.shape;
+    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+        return Some(format!("dtype {} (fa1 runs f32 in SIMT, exactly)", spec.dtype));
+    }
+    if s.d != s.dv || mma_tile_for(s.d).is_none() {
+        return Some(format!("head dims D = {}, Dv = {} (tensor cores: D = Dv in {FA1_MMA_HEAD_DIMS:?})", s.d, s.dv));
+    }
+    if spec.scale() <= 0.0 {
+        return Some(format!("scale {} (the running max is taken before scaling)", spec.scale()));
+    }
+    if s.b > 65535 || s.hq > 65535 {
+        return Some(format!("B = {} or Hq = {} above the grid's 65535", s.b, s.hq));
+    }
+    let p = &call.params;
+    let ptrs_ok = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
+    let strides_ok = [p.q_stride, p.k_stride, p.v_stride, p.o_stride].iter().flatten().all(|&st| st % 8 == 0);
+    if !ptrs_ok || !strides_ok {
+        return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
+    }
+    None
+}
+
+/// The tensor-core plan, when [`mma_unsupported_reason`] allows it.
+fn mma_plan(call: &Call<'_>) -> Option<Result<(String, LaunchDims)>> {
+    if mma_unsupported_reason(call).is_some() {
+        return None;
+    }
+    let s = call.spec.shape;
+    let tile = mma_tile_for(s.d)?;
+    let smem = tile.smem_bytes(s.d);
+    if smem > call.dev.info().smem_per_block_optin as usize {
+        return None;
+    }
+    let mask = match call.params.mask_kind {
+        MASK_CAUSAL => "causal",
+        MASK_EXPLICIT => "explicit",
+        _ => "none",
+    };
+    let plan =
+        u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa1: too many query tiles")).map(|tiles| {
+            let dims = LaunchDims {
+                grid: (tiles, s.hq as u32, s.b as u32),
+                block: (tile.threads() as u32, 1, 1),
+                smem_bytes: smem as u32,
+            };
+            (format!("fa1m_{}_{}_{mask}", call.spec.dtype.name(), s.d), dims)
+        });
+    Some(plan)
+}
+
+/// The module, entry point, grid and shared memory `fa1` uses for the call.
+pub fn plan(call: &Call<'_>) -> Result<(&'static ModuleSource, String, LaunchDims)> {
+    if let Some(p) = mma_plan(call) {
+        return p.map(|(name, dims)| (&FA1_MMA, name, dims));
+    }
+    simt_plan(call).map(|(name, dims)| (&FA1, name, dims))
+}
+
+/// The SIMT entry point, grid and shared memory for the call.
+fn simt_plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let s = call.spec.shape;
     let dt = call.spec.dtype.name();
     let q_tiles = s.sq.div_ceil(BQ);
@@ -111,8 +222,9 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
 
 /// Launches `fa1` on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let (name, dims) = plan(call)?;
+    let (module, name, dims) = plan(call)?;
     // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
-    // every strided offset); the kernel reads Q/K/V/mask and writes O/LSE only within those extents.
-    unsafe { launch(call.dev, call.stream, &FA1, &name, dims, &call.params) }
+    // every strided offset); the kernel reads Q/K/V/mask and writes O/LSE only within those extents (the
+    // tensor-core variant reads rows < Sq/Sk only, zero-filling the rest, and stores rows < Sq).
+    unsafe { launch(call.dev, call.stream, module, &name, dims, &call.params) }
 }

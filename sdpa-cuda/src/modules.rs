@@ -34,6 +34,8 @@ impl ModuleSource {
 pub const UNFUSED: ModuleSource = ModuleSource::new("unfused", include_str!("../kernels/unfused.cu"));
 /// FlashAttention-1 SIMT kernels.
 pub const FA1: ModuleSource = ModuleSource::new("fa1", include_str!("../kernels/fa1.cu"));
+/// FlashAttention-1 on tensor cores, f16/bf16 (`crate::fa1`: warps split the keys of each K/V tile).
+pub const FA1_MMA: ModuleSource = ModuleSource::new("fa1_mma", include_str!("../kernels/fa1_mma.cu"));
 /// f32 inputs on tensor cores: TF32 and split TF32.
 pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../kernels/tf32.cu"));
 
@@ -44,7 +46,7 @@ pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../
 
 /// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
 /// New modules (FA-2, split-KV) add one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, TF32, FA2, SPLITKV];
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, FA2, SPLITKV];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

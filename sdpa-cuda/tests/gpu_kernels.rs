@@ -220,7 +220,7 @@ fn fa1_fast_variants_on_multi_tile_shapes() {
     }
 }
 
-/// A few small shapes, one per fa1 variant (tiled with each dtype and several head dims, plain fixed on a
+/// A few small shapes, one per fa1 variant (tensor cores at D = 64 and 128, tiled with each dtype and several head dims, plain fixed on a
 /// misaligned view, generic), for `compute-sanitizer --tool memcheck|racecheck`: lengths off the tiles,
 /// more than one query block and key tile, GQA, masks that mix full and partial tiles.
 #[test]
@@ -229,6 +229,8 @@ fn fa1_small_shapes_for_the_sanitizer() {
     let add = |sh: &Shape| Mask::Explicit(sdpa_core::ExplicitMask::full(sdpa_core::MaskValues::Additive, sh));
     let sh = |sq, sk, d| Shape { b: 1, hq: 2, hkv: 1, sq, sk, d, dv: d };
     let runs = [
+        (sh(150, 200, 64), DType::BF16, Mask::CausalTopLeft, false),
+        (sh(130, 70, 128), DType::F16, Mask::CausalBottomRight, false),
         (sh(150, 200, 64), DType::F32, Mask::CausalBottomRight, false),
         (sh(150, 140, 128), DType::F32, Mask::CausalTopLeft, false),
         (sh(140, 130, 128), DType::BF16, add(&sh(140, 130, 128)), false),
@@ -249,4 +251,92 @@ fn fa1_small_shapes_for_the_sanitizer() {
         let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
         assert!(r.pass, "{}: {r:?}", case.label());
     }
+}
+
+/// The entry point `fa1` plans for `spec` (Q, K, V, O at 16-byte aligned stand-in addresses; nothing runs).
+fn fa1_entry(gpu: &sdpa_cuda::CudaBackend, spec: &sdpa_core::AttentionSpec) -> String {
+    let base = 1u64 << 32;
+    let mask = if matches!(spec.mask, Mask::Explicit(_)) { base * 5 } else { 0 };
+    let params = sdpa_cuda::AttnParams::new(spec, base, base * 2, base * 3, base * 4, mask, base * 6).expect("params");
+    let opts = sdpa_core::RunOptions::default();
+    let dev = gpu.device();
+    let call = sdpa_cuda::Call { dev, stream: dev.stream(), spec, opts: &opts, params };
+    sdpa_cuda::fa1::plan(&call).expect("plans").1
+}
+
+/// The tensor-core fa1 (`fa1m`, warps splitting the keys of each K/V tile) on shapes spanning several query
+/// blocks and key tiles with partial last ones, GQA, Sq < Sk and Sq > Sk (bottom-right causal rows that
+/// see no key), every mask, both layouts, f16 and bf16, with and without LSE; each case must plan `fa1m`
+/// and stay within twice the unfused kernel's error in the same dtype.
+#[test]
+fn fa1_tensor_cores_on_multi_tile_shapes() {
+    let Some(gpu) = gpu() else { return };
+    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
+    let mut table = Vec::new();
+    for shape in
+        [s(2, 4, 2, 200, 333, 64), s(1, 2, 1, 300, 130, 64), s(2, 2, 1, 260, 190, 128), s(1, 4, 4, 129, 400, 128)]
+    {
+        for mask in common::masks(&shape) {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for dtype in [DType::F16, DType::BF16] {
+                    let lse = table.len() % 3 != 0;
+                    table.push(Case { shape, dtype, mask, layout, kernel: Kernel::Fa1, f32_math: F32Math::Exact, lse });
+                }
+            }
+        }
+    }
+    for case in &table {
+        let entry = fa1_entry(&gpu, &case.spec());
+        assert!(entry.starts_with("fa1m_"), "{}: planned {entry}, not the tensor-core variant", case.label());
+    }
+    run_table("fa1 tensor cores", table, |case, inputs, err| {
+        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
+        let r = check_inputs(&gpu, &base, inputs, rows_for(&case.shape)).ok()?;
+        let bound = 2.0 * r.rel_err.max(case.dtype.unit_roundoff());
+        (err > bound).then(|| format!("fa1m rel_err {err:.3e} > 2 x unfused {:.3e}", r.rel_err))
+    });
+}
+
+/// f16/bf16 at the tensor-core head dims still reach the SIMT variants when the tensor-core one cannot
+/// take the call: an output view whose rows are not 16-byte aligned (the register-tiled SIMT kernel only
+/// needs Q, K and V aligned), a negative scale, and a fully misaligned view (plain fixed SIMT kernel).
+#[test]
+fn fa1_simt_half_variants_at_tensor_core_head_dims() {
+    let Some(gpu) = gpu() else { return };
+    for (d, dtype, mask) in [
+        (64, DType::F16, Mask::CausalBottomRight),
+        (128, DType::BF16, Mask::None),
+        (64, DType::BF16, Mask::CausalTopLeft),
+        (128, DType::F16, Mask::CausalBottomRight),
+    ] {
+        let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 150, sk: 170, d, dv: d };
+        let base = || sdpa_core::AttentionSpec::new(shape, dtype).with_layout(Layout::Bshd).with_mask(mask);
+        // O rows padded by 2 elements.
+        let mut spec = base();
+        let row = d * 4 + 2;
+        spec.o_strides = sdpa_core::Strides { b: row * shape.sq, h: d, s: row };
+        let entry = fa1_entry(&gpu, &spec);
+        assert!(entry.starts_with("fa1t_"), "padded O, D={d}: planned {entry}");
+        check_spec(&gpu, &spec, &format!("padded O {dtype} D={d}"));
+        // Negative scale.
+        let spec = base().with_scale(-0.7 / (d as f64).sqrt());
+        let entry = fa1_entry(&gpu, &spec);
+        assert!(entry.starts_with("fa1t_"), "negative scale, D={d}: planned {entry}");
+        check_spec(&gpu, &spec, &format!("negative scale {dtype} D={d}"));
+        // Everything misaligned.
+        let mut spec = base();
+        padded_rows(&mut spec, d + 2);
+        let entry = fa1_entry(&gpu, &spec);
+        assert!(entry.starts_with(&format!("fa1_{}_", dtype.name())), "misaligned, D={d}: planned {entry}");
+        check_spec(&gpu, &spec, &format!("misaligned {dtype} D={d}"));
+    }
+}
+
+/// Runs `fa1` with LSE on random inputs for `spec` (output poisoned) and checks it against the reference.
+fn check_spec(gpu: &sdpa_cuda::CudaBackend, spec: &sdpa_core::AttentionSpec, what: &str) {
+    let inputs = HostInputs::random(spec, 31).expect("valid");
+    let opts = sdpa_core::RunOptions { kernel: Kernel::Fa1, f32_math: F32Math::Exact, threads: None, lse: true };
+    let run = gpu.run_host(spec, &opts, &inputs).expect("runs");
+    let r = sdpa_core::check::check_output(spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+    assert!(r.pass, "{what}: {r:?}");
 }

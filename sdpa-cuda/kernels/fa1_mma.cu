@@ -1,0 +1,372 @@
+// FlashAttention-1 forward on tensor cores for f16/bf16 (mma.sync m16n8k16, f32 accumulation): `fa1m`.
+//
+// FA-1's work split, not FA-2's: one block per (query tile of BM rows, query head, batch) and a sequential
+// loop over K/V tiles of BN keys staged in shared memory, as in fa1.cu; inside a block the warps split the
+// KEYS of every K/V tile ("split-K"): warp (wm, wn) computes S = Q·Kᵀ, the online softmax and O += P·V for
+// query rows wm·BM/WM .. and keys wn·BN/WN .. of each tile. So a warp's running max m, sum l and output O
+// are partial: they cover only its share of the keys, and the WN warps of a row group must be combined.
+//
+// Where the combine happens: once, after the loop. Each warp keeps its own running (m, l, O) over all the
+// tiles and the WN partial states of a row are merged at the end through shared memory with the
+// split-softmax rule (sdpa-core's `merge_normalized`, unnormalised form): M = max m_w,
+// L = Σ l_w·2^(m_w−M), O = Σ O_w·2^(m_w−M) / L. The FA-1 paper instead combines after every tile; that
+// costs WN·BM·D f32 of shared-memory traffic per tile (64 KB in + out at BM = 64, D = 128, WN = 4: more
+// shared-memory cycles than the tile's tensor-core work), while the final merge costs the same once per
+// block. Register budget decides WM: a warp's partial O is (BM/WM)·D f32, so a pure key split (WM = 1)
+// fits at D = 64 with 64-row blocks (128 accumulators per thread) but not at D = 128, where the warps
+// also split the rows (WM = 4) to keep 32 rows per warp. Both layouts come from one template.
+//
+// Pipeline: STAGES = 2 double-buffers K and V with cp.async, so tile t+1 loads while tile t is computed
+// (one barrier per tile). Fragments come from padded shared memory (rows 16 bytes longer, so the eight
+// row addresses of each ldmatrix phase hit distinct bank groups) via ldmatrix, transposed for V; P stays in
+// registers (the C layout of two n8 accumulators is the A layout of one k16 step); exp2 with the scale
+// folded in. Causal tiles wholly above the diagonal are never loaded; only tiles that cross it (or the
+// end of the keys) run mask code. The fragment helpers are shared with fa2 (fa2_mma.cuh).
+#include "fa2_mma.cuh"
+
+template <int D, int BM, int BN, int WM, int WN, int STAGES>
+struct Fa1MmaTile {
+    static constexpr int NW = WM * WN;
+    static constexpr int THREADS = NW * 32;
+    static constexpr int ROWS_PER_WARP = BM / WM;
+    static constexpr int KEYS_PER_WARP = BN / WN;
+    static constexpr int MT = ROWS_PER_WARP / 16;  // m16 tiles per warp
+    static constexpr int NT = KEYS_PER_WARP / 8;   // n8 tiles of S per m16 tile
+    static constexpr int DT = D / 8;               // n8 tiles of O per m16 tile
+    static constexpr int LD = D + 8;               // padded smem row, elements
+    static constexpr int LDO = D + 4;              // padded f32 merge row, floats
+    static constexpr int LOOP_BYTES = (BM + 2 * STAGES * BN) * LD * 2;
+    static constexpr int MERGE_BYTES = (2 * WN * BM + BM * LDO) * 4;
+    static constexpr int SMEM_BYTES = LOOP_BYTES > MERGE_BYTES ? LOOP_BYTES : MERGE_BYTES;
+    static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole m16 tiles");
+    static_assert(KEYS_PER_WARP % 16 == 0, "each warp owns whole k16 steps of P·V");
+    static_assert(D % 16 == 0, "k16 steps of Q·Kᵀ");
+    static_assert(STAGES == 1 || STAGES == 2, "single or double buffered K/V");
+};
+
+// Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory at `dst` with LD-element
+// rows; rows at or past `valid` are zero-filled (a masked key must never meet garbage: 0 * NaN poisons P·V).
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void fa1m_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    constexpr int LD = D + 8;
+#pragma unroll
+    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        const bool ok = r < valid;
+        fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+    }
+}
+
+template <typename T, int D, int BM, int BN, int WM, int WN, int STAGES, int MASK>
+__device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char* smem_raw) {
+    using Tile = Fa1MmaTile<D, BM, BN, WM, WN, STAGES>;
+    constexpr int MT = Tile::MT, NT = Tile::NT, DT = Tile::DT, LD = Tile::LD;
+    constexpr int THREADS = Tile::THREADS;
+    constexpr unsigned KV_BYTES = BN * LD * 2;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    const int wm = warp % WM, wn = warp / WM;
+    // Causal: the heaviest query tiles (last rows) start first to shorten the tail.
+    const int m_block = (MASK == FA2_MASK_CAUSAL) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / p.group;
+    const int m0 = m_block * BM;
+    const int m_end = min(m0 + BM, p.sq);
+    const int warp_row0 = wm * Tile::ROWS_PER_WARP;
+    const int warp_key0 = wn * Tile::KEYS_PER_WARP;
+
+    // Shared memory during the loop: Q [BM][LD], then STAGES x K [BN][LD], then STAGES x V [BN][LD].
+    const unsigned sQ = fa2_smem_addr(smem_raw);
+    const unsigned sK = sQ + BM * LD * 2;
+    const unsigned sV = sK + STAGES * KV_BYTES;
+    const unsigned q_ld = sQ + ((warp_row0 + (lane % 16)) * LD + (lane / 16) * 8) * 2;
+    const unsigned k_ld = sK + ((warp_key0 + (lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
+    const unsigned v_ld = sV + ((warp_key0 + (lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2;
+
+    const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (long long)m0 * p.q_stride[2];
+    const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
+    const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
+
+    int n_keys = p.sk;
+    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
+    const int n_tiles = (n_keys + BN - 1) / BN;
+
+    fa1m_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
+    if (n_tiles > 0) {
+        fa1m_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
+        fa1m_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
+    }
+    fa2_cp_async_commit();
+
+    float o[MT][DT][4];
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < DT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+        m[mt][0] = m[mt][1] = fa2_neg_inf();
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+    const float sl2 = p.scale_log2;
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int n0 = tile * BN;
+        const unsigned buf = STAGES == 2 ? (tile & 1) * KV_BYTES : 0u;
+        fa2_cp_async_wait<0>();
+        __syncthreads();  // this tile's K and V (and Q) landed; everyone is done with the other buffer
+        if (tile + 1 < n_tiles) {
+            const int n1 = n0 + BN;
+            const unsigned nb = STAGES == 2 ? ((tile + 1) & 1) * KV_BYTES : 0u;
+            if (STAGES == 2) {
+                fa1m_load_tile<T, D, BN, THREADS>(sK + nb, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+                fa1m_load_tile<T, D, BN, THREADS>(sV + nb, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+            }
+        }
+        fa2_cp_async_commit();
+
+        // S = Q K^T for this warp's rows and its share of the tile's keys.
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], q_ld + (mt * 16 * LD + kk * 16) * 2);
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned bk[4];
+                fa2_ldmatrix_x4(bk, k_ld + buf + (np * 16 * LD + kk * 16) * 2);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    Fa2Type<T>::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
+                    Fa2Type<T>::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+                }
+            }
+        }
+
+        // Mask, then this warp's online softmax update over its keys. MASK_EXPLICIT scales the scores here
+        // (log2 units); otherwise the scale is folded into the exp2 argument.
+        const bool edge = (n0 + BN > p.sk) ||
+                          (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) || MASK == FA2_MASK_EXPLICIT;
+        if (edge) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = m0 + warp_row0 + mt * 16 + g + hh * 8;
+                    const float* mrow = nullptr;
+                    if (MASK == FA2_MASK_EXPLICIT)
+                        mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] +
+                               (long long)min(row, p.sq - 1) * p.mask_stride[2];
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const int key = n0 + warp_key0 + j * 8 + t4 * 2 + e;
+                            float& x = s[mt][j][hh * 2 + e];
+                            bool vis = key < p.sk;
+                            if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                            if (MASK == FA2_MASK_EXPLICIT)
+                                x = vis ? x * sl2 + mrow[key * p.mask_stride[3]] * FA2_LOG2E : fa2_neg_inf();
+                            else if (!vis)
+                                x = fa2_neg_inf();
+                        }
+                }
+        }
+
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                float mx = fa2_neg_inf();
+#pragma unroll
+                for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
+                mx = fa2_quad_max(mx);
+                const float m_old = m[mt][hh];
+                const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
+                // A warp whose keys were all masked so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
+                const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
+                const float alpha = fa2_exp2(m_old - m_use);
+                m[mt][hh] = m_new;
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = s[mt][j][hh * 2 + e];
+                        x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
+                        sum += x;
+                    }
+                l[mt][hh] = l[mt][hh] * alpha + sum;  // per-thread partial; the quad is summed at the end
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    o[mt][j][hh * 2] *= alpha;
+                    o[mt][j][hh * 2 + 1] *= alpha;
+                }
+            }
+
+        // O_w += P_w V_w: this warp's keys only, P from registers.
+#pragma unroll
+        for (int kk = 0; kk < Tile::KEYS_PER_WARP / 16; ++kk) {
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                a[mt][0] = Fa2Type<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = Fa2Type<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = Fa2Type<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = Fa2Type<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; ++dp) {
+                unsigned bv[4];
+                fa2_ldmatrix_x4_trans(bv, v_ld + buf + (kk * 16 * LD + dp * 16) * 2);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    Fa2Type<T>::mma(o[mt][2 * dp], a[mt], bv[0], bv[1]);
+                    Fa2Type<T>::mma(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+                }
+            }
+        }
+        if (STAGES == 1 && tile + 1 < n_tiles) {
+            __syncthreads();  // everyone is done with K[tile] and V[tile]: the single buffer is reused
+            const int n1 = n0 + BN;
+            fa1m_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+            fa1m_load_tile<T, D, BN, THREADS>(sV, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+            fa2_cp_async_commit();
+        }
+    }
+
+    // Merge the WN partial states of every row through shared memory (the loop's buffers are reused):
+    // per (key group, row) m_w and l_w, then one f32 [BM][LDO] sum of the rescaled partial outputs.
+    fa2_cp_async_wait<0>();
+    __syncthreads();  // no cp.async in flight (n_tiles == 0 skips the loop); everyone is done with K/V
+    float* sm_m = reinterpret_cast<float*>(smem_raw);  // [WN][BM]
+    float* sm_l = sm_m + WN * BM;                      // [WN][BM]
+    float* sO = sm_l + WN * BM;                        // [BM][LDO]
+    constexpr int LDO = Tile::LDO;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            l[mt][hh] = fa2_quad_sum(l[mt][hh]);
+            const int r = warp_row0 + mt * 16 + g + hh * 8;
+            if (t4 == 0) {
+                sm_m[wn * BM + r] = m[mt][hh];
+                sm_l[wn * BM + r] = l[mt][hh];
+            }
+        }
+    __syncthreads();
+    float inv_l[MT][2], m_row[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = warp_row0 + mt * 16 + g + hh * 8;
+            float mx = fa2_neg_inf();
+#pragma unroll
+            for (int w = 0; w < WN; ++w) mx = fmaxf(mx, sm_m[w * BM + r]);
+            const float m_use = mx == fa2_neg_inf() ? 0.f : mx;  // no key seen: every factor is 2^-inf = 0
+            float lsum = 0.f;
+#pragma unroll
+            for (int w = 0; w < WN; ++w) lsum += sm_l[w * BM + r] * fa2_exp2(sm_m[w * BM + r] - m_use);
+            const float f = fa2_exp2(m[mt][hh] - m_use);
+            // NaN stays NaN (NaN == 0 is false); a row that saw no key is zeros with LSE -inf.
+            inv_l[mt][hh] = lsum == 0.f ? 0.f : 1.f / lsum;
+            m_row[mt][hh] = lsum == 0.f ? fa2_neg_inf() : (mx + __log2f(lsum)) * FA2_LN2;  // the row's LSE
+#pragma unroll
+            for (int j = 0; j < DT; ++j) {
+                o[mt][j][hh * 2] *= f;
+                o[mt][j][hh * 2 + 1] *= f;
+            }
+        }
+    // Key groups 1..WN-1 add their rescaled O into sO one after another; group 0 adds sO to its registers.
+#pragma unroll
+    for (int w = 1; w < WN; ++w) {
+        if (wn == w) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    float* row = sO + (warp_row0 + mt * 16 + g + hh * 8) * LDO + t4 * 2;
+#pragma unroll
+                    for (int j = 0; j < DT; ++j) {
+                        float2 x = make_float2(o[mt][j][hh * 2], o[mt][j][hh * 2 + 1]);
+                        if (w > 1) {
+                            const float2 y = *reinterpret_cast<const float2*>(row + j * 8);
+                            x.x += y.x;
+                            x.y += y.y;
+                        }
+                        *reinterpret_cast<float2*>(row + j * 8) = x;
+                    }
+                }
+        }
+        __syncthreads();
+    }
+    if (wn == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = warp_row0 + mt * 16 + g + hh * 8;
+                float* row = sO + r * LDO + t4 * 2;
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    float2 x = make_float2(o[mt][j][hh * 2], o[mt][j][hh * 2 + 1]);
+                    if (WN > 1) {
+                        const float2 y = *reinterpret_cast<const float2*>(row + j * 8);
+                        x.x += y.x;
+                        x.y += y.y;
+                    }
+                    x.x *= inv_l[mt][hh];
+                    x.y *= inv_l[mt][hh];
+                    *reinterpret_cast<float2*>(row + j * 8) = x;
+                }
+                if (p.lse != nullptr && t4 == 0 && m0 + r < p.sq)
+                    p.lse[((long long)b * p.hq + h) * p.sq + m0 + r] = m_row[mt][hh];
+            }
+    }
+    __syncthreads();  // the normalised rows are in sO
+    // Coalesced 16-byte stores of the block's rows, converted from f32.
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    constexpr int CHUNKS = D / 8;
+    for (int c = tid; c < BM * CHUNKS; c += THREADS) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        const int row = m0 + r;
+        if (row < p.sq) {
+            const float4 x0 = *reinterpret_cast<const float4*>(sO + r * LDO + col);
+            const float4 x1 = *reinterpret_cast<const float4*>(sO + r * LDO + col + 4);
+            uint4 packed;
+            packed.x = Fa2Type<T>::pack(x0.x, x0.y);
+            packed.y = Fa2Type<T>::pack(x0.z, x0.w);
+            packed.z = Fa2Type<T>::pack(x1.x, x1.y);
+            packed.w = Fa2Type<T>::pack(x1.z, x1.w);
+            *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) = packed;
+        }
+    }
+}
+
+// Entry points fa1m_{dtype}_{D}_{none|causal|explicit}. Tile per head dim: BM query rows, BN keys per K/V
+// tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM; src/fa1.rs mirrors these
+// lines in `mma_tile_for` (bench/results/fa1.md says how they were chosen).
+#define FA1M_ENTRY(NAME, T, D, BM, BN, WM, WN, ST, MINB, MASK)                                        \
+    extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \
+        extern __shared__ __align__(16) unsigned char fa1m_smem[];                                  \
+        fa1m_forward<T, D, BM, BN, WM, WN, ST, MASK>(p, fa1m_smem);                                 \
+    }
+
+#ifndef FA1M_NO_ENTRIES
+#define FA1M_ENTRIES_FOR(TNAME, T, D, BM, BN, WM, WN, ST, MINB)                                       \
+    FA1M_ENTRY(fa1m_##TNAME##_##D##_none, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_NONE)              \
+    FA1M_ENTRY(fa1m_##TNAME##_##D##_causal, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_CAUSAL)          \
+    FA1M_ENTRY(fa1m_##TNAME##_##D##_explicit, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_EXPLICIT)
+#define FA1M_ENTRIES_DTYPE(TNAME, T)                                                                  \
+    FA1M_ENTRIES_FOR(TNAME, T, 64, 64, 64, 1, 4, 2, 2)   /* fa1m-choice-64 */                         \
+    FA1M_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 2, 2, 1) /* fa1m-choice-128 */
+FA1M_ENTRIES_DTYPE(f16, __half)
+FA1M_ENTRIES_DTYPE(bf16, __nv_bfloat16)
+#endif
