@@ -365,7 +365,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     FA1M_ENTRY(fa1m_##TNAME##_##D##_causal, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_CAUSAL)          \
     FA1M_ENTRY(fa1m_##TNAME##_##D##_explicit, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_EXPLICIT)
 #define FA1M_ENTRIES_DTYPE(TNAME, T)                                                                  \
-    FA1M_ENTRIES_FOR(TNAME, T, 64, 64, 64, 1, 4, 2, 2)   /* fa1m-choice-64 */                         \
+    FA1M_ENTRIES_FOR(TNAME, T, 64, 128, 128, 4, 2, 2, 1) /* fa1m-choice-64 */                         \
     FA1M_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 2, 2, 1) /* fa1m-choice-128 */
 FA1M_ENTRIES_DTYPE(f16, __half)
 FA1M_ENTRIES_DTYPE(bf16, __nv_bfloat16)

@@ -117,7 +117,7 @@ impl MmaTile {
 pub fn mma_tile_for(d: usize) -> Option<MmaTile> {
     let t = |bm, bn, wm, wn, stages| Some(MmaTile { bm, bn, wm, wn, stages });
     match d {
-        64 => t(64, 64, 1, 4, 2),   // fa1m-choice-64
+        64 => t(128, 128, 4, 2, 2), // fa1m-choice-64
         128 => t(128, 64, 4, 2, 2), // fa1m-choice-128
         _ => None,
     }
