@@ -303,9 +303,15 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--dims", type=int, nargs="*", help="time only these head dims")
     ap.add_argument("--no-ceilings", action="store_true")
+    ap.add_argument("--grid-cap", type=int, default=0,
+                    help="at most this many blocks per launch (persistent kernels); config names get _pN")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lib = Lib(args.lib)
+    if args.grid_cap:
+        lib.lib.tfdev_set_grid_cap(args.grid_cap)
+        for e in lib.entries:
+            e["cfg"] += f"_p{args.grid_cap}"
     p = torch.cuda.get_device_properties(0)
     res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
                         argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),

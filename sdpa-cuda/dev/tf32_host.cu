@@ -9,7 +9,11 @@
 //   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations; sm_90a only for the wgmma
 //   kernel of tf32_wg.cuh, whose entries trap when built for plain sm_90)
 #define TC_NO_ENTRIES
+#ifdef TF32DEV_KERNEL
+#include TF32DEV_KERNEL
+#else
 #include "../kernels/tf32.cu"
+#endif
 #include "tf32_wg.cuh"
 #include <cuda_runtime.h>
 
@@ -19,13 +23,19 @@ __global__ void __launch_bounds__(NW * 32) tc_dev(const AttnParams p) {
     tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, smem);
 }
 
+// At most this many blocks per launch of the mma.sync kernels (0: one block per work item). A kernel built
+// with persistent blocks (tf32_persist.cu) then loops over the items.
+static int g_grid_cap = 0;
+extern "C" void tfdev_set_grid_cap(int cap) { g_grid_cap = cap; }
+
 template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
 int launch_tc(const AttnParams& p, cudaStream_t st) {
     using C = TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>;
     auto k = tc_dev<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
     if (e != cudaSuccess) return (int)e;
-    const long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
+    long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
+    if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
     k<<<(unsigned)blocks, NW * 32, C::SMEM_BYTES, st>>>(p);
     return (int)cudaGetLastError();
 }
