@@ -12,9 +12,11 @@
 // L = Σ l_w·2^(m_w−M), O = Σ O_w·2^(m_w−M) / L. The FA-1 paper instead combines after every tile; that
 // costs WN·BM·D f32 of shared-memory traffic per tile (64 KB in + out at BM = 64, D = 128, WN = 4: more
 // shared-memory cycles than the tile's tensor-core work), while the final merge costs the same once per
-// block. Register budget decides WM: a warp's partial O is (BM/WM)·D f32, so a pure key split (WM = 1)
-// fits at D = 64 with 64-row blocks (128 accumulators per thread) but not at D = 128, where the warps
-// also split the rows (WM = 4) to keep 32 rows per warp. Both layouts come from one template.
+// block. Register budget and measurement decide WM: a warp's partial O is (BM/WM)·D f32, so a pure key split
+// (WM = 1) fits only with small blocks (64 rows at D = 64: 128 accumulators per thread, 244 registers) and
+// not at D = 128. On the H100 the pure split at D = 64 (64 x 64 tiles, 1 x 4 warps) reached 148-182 TFLOPS;
+// 128-row blocks with 4 row groups x 2 key groups reached 206-255 (bench/results/fa1.md), so both head dims
+// ship WM = 4, WN = 2: every K/V tile is still split between two warps per row group.
 //
 // Pipeline: STAGES = 2 double-buffers K and V with cp.async, so tile t+1 loads while tile t is computed
 // (one barrier per tile). Fragments come from padded shared memory (rows 16 bytes longer, so the eight
