@@ -23,8 +23,9 @@ __global__ void __launch_bounds__(NW * 32) tc_dev(const AttnParams p) {
     tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, smem);
 }
 
-// At most this many blocks per launch of the mma.sync kernels (0: one block per work item). A kernel built
-// with persistent blocks (tf32_persist.cu) then loops over the items.
+// At most this many blocks per launch of the mma.sync kernels (0: one block per work item), for a kernel
+// built with persistent blocks that loops over the items (-DTF32DEV_KERNEL; the one measured is
+// dev/tf32_persist.cu at commit b50d99c).
 static int g_grid_cap = 0;
 extern "C" void tfdev_set_grid_cap(int cap) { g_grid_cap = cap; }
 
