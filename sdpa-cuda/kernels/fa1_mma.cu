@@ -23,7 +23,8 @@
 // row addresses of each ldmatrix phase hit distinct bank groups) via ldmatrix, transposed for V; P stays in
 // registers (the C layout of two n8 accumulators is the A layout of one k16 step); exp2 with the scale
 // folded in. Causal tiles wholly above the diagonal are never loaded; only tiles that cross it (or the
-// end of the keys) run mask code. The fragment helpers are shared with fa2 (fa2_mma.cuh).
+// end of the keys) run mask code. The tile loader, Q·Kᵀ, masking, the online-softmax update and P·V are
+// fa2's (fa2_mma.cuh); what is fa1m's own is the warp split over keys and the merge after the loop.
 #include "fa2_mma.cuh"
 
 template <int D, int BM, int BN, int WM, int WN, int STAGES>
@@ -45,20 +46,6 @@ struct Fa1MmaTile {
     static_assert(D % 16 == 0, "k16 steps of Q·Kᵀ");
     static_assert(STAGES == 1 || STAGES == 2, "single or double buffered K/V");
 };
-
-// Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory at `dst` with LD-element
-// rows; rows at or past `valid` are zero-filled (a masked key must never meet garbage: 0 * NaN poisons P·V).
-template <typename T, int D, int ROWS, int THREADS>
-__device__ __forceinline__ void fa1m_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
-    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-    constexpr int LD = D + 8;
-#pragma unroll
-    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        const bool ok = r < valid;
-        fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
-    }
-}
 
 template <typename T, int D, int BM, int BN, int WM, int WN, int STAGES, int MASK>
 __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char* smem_raw) {
@@ -95,22 +82,16 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     const int n_tiles = (n_keys + BN - 1) / BN;
 
-    fa1m_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
+    fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
     if (n_tiles > 0) {
-        fa1m_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
-        fa1m_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
+        fa2_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
+        fa2_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
     }
     fa2_cp_async_commit();
 
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < DT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
-        m[mt][0] = m[mt][1] = fa2_neg_inf();
-        l[mt][0] = l[mt][1] = 0.f;
-    }
+    fa2_init_state(o, m, l);
     const float sl2 = p.scale_log2;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
@@ -122,123 +103,25 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
             const int n1 = n0 + BN;
             const unsigned nb = STAGES == 2 ? ((tile + 1) & 1) * KV_BYTES : 0u;
             if (STAGES == 2) {
-                fa1m_load_tile<T, D, BN, THREADS>(sK + nb, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
-                fa1m_load_tile<T, D, BN, THREADS>(sV + nb, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+                fa2_load_tile<T, D, BN, THREADS>(sK + nb, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+                fa2_load_tile<T, D, BN, THREADS>(sV + nb, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
             }
         }
         fa2_cp_async_commit();
 
-        // S = Q K^T for this warp's rows and its share of the tile's keys.
+        // S = Q K^T for this warp's rows and its share of the tile's keys; mask (only tiles that cross the end
+        // of the keys or the diagonal, or explicit masks); this warp's online softmax update over its keys;
+        // O_w += P_w V_w with P from registers.
         float s[MT][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], q_ld + (mt * 16 * LD + kk * 16) * 2);
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-                unsigned bk[4];
-                fa2_ldmatrix_x4(bk, k_ld + buf + (np * 16 * LD + kk * 16) * 2);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Fa2Type<T>::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
-                    Fa2Type<T>::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
-                }
-            }
-        }
-
-        // Mask, then this warp's online softmax update over its keys. MASK_EXPLICIT scales the scores here
-        // (log2 units); otherwise the scale is folded into the exp2 argument.
-        const bool edge = (n0 + BN > p.sk) ||
-                          (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) || MASK == FA2_MASK_EXPLICIT;
-        if (edge) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int row = m0 + warp_row0 + mt * 16 + g + hh * 8;
-                    const float* mrow = nullptr;
-                    if (MASK == FA2_MASK_EXPLICIT)
-                        mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] +
-                               (long long)min(row, p.sq - 1) * p.mask_stride[2];
-#pragma unroll
-                    for (int j = 0; j < NT; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int key = n0 + warp_key0 + j * 8 + t4 * 2 + e;
-                            float& x = s[mt][j][hh * 2 + e];
-                            bool vis = key < p.sk;
-                            if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
-                            if (MASK == FA2_MASK_EXPLICIT)
-                                x = vis ? x * sl2 + mrow[key * p.mask_stride[3]] * FA2_LOG2E : fa2_neg_inf();
-                            else if (!vis)
-                                x = fa2_neg_inf();
-                        }
-                }
-        }
-
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float mx = fa2_neg_inf();
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
-                mx = fa2_quad_max(mx);
-                const float m_old = m[mt][hh];
-                const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
-                // A warp whose keys were all masked so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
-                const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-                const float alpha = fa2_exp2(m_old - m_use);
-                m[mt][hh] = m_new;
-                float sum = 0.f;
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = s[mt][j][hh * 2 + e];
-                        x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
-                        sum += x;
-                    }
-                l[mt][hh] = l[mt][hh] * alpha + sum;  // per-thread partial; the quad is summed at the end
-#pragma unroll
-                for (int j = 0; j < DT; ++j) {
-                    o[mt][j][hh * 2] *= alpha;
-                    o[mt][j][hh * 2 + 1] *= alpha;
-                }
-            }
-
-        // O_w += P_w V_w: this warp's keys only, P from registers.
-#pragma unroll
-        for (int kk = 0; kk < Tile::KEYS_PER_WARP / 16; ++kk) {
-            unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                a[mt][0] = Fa2Type<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = Fa2Type<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = Fa2Type<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = Fa2Type<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < DT / 2; ++dp) {
-                unsigned bv[4];
-                fa2_ldmatrix_x4_trans(bv, v_ld + buf + (kk * 16 * LD + dp * 16) * 2);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Fa2Type<T>::mma(o[mt][2 * dp], a[mt], bv[0], bv[1]);
-                    Fa2Type<T>::mma(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
-                }
-            }
-        }
+        fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + buf);
+        if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, g, t4);
+        fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        fa2_pv<T, LD, MT, NT, DT>(o, s, v_ld + buf);
         if (STAGES == 1 && tile + 1 < n_tiles) {
             __syncthreads();  // everyone is done with K[tile] and V[tile]: the single buffer is reused
             const int n1 = n0 + BN;
-            fa1m_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
-            fa1m_load_tile<T, D, BN, THREADS>(sV, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+            fa2_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+            fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
             fa2_cp_async_commit();
         }
     }

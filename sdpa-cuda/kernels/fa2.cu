@@ -29,35 +29,6 @@ struct Fa2Tile {
     static_assert(STAGES == 1 || STAGES == 2, "one K/V buffer (FA2 order) or two (double-buffered)");
 };
 
-// Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
-// with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
-// would poison P·V).
-template <typename T, int D, int ROWS, int THREADS>
-__device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
-    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
-    constexpr int LD = D + 8;
-    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
-        // Each thread always copies the same column of rows r0, r0 + RSTEP, ...: no divisions in the loop.
-        constexpr int RSTEP = THREADS / CHUNKS;
-        const int r0 = tid / CHUNKS, col = (tid % CHUNKS) * 8;
-        const T* src = base + r0 * stride + col;
-        const unsigned d0 = dst + (r0 * LD + col) * 2;
-#pragma unroll
-        for (int i = 0; i < ROWS / RSTEP; ++i) {
-            const bool ok = r0 + i * RSTEP < valid;
-            fa2_cp_async16(d0 + i * RSTEP * LD * 2, ok ? src : base, ok);
-            src += RSTEP * stride;
-        }
-    } else {
-#pragma unroll
-        for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
-            const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-            const bool ok = r < valid;
-            fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
-        }
-    }
-}
-
 template <typename T, int D, int BM, int BN, int NW, int STAGES, int MASK>
 __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     using Tile = Fa2Tile<D, BM, BN, NW, STAGES>;
@@ -104,13 +75,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < DT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
-        m[mt][0] = m[mt][1] = fa2_neg_inf();
-        l[mt][0] = l[mt][1] = 0.f;
-    }
+    fa2_init_state(o, m, l);
     const float sl2 = p.scale_log2;
 
     for (int tile = 0; tile < n_tiles; ++tile) {
@@ -132,26 +97,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
         // S = Q K^T for this warp's rows.
         float s[MT][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], q_ld + (mt * 16 * LD + kk * 16) * 2);
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-                unsigned bk[4];
-                fa2_ldmatrix_x4(bk, k_ld + buf + (np * 16 * LD + kk * 16) * 2);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Fa2Type<T>::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
-                    Fa2Type<T>::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
-                }
-            }
-        }
+        fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + buf);
 
         if (STAGES == 1) {
             fa2_cp_async_wait<0>();
@@ -163,88 +109,11 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             fa2_cp_async_commit();  // the next K loads during softmax and P V
         }
 
-        // Mask, then the online softmax update. For MASK_EXPLICIT the scores are scaled (log2 domain)
-        // here; otherwise the scale is folded into the exp2 argument below.
-        const bool edge = (n0 + BN > p.sk) ||
-                          (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) || MASK == FA2_MASK_EXPLICIT;
-        if (edge) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int row = m0 + warp_row0 + mt * 16 + g + hh * 8;
-                    const float* mrow = nullptr;
-                    if (MASK == FA2_MASK_EXPLICIT)
-                        mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
-#pragma unroll
-                    for (int j = 0; j < NT; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int key = n0 + j * 8 + t4 * 2 + e;
-                            float& x = s[mt][j][hh * 2 + e];
-                            bool vis = key < p.sk;
-                            if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
-                            if (MASK == FA2_MASK_EXPLICIT)
-                                x = vis ? x * sl2 + mrow[key * p.mask_stride[3]] * FA2_LOG2E : fa2_neg_inf();
-                            else if (!vis)
-                                x = fa2_neg_inf();
-                        }
-                }
-        }
-
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float mx = fa2_neg_inf();
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
-                mx = fa2_quad_max(mx);
-                const float m_old = m[mt][hh];
-                const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
-                // A row that has seen only masked keys keeps m = -inf; subtract 0 then, so exp2 gives 0.
-                const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-                const float alpha = fa2_exp2(m_old - m_use);
-                m[mt][hh] = m_new;
-                float sum = 0.f;
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = s[mt][j][hh * 2 + e];
-                        x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
-                        sum += x;
-                    }
-                l[mt][hh] = l[mt][hh] * alpha + sum;  // per-thread partial; the quad is summed at the end
-#pragma unroll
-                for (int j = 0; j < DT; ++j) {
-                    o[mt][j][hh * 2] *= alpha;
-                    o[mt][j][hh * 2 + 1] *= alpha;
-                }
-            }
-
-        // O += P V, P from registers.
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            unsigned a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                a[mt][0] = Fa2Type<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = Fa2Type<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = Fa2Type<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = Fa2Type<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < DT / 2; ++dp) {
-                unsigned bv[4];
-                fa2_ldmatrix_x4_trans(bv, v_ld + buf + (kk * 16 * LD + dp * 16) * 2);
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    Fa2Type<T>::mma(o[mt][2 * dp], a[mt], bv[0], bv[1]);
-                    Fa2Type<T>::mma(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
-                }
-            }
-        }
+        // Mask (only tiles that cross the end of the keys or the diagonal, or explicit masks), then the online
+        // softmax update and O += P V with P from registers.
+        if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, g, t4);
+        fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        fa2_pv<T, LD, MT, NT, DT>(o, s, v_ld + buf);
     }
 
     // Epilogue: normalise, stage this warp's rows in its own part of sQ, then 16-byte coalesced stores.

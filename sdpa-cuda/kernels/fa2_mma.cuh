@@ -128,4 +128,173 @@ __device__ __forceinline__ float fa2_quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
+// with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
+// would poison P·V).
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    constexpr int LD = D + 8;
+    if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+        // Each thread always copies the same column of rows r0, r0 + RSTEP, ...: no divisions in the loop.
+        constexpr int RSTEP = THREADS / CHUNKS;
+        const int r0 = tid / CHUNKS, col = (tid % CHUNKS) * 8;
+        const T* src = base + r0 * stride + col;
+        const unsigned d0 = dst + (r0 * LD + col) * 2;
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; ++i) {
+            const bool ok = r0 + i * RSTEP < valid;
+            fa2_cp_async16(d0 + i * RSTEP * LD * 2, ok ? src : base, ok);
+            src += RSTEP * stride;
+        }
+    } else {
+#pragma unroll
+        for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+            const bool ok = r < valid;
+            fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+        }
+    }
+}
+
+// A warp's running state before the first K/V tile: O = 0, m = -inf, l = 0.
+template <int MT, int DT>
+__device__ __forceinline__ void fa2_init_state(float (&o)[MT][DT][4], float (&m)[MT][2], float (&l)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < DT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+        m[mt][0] = m[mt][1] = fa2_neg_inf();
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+}
+
+// Whether the K/V tile of BN keys at n0 needs mask code for the query tile starting at m0: it crosses the end
+// of the keys or the causal diagonal, or the mask is explicit. Other tiles skip it.
+template <int MASK, int BN>
+__device__ __forceinline__ bool fa2_tile_needs_mask(const AttnParams& p, int n0, int m0) {
+    return (n0 + BN > p.sk) || (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) ||
+           MASK == FA2_MASK_EXPLICIT;
+}
+
+// S = Q·Kᵀ for a warp's MT m16 row tiles and NT n8 key tiles over D/16 k16 steps. `q_ld` and `k_ld` are the
+// lane's ldmatrix addresses of the warp's first Q row and first key (rows LD elements long).
+template <typename T, int D, int LD, int MT, int NT>
+__device__ __forceinline__ void fa2_qk(float (&s)[MT][NT][4], unsigned q_ld, unsigned k_ld) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        unsigned a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], q_ld + (mt * 16 * LD + kk * 16) * 2);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            unsigned bk[4];
+            fa2_ldmatrix_x4(bk, k_ld + (np * 16 * LD + kk * 16) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                Fa2Type<T>::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
+                Fa2Type<T>::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+            }
+        }
+    }
+}
+
+// Masks a warp's scores: keys past the end, above the causal diagonal, or (MASK_EXPLICIT) with their additive
+// mask; masked scores become -inf. `row0` is the warp's first query row, `key0` its first key. MASK_EXPLICIT
+// also scales the scores here (log2 units); otherwise the scale is folded into the exp2 of the update.
+template <int MASK, int MT, int NT>
+__device__ __forceinline__ void fa2_mask_scores(float (&s)[MT][NT][4], const AttnParams& p, int b, int h, int row0,
+                                                int key0, float sl2, int g, int t4) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = row0 + mt * 16 + g + hh * 8;
+            const float* mrow = nullptr;
+            if (MASK == FA2_MASK_EXPLICIT)
+                mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int key = key0 + j * 8 + t4 * 2 + e;
+                    float& x = s[mt][j][hh * 2 + e];
+                    bool vis = key < p.sk;
+                    if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                    if (MASK == FA2_MASK_EXPLICIT)
+                        x = vis ? x * sl2 + mrow[key * p.mask_stride[3]] * FA2_LOG2E : fa2_neg_inf();
+                    else if (!vis)
+                        x = fa2_neg_inf();
+                }
+        }
+}
+
+// The online softmax update of a warp's rows with its (masked) scores: new running max m, P = 2^(s·scale − m)
+// left in `s`, l and O rescaled by 2^(m_old − m). l stays a per-thread partial; the quad is summed at the end.
+template <int MASK, int MT, int NT, int DT>
+__device__ __forceinline__ void fa2_softmax_update(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
+                                                   float (&o)[MT][DT][4], float sl2) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = fa2_neg_inf();
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
+            mx = fa2_quad_max(mx);
+            const float m_old = m[mt][hh];
+            const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
+            // A row that has seen only masked keys so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
+            const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
+            const float alpha = fa2_exp2(m_old - m_use);
+            m[mt][hh] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[mt][j][hh * 2 + e];
+                    x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
+                    sum += x;
+                }
+            l[mt][hh] = l[mt][hh] * alpha + sum;
+#pragma unroll
+            for (int j = 0; j < DT; ++j) {
+                o[mt][j][hh * 2] *= alpha;
+                o[mt][j][hh * 2 + 1] *= alpha;
+            }
+        }
+}
+
+// O += P·V over a warp's NT n8 key tiles: P straight from the score registers (the C layout of two n8 tiles is
+// the A layout of one k16 step), V by ldmatrix.trans from `v_ld`, the lane's address of the warp's first key.
+template <typename T, int LD, int MT, int NT, int DT>
+__device__ __forceinline__ void fa2_pv(float (&o)[MT][DT][4], const float (&s)[MT][NT][4], unsigned v_ld) {
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+        unsigned a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            a[mt][0] = Fa2Type<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            a[mt][1] = Fa2Type<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            a[mt][2] = Fa2Type<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            a[mt][3] = Fa2Type<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; ++dp) {
+            unsigned bv[4];
+            fa2_ldmatrix_x4_trans(bv, v_ld + (kk * 16 * LD + dp * 16) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                Fa2Type<T>::mma(o[mt][2 * dp], a[mt], bv[0], bv[1]);
+                Fa2Type<T>::mma(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+            }
+        }
+    }
+}
+
 #endif  // SDPA_FA2_MMA_CUH
