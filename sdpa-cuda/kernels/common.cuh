@@ -94,3 +94,112 @@ __device__ __forceinline__ float row_lse(float m, float l) {
 __device__ __forceinline__ float row_lse_log2(float m2, float l) {
     return l > 0.f ? m2 * SDPA_LN2 + logf(l) : (l != l || m2 != m2 ? SDPA_NAN : SDPA_NEG_INF);
 }
+
+// ---- rows reached by non-finite values under masked keys ----------------------------------------------
+// The fast kernels multiply a masked key's weight (exactly 0) by its V row, and the tensor-core kernels add
+// an explicit mask to a score that may already be NaN. So NaN or inf in V under a key a row does not see
+// (or NaN in K under an explicit -inf) would turn that row NaN, where the reference leaves it exact: masked
+// keys take no part at all. Instead of paying for that on every tile, each kernel votes after its epilogue
+// whether it wrote anything non-finite; only then are the affected rows recomputed here, one warp per row,
+// skipping masked keys. Rows that are non-finite for real (NaN in Q, or in a key they see) come out
+// non-finite again, as in the reference. That slow path is far slower than the kernels, and only taken when
+// the inputs hold NaN or inf.
+
+// Scaled score of key j for the query row at `q` (with the explicit mask value `add`), by one warp.
+template <typename T>
+__device__ __forceinline__ float careful_score(const AttnParams& p, const T* q, const T* kj, float add) {
+    float d = 0.f;
+    for (int c = threadIdx.x % 32; c < p.d; c += 32) d = fmaf(to_f32(q[c]), to_f32(kj[c]), d);
+    return warp_sum(d) * p.scale + add;
+}
+
+// Recomputes columns [c0, c1) of row (b, h, i), and its LSE when `write_lse`, by the calling warp (all 32
+// lanes): exact f32 arithmetic over the keys the row sees, masked keys skipped.
+template <typename T>
+__device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, int i, int c0, int c1, bool write_lse) {
+    const int lane = threadIdx.x % 32;
+    const int kvh = h / p.group;
+    const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (i64)i * p.q_stride[2];
+    const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
+    const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
+    T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (i64)i * p.o_stride[2];
+    const float* mrow = p.mask_kind == SDPA_MASK_EXPLICIT ? mask_row(p, b, h, i) : nullptr;
+    const int limit = causal_limit(p, i);
+    // Pass 1: running max and sum (natural-log units) over the keys the row sees.
+    float m = SDPA_NEG_INF, l = 0.f;
+    for (int j = 0; j < limit; ++j) {
+        const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
+        if (add == SDPA_NEG_INF) continue;
+        const float s = careful_score(p, q, k + (i64)j * p.k_stride[2], add);
+        const float mn = nan_max(m, s);
+        l = (m == SDPA_NEG_INF ? 0.f : l * expf(m - mn)) + expf(s - mn);
+        m = mn;
+    }
+    const float inv = row_inv_l(l);
+    // Pass 2: P·V over the same keys, 8 columns per lane per sweep.
+    constexpr int PER = 8;
+    for (int cb = c0; cb < c1; cb += 32 * PER) {
+        float acc[PER];
+#pragma unroll
+        for (int t = 0; t < PER; ++t) acc[t] = 0.f;
+        for (int j = 0; j < limit; ++j) {
+            const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
+            if (add == SDPA_NEG_INF) continue;
+            const float w = expf(careful_score(p, q, k + (i64)j * p.k_stride[2], add) - m);
+            const T* vj = v + (i64)j * p.v_stride[2];
+#pragma unroll
+            for (int t = 0; t < PER; ++t) {
+                const int c = cb + t * 32 + lane;
+                if (c < c1) acc[t] = fmaf(w, to_f32(vj[c]), acc[t]);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < PER; ++t) {
+            const int c = cb + t * 32 + lane;
+            // l = 0 (no key seen): acc = 0 and inv = 0; m or l NaN: acc is NaN and stays NaN.
+            if (c < c1) o[c] = from_f32<T>(acc[t] * inv);
+        }
+    }
+    if (write_lse && p.lse != nullptr && lane == 0) p.lse[((i64)b * p.hq + h) * p.sq + i] = row_lse(m, l);
+}
+
+// By the calling warp: recomputes row (b, h, i) if any of its columns [c0, c1) in O is not finite.
+template <typename T>
+__device__ __forceinline__ void repair_row_if_nonfinite(const AttnParams& p, int b, int h, int i, int c0, int c1,
+                                                        bool write_lse) {
+    const T* o = static_cast<const T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (i64)i * p.o_stride[2];
+    bool bad = false;
+    for (int c = c0 + threadIdx.x % 32; c < c1; c += 32) bad |= !isfinite(to_f32(o[c]));
+    if (__any_sync(0xffffffffu, bad)) careful_row<T>(p, b, h, i, c0, c1, write_lse);
+}
+
+// per_head for blocks whose rows all belong to one head.
+#define SDPA_ONE_HEAD 0x7fffffff
+
+// The repair of a block's rows, out of line so that the kernels' own register allocation does not see it.
+// Row r of the block is query row x % per_head of head h0 + x / per_head, x = i0 + r.
+template <typename T>
+__device__ __noinline__ void repair_rows_out_of_line(const AttnParams* ps, int b, int h0, int i0, int per_head,
+                                                     int n_rows, int c0, int c1, bool write_lse) {
+    for (int r = threadIdx.x / 32; r < n_rows; r += blockDim.x / 32) {
+        const int x = i0 + r;
+        repair_row_if_nonfinite<T>(*ps, b, h0 + x / per_head, x % per_head, c0, c1, write_lse);
+    }
+}
+
+// By the whole block, after it wrote its output rows and is done with its dynamic shared memory (at least
+// sizeof(AttnParams) bytes, no copies in flight): `bad` is this thread's vote (it wrote a non-finite value).
+// When any thread voted, the block's rows (see repair_rows_out_of_line) are checked in columns [c0, c1) and
+// the non-finite ones recomputed. The parameters go through shared memory: handing the kernel parameters to
+// an out-of-line function by address would make every kernel copy them to local memory. Every thread of the
+// block must call this.
+template <typename T>
+__device__ __forceinline__ void repair_nonfinite_rows(const AttnParams& p, int b, int h0, int i0, int per_head,
+                                                      int n_rows, int c0, int c1, bool write_lse, bool bad) {
+    if (!__syncthreads_or(bad)) return;
+    extern __shared__ __align__(16) unsigned char sdpa_repair_smem[];
+    AttnParams* ps = reinterpret_cast<AttnParams*>(sdpa_repair_smem);
+    if (threadIdx.x == 0) *ps = p;
+    __syncthreads();
+    repair_rows_out_of_line<T>(ps, b, h0, i0, per_head, n_rows, c0, c1, write_lse);
+}

@@ -174,6 +174,7 @@ __device__ __forceinline__ void fa1_store(const AttnParams& p, const Fa1Block& b
                                           const float (&m)[4], const float (&l)[4], int c0, int vw, bool write_lse,
                                           int tx, int ty) {
     T* o = static_cast<T*>(p.o) + blk.b * p.o_stride[0] + blk.h * p.o_stride[1];
+    bool bad = false;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int i = blk.q0 + ty * 4 + r;
@@ -184,11 +185,18 @@ __device__ __forceinline__ void fa1_store(const AttnParams& p, const Fa1Block& b
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = cc * 64 + tx * 4 + e;
-                if (col < vw && c0 + col < p.dv) o[i * p.o_stride[2] + c0 + col] = from_f32<T>(acc[r][cc * 4 + e] * inv);
+                const float x = acc[r][cc * 4 + e] * inv;
+                if (col < vw && c0 + col < p.dv) {
+                    o[i * p.o_stride[2] + c0 + col] = from_f32<T>(x);
+                    bad |= !isfinite(x);
+                }
             }
         if (write_lse && tx == 0 && p.lse != nullptr)
             p.lse[((i64)blk.b * p.hq + blk.h) * p.sq + i] = row_lse_log2(m[r], l[r]);
     }
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
+    repair_nonfinite_rows<T>(p, blk.b, blk.h, blk.q0, SDPA_ONE_HEAD, min(FA1_BQ, p.sq - blk.q0), c0, min(c0 + vw, p.dv),
+                             write_lse, bad);
 }
 
 // Fast variant: D = Dv = HD fixed, Q tile resident in shared memory.
@@ -587,6 +595,7 @@ __device__ void fa1_tiled(const AttnParams& p) {
     fa1_cp_async_wait<0>();  // nothing may be in flight when the block exits
 
     T* o = static_cast<T*>(p.o) + blk.b * p.o_stride[0] + blk.h * p.o_stride[1];
+    bool bad = false;
 #pragma unroll
     for (int r = 0; r < TM; ++r) {
         const int i = blk.q0 + ty + 16 * r;
@@ -595,10 +604,15 @@ __device__ void fa1_tiled(const AttnParams& p) {
 #pragma unroll
         for (int g = 0; g < NG; ++g)
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)
-                o[i * p.o_stride[2] + g * TX * VEC + tx * VEC + e] = from_f32<T>(acc[r][g * VEC + e] * inv);
+            for (int e = 0; e < VEC; ++e) {
+                const float x = acc[r][g * VEC + e] * inv;
+                o[i * p.o_stride[2] + g * TX * VEC + tx * VEC + e] = from_f32<T>(x);
+                bad |= !isfinite(x);
+            }
         if (tx == 0 && p.lse != nullptr) p.lse[((i64)blk.b * p.hq + blk.h) * p.sq + i] = row_lse_log2(m[r], l[r]);
     }
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
+    repair_nonfinite_rows<T>(p, blk.b, blk.h, blk.q0, SDPA_ONE_HEAD, min(BQ, p.sq - blk.q0), 0, p.dv, true, bad);
 }
 
 // The tiled variant's shape per element type and head dim, chosen by measurement on the H100 (dev/fa1_bench.py,

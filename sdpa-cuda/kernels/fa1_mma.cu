@@ -192,6 +192,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
         }
         __syncthreads();
     }
+    bool bad = false;
     if (wn == 0) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -209,6 +210,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
                     }
                     x.x *= inv_l[mt][hh];
                     x.y *= inv_l[mt][hh];
+                    bad |= !isfinite(x.x) || !isfinite(x.y);
                     *reinterpret_cast<float2*>(row + j * 8) = x;
                 }
                 if (p.lse != nullptr && t4 == 0 && m0 + r < p.sq)
@@ -233,6 +235,8 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
             *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) = packed;
         }
     }
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
+    repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
 // Entry points fa1m_{dtype}_{D}_{none|causal|explicit}. Tile per head dim: BM query rows, BN keys per K/V

@@ -120,6 +120,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     fa2_cp_async_wait<0>();
     __syncthreads();  // no cp.async into sQ may still be in flight (n_tiles == 0 skips the loop)
     T* sO = smem + warp_row0 * LD;
+    bool bad = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -129,9 +130,11 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
             const int r = mt * 16 + g + hh * 8;
 #pragma unroll
-            for (int j = 0; j < DT; ++j)
-                *reinterpret_cast<unsigned*>(sO + r * LD + j * 8 + t4 * 2) =
-                    Fa2Type<T>::pack(o[mt][j][hh * 2] * inv, o[mt][j][hh * 2 + 1] * inv);
+            for (int j = 0; j < DT; ++j) {
+                const float x0 = o[mt][j][hh * 2] * inv, x1 = o[mt][j][hh * 2 + 1] * inv;
+                *reinterpret_cast<unsigned*>(sO + r * LD + j * 8 + t4 * 2) = Fa2Type<T>::pack(x0, x1);
+                bad |= !isfinite(x0) || !isfinite(x1);
+            }
             const int row = m0 + warp_row0 + r;
             if (p.lse != nullptr && t4 == 0 && row < p.sq) {
                 const float lse = lsum == 0.f ? fa2_neg_inf() : (m[mt][hh] + __log2f(lsum)) * FA2_LN2;
@@ -149,6 +152,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) =
                 *reinterpret_cast<const uint4*>(sO + r * LD + col);
     }
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
+    repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
 // Entry points fa2_{dtype}_{D}_{none|causal|explicit}. Tiles per head dim (BM query rows, BN keys, warps,

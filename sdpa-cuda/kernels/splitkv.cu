@@ -388,6 +388,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     const int tile_rows = min(16, rows - r0);
     const int nblk = gridDim.x;
     const long long unit = (long long)b * gridDim.y + blockIdx.y;
+    // NaN or inf under a masked key must not reach rows that do not see it: the block that writes the
+    // output votes, and the rows it wrote non-finite are recomputed (common.cuh).
+    bool bad = false;
+    // Row r of the tile is packed row r0 + r of kv head kvh: query head kvh·group + (r0 + r) / Sq (splitkv_row).
+    const int h0 = kvh * p.group;
     for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
         const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
         int hq, i;
@@ -405,13 +410,17 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         if (nblk == 1) {
             splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
             if (p.lse != nullptr && c == 0) p.lse[row] = lse;
+            bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
         } else {
             const long long slot = row * nblk + blockIdx.x;
             *reinterpret_cast<float4*>(splitkv_part_o(p) + slot * D + c) = v;
             if (c == 0) splitkv_part_lse(p)[slot] = lse;
         }
     }
-    if (nblk == 1) return;
+    if (nblk == 1) {
+        repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+        return;
+    }
 
     // Last block of the row tile merges the blocks' partials (threadFenceReduction pattern: every thread
     // fences its writes before the count; the last block fences before reading).
@@ -453,7 +462,9 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
         splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;
+        bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
+    repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
 #define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK)                                          \

@@ -450,6 +450,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     // Epilogue: normalise and store straight from the accumulators (rows g and g+8, columns 2t, 2t+1).
     float* out = static_cast<float*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
     const bool vec2 = (p.extra & 2) != 0;
+    bool bad = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -464,6 +465,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
             for (int j = 0; j < DT; ++j) {
                 const int col = j * 8 + 2 * t;
                 const float x0 = o[mt][j][hh * 2] * inv, x1 = o[mt][j][hh * 2 + 1] * inv;
+                bad |= (col < p.dv && !isfinite(x0)) || (col + 1 < p.dv && !isfinite(x1));
                 if (vec2 && col + 1 < p.dv) {
                     *reinterpret_cast<float2*>(orow + col) = make_float2(x0, x1);
                 } else {
@@ -475,6 +477,8 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
                 p.lse[((i64)b * p.hq + h) * p.sq + row] =
                     lsum == 0.f ? SDPA_NEG_INF : (m[mt][hh] + log2f(lsum)) * SDPA_LN2;
         }
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
+    repair_nonfinite_rows<float>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
 // Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per

@@ -1,7 +1,8 @@
 // The softmax step of the unfused baseline: scores S (f32, [B*Hq, Sq, Sk] contiguous, written by cuBLAS
 // without the scale) -> P = softmax(S * scale + mask) in the input dtype, plus the LSE per row.
 // One block per query row; pass 1 keeps a running (max, sum) per thread and merges them across the block,
-// pass 2 writes P. Masked keys get P = 0; a row that sees no key is all zeros with LSE = -inf.
+// pass 2 writes P. Masked keys get P = 0; a row that sees no key is all zeros with LSE = -inf. After cuBLAS's
+// P·V, `unfused_repair_*` recomputes the rows that NaN or inf under a masked key reached through P = 0.
 #include "common.cuh"
 
 struct SoftmaxParams {
@@ -87,4 +88,27 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) unfused_softmax_f1
 }
 extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) unfused_softmax_bf16(const SoftmaxParams sp) {
     softmax_row<__nv_bfloat16>(sp);
+}
+
+// One warp per output row (b, h, i), REPAIR_ROWS rows per block; src/unfused.rs mirrors REPAIR_ROWS. The
+// softmax already wrote the right LSE (it skips masked keys), so only O is rewritten.
+constexpr int REPAIR_ROWS = 8;
+
+template <typename T>
+__device__ void unfused_repair(const AttnParams& p) {
+    const long long row = (long long)blockIdx.x * REPAIR_ROWS + threadIdx.x / 32;
+    if (row >= (long long)p.b * p.hq * p.sq) return;  // whole warps leave together
+    const int i = (int)(row % p.sq);
+    const int bh = (int)(row / p.sq);
+    repair_row_if_nonfinite<T>(p, bh / p.hq, bh % p.hq, i, 0, p.dv, false);
+}
+
+extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_f32(const AttnParams p) {
+    unfused_repair<float>(p);
+}
+extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_f16(const AttnParams p) {
+    unfused_repair<__half>(p);
+}
+extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_bf16(const AttnParams p) {
+    unfused_repair<__nv_bfloat16>(p);
 }

@@ -9,10 +9,10 @@
 //! tensor-core kernels cannot take ([`unsupported_reason`]) runs on the generic fused `fa1` path, and
 //! [`run`] reports that it did.
 //!
-//! Known difference from the reference: a NaN in a *value* row that a query may not see (masked by causal
-//! or an explicit `-inf`) still reaches that query when its key falls in a loaded tile, because P·V
-//! multiplies the masked key's `p = 0` by NaN on the tensor cores. NaN in Q or K, and NaN in visible values,
-//! propagate exactly as in the reference.
+//! A NaN or inf in a *value* row that a query may not see (masked by causal or an explicit `-inf`) reaches
+//! that query inside the kernel's P·V (the masked key's `p = 0` times NaN); the block then recomputes the
+//! rows it wrote non-finite without their masked keys (see the crate docs), so the output matches the
+//! reference. NaN in Q or K, and NaN in visible values, propagate exactly as in the reference.
 
 use crate::call::Call;
 use crate::error::unsupported;

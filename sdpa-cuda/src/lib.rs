@@ -46,12 +46,15 @@
 //!   stream (candle's).
 //!
 //! # NaN under a masked key
-//! Every kernel here multiplies a masked key's `p = 0` by its value row (on the tensor cores, or in
-//! cuBLAS's P·V for `unfused`), so a NaN or inf in V at a key a row may not see reaches that row when the
-//! key falls in a tile the row loads; and an explicit mask is added to the score, so a NaN in K under an
-//! explicit `-inf` entry gives a NaN score. The reference and the CPU backend skip such keys. NaN in Q, or
-//! in a visible key or value, propagates as in the reference. Not fixed yet: it needs a careful recompute
-//! of the affected rows in every kernel's epilogue.
+//! The fast paths multiply a masked key's `p = 0` by its value row (on the tensor cores, or in cuBLAS's
+//! P·V for `unfused`), and the tensor-core kernels add an explicit mask to a score that may already be NaN.
+//! So a NaN or inf in V at a key a row does not see, or a NaN in K under an explicit `-inf`, would reach that
+//! row, where the reference and the CPU backend skip such keys. Every kernel therefore votes, after writing
+//! its outputs, whether it wrote a non-finite value; only then are the affected rows recomputed without
+//! their masked keys, one warp per row in exact f32 (`kernels/common.cuh`, `repair_nonfinite_rows`; for
+//! `unfused` a small pass after cuBLAS). NaN in Q, or in a key or value a row sees, stays NaN as in the
+//! reference. Rows with finite output pay only the vote; the recompute is far slower than the kernels and
+//! runs only when the inputs hold NaN or inf.
 
 pub mod backend;
 pub mod buffer;

@@ -222,5 +222,21 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             }
         }
         Ok(())
-    })
+    })?;
+
+    // cuBLAS multiplies a masked key's P = 0 by its V row, so NaN or inf there would reach rows that never
+    // see the key. One warp per row checks its output and recomputes it without masked keys when it is not
+    // finite (kernels/common.cuh); rows with finite output cost one read.
+    let blocks = rows.div_ceil(REPAIR_ROWS);
+    let dims = LaunchDims {
+        grid: (u32::try_from(blocks).map_err(|_| unsupported("more than 2^32 query-row blocks"))?, 1, 1),
+        block: (REPAIR_ROWS as u32 * 32, 1, 1),
+        smem_bytes: 0,
+    };
+    // SAFETY: O was written by the product above on this stream; Q, K, V, O, the mask and the LSE cover the
+    // elements the parameters address (validated strides).
+    unsafe { launch(call.dev, call.stream, &UNFUSED, &format!("unfused_repair_{}", spec.dtype.name()), dims, p) }
 }
+
+/// Query rows per block of `unfused_repair_*` (one warp each); mirrors `REPAIR_ROWS` in unfused.cu.
+const REPAIR_ROWS: usize = 8;

@@ -340,3 +340,71 @@ fn check_spec(gpu: &sdpa_cuda::CudaBackend, spec: &sdpa_core::AttentionSpec, wha
     let r = sdpa_core::check::check_output(spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
     assert!(r.pass, "{what}: {r:?}");
 }
+
+/// NaN under a key a row does not see (causal in both alignments, an explicit additive `-inf`) leaves that
+/// row exact on every kernel, even when the key sits inside a tile the row's block loads; rows that do see
+/// the key are poisoned exactly where the f64 reference is (V: that column; K: the whole row). The kernels
+/// multiply a masked key's zero weight by V, so this is the path that recomputes such rows without masked keys.
+#[test]
+fn nan_under_masked_keys_stays_out_of_rows_that_do_not_see_them() {
+    use sdpa_core::reference::reference_attention;
+    use sdpa_core::{ExplicitMask, MaskValues};
+    let Some(gpu) = gpu() else { return };
+    let s = |hq, hkv, sq, sk, d| Shape { b: 1, hq, hkv, sq, sk, d, dv: d };
+    // (kernel, f32 math, dtype, shape): every kernel family and variant that takes these shapes.
+    let runs = [
+        (Kernel::Unfused, F32Math::Exact, DType::BF16, s(2, 1, 70, 90, 64)),
+        (Kernel::Fa1, F32Math::Exact, DType::F32, s(2, 1, 70, 90, 64)),
+        (Kernel::Fa1, F32Math::Exact, DType::F32, s(2, 1, 70, 90, 40)),
+        (Kernel::Fa1, F32Math::Exact, DType::F16, s(2, 1, 70, 90, 80)),
+        (Kernel::Fa1, F32Math::Exact, DType::BF16, s(4, 2, 200, 333, 128)),
+        (Kernel::Fa2, F32Math::Exact, DType::BF16, s(2, 1, 70, 90, 64)),
+        (Kernel::Fa2, F32Math::Exact, DType::F16, s(32, 8, 300, 333, 128)),
+        (Kernel::Fa2, F32Math::Tf32, DType::F32, s(2, 1, 70, 90, 64)),
+        (Kernel::Fa2, F32Math::SplitTf32, DType::F32, s(2, 1, 70, 90, 128)),
+        (Kernel::SplitKv, F32Math::Exact, DType::BF16, s(4, 1, 3, 5000, 128)),
+        (Kernel::SplitKv, F32Math::Exact, DType::F16, s(8, 2, 1, 300, 64)),
+    ];
+    let mut failures = Vec::new();
+    for (kernel, f32_math, dtype, shape) in runs {
+        let explicit = Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &shape));
+        for mask in [Mask::CausalTopLeft, Mask::CausalBottomRight, explicit] {
+            let case = Case { shape, dtype, mask, layout: Layout::Bshd, kernel, f32_math, lse: true };
+            let spec = case.spec();
+            let mut inputs = HostInputs::random(&spec, 5).expect("valid spec");
+            // Keys seen by some rows and not by others: under causal masks the rows before them (V poisoned
+            // at one key, K at the next); under the explicit mask -inf on a third of the (row, key) pairs,
+            // elsewhere a small additive value, with the two poisoned keys masked for the same rows.
+            let (kv, kk) = match mask {
+                Mask::CausalTopLeft => (shape.sq / 2, shape.sq / 2 + 1),
+                Mask::CausalBottomRight => {
+                    let k = shape.sk - shape.sq + shape.sq / 2;
+                    (k, (k + 1).min(shape.sk - 1))
+                }
+                _ => (shape.sk / 4 * 2, shape.sk / 4 * 2 + 1),
+            };
+            if let Mask::Explicit(_) = mask {
+                let n = shape.hq * shape.sq * shape.sk;
+                inputs.mask = Some(
+                    (0..n)
+                        .map(|x| if (x / shape.sk + x % shape.sk / 2) % 3 == 0 { f32::NEG_INFINITY } else { 0.25 })
+                        .collect(),
+                );
+            }
+            let (kvh, col) = (shape.hkv - 1, 5 % shape.d);
+            inputs.v.set_f32(spec.v_strides.offset(0, kvh, kv) + col, f32::NAN);
+            inputs.k.set_f32(spec.k_strides.offset(0, kvh, kk) + col, f32::NAN);
+            // The case must poison some rows and spare others that load the same tiles.
+            let want = reference_attention(&spec, &inputs).expect("reference");
+            let bad_rows = want.o.chunks(shape.dv).filter(|r| r.iter().any(|x| x.is_nan())).count();
+            let rows = shape.hq * shape.sq;
+            assert!(bad_rows > 0 && bad_rows < rows, "{}: {bad_rows} of {rows} rows poisoned", case.label());
+            match check_inputs(&gpu, &case, &inputs, None) {
+                Ok(r) if r.pass => {}
+                Ok(r) => failures.push(format!("{}: {r:?}", case.label())),
+                Err(e) => failures.push(format!("{}: error: {e}", case.label())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
