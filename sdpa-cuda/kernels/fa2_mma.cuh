@@ -1,6 +1,7 @@
-// Shared device code of the tensor-core kernels (fa2.cu, splitkv.cu): thin wrappers over the PTX
-// instructions they are built from (cp.async, ldmatrix, mma.sync m16n8k16, ex2) and the split-KV scratch
-// layout. Kernels take the crate-wide AttnParams (common.cuh) by value. Handed to NVRTC as an in-memory
+// Shared device code of the tensor-core kernels (fa2.cu, fa1_mma.cu, splitkv.cu): thin wrappers over the PTX
+// instructions they are built from (cp.async, ldmatrix, mma.sync m16n8k16, ex2), the split-KV scratch
+// layout, and the per-warp tile steps fa2 and fa1m share (tile loader, Q·Kᵀ, mask, online-softmax update,
+// P·V). Kernels take the crate-wide AttnParams (common.cuh) by value. Handed to NVRTC as an in-memory
 // header (src/modules.rs HEADERS).
 #ifndef SDPA_FA2_MMA_CUH
 #define SDPA_FA2_MMA_CUH
