@@ -90,25 +90,68 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) unfused_softmax_bf
     softmax_row<__nv_bfloat16>(sp);
 }
 
-// One warp per output row (b, h, i), REPAIR_ROWS rows per block; src/unfused.rs mirrors REPAIR_ROWS. The
-// softmax already wrote the right LSE (it skips masked keys), so only O is rewritten.
-constexpr int REPAIR_ROWS = 8;
+// Check pass after cuBLAS: grid-stride over the output rows, REPAIR_WARPS warps per block (src/unfused.rs
+// mirrors it and the row grouping). A warp checks whole rows in 16-byte chunks, several short rows at once
+// (lane = row of the group x chunk), so finite output costs one wide read per chunk; a row with a non-finite
+// value is recomputed by the whole warp (common.cuh). The softmax already wrote the right LSE (it skips
+// masked keys), so only O is rewritten.
+constexpr int REPAIR_WARPS = 8;
+
+template <typename T>
+__device__ __forceinline__ bool chunk_nonfinite(const T* row, int c, int dv) {
+    constexpr int E = 16 / sizeof(T);
+    const T* x = row + c;
+    bool bad = false;
+    if (c + E <= dv && (reinterpret_cast<unsigned long long>(x) & 15) == 0) {
+        const uint4 w = *reinterpret_cast<const uint4*>(x);
+        const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+        for (int t = 0; t < E; ++t) bad |= !isfinite(to_f32(e[t]));
+    } else {
+        for (int t = 0; t < E && c + t < dv; ++t) bad |= !isfinite(to_f32(x[t]));
+    }
+    return bad;
+}
 
 template <typename T>
 __device__ void unfused_repair(const AttnParams& p) {
-    const long long row = (long long)blockIdx.x * REPAIR_ROWS + threadIdx.x / 32;
-    if (row >= (long long)p.b * p.hq * p.sq) return;  // whole warps leave together
-    const int i = (int)(row % p.sq);
-    const int bh = (int)(row / p.sq);
-    repair_row_if_nonfinite<T>(p, bh / p.hq, bh % p.hq, i, 0, p.dv, false);
+    constexpr int E = 16 / sizeof(T);
+    const int chunks = (p.dv + E - 1) / E;                // per row
+    if (chunks == 0) return;
+    const int group = chunks >= 32 ? 1 : 32 / chunks;     // rows a warp checks at once
+    const int lane = threadIdx.x % 32;
+    const int sub = chunks >= 32 ? 0 : lane / chunks;     // this lane's row in the group
+    const int c_first = chunks >= 32 ? lane : lane % chunks;
+    const int c_step = chunks >= 32 ? 32 : chunks;
+    const long long rows = (long long)p.b * p.hq * p.sq;
+    const long long warp0 = (long long)blockIdx.x * REPAIR_WARPS + threadIdx.x / 32;
+    const long long n_warps = (long long)gridDim.x * REPAIR_WARPS;
+    for (long long r0 = warp0 * group; r0 < rows; r0 += n_warps * group) {
+        const long long row = r0 + sub;
+        bool bad = false;
+        if (sub < group && row < rows) {
+            const int i = (int)(row % p.sq), bh = (int)(row / p.sq);
+            const T* o = static_cast<const T*>(p.o) + (bh / p.hq) * p.o_stride[0] + (bh % p.hq) * p.o_stride[1] +
+                         (long long)i * p.o_stride[2];
+            for (int c = c_first; c < chunks; c += c_step) bad |= chunk_nonfinite(o, c * E, p.dv);
+        }
+        unsigned hit = __ballot_sync(0xffffffffu, bad);
+        while (hit != 0u) {  // warp-uniform: one recompute per row with a non-finite value
+            const int g = (__ffs(hit) - 1) / (chunks >= 32 ? 32 : chunks);
+            const long long rr = r0 + g;
+            const int i = (int)(rr % p.sq), bh = (int)(rr / p.sq);
+            careful_row<T>(p, bh / p.hq, bh % p.hq, i, 0, p.dv, false);
+            hit &= chunks >= 32 ? 0u : ~(((1u << chunks) - 1u) << (g * chunks));
+        }
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_f32(const AttnParams p) {
+extern "C" __global__ void __launch_bounds__(REPAIR_WARPS * 32) unfused_repair_f32(const AttnParams p) {
     unfused_repair<float>(p);
 }
-extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_f16(const AttnParams p) {
+extern "C" __global__ void __launch_bounds__(REPAIR_WARPS * 32) unfused_repair_f16(const AttnParams p) {
     unfused_repair<__half>(p);
 }
-extern "C" __global__ void __launch_bounds__(REPAIR_ROWS * 32) unfused_repair_bf16(const AttnParams p) {
+extern "C" __global__ void __launch_bounds__(REPAIR_WARPS * 32) unfused_repair_bf16(const AttnParams p) {
     unfused_repair<__nv_bfloat16>(p);
 }

@@ -225,12 +225,11 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     })?;
 
     // cuBLAS multiplies a masked key's P = 0 by its V row, so NaN or inf there would reach rows that never
-    // see the key. One warp per row checks its output and recomputes it without masked keys when it is not
-    // finite (kernels/common.cuh); rows with finite output cost one read.
-    let blocks = rows.div_ceil(REPAIR_ROWS);
+    // see the key. A grid-stride pass checks the output in 16-byte chunks and recomputes a row without
+    // masked keys when it is not finite (kernels/unfused.cu); rows with finite output cost one read.
     let dims = LaunchDims {
-        grid: (u32::try_from(blocks).map_err(|_| unsupported("more than 2^32 query-row blocks"))?, 1, 1),
-        block: (REPAIR_ROWS as u32 * 32, 1, 1),
+        grid: (repair_blocks(rows, s.dv, spec.dtype.size_bytes(), call.dev.info().sm_count), 1, 1),
+        block: (REPAIR_WARPS as u32 * 32, 1, 1),
         smem_bytes: 0,
     };
     // SAFETY: O was written by the product above on this stream; Q, K, V, O, the mask and the LSE cover the
@@ -238,5 +237,35 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     unsafe { launch(call.dev, call.stream, &UNFUSED, &format!("unfused_repair_{}", spec.dtype.name()), dims, p) }
 }
 
-/// Query rows per block of `unfused_repair_*` (one warp each); mirrors `REPAIR_ROWS` in unfused.cu.
-const REPAIR_ROWS: usize = 8;
+/// Warps per block of `unfused_repair_*`; mirrors `REPAIR_WARPS` in unfused.cu.
+const REPAIR_WARPS: usize = 8;
+
+/// Blocks of the check pass: enough for one group of rows per warp (a warp checks `32 / chunks` rows of
+/// `chunks` 16-byte chunks at once when they fit in a warp, as unfused.cu does), at most a full GPU of
+/// resident blocks; the kernel strides over the rest.
+fn repair_blocks(rows: usize, dv: usize, elem_bytes: usize, sm_count: i32) -> u32 {
+    let chunks = (dv * elem_bytes).div_ceil(16).max(1);
+    let group = if chunks >= 32 { 1 } else { 32 / chunks };
+    let needed = rows.div_ceil(group).div_ceil(REPAIR_WARPS);
+    let resident = 8 * sm_count.max(1) as usize;
+    needed.clamp(1, resident) as u32
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::repair_blocks;
+
+    #[test]
+    fn the_check_pass_covers_every_row_group_up_to_a_full_gpu() {
+        // D = 64 bf16: 8 chunks of 16 bytes, 4 rows per warp, 32 rows per block.
+        assert_eq!(repair_blocks(1, 64, 2, 132), 1);
+        assert_eq!(repair_blocks(33, 64, 2, 132), 2);
+        assert_eq!(repair_blocks(1 << 20, 64, 2, 132), 8 * 132);
+        // D = 8192 f32: 2048 chunks, one row per warp.
+        assert_eq!(repair_blocks(17, 8192, 4, 132), 3);
+        // Dv = 1 still takes one chunk per row.
+        assert_eq!(repair_blocks(64, 1, 2, 132), 1);
+        assert_eq!(repair_blocks(0, 64, 2, 0), 1);
+    }
+}
