@@ -251,7 +251,6 @@ fn repair_blocks(rows: usize, dv: usize, elem_bytes: usize, sm_count: i32) -> u3
     needed.clamp(1, resident) as u32
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::repair_blocks;
