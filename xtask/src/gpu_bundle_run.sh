@@ -23,18 +23,30 @@ table=()
   > "$OUT/env.txt" 2>&1
 
 if want tests; then
+  # The test binaries run at the same time (each compiles the NVRTC modules it needs on a fresh machine,
+  # which takes minutes one after another); their logs are joined in order afterwards.
   : > "$OUT/tests.log"
+  mkdir -p "$OUT/tests"
   for t in "$B"/tests/*; do
     name="$(basename "$t")"
-    start=$(date +%s)
-    # The machinery tests change a process-wide environment variable (the cache dir): one thread.
-    extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
-    "$t" "${extra[@]}" >> "$OUT/tests.log" 2>&1
-    rc=$?
-    res="$(grep -E '^test result:' "$OUT/tests.log" | tail -1)"
-    printf '{"stage":"test","binary":"%s","rc":%d,"seconds":%d,"result":"%s"}\n' "$name" "$rc" "$(( $(date +%s) - start ))" "$res" >> "$summary"
+    (
+      start=$(date +%s)
+      # The machinery tests change a process-wide environment variable (the cache dir): one thread.
+      extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
+      "$t" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1
+      echo "$? $(( $(date +%s) - start ))" > "$OUT/tests/$name.rc"
+    ) &
+  done
+  wait
+  for t in "$B"/tests/*; do
+    name="$(basename "$t")"
+    cat "$OUT/tests/$name.log" >> "$OUT/tests.log"
+    read -r rc secs < "$OUT/tests/$name.rc"
+    res="$(grep -E '^test result:' "$OUT/tests/$name.log" | tail -1)"
+    printf '{"stage":"test","binary":"%s","rc":%d,"seconds":%d,"result":"%s"}\n' "$name" "$rc" "$secs" "$res" >> "$summary"
     table+=("test      $(printf '%-22s' "$name") rc=$rc  $res")
   done
+  rm -rf "$OUT/tests"
 fi
 
 if want sanitize; then
