@@ -145,9 +145,9 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 
 // INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads
 // tiles w, w + NW, ...), so the block streams K and V in contiguous NW·KS-key chunks; otherwise each warp
-// reads its own contiguous split (NW times as many concurrent streams, each NW times longer). The entry
-// points use contiguous splits; the interleaved form is a dev-harness variant (1-2 % faster on B=1,
-// Sk=32k there, not yet timed through the Rust backend: bench/results/fa2.md).
+// reads its own contiguous split (NW times as many concurrent streams, each NW times longer). The bulk-copy
+// entries interleave (1-2 % faster on B=1, Sk=32k in the dev harness: bench/results/fa2.md); the cp.async
+// entries, which take the long splits, keep contiguous splits (interleaving measured nothing there).
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK, bool INTERLEAVE>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     using Tile = SplitKvTile<D, STAGES, KS>;
@@ -467,30 +467,30 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
-#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK)                                          \
-    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                   \
-        extern __shared__ __align__(16) unsigned char splitkv_smem[];                                 \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK, false>(p, reinterpret_cast<T*>(splitkv_smem)); \
+#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK, ILV)                                      \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
+        extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK, ILV>(p, reinterpret_cast<T*>(splitkv_smem));  \
     }
 
-// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture) and
+// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits) and
 // splitkv_bulk_{dtype}_{D}_{mask} (bulk copies where compiled for sm_90 or newer, the cp.async path
-// elsewhere); NW warps = splits per block, STAGES-deep ring, KS keys per step, chosen on the H100 and
-// mirrored by src/splitkv.rs `tile_for`.
+// elsewhere; warps interleaved over the block's keys); NW warps = splits per block, STAGES-deep ring, KS keys
+// per step, chosen on the H100 and mirrored by src/splitkv.rs `tile_for`.
 #ifndef SPLITKV_NO_ENTRIES
-#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, BULK)                                    \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, BULK)                  \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, BULK)              \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, BULK)
-#define SPLITKV_ENTRIES_DTYPE(TNAME, T)                                                                \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, false)                                       \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, false)                                       \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, false)                                      \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, false)                                      \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SPLITKV_USE_BULK)                       \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SPLITKV_USE_BULK)                       \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SPLITKV_USE_BULK)                      \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SPLITKV_USE_BULK)
+#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, BULK, ILV)                                \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, BULK, ILV)              \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, BULK, ILV)          \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, BULK, ILV)
+#define SPLITKV_ENTRIES_DTYPE(TNAME, T)                                                                 \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, false, false)                                 \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, false, false)                                 \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, false, false)                                \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, false, false)                                \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SPLITKV_USE_BULK, true)                  \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SPLITKV_USE_BULK, true)                  \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SPLITKV_USE_BULK, true)                 \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SPLITKV_USE_BULK, true)
 SPLITKV_ENTRIES_DTYPE(f16, __half)
 SPLITKV_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif
