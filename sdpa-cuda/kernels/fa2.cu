@@ -8,8 +8,11 @@
 // issue cp.async of V[t] -> S = Q·K^T (ldmatrix) -> wait V[t] -> issue cp.async of K[t+1] -> mask and online
 // softmax with exp2 and the scale folded in -> O += P·V with P taken straight from the S accumulators (the
 // C layout of two n8 tiles is the A layout of one k16 step) and V read by ldmatrix.trans. So V[t] loads
-// during Q·K^T, K[t+1] during softmax and P·V. STAGES = 2 double-buffers K and V instead: tile t+1 loads
-// while tile t is computed, one barrier per tile. Which is faster depends on the head dim (measured).
+// during Q·K^T, K[t+1] during softmax and P·V. STAGES >= 2 is a ring of K/V buffers instead: tiles
+// t+1 .. t+STAGES-1 load while tile t is computed, one barrier per tile. Which is faster depends on the
+// head dim (measured). Grids with no more blocks than SMs take a 4-deep ring: their blocks are alone on
+// their SMs, so the shared memory is free, and with little math per tile each K/V tile of the 1- or 2-deep
+// forms costs a whole memory latency (issue 4's tiny shapes).
 //
 // Shared memory rows are padded by 16 bytes (an odd number of 16-byte chunks per row): the eight row
 // addresses of every ldmatrix phase then fall in eight different bank groups, and so do cp.async stores.
@@ -26,7 +29,7 @@ struct Fa2Tile {
     static constexpr int SMEM_ELEMS = (BM + 2 * STAGES * BN) * LD;
     static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole m16 tiles");
     static_assert(D % 16 == 0 && BN % 16 == 0, "k16 steps");
-    static_assert(STAGES == 1 || STAGES == 2, "one K/V buffer (FA2 order) or two (double-buffered)");
+    static_assert(STAGES >= 1, "one K/V buffer (FA2 order) or a ring of STAGES");
 };
 
 template <typename T, int D, int BM, int BN, int NW, int STAGES, int MASK>
@@ -66,12 +69,23 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     const int n_tiles = (n_keys + BN - 1) / BN;
 
+    // One K/V tile (tile t into ring slot t % STAGES) or, with one buffer, K alone; a commit group each.
+    auto load_kv = [&](int t) {
+        const int n1 = t * BN;
+        const unsigned slot = STAGES == 1 ? 0u : (t % STAGES) * KV_BYTES;
+        fa2_load_tile<T, D, BN, THREADS>(sK + slot, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+        if (STAGES > 1)
+            fa2_load_tile<T, D, BN, THREADS>(sV + slot, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+    };
     fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
-    if (n_tiles > 0) {
-        fa2_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
-        if (STAGES == 2) fa2_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
-    }
+    if (n_tiles > 0) load_kv(0);
     fa2_cp_async_commit();
+    // The ring's other leading tiles, one group each (empty groups past the last tile keep the count).
+#pragma unroll
+    for (int t = 1; t < STAGES - 1; ++t) {
+        if (t < n_tiles) load_kv(t);
+        fa2_cp_async_commit();
+    }
 
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
@@ -80,18 +94,17 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n0 = tile * BN;
-        const unsigned buf = STAGES == 2 ? (tile & 1) * KV_BYTES : 0u;
-        fa2_cp_async_wait<0>();
+        const unsigned buf = STAGES == 1 ? 0u : (tile % STAGES) * KV_BYTES;
+        // Groups committed so far: STAGES - 1 (or 1) before the loop and one per earlier tile; at most
+        // STAGES - 2 may stay in flight for this tile's to be complete.
+        fa2_cp_async_wait<(STAGES > 2 ? STAGES - 2 : 0)>();
         __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
         if (STAGES == 1) {
             // FA2 order: V[tile] loads while S = Q K^T runs.
             fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, tid);
-        } else if (tile + 1 < n_tiles) {
-            // Double-buffered: the whole next tile loads while this one is computed.
-            const int n1 = n0 + BN;
-            const unsigned nb = ((tile + 1) & 1) * KV_BYTES;
-            fa2_load_tile<T, D, BN, THREADS>(sK + nb, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
-            fa2_load_tile<T, D, BN, THREADS>(sV + nb, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+        } else if (tile + STAGES - 1 < n_tiles) {
+            // Ring: tile + STAGES - 1 loads into the slot the last tile freed while this one is computed.
+            load_kv(tile + STAGES - 1);
         }
         fa2_cp_async_commit();
 
@@ -165,10 +178,12 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(fa2_smem));                   \
     }
 
-// Entry points fa2_{dtype}_{D}_{mask} with the tile measured for each head dim on full grids, and
+// Entry points fa2_{dtype}_{D}_{mask} with the tile measured for each head dim on full grids,
 // fa2_small_{dtype}_{D}_{mask} with 64-row tiles (128 keys at D = 64, 64 at D = 96 and 128) for grids
-// that leave SMs idle (issue 4's tiny shapes: a shorter path per block, no opt-in shared memory at
-// D = 64); src/fa2.rs `tile_for` mirrors both. D = 256 already runs 64 x 64.
+// that leave SMs idle (a shorter path per block, no opt-in shared memory at D = 64), and
+// fa2_deep_{dtype}_{D}_{mask}, the same tiles with a 4-deep K/V ring, when even the small tile's grid has
+// no more blocks than SMs (issue 4's tiny shapes); src/fa2.rs `tile_for` mirrors them. D = 256 already runs
+// 64 x 64.
 #ifndef FA2_NO_ENTRIES
 #define FA2_ENTRIES_FOR(PFX, TNAME, T, D, BM, BN, NW, ST, MINB)                                        \
     FA2_ENTRY(PFX##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                      \
@@ -181,7 +196,10 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     FA2_ENTRIES_FOR(fa2_, TNAME, T, 256, 64, 64, 4, 1, 1)                                              \
     FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 64, 64, 128, 4, 1, 1)                                        \
     FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 96, 64, 64, 4, 1, 1)                                         \
-    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 128, 64, 64, 4, 1, 1)
+    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 128, 64, 64, 4, 1, 1)                                        \
+    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 64, 64, 128, 4, 4, 1)                                         \
+    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 96, 64, 64, 4, 4, 1)                                          \
+    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 128, 64, 64, 4, 4, 1)
 FA2_ENTRIES_DTYPE(f16, __half)
 FA2_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif

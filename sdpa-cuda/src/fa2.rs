@@ -33,7 +33,8 @@ pub struct Fa2Tile {
     pub bn: usize,
     /// Warps per block (each owns `bm / warps` rows).
     pub warps: usize,
-    /// K/V buffers: 1 (`V[t]` loads during Q·Kᵀ, `K[t+1]` during softmax and P·V) or 2 (double-buffered).
+    /// K/V buffers: 1 (`V[t]` loads during Q·Kᵀ, `K[t+1]` during softmax and P·V) or a ring of `stages`
+    /// (`stages - 1` tiles in flight while one is computed).
     pub stages: usize,
 }
 
@@ -66,6 +67,27 @@ pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
 /// blocks on idle SMs and halves each block's work.
 pub fn small_grid(sq: usize, hq: usize, b: usize, big: Fa2Tile, sm_count: usize) -> bool {
     sq.div_ceil(big.bm).saturating_mul(hq).saturating_mul(b) < sm_count
+}
+
+/// K/V ring depth of the `fa2_deep_*` entries; mirrors `kernels/fa2.cu`.
+pub const DEEP_STAGES: usize = 4;
+
+/// Tile and entry-point prefix for head dim `d` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
+/// the small tile when that grid leaves SMs idle ([`small_grid`]); and the small tile with a
+/// [`DEEP_STAGES`]-deep K/V ring when even the small tile's grid has no more blocks than SMs, so each block
+/// is alone on its SM and its shared memory costs nothing: with so little math per K/V tile, the 1-deep
+/// form waits about two memory latencies per tile (issue 4's tiny shapes).
+pub fn choose_tile(d: usize, sq: usize, hq: usize, b: usize, sm_count: usize) -> Option<(Fa2Tile, &'static str)> {
+    let big = tile_for(d, false)?;
+    if d == 256 || !small_grid(sq, hq, b, big, sm_count) {
+        return Some((big, "fa2"));
+    }
+    let small = tile_for(d, true)?;
+    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count {
+        Some((Fa2Tile { stages: DEEP_STAGES, ..small }, "fa2_deep"))
+    } else {
+        Some((small, "fa2_small"))
+    }
 }
 
 /// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
@@ -105,14 +127,12 @@ pub(crate) fn mask_name(mask_kind: i32) -> &'static str {
 /// Entry point and launch shape of `fa2` for a supported call.
 pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let s = call.spec.shape;
-    let no_tile = || unsupported(format!("fa2 has no tile for D = {}", s.d));
-    let big = tile_for(s.d, false).ok_or_else(no_tile)?;
-    let small = s.d != 256 && small_grid(s.sq, s.hq, s.b, big, call.dev.info().sm_count.max(1) as usize);
-    let tile = if small { tile_for(s.d, true).ok_or_else(no_tile)? } else { big };
+    let sm_count = call.dev.info().sm_count.max(1) as usize;
+    let (tile, prefix) = choose_tile(s.d, s.sq, s.hq, s.b, sm_count)
+        .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", s.d)))?;
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let prefix = if small { "fa2_small" } else { "fa2" };
     let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(call.params.mask_kind));
     let dims = LaunchDims {
         grid: (tiles, hq, b),
@@ -155,5 +175,32 @@ pub fn resolve_auto(call: &Call<'_>) -> Kernel {
         Kernel::SplitKv
     } else {
         Kernel::Fa2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_under_one_block_per_sm_take_the_small_tile_and_the_deep_ring_when_it_still_fits() {
+        let pick = |d, sq, hq, b| choose_tile(d, sq, hq, b, 132).map(|(t, name)| (name, t.bm, t.bn, t.stages));
+        // Issue 4's tiny shapes (B = H = 1, D = 64): 1 to 8 blocks of 64 rows, 4-deep ring of 128 keys.
+        for sq in [64, 128, 512] {
+            assert_eq!(pick(64, sq, 1, 1), Some(("fa2_deep", 64, 128, 4)));
+        }
+        // 128 blocks of the full tile (< 132): 256 small blocks, more than the SMs: the 1-deep small tile.
+        assert_eq!(pick(128, 1024, 16, 1), Some(("fa2_small", 64, 64, 1)));
+        // 64 full blocks -> 128 small ones, at most one per SM: deep.
+        assert_eq!(pick(128, 1024, 8, 1).map(|x| x.0), Some("fa2_deep"));
+        // Full grids, and D = 256 whatever the grid.
+        assert_eq!(pick(64, 4096, 32, 4), Some(("fa2", 128, 128, 1)));
+        assert_eq!(pick(256, 64, 1, 1), Some(("fa2", 64, 64, 1)));
+        assert_eq!(pick(80, 64, 1, 1), None);
+        // The deep ring needs opt-in shared memory but stays under the H100's 227 KB.
+        for d in [64, 96, 128] {
+            let (t, _) = choose_tile(d, 64, 1, 1, 132).expect("tile");
+            assert!(t.smem_bytes(d) <= 227 * 1024, "D = {d}: {} bytes", t.smem_bytes(d));
+        }
     }
 }

@@ -153,9 +153,11 @@ fn the_kernel_that_ran_is_reported() {
 }
 
 /// Big enough to fill the GPU many times over (races and tile-boundary bugs show up here if anywhere),
-/// and the decoding shapes of the benchmark, sampled. The small shapes of the table run `fa2`'s small
-/// tile (their grids leave SMs idle); the awkward sizes here have grids of at least 132 blocks, so they
-/// take the full-grid tiles.
+/// and the decoding shapes of the benchmark, sampled. The small shapes of the table run `fa2`'s deep-ring
+/// small tile (their grids leave SMs idle even with 64-row tiles); the first six awkward sizes here have
+/// grids of at least 132 blocks, so they take the full-grid tiles; the next three have full-tile grids
+/// under 132 blocks and small-tile grids over it (the 1-deep small tile), and the last one runs the deep
+/// ring over 47 K/V tiles.
 #[test]
 fn larger_shapes_sampled() {
     let Some(gpu) = gpu() else { return };
@@ -167,6 +169,10 @@ fn larger_shapes_sampled() {
         (s(3, 48, 12, 333, 401, 64), Kernel::Fa2),
         (s(2, 40, 5, 300, 257, 128), Kernel::Fa2),
         (s(2, 36, 36, 200, 190, 96), Kernel::Fa2),
+        (s(1, 16, 4, 1000, 1500, 128), Kernel::Fa2),
+        (s(1, 12, 3, 1200, 999, 64), Kernel::Fa2),
+        (s(1, 20, 5, 700, 650, 96), Kernel::Fa2),
+        (s(1, 4, 2, 300, 3001, 96), Kernel::Fa2),
         (s(8, 32, 32, 1, 4096, 128), Kernel::SplitKv),
         (s(1, 32, 8, 1, 32768, 128), Kernel::SplitKv),
         (s(2, 16, 4, 1000, 1500, 128), Kernel::SplitKv),
