@@ -1,12 +1,17 @@
 #!/bin/bash
-# fa2's deep K/V ring for grids of at most one block per SM (issue 4's tiny shapes): tests, sanitizers, and
-# a same-run A/B of the `cuda_kernels` driver before (target-ab/new, a3dfc7e: the 1-deep small tile) and
-# after (gpu-bundle), with PyTorch's default SDPA timed in the same call.
-# Device: OUT=$OUT bash sdpa-cuda/dev/tiny_ab_run.sh   (carry gpu-bundle and target-ab)
+# Same-run A/B of two builds of the `cuda_kernels` driver on fa2 shapes, with the GPU tests and sanitizers of
+# the newer one and PyTorch's default SDPA timed in the same call. Device (carry gpu-bundle and target-ab):
+#   OUT=$OUT bash sdpa-cuda/dev/tiny_ab_run.sh
+#       fa2's deep K/V ring (issue 4's tiny shapes): before = target-ab/new (a3dfc7e), after = gpu-bundle
+#   OUT=$OUT PREV=target-ab/head/cuda_kernels POINTS=sdpa-cuda/dev/small2_ab_points.json \
+#       SAN_SHAPES="1,34,34,256,300,64 causal;1,34,17,200,200,128 none" bash sdpa-cuda/dev/tiny_ab_run.sh
+#       a 2-deep ring in the 1-deep small tile (not shipped): before = 772e194, after = that change
 export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1
-B=gpu-bundle; P=sdpa-cuda/dev/tiny_ab_points.json; L=/tmp/tiny-logs; mkdir -p $L
+B=gpu-bundle; P=${POINTS:-sdpa-cuda/dev/tiny_ab_points.json}; L=/tmp/ab-logs; mkdir -p $L
+PREV=${PREV:-target-ab/new/cuda_kernels}
+SAN_SHAPES=${SAN_SHAPES:-"1,2,1,70,300,64 causal;1,2,1,70,400,128 none;1,4,2,130,1000,96 causal-br"}
 t0=$(date +%s)
-SDPA_CUDA_CACHE=/tmp/cache-prev timeout 200 target-ab/new/cuda_kernels --points $P --out $L/warm-prev.json --warmup 0 --reps 1 > $L/warm-prev.log 2>&1 &
+SDPA_CUDA_CACHE=/tmp/cache-prev timeout 200 $PREV --points $P --out $L/warm-prev.json --warmup 0 --reps 1 > $L/warm-prev.log 2>&1 &
 export SDPA_CUDA_CACHE=/tmp/cache-now
 for t in fa2_kernels gpu_kernels; do
   ( timeout 420 $B/tests/$t > $L/$t.log 2>&1; echo "$t rc=$? $(grep '^test result' $L/$t.log)" > $L/$t.rc ) &
@@ -14,7 +19,8 @@ done
 wait
 cat $L/*.rc; for t in fa2_kernels gpu_kernels; do grep -A20 "^failures:" $L/$t.log | head -30 | cut -c1-300; done
 echo "tests took $(( $(date +%s) - t0 )) s"
-for shape in "1,2,1,70,300,64 causal" "1,2,1,70,400,128 none" "1,4,2,130,1000,96 causal-br"; do
+IFS=';' read -ra shapes <<< "$SAN_SHAPES"
+for shape in "${shapes[@]}"; do
   read -r sh mask <<< "$shape"
   for tool in memcheck racecheck; do
     r=$(timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 $B/sdpa run --backend cuda --kernel fa2 --dtype bf16 --shape $sh --mask $mask --warmup 0 --reps 1 --check 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|check" | tr '\n' ' ')
@@ -22,10 +28,10 @@ for shape in "1,2,1,70,300,64 causal" "1,2,1,70,400,128 none" "1,4,2,130,1000,96
   done
 done
 for round in 1 2 3; do for v in prev now; do
-  b=target-ab/new/cuda_kernels; [ $v = now ] && b=$B/cuda_kernels
+  b=$PREV; [ $v = now ] && b=$B/cuda_kernels
   SDPA_CUDA_CACHE=/tmp/cache-$v timeout 100 $b --points $P --out $OUT/$v$round.json --warmup 20 --reps 100 > $L/$v$round.log 2>&1 || echo "$v $round failed"
 done; done
-python3 - <<'PY' | tee $OUT/tiny-ab.txt
+python3 - <<'PY' | tee $OUT/ab.txt
 import json, os, torch, torch.nn.functional as F
 from triton.testing import do_bench
 O = os.environ['OUT']
