@@ -95,8 +95,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n0 = tile * BN;
         const unsigned buf = STAGES == 1 ? 0u : (tile % STAGES) * KV_BYTES;
-        // Groups committed so far: STAGES - 1 (or 1) before the loop and one per earlier tile; at most
-        // STAGES - 2 may stay in flight for this tile's to be complete.
+        // Groups committed so far: STAGES - 1 (or 1) before the loop and one per earlier tile; with at most
+        // STAGES - 2 of them still in flight, this tile's group is complete.
         fa2_cp_async_wait<(STAGES > 2 ? STAGES - 2 : 0)>();
         __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
         if (STAGES == 1) {
@@ -182,8 +182,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 // fa2_small_{dtype}_{D}_{mask} with 64-row tiles (128 keys at D = 64, 64 at D = 96 and 128) for grids
 // that leave SMs idle (a shorter path per block, no opt-in shared memory at D = 64), and
 // fa2_deep_{dtype}_{D}_{mask}, the same tiles with a 4-deep K/V ring, when even the small tile's grid has
-// no more blocks than SMs (issue 4's tiny shapes); src/fa2.rs `tile_for` mirrors them. D = 256 already runs
-// 64 x 64.
+// no more blocks than SMs and the device has the shared memory (issue 4's tiny shapes); src/fa2.rs
+// `tile_for` and `DEEP_STAGES` mirror them. D = 256 already runs 64 x 64.
 #ifndef FA2_NO_ENTRIES
 #define FA2_ENTRIES_FOR(PFX, TNAME, T, D, BM, BN, NW, ST, MINB)                                        \
     FA2_ENTRY(PFX##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                      \

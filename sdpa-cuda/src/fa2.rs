@@ -75,16 +75,25 @@ pub const DEEP_STAGES: usize = 4;
 /// Tile and entry-point prefix for head dim `d` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
 /// the small tile when that grid leaves SMs idle ([`small_grid`]); and the small tile with a
 /// [`DEEP_STAGES`]-deep K/V ring when even the small tile's grid has no more blocks than SMs, so each block
-/// is alone on its SM and its shared memory costs nothing: with so little math per K/V tile, the 1-deep
-/// form waits about two memory latencies per tile (issue 4's tiny shapes).
-pub fn choose_tile(d: usize, sq: usize, hq: usize, b: usize, sm_count: usize) -> Option<(Fa2Tile, &'static str)> {
+/// is alone on its SM and its shared memory costs nothing (if the device has the 117-153 KB per block:
+/// `smem_optin`, the opt-in limit): with so little math per K/V tile, the 1-deep form waits about two
+/// memory latencies per tile (issue 4's tiny shapes).
+pub fn choose_tile(
+    d: usize,
+    sq: usize,
+    hq: usize,
+    b: usize,
+    sm_count: usize,
+    smem_optin: usize,
+) -> Option<(Fa2Tile, &'static str)> {
     let big = tile_for(d, false)?;
     if d == 256 || !small_grid(sq, hq, b, big, sm_count) {
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
-    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count {
-        Some((Fa2Tile { stages: DEEP_STAGES, ..small }, "fa2_deep"))
+    let deep = Fa2Tile { stages: DEEP_STAGES, ..small };
+    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d) <= smem_optin {
+        Some((deep, "fa2_deep"))
     } else {
         Some((small, "fa2_small"))
     }
@@ -127,8 +136,9 @@ pub(crate) fn mask_name(mask_kind: i32) -> &'static str {
 /// Entry point and launch shape of `fa2` for a supported call.
 pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let s = call.spec.shape;
-    let sm_count = call.dev.info().sm_count.max(1) as usize;
-    let (tile, prefix) = choose_tile(s.d, s.sq, s.hq, s.b, sm_count)
+    let info = call.dev.info();
+    let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
+    let (tile, prefix) = choose_tile(s.d, s.sq, s.hq, s.b, sm_count, optin)
         .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", s.d)))?;
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
@@ -184,7 +194,8 @@ mod tests {
 
     #[test]
     fn grids_under_one_block_per_sm_take_the_small_tile_and_the_deep_ring_when_it_still_fits() {
-        let pick = |d, sq, hq, b| choose_tile(d, sq, hq, b, 132).map(|(t, name)| (name, t.bm, t.bn, t.stages));
+        const H100: usize = 227 * 1024;
+        let pick = |d, sq, hq, b| choose_tile(d, sq, hq, b, 132, H100).map(|(t, name)| (name, t.bm, t.bn, t.stages));
         // Issue 4's tiny shapes (B = H = 1, D = 64): 1 to 8 blocks of 64 rows, 4-deep ring of 128 keys.
         for sq in [64, 128, 512] {
             assert_eq!(pick(64, sq, 1, 1), Some(("fa2_deep", 64, 128, 4)));
@@ -197,10 +208,13 @@ mod tests {
         assert_eq!(pick(64, 4096, 32, 4), Some(("fa2", 128, 128, 1)));
         assert_eq!(pick(256, 64, 1, 1), Some(("fa2", 64, 64, 1)));
         assert_eq!(pick(80, 64, 1, 1), None);
-        // The deep ring needs opt-in shared memory but stays under the H100's 227 KB.
-        for d in [64, 96, 128] {
-            let (t, _) = choose_tile(d, 64, 1, 1, 132).expect("tile");
-            assert!(t.smem_bytes(d) <= 227 * 1024, "D = {d}: {} bytes", t.smem_bytes(d));
+        // The deep ring needs opt-in shared memory: 153 KB at D = 64 and 128, 117 KB at D = 96. A device
+        // with less (an sm_86 part allows 99 KB per block) keeps the 1-deep small tile.
+        for (d, kb) in [(64, 153), (96, 117), (128, 153)] {
+            let (t, name) = choose_tile(d, 64, 1, 1, 132, H100).expect("tile");
+            assert_eq!((name, t.smem_bytes(d).div_ceil(1024)), ("fa2_deep", kb));
+            let (t, name) = choose_tile(d, 64, 1, 1, 84, 99 * 1024).expect("tile");
+            assert_eq!((name, t.stages), ("fa2_small", 1));
         }
     }
 }
