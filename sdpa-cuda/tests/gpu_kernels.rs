@@ -351,10 +351,10 @@ fn nan_under_masked_keys_stays_out_of_rows_that_do_not_see_them() {
     use sdpa_core::{ExplicitMask, MaskValues};
     let Some(gpu) = gpu() else { return };
     let s = |hq, hkv, sq, sk, d| Shape { b: 1, hq, hkv, sq, sk, d, dv: d };
-    // (kernel, f32 math, dtype, shape): unfused (three row widths); fa1's register-tiled (f32 D=64, f16 D=80), generic (D=40) and
-    // tensor-core (bf16 D=128) variants; fa2 at its small-grid tiles (these grids stay under one block per
-    // SM; the full-grid tiles share the template and its epilogue); TF32 and split TF32; splitkv with one
-    // block per row tile and with several (Sk = 5000).
+    // (kernel, f32 math, dtype, shape): unfused (three row widths); fa1's register-tiled (f32 D=64, f16
+    // D=80), generic (D=40) and tensor-core (bf16 D=128) variants; fa2 at its small-grid tiles, the deep-ring
+    // one (2 heads) and the 1-deep one (32 heads) (the full-grid tiles share the template and its epilogue);
+    // TF32 and split TF32; splitkv with one block per row tile and with several (Sk = 5000).
     let runs = [
         (Kernel::Unfused, F32Math::Exact, DType::BF16, s(2, 1, 70, 90, 64)),
         // unfused's check pass: 34 16-byte chunks per row (more than a warp), and rows off 16-byte alignment.
