@@ -146,8 +146,9 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads
 // tiles w, w + NW, ...), so the block streams K and V in contiguous NW·KS-key chunks; otherwise each warp
 // reads its own contiguous split (NW times as many concurrent streams, each NW times longer). The bulk-copy
-// entries interleave (1-2 % faster on B=1, Sk=32k in the dev harness: bench/results/fa2.md); the cp.async
-// entries, which take the long splits, keep contiguous splits (interleaving measured nothing there).
+// entries interleave (B=1, Sk=32k: 1-2 % faster in the dev harness, within the spread through the Rust
+// driver; bench/results/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
+// (interleaving measured nothing there).
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK, bool INTERLEAVE>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     using Tile = SplitKvTile<D, STAGES, KS>;
