@@ -33,11 +33,7 @@
 // tiles wholly above the diagonal are never loaded; a warp skips the loaded tiles wholly above its own rows;
 // only tiles that cross a warp's part of the diagonal (or the end of the keys, or any tile under an explicit
 // mask) run mask code. Softmax runs in log2 units (exp2, scale folded in).
-#include "common.cuh"
-
-#define TC_MASK_NONE 0
-#define TC_MASK_CAUSAL 1
-#define TC_MASK_EXPLICIT 2
+#include "tf32_ops.cuh"
 // Causal key tiles skipped per warp (1) or per block only (0; kept for A/B timing in dev/tf32_host.cu).
 #ifndef TC_WARP_SKIP
 #define TC_WARP_SKIP 1
@@ -60,48 +56,6 @@ struct TcCfg {
     static_assert(DP % 16 == 0 && BK % 16 == 0, "k8 steps in pairs");
     static_assert(STAGES == 1 || STAGES == 2, "one or two K/V buffers");
 };
-
-__device__ __forceinline__ unsigned tc_smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// 16-byte global->shared copy; `ok == false` writes zeros and reads nothing.
-__device__ __forceinline__ void tc_cp16(unsigned dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void tc_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-__device__ __forceinline__ void tc_ldsm4(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ float tc_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float tc_quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float tc_quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// Nearest TF32 value of x (11 significant bits; Veltkamp splitting with 2^13 + 1). The _rn intrinsics
-// keep the compiler from fusing the steps into an FMA, which would break the split. NaN stays NaN.
-__device__ __forceinline__ float tc_big(float x) {
-    const float c = __fmul_rn(x, 8193.f);
-    return __fsub_rn(c, __fsub_rn(c, x));
-}
-// An operand as TF32 bit patterns: big (nearest TF32) and, for split TF32, small = x - big.
-template <bool SPLIT>
-__device__ __forceinline__ void tc_split(float x, unsigned& big, unsigned& small) {
-    const float hi = tc_big(x);
-    big = __float_as_uint(hi);
-    if (SPLIT) small = __float_as_uint(__fsub_rn(x, hi));
-}
 
 // D += A·B, one m16n8k8 TF32 tile.
 __device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {

@@ -176,7 +176,7 @@ impl Device {
     }
 
     fn compiled_image(&self, src: &'static ModuleSource) -> Result<Vec<u8>> {
-        let arch = self.info.arch();
+        let arch = src.arch_for(&self.info.arch());
         let include = libs::include_dir();
         let inc = include.as_ref().map(|p| p.display().to_string());
         if inc.is_none() {

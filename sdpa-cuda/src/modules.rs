@@ -9,8 +9,11 @@ pub const COMMON_CUH: &str = include_str!("../kernels/common.cuh");
 
 /// Headers every module may `#include "name"`: handed to NVRTC in memory (no files needed at run time)
 /// and part of every cache key. A new shared header is one line here.
-pub const HEADERS: &[(&str, &str)] =
-    &[("common.cuh", COMMON_CUH), ("fa2_mma.cuh", include_str!("../kernels/fa2_mma.cuh"))];
+pub const HEADERS: &[(&str, &str)] = &[
+    ("common.cuh", COMMON_CUH),
+    ("fa2_mma.cuh", include_str!("../kernels/fa2_mma.cuh")),
+    ("tf32_ops.cuh", include_str!("../kernels/tf32_ops.cuh")),
+];
 
 /// One `.cu` source compiled as one CUDA module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +24,25 @@ pub struct ModuleSource {
     pub source: &'static str,
     /// Extra NVRTC options for this module only (part of the cache key).
     pub extra_options: &'static [&'static str],
+    /// Compiled for the architecture-specific target (`sm_90a`) on a device of compute capability 9.0, so
+    /// that it may use `wgmma` and the other sm_90a-only instructions (see [`ModuleSource::arch_for`]).
+    pub arch_specific: bool,
 }
 
 impl ModuleSource {
     /// A module with no extra options.
     pub const fn new(name: &'static str, source: &'static str) -> Self {
-        ModuleSource { name, source, extra_options: &[] }
+        ModuleSource { name, source, extra_options: &[], arch_specific: false }
+    }
+
+    /// The NVRTC architecture this module is compiled for on a device whose real architecture is `arch`
+    /// ("sm_90"): "sm_90a" for an [`arch_specific`](Self::arch_specific) module there, `arch` otherwise.
+    pub fn arch_for(&self, arch: &str) -> String {
+        if self.arch_specific && arch == "sm_90" {
+            "sm_90a".to_string()
+        } else {
+            arch.to_string()
+        }
     }
 }
 
@@ -39,6 +55,15 @@ pub const FA1_MMA: ModuleSource = ModuleSource::new("fa1_mma", include_str!("../
 /// f32 inputs on tensor cores: TF32 and split TF32.
 pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../kernels/tf32.cu"));
 
+/// Plain TF32 at head dims up to 128 on Hopper's warpgroup MMA (`crate::tf32`; sm_90a, its entries trap
+/// elsewhere).
+pub const TF32_WGMMA: ModuleSource = ModuleSource {
+    name: "tf32_wgmma",
+    source: include_str!("../kernels/tf32_wgmma.cu"),
+    extra_options: &[],
+    arch_specific: true,
+};
+
 /// FlashAttention-2 on tensor cores, f16/bf16 (`crate::fa2`).
 pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../kernels/fa2.cu"));
 /// Split-KV (flash-decoding) and its combine pass, f16/bf16 (`crate::splitkv`).
@@ -46,7 +71,7 @@ pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../
 
 /// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
 /// New modules (FA-2, split-KV) add one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, FA2, SPLITKV];
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

@@ -6,11 +6,15 @@
 //! Head dims: D = Dv up to 256, padded with zeros to 16, 32, 64, 128 or 256 inside the kernel; larger or
 //! unequal head dims are `Unsupported` (the exact `fa1` path covers them). Any strides work: 16-byte
 //! `cp.async` loads when D and every Q/K/V stride allow, scalar loads otherwise.
+//!
+//! On a compute-capability 9.0 device, plain TF32 with a head dim of 65..=128 on the 16-byte path runs
+//! `kernels/tf32_wgmma.cu` (Hopper warpgroup MMA) instead of the `mma.sync` kernel; setting the environment
+//! variable `SDPA_TF32_WGMMA=0` keeps the `mma.sync` kernel (for comparisons).
 
 use crate::call::Call;
 use crate::error::unsupported;
 use crate::launch::{launch, LaunchDims};
-use crate::modules::TF32;
+use crate::modules::{TF32, TF32_WGMMA};
 use crate::params::{MASK_CAUSAL, MASK_NONE};
 use sdpa_core::{DType, F32Math, Result};
 
@@ -59,6 +63,26 @@ pub fn tile_for(dp: usize, split: bool, _mask_kind: i32) -> Tile {
     }
 }
 
+/// The wgmma kernel's block (`kernels/tf32_wgmma.cu`): two consumer warpgroups of 64 query rows each
+/// and one producer warpgroup.
+pub const WG_ROWS: usize = 128;
+/// Threads per block of the wgmma kernel.
+pub const WG_THREADS: usize = 384;
+/// Its dynamic shared memory: Q (128 x 128 f32), 2-deep K and Vᵀ rings and one V staging tile of 64 x 128
+/// f32, 8 mbarriers.
+pub const WG_SMEM_BYTES: usize = WG_ROWS * 128 * 4 + 5 * 64 * 128 * 4 + 8 * 8;
+const _: () = assert!(WG_SMEM_BYTES <= 227 * 1024, "over the H100's opt-in shared memory per block");
+
+/// Whether the call runs the wgmma kernel: plain TF32, padded head dim 128, 16-byte loads, an sm_90 device,
+/// and not switched off with `SDPA_TF32_WGMMA=0`.
+fn use_wgmma(compute_capability: (i32, i32), dp: usize, split: bool, loads16: bool) -> bool {
+    !split
+        && dp == 128
+        && loads16
+        && compute_capability == (9, 0)
+        && std::env::var_os("SDPA_TF32_WGMMA").is_none_or(|v| v != "0")
+}
+
 /// Entry-point suffix of a mask kind.
 fn mask_name(mask_kind: i32) -> &'static str {
     match mask_kind {
@@ -94,18 +118,6 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         }
     };
     let p = &call.params;
-    let tile = tile_for(dp, split, p.mask_kind);
-    let blocks =
-        s.sq.div_ceil(tile.rows())
-            .checked_mul(s.b * s.hq)
-            .and_then(|x| u32::try_from(x).ok())
-            .filter(|&x| x <= i32::MAX as u32)
-            .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
-    let dims = LaunchDims {
-        grid: (blocks, 1, 1),
-        block: ((tile.warps * 32) as u32, 1, 1),
-        smem_bytes: tile.smem_bytes(dp, split) as u32,
-    };
     let mask = mask_name(p.mask_kind);
     // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
     // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
@@ -114,16 +126,55 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
     let params = crate::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
+    let wgmma = use_wgmma(call.dev.info().compute_capability, dp, split, loads16);
+    let (rows, threads, smem) = if wgmma {
+        (WG_ROWS, WG_THREADS, WG_SMEM_BYTES)
+    } else {
+        let tile = tile_for(dp, split, p.mask_kind);
+        (tile.rows(), tile.warps * 32, tile.smem_bytes(dp, split))
+    };
+    let blocks =
+        s.sq.div_ceil(rows)
+            .checked_mul(s.b * s.hq)
+            .and_then(|x| u32::try_from(x).ok())
+            .filter(|&x| x <= i32::MAX as u32)
+            .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
+    let dims = LaunchDims { grid: (blocks, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
-    // offset; the kernel stays within them (rows past Sq/Sk and columns past D are never read or written),
-    // and 16-byte loads / 8-byte stores are only enabled when every address they touch is aligned.
-    unsafe { launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}_{mask}"), dims, &params) }
+    // offset; the kernels stay within them (rows past Sq/Sk and columns past D are never read or written),
+    // and 16-byte loads / 8-byte stores are only enabled when every address they touch is aligned. The
+    // wgmma kernel is only launched with 16-byte loads, on an sm_90 device, for which its module is built.
+    unsafe {
+        if wgmma {
+            launch(call.dev, call.stream, &TF32_WGMMA, &format!("tf32wg_f32_128_{mask}"), dims, &params)
+        } else {
+            launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}_{mask}"), dims, &params)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::params::MASK_EXPLICIT;
+
+    /// The wgmma kernel runs only where it was built for and measured: plain TF32, D padded to 128, the
+    /// 16-byte path, compute capability 9.0.
+    #[test]
+    fn wgmma_only_for_plain_tf32_d128_on_sm90() {
+        if std::env::var_os("SDPA_TF32_WGMMA").is_some() {
+            return; // the switch is under test elsewhere
+        }
+        assert!(use_wgmma((9, 0), 128, false, true));
+        assert!(!use_wgmma((9, 0), 128, true, true));
+        assert!(!use_wgmma((9, 0), 64, false, true));
+        assert!(!use_wgmma((9, 0), 256, false, true));
+        assert!(!use_wgmma((9, 0), 128, false, false));
+        assert!(!use_wgmma((8, 0), 128, false, true));
+        assert!(!use_wgmma((10, 0), 128, false, true));
+        let src = crate::modules::TF32_WGMMA.source;
+        assert!(src.contains("#define WG_NC 2") && src.contains("#define WG_ST 2"), "block shape changed");
+    }
 
     /// Every tile fits the 227 KB opt-in shared memory of an H100/A100 block and has whole k16 steps.
     #[test]

@@ -1,5 +1,5 @@
-//! Every kernel module compiles with NVRTC for sm_80 and sm_90, with no GPU needed: a syntax error in a
-//! `.cu` file fails here (CI installs the pinned NVRTC and CUDA header wheels and sets
+//! Every kernel module compiles with NVRTC for sm_80 and sm_90 (and for sm_90a, the target a module marked
+//! `arch_specific` gets on an sm_90 device), with no GPU needed: a syntax error in a `.cu` file fails here (CI installs the pinned NVRTC and CUDA header wheels and sets
 //! `SDPA_REQUIRE_NVRTC=1`, so a missing NVRTC fails instead of skipping).
 
 use sdpa_cuda::{libs, modules, nvrtc};
@@ -25,7 +25,8 @@ fn every_module_compiles_for_sm80_and_sm90() {
     eprintln!("NVRTC {version:?}, headers from {inc}");
     let mut failures = Vec::new();
     for module in modules::MODULES {
-        for arch in ["sm_80", "sm_90"] {
+        let specific = module.arch_specific.then(|| module.arch_for("sm_90"));
+        for arch in ["sm_80", "sm_90"].into_iter().chain(specific.as_deref()) {
             let opts = nvrtc::options(arch, Some(&inc), module);
             let t = std::time::Instant::now();
             match nvrtc::compile(module, arch, &opts) {
