@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Registers, stack and spills of two versions of one kernel module, without a GPU.
 
-Compiles OLD.cu and NEW.cu (the kernels/ headers beside each are used) with NVRTC for sm_90, the options of
+Compiles OLD.cu and NEW.cu (every .cuh header beside each is handed to NVRTC) with NVRTC for sm_90, the options of
 src/nvrtc.rs, and prints per entry point: registers, stack bytes, instructions, local-memory loads/stores
 (spills), and the spills between the first and the last tensor-core instruction (the main loop of the
 mma kernels). A change that leaves the main loop's spills and length alone cannot slow the loop down; one
@@ -29,7 +29,7 @@ def nvrtc():
 def cubin(src_path, out_path):
     lib = nvrtc()
     kdir = os.path.dirname(src_path)
-    hdrs = [h for h in ("common.cuh", "fa2_mma.cuh") if os.path.exists(os.path.join(kdir, h))]
+    hdrs = sorted(h for h in os.listdir(kdir or ".") if h.endswith(".cuh"))
     prog = ctypes.c_void_p()
     H = (ctypes.c_char_p * len(hdrs))(*[open(os.path.join(kdir, h), "rb").read() for h in hdrs])
     N = (ctypes.c_char_p * len(hdrs))(*[h.encode() for h in hdrs])

@@ -36,7 +36,7 @@ fi
 echo "tests took $(( $(date +%s) - t0 )) s"
 if want sanitize; then
   export SDPA_CUDA_CACHE=/tmp/cache-wg
-  for shape in "1,2,1,70,90,128 none" "1,2,1,70,200,128 causal-br" "1,4,2,130,300,80 causal" "1,2,1,300,300,128 causal"; do
+  for shape in "1,2,1,70,90,128 none" "1,2,1,70,200,128 causal-br" "1,4,2,130,300,80 causal" "1,2,1,300,300,128 causal" "2,70,70,256,256,128 causal"; do
     read -r sh mask <<< "$shape"
     for tool in memcheck racecheck; do
       r=$(timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 $B/sdpa run --backend cuda --kernel fa2 \
