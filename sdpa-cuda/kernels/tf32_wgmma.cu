@@ -44,6 +44,7 @@
 #define WG_ENABLED 0
 #endif
 
+#if WG_ENABLED
 namespace wg {
 
 constexpr int DP = 128;          // padded head dim
@@ -188,7 +189,6 @@ __device__ __forceinline__ void transpose_own(float* vt, const float* vs, int ti
 // products use the tensor cores.
 template <int NC, int ST, bool PP, int MASK>
 __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* smem) {
-#if WG_ENABLED
     using namespace wg;
     constexpr int BM = 64 * NC, NT = BK / 8, DT = DP / 8;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -491,10 +491,15 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh). Every thread of
     // the block calls this; the ring is idle by now.
     repair_nonfinite_rows<float>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
-#else
-    __trap();  // wgmma needs sm_90a; src/tf32.rs launches these entries only there
-#endif
 }
+#else
+// Any other target: the entries exist (one module for every architecture) but trap; src/tf32.rs launches them only
+// on compute capability 9.0, where the module is built for sm_90a.
+template <int NC, int ST, bool PP, int MASK>
+__device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
+    __trap();
+}
+#endif
 
 
 // Entry points tf32wg_f32_128_{none|causal|explicit}: 2 consumer warpgroups (128 query rows), 2-deep rings,
