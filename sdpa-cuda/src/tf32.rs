@@ -74,13 +74,15 @@ pub const WG_SMEM_BYTES: usize = WG_ROWS * 128 * 4 + 5 * 64 * 128 * 4 + 8 * 8;
 const _: () = assert!(WG_SMEM_BYTES <= 227 * 1024, "over the H100's opt-in shared memory per block");
 
 /// Whether the call runs the wgmma kernel: plain TF32, padded head dim 128, 16-byte loads, an sm_90 device,
-/// and not switched off with `SDPA_TF32_WGMMA=0`.
-fn use_wgmma(compute_capability: (i32, i32), dp: usize, split: bool, loads16: bool) -> bool {
-    !split
-        && dp == 128
-        && loads16
-        && compute_capability == (9, 0)
-        && std::env::var_os("SDPA_TF32_WGMMA").is_none_or(|v| v != "0")
+/// and `allowed` (see [`wgmma_allowed`]).
+fn use_wgmma(compute_capability: (i32, i32), dp: usize, split: bool, loads16: bool, allowed: bool) -> bool {
+    allowed && !split && dp == 128 && loads16 && compute_capability == (9, 0)
+}
+
+/// False when the environment sets `SDPA_TF32_WGMMA=0` (the mma.sync kernel everywhere, for comparisons and
+/// for testing that kernel on an H100).
+fn wgmma_allowed() -> bool {
+    std::env::var_os("SDPA_TF32_WGMMA").is_none_or(|v| v != "0")
 }
 
 /// Entry-point suffix of a mask kind.
@@ -126,7 +128,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
     let params = crate::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
-    let wgmma = use_wgmma(call.dev.info().compute_capability, dp, split, loads16);
+    let wgmma = use_wgmma(call.dev.info().compute_capability, dp, split, loads16, wgmma_allowed());
     let (rows, threads, smem) = if wgmma {
         (WG_ROWS, WG_THREADS, WG_SMEM_BYTES)
     } else {
@@ -159,19 +161,17 @@ mod tests {
     use crate::params::MASK_EXPLICIT;
 
     /// The wgmma kernel runs only where it was built for and measured: plain TF32, D padded to 128, the
-    /// 16-byte path, compute capability 9.0.
+    /// 16-byte path, compute capability 9.0, and not switched off.
     #[test]
     fn wgmma_only_for_plain_tf32_d128_on_sm90() {
-        if std::env::var_os("SDPA_TF32_WGMMA").is_some() {
-            return; // the switch is under test elsewhere
-        }
-        assert!(use_wgmma((9, 0), 128, false, true));
-        assert!(!use_wgmma((9, 0), 128, true, true));
-        assert!(!use_wgmma((9, 0), 64, false, true));
-        assert!(!use_wgmma((9, 0), 256, false, true));
-        assert!(!use_wgmma((9, 0), 128, false, false));
-        assert!(!use_wgmma((8, 0), 128, false, true));
-        assert!(!use_wgmma((10, 0), 128, false, true));
+        assert!(use_wgmma((9, 0), 128, false, true, true));
+        assert!(!use_wgmma((9, 0), 128, false, true, false));
+        assert!(!use_wgmma((9, 0), 128, true, true, true));
+        assert!(!use_wgmma((9, 0), 64, false, true, true));
+        assert!(!use_wgmma((9, 0), 256, false, true, true));
+        assert!(!use_wgmma((9, 0), 128, false, false, true));
+        assert!(!use_wgmma((8, 0), 128, false, true, true));
+        assert!(!use_wgmma((10, 0), 128, false, true, true));
         let src = crate::modules::TF32_WGMMA.source;
         assert!(src.contains("#define WG_NC 2") && src.contains("#define WG_ST 2"), "block shape changed");
     }

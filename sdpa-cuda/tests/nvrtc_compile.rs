@@ -1,6 +1,7 @@
 //! Every kernel module compiles with NVRTC for sm_80 and sm_90 (and for sm_90a, the target a module marked
-//! `arch_specific` gets on an sm_90 device), with no GPU needed: a syntax error in a `.cu` file fails here (CI installs the pinned NVRTC and CUDA header wheels and sets
-//! `SDPA_REQUIRE_NVRTC=1`, so a missing NVRTC fails instead of skipping).
+//! `arch_specific` gets on an sm_90 device), with no GPU needed: a syntax error in a `.cu` file fails here
+//! (CI installs the pinned NVRTC and CUDA header wheels and sets `SDPA_REQUIRE_NVRTC=1`, so a missing NVRTC
+//! fails instead of skipping).
 
 use sdpa_cuda::{libs, modules, nvrtc};
 
