@@ -17,8 +17,7 @@
 //   there; V goes to a staging tile and is then rounded and transposed into its slot: TF32 `wgmma` takes
 //   only K-major operands, and for O = P·V the k dimension is the key, so V must be stored d-major (Vᵀ).
 //   Doing the transpose in the producer takes it off the consumers' path; cp.async keeps a whole tile per
-//   tensor in flight without holding registers (a first version that loaded through registers was bound
-//   by memory latency at ~60 TFLOPS).
+//   tensor in flight without holding registers.
 // - Each consumer computes S = Q·Kᵀ (m64n64k8, A = its Q rows from shared memory, rounded once at the
 //   start), the online softmax in registers, and O += P·V (m64n128k8, A = P straight from the S registers).
 //   The product S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1 runs while
