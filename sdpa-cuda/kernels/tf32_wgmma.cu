@@ -182,7 +182,6 @@ __device__ __forceinline__ void transpose_own(float* vt, const float* vs, int ti
 
 }  // namespace wg
 
-// NC consumer warpgroups (64 query rows each) plus one producer warpgroup; ST-deep K/V ring.
 // NC consumer warpgroups, ST-deep rings. PP: the two consumer warpgroups take turns issuing their products
 // (FlashAttention-3's inter-warpgroup "ping-pong" schedule), so that one's softmax runs while the other's
 // products use the tensor cores.
