@@ -444,10 +444,11 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
         extern __shared__ __align__(16) float tc_smem[];                                             \
         tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, tc_smem);                                \
     }
-#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT, PRE)                                           \
-    TC_ENTRY(PREFIX##_f32_##DP##_none, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_NONE)                \
-    TC_ENTRY(PREFIX##_f32_##DP##_causal, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_CAUSAL)            \
-    TC_ENTRY(PREFIX##_f32_##DP##_explicit, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_EXPLICIT)
+#define TC_ENTRIES_AS(PREFIX, TAG, DP, MT, NW, BK, ST, SPLIT, PRE)                                   \
+    TC_ENTRY(PREFIX##_f32_##TAG##_none, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_NONE)               \
+    TC_ENTRY(PREFIX##_f32_##TAG##_causal, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_CAUSAL)           \
+    TC_ENTRY(PREFIX##_f32_##TAG##_explicit, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_EXPLICIT)
+#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT, PRE) TC_ENTRIES_AS(PREFIX, DP, DP, MT, NW, BK, ST, SPLIT, PRE)
 
 #ifndef TC_NO_ENTRIES
 TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false, true)
@@ -460,4 +461,12 @@ TC_ENTRIES(tf32x3, 32, 2, 4, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 64, 2, 4, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 128, 1, 8, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 256, 1, 4, 16, 1, true, true)
+// Entries {prefix}_f32_{DP}s_*: tiles of at most 99 KB of shared memory, for devices that cannot give a block
+// the tiles above (src/tf32.rs `small_tile_for`: compute capability 8.6/8.9 parts, and an A100 at D = 128 and
+// split D = 256).
+TC_ENTRIES_AS(tf32, 64s, 64, 2, 4, 64, 1, false, true)
+TC_ENTRIES_AS(tf32, 128s, 128, 1, 4, 32, 1, false, true)
+TC_ENTRIES_AS(tf32x3, 64s, 64, 1, 4, 32, 1, true, true)
+TC_ENTRIES_AS(tf32x3, 128s, 128, 1, 2, 16, 1, true, true)
+TC_ENTRIES_AS(tf32x3, 256s, 256, 1, 1, 16, 1, true, false)
 #endif

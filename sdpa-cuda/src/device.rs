@@ -57,6 +57,19 @@ pub struct Device {
     blas: Mutex<Option<CudaBlas>>,
 }
 
+/// The opt-in shared memory per block the kernels plan for: the device's, or less when the environment sets
+/// `SDPA_CUDA_SMEM_OPTIN` (bytes) lower, so that a large GPU runs the tiles a smaller one would (the tests of
+/// those fallback tiles use it on an H100). It never raises the device's limit.
+fn optin_cap(device: i32) -> Result<i32> {
+    match std::env::var("SDPA_CUDA_SMEM_OPTIN") {
+        Err(_) => Ok(device),
+        Ok(v) => match v.trim().parse::<i32>() {
+            Ok(cap) if cap >= 0 => Ok(device.min(cap)),
+            _ => Err(unavailable(format!("SDPA_CUDA_SMEM_OPTIN must be a byte count, got {v:?}"))),
+        },
+    }
+}
+
 fn driver_version() -> Result<i32> {
     let mut v = 0;
     // SAFETY: a valid out-pointer; the driver library is loaded (checked by the caller).
@@ -120,7 +133,7 @@ impl Device {
                 a(Attr::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ),
             smem_per_block: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
-            smem_per_block_optin: a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            smem_per_block_optin: optin_cap(a(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?)?,
             driver_version: driver_version()?,
             total_mem: ctx.total_mem().map_err(drv("cuDeviceTotalMem", "reading the memory size"))?,
         })

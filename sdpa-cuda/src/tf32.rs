@@ -12,6 +12,7 @@
 //! variable `SDPA_TF32_WGMMA=0` keeps the `mma.sync` kernel (for comparisons).
 
 use crate::call::Call;
+use crate::device::DeviceInfo;
 use crate::error::unsupported;
 use crate::launch::{launch, LaunchDims};
 use crate::modules::{TF32, TF32_WGMMA};
@@ -63,6 +64,33 @@ pub fn tile_for(dp: usize, split: bool, _mask_kind: i32) -> Tile {
     }
 }
 
+/// The smaller tile instantiated (entry suffix `s`) for padded head dims whose [`tile_for`] needs more
+/// shared memory per block than a device without the H100's 227 KB allows: at most 99 KB, the opt-in limit of
+/// compute capability 8.6/8.9 parts (an A100 allows 163 KB and takes it too where the H100 tile does not
+/// fit). `None` where the H100 tile fits in 99 KB already. Correct on any device; its speed is measured on
+/// none but the H100 (`tests/tf32_kernels.rs` runs it there by lowering `SDPA_CUDA_SMEM_OPTIN`).
+pub fn small_tile_for(dp: usize, split: bool) -> Option<Tile> {
+    let t = |mt, warps, bk, stages, pre| Some(Tile { mt, warps, bk, stages, pre });
+    match (dp, split) {
+        (64, false) => t(2, 4, 64, 1, true),
+        (128, false) => t(1, 4, 32, 1, true),
+        (64, true) => t(1, 4, 32, 1, true),
+        (128, true) => t(1, 2, 16, 1, true),
+        (256, true) => t(1, 1, 16, 1, false),
+        _ => None,
+    }
+}
+
+/// The tile a call runs with on a device allowing `optin` bytes of shared memory per block, and its entry
+/// suffix: the H100 tile where it fits, else the small one (where none fits, the launch check reports it).
+pub fn choose_tile(dp: usize, split: bool, mask_kind: i32, optin: usize) -> (Tile, &'static str) {
+    let big = tile_for(dp, split, mask_kind);
+    match small_tile_for(dp, split) {
+        Some(small) if big.smem_bytes(dp, split) > optin => (small, "s"),
+        _ => (big, ""),
+    }
+}
+
 /// The wgmma kernel's block (`kernels/tf32_wgmma.cu`): two consumer warpgroups of 64 query rows each
 /// and one producer warpgroup.
 pub const WG_ROWS: usize = 128;
@@ -73,10 +101,15 @@ pub const WG_THREADS: usize = 384;
 pub const WG_SMEM_BYTES: usize = WG_ROWS * 128 * 4 + 5 * 64 * 128 * 4 + 8 * 8;
 const _: () = assert!(WG_SMEM_BYTES <= 227 * 1024, "over the H100's opt-in shared memory per block");
 
-/// Whether the call runs the wgmma kernel: plain TF32, padded head dim 128, 16-byte loads, an sm_90 device,
-/// and `allowed` (see [`wgmma_allowed`]).
-fn use_wgmma(compute_capability: (i32, i32), dp: usize, split: bool, loads16: bool, allowed: bool) -> bool {
-    allowed && !split && dp == 128 && loads16 && compute_capability == (9, 0)
+/// Whether the call runs the wgmma kernel: plain TF32, padded head dim 128, 16-byte loads, an sm_90 device
+/// whose opt-in shared memory holds the kernel's 224 KB, and `allowed` (see [`wgmma_allowed`]).
+fn use_wgmma(info: &DeviceInfo, dp: usize, split: bool, loads16: bool, allowed: bool) -> bool {
+    allowed
+        && !split
+        && dp == 128
+        && loads16
+        && info.compute_capability == (9, 0)
+        && info.smem_per_block_optin.max(0) as usize >= WG_SMEM_BYTES
 }
 
 /// False when the environment sets `SDPA_TF32_WGMMA=0` (the mma.sync kernel everywhere, for comparisons and
@@ -128,11 +161,12 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
     let params = crate::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
-    let wgmma = use_wgmma(call.dev.info().compute_capability, dp, split, loads16, wgmma_allowed());
+    let info = call.dev.info();
+    let wgmma = use_wgmma(info, dp, split, loads16, wgmma_allowed());
+    let (tile, suffix) = choose_tile(dp, split, p.mask_kind, info.smem_per_block_optin.max(0) as usize);
     let (rows, threads, smem) = if wgmma {
         (WG_ROWS, WG_THREADS, WG_SMEM_BYTES)
     } else {
-        let tile = tile_for(dp, split, p.mask_kind);
         (tile.rows(), tile.warps * 32, tile.smem_bytes(dp, split))
     };
     let blocks =
@@ -150,7 +184,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         if wgmma {
             launch(call.dev, call.stream, &TF32_WGMMA, &format!("tf32wg_f32_128_{mask}"), dims, &params)
         } else {
-            launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}_{mask}"), dims, &params)
+            launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}{suffix}_{mask}"), dims, &params)
         }
     }
 }
@@ -164,16 +198,57 @@ mod tests {
     /// 16-byte path, compute capability 9.0, and not switched off.
     #[test]
     fn wgmma_only_for_plain_tf32_d128_on_sm90() {
-        assert!(use_wgmma((9, 0), 128, false, true, true));
-        assert!(!use_wgmma((9, 0), 128, false, true, false));
-        assert!(!use_wgmma((9, 0), 128, true, true, true));
-        assert!(!use_wgmma((9, 0), 64, false, true, true));
-        assert!(!use_wgmma((9, 0), 256, false, true, true));
-        assert!(!use_wgmma((9, 0), 128, false, false, true));
-        assert!(!use_wgmma((8, 0), 128, false, true, true));
-        assert!(!use_wgmma((10, 0), 128, false, true, true));
+        let dev = |cc, optin| DeviceInfo {
+            ordinal: 0,
+            name: String::new(),
+            compute_capability: cc,
+            sm_count: 132,
+            max_threads_per_block: 1024,
+            max_grid: (i32::MAX, 65535, 65535),
+            smem_per_block: 48 * 1024,
+            smem_per_block_optin: optin,
+            driver_version: 13000,
+            total_mem: 0,
+        };
+        let h100 = dev((9, 0), 227 * 1024);
+        assert!(use_wgmma(&h100, 128, false, true, true));
+        assert!(!use_wgmma(&h100, 128, false, true, false));
+        assert!(!use_wgmma(&h100, 128, true, true, true));
+        assert!(!use_wgmma(&h100, 64, false, true, true));
+        assert!(!use_wgmma(&h100, 256, false, true, true));
+        assert!(!use_wgmma(&h100, 128, false, false, true));
+        assert!(!use_wgmma(&dev((9, 0), 163 * 1024), 128, false, true, true));
+        assert!(!use_wgmma(&dev((8, 0), 227 * 1024), 128, false, true, true));
+        assert!(!use_wgmma(&dev((10, 0), 227 * 1024), 128, false, true, true));
         let src = crate::modules::TF32_WGMMA.source;
         assert!(src.contains("#define WG_NC 2") && src.contains("#define WG_ST 2"), "block shape changed");
+    }
+
+    /// The small tiles fit 99 KB (compute capability 8.6/8.9) and are what such a device runs; an H100 runs
+    /// the big tiles; every small tile is in the kernel table under its `s` entries.
+    #[test]
+    fn small_tiles_for_devices_with_less_shared_memory() {
+        let src = crate::modules::TF32.source;
+        for dp in [16, 32, 64, 128, 256] {
+            for split in [false, true] {
+                let big = tile_for(dp, split, MASK_NONE);
+                assert_eq!(choose_tile(dp, split, MASK_NONE, 227 * 1024), (big, ""));
+                let (t, suffix) = choose_tile(dp, split, MASK_CAUSAL, 99 * 1024);
+                assert!(t.smem_bytes(dp, split) <= 99 * 1024, "dp {dp} split {split}: {t:?}");
+                assert!(t.bk.is_multiple_of(16) && (1..=2).contains(&t.stages), "{t:?}");
+                if let Some(small) = small_tile_for(dp, split) {
+                    assert_eq!((t, suffix), (small, "s"));
+                    let prefix = if split { "tf32x3" } else { "tf32" };
+                    let line = format!(
+                        "TC_ENTRIES_AS({prefix}, {dp}s, {dp}, {}, {}, {}, {}, {split}, {})",
+                        t.mt, t.warps, t.bk, t.stages, t.pre
+                    );
+                    assert!(src.contains(&line), "kernels/tf32.cu lacks `{line}`");
+                } else {
+                    assert_eq!((t, suffix), (big, ""), "dp {dp} split {split}: the big tile fits 99 KB");
+                }
+            }
+        }
     }
 
     /// Every tile fits the 227 KB opt-in shared memory of an H100/A100 block and has whole k16 steps.

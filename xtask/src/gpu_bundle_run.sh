@@ -27,22 +27,23 @@ if want tests; then
   # which takes minutes one after another); their logs are joined in order afterwards.
   : > "$OUT/tests.log"
   mkdir -p "$OUT/tests"
-  # tf32_kernels runs twice: on an sm_90 device plain TF32 at D = 65..128 takes the wgmma kernel, and
-  # SDPA_TF32_WGMMA=0 sends it to the mma.sync kernel that every other device runs.
+  # tf32_kernels runs three times: on an sm_90 device plain TF32 at D = 65..128 takes the wgmma kernel;
+  # SDPA_TF32_WGMMA=0 sends it to the mma.sync kernel that every other device runs; SDPA_CUDA_SMEM_OPTIN=101376
+  # (the 99 KB of a compute-capability 8.6/8.9 part) makes it run the small tiles such devices get.
   runs=()
   for t in "$B"/tests/*; do runs+=("$(basename "$t")"); done
-  [[ -x "$B/tests/tf32_kernels" ]] && runs+=("tf32_kernels-mma")
+  [[ -x "$B/tests/tf32_kernels" ]] && runs+=("tf32_kernels-mma" "tf32_kernels-99k")
   for name in "${runs[@]}"; do
     (
       start=$(date +%s)
-      bin="$B/tests/${name%-mma}"
+      bin="$B/tests/${name%-*}"; [[ "$name" == *-* ]] || bin="$B/tests/$name"
       # The machinery tests change a process-wide environment variable (the cache dir): one thread.
       extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
-      if [[ "$name" == *-mma ]]; then
-        SDPA_TF32_WGMMA=0 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1
-      else
-        "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1
-      fi
+      case "$name" in
+        *-mma) SDPA_TF32_WGMMA=0 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
+        *-99k) SDPA_CUDA_SMEM_OPTIN=101376 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
+        *) "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
+      esac
       echo "$? $(( $(date +%s) - start ))" > "$OUT/tests/$name.rc"
     ) &
   done
