@@ -10,12 +10,17 @@ that does not needs a timing run on the device.
     CUDA_HOME=target/cuda-pip/nvidia/cu13 NVDISASM=/path/to/nvdisasm \\
         python3 sdpa-cuda/dev/kernel_resources.py old/tf32.cu sdpa-cuda/kernels/tf32.cu 'tf32x3_f32_64'
 
+SDPA_ARCH=sm_90a compiles for the arch-specific target (the wgmma module, whose code exists only there; its
+main loop is not found by the HMMA-based loop detection, so read the whole-entry columns).
+
 NVRTC and the headers: the pip packages CI installs (`.ci/run`); cuobjdump and nvdisasm: the pip packages
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (13.2 or newer read sm_90 code from NVRTC 13.0).
 """
 import ctypes, os, re, shutil, subprocess, sys, tempfile
 
 HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+# sm_90a for the wgmma module (tf32_wgmma.cu), whose code exists only there.
+ARCH = os.environ.get("SDPA_ARCH", "sm_90")
 
 
 def nvrtc():
@@ -35,7 +40,7 @@ def cubin(src_path, out_path):
     N = (ctypes.c_char_p * len(hdrs))(*[h.encode() for h in hdrs])
     if lib.nvrtcCreateProgram(ctypes.byref(prog), open(src_path, "rb").read(), b"m.cu", len(hdrs), H, N):
         sys.exit("nvrtcCreateProgram failed")
-    opts = [b"--std=c++17", b"-default-device", b"--gpu-architecture=sm_90",
+    opts = [b"--std=c++17", b"-default-device", b"--gpu-architecture=" + ARCH.encode(),
             b"--include-path=" + os.path.join(HOME, "include").encode()]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     n = ctypes.c_size_t()

@@ -8,16 +8,17 @@
 # ab:       the same `cuda_kernels` binary with SDPA_TF32_WGMMA=0 (mma) and without (wg), three alternating
 #           rounds of dev/tf32_wgmma_points.json, and PyTorch's f32 SDPA (TF32 off, as issue 4 asks) timed
 #           with do_bench in the same call. Prints a table; $OUT/ab.json holds every record.
-#           EXTRA=path/to/cuda_kernels adds a third variant (`x`, run with SDPA_TF32_WGMMA=${EXTRA_WG:-0}).
+#           EXTRA=path/to/cuda_kernels adds a third variant (`x`, run with SDPA_TF32_WGMMA=${EXTRA_WG:-0}),
+#           EXTRA2 a fourth (`y`, SDPA_TF32_WGMMA=${EXTRA2_WG:-0}).
 export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1
 B=gpu-bundle; P=sdpa-cuda/dev/tf32_wgmma_points.json; L=/tmp/wg-logs; mkdir -p "$L"
 stages="${*:-tests sanitize ab}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 t0=$(date +%s)
 # Warm both module caches for the timing binary while the tests run.
-VARS="mma wg"; [ -n "${EXTRA:-}" ] && VARS="mma wg x"
-bin() { [ $1 = x ] && echo $EXTRA || echo $B/cuda_kernels; }
-flag() { case $1 in mma) echo 0;; wg) echo 1;; x) echo ${EXTRA_WG:-0};; esac; }
+VARS="mma wg"; [ -n "${EXTRA:-}" ] && VARS="$VARS x"; [ -n "${EXTRA2:-}" ] && VARS="$VARS y"
+bin() { case $1 in x) echo $EXTRA;; y) echo $EXTRA2;; *) echo $B/cuda_kernels;; esac; }
+flag() { case $1 in mma) echo 0;; wg) echo 1;; x) echo ${EXTRA_WG:-0};; y) echo ${EXTRA2_WG:-0};; esac; }
 for v in $VARS; do
   ( SDPA_TF32_WGMMA=$(flag $v) SDPA_CUDA_CACHE=/tmp/cache-$v timeout 300 $(bin $v) --points $P --out $L/warm-$v.json \
       --warmup 0 --reps 1 > $L/warm-$v.log 2>&1 ) &
@@ -55,7 +56,7 @@ if want ab; then
 import json, os, torch, torch.nn.functional as F
 from triton.testing import do_bench
 L, O = os.environ['L'], os.environ['OUT']
-runs = {v: [json.load(open(f'{L}/{v}{i}.json')) for i in (1, 2, 3)] for v in ('mma', 'wg', 'x')
+runs = {v: [json.load(open(f'{L}/{v}{i}.json')) for i in (1, 2, 3)] for v in ('mma', 'wg', 'x', 'y')
         if os.path.exists(f'{L}/{v}1.json')}
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -79,9 +80,11 @@ for i, r in enumerate(runs['mma'][0]):
     rows.append(row)
     print(f"{r['b']:>2} {r['hq']:>3}/{r['hkv']:<2} {r['sq']:>5} {r['d']:>4} {r['mask']:6} {f(a):>21} {f(w):>21} {f(t):>21} "
           + f"{med(w)/med(a):6.3f} {med(t)/med(a):11.2f} {med(t)/med(w):10.2f} {row['wg_tflops']:6.1f} {row['mma_err']:8.1e} {row['wg_err']:8.1e} {ok}"
-          + (f" {f(xs):>21} {med(xs)/med(a):5.3f}" if (xs := [x[i]['median_ms'] for x in runs.get('x', [])]) else ''))
+          + (f" {f(xs):>21} {med(xs)/med(a):5.3f}" if (xs := [x[i]['median_ms'] for x in runs.get('x', [])]) else '')
+          + (f" y {f(ys)} {med(ys)/med(a):5.3f}" if (ys := [x[i]['median_ms'] for x in runs.get('y', [])]) else ''))
     row['x_ms'] = xs
-json.dump(dict(rows=rows, mma=runs['mma'], wg=runs['wg'], x=runs.get('x'), device=torch.cuda.get_device_name(0), torch=torch.__version__),
+    row['y_ms'] = ys
+json.dump(dict(rows=rows, mma=runs['mma'], wg=runs['wg'], x=runs.get('x'), y=runs.get('y'), device=torch.cuda.get_device_name(0), torch=torch.__version__),
           open(f'{O}/ab.json', 'w'), indent=1)
 PY
 fi

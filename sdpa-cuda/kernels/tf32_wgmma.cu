@@ -148,14 +148,17 @@ __device__ __forceinline__ void copy_async(unsigned dst, const float* src, i64 s
 __device__ __forceinline__ float4 round4(float4 x) {
     return make_float4(tc_big(x.x), tc_big(x.y), tc_big(x.z), tc_big(x.w));
 }
-// This thread's chunks of a swizzled ROWS x 128 operand tile rounded to TF32 in place.
+// This thread's chunks of a swizzled ROWS x 128 operand tile rounded to TF32 in place. All loads are issued
+// before the first store: interleaved, each store could alias the next load (the swizzle hides that it does
+// not), so the compiler kept them in order and the producer paid a shared-memory latency per chunk (ncu:
+// the consumers then waited for K; bench/results/tf32.md, session 7).
 template <int ROWS>
 __device__ __forceinline__ void round_own(unsigned char* tile, int tid) {
+    float4 x[ROWS / 4];
 #pragma unroll
-    for (int i = 0; i < ROWS / 4; ++i) {
-        float4* x = reinterpret_cast<float4*>(tile + own_chunk<ROWS, true>(tid, i));
-        *x = round4(*x);
-    }
+    for (int i = 0; i < ROWS / 4; ++i) x[i] = *reinterpret_cast<const float4*>(tile + own_chunk<ROWS, true>(tid, i));
+#pragma unroll
+    for (int i = 0; i < ROWS / 4; ++i) *reinterpret_cast<float4*>(tile + own_chunk<ROWS, true>(tid, i)) = round4(x[i]);
 }
 // This thread's chunks of the staged V tile (BK keys, plain chunk order), rounded and stored transposed into
 // the swizzled Vᵀ operand tile [128 d][BK key slots]. Key r is stored at slot sl (the P permutation, see the
@@ -166,16 +169,27 @@ __device__ __forceinline__ void transpose_own(float* vt, const float* vs, int ti
     const int r0 = tid & 7, c0 = tid >> 3;
     const int sl0 = (r0 >> 1) + 4 * (r0 & 1);
     const int rot = 2 * ((c0 >> 1) & 1);
+    // Float offset of store jj of chunk i: a compile-time part, ((i / 2) / 4) * 32 DP + (i % 2) * 2048, plus
+    // off[(i / 2) % 4][jj], which depends on the thread only (the same layout as above, with the slot's
+    // 32-float group, d and the swizzle split apart), so the stores need no address arithmetic in the loop.
+    int off[4][4];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+        const int j = (jj + rot) & 3, w = (sl0 >> 2) ^ (4 * (c0 & 1) + j);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) off[k][jj] = (4 * c0 + j) * 32 + ((w ^ (2 * k)) << 2) + (sl0 & 3);
+    }
+    float4 y[BK / 4];  // every load before the first store (see round_own)
+#pragma unroll
+    for (int i = 0; i < BK / 4; ++i) y[i] = reinterpret_cast<const float4*>(vs)[tid + 128 * i];
 #pragma unroll
     for (int i = 0; i < BK / 4; ++i) {
-        const float4 y = round4(reinterpret_cast<const float4*>(vs)[tid + 128 * i]);
-        const int sl = sl0 + 8 * (i / 2);
+        const float4 z = round4(y[i]);
+        float* t = vt + ((i / 2) / 4) * (DP * 32) + (i % 2) * (64 * 32);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
             const int j = (jj + rot) & 3;
-            const int dd = 4 * c0 + j + 64 * (i % 2);
-            vt[(sl >> 5) * (DP * 32) + dd * 32 + ((((sl & 31) >> 2) ^ (dd & 7)) << 2) + (sl & 3)] =
-                j == 0 ? y.x : j == 1 ? y.y : j == 2 ? y.z : y.w;
+            t[off[(i / 2) % 4][jj]] = j == 0 ? z.x : j == 1 ? z.y : j == 2 ? z.z : z.w;
         }
     }
 }
