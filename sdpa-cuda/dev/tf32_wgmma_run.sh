@@ -10,8 +10,10 @@
 #           with do_bench in the same call. Prints a table; $OUT/ab.json holds every record.
 #           EXTRA=path/to/cuda_kernels adds a third variant (`x`, run with SDPA_TF32_WGMMA=${EXTRA_WG:-0}),
 #           EXTRA2 a fourth (`y`, SDPA_TF32_WGMMA=${EXTRA2_WG:-0}).
+#           POINTS=file replaces dev/tf32_wgmma_points.json (dev/tf32_mma_points.json: split TF32 and D = 64,
+#           the mma.sync kernel's points, where `mma` and `wg` run the same kernel).
 export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1
-B=gpu-bundle; P=sdpa-cuda/dev/tf32_wgmma_points.json; L=/tmp/wg-logs; mkdir -p "$L"
+B=gpu-bundle; P=${POINTS:-sdpa-cuda/dev/tf32_wgmma_points.json}; L=/tmp/wg-logs; mkdir -p "$L"
 stages="${*:-tests sanitize ab}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 t0=$(date +%s)

@@ -133,23 +133,31 @@ __device__ __forceinline__ void tc_load(float* dst, float* dst_small, const floa
         tc_load_sync<DP, LD, ROWS, THREADS, SPLIT, PRE>(dst, dst_small, src, stride, valid, d, tid);
 }
 // PRE, 16-byte path: once this thread's cp.async copies have landed (wait_group), it rounds (splits) the
-// same chunks in place (small halves to dst_small). Only its own chunks: no barrier needed before.
+// same chunks in place (small halves to dst_small). Only its own chunks: no barrier needed before. All loads
+// are issued before the first store, so that their latencies overlap (the compiler keeps a store ahead of a
+// later load it cannot prove distinct; the wgmma producer lost 10-15 % to that order, bench/results/tf32.md).
 template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
 __device__ __forceinline__ void tc_round_own(float* dst, float* dst_small, int tid, bool vec) {
     if (!PRE || !vec) return;
     constexpr int CH = DP / 4;
     constexpr int TOTAL = ROWS * CH;
+    constexpr int N = (TOTAL + THREADS - 1) / THREADS;
+    float4 x[N];
 #pragma unroll
-    for (int i = 0; i < (TOTAL + THREADS - 1) / THREADS; ++i) {
+    for (int i = 0; i < N; ++i) {
+        const int c = tid + i * THREADS;
+        if (TOTAL % THREADS == 0 || c < TOTAL) x[i] = *reinterpret_cast<const float4*>(dst + (c / CH) * LD + (c % CH) * 4);
+    }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
         const int c = tid + i * THREADS;
         if (TOTAL % THREADS == 0 || c < TOTAL) {
             const int off = (c / CH) * LD + (c % CH) * 4;
-            const float4 x = *reinterpret_cast<const float4*>(dst + off);
             unsigned hi[4], lo[4];
-            tc_split<SPLIT>(x.x, hi[0], lo[0]);
-            tc_split<SPLIT>(x.y, hi[1], lo[1]);
-            tc_split<SPLIT>(x.z, hi[2], lo[2]);
-            tc_split<SPLIT>(x.w, hi[3], lo[3]);
+            tc_split<SPLIT>(x[i].x, hi[0], lo[0]);
+            tc_split<SPLIT>(x[i].y, hi[1], lo[1]);
+            tc_split<SPLIT>(x[i].z, hi[2], lo[2]);
+            tc_split<SPLIT>(x[i].w, hi[3], lo[3]);
             *reinterpret_cast<uint4*>(dst + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             if (SPLIT) *reinterpret_cast<uint4*>(dst_small + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
