@@ -36,7 +36,7 @@ if want tests; then
   for name in "${runs[@]}"; do
     (
       start=$(date +%s)
-      bin="$B/tests/${name%-*}"; [[ "$name" == *-* ]] || bin="$B/tests/$name"
+      bin="$B/tests/${name%-*}"  # tf32_kernels-mma, -99k: the tf32_kernels binary
       # The machinery tests change a process-wide environment variable (the cache dir): one thread.
       extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
       case "$name" in
