@@ -40,7 +40,9 @@ int launch_fa2(const AttnParams& p, cudaStream_t st) {
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int BULK>
 __global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    splitkv_forward<T, D, NW, STAGES, KS, MASK, (BULK & 1) != 0, (BULK & 2) != 0>(p, reinterpret_cast<T*>(smem));
+    // BULK bit 0: bulk copies, bit 1: interleaved warps (the TMA path needs tensor maps: Rust driver only).
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, (BULK & 1) ? SKV_BULK : SKV_CP_ASYNC, (BULK & 2) != 0>(
+        p, reinterpret_cast<T*>(smem), nullptr, nullptr);
 }
 static int g_memset = 1;  // 0: skip zeroing the row-tile counters (they reset themselves after a call)
 extern "C" void fa2dev_set_memset(int on) { g_memset = on; }
@@ -49,7 +51,7 @@ extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
 
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int BULK>
 int launch_splitkv(const AttnParams& p, cudaStream_t st) {
-    const int smem = SplitKvTile<D, STAGES, KS>::smem_bytes(NW);
+    const int smem = SplitKvTile<D, STAGES, KS, (BULK & 1) ? SKV_BULK : SKV_CP_ASYNC>::smem_bytes(NW);
     auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK, BULK>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return (int)e;

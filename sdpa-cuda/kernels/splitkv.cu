@@ -15,14 +15,36 @@
 // merges use exactly sdpa-core's `merge_normalized` rule: one launch, no separate combine pass.
 #include "fa2_mma.cuh"
 
-template <int D, int STAGES, int KS>
+// LOAD: how a warp fills its K/V ring.
+#define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
+#define SKV_BULK 1      // sm_90: one 1-D cp.async.bulk per K or V row, each lane its own rows
+#define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA), one per 64-column box of a K or V tile
+
+// Shared memory. cp.async and bulk paths: per warp, its Q tile (rows padded to D + 8 so ldmatrix is
+// conflict-free) then its STAGES-deep K/V ring, padded the same way. TMA path: per warp, its ring
+// unpadded, each tile stored as D/64 boxes of [KS keys][64 columns] in the 128-byte swizzle (16-byte chunk
+// c of key row r at chunk c ^ (r % 8)), a whole number of 1024-byte swizzle periods (the block's base is
+// aligned to 1024 by hand, hence ALIGN_SLACK); then one padded Q tile that the block's warps share (they
+// are splits of the same rows). The mbarriers come last.
+template <int D, int STAGES, int KS, int LOAD>
 struct SplitKvTile {
-    static constexpr int LD = D + 8;                                // padded row, elements
-    static constexpr int WARP_ELEMS = (16 + 2 * STAGES * KS) * LD;  // Q tile + K/V ring, per warp
+    static constexpr bool TMA = LOAD == SKV_TMA;
+    static constexpr int QLD = D + 8;                                 // Q row, elements
+    static constexpr int LD = TMA ? D : D + 8;                        // K/V ring row, elements
+    static constexpr int Q_ELEMS = 16 * QLD;
+    static constexpr int RING_ELEMS = 2 * STAGES * KS * LD;
+    static constexpr int WARP_ELEMS = TMA ? RING_ELEMS : Q_ELEMS + RING_ELEMS;
+    static constexpr int RING_OFF = TMA ? 0 : Q_ELEMS;                // the warp's partials reuse the ring
+    static constexpr int SHARED_Q_ELEMS = TMA ? Q_ELEMS : 0;          // after the warps' regions
+    static constexpr int ALIGN_SLACK = TMA ? 1024 : 0;
+    static_assert(!TMA || RING_ELEMS % 512 == 0, "each TMA ring is whole 1024-byte periods");
     static_assert(KS % 16 == 0 && KS <= 32, "keys per step are whole k16 steps of P·V, one row per lane");
+    static_assert(!TMA || D % 64 == 0, "TMA tiles are whole 64-column (128-byte) boxes");
+    static_assert(RING_ELEMS * 2 >= (16 * D + 16) * 4, "the ring holds a warp's partials");
     // Dynamic shared memory of an NW-warp block: the warps' regions, then one 8-byte mbarrier per stage
     // and warp (src/splitkv.rs `SplitKvTile::smem_bytes` mirrors this).
-    static constexpr int smem_bytes(int nw) { return nw * WARP_ELEMS * 2 + nw * STAGES * 8; }
+    static constexpr int bars_off(int nw) { return nw * WARP_ELEMS + SHARED_Q_ELEMS; }  // elements
+    static constexpr int smem_bytes(int nw) { return ALIGN_SLACK + bars_off(nw) * 2 + nw * STAGES * 8; }
 };
 
 // Scratch inside AttnParams::workspace for row tiles split over several blocks (nblk = gridDim.x): the
@@ -84,6 +106,28 @@ __device__ __forceinline__ void skv_bulk_copy(unsigned dst, const void* src, uns
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
         "%4;" ::"r"(dst),
         "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+        : "memory"));
+}
+// A TMA tensor map as the host encodes it (cuTensorMapEncodeTiled; opaque, 128-byte aligned as CUDA 13's
+// CUtensorMap). The kernels read it from their __grid_constant__ parameter.
+struct alignas(128) SkvTensorMap {
+    unsigned long long opaque[16];
+};
+// The TMA entries' parameter: the usual AttnParams, then the K and V maps over (D, Sk, Hkv, B)
+// (src/splitkv.rs `TmaArgs` mirrors it).
+struct SplitKvTmaArgs {
+    AttnParams p;
+    SkvTensorMap k, v;
+};
+static_assert(sizeof(SplitKvTmaArgs) == 512, "SplitKvTmaArgs must match src/splitkv.rs");
+// One [KS keys][64 columns] box at (column c0, key c1, kv head c2, batch c3) of `map` into shared memory
+// at `dst` (1024-byte aligned), 128-byte swizzled, completing on `bar`. Keys past Sk arrive as zeros.
+__device__ __forceinline__ void skv_tma_load(unsigned dst, const SkvTensorMap* map, int c0, int c1, int c2, int c3,
+                                             unsigned bar, unsigned long long pol) {
+    SKV_SM90(asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+        "{%2, %3, %4, %5}], [%6], %7;" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(pol)
         : "memory"));
 }
 __device__ __forceinline__ void skv_mbar_init_fence() {
@@ -149,9 +193,13 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // entries interleave (B=1, Sk=32k: 1-2 % faster in the dev harness, within the spread through the Rust
 // driver; bench/results/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
 // (interleaving measured nothing there).
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, bool BULK, bool INTERLEAVE>
-__device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
-    using Tile = SplitKvTile<D, STAGES, KS>;
+// `maps` (K then V) is read by the TMA path only; null otherwise.
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE>
+__device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const SkvTensorMap* kmap,
+                                                const SkvTensorMap* vmap) {
+    using Tile = SplitKvTile<D, STAGES, KS, LOAD>;
+    constexpr bool BULK = LOAD != SKV_CP_ASYNC;  // bulk or TMA: mbarrier-completed copies
+    constexpr bool TMA = LOAD == SKV_TMA;
     constexpr int NT = KS / 8;  // n8 tiles of S per step
     constexpr int LD = Tile::LD;
     constexpr int DT = D / 8;
@@ -165,13 +213,35 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     const int b = blockIdx.z;
     const int rows = p.group * p.sq;
 
-    // This warp's shared memory: Q [16][LD], then STAGES x (K [KS][LD], V [KS][LD]).
-    const unsigned sQ = fa2_smem_addr(smem + warp * Tile::WARP_ELEMS);
-    const unsigned sKV = sQ + 16 * LD * 2;
+    if constexpr (TMA) {  // the swizzle pattern is periodic in 1024-byte-aligned addresses
+        const unsigned mis = fa2_smem_addr(smem) & 1023u;
+        smem = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(smem) + ((1024u - mis) & 1023u));
+    }
+    // This warp's shared memory: Q [16][QLD] and STAGES x (K tile, V tile) (SplitKvTile).
+    const unsigned sQ = fa2_smem_addr(smem + (TMA ? NW : warp) * Tile::WARP_ELEMS);
+    const unsigned sKV = TMA ? fa2_smem_addr(smem + warp * Tile::WARP_ELEMS) : sQ + Tile::RING_OFF * 2;
     constexpr unsigned TILE_BYTES = KS * LD * 2;
-    const unsigned q_ld = sQ + ((lane % 16) * LD + (lane / 16) * 8) * 2;
-    const unsigned k_ld = sKV + (((lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
-    const unsigned v_ld = sKV + TILE_BYTES + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2;
+    constexpr int QLD = Tile::QLD;
+    const unsigned q_ld = sQ + ((lane % 16) * QLD + (lane / 16) * 8) * 2;
+    // ldmatrix row addresses of K (rows = keys, 16-column chunks kk) and V (transposed: rows = keys, chunks
+    // of 16 output columns). Padded rings: plain offsets. TMA rings: 16-byte chunk c of key row r is at
+    // box (c / 8), chunk (c % 8) ^ (r % 8); every lane's key row is lane % 8 modulo 8, so the XOR is a
+    // per-lane constant and only the chunk's column part varies with kk (see k_off / v_off below).
+    const int k_row = (lane % 8) + (lane / 16) * 8, k_half = (lane / 8) % 2;
+    const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_half = lane / 16;
+    const unsigned k_ld = sKV + (TMA ? k_row * 128 : (k_row * LD + k_half * 8) * 2);
+    const unsigned v_ld = sKV + TILE_BYTES + (TMA ? v_row * 128 : (v_row * LD + v_half * 8) * 2);
+    // Byte offset within a tile of 16-column chunk pair `cp` (columns 16·cp .. 16·cp + 15) for this lane,
+    // the row part (keys) added separately.
+    auto k_off = [&](int cp) -> unsigned {
+        if constexpr (TMA) return (cp / 4) * KS * 128 + ((((cp % 4) * 2 + k_half) ^ (lane % 8)) << 4);
+        else return cp * 32;
+    };
+    auto v_off = [&](int cp) -> unsigned {
+        if constexpr (TMA) return (cp / 4) * KS * 128 + ((((cp % 4) * 2 + v_half) ^ (lane % 8)) << 4);
+        else return cp * 32;
+    };
+    constexpr int ROW_BYTES = TMA ? 128 : LD * 2;  // bytes between consecutive keys of a box / padded tile
 
     // Key range of this split, cut at the last key any row of the tile can see.
     int key_end = p.sk;
@@ -195,20 +265,20 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
-    // Q tile: 16 packed rows, zero rows past the group.
-    for (int c = lane; c < 16 * CHUNKS; c += 32) {
+    // Q tile: 16 packed rows, zero rows past the group (TMA: one tile for the block, loaded by all warps).
+    for (int c = TMA ? threadIdx.x : lane; c < 16 * CHUNKS; c += TMA ? NW * 32 : 32) {
         const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, r = r0 + rr;
         int hq = 0, i = 0;
         const bool ok = r < rows;
         if (ok) splitkv_row(p, r, hq, i);
         const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
-        fa2_cp_async16(sQ + (rr * LD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
+        fa2_cp_async16(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
     }
     fa2_cp_async_commit();
 
     // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
     // last key instead of zeros (they score -inf, so p = 0 multiplies a finite value row).
-    const unsigned bars = fa2_smem_addr(smem + NW * Tile::WARP_ELEMS) + warp * STAGES * 8;
+    const unsigned bars = fa2_smem_addr(smem + Tile::bars_off(NW)) + warp * STAGES * 8;
     unsigned long long pol = 0;
     if constexpr (BULK) {
         pol = skv_evict_first();
@@ -217,7 +287,26 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         skv_mbar_init_fence();
         __syncwarp();
     }
+    // TMA: lane 0 issues the tile's D/64 K boxes and D/64 V boxes; keys past Sk arrive as zeros, keys past
+    // the split's end but before Sk are the next split's (score -inf; their V rows are zeroed on arrival).
+    auto load_tma = [&](int step) {
+        const int s = step % STAGES;
+        const unsigned sK = sKV + s * 2 * TILE_BYTES;
+        const int key0 = k_begin + step * k_step;
+        if (lane == 0) {
+            skv_mbar_expect(bars + s * 8, 2 * TILE_BYTES);
+#pragma unroll
+            for (int j = 0; j < D / 64; ++j) {
+                skv_tma_load(sK + j * KS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                skv_tma_load(sK + TILE_BYTES + j * KS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+            }
+        }
+    };
     auto load_bulk = [&](int step) {
+        if constexpr (TMA) {
+            load_tma(step);
+            return;
+        }
         const int s = step % STAGES;
         const unsigned sK = sKV + s * 2 * TILE_BYTES;
         const int key0 = k_begin + step * k_step;
@@ -247,6 +336,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         for (int s = 0; s < STAGES - 1; ++s)
             if (s < n_steps) load_bulk(s);
         fa2_cp_async_wait<0>();  // Q
+        if constexpr (TMA) __syncthreads();  // every warp's part of the shared Q tile
     } else {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
@@ -270,6 +360,20 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     for (int step = 0; step < n_steps; ++step) {
         if constexpr (BULK) {
             skv_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
+            if constexpr (TMA) {
+                // The next split's V rows in the last tile: zeros, so that 0 · V stays 0 whatever they hold.
+                const int key0 = k_begin + step * k_step;
+                if (key0 + KS > k_stop && lane < KS && key0 + lane >= k_stop) {
+                    const unsigned row = sKV + (step % STAGES) * 2 * TILE_BYTES + TILE_BYTES + lane * 128;
+#pragma unroll
+                    for (int j = 0; j < D / 64; ++j)
+#pragma unroll
+                        for (int c = 0; c < 8; ++c)
+                            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(row + j * KS * 128 + c * 16),
+                                         "r"(0u)
+                                         : "memory");
+                }
+            }
             __syncwarp();  // every lane is done with step - 1's buffer before it is refilled
             if (step + STAGES - 1 < n_steps) load_bulk(step + STAGES - 1);
         } else {
@@ -291,7 +395,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
                 unsigned bk[4];
-                fa2_ldmatrix_x4(bk, k_ld + buf + (np * 16 * LD + kk * 16) * 2);
+                fa2_ldmatrix_x4(bk, k_ld + buf + np * 16 * ROW_BYTES + k_off(kk));
                 Fa2Type<T>::mma(s[2 * np], a, bk[0], bk[1]);
                 Fa2Type<T>::mma(s[2 * np + 1], a, bk[2], bk[3]);
             }
@@ -357,7 +461,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 #pragma unroll
             for (int dp = 0; dp < DT / 2; ++dp) {
                 unsigned bv[4];
-                fa2_ldmatrix_x4_trans(bv, v_ld + buf + (kk * 16 * LD + dp * 16) * 2);
+                fa2_ldmatrix_x4_trans(bv, v_ld + buf + kk * 16 * ROW_BYTES + v_off(dp));
                 Fa2Type<T>::mma(o[2 * dp], a, bv[0], bv[1]);
                 Fa2Type<T>::mma(o[2 * dp + 1], a, bv[2], bv[3]);
             }
@@ -368,9 +472,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
 
     // This warp's partials (normalised output and LSE per row of the tile) go into its own ring:
     // f32 [16][D], then 16 LSEs. An idle or empty split has l = 0: zeros and LSE -inf.
-    float* wo = reinterpret_cast<float*>(smem + warp * Tile::WARP_ELEMS + 16 * LD);
+    float* wo = reinterpret_cast<float*>(smem + warp * Tile::WARP_ELEMS + Tile::RING_OFF);
     float* wlse = wo + 16 * D;
-    static_assert((2 * STAGES * KS * LD * 2) >= (16 * D + 16) * 4, "the ring holds a warp's partials");
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const int rr = g + hh * 8;
@@ -402,10 +505,10 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
         float4 v;
         const float lse = splitkv_merge(
             NW,
-            [&](int w) { return reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + 16 * LD)[16 * D + rr]; },
+            [&](int w) { return reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + Tile::RING_OFF)[16 * D + rr]; },
             [&](int w) {
                 return *reinterpret_cast<const float4*>(
-                    reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + 16 * LD) + rr * D + c);
+                    reinterpret_cast<const float*>(smem + w * Tile::WARP_ELEMS + Tile::RING_OFF) + rr * D + c);
             },
             v);
         if (nblk == 1) {
@@ -468,30 +571,55 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem) {
     repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
-#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, BULK, ILV)                                      \
+#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, LOAD, ILV)                                      \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK, BULK, ILV>(p, reinterpret_cast<T*>(splitkv_smem));  \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, LOAD, ILV>(p, reinterpret_cast<T*>(splitkv_smem),   \
+                                                               nullptr, nullptr);                       \
+    }
+// TMA entries take the tensor maps in their parameter (__grid_constant__: the copies address them in
+// parameter space). Compiled for an architecture without TMA they trap; the host launches them on
+// compute capability 9.0 or newer only.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK)                                                    \
+    extern __shared__ __align__(16) unsigned char splitkv_smem[];                                       \
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true>(a.p, reinterpret_cast<T*>(splitkv_smem), \
+                                                               &a.k, &a.v);
+#else
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK) asm volatile("trap;");
+#endif
+#define SPLITKV_TMA_ENTRY(NAME, T, D, NW, STAGES, KS, MASK)                                             \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
+        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK)                                                    \
     }
 
-// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits) and
+// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits),
 // splitkv_bulk_{dtype}_{D}_{mask} (bulk copies where compiled for sm_90 or newer, the cp.async path
-// elsewhere; warps interleaved over the block's keys); NW warps = splits per block, STAGES-deep ring, KS keys
+// elsewhere; warps interleaved over the block's keys) and splitkv_tma_{dtype}_{D}_{mask} (sm_90 tensor
+// copies, warps interleaved; D a multiple of 64); NW warps = splits per block, STAGES-deep ring, KS keys
 // per step, chosen on the H100 and mirrored by src/splitkv.rs `tile_for`.
 #ifndef SPLITKV_NO_ENTRIES
-#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, BULK, ILV)                                \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, BULK, ILV)              \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, BULK, ILV)          \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, BULK, ILV)
+#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, LOAD, ILV)                                \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, LOAD, ILV)              \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, LOAD, ILV)          \
+    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, LOAD, ILV)
+#define SPLITKV_TMA_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS)                                       \
+    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE)                     \
+    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL)                 \
+    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT)
+#define SKV_BULK_OR_CP_ASYNC (SPLITKV_USE_BULK ? SKV_BULK : SKV_CP_ASYNC)
 #define SPLITKV_ENTRIES_DTYPE(TNAME, T)                                                                 \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, false, false)                                 \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, false, false)                                 \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, false, false)                                \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, false, false)                                \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SPLITKV_USE_BULK, true)                  \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SPLITKV_USE_BULK, true)                  \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SPLITKV_USE_BULK, true)                 \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SPLITKV_USE_BULK, true)
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, SKV_CP_ASYNC, false)                          \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, SKV_CP_ASYNC, false)                          \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, SKV_CP_ASYNC, false)                         \
+    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, SKV_CP_ASYNC, false)                         \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)              \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)              \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)             \
+    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SKV_BULK_OR_CP_ASYNC, true)             \
+    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 64, 4, 3, 32)                                       \
+    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 128, 4, 3, 32)                                      \
+    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 256, 4, 2, 16)
 SPLITKV_ENTRIES_DTYPE(f16, __half)
 SPLITKV_ENTRIES_DTYPE(bf16, __nv_bfloat16)
 #endif

@@ -8,11 +8,11 @@ use crate::modules::{ModuleSource, HEADERS};
 use crate::nvrtc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 use sdpa_core::{Result, SdpaError};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Limits and facts read once from the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,25 @@ pub struct Device {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
     blas: Mutex<Option<CudaBlas>>,
+    kept_scratch: Mutex<KeptScratch>,
+}
+
+/// Scratch kept between calls on the device's stream, for kernels that leave a zeroed tail zero when they
+/// finish (splitkv's per-row-tile counters: the last block of each resets its own). While calls keep the
+/// same layout (length and where the zeroed tail starts), every call finds the tail zero without a
+/// memset; a new layout gets a new buffer, zeroed once. See [`Device::kept_scratch`].
+#[derive(Debug, Default)]
+pub struct KeptScratch {
+    buf: Option<CudaSlice<f32>>,
+    len: usize,
+    zero_from: usize,
+}
+
+impl KeptScratch {
+    /// The buffer ([`Device::kept_scratch`] always leaves one).
+    pub fn buf(&self) -> Option<&CudaSlice<f32>> {
+        self.buf.as_ref()
+    }
 }
 
 /// The opt-in shared memory per block the kernels plan for: the device's, or less when the environment sets
@@ -107,14 +126,53 @@ impl Device {
             .map_err(|e| unavailable(format!("could not create a context on GPU {ordinal} ({e})")))?;
         let stream = ctx.new_stream().map_err(drv("cuStreamCreate", "creating the backend stream"))?;
         let info = Self::read_info(&ctx, ordinal)?;
-        Ok(Device { ctx, stream, info, modules: Mutex::default(), functions: Mutex::default(), blas: Mutex::default() })
+        Ok(Device::assemble(ctx, stream, info))
+    }
+
+    fn assemble(ctx: Arc<CudaContext>, stream: Arc<CudaStream>, info: DeviceInfo) -> Device {
+        Device {
+            ctx,
+            stream,
+            info,
+            modules: Mutex::default(),
+            functions: Mutex::default(),
+            blas: Mutex::default(),
+            kept_scratch: Mutex::default(),
+        }
     }
 
     /// Wraps a caller's context (candle's) on its own stream.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let ctx = stream.context().clone();
         let info = Self::read_info(&ctx, ctx.ordinal())?;
-        Ok(Device { ctx, stream, info, modules: Mutex::default(), functions: Mutex::default(), blas: Mutex::default() })
+        Ok(Device::assemble(ctx, stream, info))
+    }
+
+    /// `len` f32 of scratch on the device's stream whose elements `zero_from..len` are zero when the work
+    /// queued next on the stream starts, kept between calls (see [`KeptScratch`]). The caller must queue
+    /// only work that leaves that tail zero again when it completes, and hold the guard until it is
+    /// queued. Works queued on another stream must not use it.
+    pub fn kept_scratch(&self, len: usize, zero_from: usize, what: &str) -> Result<MutexGuard<'_, KeptScratch>> {
+        let mut slot = self.kept_scratch.lock().map_err(|_| poisoned())?;
+        if slot.buf.is_none() || slot.len != len || slot.zero_from != zero_from {
+            // The old buffer is freed stream-ordered, after the work that used it.
+            slot.buf = None;
+            // SAFETY: the head is handed only to kernels that write it before reading it; the tail is
+            // zeroed right below, before any work queued after this call.
+            let mut buf = unsafe { self.stream.alloc::<f32>(len.max(1)) }.map_err(crate::error::driver(
+                "cuMemAllocAsync",
+                what,
+                len.saturating_mul(4),
+            ))?;
+            let tail = len.max(1).min(zero_from)..len.max(1);
+            self.stream.memset_zeros(&mut buf.slice_mut(tail)).map_err(crate::error::driver(
+                "cuMemsetD8Async",
+                what,
+                len.saturating_sub(zero_from).saturating_mul(4),
+            ))?;
+            *slot = KeptScratch { buf: Some(buf), len, zero_from };
+        }
+        Ok(slot)
     }
 
     fn read_info(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<DeviceInfo> {

@@ -70,6 +70,7 @@ pub mod modules;
 pub mod nvrtc;
 pub mod params;
 pub mod splitkv;
+pub mod tensor_map;
 pub mod tf32;
 pub mod unfused;
 

@@ -1,8 +1,10 @@
 //! `splitkv`: flash-decoding on tensor cores (`kernels/splitkv.cu`) for f16/bf16, in one launch.
 //!
 //! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
-//! packed together so they read K/V once); on sm_90, for splits of at most [`BULK_MAX_KEYS_PER_SPLIT`]
-//! keys, it streams K/V with bulk copies completing on mbarriers, otherwise with `cp.async`. The warps of
+//! packed together so they read K/V once). How it streams K/V ([`SplitKvLoad`], [`choose_load`]): on sm_90
+//! with TMA tensor copies (one instruction per 64-column box of a K or V tile, tensor maps built per call
+//! by [`crate::tensor_map`]) where the layout allows, else with 1-D bulk copies for splits of at most
+//! [`BULK_MAX_KEYS_PER_SPLIT`] keys; otherwise, and before sm_90, with `cp.async`. The warps of
 //! a block (consecutive splits of one row tile) merge their partials in shared memory; when a row tile spans several blocks, each writes one partial
 //! (normalised output + LSE) to scratch and the last block to finish, found with a per-row-tile counter,
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
@@ -16,43 +18,116 @@ use crate::error::{driver, unsupported};
 use crate::fa2::{mask_name, unsupported_reason};
 use crate::launch::{launch, LaunchDims};
 use crate::modules::SPLITKV;
+use crate::params::AttnParams;
+use crate::tensor_map::{kv_tensor_map, KvOperand};
+use cudarc::driver::sys::CUtensorMap;
+use cudarc::driver::DeviceRepr;
 use sdpa_core::{Kernel, Result};
+use std::sync::Arc;
 
 /// Query rows per warp tile (one m16 tile).
 const ROWS_PER_TILE: usize = 16;
 /// Fewest keys a split gets (unless Sk itself is shorter).
 pub const MIN_KEYS_PER_SPLIT: usize = 512;
 
-/// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_FOR` in `kernels/splitkv.cu`.
+/// How a warp fills its K/V ring (`LOAD` in `kernels/splitkv.cu`), and the entry-point prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitKvLoad {
+    /// 16-byte `cp.async` per lane, every architecture; contiguous splits (`splitkv_*`).
+    CpAsync,
+    /// sm_90: one 1-D `cp.async.bulk` per K or V row; warps interleaved (`splitkv_bulk_*`).
+    Bulk,
+    /// sm_90: TMA tensor copies of whole 64-column boxes, unpadded 128-byte-swizzled ring; warps
+    /// interleaved (`splitkv_tma_*`).
+    Tma,
+}
+
+impl SplitKvLoad {
+    /// Entry-point prefix.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            SplitKvLoad::CpAsync => "splitkv",
+            SplitKvLoad::Bulk => "splitkv_bulk",
+            SplitKvLoad::Tma => "splitkv_tma",
+        }
+    }
+}
+
+/// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_DTYPE` in `kernels/splitkv.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitKvTile {
     /// Warps (splits) per block.
     pub warps: usize,
-    /// Depth of each warp's cp.async ring.
+    /// Depth of each warp's K/V ring.
     pub stages: usize,
     /// Keys per step.
     pub keys_per_step: usize,
+    /// How the ring is filled (decides its layout).
+    pub load: SplitKvLoad,
 }
 
 impl SplitKvTile {
-    /// Dynamic shared memory of a block for head dim `d`, bytes: each warp's Q tile and K/V ring, then
-    /// one 8-byte mbarrier per stage and warp (`SplitKvTile::smem_bytes` in splitkv.cu).
+    /// Dynamic shared memory of a block for head dim `d`, bytes (`SplitKvTile::smem_bytes` in splitkv.cu):
+    /// each warp's Q tile (rows padded to d + 8) and K/V ring (padded the same way); for TMA each warp's
+    /// ring unpadded, one shared Q tile and 1024 bytes to align the block's base; then one 8-byte
+    /// mbarrier per stage and warp.
     pub fn smem_bytes(&self, d: usize) -> usize {
-        (ROWS_PER_TILE + 2 * self.stages * self.keys_per_step) * (d + 8) * 2 * self.warps + 8 * self.stages * self.warps
+        let q = ROWS_PER_TILE * (d + 8);
+        let bars = 8 * self.stages * self.warps;
+        if self.load == SplitKvLoad::Tma {
+            1024 + (self.warps * 2 * self.stages * self.keys_per_step * d + q) * 2 + bars
+        } else {
+            (q + 2 * self.stages * self.keys_per_step * (d + 8)) * 2 * self.warps + bars
+        }
     }
 }
 
-/// The tile for head dim `d` on the `cp.async` path (`bulk == false`) or the sm_90 bulk-copy path, if
-/// specialised (measured on the H100 for D = 128: `bench/results/fa2.md`; two-warp blocks, two per SM,
-/// were 2-10 % slower on both decoding shapes).
-pub fn tile_for(d: usize, bulk: bool) -> Option<SplitKvTile> {
-    let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step });
-    match (d, bulk) {
-        (64 | 96 | 128, false) => t(2, 32),
-        (64 | 96 | 128, true) => t(3, 32),
+/// The tile for head dim `d` and load path, if specialised (measured on the H100 for D = 128:
+/// `bench/results/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
+/// takes whole 64-column boxes, so D = 96 has no TMA tile.
+pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
+    let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step, load });
+    match (d, load) {
+        (64 | 96 | 128, SplitKvLoad::CpAsync) => t(2, 32),
+        (64 | 96 | 128, SplitKvLoad::Bulk) | (64 | 128, SplitKvLoad::Tma) => t(3, 32),
         (256, _) => t(2, 16),
         _ => None,
     }
+}
+
+/// The TMA entries' parameter: `SplitKvTmaArgs` in splitkv.cu (AttnParams, then the K and V tensor maps
+/// at 128-byte alignment, 512 bytes in all).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct TmaArgs {
+    p: AttnParams,
+    k: CUtensorMap,
+    v: CUtensorMap,
+}
+const _: () = assert!(std::mem::size_of::<TmaArgs>() == 512);
+// SAFETY: plain data with C layout matching the kernel's `SplitKvTmaArgs` (size asserted on both sides):
+// AttnParams (asserted 240 bytes) and two opaque 128-byte-aligned tensor maps.
+unsafe impl DeviceRepr for TmaArgs {}
+
+/// The load path a call would take on a GPU of compute capability `major`, before the layout checks of
+/// the TMA path: `SDPA_SPLITKV_LOAD` (`cp.async`, `bulk` or `tma`) forces one for comparisons (the
+/// sm_90 paths only where the GPU has them); by default sm_90 takes TMA, and the bulk path where TMA has
+/// no tile or cannot describe the layout.
+pub fn choose_load(major: i32) -> Result<SplitKvLoad> {
+    let forced = match std::env::var("SDPA_SPLITKV_LOAD") {
+        Err(_) => None,
+        Ok(v) => Some(match v.as_str() {
+            "cp.async" => SplitKvLoad::CpAsync,
+            "bulk" => SplitKvLoad::Bulk,
+            "tma" => SplitKvLoad::Tma,
+            _ => return Err(unsupported(format!("SDPA_SPLITKV_LOAD must be cp.async, bulk or tma, got {v:?}"))),
+        }),
+    };
+    Ok(match (forced, major >= 9) {
+        (_, false) | (Some(SplitKvLoad::CpAsync), _) => SplitKvLoad::CpAsync,
+        (Some(SplitKvLoad::Bulk), true) => SplitKvLoad::Bulk,
+        (None | Some(SplitKvLoad::Tma), true) => SplitKvLoad::Tma,
+    })
 }
 
 /// Longest split that takes the bulk-copy path on sm_90. Measured on the H100 (`bench/results/fa2.md`):
@@ -130,14 +205,42 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         )
     };
     let no_tile = || unsupported(format!("splitkv has no tile for D = {}", s.d));
-    let mut tile = tile_for(s.d, false).ok_or_else(no_tile)?;
-    let mut plan = plan_for(tile);
-    let mut prefix = "splitkv";
-    if info.compute_capability.0 >= 9 && plan.keys_per_split <= BULK_MAX_KEYS_PER_SPLIT {
-        tile = tile_for(s.d, true).ok_or_else(no_tile)?;
-        plan = plan_for(tile);
-        prefix = "splitkv_bulk";
+    let mut load = choose_load(info.compute_capability.0)?;
+    // TMA: both tensor maps, or the bulk path when a layout (or the head dim) has none.
+    let mut maps = None;
+    if load == SplitKvLoad::Tma {
+        if let Some(t) = tile_for(s.d, load) {
+            let p = &call.params;
+            let op = |ptr, st| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, s.d], strides: st };
+            maps = kv_tensor_map(&op(p.k, p.k_stride), t.keys_per_step)
+                .zip(kv_tensor_map(&op(p.v, p.v_stride), t.keys_per_step));
+        }
+        if maps.is_none() {
+            load = SplitKvLoad::Bulk;
+        }
     }
+    let mut tile = tile_for(s.d, load).ok_or_else(no_tile)?;
+    let mut plan = plan_for(tile);
+    // Long splits stream better through cp.async than through per-row bulk copies (measured, see
+    // BULK_MAX_KEYS_PER_SPLIT); unless the bulk path was asked for by name.
+    let bulk_forced = std::env::var("SDPA_SPLITKV_LOAD").is_ok_and(|v| v == "bulk");
+    if load == SplitKvLoad::Bulk && plan.keys_per_split > BULK_MAX_KEYS_PER_SPLIT && !bulk_forced {
+        load = SplitKvLoad::CpAsync;
+        tile = tile_for(s.d, load).ok_or_else(no_tile)?;
+        plan = plan_for(tile);
+    }
+    // `SDPA_SPLITKV_SPLITS` forces the split count (for tuning runs; at most one split per key).
+    if let Ok(v) = std::env::var("SDPA_SPLITKV_SPLITS") {
+        let n: usize = v.parse().map_err(|_| unsupported(format!("SDPA_SPLITKV_SPLITS must be a count, got {v:?}")))?;
+        let splits = n.clamp(1, s.sk.max(1));
+        plan = SplitPlan {
+            splits,
+            keys_per_split: s.sk.div_ceil(splits).max(1),
+            blocks: splits.div_ceil(tile.warps),
+            ..plan
+        };
+    }
+    let prefix = load.prefix();
     let rows = s.b * s.hq * s.sq;
     let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
@@ -154,18 +257,43 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         smem_bytes: tile.smem_bytes(s.d) as u32,
     };
     let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(params.mask_kind));
+    // The launch itself: AttnParams alone, or with the tensor maps for the TMA entries.
+    let go = |params: &AttnParams| -> Result<()> {
+        match maps {
+            // SAFETY (both arms): see the callers below; the maps describe exactly K and V of `params`
+            // (same pointers, extents and strides), so every tensor copy reads inside those tensors.
+            Some((k, v)) => unsafe {
+                launch(call.dev, call.stream, &SPLITKV, &name, dims, &TmaArgs { p: *params, k, v })
+            },
+            None => unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, params) },
+        }
+    };
     if plan.blocks == 1 {
         // SAFETY: `params` holds the backend's checked pointers; with one block per row tile the kernel
         // merges its warps' partials in shared memory and writes O rows < Sq and LSE entries < B·Hq·Sq
         // only, never touching `workspace` (null).
-        unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, &params)? };
+        go(&params)?;
         return Ok(Kernel::SplitKv);
     }
     let (len, counters) =
         workspace_len(rows, plan.blocks, s.d, units).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
+    // The kernel finds the last block of each row tile with the counters, which must be zero before the
+    // launch; it leaves them zero again. On the device's own stream the scratch is kept between calls, so
+    // repeated calls of one layout (every step of a decoding loop) skip the memset; on another stream it
+    // is allocated and zeroed per call.
+    if Arc::ptr_eq(call.stream, call.dev.stream()) {
+        let kept = call.dev.kept_scratch(len, counters, "splitkv partial outputs")?;
+        let ws = kept.buf().ok_or_else(|| unsupported("internal: splitkv's kept scratch is missing"))?;
+        let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(ws, call.stream);
+        params.workspace = ws_ptr;
+        // SAFETY: as below; the kept buffer has exactly this layout and zero counters (KeptScratch), and
+        // the kernel leaves them zero. The lock is held until the launch is queued.
+        go(&params)?;
+        drop(ws_guard);
+        drop(kept);
+        return Ok(Kernel::SplitKv);
+    }
     let mut ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
-    // The kernel finds the last block of each row tile with these counters: zero before the launch (it
-    // leaves them zero again, but scratch comes uninitialised).
     call.stream.memset_zeros(&mut ws.slice_mut(counters..len)).map_err(driver(
         "cuMemsetD8Async",
         "splitkv counters",
@@ -178,7 +306,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     // `rows x blocks` partials and `units` zeroed counters, which lives until the launch is queued and is
     // freed stream-ordered after it. Every block writes its partial slots before counting itself on its
     // row tile's counter; only the last block (which fences first) reads them back.
-    unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, &params)? };
+    go(&params)?;
     drop(ws_guard);
     drop(ws);
     Ok(Kernel::SplitKv)
@@ -190,7 +318,7 @@ mod tests {
 
     #[test]
     fn splits_fill_the_gpu_and_cover_every_key() {
-        let tile = SplitKvTile { warps: 4, stages: 2, keys_per_step: 32 };
+        let tile = SplitKvTile { warps: 4, stages: 2, keys_per_step: 32, load: SplitKvLoad::CpAsync };
         // D = 128: 153 KB per block, one block (4 warps) per SM, two waves = 1056 warps on 132 SMs.
         // B=8, Hkv=32, one row per head: 256 units -> 4 splits of 1024 keys.
         let p = plan_splits(8, 32, 1, 1, 4096, 132, 227 * 1024, tile, 128);
@@ -206,6 +334,21 @@ mod tests {
             assert!(p.splits * p.keys_per_split >= sk, "sk {sk}: {p:?}");
             assert_eq!(p.blocks, p.splits.div_ceil(4));
         }
+    }
+
+    #[test]
+    fn shared_memory_mirrors_the_kernel_layout() {
+        // Padded rings: (16 + 2·stages·keys) rows of d + 8, per warp, plus the mbarriers.
+        let t = tile_for(128, SplitKvLoad::CpAsync).expect("tile");
+        assert_eq!(t.smem_bytes(128), (16 + 2 * 2 * 32) * 136 * 2 * 4 + 8 * 2 * 4);
+        // TMA at D = 128: ring 3·2·32·128 elements + Q 16·136, rounded up to 512 elements per warp; plus
+        // TMA at D = 128: 4 unpadded rings of 3·2·32·128 elements, one Q tile of 16·136, the 1024 bytes
+        // that align the base (SplitKvTile<128, 3, 32, SKV_TMA>::smem_bytes(4) = 202080).
+        let t = tile_for(128, SplitKvLoad::Tma).expect("tile");
+        assert_eq!(t.smem_bytes(128), 1024 + (4 * 3 * 2 * 32 * 128 + 16 * 136) * 2 + 96);
+        assert!(t.smem_bytes(128) <= 227 * 1024);
+        assert_eq!(tile_for(96, SplitKvLoad::Tma), None);
+        assert!(tile_for(256, SplitKvLoad::Tma).is_some_and(|t| t.smem_bytes(256) <= 227 * 1024));
     }
 
     #[test]

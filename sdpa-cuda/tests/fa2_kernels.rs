@@ -238,3 +238,55 @@ fn misaligned_strides_fall_back() {
     let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
     assert!(r.pass, "{r:?}");
 }
+
+/// splitkv's TMA path needs a tensor map of K and V; on an sm_90 GPU both layouts at every head dim it
+/// has a tile for must get one (otherwise the calls above would have quietly taken the bulk path).
+#[test]
+fn tma_maps_describe_both_layouts() {
+    use sdpa_cuda::tensor_map::{kv_tensor_map, KvOperand};
+    let Some(gpu) = gpu() else { return };
+    if gpu.info().compute_capability.0 < 9 {
+        eprintln!("skipping: TMA needs compute capability 9.0, this GPU is {:?}", gpu.info().compute_capability);
+        return;
+    }
+    for layout in [Layout::Bhsd, Layout::Bshd] {
+        for d in [64, 128, 256] {
+            for dtype in HALF {
+                let st = layout.strides(4, 777, d);
+                // Only recorded by the driver, never read here: any 16-byte-aligned address will do.
+                let op = KvOperand {
+                    ptr: 1 << 30,
+                    dtype,
+                    dims: [2, 4, 777, d],
+                    strides: [st.b as i64, st.h as i64, st.s as i64],
+                };
+                assert!(kv_tensor_map(&op, 32).is_some(), "{layout:?} D = {d} {dtype:?}");
+            }
+        }
+    }
+}
+
+/// splitkv keeps its scratch between calls of one layout and relies on the kernel leaving the row-tile
+/// counters zero: calls of one layout, then another, then the first again, each on new random data, must
+/// all match the reference (a counter left non-zero would make a block merge too early or never).
+#[test]
+fn repeated_splitkv_calls_reuse_the_kept_scratch() {
+    let Some(gpu) = gpu() else { return };
+    let s = |b, hq, hkv, sk, d| Shape { b, hq, hkv, sq: 1, sk, d, dv: d };
+    // Both shapes spread each row tile over several blocks, so both use the counters.
+    let (a, b) = (s(1, 32, 8, 20000, 128), s(2, 4, 1, 3500, 64));
+    for (n, shape) in [a, a, a, b, b, a].into_iter().enumerate() {
+        let case = Case {
+            shape,
+            dtype: DType::BF16,
+            mask: Mask::None,
+            layout: Layout::Bhsd,
+            kernel: Kernel::SplitKv,
+            f32_math: F32Math::Exact,
+            lse: n % 2 == 0,
+        };
+        let inputs = HostInputs::random(&case.spec(), 900 + n as u64).expect("valid spec");
+        let r = check_inputs(&gpu, &case, &inputs, rows_for(&shape)).expect("runs");
+        assert!(r.pass, "call {n} ({}): {r:?}", case.label());
+    }
+}

@@ -30,9 +30,12 @@ if want tests; then
   # tf32_kernels runs three times: on an sm_90 device plain TF32 at D = 65..128 takes the wgmma kernel;
   # SDPA_TF32_WGMMA=0 sends it to the mma.sync kernel that every other device runs; SDPA_CUDA_SMEM_OPTIN=101376
   # (the 99 KB of a compute-capability 8.6/8.9 part) makes it run the small tiles such devices get.
+  # fa2_kernels runs three times: splitkv takes TMA tensor copies on sm_90 by default; SDPA_SPLITKV_LOAD
+  # sends it through the 1-D bulk copies and through cp.async (what other devices run) as well.
   runs=()
   for t in "$B"/tests/*; do runs+=("$(basename "$t")"); done
   [[ -x "$B/tests/tf32_kernels" ]] && runs+=("tf32_kernels-mma" "tf32_kernels-99k")
+  [[ -x "$B/tests/fa2_kernels" ]] && runs+=("fa2_kernels-bulk" "fa2_kernels-cpasync")
   for name in "${runs[@]}"; do
     (
       start=$(date +%s)
@@ -42,6 +45,8 @@ if want tests; then
       case "$name" in
         *-mma) SDPA_TF32_WGMMA=0 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
         *-99k) SDPA_CUDA_SMEM_OPTIN=101376 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
+        *-bulk) SDPA_SPLITKV_LOAD=bulk "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
+        *-cpasync) SDPA_SPLITKV_LOAD=cp.async "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
         *) "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
       esac
       echo "$? $(( $(date +%s) - start ))" > "$OUT/tests/$name.rc"
@@ -61,6 +66,7 @@ fi
 if want sanitize; then
   : > "$OUT/sanitizer.log"
   # A small shape per kernel (lengths off the tiles, GQA, causal); explicit masks are covered by the tests.
+  # An optional sixth field is environment for the run (splitkv's other load paths).
   runs=(
     "unfused bf16 exact 1,2,1,70,90,64 causal"
     "fa1 bf16 exact 1,2,1,70,90,64 causal-br"
@@ -75,14 +81,16 @@ if want sanitize; then
     "fa2 f32 split-tf32 1,2,1,70,90,128 causal"
     "fa2 f32 tf32 1,2,1,300,300,128 causal"
     "splitkv bf16 exact 1,32,8,1,5000,128 none"
+    "splitkv bf16 exact 1,32,8,1,5000,128 none SDPA_SPLITKV_LOAD=bulk"
+    "splitkv f16 exact 2,8,2,3,777,64 causal-br SDPA_SPLITKV_LOAD=tma"
   )
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do
-      read -r kernel dtype math shape mask <<< "$r"
+      read -r kernel dtype math shape mask envs <<< "$r"
       # Warm the module cache outside the sanitizer, so it instruments the launches, not NVRTC.
-      "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
+      env $envs "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
         --mask "$mask" --warmup 0 --reps 1 > /dev/null 2>&1
-      log="$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \
+      log="$(env $envs compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \
         --dtype "$dtype" --f32-math "$math" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check 2>&1)"
       rc=$?
       echo "== $tool $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"

@@ -1,0 +1,114 @@
+//! TMA tensor maps for sm_90 tensor copies (`cp.async.bulk.tensor`): the host describes a K or V operand
+//! once per call, and a kernel then copies a whole 2-D tile of it into shared memory with one instruction.
+//!
+//! An operand `[B, H, S, D]` (strides in elements, head dim contiguous) becomes the 4-D tensor (D, S, H, B),
+//! innermost first, read in boxes of `[keys][64]` elements (one 128-byte row per key) in the 128-byte
+//! swizzle: the layout the kernels' `ldmatrix` addressing expects (`kernels/splitkv.cu`). Rows past `S`
+//! arrive as zeros. Layouts a tensor map cannot describe (a base or a stride not a multiple of 16 bytes,
+//! a head dim that is not whole boxes) get `None`, and the caller takes a path without tensor copies.
+
+use cudarc::driver::sys;
+use sdpa_core::DType;
+
+/// Columns of one box: 64 two-byte elements = 128 bytes, the widest row the 128-byte swizzle takes.
+pub const BOX_COLS: usize = 64;
+
+/// One K or V operand as the kernel sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct KvOperand {
+    /// Device address of element (0, 0, 0, 0).
+    pub ptr: u64,
+    /// Element type (f16 or bf16; others have no map).
+    pub dtype: DType,
+    /// (B, H, S, D).
+    pub dims: [usize; 4],
+    /// Strides of B, H and S in elements (D is contiguous).
+    pub strides: [i64; 3],
+}
+
+/// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns, or `None` when the
+/// layout cannot be described or the driver refuses it.
+pub fn kv_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
+    let data_type = match op.dtype {
+        DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        _ => return None,
+    };
+    let [b, h, s, d] = op.dims;
+    if !op.ptr.is_multiple_of(16) || !d.is_multiple_of(BOX_COLS) || !(1..=256).contains(&box_keys) {
+        return None;
+    }
+    // Innermost first: (D, S, H, B) and the byte strides of S, H, B.
+    let dims = [d, s, h, b];
+    let mut strides = [0u64; 3];
+    for (i, (&st, &extent)) in [op.strides[2], op.strides[1], op.strides[0]].iter().zip(&dims[1..]).enumerate() {
+        let bytes = u64::try_from(st).ok()?.checked_mul(2)?;
+        // A dimension of extent 1 is only ever read at index 0, so its stride does not matter; tensor maps
+        // want a positive multiple of 16 bytes (broadcast views often carry 0 there).
+        strides[i] = if extent == 1 && (bytes == 0 || !bytes.is_multiple_of(16)) { 16 } else { bytes };
+        if strides[i] == 0 || !strides[i].is_multiple_of(16) || strides[i] >= 1 << 40 {
+            return None;
+        }
+    }
+    let mut global_dim = [0u64; 4];
+    for (g, &x) in global_dim.iter_mut().zip(&dims) {
+        if x == 0 || x as u64 > 1 << 32 {
+            return None;
+        }
+        *g = x as u64;
+    }
+    let box_dim = [BOX_COLS as u32, box_keys as u32, 1, 1];
+    let element_strides = [1u32; 4];
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: every pointer refers to a live local array of the length the rank (4) implies; the map is
+    // written by the driver and only read after it reports success. The global address is not accessed
+    // here, only recorded.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data_type,
+            4,
+            op.ptr as *mut std::ffi::c_void,
+            global_dim.as_ptr(),
+            strides.as_ptr(),
+            box_dim.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: the driver filled the map (checked above); zeroed memory is a valid map value anyway.
+    Some(unsafe { map.assume_init() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(ptr: u64, dtype: DType, d: usize, strides: [i64; 3]) -> KvOperand {
+        KvOperand { ptr, dtype, dims: [2, 4, 100, d], strides }
+    }
+
+    // Layouts no tensor map can describe are refused before the driver is asked (so these run without one).
+    #[test]
+    fn layouts_a_tensor_map_cannot_describe_get_none() {
+        let ok = [4 * 100 * 128, 100 * 128, 128];
+        // A base not 16-byte aligned.
+        assert!(kv_tensor_map(&op(8, DType::BF16, 128, ok), 32).is_none());
+        // Rows 68 elements apart: 136 bytes, not a multiple of 16.
+        assert!(kv_tensor_map(&op(256, DType::F16, 64, [4 * 100 * 68, 100 * 68, 68]), 32).is_none());
+        // A head dim that is not whole 64-column boxes, and f32.
+        assert!(kv_tensor_map(&op(256, DType::BF16, 96, [4 * 100 * 96, 100 * 96, 96]), 32).is_none());
+        assert!(kv_tensor_map(&op(256, DType::F32, 128, ok), 32).is_none());
+        // Boxes of no keys or more than 256.
+        assert!(kv_tensor_map(&op(256, DType::BF16, 128, ok), 0).is_none());
+        assert!(kv_tensor_map(&op(256, DType::BF16, 128, ok), 257).is_none());
+        // A negative stride.
+        assert!(kv_tensor_map(&op(256, DType::BF16, 128, [-(4 * 100 * 128), 100 * 128, 128]), 32).is_none());
+    }
+}
