@@ -18,14 +18,16 @@
 // LOAD: how a warp fills its K/V ring.
 #define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
 #define SKV_BULK 1      // sm_90: one 1-D cp.async.bulk per K or V row, each lane its own rows
-#define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA), one per 64-column box of a K or V tile
+#define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA) of the block's whole K/V chunk, one per 64-column box
 
 // Shared memory. cp.async and bulk paths: per warp, its Q tile (rows padded to D + 8 so ldmatrix is
-// conflict-free) then its STAGES-deep K/V ring, padded the same way. TMA path: per warp, its ring
-// unpadded, each tile stored as D/64 boxes of [KS keys][64 columns] in the 128-byte swizzle (16-byte chunk
-// c of key row r at chunk c ^ (r % 8)), a whole number of 1024-byte swizzle periods (the block's base is
-// aligned to 1024 by hand, hence ALIGN_SLACK); then one padded Q tile that the block's warps share (they
-// are splits of the same rows). The mbarriers come last.
+// conflict-free) then its STAGES-deep K/V ring, padded the same way. TMA path: one ring for the block,
+// unpadded: stage s holds the block's K chunk of NW·KS keys then its V chunk, each as D/64 boxes of
+// [NW·KS keys][64 columns] in the 128-byte swizzle (16-byte chunk c of key row r at chunk c ^ (r % 8));
+// warp w reads keys [w·KS, (w + 1)·KS) of every chunk. Boxes are whole 1024-byte swizzle periods (the
+// block's base is aligned to 1024 by hand, hence ALIGN_SLACK). Then one padded Q tile that the block's
+// warps share (they are splits of the same rows). The mbarriers come last. In every layout warp w's
+// partials reuse bytes [w·WARP_ELEMS + RING_OFF, ...) once the ring is drained.
 template <int D, int STAGES, int KS, int LOAD>
 struct SplitKvTile {
     static constexpr bool TMA = LOAD == SKV_TMA;
@@ -37,7 +39,7 @@ struct SplitKvTile {
     static constexpr int RING_OFF = TMA ? 0 : Q_ELEMS;                // the warp's partials reuse the ring
     static constexpr int SHARED_Q_ELEMS = TMA ? Q_ELEMS : 0;          // after the warps' regions
     static constexpr int ALIGN_SLACK = TMA ? 1024 : 0;
-    static_assert(!TMA || RING_ELEMS % 512 == 0, "each TMA ring is whole 1024-byte periods");
+    static_assert(!TMA || KS % 8 == 0, "TMA boxes are whole 1024-byte periods");
     static_assert(KS % 16 == 0 && KS <= 32, "keys per step are whole k16 steps of P·V, one row per lane");
     static_assert(!TMA || D % 64 == 0, "TMA tiles are whole 64-column (128-byte) boxes");
     static_assert(RING_ELEMS * 2 >= (16 * D + 16) * 4, "the ring holds a warp's partials");
@@ -76,6 +78,9 @@ __device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, int d
 #endif
 __device__ __forceinline__ void skv_mbar_init(unsigned bar, unsigned count) {
     SKV_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory"));
+}
+__device__ __forceinline__ void skv_mbar_arrive(unsigned bar) {
+    SKV_SM90(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"));
 }
 // Arrives once and adds `bytes` to the transactions the current phase waits for.
 __device__ __forceinline__ void skv_mbar_expect(unsigned bar, unsigned bytes) {
@@ -219,8 +224,12 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     }
     // This warp's shared memory: Q [16][QLD] and STAGES x (K tile, V tile) (SplitKvTile).
     const unsigned sQ = fa2_smem_addr(smem + (TMA ? NW : warp) * Tile::WARP_ELEMS);
-    const unsigned sKV = TMA ? fa2_smem_addr(smem + warp * Tile::WARP_ELEMS) : sQ + Tile::RING_OFF * 2;
-    constexpr unsigned TILE_BYTES = KS * LD * 2;
+    const unsigned sKV = TMA ? fa2_smem_addr(smem) : sQ + Tile::RING_OFF * 2;
+    // Keys of one stage's K (or V) as loaded: the block's chunk (TMA) or the warp's tile; K bytes of a
+    // stage (V follows), and the bytes of a stage.
+    constexpr int BOX_ROWS = TMA ? NW * KS : KS;
+    constexpr unsigned TILE_BYTES = BOX_ROWS * LD * 2;
+    constexpr unsigned STAGE_BYTES = 2 * TILE_BYTES;
     constexpr int QLD = Tile::QLD;
     const unsigned q_ld = sQ + ((lane % 16) * QLD + (lane / 16) * 8) * 2;
     // ldmatrix row addresses of K (rows = keys, 16-column chunks kk) and V (transposed: rows = keys, chunks
@@ -229,16 +238,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // per-lane constant and only the chunk's column part varies with kk (see k_off / v_off below).
     const int k_row = (lane % 8) + (lane / 16) * 8, k_half = (lane / 8) % 2;
     const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_half = lane / 16;
-    const unsigned k_ld = sKV + (TMA ? k_row * 128 : (k_row * LD + k_half * 8) * 2);
-    const unsigned v_ld = sKV + TILE_BYTES + (TMA ? v_row * 128 : (v_row * LD + v_half * 8) * 2);
+    const unsigned k_ld = sKV + (TMA ? (warp * KS + k_row) * 128 : (k_row * LD + k_half * 8) * 2);
+    const unsigned v_ld = sKV + TILE_BYTES + (TMA ? (warp * KS + v_row) * 128 : (v_row * LD + v_half * 8) * 2);
     // Byte offset within a tile of 16-column chunk pair `cp` (columns 16·cp .. 16·cp + 15) for this lane,
     // the row part (keys) added separately.
     auto k_off = [&](int cp) -> unsigned {
-        if constexpr (TMA) return (cp / 4) * KS * 128 + ((((cp % 4) * 2 + k_half) ^ (lane % 8)) << 4);
+        if constexpr (TMA) return (cp / 4) * BOX_ROWS * 128 + ((((cp % 4) * 2 + k_half) ^ (lane % 8)) << 4);
         else return cp * 32;
     };
     auto v_off = [&](int cp) -> unsigned {
-        if constexpr (TMA) return (cp / 4) * KS * 128 + ((((cp % 4) * 2 + v_half) ^ (lane % 8)) << 4);
+        if constexpr (TMA) return (cp / 4) * BOX_ROWS * 128 + ((((cp % 4) * 2 + v_half) ^ (lane % 8)) << 4);
         else return cp * 32;
     };
     constexpr int ROW_BYTES = TMA ? 128 : LD * 2;  // bytes between consecutive keys of a box / padded tile
@@ -259,8 +268,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const int k_begin = INTERLEAVE ? split_start(blockIdx.x * NW) + warp * KS : split_start(split);
     const int k_stop = min(key_end, INTERLEAVE ? split_start((blockIdx.x + 1) * NW) : split_start(split + 1));
     constexpr int k_step = INTERLEAVE ? NW * KS : KS;
-    const bool has_keys = (INTERLEAVE || split < ns) && k_stop > k_begin;
-    const int n_steps = has_keys ? (k_stop - k_begin + k_step - 1) / k_step : 0;
+    // TMA: every warp takes every step of the block's chunks (they share the stages), its quarter of the
+    // last chunk possibly all past k_stop (masked).
+    const int k_first = TMA ? k_begin - warp * KS : k_begin;
+    const bool has_keys = (INTERLEAVE || split < ns) && k_stop > k_first;
+    const int n_steps = has_keys ? (k_stop - k_first + k_step - 1) / k_step : 0;
 
     const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
@@ -277,28 +289,34 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     fa2_cp_async_commit();
 
     // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
-    // last key instead of zeros (they score -inf, so p = 0 multiplies a finite value row).
-    const unsigned bars = fa2_smem_addr(smem + Tile::bars_off(NW)) + warp * STAGES * 8;
+    // last key instead of zeros (they score -inf, so p = 0 multiplies a finite value row). TMA: the block's
+    // `full` barriers (one per stage: the chunk landed), then its `empty` barriers (every warp read it).
+    const unsigned bars = fa2_smem_addr(smem + Tile::bars_off(NW)) + (TMA ? 0 : warp * STAGES * 8);
+    auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
     unsigned long long pol = 0;
     if constexpr (BULK) {
         pol = skv_evict_first();
-        if (lane == 0)
-            for (int s = 0; s < STAGES; ++s) skv_mbar_init(bars + s * 8, 1);
+        if (TMA ? threadIdx.x == 0 : lane == 0)
+            for (int s = 0; s < STAGES; ++s) {
+                skv_mbar_init(bars + s * 8, 1);
+                if (TMA) skv_mbar_init(empty_bar(s), NW);
+            }
         skv_mbar_init_fence();
         __syncwarp();
     }
-    // TMA: lane 0 issues the tile's D/64 K boxes and D/64 V boxes; keys past Sk arrive as zeros, keys past
-    // the split's end but before Sk are the next split's (score -inf; their V rows are zeroed on arrival).
+    // TMA: thread 0 issues the chunk's D/64 K boxes and D/64 V boxes; keys past Sk arrive as zeros, keys
+    // past the block's end but before Sk are the next block's (score -inf; their V rows are zeroed on
+    // arrival).
     auto load_tma = [&](int step) {
         const int s = step % STAGES;
-        const unsigned sK = sKV + s * 2 * TILE_BYTES;
-        const int key0 = k_begin + step * k_step;
-        if (lane == 0) {
-            skv_mbar_expect(bars + s * 8, 2 * TILE_BYTES);
+        const unsigned sK = sKV + s * STAGE_BYTES;
+        const int key0 = k_first + step * k_step;
+        if (threadIdx.x == 0) {
+            skv_mbar_expect(bars + s * 8, STAGE_BYTES);
 #pragma unroll
             for (int j = 0; j < D / 64; ++j) {
-                skv_tma_load(sK + j * KS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
-                skv_tma_load(sK + TILE_BYTES + j * KS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                skv_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                skv_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
             }
         }
     };
@@ -364,25 +382,34 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
                 // The next split's V rows in the last tile: zeros, so that 0 · V stays 0 whatever they hold.
                 const int key0 = k_begin + step * k_step;
                 if (key0 + KS > k_stop && lane < KS && key0 + lane >= k_stop) {
-                    const unsigned row = sKV + (step % STAGES) * 2 * TILE_BYTES + TILE_BYTES + lane * 128;
+                    const unsigned row = sKV + (step % STAGES) * STAGE_BYTES + TILE_BYTES + (warp * KS + lane) * 128;
 #pragma unroll
                     for (int j = 0; j < D / 64; ++j)
 #pragma unroll
                         for (int c = 0; c < 8; ++c)
-                            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(row + j * KS * 128 + c * 16),
+                            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(
+                                             row + j * BOX_ROWS * 128 + c * 16),
                                          "r"(0u)
                                          : "memory");
                 }
             }
             __syncwarp();  // every lane is done with step - 1's buffer before it is refilled
-            if (step + STAGES - 1 < n_steps) load_bulk(step + STAGES - 1);
+            if constexpr (TMA) {
+                // Step - 1's stage is refilled once every warp has released it.
+                if (threadIdx.x == 0 && step + STAGES - 1 < n_steps) {
+                    if (step > 0) skv_mbar_wait(empty_bar((step - 1) % STAGES), ((step - 1) / STAGES) & 1);
+                    load_tma(step + STAGES - 1);
+                }
+            } else if (step + STAGES - 1 < n_steps) {
+                load_bulk(step + STAGES - 1);
+            }
         } else {
             fa2_cp_async_wait<STAGES - 2>();
             __syncwarp();  // step's tile landed for every lane; every lane is done with step - 1's buffer
             if (step + STAGES - 1 < n_steps) load_cp_async(step + STAGES - 1);
             fa2_cp_async_commit();
         }
-        const unsigned buf = (step % STAGES) * 2 * TILE_BYTES;
+        const unsigned buf = (step % STAGES) * STAGE_BYTES;
         const int key0 = k_begin + step * k_step;
 
         float s[NT][4];
@@ -466,9 +493,15 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
                 Fa2Type<T>::mma(o[2 * dp + 1], a, bv[2], bv[3]);
             }
         }
+        if constexpr (TMA) {  // this warp is done with the stage
+            __syncwarp();
+            if (lane == 0) skv_mbar_arrive(empty_bar(step % STAGES));
+        }
     }
     if constexpr (!BULK) fa2_cp_async_wait<0>();
-    __syncwarp();  // every lane is done reading the ring before it holds this warp's partials
+    // Every lane (TMA: every warp, the ring is shared) is done reading the ring before it holds partials.
+    if constexpr (TMA) __syncthreads();
+    else __syncwarp();
 
     // This warp's partials (normalised output and LSE per row of the tile) go into its own ring:
     // f32 [16][D], then 16 LSEs. An idle or empty split has l = 0: zeros and LSE -inf.

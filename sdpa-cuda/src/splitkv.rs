@@ -37,8 +37,8 @@ pub enum SplitKvLoad {
     CpAsync,
     /// sm_90: one 1-D `cp.async.bulk` per K or V row; warps interleaved (`splitkv_bulk_*`).
     Bulk,
-    /// sm_90: TMA tensor copies of whole 64-column boxes, unpadded 128-byte-swizzled ring; warps
-    /// interleaved (`splitkv_tma_*`).
+    /// sm_90: TMA tensor copies of the block's whole K/V chunk (warps x keys per step) into one
+    /// unpadded 128-byte-swizzled ring the warps share, each warp computing its slice (`splitkv_tma_*`).
     Tma,
 }
 
@@ -212,8 +212,9 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         if let Some(t) = tile_for(s.d, load) {
             let p = &call.params;
             let op = |ptr, st| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, s.d], strides: st };
-            maps = kv_tensor_map(&op(p.k, p.k_stride), t.keys_per_step)
-                .zip(kv_tensor_map(&op(p.v, p.v_stride), t.keys_per_step));
+            // One box row per key of the block's chunk: every warp's step.
+            let chunk = t.warps * t.keys_per_step;
+            maps = kv_tensor_map(&op(p.k, p.k_stride), chunk).zip(kv_tensor_map(&op(p.v, p.v_stride), chunk));
         }
         if maps.is_none() {
             load = SplitKvLoad::Bulk;
