@@ -2,12 +2,14 @@
 //
 // When B·Hq·ceil(Sq/BM) blocks cannot fill the GPU (one new token, small batch, long context), the keys
 // are split instead: every warp is one split. A warp owns a 16-row tile of the rows that share one kv head,
-// packed group-major (row r = g·Sq + i is query i of head kvh·group + g), so GQA heads read their K/V once,
-// and it streams its own key range through a private STAGES-deep ring of KS-key K/V tiles:
-//  - on sm_90 with bulk copies (`cp.async.bulk`, one 1-D copy per K or V row, each lane issuing its own
-//    rows) that complete on one mbarrier per stage, so a whole tile is in flight for a handful of
-//    instructions and no register holds an address per 16 bytes;
-//  - elsewhere (sm_80) with 16-byte `cp.async` per lane, as before.
+// packed group-major (row r = g·Sq + i is query i of head kvh·group + g), so GQA heads read their K/V once.
+// How K/V reach shared memory (LOAD, chosen by src/splitkv.rs):
+//  - on sm_90 by TMA (SKV_TMA, the default there): one thread issues 2-D tensor copies of the block's whole
+//    chunk of NW·KS keys into a STAGES-deep ring the warps share, completing on a `full` mbarrier per stage;
+//    each warp computes its KS-key slice and releases the stage on an `empty` mbarrier;
+//  - on sm_90 where no tensor map fits the layout, by 1-D bulk copies (SKV_BULK: one `cp.async.bulk` per K
+//    or V row into each warp's private ring);
+//  - elsewhere with 16-byte `cp.async` per lane (SKV_CP_ASYNC), each warp through its private ring.
 // The NW warps of a block are NW consecutive splits of one row tile. When they are done, the block merges
 // their partials in shared memory; if the row tile has one block, that is the output. Otherwise the block
 // writes one partial (normalised output + LSE) per row, and the last block of the row tile to finish (an
@@ -15,7 +17,7 @@
 // merges use exactly sdpa-core's `merge_normalized` rule: one launch, no separate combine pass.
 #include "fa2_mma.cuh"
 
-// LOAD: how a warp fills its K/V ring.
+// LOAD: how the K/V rings are filled.
 #define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
 #define SKV_BULK 1      // sm_90: one 1-D cp.async.bulk per K or V row, each lane its own rows
 #define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA) of the block's whole K/V chunk, one per 64-column box

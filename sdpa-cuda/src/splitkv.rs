@@ -130,7 +130,8 @@ pub fn choose_load(major: i32) -> Result<SplitKvLoad> {
     })
 }
 
-/// Longest split that takes the bulk-copy path on sm_90. Measured on the H100 (`bench/results/fa2.md`):
+/// Longest split that takes the bulk-copy path on sm_90 when TMA cannot (D = 96, layouts no tensor map
+/// describes); longer ones take `cp.async`. Measured on the H100 (`bench/results/fa2.md`):
 /// bulk copies beat `cp.async` by about 6 % at 512 keys per split (B=1, Hkv=8, Sk=32k) and lose by 4-70 %
 /// at 1024-2048 (B=8, Hkv=32, Sk=4k); the cause of the loss is not established.
 pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
