@@ -9,8 +9,9 @@ splitkv_load_ab.json to --out.
     python3 sdpa-cuda/dev/splitkv_load_ab.py --bench gpu-bundle/cuda_kernels \
         [--variants tma,bulk,cp.async,tma:s=2] [--rounds 3] [--out DIR]
 
-A variant is a load path, optionally with `:s=N` to force N splits (SDPA_SPLITKV_SPLITS) and `:bin=NAME` to
-time another build given as `--alt NAME=PATH`.
+A variant is a load path, optionally with `:s=N` to force N splits (SDPA_SPLITKV_SPLITS), `:l2=first|normal|last`
+to force the L2 policy of the K/V loads (SDPA_SPLITKV_L2) and `:bin=NAME` to time another build given as
+`--alt NAME=PATH`.
 """
 import argparse
 import json
@@ -46,14 +47,15 @@ def ours(variant):
     env = dict(os.environ)
     load, *opts = variant.split(":")
     env["SDPA_SPLITKV_LOAD"] = load
-    env.pop("SDPA_SPLITKV_SPLITS", None)
+    for key in ("SDPA_SPLITKV_SPLITS", "SDPA_SPLITKV_L2"):
+        env.pop(key, None)
     binary = args.bench
     for o in opts:
         k, _, val = o.partition("=")
         if k == "bin":
             binary = dict(a.split("=", 1) for a in args.alt)[val]
             continue
-        env[{"s": "SDPA_SPLITKV_SPLITS"}[k]] = val
+        env[{"s": "SDPA_SPLITKV_SPLITS", "l2": "SDPA_SPLITKV_L2"}[k]] = val
     out = os.path.join(tempfile.gettempdir(), "skv_ab.json")
     r = subprocess.run([binary, "--points", pfile, "--out", out, "--warmup", "10", "--reps", str(args.reps)],
                        env=env, stderr=subprocess.PIPE, text=True)

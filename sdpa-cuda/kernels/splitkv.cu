@@ -99,10 +99,13 @@ __device__ __forceinline__ void skv_mbar_wait(unsigned bar, unsigned parity) {
         "r"(parity)
         : "memory"));
 }
-// L2 policy for data read exactly once: evict it first.
-__device__ __forceinline__ unsigned long long skv_evict_first() {
+// L2 policy of the K/V loads (AttnParams::extra, chosen by src/splitkv.rs `l2_policy`): 0 evict-first,
+// 1 evict-normal, 2 evict-last.
+__device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
     unsigned long long pol = 0;
-    SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)));
+    if (mode == 1) SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol)));
+    else if (mode == 2) SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)));
+    else SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)));
     return pol;
 }
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
@@ -297,7 +300,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
     unsigned long long pol = 0;
     if constexpr (BULK) {
-        pol = skv_evict_first();
+        pol = skv_l2_policy(p.extra);
         if (TMA ? threadIdx.x == 0 : lane == 0)
             for (int s = 0; s < STAGES; ++s) {
                 skv_mbar_init(bars + s * 8, 1);

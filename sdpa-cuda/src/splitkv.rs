@@ -136,6 +136,40 @@ pub fn choose_load(major: i32) -> Result<SplitKvLoad> {
 /// at 1024-2048 (B=8, Hkv=32, Sk=4k); the cause of the loss is not established.
 pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
 
+/// L2 policy of the K/V loads on the sm_90 paths (`params.extra` of the kernel: 0 evict-first, 1
+/// evict-normal, 2 evict-last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum L2Policy {
+    /// Streamed lines leave L2 first.
+    EvictFirst = 0,
+    /// The default priority.
+    EvictNormal = 1,
+    /// Streamed lines stay in L2 longest.
+    EvictLast = 2,
+}
+
+/// Longest split whose K/V loads are marked evict-first; longer splits are marked evict-last. Measured on
+/// the H100 through the Rust backend after a 256 MB L2 write flush, as PyTorch is timed
+/// (`bench/results/fa2.md`, session 8), on the two decoding shapes only: B=8, Hkv=32, Sk=4k (1024 keys
+/// per split) 196.7 us evict-first, 191.1 normal, 189.2 evict-last; B=1, Hkv=8, Sk=32k (512 keys per
+/// split) 61.5 / 64.1 / 63.2 us. Why the better policy flips between them was not established; the
+/// threshold is a fit to those two points.
+pub const EVICT_FIRST_MAX_KEYS_PER_SPLIT: usize = 512;
+
+/// The L2 policy for a split of `keys_per_split` keys: `SDPA_SPLITKV_L2` (`first`, `normal` or `last`)
+/// forces one for comparisons, otherwise [`EVICT_FIRST_MAX_KEYS_PER_SPLIT`] decides.
+pub fn l2_policy(keys_per_split: usize) -> Result<L2Policy> {
+    Ok(match std::env::var("SDPA_SPLITKV_L2").as_deref() {
+        Ok("first") => L2Policy::EvictFirst,
+        Ok("normal") => L2Policy::EvictNormal,
+        Ok("last") => L2Policy::EvictLast,
+        Ok(v) => return Err(unsupported(format!("SDPA_SPLITKV_L2 must be first, normal or last, got {v:?}"))),
+        Err(_) if keys_per_split <= EVICT_FIRST_MAX_KEYS_PER_SPLIT => L2Policy::EvictFirst,
+        Err(_) => L2Policy::EvictLast,
+    })
+}
+
 /// Split plan of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitPlan {
@@ -247,6 +281,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
     params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
+    params.extra = l2_policy(plan.keys_per_split)? as i32;
 
     let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
     let dims = LaunchDims {
@@ -351,6 +386,15 @@ mod tests {
         assert!(t.smem_bytes(128) <= 227 * 1024);
         assert_eq!(tile_for(96, SplitKvLoad::Tma), None);
         assert!(tile_for(256, SplitKvLoad::Tma).is_some_and(|t| t.smem_bytes(256) <= 227 * 1024));
+    }
+
+    #[test]
+    fn long_splits_keep_their_lines_in_l2() {
+        if std::env::var_os("SDPA_SPLITKV_L2").is_some() {
+            return; // forced for a comparison run
+        }
+        assert_eq!(l2_policy(512).expect("policy"), L2Policy::EvictFirst);
+        assert_eq!(l2_policy(1024).expect("policy"), L2Policy::EvictLast);
     }
 
     #[test]
