@@ -2,9 +2,10 @@
 //!
 //! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
 //! packed together so they read K/V once). How it streams K/V ([`SplitKvLoad`], [`choose_load`]): on sm_90
-//! with TMA tensor copies (one instruction per 64-column box of a K or V tile, tensor maps built per call
-//! by [`crate::tensor_map`]) where the layout allows, else with 1-D bulk copies for splits of at most
-//! [`BULK_MAX_KEYS_PER_SPLIT`] keys; otherwise, and before sm_90, with `cp.async`. The warps of
+//! with TMA tensor copies (one thread per block copies the block's whole K/V chunk into a ring its warps
+//! share; tensor maps built per call by [`crate::tensor_map`]) where the layout allows, else with 1-D bulk
+//! copies for splits of at most [`BULK_MAX_KEYS_PER_SPLIT`] keys; otherwise, and before sm_90, with
+//! `cp.async`. The K/V loads carry an L2 policy chosen by split length ([`l2_policy`]). The warps of
 //! a block (consecutive splits of one row tile) merge their partials in shared memory; when a row tile spans several blocks, each writes one partial
 //! (normalised output + LSE) to scratch and the last block to finish, found with a per-row-tile counter,
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
@@ -30,7 +31,7 @@ const ROWS_PER_TILE: usize = 16;
 /// Fewest keys a split gets (unless Sk itself is shorter).
 pub const MIN_KEYS_PER_SPLIT: usize = 512;
 
-/// How a warp fills its K/V ring (`LOAD` in `kernels/splitkv.cu`), and the entry-point prefix.
+/// How K/V reach shared memory (`LOAD` in `kernels/splitkv.cu`), and the entry-point prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SplitKvLoad {
     /// 16-byte `cp.async` per lane, every architecture; contiguous splits (`splitkv_*`).
@@ -58,7 +59,7 @@ impl SplitKvLoad {
 pub struct SplitKvTile {
     /// Warps (splits) per block.
     pub warps: usize,
-    /// Depth of each warp's K/V ring.
+    /// Depth of the K/V ring (each warp's, or the block's shared one for TMA).
     pub stages: usize,
     /// Keys per step.
     pub keys_per_step: usize,
@@ -68,9 +69,9 @@ pub struct SplitKvTile {
 
 impl SplitKvTile {
     /// Dynamic shared memory of a block for head dim `d`, bytes (`SplitKvTile::smem_bytes` in splitkv.cu):
-    /// each warp's Q tile (rows padded to d + 8) and K/V ring (padded the same way); for TMA each warp's
-    /// ring unpadded, one shared Q tile and 1024 bytes to align the block's base; then one 8-byte
-    /// mbarrier per stage and warp.
+    /// each warp's Q tile (rows padded to d + 8) and K/V ring (padded the same way); for TMA the block's
+    /// unpadded ring (as large as the warps' rings together), one shared Q tile and 1024 bytes to align
+    /// the block's base; then 8 bytes of mbarriers per stage and warp.
     pub fn smem_bytes(&self, d: usize) -> usize {
         let q = ROWS_PER_TILE * (d + 8);
         let bars = 8 * self.stages * self.warps;
