@@ -3,12 +3,17 @@
 //! (point, kernel). `bench/gpu/bench_cuda.py` drives it and times PyTorch on the same points in the same
 //! run; run alone (`cargo bench -p sdpa-cuda --bench cuda_kernels`) it times a small default grid.
 //!
-//! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]`, where a point
-//! is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", "dtype", "mask", "kernel", "f32_math"}`.
+//! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]
+//! [--flush dirty|clean]`, where a point is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", "dtype", "mask",
+//! "kernel", "f32_math"}`. `--flush` picks how L2 is emptied before each timed call (`sdpa_cuda::L2Flush`:
+//! `dirty`, the default, writes 256 MB as `do_bench` does; `clean` reads 256 MB). With
+//! `SDPA_SPLITKV_TRACE=1` in the environment and `--trace DIR`, the per-block timeline of each point's last
+//! `splitkv` launch goes to `DIR/trace-{n}.json` (n = the point's index; `sdpa_cuda::splitkv::TRACE_FIELDS`
+//! says what the words are).
 
 use sdpa_core::check::check_output;
 use sdpa_core::{AttentionCost, AttentionSpec, F32Math, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
-use sdpa_cuda::CudaBackend;
+use sdpa_cuda::{CudaBackend, L2Flush};
 use serde_json::{json, Value};
 use std::process::ExitCode;
 
@@ -70,6 +75,22 @@ fn one(gpu: &CudaBackend, p: &Value, warmup: usize, reps: usize) -> Result<Value
     }))
 }
 
+/// Copies the `splitkv` module's trace global (the last traced launch) to `path` as one array of
+/// `TRACE_FIELDS` words per block, and zeroes it.
+fn write_trace(gpu: &CudaBackend, path: &str) -> Result<(), String> {
+    use sdpa_cuda::splitkv::{TRACE_BLOCKS, TRACE_FIELDS, TRACE_GLOBAL};
+    let dev = gpu.device();
+    let module = dev.module(&sdpa_cuda::modules::SPLITKV).map_err(|e| e.to_string())?;
+    let stream = dev.stream();
+    let mut global = module.get_global(TRACE_GLOBAL, stream).map_err(|e| format!("{e:?}"))?;
+    let bytes = stream.clone_dtoh(&global).map_err(|e| format!("{e:?}"))?;
+    // Zeroed for the next point, which may launch fewer blocks.
+    stream.memset_zeros(&mut global).map_err(|e| format!("{e:?}"))?;
+    let words: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+    let blocks: Vec<&[u64]> = words.chunks_exact(TRACE_FIELDS).take(TRACE_BLOCKS).take_while(|b| b[0] != 0).collect();
+    std::fs::write(path, serde_json::to_string(&blocks).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -88,8 +109,15 @@ fn main() -> ExitCode {
         },
         None => default_points(),
     };
+    let flush: L2Flush = match arg("--flush").as_deref().unwrap_or("dirty").parse() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("cuda_kernels: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let gpu = match CudaBackend::new(0) {
-        Ok(g) => g,
+        Ok(g) => g.with_l2_flush(flush),
         Err(e) => {
             eprintln!("cuda_kernels: {e}");
             return ExitCode::FAILURE;
@@ -100,12 +128,19 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let device = sdpa_core::Backend::device_name(&gpu);
+    let trace_dir = arg("--trace");
     let mut out = Vec::new();
-    for p in points.as_array().map(Vec::as_slice).unwrap_or_default() {
+    for (n, p) in points.as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
         let res = one(&gpu, p, warmup, reps);
+        if let Some(dir) = &trace_dir {
+            if let Err(e) = write_trace(&gpu, &format!("{dir}/trace-{n}.json")) {
+                eprintln!("cuda_kernels: trace of point {n}: {e}");
+            }
+        }
         let mut rec = p.clone();
         if let Some(obj) = rec.as_object_mut() {
             obj.insert("device".into(), json!(device));
+            obj.insert("l2_flush".into(), json!(format!("{flush:?}").to_lowercase()));
             match res {
                 Ok(Value::Object(r)) => obj.extend(r),
                 Ok(_) => {}

@@ -99,8 +99,8 @@ __device__ __forceinline__ void skv_mbar_wait(unsigned bar, unsigned parity) {
         "r"(parity)
         : "memory"));
 }
-// L2 policy of the K/V loads (AttnParams::extra, chosen by src/splitkv.rs `l2_policy`): 0 evict-first,
-// 1 evict-normal, 2 evict-last.
+// L2 policy of the K/V loads (AttnParams::extra bits 0-7, chosen by src/splitkv.rs `l2_policy`): 0
+// evict-first, 1 evict-normal, 2 evict-last.
 __device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
     unsigned long long pol = 0;
     if (mode == 1) SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol)));
@@ -108,6 +108,26 @@ __device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
     else SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)));
     return pol;
 }
+// Timeline trace for tuning runs (AttnParams::extra bit 8, set by src/splitkv.rs when SDPA_SPLITKV_TRACE=1;
+// read back by the cuda_kernels driver's --trace, summarised by dev/splitkv_timeline.py): thread 0 of each
+// of the first SKV_TRACE_BLOCKS blocks writes SKV_TRACE_FIELDS words: globaltimer (ns) at entry and at exit;
+// clock64 at entry, after the first stage landed, after the key loop, after the block's partial was
+// counted, and at exit; the SM id; 1 if the block merged its row tile. Off, each point costs one uniform
+// branch (same-run A/B on the H100: within 0.3 %, bench/results/fa2.md session 9).
+#define SKV_TRACE_BLOCKS 4096
+#define SKV_TRACE_FIELDS 9
+__device__ unsigned long long splitkv_trace[SKV_TRACE_BLOCKS * SKV_TRACE_FIELDS];
+__device__ __forceinline__ unsigned long long skv_globaltimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void skv_trace(const AttnParams& p, int field, unsigned long long v) {
+    if (!(p.extra & 0x100) || threadIdx.x != 0) return;
+    const unsigned blk = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    if (blk < SKV_TRACE_BLOCKS) splitkv_trace[blk * SKV_TRACE_FIELDS + field] = v;
+}
+
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
 // completing as transactions on `bar`.
 __device__ __forceinline__ void skv_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar,
@@ -215,6 +235,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     constexpr int DT = D / 8;
     constexpr int CHUNKS = D / 8;
 
+    skv_trace(p, 0, skv_globaltimer());
+    skv_trace(p, 2, clock64());
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
     const int split = blockIdx.x * NW + warp;
@@ -300,7 +322,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
     unsigned long long pol = 0;
     if constexpr (BULK) {
-        pol = skv_l2_policy(p.extra);
+        pol = skv_l2_policy(p.extra & 0xff);
         if (TMA ? threadIdx.x == 0 : lane == 0)
             for (int s = 0; s < STAGES; ++s) {
                 skv_mbar_init(bars + s * 8, 1);
@@ -383,6 +405,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     for (int step = 0; step < n_steps; ++step) {
         if constexpr (BULK) {
             skv_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
+            if (step == 0) skv_trace(p, 3, clock64());
             if constexpr (TMA) {
                 // The next split's V rows in the last tile: zeros, so that 0 · V stays 0 whatever they hold.
                 const int key0 = k_begin + step * k_step;
@@ -507,6 +530,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // Every lane (TMA: every warp, the ring is shared) is done reading the ring before it holds partials.
     if constexpr (TMA) __syncthreads();
     else __syncwarp();
+    skv_trace(p, 4, clock64());
 
     // This warp's partials (normalised output and LSE per row of the tile) go into its own ring:
     // f32 [16][D], then 16 LSEs. An idle or empty split has l = 0: zeros and LSE -inf.
@@ -561,6 +585,9 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     }
     if (nblk == 1) {
         repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+        skv_trace(p, 5, clock64());
+        skv_trace(p, 6, clock64());
+        skv_trace(p, 1, skv_globaltimer());
         return;
     }
 
@@ -575,7 +602,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         if (s_last) *cnt = 0u;  // ready for the next call on this scratch
     }
     __syncthreads();
-    if (!s_last) return;
+    skv_trace(p, 5, clock64());
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    skv_trace(p, 7, smid);
+    skv_trace(p, 8, s_last ? 1 : 0);
+    if (!s_last) {
+        skv_trace(p, 6, clock64());
+        skv_trace(p, 1, skv_globaltimer());
+        return;
+    }
     __threadfence();
     // The tile's partial LSEs go to shared memory first, all loaded at once (the ring is free: every
     // thread passed the barrier above after its last read), so the merge's max pass reads no L2; the
@@ -607,6 +643,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
     repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+    skv_trace(p, 6, clock64());
+    skv_trace(p, 1, skv_globaltimer());
 }
 
 #define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, LOAD, ILV)                                      \

@@ -35,26 +35,85 @@ impl CudaElement for bf16 {
     const DTYPE: DType = DType::BF16;
 }
 
+/// How [`CudaBackend`]'s timed calls ([`Backend::time_forward`]) empty L2 before each call. Either way
+/// the call starts with none of its inputs in L2, and host launch overhead hides behind the flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum L2Flush {
+    /// Write 256 MB (a memset), as `triton.testing.do_bench` times PyTorch: L2 is left full of dirty
+    /// lines, so the timed call also pays for writing up to an L2's worth (50 MB on the H100) back to
+    /// memory. Comparable with PyTorch's numbers from `do_bench`.
+    #[default]
+    Dirty,
+    /// Read 256 MB (`kernels/l2_flush.cu`): L2 is left holding clean lines only, as Nsight Compute's
+    /// cache control does, so the timed call owes no write-back. Compare only with PyTorch timed the same
+    /// way (`sdpa-cuda/dev/decode_flush_study.py`).
+    Clean,
+}
+
+impl std::str::FromStr for L2Flush {
+    type Err = SdpaError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "dirty" => Ok(L2Flush::Dirty),
+            "clean" => Ok(L2Flush::Clean),
+            _ => Err(SdpaError::InvalidSpec(format!("L2 flush must be dirty or clean, got {s:?}"))),
+        }
+    }
+}
+
+/// `L2FlushArgs` of `kernels/l2_flush.cu`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FlushArgs {
+    p: u64,
+    n16: u64,
+    sink: u64,
+}
+// SAFETY: plain data, C layout matching the kernel's `L2FlushArgs` (three 8-byte fields).
+unsafe impl cudarc::driver::DeviceRepr for FlushArgs {}
+
+/// Bytes the L2 flush before a timed call writes or reads: five times the H100's 50 MB L2.
+const FLUSH_BYTES: usize = 256 << 20;
+
 /// The CUDA backend on one GPU.
 #[derive(Debug)]
 pub struct CudaBackend {
     dev: Arc<Device>,
-    /// 256 MB written before each timed call, as `triton.testing.do_bench` does, so that every timed call
-    /// starts with a cold L2 and host launch overhead hides behind the memset.
+    /// 256 MB written or read before each timed call (see [`L2Flush`]), allocated on first use.
     flush: Mutex<Option<CudaSlice<u8>>>,
+    flush_mode: L2Flush,
 }
 
 impl CudaBackend {
     /// Opens GPU `device_ordinal`. Returns `SdpaError::DeviceUnavailable` (never panics) when there is no
     /// driver library, no GPU, or no GPU with that ordinal.
     pub fn new(device_ordinal: usize) -> Result<Self> {
-        Ok(CudaBackend { dev: Arc::new(Device::open(device_ordinal)?), flush: Mutex::new(None) })
+        Ok(CudaBackend {
+            dev: Arc::new(Device::open(device_ordinal)?),
+            flush: Mutex::new(None),
+            flush_mode: L2Flush::Dirty,
+        })
     }
 
     /// A backend on the context of a caller's stream (e.g. candle's device); launches of
     /// [`Self::forward`] go to that stream too.
     pub fn from_stream(stream: Arc<CudaStream>) -> Result<Self> {
-        Ok(CudaBackend { dev: Arc::new(Device::from_stream(stream)?), flush: Mutex::new(None) })
+        Ok(CudaBackend {
+            dev: Arc::new(Device::from_stream(stream)?),
+            flush: Mutex::new(None),
+            flush_mode: L2Flush::Dirty,
+        })
+    }
+
+    /// The same backend, with timed calls flushing L2 the given way ([`L2Flush::Dirty`] by default).
+    pub fn with_l2_flush(mut self, mode: L2Flush) -> Self {
+        self.flush_mode = mode;
+        self
+    }
+
+    /// How timed calls flush L2.
+    pub fn l2_flush(&self) -> L2Flush {
+        self.flush_mode
     }
 
     /// The device (limits, modules, stream).
@@ -174,13 +233,30 @@ impl CudaBackend {
     fn flush_l2(&self) -> Result<()> {
         let mut slot = self.flush.lock().map_err(|_| unsupported("flush buffer lock poisoned"))?;
         if slot.is_none() {
-            let s = self.dev.stream().alloc_zeros::<u8>(256 << 20).map_err(drv("cuMemAlloc", "the L2 flush buffer"))?;
+            let s =
+                self.dev.stream().alloc_zeros::<u8>(FLUSH_BYTES).map_err(drv("cuMemAlloc", "the L2 flush buffer"))?;
             *slot = Some(s);
         }
-        if let Some(buf) = slot.as_mut() {
-            self.dev.stream().memset_zeros(buf).map_err(drv("cuMemsetD8Async", "flushing L2"))?;
+        let Some(buf) = slot.as_mut() else { return Ok(()) };
+        let stream = self.dev.stream();
+        match self.flush_mode {
+            L2Flush::Dirty => stream.memset_zeros(buf).map_err(drv("cuMemsetD8Async", "flushing L2")),
+            L2Flush::Clean => {
+                let (ptr, guard) = buf.device_ptr_mut(stream);
+                let args = FlushArgs { p: ptr, n16: (FLUSH_BYTES / 16) as u64, sink: ptr };
+                let sms = self.dev.info().sm_count.max(1) as u32;
+                let dims = crate::launch::LaunchDims { grid: (4 * sms, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+                // SAFETY: `buf` is a live allocation of FLUSH_BYTES bytes (16-byte aligned, as every
+                // cuMemAlloc); the kernel reads exactly FLUSH_BYTES / 16 words of it and writes its first
+                // word only if they XOR to a value the zeroed buffer never gives. The guard orders later
+                // uses of `buf` after the launch.
+                let r = unsafe {
+                    crate::launch::launch(&self.dev, stream, &crate::modules::L2_FLUSH, "l2_flush_read", dims, &args)
+                };
+                drop(guard);
+                r
+            }
         }
-        Ok(())
     }
 }
 
@@ -313,7 +389,8 @@ impl Backend for CudaBackend {
         Ok(ran)
     }
 
-    /// Device-event timing: each call is bracketed by two events after an L2 flush (as `do_bench` does).
+    /// Device-event timing: each call is bracketed by two events after an L2 flush ([`L2Flush`]; by default
+    /// a write of 256 MB, as `do_bench` does).
     fn time_forward(
         &self,
         spec: &AttentionSpec,

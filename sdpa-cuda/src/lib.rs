@@ -74,7 +74,7 @@ pub mod tensor_map;
 pub mod tf32;
 pub mod unfused;
 
-pub use backend::{dispatch, CudaBackend, CudaElement, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
+pub use backend::{dispatch, CudaBackend, CudaElement, L2Flush, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
 pub use buffer::CudaBuffer;
 pub use call::Call;
 pub use device::{Device, DeviceInfo};

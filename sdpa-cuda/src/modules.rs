@@ -69,9 +69,12 @@ pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../kernels/
 /// Split-KV (flash-decoding) and its combine pass, f16/bf16 (`crate::splitkv`).
 pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../kernels/splitkv.cu"));
 
+/// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`).
+pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../kernels/l2_flush.cu"));
+
 /// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
-/// New modules (FA-2, split-KV) add one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV];
+/// A new module adds one line here.
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

@@ -171,6 +171,23 @@ pub fn l2_policy(keys_per_split: usize) -> Result<L2Policy> {
     })
 }
 
+/// `params.extra` bit that makes the kernel write its timeline to the module global `splitkv_trace`
+/// (`kernels/splitkv.cu`, [`TRACE_GLOBAL`]).
+const TRACE_BIT: i32 = 0x100;
+/// The module global holding the last traced launch: [`TRACE_FIELDS`] u64 per block, in launch order
+/// (x fastest), for the first [`TRACE_BLOCKS`] blocks.
+pub const TRACE_GLOBAL: &str = "splitkv_trace";
+/// Blocks the trace holds (`SKV_TRACE_BLOCKS`).
+pub const TRACE_BLOCKS: usize = 4096;
+/// Words per block (`SKV_TRACE_FIELDS`): globaltimer at entry and exit (ns); clock64 at entry, first stage
+/// landed, key loop done, partial counted, exit; SM id; 1 if the block merged its row tile.
+pub const TRACE_FIELDS: usize = 9;
+
+/// Whether `SDPA_SPLITKV_TRACE=1` asks the kernel for its timeline (tuning runs only).
+pub fn trace_requested() -> bool {
+    std::env::var_os("SDPA_SPLITKV_TRACE").is_some_and(|v| v == "1")
+}
+
 /// Split plan of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitPlan {
@@ -282,7 +299,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
     params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
-    params.extra = l2_policy(plan.keys_per_split)? as i32;
+    params.extra = l2_policy(plan.keys_per_split)? as i32 | if trace_requested() { TRACE_BIT } else { 0 };
 
     let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
     let dims = LaunchDims {

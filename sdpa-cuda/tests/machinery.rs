@@ -9,7 +9,7 @@ use sdpa_core::{
     AttentionSpec, DType, F32Math, HostBackend, HostBuffer, HostInputs, HostOutput, Kernel, Layout, Mask, RunOptions,
     SdpaError, Shape,
 };
-use sdpa_cuda::CudaBackend;
+use sdpa_cuda::{CudaBackend, L2Flush};
 
 #[test]
 fn opening_a_missing_device_is_an_error_not_a_panic() {
@@ -68,14 +68,28 @@ fn modules_are_cached_on_disk() {
 
 #[test]
 fn event_timing_returns_one_positive_time_per_rep() {
-    let Some(g) = gpu() else { return };
-    let spec = AttentionSpec::new(Shape::new(1, 8, 512, 512, 64), DType::BF16);
-    let inputs = HostInputs::random(&spec, 3).expect("valid");
-    let opts = RunOptions { kernel: Kernel::Fa1, ..Default::default() };
-    let (times, kernel) = g.time_host(&spec, &opts, &inputs, 2, 5).expect("timed");
-    assert_eq!(kernel, Kernel::Fa1);
-    assert_eq!(times.len(), 5);
-    assert!(times.iter().all(|&t| t > 0.0 && t < 1000.0), "{times:?}");
+    for flush in [L2Flush::Dirty, L2Flush::Clean] {
+        let Some(g) = gpu() else { return };
+        let g = g.with_l2_flush(flush);
+        let spec = AttentionSpec::new(Shape::new(1, 8, 512, 512, 64), DType::BF16);
+        let inputs = HostInputs::random(&spec, 3).expect("valid");
+        let opts = RunOptions { kernel: Kernel::Fa1, ..Default::default() };
+        let (times, kernel) = g.time_host(&spec, &opts, &inputs, 2, 5).expect("timed");
+        assert_eq!(kernel, Kernel::Fa1);
+        assert_eq!(times.len(), 5);
+        assert!(times.iter().all(|&t| t > 0.0 && t < 1000.0), "{flush:?}: {times:?}");
+        // The timed calls still compute the right thing after either flush.
+        let run = g.run_host(&spec, &opts, &inputs).expect("runs");
+        let report = check_output(&spec, &inputs, &run.output, opts.f32_math, Some(8)).expect("checked");
+        assert!(report.pass, "{flush:?}: {report:?}");
+    }
+}
+
+#[test]
+fn l2_flush_modes_parse() {
+    assert_eq!("dirty".parse::<L2Flush>().expect("parses"), L2Flush::Dirty);
+    assert_eq!("clean".parse::<L2Flush>().expect("parses"), L2Flush::Clean);
+    assert!("warm".parse::<L2Flush>().is_err());
 }
 
 #[test]

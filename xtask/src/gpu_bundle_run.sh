@@ -82,6 +82,7 @@ if want sanitize; then
     "fa2 f32 tf32 1,2,1,300,300,128 causal"
     "splitkv bf16 exact 1,32,8,1,5000,128 none"
     "splitkv bf16 exact 1,32,8,1,5000,128 none SDPA_SPLITKV_LOAD=bulk"
+    "splitkv bf16 exact 1,2,1,1,40000,64 causal-br"
     "splitkv f16 exact 2,8,2,3,777,64 causal-br SDPA_SPLITKV_LOAD=cp.async"
   )
   for tool in memcheck racecheck; do

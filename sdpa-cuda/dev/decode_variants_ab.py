@@ -1,0 +1,45 @@
+"""Same-run A/B of several cuda_kernels builds (kernel variants) on the two decoding shapes of issue 5,
+under both L2 flushes (sdpa_cuda::L2Flush), in alternating rounds; prints each variant's per-round medians.
+
+    python3 sdpa-cuda/dev/decode_variants_ab.py base=target-ab/base2/cuda_kernels new=gpu-bundle/cuda_kernels \\
+        [--rounds 3] [--out DIR]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("variants", nargs="+", help="name=path of a cuda_kernels binary")
+ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+args = ap.parse_args()
+os.makedirs(args.out, exist_ok=True)
+variants = [v.split("=", 1) for v in args.variants]
+points = [dict(tag="decode", b=b, hq=hq, hkv=hkv, sq=1, sk=sk, d=128, dtype="bf16", mask="none", kernel="auto",
+               f32_math="exact") for b, hq, hkv, sk in [(8, 32, 32, 4096), (1, 32, 8, 32768)]]
+with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    json.dump(points, f)
+    pfile = f.name
+times = {}
+for rnd in range(args.rounds):
+    for fl in ["clean", "dirty"]:
+        for name, path in variants:
+            out = os.path.join(tempfile.gettempdir(), f"ab_{name}.json")
+            r = subprocess.run([path, "--points", pfile, "--out", out, "--warmup", "10", "--reps", "100", "--flush", fl],
+                               stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                sys.exit(f"{name}: {r.stderr[-2000:]}")
+            for rec in json.load(open(out)):
+                assert rec.get("check_pass"), rec
+                times.setdefault((name, fl, rec["b"]), []).append(rec["median_ms"] * 1e3)
+json.dump({f"{k[0]} {k[1]} B={k[2]}": v for k, v in times.items()}, open(os.path.join(args.out, "decode_variants_ab.json"), "w"), indent=1)
+for b in [8, 1]:
+    for fl in ["clean", "dirty"]:
+        base = statistics.median(times[(variants[0][0], fl, b)])
+        for name, _ in variants:
+            t = times[(name, fl, b)]
+            print(f"B={b} {fl:5} {name:8} median {statistics.median(t):7.2f} us  x{base / statistics.median(t):.3f}  rounds {[round(x, 2) for x in t]}")
