@@ -111,8 +111,9 @@ __device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
 // Timeline trace for tuning runs (AttnParams::extra bit 8, set by src/splitkv.rs when SDPA_SPLITKV_TRACE=1;
 // read back by the cuda_kernels driver's --trace, summarised by dev/splitkv_timeline.py): thread 0 of each
 // of the first SKV_TRACE_BLOCKS blocks writes SKV_TRACE_FIELDS words: globaltimer (ns) at entry and at exit;
-// clock64 at entry, after the first stage landed, after the key loop, after the block's partial was
-// counted, and at exit; the SM id; 1 if the block merged its row tile. Off, each point costs one uniform
+// clock64 at entry, after the first stage landed (TMA and bulk paths only; 0 on the cp.async path), after
+// the key loop, after the block's partial was counted, and at exit; the SM id and 1 if the block merged its
+// row tile (both 0 when a row tile has one block). Off, each point costs one uniform
 // branch (same-run A/B on the H100: within 0.3 %, bench/results/fa2.md session 9).
 #define SKV_TRACE_BLOCKS 4096
 #define SKV_TRACE_FIELDS 9

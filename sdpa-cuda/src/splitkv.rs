@@ -180,7 +180,8 @@ pub const TRACE_GLOBAL: &str = "splitkv_trace";
 /// Blocks the trace holds (`SKV_TRACE_BLOCKS`).
 pub const TRACE_BLOCKS: usize = 4096;
 /// Words per block (`SKV_TRACE_FIELDS`): globaltimer at entry and exit (ns); clock64 at entry, first stage
-/// landed, key loop done, partial counted, exit; SM id; 1 if the block merged its row tile.
+/// landed (0 on the cp.async path), key loop done, partial counted, exit; SM id and 1 if the block merged
+/// its row tile (both 0 when a row tile has one block).
 pub const TRACE_FIELDS: usize = 9;
 
 /// Whether `SDPA_SPLITKV_TRACE=1` asks the kernel for its timeline (tuning runs only).
