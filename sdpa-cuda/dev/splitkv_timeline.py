@@ -87,7 +87,8 @@ for n, (p, rec) in enumerate(zip(points, recs)):
     ghz = statistics.median((b[6] - b[2]) / (b[1] - b[0]) for b in blocks if b[1] > b[0])
     us = lambda cyc: cyc / ghz / 1e3
     entry = [(b[0] - t0) / 1e3 for b in blocks]
-    first = [us(b[3] - b[2]) for b in blocks]
+    first = [us(b[3] - b[2]) for b in blocks if b[3]]  # 0: not stamped (the cp.async path)
+    first = first or [float("nan")]
     loop_end = [(b[0] - t0) / 1e3 + us(b[4] - b[2]) for b in blocks]
     part = [us(b[5] - b[4]) for b in blocks]
     merge = [us(b[6] - b[5]) for b in blocks if b[8] == 1]
