@@ -32,6 +32,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+import flush_timing
+from flush_timing import FLUSH, FLUSHES
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--base", help="a second cuda_kernels binary (an earlier kernel) timed in alternation")
@@ -41,36 +44,14 @@ ap.add_argument("--warmup", type=int, default=10)
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
-FLUSHES = ["dirty", "clean"]
 
 
 def log(*a):
     print(*a, flush=True)
 
 
-# The flushes, as the Rust backend does them (sdpa-cuda/src/backend.rs, L2Flush): 256 MB written, or 256 MB
-# read from a buffer nothing else touches.
-flush_w = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-flush_r = torch.zeros(64 << 20, dtype=torch.float32, device="cuda")
-FLUSH = {"dirty": lambda: flush_w.zero_(), "clean": lambda: flush_r.sum()}
-
-
 def time_events(fn, flush):
-    """Median of `reps` event-timed calls, each after `flush`, after `warmup` untimed ones (as do_bench).
-    A ~50 us spin kernel before each flush keeps the GPU's queue ahead of the host, so that a call whose host
-    side takes longer than the flush is not timed with the GPU waiting for it."""
-    for _ in range(args.warmup):
-        flush()
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.reps)]
-    for s, e in ev:
-        torch.cuda._sleep(100_000)
-        flush()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev)
+    return flush_timing.time_events(fn, flush, reps=args.reps, warmup=args.warmup)
 
 
 def pt(tag, b, hq, hkv, sk):
@@ -215,7 +196,7 @@ for r in res["shapes"]:
     if args.base:
         log(f"   base binary rounds (us): dirty {[round(t * 1e3, 1) for t in r['base_dirty_rounds_ms']]}, clean "
             f"{[round(t * 1e3, 1) for t in r['base_clean_rounds_ms']]}")
-log(f"\nsweep B=1 Hq=32 Hkv=8, 64 splits: " + ", ".join(
+log("\nsweep B=1 Hq=32 Hkv=8, 64 splits: " + ", ".join(
     f"Sk={r['sk']}: {r['ours_dirty_ms'] * 1e3:.1f} / {r['ours_clean_ms'] * 1e3:.1f} us" for r in res["sweep"]))
 for fl in FLUSHES:
     f = res["sweep_fit"][fl]

@@ -9,7 +9,8 @@ kernels/splitkv.cu `skv_trace`) and reports, per point:
   - the spread of block entries, the time from entry to the first K/V stage landing, the spread of the key
     loops' ends (imbalance between blocks), and the time from the last loop end to the kernel's end (the
     partial write, the counter and the last block's merge);
-and times PyTorch's plain read (`sum`) and copy of the same bytes at each size, for the same line fit.
+and times PyTorch's plain read (`sum`) and copy of the same bytes at each size, for the same line fit
+(flush_timing.py, the same clean flush and event loop as decode_flush_study.py).
 
     python3 sdpa-cuda/dev/splitkv_timeline.py --bench gpu-bundle/cuda_kernels [--out DIR]
 """
@@ -22,6 +23,9 @@ import sys
 import tempfile
 
 import torch
+
+import flush_timing
+from flush_timing import FLUSH
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -56,26 +60,9 @@ if r.returncode != 0:
     sys.exit(f"cuda_kernels failed with {r.returncode}")
 recs = json.load(open(raw))
 
-flush_r = torch.zeros(64 << 20, dtype=torch.float32, device="cuda")
-
-
-def time_events(fn, reps=100, warmup=10):
-    for _ in range(warmup):
-        flush_r.sum()
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in ev:
-        flush_r.sum()
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev) * 1e3
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
+def time_events(fn):
+    """Median us after the clean flush the traced run used."""
+    return flush_timing.time_events(fn, FLUSH["clean"]) * 1e3
 
 
 res = dict(points=[])

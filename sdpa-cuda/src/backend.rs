@@ -111,11 +111,6 @@ impl CudaBackend {
         self
     }
 
-    /// How timed calls flush L2.
-    pub fn l2_flush(&self) -> L2Flush {
-        self.flush_mode
-    }
-
     /// The device (limits, modules, stream).
     pub fn device(&self) -> &Device {
         &self.dev
