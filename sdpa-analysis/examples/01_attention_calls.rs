@@ -4,16 +4,16 @@ fn main() {
         eprintln!("usage: 01_attention_calls TRACE");
         std::process::exit(2);
     };
-    let trace = match sdpa_analysis::trace::parse_file(std::path::Path::new(&path)) {
+    let trace = match sdpa_analysis::trace::kineto::parse_file(std::path::Path::new(&path)) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1);
         }
     };
-    let tree = sdpa_analysis::tree::OpTree::build(&trace);
+    let tree = sdpa_analysis::trace::tree::OpTree::build(&trace);
     println!("events {} ops {} gpu {} links {:?}", trace.stats.events, trace.ops.len(), trace.gpu.len(), tree.links);
-    for c in sdpa_analysis::attention::detect(&tree) {
+    for c in sdpa_analysis::trace::attention::detect(&tree) {
         println!(
             "{:?} {:?} {:?} {} {:?} {:?} {:?} {:?} {:.1}us grid {:?} parts {:?} notes {:?}",
             c.kind,

@@ -1,13 +1,14 @@
-//! sdpa-analysis: where attention time goes in a PyTorch profiler trace, and what to do about it.
+//! sdpa-analysis: reads what attention did, from two inputs, and says what it means.
 //!
-//! Reads kineto Chrome traces (`.json` or `.json.gz`, one file or a directory of per-rank files) in one
-//! streaming pass ([`trace`]), builds the CPU op tree and ties every GPU kernel to the op that launched it
-//! ([`tree`]), finds fused attention (SDPA and its backends, flash-attn, backward ops) and unfused eager
-//! attention (matmul, scale, mask, softmax, matmul) ([`attention`]), models each op against the device
-//! ([`perf`], using `sdpa_core::cost`), and writes findings with Path A / Path B advice and a replay
-//! ([`findings`], [`replay`]). Renderers in [`render`] print the [`report::Report`] as text, markdown and
-//! CSV; it serialises to JSON with serde. [`tracelens`] reads and writes the TraceLens-style directory
-//! contract.
+//! The crate has two faces, side by side, each with its own model and printers:
+//!
+//! - [`trace`]: PyTorch profiler traces. Reads kineto Chrome traces (`.json` or `.json.gz`, one file or a
+//!   directory of per-rank files) in one streaming pass, ties GPU kernels to the ops that launched them,
+//!   finds fused and unfused attention, models each op against the device, and writes findings with Path A /
+//!   Path B advice and a replay ([`trace::TraceReport`], printed by [`trace::printers`]). `sdpa analyze`.
+//! - [`results`]: benchmark records (the file format and its reader live in `sdpa_core::record`). Builds
+//!   the tables and plots of `sdpa report` ([`results::ResultsReport`], printed by [`results::page`] and
+//!   [`results::plots`]), and lends records to the trace face as evidence ([`results::evidence`]).
 //!
 //! **sdpa-analysis never launches a kernel**: it only reads traces and benchmark records.
 //!
@@ -22,7 +23,7 @@
 //! # Ok::<(), sdpa_analysis::AnalysisError>(())
 //! ```
 //!
-//! Replays use [`replay::ReplaySpec`], the JSON file `sdpa bench --spec` reads.
+//! Replays use [`sdpa_core::BenchSpec`], the JSON file `sdpa bench --spec` reads.
 //!
 //! # Where this differs from TraceLens (ANCHORS.md, its known gaps on real traces)
 //!
@@ -47,21 +48,9 @@
 //!   each.
 //! - Attention kernels replayed from a CUDA graph have no shapes (the SDPA op ran at capture time).
 
-pub mod analyze;
-pub mod attention;
-pub mod bench_report;
-pub mod bench_results;
 pub mod error;
-pub mod findings;
-pub mod perf;
-pub mod render;
-pub mod replay;
-pub mod report;
+pub mod results;
 pub mod trace;
-pub mod tracelens;
-pub mod tree;
 
-pub use analyze::{analyze_path, analyze_traces, Options};
 pub use error::{AnalysisError, Result};
-pub use replay::{Replay, ReplaySpec};
-pub use report::Report;
+pub use trace::{analyze_path, analyze_traces, Options, Replay, TraceReport};

@@ -4,9 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::attention::{detect, AttentionCall, AttnBackend, Kind, MaskInfo, Phase};
-use sdpa_analysis::trace::parse_file;
-use sdpa_analysis::tree::OpTree;
+use sdpa_analysis::trace::attention::{detect, AttentionCall, AttnBackend, Kind, MaskInfo, Phase};
+use sdpa_analysis::trace::kineto::parse_file;
+use sdpa_analysis::trace::tree::OpTree;
 use sdpa_core::Shape;
 use std::path::PathBuf;
 

@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::attention::{detect, AttnBackend, Phase};
-use sdpa_analysis::trace::parse_file;
-use sdpa_analysis::tree::OpTree;
+use sdpa_analysis::trace::attention::{detect, AttnBackend, Phase};
+use sdpa_analysis::trace::kineto::parse_file;
+use sdpa_analysis::trace::tree::OpTree;
 use sdpa_analysis::{analyze_path, Options};
 use std::path::PathBuf;
 

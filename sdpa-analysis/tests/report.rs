@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::{analyze_path, Options, Report};
+use sdpa_analysis::{analyze_path, Options, TraceReport};
 use sdpa_core::BenchRecord;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
-fn report(name: &str) -> Report {
+fn report(name: &str) -> TraceReport {
     analyze_path(&data(name), &Options::default()).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -110,7 +110,7 @@ fn perf_model_uses_exact_causal_flops_and_real_bytes() {
 fn unfused_attention_is_path_a_with_a_replay() {
     let r = report("mistral_eager_bf16_S1024_nostack.json.gz");
     let f = r.findings.iter().find(|f| f.path == "A").expect("a Path A finding");
-    assert_eq!(f.severity, sdpa_analysis::findings::Severity::High, "56 % of GPU time");
+    assert_eq!(f.severity, sdpa_analysis::trace::findings::Severity::High, "56 % of GPU time");
     let sp = f.expected_speedup.as_ref().unwrap();
     assert_eq!((sp.low, sp.high), (3.0, 10.0));
     assert!(sp.source.contains("seed range"), "labelled as the seed's range: {}", sp.source);
@@ -151,7 +151,7 @@ fn cudnn_is_reported_as_flash_not_as_a_migration_target() {
     assert!(r.findings.iter().any(|f| f.title.starts_with("Flash attention is in use")));
     assert!(!r.findings.iter().any(|f| f.path == "A"), "nothing to migrate");
     // Backward ops are modelled too (TraceLens lists them separately without a module).
-    let bwd = r.attention_ops.iter().find(|o| o.phase == sdpa_analysis::attention::Phase::Bwd).unwrap();
+    let bwd = r.attention_ops.iter().find(|o| o.phase == sdpa_analysis::trace::attention::Phase::Bwd).unwrap();
     assert_eq!(bwd.module, "LlamaForCausalLM/LlamaModel/LlamaDecoderLayer/LlamaAttention");
     assert_eq!(bwd.count, 2);
 }
@@ -173,12 +173,12 @@ fn device_override_changes_the_roofline() {
 #[test]
 fn renderers_cover_every_op() {
     let r = report("llama_sdpa_train_bf16_S1024.json.gz");
-    let csv = sdpa_analysis::render::csv::render(&r);
+    let csv = sdpa_analysis::trace::printers::csv::render(&r);
     assert_eq!(csv.lines().count(), 1 + r.attention_ops.len());
     assert!(csv.lines().nth(1).unwrap().starts_with("fused,bwd,cudnn,true,"));
-    let md = sdpa_analysis::render::markdown::render(&r);
+    let md = sdpa_analysis::trace::printers::markdown::render(&r);
     assert!(md.contains("| fused | fwd | cudnn |") && md.contains("sdpa bench --backend cuda"));
-    let txt = sdpa_analysis::render::text::render(&r);
+    let txt = sdpa_analysis::trace::printers::text::render(&r);
     assert!(txt.contains("LlamaAttention") && txt.contains("findings:"));
 }
 
@@ -218,16 +218,16 @@ fn bench_results_load_every_format_sdpa_bench_writes() {
     std::fs::write(&array, serde_json::json!([rec.clone(), rec.clone()]).to_string()).unwrap();
     let one = dir.join("one.json");
     std::fs::write(&one, rec.to_string()).unwrap();
-    let recs = sdpa_analysis::bench_results::load(&[&file, &array, &one]).unwrap();
+    let recs = sdpa_analysis::results::evidence::load(&[&file, &array, &one]).unwrap();
     assert_eq!(recs.len(), 4);
     assert!(recs.iter().all(|r| r.kernel == "unfused" && r.time_ms.median == 0.06));
 
     // A damaged file is an error that names the file, not a panic and not an empty result.
     let bad = dir.join("bad.json");
     std::fs::write(&bad, "{\"records\": [{\"backend\": ").unwrap();
-    let err = sdpa_analysis::bench_results::load(&[&bad]).unwrap_err().to_string();
+    let err = sdpa_analysis::results::evidence::load(&[&bad]).unwrap_err().to_string();
     assert!(err.contains("bad.json"), "{err}");
-    let missing = sdpa_analysis::bench_results::load(&[dir.join("nope.json")]).unwrap_err().to_string();
+    let missing = sdpa_analysis::results::evidence::load(&[dir.join("nope.json")]).unwrap_err().to_string();
     assert!(missing.contains("nope.json"), "{missing}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,9 +5,9 @@
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
-use sdpa_analysis::attention::{detect, Kind};
-use sdpa_analysis::trace::{parse_file, parse_file_reference};
-use sdpa_analysis::tree::OpTree;
+use sdpa_analysis::trace::attention::{detect, Kind};
+use sdpa_analysis::trace::kineto::{parse_file, parse_file_reference};
+use sdpa_analysis::trace::tree::OpTree;
 use sdpa_analysis::{analyze_path, AnalysisError, Options};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -5,9 +5,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::attention::{AttnBackend, Kind, Phase};
-use sdpa_analysis::findings::Severity;
-use sdpa_analysis::{analyze_path, Options, Report};
+use sdpa_analysis::trace::attention::{AttnBackend, Kind, Phase};
+use sdpa_analysis::trace::findings::Severity;
+use sdpa_analysis::{analyze_path, Options, TraceReport};
 use sdpa_core::cost::pairs_per_head;
 use sdpa_core::Mask;
 
@@ -20,7 +20,7 @@ fn op_with_kernel(name: &str, args: &str, kernel: &str, kernel_us: f64) -> Strin
     )
 }
 
-fn analyze(test: &str, events: &str) -> Report {
+fn analyze(test: &str, events: &str) -> TraceReport {
     let dir = std::env::temp_dir().join(format!("sdpa-syn-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("t.json");
@@ -53,8 +53,8 @@ fn flash_attn_bshd_causal_with_sq_ne_sk_is_costed_exactly() {
     assert_eq!(op.flops, Some(2.0 * 32.0 * pairs * 256.0));
     assert!(op.q_bshd_strides, "flash-attn takes BSHD: the replay uses that layout");
     let replay = r.findings.iter().find_map(|f| f.replay.as_ref()).unwrap();
-    assert_eq!(replay.spec.mask, "causal-br");
-    assert_eq!(replay.spec.layout, "bshd");
+    assert_eq!(replay.spec.masks, ["causal-br"]);
+    assert_eq!(replay.spec.layouts, [sdpa_core::Layout::Bshd]);
 }
 
 #[test]

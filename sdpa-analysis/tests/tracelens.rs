@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use sdpa_analysis::attention::AttnBackend;
-use sdpa_analysis::{analyze_path, tracelens, Options};
+use sdpa_analysis::trace::attention::AttnBackend;
+use sdpa_analysis::trace::tracelens;
+use sdpa_analysis::{analyze_path, Options};
 use std::path::{Path, PathBuf};
 
 fn data(name: &str) -> PathBuf {
@@ -67,7 +68,7 @@ fn backward_category_takes_the_shape_from_perf_params() {
     assert!(tracelens::has_category(&dir, "sdpa_bwd"));
     let r = tracelens::analyze_category(&dir, "sdpa_bwd", &Options::default()).unwrap();
     let op = &r.attention_ops[0];
-    assert_eq!((op.phase, op.backend, op.count), (sdpa_analysis::attention::Phase::Bwd, AttnBackend::Cudnn, 2));
+    assert_eq!((op.phase, op.backend, op.count), (sdpa_analysis::trace::attention::Phase::Bwd, AttnBackend::Cudnn, 2));
     assert_eq!((op.b, op.hq, op.sq, op.d, op.causal), (Some(2), Some(8), Some(1024), Some(64), Some(true)));
     let from_trace = analyze_path(&data("llama_sdpa_train_bf16_S1024.json.gz"), &Options::default()).unwrap();
     let t = from_trace.attention_ops.iter().find(|o| o.phase == op.phase).unwrap();

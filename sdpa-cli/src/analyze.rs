@@ -3,8 +3,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use sdpa_analysis::render;
-use sdpa_analysis::{analyze_path, tracelens, Options};
+use sdpa_analysis::trace::printers;
+use sdpa_analysis::trace::tracelens;
+use sdpa_analysis::{analyze_path, Options};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -44,7 +45,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
             bail!("--device `{d}` is not in the hardware table (known: {})", keys.join(", "));
         }
     }
-    let bench = sdpa_analysis::bench_results::load(&args.bench_results)?;
+    let bench = sdpa_analysis::results::evidence::load(&args.bench_results)?;
     // A progress bar on a terminal (large traces take seconds); nothing when stderr is piped.
     let bar = if std::io::stderr().is_terminal() {
         let pb = ProgressBar::new(0);
@@ -57,7 +58,7 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
     } else {
         ProgressBar::hidden()
     };
-    let progress: Option<sdpa_analysis::trace::Progress> = if bar.is_hidden() {
+    let progress: Option<sdpa_analysis::trace::kineto::Progress> = if bar.is_hidden() {
         None
     } else {
         let pb = bar.clone();
@@ -84,17 +85,17 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         }
     }
     if let Some(f) = &args.md {
-        write(f, &render::markdown::render(&report))?;
+        write(f, &printers::markdown::render(&report))?;
     }
     if let Some(f) = &args.csv {
-        write(f, &render::csv::render(&report))?;
+        write(f, &printers::csv::render(&report))?;
     }
     let mut stdout = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
         writeln!(stdout)?;
     } else {
-        stdout.write_all(render::text::render(&report).as_bytes())?;
+        stdout.write_all(printers::text::render(&report).as_bytes())?;
     }
     stdout.flush()?;
     Ok(())

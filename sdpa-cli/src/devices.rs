@@ -38,7 +38,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         })
         .collect();
     let d = Devices {
-        cpu_model: cpu_model(),
+        cpu_model: sdpa_core::hardware::cpu_model(),
         cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu_simd: cpu_simd_features(),
         backends,
@@ -57,19 +57,6 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The CPU model from /proc/cpuinfo where there is one.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
 /// SIMD features detected at run time (not compile time).

@@ -11,6 +11,7 @@ mod analyze;
 mod backends;
 mod bench;
 mod devices;
+mod measure;
 mod report;
 mod run;
 

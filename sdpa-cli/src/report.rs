@@ -1,9 +1,8 @@
 //! `sdpa report FILES...`: markdown and a self-contained HTML page from benchmark result files.
 
 use anyhow::{bail, Context, Result};
-use sdpa_analysis::bench_report::{
-    parse_results, render, write_report, Baseline, MeasuredPeak, PeakChoice, Report, ReportOptions,
-};
+use sdpa_analysis::results::{page, write_report, Baseline, PeakChoice, ReportOptions, ResultsReport};
+use sdpa_core::record::{parse_results, MeasuredPeak};
 use sdpa_core::HardwareSpec;
 use std::path::PathBuf;
 
@@ -70,7 +69,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         (None, t, g) => {
             let mut m = MeasuredPeak::default();
             if let Some(t) = t {
-                m.set_tflops(t)?;
+                m.set_tflops(t).map_err(anyhow::Error::msg)?;
             }
             if let Some(g) = g {
                 if !(g.is_finite() && g > 0.0) {
@@ -89,7 +88,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         files.push((name.clone(), parse_results(&text, &name)?));
     }
     let opts = ReportOptions { title: args.title.clone(), baselines, peak };
-    let report = Report::build(&files, &opts)?;
+    let report = ResultsReport::build(&files, &opts)?;
     match &args.out_dir {
         Some(dir) => {
             let w = write_report(&report, dir)?;
@@ -104,7 +103,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         None => {
             use std::io::Write;
             let mut out = std::io::stdout().lock();
-            out.write_all(render::markdown(&report, false).as_bytes())?;
+            out.write_all(page::markdown(&report, false).as_bytes())?;
         }
     }
     let failed = report.failed_checks();

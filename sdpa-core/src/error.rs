@@ -75,6 +75,15 @@ pub enum SdpaError {
         what: String,
     },
 
+    /// A benchmark result file could not be read as one.
+    #[error("{file}: not a benchmark result file: {detail}")]
+    ResultFile {
+        /// File name as given.
+        file: String,
+        /// What the parser said.
+        detail: String,
+    },
+
     /// Any other backend failure, with the backend's own error as the source.
     #[error("{backend}: {context}")]
     Backend {

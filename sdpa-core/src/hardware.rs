@@ -3,7 +3,7 @@
 //! Figures are the vendors' dense (no sparsity) peaks at boost clock; tensor-core f16/bf16 rates are with
 //! f32 accumulation, which is what attention kernels use. Measured ceilings on a real machine are lower
 //! (the lent H100 SXM measured 767 TFLOPS bf16 GEMM and 3.0 TB/s copy, `../shared/ANCHORS.md`); reports
-//! name which one they divide by.
+//! name which one they divide by. [`cpu_model`] names the host CPU that records are stamped with.
 
 use crate::backend::F32Math;
 use crate::dtype::DType;
@@ -202,6 +202,19 @@ pub static HARDWARE: &[HardwareSpec] = &[
         source: "measured on the development machine (ANCHORS.md)",
     },
 ];
+
+/// The host CPU's model name from `/proc/cpuinfo` (Linux), or the architecture name where there is none.
+/// The one definition every record, `sdpa devices` and the CPU backend's device name use.
+pub fn cpu_model() -> String {
+    let from_proc = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    });
+    from_proc.unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
 
 #[cfg(test)]
 mod tests {

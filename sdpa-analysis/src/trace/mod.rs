@@ -1,12 +1,23 @@
-//! Reading PyTorch profiler (kineto) traces: the byte [`source`], the streaming [`parse`]r, tolerant
-//! field readers ([`lenient`]) and the compact [`model`] they fill.
+//! The trace face: where attention time goes in a PyTorch profiler trace, and what to do about it.
+//!
+//! The pipeline ([`analyze`]) reads kineto Chrome traces in one streaming pass ([`kineto`]), builds the CPU
+//! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused and unfused
+//! attention ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`),
+//! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
+//! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
+//! and writes the TraceLens-style directory contract.
 
-pub mod lenient;
-pub mod model;
-pub mod parse;
-pub mod scan;
-pub mod source;
+pub mod analyze;
+pub mod attention;
+pub mod findings;
+pub mod kineto;
+pub mod perf;
+pub mod printers;
+pub mod replay;
+pub mod report;
+pub mod tracelens;
+pub mod tree;
 
-pub use model::*;
-pub use parse::{parse_file, parse_file_reference, parse_file_with_progress};
-pub use scan::Progress;
+pub use analyze::{analyze_path, analyze_traces, Options};
+pub use replay::Replay;
+pub use report::TraceReport;

@@ -8,16 +8,12 @@ mod presets;
 mod pytorch;
 
 use crate::backends::open_backend;
-use crate::run::{git_commit, utc_now};
+use crate::measure::{measure, provenance, Measure, Repetitions};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
-use sdpa_analysis::bench_report::{BenchFile, Skipped};
-use sdpa_core::check::check_output;
-use sdpa_core::{
-    AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, RunOptions, SdpaError,
-    TimeStats,
-};
+use sdpa_core::record::{BenchFile, Skipped};
+use sdpa_core::{BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -168,9 +164,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let mut file = BenchFile::new();
     file.command = Some(command_line());
-    file.machine = Some(machine());
-    file.commit = git_commit();
-    file.date = Some(utc_now());
+    file.machine = Some(provenance::machine());
+    file.commit = provenance::commit();
+    file.date = Some(provenance::utc_now());
     let explicit_timing = (args.warmup, args.reps, args.max_time);
     let opened = sweep(&plan, &settings, explicit_timing, &mut file, args.quiet);
 
@@ -215,7 +211,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
 }
 
 fn default_out() -> PathBuf {
-    let stamp: String = utc_now().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let stamp: String = provenance::utc_now().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     PathBuf::from("target").join("bench").join(format!("bench-{stamp}.json"))
 }
 
@@ -225,17 +221,6 @@ fn command_line() -> String {
         *first = "sdpa".to_string();
     }
     v.join(" ")
-}
-
-/// CPU model, thread count and host name.
-fn machine() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut s = format!("{} ({threads} threads)", crate::devices::cpu_model());
-    if !host.is_empty() {
-        s.push_str(&format!(", host {host}"));
-    }
-    s
 }
 
 fn describe_case(c: &Case) -> String {
@@ -277,33 +262,10 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
     }
 }
 
-/// Rows compared with the reference: all of them while the reference work stays under ~2e8 multiply-adds
-/// (a fraction of a second), otherwise an evenly spread sample (first and last row included) of that size.
-fn check_rows(spec: &AttentionSpec, explicit: Option<usize>) -> Option<usize> {
-    if explicit.is_some() {
-        return explicit;
-    }
-    let s = &spec.shape;
-    let per_row = (s.sk as f64) * ((s.d + s.dv) as f64);
-    let rows = (s.b * s.hq * s.sq) as f64;
-    if rows * per_row <= 2e8 {
-        None
-    } else {
-        Some(((2e8 / per_row) as usize).clamp(64, 4096))
-    }
-}
-
 enum Outcome {
     Done(Box<BenchRecord>),
     Skip(String),
     Fail(String),
-}
-
-/// Errors that mean "cannot run here" rather than "broke": the sweep records them as skipped.
-fn is_unavailable(e: &anyhow::Error) -> bool {
-    e.chain().filter_map(|x| x.downcast_ref::<SdpaError>()).any(|x| {
-        matches!(x, SdpaError::Unsupported { .. } | SdpaError::DeviceUnavailable { .. } | SdpaError::OutOfMemory { .. })
-    })
 }
 
 /// Runs every configuration; returns which backends could be opened.
@@ -404,84 +366,18 @@ fn run_one(
 ) -> Outcome {
     let spec = c.case.spec();
     let opts = RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads: st.threads, lse: false };
-    let classify = |e: SdpaError| {
-        let e = anyhow::Error::from(e);
-        if is_unavailable(&e) {
-            Outcome::Skip(format!("{e:#}"))
-        } else {
-            Outcome::Fail(format!("{e:#}"))
-        }
-    };
-    if let Err(e) = be.capabilities().check(be.name(), &spec, &opts) {
-        return classify(e);
-    }
     // Flags beat the spec's per-sweep values, which beat the defaults.
-    let warmup = explicit.0.or(c.warmup).unwrap_or(st.warmup);
-    let max_reps = explicit.1.or(c.reps).unwrap_or(st.reps).max(1);
-    let budget = explicit.2.or(c.max_time_s).unwrap_or(st.max_time_s);
-
-    // One checked call on a poisoned output (this also compiles GPU kernels and warms caches).
-    let first = match be.run_host(&spec, &opts, inp) {
-        Ok(r) => r,
-        Err(e) => return classify(e),
+    let reps = Repetitions::Budget {
+        warmup: explicit.0.or(c.warmup).unwrap_or(st.warmup),
+        max_reps: explicit.1.or(c.reps).unwrap_or(st.reps).max(1),
+        budget_s: explicit.2.or(c.max_time_s).unwrap_or(st.max_time_s),
     };
-    let check = if st.check {
-        match check_output(&spec, inp, &first.output, c.f32_math, check_rows(&spec, st.check_rows)) {
-            Ok(r) => Some(r),
-            Err(e) => return Outcome::Fail(format!("reference check: {e}")),
-        }
-    } else {
-        None
-    };
-    drop(first);
-    // One timed call sizes the repetitions to the budget.
-    let probe = match be.time_host(&spec, &opts, inp, 0, 1) {
-        Ok((t, _)) => t.first().copied().unwrap_or(0.0) * 1e-3,
-        Err(e) => return classify(e),
-    };
-    let fit = if probe > 0.0 { (budget / probe) as usize } else { max_reps };
-    // At least 3 repetitions (a median and a spread) unless one call alone exceeds the budget.
-    let min_reps = if probe <= budget { 3 } else { 1 };
-    let reps = fit.max(min_reps).min(max_reps).max(1);
-    let warmup = if probe * warmup as f64 > budget { warmup.min(1) } else { warmup };
-    let (times, ran) = match be.time_host(&spec, &opts, inp, warmup, reps) {
-        Ok(t) => t,
-        Err(e) => return classify(e),
-    };
-    let Some(stats) = TimeStats::from_samples(&times) else {
-        return Outcome::Fail("no valid timing samples".to_string());
-    };
-    let mut rec = BenchRecord::new(be.name(), c.kernel.name(), &be.device_name(), &spec, stats, check);
-    if c.kernel == Kernel::Auto {
-        rec.auto_chose = Some(ran.name().to_string());
+    let how = Measure { check: st.check, check_rows: st.check_rows, reps };
+    match measure(be, &spec, &opts, inp, &how) {
+        Ok(rec) => Outcome::Done(Box::new(rec)),
+        Err(e) if e.is_unavailable() => Outcome::Skip(format!("{e:#}")),
+        Err(e) => Outcome::Fail(format!("{e:#}")),
     }
-    rec.threads = st.threads.or_else(|| (c.backend == "cpu").then(rayon_threads).flatten());
-    if spec.dtype == DType::F32 {
-        rec.f32_math = Some(c.f32_math.name().to_string());
-    }
-    rec.commit = git_commit_cached();
-    rec.date = Some(utc_now());
-    rec.machine = Some(machine_cached());
-    Outcome::Done(Box::new(rec))
-}
-
-/// `RAYON_NUM_THREADS` when set (what the CPU backend's global pool uses), else the core count.
-fn rayon_threads() -> Option<usize> {
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|n| *n > 0)
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-}
-
-fn machine_cached() -> String {
-    static MACHINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    MACHINE.get_or_init(machine).clone()
-}
-
-fn git_commit_cached() -> Option<String> {
-    static COMMIT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    COMMIT.get_or_init(git_commit).clone()
 }
 
 fn write_file(path: &Path, file: &BenchFile) -> Result<()> {
@@ -506,21 +402,5 @@ fn print_summary(file: &BenchFile, out: &Path) {
     );
     for (why, n) in reasons {
         eprintln!("  {n} not run: {why}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sdpa_core::Shape;
-
-    #[test]
-    fn big_shapes_are_checked_on_a_sample_of_rows() {
-        let small = AttentionSpec::new(Shape::new(1, 8, 256, 256, 64), DType::BF16);
-        assert_eq!(check_rows(&small, None), None);
-        let big = AttentionSpec::new(Shape::new(1, 32, 16384, 16384, 128), DType::BF16);
-        let n = check_rows(&big, None).unwrap();
-        assert!((64..=4096).contains(&n));
-        assert_eq!(check_rows(&big, Some(7)), Some(7));
     }
 }

@@ -96,8 +96,7 @@ pub fn parse_shapes(values: &[String]) -> Result<Vec<Shape>> {
 }
 
 /// Reads a spec file: a [`BenchSpec`], an array of them, or what `sdpa analyze` writes for replays (a
-/// `ReplaySpec` with one `dtype`, `mask` and `layout`, a `{command, spec}` replay, an array of those, or a
-/// findings JSON whose findings carry replays).
+/// `{command, spec}` replay, an array of those, or a findings JSON whose findings carry replays).
 pub fn read_spec_file(path: &Path) -> Result<Vec<BenchSpec>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read spec file {}", path.display()))?;
     parse_spec_text(&text).with_context(|| format!("spec file {}", path.display()))
@@ -138,22 +137,7 @@ fn collect_specs(value: serde_json::Value, out: &mut Vec<BenchSpec>) -> Result<(
             if let Some(spec) = map.remove("spec") {
                 return collect_specs(spec, out);
             }
-            // The analyzer's ReplaySpec names one dtype, mask and layout; ours lists them.
-            for (one, many) in [
-                ("dtype", "dtypes"),
-                ("mask", "masks"),
-                ("layout", "layouts"),
-                ("backend", "backends"),
-                ("kernel", "kernels"),
-            ] {
-                if let Some(v) = map.remove(one) {
-                    if map.contains_key(many) {
-                        bail!("both `{one}` and `{many}` given");
-                    }
-                    let list = if v.is_array() { v } else { Value::Array(vec![v]) };
-                    map.insert(many.to_string(), list);
-                }
-            }
+            // A spec; `BenchSpec` itself reads the singular keys of older replay files.
             let spec: BenchSpec = serde_json::from_value(Value::Object(map))?;
             out.push(spec);
             Ok(())

@@ -3,8 +3,8 @@
 
 use super::plan::{Case, Timing};
 use anyhow::{bail, Context, Result};
-use sdpa_analysis::bench_report::{parse_results, BenchFile, Skipped};
 use sdpa_core::record::BenchSpec;
+use sdpa_core::record::{parse_results, BenchFile, Skipped};
 use sdpa_core::{AttentionCost, Layout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! One CSV row per attention op (`--csv FILE`).
 
-use crate::report::Report;
+use crate::trace::report::TraceReport;
 
 const HEADER: &[&str] = &[
     "kind",
@@ -50,7 +50,7 @@ fn o<T: ToString>(x: Option<T>) -> String {
 }
 
 /// Renders the table.
-pub fn render(r: &Report) -> String {
+pub fn render(r: &TraceReport) -> String {
     let mut out = HEADER.join(",");
     out.push('\n');
     for a in &r.attention_ops {

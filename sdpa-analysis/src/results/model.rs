@@ -1,8 +1,8 @@
 //! From records to report data: per-shape groups with recomputed TFLOPS and GB/s, efficiency against a
 //! peak, speedup against a baseline, and the series the plots draw. Plain data; the printers render it.
 
-use super::results::{BenchFile, Skipped};
 use super::ReportError;
+use sdpa_core::record::{BenchFile, MeasuredPeak, Skipped};
 use sdpa_core::{
     AttentionCost, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues, Shape,
 };
@@ -42,58 +42,6 @@ impl Baseline {
             Baseline { backend: "cuda".into(), kernel: Some("unfused".into()) },
             Baseline { backend: "cpu".into(), kernel: Some("unfused".into()) },
         ]
-    }
-}
-
-/// Peak rates measured on the machine (e.g. a GEMM and a copy in the same run), per dtype.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-pub struct MeasuredPeak {
-    /// f32 TFLOP/s.
-    pub f32_tflops: Option<f64>,
-    /// f16 TFLOP/s.
-    pub f16_tflops: Option<f64>,
-    /// bf16 TFLOP/s.
-    pub bf16_tflops: Option<f64>,
-    /// Memory bandwidth, GB/s.
-    pub gbps: Option<f64>,
-}
-
-impl MeasuredPeak {
-    /// Parses `767` (every dtype) or `bf16=767,f16=664,f32=52` into the TFLOP/s fields.
-    pub fn set_tflops(&mut self, s: &str) -> Result<(), ReportError> {
-        let num = |v: &str| -> Result<f64, ReportError> {
-            v.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| ReportError::Option(format!("peak `{v}` is not a positive number")))
-        };
-        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            match part.split_once('=') {
-                None => {
-                    let x = num(part)?;
-                    (self.f32_tflops, self.f16_tflops, self.bf16_tflops) = (Some(x), Some(x), Some(x));
-                }
-                Some((dt, v)) => {
-                    let x = Some(num(v)?);
-                    match dt.trim().parse::<DType>().map_err(ReportError::Option)? {
-                        DType::F32 => self.f32_tflops = x,
-                        DType::F16 => self.f16_tflops = x,
-                        DType::BF16 => self.bf16_tflops = x,
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The TFLOP/s for a dtype, when measured.
-    pub fn tflops(&self, dt: DType) -> Option<f64> {
-        match dt {
-            DType::F32 => self.f32_tflops,
-            DType::F16 => self.f16_tflops,
-            DType::BF16 => self.bf16_tflops,
-        }
     }
 }
 
@@ -192,7 +140,7 @@ pub fn shape_label(s: &Shape) -> String {
     format!("B={} Hq={} Hkv={} Sq={} Sk={} D={}{dv}", s.b, s.hq, s.hkv, s.sq, s.sk, s.d)
 }
 
-/// One line of [`Report::speedup_summary`].
+/// One line of [`ResultsReport::speedup_summary`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpeedupSummary {
     /// "cpu" or the GPU's name.
@@ -237,7 +185,7 @@ pub struct RooflinePlot {
 
 /// Everything a report shows.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Report {
+pub struct ResultsReport {
     /// Page title.
     pub title: String,
     /// Input files.
@@ -301,9 +249,9 @@ fn dtype_rank(d: DType) -> u8 {
     }
 }
 
-impl Report {
+impl ResultsReport {
     /// Builds a report from parsed files (each with the name it was read from).
-    pub fn build(files: &[(String, BenchFile)], opts: &ReportOptions) -> Result<Report, ReportError> {
+    pub fn build(files: &[(String, BenchFile)], opts: &ReportOptions) -> Result<ResultsReport, ReportError> {
         let mut sources = Vec::new();
         let mut series: Vec<String> = Vec::new();
         let mut skipped = Vec::new();
@@ -391,7 +339,7 @@ impl Report {
                 describe_measured(m)
             ));
         }
-        Ok(Report { title, sources, series, groups, skipped, peak_note: note, seq_plots, rooflines })
+        Ok(ResultsReport { title, sources, series, groups, skipped, peak_note: note, seq_plots, rooflines })
     }
 
     /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min

@@ -1,12 +1,12 @@
 //! The pipeline: parse each trace file, build its op tree, detect attention, then group, model and judge
 //! all calls together (a directory of per-rank files gives one report).
 
-use crate::attention::{self, AttentionCall, Kind};
 use crate::error::{AnalysisError, Result};
-use crate::findings;
-use crate::report::{self, DeviceInfo, Report, Summary, TraceInfo};
-use crate::trace::{parse_file_with_progress, Progress, Trace};
-use crate::tree::OpTree;
+use crate::trace::attention::{self, AttentionCall, Kind};
+use crate::trace::findings;
+use crate::trace::kineto::{parse_file_with_progress, Progress, Trace};
+use crate::trace::report::{self, DeviceInfo, Summary, TraceInfo, TraceReport};
+use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
 
@@ -55,7 +55,7 @@ pub fn trace_files(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Analyses a trace file or a directory of per-rank trace files.
-pub fn analyze_path(path: &Path, opts: &Options) -> Result<Report> {
+pub fn analyze_path(path: &Path, opts: &Options) -> Result<TraceReport> {
     let files = trace_files(path)?;
     let mut traces = Vec::with_capacity(files.len());
     for f in &files {
@@ -72,7 +72,7 @@ pub fn analyze_path(path: &Path, opts: &Options) -> Result<Report> {
 }
 
 /// Analyses parsed traces as one run.
-pub fn analyze_traces(traces: &[Trace], opts: &Options) -> Report {
+pub fn analyze_traces(traces: &[Trace], opts: &Options) -> TraceReport {
     let mut calls: Vec<AttentionCall> = Vec::new();
     let mut total_gpu = 0.0;
     let mut info = TraceInfo::default();
@@ -128,7 +128,7 @@ pub(crate) fn build_report(
     missing: Vec<String>,
     info: TraceInfo,
     opts: &Options,
-) -> Report {
+) -> TraceReport {
     let ops = report::group(calls, total_gpu, device.hardware());
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
     let fused = calls.iter().filter(|c| c.kind == Kind::Fused).fold(0.0, |a, c| a + c.gpu_us);
@@ -144,7 +144,7 @@ pub(crate) fn build_report(
         fused_kernels_in_use: calls.iter().any(|c| c.kind == Kind::Fused && c.backend.is_fused_kernel()),
     };
     let findings = findings::findings(&ops, &summary, &device, &missing, &opts.bench);
-    Report { inputs, device, summary, attention_ops: ops, findings, missing, trace: info }
+    TraceReport { inputs, device, summary, attention_ops: ops, findings, missing, trace: info }
 }
 
 fn missing_in(t: &Trace, tree: &OpTree<'_>) -> Vec<String> {

@@ -1,27 +1,30 @@
-//! Benchmark reports: `sdpa report FILES...` reads result files written by `sdpa bench`, `sdpa run --json`
-//! and `bench/pytorch_sdpa.py`, and renders markdown and one self-contained HTML page with tables per shape
-//! (TFLOP/s, GB/s, efficiency against a tabled or measured peak, speedup against a chosen baseline, the
-//! reference check) and SVG plots (TFLOP/s against sequence length per kernel; a roofline per device).
+//! The results face: benchmark reports. `sdpa report FILES...` reads result files written by `sdpa bench`,
+//! `sdpa run --json` and `bench/pytorch_sdpa.py` (through `sdpa_core::record::file`, the one reader), and
+//! renders markdown and one self-contained HTML page with tables per shape (TFLOP/s, GB/s, efficiency
+//! against a tabled or measured peak, speedup against a chosen baseline, the reference check) and SVG plots
+//! (TFLOP/s against sequence length per kernel; a roofline per device). [`evidence`] lends the same records
+//! to the trace face as evidence for its findings.
 //!
-//! Records are plain data; [`model`] derives the figures, [`render`] prints them, [`svg`] draws.
+//! Records are plain data; [`model`] derives the [`ResultsReport`], [`page`] prints it as markdown and HTML,
+//! [`plots`] draws its SVG figures.
 //!
 //! ```
-//! use sdpa_analysis::bench_report::{parse_results, render, Report, ReportOptions};
+//! use sdpa_analysis::results::{page, ResultsReport, ReportOptions};
+//! use sdpa_core::record::parse_results;
 //! let text = r#"{"backend":"cpu","kernel":"fa2","device":"test","dtype":"f32",
 //!   "shape":{"b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"dv":64},"mask":"none",
 //!   "time_ms":{"median":2.0,"min":1.9,"max":2.5,"reps":10},"tflops":0.0,"gbps":0.0}"#;
 //! let file = parse_results(text, "one.json").unwrap();
-//! let report = Report::build(&[("one.json".to_string(), file)], &ReportOptions::default()).unwrap();
-//! assert!(render::markdown(&report, false).contains("| cpu | fa2 |"));
+//! let report = ResultsReport::build(&[("one.json".to_string(), file)], &ReportOptions::default()).unwrap();
+//! assert!(page::markdown(&report, false).contains("| cpu | fa2 |"));
 //! ```
 
+pub mod evidence;
 pub mod model;
-pub mod render;
-pub mod results;
-pub mod svg;
+pub mod page;
+pub mod plots;
 
-pub use model::{Baseline, MeasuredPeak, PeakChoice, Report, ReportOptions};
-pub use results::{parse_results, BenchFile, Skipped, BENCH_FORMAT};
+pub use model::{Baseline, PeakChoice, ReportOptions, ResultsReport};
 
 use std::path::Path;
 
@@ -29,14 +32,9 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReportError {
-    /// A result file could not be parsed.
-    #[error("{file}: not a benchmark result file: {detail}")]
-    Parse {
-        /// File name as given.
-        file: String,
-        /// What the parser said.
-        detail: String,
-    },
+    /// A result file could not be parsed (core's reader says which and why).
+    #[error(transparent)]
+    Parse(#[from] sdpa_core::SdpaError),
     /// A record holds impossible values.
     #[error("bad record: {0}")]
     Record(String),
@@ -66,21 +64,21 @@ pub struct Written {
 }
 
 /// Writes `report.md`, `report.html` and `plots/*.svg` into `dir` (created when missing).
-pub fn write_report(report: &Report, dir: &Path) -> Result<Written, ReportError> {
+pub fn write_report(report: &ResultsReport, dir: &Path) -> Result<Written, ReportError> {
     let io = |p: &Path| {
         let path = p.display().to_string();
         move |source| ReportError::Io { path, source }
     };
     std::fs::create_dir_all(dir.join("plots")).map_err(io(&dir.join("plots")))?;
     let mut plots = Vec::new();
-    for (rel, svg) in render::svg_files(report) {
+    for (rel, svg) in page::svg_files(report) {
         let p = dir.join(&rel);
         std::fs::write(&p, svg).map_err(io(&p))?;
         plots.push(p);
     }
     let md = dir.join("report.md");
-    std::fs::write(&md, render::markdown(report, true)).map_err(io(&md))?;
+    std::fs::write(&md, page::markdown(report, true)).map_err(io(&md))?;
     let html = dir.join("report.html");
-    std::fs::write(&html, render::html(report)).map_err(io(&html))?;
+    std::fs::write(&html, page::html(report)).map_err(io(&html))?;
     Ok(Written { markdown: md, html, plots })
 }

@@ -7,11 +7,11 @@
 //! efficiency is expected, are reported as such and not flagged. Every finding about an op carries a
 //! replay that runs the same shape on our backends.
 
-use crate::attention::{AttnBackend, Kind};
-use crate::bench_results::{measured_ratio, same_problem};
-use crate::replay::{Replay, ReplaySpec};
-use crate::report::{AttentionOp, DeviceInfo, Summary};
-use sdpa_core::BenchRecord;
+use crate::results::evidence::{measured_ratio, same_problem};
+use crate::trace::attention::{AttnBackend, Kind};
+use crate::trace::replay::Replay;
+use crate::trace::report::{AttentionOp, DeviceInfo, Summary};
+use sdpa_core::{BenchRecord, BenchSpec, DType, Layout};
 use serde::Serialize;
 
 /// How much a finding matters.
@@ -201,8 +201,9 @@ fn where_(op: &AttentionOp) -> String {
 fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
     let shape = op.shape()?;
     let dtype = match op.dtype.as_deref() {
-        Some(d @ ("bf16" | "f16" | "f32")) => d.to_string(),
-        _ => "bf16".to_string(),
+        Some("f16") => DType::F16,
+        Some("f32") => DType::F32,
+        _ => DType::BF16,
     };
     let mask = replay_mask(&op.mask);
     let kernels: Vec<String> = if op.kind == Kind::Unfused || op.backend == AttnBackend::Math {
@@ -212,13 +213,14 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
     } else {
         vec!["fa2".into(), "auto".into()]
     };
-    Some(Replay::new(ReplaySpec {
+    Some(Replay::new(BenchSpec {
         backends: vec![backend.to_string()],
         kernels,
-        dtype,
+        dtypes: vec![dtype],
         shapes: vec![shape],
-        mask: mask.into(),
-        layout: if op.q_bshd_strides { "bshd".into() } else { "bhsd".into() },
+        masks: vec![mask.into()],
+        layouts: vec![if op.q_bshd_strides { Layout::Bshd } else { Layout::Bhsd }],
+        ..BenchSpec::default()
     }))
 }
 
@@ -344,7 +346,7 @@ fn unfused_finding(
         path: "A",
         title: format!(
             "Unfused attention{} in {}: {:.1} % of GPU time",
-            if op.phase == crate::attention::Phase::Bwd { " (backward)" } else { "" },
+            if op.phase == crate::trace::attention::Phase::Bwd { " (backward)" } else { "" },
             where_(op),
             op.share_of_gpu * 100.0
         ),
@@ -483,7 +485,7 @@ fn fused_finding(
             checks.push(format!("head dim {d} is off the fast paths (multiples of 8 up to 256)"));
         }
     }
-    if op.phase == crate::attention::Phase::Bwd {
+    if op.phase == crate::trace::attention::Phase::Bwd {
         checks.push("backward is judged against the forward band (it usually reaches somewhat less)".into());
     }
     if checks.is_empty() {
@@ -530,7 +532,7 @@ fn measured_on_shape(op: &AttentionOp, bench: &[BenchRecord]) -> Option<String> 
     let dtype = op.dtype.as_deref()?;
     let mask = replay_mask(&op.mask);
     let mut rows: Vec<&BenchRecord> = bench.iter().filter(|r| same_problem(r, &shape, dtype, mask)).collect();
-    if rows.is_empty() || op.phase != crate::attention::Phase::Fwd {
+    if rows.is_empty() || op.phase != crate::trace::attention::Phase::Fwd {
         return None;
     }
     rows.sort_by(|a, b| a.time_ms.median.total_cmp(&b.time_ms.median));

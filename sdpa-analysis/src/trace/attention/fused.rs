@@ -4,8 +4,8 @@
 
 use super::signature::{kernel_backend, signature, AttnBackend, CausalArg, Phase, QkvLayout, Signature};
 use super::{AttentionCall, Kind, MaskInfo};
-use crate::trace::{GpuKind, OpArgs, NO_ID};
-use crate::tree::{OpTree, NONE};
+use crate::trace::kineto::{GpuKind, OpArgs, NO_ID};
+use crate::trace::tree::{OpTree, NONE};
 use sdpa_core::Shape;
 use std::collections::HashMap;
 

@@ -3,10 +3,10 @@
 //! dtype and mask, and to quote what our benchmarks measured on a trace's exact shape.
 //!
 //! The records are sdpa-core's [`BenchRecord`], read by the same liberal reader as `sdpa report`
-//! ([`crate::bench_report::parse_results`]): a bench file, a JSON array of records, one record, or JSON lines.
+//! ([`sdpa_core::record::parse_results`]): a bench file, a JSON array of records, one record, or JSON lines.
 
-use crate::bench_report::parse_results;
 use crate::error::{AnalysisError, Result};
+use sdpa_core::record::parse_results;
 use sdpa_core::{BenchRecord, HardwareSpec, Shape};
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! longer cache) is judged by bandwidth, with its own band; everything else by the seed table of
 //! [`sdpa_core::expected_band`] on the key length.
 
-use crate::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
+use crate::trace::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
 use sdpa_core::{expected_band, AttentionCost, Bound, F32Math, HardwareSpec, Shape};
 use serde::Serialize;
 

@@ -2,17 +2,17 @@
 //! phase, backend, module, shape, dtype and mask) with their performance model, and findings. Renderers
 //! (text, markdown, CSV) and `serde_json` print it; nothing here formats for people.
 
-use crate::attention::{dtype_label, AttentionCall, Kind, Part};
-use crate::findings::Finding;
-use crate::perf::{self, Band};
-use crate::tree::LinkStats;
+use crate::trace::attention::{dtype_label, AttentionCall, Kind, Part};
+use crate::trace::findings::Finding;
+use crate::trace::perf::{self, Band};
+use crate::trace::tree::LinkStats;
 use sdpa_core::{HardwareSpec, Shape};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct TraceReport {
     /// Files analysed.
     pub inputs: Vec<String>,
     /// The device efficiency is measured against.
@@ -106,9 +106,9 @@ pub struct AttentionOp {
     /// `fused` or `unfused`.
     pub kind: Kind,
     /// `fwd` or `bwd`.
-    pub phase: crate::attention::Phase,
+    pub phase: crate::trace::attention::Phase,
     /// `flash`, `cudnn`, `efficient`, `math`, `flash_attn`, `ck`, `eager`, ...
-    pub backend: crate::attention::AttnBackend,
+    pub backend: crate::trace::attention::AttnBackend,
     /// True when the kernel is a fused (flash-style, online-softmax) kernel.
     pub fused_kernel: bool,
     /// Module path with instance numbers removed (`LlamaModel/LlamaDecoderLayer/LlamaAttention`), or `-`.
@@ -220,8 +220,15 @@ pub fn module_class(name: &str) -> &str {
 
 /// Groups calls into ops and applies the performance model.
 pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpec>) -> Vec<AttentionOp> {
-    type Key =
-        (Kind, crate::attention::Phase, crate::attention::AttnBackend, String, Option<Shape>, Option<String>, String);
+    type Key = (
+        Kind,
+        crate::trace::attention::Phase,
+        crate::trace::attention::AttnBackend,
+        String,
+        Option<Shape>,
+        Option<String>,
+        String,
+    );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
         let module = if c.module.is_empty() {

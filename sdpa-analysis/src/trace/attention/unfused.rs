@@ -9,7 +9,7 @@
 //! `[B, Hkv, 1, S, D]` to `[B, Hkv, n_rep, S, D]` shortly before) gives Hkv.
 
 use super::{AttentionCall, AttnBackend, Kind, MaskInfo, Part, Phase};
-use crate::tree::{OpTree, NONE};
+use crate::trace::tree::{OpTree, NONE};
 use sdpa_core::Shape;
 
 /// What an op can be in the chain.
@@ -272,8 +272,11 @@ fn finish(
     // Autograd sequence numbers of every op of the chain (and what runs inside them): the backward nodes
     // of a training step carry the same numbers.
     let (lo, hi) = (tree.pos[c.qk as usize] as usize, tree.pos[pv as usize] as usize);
-    let mut seqs: Vec<i64> =
-        list[lo..=hi.max(lo)].iter().map(|&o| ops[o as usize].seq).filter(|&s| s != crate::trace::NO_ID).collect();
+    let mut seqs: Vec<i64> = list[lo..=hi.max(lo)]
+        .iter()
+        .map(|&o| ops[o as usize].seq)
+        .filter(|&s| s != crate::trace::kineto::NO_ID)
+        .collect();
     seqs.sort_unstable();
     seqs.dedup();
     Some(AttentionCall {
@@ -320,7 +323,7 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
     for list in &tree.thread_ops {
         for &o in list {
             let s = ops[o as usize].seq;
-            if s == crate::trace::NO_ID || !is_node(o) {
+            if s == crate::trace::kineto::NO_ID || !is_node(o) {
                 continue;
             }
             let Some(&c) = chain_of.get(&s) else { continue };

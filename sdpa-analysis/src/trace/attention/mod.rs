@@ -8,7 +8,7 @@ pub mod unfused;
 
 pub use signature::{AttnBackend, Phase};
 
-use crate::tree::OpTree;
+use crate::trace::tree::OpTree;
 use sdpa_core::Shape;
 use serde::Serialize;
 

@@ -6,7 +6,7 @@
 //! correlation), then the `External id` shared with the operator, then the `ac2g` flow arrows. The
 //! innermost operator on the launching thread at the runtime call's time is the launcher.
 
-use crate::trace::{GpuKind, Trace, NO_ID};
+use crate::trace::kineto::{GpuKind, Trace, NO_ID};
 use std::collections::HashMap;
 
 /// Marks "none" in index vectors.

@@ -1,10 +1,13 @@
-//! Result files: what `sdpa bench` and `bench/pytorch_sdpa.py` write, and the liberal reader `sdpa report`
-//! uses (a bench file, a JSON array of records, one record as `sdpa run --json` prints it, or JSON lines).
+//! Result files: what `sdpa bench` and `bench/pytorch_sdpa.py` write, and the liberal reader every tool
+//! uses (a bench file, a JSON array of records, one record as `sdpa run --json` prints it, JSON lines, or the
+//! GPU helpers' flat harness format).
 
-use super::model::MeasuredPeak;
-use super::ReportError;
-use sdpa_core::check::{tolerance, CheckReport};
-use sdpa_core::{BenchRecord, DType, F32Math, Shape, TimeStats};
+use super::{BenchRecord, TimeStats};
+use crate::backend::F32Math;
+use crate::check::{tolerance, CheckReport};
+use crate::dtype::DType;
+use crate::error::SdpaError;
+use crate::spec::Shape;
 use serde::{Deserialize, Serialize};
 
 /// The format tag written into every bench file.
@@ -62,6 +65,58 @@ impl Default for BenchFile {
     }
 }
 
+/// Peak rates measured on the machine (e.g. a GEMM and a copy in the same run), per dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct MeasuredPeak {
+    /// f32 TFLOP/s.
+    pub f32_tflops: Option<f64>,
+    /// f16 TFLOP/s.
+    pub f16_tflops: Option<f64>,
+    /// bf16 TFLOP/s.
+    pub bf16_tflops: Option<f64>,
+    /// Memory bandwidth, GB/s.
+    pub gbps: Option<f64>,
+}
+
+impl MeasuredPeak {
+    /// Parses `767` (every dtype) or `bf16=767,f16=664,f32=52` into the TFLOP/s fields.
+    pub fn set_tflops(&mut self, s: &str) -> Result<(), String> {
+        let num = |v: &str| -> Result<f64, String> {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| format!("peak `{v}` is not a positive number"))
+        };
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            match part.split_once('=') {
+                None => {
+                    let x = num(part)?;
+                    (self.f32_tflops, self.f16_tflops, self.bf16_tflops) = (Some(x), Some(x), Some(x));
+                }
+                Some((dt, v)) => {
+                    let x = Some(num(v)?);
+                    match dt.trim().parse::<DType>()? {
+                        DType::F32 => self.f32_tflops = x,
+                        DType::F16 => self.f16_tflops = x,
+                        DType::BF16 => self.bf16_tflops = x,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The TFLOP/s for a dtype, when measured.
+    pub fn tflops(&self, dt: DType) -> Option<f64> {
+        match dt {
+            DType::F32 => self.f32_tflops,
+            DType::F16 => self.f16_tflops,
+            DType::BF16 => self.bf16_tflops,
+        }
+    }
+}
+
 /// A configuration a sweep asked for but could not run (backend unavailable, kernel unsupported for the
 /// shape, a runtime failure), kept so reports say what is missing instead of silently dropping it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,8 +143,8 @@ pub struct Skipped {
 
 /// Reads results from the text of one file, whatever of the accepted shapes it has. `name` is used in
 /// error messages.
-pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, ReportError> {
-    let bad = |detail: String| ReportError::Parse { file: name.to_string(), detail };
+pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, SdpaError> {
+    let bad = |detail: String| SdpaError::ResultFile { file: name.to_string(), detail };
     let trimmed = text.trim_start();
     if trimmed.is_empty() {
         return Err(bad("the file is empty".to_string()));

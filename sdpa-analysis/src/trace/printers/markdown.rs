@@ -1,11 +1,11 @@
 //! The findings markdown (`--md FILE`, and the TraceLens contract's `sdpa_fwd_findings.md`).
 
 use super::{opt, pct};
-use crate::report::Report;
+use crate::trace::report::TraceReport;
 use std::fmt::Write;
 
 /// Renders the findings document.
-pub fn render(r: &Report) -> String {
+pub fn render(r: &TraceReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Attention findings\n");
     let _ = writeln!(s, "Input: {}\n", r.inputs.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", "));

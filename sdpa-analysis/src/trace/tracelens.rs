@@ -10,20 +10,20 @@
 //! inputs (not TraceLens' `perf_params`), bytes use the real element size, causal FLOPs are exact for any
 //! Sq/Sk, and the backend comes from the op and its kernels (cuDNN's flash kernel is a flash kernel).
 
-use crate::analyze::{build_report, Options};
-use crate::attention::fused::{extract_mask, extract_shape, refine_backend};
-use crate::attention::signature::signature;
-use crate::attention::{AttentionCall, Kind, MaskInfo};
 use crate::error::{AnalysisError, Result};
-use crate::report::{DeviceInfo, Report, TraceInfo};
-use crate::trace::OpArgs;
+use crate::trace::analyze::{build_report, Options};
+use crate::trace::attention::fused::{extract_mask, extract_shape, refine_backend};
+use crate::trace::attention::signature::signature;
+use crate::trace::attention::{AttentionCall, Kind, MaskInfo};
+use crate::trace::kineto::OpArgs;
+use crate::trace::report::{DeviceInfo, TraceInfo, TraceReport};
 use std::path::{Path, PathBuf};
 
 /// Largest `operation_count` accepted from a row (a guard against absurd input).
 const MAX_COUNT: u64 = 10_000_000;
 
 /// Reads the contract's forward-SDPA inputs under `dir` and analyses them.
-pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<Report> {
+pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<TraceReport> {
     analyze_category(dir, "sdpa_fwd", opts)
 }
 
@@ -34,7 +34,7 @@ pub fn has_category(dir: &Path, category: &str) -> bool {
 
 /// Reads `DIR/category_data/{category}_ops.csv` and `DIR/metadata/{category}_metadata.json` and analyses
 /// them (`category` is `sdpa_fwd` or `sdpa_bwd`).
-pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Report> {
+pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<TraceReport> {
     let csv_path = dir.join("category_data").join(format!("{category}_ops.csv"));
     let meta_path = dir.join("metadata").join(format!("{category}_metadata.json"));
     let text = std::fs::read_to_string(&csv_path).map_err(|e| AnalysisError::io(&csv_path, "cannot read", e))?;
@@ -170,16 +170,16 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Re
 }
 
 /// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.
-pub fn write_findings(dir: &Path, report: &Report) -> Result<PathBuf> {
+pub fn write_findings(dir: &Path, report: &TraceReport) -> Result<PathBuf> {
     write_category_findings(dir, "sdpa_fwd", report)
 }
 
 /// Writes `DIR/category_findings/{category}_findings.md`; returns its path.
-pub fn write_category_findings(dir: &Path, category: &str, report: &Report) -> Result<PathBuf> {
+pub fn write_category_findings(dir: &Path, category: &str, report: &TraceReport) -> Result<PathBuf> {
     let out_dir = dir.join("category_findings");
     std::fs::create_dir_all(&out_dir).map_err(|e| AnalysisError::io(&out_dir, "cannot create", e))?;
     let out = out_dir.join(format!("{category}_findings.md"));
-    std::fs::write(&out, crate::render::markdown::render(report))
+    std::fs::write(&out, crate::trace::printers::markdown::render(report))
         .map_err(|e| AnalysisError::io(&out, "cannot write", e))?;
     Ok(out)
 }

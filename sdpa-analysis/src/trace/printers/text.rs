@@ -1,11 +1,11 @@
 //! The terminal summary of `sdpa analyze`.
 
 use super::{opt, pct};
-use crate::report::Report;
+use crate::trace::report::TraceReport;
 use std::fmt::Write;
 
 /// Renders the summary.
-pub fn render(r: &Report) -> String {
+pub fn render(r: &TraceReport) -> String {
     let mut s = String::new();
     let dev = match (&r.device.name, &r.device.spec) {
         (Some(n), Some(spec)) if r.device.source == "override" => format!("{spec} (override; trace says {n})"),

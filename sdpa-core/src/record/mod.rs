@@ -1,5 +1,11 @@
 //! The benchmark result record: one per (backend, kernel, device, dtype, shape, mask, layout), written by
-//! `sdpa run --json`, `sdpa bench`, the PyTorch timing scripts, and read by `sdpa report` and the analyzer.
+//! `sdpa run --json`, `sdpa bench`, the PyTorch timing scripts, and read by `sdpa report` and the analyzer;
+//! the sweep description ([`BenchSpec`]) that `sdpa bench --spec` and the analyzer's replays share; and the
+//! file that holds a run's records ([`file`]).
+
+pub mod file;
+
+pub use file::{parse_results, BenchFile, MeasuredPeak, Skipped, BENCH_FORMAT};
 
 use crate::backend::F32Math;
 use crate::check::CheckReport;
@@ -120,38 +126,81 @@ impl BenchRecord {
     }
 }
 
-/// A benchmark sweep as a file: `sdpa bench --spec FILE`, the presets under `bench/presets/`, and
-/// `bench/pytorch_sdpa.py --spec FILE` all read it. The sweep is the cross product of every list; an empty
-/// list takes the bench command's default (or its flag). A file holds one spec or a JSON array of specs,
-/// whose sweeps are run one after the other.
+/// A benchmark sweep as a file: `sdpa bench --spec FILE`, the presets under `bench/presets/`,
+/// `bench/pytorch_sdpa.py --spec FILE` and the analyzer's replays all use it. The sweep is the cross product
+/// of every list; an empty list takes the bench command's default (or its flag). A file holds one spec or a
+/// JSON array of specs, whose sweeps are run one after the other.
+///
+/// Every list also reads from its singular key holding one value or a list (`"dtype": "bf16"`,
+/// `"mask": "causal"`, `"layout": "bhsd"`, `"backend"`, `"kernel"`), the form replay files written before
+/// replays were `BenchSpec`s have; giving both forms of one key is an error.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BenchSpec {
     /// Short name, e.g. the preset's.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// What the sweep is for, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// Backends: "reference", "cpu", "cuda"; "pytorch" asks for the PyTorch script on the same shapes.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "backend")]
     pub backends: Vec<String>,
     /// Kernel names: "unfused", "fa1", "fa2", "splitkv", "auto".
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "kernel")]
     pub kernels: Vec<String>,
     /// Element types.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "dtype")]
     pub dtypes: Vec<DType>,
     /// Logical sizes, `{b, hq, hkv, sq, sk, d, dv}`.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "shape")]
     pub shapes: Vec<Shape>,
     /// Mask names as in records: "none", "causal" (top-left), "causal-br" (bottom-right), "bool",
     /// "additive" (explicit full `[B, Hq, Sq, Sk]` masks with random contents).
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "mask")]
     pub masks: Vec<String>,
     /// Memory layouts: "bhsd", "bshd".
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "layout")]
     pub layouts: Vec<Layout>,
     /// f32 multiplication modes ("exact", "tf32", "split-tf32"); only f32 configurations use them.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub f32_math: Vec<F32Math>,
     /// Untimed calls before timing, when the spec wants a value other than the command's.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub warmup: Option<usize>,
     /// Largest number of timed calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reps: Option<usize>,
     /// Time budget per configuration in seconds: fewer repetitions when one call is slow.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_time_s: Option<f64>,
+}
+
+/// One value or a list of them, as a list. The value itself is read by `T`, so a bad value keeps `T`'s
+/// own message ("unknown dtype `f64`") instead of an untagged enum's "did not match any variant".
+fn one_or_many<'de, D, T>(de: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer, StrDeserializer};
+    struct Visit<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("one value or a list of values")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            Vec::<T>::deserialize(SeqAccessDeserializer::new(seq))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<T>, E> {
+            T::deserialize(StrDeserializer::<E>::new(v)).map(|x| vec![x])
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(|x| vec![x])
+        }
+    }
+    de.deserialize_any(Visit(std::marker::PhantomData))
 }
 
 #[cfg(test)]
@@ -193,5 +242,19 @@ mod tests {
         assert_eq!(s.layouts, vec![Layout::Bshd]);
         assert!(s.kernels.is_empty() && s.reps.is_none());
         assert!(serde_json::from_str::<BenchSpec>(r#"{"dtypes":["f64"]}"#).is_err());
+    }
+
+    #[test]
+    fn bench_specs_read_the_singular_keys_of_older_replay_files() {
+        let text = r#"{"backends":["cuda"],"kernels":["unfused","fa2"],"dtype":"bf16","mask":"causal",
+            "layout":"bshd","shapes":[{"b":2,"hq":16,"hkv":8,"sq":1024,"sk":1024,"d":64,"dv":64}]}"#;
+        let s: BenchSpec = serde_json::from_str(text).unwrap();
+        assert_eq!((s.dtypes, s.masks, s.layouts), (vec![DType::BF16], vec!["causal".to_string()], vec![Layout::Bshd]));
+        let both = r#"{"dtype":"bf16","dtypes":["f16"]}"#;
+        assert!(serde_json::from_str::<BenchSpec>(both).is_err(), "both forms of one key must be refused");
+        // Written specs leave out what is unset and read back equal.
+        let back: BenchSpec = serde_json::from_str(&serde_json::to_string(&BenchSpec::default()).unwrap()).unwrap();
+        assert_eq!(back, BenchSpec::default());
+        assert_eq!(serde_json::to_string(&BenchSpec::default()).unwrap(), "{}");
     }
 }

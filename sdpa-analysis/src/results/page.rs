@@ -1,9 +1,9 @@
 //! Printers: markdown (with plots as separate SVG files) and one self-contained HTML page (plots inline,
 //! styles inline, no script, no external resource).
 
-use super::model::{shape_label, Group, Report, Row};
-use super::results::Skipped;
-use super::svg::{color, esc, roofline_plot, seq_plot};
+use super::model::{shape_label, Group, ResultsReport, Row};
+use super::plots::{color, esc, roofline_plot, seq_plot};
+use sdpa_core::record::Skipped;
 use sdpa_core::{BenchRecord, Bound};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -126,7 +126,7 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
 }
 
 /// Speedup summary table: per platform, dtype and series, the median, min and max ratio to the baseline.
-fn ratio_table(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let head = ["platform", "dtype", "backend:kernel", "against", "configurations", "median", "min", "max"]
         .iter()
         .map(|s| s.to_string())
@@ -151,7 +151,7 @@ fn ratio_table(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
 }
 
 /// Summary pivot: one row per group, one column per series (TFLOPS, with the speedup when there is one).
-fn summary(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let mut head: Vec<String> =
         ["platform", "dtype", "mask", "B", "Hq", "Hkv", "Sq", "Sk", "D"].iter().map(|s| s.to_string()).collect();
     head.extend(r.series.iter().cloned());
@@ -202,7 +202,7 @@ fn md_table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
     out.push('\n');
 }
 
-fn sources_table(r: &Report) -> (Vec<String>, Vec<Vec<String>>) {
+fn sources_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let head =
         ["file", "records", "skipped", "machine", "commit", "date", "command"].iter().map(|s| s.to_string()).collect();
     let rows = r
@@ -230,7 +230,7 @@ shape, mask, dtype and median with sdpa-core's cost model. Speedup = the baselin
 is faster), measured within the same configuration.";
 
 /// Paths of the SVG files the markdown links to, relative to the markdown file, with their contents.
-pub fn svg_files(r: &Report) -> Vec<(String, String)> {
+pub fn svg_files(r: &ResultsReport) -> Vec<(String, String)> {
     let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
     let mut v = Vec::new();
     for (i, p) in r.seq_plots.iter().enumerate() {
@@ -243,7 +243,7 @@ pub fn svg_files(r: &Report) -> Vec<(String, String)> {
 }
 
 /// The markdown report; `with_plots` links the files of [`svg_files`] (written next to it by the caller).
-pub fn markdown(r: &Report, with_plots: bool) -> String {
+pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {}\n", r.title);
     let (h, rows) = sources_table(r);
@@ -348,7 +348,7 @@ fn html_table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String
 }
 
 /// The self-contained HTML page.
-pub fn html(r: &Report) -> String {
+pub fn html(r: &ResultsReport) -> String {
     let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
     let mut out = String::new();
     let _ = writeln!(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style></head><body>",

@@ -1,4 +1,4 @@
-//! Printers for a [`crate::Report`]: a terminal summary, the findings markdown and one CSV row per
+//! Printers for a [`super::report::TraceReport`]: a terminal summary, the findings markdown and one CSV row per
 //! attention op. JSON is `serde_json` on the report itself.
 
 pub mod csv;

@@ -1,0 +1,241 @@
+//! The one measurement path of `sdpa run` and `sdpa bench`: the backend's capability check, one checked
+//! call on a NaN-poisoned output (it also compiles GPU kernels and warms caches), repetitions sized by a
+//! [`Repetitions`] policy, timing through the backend's `time_host` (device events on the GPU), and a
+//! [`BenchRecord`] stamped with its [`provenance`].
+
+use sdpa_core::check::{check_output, CheckReport};
+use sdpa_core::{AttentionSpec, BenchRecord, DType, HostBackend, HostInputs, Kernel, RunOptions, SdpaError, TimeStats};
+
+/// How many calls to time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Repetitions {
+    /// `sdpa run`: `reps` timed calls after `warmup`, cut to 3 with no warm-up when the checked first call
+    /// took over half a second, so slow backends (the reference) keep the command to a few seconds.
+    Fixed {
+        /// Untimed calls before timing.
+        warmup: usize,
+        /// Timed calls.
+        reps: usize,
+    },
+    /// `sdpa bench`: one probe call, then as many calls as fit `budget_s` (at least 3 unless one call
+    /// alone exceeds the budget, at most `max_reps`); warm-up cut to one call when it alone would exceed it.
+    Budget {
+        /// Untimed calls before timing.
+        warmup: usize,
+        /// Most timed calls.
+        max_reps: usize,
+        /// Seconds of timed calls to aim for.
+        budget_s: f64,
+    },
+}
+
+/// What one measurement does besides timing.
+#[derive(Debug, Clone, Copy)]
+pub struct Measure {
+    /// Compare the first call's output with the f64 reference.
+    pub check: bool,
+    /// Rows to compare; `None` lets [`check_rows`] choose.
+    pub check_rows: Option<usize>,
+    /// The repetition policy.
+    pub reps: Repetitions,
+}
+
+/// Why a measurement has no record.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The backend refused or failed the call (unsupported, unavailable, out of memory, or broken).
+    #[error(transparent)]
+    Call(#[from] SdpaError),
+    /// The reference comparison itself failed to run.
+    #[error("reference check: {0}")]
+    Check(SdpaError),
+    /// Every timing sample was missing or not finite.
+    #[error("no valid timing samples")]
+    NoSamples,
+}
+
+impl MeasureError {
+    /// True for "cannot run here" (unsupported, device unavailable, out of memory) rather than "broke":
+    /// sweeps record such configurations as skipped, not failed.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            MeasureError::Call(
+                SdpaError::Unsupported { .. } | SdpaError::DeviceUnavailable { .. } | SdpaError::OutOfMemory { .. }
+            )
+        )
+    }
+}
+
+/// Checks, times and records one configuration; `backend` and `kernel` names come from `be` and `opts`.
+pub fn measure(
+    be: &dyn HostBackend,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    inputs: &HostInputs,
+    how: &Measure,
+) -> Result<BenchRecord, MeasureError> {
+    be.capabilities().check(be.name(), spec, opts)?;
+    let start = std::time::Instant::now();
+    let first = be.run_host(spec, opts, inputs)?;
+    let first_s = start.elapsed().as_secs_f64();
+    let check: Option<CheckReport> = if how.check {
+        let rows = check_rows(spec, how.check_rows);
+        Some(check_output(spec, inputs, &first.output, opts.f32_math, rows).map_err(MeasureError::Check)?)
+    } else {
+        None
+    };
+    drop(first);
+
+    let (warmup, reps) = match how.reps {
+        Repetitions::Fixed { reps, .. } if first_s > 0.5 => (0, reps.min(3)),
+        Repetitions::Fixed { warmup, reps } => (warmup, reps),
+        Repetitions::Budget { warmup, max_reps, budget_s } => {
+            // One timed call sizes the repetitions to the budget.
+            let (t, _) = be.time_host(spec, opts, inputs, 0, 1)?;
+            let probe = t.first().copied().unwrap_or(0.0) * 1e-3;
+            let fit = if probe > 0.0 { (budget_s / probe) as usize } else { max_reps };
+            let min_reps = if probe <= budget_s { 3 } else { 1 };
+            let reps = fit.max(min_reps).min(max_reps).max(1);
+            let warmup = if probe * warmup as f64 > budget_s { warmup.min(1) } else { warmup };
+            (warmup, reps)
+        }
+    };
+    let (times, ran) = be.time_host(spec, opts, inputs, warmup, reps.max(1))?;
+    let stats = TimeStats::from_samples(&times).ok_or(MeasureError::NoSamples)?;
+
+    let mut rec = BenchRecord::new(be.name(), opts.kernel.name(), &be.device_name(), spec, stats, check);
+    if opts.kernel == Kernel::Auto {
+        rec.auto_chose = Some(ran.name().to_string());
+    }
+    rec.threads = opts.threads.or_else(|| (be.name() == "cpu").then(provenance::rayon_threads).flatten());
+    if spec.dtype == DType::F32 {
+        rec.f32_math = Some(opts.f32_math.name().to_string());
+    }
+    provenance::stamp(&mut rec);
+    Ok(rec)
+}
+
+/// Rows compared with the reference: all of them while the reference work stays under ~2e8 multiply-adds
+/// (a fraction of a second), otherwise an evenly spread sample (first and last row included) of that size.
+pub fn check_rows(spec: &AttentionSpec, explicit: Option<usize>) -> Option<usize> {
+    if explicit.is_some() {
+        return explicit;
+    }
+    let s = &spec.shape;
+    let per_row = (s.sk as f64) * ((s.d + s.dv) as f64);
+    let rows = (s.b * s.hq * s.sq) as f64;
+    if rows * per_row <= 2e8 {
+        None
+    } else {
+        Some(((2e8 / per_row) as usize).clamp(64, 4096))
+    }
+}
+
+/// Where and when a record was measured: the commit, the date and the machine, computed once per process.
+pub mod provenance {
+    use sdpa_core::BenchRecord;
+    use std::sync::OnceLock;
+
+    /// Stamps `rec` with the commit, the current date and the machine.
+    pub fn stamp(rec: &mut BenchRecord) {
+        rec.commit = commit();
+        rec.date = Some(utc_now());
+        rec.machine = Some(machine());
+    }
+
+    /// The commit of the code that runs: the one this binary was built from (stamped by `build.rs`), or,
+    /// for a build outside a git checkout, the checkout the command runs in.
+    pub fn commit() -> Option<String> {
+        static COMMIT: OnceLock<Option<String>> = OnceLock::new();
+        COMMIT
+            .get_or_init(|| {
+                if let Some(c) = option_env!("SDPA_BUILD_COMMIT") {
+                    return Some(c.to_string());
+                }
+                let out = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok()?;
+                out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            })
+            .clone()
+    }
+
+    /// CPU model (`sdpa_core::hardware::cpu_model`), thread count and host name.
+    pub fn machine() -> String {
+        static MACHINE: OnceLock<String> = OnceLock::new();
+        MACHINE
+            .get_or_init(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default();
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let mut s = format!("{} ({threads} threads)", sdpa_core::hardware::cpu_model());
+                if !host.is_empty() {
+                    s.push_str(&format!(", host {host}"));
+                }
+                s
+            })
+            .clone()
+    }
+
+    /// `RAYON_NUM_THREADS` when set (what the CPU backend's global pool uses), else the core count.
+    pub fn rayon_threads() -> Option<usize> {
+        std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+    }
+
+    /// Current UTC time as RFC 3339 (civil date from the Unix day count; no time-zone database needed).
+    pub fn utc_now() -> String {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        // Howard Hinnant's days-to-civil algorithm.
+        let z = days as i64 + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::{ReferenceBackend, Shape};
+
+    #[test]
+    fn big_shapes_are_checked_on_a_sample_of_rows() {
+        let small = AttentionSpec::new(Shape::new(1, 8, 256, 256, 64), DType::BF16);
+        assert_eq!(check_rows(&small, None), None);
+        let big = AttentionSpec::new(Shape::new(1, 32, 16384, 16384, 128), DType::BF16);
+        let n = check_rows(&big, None).unwrap();
+        assert!((64..=4096).contains(&n));
+        assert_eq!(check_rows(&big, Some(7)), Some(7));
+    }
+
+    #[test]
+    fn both_policies_give_checked_stamped_records() {
+        let spec = AttentionSpec::new(Shape::new(1, 2, 33, 47, 16), DType::F32);
+        let inputs = HostInputs::random(&spec, 1).unwrap();
+        let opts = RunOptions::default();
+        for reps in
+            [Repetitions::Fixed { warmup: 1, reps: 4 }, Repetitions::Budget { warmup: 1, max_reps: 5, budget_s: 10.0 }]
+        {
+            let how = Measure { check: true, check_rows: None, reps };
+            let rec = measure(&ReferenceBackend, &spec, &opts, &inputs, &how).unwrap();
+            assert!(rec.check.as_ref().is_some_and(|c| c.pass), "{reps:?}");
+            let want = match reps {
+                Repetitions::Fixed { reps, .. } => reps,
+                Repetitions::Budget { max_reps, .. } => max_reps,
+            };
+            assert_eq!(rec.time_ms.reps, want, "{reps:?}");
+            assert!(rec.date.is_some() && rec.machine.is_some());
+        }
+    }
+}
