@@ -283,7 +283,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode"])
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
-    ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu-<date>.json)")
+    ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu/cpu-<date>.json)")
     ap.add_argument("--render", metavar="JSON", help="only print the markdown table of an earlier run")
     args = ap.parse_args()
     if args.render:
@@ -376,7 +376,7 @@ def main():
         "command": " ".join([os.path.relpath(sys.executable) if False else "python3"] + sys.argv),
     }
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
-    out = args.out or os.path.join("bench", "results", f"cpu-{date}.json")
+    out = args.out or os.path.join("bench", "results", "cpu", f"cpu-{date}.json")
     with open(out, "w") as f:
         json.dump(records, f, indent=1, allow_nan=True)
     with open(out.replace(".json", "-meta.json"), "w") as f:

@@ -34,7 +34,7 @@
 //! - Bytes use the real element size (fp32 = 4, fp8 = 1); causal FLOPs count the unmasked pairs exactly
 //!   for either alignment and any Sq, Sk (no op is dropped for Sq != Sk).
 //! - Backward SDPA ops get the module of their forward call (autograd sequence numbers).
-//! - One streaming pass with bounded buffers: `bench/results/analyze.md` measures 32x less time and 50x
+//! - One streaming pass with bounded buffers: `bench/results/analyze/analyze.md` measures 32x less time and 50x
 //!   less memory than TraceLens on a 209 MB trace.
 //!
 //! # Limits

@@ -6,7 +6,7 @@
 //! RAYON_NUM_THREADS=2 cargo bench -p sdpa-candle --bench cpu -- 'h8_s1024'
 //! ```
 //!
-//! The figures recorded in bench/results/candle-cpu.json come from the interleaved recorder
+//! The figures recorded in bench/results/candle/candle-cpu.json come from the interleaved recorder
 //! (`--bench record`), which repeats the contenders in turn so machine noise hits all of them alike.
 
 mod common;

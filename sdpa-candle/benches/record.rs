@@ -1,4 +1,4 @@
-//! Interleaved recorder for bench/results/candle-cpu.json: for each configuration, checks every contender
+//! Interleaved recorder for bench/results/candle/candle-cpu.json: for each configuration, checks every contender
 //! against the f64 reference (64 sampled rows), then times them in turn for several rounds (the order
 //! rotating each round) so that noise from other work on the machine falls on all of them alike, and
 //! writes one sdpa `BenchRecord` per contender and configuration with median, min and max.
@@ -6,7 +6,7 @@
 //! ```text
 //! RAYON_NUM_THREADS=2 cargo bench -p sdpa-candle --bench record -- --rounds 5
 //! ```
-//! Flags: `--rounds N` (default 5), `--out PATH` (default bench/results/candle-cpu.json, or candle-cuda.json
+//! Flags: `--rounds N` (default 5), `--out PATH` (default bench/results/candle/candle-cpu.json, or candle-cuda.json
 //! with `--device cuda`), `--max-seq S` (skip larger shapes), `--dtype f32|bf16` (default both),
 //! `--device cpu|cuda` (cuda needs the `cuda` feature; candle's flash_attn is CPU-only and is left out),
 //! `--flash-max-seq S` (default 2048; 1024 for bf16): candle's flash_attn is timed only up to this length,
@@ -75,13 +75,13 @@ fn main() -> Result<()> {
             Device::Cpu,
             cpu_model(),
             Contender::ALL.to_vec(),
-            out.unwrap_or(root.join("bench/results/candle-cpu.json")),
+            out.unwrap_or(root.join("bench/results/candle/candle-cpu.json")),
         ),
         "cuda" => {
             let dev = Device::new_cuda(0).context("opening CUDA device 0 (build with --features cuda)")?;
             let name = sh("nvidia-smi", &["--query-gpu=name", "--format=csv,noheader"]).unwrap_or("CUDA GPU 0".into());
             let who = vec![Contender::Sdpa, Contender::CandleUnfused];
-            (dev, name, who, out.unwrap_or(root.join("bench/results/candle-cuda.json")))
+            (dev, name, who, out.unwrap_or(root.join("bench/results/candle/candle-cuda.json")))
         }
         other => bail!("unknown device `{other}` (cpu or cuda)"),
     };

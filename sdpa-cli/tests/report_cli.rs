@@ -1,6 +1,7 @@
 //! `sdpa report`: the figures in its tables are the ones the records imply (TFLOP/s from the cost model,
 //! speedup against the chosen baseline, efficiency against a tabled or measured peak), it reads every
-//! result shape we write, and every result file committed under `bench/results/` renders without a GPU.
+//! result shape we write, and every record file committed under `bench/results/` (by its folder rule) renders
+//! without a GPU.
 
 mod common;
 
@@ -118,7 +119,7 @@ fn run_json_output_and_json_lines_are_read_too() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown device `abacus`"));
 }
 
-/// The GPU harness's flat format (`bench/results/fa2-h100.json`): PyTorch's medians measured beside ours
+/// The GPU harness's flat format (`bench/results/gpu/fa2-h100.json`): PyTorch's medians measured beside ours
 /// become their own rows, and the ceilings measured in the same run are what efficiency divides by.
 #[test]
 fn harness_files_with_measured_ceilings_render() {
@@ -142,33 +143,60 @@ fn harness_files_with_measured_ceilings_render() {
     assert!(md.contains("ceilings measured in the same run (bf16 550 TFLOP/s, 3000 GB/s)"), "{md}");
 }
 
-/// Files under `bench/results/` that are not benchmark records (they hold other measurements); anything
-/// else there must render.
-fn not_records(name: &str) -> bool {
-    name == "analyze.json" // sdpa analyze against TraceLens: wall time and memory, not attention timings
-        || name.contains("-dev-") // the nvcc harnesses' raw data (fa1, fa2, decode), summarised in their notes
-        || name == "fa1-h100-sets.json" // fa1 tile choices compared, harness format, summarised in fa1.md
-        || name == "tf32-h100.json" // the TF32 harness run with PyTorch's errors, summarised in tf32.md
-        || name.ends_with("-meta.json") // a run's machine description beside its records
+/// The folder rule of `bench/results/` (its README says the same): the topic folders that hold benchmark
+/// records, and how few record files each must have for the walk to count as having found them.
+const RECORD_TOPICS: [(&str, usize); 3] = [("gpu", 7), ("cpu", 5), ("candle", 2)];
+/// Topic folders that hold notes and other measurements but no benchmark records (`analyze/`: `sdpa analyze`
+/// against TraceLens, wall time and memory, not attention timings).
+const OTHER_TOPICS: [&str; 1] = ["analyze"];
+
+/// The record files of one topic folder: every `*.json` directly in it, except a record's `<name>-meta.json`
+/// companion (the run's machine, ceilings and load, written beside `<name>.json` by the tool that made it).
+/// Subfolders (`gpu/fa2-report/`) hold rendered reports, not records.
+fn topic_records(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut records = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+        let p = e.path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if !p.is_file() || !name.ends_with(".json") {
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix("-meta.json") {
+            let record = dir.join(format!("{stem}.json"));
+            assert!(record.is_file(), "{}: a -meta.json companion without its record", p.display());
+        } else {
+            records.push(p);
+        }
+    }
+    records.sort();
+    records
 }
 
-/// Every result file committed under `bench/results/` (H100 runs included) renders with no GPU present;
-/// the sample written by `sdpa bench` on the development machine is always there.
+/// Every record file under `bench/results/` (H100 runs included) renders with no GPU present; the sample
+/// written by `sdpa bench` on the development machine is always there.
 #[test]
 fn committed_results_render_without_a_gpu() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench_sample.json")];
-    let mut stack = vec![root.join("bench/results")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            if p.is_dir() {
-                stack.push(p);
-            } else if name.ends_with(".json") && !name.ends_with(".spec.json") && !not_records(&name) {
-                files.push(p);
-            }
+    let results = root.join("bench/results");
+    // A topic folder the rule does not name would escape the check: refuse it.
+    for e in std::fs::read_dir(&results).expect("bench/results").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_dir() {
+            let known = RECORD_TOPICS.iter().any(|(t, _)| *t == name) || OTHER_TOPICS.contains(&name.as_str());
+            assert!(known, "bench/results/{name}/: a topic folder the folder rule does not name");
+        } else {
+            assert!(name.ends_with(".md"), "bench/results/{name}: only notes at the top, records go in a topic folder");
         }
+    }
+    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bench_sample.json")];
+    for (topic, at_least) in RECORD_TOPICS {
+        let found = topic_records(&results.join(topic));
+        assert!(
+            found.len() >= at_least,
+            "bench/results/{topic}/: {} record files, expected at least {at_least}",
+            found.len()
+        );
+        files.extend(found);
     }
     for f in files {
         let dir =

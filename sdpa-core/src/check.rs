@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// - f32, exact: 1e-5 (f32 accumulation over long rows stays well under it).
 /// - f32, TF32 tensor cores: 2e-3 (10-bit mantissa products; typically 3e-4).
 /// - f32, split TF32: 2e-6. It claims the accuracy of exact f32 (PyTorch's f32 SDPA measures 5-7e-7 on the
-///   H100); the kernel measures 2-7e-7 up to Sk = 8191 (`bench/results/tf32.md`), so a regression shows.
+///   H100); the kernel measures 2-7e-7 up to Sk = 8191 (`bench/results/gpu/tf32.md`), so a regression shows.
 /// - f16: 2e-3 and bf16: 1.6e-2 — about four output roundings; inputs are the same rounded values the
 ///   reference reads, so this covers rounding P to the half type before P·V plus the output rounding.
 ///   Backend test suites additionally hold fused kernels to at most twice their own unfused kernel's error

@@ -8,7 +8,7 @@
 //! ```sh
 //! cargo build --release -p sdpa-cpu --example decode_bw
 //! target-cpu/release/examples/decode_bw --shape 1,32,32,1,4096,128 --threads 2 --rounds 5 --reps 10 \
-//!     --layouts bhsd,bshd --kernels fa2,splitkv --out bench/results/cpu-decode-bw.json
+//!     --layouts bhsd,bshd --kernels fa2,splitkv --out bench/results/cpu/cpu-decode-bw.json
 //! ```
 //!
 //! Writes sdpa-core `BenchRecord`s (a JSON array) to `--out` and the ceilings, loads and fractions to the

@@ -11,7 +11,7 @@
 //! sdpa-core's `merge_normalized`. More runs than threads leave room for work stealing when another
 //! process takes a core.
 //!
-//! Measured limit (`bench/results/cpu.md`): on BSHD the rate follows the row size, not the bytes (D = 256
+//! Measured limit (`bench/results/cpu/cpu.md`): on BSHD the rate follows the row size, not the bytes (D = 256
 //! f32 rows of 1 KiB stream at about 80 % of the read ceiling, 512-byte rows at about 70 %, 128-byte bf16
 //! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 

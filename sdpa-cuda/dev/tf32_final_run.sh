@@ -5,7 +5,7 @@
 #   2. the Rust path against PyTorch f32 SDPA, same run: dev/tf32_rust_bench.py over cuda_kernels, 3 rounds;
 #   3. harness: shipped D = 128 tiles (tf32dev.so).
 # Built here into $C: cuda_kernels, tf32_kernels, gpu_kernels (cargo, stripped), tf32dev.so (nvcc).
-# The persistent-block experiment this script also ran (bench/results/tf32-final-h100-run.log) was measured
+# The persistent-block experiment this script also ran (bench/studies/tf32/tf32-final-h100-run.log) was measured
 # slower and removed; its kernel and steps are in git at b50d99c (dev/tf32_persist.cu, this script).
 C=${C:-target-tf32/carry5}
 OUT=${OUT:-/tmp/tf32-out}

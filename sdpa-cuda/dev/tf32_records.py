@@ -3,7 +3,7 @@ per issue-4 point with PyTorch f32 SDPA (time, TFLOPS, error against float64) an
 the configuration the kernel module ships (kernels/tf32.cu's entry table, given as --ship) plus every
 configuration timed; the same-run ceilings; and a summary of the correctness checks.
 
-    python3 sdpa-cuda/dev/tf32_records.py tf32dev.json bench/results/tf32-h100.json \
+    python3 sdpa-cuda/dev/tf32_records.py tf32dev.json bench/studies/tf32/tf32-h100.json \
         --ship tf32:64=CFG --ship tf32:128:none=CFG --ship tf32:128:causal=CFG --ship split:64=CFG ...
 """
 import argparse

@@ -1,7 +1,7 @@
 """Converts the output of fa2_rust_bench.py into the project's BenchRecord JSON (sdpa-core/src/record.rs), so
 `sdpa report` can tabulate and plot it (TFLOPS against sequence length per kernel).
 
-    python3 sdpa-cuda/dev/to_records.py bench/results/fa2-h100.json bench/results/fa2-h100-records.json
+    python3 sdpa-cuda/dev/to_records.py bench/results/gpu/fa2-h100.json bench/results/gpu/fa2-h100-records.json
 
 Our records carry median, min and max over the timed calls; PyTorch's come from do_bench medians only, so
 their min and max are set to the median and `reps` to 0 (unknown).

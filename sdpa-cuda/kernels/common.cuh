@@ -177,7 +177,7 @@ __device__ __forceinline__ void repair_row_if_nonfinite(const AttnParams& p, int
 #define SDPA_ONE_HEAD 0x7fffffff
 
 // The repair of a block's rows, out of line to keep its code and registers away from the kernels' main loops
-// as far as ptxas allows (it still sizes the kernel for the call: bench/results/nan-repair-h100.txt).
+// as far as ptxas allows (it still sizes the kernel for the call: bench/studies/gpu/nan-repair-h100.txt).
 // Row r of the block is query row x % per_head of head h0 + x / per_head, x = i0 + r.
 template <typename T>
 __device__ __noinline__ void repair_rows_out_of_line(const AttnParams* ps, int b, int h0, int i0, int per_head,

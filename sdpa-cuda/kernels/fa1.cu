@@ -616,7 +616,7 @@ __device__ void fa1_tiled(const AttnParams& p) {
 }
 
 // The tiled variant's shape per element type and head dim, chosen by measurement on the H100 (dev/fa1_bench.py,
-// dev/fa1_build_sets.sh, bench/results/fa1.md): TX threads per row group (NT = 16 TX threads), TM rows per
+// dev/fa1_build_sets.sh, bench/results/gpu/fa1.md): TX threads per row group (NT = 16 TX threads), TM rows per
 // thread, P aliasing the K tile (unused: slower), blocks per SM the registers must allow, inner-loop
 // unrolling. With TX = 16: up to HD = 64, 64-row blocks two per SM (128 registers); up to 128, 128-row
 // blocks with eight rows per thread, one per SM (238-255 registers); at 256, 64-row blocks (eight rows would

@@ -15,7 +15,7 @@
 // block. Register budget and measurement decide WM: a warp's partial O is (BM/WM)·D f32, so a pure key split
 // (WM = 1) fits only with small blocks (64 rows at D = 64: 128 accumulators per thread, 244 registers) and
 // not at D = 128. On the H100 the pure split at D = 64 (64 x 64 tiles, 1 x 4 warps) reached 148-182 TFLOPS;
-// 128-row blocks with 4 row groups x 2 key groups reached 206-255 (bench/results/fa1.md), so both head dims
+// 128-row blocks with 4 row groups x 2 key groups reached 206-255 (bench/results/gpu/fa1.md), so both head dims
 // ship WM = 4, WN = 2: every K/V tile is still split between two warps per row group.
 //
 // Pipeline: STAGES = 2 double-buffers K and V with cp.async, so tile t+1 loads while tile t is computed
@@ -241,7 +241,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
 
 // Entry points fa1m_{dtype}_{D}_{none|causal|explicit}. Tile per head dim: BM query rows, BN keys per K/V
 // tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM; src/fa1.rs mirrors these
-// lines in `mma_tile_for` (bench/results/fa1.md says how they were chosen).
+// lines in `mma_tile_for` (bench/results/gpu/fa1.md says how they were chosen).
 #define FA1M_ENTRY(NAME, T, D, BM, BN, WM, WN, ST, MINB, MASK)                                        \
     extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \
         extern __shared__ __align__(16) unsigned char fa1m_smem[];                                  \

@@ -171,7 +171,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
 // Entry points fa2_{dtype}_{D}_{none|causal|explicit}. Tiles per head dim (BM query rows, BN keys, warps,
 // K/V stages, min blocks per SM) were chosen by measurement on the H100 (dev/fa2_bench.py, see
-// bench/results/fa2.md); src/fa2.rs mirrors them in `tile_for`.
+// bench/results/gpu/fa2.md); src/fa2.rs mirrors them in `tile_for`.
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \

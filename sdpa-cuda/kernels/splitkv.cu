@@ -114,7 +114,7 @@ __device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
 // clock64 at entry, after the first stage landed (TMA and bulk paths only; 0 on the cp.async path), after
 // the key loop, after the block's partial was counted, and at exit; the SM id and 1 if the block merged its
 // row tile (both 0 when a row tile has one block). Off, each point costs one uniform
-// branch (same-run A/B on the H100: within 0.3 %, bench/results/fa2.md session 9).
+// branch (same-run A/B on the H100: within 0.3 %, bench/results/gpu/fa2.md).
 #define SKV_TRACE_BLOCKS 4096
 #define SKV_TRACE_FIELDS 9
 __device__ unsigned long long splitkv_trace[SKV_TRACE_BLOCKS * SKV_TRACE_FIELDS];
@@ -222,7 +222,7 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // tiles w, w + NW, ...), so the block streams K and V in contiguous NW·KS-key chunks; otherwise each warp
 // reads its own contiguous split (NW times as many concurrent streams, each NW times longer). The bulk-copy
 // entries interleave (B=1, Sk=32k: 1-2 % faster in the dev harness, within the spread through the Rust
-// driver; bench/results/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
+// driver; bench/results/gpu/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
 // (interleaving measured nothing there).
 // `maps` (K then V) is read by the TMA path only; null otherwise.
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE>

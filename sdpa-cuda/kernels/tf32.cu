@@ -135,7 +135,7 @@ __device__ __forceinline__ void tc_load(float* dst, float* dst_small, const floa
 // PRE, 16-byte path: once this thread's cp.async copies have landed (wait_group), it rounds (splits) the
 // same chunks in place (small halves to dst_small). Only its own chunks: no barrier needed before. All loads
 // are issued before the first store, so that their latencies overlap (the compiler keeps a store ahead of a
-// later load it cannot prove distinct; the wgmma producer lost 10-15 % to that order, bench/results/tf32.md).
+// later load it cannot prove distinct; the wgmma producer lost 10-15 % to that order, bench/results/gpu/tf32.md).
 template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
 __device__ __forceinline__ void tc_round_own(float* dst, float* dst_small, int tid, bool vec) {
     if (!PRE || !vec) return;
@@ -445,7 +445,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 
 // Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
 // warp, NW warps, BK keys, K/V stages, split, per-block K/V rounding) were chosen by measurement on the H100
-// (dev/tf32_bench.py, see bench/results/tf32.md; since warps skip the causal key tiles past their rows, plain
+// (dev/tf32_bench.py, see bench/results/gpu/tf32.md; since warps skip the causal key tiles past their rows, plain
 // TF32 at D = 128 takes 8 warps under causal masks too); src/tf32.rs mirrors this table in `tile_for`.
 #define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \

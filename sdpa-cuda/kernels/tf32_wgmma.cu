@@ -6,7 +6,7 @@
 //
 // Why a second kernel: with `mma.sync` every warp reads its own copy of each K and V fragment from shared
 // memory, and at D = 128 the mma.sync kernel is bound by those reads and their latency (bench/results/
-// tf32.md). `wgmma` reads each operand tile from shared memory once per warpgroup of four warps, and runs
+// gpu/tf32.md). `wgmma` reads each operand tile from shared memory once per warpgroup of four warps, and runs
 // asynchronously, so one warpgroup's softmax overlaps the other's products.
 //
 // Block: NC consumer warpgroups, each owning 64 query rows, and one producer warpgroup.
@@ -151,7 +151,7 @@ __device__ __forceinline__ float4 round4(float4 x) {
 // This thread's chunks of a swizzled ROWS x 128 operand tile rounded to TF32 in place. All loads are issued
 // before the first store: interleaved, each store could alias the next load (the swizzle hides that it does
 // not), so the compiler kept them in order and the producer paid a shared-memory latency per chunk (ncu:
-// the consumers then waited for K; bench/results/tf32.md, session 7).
+// the consumers then waited for K; bench/results/gpu/tf32.md).
 template <int ROWS>
 __device__ __forceinline__ void round_own(unsigned char* tile, int tid) {
     float4 x[ROWS / 4];
@@ -201,7 +201,7 @@ __device__ __forceinline__ void transpose_own(float* vt, const float* vs, int ti
 // of the group, then the next, and so on. Under a causal mask that is longest-first list scheduling, so the
 // grid's last blocks are its shortest (one head after another, heaviest first, left the last head's long
 // tiles running alone at the end: about 6 % of a causal S = 1024 call in a list-scheduling model, dev note
-// in bench/results/tf32.md). The group keeps the K and V that the resident blocks read (about 128 query
+// in bench/results/gpu/tf32.md). The group keeps the K and V that the resident blocks read (about 128 query
 // tiles' heads: 16 MB at D = 128 whatever Sk) in L2, as one head after another did.
 #define WG_ORDER_GROUP_BLOCKS 128
 __device__ __forceinline__ void wg_block_order(int n_mblocks, int& bh, int& m_block) {
@@ -531,7 +531,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
 
 
 // Entry points tf32wg_f32_128_{none|causal|explicit}: 2 consumer warpgroups (128 query rows), 2-deep rings,
-// ping-pong under every mask (measured: bench/results/tf32.md). src/tf32.rs mirrors the block size and
+// ping-pong under every mask (measured: bench/results/gpu/tf32.md). src/tf32.rs mirrors the block size and
 // shared memory (`WG_*`).
 #define WG_NC 2
 #define WG_ST 2

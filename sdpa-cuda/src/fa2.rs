@@ -5,7 +5,7 @@
 //! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
 //! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded. Head
 //! dims [`FA2_HEAD_DIMS`] (with `D == Dv`) are compile-time specialisations whose tiles ([`tile_for`]) were
-//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/fa2.md`). Anything else the
+//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`). Anything else the
 //! tensor-core kernels cannot take ([`unsupported_reason`]) runs on the generic fused `fa1` path, and
 //! [`run`] reports that it did.
 //!
@@ -48,7 +48,7 @@ impl Fa2Tile {
 /// The measured tile for head dim `d`, if `d` is specialised: `small == false` for grids that fill the GPU
 /// (`fa2_*` entries), `small == true` for grids that leave SMs idle (`fa2_small_*` entries: 64 query rows,
 /// 4 warps, 128 keys per tile at D = 64 (46 KB, no opt-in), 64 at D = 96 and 128: more blocks and a
-/// shorter path through each; measured on issue 4's tiny shapes, `bench/results/fa2.md`). D = 256 runs
+/// shorter path through each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 256 runs
 /// 64 x 64 either way.
 pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
     let t = |bm, bn, warps, stages| Some(Fa2Tile { bm, bn, warps, stages });
@@ -169,7 +169,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
 
 /// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
 /// shapes such as B=1, H=1, S=64, where the launch is all there is; Sq = 1 with Sk <= 512 measured in
-/// `bench/results/fa2.md`).
+/// `bench/results/gpu/fa2.md`).
 pub const AUTO_SPLITKV_MIN_KEYS: usize = 1024;
 
 /// What `auto` runs: for f16/bf16 calls the tensor-core kernels take, `splitkv` when few query rows share

@@ -84,7 +84,7 @@ impl SplitKvTile {
 }
 
 /// The tile for head dim `d` and load path, if specialised (measured on the H100 for D = 128:
-/// `bench/results/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
+/// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
 /// takes whole 64-column boxes, so D = 96 has no TMA tile.
 pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
     let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step, load });
@@ -132,7 +132,7 @@ pub fn choose_load(major: i32) -> Result<SplitKvLoad> {
 }
 
 /// Longest split that takes the bulk-copy path on sm_90 when TMA cannot (D = 96, layouts no tensor map
-/// describes); longer ones take `cp.async`. Measured on the H100 (`bench/results/fa2.md`):
+/// describes); longer ones take `cp.async`. Measured on the H100 (`bench/results/gpu/fa2.md`):
 /// bulk copies beat `cp.async` by about 6 % at 512 keys per split (B=1, Hkv=8, Sk=32k) and lose by 4-70 %
 /// at 1024-2048 (B=8, Hkv=32, Sk=4k); the cause of the loss is not established.
 pub const BULK_MAX_KEYS_PER_SPLIT: usize = 512;
@@ -152,7 +152,7 @@ pub enum L2Policy {
 
 /// Longest split whose K/V loads are marked evict-first; longer splits are marked evict-last. Measured on
 /// the H100 through the Rust backend after a 256 MB L2 write flush, as PyTorch is timed
-/// (`bench/results/fa2.md`, session 8), on the two decoding shapes only: B=8, Hkv=32, Sk=4k (1024 keys
+/// (`bench/results/gpu/fa2.md`, "Decoding"), on the two decoding shapes only: B=8, Hkv=32, Sk=4k (1024 keys
 /// per split) 196.7 us evict-first, 191.1 normal, 189.2 evict-last; B=1, Hkv=8, Sk=32k (512 keys per
 /// split) 61.5 / 64.1 / 63.2 us. Why the better policy flips between them was not established; the
 /// threshold is a fit to those two points.
@@ -204,7 +204,7 @@ pub struct SplitPlan {
 
 /// Chooses the splits: enough warps to fill every resident block slot of the GPU twice (slots per SM from
 /// the kernel's shared memory), but at least [`MIN_KEYS_PER_SPLIT`] keys per split so that the merge of
-/// the partials stays small. Measured on the H100 (`bench/results/fa2.md`): B=8, Hkv=32, Sk=4k gets 4
+/// the partials stays small. Measured on the H100 (`bench/results/gpu/fa2.md`): B=8, Hkv=32, Sk=4k gets 4
 /// splits (201 us against 207 us with 2); B=1, Hkv=8, Sk=32k gets 64 (128 were slower; 66 splits over
 /// 264 two-warp blocks, every SM busy, were slower too: the time grows with the blocks per row tile).
 pub fn plan_splits(

@@ -214,7 +214,7 @@ pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, SdpaError> {
     }
 }
 
-/// The GPU helpers' harness format (`bench/results/fa2-h100.json`): `{env, ceilings, records}` with flat
+/// The GPU helpers' harness format (`bench/results/gpu/fa2-h100.json`): `{env, ceilings, records}` with flat
 /// records (`b, hq, hkv, sq, sk, d, dtype, mask, kernel, median_ms, min_ms, max_ms, rel_err, check_pass`)
 /// that also carry PyTorch's medians measured in the same run (`torch_flash_ms`, `torch_default_ms`).
 fn is_flat(v: &serde_json::Value) -> bool {
