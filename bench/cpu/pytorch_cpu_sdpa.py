@@ -18,7 +18,6 @@ import datetime
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
