@@ -157,6 +157,12 @@ def run_checks(lib, res, args):
         log(f"  {k[0]:8} {k[1]:5} max rel_err {w[0]:.2e}  max err/torch-math-err {w[1]:.2f}")
 
 
+def problem_bytes(pr):
+    """The call's minimal bytes (Q, K, V read and O written once at the dtype's size), sdpa-core's cost model."""
+    shape = dict(b=pr.B, hq=pr.Hq, hkv=pr.Hkv, sq=pr.Sq, sk=pr.Sk, d=pr.D)
+    return int(cost(shape, pr.mask, pr.dt)[1])
+
+
 def flops(B, Hq, Sq, Sk, D, causal):
     return cost(dict(b=B, hq=Hq, hkv=Hq, sq=Sq, sk=Sk, d=D), "causal" if causal else "none", "bf16")[0]
 
@@ -253,7 +259,7 @@ def run_decode(lib, res, args):
     for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
         D, dt = 128, "bf16"
         pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
-        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        nbytes = problem_bytes(pr)
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
@@ -318,7 +324,7 @@ def run_decode_ab(lib, res, args):
     for (B, Hq, Hkv, Sk), variants in plans.items():
         D, dt = 128, "bf16"
         pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
-        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        nbytes = problem_bytes(pr)
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         sdpa = lambda: F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
