@@ -21,7 +21,8 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from sdpa_dev import bench, copy_gbps, point, run_points, write_points
+import sdpa_dev
+from sdpa_dev import bench, point, run_points, write_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -56,7 +57,7 @@ def ours(variant):
     return recs if recs is not None else [dict(error="failed")] * len(points)
 
 
-copy_gbps = copy_gbps()
+copy_gbps = sdpa_dev.copy_gbps()
 
 variants = args.variants.split(",")
 rows = {(v, i): [] for v in variants for i in range(len(points))}
