@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import sdpa_dev
-from sdpa_dev import FLUSHES, bench, log, run_points
+from sdpa_dev import FLUSHES, bench, kv_bytes, log, run_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -52,10 +52,6 @@ def time_events(fn, flush):
 
 def pt(tag, b, hq, hkv, sk):
     return sdpa_dev.point(tag, b, hq, hkv, 1, sk, 128, "bf16", False, "auto")
-
-
-def kv_bytes(p):
-    return 2 * p["b"] * p["hkv"] * p["sk"] * p["d"] * 2
 
 
 shapes = [pt("decode", 8, 32, 32, 4096), pt("decode", 1, 32, 8, 32768)]

@@ -26,11 +26,11 @@ for _d in (os.path.join(_ROOT, "bench"), os.path.join(_ROOT, "bench", "gpu")):
         sys.path.insert(0, _d)
 
 from cuda_driver import key, point, run_points, unique_keys, write_points  # noqa: E402
-from sdpa_common import TOLERANCE, cost  # noqa: E402
+from sdpa_common import ELEM_BYTES, TOLERANCE, cost  # noqa: E402
 
 __all__ = [
-    "TOLERANCE", "cost", "key", "point", "run_points", "unique_keys", "write_points",  # re-exported
-    "LOG2E", "MASK_KIND", "log", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib", "Problem",
+    "ELEM_BYTES", "TOLERANCE", "cost", "key", "point", "run_points", "unique_keys", "write_points",  # re-exported
+    "LOG2E", "MASK_KIND", "log", "kv_bytes", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib", "Problem",
     "reference", "rel_err", "lse_err", "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops",
     "exact_f32", "env_info", "harness_parser", "save", "uniform", "f64_err", "cuda_kernel_names",
 ]
@@ -42,6 +42,12 @@ MASK_KIND = {"none": 0, "causal": 1, "causal-br": 1, "bool": 2, "additive": 2}
 
 def log(*a):
     print(*a, flush=True)
+
+
+def kv_bytes(p):
+    """Bytes of a point's K and V (Hkv heads, D = Dv, at its dtype's size): what a decoding call must stream,
+    the figure the copy and read ceilings are compared with (`cost` adds Q and O)."""
+    return 2 * p["b"] * p["hkv"] * p["sk"] * p["d"] * ELEM_BYTES[p["dtype"]]
 
 
 # ---- the kernels' launch argument ---------------------------------------------------------------------------

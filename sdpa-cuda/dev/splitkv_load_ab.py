@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import sdpa_dev
-from sdpa_dev import bench, point, run_points, write_points
+from sdpa_dev import bench, kv_bytes, point, run_points, write_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -86,7 +86,7 @@ print(f"\ncopy ceiling {copy_gbps:.0f} GB/s (read + write)")
 print(f"{'variant':14} {'shape':22} {'us (median of rounds)':>22} {'rounds':>24} {'x default':>9} {'of copy':>7} check")
 for i, p in enumerate(points):
     t_def = statistics.median(torch_us[i])
-    nbytes = 2 * p["b"] * p["hkv"] * p["sk"] * 128 * 2
+    nbytes = kv_bytes(p)
     for v in variants:
         ts = rows[(v, i)]
         if not ts:

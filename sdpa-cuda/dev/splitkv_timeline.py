@@ -22,7 +22,7 @@ import statistics
 import torch
 
 import sdpa_dev
-from sdpa_dev import log, run_points
+from sdpa_dev import kv_bytes, log, run_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -61,7 +61,7 @@ for n, (p, rec) in enumerate(zip(points, recs)):
     loop_end = [(b[0] - t0) / 1e3 + us(b[4] - b[2]) for b in blocks]
     part = [us(b[5] - b[4]) for b in blocks]
     merge = [us(b[6] - b[5]) for b in blocks if b[8] == 1]
-    kv = 2 * p["b"] * p["hkv"] * p["sk"] * p["d"] * 2
+    kv = kv_bytes(p)
     x = torch.empty(kv // 2, dtype=torch.bfloat16, device="cuda").normal_()
     y = torch.empty_like(x)
     row = dict(sk=p["sk"], kv_bytes=kv, blocks=len(blocks), sms=len({b[7] for b in blocks}), event_us=rec["median_ms"] * 1e3,
