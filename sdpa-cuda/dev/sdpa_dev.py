@@ -30,8 +30,8 @@ from sdpa_common import ELEM_BYTES, TOLERANCE, cost  # noqa: E402
 
 __all__ = [
     "ELEM_BYTES", "TOLERANCE", "cost", "key", "point", "run_points", "unique_keys", "write_points",  # re-exported
-    "LOG2E", "MASK_KIND", "log", "kv_bytes", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib", "Problem",
-    "reference", "rel_err", "lse_err", "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops",
+    "LOG2E", "MASK_KIND", "log", "kv_bytes", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib",
+    "Problem", "reference", "rel_err", "lse_err", "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops",
     "exact_f32", "env_info", "harness_parser", "save", "uniform", "f64_err", "cuda_kernel_names",
 ]
 
