@@ -29,10 +29,17 @@ from cuda_driver import key, point, run_points, unique_keys, write_points  # noq
 from sdpa_common import ELEM_BYTES, TOLERANCE, cost  # noqa: E402
 
 __all__ = [
-    "ELEM_BYTES", "TOLERANCE", "cost", "key", "point", "run_points", "unique_keys", "write_points",  # re-exported
-    "LOG2E", "MASK_KIND", "log", "kv_bytes", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib",
-    "Problem", "reference", "rel_err", "lse_err", "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops",
-    "exact_f32", "env_info", "harness_parser", "save", "uniform", "f64_err", "cuda_kernel_names",
+    # re-exported from bench/sdpa_common.py and bench/gpu/cuda_driver.py
+    "ELEM_BYTES", "TOLERANCE", "cost", "key", "point", "run_points", "unique_keys", "write_points",
+    # the launch argument and harness libraries
+    "LOG2E", "MASK_KIND", "Params", "PARAMS_SIZE", "causal_offset", "fill_params", "DevLib", "Problem",
+    # correctness
+    "reference", "rel_err", "lse_err",
+    # timing, ceilings, run description
+    "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info", "kv_bytes",
+    "harness_parser", "save", "log",
+    # PyTorch's side
+    "uniform", "f64_err", "cuda_kernel_names",
 ]
 
 LOG2E = 1.4426950408889634
