@@ -354,6 +354,7 @@ def main():
     }
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
     out = args.out or os.path.join("bench", "results", "cpu", f"cpu-{date}.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump(records, f, indent=1, allow_nan=True)
     with open(out.replace(".json", "-meta.json"), "w") as f:
