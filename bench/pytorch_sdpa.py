@@ -33,11 +33,13 @@ import subprocess
 import sys
 import time
 
+# The cost model, tolerances and CPU model, shared with bench/cpu and sdpa-cuda/dev (this file's folder is on
+# sys.path when it runs as a script).
+from sdpa_common import TOLERANCE, cost, cpu_model, pairs_per_head
+from sdpa_common import self_test as cost_self_test
+
 FORMAT = "sdpa-bench-v1"
 KERNELS = ["default", "flash", "efficient", "cudnn", "math", "unfused"]
-# sdpa-core's check::tolerance (relative L2 error), f32 exact.
-TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
-ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 DTYPE_ALIASES = {"f32": "f32", "fp32": "f32", "float32": "f32", "f16": "f16", "fp16": "f16", "float16": "f16",
                  "half": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 MASK_ALIASES = {"none": "none", "causal": "causal", "causal-tl": "causal", "causal_top_left": "causal",
@@ -46,25 +48,7 @@ MASK_ALIASES = {"none": "none", "causal": "causal", "causal-tl": "causal", "caus
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Cost model (mirrors sdpa_core::cost) and row sampling (mirrors sdpa_core::check and `sdpa bench`)
-
-def pairs_per_head(sq, sk, mask):
-    """(query, key) pairs one head computes; causal masks count only unmasked pairs."""
-    tri = lambda n: n * (n + 1) // 2
-    if mask == "causal":
-        return tri(sq) if sq <= sk else tri(sk) + (sq - sk) * sk
-    if mask == "causal-br":
-        return sq * (sk - sq) + tri(sq) if sq <= sk else tri(sk)
-    return sq * sk
-
-
-def cost(shape, mask, dtype):
-    """(FLOPs of the two products, minimal bytes)."""
-    s = shape
-    flops = 2.0 * s["b"] * s["hq"] * pairs_per_head(s["sq"], s["sk"], mask) * (s["d"] + s["dv"])
-    elems = s["b"] * (s["hq"] * s["sq"] * (s["d"] + s["dv"]) + s["hkv"] * s["sk"] * (s["d"] + s["dv"]))
-    return flops, float(elems * ELEM_BYTES[dtype])
-
+# Row sampling (mirrors sdpa_core::check and `sdpa bench`); the cost model is sdpa_common.cost
 
 def check_rows(shape):
     """None (all rows) while the reference work stays under 2e8 multiply-adds, else a spread sample size."""
@@ -146,17 +130,6 @@ def load_cases(path):
 
 # ---------------------------------------------------------------------------------------------------------
 # Machine description
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
 
 def machine():
     host = platform.node()
@@ -463,6 +436,7 @@ def skip(kernel, dtype, s, mask, layout, reason, failed):
 # Self-test (no torch): the cost model against figures sdpa-core's tests pin, row sampling, spec parsing.
 
 def self_test():
+    cost_self_test()  # sdpa_common's hand-computed values, causal-br with Sq != Sk included
     s = {"b": 2, "hq": 16, "hkv": 16, "sq": 1024, "sk": 1024, "d": 64, "dv": 64}
     f, b = cost(s, "none", "bf16")
     assert f == 4.0 * 2 * 16 * 1024 * 1024 * 64, f

@@ -18,25 +18,15 @@ import datetime
 import json
 import math
 import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
-TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+# The cost model, tolerances and CPU model live in bench/sdpa_common.py (shared with bench/pytorch_sdpa.py and
+# sdpa-cuda/dev); its folder goes on sys.path here, which also serves the peak-memory child that imports this file.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from sdpa_common import TOLERANCE as TOL, cost, cpu_model  # noqa: E402
 
 
 def git_commit():
@@ -45,19 +35,6 @@ def git_commit():
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
-
-
-def cost(shape, mask, dtype):
-    """FLOPs and minimal bytes, as sdpa-core's cost model counts them."""
-    b, hq, hkv, sq, sk, d, dv = (shape[k] for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv"))
-    if mask == "causal":
-        pairs = sq * (sq + 1) // 2 if sq <= sk else sk * (sk + 1) // 2 + (sq - sk) * sk
-    else:
-        pairs = sq * sk
-    flops = 2.0 * b * hq * pairs * (d + dv)
-    esize = 4 if dtype == "f32" else 2
-    byts = b * (hq * sq * (d + dv) + hkv * sk * (d + dv)) * esize
-    return flops, byts
 
 
 def record(backend, kernel, device, dtype, shape, mask, threads, samples, per_round, check, machine, extra=None):
@@ -377,6 +354,7 @@ def main():
     }
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
     out = args.out or os.path.join("bench", "results", "cpu", f"cpu-{date}.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump(records, f, indent=1, allow_nan=True)
     with open(out.replace(".json", "-meta.json"), "w") as f:

@@ -7,12 +7,13 @@ around each call after a 256 MB L2 flush, median of the reps), PyTorch by `trito
 same flush-then-events scheme, median) as in ../shared/tools/gpu_anchors.py. Writes cuda_bench.json (every
 record, with `torch_ms` and `speedup` = torch time / our time) and prints the issue's targets last.
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
+
+from cuda_driver import key, point, run_points, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -27,8 +28,7 @@ def log(*a):
 
 
 def pt(tag, b, hq, hkv, s, d, dtype, causal, kernel, math="exact"):
-    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=s, sk=s, d=d, dtype=dtype,
-                mask="causal" if causal else "none", kernel=kernel, f32_math=math)
+    return point(tag, b, hq, hkv, s, s, d, dtype, causal, kernel, math)
 
 
 points = []
@@ -63,28 +63,16 @@ for d in [64, 128]:
 for b, hq, hkv, sk in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
     points.append(dict(pt("decode", b, hq, hkv, 1, 128, "bf16", False, "splitkv"), sk=sk))
 
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
-ours_file = os.path.join(tempfile.gettempdir(), "cuda_kernels_raw.json")
 log(f"timing {len(points)} points of ours ...")
-r = subprocess.run([args.bench, "--points", pfile, "--out", ours_file, "--warmup", "5", "--reps", "25"],
-                   stderr=subprocess.PIPE, text=True)
-if r.returncode != 0:
-    log(r.stderr[-4000:])
-    sys.exit(f"cuda_kernels failed with {r.returncode}")
-ours = json.load(open(ours_file))
+ours = run_points(args.bench, points, "cuda_kernels_raw.json", warmup=5, reps=25)
 
 # PyTorch on the same shapes, same inputs distribution (uniform, unit variance), default backend.
 dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch_ms = {}
-for p in ours:
-    key = (p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["d"], p["dtype"], p["mask"])
-    if key in torch_ms:
-        continue
-    b, hq, hkv, sq, sk, d, dname, mask = key
+for shape in unique_keys(ours):
+    b, hq, hkv, sq, sk, d, dname, mask = shape
     g = torch.Generator(device="cuda").manual_seed(0)
     mk = lambda h, s: ((torch.rand(b, h, s, d, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5).to(dt[dname])
     q, k, v = mk(hq, sq), mk(hkv, sk), mk(hkv, sk)
@@ -105,13 +93,12 @@ for p in ours:
             del ref
     except Exception as e:  # noqa: BLE001 - record and go on
         ms, kern, err = None, repr(e)[:80], None
-    torch_ms[key] = (ms, kern, err)
+    torch_ms[shape] = (ms, kern, err)
     del q, k, v
     torch.cuda.empty_cache()
 
 for p in ours:
-    key = (p["b"], p["hq"], p["hkv"], p["sq"], p["sk"], p["d"], p["dtype"], p["mask"])
-    ms, kern, err = torch_ms[key]
+    ms, kern, err = torch_ms[key(p)]
     p["torch_ms"] = ms
     p["torch_rel_err"] = err
     p["torch_kernels"] = kern

@@ -23,17 +23,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
-import flush_timing
-from flush_timing import FLUSH, FLUSHES
+import sdpa_dev
+from sdpa_dev import FLUSHES, bench, kv_bytes, log, run_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -46,21 +43,15 @@ args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
 
-def log(*a):
-    print(*a, flush=True)
+FLUSH = {fl: sdpa_dev.flush(fl) for fl in FLUSHES}
 
 
 def time_events(fn, flush):
-    return flush_timing.time_events(fn, flush, reps=args.reps, warmup=args.warmup)
+    return sdpa_dev.time_events(fn, flush, reps=args.reps, warmup=args.warmup)
 
 
 def pt(tag, b, hq, hkv, sk):
-    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=1, sk=sk, d=128, dtype="bf16", mask="none", kernel="auto",
-                f32_math="exact")
-
-
-def kv_bytes(p):
-    return 2 * p["b"] * p["hkv"] * p["sk"] * p["d"] * 2
+    return sdpa_dev.point(tag, b, hq, hkv, 1, sk, 128, "bf16", False, "auto")
 
 
 shapes = [pt("decode", 8, 32, 32, 4096), pt("decode", 1, 32, 8, 32768)]
@@ -68,17 +59,8 @@ sweep = [pt("sweep", 1, 32, 8, sk) for sk in [8192, 16384, 32768, 65536, 131072]
 
 
 def run_ours(points, flush, env_extra, binary=None):
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(points, f)
-        pfile = f.name
-    out = os.path.join(tempfile.gettempdir(), f"ours_{flush}.json")
-    env = dict(os.environ, **env_extra)
-    r = subprocess.run([binary or args.bench, "--points", pfile, "--out", out, "--warmup", str(args.warmup), "--reps",
-                        str(args.reps), "--flush", flush], stderr=subprocess.PIPE, text=True, env=env)
-    if r.returncode != 0:
-        log(r.stderr[-4000:])
-        sys.exit(f"cuda_kernels failed with {r.returncode}")
-    return json.load(open(out))
+    return run_points(binary or args.bench, points, f"ours_{flush}.json", args.warmup, args.reps, flush=flush,
+                      env=env_extra)
 
 
 res = dict(env=dict(torch=torch.__version__, name=torch.cuda.get_device_name(), argv=sys.argv,
@@ -101,8 +83,7 @@ x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
 y = torch.empty_like(x)
 for fl in FLUSHES:
     res["ceilings"][f"copy_1GiB_{fl}_GBps"] = 2 * x.numel() / time_events(lambda: y.copy_(x), FLUSH[fl]) / 1e6
-res["ceilings"]["copy_1GiB_do_bench_GBps"] = 2 * x.numel() / do_bench(lambda: y.copy_(x), warmup=25, rep=200,
-                                                                       return_mode="median") / 1e6
+res["ceilings"]["copy_1GiB_do_bench_GBps"] = 2 * x.numel() / bench(lambda: y.copy_(x), warmup=25, rep=200) / 1e6
 del x, y
 torch.cuda.empty_cache()
 log("CEILINGS", json.dumps(res["ceilings"]))
@@ -124,9 +105,9 @@ def torch_side(p):
             out[f"flash_{fl}_ms"] = time_events(sdpa, FLUSH[fl])
         out[f"copy_same_{fl}_ms"] = time_events(lambda: kv2.copy_(kv), FLUSH[fl])
         out[f"read_same_{fl}_ms"] = time_events(lambda: kv.sum(dtype=torch.float32), FLUSH[fl])
-    out["cudnn_do_bench_ms"] = do_bench(sdpa, warmup=10, rep=50, return_mode="median")
+    out["cudnn_do_bench_ms"] = bench(sdpa)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        out["flash_do_bench_ms"] = do_bench(sdpa, warmup=10, rep=50, return_mode="median")
+        out["flash_do_bench_ms"] = bench(sdpa)
     del q, k, v, kv, kv2
     torch.cuda.empty_cache()
     return out

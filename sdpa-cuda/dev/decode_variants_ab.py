@@ -8,9 +8,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
+
+from sdpa_dev import point, run_points, write_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("variants", nargs="+", help="name=path of a cuda_kernels binary")
@@ -19,21 +19,17 @@ ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 variants = [v.split("=", 1) for v in args.variants]
-points = [dict(tag="decode", b=b, hq=hq, hkv=hkv, sq=1, sk=sk, d=128, dtype="bf16", mask="none", kernel="auto",
-               f32_math="exact") for b, hq, hkv, sk in [(8, 32, 32, 4096), (1, 32, 8, 32768)]]
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
+points = [point("decode", b, hq, hkv, 1, sk, 128, "bf16", False, "auto")
+          for b, hq, hkv, sk in [(8, 32, 32, 4096), (1, 32, 8, 32768)]]
+pfile = write_points(points)
 times = {}
 for rnd in range(args.rounds):
     for fl in ["clean", "dirty"]:
         for name, path in variants:
-            out = os.path.join(tempfile.gettempdir(), f"ab_{name}.json")
-            r = subprocess.run([path, "--points", pfile, "--out", out, "--warmup", "10", "--reps", "100", "--flush", fl],
-                               stderr=subprocess.PIPE, text=True)
-            if r.returncode != 0:
-                sys.exit(f"{name}: {r.stderr[-2000:]}")
-            for rec in json.load(open(out)):
+            recs = run_points(path, pfile, f"ab_{name}.json", 10, 100, flush=fl, on_error="none")
+            if recs is None:
+                sys.exit(f"{name}: {path} failed")
+            for rec in recs:
                 assert rec.get("check_pass"), rec
                 times.setdefault((name, fl, rec["b"]), []).append(rec["median_ms"] * 1e3)
 json.dump({f"{k[0]} {k[1]} B={k[2]}": v for k, v in times.items()}, open(os.path.join(args.out, "decode_variants_ab.json"), "w"), indent=1)

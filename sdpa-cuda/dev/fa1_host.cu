@@ -6,7 +6,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o fa1dev.so fa1_host.cu
 #define FA1_NO_ENTRIES
 #include "../kernels/fa1.cu"
-#include <cuda_runtime.h>
+#include "dev_host.cuh"
 
 template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR, int TX>
 __global__ void __launch_bounds__(16 * TX, MINB) tiled_dev(const AttnParams p) {
@@ -19,27 +19,18 @@ __global__ void __launch_bounds__(FA1_THREADS) fixed_dev(const AttnParams p) {
 
 template <typename T, int HD, int TM, bool ALIAS, int MINB, int UNR, int TX>
 int launch_tiled(const AttnParams& p, cudaStream_t st) {
-    const int smem = Fa1Tiled<HD, TM, ALIAS, TX>::SMEM_FLOATS * 4;
-    auto k = tiled_dev<T, HD, TM, ALIAS, MINB, UNR, TX>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
     const int bq = 16 * TM;
-    k<<<((p.sq + bq - 1) / bq) * p.b * p.hq, 16 * TX, smem, st>>>(p);
-    return (int)cudaGetLastError();
+    return launch_dyn(tiled_dev<T, HD, TM, ALIAS, MINB, UNR, TX>, ((p.sq + bq - 1) / bq) * p.b * p.hq, 16 * TX,
+                      Fa1Tiled<HD, TM, ALIAS, TX>::SMEM_FLOATS * 4, st, p);
 }
 
 template <typename T, int HD>
 int launch_fixed(const AttnParams& p, cudaStream_t st) {
     const bool alias = HD * FA1_LDK >= FA1_BK * FA1_LDQ;
     const int smem = 4 * (HD * FA1_LDQ + HD * FA1_LDK + FA1_BK * HD + (alias ? 0 : FA1_BK * FA1_LDQ));
-    auto k = fixed_dev<T, HD>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
-    k<<<((p.sq + FA1_BQ - 1) / FA1_BQ) * p.b * p.hq, FA1_THREADS, smem, st>>>(p);
-    return (int)cudaGetLastError();
+    return launch_dyn(fixed_dev<T, HD>, ((p.sq + FA1_BQ - 1) / FA1_BQ) * p.b * p.hq, FA1_THREADS, smem, st, p);
 }
 
-typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
     int kind;  // 0 tiled (shipped choice), 1 plain fixed, 2 tiled alternative
     int dt;    // 0 f32, 1 f16, 2 bf16
@@ -69,14 +60,4 @@ static const Entry ENTRIES[] = {
     FIXED(0, float, 64) FIXED(0, float, 128)
 };
 
-extern "C" int fa1dev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void fa1dev_entry(int i, int* out8) {
-    const Entry& e = ENTRIES[i];
-    int v[8] = {e.kind, e.dt, e.d, e.tm, e.alias, e.minb, e.unr, e.tx};
-    for (int j = 0; j < 8; ++j) out8[j] = v[j];
-}
-extern "C" int fa1dev_launch(int i, const AttnParams* p, void* stream) {
-    if (i < 0 || i >= fa1dev_count()) return -1;
-    return ENTRIES[i].fn(*p, (cudaStream_t)stream);
-}
-extern "C" int fa1dev_params_size() { return (int)sizeof(AttnParams); }
+DEV_HOST_EXPORTS(fa1dev, 8)

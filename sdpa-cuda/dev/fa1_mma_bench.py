@@ -10,8 +10,9 @@ Writes fa1_mma_bench_<LABEL>.json (the cuda_kernels records) under --out and pri
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+from sdpa_dev import point, run_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -30,18 +31,15 @@ for d in (64, 128):
     for s in map(int, args.seqs.split(",")):
         for mask in ("none", "causal"):
             for k in kernels:
-                points.append(dict(tag="fa1_vs_unfused", b=16384 // s, hq=2048 // d, hkv=2048 // d, sq=s, sk=s, d=d,
-                                   dtype="bf16", mask=mask, kernel=k, f32_math="exact"))
+                points.append(point("fa1_vs_unfused", 16384 // s, 2048 // d, 2048 // d, s, s, d, "bf16",
+                                    mask == "causal", k))
 pts = os.path.join(args.out, f"points_{args.label}.json")
 rec_path = os.path.join(args.out, f"fa1_mma_bench_{args.label}.json")
 with open(pts, "w") as f:
     json.dump(points, f)
-r = subprocess.run([args.bench, "--points", pts, "--out", rec_path, "--reps", args.reps, "--warmup", args.warmup],
-                   capture_output=True, text=True)
-if r.returncode != 0:
-    print(r.stderr[-3000:])
-    sys.exit(r.returncode)
-recs = json.load(open(rec_path))
+recs = run_points(args.bench, pts, rec_path, args.warmup, args.reps, on_error="none")
+if recs is None:
+    sys.exit(1)
 by = {}
 for rec in recs:
     key = (rec["d"], rec["sq"], rec["mask"])

@@ -5,13 +5,8 @@
 # limit; a short summary last. Output under $OUT: run.log and fa1_mma_bench_<SET>.json.
 #   OUT=... SETS="A B" TEST_FILTER=fa1 SAN_SETS=A BENCH_KERNELS="unfused,fa1,fa2" sdpa-cuda/dev/fa1_mma_run.sh
 set -uo pipefail
-C=target-fa1/carry
-OUT="${OUT:-/tmp/fa1-out}"
-SETS="${SETS:-$(ls "$C")}"
-mkdir -p "$OUT"
-export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
-LOG="$OUT/run.log"
-summary=()
+source "$(dirname "$0")/fa1_common.sh"
+run_setup
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > "$LOG" 2>&1
 first=1
 for set in $SETS; do
@@ -28,15 +23,6 @@ for set in $SETS; do
   summary+=("bench $set rc=$rc $(($(date +%s) - s))s: $(tail -1 /tmp/b.log)")
   first=0
 done
-for set in ${SAN_SETS:-}; do
-  export SDPA_CUDA_CACHE=/tmp/sdpa-cache-$set
-  for tool in memcheck racecheck; do
-    s=$(date +%s); echo "== $tool $set" >> "$LOG"
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 "$C/$set/gpu_kernels" fa1_small_shapes_for_the_sanitizer \
-      --exact --test-threads 1 > /tmp/san.log 2>&1; rc=$?
-    cat /tmp/san.log >> "$LOG"
-    summary+=("$tool $set rc=$rc $(($(date +%s) - s))s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' /tmp/san.log | tr '\n' ' ')")
-  done
-done
+for set in ${SAN_SETS:-}; do sanitize_set "$set" 150; done
 grep -E "cases,|FAILED|panicked|^(A|B|C|D|E)[0-9]*: D=|failed:" "$LOG" | head -60
 echo "== summary"; printf '%s\n' "${summary[@]}"

@@ -7,15 +7,10 @@
 #   OUT=... SETS="A B" [SAN_SETS="A"] sdpa-cuda/dev/fa1_run.sh [tests] [harness] [rust] [sanitize]   (none: all)
 # Output under $OUT: run.log (everything), nvcc.log, fa1dev.json, fa1_rust_bench_<SET>.json.
 set -uo pipefail
-C=target-fa1/carry
-OUT="${OUT:-/tmp/fa1-out}"
-SETS="${SETS:-$(ls "$C")}"
-mkdir -p "$OUT"
-export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
+source "$(dirname "$0")/fa1_common.sh"
+run_setup
 stages="${*:-tests harness rust sanitize}"
 want() { [[ " $stages " == *" $1 "* ]]; }
-summary=()
-LOG="$OUT/run.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; nvcc --version | tail -1; } > "$LOG" 2>&1
 if want harness; then
   (cd sdpa-cuda/dev && nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -Xptxas -v \
@@ -50,15 +45,6 @@ if want rust; then
   done
 fi
 if want sanitize; then
-  for set in ${SAN_SETS:-$SETS}; do
-    export SDPA_CUDA_CACHE=/tmp/sdpa-cache-$set
-    for tool in memcheck racecheck; do
-      s=$(date +%s); echo "== $tool $set" >> "$LOG"
-      timeout 120 compute-sanitizer --tool $tool --error-exitcode 3 "$C/$set/gpu_kernels" fa1_small_shapes_for_the_sanitizer \
-        --exact --test-threads 1 > /tmp/san.log 2>&1; rc=$?
-      cat /tmp/san.log >> "$LOG"
-      summary+=("$tool $set rc=$rc $(($(date +%s) - s))s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' /tmp/san.log | tr '\n' ' ')")
-    done
-  done
+  for set in ${SAN_SETS:-$SETS}; do sanitize_set "$set" 120; done
 fi
 echo "== summary"; printf '%s\n' "${summary[@]}"

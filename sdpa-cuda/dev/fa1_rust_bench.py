@@ -9,13 +9,11 @@ Writes fa1_rust_bench[_LABEL].json (records with torch_ms, torch_rel_err, speedu
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
+
+from sdpa_dev import bench, cuda_kernel_names, exact_f32, f64_err, point, run_points, uniform
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -27,8 +25,7 @@ os.makedirs(args.out, exist_ok=True)
 
 
 def pt(tag, b, h, s, d, dtype, causal):
-    return dict(tag=tag, b=b, hq=h, hkv=h, sq=s, sk=s, d=d, dtype=dtype, mask="causal" if causal else "none",
-                kernel="fa1", f32_math="exact")
+    return point(tag, b, h, h, s, s, d, dtype, causal, "fa1")
 
 
 points = []
@@ -42,39 +39,23 @@ for d in (64, 128):
             points.append(pt("bf16", 16384 // s, 2048 // d, s, d, "bf16", causal))
 points.append(dict(pt("gqa_f32", 1, 32, 4096, 128, "f32", True), hkv=8))
 
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-raw = os.path.join(tempfile.gettempdir(), "fa1_rust_raw.json")
-r = subprocess.run([args.bench, "--points", f.name, "--out", raw, "--warmup", "5", "--reps", args.reps],
-                   stderr=subprocess.PIPE, text=True)
-if r.returncode != 0:
-    print(r.stderr[-4000:])
-    sys.exit(f"cuda_kernels failed with {r.returncode}")
-ours = json.load(open(raw))
+ours = run_points(args.bench, points, "fa1_rust_raw.json", warmup=5, reps=args.reps)
 
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+exact_f32()
 for p in ours:
     if p["dtype"] != "f32":
         continue
     b, hq, hkv, s, d = p["b"], p["hq"], p["hkv"], p["sq"], p["d"]
     g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda h: ((torch.rand(b, h, s, d, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5)
-    q, k, v = mk(hq), mk(hkv), mk(hkv)
+    q, k, v = (uniform((b, h, s, d), "f32", g) for h in (hq, hkv, hkv))
     causal = p["mask"] == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
-    p["torch_ms"] = do_bench(fn, warmup=25, rep=100, return_mode="median")
-    ref = F.scaled_dot_product_attention(q[:1].double(), k[:1].double(), v[:1].double(), is_causal=causal,
-                                         enable_gqa=hq != hkv)
-    p["torch_rel_err"] = ((fn()[:1].double() - ref).norm() / ref.norm()).item()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    p["torch_kernels"] = sorted({e.name[:50] for e in prof.events()
-                                 if e.device_type == torch.autograd.DeviceType.CUDA})[:2]
+    p["torch_ms"] = bench(fn, warmup=25, rep=100)
+    p["torch_rel_err"] = f64_err(fn, q, k, v, causal)
+    p["torch_kernels"] = cuda_kernel_names(fn)
     p["speedup"] = p["torch_ms"] / p["median_ms"] if p.get("median_ms") else None
     p["torch_version"] = torch.__version__
-    del q, k, v, ref
+    del q, k, v
     torch.cuda.empty_cache()
 
 json.dump(dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, device=torch.cuda.get_device_name(0)),

@@ -10,52 +10,26 @@ run, plus the copy-bandwidth and bf16 GEMM ceilings.
 
 Writes fa2dev.json (every check and timing) to --out ($OUT by default) and prints short tables.
 """
-import argparse
-import ctypes
 import json
-import math
 import os
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
-LOG2E = 1.4426950408889634
-DT = {"f16": torch.float16, "bf16": torch.bfloat16}
-TOL = {"f16": 2e-3, "bf16": 1.6e-2}  # sdpa_core::check::tolerance
+from sdpa_dev import (TOLERANCE, DevLib, MASK_KIND, Problem, bench, copy_gbps, cost, env_info, flush, gemm_tflops,
+                      harness_parser, log, lse_err, rel_err, save, time_events)
 
 
-class Params(ctypes.Structure):
-    """Mirror of AttnParams (kernels/common.cuh, src/params.rs)."""
-    _fields_ = [(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "mask", "lse", "workspace")] + [
-        (n, ctypes.c_longlong * 3) for n in ("q_stride", "k_stride", "v_stride", "o_stride")
-    ] + [("mask_stride", ctypes.c_longlong * 4)] + [
-        (n, ctypes.c_int) for n in ("b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind", "causal_offset")
-    ] + [("scale", ctypes.c_float), ("scale_log2", ctypes.c_float), ("num_splits", ctypes.c_int),
-         ("extra", ctypes.c_int)]
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-class Lib:
+class Lib(DevLib):
     def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        assert self.lib.fa2dev_params_size() == ctypes.sizeof(Params), "Params layout mismatch"
+        super().__init__(path, "fa2dev", 8)
         self.entries = []
-        buf = (ctypes.c_int * 8)()
-        for i in range(self.lib.fa2dev_count()):
-            self.lib.fa2dev_entry(i, buf)
-            kind, dt, d, a, b, c, e, mask = list(buf)
+        for i, (kind, dt, d, a, b, c, e, mask) in enumerate(self.rows):
             # fa2: a, b, c, e = BM, BN, warps, K/V stages; splitkv: a, b, c, e = warps, stages, keys per
-            # step, bulk copies (1) or cp.async (0); splitkv_v1: last session's kernel + combine pass.
-            self.entries.append(dict(i=i, kind=("fa2", "splitkv", "splitkv_v1")[kind], dt=("f16", "bf16")[dt], d=d,
+            # step, bulk copies (1) or cp.async (0) | interleaved warps (2).
+            self.entries.append(dict(i=i, kind=("fa2", "splitkv")[kind], dt=("f16", "bf16")[dt], d=d,
                                      a=a, b=b, c=c, e=e, mask=mask, cfg=(a, b, c, e)))
-        self.lib.fa2dev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
 
     def find(self, kind, dt, d, mask, cfg=None):
         for e in self.entries:
@@ -75,114 +49,35 @@ class Lib:
 
     @staticmethod
     def smem(e):
-        if e["kind"].startswith("splitkv"):
+        if e["kind"] == "splitkv":
             return (16 + 2 * e["b"] * e["c"]) * (e["d"] + 8) * 2 * e["a"] + 8 * e["a"] * e["b"]
         return (e["a"] + 2 * e["e"] * e["b"]) * (e["d"] + 8) * 2
 
 
 def mask_code(kind):
-    return {"none": 0, "causal": 1, "causal-br": 1, "bool": 2, "additive": 2}[kind]
+    return MASK_KIND[kind]
 
 
-class Problem:
-    """One attention call's tensors (logical BHSD views over BHSD or BSHD storage)."""
-
-    def __init__(self, B, Hq, Hkv, Sq, Sk, D, dt, layout="bhsd", mask="none", mask_dims=None, seed=0):
-        g = torch.Generator(device="cuda").manual_seed(seed)
-        tdt = DT[dt]
-
-        def mk(H, S):
-            if layout == "bhsd":
-                return torch.randn(B, H, S, D, device="cuda", generator=g).to(tdt)
-            return torch.randn(B, S, H, D, device="cuda", generator=g).to(tdt).transpose(1, 2)
-
-        self.q, self.k, self.v = mk(Hq, Sq), mk(Hkv, Sk), mk(Hkv, Sk)
-        self.o = mk(Hq, Sq)
-        self.B, self.Hq, self.Hkv, self.Sq, self.Sk, self.D, self.dt = B, Hq, Hkv, Sq, Sk, D, dt
-        self.layout, self.mask_kind = layout, mask
-        self.scale = 1.0 / math.sqrt(D)
-        self.lse = torch.empty(B, Hq, Sq, device="cuda", dtype=torch.float32)
-        self.add = None
-        if mask in ("bool", "additive"):
-            dims = mask_dims or (B, Hq, Sq, Sk)
-            if mask == "bool":
-                keep = torch.rand(dims, device="cuda", generator=g) < 0.8
-                self.add = torch.where(keep, 0.0, float("-inf")).float()
-            else:
-                vals = torch.rand(dims, device="cuda", generator=g) * 4 - 2
-                drop = torch.rand(dims, device="cuda", generator=g) < 0.1
-                self.add = torch.where(drop, float("-inf"), vals).float().contiguous()
-        self.off = {"causal": 0, "causal-br": Sk - Sq}.get(mask, 0)
-
-    def params(self, lse=True, workspace=None, n_splits=1, kps=0):
-        p = Params()
-        p.q, p.k, p.v, p.o = self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.o.data_ptr()
-        p.lse = self.lse.data_ptr() if lse else None
-        p.mask = self.add.data_ptr() if self.add is not None else None
-        p.workspace = workspace.data_ptr() if workspace is not None else None
-        for name, t in (("q", self.q), ("k", self.k), ("v", self.v), ("o", self.o)):
-            sb, sh, ss, sd = t.stride()
-            assert sd == 1
-            setattr(p, f"{name}_stride", (ctypes.c_longlong * 3)(sb, sh, ss))
-        if self.add is not None:
-            st = [0 if n == 1 else s for n, s in zip(self.add.shape, self.add.stride())]
-            p.mask_stride = (ctypes.c_longlong * 4)(*st)
-        p.b, p.hq, p.hkv, p.sq, p.sk = self.B, self.Hq, self.Hkv, self.Sq, self.Sk
-        p.group = self.Hq // self.Hkv
-        p.d = p.dv = self.D
-        p.mask_kind = mask_code(self.mask_kind)
-        p.causal_offset = self.off
-        p.num_splits, p.extra = n_splits, kps
-        p.scale = self.scale
-        p.scale_log2 = self.scale * LOG2E
-        return p
-
-    def reference(self):
-        G = self.Hq // self.Hkv
-        q = self.q.double()
-        k = self.k.double().repeat_interleave(G, 1)
-        v = self.v.double().repeat_interleave(G, 1)
-        s = q @ k.transpose(-1, -2) * self.scale
-        if self.mask_kind in ("causal", "causal-br"):
-            i = torch.arange(self.Sq, device="cuda")[:, None]
-            j = torch.arange(self.Sk, device="cuda")[None, :]
-            s = s.masked_fill(j > i + self.off, float("-inf"))
-        if self.add is not None:
-            s = s + self.add.double()
-        m = s.amax(-1, keepdim=True)
-        m0 = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
-        p = torch.exp(s - m0)
-        l = p.sum(-1, keepdim=True)
-        o = torch.where(l > 0, (p @ v) / l, torch.zeros_like(l))
-        lse = torch.where(l > 0, m + torch.log(l), torch.full_like(l, float("-inf")))
-        return o, lse.squeeze(-1)
-
-    def torch_math(self):
-        """PyTorch's unfused math path in the same dtype: the 'unfused kernel' error yardstick."""
-        attn = None
-        if self.add is not None:
-            attn = self.add.to(self.q.dtype)
-        with sdpa_kernel([SDPBackend.MATH]):
-            return F.scaled_dot_product_attention(self.q, self.k, self.v, attn_mask=attn,
-                                                  is_causal=self.mask_kind == "causal",
-                                                  enable_gqa=self.Hq != self.Hkv)
+def torch_math(pr):
+    """PyTorch's unfused math path in the same dtype: the 'unfused kernel' error yardstick."""
+    attn = None
+    if pr.add is not None:
+        attn = pr.add.to(pr.q.dtype)
+    with sdpa_kernel([SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(pr.q, pr.k, pr.v, attn_mask=attn, is_causal=pr.mask == "causal",
+                                              enable_gqa=pr.Hq != pr.Hkv)
 
 
 class Runner:
     def __init__(self, lib):
         self.lib = lib
-        self.stream = torch.cuda.current_stream().cuda_stream
 
     def fa2(self, pr, entry, lse=True):
-        p = pr.params(lse=lse)
-        rc = self.lib.lib.fa2dev_launch(entry["i"], ctypes.byref(p), ctypes.c_void_p(self.stream))
-        if rc != 0:
-            raise RuntimeError(f"launch failed rc={rc} {entry}")
+        self.lib.launch(entry["i"], pr.params(lse=lse), entry)
 
     def splits_for(self, pr, entry, sms=132, waves=1, min_keys=256):
         """src/splitkv.rs `plan_splits`: as many blocks per unit as fit in the resident block slots (x waves),
-        at least `min_keys` keys per split; splits divide the keys evenly (the kernel ignores kps, which
-        only last session's v1 kernel reads)."""
+        at least `min_keys` keys per split; splits divide the keys evenly (the kernel ignores kps)."""
         G = pr.Hq // pr.Hkv
         nw = entry["a"]
         units = pr.B * pr.Hkv * ((G * pr.Sq + 15) // 16)
@@ -190,42 +85,20 @@ class Runner:
         bpu = max(1, int(sms * per_sm * waves) // units)
         n = max(1, min(bpu * nw, -(-pr.Sk // min_keys)))
         kps = -(-(-(-pr.Sk // n)) // 32) * 32
-        if entry["kind"] == "splitkv_v1":
-            n = -(-pr.Sk // kps)
         return n, kps
 
     def splitkv(self, pr, entry, n_splits=None, kps=None, lse=True, ws=None):
         if n_splits is None:
             n_splits, kps = self.splits_for(pr, entry)
         rows = pr.B * pr.Hq * pr.Sq
-        if entry["kind"] == "splitkv_v1":  # partial LSEs, then partial outputs, per warp split
-            need = (rows * n_splits + 3) // 4 * 4 + rows * n_splits * pr.D
-        else:  # per block: partial LSEs, partial outputs, then a counter per (batch, row tile)
-            nblk = -(-n_splits // entry["a"])
-            units = pr.B * pr.Hkv * ((pr.Hq // pr.Hkv * pr.Sq + 15) // 16)
-            need = (rows * nblk + 3) // 4 * 4 + rows * nblk * pr.D + units
+        # per block: partial LSEs, partial outputs, then a counter per (batch, row tile)
+        nblk = -(-n_splits // entry["a"])
+        units = pr.B * pr.Hkv * ((pr.Hq // pr.Hkv * pr.Sq + 15) // 16)
+        need = (rows * nblk + 3) // 4 * 4 + rows * nblk * pr.D + units
         if ws is None or ws.numel() < need:
             ws = torch.empty(need, device="cuda", dtype=torch.float32)
-        p = pr.params(lse=lse, workspace=ws, n_splits=n_splits, kps=kps)
-        rc = self.lib.lib.fa2dev_launch(entry["i"], ctypes.byref(p), ctypes.c_void_p(self.stream))
-        if rc != 0:
-            raise RuntimeError(f"launch failed rc={rc} {entry}")
+        self.lib.launch(entry["i"], pr.params(lse=lse, workspace=ws, num_splits=n_splits, extra=kps), entry)
         return ws
-
-
-def rel_err(got, want):
-    got, want = got.double(), want.double()
-    nan_mismatch = int((torch.isnan(got) != torch.isnan(want)).sum())
-    ok = ~torch.isnan(want) & ~torch.isnan(got)
-    d = (got - want)[ok]
-    return float(d.norm() / want[ok].norm().clamp_min(1e-300)), nan_mismatch
-
-
-def lse_err(got, want):
-    fin = torch.isfinite(want)
-    bad = int(((~fin) & (got != want)).sum())
-    e = float((got.double() - want)[fin].abs().max()) if fin.any() else 0.0
-    return e, bad
 
 
 def run_checks(lib, res, args):
@@ -249,7 +122,7 @@ def run_checks(lib, res, args):
         ref_o, ref_lse = pr.reference()
         math_err = None
         if mask != "causal-br":
-            math_err, _ = rel_err(pr.torch_math(), ref_o)
+            math_err, _ = rel_err(torch_math(pr), ref_o)
         for kind in args.kinds.split(","):
             for e in lib.configs(kind, dt, D, mask_code(mask)):
                 pr.o.fill_(float("nan")); pr.lse.fill_(float("nan"))
@@ -260,7 +133,7 @@ def run_checks(lib, res, args):
                 torch.cuda.synchronize()
                 err, nanbad = rel_err(pr.o, ref_o)
                 le, lbad = lse_err(pr.lse, ref_lse)
-                ok = err <= TOL[dt] and nanbad == 0 and lbad == 0 and le <= 1e-3 + TOL[dt] * float(
+                ok = err <= TOLERANCE[dt] and nanbad == 0 and lbad == 0 and le <= 1e-3 + TOLERANCE[dt] * float(
                     ref_lse[torch.isfinite(ref_lse)].abs().max() if torch.isfinite(ref_lse).any() else 0)
                 if math_err is not None and err > 2 * max(math_err, 1e-4):
                     ok = False
@@ -284,13 +157,14 @@ def run_checks(lib, res, args):
         log(f"  {k[0]:8} {k[1]:5} max rel_err {w[0]:.2e}  max err/torch-math-err {w[1]:.2f}")
 
 
+def problem_bytes(pr):
+    """The call's minimal bytes (Q, K, V read and O written once at the dtype's size), sdpa-core's cost model."""
+    shape = dict(b=pr.B, hq=pr.Hq, hkv=pr.Hkv, sq=pr.Sq, sk=pr.Sk, d=pr.D)
+    return int(cost(shape, pr.mask, pr.dt)[1])
+
+
 def flops(B, Hq, Sq, Sk, D, causal):
-    f = 4 * B * Hq * Sq * Sk * D
-    return f / 2 if causal and Sq == Sk else f
-
-
-def bench(fn):
-    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+    return cost(dict(b=B, hq=Hq, hkv=Hq, sq=Sq, sk=Sk, d=D), "causal" if causal else "none", "bf16")[0]
 
 
 def torch_time(pr, backend, causal):
@@ -307,18 +181,8 @@ def torch_time(pr, backend, causal):
 
 
 def ceilings(res):
-    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = bench(lambda: y.copy_(x))
-    res["ceilings"]["d2d_GBps"] = 2 * x.numel() / ms / 1e6
-    del x, y
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = bench(lambda: a @ b)
-    res["ceilings"]["gemm_bf16_TFLOPs"] = 2 * n**3 / ms / 1e9
-    del a, b
-    torch.cuda.empty_cache()
+    res["ceilings"]["d2d_GBps"] = copy_gbps()
+    res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
     log("CEILINGS", json.dumps(res["ceilings"]))
 
 
@@ -382,36 +246,24 @@ def run_extra(lib, res, args):
                 torch.cuda.empty_cache()
 
 
-def time_flushed(fn, flush, reps=50, warmup=10):
-    """Median of event-timed calls, `flush()` before each (outside the events)."""
-    for _ in range(warmup):
-        flush(); fn()
-    ts = []
-    for _ in range(reps):
-        flush()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); fn(); b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+def time_flushed(fn, flush_fn):
+    """Median of event-timed calls, `flush_fn()` before each (outside the events), synchronized after each."""
+    return time_events(fn, flush_fn, reps=50, warmup=10, queue_ahead=False)
 
 
 def run_decode(lib, res, args):
     r = Runner(lib)
-    flush_buf = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    read_buf = torch.ones(64 * 2**20, dtype=torch.float32, device="cuda")  # 256 MB
     # do_bench's flush writes 256 MB, leaving L2 full of dirty lines that the timed call writes back;
     # reading 256 MB leaves it full of clean ones.
-    flushes = {"write": lambda: flush_buf.zero_(), "read": lambda: read_buf.sum()}
+    flushes = {"write": flush("dirty"), "read": flush("clean")}
     for (B, Hq, Hkv, Sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
         D, dt = 128, "bf16"
         pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
-        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        nbytes = problem_bytes(pr)
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         row = dict(tag="decode", B=B, Hq=Hq, Hkv=Hkv, Sk=Sk, D=D, dt=dt, bytes=nbytes, ours={})
-        entries = lib.configs("splitkv", dt, D, 0) + lib.configs("splitkv_v1", dt, D, 0)
+        entries = lib.configs("splitkv", dt, D, 0)
         for e in entries:
             for waves in [float(w) for w in args.waves.split(",")]:
                 n, kps = r.splits_for(pr, e, waves=waves)
@@ -425,8 +277,8 @@ def run_decode(lib, res, args):
                 row["ours"][key] = dict(ms=ms, GBps=nbytes / ms / 1e6, err_vs_flash=err, nan=nb, entry=e, splits=(n, kps))
         row["flash"] = torch_time(pr, SDPBackend.FLASH_ATTENTION, False)
         row["cudnn"] = torch_time(pr, None, False)
-        best = min(((k, v) for k, v in row["ours"].items() if v["entry"]["kind"] == "splitkv" and v["err_vs_flash"] < 1e-2
-                    and v["nan"] == 0), key=lambda kv: kv[1]["ms"])
+        best = min(((k, v) for k, v in row["ours"].items() if v["err_vs_flash"] < 1e-2 and v["nan"] == 0),
+                   key=lambda kv: kv[1]["ms"])
         row["best_cfg"], row["best_ms"] = best
         e = best[1]["entry"]
         n, kps = best[1]["splits"]
@@ -462,8 +314,7 @@ def run_decode_ab(lib, res, args):
     tiny shapes; ours and PyTorch's timed the same way (do_bench: 256 MB write flush, median), plus ours
     and cuDNN after a read flush (clean L2)."""
     r = Runner(lib)
-    read_buf = torch.ones(64 * 2**20, dtype=torch.float32, device="cuda")
-    read_flush = lambda: read_buf.sum()
+    read_flush = flush("clean")
     plans = {
         (8, 32, 32, 4096): [((4, 2, 32, 0), 4), ((4, 2, 32, 2), 4), ((8, 2, 16, 0), 8), ((4, 2, 32, 0), 4)],
         (1, 32, 8, 32768): [((4, 3, 32, 1), 64), ((4, 3, 32, 3), 64), ((8, 2, 16, 1), 128), ((4, 3, 32, 1), 60),
@@ -473,7 +324,7 @@ def run_decode_ab(lib, res, args):
     for (B, Hq, Hkv, Sk), variants in plans.items():
         D, dt = 128, "bf16"
         pr = Problem(B, Hq, Hkv, 1, Sk, D, dt, "bhsd", "none", seed=Sk)
-        nbytes = (pr.k.numel() + pr.v.numel() + pr.q.numel() + pr.o.numel()) * 2
+        nbytes = problem_bytes(pr)
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             want = F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
         sdpa = lambda: F.scaled_dot_product_attention(pr.q, pr.k, pr.v, enable_gqa=Hq != Hkv)
@@ -530,29 +381,22 @@ def run_ncu_target(lib, args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--bench", action="store_true")
+    ap = harness_parser()
     ap.add_argument("--decode", action="store_true")
     ap.add_argument("--decode-ab", action="store_true", help="split-KV variants at fixed splits, fa2 tiny tiles")
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--extra", action="store_true")
-    ap.add_argument("--kinds", default="fa2,splitkv", help="kernels to check: fa2, splitkv, splitkv_v1")
+    ap.add_argument("--kinds", default="fa2,splitkv", help="kernels to check: fa2, splitkv")
     ap.add_argument("--waves", default="2", help="split counts to time, in waves of resident warps")
     ap.add_argument("--ncu-target", action="store_true", help="one call per decoding shape, for ncu")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     lib = Lib(args.lib)
     if args.ncu_target:
         run_ncu_target(lib, args)
         return
-    p = torch.cuda.get_device_properties(0)
-    res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
-                        argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
-               ceilings={}, checks=[], bench=[], decode=[], extra=[])
+    res = dict(env=env_info(), ceilings={}, checks=[], bench=[], decode=[], extra=[])
     log("ENV", json.dumps(res["env"]))
     try:
         if args.check:
@@ -568,7 +412,7 @@ def main():
         if args.extra:
             run_extra(lib, res, args)
     finally:
-        json.dump(res, open(os.path.join(args.out, "fa2dev.json"), "w"), indent=1, default=str)
+        save(res, args.out, "fa2dev.json")
     if res["bench"]:
         for dt in ("bf16", "f16"):
             rows = [b for b in res["bench"] if b["dt"] == dt]

@@ -1,23 +1,18 @@
 // Standalone development harness for the fa2 and splitkv kernels: compiled with nvcc into a shared
 // library that dev/fa2_bench.py loads with ctypes and drives with torch tensors. It instantiates the same
 // device code as the Rust backend (kernels/fa2.cu, kernels/splitkv.cu) at several tile configurations, so
-// tile sizes can be chosen by measurement. Not part of the Rust build.
+// tile sizes can be chosen by measurement. Not part of the Rust build. (Until dd5fbb7 it also compiled the
+// previous split-KV kernel with its separate combine pass, dev/splitkv_v1.cuh, as entry kind 2.)
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I../kernels -shared -Xcompiler -fPIC -cudart static -o fa2dev.so fa2_host.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I../kernels -shared -Xcompiler -fPIC -cudart static \
+//        -o fa2dev.so fa2_host.cu   (--expt-relaxed-constexpr: splitkv.cu calls constexpr tile helpers on the device)
 //   (add -DFA2DEV_CONFIGS='"tune_configs.inc"' for the tuning candidates, '"decode_configs.inc"' for the
 //   split-KV kernels alone: every head dim, dtype and mask on both load paths, plus decoding variants)
 #define FA2_NO_ENTRIES
 #define SPLITKV_NO_ENTRIES
 #include "../kernels/fa2.cu"
-namespace v1 {
-#include "splitkv_v1.cuh"
-}
-#undef SPLITKV_ENTRY
-#undef SPLITKV_COMBINE_WARPS
-#undef SPLITKV_COMBINE_ENTRY
 #include "../kernels/splitkv.cu"
-#include <cstdio>
-#include <cuda_runtime.h>
+#include "dev_host.cuh"
 
 template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
 __global__ void __launch_bounds__(NW * 32, MINB) fa2_dev(const AttnParams p) {
@@ -27,13 +22,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) fa2_dev(const AttnParams p) {
 
 template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
 int launch_fa2(const AttnParams& p, cudaStream_t st) {
-    const int smem = Fa2Tile<D, BM, BN, NW, ST>::SMEM_ELEMS * 2;
-    auto k = fa2_dev<T, D, BM, BN, NW, ST, MINB, MASK>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
-    dim3 grid((p.sq + BM - 1) / BM, p.hq, p.b);
-    k<<<grid, NW * 32, smem, st>>>(p);
-    return (int)cudaGetLastError();
+    return launch_dyn(fa2_dev<T, D, BM, BN, NW, ST, MINB, MASK>, dim3((p.sq + BM - 1) / BM, p.hq, p.b), NW * 32,
+                      Fa2Tile<D, BM, BN, NW, ST>::SMEM_ELEMS * 2, st, p);
 }
 
 // The split-KV kernel (kernels/splitkv.cu, combine folded in) with the bulk-copy (sm_90) or cp.async path.
@@ -46,15 +36,10 @@ __global__ void __launch_bounds__(NW * 32) splitkv_dev(const AttnParams p) {
 }
 static int g_memset = 1;  // 0: skip zeroing the row-tile counters (they reset themselves after a call)
 extern "C" void fa2dev_set_memset(int on) { g_memset = on; }
-static int g_combine = 1;  // v1 only; 0: time the split kernel alone (the output is then incomplete)
-extern "C" void fa2dev_set_combine(int on) { g_combine = on; }
 
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int BULK>
 int launch_splitkv(const AttnParams& p, cudaStream_t st) {
     const int smem = SplitKvTile<D, STAGES, KS, (BULK & 1) ? SKV_BULK : SKV_CP_ASYNC>::smem_bytes(NW);
-    auto k = splitkv_dev<T, D, NW, STAGES, KS, MASK, BULK>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
     const int m_tiles = (p.group * p.sq + 15) / 16;
     const int nblk = (p.num_splits + NW - 1) / NW;
     dim3 grid(nblk, p.hkv * m_tiles, p.b);
@@ -62,42 +47,14 @@ int launch_splitkv(const AttnParams& p, cudaStream_t st) {
         // Counters after the partial LSEs and outputs (splitkv_counters in kernels/splitkv.cu).
         const long long rows = (long long)p.b * p.hq * p.sq;
         const long long off = (rows * nblk + 3) / 4 * 4 + rows * nblk * D;
-        e = cudaMemsetAsync(static_cast<float*>(p.workspace) + off, 0, sizeof(unsigned) * p.b * grid.y, st);
+        cudaError_t e = cudaMemsetAsync(static_cast<float*>(p.workspace) + off, 0, sizeof(unsigned) * p.b * grid.y, st);
         if (e != cudaSuccess) return (int)e;
     }
-    k<<<grid, NW * 32, smem, st>>>(p);
-    return (int)cudaGetLastError();
+    return launch_dyn(splitkv_dev<T, D, NW, STAGES, KS, MASK, BULK>, grid, NW * 32, smem, st, p);
 }
 
-// Last session's split kernel and separate combine pass (dev/splitkv_v1.cuh), for same-run comparison.
-template <typename T, int D, int NW, int STAGES, int KS, int MASK>
-__global__ void __launch_bounds__(NW * 32) splitkv_v1_dev(const AttnParams p) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    v1::splitkv_forward<T, D, NW, STAGES, KS, MASK>(p, reinterpret_cast<T*>(smem));
-}
-template <typename T, int D>
-__global__ void __launch_bounds__(256) combine_v1_dev(const AttnParams p) {
-    v1::splitkv_combine_row<T, D, 8>(p);
-}
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, int UNUSED>
-int launch_splitkv_v1(const AttnParams& p, cudaStream_t st) {
-    const int smem = v1::SplitKvTile<D, STAGES, KS>::WARP_ELEMS * 2 * NW;
-    auto k = splitkv_v1_dev<T, D, NW, STAGES, KS, MASK>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
-    const int m_tiles = (p.group * p.sq + 15) / 16;
-    dim3 grid((p.num_splits + NW - 1) / NW, p.hkv * m_tiles, p.b);
-    k<<<grid, NW * 32, smem, st>>>(p);
-    e = cudaGetLastError();
-    if (e != cudaSuccess || !g_combine) return (int)e;
-    const long long rows = (long long)p.b * p.hq * p.sq;
-    combine_v1_dev<T, D><<<(unsigned)rows, 256, 0, st>>>(p);
-    return (int)cudaGetLastError();
-}
-
-typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
-    int kind;  // 0 fa2, 1 splitkv, 2 splitkv v1 (last session's, separate combine)
+    int kind;  // 0 fa2, 1 splitkv
     int dt;    // 0 f16, 1 bf16
     int d, a, b, c, e, mask;  // fa2: BM, BN, NW, STAGES; splitkv: NW, STAGES, KS, bulk (1) | interleave (2)
     LaunchFn fn;
@@ -113,7 +70,6 @@ struct Entry {
         {1, DT, D, NW, ST, KS, BULK, 1, launch_splitkv<T, D, NW, ST, KS, 1, BULK>},
 #define SKV_CFG_ALL(DT, T, D, NW, ST, KS, BULK)                                                        \
     SKV_CFG(DT, T, D, NW, ST, KS, BULK){1, DT, D, NW, ST, KS, BULK, 2, launch_splitkv<T, D, NW, ST, KS, 2, BULK>},
-#define SKV_V1_CFG(DT, T, D, NW, ST, KS) {2, DT, D, NW, ST, KS, 0, 0, launch_splitkv_v1<T, D, NW, ST, KS, 0, 0>},
 
 typedef __half H;
 typedef __nv_bfloat16 BF;
@@ -134,14 +90,4 @@ static const Entry ENTRIES[] = {
 #endif
 };
 
-extern "C" int fa2dev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void fa2dev_entry(int i, int* out8) {
-    const Entry& e = ENTRIES[i];
-    int v[8] = {e.kind, e.dt, e.d, e.a, e.b, e.c, e.e, e.mask};
-    for (int j = 0; j < 8; ++j) out8[j] = v[j];
-}
-extern "C" int fa2dev_launch(int i, const AttnParams* p, void* stream) {
-    if (i < 0 || i >= fa2dev_count()) return -1;
-    return ENTRIES[i].fn(*p, (cudaStream_t)stream);
-}
-extern "C" int fa2dev_params_size() { return (int)sizeof(AttnParams); }
+DEV_HOST_EXPORTS(fa2dev, 8)

@@ -14,14 +14,12 @@ Writes fa2_rust_bench.json to --out ($OUT by default) and prints the tables and 
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
+
+from sdpa_dev import bench, copy_gbps, env_info, gemm_tflops, key, log, point, run_points, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -33,17 +31,7 @@ args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def bench(fn):
-    return do_bench(fn, warmup=10, rep=50, return_mode="median")
-
-
-def pt(tag, b, hq, hkv, sq, sk, d, dtype, causal, kernel):
-    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=sq, sk=sk, d=d, dtype=dtype,
-                mask="causal" if causal else "none", kernel=kernel, f32_math="exact")
+pt = point
 
 
 points = []
@@ -62,44 +50,21 @@ for s in ([64, 128, 512] if args.tiny else []):
         points.append(pt("tiny", 1, 1, 1, s, s, 64, "bf16", False, k))
     points.append(pt("tiny", 1, 1, 1, s, s, 128, "bf16", False, "auto"))
 
-res = dict(env={}, ceilings={}, records=[])
-p = torch.cuda.get_device_properties(0)
-res["env"] = dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
-                  argv=sys.argv)
+res = dict(env=env_info(date=False), ceilings={}, records=[])
 log("ENV", json.dumps(res["env"]))
 
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
-ours_file = os.path.join(tempfile.gettempdir(), "fa2_rust_raw.json")
 log(f"timing {len(points)} points of ours through the Rust backend ...")
-r = subprocess.run([args.bench, "--points", pfile, "--out", ours_file, "--warmup", "10", "--reps", "50"],
-                   stderr=subprocess.PIPE, text=True)
-if r.returncode != 0:
-    log(r.stderr[-4000:])
-    sys.exit(f"cuda_kernels failed with {r.returncode}")
-ours = json.load(open(ours_file))
+ours = run_points(args.bench, points, "fa2_rust_raw.json", warmup=10, reps=50)
 
 # Ceilings, in the same run.
-x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-y = torch.empty_like(x)
-res["ceilings"]["d2d_GBps"] = 2 * x.numel() / bench(lambda: y.copy_(x)) / 1e6
-del x, y
-n = 8192
-a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-b_ = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-res["ceilings"]["gemm_bf16_TFLOPs"] = 2 * n**3 / bench(lambda: a @ b_) / 1e9
-del a, b_
-torch.cuda.empty_cache()
+res["ceilings"]["d2d_GBps"] = copy_gbps()
+res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
 
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}
 torch_ms = {}
-for rec in ours:
-    key = (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"])
-    if key in torch_ms:
-        continue
-    b, hq, hkv, sq, sk, d, dname, mask = key
+for shape in unique_keys(ours):
+    b, hq, hkv, sq, sk, d, dname, mask = shape
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
     k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
@@ -117,14 +82,13 @@ for rec in ours:
         except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
             out[name] = None
             log("torch", name, "failed:", repr(e)[:80])
-    torch_ms[key] = out
+    torch_ms[shape] = out
     del q, k, v
     torch.cuda.empty_cache()
 
 gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
 for rec in ours:
-    key = (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"])
-    t = torch_ms[key]
+    t = torch_ms[key(rec)]
     rec["torch_flash_ms"], rec["torch_default_ms"] = t["flash"], t["default"]
     ms = rec.get("median_ms")
     rec["x_flash"] = t["flash"] / ms if (ms and t["flash"]) else None

@@ -63,29 +63,34 @@ def cuobjdump(args, path):
     return subprocess.run([tool, *args, path], capture_output=True, text=True, env=env, check=True).stdout
 
 
-def resources(path):
-    out, fn = {}, None
-    for line in cuobjdump(["-res-usage"], path).splitlines():
-        m = re.search(r"Function (\S+):", line)
+def sections(text, header):
+    """(function, line) for each line after a line matching `header` (whose group 1 names the function), and
+    (function, None) at the header itself."""
+    fn = None
+    for line in text.splitlines():
+        m = re.search(header, line)
         if m:
             fn = m.group(1)
-        elif fn and "REG:" in line:
+            yield fn, None
+        elif fn:
+            yield fn, line
+
+
+def resources(path):
+    out = {}
+    for fn, line in sections(cuobjdump(["-res-usage"], path), r"Function (\S+):"):
+        if line and "REG:" in line and fn not in out:
             out[fn] = dict((k, int(v)) for k, v in re.findall(r"(REG|STACK):(\d+)", line))
-            fn = None
     return out
 
 
 def opcodes(path):
-    out, fn = {}, None
-    for line in cuobjdump(["-sass"], path).splitlines():
-        m = re.search(r"Function : (\S+)", line)
+    out = {}
+    for fn, line in sections(cuobjdump(["-sass"], path), r"Function : (\S+)"):
+        ops = out.setdefault(fn, [])
+        m = line and re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
         if m:
-            fn = m.group(1)
-            out[fn] = []
-            continue
-        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
-        if fn and m:
-            out[fn].append(m.group(1))
+            ops.append(m.group(1))
     return out
 
 

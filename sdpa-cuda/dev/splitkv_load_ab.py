@@ -17,12 +17,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import tempfile
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
+
+import sdpa_dev
+from sdpa_dev import bench, kv_bytes, point, run_points, write_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -36,19 +36,16 @@ args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
 shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
-points = [dict(tag="decode", b=b, hq=hq, hkv=hkv, sq=1, sk=sk, d=128, dtype="bf16", mask="none", kernel="splitkv",
-               f32_math="exact") for (b, hq, hkv, sk) in shapes]
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
+points = [point("decode", b, hq, hkv, 1, sk, 128, "bf16", False, "splitkv") for (b, hq, hkv, sk) in shapes]
+pfile = write_points(points)
 
 
 def ours(variant):
-    env = dict(os.environ)
-    load, *opts = variant.split(":")
-    env["SDPA_SPLITKV_LOAD"] = load
+    # The variant's settings only: SDPA_SPLITKV_SPLITS and _L2 from the caller's environment do not leak in.
     for key in ("SDPA_SPLITKV_SPLITS", "SDPA_SPLITKV_L2"):
-        env.pop(key, None)
+        os.environ.pop(key, None)
+    load, *opts = variant.split(":")
+    env = {"SDPA_SPLITKV_LOAD": load}
     binary = args.bench
     for o in opts:
         k, _, val = o.partition("=")
@@ -56,20 +53,11 @@ def ours(variant):
             binary = dict(a.split("=", 1) for a in args.alt)[val]
             continue
         env[{"s": "SDPA_SPLITKV_SPLITS", "l2": "SDPA_SPLITKV_L2"}[k]] = val
-    out = os.path.join(tempfile.gettempdir(), "skv_ab.json")
-    r = subprocess.run([binary, "--points", pfile, "--out", out, "--warmup", "10", "--reps", str(args.reps)],
-                       env=env, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        print(r.stderr[-3000:], flush=True)
-        return [dict(error=f"rc {r.returncode}")] * len(points)
-    return json.load(open(out))
+    recs = run_points(binary, pfile, "skv_ab.json", 10, args.reps, env=env, on_error="none")
+    return recs if recs is not None else [dict(error="failed")] * len(points)
 
 
-x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-y = torch.empty_like(x)
-copy_gbps = 2 * x.numel() / do_bench(lambda: y.copy_(x), warmup=10, rep=50, return_mode="median") / 1e6
-del x, y
-torch.cuda.empty_cache()
+copy_gbps = sdpa_dev.copy_gbps()
 
 variants = args.variants.split(",")
 rows = {(v, i): [] for v in variants for i in range(len(points))}
@@ -87,7 +75,7 @@ for rnd in range(args.rounds):
         k = torch.randn(p["b"], p["hkv"], p["sk"], 128, device="cuda", generator=g, dtype=torch.bfloat16)
         v_ = torch.randn(p["b"], p["hkv"], p["sk"], 128, device="cuda", generator=g, dtype=torch.bfloat16)
         fn = lambda: F.scaled_dot_product_attention(q, k, v_, enable_gqa=p["hq"] != p["hkv"])  # noqa: E731
-        torch_us[i].append(do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3)
+        torch_us[i].append(bench(fn) * 1e3)
         del q, k, v_
         torch.cuda.empty_cache()
     print(f"round {rnd + 1}: " + "  ".join(f"{v}/{i}={rows[(v, i)][-1]:.1f}" for (v, i) in rows if rows[(v, i)])
@@ -98,7 +86,7 @@ print(f"\ncopy ceiling {copy_gbps:.0f} GB/s (read + write)")
 print(f"{'variant':14} {'shape':22} {'us (median of rounds)':>22} {'rounds':>24} {'x default':>9} {'of copy':>7} check")
 for i, p in enumerate(points):
     t_def = statistics.median(torch_us[i])
-    nbytes = 2 * p["b"] * p["hkv"] * p["sk"] * 128 * 2
+    nbytes = kv_bytes(p)
     for v in variants:
         ts = rows[(v, i)]
         if not ts:

@@ -10,7 +10,7 @@ kernels/splitkv.cu `skv_trace`) and reports, per point:
     loops' ends (imbalance between blocks), and the time from the last loop end to the kernel's end (the
     partial write, the counter and the last block's merge);
 and times PyTorch's plain read (`sum`) and copy of the same bytes at each size, for the same line fit
-(flush_timing.py, the same clean flush and event loop as decode_flush_study.py).
+(sdpa_dev.py's time_events: the same clean flush and event loop as decode_flush_study.py).
 
     python3 sdpa-cuda/dev/splitkv_timeline.py --bench gpu-bundle/cuda_kernels [--out DIR]
 """
@@ -18,14 +18,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 
 import torch
 
-import flush_timing
-from flush_timing import FLUSH
+import sdpa_dev
+from sdpa_dev import kv_bytes, log, run_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True)
@@ -37,32 +34,17 @@ tdir = os.path.join(args.out, "trace")
 os.makedirs(tdir, exist_ok=True)
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def pt(b, hq, hkv, sk):
-    return dict(tag="decode", b=b, hq=hq, hkv=hkv, sq=1, sk=sk, d=128, dtype="bf16", mask="none", kernel="auto",
-                f32_math="exact")
-
-
 SWEEP = [8192, 32768, 131072]
-points = [pt(1, 32, 8, sk) for sk in SWEEP]
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
-raw = os.path.join(tdir, "records.json")
-env = dict(os.environ, SDPA_SPLITKV_TRACE="1", SDPA_SPLITKV_SPLITS=args.splits, SDPA_SPLITKV_L2="first")
-r = subprocess.run([args.bench, "--points", pfile, "--out", raw, "--warmup", "10", "--reps", "100", "--flush", "clean",
-                    "--trace", tdir], stderr=subprocess.PIPE, text=True, env=env)
-if r.returncode != 0:
-    log(r.stderr[-3000:])
-    sys.exit(f"cuda_kernels failed with {r.returncode}")
-recs = json.load(open(raw))
+points = [sdpa_dev.point("decode", 1, 32, 8, 1, sk, 128, "bf16", False, "auto") for sk in SWEEP]
+recs = run_points(args.bench, points, os.path.join(tdir, "records.json"), 10, 100, flush="clean",
+                  env=dict(SDPA_SPLITKV_TRACE="1", SDPA_SPLITKV_SPLITS=args.splits, SDPA_SPLITKV_L2="first"),
+                  extra=["--trace", tdir])
+clean = sdpa_dev.flush("clean")
+
 
 def time_events(fn):
     """Median us after the clean flush the traced run used."""
-    return flush_timing.time_events(fn, FLUSH["clean"]) * 1e3
+    return sdpa_dev.time_events(fn, clean) * 1e3
 
 
 res = dict(points=[])
@@ -79,7 +61,7 @@ for n, (p, rec) in enumerate(zip(points, recs)):
     loop_end = [(b[0] - t0) / 1e3 + us(b[4] - b[2]) for b in blocks]
     part = [us(b[5] - b[4]) for b in blocks]
     merge = [us(b[6] - b[5]) for b in blocks if b[8] == 1]
-    kv = 2 * p["b"] * p["hkv"] * p["sk"] * p["d"] * 2
+    kv = kv_bytes(p)
     x = torch.empty(kv // 2, dtype=torch.bfloat16, device="cuda").normal_()
     y = torch.empty_like(x)
     row = dict(sk=p["sk"], kv_bytes=kv, blocks=len(blocks), sms=len({b[7] for b in blocks}), event_us=rec["median_ms"] * 1e3,

@@ -14,54 +14,30 @@ Loads the nvcc-built library of dev/tf32_host.cu through ctypes and drives it wi
 
 Writes tf32dev.json to --out ($OUT by default) and prints short tables.
 """
-import argparse
 import ctypes
 import json
-import math
 import os
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
-LOG2E = 1.4426950408889634
+from sdpa_dev import (DevLib, bench, cost, env_info, exact_f32, fill_params, gemm_tflops, harness_parser, log, lse_err,
+                      reference, rel_err, save, uniform)
+
 TOL = {0: 2e-3, 1: 2e-5}  # sdpa_core::check::tolerance for f32 TF32 / split TF32
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
+exact_f32()
 
 
-class Params(ctypes.Structure):
-    """The kernels' AttnParams (kernels/common.cuh, src/params.rs), field for field."""
-    _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "mask", "lse", "workspace")]
-                + [(n, ctypes.c_longlong * 3) for n in ("q_stride", "k_stride", "v_stride", "o_stride")]
-                + [("mask_stride", ctypes.c_longlong * 4)]
-                + [(n, ctypes.c_int) for n in ("b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind",
-                                               "causal_offset")]
-                + [("scale", ctypes.c_float), ("scale_log2", ctypes.c_float), ("num_splits", ctypes.c_int),
-                   ("extra", ctypes.c_int)])
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-class Lib:
+class Lib(DevLib):
     def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        assert self.lib.tfdev_params_size() == ctypes.sizeof(Params) == 240, "AttnParams layout mismatch"
-        self.lib.tfdev_launch.argtypes = [ctypes.c_int, ctypes.POINTER(Params), ctypes.c_void_p]
+        super().__init__(path, "tfdev", 10)
         self.lib.tfdev_mma_peak.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                             ctypes.POINTER(ctypes.c_double)]
         self.entries = []
-        buf = (ctypes.c_int * 11)()
-        for i in range(self.lib.tfdev_count()):
-            self.lib.tfdev_entry(i, buf)
-            dp, mt, nw, bk, st, split, pre, mask, bm, smem, wg = list(buf)
-            cfg = f"wg{wg}_bk{bk}" if wg else f"mt{mt}_nw{nw}_bk{bk}_st{st}{'_pre' if pre else ''}"
+        for i, (dp, mt, nw, bk, st, split, pre, mask, bm, smem) in enumerate(self.rows):
+            cfg = f"mt{mt}_nw{nw}_bk{bk}_st{st}{'_pre' if pre else ''}"
             self.entries.append(dict(i=i, dp=dp, mt=mt, nw=nw, bk=bk, st=st, split=split, pre=pre, mask=mask, bm=bm,
-                                     smem=smem, wg=wg, cfg=cfg))
+                                     smem=smem, cfg=cfg))
 
     def configs(self, dp, split, mask):
         return [e for e in self.entries if e["dp"] == dp and e["split"] == split and e["mask"] == mask]
@@ -75,8 +51,7 @@ class Problem:
         g = torch.Generator(device="cuda").manual_seed(seed)
 
         def mk(H, S):
-            shape = (B, H, S, D) if layout == "bhsd" else (B, S, H, D)
-            t = (torch.rand(shape, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5
+            t = uniform((B, H, S, D) if layout == "bhsd" else (B, S, H, D), "f32", g)
             return t if layout == "bhsd" else t.transpose(1, 2)
 
         self.q, self.k, self.v = mk(Hq, Sq), mk(Hkv, Sk), mk(Hkv, Sk)
@@ -84,70 +59,22 @@ class Problem:
         self.lse = torch.full((B, Hq, Sq), float("nan"), device="cuda")
         self.B, self.Hq, self.Hkv, self.Sq, self.Sk, self.D = B, Hq, Hkv, Sq, Sk, D
         self.mask = mask
-        self.off = {"causal": 0, "causal-br": Sk - Sq}.get(mask, 0)
-        self.scale = 1.0 / math.sqrt(D)
 
     def params(self, lse=True):
-        p = Params()
-        p.q, p.k, p.v, p.o = self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.o.data_ptr()
-        p.lse = self.lse.data_ptr() if lse else None
-        for name, t in (("q", self.q), ("k", self.k), ("v", self.v), ("o", self.o)):
-            sb, sh, ss, sd = t.stride()
-            assert sd == 1
-            setattr(p, f"{name}_stride", (ctypes.c_longlong * 3)(sb, sh, ss))
-        p.b, p.hq, p.hkv, p.sq, p.sk = self.B, self.Hq, self.Hkv, self.Sq, self.Sk
-        p.group = self.Hq // self.Hkv
-        p.d = p.dv = self.D
-        p.mask_kind = 0 if self.mask == "none" else 1
-        p.causal_offset = self.off
-        p.scale = self.scale
-        p.scale_log2 = self.scale * LOG2E
-        p.num_splits = 1
         # Same rule as src/tf32.rs: bit 0 16-byte loads, bit 1 8-byte stores.
         al16 = all(t.data_ptr() % 16 == 0 and all(s % 4 == 0 for s in t.stride()[:3]) for t in (self.q, self.k, self.v))
         al8 = self.o.data_ptr() % 8 == 0 and all(s % 2 == 0 for s in self.o.stride()[:3])
-        p.extra = (1 if al16 and self.D % 4 == 0 else 0) | (2 if al8 and self.D % 2 == 0 else 0)
-        return p
+        extra = (1 if al16 and self.D % 4 == 0 else 0) | (2 if al8 and self.D % 2 == 0 else 0)
+        return fill_params(self.q, self.k, self.v, self.o, self.mask, self.lse if lse else None, extra=extra)
 
     def reference(self, b_lim=None, head_chunk=8):
         """float64 output and LSE (batch elements [0, b_lim))."""
         B = self.B if b_lim is None else b_lim
-        G = self.Hq // self.Hkv
-        outs, lses = [], []
-        for h0 in range(0, self.Hq, head_chunk):
-            hs = slice(h0, min(self.Hq, h0 + head_chunk))
-            kv = torch.arange(hs.start, hs.stop, device="cuda") // G
-            q = self.q[:B, hs].double()
-            k = self.k[:B, kv].double()
-            v = self.v[:B, kv].double()
-            s = q @ k.transpose(-1, -2) * self.scale
-            if self.mask != "none":
-                i = torch.arange(self.Sq, device="cuda")[:, None]
-                j = torch.arange(self.Sk, device="cuda")[None, :]
-                s = s.masked_fill(j > i + self.off, float("-inf"))
-            m = s.amax(-1, keepdim=True)
-            m0 = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
-            pm = torch.exp(s - m0)
-            l = pm.sum(-1, keepdim=True)
-            outs.append(torch.where(l > 0, (pm @ v) / l, torch.zeros_like(l)))
-            lses.append(torch.where(l > 0, m0 + torch.log(l), torch.full_like(l, float("-inf"))).squeeze(-1))
-            del s, pm
-        return torch.cat(outs, 1), torch.cat(lses, 1)
-
-
-def rel_err(got, want):
-    got, want = got.double(), want.double()
-    nan_mismatch = int((torch.isnan(got) != torch.isnan(want)).sum())
-    ok = ~torch.isnan(want) & ~torch.isnan(got)
-    d = (got - want)[ok]
-    return float(d.norm() / want[ok].norm().clamp_min(1e-300)), nan_mismatch
+        return reference(self.q[:B], self.k[:B], self.v[:B], self.mask, head_chunk=head_chunk)
 
 
 def launch(lib, e, pr, lse=True):
-    p = pr.params(lse)
-    rc = lib.lib.tfdev_launch(e["i"], ctypes.byref(p), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-    if rc != 0:
-        raise RuntimeError(f"launch failed rc={rc} {e}")
+    lib.launch(e["i"], pr.params(lse), e)
 
 
 def run_checks(lib, res):
@@ -166,16 +93,12 @@ def run_checks(lib, res):
         ref_o, ref_lse = pr.reference()
         for split in (0, 1):
             for e in lib.configs(dp, split, 0 if mask == "none" else 1):
-                if e["wg"] and not (pr.params().extra & 1):
-                    continue  # the wgmma kernel takes only the 16-byte load path (the host falls back)
                 pr.o.fill_(float("nan"))
                 pr.lse.fill_(float("nan"))
                 launch(lib, e, pr)
                 torch.cuda.synchronize()
                 err, nanbad = rel_err(pr.o, ref_o)
-                fin = torch.isfinite(ref_lse)
-                lse_e = float((pr.lse.double() - ref_lse)[fin].abs().max()) if fin.any() else 0.0
-                lse_bad = int(((~fin) & (pr.lse.double() != ref_lse)).sum())
+                lse_e, lse_bad = lse_err(pr.lse, ref_lse)
                 ok = err <= TOL[split] and nanbad == 0 and lse_bad == 0 and lse_e <= 1e-3 + TOL[split] * 20
                 row = dict(cfg=e["cfg"], split=split, B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, layout=layout,
                            mask=mask, rel_err=err, nan_mismatch=nanbad, lse_err=lse_e, lse_bad=lse_bad, ok=ok)
@@ -194,25 +117,19 @@ def run_checks(lib, res):
 
 
 def flops(B, Hq, Sq, Sk, D, causal):
-    f = 4 * B * Hq * Sq * Sk * D
-    return f / 2 if causal and Sq == Sk else f
+    return cost(dict(b=B, hq=Hq, hkv=Hq, sq=Sq, sk=Sk, d=D), "causal" if causal else "none", "f32")[0]
 
 
-def bench(fn):
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+def timer(fn):
+    return bench(fn, warmup=25, rep=100)
 
 
 def ceilings(lib, res):
     c = res["ceilings"]
-    n = 8192
-    a = torch.randn(n, n, device="cuda")
-    b = torch.randn(n, n, device="cuda")
     for name, tf32 in (("tf32", True), ("fp32", False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        ms = bench(lambda: a @ b)
-        c[f"gemm_{name}_TFLOPs"] = 2 * n ** 3 / ms / 1e9
+        c[f"gemm_{name}_TFLOPs"] = gemm_tflops(torch.float32, timer)
     torch.backends.cuda.matmul.allow_tf32 = False
-    del a, b
     sink = torch.zeros(128, device="cuda")
     fl = ctypes.c_double()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -221,7 +138,7 @@ def ceilings(lib, res):
         f = lambda: lib.lib.tfdev_mma_peak(sms * per_sm, 4096, ctypes.c_void_p(sink.data_ptr()), stream,
                                            ctypes.byref(fl))
         assert f() == 0
-        ms = bench(f)
+        ms = timer(f)
         c[f"mma_sync_tf32_TFLOPs_{per_sm}blk"] = fl.value / ms / 1e9
     torch.cuda.empty_cache()
     log("CEILINGS", json.dumps(c))
@@ -253,14 +170,14 @@ def run_bench(lib, res, dims=None):
         out = torch_fn()
         row["torch_err"] = rel_err(out[:1], ref_o)[0]
         del out
-        row["torch_ms"] = bench(torch_fn)
+        row["torch_ms"] = timer(torch_fn)
         for split in (0, 1):
             for e in lib.configs(D, split, 1 if causal else 0):
                 pr.o.fill_(float("nan"))
                 launch(lib, e, pr, lse=False)
                 torch.cuda.synchronize()
                 err, nb = rel_err(pr.o[:1], ref_o)
-                ms = bench(lambda: launch(lib, e, pr, lse=False))
+                ms = timer(lambda: launch(lib, e, pr, lse=False))
                 row["ours"][f"{'split' if split else 'tf32'}:{e['cfg']}"] = dict(
                     split=split, cfg=e["cfg"], ms=ms, tflops=fl / ms / 1e9, rel_err=err, nan=nb,
                     x_torch=row["torch_ms"] / ms)
@@ -296,11 +213,7 @@ def summary(res):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--check", action="store_true")
-    ap.add_argument("--bench", action="store_true")
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap = harness_parser()
     ap.add_argument("--dims", type=int, nargs="*", help="time only these head dims")
     ap.add_argument("--no-ceilings", action="store_true")
     ap.add_argument("--grid-cap", type=int, default=0,
@@ -312,10 +225,7 @@ def main():
         lib.lib.tfdev_set_grid_cap(args.grid_cap)
         for e in lib.entries:
             e["cfg"] += f"_p{args.grid_cap}"
-    p = torch.cuda.get_device_properties(0)
-    res = dict(env=dict(torch=torch.__version__, cuda=torch.version.cuda, name=p.name, sms=p.multi_processor_count,
-                        argv=sys.argv, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
-               ceilings={}, checks=[], bench=[])
+    res = dict(env=env_info(), ceilings={}, checks=[], bench=[])
     log("ENV", json.dumps(res["env"]))
     try:
         if args.check:
@@ -325,8 +235,7 @@ def main():
                 ceilings(lib, res)
             run_bench(lib, res, args.dims)
     finally:
-        with open(os.path.join(args.out, "tf32dev.json"), "w") as f:
-            json.dump(res, f, indent=1, default=str)
+        save(res, args.out, "tf32dev.json")
     summary(res)
 
 

@@ -6,16 +6,16 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC -cudart static \
 //        -o tf32dev.so tf32_host.cu
-//   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations; sm_90a only for the wgmma
-//   kernel of tf32_wg.cuh, whose entries trap when built for plain sm_90)
+//   (add -DTF32DEV_CONFIGS='"file.inc"' for another list of configurations. Until dd5fbb7 this harness also
+//   built the first wgmma kernel, dev/tf32_wg.cuh, as WG_CFG entries; the shipped one is kernels/tf32_wgmma.cu,
+//   timed through the Rust driver by tf32_wgmma_run.sh.)
 #define TC_NO_ENTRIES
 #ifdef TF32DEV_KERNEL
 #include TF32DEV_KERNEL
 #else
 #include "../kernels/tf32.cu"
 #endif
-#include "tf32_wg.cuh"
-#include <cuda_runtime.h>
+#include "dev_host.cuh"
 
 template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
 __global__ void __launch_bounds__(NW * 32) tc_dev(const AttnParams p) {
@@ -32,45 +32,18 @@ extern "C" void tfdev_set_grid_cap(int cap) { g_grid_cap = cap; }
 template <int DP, int MT, int NW, int BK, int ST, bool SPLIT, bool PRE, int MASK>
 int launch_tc(const AttnParams& p, cudaStream_t st) {
     using C = TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>;
-    auto k = tc_dev<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-    if (e != cudaSuccess) return (int)e;
     long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
     if (g_grid_cap > 0 && blocks > g_grid_cap) blocks = g_grid_cap;
-    k<<<(unsigned)blocks, NW * 32, C::SMEM_BYTES, st>>>(p);
-    return (int)cudaGetLastError();
+    return launch_dyn(tc_dev<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>, (unsigned)blocks, NW * 32, C::SMEM_BYTES, st, p);
 }
 
-template <int DP, int NWG, int BK, int MASK>
-__global__ void __launch_bounds__(NWG * 128) wg_dev(const AttnParams p) {
-    extern __shared__ __align__(128) float smem[];
-    wg_forward<DP, NWG, BK, MASK>(p, smem);
-}
-
-template <int DP, int NWG, int BK, int MASK>
-int launch_wg(const AttnParams& p, cudaStream_t st) {
-    using C = WgCfg<DP, NWG, BK>;
-    auto k = wg_dev<DP, NWG, BK, MASK>;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-    if (e != cudaSuccess) return (int)e;
-    const long long blocks = (long long)((p.sq + C::BM - 1) / C::BM) * p.b * p.hq;
-    k<<<(unsigned)blocks, C::THREADS, C::SMEM_BYTES, st>>>(p);
-    return (int)cudaGetLastError();
-}
-
-typedef int (*LaunchFn)(const AttnParams&, cudaStream_t);
 struct Entry {
-    int dp, mt, nw, bk, st, split, pre, mask, bm, smem, wg;
+    int dp, mt, nw, bk, st, split, pre, mask, bm, smem;
     LaunchFn fn;
 };
 #define TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                                        \
     {DP, MT, NW, BK, ST, SPLIT, PRE, MASK, TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::BM,                       \
-     TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::SMEM_BYTES, 0, launch_tc<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>},
-// wgmma kernel (plain TF32 only): NWG warpgroups, BK keys per tile; needs the 16-byte load path.
-#define WG_CFG(DP, NWG, BK, MASK)                                                                          \
-    {DP, 1, 4 * NWG, BK, 1, 0, 1, MASK, WgCfg<DP, NWG, BK>::BM, WgCfg<DP, NWG, BK>::SMEM_BYTES, NWG,       \
-     launch_wg<DP, NWG, BK, MASK>},
-#define WG_CFG2(DP, NWG, BK) WG_CFG(DP, NWG, BK, 0) WG_CFG(DP, NWG, BK, 1)
+     TcCfg<DP, MT, NW, BK, ST, SPLIT, PRE>::SMEM_BYTES, launch_tc<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>},
 #define TC_CFG2(DP, MT, NW, BK, ST, SPLIT, PRE) \
     TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 0) TC_CFG(DP, MT, NW, BK, ST, SPLIT, PRE, 1)
 
@@ -87,17 +60,7 @@ static const Entry ENTRIES[] = {
 #endif
 };
 
-extern "C" int tfdev_count() { return sizeof(ENTRIES) / sizeof(Entry); }
-extern "C" void tfdev_entry(int i, int* out11) {
-    const Entry& e = ENTRIES[i];
-    const int v[11] = {e.dp, e.mt, e.nw, e.bk, e.st, e.split, e.pre, e.mask, e.bm, e.smem, e.wg};
-    for (int j = 0; j < 11; ++j) out11[j] = v[j];
-}
-extern "C" int tfdev_launch(int i, const AttnParams* p, void* stream) {
-    if (i < 0 || i >= tfdev_count()) return -1;
-    return ENTRIES[i].fn(*p, (cudaStream_t)stream);
-}
-extern "C" int tfdev_params_size() { return (int)sizeof(AttnParams); }
+DEV_HOST_EXPORTS(tfdev, 10)
 
 // Tensor-core ceiling for mma.sync m16n8k8 TF32: each warp runs 8 independent accumulator chains.
 __global__ void __launch_bounds__(128) mma_peak(int iters, float* sink) {

@@ -4,7 +4,9 @@
 # compute-sanitizer memcheck + racecheck on its small cases. Built here beforehand into $C:
 #   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o $C/tf32dev.so sdpa-cuda/dev/tf32_host.cu
 #   CARGO_TARGET_DIR=target-tf32 cargo test --release -p sdpa-cuda --test tf32_kernels --no-run  (copied to $C/tf32_kernels)
-# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [devswap] [tests] [testsb] [sanitize] [sanitizeb]
+# Usage (repository root, device machine): sdpa-cuda/dev/tf32_run.sh [dev] [tests] [testsb] [sanitize] [sanitizeb]
+# (The `devswap` stage, which checked the first wgmma kernel's descriptors, went with dev/tf32_wg.cuh; see
+# this script at dd5fbb7.)
 C=${C:-target-tf32/carry}
 OUT=${OUT:-/tmp/tf32-out}
 mkdir -p "$OUT"
@@ -16,14 +18,6 @@ table=()
 if want dev; then
   python3 sdpa-cuda/dev/tf32_bench.py --lib "$C/tf32dev.so" --check --bench --out "$OUT" > "$OUT/dev.log" 2>&1
   table+=("dev rc=$?")
-fi
-if want devswap && [ -f "$C/tf32dev_swap.so" ] && grep -q '^FAIL.*"cfg": "wg' "$OUT/dev.log"; then
-  # The wgmma kernel's descriptors with LBO and SBO exchanged (-DWG_SWAP_LBO=1), checked only when the main
-  # build's wgmma entries failed their checks.
-  mkdir -p "$OUT/swap"
-  python3 sdpa-cuda/dev/tf32_bench.py --lib "$C/tf32dev_swap.so" --check --out "$OUT/swap" > "$OUT/dev_swap.log" 2>&1
-  table+=("devswap rc=$? $(grep CHECKS "$OUT/dev_swap.log")")
-  grep -E "check dp" "$OUT/dev_swap.log" | grep wg
 fi
 if want tests; then
   "$C/tf32_kernels" --test-threads=1 --nocapture > "$OUT/tests.log" 2>&1

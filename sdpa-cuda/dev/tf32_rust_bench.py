@@ -16,14 +16,12 @@ table shows the median round. Writes tf32_rust_bench.json to --out ($OUT by defa
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
+
+from sdpa_dev import bench, exact_f32, f64_err, log, point, run_points, uniform, write_points
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -31,17 +29,11 @@ ap.add_argument("--rounds", type=int, default=1)
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-
-
-def log(*a):
-    print(*a, flush=True)
+exact_f32()
 
 
 def pt(tag, b, hq, hkv, s, d, causal, math):
-    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=s, sk=s, d=d, dtype="f32", mask="causal" if causal else "none",
-                kernel="fa2", f32_math=math)
+    return point(tag, b, hq, hkv, s, s, d, "f32", causal, "fa2", math)
 
 
 points = []
@@ -52,9 +44,7 @@ for d in (64, 128):
                 points.append(pt("f32", 16384 // s, 2048 // d, 2048 // d, s, d, causal, m))
 for m in ("tf32", "split-tf32"):
     points.append(pt("gqa_f32", 1, 32, 8, 4096, 128, True, m))
-with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-    json.dump(points, f)
-    pfile = f.name
+pfile = write_points(points)
 
 
 def key(p):
@@ -64,17 +54,11 @@ def key(p):
 def time_torch(k, want_err):
     b, hq, hkv, s, d, mask = k
     g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda h: (torch.rand(b, h, s, d, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5
-    q, kk, v = mk(hq), mk(hkv), mk(hkv)
+    q, kk, v = (uniform((b, h, s, d), "f32", g) for h in (hq, hkv, hkv))
     causal = mask == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=causal, enable_gqa=hq != hkv)
-    ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-    err = None
-    if want_err:
-        ref = F.scaled_dot_product_attention(q[:1].double(), kk[:1].double(), v[:1].double(), is_causal=causal,
-                                             enable_gqa=hq != hkv)
-        err = ((fn()[:1].double() - ref).norm() / ref.norm()).item()
-        del ref
+    ms = bench(fn, warmup=25, rep=100)
+    err = f64_err(fn, q, kk, v, causal) if want_err else None
     del q, kk, v
     torch.cuda.empty_cache()
     return ms, err
@@ -83,13 +67,7 @@ def time_torch(k, want_err):
 rounds = []
 torch_err = {}
 for r in range(args.rounds):
-    out_file = os.path.join(tempfile.gettempdir(), f"tf32_rust_raw_{r}.json")
-    res = subprocess.run([args.bench, "--points", pfile, "--out", out_file, "--warmup", "5", "--reps", "25"],
-                         stderr=subprocess.PIPE, text=True)
-    if res.returncode != 0:
-        log(res.stderr[-4000:])
-        sys.exit(f"cuda_kernels failed with {res.returncode}")
-    ours = json.load(open(out_file))
+    ours = run_points(args.bench, pfile, f"tf32_rust_raw_{r}.json", warmup=5, reps=25)
     tms = {}
     for p in ours:
         if key(p) not in tms:

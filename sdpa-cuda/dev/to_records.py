@@ -4,30 +4,18 @@
     python3 sdpa-cuda/dev/to_records.py bench/results/gpu/fa2-h100.json bench/results/gpu/fa2-h100-records.json
 
 Our records carry median, min and max over the timed calls; PyTorch's come from do_bench medians only, so
-their min and max are set to the median and `reps` to 0 (unknown).
+their min and max are set to the median and `reps` to 0 (unknown). PyTorch's TFLOPS and GB/s follow
+sdpa-core's cost model (bench/sdpa_common.py: exact causal pairs, bytes at the record's dtype).
 """
 import json
 import sys
+
+from sdpa_dev import cost
 
 src, dst = sys.argv[1], sys.argv[2]
 data = json.load(open(src))
 device = data["env"].get("name", "unknown GPU")
 machine = f"{device}, torch {data['env'].get('torch')}, CUDA {data['env'].get('cuda')}"
-
-
-def flops(r):
-    f = 4 * r["b"] * r["hq"] * r["sq"] * r["sk"] * r["d"]
-    if r["mask"] == "causal":
-        # Exact count of visible (query, key) pairs, top-left alignment.
-        sq, sk = r["sq"], r["sk"]
-        pairs = sum(min(i + 1, sk) for i in range(sq))
-        f = 4 * r["b"] * r["hq"] * pairs * r["d"]
-    return f
-
-
-def nbytes(r):
-    el = 2
-    return el * (r["b"] * r["hq"] * r["sq"] * r["d"] * 2 + r["b"] * r["hkv"] * r["sk"] * r["d"] * 2)
 
 
 out = []
@@ -42,8 +30,9 @@ for r in data["records"]:
         ms = r.get(key)
         if not ms:
             continue
+        flops, nbytes = cost(shape, r["mask"], r["dtype"])
         rec = dict(base, backend="pytorch", kernel=name, time_ms=dict(median=ms, min=ms, max=ms, reps=0),
-                   tflops=flops(r) / ms / 1e9, gbps=nbytes(r) / ms / 1e6)
+                   tflops=flops / ms / 1e9, gbps=nbytes / ms / 1e6)
         if rec not in out and not any(o["backend"] == "pytorch" and o["kernel"] == name and o["shape"] == shape
                                       and o["dtype"] == r["dtype"] and o["mask"] == r["mask"] for o in out):
             out.append(rec)

@@ -1,8 +1,8 @@
 //! `cargo xtask gpu-bundle`: release binaries for the GPU machine in one folder, `gpu-bundle/` (git-ignored):
 //! the `sdpa` CLI, every sdpa-cuda test binary (`cargo test --release --no-run`), the `cuda_kernels`
-//! benchmark driver, the PyTorch side-by-side script, and `run-gpu.sh`, which runs all of it there and
-//! writes JSON under `$OUT`. Debug info is stripped so the folder stays well under the 64 MiB a device
-//! call carries.
+//! benchmark driver, the Python of `bench/gpu/` (the PyTorch side-by-side script `bench_cuda.py` and the
+//! `cuda_driver.py` it imports), and `run-gpu.sh`, which runs all of it there and writes JSON under `$OUT`.
+//! Debug info is stripped so the folder stays well under the 64 MiB a device call carries.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
