@@ -37,17 +37,6 @@ fn sh(cmd: &str, args: &[&str]) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
 fn main() -> Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut out = None;
@@ -73,7 +62,7 @@ fn main() -> Result<()> {
     let (dev, device, contenders, out) = match device_name.as_str() {
         "cpu" => (
             Device::Cpu,
-            cpu_model(),
+            sdpa_core::hardware::cpu_model(),
             Contender::ALL.to_vec(),
             out.unwrap_or(root.join("bench/results/candle/candle-cpu.json")),
         ),
