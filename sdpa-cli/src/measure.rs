@@ -6,6 +6,38 @@
 use sdpa_core::check::{check_output, CheckReport};
 use sdpa_core::{AttentionSpec, BenchRecord, DType, HostBackend, HostInputs, Kernel, RunOptions, SdpaError, TimeStats};
 
+/// Most timed calls per configuration (`--reps`, a spec's `reps`): the samples are kept in memory, and a
+/// median needs far fewer.
+pub const MAX_REPS: usize = 100_000;
+/// Most untimed warm-up calls per configuration.
+pub const MAX_WARMUP: usize = 10_000;
+
+/// Refuses counts no measurement needs and that would hang or exhaust the machine: repetitions and
+/// warm-up above [`MAX_REPS`] / [`MAX_WARMUP`], and more worker threads than four per logical CPU (each
+/// thread is a real OS thread with its own stack; a hundred thousand of them hang thread-pool start-up).
+pub fn check_counts(warmup: Option<usize>, reps: Option<usize>, threads: Option<usize>) -> anyhow::Result<()> {
+    if reps == Some(0) {
+        anyhow::bail!("--reps must be at least 1");
+    }
+    if let Some(n) = reps.filter(|n| *n > MAX_REPS) {
+        anyhow::bail!("--reps {n} is above the limit of {MAX_REPS}");
+    }
+    if let Some(n) = warmup.filter(|n| *n > MAX_WARMUP) {
+        anyhow::bail!("--warmup {n} is above the limit of {MAX_WARMUP}");
+    }
+    if threads == Some(0) {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(n) = threads.filter(|n| *n > 4 * cpus) {
+        anyhow::bail!(
+            "--threads {n} is more than four per logical CPU (this machine has {cpus}; at most {})",
+            4 * cpus
+        );
+    }
+    Ok(())
+}
+
 /// How many calls to time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Repetitions {
@@ -208,6 +240,23 @@ pub mod provenance {
 mod tests {
     use super::*;
     use sdpa_core::{ReferenceBackend, Shape};
+
+    #[test]
+    fn counts_beyond_the_limits_are_refused_before_anything_runs() {
+        assert!(check_counts(Some(3), Some(20), Some(1)).is_ok());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (w, r, t, want) in [
+            (None, Some(0), None, "at least 1"),
+            (None, Some(4_294_967_296), None, "limit"),
+            (Some(MAX_WARMUP + 1), None, None, "limit"),
+            (None, None, Some(0), "at least 1"),
+            (None, None, Some(100_000), "four per logical CPU"),
+        ] {
+            let err = check_counts(w, r, t).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        assert!(check_counts(None, None, Some(4 * cpus)).is_ok());
+    }
 
     #[test]
     fn big_shapes_are_checked_on_a_sample_of_rows() {

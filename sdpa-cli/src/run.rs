@@ -1,7 +1,7 @@
 //! `sdpa run`: one attention call on one backend, timed, optionally checked against the f64 reference.
 
 use crate::backends::{open_backend, BACKENDS};
-use crate::measure::{measure, Measure, Repetitions};
+use crate::measure::{check_counts, measure, Measure, Repetitions};
 use anyhow::{bail, Context, Result};
 use sdpa_core::{
     AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape,
@@ -61,9 +61,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     if !BACKENDS.contains(&args.backend.as_str()) {
         bail!("unknown backend `{}` (expected one of: {})", args.backend, BACKENDS.join(", "));
     }
-    if args.reps == 0 {
-        bail!("--reps must be at least 1");
-    }
+    check_counts(Some(args.warmup), Some(args.reps), args.threads)?;
     let mut spec = AttentionSpec::new(args.shape, args.dtype).with_layout(args.layout).with_mask(args.mask);
     if let Some(s) = args.scale {
         spec = spec.with_scale(s);
@@ -71,6 +69,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     spec.validate().with_context(|| format!("shape {}", args.shape))?;
     let backend = open_backend(&args.backend, args.threads)?;
     let opts = RunOptions { kernel: args.kernel, f32_math: args.f32_math, threads: args.threads, lse: args.check };
+    // Refuse what the backend cannot run before the inputs exist (a huge head dim would be allocated first).
+    backend.capabilities().check(backend.name(), &spec, &opts)?;
+    backend.check_host_memory(&spec, &opts)?;
     let inputs = HostInputs::random(&spec, args.seed)?;
     let how = Measure {
         check: args.check,
@@ -83,15 +84,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     } else {
         print_human(&rec, &*backend);
     }
-    if let Some(c) = &rec.check {
-        if !c.pass {
-            bail!(
-                "check failed: relative error {:.3e} > tolerance {:.1e} ({} NaN mismatches)",
-                c.rel_err,
-                c.tolerance,
-                c.nan_mismatches
-            );
-        }
+    if let Some(why) = rec.check.as_ref().and_then(|c| c.failure()) {
+        bail!("check failed: {why}");
     }
     Ok(())
 }

@@ -222,6 +222,15 @@ pub trait Backend {
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
 
+    /// Host bytes one [`HostBackend`] call needs besides the caller's inputs, for backends whose buffers
+    /// live in host memory (uploads, output, download and workspace; see
+    /// [`crate::memory::host_call_bytes`]). Checked against the host before anything is uploaded. Device
+    /// backends keep the default `None` and check their own memory.
+    fn host_bytes_per_call(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Option<u64>> {
+        let _ = (spec, opts);
+        Ok(None)
+    }
+
     /// Copies a host buffer into backend memory.
     fn upload(&self, host: &HostBuffer) -> Result<Self::Buffer>;
     /// Copies a buffer back to the host.
@@ -282,6 +291,9 @@ pub trait HostBackend {
     fn device_name(&self) -> String;
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
+    /// Refuses, before anything is allocated, a call whose host memory (the caller's inputs plus what
+    /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available.
+    fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()>;
     /// Validates, uploads, poisons the output with NaN, runs, downloads.
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun>;
     /// Validates, uploads once, times `reps` calls after `warmup`; milliseconds per call and the kernel that
@@ -327,6 +339,9 @@ fn upload_all<T: Backend + ?Sized>(
     spec.validate()?;
     inputs.check(spec)?;
     be.capabilities().check(be.name(), spec, opts)?;
+    if let Some(bytes) = be.host_bytes_per_call(spec, opts)? {
+        crate::memory::check_host(bytes, &format!("a {} call on shape {}", be.name(), spec.shape))?;
+    }
     let mask = match &inputs.mask {
         Some(m) => Some(be.upload(&HostBuffer::F32(m.clone()))?),
         None => None,
@@ -351,6 +366,13 @@ impl<T: Backend> HostBackend for T {
     }
     fn capabilities(&self) -> Capabilities {
         Backend::capabilities(self)
+    }
+
+    fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
+        let inputs = crate::memory::OperandBytes::of(spec)?.inputs();
+        let call = Backend::host_bytes_per_call(self, spec, opts)?.unwrap_or(0);
+        let what = format!("a {} call on shape {} (its inputs and its own buffers)", Backend::name(self), spec.shape);
+        crate::memory::check_host(inputs.saturating_add(call), &what)
     }
 
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun> {

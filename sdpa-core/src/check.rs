@@ -51,6 +51,35 @@ pub struct CheckReport {
     pub pass: bool,
 }
 
+impl CheckReport {
+    /// What failed, in words, or `None` when the check passed: NaN/inf mismatches and LSE errors are named
+    /// as such instead of reading as a relative error that is within tolerance.
+    pub fn failure(&self) -> Option<String> {
+        if self.pass {
+            return None;
+        }
+        let mut why = Vec::new();
+        if self.nan_mismatches > 0 {
+            why.push(format!(
+                "{} output elements are NaN where the reference is a number, or the reverse",
+                self.nan_mismatches
+            ));
+        }
+        if self.rel_err.is_nan() || self.rel_err > self.tolerance {
+            why.push(format!("relative error {:.3e} > tolerance {:.1e}", self.rel_err, self.tolerance));
+        }
+        if let Some(e) = self.lse_max_abs_err {
+            if why.is_empty() {
+                why.push(format!("log-sum-exp off by up to {e:.3e}"));
+            }
+        }
+        if why.is_empty() {
+            why.push(format!("relative error {:.3e} (tolerance {:.1e})", self.rel_err, self.tolerance));
+        }
+        Some(why.join("; "))
+    }
+}
+
 /// Compares `out` with the reference on all rows, or on `max_rows` rows spread evenly (first and last
 /// included) when the full reference would be too slow.
 pub fn check_output(
@@ -125,6 +154,29 @@ pub fn check_output(
 
 #[cfg(test)]
 mod tests {
+
+    /// Regression (issue 19): a failure caused only by NaN mismatches read "relative error 0.000e0 >
+    /// tolerance 2.0e-3 (128 NaN mismatches)", which says the opposite of what happened.
+    #[test]
+    fn a_failed_check_says_what_failed() {
+        let base = CheckReport {
+            max_abs_err: 0.0,
+            rel_err: 0.0,
+            tolerance: 2e-3,
+            nan_mismatches: 0,
+            lse_max_abs_err: None,
+            rows_checked: 4,
+            pass: true,
+        };
+        assert_eq!(base.failure(), None);
+        let nan = CheckReport { nan_mismatches: 128, pass: false, ..base.clone() };
+        let why = nan.failure().unwrap();
+        assert!(why.starts_with("128 output elements are NaN") && !why.contains("relative error"), "{why}");
+        let rel = CheckReport { rel_err: 2.26e-2, pass: false, ..base.clone() };
+        assert_eq!(rel.failure().unwrap(), "relative error 2.260e-2 > tolerance 2.0e-3");
+        let lse = CheckReport { lse_max_abs_err: Some(0.5), pass: false, ..base };
+        assert!(lse.failure().unwrap().contains("log-sum-exp"));
+    }
     use super::*;
     use crate::backend::{HostBackend, RunOptions};
     use crate::reference::ReferenceBackend;

@@ -75,6 +75,24 @@ pub enum SdpaError {
         what: String,
     },
 
+    /// The request needs more memory than the machine has available (checked before allocating, or an
+    /// allocation the allocator refused).
+    #[error(
+        "not enough memory for {what}: needs {}, {place} has {} available",
+        crate::memory::human_bytes(*needed),
+        crate::memory::human_bytes(*available)
+    )]
+    InsufficientMemory {
+        /// What the memory is for, e.g. "the inputs Q, K, V".
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available (0 when unknown).
+        available: u64,
+        /// "the host" or the GPU's name.
+        place: &'static str,
+    },
+
     /// A benchmark result file could not be read as one.
     #[error("{file}: not a benchmark result file: {detail}")]
     ResultFile {

@@ -24,6 +24,7 @@ pub mod cost;
 pub mod dtype;
 pub mod error;
 pub mod hardware;
+pub mod memory;
 pub mod record;
 pub mod reference;
 pub mod softmax;

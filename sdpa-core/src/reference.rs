@@ -136,6 +136,13 @@ impl Backend for ReferenceBackend {
         }
     }
 
+    fn host_bytes_per_call(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Option<u64>> {
+        // Besides the uploads: `forward` clones the inputs and computes O and LSE in f64.
+        let b = crate::memory::OperandBytes::of(spec)?;
+        let f64_rows = (spec.numel(Operand::O)? as u64).saturating_add(spec.lse_len()? as u64).saturating_mul(8);
+        Ok(Some(crate::memory::host_call_bytes(spec, opts.lse)?.saturating_add(b.inputs()).saturating_add(f64_rows)))
+    }
+
     fn upload(&self, host: &HostBuffer) -> Result<HostBuffer> {
         Ok(host.clone())
     }

@@ -50,7 +50,12 @@ impl Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{},{},{},{},{},{},{}", self.b, self.hq, self.hkv, self.sq, self.sk, self.d, self.dv)
+        // Dv only when it differs from D: the form people type (`--shape B,Hq,Hkv,Sq,Sk,D`) reads back.
+        write!(f, "{},{},{},{},{},{}", self.b, self.hq, self.hkv, self.sq, self.sk, self.d)?;
+        if self.dv != self.d {
+            write!(f, ",{}", self.dv)?;
+        }
+        Ok(())
     }
 }
 
@@ -435,6 +440,14 @@ impl AttentionSpec {
             self.numel(op)?;
         }
         self.lse_len()?;
+        // Every buffer, even widened to f64 as the reference does, must be addressable: a Vec can hold at
+        // most isize::MAX bytes, and asking for more panics instead of failing.
+        for op in [Operand::Q, Operand::K, Operand::V, Operand::O] {
+            let n = self.required_len(op)?;
+            if n > isize::MAX as usize / 8 {
+                return Err(SdpaError::overflow(format!("bytes of {} ({n} elements)", op.name())));
+            }
+        }
         [s.b, s.hq, s.sq, s.sk]
             .iter()
             .try_fold(1usize, |a, &x| a.checked_mul(x))

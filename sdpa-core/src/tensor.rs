@@ -4,6 +4,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::memory::{check_host, try_filled, OperandBytes};
 use crate::spec::{AttentionSpec, Mask, MaskValues, Operand};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
@@ -47,6 +48,31 @@ impl HostBuffer {
         let amp = 3f32.sqrt();
         let vals: Vec<f32> = (0..len).map(|_| rng.gen_range(-amp..amp)).collect();
         Self::from_f32(dtype, &vals)
+    }
+
+    /// [`HostBuffer::random`] (the same values for the same seed) reserved fallibly and written straight in
+    /// `dtype`, with no f32 copy on the side: the form for sizes a user chose.
+    pub fn try_random(dtype: DType, len: usize, seed: u64, what: &str) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let amp = 3f32.sqrt();
+        let mut next = || rng.gen_range(-amp..amp);
+        Ok(match dtype {
+            DType::F32 => {
+                let mut v = try_filled(len, 0f32, what)?;
+                v.iter_mut().for_each(|x| *x = next());
+                HostBuffer::F32(v)
+            }
+            DType::F16 => {
+                let mut v = try_filled(len, f16::ZERO, what)?;
+                v.iter_mut().for_each(|x| *x = f16::from_f32(next()));
+                HostBuffer::F16(v)
+            }
+            DType::BF16 => {
+                let mut v = try_filled(len, bf16::ZERO, what)?;
+                v.iter_mut().for_each(|x| *x = bf16::from_f32(next()));
+                HostBuffer::BF16(v)
+            }
+        })
     }
 
     /// Rounds f32 values into a buffer of `dtype`.
@@ -175,24 +201,33 @@ pub struct HostInputs {
 impl HostInputs {
     /// Seeded random inputs sized for `spec` (which must be valid). Explicit boolean masks drop about a
     /// fifth of the keys at random; additive masks add values in [-2, 2) and drop a tenth of the keys.
+    ///
+    /// The bytes they need are compared with what the host has before anything is allocated
+    /// ([`SdpaError::InsufficientMemory`] when they cannot fit), and every buffer is reserved fallibly.
     pub fn random(spec: &AttentionSpec, seed: u64) -> Result<Self> {
         spec.validate()?;
-        let q = HostBuffer::random(spec.dtype, spec.required_len(Operand::Q)?, seed);
-        let k = HostBuffer::random(spec.dtype, spec.required_len(Operand::K)?, seed.wrapping_add(1));
-        let v = HostBuffer::random(spec.dtype, spec.required_len(Operand::V)?, seed.wrapping_add(2));
+        let bytes = OperandBytes::of(spec)?;
+        check_host(
+            bytes.inputs(),
+            &format!("the inputs (Q, K, V{}) of shape {}", if bytes.mask > 0 { ", mask" } else { "" }, spec.shape),
+        )?;
+        let q = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::Q)?, seed, "Q")?;
+        let k = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::K)?, seed.wrapping_add(1), "K")?;
+        let v = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::V)?, seed.wrapping_add(2), "V")?;
         let mask = match &spec.mask {
             Mask::Explicit(m) => {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(3));
-                let n = m.len()?;
-                Some(match m.values {
+                let mut mask = try_filled(m.len()?, 0f32, "the mask")?;
+                match m.values {
+                    // The same draws as building a keep-list and converting it with `mask_from_bool`.
                     MaskValues::Boolean => {
-                        let keep: Vec<bool> = (0..n).map(|_| rng.gen_bool(0.8)).collect();
-                        mask_from_bool(&keep)
+                        mask.iter_mut().for_each(|x| *x = if rng.gen_bool(0.8) { 0.0 } else { f32::NEG_INFINITY })
                     }
-                    MaskValues::Additive => (0..n)
-                        .map(|_| if rng.gen_bool(0.1) { f32::NEG_INFINITY } else { rng.gen_range(-2.0..2.0) })
-                        .collect(),
-                })
+                    MaskValues::Additive => mask.iter_mut().for_each(|x| {
+                        *x = if rng.gen_bool(0.1) { f32::NEG_INFINITY } else { rng.gen_range(-2.0..2.0) }
+                    }),
+                }
+                Some(mask)
             }
             _ => None,
         };

@@ -8,7 +8,7 @@ mod presets;
 mod pytorch;
 
 use crate::backends::open_backend;
-use crate::measure::{measure, provenance, Measure, Repetitions};
+use crate::measure::{check_counts, measure, provenance, Measure, Repetitions};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
@@ -123,29 +123,39 @@ pub fn run(args: BenchArgs) -> Result<()> {
         layouts: args.layout.clone(),
         f32_math: args.f32_math.clone(),
     };
-    if args.reps == Some(0) {
-        bail!("--reps must be at least 1");
-    }
+    check_counts(args.warmup, args.reps, args.threads)?;
     if let Some(t) = args.max_time {
         if !(t.is_finite() && t > 0.0) {
             bail!("--max-time must be a positive number of seconds");
         }
     }
-    if args.threads == Some(0) {
-        bail!("--threads must be at least 1");
-    }
-    let plan = plan::build(&sweeps, &over, &source)?;
+    let plan = plan::build(&sweeps, &over, &source, args.spec.is_some())?;
+    // PyTorch on the same shapes, in the same invocation; --no-pytorch wins over a spec that names it.
+    let mode = if args.no_pytorch {
+        pytorch::Mode::Off
+    } else if args.with_pytorch || plan.pytorch_requested {
+        pytorch::Mode::Required
+    } else {
+        pytorch::Mode::Auto
+    };
     if !args.dry_run && !args.quiet {
         eprintln!("sdpa bench: {}: {} configurations", plan.source, plan.configs.len());
     }
     if args.dry_run {
-        println!("# {}: {} configurations", plan.source, plan.configs.len());
+        // Written through one locked handle with errors returned, so `| head` ends quietly (a closed pipe
+        // is not an error) instead of panicking in println!.
+        use std::io::Write;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        writeln!(out, "# {}: {} configurations", plan.source, plan.configs.len())?;
         for c in &plan.configs {
-            println!("{}", describe(c));
+            writeln!(out, "{}", describe(c))?;
         }
-        for (dev, case, _) in &plan.pytorch_cases {
-            println!("pytorch ({dev}) {}", describe_case(case));
+        if mode != pytorch::Mode::Off {
+            for (dev, case, _) in &plan.pytorch_cases {
+                writeln!(out, "pytorch ({dev}) {}", describe_case(case))?;
+            }
         }
+        out.flush()?;
         return Ok(());
     }
     let settings = Settings {
@@ -168,16 +178,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     file.commit = provenance::commit();
     file.date = Some(provenance::utc_now());
     let explicit_timing = (args.warmup, args.reps, args.max_time);
-    let opened = sweep(&plan, &settings, explicit_timing, &mut file, args.quiet);
-
-    // PyTorch on the same shapes, in the same invocation.
-    let mode = if args.with_pytorch || plan.pytorch_requested {
-        pytorch::Mode::Required
-    } else if args.no_pytorch {
-        pytorch::Mode::Off
-    } else {
-        pytorch::Mode::Auto
-    };
+    let opened = sweep(&plan, &settings, explicit_timing, &mut file, &out_path, args.quiet)?;
     let py = pytorch::Request {
         mode,
         python: &args.python,
@@ -269,13 +270,17 @@ enum Outcome {
 }
 
 /// Runs every configuration; returns which backends could be opened.
+///
+/// The result file is rewritten after every configuration, so a sweep killed half-way (or stopped by a
+/// failure outside the measurement) keeps every record it finished.
 fn sweep(
     plan: &Plan,
     st: &Settings,
     explicit: (Option<usize>, Option<usize>, Option<f64>),
     file: &mut BenchFile,
+    out_path: &Path,
     quiet: bool,
-) -> HashMap<String, bool> {
+) -> Result<HashMap<String, bool>> {
     let pb = if std::io::stderr().is_terminal() {
         let pb = ProgressBar::new(plan.configs.len() as u64);
         if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:32} {pos}/{len} {wide_msg}")
@@ -309,13 +314,25 @@ fn sweep(
                 continue;
             }
         };
+        // What the backend cannot run is skipped before its inputs are built (they may be huge).
+        let opts = RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads: st.threads, lse: false };
+        let fits = be.capabilities().check(be.name(), &c.case.spec(), &opts);
+        if let Err(e) = fits.and_then(|()| be.check_host_memory(&c.case.spec(), &opts)) {
+            say(format!("{}: skipped: {e}", describe(c)));
+            file.skipped.push(skipped(c, e.to_string(), false));
+            pb.inc(1);
+            continue;
+        }
         if inputs.as_ref().is_none_or(|(case, _)| *case != c.case) {
+            // Free the previous case's inputs before making the next ones.
+            drop(inputs.take());
             inputs = Some((c.case, HostInputs::random(&c.case.spec(), st.seed).map_err(|e| format!("{e:#}"))));
         }
         let Some((_, made)) = inputs.as_ref() else { continue };
         let inp = match made {
             Ok(i) => i,
             Err(why) => {
+                say(format!("{}: skipped: cannot build inputs: {why}", describe(c)));
                 file.skipped.push(skipped(c, format!("cannot build inputs: {why}"), true));
                 pb.inc(1);
                 continue;
@@ -323,13 +340,9 @@ fn sweep(
         };
         match run_one(&**be, c, inp, st, explicit) {
             Outcome::Done(rec) => {
-                let check = rec.check.as_ref().map_or("not checked".to_string(), |k| {
-                    format!(
-                        "check {} (rel err {:.1e}, tol {:.0e})",
-                        if k.pass { "pass" } else { "FAIL" },
-                        k.rel_err,
-                        k.tolerance
-                    )
+                let check = rec.check.as_ref().map_or("not checked".to_string(), |k| match k.failure() {
+                    None => format!("check pass (rel err {:.1e}, tol {:.0e})", k.rel_err, k.tolerance),
+                    Some(why) => format!("check FAIL: {why}"),
                 });
                 say(format!(
                     "{}: {:.4} ms (min {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s  {check}",
@@ -352,9 +365,10 @@ fn sweep(
             }
         }
         pb.inc(1);
+        write_file(out_path, file)?;
     }
     pb.finish_and_clear();
-    backends.into_iter().map(|(k, v)| (k, v.is_ok())).collect()
+    Ok(backends.into_iter().map(|(k, v)| (k, v.is_ok())).collect())
 }
 
 fn run_one(
@@ -380,9 +394,15 @@ fn run_one(
     }
 }
 
+/// Writes the file through a temporary name and a rename, so a reader (or a kill mid-write) never sees a
+/// torn file.
 fn write_file(path: &Path, file: &BenchFile) -> Result<()> {
-    let text = serde_json::to_string_pretty(file)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+    let text = serde_json::to_string_pretty(file)? + "\n";
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))
 }
 
 fn print_summary(file: &BenchFile, out: &Path) {

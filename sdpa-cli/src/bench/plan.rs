@@ -2,10 +2,16 @@
 //! that configurations sharing inputs (same dtype, shape, mask, layout) run one after the other.
 
 use super::presets;
+use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Shape};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+
+/// Most configurations one `sdpa bench` invocation plans (a sweep beyond it is surely a mistake, and
+/// splitting it keeps each result file readable).
+pub const MAX_CONFIGS: usize = 100_000;
 
 /// Backends the sweep can run itself (PyTorch runs through its script).
 pub const RUST_BACKENDS: [&str; 3] = ["reference", "cpu", "cuda"];
@@ -157,15 +163,35 @@ fn pick<T: Clone>(over: &[T], spec: &[T], default: &[T]) -> Vec<T> {
 }
 
 /// Builds the plan from sweeps (a preset's or a spec file's) and command-line overrides.
-pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Plan> {
+pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bool) -> Result<Plan> {
     let mut plan = Plan { source: source.to_string(), ..Default::default() };
     let quick = presets::quick_defaults();
+    // Membership tests by hash, so planning stays linear in the number of configurations.
+    let mut pytorch_seen: HashSet<(String, Case)> = HashSet::new();
+    let mut planned: usize = 0;
     for (i, sw) in sweeps.iter().enumerate() {
         let name = sw.name.clone().unwrap_or_else(|| format!("sweep {}", i + 1));
         let ctx = || format!("{source}: {name}");
         let backends = pick(&over.backends, &sw.backends, &quick.backends);
         let kernels = pick(&over.kernels, &sw.kernels, &quick.kernels);
         let dtypes = pick(&over.dtypes, &sw.dtypes, &quick.dtypes);
+        // A spec file without shapes is a mistake (an empty or truncated file), not a request for the
+        // quick preset's: only presets and flags fill shapes in.
+        if from_file && over.shapes.is_empty() && sw.shapes.is_empty() {
+            bail!("{}: no shapes (give `shapes` in the spec or --shape)", ctx());
+        }
+        if sw.reps == Some(0) {
+            bail!("{}: `reps` must be at least 1", ctx());
+        }
+        if let Some(t) = sw.max_time_s.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            bail!("{}: `max_time_s` must be a positive number of seconds, got {t}", ctx());
+        }
+        if let Some(n) = sw.reps.filter(|n| *n > MAX_REPS) {
+            bail!("{}: `reps` {n} is above the limit of {MAX_REPS}", ctx());
+        }
+        if let Some(n) = sw.warmup.filter(|n| *n > MAX_WARMUP) {
+            bail!("{}: `warmup` {n} is above the limit of {MAX_WARMUP}", ctx());
+        }
         let shapes = pick(&over.shapes, &sw.shapes, &quick.shapes);
         let masks = pick(&over.masks, &sw.masks, &["none".to_string()]);
         let layouts = pick(&over.layouts, &sw.layouts, &[Layout::Bhsd]);
@@ -182,6 +208,17 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
         if shapes.is_empty() || dtypes.is_empty() || kernels.is_empty() {
             bail!("{}: the sweep is empty (no shapes, dtypes or kernels)", ctx());
         }
+        // The sweep's size before expanding it, so a huge cross product is refused in constant time.
+        let f32_count = if dtypes.contains(&DType::F32) { f32_math.len().max(1) } else { 1 };
+        let size = [dtypes.len(), shapes.len(), masks.len(), layouts.len(), backends.len(), kernels.len(), f32_count]
+            .iter()
+            .try_fold(1usize, |a, &x| a.checked_mul(x))
+            .and_then(|n| n.checked_add(planned))
+            .filter(|n| *n <= MAX_CONFIGS)
+            .ok_or_else(|| {
+                anyhow::anyhow!("{}: the sweep has more than {MAX_CONFIGS} configurations; split it", ctx())
+            })?;
+        planned = size;
         plan.pytorch_requested |= backends.iter().any(|b| b == PYTORCH);
         let timing = Timing { warmup: sw.warmup, reps: sw.reps, max_time_s: sw.max_time_s };
         for &dtype in &dtypes {
@@ -193,8 +230,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
                         case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
                         for b in backends.iter().filter(|b| *b != PYTORCH) {
                             let device = if b == "cuda" { "cuda" } else { "cpu" };
-                            if b != "reference" && !plan.pytorch_cases.iter().any(|(d, c, _)| d == device && *c == case)
-                            {
+                            if b != "reference" && pytorch_seen.insert((device.to_string(), case)) {
                                 plan.pytorch_cases.push((device.to_string(), case, timing));
                             }
                             for &kernel in &kernels {
@@ -213,7 +249,8 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
                             }
                         }
                         let only_pytorch = backends.iter().all(|b| b == PYTORCH);
-                        if only_pytorch && !plan.pytorch_cases.iter().any(|(_, c, _)| *c == case) {
+                        let any_device = ["cpu", "cuda"].iter().any(|d| pytorch_seen.contains(&(d.to_string(), case)));
+                        if only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case)) {
                             plan.pytorch_cases.push(("cpu".to_string(), case, timing));
                         }
                     }
@@ -222,23 +259,15 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str) -> Result<Pla
         }
     }
     // Same case next to each other, so one set of inputs serves every backend and kernel.
-    let mut order: Vec<Case> = Vec::new();
+    // (Stable sort by the case's first appearance.)
+    let mut order: HashMap<Case, usize> = HashMap::new();
     for c in &plan.configs {
-        if !order.contains(&c.case) {
-            order.push(c.case);
-        }
+        let next = order.len();
+        order.entry(c.case).or_insert(next);
     }
-    plan.configs.sort_by_key(|c| order.iter().position(|o| *o == c.case));
+    plan.configs.sort_by_key(|c| order.get(&c.case).copied().unwrap_or(usize::MAX));
     // Identical requests (overlapping sweeps) run once.
-    let mut seen = Vec::new();
-    plan.configs.retain(|c| {
-        let key = (c.case, c.backend.clone(), c.kernel, c.f32_math);
-        if seen.contains(&key) {
-            false
-        } else {
-            seen.push(key);
-            true
-        }
-    });
+    let mut seen = HashSet::new();
+    plan.configs.retain(|c| seen.insert((c.case, c.backend.clone(), c.kernel, c.f32_math)));
     Ok(plan)
 }
