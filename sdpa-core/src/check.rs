@@ -169,10 +169,10 @@ mod tests {
             pass: true,
         };
         assert_eq!(base.failure(), None);
-        let nan = CheckReport { nan_mismatches: 128, pass: false, ..base.clone() };
+        let nan = CheckReport { nan_mismatches: 128, pass: false, ..base };
         let why = nan.failure().unwrap();
         assert!(why.starts_with("128 output elements are NaN") && !why.contains("relative error"), "{why}");
-        let rel = CheckReport { rel_err: 2.26e-2, pass: false, ..base.clone() };
+        let rel = CheckReport { rel_err: 2.26e-2, pass: false, ..base };
         assert_eq!(rel.failure().unwrap(), "relative error 2.260e-2 > tolerance 2.0e-3");
         let lse = CheckReport { lse_max_abs_err: Some(0.5), pass: false, ..base };
         assert!(lse.failure().unwrap().contains("log-sum-exp"));
