@@ -234,6 +234,31 @@ fn tracelens_rows_beyond_the_metadata_busy_time_gave_192292_percent() {
     assert!(!printers::text::render(&r).contains("192292"));
 }
 
+/// Regression: each TraceLens row was cloned once per `operation_count` (180,000 calls took 845 MB; the
+/// accepted ten million would have aborted on allocation). A row is now one weighted call; the total count
+/// over all rows stays bounded.
+#[test]
+fn tracelens_operation_count_was_cloned_into_millions_of_calls() {
+    // The qwen2 row has operation_count 3 (column 11) and a kernel time sum of 154.56 µs.
+    let set_count =
+        |text: &str, n: &str| text.replacen(",152,3,327.48900000000003,", &format!(",152,{n},327.48900000000003,"), 1);
+    let dir = tracelens_dir("tl-count", |text| {
+        assert!(text.contains(",152,3,327.48900000000003,"), "the fixture's row changed");
+        set_count(text, "10000000")
+    });
+    let r = tracelens::analyze_dir(&dir, &Options::default()).unwrap();
+    assert_eq!((r.attention_ops[0].count, r.summary.attention_calls), (10_000_000, 10_000_000));
+    assert!((r.attention_ops[0].total_us - 154.5615234375).abs() < 1e-6, "the row's sum, not count x sum");
+    assert!((r.attention_ops[0].mean_us - 154.5615234375e-7).abs() < 1e-12);
+    let two = tracelens_dir("tl-count-2", |text| {
+        let (header, row) = text.split_once('\n').unwrap();
+        let row = set_count(row.trim_end(), "6000000");
+        format!("{header}\n{row}\n{row}\n")
+    });
+    let e = tracelens::analyze_dir(&two, &Options::default()).unwrap_err().to_string();
+    assert!(e.contains("operation_count 6000000 is implausible"), "{e}");
+}
+
 /// Regression: a TraceLens CSV without `Kernel Time (µs)_sum` silently fell back to the ops' CPU time
 /// (327.5 µs instead of 154.6 µs) with `missing: []`.
 #[test]

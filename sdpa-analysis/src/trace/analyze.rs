@@ -177,8 +177,8 @@ pub(crate) fn build_report(
     opts: &Options,
 ) -> TraceReport {
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
-    let fused = calls.iter().filter(|c| c.kind == Kind::Fused).fold(0.0, |a, c| a + c.gpu_us);
-    let unfused = calls.iter().filter(|c| c.kind == Kind::Unfused).fold(0.0, |a, c| a + c.gpu_us);
+    let time = |k: Kind| calls.iter().filter(|c| c.kind == k).fold(0.0, |a, c| a + c.gpu_us * c.repeat as f64);
+    let (fused, unfused) = (time(Kind::Fused), time(Kind::Unfused));
     let attention = fused + unfused;
     // Every GPU activity is counted once, by one call at most, so attention cannot exceed the GPU time it is
     // part of; the TraceLens reader checks its metadata the same way. Should an input still manage it, the
@@ -196,7 +196,7 @@ pub(crate) fn build_report(
     for c in calls {
         if let Some(why) = &c.suspect {
             let effect = "shape left out: no FLOPs, efficiency or replay";
-            Suspect::tally(&mut suspect, None, "attention shape", why, effect, 1);
+            Suspect::tally(&mut suspect, None, "attention shape", why, effect, c.repeat);
         }
     }
     for o in &ops {
@@ -212,7 +212,7 @@ pub(crate) fn build_report(
         attention_share: if total_gpu > 0.0 { attention / total_gpu } else { 0.0 },
         fused_time_us: fused,
         unfused_time_us: unfused,
-        attention_calls: calls.len(),
+        attention_calls: calls.iter().map(|c| c.repeat as usize).sum(),
         fused_kernels_in_use: calls.iter().any(|c| c.kind == Kind::Fused && c.backend.is_fused_kernel()),
     };
     let findings = findings::findings(&ops, &summary, &device, &missing, &opts.bench);

@@ -290,8 +290,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         .map(|(key, members)| {
             let (kind, phase, backend, module, shape, dtype, mask_label) = key;
             let first = members[0];
-            let count = members.len();
-            let total: f64 = members.iter().map(|c| c.gpu_us).sum();
+            let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
+            let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
             let mean = total / count as f64;
             let mut layers: Vec<String> = Vec::new();
             for c in &members {
@@ -305,17 +305,18 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             let mut parts: Vec<Part> = Vec::new();
             let mut notes: Vec<String> = Vec::new();
             for c in &members {
+                let w = c.repeat as f64;
                 for (k, us) in &c.kernels {
                     match kernels.iter_mut().find(|x| &x.name == k) {
-                        Some(x) => x.total_us += us,
-                        None => kernels.push(KernelTime { name: k.clone(), total_us: *us }),
+                        Some(x) => x.total_us += us * w,
+                        None => kernels.push(KernelTime { name: k.clone(), total_us: us * w }),
                     }
                 }
                 for (i, p) in c.parts.iter().enumerate() {
                     if parts.len() == i {
-                        parts.push(p.clone());
+                        parts.push(Part { gpu_us: p.gpu_us * w, ..p.clone() });
                     } else if let Some(x) = parts.get_mut(i).filter(|x| x.role == p.role) {
-                        x.gpu_us += p.gpu_us;
+                        x.gpu_us += p.gpu_us * w;
                     }
                 }
                 for n in &c.notes {

@@ -20,7 +20,7 @@ use crate::trace::report::{DeviceInfo, Suspect, TraceInfo, TraceReport};
 use std::path::{Path, PathBuf};
 
 /// Largest `operation_count` accepted from a row, and from all rows together (a guard against absurd
-/// input: each call is kept as a record, and no profile of a few steps holds ten million attention calls).
+/// input: no profile of a few steps holds ten million attention calls).
 const MAX_COUNT: u64 = 10_000_000;
 
 /// The column that holds each row's GPU kernel time, and the one used when it is absent.
@@ -77,6 +77,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
     let mut skipped = Vec::new();
     let mut suspect: Vec<Suspect> = Vec::new();
     let csv_name = csv_path.display().to_string();
+    let mut total_count: u64 = 0;
     for (line, row) in rows.iter().enumerate().skip(1) {
         let get = |c: usize| row.get(c).map(String::as_str).unwrap_or("");
         let name = get(c_name);
@@ -102,13 +103,13 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
                     format!("row {}: operation_count `{}` is not a positive number", line + 1, get(c_count)),
                 )
             })?;
-        if count > MAX_COUNT || calls.len() as u64 + count > MAX_COUNT {
+        if count > MAX_COUNT || total_count + count > MAX_COUNT {
             return Err(AnalysisError::invalid(
                 &csv_path,
                 format!(
                     "row {}: operation_count {count} is implausible ({} calls in the rows before it; at most {MAX_COUNT} in all)",
                     line + 1,
-                    calls.len()
+                    total_count
                 ),
             ));
         }
@@ -181,13 +182,13 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             parts: Vec::new(),
             notes,
             suspect: shape_suspect,
+            repeat: count,
             at: (0, line as f64),
             seqs: Vec::new(),
         };
         refine_backend(&mut call);
-        for _ in 0..count {
-            calls.push(call.clone());
-        }
+        total_count += count;
+        calls.push(call);
     }
 
     if !skipped.is_empty() {
@@ -198,7 +199,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         ));
     }
     let (platform, total_gpu) = read_metadata(&meta_path, &mut missing)?;
-    let attention: f64 = calls.iter().map(|c| c.gpu_us).sum();
+    let attention: f64 = calls.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
     let total_gpu = match total_gpu {
         // The metadata's busy time is measured on the whole trace, the rows' kernel time is summed per op:
         // attention above the busy time means the two do not describe the same run (rows duplicated or

@@ -208,6 +208,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         parts: Vec::new(),
         notes,
         suspect,
+        repeat: 1,
         at: (0, 0.0),
         seqs: Vec::new(),
     }
@@ -250,6 +251,7 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
             "attention kernel with no attention op above it (CUDA graph replay or no CPU ops): shape unknown".into()
         ],
         suspect: None,
+        repeat: 1,
         at: (act.thread, act.ts),
         seqs: Vec::new(),
     }

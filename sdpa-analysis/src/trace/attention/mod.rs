@@ -137,6 +137,10 @@ pub struct AttentionCall {
     /// Why the shape found in the trace was left out as implausible (above [`crate::trace::plausible`]'s
     /// bounds), if it was: then `shape` is `None`.
     pub suspect: Option<String>,
+    /// How many identical calls this one stands for: 1 for a call found in a trace, a TraceLens row's
+    /// `operation_count` (its times are per call). Keeps a row of ten million calls one record.
+    #[serde(skip)]
+    pub repeat: u64,
     /// Thread row index and start time, µs (ordering, backward-to-forward matching).
     #[serde(skip)]
     pub at: (u32, f64),

@@ -304,6 +304,7 @@ fn finish(
         parts,
         notes,
         suspect,
+        repeat: 1,
         at: (qk.thread, qk.ts),
         seqs,
     })
@@ -400,6 +401,7 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
             parts,
             notes: vec!["backward of an unfused chain, matched through autograd sequence numbers".into()],
             suspect: f.suspect.clone(),
+            repeat: 1,
             at: (first.thread, first.ts),
             seqs: Vec::new(),
         });
