@@ -183,6 +183,31 @@ fn a_grid_of_2_pow_62_blocks_overflowed() {
     assert!(ev.contains("grid"));
     let r = analyze("grid", &ev);
     assert_eq!(r.attention_ops[0].grid_blocks, Some(i64::MAX));
+    // With numSms of 2^62 the finding's "two waves" test overflowed as well.
+    let dir = scratch("grid-sms");
+    let doc = trace(&ev).replace(r#""numSms": 132"#, r#""numSms": 4611686018427387904"#);
+    let r = analyze_path(&write(&dir, "t.json", doc.as_bytes()), &Options::default()).unwrap();
+    assert!(r.findings.iter().any(|f| f.path == "B"), "the below-band finding with its grid check is built");
+}
+
+/// Regression: a varlen flash-attn call whose `cu_seqlens_q` has i64::MIN entries overflowed computing B
+/// (a panic in debug builds); now the shape is unknown.
+#[test]
+fn varlen_cu_seqlens_of_i64_min_overflowed() {
+    let args = r#"{"Input Dims": [[4096, 16, 128], [4096, 16, 128], [4096, 16, 128], [-9223372036854775808], [3], [], [], [], [], []],
+        "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "int", "int", "", "", "", "", ""],
+        "Concrete Inputs": ["", "", "", "", "", "2048", "2048", "0.0", "0.088", "True"]}"#;
+    let r =
+        analyze("varlen", &op_with_kernel("flash_attn::_flash_attn_varlen_forward", args, FLASH_KERNEL, "100", 100, 1));
+    assert_eq!(r.attention_ops.len(), 1);
+    assert_eq!(r.attention_ops[0].b, None);
+    // The same call with a real cu_seqlens (B + 1 = 3 entries) has its shape.
+    let ok = args.replace("[-9223372036854775808]", "[3]");
+    let r = analyze(
+        "varlen-ok",
+        &op_with_kernel("flash_attn::_flash_attn_varlen_forward", &ok, FLASH_KERNEL, "100", 100, 1),
+    );
+    assert_eq!((r.attention_ops[0].b, r.attention_ops[0].sq), (Some(2), Some(2048)));
 }
 
 /// Regression: an SDPA call between an eager chain's matmuls had its kernel counted twice, by the fused

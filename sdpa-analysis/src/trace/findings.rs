@@ -453,7 +453,7 @@ fn fused_finding(
                 "grid: the main kernel launched {g} blocks for {sms} SMs, a single wave or less: B·Hq·⌈Sq/tile⌉ is \
                  too small to keep the GPU busy{causal}. Larger batches per call, or a split-KV kernel"
             ));
-        } else if g < 2 * sms {
+        } else if g < sms.saturating_mul(2) {
             checks.push(format!("grid: {g} blocks on {sms} SMs is one to two waves, so the tail wave leaves SMs idle"));
         }
     } else if let (Some(s), Some(sms)) = (op.shape(), device.num_sms) {

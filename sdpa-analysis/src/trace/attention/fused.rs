@@ -340,7 +340,7 @@ pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bo
             if q.len() != 3 || k.len() != 3 || v.len() != 3 {
                 return None;
             }
-            let b = args.dim(cu_q).and_then(|d| d.first().copied()).map(|n| n - 1)?;
+            let b = args.dim(cu_q).and_then(|d| d.first().copied()).and_then(|n| n.checked_sub(1))?;
             let sq = args.concrete(max_q).and_then(|s| s.trim().parse::<i64>().ok())?;
             let sk = args.concrete(max_k).and_then(|s| s.trim().parse::<i64>().ok())?;
             let shape = Shape {
