@@ -4,27 +4,17 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::copy_dir;
+
 use sdpa_analysis::trace::attention::AttnBackend;
 use sdpa_analysis::trace::tracelens;
 use sdpa_analysis::{analyze_path, Options};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
-}
-
-/// Copies a fixture directory to a scratch place (the findings are written into it).
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), to).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -35,6 +35,10 @@ pub struct AnalyzeArgs {
     /// unfused-vs-fused speedups for Path A and the times measured on a trace's exact shape.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub bench_results: Vec<PathBuf>,
+    /// With a directory PATH: fail on the first trace file that cannot be read, instead of reporting it
+    /// (on stderr and in the report) and analysing the others.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// Runs the command.
@@ -67,13 +71,16 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
             pb.set_position(done);
         }))
     };
-    let opts = Options { device: args.device.clone(), bench, progress };
+    let opts = Options { device: args.device.clone(), bench, progress, strict: args.strict };
     let report = match (&args.path, &args.output_dir) {
         (Some(p), _) => analyze_path(p, &opts)?,
         (None, Some(dir)) => tracelens::analyze_dir(dir, &opts)?,
         (None, None) => bail!("give a trace PATH, or --output-dir DIR for the TraceLens contract"),
     };
     bar.finish_and_clear();
+    for u in &report.unreadable {
+        eprintln!("sdpa: warning: {u} (left out of the report)");
+    }
     if let Some(dir) = &args.output_dir {
         let out = tracelens::write_findings(dir, &report)?;
         eprintln!("sdpa: wrote {}", out.display());

@@ -83,3 +83,53 @@ fn unreadable_bench_results_fail_with_the_file_name() {
     assert!(err.contains("cut.json") && !err.contains("panicked"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Regression (issue 19): `sdpa analyze DIR` exited on one corrupt rank file with no partial report. Now it
+/// analyses the good files, names each bad one on stderr and in the report, and fails only when nothing
+/// could be read, or with `--strict`.
+#[test]
+fn analyze_dir_with_a_corrupt_rank_file_reports_it_and_analyses_the_others() {
+    let dir = tmp("ranks");
+    std::fs::create_dir_all(dir.join("ranks")).expect("mkdir");
+    std::fs::copy(bert_trace(), dir.join("ranks/rank0.json.gz")).expect("copy");
+    std::fs::write(dir.join("ranks/rank1.json"), "{\"traceEvents\": [{\"ph\": ").expect("write");
+    let out = sdpa(&["analyze", "ranks", "--json"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = json(&out);
+    assert!(err.contains("rank1.json") && err.contains("warning"), "{err}");
+    assert_eq!(report["inputs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(report["unreadable"].as_array().map(Vec::len), Some(1), "{}", report["unreadable"]);
+    assert!(report["summary"]["attention_calls"].as_u64().unwrap_or(0) > 0);
+
+    let strict = sdpa(&["analyze", "ranks", "--strict"], &dir);
+    assert!(!strict.status.success());
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("rank1.json"));
+
+    std::fs::remove_file(dir.join("ranks/rank0.json.gz")).expect("rm");
+    let none = sdpa(&["analyze", "ranks"], &dir);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success() && err.contains("could be read") && !err.contains("panicked"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Regression (issue 19): `[1,2,3]` was analysed as an empty trace and printed a report of nothing; a kernel
+/// `dur` of 1.7e308 printed "GPU time inf µs; attention inf µs = NaN %".
+#[test]
+fn non_trace_json_is_an_error_and_absurd_durations_are_suspect() {
+    let dir = tmp("hostile");
+    std::fs::write(dir.join("numbers.json"), "[1,2,3]").expect("write");
+    let out = sdpa(&["analyze", "numbers.json"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("not a PyTorch profiler trace"), "{err}");
+
+    let doc = r#"{"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1.7e308},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 2, "dur": 3}]}"#;
+    std::fs::write(dir.join("huge.json"), doc).expect("write");
+    let out = sdpa(&["analyze", "huge.json"], &dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("GPU time 3.0 µs") && !text.contains("inf µs") && !text.contains("NaN"), "{text}");
+    assert!(text.contains("suspect: 1 implausible values left out"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -221,3 +221,60 @@ fn auto_rows_name_the_kernel_the_backend_chose() {
     assert!(md.lines().any(|l| l.starts_with("| cuda | auto → fa2 |")), "{md}");
     assert!(md.lines().any(|l| l.starts_with("| cuda | fa1 |")), "{md}");
 }
+
+/// Regression (issue 19): `sdpa report bench/results` exited on `bench/results/analyze/analyze.json` (not a
+/// record file) and rendered nothing. Now every record file under the folder renders, the companions
+/// `NAME-meta.json` are not read as records (the folder rule), and the others are named on stderr; `--strict`
+/// makes them fatal.
+#[test]
+fn report_of_bench_results_rendered_nothing_because_of_analyze_json() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let results = root.join("bench/results");
+    let dir = tmp("whole-folder");
+    let out = sdpa(&["report", results.to_str().expect("utf-8 path"), "--out-dir", "rep"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("analyze.json") && err.contains("1 file(s) skipped"), "{err}");
+    assert!(!err.contains("-meta.json"), "companions are not records: {err}");
+    let md = std::fs::read_to_string(dir.join("rep/report.md")).expect("report.md");
+    for (topic, _) in RECORD_TOPICS {
+        for f in topic_records(&results.join(topic)) {
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            assert!(md.contains(&name), "{name} is rendered");
+        }
+    }
+    assert!(!md.contains("-meta.json"));
+    let strict = sdpa(&["report", results.to_str().expect("utf-8 path"), "--strict"], &dir);
+    assert!(!strict.status.success());
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("analyze.json"));
+
+    // A folder with nothing readable fails; a file named on the command line must read.
+    std::fs::create_dir_all(dir.join("junk")).expect("mkdir");
+    std::fs::write(dir.join("junk/a.json"), "{}").expect("write");
+    let out = sdpa(&["report", "junk"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("none of the 1") && !err.contains("panicked"), "{err}");
+}
+
+/// Regression (issue 19): `--peak-gbps` without `--peak-tflops` was silently taken as a bandwidth-only
+/// roofline (every row "memory-bound"); it is documented as a companion of `--peak-tflops` and now refused.
+#[test]
+fn peak_gbps_without_peak_tflops_was_silently_misused() {
+    let dir = tmp("gbps");
+    std::fs::write(dir.join("r.json"), serde_json::json!([record("cuda", "fa2", H100, 1024, "none", 0.1)]).to_string())
+        .expect("write");
+    let out = sdpa(&["report", "r.json", "--peak-gbps", "3000"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--peak-tflops"), "{err}");
+}
+
+/// Regression (issue 19): a result file saved with a UTF-8 byte order mark was not a result file.
+#[test]
+fn a_result_file_with_a_utf8_bom_was_rejected() {
+    let dir = tmp("bom");
+    let recs = serde_json::json!([record("cuda", "fa2", H100, 1024, "none", 0.1)]).to_string();
+    std::fs::write(dir.join("bom.json"), format!("\u{feff}{recs}")).expect("write");
+    let out = sdpa(&["report", "bom.json"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with("| cuda | fa2 |")));
+}

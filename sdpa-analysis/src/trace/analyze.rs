@@ -1,11 +1,12 @@
 //! The pipeline: parse each trace file, build its op tree, detect attention, then group, model and judge
-//! all calls together (a directory of per-rank files gives one report).
+//! all calls together (a directory of per-rank files gives one report; a rank file that cannot be read is
+//! reported and the others analysed, unless [`Options::strict`]).
 
 use crate::error::{AnalysisError, Result};
 use crate::trace::attention::{self, AttentionCall, Kind};
 use crate::trace::findings;
 use crate::trace::kineto::{parse_file_with_progress, Progress, Trace};
-use crate::trace::report::{self, DeviceInfo, Summary, TraceInfo, TraceReport};
+use crate::trace::report::{self, DeviceInfo, Summary, Suspect, TraceInfo, TraceReport};
 use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,9 @@ pub struct Options {
     pub bench: Vec<BenchRecord>,
     /// Called with (file bytes read, file size) while each trace file is parsed.
     pub progress: Option<Progress>,
+    /// For a directory: fail on the first file that cannot be read, instead of reporting it and analysing
+    /// the others.
+    pub strict: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -27,6 +31,7 @@ impl std::fmt::Debug for Options {
             .field("device", &self.device)
             .field("bench", &self.bench.len())
             .field("progress", &self.progress.is_some())
+            .field("strict", &self.strict)
             .finish()
     }
 }
@@ -55,29 +60,66 @@ pub fn trace_files(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Analyses a trace file or a directory of per-rank trace files.
+///
+/// A single file that cannot be read is an error. In a directory, every file that can be read is analysed
+/// and each one that cannot is named in the report's `unreadable` and `missing`; it is an error only when
+/// no file could be read, or with [`Options::strict`].
 pub fn analyze_path(path: &Path, opts: &Options) -> Result<TraceReport> {
     let files = trace_files(path)?;
+    let is_dir = path.is_dir();
     let mut traces = Vec::with_capacity(files.len());
+    let mut unreadable: Vec<AnalysisError> = Vec::new();
     for f in &files {
-        let t = parse_file_with_progress(f, opts.progress.clone())?;
-        if t.stats.events == 0 {
-            return Err(AnalysisError::invalid(
-                f,
-                "no trace events (an empty traceEvents list, or not a PyTorch profiler trace)",
-            ));
+        match read_trace(f, opts) {
+            Ok(t) => traces.push(t),
+            Err(e) if is_dir && !opts.strict => unreadable.push(e),
+            Err(e) => return Err(e),
         }
-        traces.push(t);
     }
-    Ok(analyze_traces(&traces, opts))
+    if traces.is_empty() {
+        let why: Vec<String> = unreadable.iter().map(|e| e.to_string()).collect();
+        return Err(AnalysisError::invalid(
+            path,
+            format!("none of the {} trace files could be read: {}", files.len(), why.join("; ")),
+        ));
+    }
+    Ok(analyze_with(&traces, unreadable.iter().map(|e| e.to_string()).collect(), opts))
+}
+
+fn read_trace(f: &Path, opts: &Options) -> Result<Trace> {
+    let t = parse_file_with_progress(f, opts.progress.clone())?;
+    if t.stats.events == 0 {
+        return Err(AnalysisError::invalid(f, "no trace events (an empty traceEvents list)"));
+    }
+    Ok(t)
 }
 
 /// Analyses parsed traces as one run.
 pub fn analyze_traces(traces: &[Trace], opts: &Options) -> TraceReport {
+    analyze_with(traces, Vec::new(), opts)
+}
+
+/// [`analyze_traces`], with the errors of the files of the same directory that could not be read.
+fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> TraceReport {
     let mut calls: Vec<AttentionCall> = Vec::new();
     let mut total_gpu = 0.0;
     let mut info = TraceInfo::default();
     let mut missing: Vec<String> = Vec::new();
+    let mut suspect: Vec<Suspect> = Vec::new();
+    for e in &unreadable {
+        missing.push(format!("{e} (this file is left out; the report covers the others)"));
+    }
     for t in traces {
+        let name = t.path.display().to_string();
+        for i in &t.implausible {
+            suspect.push(Suspect {
+                input: Some(name.clone()),
+                what: i.what.to_string(),
+                count: i.count,
+                example: i.example.clone(),
+                effect: "events left out of GPU time, the op tree and attention".into(),
+            });
+        }
         let tree = OpTree::build(t);
         calls.extend(attention::detect(&tree));
         total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
@@ -109,42 +151,82 @@ pub fn analyze_traces(traces: &[Trace], opts: &Options) -> TraceReport {
         missing
             .push(format!("{what}: efficiency and bound are not computed; pass --device (e.g. h100-sxm, a100-80gb)"));
     }
-    build_report(
+    let mut report = build_report(
         traces.iter().map(|t| t.path.display().to_string()).collect(),
         device,
         &calls,
         total_gpu,
         missing,
+        suspect,
         info,
         opts,
-    )
+    );
+    report.unreadable = unreadable;
+    report
 }
 
+#[allow(clippy::too_many_arguments)] // one call per input kind (traces, TraceLens); a struct would only rename them
 pub(crate) fn build_report(
     inputs: Vec<String>,
     device: DeviceInfo,
     calls: &[AttentionCall],
     total_gpu: f64,
-    missing: Vec<String>,
+    mut missing: Vec<String>,
+    mut suspect: Vec<Suspect>,
     info: TraceInfo,
     opts: &Options,
 ) -> TraceReport {
-    let ops = report::group(calls, total_gpu, device.hardware());
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
-    let fused = calls.iter().filter(|c| c.kind == Kind::Fused).fold(0.0, |a, c| a + c.gpu_us);
-    let unfused = calls.iter().filter(|c| c.kind == Kind::Unfused).fold(0.0, |a, c| a + c.gpu_us);
+    let time = |k: Kind| calls.iter().filter(|c| c.kind == k).fold(0.0, |a, c| a + c.gpu_us * c.repeat as f64);
+    let (fused, unfused) = (time(Kind::Fused), time(Kind::Unfused));
     let attention = fused + unfused;
+    // Every GPU activity is counted once, by one call at most, so attention cannot exceed the GPU time it is
+    // part of; the TraceLens reader checks its metadata the same way. Should an input still manage it, the
+    // share is taken against attention itself and the report says why, rather than printing "192292.7 %".
+    let total_gpu = if attention > total_gpu * (1.0 + 1e-9) {
+        missing.push(format!(
+            "attention kernel time ({attention:.1} µs) exceeds the total GPU time ({total_gpu:.1} µs): the input \
+             counts some GPU time twice or is inconsistent; shares are relative to attention alone"
+        ));
+        attention
+    } else {
+        total_gpu
+    };
+    let ops = report::group(calls, total_gpu, device.hardware());
+    for c in calls {
+        if let Some(why) = &c.suspect {
+            let effect = "shape left out: no FLOPs, efficiency or replay";
+            Suspect::tally(&mut suspect, None, "attention shape", why, effect, c.repeat);
+        }
+    }
+    for o in &ops {
+        if let Some(why) = o.suspect.as_deref().filter(|w| w.starts_with("achieved rate")) {
+            let example = format!("{} {}: {why}", o.backend.name(), o.shape_label());
+            let effect = "FLOPs, efficiency and replay left out";
+            Suspect::tally(&mut suspect, None, "achieved rate", &example, effect, o.count as u64);
+        }
+    }
     let summary = Summary {
         total_gpu_time_us: total_gpu,
         attention_time_us: attention,
         attention_share: if total_gpu > 0.0 { attention / total_gpu } else { 0.0 },
         fused_time_us: fused,
         unfused_time_us: unfused,
-        attention_calls: calls.len(),
+        attention_calls: calls.iter().map(|c| c.repeat as usize).sum(),
         fused_kernels_in_use: calls.iter().any(|c| c.kind == Kind::Fused && c.backend.is_fused_kernel()),
     };
     let findings = findings::findings(&ops, &summary, &device, &missing, &opts.bench);
-    TraceReport { inputs, device, summary, attention_ops: ops, findings, missing, trace: info }
+    TraceReport {
+        inputs,
+        device,
+        summary,
+        attention_ops: ops,
+        findings,
+        missing,
+        suspect,
+        unreadable: Vec::new(),
+        trace: info,
+    }
 }
 
 fn missing_in(t: &Trace, tree: &OpTree<'_>) -> Vec<String> {

@@ -199,6 +199,11 @@ fn where_(op: &AttentionOp) -> String {
 }
 
 fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
+    // An op whose rates are implausible has a shape or a time that is wrong: replaying it would benchmark
+    // a shape nobody ran.
+    if op.suspect.is_some() {
+        return None;
+    }
     let shape = op.shape()?;
     let dtype = match op.dtype.as_deref() {
         Some("f16") => DType::F16,
@@ -309,7 +314,7 @@ fn unfused_finding(
             Some("f32") => 4.0,
             _ => 2.0,
         };
-        let scores = (s.b * s.hq * s.sq * s.sk) as f64 * eb;
+        let scores = s.b as f64 * s.hq as f64 * s.sq as f64 * s.sk as f64 * eb;
         d.push_str(&format!(
             " The score matrix is {:.1} MiB per call, written and read several times (scale, mask, softmax, \
              cast); a fused kernel keeps it on chip.",
@@ -448,12 +453,12 @@ fn fused_finding(
                 "grid: the main kernel launched {g} blocks for {sms} SMs, a single wave or less: B·Hq·⌈Sq/tile⌉ is \
                  too small to keep the GPU busy{causal}. Larger batches per call, or a split-KV kernel"
             ));
-        } else if g < 2 * sms {
+        } else if g < sms.saturating_mul(2) {
             checks.push(format!("grid: {g} blocks on {sms} SMs is one to two waves, so the tail wave leaves SMs idle"));
         }
     } else if let (Some(s), Some(sms)) = (op.shape(), device.num_sms) {
-        let tiles = s.b * s.hq * s.sq.div_ceil(128);
-        if (tiles as i64) < sms {
+        let tiles = s.b as f64 * s.hq as f64 * s.sq.div_ceil(128) as f64;
+        if tiles < sms as f64 {
             checks.push(format!("work: B·Hq·⌈Sq/128⌉ = {tiles} tiles for {sms} SMs, less than one wave"));
         }
     }

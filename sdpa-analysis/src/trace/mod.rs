@@ -2,7 +2,7 @@
 //!
 //! The pipeline ([`analyze`]) reads kineto Chrome traces in one streaming pass ([`kineto`]), builds the CPU
 //! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused and unfused
-//! attention ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`),
+//! attention ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
 //! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
@@ -12,6 +12,7 @@ pub mod attention;
 pub mod findings;
 pub mod kineto;
 pub mod perf;
+pub mod plausible;
 pub mod printers;
 pub mod replay;
 pub mod report;

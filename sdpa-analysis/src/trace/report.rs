@@ -25,8 +25,51 @@ pub struct TraceReport {
     pub findings: Vec<Finding>,
     /// What the input lacked and what that costs the analysis.
     pub missing: Vec<String>,
+    /// Values outside physical bounds ([`crate::trace::plausible`]), left out of totals, efficiencies and
+    /// replays.
+    pub suspect: Vec<Suspect>,
+    /// Files of a directory input that could not be read (the error of each); the report covers the others.
+    pub unreadable: Vec<String>,
     /// Parse and linking counters.
     pub trace: TraceInfo,
+}
+
+/// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
+/// what the analysis did instead of using them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suspect {
+    /// The file they came from, when one file.
+    pub input: Option<String>,
+    /// What was implausible, e.g. `GPU activity duration`, `attention shape`, `achieved rate`.
+    pub what: String,
+    /// How many events (parse) or calls (shapes, rates).
+    pub count: u64,
+    /// The first one, with its value and what is wrong with it.
+    pub example: String,
+    /// What was left out because of it.
+    pub effect: String,
+}
+
+impl Suspect {
+    /// One line for people: `FILE: 3 GPU activity duration values are implausible (e.g. ...): left out of ...`.
+    pub fn line(&self) -> String {
+        let file = self.input.as_deref().map(|f| format!("{f}: ")).unwrap_or_default();
+        format!("{file}{} implausible {} (e.g. {}): {}", self.count, self.what, self.example, self.effect)
+    }
+
+    /// Adds `n` occurrences to the entry for `what` (and `input`), creating it with `example` when new.
+    pub fn tally(list: &mut Vec<Suspect>, input: Option<&str>, what: &str, example: &str, effect: &str, n: u64) {
+        match list.iter_mut().find(|s| s.what == what && s.input.as_deref() == input) {
+            Some(s) => s.count += n,
+            None => list.push(Suspect {
+                input: input.map(str::to_string),
+                what: what.to_string(),
+                count: n,
+                example: example.to_string(),
+                effect: effect.to_string(),
+            }),
+        }
+    }
 }
 
 /// The device.
@@ -177,6 +220,8 @@ pub struct AttentionOp {
     pub parts: Vec<Part>,
     /// Notes from detection.
     pub notes: Vec<String>,
+    /// Why this op's shape or rates were left out as implausible (no efficiency, no replay), if they were.
+    pub suspect: Option<String>,
 }
 
 impl AttentionOp {
@@ -245,8 +290,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         .map(|(key, members)| {
             let (kind, phase, backend, module, shape, dtype, mask_label) = key;
             let first = members[0];
-            let count = members.len();
-            let total: f64 = members.iter().map(|c| c.gpu_us).sum();
+            let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
+            let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
             let mean = total / count as f64;
             let mut layers: Vec<String> = Vec::new();
             for c in &members {
@@ -260,17 +305,18 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             let mut parts: Vec<Part> = Vec::new();
             let mut notes: Vec<String> = Vec::new();
             for c in &members {
+                let w = c.repeat as f64;
                 for (k, us) in &c.kernels {
                     match kernels.iter_mut().find(|x| &x.name == k) {
-                        Some(x) => x.total_us += us,
-                        None => kernels.push(KernelTime { name: k.clone(), total_us: *us }),
+                        Some(x) => x.total_us += us * w,
+                        None => kernels.push(KernelTime { name: k.clone(), total_us: us * w }),
                     }
                 }
                 for (i, p) in c.parts.iter().enumerate() {
                     if parts.len() == i {
-                        parts.push(p.clone());
+                        parts.push(Part { gpu_us: p.gpu_us * w, ..p.clone() });
                     } else if let Some(x) = parts.get_mut(i).filter(|x| x.role == p.role) {
-                        x.gpu_us += p.gpu_us;
+                        x.gpu_us += p.gpu_us * w;
                     }
                 }
                 for n in &c.notes {
@@ -280,7 +326,14 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 }
             }
             kernels.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
-            let perf = shape.and_then(|s| perf::model(&s, &first.mask, dtype.as_deref(), phase, mean, hw));
+            let mut suspect = members.iter().find_map(|c| c.suspect.clone());
+            let mut perf = shape.and_then(|s| perf::model(&s, &first.mask, dtype.as_deref(), phase, mean, hw));
+            // A shape that passed its bounds can still be absurd against the time it took (a plausible
+            // shape in 0.001 µs): such rates say the time or the shape is wrong, so neither is trusted.
+            if let Some(why) = perf.as_ref().and_then(|p| crate::trace::plausible::rates(p.tflops, p.tbps, hw).err()) {
+                suspect = Some(format!("achieved rate {why}"));
+                perf = None;
+            }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
             AttentionOp {
                 kind,
@@ -320,6 +373,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 kernels,
                 parts,
                 notes,
+                suspect,
             }
         })
         .collect();

@@ -12,15 +12,20 @@
 
 use crate::error::{AnalysisError, Result};
 use crate::trace::analyze::{build_report, Options};
-use crate::trace::attention::fused::{extract_mask, extract_shape, refine_backend};
+use crate::trace::attention::fused::{checked_shape, extract_mask, extract_shape, refine_backend};
 use crate::trace::attention::signature::signature;
 use crate::trace::attention::{AttentionCall, Kind, MaskInfo};
 use crate::trace::kineto::OpArgs;
-use crate::trace::report::{DeviceInfo, TraceInfo, TraceReport};
+use crate::trace::report::{DeviceInfo, Suspect, TraceInfo, TraceReport};
 use std::path::{Path, PathBuf};
 
-/// Largest `operation_count` accepted from a row (a guard against absurd input).
+/// Largest `operation_count` accepted from a row, and from all rows together (a guard against absurd
+/// input: no profile of a few steps holds ten million attention calls).
 const MAX_COUNT: u64 = 10_000_000;
+
+/// The column that holds each row's GPU kernel time, and the one used when it is absent.
+const KERNEL_TIME: &str = "Kernel Time (µs)_sum";
+const CPU_TIME: &str = "total_duration_us";
 
 /// Reads the contract's forward-SDPA inputs under `dir` and analyses them.
 pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<TraceReport> {
@@ -38,14 +43,31 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
     let csv_path = dir.join("category_data").join(format!("{category}_ops.csv"));
     let meta_path = dir.join("metadata").join(format!("{category}_metadata.json"));
     let text = std::fs::read_to_string(&csv_path).map_err(|e| AnalysisError::io(&csv_path, "cannot read", e))?;
-    let rows = parse_csv(&text).map_err(|m| AnalysisError::invalid(&csv_path, m))?;
+    // Excel and Windows editors save CSV with a UTF-8 byte order mark; it is not part of the first column's name.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let rows = parse_csv(text).map_err(|m| AnalysisError::invalid(&csv_path, m))?;
     let header = rows.first().ok_or_else(|| AnalysisError::invalid(&csv_path, "empty CSV"))?;
     let col = |name: &str| header.iter().position(|h| h == name);
     let need = |name: &str| col(name).ok_or_else(|| AnalysisError::invalid(&csv_path, format!("no `{name}` column")));
     let (c_name, c_dims, c_types, c_conc, c_count) =
         (need("name")?, need("Input Dims")?, need("Input type")?, need("Concrete Inputs")?, need("operation_count")?);
-    let c_time = col("Kernel Time (µs)_sum").or_else(|| col("total_duration_us"));
-    let c_time = c_time.ok_or_else(|| AnalysisError::invalid(&csv_path, "no `Kernel Time (µs)_sum` column"))?;
+    let mut missing = Vec::new();
+    let c_time = match (col(KERNEL_TIME), col(CPU_TIME)) {
+        (Some(c), _) => c,
+        // The op's CPU duration includes launch overhead and the kernels' wait, not GPU time: a different
+        // number (327.5 µs instead of 154.6 µs on the qwen2 fixture) and maybe a different severity. Say so.
+        (None, Some(c)) => {
+            missing.push(format!(
+                "{}: no `{KERNEL_TIME}` column: attention time is the ops' CPU duration from `{CPU_TIME}` \
+                 (launch overhead and waits included), not their GPU kernel time",
+                csv_path.display()
+            ));
+            c
+        }
+        (None, None) => {
+            return Err(AnalysisError::invalid(&csv_path, format!("no `{KERNEL_TIME}` (or `{CPU_TIME}`) column")))
+        }
+    };
     let c_kernels = col("kernel_details_summary");
     let c_stack = col("call_stack_full");
     let c_strides = col("Input Strides");
@@ -53,6 +75,9 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
 
     let mut calls: Vec<AttentionCall> = Vec::new();
     let mut skipped = Vec::new();
+    let mut suspect: Vec<Suspect> = Vec::new();
+    let csv_name = csv_path.display().to_string();
+    let mut total_count: u64 = 0;
     for (line, row) in rows.iter().enumerate().skip(1) {
         let get = |c: usize| row.get(c).map(String::as_str).unwrap_or("");
         let name = get(c_name);
@@ -78,10 +103,14 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
                     format!("row {}: operation_count `{}` is not a positive number", line + 1, get(c_count)),
                 )
             })?;
-        if count > MAX_COUNT {
+        if count > MAX_COUNT || total_count + count > MAX_COUNT {
             return Err(AnalysisError::invalid(
                 &csv_path,
-                format!("row {}: operation_count {count} is implausible", line + 1),
+                format!(
+                    "row {}: operation_count {count} is implausible ({} calls in the rows before it; at most {MAX_COUNT} in all)",
+                    line + 1,
+                    total_count
+                ),
             ));
         }
         let total: f64 =
@@ -91,6 +120,11 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
                     format!("row {}: kernel time `{}` is not a number", line + 1, get(c_time)),
                 )
             })?;
+        if let Err(why) = crate::trace::plausible::duration(total / count as f64) {
+            let example = format!("row {}: `{name}` per-call time {why}", line + 1);
+            Suspect::tally(&mut suspect, Some(&csv_name), "row time", &example, "row left out", 1);
+            continue;
+        }
         let kernels = c_kernels.map(|c| parse_kernel_summary(get(c))).unwrap_or_default();
         let module: Vec<String> = c_stack
             .map(|c| {
@@ -100,16 +134,28 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
                     .collect()
             })
             .unwrap_or_default();
-        let mut shape = extract_shape(&sig, &args).map(|(s, bshd, _)| (s, bshd));
+        let mut shape_suspect = None;
+        let mut shape = match extract_shape(&sig, &args).map(|x| checked_shape(x, name)) {
+            Some(Ok((s, bshd, _))) => Some((s, bshd)),
+            Some(Err(why)) => {
+                shape_suspect = Some(why);
+                None
+            }
+            None => None,
+        };
         let mut mask = extract_mask(&sig, &args).unwrap_or(MaskInfo::Unknown);
         let mut notes =
             vec![format!("from a TraceLens {category}_ops.csv row (per-call time = Kernel Time sum / count)")];
         // Autograd-node rows carry only the gradient's dims: fall back on TraceLens' own perf_params.
         let pp = c_perf.map(|c| parse_perf_params(get(c))).unwrap_or_default();
-        if shape.is_none() {
-            if let Some(s) = pp.shape {
-                shape = Some((s, false));
-                notes.push("shape from TraceLens' perf_params (the op's inputs do not carry Q/K/V)".into());
+        if shape.is_none() && shape_suspect.is_none() {
+            match pp.shape.map(|s| checked_shape((s, (), ()), name)) {
+                Some(Ok((s, (), ()))) => {
+                    shape = Some((s, false));
+                    notes.push("shape from TraceLens' perf_params (the op's inputs do not carry Q/K/V)".into());
+                }
+                Some(Err(why)) => shape_suspect = Some(why),
+                None => {}
             }
         }
         if mask == MaskInfo::Unknown {
@@ -135,16 +181,16 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             grid_blocks: None,
             parts: Vec::new(),
             notes,
+            suspect: shape_suspect,
+            repeat: count,
             at: (0, line as f64),
             seqs: Vec::new(),
         };
         refine_backend(&mut call);
-        for _ in 0..count {
-            calls.push(call.clone());
-        }
+        total_count += count;
+        calls.push(call);
     }
 
-    let mut missing = Vec::new();
     if !skipped.is_empty() {
         missing.push(format!(
             "{}: rows that are not attention ops were skipped: {}",
@@ -153,9 +199,22 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         ));
     }
     let (platform, total_gpu) = read_metadata(&meta_path, &mut missing)?;
-    let attention: f64 = calls.iter().map(|c| c.gpu_us).sum();
+    let attention: f64 = calls.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
     let total_gpu = match total_gpu {
-        Some(t) if t > 0.0 => t,
+        // The metadata's busy time is measured on the whole trace, the rows' kernel time is summed per op:
+        // attention above the busy time means the two do not describe the same run (rows duplicated or
+        // edited, metadata of another trace). Dividing one by the other gave "attention = 192292.7 % of
+        // GPU time" on 60,000 rows; neither number can be trusted as the other's denominator.
+        Some(t) if t > 0.0 && t.is_finite() && attention <= t * (1.0 + 1e-9) => t,
+        Some(t) if t > 0.0 && t.is_finite() => {
+            missing.push(format!(
+                "{}: the metadata's GPU busy time ({t:.1} µs) is less than the rows' attention kernel time \
+                 ({attention:.1} µs), so they do not describe the same run: the attention share is relative to \
+                 attention alone",
+                meta_path.display()
+            ));
+            attention
+        }
         _ => {
             missing.push("no GPU busy time in the metadata: the attention share is relative to attention alone".into());
             attention
@@ -166,7 +225,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         missing.push("platform not in the hardware table: pass --device".into());
     }
     let inputs = vec![csv_path.display().to_string(), meta_path.display().to_string()];
-    Ok(build_report(inputs, device, &calls, total_gpu, missing, TraceInfo::default(), opts))
+    Ok(build_report(inputs, device, &calls, total_gpu, missing, suspect, TraceInfo::default(), opts))
 }
 
 /// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.
@@ -195,8 +254,9 @@ fn read_metadata(path: &Path, missing: &mut Vec<String>) -> Result<(Option<Strin
         }
         Err(e) => return Err(AnalysisError::io(path, "cannot read", e)),
     };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| AnalysisError::invalid(path, format!("invalid JSON: {e}")))?;
+        serde_json::from_str(text).map_err(|e| AnalysisError::invalid(path, format!("invalid JSON: {e}")))?;
     let platform = v.get("platform").and_then(|p| p.as_str()).map(str::to_string);
     let util = v.get("gpu_utilization");
     let total_ms = util.and_then(|u| u.get("total_time_ms")).and_then(|x| x.as_f64());

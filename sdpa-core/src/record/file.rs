@@ -145,6 +145,8 @@ pub struct Skipped {
 /// error messages.
 pub fn parse_results(text: &str, name: &str) -> Result<BenchFile, SdpaError> {
     let bad = |detail: String| SdpaError::ResultFile { file: name.to_string(), detail };
+    // A UTF-8 byte order mark (Windows editors, PowerShell's `Out-File`) is not JSON and not whitespace.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let trimmed = text.trim_start();
     if trimmed.is_empty() {
         return Err(bad("the file is empty".to_string()));
@@ -400,5 +402,20 @@ mod tests {
         let f = parse_results(text, "t.json").unwrap();
         assert_eq!((f.records.len(), f.skipped.len()), (1, 1));
         assert_eq!(f.skipped[0].shape.sq, 16384);
+    }
+
+    /// Regression (issue 19): a result file saved with a UTF-8 byte order mark was "expected value at line
+    /// 1 column 1"; the same file without it reads fine.
+    #[test]
+    fn a_utf8_bom_is_accepted() {
+        let rec = r#"{"backend":"cpu","kernel":"fa2","device":"cpu","dtype":"f32",
+            "shape":{"b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"dv":64},"mask":"none",
+            "time_ms":{"median":1.0,"min":1.0,"max":1.0},"tflops":0.0,"gbps":0.0}"#;
+        for text in
+            [format!("\u{feff}{rec}"), format!("\u{feff}[{rec}]"), format!("\u{feff}{}\n", rec.replace('\n', ""))]
+        {
+            let f = parse_results(&text, "bom.json").unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(f.records.len(), 1);
+        }
     }
 }

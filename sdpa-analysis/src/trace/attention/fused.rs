@@ -16,6 +16,8 @@ pub struct FusedResult {
     pub calls: Vec<super::AttentionCall>,
     /// Per op: inside a fused attention subtree.
     pub inside: Vec<bool>,
+    /// Per GPU activity: counted in one of the calls (the unfused detector must not count it again).
+    pub claimed: Vec<bool>,
 }
 
 /// Finds the fused attention calls of a tree.
@@ -71,6 +73,7 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
 
     // Kernels -> the call whose subtree launched them.
     let mut orphans: Vec<usize> = Vec::new();
+    let mut claimed = vec![false; trace.gpu.len()];
     let mut main_kernel: Vec<(f64, Option<i64>)> = vec![(0.0, None); calls.len()];
     for (g, act) in trace.gpu.iter().enumerate() {
         let mut o = tree.gpu_op[g];
@@ -85,15 +88,17 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
         let name = trace.names.get(act.name);
         match hit {
             Some(c) => {
+                claimed[g] = true;
                 let call = &mut calls[c];
                 call.gpu_us += act.dur;
                 add_kernel(&mut call.kernels, name, act.dur);
                 if act.kind == GpuKind::Kernel && kernel_backend(name).is_some() && act.dur > main_kernel[c].0 {
-                    main_kernel[c] = (act.dur, act.grid.map(|g| g[0].max(1) * g[1].max(1) * g[2].max(1)));
+                    main_kernel[c] = (act.dur, act.grid.map(grid_blocks));
                 }
             }
             None => {
                 if act.kind == GpuKind::Kernel && kernel_backend(name).is_some() {
+                    claimed[g] = true;
                     orphans.push(g);
                 }
             }
@@ -106,7 +111,12 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
     for g in orphans {
         calls.push(orphan_call(tree, g));
     }
-    FusedResult { calls, inside }
+    FusedResult { calls, inside, claimed }
+}
+
+/// Blocks of a recorded grid; saturating, as a damaged trace's grid can hold any integers.
+fn grid_blocks(g: [i64; 3]) -> i64 {
+    g[0].max(1).saturating_mul(g[1].max(1)).saturating_mul(g[2].max(1))
 }
 
 fn add_kernel(list: &mut Vec<(String, f64)>, name: &str, us: f64) {
@@ -147,6 +157,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
     let mut dropout = None;
     let mut q_bshd = false;
     let mut notes = Vec::new();
+    let mut suspect = None;
     let subtree: Vec<u32> = tree.subtree(root).collect();
     for &o in &subtree {
         let Some(sig) = sig_of(o) else { continue };
@@ -154,14 +165,18 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
             backend = sig.backend; // the deepest named backend wins
         }
         let Some(args) = ops[o as usize].args.as_deref() else { continue };
-        if shape.is_none() {
-            if let Some((s, bshd, note)) = extract_shape(&sig, args) {
-                shape = Some(s);
-                q_bshd = bshd;
-                dtype = args.ty(sig.qkv[0]).map(str::to_string);
-                if let Some(n) = note {
-                    notes.push(n);
+        if shape.is_none() && suspect.is_none() {
+            match extract_shape(&sig, args).map(|x| checked_shape(x, tree.name(o))) {
+                Some(Ok((s, bshd, note))) => {
+                    shape = Some(s);
+                    q_bshd = bshd;
+                    dtype = args.ty(sig.qkv[0]).map(str::to_string);
+                    if let Some(n) = note {
+                        notes.push(n);
+                    }
                 }
+                Some(Err(why)) => suspect = Some(why),
+                None => {}
             }
         }
         if mask.is_none() {
@@ -192,8 +207,19 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         grid_blocks: None,
         parts: Vec::new(),
         notes,
+        suspect,
+        repeat: 1,
         at: (0, 0.0),
         seqs: Vec::new(),
+    }
+}
+
+/// An extracted shape that lies within [`crate::trace::plausible::shape`]'s bounds, or why it does not
+/// (naming the op it came from).
+pub(crate) fn checked_shape<T, U>((s, a, b): (Shape, T, U), op: &str) -> Result<(Shape, T, U), String> {
+    match crate::trace::plausible::shape(&s) {
+        Ok(()) => Ok((s, a, b)),
+        Err(why) => Err(format!("attention shape {s} of `{op}`: {why}")),
     }
 }
 
@@ -219,11 +245,13 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
         q_bshd_strides: false,
         gpu_us: act.dur,
         kernels: vec![(name.to_string(), act.dur)],
-        grid_blocks: act.grid.map(|g| g[0].max(1) * g[1].max(1) * g[2].max(1)),
+        grid_blocks: act.grid.map(grid_blocks),
         parts: Vec::new(),
         notes: vec![
             "attention kernel with no attention op above it (CUDA graph replay or no CPU ops): shape unknown".into()
         ],
+        suspect: None,
+        repeat: 1,
         at: (act.thread, act.ts),
         seqs: Vec::new(),
     }
@@ -312,7 +340,7 @@ pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bo
             if q.len() != 3 || k.len() != 3 || v.len() != 3 {
                 return None;
             }
-            let b = args.dim(cu_q).and_then(|d| d.first().copied()).map(|n| n - 1)?;
+            let b = args.dim(cu_q).and_then(|d| d.first().copied()).and_then(|n| n.checked_sub(1))?;
             let sq = args.concrete(max_q).and_then(|s| s.trim().parse::<i64>().ok())?;
             let sk = args.concrete(max_k).and_then(|s| s.trim().parse::<i64>().ok())?;
             let shape = Shape {

@@ -134,6 +134,13 @@ pub struct AttentionCall {
     pub parts: Vec<Part>,
     /// Anything the reader should know (assumptions, what was inferred).
     pub notes: Vec<String>,
+    /// Why the shape found in the trace was left out as implausible (above [`crate::trace::plausible`]'s
+    /// bounds), if it was: then `shape` is `None`.
+    pub suspect: Option<String>,
+    /// How many identical calls this one stands for: 1 for a call found in a trace, a TraceLens row's
+    /// `operation_count` (its times are per call). Keeps a row of ten million calls one record.
+    #[serde(skip)]
+    pub repeat: u64,
     /// Thread row index and start time, µs (ordering, backward-to-forward matching).
     #[serde(skip)]
     pub at: (u32, f64),
@@ -146,7 +153,7 @@ pub struct AttentionCall {
 pub fn detect(tree: &OpTree<'_>) -> Vec<AttentionCall> {
     let fused = fused::detect(tree);
     let mut calls = fused.calls;
-    let eager = unfused::detect(tree, &fused.inside);
+    let eager = unfused::detect(tree, &fused.inside, &fused.claimed);
     let backward = unfused::backward_of(tree, &eager);
     calls.extend(eager);
     calls.extend(backward);

@@ -56,12 +56,13 @@ struct Chain {
     module: u32,
 }
 
-/// Finds unfused attention chains; `inside[o]` marks ops inside fused calls (skipped).
-pub fn detect(tree: &OpTree<'_>, inside: &[bool]) -> Vec<AttentionCall> {
+/// Finds unfused attention chains; `inside[o]` marks ops inside fused calls (skipped), `claimed[g]` GPU
+/// activities already counted in a fused call (not counted again).
+pub fn detect(tree: &OpTree<'_>, inside: &[bool], claimed: &[bool]) -> Vec<AttentionCall> {
     let ops = &tree.trace.ops;
     let mut out = Vec::new();
     for (t, list) in tree.thread_ops.iter().enumerate() {
-        let gpu_index = ThreadGpu::new(tree, t as u32);
+        let mut gpu_index = ThreadGpu::new(tree, t as u32, claimed);
         let mut chain: Option<Chain> = None;
         let mut last_end_pos = 0usize;
         for (k, &o) in list.iter().enumerate() {
@@ -92,7 +93,7 @@ pub fn detect(tree: &OpTree<'_>, inside: &[bool]) -> Vec<AttentionCall> {
                         if a == c.scores.as_slice() && b.len() == a.len() && b[b.len() - 2] == *a.last().unwrap_or(&0) {
                             c.parts.push(("pv", o));
                             let dv = *b.last().unwrap_or(&0);
-                            if let Some(call) = finish(tree, &gpu_index, c, o, dv, list, last_end_pos) {
+                            if let Some(call) = finish(tree, &mut gpu_index, c, o, dv, list, last_end_pos) {
                                 out.push(call);
                             }
                             chain = None;
@@ -198,7 +199,7 @@ fn start<'a>(tree: &OpTree<'_>, o: u32, dims: &impl Fn(usize) -> Option<&'a [i64
 #[allow(clippy::too_many_arguments)]
 fn finish(
     tree: &OpTree<'_>,
-    gpu: &ThreadGpu,
+    gpu: &mut ThreadGpu,
     c: &Chain,
     pv: u32,
     dv: i64,
@@ -212,7 +213,8 @@ fn finish(
     let (b, h, merged) = match n {
         4 => (s[0], s[1], false),
         3 => (1, s[0], true),
-        _ => (s[..n - 3].iter().product(), s[n - 3], false),
+        // Saturating: a damaged trace's dims can overflow; the plausibility check below then rejects them.
+        _ => (s[..n - 3].iter().fold(1i64, |a, &x| a.saturating_mul(x)), s[n - 3], false),
     };
     let to_usize = |v: i64| (v > 0).then_some(v as usize);
     let mut notes = Vec::new();
@@ -232,6 +234,10 @@ fn finish(
         sk: to_usize(sk)?,
         d: to_usize(c.d)?,
         dv: to_usize(dv)?,
+    };
+    let (shape, suspect) = match super::fused::checked_shape((shape, (), ()), tree.name(c.qk)) {
+        Ok((s, (), ())) => (Some(s), None),
+        Err(why) => (None, Some(why)),
     };
     let qk = &ops[c.qk as usize];
     let pv_op = &ops[pv as usize];
@@ -259,6 +265,8 @@ fn finish(
     }
     let end = pv_op.ts + pv_op.dur;
     let total = gpu.sum(qk.ts, end);
+    let kernels = gpu.kernels_between(tree, qk.ts, end);
+    gpu.claim(qk.ts, end);
     let mut parts: Vec<Part> = c
         .parts
         .iter()
@@ -268,7 +276,6 @@ fn finish(
     if total - named > 1e-6 {
         parts.push(Part { role: "other", op: "copies and layout ops in between".into(), gpu_us: total - named });
     }
-    let kernels = gpu.kernels_between(tree, qk.ts, end);
     // Autograd sequence numbers of every op of the chain (and what runs inside them): the backward nodes
     // of a training step carry the same numbers.
     let (lo, hi) = (tree.pos[c.qk as usize] as usize, tree.pos[pv as usize] as usize);
@@ -285,7 +292,7 @@ fn finish(
         backend: AttnBackend::Eager,
         op: tree.name(c.qk).to_string(),
         module: tree.module_path(c.qk).into_iter().map(str::to_string).collect(),
-        shape: Some(shape),
+        shape,
         dtype,
         mask: c.mask.clone(),
         scale: None,
@@ -296,6 +303,8 @@ fn finish(
         grid_blocks: None,
         parts,
         notes,
+        suspect,
+        repeat: 1,
         at: (qk.thread, qk.ts),
         seqs,
     })
@@ -391,6 +400,8 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
             grid_blocks: None,
             parts,
             notes: vec!["backward of an unfused chain, matched through autograd sequence numbers".into()],
+            suspect: f.suspect.clone(),
+            repeat: 1,
             at: (first.thread, first.ts),
             seqs: Vec::new(),
         });
@@ -419,7 +430,7 @@ fn repeat_kv_heads(
             continue;
         }
         let target = args.concrete(1).map(parse_int_list).unwrap_or_default();
-        if target.len() == 5 && target[1] == src[1] && target[1] * target[2] == h && target[2] > 1 {
+        if target.len() == 5 && target[1] == src[1] && target[1].checked_mul(target[2]) == Some(h) && target[2] > 1 {
             return Some(src[1]);
         }
     }
@@ -434,18 +445,22 @@ fn parse_int_list(s: &str) -> Vec<i64> {
 }
 
 /// GPU activities launched from one thread, ordered by the launching op's start, with prefix sums: the
-/// GPU time of everything a time window of that thread launched.
+/// GPU time of everything a time window of that thread launched. Activities a fused call counted are left
+/// out, and a window never reaches below the end of the last chain's, so no activity is counted twice
+/// (chains end in time order on their thread).
 struct ThreadGpu {
     at: Vec<(f64, usize)>,
     prefix: Vec<f64>,
+    /// Activities below this index belong to finished chains.
+    floor: usize,
 }
 
 impl ThreadGpu {
-    fn new(tree: &OpTree<'_>, thread: u32) -> Self {
+    fn new(tree: &OpTree<'_>, thread: u32, claimed: &[bool]) -> Self {
         let trace = tree.trace;
         let mut at: Vec<(f64, usize)> = Vec::new();
         for (g, &o) in tree.gpu_op.iter().enumerate() {
-            if o != NONE && trace.ops[o as usize].thread == thread {
+            if o != NONE && trace.ops[o as usize].thread == thread && !claimed.get(g).copied().unwrap_or(false) {
                 at.push((trace.ops[o as usize].ts, g));
             }
         }
@@ -457,13 +472,18 @@ impl ThreadGpu {
             s += trace.gpu[g].dur;
             prefix.push(s);
         }
-        ThreadGpu { at, prefix }
+        ThreadGpu { at, prefix, floor: 0 }
     }
 
     fn range(&self, from: f64, to: f64) -> (usize, usize) {
-        let lo = self.at.partition_point(|x| x.0 < from - 1e-3);
+        let lo = self.at.partition_point(|x| x.0 < from - 1e-3).max(self.floor);
         let hi = self.at.partition_point(|x| x.0 <= to + 1e-3);
         (lo, hi.max(lo))
+    }
+
+    /// Marks the window's activities as counted.
+    fn claim(&mut self, from: f64, to: f64) {
+        self.floor = self.range(from, to).1;
     }
 
     fn sum(&self, from: f64, to: f64) -> f64 {

@@ -202,10 +202,23 @@ pub struct ParseStats {
     pub events: u64,
     /// Elements of `traceEvents` that were not objects (skipped).
     pub skipped: u64,
+    /// Event objects with a `ph` or `ts` field: zero means the file is JSON but not a trace.
+    pub recognised: u64,
     /// Decompressed JSON bytes read.
     pub bytes: u64,
     /// The file was gzip-compressed.
     pub gzip: bool,
+}
+
+/// Events left out because a value lies outside physical bounds ([`crate::trace::plausible`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Implausible {
+    /// The field and the kind of event, e.g. `GPU activity duration`.
+    pub what: &'static str,
+    /// Events left out for it.
+    pub count: u64,
+    /// The first such event: its name, value and what is wrong with it.
+    pub example: String,
 }
 
 /// A parsed trace.
@@ -240,4 +253,6 @@ pub struct Trace {
     pub python_events: u64,
     /// Parse counters.
     pub stats: ParseStats,
+    /// Events left out as implausible (a duration of 1.7e308 µs, a NaN timestamp), one entry per kind.
+    pub implausible: Vec<Implausible>,
 }

@@ -23,7 +23,7 @@ pub fn parse_file_with_progress(path: &Path, progress: Option<super::scan::Progr
     let gzip = reader.gzip;
     let mut collector = Collector::new(path);
     let bytes = super::scan::parse_with_scanner(path, reader, &mut collector, progress)?;
-    let mut trace = collector.finish();
+    let mut trace = collector.finish()?;
     trace.stats.bytes = bytes;
     trace.stats.gzip = gzip;
     Ok(trace)
@@ -43,7 +43,7 @@ pub fn parse_file_reference(path: &Path) -> Result<Trace> {
     if let Err(e) = outcome {
         return Err(convert_error(path, offset, e));
     }
-    let mut trace = collector.finish();
+    let mut trace = collector.finish()?;
     trace.stats.bytes = offset;
     trace.stats.gzip = gzip;
     Ok(trace)
@@ -105,12 +105,38 @@ pub(crate) struct Collector {
     /// Per name id: 0 not yet decided, 1 keep args, 2 drop args.
     keep: Vec<u8>,
     thread_ids: HashMap<(i64, i64), u32>,
+    /// The document held an events list: a `traceEvents` array, or the document itself was an array.
+    pub(crate) saw_events: bool,
 }
 
 impl Collector {
     fn new(path: &Path) -> Self {
         let trace = Trace { path: path.to_path_buf(), ..Trace::default() };
-        Collector { trace, keep: Vec::new(), thread_ids: HashMap::new() }
+        Collector { trace, keep: Vec::new(), thread_ids: HashMap::new(), saw_events: false }
+    }
+
+    /// Counts an event left out for an implausible value; the first of each kind is kept as the example.
+    fn implausible(&mut self, what: &'static str, name: Option<NameId>, why: String) {
+        let list = &mut self.trace.implausible;
+        match list.iter_mut().find(|i| i.what == what) {
+            Some(i) => i.count += 1,
+            None => {
+                let name = name.map(|n| self.trace.names.get(n)).unwrap_or("");
+                list.push(Implausible { what, count: 1, example: format!("`{name}`: {what} {why}") });
+            }
+        }
+    }
+
+    /// A plausible duration, or `None` after counting the event as implausible.
+    fn duration(&mut self, what: &'static str, name: Option<NameId>, dur: Option<f64>) -> Option<f64> {
+        let dur = dur?;
+        match crate::trace::plausible::duration(dur) {
+            Ok(()) => Some(dur),
+            Err(why) => {
+                self.implausible(what, name, why);
+                None
+            }
+        }
     }
 
     fn thread(&mut self, pid: i64, tid: i64) -> u32 {
@@ -134,15 +160,22 @@ impl Collector {
 
     pub(crate) fn push(&mut self, ev: RawEvent) {
         self.trace.stats.events += 1;
+        if ev.keyed {
+            self.trace.stats.recognised += 1;
+        }
         let (Some(ts), name) = (ev.ts, ev.name) else {
             return;
         };
+        if let Err(why) = crate::trace::plausible::timestamp(ts) {
+            self.implausible("timestamp", name, why);
+            return;
+        }
         let name = name.unwrap_or_else(|| self.trace.names.intern(""));
         let thread = self.thread(ev.pid.unwrap_or(-1), ev.tid.unwrap_or(-1));
         let args = ev.args.unwrap_or_default();
         match ev.cat {
             Cat::CpuOp => {
-                let Some(dur) = ev.dur else { return };
+                let Some(dur) = self.duration("CPU op duration", Some(name), ev.dur) else { return };
                 if ev.ph.is_some_and(|p| p != b'X') {
                     return;
                 }
@@ -171,7 +204,7 @@ impl Collector {
             }
             Cat::PythonFunction => {
                 self.trace.python_events += 1;
-                let Some(dur) = ev.dur else { return };
+                let Some(dur) = self.duration("Python frame duration", Some(name), ev.dur) else { return };
                 if self.trace.names.get(name).starts_with("nn.Module: ") {
                     self.trace.modules.push(PyModule { name, thread, ts, dur });
                 }
@@ -188,7 +221,7 @@ impl Collector {
                 }
             }
             Cat::Kernel | Cat::Memcpy | Cat::Memset => {
-                let Some(dur) = ev.dur else { return };
+                let Some(dur) = self.duration("GPU activity duration", Some(name), ev.dur) else { return };
                 let kind = match ev.cat {
                     Cat::Kernel => GpuKind::Kernel,
                     Cat::Memcpy => GpuKind::Memcpy,
@@ -219,8 +252,28 @@ impl Collector {
         }
     }
 
-    fn finish(self) -> Trace {
-        self.trace
+    /// The trace, or an error when the JSON held no trace: an object without `traceEvents` (`{}`, a
+    /// TraceLens metadata file), or events none of which is an event object (`[1,2,3]`, `[{}]`, nested
+    /// arrays). An empty `traceEvents` list stays a trace; the pipeline says it has no events.
+    fn finish(self) -> Result<Trace> {
+        let path = &self.trace.path;
+        if !self.saw_events {
+            return Err(AnalysisError::invalid(
+                path,
+                "not a PyTorch profiler trace: a JSON object without a `traceEvents` list",
+            ));
+        }
+        let s = &self.trace.stats;
+        if s.events > 0 && s.recognised == 0 {
+            return Err(AnalysisError::invalid(
+                path,
+                format!(
+                    "not a PyTorch profiler trace: none of its {} events is an event object (with `ph` or `ts`)",
+                    s.events
+                ),
+            ));
+        }
+        Ok(self.trace)
     }
 }
 
@@ -253,6 +306,8 @@ fn classify_cat(s: &str) -> Cat {
 
 #[derive(Default)]
 pub(crate) struct RawEvent {
+    /// The object had a `ph` or `ts` field: it looks like a trace event.
+    keyed: bool,
     ph: Option<u8>,
     cat: Cat,
     name: Option<NameId>,
@@ -317,7 +372,10 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
         while let Some(key) = m.next_key::<TopField>()? {
             match key {
-                TopField::TraceEvents => m.next_value_seed(EventsSeed(self.0))?,
+                TopField::TraceEvents => {
+                    self.0.saw_events = true;
+                    m.next_value_seed(EventsSeed(self.0))?
+                }
                 TopField::DeviceProperties => {
                     let DeviceList(devs) = m.next_value()?;
                     self.0.trace.devices = devs;
@@ -333,6 +391,7 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<(), A::Error> {
+        self.0.saw_events = true;
         EventsSeed(self.0).visit_seq(s)
     }
 }
@@ -448,13 +507,20 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
         let mut ev = RawEvent::default();
         while let Some(key) = m.next_key::<EventField>()? {
             match key {
-                EventField::Ph => ev.ph = m.next_value_seed(FirstByte)?,
+                EventField::Ph => {
+                    ev.keyed = true;
+                    ev.ph = m.next_value_seed(FirstByte)?
+                }
                 EventField::Cat => ev.cat = m.next_value_seed(CatSeed)?,
                 EventField::Name => ev.name = Some(m.next_value_seed(InternSeed(self.0))?),
                 EventField::Pid => ev.pid = m.next_value::<Id>()?.0,
                 EventField::Tid => ev.tid = m.next_value::<Id>()?.0,
-                EventField::Ts => ev.ts = m.next_value::<Num>()?.0.filter(|v| v.is_finite()),
-                EventField::Dur => ev.dur = m.next_value::<Num>()?.0.filter(|v| v.is_finite() && *v >= 0.0),
+                // Kept raw: the collector judges the values (crate::trace::plausible) and counts the bad ones.
+                EventField::Ts => {
+                    ev.keyed = true;
+                    ev.ts = m.next_value::<Num>()?.0
+                }
+                EventField::Dur => ev.dur = m.next_value::<Num>()?.0,
                 EventField::Id => ev.id = m.next_value::<Id>()?.0,
                 EventField::Args => ev.args = m.next_value_seed(ArgsSeed)?,
                 EventField::Other => {

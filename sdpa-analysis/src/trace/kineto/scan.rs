@@ -299,6 +299,7 @@ impl Scanner {
             }
             Some(b'[') => {
                 self.bump();
+                c.saw_events = true;
                 self.events(c)?;
             }
             Some(x) => {
@@ -329,6 +330,7 @@ impl Scanner {
                 b"\"traceEvents\"" => match self.peek()? {
                     Some(b'[') => {
                         self.bump();
+                        c.saw_events = true;
                         self.events(c)?;
                     }
                     Some(_) => return Err(self.error("expected traceEvents to be an array of events")),

@@ -66,6 +66,19 @@ impl ChunkReader {
         let mut magic = [0u8; 2];
         let n = read_up_to(&mut file, &mut magic).map_err(|e| AnalysisError::io(path, "cannot read trace", e))?;
         let gzip = n == 2 && magic == [0x1f, 0x8b];
+        // The content decides, not the name (a plain JSON file named .gz is read as JSON); but a file named
+        // .gz that is shorter than the magic, or starts like gzip and is not, is a damaged gzip stream, and
+        // saying "invalid JSON" about it would send the user looking in the wrong place.
+        let named_gz = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+        if named_gz && !gzip && (n < 2 || magic[0] == 0x1f) {
+            let what = if n < 2 {
+                format!("the file has {n} byte(s), fewer than the 2-byte gzip magic")
+            } else {
+                format!("the file starts with {:#04x} {:#04x}, not the gzip magic 0x1f 0x8b", magic[0], magic[1])
+            };
+            let source = io::Error::new(io::ErrorKind::UnexpectedEof, what);
+            return Err(AnalysisError::Gzip { path: path.to_path_buf(), offset: 0, source });
+        }
         let head = magic[..n].to_vec();
         let raw_total = file.metadata().map(|m| m.len()).unwrap_or(0);
         let raw_read = Arc::new(AtomicU64::new(n as u64));
@@ -75,6 +88,7 @@ impl ChunkReader {
             let head = io::Cursor::new(head);
             let mut src: Box<dyn Read> =
                 if gzip { Box::new(MultiGzDecoder::new(head.chain(file))) } else { Box::new(head.chain(file)) };
+            let mut first = true;
             loop {
                 let mut buf = vec![0u8; CHUNK];
                 let mut filled = 0;
@@ -90,9 +104,14 @@ impl ChunkReader {
                         }
                     }
                 }
+                // A UTF-8 byte order mark (Windows editors write one) is not JSON: drop it before the parser
+                // sees it. The first chunk holds the first CHUNK bytes, or the whole (shorter) document.
+                let bom = if first && buf[..filled].starts_with(b"\xEF\xBB\xBF") { 3 } else { 0 };
+                first = false;
                 // Hand over what was decoded before a failure, so the error's offset is exact.
-                if filled > 0 {
+                if filled > bom {
                     buf.truncate(filled);
+                    buf.drain(..bom);
                     if tx.send(Ok(buf)).is_err() {
                         return; // the parser stopped early
                     }

@@ -27,6 +27,9 @@ pub fn render(r: &TraceReport) -> String {
     for m in &r.missing {
         let _ = writeln!(s, "- Missing: {m}");
     }
+    for x in &r.suspect {
+        let _ = writeln!(s, "- Suspect: {}", x.line());
+    }
     let _ = writeln!(s, "\n## Attention ops\n");
     if r.attention_ops.is_empty() {
         let _ = writeln!(s, "None found.");

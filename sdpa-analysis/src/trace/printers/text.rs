@@ -26,6 +26,16 @@ pub fn render(r: &TraceReport) -> String {
         sm.unfused_time_us,
         sm.attention_calls
     );
+    for u in &r.unreadable {
+        let _ = writeln!(s, "unreadable (left out): {u}");
+    }
+    if !r.suspect.is_empty() {
+        let n: u64 = r.suspect.iter().map(|x| x.count).sum();
+        let _ = writeln!(s, "suspect: {n} implausible values left out");
+        for x in &r.suspect {
+            let _ = writeln!(s, "  {}", x.line());
+        }
+    }
     if !r.attention_ops.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(
