@@ -1,8 +1,11 @@
 //! `unfused`: the eager baseline. Per head it materialises the whole score matrix (`Sq × Sk`, f32), runs
 //! softmax over it in a separate pass, then multiplies by V, as `matmul → softmax → matmul` does in an
 //! eager model. The two products use the same SIMD micro-kernels as `fa2` (a real GEMM, not a loop of dot
-//! products). For f16/bf16 it rounds the scores and the probabilities to the input type between the
-//! passes, as eager PyTorch does, so it is the honest baseline for the fused kernels' accuracy too.
+//! products). The softmax runs on f32 scores with the row maximum subtracted, whatever the dtype, so it
+//! is as accurate as the fused kernels at any scale; for f16/bf16 the normalised probabilities are rounded
+//! to the input type before the P·V product, as eager PyTorch's second matmul takes them. (Rounding the
+//! scores too, as eager PyTorch also does, overflowed f16 at large scales and missed the bf16 tolerance at
+//! negative ones: issue 19.)
 
 use crate::element::CpuElement;
 use crate::fa2::lanes;
@@ -183,13 +186,6 @@ impl<T: CpuElement> SimdKernel for Softmax<T> {
             while n < self.i1 {
                 let col = self.st.0.add(n);
                 let at = |j: usize| col.add(j * self.sqp);
-                if round {
-                    for j in 0..self.sk {
-                        for x in 0..lanes {
-                            *at(j).add(x) = T::from_f32(*at(j).add(x)).to_f32();
-                        }
-                    }
-                }
                 let mut m = s.splat(f32::NEG_INFINITY);
                 for j in 0..self.sk {
                     m = s.max(m, s.load(at(j)));
