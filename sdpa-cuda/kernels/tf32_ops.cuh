@@ -1,5 +1,5 @@
 // Helpers shared by the f32 tensor-core kernels: `tf32.cu` (mma.sync) and `tf32_wgmma.cu` (Hopper wgmma):
-// PTX wrappers, TF32 rounding and splitting, and the epilogue that stores one accumulator row.
+// PTX wrappers, TF32 rounding and splitting.
 #pragma once
 #include "common.cuh"
 
@@ -33,31 +33,3 @@ __device__ __forceinline__ void tc_split(float x, unsigned& big, unsigned& small
     if (SPLIT) small = __float_as_uint(__fsub_rn(x, hi));
 }
 
-// Epilogue of one accumulator row of tf32.cu and tf32_wgmma.cu (row `row < Sq` of head h, batch b; `out`
-// at that head's O): this thread's columns 2t and 2t + 1 of each of the DT n8 tiles, `acc(j, e)` the
-// unnormalised output of column j·8 + 2t + e, divided by the row's sum `lsum` (the quad's; NaN stays NaN
-// as NaN == 0 is false, a row that saw no key is zeros with LSE -inf) and stored as one float2 where
-// `vec2` allows; then the LSE from the running max `m` (log2 units). Returns whether a stored value is not
-// finite (the NaN repair's vote).
-template <int DT, typename Acc>
-__device__ __forceinline__ bool tc_store_row(const AttnParams& p, float* out, int b, int h, int row, int t, float lsum,
-                                             float m, bool vec2, Acc acc) {
-    const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
-    float* orow = out + (i64)row * p.o_stride[2];
-    bool bad = false;
-#pragma unroll
-    for (int j = 0; j < DT; ++j) {
-        const int col = j * 8 + 2 * t;
-        const float x0 = acc(j, 0) * inv, x1 = acc(j, 1) * inv;
-        bad |= (col < p.dv && !isfinite(x0)) || (col + 1 < p.dv && !isfinite(x1));
-        if (vec2 && col + 1 < p.dv) {
-            *reinterpret_cast<float2*>(orow + col) = make_float2(x0, x1);
-        } else {
-            if (col < p.dv) orow[col] = x0;
-            if (col + 1 < p.dv) orow[col + 1] = x1;
-        }
-    }
-    if (p.lse != nullptr && t == 0)
-        p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m + log2f(lsum)) * SDPA_LN2;
-    return bad;
-}

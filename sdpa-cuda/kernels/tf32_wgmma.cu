@@ -478,10 +478,24 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const float lsum = quad_sum(l[hh]);
+            const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
             const int row = m0 + wrow + g + hh * 8;
             if (row >= p.sq) continue;
-            bad |= tc_store_row<DT>(p, out, b, h, row, t, lsum, m[hh], vec2,
-                                    [&](int j, int e) { return o[j * 4 + hh * 2 + e]; });
+            float* orow = out + (i64)row * p.o_stride[2];
+#pragma unroll
+            for (int j = 0; j < DT; ++j) {
+                const int col = j * 8 + 2 * t;
+                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+                bad |= (col < p.dv && !isfinite(x0)) || (col + 1 < p.dv && !isfinite(x1));
+                if (vec2 && col + 1 < p.dv) {
+                    *reinterpret_cast<float2*>(orow + col) = make_float2(x0, x1);
+                } else {
+                    if (col < p.dv) orow[col] = x0;
+                    if (col + 1 < p.dv) orow[col + 1] = x1;
+                }
+            }
+            if (p.lse != nullptr && t == 0)
+                p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
         }
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh). Every thread of
