@@ -9,6 +9,8 @@
 //! and the read bandwidth of `--threads` threads streaming 1 GiB with 512-bit loads (best of 3 plain and
 //! 3 software-prefetching passes).
 
+#[path = "support/fma.rs"]
+mod fma;
 #[path = "support/readbw.rs"]
 mod readbw;
 
@@ -132,27 +134,13 @@ fn fma_peak_gflops() -> f64 {
         if is_x86_feature_detected!("avx512f") {
             let c0 = thread_cpu_seconds();
             // SAFETY: AVX-512F is present (checked above).
-            let x = unsafe { fma_loop() };
+            let x = unsafe { fma::fma_loop(100_000_000) };
             let t = thread_cpu_seconds() - c0;
             std::hint::black_box(x);
             return 100e6 * 12.0 * 32.0 / t / 1e9;
         }
     }
     f64::NAN
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn fma_loop() -> f32 {
-    use std::arch::x86_64::*;
-    let mut a = [_mm512_set1_ps(1.0); 12];
-    let (b, c) = (_mm512_set1_ps(1.000_000_1), _mm512_set1_ps(1e-7));
-    for _ in 0..100_000_000u64 {
-        for x in a.iter_mut() {
-            *x = _mm512_fmadd_ps(*x, b, c);
-        }
-    }
-    a.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
 }
 
 /// CPU time of the calling thread (Linux `/proc/thread-self/schedstat`).

@@ -2,6 +2,9 @@
 //! The full benchmark (with PyTorch side by side and JSON records) is `benches/attention.rs` and
 //! `bench/cpu/`; this is for quick looks while tuning.
 
+#[path = "support/fma.rs"]
+mod fma;
+
 use sdpa_core::{AttentionCost, AttentionSpec, DType, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
 use sdpa_cpu::{CpuBackend, SimdPath};
 
@@ -71,25 +74,11 @@ fn fma_peak_gflops() -> f64 {
             for _ in 0..200 {
                 let t = std::time::Instant::now();
                 // SAFETY: AVX-512F is present (checked above).
-                std::hint::black_box(unsafe { fma_loop() });
+                std::hint::black_box(unsafe { fma::fma_loop(20_000) });
                 best = best.min(t.elapsed().as_secs_f64());
             }
             return 20_000.0 * 12.0 * 32.0 / best / 1e9;
         }
     }
     f64::NAN
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn fma_loop() -> f32 {
-    use std::arch::x86_64::*;
-    let mut a = [_mm512_set1_ps(1.0); 12];
-    let (b, c) = (_mm512_set1_ps(1.000_000_1), _mm512_set1_ps(1e-7));
-    for _ in 0..20_000u64 {
-        for x in a.iter_mut() {
-            *x = _mm512_fmadd_ps(*x, b, c);
-        }
-    }
-    a.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
 }

@@ -16,7 +16,7 @@
 //! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 
 use crate::element::CpuElement;
-use crate::fa2::{key_range, lanes};
+use crate::fa2::{key_range, lanes, normalize_row};
 use crate::micro::{self, Shadow};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
@@ -314,15 +314,8 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             return false;
         }
         for slot in 0..nh * nr {
-            let (lr, row) = (l[slot], &mut acc[slot * dvp..slot * dvp + dv]);
-            let lse = if lr == 0.0 {
-                row.fill(0.0);
-                f32::NEG_INFINITY
-            } else {
-                let inv = 1.0 / lr;
-                row.iter_mut().for_each(|x| *x *= inv);
-                m[slot] + lr.ln()
-            };
+            let row = &mut acc[slot * dvp..slot * dvp + dv];
+            let lse = normalize_row(row, m[slot], l[slot]);
             let at = sp.slot0 + slot;
             // SAFETY: the partial buffers hold every span's slots of dv values; this run's are its own.
             unsafe {

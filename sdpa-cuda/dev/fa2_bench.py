@@ -76,7 +76,7 @@ class Runner:
         self.lib.launch(entry["i"], pr.params(lse=lse), entry)
 
     def splits_for(self, pr, entry, sms=132, waves=1, min_keys=256):
-        """src/splitkv.rs `plan_splits`: as many blocks per unit as fit in the resident block slots (x waves),
+        """src/kernels/splitkv.rs `plan_splits`: as many blocks per unit as fit in the resident block slots (x waves),
         at least `min_keys` keys per split; splits divide the keys evenly (the kernel ignores kps)."""
         G = pr.Hq // pr.Hkv
         nw = entry["a"]

@@ -1,6 +1,6 @@
 """The pieces the study scripts of sdpa-cuda/dev share, so each script holds only its own experiment.
 
-- `Params`: the ctypes mirror of `AttnParams` (src/params.rs, kernels/common.cuh), and `fill_params`, which
+- `Params`: the ctypes mirror of `AttnParams` (src/checked/params.rs, kernels/common.cuh), and `fill_params`, which
   fills it from torch tensors; `DevLib` loads an nvcc-built harness library (fa1_host.cu, fa2_host.cu,
   tf32_host.cu: `<prefix>_params_size/count/entry/launch`, dev_host.cuh) and launches its entries.
 - `reference`, `rel_err`, `lse_err`: the float64 check of a kernel's output and LSE.
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 LOG2E = 1.4426950408889634
-# `mask_kind` of AttnParams (src/params.rs MASK_*) per mask name; causal-br is causal with offset Sk - Sq.
+# `mask_kind` of AttnParams (src/checked/params.rs MASK_*) per mask name; causal-br is causal with offset Sk - Sq.
 MASK_KIND = {"none": 0, "causal": 1, "causal-br": 1, "bool": 2, "additive": 2}
 
 
@@ -60,7 +60,7 @@ def kv_bytes(p):
 # ---- the kernels' launch argument ---------------------------------------------------------------------------
 
 class Params(ctypes.Structure):
-    """AttnParams (src/params.rs, kernels/common.cuh), field for field: 7 pointers, 4 x 3 and 1 x 4 int64
+    """AttnParams (src/checked/params.rs, kernels/common.cuh), field for field: 7 pointers, 4 x 3 and 1 x 4 int64
     strides, 10 ints, 2 floats, 2 ints; 240 bytes (asserted on both sides and by DevLib)."""
     _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "mask", "lse", "workspace")]
                 + [(n, ctypes.c_longlong * 3) for n in ("q_stride", "k_stride", "v_stride", "o_stride")]
@@ -71,7 +71,7 @@ class Params(ctypes.Structure):
                    ("extra", ctypes.c_int)])
 
 
-PARAMS_SIZE = 240  # src/params.rs ATTN_PARAMS_SIZE
+PARAMS_SIZE = 240  # src/checked/params.rs ATTN_PARAMS_SIZE
 
 
 def causal_offset(mask, sq, sk):
@@ -367,7 +367,7 @@ def cuda_kernel_names(fn, n=2, width=50):
 
 def self_test():
     assert ctypes.sizeof(Params) == PARAMS_SIZE
-    # Field order of src/params.rs (and common.cuh, which the Rust test checks against it).
+    # Field order of src/checked/params.rs (and common.cuh, which the Rust test checks against it).
     names = [f[0] for f in Params._fields_]
     assert names == ["q", "k", "v", "o", "mask", "lse", "workspace", "q_stride", "k_stride", "v_stride", "o_stride",
                      "mask_stride", "b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind", "causal_offset",

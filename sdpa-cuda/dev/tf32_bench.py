@@ -61,7 +61,7 @@ class Problem:
         self.mask = mask
 
     def params(self, lse=True):
-        # Same rule as src/tf32.rs: bit 0 16-byte loads, bit 1 8-byte stores.
+        # Same rule as src/kernels/tf32.rs: bit 0 16-byte loads, bit 1 8-byte stores.
         al16 = all(t.data_ptr() % 16 == 0 and all(s % 4 == 0 for s in t.stride()[:3]) for t in (self.q, self.k, self.v))
         al8 = self.o.data_ptr() % 8 == 0 and all(s % 2 == 0 for s in self.o.stride()[:3])
         extra = (1 if al16 and self.D % 4 == 0 else 0) | (2 if al8 and self.D % 2 == 0 else 0)

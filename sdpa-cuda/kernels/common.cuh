@@ -1,5 +1,5 @@
-// Shared device code of every sdpa kernel module: the launch parameters (mirrors src/params.rs field for
-// field), element conversions, mask helpers and warp reductions. Compiled by NVRTC, handed in as an
+// Shared device code of every sdpa kernel module: the launch parameters (mirrors src/checked/params.rs field for
+// field), element conversions, mask helpers, warp and quad reductions, and the PTX helpers every tensor-core kernel uses. Compiled by NVRTC, handed in as an
 // in-memory header named "common.cuh".
 #pragma once
 
@@ -34,7 +34,7 @@ struct AttnParams {
     int num_splits;
     int extra;
 };
-static_assert(sizeof(AttnParams) == 240, "AttnParams must match src/params.rs");
+static_assert(sizeof(AttnParams) == 240, "AttnParams must match src/checked/params.rs");
 
 // ---- element conversions -------------------------------------------------------------------------------
 
@@ -67,6 +67,28 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// Max and sum over the four threads of a quad (they hold one row of an mma accumulator).
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// 2^x on the special-function unit (the tensor-core kernels fold the scale into the exponent).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 32-bit shared-memory address of a generic pointer (for cp.async, ldmatrix and mbarrier operands).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
 // ---- masks ------------------------------------------------------------------------------------------

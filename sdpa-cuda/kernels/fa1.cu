@@ -623,7 +623,7 @@ __device__ void fa1_tiled(const AttnParams& p) {
 // need 298 KB of shared memory). NARROW (TX = 8, TM = 8: 8 x 8 scores per thread, 128 threads, two blocks
 // per SM) for f32 at HD = 64: 28-32 TFLOPS against 27-29 with TX = 16. At HD = 128 it would run one block of
 // four warps per SM (its 168 KB of shared memory) and reached only 20 TFLOPS; at HD = 96 and for f16/bf16
-// at 128 it spills. src/fa1.rs mirrors NARROW, TX and TM for the launch.
+// at 128 it spills. src/kernels/fa1.rs mirrors NARROW, TX and TM for the launch.
 template <typename T, int HD>
 struct Fa1TiledChoice {
     static constexpr bool NARROW = sizeof(T) == 4 && (HD == 64);  // fa1-choice

@@ -67,7 +67,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     const int warp_key0 = wn * Tile::KEYS_PER_WARP;
 
     // Shared memory during the loop: Q [BM][LD], then STAGES x K [BN][LD], then STAGES x V [BN][LD].
-    const unsigned sQ = fa2_smem_addr(smem_raw);
+    const unsigned sQ = smem_addr(smem_raw);
     const unsigned sK = sQ + BM * LD * 2;
     const unsigned sV = sK + STAGES * KV_BYTES;
     const unsigned q_ld = sQ + ((warp_row0 + (lane % 16)) * LD + (lane / 16) * 8) * 2;
@@ -138,7 +138,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            l[mt][hh] = fa2_quad_sum(l[mt][hh]);
+            l[mt][hh] = quad_sum(l[mt][hh]);
             const int r = warp_row0 + mt * 16 + g + hh * 8;
             if (t4 == 0) {
                 sm_m[wn * BM + r] = m[mt][hh];
@@ -158,8 +158,8 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
             const float m_use = mx == fa2_neg_inf() ? 0.f : mx;  // no key seen: every factor is 2^-inf = 0
             float lsum = 0.f;
 #pragma unroll
-            for (int w = 0; w < WN; ++w) lsum += sm_l[w * BM + r] * fa2_exp2(sm_m[w * BM + r] - m_use);
-            const float f = fa2_exp2(m[mt][hh] - m_use);
+            for (int w = 0; w < WN; ++w) lsum += sm_l[w * BM + r] * fast_exp2(sm_m[w * BM + r] - m_use);
+            const float f = fast_exp2(m[mt][hh] - m_use);
             // NaN stays NaN (NaN == 0 is false); a row that saw no key is zeros with LSE -inf.
             inv_l[mt][hh] = lsum == 0.f ? 0.f : 1.f / lsum;
             m_row[mt][hh] = lsum == 0.f ? fa2_neg_inf() : (mx + __log2f(lsum)) * FA2_LN2;  // the row's LSE
@@ -240,7 +240,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
 }
 
 // Entry points fa1m_{dtype}_{D}_{none|causal|explicit}. Tile per head dim: BM query rows, BN keys per K/V
-// tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM; src/fa1.rs mirrors these
+// tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM; src/kernels/fa1.rs mirrors these
 // lines in `mma_tile_for` (bench/results/gpu/fa1.md says how they were chosen).
 #define FA1M_ENTRY(NAME, T, D, BM, BN, WM, WN, ST, MINB, MASK)                                        \
     extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \

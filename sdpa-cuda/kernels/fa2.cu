@@ -53,7 +53,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const int warp_row0 = warp * Tile::ROWS_PER_WARP;
 
     // Shared memory: Q [BM][LD], then STAGES x (K [BN][LD], V [BN][LD]).
-    const unsigned sQ = fa2_smem_addr(smem);
+    const unsigned sQ = smem_addr(smem);
     const unsigned sK = sQ + BM * LD * 2;
     const unsigned sV = sK + STAGES * KV_BYTES;
     // Per-lane ldmatrix bases; every fragment address is one of these plus a compile-time offset.
@@ -138,7 +138,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            const float lsum = fa2_quad_sum(l[mt][hh]);
+            const float lsum = quad_sum(l[mt][hh]);
             // NaN stays NaN (NaN == 0 is false); a row that saw no key is zeros with LSE -inf.
             const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
             const int r = mt * 16 + g + hh * 8;
@@ -171,7 +171,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
 // Entry points fa2_{dtype}_{D}_{none|causal|explicit}. Tiles per head dim (BM query rows, BN keys, warps,
 // K/V stages, min blocks per SM) were chosen by measurement on the H100 (dev/fa2_bench.py, see
-// bench/results/gpu/fa2.md); src/fa2.rs mirrors them in `tile_for`.
+// bench/results/gpu/fa2.md); src/kernels/fa2.rs mirrors them in `tile_for`.
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
@@ -182,7 +182,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 // fa2_small_{dtype}_{D}_{mask} with 64-row tiles (128 keys at D = 64, 64 at D = 96 and 128) for grids
 // that leave SMs idle (a shorter path per block, no opt-in shared memory at D = 64), and
 // fa2_deep_{dtype}_{D}_{mask}, the same tiles with a 4-deep K/V ring, when even the small tile's grid has
-// no more blocks than SMs and the device has the shared memory (issue 4's tiny shapes); src/fa2.rs
+// no more blocks than SMs and the device has the shared memory (issue 4's tiny shapes); src/kernels/fa2.rs
 // `tile_for` and `DEEP_STAGES` mirror them. D = 256 already runs 64 x 64.
 #ifndef FA2_NO_ENTRIES
 #define FA2_ENTRIES_FOR(PFX, TNAME, T, D, BM, BN, NW, ST, MINB)                                        \

@@ -2,14 +2,14 @@
 // instructions they are built from (cp.async, ldmatrix, mma.sync m16n8k16, ex2), the split-KV scratch
 // layout, and the per-warp tile steps fa2 and fa1m share (tile loader, Q·Kᵀ, mask, online-softmax update,
 // P·V). Kernels take the crate-wide AttnParams (common.cuh) by value. Handed to NVRTC as an in-memory
-// header (src/modules.rs HEADERS).
+// header (src/sys/modules.rs HEADERS).
 #ifndef SDPA_FA2_MMA_CUH
 #define SDPA_FA2_MMA_CUH
 
 #include "common.cuh"
 
 // Split-KV scratch inside AttnParams::workspace: the partial LSEs [rows][splits] first, then the partial
-// outputs [rows][splits][D] f32 from the next 16-byte boundary (src/splitkv.rs sizes it the same way).
+// outputs [rows][splits][D] f32 from the next 16-byte boundary (src/kernels/splitkv.rs sizes it the same way).
 __device__ __forceinline__ float* fa2_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
 __device__ __forceinline__ float* fa2_part_o(const AttnParams& p) {
     const long long n = (long long)p.b * p.hq * p.sq * p.num_splits;
@@ -25,17 +25,6 @@ __device__ __forceinline__ float* fa2_part_o(const AttnParams& p) {
 #define FA2_LN2 0.6931471805599453f
 
 __device__ __forceinline__ float fa2_neg_inf() { return __int_as_float(0xff800000); }
-
-// 2^x on the special-function unit (the scale is folded into the exponent by the caller).
-__device__ __forceinline__ float fa2_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ unsigned fa2_smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // 16-byte global->shared copy; `valid == false` writes zeros and reads nothing.
 __device__ __forceinline__ void fa2_cp_async16(unsigned dst, const void* gmem, bool valid) {
@@ -104,30 +93,6 @@ struct Fa2Type<__nv_bfloat16> {
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 };
-
-// Programmatic dependent launch (sm_90): the split-KV kernel lets its combine pass be scheduled early,
-// and the combine pass waits here until the split kernel's writes are visible. Both are no-ops when the
-// launch did not ask for programmatic serialization, and on older architectures.
-__device__ __forceinline__ void fa2_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void fa2_wait_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Max and sum over the four threads of a quad (they hold one row of an mma accumulator).
-__device__ __forceinline__ float fa2_quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float fa2_quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 // Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
 // with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
@@ -246,12 +211,12 @@ __device__ __forceinline__ void fa2_softmax_update(float (&s)[MT][NT][4], float 
             float mx = fa2_neg_inf();
 #pragma unroll
             for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
-            mx = fa2_quad_max(mx);
+            mx = quad_max(mx);
             const float m_old = m[mt][hh];
             const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
             // A row that has seen only masked keys so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
             const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-            const float alpha = fa2_exp2(m_old - m_use);
+            const float alpha = fast_exp2(m_old - m_use);
             m[mt][hh] = m_new;
             float sum = 0.f;
 #pragma unroll
@@ -259,7 +224,7 @@ __device__ __forceinline__ void fa2_softmax_update(float (&s)[MT][NT][4], float 
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[mt][j][hh * 2 + e];
-                    x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
+                    x = MASK == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
                     sum += x;
                 }
             l[mt][hh] = l[mt][hh] * alpha + sum;

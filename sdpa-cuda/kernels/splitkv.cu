@@ -3,7 +3,7 @@
 // When B·Hq·ceil(Sq/BM) blocks cannot fill the GPU (one new token, small batch, long context), the keys
 // are split instead: every warp is one split. A warp owns a 16-row tile of the rows that share one kv head,
 // packed group-major (row r = g·Sq + i is query i of head kvh·group + g), so GQA heads read their K/V once.
-// How K/V reach shared memory (LOAD, chosen by src/splitkv.rs):
+// How K/V reach shared memory (LOAD, chosen by src/kernels/splitkv.rs):
 //  - on sm_90 by TMA (SKV_TMA, the default there): one thread issues 2-D tensor copies of the block's whole
 //    chunk of NW·KS keys into a STAGES-deep ring the warps share, completing on a `full` mbarrier per stage;
 //    each warp computes its KS-key slice and releases the stage on an `empty` mbarrier;
@@ -16,6 +16,7 @@
 // atomic counter per row tile, reset by that block for the next call) merges the blocks' partials. Both
 // merges use exactly sdpa-core's `merge_normalized` rule: one launch, no separate combine pass.
 #include "fa2_mma.cuh"
+#include "sm90_async.cuh"
 
 // LOAD: how the K/V rings are filled.
 #define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
@@ -46,14 +47,14 @@ struct SplitKvTile {
     static_assert(!TMA || D % 64 == 0, "TMA tiles are whole 64-column (128-byte) boxes");
     static_assert(RING_ELEMS * 2 >= (16 * D + 16) * 4, "the ring holds a warp's partials");
     // Dynamic shared memory of an NW-warp block: the warps' regions, then one 8-byte mbarrier per stage
-    // and warp (src/splitkv.rs `SplitKvTile::smem_bytes` mirrors this).
+    // and warp (src/kernels/splitkv.rs `SplitKvTile::smem_bytes` mirrors this).
     static constexpr int bars_off(int nw) { return nw * WARP_ELEMS + SHARED_Q_ELEMS; }  // elements
     static constexpr int smem_bytes(int nw) { return ALIGN_SLACK + bars_off(nw) * 2 + nw * STAGES * 8; }
 };
 
 // Scratch inside AttnParams::workspace for row tiles split over several blocks (nblk = gridDim.x): the
 // blocks' partial LSEs [rows][nblk] first, then partial outputs [rows][nblk][D] f32 from the next 16-byte
-// boundary, then one u32 counter per (batch, row tile), zero before the launch (src/splitkv.rs
+// boundary, then one u32 counter per (batch, row tile), zero before the launch (src/kernels/splitkv.rs
 // `workspace_len` sizes it the same way and zeroes the counters).
 __device__ __forceinline__ float* splitkv_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
 __device__ __forceinline__ long long splitkv_lse_len(const AttnParams& p) {
@@ -69,46 +70,10 @@ __device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, int d
 
 // ---- sm_90 bulk copies ----------------------------------------------------------------------------------
 
-// Declared on every architecture (the cp.async instantiations never call them); the instructions exist
-// from sm_90 on. The entry points take the bulk path exactly when compiled for sm_90 or newer.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SPLITKV_USE_BULK true
-#define SKV_SM90(...) __VA_ARGS__
-#else
-#define SPLITKV_USE_BULK false
-#define SKV_SM90(...)
-#endif
-__device__ __forceinline__ void skv_mbar_init(unsigned bar, unsigned count) {
-    SKV_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory"));
-}
-__device__ __forceinline__ void skv_mbar_arrive(unsigned bar) {
-    SKV_SM90(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"));
-}
-// Arrives once and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void skv_mbar_expect(unsigned bar, unsigned bytes) {
-    SKV_SM90(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory"));
-}
-__device__ __forceinline__ void skv_mbar_wait(unsigned bar, unsigned parity) {
-    SKV_SM90(asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory"));
-}
-// L2 policy of the K/V loads (AttnParams::extra bits 0-7, chosen by src/splitkv.rs `l2_policy`): 0
-// evict-first, 1 evict-normal, 2 evict-last.
-__device__ __forceinline__ unsigned long long skv_l2_policy(int mode) {
-    unsigned long long pol = 0;
-    if (mode == 1) SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol)));
-    else if (mode == 2) SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol)));
-    else SKV_SM90(asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol)));
-    return pol;
-}
-// Timeline trace for tuning runs (AttnParams::extra bit 8, set by src/splitkv.rs when SDPA_SPLITKV_TRACE=1;
+// The entry points take the bulk path exactly when compiled for sm_90 or newer (sm90_async.cuh).
+#define SPLITKV_USE_BULK SM90_ASYNC_AVAILABLE
+
+// Timeline trace for tuning runs (AttnParams::extra bit 8, set by src/kernels/splitkv.rs when SDPA_SPLITKV_TRACE=1;
 // read back by the cuda_kernels driver's --trace, summarised by dev/splitkv_timeline.py): thread 0 of each
 // of the first SKV_TRACE_BLOCKS blocks writes SKV_TRACE_FIELDS words: globaltimer (ns) at entry and at exit;
 // clock64 at entry, after the first stage landed (TMA and bulk paths only; 0 on the cp.async path), after
@@ -129,41 +94,13 @@ __device__ __forceinline__ void skv_trace(const AttnParams& p, int field, unsign
     if (blk < SKV_TRACE_BLOCKS) splitkv_trace[blk * SKV_TRACE_FIELDS + field] = v;
 }
 
-// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared memory,
-// completing as transactions on `bar`.
-__device__ __forceinline__ void skv_bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar,
-                                              unsigned long long pol) {
-    SKV_SM90(asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
-        "%4;" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-        : "memory"));
-}
-// A TMA tensor map as the host encodes it (cuTensorMapEncodeTiled; opaque, 128-byte aligned as CUDA 13's
-// CUtensorMap). The kernels read it from their __grid_constant__ parameter.
-struct alignas(128) SkvTensorMap {
-    unsigned long long opaque[16];
-};
 // The TMA entries' parameter: the usual AttnParams, then the K and V maps over (D, Sk, Hkv, B)
-// (src/splitkv.rs `TmaArgs` mirrors it).
+// (src/kernels/splitkv.rs `TmaArgs` mirrors it).
 struct SplitKvTmaArgs {
     AttnParams p;
-    SkvTensorMap k, v;
+    Sm90TensorMap k, v;
 };
-static_assert(sizeof(SplitKvTmaArgs) == 512, "SplitKvTmaArgs must match src/splitkv.rs");
-// One [KS keys][64 columns] box at (column c0, key c1, kv head c2, batch c3) of `map` into shared memory
-// at `dst` (1024-byte aligned), 128-byte swizzled, completing on `bar`. Keys past Sk arrive as zeros.
-__device__ __forceinline__ void skv_tma_load(unsigned dst, const SkvTensorMap* map, int c0, int c1, int c2, int c3,
-                                             unsigned bar, unsigned long long pol) {
-    SKV_SM90(asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
-        "{%2, %3, %4, %5}], [%6], %7;" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(pol)
-        : "memory"));
-}
-__device__ __forceinline__ void skv_mbar_init_fence() {
-    SKV_SM90(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
-}
+static_assert(sizeof(SplitKvTmaArgs) == 512, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
 
 // Rows of this warp's tile: r in [r0, r0 + 16) of the group's G·Sq packed rows.
 __device__ __forceinline__ void splitkv_row(const AttnParams& p, int r, int& hq, int& i) {
@@ -226,8 +163,8 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // (interleaving measured nothing there).
 // `maps` (K then V) is read by the TMA path only; null otherwise.
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE>
-__device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const SkvTensorMap* kmap,
-                                                const SkvTensorMap* vmap) {
+__device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const Sm90TensorMap* kmap,
+                                                const Sm90TensorMap* vmap) {
     using Tile = SplitKvTile<D, STAGES, KS, LOAD>;
     constexpr bool BULK = LOAD != SKV_CP_ASYNC;  // bulk or TMA: mbarrier-completed copies
     constexpr bool TMA = LOAD == SKV_TMA;
@@ -247,12 +184,12 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const int rows = p.group * p.sq;
 
     if constexpr (TMA) {  // the swizzle pattern is periodic in 1024-byte-aligned addresses
-        const unsigned mis = fa2_smem_addr(smem) & 1023u;
+        const unsigned mis = smem_addr(smem) & 1023u;
         smem = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(smem) + ((1024u - mis) & 1023u));
     }
     // This warp's shared memory: Q [16][QLD] and STAGES x (K tile, V tile) (SplitKvTile).
-    const unsigned sQ = fa2_smem_addr(smem + (TMA ? NW : warp) * Tile::WARP_ELEMS);
-    const unsigned sKV = TMA ? fa2_smem_addr(smem) : sQ + Tile::RING_OFF * 2;
+    const unsigned sQ = smem_addr(smem + (TMA ? NW : warp) * Tile::WARP_ELEMS);
+    const unsigned sKV = TMA ? smem_addr(smem) : sQ + Tile::RING_OFF * 2;
     // Keys of one stage's K (or V) as loaded: the block's chunk (TMA) or the warp's tile; K bytes of a
     // stage (V follows), and the bytes of a stage.
     constexpr int BOX_ROWS = TMA ? NW * KS : KS;
@@ -319,17 +256,18 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
     // last key instead of zeros (they score -inf, so p = 0 multiplies a finite value row). TMA: the block's
     // `full` barriers (one per stage: the chunk landed), then its `empty` barriers (every warp read it).
-    const unsigned bars = fa2_smem_addr(smem + Tile::bars_off(NW)) + (TMA ? 0 : warp * STAGES * 8);
+    const unsigned bars = smem_addr(smem + Tile::bars_off(NW)) + (TMA ? 0 : warp * STAGES * 8);
     auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
     unsigned long long pol = 0;
     if constexpr (BULK) {
-        pol = skv_l2_policy(p.extra & 0xff);
+        // L2 policy of the K/V loads: AttnParams::extra bits 0-7, chosen by src/kernels/splitkv.rs `l2_policy`.
+        pol = sm90_l2_policy(p.extra & 0xff);
         if (TMA ? threadIdx.x == 0 : lane == 0)
             for (int s = 0; s < STAGES; ++s) {
-                skv_mbar_init(bars + s * 8, 1);
-                if (TMA) skv_mbar_init(empty_bar(s), NW);
+                sm90_mbar_init(bars + s * 8, 1);
+                if (TMA) sm90_mbar_init(empty_bar(s), NW);
             }
-        skv_mbar_init_fence();
+        sm90_mbar_init_fence();
         __syncwarp();
     }
     // TMA: thread 0 issues the chunk's D/64 K boxes and D/64 V boxes; keys past Sk arrive as zeros, keys
@@ -340,11 +278,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         const unsigned sK = sKV + s * STAGE_BYTES;
         const int key0 = k_first + step * k_step;
         if (threadIdx.x == 0) {
-            skv_mbar_expect(bars + s * 8, STAGE_BYTES);
+            sm90_mbar_expect(bars + s * 8, STAGE_BYTES);
 #pragma unroll
             for (int j = 0; j < D / 64; ++j) {
-                skv_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
-                skv_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                sm90_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                sm90_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
             }
         }
     };
@@ -356,12 +294,12 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         const int s = step % STAGES;
         const unsigned sK = sKV + s * 2 * TILE_BYTES;
         const int key0 = k_begin + step * k_step;
-        if (lane == 0) skv_mbar_expect(bars + s * 8, 2 * KS * D * 2);
+        if (lane == 0) sm90_mbar_expect(bars + s * 8, 2 * KS * D * 2);
         __syncwarp();
         if (lane < KS) {
             const long long key = min(key0 + lane, k_stop - 1);
-            skv_bulk_copy(sK + lane * LD * 2, kbase + key * p.k_stride[2], D * 2, bars + s * 8, pol);
-            skv_bulk_copy(sK + TILE_BYTES + lane * LD * 2, vbase + key * p.v_stride[2], D * 2, bars + s * 8, pol);
+            sm90_bulk_copy(sK + lane * LD * 2, kbase + key * p.k_stride[2], D * 2, bars + s * 8, pol);
+            sm90_bulk_copy(sK + TILE_BYTES + lane * LD * 2, vbase + key * p.v_stride[2], D * 2, bars + s * 8, pol);
         }
     };
     auto load_cp_async = [&](int step) {
@@ -405,7 +343,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 
     for (int step = 0; step < n_steps; ++step) {
         if constexpr (BULK) {
-            skv_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
+            sm90_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
             if (step == 0) skv_trace(p, 3, clock64());
             if constexpr (TMA) {
                 // The next split's V rows in the last tile: zeros, so that 0 · V stays 0 whatever they hold.
@@ -426,7 +364,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             if constexpr (TMA) {
                 // Step - 1's stage is refilled once every warp has released it.
                 if (threadIdx.x == 0 && step + STAGES - 1 < n_steps) {
-                    if (step > 0) skv_mbar_wait(empty_bar((step - 1) % STAGES), ((step - 1) / STAGES) & 1);
+                    if (step > 0) sm90_mbar_wait(empty_bar((step - 1) % STAGES), ((step - 1) / STAGES) & 1);
                     load_tma(step + STAGES - 1);
                 }
             } else if (step + STAGES - 1 < n_steps) {
@@ -485,10 +423,10 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             float mx = fa2_neg_inf();
 #pragma unroll
             for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
-            mx = fa2_quad_max(mx);
+            mx = quad_max(mx);
             const float m_new = fmaxf(m[hh], MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
             const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-            const float alpha = fa2_exp2(m[hh] - m_use);
+            const float alpha = fast_exp2(m[hh] - m_use);
             m[hh] = m_new;
             float sum = 0.f;
 #pragma unroll
@@ -496,7 +434,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[j][hh * 2 + e];
-                    x = MASK == FA2_MASK_EXPLICIT ? fa2_exp2(x - m_use) : fa2_exp2(fmaf(x, sl2, -m_use));
+                    x = MASK == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
                     sum += x;
                 }
             l[hh] = l[hh] * alpha + sum;
@@ -524,7 +462,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         }
         if constexpr (TMA) {  // this warp is done with the stage
             __syncwarp();
-            if (lane == 0) skv_mbar_arrive(empty_bar(step % STAGES));
+            if (lane == 0) sm90_mbar_arrive(empty_bar(step % STAGES));
         }
     }
     if constexpr (!BULK) fa2_cp_async_wait<0>();
@@ -540,7 +478,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const int rr = g + hh * 8;
-        const float lsum = fa2_quad_sum(l[hh]);
+        const float lsum = quad_sum(l[hh]);
         const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
 #pragma unroll
         for (int j = 0; j < DT; ++j)
@@ -674,7 +612,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 // splitkv_bulk_{dtype}_{D}_{mask} (bulk copies where compiled for sm_90 or newer, the cp.async path
 // elsewhere; warps interleaved over the block's keys) and splitkv_tma_{dtype}_{D}_{mask} (sm_90 tensor
 // copies, warps interleaved; D a multiple of 64); NW warps = splits per block, STAGES-deep ring, KS keys
-// per step, chosen on the H100 and mirrored by src/splitkv.rs `tile_for`.
+// per step, chosen on the H100 and mirrored by src/kernels/splitkv.rs `tile_for`.
 #ifndef SPLITKV_NO_ENTRIES
 #define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, LOAD, ILV)                                \
     SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, LOAD, ILV)              \

@@ -128,7 +128,7 @@ template <int DP, int LD, int ROWS, int THREADS, bool SPLIT, bool PRE>
 __device__ __forceinline__ void tc_load(float* dst, float* dst_small, const float* src, i64 stride, int valid, int d,
                                         int tid, bool vec) {
     if (vec)
-        tc_load_async<DP, LD, ROWS, THREADS>(tc_smem_addr(dst), src, stride, valid, d, tid);
+        tc_load_async<DP, LD, ROWS, THREADS>(smem_addr(dst), src, stride, valid, d, tid);
     else
         tc_load_sync<DP, LD, ROWS, THREADS, SPLIT, PRE>(dst, dst_small, src, stride, valid, d, tid);
 }
@@ -214,8 +214,8 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     // Per-lane fragment addresses. Q (A, 16x8): matrices rows 0-7 / 8-15 x columns 0-3 / 4-7, in the
     // register order a0..a3. K (B of two n8 tiles): keys 0-7 columns 0-3, keys 0-7 columns 4-7, keys 8-15
     // columns 0-3, keys 8-15 columns 4-7. V: rows 2t and 2t+1, column g of each n8 tile.
-    const unsigned q_ld = tc_smem_addr(sQ) + ((wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 4) * 4;
-    const unsigned k_ld = tc_smem_addr(sK) + (((lane & 7) + ((lane >> 4) & 1) * 8) * LD + ((lane >> 3) & 1) * 4) * 4;
+    const unsigned q_ld = smem_addr(sQ) + ((wrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 4) * 4;
+    const unsigned k_ld = smem_addr(sK) + (((lane & 7) + ((lane >> 4) & 1) * 8) * LD + ((lane >> 3) & 1) * 4) * 4;
     const float* v_rd = sV + 2 * t * LD + g;
 
     float o[MT][DT][4];
@@ -345,11 +345,11 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
                 float mx = SDPA_NEG_INF;
 #pragma unroll
                 for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
-                mx = tc_quad_max(mx);
+                mx = quad_max(mx);
                 const float m_old = m[mt][hh];
                 const float m_new = fmaxf(m_old, MASK == TC_MASK_EXPLICIT ? mx : mx * sl2);
                 const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
-                const float a = tc_exp2(m_old - m_use);
+                const float a = fast_exp2(m_old - m_use);
                 alpha[mt][hh] = a;
                 rescale |= a != 1.f;
                 m[mt][hh] = m_new;
@@ -359,7 +359,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = s[mt][j][hh * 2 + e];
-                        x = MASK == TC_MASK_EXPLICIT ? tc_exp2(x - m_use) : tc_exp2(fmaf(x, sl2, -m_use));
+                        x = MASK == TC_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
                         sum += x;
                     }
                 l[mt][hh] = l[mt][hh] * a + sum;  // per-thread partial; the quad is summed at the end
@@ -417,7 +417,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            const float lsum = tc_quad_sum(l[mt][hh]);
+            const float lsum = quad_sum(l[mt][hh]);
             // NaN stays NaN (NaN == 0 is false); a row that saw no key is zeros with LSE -inf.
             const float inv = lsum == 0.f ? 0.f : 1.f / lsum;
             const int row = m0 + wrow0 + mt * 16 + g + hh * 8;
@@ -446,7 +446,7 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
 // Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
 // warp, NW warps, BK keys, K/V stages, split, per-block K/V rounding) were chosen by measurement on the H100
 // (dev/tf32_bench.py, see bench/results/gpu/tf32.md; since warps skip the causal key tiles past their rows, plain
-// TF32 at D = 128 takes 8 warps under causal masks too); src/tf32.rs mirrors this table in `tile_for`.
+// TF32 at D = 128 takes 8 warps under causal masks too); src/kernels/tf32.rs mirrors this table in `tile_for`.
 #define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \
         extern __shared__ __align__(16) float tc_smem[];                                             \
@@ -470,7 +470,7 @@ TC_ENTRIES(tf32x3, 64, 2, 4, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 128, 1, 8, 32, 1, true, true)
 TC_ENTRIES(tf32x3, 256, 1, 4, 16, 1, true, true)
 // Entries {prefix}_f32_{DP}s_*: tiles of at most 99 KB of shared memory, for devices that cannot give a block
-// the tiles above (src/tf32.rs `small_tile_for`: compute capability 8.6/8.9 parts, and an A100 at D = 128 and
+// the tiles above (src/kernels/tf32.rs `small_tile_for`: compute capability 8.6/8.9 parts, and an A100 at D = 128 and
 // split D = 256).
 TC_ENTRIES_AS(tf32, 64s, 64, 2, 4, 64, 1, false, true)
 TC_ENTRIES_AS(tf32, 128s, 128, 1, 4, 32, 1, false, true)

@@ -1,4 +1,5 @@
-// Helpers shared by the f32 tensor-core kernels: `tf32.cu` (mma.sync) and `tf32_wgmma.cu` (Hopper wgmma).
+// Helpers shared by the f32 tensor-core kernels: `tf32.cu` (mma.sync) and `tf32_wgmma.cu` (Hopper wgmma):
+// PTX wrappers, TF32 rounding and splitting.
 #pragma once
 #include "common.cuh"
 
@@ -6,9 +7,6 @@
 #define TC_MASK_CAUSAL 1
 #define TC_MASK_EXPLICIT 2
 
-__device__ __forceinline__ unsigned tc_smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 // 16-byte global->shared copy; `ok == false` writes zeros and reads nothing.
 __device__ __forceinline__ void tc_cp16(unsigned dst, const void* src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0));
@@ -19,19 +17,6 @@ __device__ __forceinline__ void tc_ldsm4(unsigned (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
-}
-__device__ __forceinline__ float tc_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float tc_quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float tc_quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 // Nearest TF32 value of x (11 significant bits; Veltkamp splitting with 2^13 + 1). The _rn intrinsics
@@ -47,3 +32,4 @@ __device__ __forceinline__ void tc_split(float x, unsigned& big, unsigned& small
     big = __float_as_uint(hi);
     if (SPLIT) small = __float_as_uint(__fsub_rn(x, hi));
 }
+

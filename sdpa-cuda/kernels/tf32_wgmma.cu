@@ -1,12 +1,12 @@
 // Plain TF32 attention on Hopper's warpgroup tensor cores (`wgmma`, sm_90a only), D padded to 128.
-// Entry points `tf32wg_f32_128_{none,causal,explicit}`; src/tf32.rs launches them on a compute-capability
+// Entry points `tf32wg_f32_128_{none,causal,explicit}`; src/kernels/tf32.rs launches them on a compute-capability
 // 9.0 device for plain TF32 with head dims 65..128 on the 16-byte load path, and the mma.sync kernel of
 // tf32.cu otherwise. Same results contract as tf32.cu (operands rounded to the nearest TF32 value, f32
 // accumulation, online softmax in log2 units, NaN repair after the epilogue).
 //
 // Why a second kernel: with `mma.sync` every warp reads its own copy of each K and V fragment from shared
 // memory, and at D = 128 the mma.sync kernel is bound by those reads and their latency (bench/results/
-// gpu/tf32.md). `wgmma` reads each operand tile from shared memory once per warpgroup of four warps, and runs
+// tf32.md). `wgmma` reads each operand tile from shared memory once per warpgroup of four warps, and runs
 // asynchronously, so one warpgroup's softmax overlaps the other's products.
 //
 // Block: NC consumer warpgroups, each owning 64 query rows, and one producer warpgroup.
@@ -36,6 +36,7 @@
 // P's registers are the A fragment when k-index t <-> key 2t and t+4 <-> key 2t+1 (as in tf32.cu): so Vᵀ
 // stores key 2t at slot t and key 2t+1 at slot t+4 of each group of 8 keys.
 #include "tf32_ops.cuh"
+#include "sm90_async.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ENABLED 1
@@ -66,30 +67,11 @@ __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Generic-proxy stores to shared memory become visible to the async proxy (the wgmma operand reads).
-__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Keeps the compiler from moving reads or writes of accumulators across an asynchronous wgmma wait.
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// ---- mbarriers ----
-__device__ __forceinline__ void bar_init(unsigned addr, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned addr) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
-}
-__device__ __forceinline__ void bar_wait(unsigned addr, unsigned parity) {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(addr),
-        "r"(parity)
-        : "memory");
 }
 
 // S (m64 x n64) = A (m64 x k8, descriptor) * B (k8 x n64, descriptor); scale_d = 0 starts from zero.
@@ -151,7 +133,7 @@ __device__ __forceinline__ float4 round4(float4 x) {
 // This thread's chunks of a swizzled ROWS x 128 operand tile rounded to TF32 in place. All loads are issued
 // before the first store: interleaved, each store could alias the next load (the swizzle hides that it does
 // not), so the compiler kept them in order and the producer paid a shared-memory latency per chunk (ncu:
-// the consumers then waited for K; bench/results/gpu/tf32.md).
+// the consumers then waited for K; bench/results/gpu/tf32.md, session 7).
 template <int ROWS>
 __device__ __forceinline__ void round_own(unsigned char* tile, int tid) {
     float4 x[ROWS / 4];
@@ -237,7 +219,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
     float* sK = sQ + BM * DP;
     float* sV = sK + ST * BK * DP;
     float* sVs = sV + ST * BK * DP;
-    const unsigned bars = tc_smem_addr(sVs + BK * DP);
+    const unsigned bars = smem_addr(sVs + BK * DP);
     const unsigned k_full = bars, k_empty = bars + 8 * ST, v_full = bars + 16 * ST, v_empty = bars + 24 * ST;
 
     const float* q = static_cast<const float*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1];
@@ -248,14 +230,14 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
     if (MASK == TC_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     const int n_tiles = (n_keys + BK - 1) / BK;
 
-    if ((tc_smem_addr(smem) & 1023) != 0) __trap();  // the swizzled layout needs 1024-byte aligned tiles
+    if ((smem_addr(smem) & 1023) != 0) __trap();  // the swizzled layout needs 1024-byte aligned tiles
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
-            bar_init(k_full + 8 * s, 128);  // the producer's threads
-            bar_init(v_full + 8 * s, 128);
-            bar_init(k_empty + 8 * s, 128 * NC);  // every consumer thread
-            bar_init(v_empty + 8 * s, 128 * NC);
+            sm90_mbar_init(k_full + 8 * s, 128);  // the producer's threads
+            sm90_mbar_init(v_full + 8 * s, 128);
+            sm90_mbar_init(k_empty + 8 * s, 128 * NC);  // every consumer thread
+            sm90_mbar_init(v_empty + 8 * s, 128 * NC);
         }
     }
     __syncthreads();
@@ -267,7 +249,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
         // the consumers released the slot's previous tile (use u of a slot completes phase u of its barriers).
         // Two cp.async groups per tile, K(j+1) and V(j+1), issued while tile j is being published.
         const int ptid = tid - 128 * NC;
-        const unsigned aK = tc_smem_addr(sK), aVs = tc_smem_addr(sVs);
+        const unsigned aK = smem_addr(sK), aVs = smem_addr(sVs);
         const i64 ks = p.k_stride[2], vs = p.v_stride[2];
         if (n_tiles > 0) {
             copy_async<BK, true>(aK, k, ks, p.sk, p.d, ptid);
@@ -280,18 +262,18 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
             const int n1 = (j + 1) * BK, s1 = (j + 1) % ST, use1 = (j + 1) / ST;
             asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // K(j) landed
             round_own<BK>(reinterpret_cast<unsigned char*>(sK + s * BK * DP), ptid);
-            proxy_fence();
-            bar_arrive(k_full + 8 * s);
+            sm90_proxy_fence();
+            sm90_mbar_arrive(k_full + 8 * s);
             if (j + 1 < n_tiles) {
-                if (use1 > 0) bar_wait(k_empty + 8 * s1, (use1 - 1) & 1);
+                if (use1 > 0) sm90_mbar_wait(k_empty + 8 * s1, (use1 - 1) & 1);
                 copy_async<BK, true>(aK + s1 * TILE_BYTES, k + (i64)n1 * ks, ks, p.sk - n1, p.d, ptid);
             }
             tc_commit();
             asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // V(j) landed
-            if (use > 0) bar_wait(v_empty + 8 * s, (use - 1) & 1);
+            if (use > 0) sm90_mbar_wait(v_empty + 8 * s, (use - 1) & 1);
             transpose_own(sV + s * BK * DP, sVs, ptid);
-            proxy_fence();
-            bar_arrive(v_full + 8 * s);
+            sm90_proxy_fence();
+            sm90_mbar_arrive(v_full + 8 * s);
             if (j + 1 < n_tiles) copy_async<BK, false>(aVs, v + (i64)n1 * vs, vs, p.sk - n1, p.dv, ptid);
             tc_commit();
         }
@@ -303,14 +285,14 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
         // rows each, the lower warpgroup would sit out the block's last key tile while the other computes it.
         const int wrow = 32 * (warp % 4) + 16 * wgi;
         float* sQw = sQ + 64 * wgi * DP;
-        copy_async<64, true, true>(tc_smem_addr(sQw), q + (i64)(m0 + 16 * wgi) * p.q_stride[2], p.q_stride[2],
+        copy_async<64, true, true>(smem_addr(sQw), q + (i64)(m0 + 16 * wgi) * p.q_stride[2], p.q_stride[2],
                                    p.sq - m0 - 16 * wgi, p.d, ctid);
         tc_commit();
         tc_wait_all();
         round_own<64>(reinterpret_cast<unsigned char*>(sQw), ctid);
-        proxy_fence();
+        sm90_proxy_fence();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
-        const unsigned aQ = tc_smem_addr(sQw), aK = tc_smem_addr(sK), aV = tc_smem_addr(sV);
+        const unsigned aQ = smem_addr(sQw), aK = smem_addr(sK), aV = smem_addr(sV);
         // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
         const int wg_last_key = m0 + 96 + 16 * wgi + 15 + p.causal_offset;
 
@@ -373,11 +355,11 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
                 float mx = SDPA_NEG_INF;
 #pragma unroll
                 for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
-                mx = tc_quad_max(mx);
+                mx = quad_max(mx);
                 const float m_old = m[hh];
                 const float m_new = fmaxf(m_old, MASK == TC_MASK_EXPLICIT ? mx : mx * sl2);
                 const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
-                const float a = tc_exp2(m_old - m_use);
+                const float a = fast_exp2(m_old - m_use);
                 alpha[hh] = a;
                 rescale |= a != 1.f;
                 m[hh] = m_new;
@@ -387,7 +369,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = s[j * 4 + hh * 2 + e];
-                        x = MASK == TC_MASK_EXPLICIT ? tc_exp2(x - m_use) : tc_exp2(fmaf(x, sl2, -m_use));
+                        x = MASK == TC_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
                         sum += x;
                     }
                 l[hh] = l[hh] * a + sum;  // per-thread partial; the quad is summed at the end
@@ -432,21 +414,21 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
         };
         if (PP && wgi == 1 && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
         if (n_act > 0) {
-            bar_wait(k_full, 0);
+            sm90_mbar_wait(k_full, 0);
             turn_begin();
             issue_qk(0);
             turn_end();
             wait<0>();
             pin(s);
-            bar_arrive(k_empty);
+            sm90_mbar_arrive(k_empty);
             float alpha[2];
             softmax(0, alpha);  // O is still zero: no rescale needed
             take_p();
         }
         for (int j = 1; j < n_act; ++j) {
             const int sj = j % ST, sp = (j - 1) % ST;
-            bar_wait(k_full + 8 * sj, (j / ST) & 1);
-            bar_wait(v_full + 8 * sp, ((j - 1) / ST) & 1);
+            sm90_mbar_wait(k_full + 8 * sj, (j / ST) & 1);
+            sm90_mbar_wait(v_full + 8 * sp, ((j - 1) / ST) & 1);
             turn_begin();
             issue_qk(sj);
             pin(o);
@@ -454,34 +436,34 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
             turn_end();
             wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
             pin(s);
-            bar_arrive(k_empty + 8 * sj);
+            sm90_mbar_arrive(k_empty + 8 * sj);
             float alpha[2];
             const bool rs = softmax(j * BK, alpha);
             wait<0>();
             pin(o);
-            bar_arrive(v_empty + 8 * sp);
+            sm90_mbar_arrive(v_empty + 8 * sp);
             if (rs) rescale_o(alpha);
             take_p();
         }
         if (n_act > 0) {
             const int sp = (n_act - 1) % ST;
-            bar_wait(v_full + 8 * sp, ((n_act - 1) / ST) & 1);
+            sm90_mbar_wait(v_full + 8 * sp, ((n_act - 1) / ST) & 1);
             turn_begin();
             pin(o);
             issue_pv(sp);
             turn_end();
             wait<0>();
             pin(o);
-            bar_arrive(v_empty + 8 * sp);
+            sm90_mbar_arrive(v_empty + 8 * sp);
         }
         // Tiles past this warpgroup's rows: released unread, after they landed, so that every release of
         // a slot answers exactly one fill of it.
         for (int j = n_act; j < n_tiles; ++j) {
             const int sj = j % ST, ph = (j / ST) & 1;
-            bar_wait(k_full + 8 * sj, ph);
-            bar_arrive(k_empty + 8 * sj);
-            bar_wait(v_full + 8 * sj, ph);
-            bar_arrive(v_empty + 8 * sj);
+            sm90_mbar_wait(k_full + 8 * sj, ph);
+            sm90_mbar_arrive(k_empty + 8 * sj);
+            sm90_mbar_wait(v_full + 8 * sj, ph);
+            sm90_mbar_arrive(v_empty + 8 * sj);
             turn_begin();
             turn_end();
         }
@@ -495,7 +477,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
         const bool vec2 = (p.extra & 2) != 0;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            const float lsum = tc_quad_sum(l[hh]);
+            const float lsum = quad_sum(l[hh]);
             const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
             const int row = m0 + wrow + g + hh * 8;
             if (row >= p.sq) continue;
@@ -521,7 +503,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
     repair_nonfinite_rows<float>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 #else
-// Any other target: the entries exist (one module for every architecture) but trap; src/tf32.rs launches them only
+// Any other target: the entries exist (one module for every architecture) but trap; src/kernels/tf32.rs launches them only
 // on compute capability 9.0, where the module is built for sm_90a.
 template <int NC, int ST, bool PP, int MASK>
 __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
@@ -531,7 +513,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
 
 
 // Entry points tf32wg_f32_128_{none|causal|explicit}: 2 consumer warpgroups (128 query rows), 2-deep rings,
-// ping-pong under every mask (measured: bench/results/gpu/tf32.md). src/tf32.rs mirrors the block size and
+// ping-pong under every mask (measured: bench/results/gpu/tf32.md). src/kernels/tf32.rs mirrors the block size and
 // shared memory (`WG_*`).
 #define WG_NC 2
 #define WG_ST 2

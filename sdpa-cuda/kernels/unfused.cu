@@ -90,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) unfused_softmax_bf
     softmax_row<__nv_bfloat16>(sp);
 }
 
-// Check pass after cuBLAS: grid-stride over the output rows, REPAIR_WARPS warps per block (src/unfused.rs
+// Check pass after cuBLAS: grid-stride over the output rows, REPAIR_WARPS warps per block (src/kernels/unfused.rs
 // mirrors it and the row grouping). A warp checks whole rows in 16-byte chunks, several short rows at once
 // (lane = row of the group x chunk), so finite output costs one wide read per chunk; a row with a non-finite
 // value is recomputed by the whole warp (common.cuh). The softmax already wrote the right LSE (it skips

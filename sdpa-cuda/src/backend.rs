@@ -1,12 +1,14 @@
-//! [`CudaBackend`]: the `Backend` implementation, kernel selection, event timing, and
-//! [`CudaBackend::forward_on_stream`] for callers that own their device memory and stream (candle).
+//! [`CudaBackend`]: the `Backend` implementation on top of the three layers: buffer and length checks, the
+//! call handed to [`crate::kernels::dispatch`] (which asks the kernel policy which launcher runs it), event
+//! timing with an L2 flush, and [`CudaBackend::forward_on_stream`] for callers that own their device memory
+//! and stream (candle).
 
-use crate::buffer::CudaBuffer;
-use crate::call::Call;
-use crate::device::{Device, DeviceInfo};
+use crate::checked::buffer::CudaBuffer;
+use crate::checked::call::Call;
+use crate::checked::device::{Device, DeviceInfo};
+use crate::checked::params::AttnParams;
 use crate::error::{drv, unsupported, BACKEND};
-use crate::params::AttnParams;
-use crate::{fa1, tf32, unfused};
+use crate::kernels::dispatch;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use half::{bf16, f16};
 use sdpa_core::{
@@ -124,7 +126,7 @@ impl CudaBackend {
     /// Compiles (or loads from the disk cache) every registered kernel module now, so that the first
     /// timed call does not pay for it. Returns the module names.
     pub fn warm_up(&self) -> Result<Vec<&'static str>> {
-        crate::modules::MODULES
+        crate::sys::modules::MODULES
             .iter()
             .map(|m| {
                 self.dev.module(m)?;
@@ -167,30 +169,12 @@ impl CudaBackend {
             lse.as_ref().map(|l| l.len()),
         )?;
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(6);
-        let (qp, g) = q.device_ptr(stream);
-        guards.push(g);
-        let (kp, g) = k.device_ptr(stream);
-        guards.push(g);
-        let (vp, g) = v.device_ptr(stream);
-        guards.push(g);
-        let mp = match mask {
-            Some(m) => {
-                let (p, g) = m.device_ptr(stream);
-                guards.push(g);
-                p
-            }
-            None => 0,
-        };
-        let (op, g) = o.device_ptr_mut(stream);
-        guards.push(g);
-        let lp = match lse {
-            Some(l) => {
-                let (p, g) = l.device_ptr_mut(stream);
-                guards.push(g);
-                p
-            }
-            None => 0,
-        };
+        let qp = keep(&mut guards, q.device_ptr(stream));
+        let kp = keep(&mut guards, k.device_ptr(stream));
+        let vp = keep(&mut guards, v.device_ptr(stream));
+        let mp = mask.map_or(0, |m| keep(&mut guards, m.device_ptr(stream)));
+        let op = keep(&mut guards, o.device_ptr_mut(stream));
+        let lp = lse.map_or(0, |l| keep(&mut guards, l.device_ptr_mut(stream)));
         let params = AttnParams::new(spec, qp, kp, vp, op, mp, lp)?;
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;
@@ -240,13 +224,21 @@ impl CudaBackend {
                 let (ptr, guard) = buf.device_ptr_mut(stream);
                 let args = FlushArgs { p: ptr, n16: (FLUSH_BYTES / 16) as u64, sink: ptr };
                 let sms = self.dev.info().sm_count.max(1) as u32;
-                let dims = crate::launch::LaunchDims { grid: (4 * sms, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+                let dims =
+                    crate::checked::launch::LaunchDims { grid: (4 * sms, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
                 // SAFETY: `buf` is a live allocation of FLUSH_BYTES bytes (16-byte aligned, as every
                 // cuMemAlloc); the kernel reads exactly FLUSH_BYTES / 16 words of it and writes its first
                 // word only if they XOR to a value the zeroed buffer never gives. The guard orders later
                 // uses of `buf` after the launch.
                 let r = unsafe {
-                    crate::launch::launch(&self.dev, stream, &crate::modules::L2_FLUSH, "l2_flush_read", dims, &args)
+                    crate::checked::launch::launch(
+                        &self.dev,
+                        stream,
+                        &crate::sys::modules::L2_FLUSH,
+                        "l2_flush_read",
+                        dims,
+                        &args,
+                    )
                 };
                 drop(guard);
                 r
@@ -255,49 +247,11 @@ impl CudaBackend {
     }
 }
 
-/// The kernel `auto` picks for a spec: the tensor-core f32 path when TF32 was asked for, otherwise `fa1`
-/// (FA-2 takes over f16/bf16 once it is registered in [`dispatch`]).
-pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
-    match (spec.dtype, opts.f32_math) {
-        (DType::F32, F32Math::Tf32 | F32Math::SplitTf32) => Kernel::Fa2,
-        _ => Kernel::Fa1,
-    }
-}
-
-/// Runs the requested kernel (resolving `auto`); returns the kernel that ran.
-pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
-    let kernel = match call.opts.kernel {
-        Kernel::Auto => crate::fa2::resolve_auto(call),
-        k => k,
-    };
-    let f32_math = if call.spec.dtype == DType::F32 { call.opts.f32_math } else { F32Math::Exact };
-    match (kernel, f32_math) {
-        (Kernel::Unfused, _) => unfused::run(call)?,
-        (Kernel::Fa1, F32Math::Exact) => fa1::run(call)?,
-        (Kernel::Fa1, m) => {
-            return Err(unsupported(format!(
-                "fa1 is SIMT and runs f32 exactly; f32 math {} runs on kernel fa2 (tensor cores) or unfused",
-                m.name()
-            )))
-        }
-        (Kernel::Fa2, F32Math::Tf32 | F32Math::SplitTf32) => tf32::run(call)?,
-        (Kernel::Fa2, _) if call.spec.dtype == DType::F32 => {
-            return Err(unsupported(
-                "fa2 with f32 inputs runs on tensor cores: choose f32 math tf32 or split-tf32 (fa1 is exact f32)",
-            ))
-        }
-        // FA-2 (f16/bf16) and split-KV: the FA-2 module replaces these two arms with its `run`.
-        (Kernel::Fa2, _) => return crate::fa2::run(call),
-        (Kernel::SplitKv, _) => return crate::splitkv::run(call),
-        (Kernel::Auto, _) => return Err(unsupported("auto resolved to itself")),
-    }
-    Ok(kernel)
-}
-
-fn buf_ptr<'a>(b: &'a CudaBuffer, stream: &'a CudaStream, guards: &mut Vec<SyncOnDrop<'a>>) -> u64 {
-    let (p, g) = b.ptr(stream);
-    guards.push(g);
-    p
+/// Keeps the guard of a device pointer (it orders later uses of the memory after this call's launches)
+/// until the caller drops `guards`, and returns the pointer.
+fn keep<'a>(guards: &mut Vec<SyncOnDrop<'a>>, (ptr, guard): (u64, SyncOnDrop<'a>)) -> u64 {
+    guards.push(guard);
+    ptr
 }
 
 impl Backend for CudaBackend {
@@ -363,20 +317,12 @@ impl Backend for CudaBackend {
         )?;
         let stream = self.dev.stream();
         let mut guards = Vec::with_capacity(6);
-        let q = buf_ptr(args.q, stream, &mut guards);
-        let k = buf_ptr(args.k, stream, &mut guards);
-        let v = buf_ptr(args.v, stream, &mut guards);
-        let mask = args.mask.map_or(0, |m| buf_ptr(m, stream, &mut guards));
-        let (o, g) = args.o.ptr_mut(stream);
-        guards.push(g);
-        let lse = match args.lse {
-            Some(l) => {
-                let (p, g) = l.ptr_mut(stream);
-                guards.push(g);
-                p
-            }
-            None => 0,
-        };
+        let q = keep(&mut guards, args.q.ptr(stream));
+        let k = keep(&mut guards, args.k.ptr(stream));
+        let v = keep(&mut guards, args.v.ptr(stream));
+        let mask = args.mask.map_or(0, |m| keep(&mut guards, m.ptr(stream)));
+        let o = keep(&mut guards, args.o.ptr_mut(stream));
+        let lse = args.lse.map_or(0, |l| keep(&mut guards, l.ptr_mut(stream)));
         let params = AttnParams::new(spec, q, k, v, o, mask, lse)?;
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;

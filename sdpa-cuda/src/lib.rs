@@ -22,12 +22,28 @@
 //! # Kernels
 //! - `unfused`: cuBLAS Q·Kᵀ into f32 scores, a softmax kernel (scale, mask, LSE) writing P in the input
 //!   dtype, cuBLAS P·V into O, the way eager PyTorch runs attention; f32 exact or TF32 (`F32Math::Tf32`).
-//! - `fa1`: FlashAttention-1 structure in SIMT arithmetic, f32/f16/bf16, fast variants for
-//!   [`FA1_FAST_HEAD_DIMS`] and a generic variant for any D and Dv up to [`MAX_HEAD_DIM`].
-//! - `fa2` with f32 inputs: the opt-in tensor-core path, `F32Math::Tf32` (one TF32 product) or
-//!   `F32Math::SplitTf32` (three TF32 products, near-f32 accuracy); f16/bf16 FA-2 is its own module.
+//! - `fa1`: FlashAttention-1 structure, f32/f16/bf16: on tensor cores for f16/bf16 at D = Dv in
+//!   [`fa1::FA1_MMA_HEAD_DIMS`], in SIMT arithmetic otherwise (fast variants for [`FA1_FAST_HEAD_DIMS`]
+//!   and a generic variant for any D and Dv up to [`MAX_HEAD_DIM`]); f32 stays exact.
+//! - `fa2`: FlashAttention-2 on tensor cores for f16/bf16 at D = Dv in [`fa2::FA2_HEAD_DIMS`]; with f32
+//!   inputs the opt-in tensor-core path ([`tf32`]), `F32Math::Tf32` (one TF32 product) or
+//!   `F32Math::SplitTf32` (three TF32 products, near-f32 accuracy).
+//! - `splitkv`: flash-decoding on tensor cores for f16/bf16, the keys split across warps and blocks.
+//! - `auto`: see [`kernels::policy`]; `fa2` and `splitkv` fall back to `fa1` where the tensor cores cannot run.
 //!
 //! All kernels: every mask kind, GQA by index, `Sq != Sk`, any strides (BHSD and BSHD), optional LSE.
+//!
+//! # Layout: three layers, then the backend
+//! - [`sys`], library access: finding the CUDA libraries ([`libs`]), the kernel sources built in
+//!   ([`modules`]), NVRTC ([`nvrtc`]) and the disk cache of compiled modules ([`cache`]).
+//! - [`checked`], checked wrappers: one GPU and its limits ([`device`]), buffers ([`buffer`]), the
+//!   parameter struct ([`params`]), TMA tensor maps ([`tensor_map`]), the one launch function ([`launch`])
+//!   and the [`Call`] handed to a launcher.
+//! - [`kernels`], the launchers, one per `.cu` family ([`unfused`], [`fa1`], [`fa2`], [`splitkv`],
+//!   [`tf32`]), and [`kernels::policy`]: which family runs a call (`auto` and the fallbacks), in one place.
+//! - [`backend`]: [`CudaBackend`], the `sdpa_core::Backend` on top.
+//!
+//! The old flat paths (`sdpa_cuda::fa2`, `sdpa_cuda::modules`, ...) are re-exports of these modules.
 //!
 //! # For kernel authors (the machinery)
 //! - A module is a `.cu` file in `kernels/`, registered with one line in [`modules::MODULES`] (a
@@ -41,7 +57,7 @@
 //! - [`launch::launch`] checks a [`launch::LaunchDims`] against the device (threads, grid, shared memory,
 //!   opting in above 48 KB) and launches on the call's stream. A kernel implementation is a
 //!   `fn run(call: &Call) -> Result<()>` over a [`call::Call`] (device, stream, spec, options, params with
-//!   pointers), wired into [`backend::dispatch`].
+//!   pointers), wired into [`kernels::dispatch`] through a [`kernels::policy::Launcher`].
 //! - [`CudaBackend::forward_on_stream`] runs on caller-owned `CudaSlice`/`CudaView` memory and a caller's
 //!   stream (candle's).
 //!
@@ -57,29 +73,24 @@
 //! runs only when the inputs hold NaN or inf.
 
 pub mod backend;
-pub mod buffer;
-pub mod cache;
-pub mod call;
-pub mod device;
+pub mod checked;
 pub mod error;
-pub mod fa1;
-pub mod fa2;
-pub mod launch;
-pub mod libs;
-pub mod modules;
-pub mod nvrtc;
-pub mod params;
-pub mod splitkv;
-pub mod tensor_map;
-pub mod tf32;
-pub mod unfused;
+pub mod kernels;
+pub mod sys;
 
-pub use backend::{dispatch, CudaBackend, CudaElement, L2Flush, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
-pub use buffer::CudaBuffer;
-pub use call::Call;
-pub use device::{Device, DeviceInfo};
+// The modules by their names before the three layers had folders, so `sdpa_cuda::fa2::...`,
+// `sdpa_cuda::modules::...` and the like keep working.
+pub use checked::{buffer, call, device, launch, params, tensor_map};
+pub use kernels::{fa1, fa2, splitkv, tf32, unfused};
+pub use sys::{cache, libs, modules, nvrtc};
+
+pub use backend::{CudaBackend, CudaElement, L2Flush, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
+pub use checked::buffer::CudaBuffer;
+pub use checked::call::Call;
+pub use checked::device::{Device, DeviceInfo};
+pub use checked::params::AttnParams;
 pub use error::CudaError;
-pub use params::AttnParams;
+pub use kernels::dispatch;
 
 /// Re-export of the cudarc version this crate is built against, so callers use the same types.
 pub use cudarc;

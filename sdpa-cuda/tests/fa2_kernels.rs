@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{check, check_inputs, gpu, masks, rows_for, shapes, Case};
+use common::{
+    assert_nan_in_a_query_stays_in_its_row, assert_passes, check_inputs, gpu, masks, rows_for, run_spec, sh,
+    tensor_core_shapes, Case,
+};
 use sdpa_core::{DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, SdpaError, Shape};
 use sdpa_cuda::CudaBackend;
 
@@ -14,38 +17,22 @@ const HALF: [DType; 2] = [DType::F16, DType::BF16];
 
 /// The foundation's shapes plus GQA ratio 8, decoding (Sq = 1 and a few speculative tokens) and long keys.
 fn table_shapes() -> Vec<Shape> {
-    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
-    let mut v = shapes();
-    v.extend([
-        s(1, 8, 1, 77, 300, 128),
-        s(2, 16, 2, 1, 1000, 64),
-        s(1, 32, 4, 3, 777, 256),
-        s(3, 4, 4, 1, 4097, 128),
-        s(1, 8, 8, 200, 33, 96),
+    tensor_core_shapes([
+        sh(1, 32, 4, 3, 777, 256),
+        sh(3, 4, 4, 1, 4097, 128),
+        sh(1, 8, 8, 200, 33, 96),
         // Row tiles spread over several blocks (their partials merged by the last block): every head dim.
-        s(2, 4, 1, 1, 3500, 64),
-        s(1, 16, 2, 2, 3000, 96),
-        s(1, 8, 4, 1, 2600, 256),
+        sh(2, 4, 1, 1, 3500, 64),
+        sh(1, 16, 2, 2, 3000, 96),
+        sh(1, 8, 4, 1, 2600, 256),
         // Many blocks per row tile: 79 splits, 20 blocks on a 132-SM GPU, whose 20 partial LSEs per row the
         // last block stages in shared memory.
-        s(1, 2, 1, 1, 40000, 64),
-    ]);
-    v
+        sh(1, 2, 1, 1, 40000, 64),
+    ])
 }
 
 fn table(kernel: Kernel) -> Vec<Case> {
-    let mut out = Vec::new();
-    for (si, shape) in table_shapes().into_iter().enumerate() {
-        for mask in masks(&shape) {
-            for layout in [Layout::Bhsd, Layout::Bshd] {
-                for dtype in HALF {
-                    let lse = (si + out.len()) % 4 != 0;
-                    out.push(Case { shape, dtype, mask, layout, kernel, f32_math: F32Math::Exact, lse });
-                }
-            }
-        }
-    }
-    out
+    common::table(table_shapes(), masks, kernel, F32Math::Exact, &HALF)
 }
 
 /// Runs every case, comparing with the reference and with the unfused kernel's error on the same inputs.
@@ -121,14 +108,8 @@ fn ran(gpu: &CudaBackend, case: &Case) -> Result<Kernel, SdpaError> {
 #[test]
 fn the_kernel_that_ran_is_reported() {
     let Some(gpu) = gpu() else { return };
-    let case = |shape: Shape, kernel| Case {
-        shape,
-        dtype: DType::BF16,
-        mask: Mask::CausalBottomRight,
-        layout: Layout::Bshd,
-        kernel,
-        f32_math: F32Math::Exact,
-        lse: true,
+    let case = |shape: Shape, kernel| {
+        Case::new(shape, DType::BF16, Mask::CausalBottomRight, Layout::Bshd, kernel, F32Math::Exact)
     };
     for d in [64, 96, 128, 256] {
         let prefill = Shape { b: 1, hq: 4, hkv: 2, sq: 300, sk: 300, d, dv: d };
@@ -182,10 +163,12 @@ fn larger_shapes_sampled() {
     ] {
         for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
             for dtype in HALF {
-                let case =
-                    Case { shape, dtype, mask, layout: Layout::Bhsd, kernel, f32_math: F32Math::Exact, lse: true };
-                let r = check(&gpu, &case, 77, Some(128)).expect("runs");
-                assert!(r.pass, "{}: {r:?}", case.label());
+                assert_passes(
+                    &gpu,
+                    &Case::new(shape, dtype, mask, Layout::Bhsd, kernel, F32Math::Exact),
+                    77,
+                    Some(128),
+                );
             }
         }
     }
@@ -197,20 +180,8 @@ fn nan_in_a_query_propagates_to_its_row_only() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 4, hkv: 1, sq: 70, sk: 300, d: 128, dv: 128 };
     for kernel in [Kernel::Fa2, Kernel::SplitKv] {
-        let case = Case {
-            shape,
-            dtype: DType::BF16,
-            mask: Mask::CausalBottomRight,
-            layout: Layout::Bshd,
-            kernel,
-            f32_math: F32Math::Exact,
-            lse: true,
-        };
-        let spec = case.spec();
-        let mut inputs = HostInputs::random(&spec, 7).expect("valid");
-        inputs.q.set_f32(spec.q_strides.offset(0, 1, 33) + 5, f32::NAN);
-        let r = check_inputs(&gpu, &case, &inputs, None).expect("runs");
-        assert!(r.pass, "{}: {r:?}", case.label());
+        let case = Case::new(shape, DType::BF16, Mask::CausalBottomRight, Layout::Bshd, kernel, F32Math::Exact);
+        assert_nan_in_a_query_stays_in_its_row(&gpu, &case);
     }
 }
 
@@ -219,15 +190,8 @@ fn nan_in_a_query_propagates_to_its_row_only() {
 fn misaligned_strides_fall_back() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 40, sk: 50, d: 64, dv: 64 };
-    let case = Case {
-        shape,
-        dtype: DType::F16,
-        mask: Mask::None,
-        layout: Layout::Bhsd,
-        kernel: Kernel::Fa2,
-        f32_math: F32Math::Exact,
-        lse: false,
-    };
+    let case =
+        Case { lse: false, ..Case::new(shape, DType::F16, Mask::None, Layout::Bhsd, Kernel::Fa2, F32Math::Exact) };
     let mut spec = case.spec();
     // Rows 68 elements apart: a padded layout whose rows are only 8-byte aligned.
     for st in [&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides] {
@@ -235,10 +199,8 @@ fn misaligned_strides_fall_back() {
         st.h = 68 * 50;
         st.b = 68 * 50 * 2;
     }
-    let inputs = HostInputs::random(&spec, 11).expect("valid");
-    let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
-    assert_eq!(run.kernel, Kernel::Fa1);
-    let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+    let (ran, r) = run_spec(&gpu, &case, &spec, 11);
+    assert_eq!(ran, Kernel::Fa1);
     assert!(r.pass, "{r:?}");
 }
 
@@ -280,13 +242,8 @@ fn repeated_splitkv_calls_reuse_the_kept_scratch() {
     let (a, b) = (s(1, 32, 8, 20000, 128), s(2, 4, 1, 3500, 64));
     for (n, shape) in [a, a, a, b, b, a].into_iter().enumerate() {
         let case = Case {
-            shape,
-            dtype: DType::BF16,
-            mask: Mask::None,
-            layout: Layout::Bhsd,
-            kernel: Kernel::SplitKv,
-            f32_math: F32Math::Exact,
             lse: n % 2 == 0,
+            ..Case::new(shape, DType::BF16, Mask::None, Layout::Bhsd, Kernel::SplitKv, F32Math::Exact)
         };
         let inputs = HostInputs::random(&case.spec(), 900 + n as u64).expect("valid spec");
         let r = check_inputs(&gpu, &case, &inputs, rows_for(&shape)).expect("runs");

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{cases, check, check_inputs, gpu, rows_for, Case};
+use common::{
+    assert_nan_in_a_query_stays_in_its_row, assert_passes, cases, check, check_inputs, gpu, rows_for, run_spec, Case,
+};
 use sdpa_core::{DType, F32Math, HostBackend, HostBuffer, HostInputs, Kernel, Layout, Mask, SdpaError, Shape};
 
 /// Runs a table, prints one line per failure and a summary, fails if any case failed.
@@ -90,13 +92,10 @@ fn nan_in_a_query_propagates_to_its_row_only() {
         (Kernel::Fa1, F32Math::Exact, DType::F32),
         (Kernel::Fa2, F32Math::SplitTf32, DType::F32),
     ] {
-        let case = Case { shape, dtype, mask: Mask::CausalTopLeft, layout: Layout::Bshd, kernel, f32_math, lse: true };
-        let spec = case.spec();
-        let mut inputs = HostInputs::random(&spec, 7).expect("valid");
-        let off = spec.q_strides.offset(0, 1, 33) + 5;
-        inputs.q.set_f32(off, f32::NAN);
-        let r = check_inputs(&gpu, &case, &inputs, None).expect("runs");
-        assert!(r.pass, "{}: {r:?}", case.label());
+        assert_nan_in_a_query_stays_in_its_row(
+            &gpu,
+            &Case::new(shape, dtype, Mask::CausalTopLeft, Layout::Bshd, kernel, f32_math),
+        );
     }
 }
 
@@ -113,9 +112,7 @@ fn larger_shapes_sampled() {
         (Kernel::Fa2, F32Math::SplitTf32, DType::F32),
     ] {
         for mask in [Mask::None, Mask::CausalBottomRight] {
-            let case = Case { shape, dtype, mask, layout: Layout::Bhsd, kernel, f32_math, lse: true };
-            let r = check(&gpu, &case, 99, Some(128)).expect("runs");
-            assert!(r.pass, "{}: {r:?}", case.label());
+            assert_passes(&gpu, &Case::new(shape, dtype, mask, Layout::Bhsd, kernel, f32_math), 99, Some(128));
         }
     }
 }
@@ -125,15 +122,8 @@ fn larger_shapes_sampled() {
 fn unsupported_requests_say_so() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 1, hkv: 1, sq: 8, sk: 8, d: 512, dv: 512 };
-    let case = Case {
-        shape,
-        dtype: DType::F32,
-        mask: Mask::None,
-        layout: Layout::Bhsd,
-        kernel: Kernel::Fa2,
-        f32_math: F32Math::Tf32,
-        lse: false,
-    };
+    let case =
+        Case { lse: false, ..Case::new(shape, DType::F32, Mask::None, Layout::Bhsd, Kernel::Fa2, F32Math::Tf32) };
     match check(&gpu, &case, 1, None) {
         Err(SdpaError::Unsupported { what, .. }) => assert!(what.contains("D = Dv <= 256"), "{what}"),
         other => panic!("expected Unsupported, got {other:?}"),
@@ -202,20 +192,10 @@ fn fa1_fast_variants_on_multi_tile_shapes() {
     let Some(gpu) = gpu() else { return };
     for dtype in DType::ALL {
         let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 140, sk: 150, d: 64, dv: 64 };
-        let case = Case {
-            shape,
-            dtype,
-            mask: Mask::CausalBottomRight,
-            layout: Layout::Bhsd,
-            kernel: Kernel::Fa1,
-            f32_math: F32Math::Exact,
-            lse: true,
-        };
+        let case = Case::new(shape, dtype, Mask::CausalBottomRight, Layout::Bhsd, Kernel::Fa1, F32Math::Exact);
         let mut spec = case.spec();
         padded_rows(&mut spec, 66);
-        let inputs = HostInputs::random(&spec, 21).expect("valid");
-        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
-        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        let (_, r) = run_spec(&gpu, &case, &spec, 21);
         assert!(r.pass, "misaligned {dtype}: {r:?}");
     }
 }
@@ -240,15 +220,12 @@ fn fa1_small_shapes_for_the_sanitizer() {
         (sh(70, 90, 40), DType::F32, Mask::CausalTopLeft, false),
     ];
     for (shape, dtype, mask, misaligned) in runs {
-        let case =
-            Case { shape, dtype, mask, layout: Layout::Bshd, kernel: Kernel::Fa1, f32_math: F32Math::Exact, lse: true };
+        let case = Case::new(shape, dtype, mask, Layout::Bshd, Kernel::Fa1, F32Math::Exact);
         let mut spec = case.spec();
         if misaligned {
             padded_rows(&mut spec, 66);
         }
-        let inputs = HostInputs::random(&spec, 5).expect("valid");
-        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
-        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        let (_, r) = run_spec(&gpu, &case, &spec, 5);
         assert!(r.pass, "{}: {r:?}", case.label());
     }
 }
@@ -375,7 +352,7 @@ fn nan_under_masked_keys_stays_out_of_rows_that_do_not_see_them() {
     for (kernel, f32_math, dtype, shape) in runs {
         let explicit = Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &shape));
         for mask in [Mask::CausalTopLeft, Mask::CausalBottomRight, explicit] {
-            let case = Case { shape, dtype, mask, layout: Layout::Bshd, kernel, f32_math, lse: true };
+            let case = Case::new(shape, dtype, mask, Layout::Bshd, kernel, f32_math);
             let spec = case.spec();
             let mut inputs = HostInputs::random(&spec, 5).expect("valid spec");
             // Keys seen by some rows and not by others: under causal masks the rows before them (V poisoned

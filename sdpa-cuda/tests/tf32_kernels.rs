@@ -8,27 +8,23 @@
 
 mod common;
 
-use common::{check, check_inputs, gpu, masks, rows_for, shapes, Case};
-use sdpa_core::{
-    DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, SdpaError, Shape,
+use common::{
+    assert_nan_in_a_query_stays_in_its_row, assert_passes, check, check_inputs, gpu, masks, rows_for, run_spec, sh,
+    tensor_core_shapes, Case,
 };
+use sdpa_core::{DType, ExplicitMask, F32Math, HostInputs, Kernel, Layout, Mask, MaskValues, SdpaError, Shape};
 
 const MATHS: [F32Math; 2] = [F32Math::Tf32, F32Math::SplitTf32];
 
 /// The foundation's shapes plus GQA 8, decoding, Sq > Sk with bottom-right causal rows that see nothing,
 /// D = 63 (scalar loads) and D = 256 with odd lengths.
 fn table_shapes() -> Vec<Shape> {
-    let s = |b, hq, hkv, sq, sk, d| Shape { b, hq, hkv, sq, sk, d, dv: d };
-    let mut v = shapes();
-    v.extend([
-        s(1, 8, 1, 77, 300, 128),
-        s(2, 16, 2, 1, 1000, 64),
-        s(1, 4, 2, 200, 33, 96),
-        s(2, 2, 1, 45, 70, 63),
-        s(1, 3, 3, 150, 101, 256),
-        s(1, 2, 2, 16, 16, 32),
-    ]);
-    v
+    tensor_core_shapes([
+        sh(1, 4, 2, 200, 33, 96),
+        sh(2, 2, 1, 45, 70, 63),
+        sh(1, 3, 3, 150, 101, 256),
+        sh(1, 2, 2, 16, 16, 32),
+    ])
 }
 
 /// Every mask of the foundation's table plus an additive mask broadcast over heads and query rows.
@@ -39,16 +35,7 @@ fn table_masks(shape: &Shape) -> Vec<Mask> {
 }
 
 fn table(f32_math: F32Math) -> Vec<Case> {
-    let mut out = Vec::new();
-    for (si, shape) in table_shapes().into_iter().enumerate() {
-        for mask in table_masks(&shape) {
-            for layout in [Layout::Bhsd, Layout::Bshd] {
-                let lse = (si + out.len()) % 4 != 0;
-                out.push(Case { shape, dtype: DType::F32, mask, layout, kernel: Kernel::Fa2, f32_math, lse });
-            }
-        }
-    }
-    out
+    common::table(table_shapes(), table_masks, Kernel::Fa2, f32_math, &[DType::F32])
 }
 
 /// Runs every case; D = Dv > 256 and D != Dv must be `Unsupported`, everything else must pass.
@@ -105,8 +92,7 @@ fn split_tf32_long_sequences_stay_accurate() {
         (Shape { b: 1, hq: 2, hkv: 2, sq: 1000, sk: 8191, d: 64, dv: 64 }, Mask::None),
     ] {
         for f32_math in MATHS {
-            let case =
-                Case { shape, dtype: DType::F32, mask, layout: Layout::Bhsd, kernel: Kernel::Fa2, f32_math, lse: true };
+            let case = Case::new(shape, DType::F32, mask, Layout::Bhsd, Kernel::Fa2, f32_math);
             let r = check(&gpu, &case, 4096, Some(96)).expect("runs");
             eprintln!("{}: rel_err {:.2e} (tolerance {:.0e})", case.label(), r.rel_err, r.tolerance);
             assert!(r.pass, "{}: {r:?}", case.label());
@@ -130,17 +116,12 @@ fn larger_shapes_sampled() {
     for shape in shapes {
         for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
             for f32_math in MATHS {
-                let case = Case {
-                    shape,
-                    dtype: DType::F32,
-                    mask,
-                    layout: Layout::Bshd,
-                    kernel: Kernel::Fa2,
-                    f32_math,
-                    lse: true,
-                };
-                let r = check(&gpu, &case, 77, Some(128)).expect("runs");
-                assert!(r.pass, "{}: {r:?}", case.label());
+                assert_passes(
+                    &gpu,
+                    &Case::new(shape, DType::F32, mask, Layout::Bshd, Kernel::Fa2, f32_math),
+                    77,
+                    Some(128),
+                );
             }
         }
     }
@@ -152,20 +133,8 @@ fn nan_in_a_query_propagates_to_its_row_only() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 4, hkv: 1, sq: 70, sk: 300, d: 64, dv: 64 };
     for f32_math in MATHS {
-        let case = Case {
-            shape,
-            dtype: DType::F32,
-            mask: Mask::CausalBottomRight,
-            layout: Layout::Bshd,
-            kernel: Kernel::Fa2,
-            f32_math,
-            lse: true,
-        };
-        let spec = case.spec();
-        let mut inputs = HostInputs::random(&spec, 7).expect("valid");
-        inputs.q.set_f32(spec.q_strides.offset(0, 1, 33) + 5, f32::NAN);
-        let r = check_inputs(&gpu, &case, &inputs, None).expect("runs");
-        assert!(r.pass, "{}: {r:?}", case.label());
+        let case = Case::new(shape, DType::F32, Mask::CausalBottomRight, Layout::Bshd, Kernel::Fa2, f32_math);
+        assert_nan_in_a_query_stays_in_its_row(&gpu, &case);
     }
 }
 
@@ -175,25 +144,15 @@ fn misaligned_strides_use_scalar_loads() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 40, sk: 90, d: 64, dv: 64 };
     for f32_math in MATHS {
-        let case = Case {
-            shape,
-            dtype: DType::F32,
-            mask: Mask::CausalTopLeft,
-            layout: Layout::Bhsd,
-            kernel: Kernel::Fa2,
-            f32_math,
-            lse: true,
-        };
+        let case = Case::new(shape, DType::F32, Mask::CausalTopLeft, Layout::Bhsd, Kernel::Fa2, f32_math);
         let mut spec = case.spec();
         for st in [&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides] {
             st.s = 66;
             st.h = 66 * 90;
             st.b = 66 * 90 * 2;
         }
-        let inputs = HostInputs::random(&spec, 11).expect("valid");
-        let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
-        assert_eq!(run.kernel, Kernel::Fa2);
-        let r = sdpa_core::check::check_output(&spec, &inputs, &run.output, f32_math, None).expect("checks");
+        let (ran, r) = run_spec(&gpu, &case, &spec, 11);
+        assert_eq!(ran, Kernel::Fa2);
         assert!(r.pass, "{}: {r:?}", case.label());
     }
 }
@@ -203,14 +162,10 @@ fn misaligned_strides_use_scalar_loads() {
 fn unsupported_head_dims_say_so() {
     let Some(gpu) = gpu() else { return };
     for (d, dv) in [(512, 512), (64, 32)] {
+        let shape = Shape { b: 1, hq: 1, hkv: 1, sq: 8, sk: 8, d, dv };
         let case = Case {
-            shape: Shape { b: 1, hq: 1, hkv: 1, sq: 8, sk: 8, d, dv },
-            dtype: DType::F32,
-            mask: Mask::None,
-            layout: Layout::Bhsd,
-            kernel: Kernel::Fa2,
-            f32_math: F32Math::SplitTf32,
             lse: false,
+            ..Case::new(shape, DType::F32, Mask::None, Layout::Bhsd, Kernel::Fa2, F32Math::SplitTf32)
         };
         match check(&gpu, &case, 1, None) {
             Err(SdpaError::Unsupported { what, .. }) => assert!(what.contains("D = Dv <= 256"), "{what}"),
@@ -238,10 +193,7 @@ fn sanitizer_small_cases() {
             (s(1, 2, 1, 20, 37, 40), Mask::None),
             (s(1, 1, 1, 19, 23, 63), Mask::None),
         ] {
-            let case =
-                Case { shape, dtype: DType::F32, mask, layout: Layout::Bshd, kernel: Kernel::Fa2, f32_math, lse: true };
-            let r = check(&gpu, &case, 5, None).expect("runs");
-            assert!(r.pass, "{}: {r:?}", case.label());
+            assert_passes(&gpu, &Case::new(shape, DType::F32, mask, Layout::Bshd, Kernel::Fa2, f32_math), 5, None);
         }
     }
 }

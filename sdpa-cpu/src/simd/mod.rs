@@ -6,8 +6,6 @@
 //! is only constructed after the CPU has been checked for its features, which is what makes the
 //! `unsafe` intrinsic calls inside the token sound.
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod bf16dot;
 pub(crate) mod scalar;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;

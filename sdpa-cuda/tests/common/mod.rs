@@ -36,6 +36,11 @@ pub struct Case {
 }
 
 impl Case {
+    /// A case that asks for the LSE too.
+    pub fn new(shape: Shape, dtype: DType, mask: Mask, layout: Layout, kernel: Kernel, f32_math: F32Math) -> Case {
+        Case { shape, dtype, mask, layout, kernel, f32_math, lse: true }
+    }
+
     pub fn spec(&self) -> AttentionSpec {
         AttentionSpec::new(self.shape, self.dtype).with_layout(self.layout).with_mask(self.mask)
     }
@@ -83,6 +88,32 @@ pub fn check_inputs(
     check_output(&spec, inputs, &run.output, case.f32_math, max_rows)
 }
 
+/// Runs `case` on fresh random inputs (seeded by `seed`), compares on at most `max_rows` rows, and asserts
+/// that it passes.
+pub fn assert_passes(gpu: &CudaBackend, case: &Case, seed: u64, max_rows: Option<usize>) {
+    let r = check(gpu, case, seed, max_rows).expect("runs");
+    assert!(r.pass, "{}: {r:?}", case.label());
+}
+
+/// A NaN in one query (head 1, row 33, column 5) poisons exactly that row (NaN is never turned into a
+/// number): runs `case` with it, on inputs seeded 7, and asserts that it matches the reference.
+pub fn assert_nan_in_a_query_stays_in_its_row(gpu: &CudaBackend, case: &Case) {
+    let spec = case.spec();
+    let mut inputs = HostInputs::random(&spec, 7).expect("valid");
+    inputs.q.set_f32(spec.q_strides.offset(0, 1, 33) + 5, f32::NAN);
+    let r = check_inputs(gpu, case, &inputs, None).expect("runs");
+    assert!(r.pass, "{}: {r:?}", case.label());
+}
+
+/// Runs `spec` (the case's spec with hand-made strides) with the case's options on inputs seeded `seed`;
+/// returns the kernel that ran and the comparison with the reference under the case's f32 math.
+pub fn run_spec(gpu: &CudaBackend, case: &Case, spec: &AttentionSpec, seed: u64) -> (Kernel, CheckReport) {
+    let inputs = HostInputs::random(spec, seed).expect("valid");
+    let run = gpu.run_host(spec, &case.opts(), &inputs).expect("runs");
+    let r = check_output(spec, &inputs, &run.output, case.f32_math, None).expect("checks");
+    (run.kernel, r)
+}
+
 /// Awkward shapes: lengths not multiples of any tile, Sq != Sk both ways, GQA 1/2/4, head dims of the issue
 /// (1, 40, 64, 80, 96, 128, 256, 8192) and one Dv != D.
 pub fn shapes() -> Vec<Shape> {
@@ -101,6 +132,20 @@ pub fn shapes() -> Vec<Shape> {
     ]
 }
 
+/// A shape with Dv = D.
+pub fn sh(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize) -> Shape {
+    Shape { b, hq, hkv, sq, sk, d, dv: d }
+}
+
+/// The awkward shapes plus what every tensor-core table adds: GQA ratio 8 and decoding rows, followed by
+/// the table's own `extra` shapes.
+pub fn tensor_core_shapes(extra: impl IntoIterator<Item = Shape>) -> Vec<Shape> {
+    let mut v = shapes();
+    v.extend([sh(1, 8, 1, 77, 300, 128), sh(2, 16, 2, 1, 1000, 64)]);
+    v.extend(extra);
+    v
+}
+
 /// Every mask kind for a shape: none, causal both alignments, a broadcast boolean mask, a full additive
 /// mask.
 pub fn masks(shape: &Shape) -> Vec<Mask> {
@@ -115,8 +160,20 @@ pub fn masks(shape: &Shape) -> Vec<Mask> {
 
 /// The full table for one kernel and f32 math over `dtypes`.
 pub fn cases(kernel: Kernel, f32_math: F32Math, dtypes: &[DType]) -> Vec<Case> {
+    table(shapes(), masks, kernel, f32_math, dtypes)
+}
+
+/// Every shape of `shapes` with every mask of `masks(shape)`, both layouts and every dtype of `dtypes`, for
+/// one kernel and f32 math.
+pub fn table(
+    shapes: Vec<Shape>,
+    masks: impl Fn(&Shape) -> Vec<Mask>,
+    kernel: Kernel,
+    f32_math: F32Math,
+    dtypes: &[DType],
+) -> Vec<Case> {
     let mut out = Vec::new();
-    for (si, shape) in shapes().into_iter().enumerate() {
+    for (si, shape) in shapes.into_iter().enumerate() {
         for mask in masks(&shape) {
             for layout in [Layout::Bhsd, Layout::Bshd] {
                 for &dtype in dtypes {

@@ -1,10 +1,10 @@
 //! [`Call`]: everything one kernel implementation needs for one forward call, built once by the backend
-//! (from its own buffers or from a caller's slices and stream) and handed to `unfused::run`, `fa1::run`,
-//! `tf32::run`, and the FA-2 / split-KV modules.
+//! (from its own buffers or from a caller's slices and stream) and handed through
+//! [`crate::kernels::dispatch`] to the `run` of the launcher the policy picks.
 
-use crate::device::Device;
+use crate::checked::device::Device;
+use crate::checked::params::AttnParams;
 use crate::error::driver;
-use crate::params::AttnParams;
 use cudarc::driver::{CudaSlice, CudaStream};
 use sdpa_core::{AttentionSpec, Result, RunOptions};
 use std::sync::Arc;

@@ -83,6 +83,15 @@ const _: () = assert!(std::mem::size_of::<AttnParams>() == ATTN_PARAMS_SIZE);
 // same layout the kernels declare.
 unsafe impl DeviceRepr for AttnParams {}
 
+/// Entry-point suffix of a `mask_kind` (`{kernel}_{dtype}_{D}_{mask}`): "none", "causal" or "explicit".
+pub fn mask_suffix(mask_kind: i32) -> &'static str {
+    match mask_kind {
+        MASK_CAUSAL => "causal",
+        MASK_EXPLICIT => "explicit",
+        _ => "none",
+    }
+}
+
 fn st(s: Strides) -> [i64; 3] {
     [s.b as i64, s.h as i64, s.s as i64]
 }
@@ -92,6 +101,16 @@ fn i32_dim(name: &str, v: usize) -> Result<i32> {
 }
 
 impl AttnParams {
+    /// Whether every row of Q, K, V and O starts 16 bytes aligned for 2-byte elements, as the tensor-core
+    /// kernels' 16-byte `cp.async` and `ldmatrix` need: base pointers multiples of 16 bytes and every
+    /// stride a multiple of 8 elements.
+    pub fn qkvo_aligned_8_elements(&self) -> bool {
+        let ptrs_ok = [self.q, self.k, self.v, self.o].iter().all(|&a| a % 16 == 0);
+        let strides_ok =
+            [self.q_stride, self.k_stride, self.v_stride, self.o_stride].iter().flatten().all(|&st| st % 8 == 0);
+        ptrs_ok && strides_ok
+    }
+
     /// Builds the parameters of a validated `spec` with the given device pointers (0 for absent ones).
     pub fn new(spec: &AttentionSpec, q: u64, k: u64, v: u64, o: u64, mask: u64, lse: u64) -> Result<Self> {
         let s = spec.shape;
@@ -147,7 +166,7 @@ mod tests {
     /// both sides; this catches two fields of one size swapped).
     #[test]
     fn common_cuh_declares_the_same_fields_in_order() {
-        let src = crate::modules::COMMON_CUH;
+        let src = crate::sys::modules::COMMON_CUH;
         let body = src.split("struct AttnParams {").nth(1).and_then(|s| s.split("};").next()).unwrap_or_default();
         let mut cuda = Vec::new();
         for decl in body.lines().map(|l| l.split("//").next().unwrap_or("").trim()).filter(|l| !l.is_empty()) {

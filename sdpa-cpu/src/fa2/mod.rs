@@ -6,6 +6,10 @@
 //! micro-kernel, mask, online softmax, P·V into an f32 accumulator, then one normalisation at the end.
 //! Key tiles past the causal limit of every row of the item are never visited. Scratch is per worker and
 //! sized by the tile, never by the sequence length.
+//!
+//! One item kernel, [`process`], generic over the SIMD path; on CPUs with AVX512_BF16, bf16 inputs with an
+//! even head dim take its pair-product variant instead ([`bf16dot`], the same item structure with
+//! `vdpbf16ps`), sharing this module's tiles, scratch, key range and row finishing.
 
 use crate::element::CpuElement;
 use crate::micro;
@@ -14,6 +18,9 @@ use crate::problem::{round_up, MaskSel, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
+
+#[cfg(target_arch = "x86_64")]
+mod bf16dot;
 
 /// Tile sizes of one SIMD path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,7 +193,7 @@ pub(crate) fn run_item<T: CpuElement>(
         if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
             for careful in [false, true] {
                 // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
-                if unsafe { crate::simd::bf16dot::process(p, q, k, v, tiles, item, scr, sink, careful) } {
+                if unsafe { bf16dot::process(p, q, k, v, tiles, item, scr, sink, careful) } {
                     return;
                 }
             }
@@ -252,13 +259,7 @@ fn process<S: Simd, T: CpuElement>(
         }
     }
 
-    let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
-    let explicit = matches!(p.mask, MaskSel::Explicit { .. });
-
-    scr.reset_state(brp, nr * dvp);
-
-    let kbase = p.k_st.offset(it.b, it.kvh, 0);
-    let vbase = p.v_st.offset(it.b, it.kvh, 0);
+    let KeyLoop { k_hi, kmin, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
     let mut j0 = it.k_lo;
     while j0 < k_hi {
@@ -326,8 +327,55 @@ fn process<S: Simd, T: CpuElement>(
         unsafe { screened.add_back(p, it.b, &scr.rows, j0, prob, o, dvp) };
         j0 = j1;
     }
+    end_item(s, p, it, scr, dvp, sink, careful)
+}
 
-    if !careful && !nonfinite::all_finite(s, &scr.o[..nr * dvp]) {
+/// What an item kernel knows before its key loop, computed the same way by [`process`] and [`bf16dot`].
+pub(crate) struct KeyLoop {
+    /// One past the last key any row of the item sees ([`key_range`]).
+    pub k_hi: usize,
+    /// The smallest causal limit of the item's rows: tiles ending at or before it need no causal mask.
+    pub kmin: usize,
+    /// Whether the mask is explicit (every tile is masked).
+    pub explicit: bool,
+    /// Offset of key 0 of the item's kv head in K.
+    pub kbase: usize,
+    /// Offset of key 0 of the item's kv head in V.
+    pub vbase: usize,
+}
+
+impl KeyLoop {
+    /// The loop's bounds and offsets for item `it` (whose rows are in `scr.rows`), with the online softmax
+    /// state reset for `brp` rows and `o_len` accumulator values.
+    #[inline(always)]
+    pub(crate) fn start<T: CpuElement>(
+        p: &Problem<'_, T>,
+        it: Item,
+        scr: &mut Scratch,
+        brp: usize,
+        o_len: usize,
+    ) -> Self {
+        let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
+        let explicit = matches!(p.mask, MaskSel::Explicit { .. });
+        scr.reset_state(brp, o_len);
+        KeyLoop { k_hi, kmin, explicit, kbase: p.k_st.offset(it.b, it.kvh, 0), vbase: p.v_st.offset(it.b, it.kvh, 0) }
+    }
+}
+
+/// The end of an item: false, having sent nothing, when not `careful` and an accumulator came out
+/// non-finite (the caller runs the item again carefully, see `nonfinite`); otherwise its rows go to the
+/// sink ([`finish_rows`]) and true.
+#[inline(always)]
+pub(crate) fn end_item<S: Simd, T: CpuElement>(
+    s: S,
+    p: &Problem<'_, T>,
+    it: Item,
+    scr: &mut Scratch,
+    dvp: usize,
+    sink: Sink,
+    careful: bool,
+) -> bool {
+    if !careful && !nonfinite::all_finite(s, &scr.o[..it.nr * dvp]) {
         return false;
     }
     finish_rows(p, it, scr, dvp, sink);
@@ -346,22 +394,27 @@ pub(crate) fn key_range<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize
     (k_hi.min(kmax), kmin)
 }
 
+/// Normalises one accumulated output row by its softmax sum `l` and returns its LSE from the running max
+/// `m`: a row no key took part in (`l == 0`) becomes zeros with LSE = -inf, the documented convention.
+#[inline]
+pub(crate) fn normalize_row(row: &mut [f32], m: f32, l: f32) -> f32 {
+    if l == 0.0 {
+        row.fill(0.0);
+        f32::NEG_INFINITY
+    } else {
+        let inv = 1.0 / l;
+        row.iter_mut().for_each(|x| *x *= inv);
+        m + l.ln()
+    }
+}
+
 /// Normalises the item's accumulated rows (`o` at row stride `dvp`) and sends them to the sink.
 pub(crate) fn finish_rows<T: CpuElement>(p: &Problem<'_, T>, it: Item, scr: &mut Scratch, dvp: usize, sink: Sink) {
     let dv = p.dv;
     for r in 0..it.nr {
         let (h, i) = scr.rows[r];
-        let lr = scr.l[r];
         let row = &mut scr.o[r * dvp..r * dvp + dv];
-        let lse = if lr == 0.0 {
-            // No key took part: zeros and LSE = -inf, the documented convention.
-            row.fill(0.0);
-            f32::NEG_INFINITY
-        } else {
-            let inv = 1.0 / lr;
-            row.iter_mut().for_each(|x| *x *= inv);
-            scr.m[r] + lr.ln()
-        };
+        let lse = normalize_row(row, scr.m[r], scr.l[r]);
         match sink {
             // SAFETY: row (b, h, i) belongs to this item only.
             Sink::Output => unsafe { p.write_row(it.b, h, i, row, lse) },

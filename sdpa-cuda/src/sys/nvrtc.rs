@@ -1,13 +1,13 @@
 //! Run-time compilation of the kernel modules with NVRTC, straight to a CUBIN for one real architecture.
 //!
-//! The registered headers ([`crate::modules::HEADERS`], `common.cuh` first) are handed to NVRTC in memory, so
+//! The registered headers ([`crate::sys::modules::HEADERS`], `common.cuh` first) are handed to NVRTC in memory, so
 //! `#include "common.cuh"` works without files;
-//! the CUDA headers (`cuda_fp16.h`, `cuda_bf16.h`) come from [`crate::libs::include_dir`]. The compiler log
+//! the CUDA headers (`cuda_fp16.h`, `cuda_bf16.h`) come from [`crate::sys::libs::include_dir`]. The compiler log
 //! is kept whole in [`CudaError::Compile`]. Needs no GPU: CI compiles every module for sm_80 and sm_90.
 
 use crate::error::CudaError;
-use crate::libs;
-use crate::modules::{ModuleSource, HEADERS};
+use crate::sys::libs;
+use crate::sys::modules::{ModuleSource, HEADERS};
 use cudarc::nvrtc::sys;
 use std::ffi::{CStr, CString};
 

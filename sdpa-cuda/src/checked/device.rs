@@ -1,11 +1,11 @@
 //! One GPU: its context, the backend's stream, the device limits launches are checked against, and the
 //! per-device cache of loaded modules (compiled on first use, or read from the disk cache).
 
-use crate::cache;
 use crate::error::{drv, unavailable, CudaError};
-use crate::libs;
-use crate::modules::{ModuleSource, HEADERS};
-use crate::nvrtc;
+use crate::sys::cache;
+use crate::sys::libs;
+use crate::sys::modules::{ModuleSource, HEADERS};
+use crate::sys::nvrtc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};

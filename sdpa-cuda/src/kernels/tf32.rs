@@ -11,12 +11,12 @@
 //! `kernels/tf32_wgmma.cu` (Hopper warpgroup MMA) instead of the `mma.sync` kernel; setting the environment
 //! variable `SDPA_TF32_WGMMA=0` keeps the `mma.sync` kernel (for comparisons).
 
-use crate::call::Call;
-use crate::device::DeviceInfo;
+use crate::checked::call::Call;
+use crate::checked::device::DeviceInfo;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::mask_suffix;
 use crate::error::unsupported;
-use crate::launch::{launch, LaunchDims};
-use crate::modules::{TF32, TF32_WGMMA};
-use crate::params::{MASK_CAUSAL, MASK_NONE};
+use crate::sys::modules::{TF32, TF32_WGMMA};
 use sdpa_core::{DType, F32Math, Result};
 
 /// The tile of one entry point of `kernels/tf32.cu` (its `TC_ENTRIES` table, mirrored here).
@@ -118,15 +118,6 @@ fn wgmma_allowed() -> bool {
     std::env::var_os("SDPA_TF32_WGMMA").is_none_or(|v| v != "0")
 }
 
-/// Entry-point suffix of a mask kind.
-fn mask_name(mask_kind: i32) -> &'static str {
-    match mask_kind {
-        MASK_NONE => "none",
-        MASK_CAUSAL => "causal",
-        _ => "explicit",
-    }
-}
-
 /// Padded head dim the kernel is instantiated for, if any.
 pub fn padded_head_dim(d: usize) -> Option<usize> {
     [16, 32, 64, 128, 256].into_iter().find(|&p| d <= p)
@@ -153,14 +144,14 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         }
     };
     let p = &call.params;
-    let mask = mask_name(p.mask_kind);
+    let mask = mask_suffix(p.mask_kind);
     // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
     // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
     let loads16 = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
         && s.d.is_multiple_of(4)
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
-    let params = crate::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
+    let params = crate::checked::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
     let info = call.dev.info();
     let wgmma = use_wgmma(info, dp, split, loads16, wgmma_allowed());
     let (tile, suffix) = choose_tile(dp, split, p.mask_kind, info.smem_per_block_optin.max(0) as usize);
@@ -192,7 +183,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::params::MASK_EXPLICIT;
+    use crate::checked::params::{MASK_CAUSAL, MASK_EXPLICIT, MASK_NONE};
 
     /// The wgmma kernel runs only where it was built for and measured: plain TF32, D padded to 128, the
     /// 16-byte path, compute capability 9.0, and not switched off.
@@ -220,7 +211,7 @@ mod tests {
         assert!(!use_wgmma(&dev((9, 0), 163 * 1024), 128, false, true, true));
         assert!(!use_wgmma(&dev((8, 0), 227 * 1024), 128, false, true, true));
         assert!(!use_wgmma(&dev((10, 0), 227 * 1024), 128, false, true, true));
-        let src = crate::modules::TF32_WGMMA.source;
+        let src = crate::sys::modules::TF32_WGMMA.source;
         assert!(src.contains("#define WG_NC 2") && src.contains("#define WG_ST 2"), "block shape changed");
     }
 
@@ -228,7 +219,7 @@ mod tests {
     /// the big tiles; every small tile is in the kernel table under its `s` entries.
     #[test]
     fn small_tiles_for_devices_with_less_shared_memory() {
-        let src = crate::modules::TF32.source;
+        let src = crate::sys::modules::TF32.source;
         for dp in [16, 32, 64, 128, 256] {
             for split in [false, true] {
                 let big = tile_for(dp, split, MASK_NONE);
@@ -271,7 +262,7 @@ mod tests {
     /// three masks, or a `TC_ENTRY` line for one).
     #[test]
     fn tiles_match_the_kernel_table() {
-        let src = crate::modules::TF32.source;
+        let src = crate::sys::modules::TF32.source;
         for dp in [16, 32, 64, 128, 256] {
             for split in [false, true] {
                 for mask in [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT] {
@@ -279,7 +270,7 @@ mod tests {
                     let prefix = if split { "tf32x3" } else { "tf32" };
                     let tail = format!("{dp}, {}, {}, {}, {}, {split}, {}", t.mt, t.warps, t.bk, t.stages, t.pre);
                     let all = format!("TC_ENTRIES({prefix}, {tail})");
-                    let one = format!("TC_ENTRY({prefix}_f32_{dp}_{}, {tail}, ", mask_name(mask));
+                    let one = format!("TC_ENTRY({prefix}_f32_{dp}_{}, {tail}, ", mask_suffix(mask));
                     assert!(src.contains(&all) || src.contains(&one), "kernels/tf32.cu lacks `{all}` or `{one}`");
                     let other = format!("TC_ENTRIES({prefix}, {dp}, ");
                     assert!(!(src.contains(&one) && src.contains(&other)), "{prefix} {dp}: both forms in the table");

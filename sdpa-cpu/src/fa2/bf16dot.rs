@@ -1,17 +1,17 @@
 //! The fused kernel for bf16 inputs on CPUs with AVX512_BF16: `vdpbf16ps` multiplies pairs of bf16 and
 //! accumulates in f32, so each instruction does twice the products of an f32 FMA.
 //!
-//! Same structure as the generic item kernel (`fa2::process`): Qᵀ is packed once per item, now as pairs
+//! Same structure as the generic item kernel ([`super::process`]): Qᵀ is packed once per item, now as pairs
 //! along the head dim; K is read in place, a pair of dims per 32-bit broadcast; the scores get the scale
 //! on their way out of the registers; mask and online softmax are the generic f32 code. P is rounded to
 //! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
 //! Needs an even head dim (odd ones take the generic path).
 
+use super::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
 use crate::element::CpuElement;
-use crate::fa2::{finish_rows, key_range, Item, Scratch, Sink, Tiles};
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
-use crate::problem::{round_up, MaskSel, Problem};
+use crate::problem::{round_up, Problem};
 use crate::simd::x86::Avx512;
 use half::bf16;
 use std::arch::x86_64::*;
@@ -76,11 +76,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
         scr.qt2[c2 * brp + nr..(c2 + 1) * brp].fill(0);
     }
 
-    let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
-    let explicit = matches!(p.mask, MaskSel::Explicit { .. });
-    scr.reset_state(brp, nr * dvp);
-    let kbase = p.k_st.offset(it.b, it.kvh, 0);
-    let vbase = p.v_st.offset(it.b, it.kvh, 0);
+    let KeyLoop { k_hi, kmin, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     // SAFETY (whole loop): every pointer stays inside its buffer: K and V rows j0..j1 exist (validated
     // spec), the scratch buffers are sized for `t` (bc keys, br rows, dvp columns, d/2 pairs).
     unsafe {
@@ -154,11 +150,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
             j0 = j1;
         }
     }
-    if !careful && !nonfinite::all_finite(s, &scr.o[..nr * dvp]) {
-        return false;
-    }
-    finish_rows(p, it, scr, dvp, sink);
-    true
+    end_item(s, p, it, scr, dvp, sink, careful)
 }
 
 /// `out[j*os + x] = scale · Σ_c k[j*ks + c] · q[x][c]` with Qᵀ given as dim pairs `qt2[c2*qs + x]`.

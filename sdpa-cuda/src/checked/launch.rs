@@ -3,13 +3,13 @@
 //! A launch is described by [`LaunchDims`], checked against the device's limits (threads per block, grid
 //! size, shared memory), with the dynamic shared-memory limit raised through
 //! `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` when a block needs more than the default 48 KB. Attention
-//! kernels take one [`AttnParams`](crate::params::AttnParams) by value; [`launch`] takes any
-//! `DeviceRepr` struct so other kernels (combine passes) can use it too. Errors after the launch
+//! kernels take one [`AttnParams`](crate::checked::params::AttnParams) by value; [`launch`] takes any
+//! `DeviceRepr` struct so other parameters can use it too (splitkv's TMA entries, the L2 flush). Errors after the launch
 //! (`cuGetLastError`-style launch failures) come back as values.
 
-use crate::device::Device;
+use crate::checked::device::Device;
 use crate::error::{drv, CudaError};
-use crate::modules::ModuleSource;
+use crate::sys::modules::ModuleSource;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr};
 use sdpa_core::Result;

@@ -1,28 +1,27 @@
-//! `fa2`: FlashAttention-2 on tensor cores for f16 and bf16 (`kernels/fa2.cu`, f32 accumulation), and the
-//! `auto` choice between `fa2`, `splitkv` and the foundation's kernels.
+//! `fa2`: FlashAttention-2 on tensor cores for f16 and bf16 (`kernels/fa2.cu`, f32 accumulation).
 //!
 //! One block per (query tile, query head, batch); each warp owns whole query rows; `mma.sync` m16n8k16 with
 //! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
 //! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded. Head
 //! dims [`FA2_HEAD_DIMS`] (with `D == Dv`) are compile-time specialisations whose tiles ([`tile_for`]) were
-//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`). Anything else the
-//! tensor-core kernels cannot take ([`unsupported_reason`]) runs on the generic fused `fa1` path, and
-//! [`run`] reports that it did.
+//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`). Calls the tensor-core
+//! kernels cannot take ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) never reach it:
+//! the policy sends them to the generic fused `fa1` path.
 //!
 //! A NaN or inf in a *value* row that a query may not see (masked by causal or an explicit `-inf`) reaches
 //! that query inside the kernel's P·V (the masked key's `p = 0` times NaN); the block then recomputes the
 //! rows it wrote non-finite without their masked keys (see the crate docs), so the output matches the
 //! reference. NaN in Q or K, and NaN in visible values, propagate exactly as in the reference.
 
-use crate::call::Call;
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::mask_suffix;
 use crate::error::unsupported;
-use crate::launch::{launch, LaunchDims};
-use crate::modules::FA2;
-use crate::params::{MASK_CAUSAL, MASK_EXPLICIT};
-use sdpa_core::{DType, Kernel, Result};
+use crate::sys::modules::FA2;
+use sdpa_core::Result;
 
-/// Head dims (D = Dv) with a tensor-core specialisation in `fa2` and `splitkv`.
-pub const FA2_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+use super::policy::tensor_core_limit;
+pub use super::policy::FA2_HEAD_DIMS;
 
 /// Tile of one `fa2` specialisation; mirrors the `FA2_ENTRIES_FOR` lines of `kernels/fa2.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,40 +98,6 @@ pub fn choose_tile(
     }
 }
 
-/// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
-/// `D == Dv` in [`FA2_HEAD_DIMS`], a positive scale (the running max is taken before scaling), and every
-/// row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base pointers and all strides of Q, K, V
-/// and O multiples of 8 elements.
-pub fn unsupported_reason(call: &Call<'_>) -> Option<String> {
-    let spec = call.spec;
-    let s = spec.shape;
-    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
-        return Some(format!("dtype {} (tensor-core fa2 takes f16 and bf16)", spec.dtype));
-    }
-    if s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d) {
-        return Some(format!("head dims D = {}, Dv = {} (specialised: D = Dv in {FA2_HEAD_DIMS:?})", s.d, s.dv));
-    }
-    if spec.scale() <= 0.0 {
-        return Some(format!("scale {} (the tensor-core kernels need a positive scale)", spec.scale()));
-    }
-    let p = &call.params;
-    let ptrs_ok = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
-    let strides_ok = [p.q_stride, p.k_stride, p.v_stride, p.o_stride].iter().flatten().all(|&st| st % 8 == 0);
-    if !ptrs_ok || !strides_ok {
-        return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
-    }
-    None
-}
-
-/// Mask suffix of the entry points.
-pub(crate) fn mask_name(mask_kind: i32) -> &'static str {
-    match mask_kind {
-        MASK_CAUSAL => "causal",
-        MASK_EXPLICIT => "explicit",
-        _ => "none",
-    }
-}
-
 /// Entry point and launch shape of `fa2` for a supported call.
 pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let s = call.spec.shape;
@@ -143,7 +108,7 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(call.params.mask_kind));
+    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_suffix(call.params.mask_kind));
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
@@ -152,40 +117,18 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     Ok((name, dims))
 }
 
-/// Runs `fa2` on the call's stream, or the generic `fa1` path when [`unsupported_reason`] says the
-/// tensor-core kernel cannot take the call; returns the kernel that ran.
-pub fn run(call: &Call<'_>) -> Result<Kernel> {
-    if unsupported_reason(call).is_some() {
-        crate::fa1::run(call)?;
-        return Ok(Kernel::Fa1);
+/// Launches `fa2` on the call's stream. A call the tensor-core kernels cannot take
+/// ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) is an error here; the policy sends
+/// such calls to `fa1` before they get here.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
+        return Err(unsupported(format!("fa2 cannot take this call: {limit}")));
     }
     let (name, dims) = plan(call)?;
     // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
     // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and the
     // mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
-    unsafe { launch(call.dev, call.stream, &FA2, &name, dims, &call.params)? };
-    Ok(Kernel::Fa2)
-}
-
-/// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
-/// shapes such as B=1, H=1, S=64, where the launch is all there is; Sq = 1 with Sk <= 512 measured in
-/// `bench/results/gpu/fa2.md`).
-pub const AUTO_SPLITKV_MIN_KEYS: usize = 1024;
-
-/// What `auto` runs: for f16/bf16 calls the tensor-core kernels take, `splitkv` when few query rows share
-/// each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too
-/// few blocks fill the GPU) and the keys are long enough to split ([`AUTO_SPLITKV_MIN_KEYS`]), `fa2`
-/// otherwise; everything else as the foundation decides.
-pub fn resolve_auto(call: &Call<'_>) -> Kernel {
-    if unsupported_reason(call).is_some() {
-        return crate::backend::resolve_auto(call.spec, call.opts);
-    }
-    let s = call.spec.shape;
-    if s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
-        Kernel::SplitKv
-    } else {
-        Kernel::Fa2
-    }
+    unsafe { launch(call.dev, call.stream, &FA2, &name, dims, &call.params) }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! On-disk cache of compiled modules, so a second run does not compile again.
 //!
-//! Key: a 128-bit FNV-1a hash of the module source, `common.cuh`, the architecture, the full option list,
+//! Key: a 128-bit FNV-1a hash of the module source, every registered header, the architecture, the full option list,
 //! the NVRTC version and the driver version. Location: `SDPA_CUDA_CACHE`, else `$XDG_CACHE_HOME/sdpa-cuda`,
 //! else `~/.cache/sdpa-cuda`; `SDPA_CUDA_CACHE=off` disables it. Cache failures are never errors: a
 //! missing or unwritable cache only means compiling again. Files are written to a temporary name and

@@ -3,7 +3,7 @@
 //! Every warp is one split of the keys of one 16-row tile of the query rows that share a kv head (GQA heads
 //! packed together so they read K/V once). How it streams K/V ([`SplitKvLoad`], [`choose_load`]): on sm_90
 //! with TMA tensor copies (one thread per block copies the block's whole K/V chunk into a ring its warps
-//! share; tensor maps built per call by [`crate::tensor_map`]) where the layout allows, else with 1-D bulk
+//! share; tensor maps built per call by [`crate::checked::tensor_map`]) where the layout allows, else with 1-D bulk
 //! copies for splits of at most [`BULK_MAX_KEYS_PER_SPLIT`] keys; otherwise, and before sm_90, with
 //! `cp.async`. The K/V loads carry an L2 policy chosen by split length ([`l2_policy`]). The warps of
 //! a block (consecutive splits of one row tile) merge their partials in shared memory; when a row tile spans several blocks, each writes one partial
@@ -12,18 +12,19 @@
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
 //! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
 //! `[s·Sk/n, (s+1)·Sk/n)`. Calls the tensor-core kernels cannot take
-//! ([`crate::fa2::unsupported_reason`]) run on the generic `fa1` path.
+//! ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) never reach it: the policy sends
+//! them to the generic `fa1` path.
 
-use crate::call::Call;
+use super::policy::tensor_core_limit;
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::{mask_suffix, AttnParams};
+use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
-use crate::fa2::{mask_name, unsupported_reason};
-use crate::launch::{launch, LaunchDims};
-use crate::modules::SPLITKV;
-use crate::params::AttnParams;
-use crate::tensor_map::{kv_tensor_map, KvOperand};
+use crate::sys::modules::SPLITKV;
 use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::DeviceRepr;
-use sdpa_core::{Kernel, Result};
+use sdpa_core::Result;
 use std::sync::Arc;
 
 /// Query rows per warp tile (one m16 tile).
@@ -237,11 +238,11 @@ pub fn workspace_len(rows: usize, blocks: usize, d: usize, units: usize) -> Opti
 }
 
 /// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
-/// stream, or `fa1` when the tensor-core kernels cannot take the call; returns the kernel that ran.
-pub fn run(call: &Call<'_>) -> Result<Kernel> {
-    if unsupported_reason(call).is_some() {
-        crate::fa1::run(call)?;
-        return Ok(Kernel::Fa1);
+/// stream. A call the tensor-core kernels cannot take is an error here; the policy sends such calls to
+/// `fa1` before they get here.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
+        return Err(unsupported(format!("splitkv cannot take this call: {limit}")));
     }
     let s = call.spec.shape;
     let info = call.dev.info();
@@ -312,7 +313,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(s.d) as u32,
     };
-    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_name(params.mask_kind));
+    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_suffix(params.mask_kind));
     // The launch itself: AttnParams alone, or with the tensor maps for the TMA entries.
     let go = |params: &AttnParams| -> Result<()> {
         match maps {
@@ -329,7 +330,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         // merges its warps' partials in shared memory and writes O rows < Sq and LSE entries < B·Hq·Sq
         // only, never touching `workspace` (null).
         go(&params)?;
-        return Ok(Kernel::SplitKv);
+        return Ok(());
     }
     let (len, counters) =
         workspace_len(rows, plan.blocks, s.d, units).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
@@ -347,7 +348,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
         go(&params)?;
         drop(ws_guard);
         drop(kept);
-        return Ok(Kernel::SplitKv);
+        return Ok(());
     }
     let mut ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
     call.stream.memset_zeros(&mut ws.slice_mut(counters..len)).map_err(driver(
@@ -365,7 +366,7 @@ pub fn run(call: &Call<'_>) -> Result<Kernel> {
     go(&params)?;
     drop(ws_guard);
     drop(ws);
-    Ok(Kernel::SplitKv)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,11 +7,11 @@
 //! (batch, position in the head group); with no GQA and batch-uniform strides (BHSD) one call covers
 //! everything.
 
-use crate::call::Call;
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::AttnParams;
 use crate::error::{unsupported, CudaError};
-use crate::launch::{launch, LaunchDims};
-use crate::modules::UNFUSED;
-use crate::params::AttnParams;
+use crate::sys::modules::UNFUSED;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{DevicePtr, DeviceRepr};
 use sdpa_core::{DType, F32Math, Result};

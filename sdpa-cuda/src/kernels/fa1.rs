@@ -14,11 +14,11 @@
 //!   else the plain fixed-size kernel `fa1_{dtype}_{D}` (4 x 4 per thread, 64-row blocks) when that fits;
 //!   everything else takes the generic `fa1_{dtype}` with one block column per 64 columns of Dv.
 
-use crate::call::Call;
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::mask_suffix;
 use crate::error::unsupported;
-use crate::launch::{launch, LaunchDims};
-use crate::modules::{ModuleSource, FA1, FA1_MMA};
-use crate::params::{MASK_CAUSAL, MASK_EXPLICIT};
+use crate::sys::modules::{ModuleSource, FA1, FA1_MMA};
 use sdpa_core::{DType, Result};
 
 const BQ: usize = 64;
@@ -139,10 +139,7 @@ pub fn mma_unsupported_reason(call: &Call<'_>) -> Option<String> {
     if s.b > 65535 || s.hq > 65535 {
         return Some(format!("B = {} or Hq = {} above the grid's 65535", s.b, s.hq));
     }
-    let p = &call.params;
-    let ptrs_ok = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
-    let strides_ok = [p.q_stride, p.k_stride, p.v_stride, p.o_stride].iter().flatten().all(|&st| st % 8 == 0);
-    if !ptrs_ok || !strides_ok {
+    if !call.params.qkvo_aligned_8_elements() {
         return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
     }
     None
@@ -159,11 +156,7 @@ fn mma_plan(call: &Call<'_>) -> Option<Result<(String, LaunchDims)>> {
     if smem > call.dev.info().smem_per_block_optin as usize {
         return None;
     }
-    let mask = match call.params.mask_kind {
-        MASK_CAUSAL => "causal",
-        MASK_EXPLICIT => "explicit",
-        _ => "none",
-    };
+    let mask = mask_suffix(call.params.mask_kind);
     let plan =
         u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa1: too many query tiles")).map(|tiles| {
             let dims = LaunchDims {

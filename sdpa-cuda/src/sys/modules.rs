@@ -1,18 +1,26 @@
 //! The registry of kernel modules: every `.cu` file of `kernels/`, pulled into the binary with
-//! `include_str!`, plus the one shared header `common.cuh`.
+//! `include_str!`, plus the shared headers ([`HEADERS`]: `common.cuh` and the headers one kernel family
+//! shares with another).
 //!
 //! Adding a module is one line in [`MODULES`] (and a `pub const` for launch code to name it). Entry points
 //! inside a module are `extern "C"` and named `{kernel}_{dtype}[_{headdim}]`, e.g. `fa1_bf16_128`.
 
-/// The shared device header: the [`crate::params::AttnParams`] struct, dtype conversions, mask helpers.
-pub const COMMON_CUH: &str = include_str!("../kernels/common.cuh");
+/// The shared device header: the [`crate::checked::params::AttnParams`] struct, dtype conversions, mask helpers.
+pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 
 /// Headers every module may `#include "name"`: handed to NVRTC in memory (no files needed at run time)
 /// and part of every cache key. A new shared header is one line here.
+///
+/// - `common.cuh`: [`crate::params::AttnParams`], dtype conversions, masks, the NaN repair of every kernel.
+/// - `fa2_mma.cuh`: the f16/bf16 tensor-core steps of `fa2`, `fa1_mma` and `splitkv` (cp.async, ldmatrix,
+///   mma.sync m16n8k16, online softmax, the split-KV scratch layout).
+/// - `tf32_ops.cuh`: the f32 tensor-core helpers and epilogue of `tf32` and `tf32_wgmma`.
+/// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`).
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", COMMON_CUH),
-    ("fa2_mma.cuh", include_str!("../kernels/fa2_mma.cuh")),
-    ("tf32_ops.cuh", include_str!("../kernels/tf32_ops.cuh")),
+    ("fa2_mma.cuh", include_str!("../../kernels/fa2_mma.cuh")),
+    ("tf32_ops.cuh", include_str!("../../kernels/tf32_ops.cuh")),
+    ("sm90_async.cuh", include_str!("../../kernels/sm90_async.cuh")),
 ];
 
 /// One `.cu` source compiled as one CUDA module.
@@ -47,30 +55,30 @@ impl ModuleSource {
 }
 
 /// The softmax (scale + mask + LSE) kernel of the unfused baseline.
-pub const UNFUSED: ModuleSource = ModuleSource::new("unfused", include_str!("../kernels/unfused.cu"));
+pub const UNFUSED: ModuleSource = ModuleSource::new("unfused", include_str!("../../kernels/unfused.cu"));
 /// FlashAttention-1 SIMT kernels.
-pub const FA1: ModuleSource = ModuleSource::new("fa1", include_str!("../kernels/fa1.cu"));
-/// FlashAttention-1 on tensor cores, f16/bf16 (`crate::fa1`: warps split the keys of each K/V tile).
-pub const FA1_MMA: ModuleSource = ModuleSource::new("fa1_mma", include_str!("../kernels/fa1_mma.cu"));
+pub const FA1: ModuleSource = ModuleSource::new("fa1", include_str!("../../kernels/fa1.cu"));
+/// FlashAttention-1 on tensor cores, f16/bf16 (`crate::kernels::fa1`: warps split the keys of each K/V tile).
+pub const FA1_MMA: ModuleSource = ModuleSource::new("fa1_mma", include_str!("../../kernels/fa1_mma.cu"));
 /// f32 inputs on tensor cores: TF32 and split TF32.
-pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../kernels/tf32.cu"));
+pub const TF32: ModuleSource = ModuleSource::new("tf32", include_str!("../../kernels/tf32.cu"));
 
-/// Plain TF32 at head dims up to 128 on Hopper's warpgroup MMA (`crate::tf32`; sm_90a, its entries trap
+/// Plain TF32 at head dims up to 128 on Hopper's warpgroup MMA (`crate::kernels::tf32`; sm_90a, its entries trap
 /// elsewhere).
 pub const TF32_WGMMA: ModuleSource = ModuleSource {
     name: "tf32_wgmma",
-    source: include_str!("../kernels/tf32_wgmma.cu"),
+    source: include_str!("../../kernels/tf32_wgmma.cu"),
     extra_options: &[],
     arch_specific: true,
 };
 
-/// FlashAttention-2 on tensor cores, f16/bf16 (`crate::fa2`).
-pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../kernels/fa2.cu"));
-/// Split-KV (flash-decoding) and its combine pass, f16/bf16 (`crate::splitkv`).
-pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../kernels/splitkv.cu"));
+/// FlashAttention-2 on tensor cores, f16/bf16 (`crate::kernels::fa2`).
+pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../../kernels/fa2.cu"));
+/// Split-KV (flash-decoding), f16/bf16, its partials merged inside the same launch (`crate::kernels::splitkv`).
+pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../../kernels/splitkv.cu"));
 
 /// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`).
-pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../kernels/l2_flush.cu"));
+pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../../kernels/l2_flush.cu"));
 
 /// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
 /// A new module adds one line here.

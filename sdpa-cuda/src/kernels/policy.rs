@@ -1,0 +1,269 @@
+//! Which kernel family runs a call: what `auto` picks, and where a requested kernel falls back to another.
+//! Pure functions of the spec, the options and the call's parameters (pointers and strides), so the whole
+//! choice is unit-tested without a GPU; [`super::dispatch`] runs what [`choose`] returns. The variant
+//! inside a family (tile, entry point, load path) stays with its launcher.
+//!
+//! The rules, in order:
+//! - `auto` ([`resolve_auto`]): where the tensor-core kernels take the call ([`tensor_core_limit`] is
+//!   `None`: f16/bf16, D = Dv in [`FA2_HEAD_DIMS`], a positive scale, 16-byte aligned rows), `splitkv` for
+//!   decoding (`group·Sq <= 64` and `Sk >= `[`AUTO_SPLITKV_MIN_KEYS`]) and `fa2` otherwise; elsewhere
+//!   `fa2` for f32 inputs with TF32 or split-TF32 math (the tensor-core f32 path) and `fa1` for the rest.
+//! - f32 math applies to f32 inputs only; f16/bf16 calls ignore it.
+//! - `fa2` with f32 inputs runs the TF32 launcher ([`Launcher::Tf32`]) with TF32 or split-TF32 math, and
+//!   is unsupported with exact math; `fa1` with f32 inputs runs exact math only.
+//! - `fa2` and `splitkv` asked for a call the tensor-core kernels cannot take run `fa1` instead, and the
+//!   call reports `fa1` as the kernel that ran.
+
+use crate::checked::params::AttnParams;
+use crate::error::unsupported;
+use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions};
+use std::fmt;
+
+/// Head dims (D = Dv) with a tensor-core specialisation in `fa2` and `splitkv`.
+pub const FA2_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+
+/// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
+/// shapes such as B=1, H=1, S=64, where the launch is all there is; Sq = 1 with Sk <= 512 measured in
+/// `bench/results/gpu/fa2.md`).
+pub const AUTO_SPLITKV_MIN_KEYS: usize = 1024;
+
+/// The launcher a call runs on: one per kernel family in [`crate::kernels`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// [`crate::kernels::unfused`].
+    Unfused,
+    /// [`crate::kernels::fa1`].
+    Fa1,
+    /// [`crate::kernels::tf32`]: f32 inputs on tensor cores, reported as kernel `fa2`.
+    Tf32,
+    /// [`crate::kernels::fa2`].
+    Fa2,
+    /// [`crate::kernels::splitkv`].
+    SplitKv,
+}
+
+impl Launcher {
+    /// The kernel a call on this launcher reports as run.
+    pub fn kernel(self) -> Kernel {
+        match self {
+            Launcher::Unfused => Kernel::Unfused,
+            Launcher::Fa1 => Kernel::Fa1,
+            Launcher::Tf32 | Launcher::Fa2 => Kernel::Fa2,
+            Launcher::SplitKv => Kernel::SplitKv,
+        }
+    }
+}
+
+/// Why the tensor-core kernels (`fa2`, `splitkv`) cannot take a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TensorCoreLimit {
+    /// They take f16 and bf16 only.
+    DType(DType),
+    /// They are specialised for D = Dv in [`FA2_HEAD_DIMS`] only.
+    HeadDims {
+        /// Head dim of Q and K.
+        d: usize,
+        /// Head dim of V and O.
+        dv: usize,
+    },
+    /// The running max is taken before scaling, so the scale must be positive.
+    Scale(f64),
+    /// `cp.async` moves 16 bytes: base pointers and strides must be multiples of 8 elements.
+    Unaligned,
+}
+
+impl fmt::Display for TensorCoreLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TensorCoreLimit::DType(dt) => write!(f, "dtype {dt} (tensor-core fa2 takes f16 and bf16)"),
+            TensorCoreLimit::HeadDims { d, dv } => {
+                write!(f, "head dims D = {d}, Dv = {dv} (specialised: D = Dv in {FA2_HEAD_DIMS:?})")
+            }
+            TensorCoreLimit::Scale(s) => write!(f, "scale {s} (the tensor-core kernels need a positive scale)"),
+            TensorCoreLimit::Unaligned => {
+                f.write_str("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)")
+            }
+        }
+    }
+}
+
+/// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
+/// `D == Dv` in [`FA2_HEAD_DIMS`], a positive scale (the running max is taken before scaling), and every
+/// row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base pointers and all strides of Q, K, V
+/// and O multiples of 8 elements.
+pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
+    let s = spec.shape;
+    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+        return Some(TensorCoreLimit::DType(spec.dtype));
+    }
+    if s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d) {
+        return Some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv });
+    }
+    if spec.scale() <= 0.0 {
+        return Some(TensorCoreLimit::Scale(spec.scale()));
+    }
+    if !params.qkvo_aligned_8_elements() {
+        return Some(TensorCoreLimit::Unaligned);
+    }
+    None
+}
+
+/// What `auto` runs when the tensor-core kernels cannot take the call: the tensor-core f32 path (kernel
+/// `fa2`) when TF32 or split TF32 was asked for, `fa1` otherwise.
+pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
+    match (spec.dtype, opts.f32_math) {
+        (DType::F32, F32Math::Tf32 | F32Math::SplitTf32) => Kernel::Fa2,
+        _ => Kernel::Fa1,
+    }
+}
+
+/// What `auto` runs: for f16/bf16 calls the tensor-core kernels take (`tensor_cores`), `splitkv` when few
+/// query rows share each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be
+/// mostly empty and too few blocks fill the GPU) and the keys are long enough to split
+/// ([`AUTO_SPLITKV_MIN_KEYS`]), `fa2` otherwise; everything else as [`foundation_auto`] decides.
+pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tensor_cores: bool) -> Kernel {
+    if !tensor_cores {
+        return foundation_auto(spec, opts);
+    }
+    let s = spec.shape;
+    if s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
+        Kernel::SplitKv
+    } else {
+        Kernel::Fa2
+    }
+}
+
+/// The launcher for a call asking for kernel `requested` (`auto` resolved by [`resolve_auto`]);
+/// `tensor_cores` says whether the tensor-core kernels take the call ([`tensor_core_limit`] is `None`).
+/// Unsupported combinations (f32 math the kernel does not run) are errors; see the module docs for the
+/// rules.
+pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tensor_cores: bool) -> Result<Launcher> {
+    let kernel = match requested {
+        Kernel::Auto => resolve_auto(spec, opts, tensor_cores),
+        k => k,
+    };
+    let f32_math = if spec.dtype == DType::F32 { opts.f32_math } else { F32Math::Exact };
+    Ok(match (kernel, f32_math) {
+        (Kernel::Unfused, _) => Launcher::Unfused,
+        (Kernel::Fa1, F32Math::Exact) => Launcher::Fa1,
+        (Kernel::Fa1, m) => {
+            return Err(unsupported(format!(
+                "fa1 is SIMT and runs f32 exactly; f32 math {} runs on kernel fa2 (tensor cores) or unfused",
+                m.name()
+            )))
+        }
+        (Kernel::Fa2, F32Math::Tf32 | F32Math::SplitTf32) => Launcher::Tf32,
+        (Kernel::Fa2, _) if spec.dtype == DType::F32 => {
+            return Err(unsupported(
+                "fa2 with f32 inputs runs on tensor cores: choose f32 math tf32 or split-tf32 (fa1 is exact f32)",
+            ))
+        }
+        // The fallback: what the tensor-core kernels cannot take runs on the generic fused `fa1` path.
+        (Kernel::Fa2 | Kernel::SplitKv, _) if !tensor_cores => Launcher::Fa1,
+        (Kernel::Fa2, _) => Launcher::Fa2,
+        (Kernel::SplitKv, _) => Launcher::SplitKv,
+        (Kernel::Auto, _) => return Err(unsupported("auto resolved to itself")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::{Mask, Shape};
+
+    /// Parameters of `spec` with every operand at a 256-byte aligned address.
+    fn params(spec: &AttentionSpec) -> AttnParams {
+        AttnParams::new(spec, 256, 512, 768, 1024, 0, 0).expect("params")
+    }
+
+    /// The launcher `auto` or `kernel` gives a spec, with the tensor-core verdict from its parameters.
+    fn pick(kernel: Kernel, spec: &AttentionSpec, math: F32Math) -> Result<Launcher> {
+        let opts = RunOptions { kernel, f32_math: math, ..Default::default() };
+        choose(kernel, spec, &opts, tensor_core_limit(spec, &params(spec)).is_none())
+    }
+
+    fn gqa(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, dtype: DType) -> AttentionSpec {
+        AttentionSpec::new(Shape { hkv, ..Shape::new(b, hq, sq, sk, d) }, dtype)
+    }
+
+    #[test]
+    fn auto_takes_splitkv_for_long_decoding_and_fa2_for_the_rest_on_tensor_cores() {
+        let auto = |spec: &AttentionSpec| pick(Kernel::Auto, spec, F32Math::Exact).expect("auto");
+        // Decoding: group 4 x Sq 1 rows per kv head, 32k keys.
+        assert_eq!(auto(&gqa(1, 32, 8, 1, 32768, 128, DType::BF16)), Launcher::SplitKv);
+        // At the thresholds: group·Sq = 64 and Sk = AUTO_SPLITKV_MIN_KEYS still split; one more row or one
+        // key fewer does not.
+        assert_eq!(auto(&gqa(1, 8, 1, 8, AUTO_SPLITKV_MIN_KEYS, 64, DType::F16)), Launcher::SplitKv);
+        assert_eq!(auto(&gqa(1, 8, 1, 9, AUTO_SPLITKV_MIN_KEYS, 64, DType::F16)), Launcher::Fa2);
+        assert_eq!(auto(&gqa(1, 8, 1, 8, AUTO_SPLITKV_MIN_KEYS - 1, 64, DType::F16)), Launcher::Fa2);
+        // Prefill.
+        assert_eq!(auto(&gqa(2, 16, 16, 4096, 4096, 128, DType::BF16)), Launcher::Fa2);
+    }
+
+    #[test]
+    fn auto_outside_the_tensor_core_kernels_is_fa1_or_the_tf32_path() {
+        let decoding = |d, dtype| gqa(1, 32, 8, 1, 32768, d, dtype);
+        // f32: exact on fa1; TF32 and split TF32 on the tensor-core f32 path (kernel fa2).
+        assert_eq!(pick(Kernel::Auto, &decoding(128, DType::F32), F32Math::Exact).expect("auto"), Launcher::Fa1);
+        for math in [F32Math::Tf32, F32Math::SplitTf32] {
+            let l = pick(Kernel::Auto, &decoding(128, DType::F32), math).expect("auto");
+            assert_eq!((l, l.kernel()), (Launcher::Tf32, Kernel::Fa2));
+        }
+        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says.
+        assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        let negative = decoding(128, DType::F16).with_scale(-0.5);
+        assert_eq!(pick(Kernel::Auto, &negative, F32Math::Exact).expect("auto"), Launcher::Fa1);
+    }
+
+    #[test]
+    fn fa2_and_splitkv_fall_back_to_fa1_where_the_tensor_cores_cannot_run() {
+        let ok = gqa(1, 8, 8, 128, 2048, 128, DType::BF16);
+        for (kernel, launcher) in [(Kernel::Fa2, Launcher::Fa2), (Kernel::SplitKv, Launcher::SplitKv)] {
+            assert_eq!(pick(kernel, &ok, F32Math::Exact).expect("choice"), launcher);
+            for spec in [
+                gqa(1, 8, 8, 128, 2048, 80, DType::BF16), // head dim
+                AttentionSpec::new(Shape { dv: 64, ..Shape::new(1, 8, 128, 2048, 128) }, DType::F16), // D != Dv
+                ok.clone().with_scale(0.0),               // scale
+            ] {
+                assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa1, "{spec:?}");
+            }
+            // Unaligned operands (a pointer 8 bytes off): the same fallback.
+            let p = AttnParams { k: 520, ..params(&ok) };
+            assert_eq!(tensor_core_limit(&ok, &p), Some(TensorCoreLimit::Unaligned));
+            let opts = RunOptions { kernel, ..Default::default() };
+            assert_eq!(choose(kernel, &ok, &opts, false).expect("choice"), Launcher::Fa1);
+        }
+        // splitkv with f32 inputs runs fa1 (exact), whatever the f32 math.
+        let f32_spec = gqa(1, 8, 8, 1, 4096, 128, DType::F32);
+        assert_eq!(pick(Kernel::SplitKv, &f32_spec, F32Math::Tf32).expect("choice"), Launcher::Fa1);
+    }
+
+    #[test]
+    fn f32_math_picks_the_f32_launcher_or_is_unsupported() {
+        let spec = gqa(1, 8, 8, 256, 256, 64, DType::F32).with_mask(Mask::CausalTopLeft);
+        assert_eq!(pick(Kernel::Fa1, &spec, F32Math::Exact).expect("fa1"), Launcher::Fa1);
+        assert!(pick(Kernel::Fa1, &spec, F32Math::Tf32).is_err());
+        assert!(pick(Kernel::Fa1, &spec, F32Math::SplitTf32).is_err());
+        assert_eq!(pick(Kernel::Fa2, &spec, F32Math::SplitTf32).expect("fa2"), Launcher::Tf32);
+        assert!(pick(Kernel::Fa2, &spec, F32Math::Exact).is_err());
+        for math in [F32Math::Exact, F32Math::Tf32] {
+            assert_eq!(pick(Kernel::Unfused, &spec, math).expect("unfused"), Launcher::Unfused);
+        }
+        // f16/bf16 ignore the f32 math.
+        let half = gqa(1, 8, 8, 256, 256, 64, DType::F16);
+        assert_eq!(pick(Kernel::Fa1, &half, F32Math::Tf32).expect("fa1"), Launcher::Fa1);
+        assert_eq!(pick(Kernel::Fa2, &half, F32Math::Tf32).expect("fa2"), Launcher::Fa2);
+    }
+
+    #[test]
+    fn tensor_core_limits_name_the_first_reason() {
+        let spec = gqa(1, 8, 8, 64, 64, 64, DType::F32);
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::DType(DType::F32)));
+        let spec = gqa(1, 8, 8, 64, 64, 40, DType::BF16);
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 40, dv: 40 }));
+        let spec = gqa(1, 8, 8, 64, 64, 256, DType::BF16);
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
+        let p = AttnParams { q_stride: [256 * 64, 64, 4], ..params(&spec) };
+        assert_eq!(tensor_core_limit(&spec, &p), Some(TensorCoreLimit::Unaligned));
+    }
+}
