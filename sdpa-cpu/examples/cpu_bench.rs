@@ -110,7 +110,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             // Peak resident memory of the whole process (inputs, output, the timed call's scratch).
             r.peak_mem_bytes = peak_rss_bytes();
         }
-        r.machine = Some(sdpa_cpu::cpu_model());
+        r.machine = Some(sdpa_core::hardware::cpu_model());
         records.push(r);
     }
     let _ = base_rss;

@@ -231,7 +231,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         stats.median = tmed;
         let mut r = BenchRecord::new("cpu", c.kernel.name(), &device, &c.spec, stats, None);
         r.threads = Some(a.threads);
-        r.machine = Some(sdpa_cpu::cpu_model());
+        r.machine = Some(sdpa_core::hardware::cpu_model());
         records.push(r);
     }
     println!(

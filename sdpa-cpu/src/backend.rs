@@ -51,17 +51,6 @@ impl CpuBackend {
     }
 }
 
-/// The CPU model from `/proc/cpuinfo` (Linux), or the architecture name elsewhere.
-pub fn cpu_model() -> String {
-    let from_proc = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-    });
-    from_proc.unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
 fn mismatch(name: &'static str, expected: DType, found: &HostBuffer) -> SdpaError {
     SdpaError::DTypeMismatch { name, expected, found: found.dtype() }
 }
@@ -74,7 +63,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_name(&self) -> String {
-        format!("{} ({}, {} threads)", cpu_model(), self.simd, self.threads())
+        format!("{} ({}, {} threads)", sdpa_core::hardware::cpu_model(), self.simd, self.threads())
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -86,6 +75,25 @@ impl Backend for CpuBackend {
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact],
         }
+    }
+
+    fn host_bytes_per_call(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Option<u64>> {
+        let copies = sdpa_core::memory::host_call_bytes(spec, opts.lse)?;
+        // `unfused` holds a whole Sk x Sq score matrix (and f32 copies of K and V) per head in flight, one
+        // head per worker; the fused kernels need only per-thread tiles, small beside the buffers.
+        let workspace = if opts.kernel == Kernel::Unfused {
+            let s = &spec.shape;
+            let per_head = (s.sk as u64)
+                .saturating_mul(s.sq as u64 + 16)
+                .saturating_add((s.sk as u64).saturating_mul((s.d + s.dv) as u64))
+                .saturating_add((s.d.max(s.dv) as u64).saturating_mul(s.sq as u64 + 16))
+                .saturating_mul(4);
+            let in_flight = (opts.threads.unwrap_or_else(|| self.threads()) as u64).min((s.b * s.hq) as u64).max(1);
+            per_head.saturating_mul(in_flight)
+        } else {
+            0
+        };
+        Ok(Some(copies.saturating_add(workspace)))
     }
 
     fn upload(&self, host: &HostBuffer) -> Result<HostBuffer> {

@@ -47,7 +47,7 @@ mod run;
 mod simd;
 mod unfused;
 
-pub use backend::{cpu_model, CpuBackend};
+pub use backend::CpuBackend;
 pub use element::CpuElement;
 pub use run::{attention, MAX_HEAD_DIM};
 pub use simd::{simd_paths, supported_paths, SimdPath};
