@@ -11,10 +11,13 @@ use candle_core::{bail, CudaStorage, Result, Shape, Storage};
 use sdpa_cuda::{CudaBackend, CudaElement};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The backends made so far, one per candle device.
+type Backends = Mutex<Vec<(candle_core::cuda::DeviceId, Arc<CudaBackend>)>>;
+
 /// One sdpa-cuda backend per candle device, created on first use: a backend holds its compiled kernel
 /// modules, so making one per call would reload them every time.
 fn backend_for(device: &candle_core::CudaDevice) -> Result<Arc<CudaBackend>> {
-    static BACKENDS: OnceLock<Mutex<Vec<(candle_core::cuda::DeviceId, Arc<CudaBackend>)>>> = OnceLock::new();
+    static BACKENDS: OnceLock<Backends> = OnceLock::new();
     let all = BACKENDS.get_or_init(|| Mutex::new(Vec::new()));
     let mut all =
         all.lock().map_err(|_| candle_core::Error::Msg("sdpa: the CUDA backend cache lock is poisoned".into()))?;

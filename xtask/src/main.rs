@@ -1,4 +1,4 @@
-//! Project chores, reached as `cargo xtask <task>` through `.cargo/config.toml`.
+//! Project chores, reached as `cargo xtask <task>` through `.cargo/config.toml`: `bench`, `gpu-bundle`, `tidy`.
 //!
 //! One module per task; tasks that measure write JSON.
 
@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod gpu_bundle;
+mod tidy;
 
 const HELP: &str = "\
 cargo xtask <task> [args]
@@ -16,6 +17,8 @@ tasks:
   help          this text
   bench         quick benchmark sweep (CPU, GPU when present, PyTorch when importable) + report in target/bench/
   gpu-bundle    release binaries + run-gpu.sh for the GPU machine, in gpu-bundle/
+  tidy          checks that ARCHITECTURE.md's crate dependencies match the Cargo.toml files and that every
+                module under a crate's src/ starts with a `//!` doc
 ";
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn run(args: &[String]) -> Result<()> {
     match task.as_str() {
         "bench" => bench::run(rest),
         "gpu-bundle" => gpu_bundle::run(rest),
+        "tidy" => tidy::run(rest),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(())
@@ -46,7 +50,6 @@ fn run(args: &[String]) -> Result<()> {
 }
 
 /// The repository root (the parent of this crate's directory).
-#[allow(dead_code)]
 pub fn project_root() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     dir.parent().map(PathBuf::from).unwrap_or(dir)
