@@ -92,21 +92,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
     let s = &r.shape;
-    println!(
-        "{} {} on {}: {} B={} Hq={} Hkv={} Sq={} Sk={} D={} Dv={} mask={}",
-        backend.name(),
-        r.kernel,
-        r.device,
-        r.dtype,
-        s.b,
-        s.hq,
-        s.hkv,
-        s.sq,
-        s.sk,
-        s.d,
-        s.dv,
-        r.mask
-    );
+    println!("{} {} on {}: {} {} mask={}", backend.name(), r.kernel, r.device, r.dtype, s.labelled(), r.mask);
     println!(
         "  time {:.4} ms median (min {:.4}, max {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s",
         r.time_ms.median, r.time_ms.min, r.time_ms.max, r.time_ms.reps, r.tflops, r.gbps

@@ -36,6 +36,13 @@ impl Shape {
         Shape { b, hq: h, hkv: h, sq, sk, d, dv: d }
     }
 
+    /// The sizes with their names, `B=1 Hq=8 Hkv=2 Sq=77 Sk=130 D=64` (` Dv=..` only when it differs from D),
+    /// as the CLI prints them.
+    pub fn labelled(&self) -> String {
+        let dv = if self.dv != self.d { format!(" Dv={}", self.dv) } else { String::new() };
+        format!("B={} Hq={} Hkv={} Sq={} Sk={} D={}{dv}", self.b, self.hq, self.hkv, self.sq, self.sk, self.d)
+    }
+
     /// Number of query heads sharing one kv head.
     pub fn group_size(&self) -> usize {
         self.hq.checked_div(self.hkv).unwrap_or(0)

@@ -226,19 +226,7 @@ fn command_line() -> String {
 
 fn describe_case(c: &Case) -> String {
     let s = c.shape;
-    format!(
-        "{} {} {} B={} Hq={} Hkv={} Sq={} Sk={} D={}{}",
-        c.dtype,
-        c.mask.name(),
-        c.layout.name(),
-        s.b,
-        s.hq,
-        s.hkv,
-        s.sq,
-        s.sk,
-        s.d,
-        if s.dv != s.d { format!(" Dv={}", s.dv) } else { String::new() }
-    )
+    format!("{} {} {} {}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
 }
 
 fn describe(c: &Config) -> String {
