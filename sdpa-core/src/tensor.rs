@@ -177,13 +177,28 @@ impl HostInputs {
     /// fifth of the keys at random; additive masks add values in [-2, 2) and drop a tenth of the keys.
     pub fn random(spec: &AttentionSpec, seed: u64) -> Result<Self> {
         spec.validate()?;
-        let q = HostBuffer::random(spec.dtype, spec.required_len(Operand::Q)?, seed);
-        let k = HostBuffer::random(spec.dtype, spec.required_len(Operand::K)?, seed.wrapping_add(1));
-        let v = HostBuffer::random(spec.dtype, spec.required_len(Operand::V)?, seed.wrapping_add(2));
+        // Every length is checked before anything is allocated: a buffer of more than isize::MAX bytes
+        // cannot exist, and asking for one panics ("capacity overflow") instead of failing.
+        let host_len = |n: usize, what: &str| {
+            n.checked_mul(std::mem::size_of::<f32>())
+                .filter(|&b| b <= isize::MAX as usize)
+                .map(|_| n)
+                .ok_or_else(|| SdpaError::overflow(format!("bytes of {what} ({n} elements) on the host")))
+        };
+        let q_len = host_len(spec.required_len(Operand::Q)?, "q")?;
+        let k_len = host_len(spec.required_len(Operand::K)?, "k")?;
+        let v_len = host_len(spec.required_len(Operand::V)?, "v")?;
+        let mask_len = match &spec.mask {
+            Mask::Explicit(m) => host_len(m.len()?, "the mask")?,
+            _ => 0,
+        };
+        let q = HostBuffer::random(spec.dtype, q_len, seed);
+        let k = HostBuffer::random(spec.dtype, k_len, seed.wrapping_add(1));
+        let v = HostBuffer::random(spec.dtype, v_len, seed.wrapping_add(2));
         let mask = match &spec.mask {
             Mask::Explicit(m) => {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(3));
-                let n = m.len()?;
+                let n = mask_len;
                 Some(match m.values {
                     MaskValues::Boolean => {
                         let keep: Vec<bool> = (0..n).map(|_| rng.gen_bool(0.8)).collect();
