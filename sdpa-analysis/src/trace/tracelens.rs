@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 
 /// Largest `operation_count` accepted from a row (a guard against absurd input).
 const MAX_COUNT: u64 = 10_000_000;
+/// Largest number of calls all rows together may stand for: each is kept as one call (about 1 KB), so
+/// `MAX_COUNT` alone let one row take 10 GB and a minute and a half.
+const MAX_CALLS: u64 = 100_000;
 
 /// Reads the contract's forward-SDPA inputs under `dir` and analyses them.
 pub fn analyze_dir(dir: &Path, opts: &Options) -> Result<TraceReport> {
@@ -82,6 +85,16 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             return Err(AnalysisError::invalid(
                 &csv_path,
                 format!("row {}: operation_count {count} is implausible", line + 1),
+            ));
+        }
+        if calls.len() as u64 + count > MAX_CALLS {
+            return Err(AnalysisError::invalid(
+                &csv_path,
+                format!(
+                    "row {}: operation_count {count} brings the calls to {}, more than the {MAX_CALLS} this reader keeps",
+                    line + 1,
+                    calls.len() as u64 + count
+                ),
             ));
         }
         let total: f64 =
