@@ -13,6 +13,15 @@ use sdpa_analysis::trace::printers;
 use sdpa_analysis::{analyze_traces, Options};
 use std::io::Write;
 
+/// serde_json errors the scanner does not raise for values it skips.
+const TOLERATED: &[&str] = &[
+    "invalid unicode code point",
+    "control character",
+    "recursion limit exceeded",
+    "lone leading surrogate",
+    "invalid escape",
+];
+
 fuzz_target!(|data: &[u8]| {
     let dir = sdpa_fuzz::scratch();
     let plain = dir.join("t.json");
@@ -22,6 +31,10 @@ fuzz_target!(|data: &[u8]| {
     match (&scanned, &reference) {
         (Ok(a), Ok(b)) => assert_eq!(a.stats.events, b.stats.events, "scanner and serde reader count differently"),
         (Err(_), Err(_)) => {}
+        // Tolerated by design: the scanner checks only the outer structure of what it skips (values outside
+        // `traceEvents`), so invalid UTF-8 or control characters there, and nesting past serde's recursion
+        // limit, fail only the serde reader.
+        (Ok(_), Err(e)) if TOLERATED.iter().any(|t| e.to_string().contains(t)) => {}
         (a, b) => {
             panic!("scanner and serde reader disagree: scanner {:?}, serde {:?}", a.as_ref().err(), b.as_ref().err())
         }
