@@ -32,11 +32,14 @@ pub fn tolerance(dtype: DType, f32_math: F32Math) -> f64 {
 /// How far an output is from the reference.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CheckReport {
-    /// Largest absolute difference over the checked elements.
+    /// Largest absolute difference over the checked elements (NaN when not recorded; `null` in JSON).
+    #[serde(deserialize_with = "crate::record::f64_or_nan")]
     pub max_abs_err: f64,
     /// Relative L2 error `‖out − ref‖ / ‖ref‖`.
+    #[serde(deserialize_with = "crate::record::f64_or_nan")]
     pub rel_err: f64,
     /// The tolerance on `rel_err` for this dtype.
+    #[serde(deserialize_with = "crate::record::f64_or_nan")]
     pub tolerance: f64,
     /// Elements that are NaN on one side only (unwritten outputs stay NaN from the poison).
     #[serde(default)]

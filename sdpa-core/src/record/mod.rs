@@ -14,14 +14,22 @@ use crate::dtype::DType;
 use crate::spec::{AttentionSpec, Layout, Shape};
 use serde::{Deserialize, Serialize};
 
+/// Reads an f64 that may be `null`, as NaN: serde_json writes NaN and infinities as `null` (and the reader
+/// turns Python's NaN into `null`), so a record that holds one must still read back.
+pub(crate) fn f64_or_nan<'de, D: serde::Deserializer<'de>>(de: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(de)?.unwrap_or(f64::NAN))
+}
+
 /// Median, min and max of repeated timings, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TimeStats {
     /// Median over the timed repetitions.
     pub median: f64,
     /// Fastest repetition.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub min: f64,
     /// Slowest repetition.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub max: f64,
     /// Number of timed repetitions.
     #[serde(default)]
@@ -72,8 +80,10 @@ pub struct BenchRecord {
     /// Timings.
     pub time_ms: TimeStats,
     /// FLOPs of the two products (exact causal count) / median time, in TFLOP/s.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub tflops: f64,
     /// Minimal bytes / median time, in GB/s.
+    #[serde(deserialize_with = "f64_or_nan")]
     pub gbps: f64,
     /// Comparison with the f64 reference, when checked.
     #[serde(default)]

@@ -1,0 +1,135 @@
+//! The bounded face of the `result_file`, `bench_spec` and `attention_spec` fuzz targets (fuzz/README.md):
+//! the committed seeds (real result files and presets) mutated a bounded number of times through the same
+//! entry points, and arbitrary specs through validation, sizing, inputs and the reference. Every outcome
+//! is a value or an error, never a panic. A few seconds in CI; the coverage-guided search is `cargo fuzz`.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+#[path = "../../fuzz/bounded/mutate.rs"]
+#[allow(dead_code)] // `scratch` serves the analysis tests
+mod mutate;
+
+use mutate::{apply, edits, seeds};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use sdpa_core::record::{parse_results, BenchSpec};
+use sdpa_core::{
+    reference_attention, AttentionCost, AttentionSpec, DType, ExplicitMask, HostInputs, Layout, Mask, MaskValues,
+    Operand, Shape, Strides,
+};
+use std::sync::OnceLock;
+
+fn pool(target: &'static str, cell: &'static OnceLock<Vec<Vec<u8>>>) -> &'static Vec<Vec<u8>> {
+    cell.get_or_init(|| seeds(target).into_iter().map(|(_, b)| b).collect())
+}
+
+fn dim() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        6 => 1usize..6,
+        1 => Just(0usize),
+        1 => 6usize..70,
+        1 => (0u32..64).prop_map(|s| 1usize << s),
+        1 => (0usize..4).prop_map(|k| usize::MAX - k),
+        1 => any::<usize>(),
+    ]
+}
+
+fn strides() -> impl Strategy<Value = Option<Strides>> {
+    prop::option::weighted(0.2, (dim(), dim(), dim()).prop_map(|(b, h, s)| Strides { b, h, s }))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4096, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// fuzz `result_file`, bounded: what parses serialises and reads back with the same records.
+    #[test]
+    fn mutated_result_files_parse_or_fail_cleanly(seed in any::<Index>(), e in edits(6)) {
+        static S: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+        let pool = pool("result_file", &S);
+        let bytes = apply(&pool[seed.index(pool.len())], pool, &e);
+        let text = String::from_utf8_lossy(&bytes);
+        if let Ok(f) = parse_results(&text, "m.json") {
+            let back = parse_results(&serde_json::to_string(&f).unwrap(), "back.json").unwrap();
+            prop_assert_eq!((back.records.len(), back.skipped.len()), (f.records.len(), f.skipped.len()));
+        }
+    }
+
+    /// fuzz `bench_spec`, bounded: a spec that reads serialises and reads back equal.
+    #[test]
+    fn mutated_bench_specs_read_or_fail_cleanly(seed in any::<Index>(), e in edits(6)) {
+        static S: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+        let pool = pool("bench_spec", &S);
+        let bytes = apply(&pool[seed.index(pool.len())], pool, &e);
+        let text = String::from_utf8_lossy(&bytes);
+        let mut specs: Vec<BenchSpec> = Vec::new();
+        if let Ok(s) = serde_json::from_str::<BenchSpec>(&text) {
+            specs.push(s);
+        }
+        if let Ok(v) = serde_json::from_str::<Vec<BenchSpec>>(&text) {
+            specs.extend(v);
+        }
+        for s in specs.iter().take(16) {
+            let back: BenchSpec = serde_json::from_str(&serde_json::to_string(s).unwrap()).unwrap();
+            prop_assert_eq!(&back, s);
+            for (shape, &dtype) in s.shapes.iter().zip(s.dtypes.iter().cycle()).take(64) {
+                let spec = AttentionSpec::new(*shape, dtype);
+                if spec.validate().is_ok() {
+                    let c = AttentionCost::of_spec(&spec);
+                    prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+                }
+            }
+        }
+    }
+
+    /// fuzz `attention_spec`, bounded: validation never panics; a spec that validates can be sized and
+    /// costed; small ones get inputs and the reference; ones whose buffers cannot exist get an error.
+    #[test]
+    fn arbitrary_specs_validate_or_fail_cleanly(
+        (b, hq, hkv, sq, sk, d, dv) in (dim(), dim(), dim(), dim(), dim(), dim(), dim()),
+        dtype in prop::sample::select(DType::ALL.to_vec()),
+        bshd in any::<bool>(),
+        mask in 0u8..5, mask_dims in [0u8..3, 0u8..3, 0u8..3, 0u8..3], odd_dims in [dim(), dim(), dim(), dim()],
+        scale in prop::option::of(prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(1e308), -4.0f64..4.0]),
+        st in [strides(), strides(), strides(), strides()],
+    ) {
+        let shape = Shape { b, hq, hkv, sq, sk, d, dv };
+        let mut spec = AttentionSpec::new(shape, dtype);
+        if bshd { spec = spec.with_layout(Layout::Bshd); }
+        let full = [b, hq, sq, sk];
+        let explicit = |values| {
+            let dims = std::array::from_fn(|i| match mask_dims[i] { 0 => 1, 1 => full[i], _ => odd_dims[i] });
+            Mask::Explicit(ExplicitMask { values, dims })
+        };
+        spec.mask = match mask {
+            0 => Mask::None,
+            1 => Mask::CausalTopLeft,
+            2 => Mask::CausalBottomRight,
+            3 => explicit(MaskValues::Boolean),
+            _ => explicit(MaskValues::Additive),
+        };
+        spec.scale = scale;
+        for (s, slot) in st.iter().zip([&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides]) {
+            if let Some(s) = s { *slot = *s; }
+        }
+        if spec.validate().is_err() {
+            return Ok(());
+        }
+        let lens: Vec<usize> = [Operand::Q, Operand::K, Operand::V, Operand::O]
+            .into_iter()
+            .map(|op| { spec.numel(op).unwrap(); spec.required_len(op).unwrap() })
+            .collect();
+        let mask_len = match &spec.mask { Mask::Explicit(m) => Some(m.len().unwrap()), _ => None };
+        spec.check_lengths(lens[0], lens[1], lens[2], lens[3], mask_len).unwrap();
+        let c = AttentionCost::of_spec(&spec);
+        prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+        let host: Vec<u128> = lens[..3].iter().chain(mask_len.iter()).map(|&n| n as u128 * 4).collect();
+        let rows = spec.lse_len().unwrap() as u128;
+        if host.iter().sum::<u128>() <= 1 << 20 && rows * sk as u128 * (d + dv) as u128 <= 1 << 18 {
+            let inputs = HostInputs::random(&spec, 7).unwrap();
+            let out = reference_attention(&spec, &inputs).unwrap();
+            prop_assert_eq!(out.o.len() as u128, rows * dv as u128);
+        } else if host.iter().any(|&x| x > isize::MAX as u128) {
+            prop_assert!(HostInputs::random(&spec, 7).is_err());
+        }
+    }
+}
