@@ -231,6 +231,14 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// Refuses, before anything is uploaded, a call whose buffers cannot fit the backend's own memory (a
+    /// GPU's free memory), with [`SdpaError::InsufficientMemory`]. Host backends keep the default (their
+    /// memory is [`Backend::host_bytes_per_call`]'s).
+    fn check_device_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
+        let _ = (spec, opts);
+        Ok(())
+    }
+
     /// Copies a host buffer into backend memory.
     fn upload(&self, host: &HostBuffer) -> Result<Self::Buffer>;
     /// Copies a buffer back to the host.
@@ -292,7 +300,8 @@ pub trait HostBackend {
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
     /// Refuses, before anything is allocated, a call whose host memory (the caller's inputs plus what
-    /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available.
+    /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available,
+    /// or whose buffers exceed the device's free memory ([`Backend::check_device_memory`]).
     fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()>;
     /// Validates, uploads, poisons the output with NaN, runs, downloads.
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun>;
@@ -342,6 +351,7 @@ fn upload_all<T: Backend + ?Sized>(
     if let Some(bytes) = be.host_bytes_per_call(spec, opts)? {
         crate::memory::check_host(bytes, &format!("a {} call on shape {}", be.name(), spec.shape))?;
     }
+    be.check_device_memory(spec, opts)?;
     let mask = match &inputs.mask {
         Some(m) => Some(be.upload(&HostBuffer::F32(m.clone()))?),
         None => None,
@@ -372,7 +382,8 @@ impl<T: Backend> HostBackend for T {
         let inputs = crate::memory::OperandBytes::of(spec)?.inputs();
         let call = Backend::host_bytes_per_call(self, spec, opts)?.unwrap_or(0);
         let what = format!("a {} call on shape {} (its inputs and its own buffers)", Backend::name(self), spec.shape);
-        crate::memory::check_host(inputs.saturating_add(call), &what)
+        crate::memory::check_host(inputs.saturating_add(call), &what)?;
+        Backend::check_device_memory(self, spec, opts)
     }
 
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun> {

@@ -277,6 +277,31 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn check_device_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
+        let b = sdpa_core::memory::OperandBytes::of(spec)?;
+        let lse = if opts.lse { b.lse } else { 0 };
+        // `unfused` materialises the scores of every head in one cuBLAS batch (f32) and the probabilities
+        // (in the dtype) beside them.
+        let scores = if opts.kernel == Kernel::Unfused {
+            let s = &spec.shape;
+            let per_element = 4 + spec.dtype.size_bytes();
+            [s.b, s.hq, s.sq, s.sk, per_element].iter().fold(1u64, |a, &x| a.saturating_mul(x as u64))
+        } else {
+            0
+        };
+        let needed = b.inputs().saturating_add(b.o).saturating_add(lse).saturating_add(scores);
+        let (free, _) = self.dev.context().mem_get_info().map_err(drv("cuMemGetInfo", "reading free GPU memory"))?;
+        if needed > free as u64 {
+            return Err(SdpaError::InsufficientMemory {
+                what: format!("a cuda {} call on shape {}", opts.kernel, spec.shape),
+                needed,
+                available: free as u64,
+                place: "the GPU",
+            });
+        }
+        Ok(())
+    }
+
     fn upload(&self, host: &HostBuffer) -> Result<CudaBuffer> {
         CudaBuffer::upload(self.dev.stream(), host)
     }
