@@ -1,7 +1,7 @@
 //! The benchmark result record: one per (backend, kernel, device, dtype, shape, mask, layout), written by
 //! `sdpa run --json`, `sdpa bench`, the PyTorch timing scripts, and read by `sdpa report` and the analyzer;
 //! the sweep description ([`BenchSpec`]) that `sdpa bench --spec` and the analyzer's replays share; and the
-//! file that holds a run's records ([`file`]).
+//! file that holds a run's records ([`mod@file`]).
 
 pub mod file;
 
