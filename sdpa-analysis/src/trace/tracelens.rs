@@ -22,9 +22,6 @@ use std::path::{Path, PathBuf};
 /// Largest `operation_count` accepted from a row, and from all rows together (a guard against absurd
 /// input: no profile of a few steps holds ten million attention calls).
 const MAX_COUNT: u64 = 10_000_000;
-/// Largest number of calls all rows together may stand for: each is kept as one call (about 1 KB), so
-/// `MAX_COUNT` alone let one row take 10 GB and a minute and a half.
-const MAX_CALLS: u64 = 100_000;
 
 /// The column that holds each row's GPU kernel time, and the one used when it is absent.
 const KERNEL_TIME: &str = "Kernel Time (µs)_sum";
@@ -113,16 +110,6 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
                     "row {}: operation_count {count} is implausible ({} calls in the rows before it; at most {MAX_COUNT} in all)",
                     line + 1,
                     total_count
-                ),
-            ));
-        }
-        if calls.len() as u64 + count > MAX_CALLS {
-            return Err(AnalysisError::invalid(
-                &csv_path,
-                format!(
-                    "row {}: operation_count {count} brings the calls to {}, more than the {MAX_CALLS} this reader keeps",
-                    line + 1,
-                    calls.len() as u64 + count
                 ),
             ));
         }
