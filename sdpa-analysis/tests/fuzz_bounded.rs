@@ -40,7 +40,14 @@ fn check_trace(bytes: &[u8], name: &str) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 768, failure_persistence: None, ..ProptestConfig::default() })]
+    // A fixed seed: CI must not pass or fail by chance. The open-ended search is the cargo-fuzz targets'
+    // (fuzz/README.md); a bug they find gets a named regression test.
+    #![proptest_config(ProptestConfig {
+        cases: 768,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5d_9a_19),
+        ..ProptestConfig::default()
+    })]
 
     /// fuzz `trace_parse`, bounded.
     #[test]

@@ -39,7 +39,14 @@ fn strides() -> impl Strategy<Value = Option<Strides>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4096, failure_persistence: None, ..ProptestConfig::default() })]
+    // A fixed seed: CI must not pass or fail by chance. The open-ended search is the cargo-fuzz targets'
+    // (fuzz/README.md); a bug they find gets a named regression test.
+    #![proptest_config(ProptestConfig {
+        cases: 4096,
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5d_9a_19),
+        ..ProptestConfig::default()
+    })]
 
     /// fuzz `result_file`, bounded: what parses serialises and reads back with the same records.
     #[test]
@@ -70,7 +77,15 @@ proptest! {
         }
         for s in specs.iter().take(16) {
             let back: BenchSpec = serde_json::from_str(&serde_json::to_string(s).unwrap()).unwrap();
-            prop_assert_eq!(&back, s);
+            // serde_json may read a printed f64 back one ulp off (the cargo-fuzz target found max_time_s
+            // 4e-84 -> 3.9999999999999997e-84): the budget within rounding, the rest exactly.
+            let (a, b) = (back.max_time_s, s.max_time_s);
+            let close = match (a, b) {
+                (Some(x), Some(y)) => x == y || (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(y.abs()),
+                (x, y) => x == y,
+            };
+            prop_assert!(close, "max_time_s {:?} read back as {:?}", b, a);
+            prop_assert_eq!(BenchSpec { max_time_s: None, ..back }, BenchSpec { max_time_s: None, ..s.clone() });
             for (shape, &dtype) in s.shapes.iter().zip(s.dtypes.iter().cycle()).take(64) {
                 let spec = AttentionSpec::new(*shape, dtype);
                 if spec.validate().is_ok() {
