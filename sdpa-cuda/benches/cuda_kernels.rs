@@ -40,7 +40,8 @@ fn str_of<'a>(p: &'a Value, k: &str) -> Result<&'a str, String> {
     field(p, k)?.as_str().ok_or_else(|| format!("`{k}` of {p} is not a string"))
 }
 
-fn one(gpu: &CudaBackend, p: &Value, warmup: usize, reps: usize) -> Result<Value, String> {
+/// The spec and options of a point.
+fn call_of(p: &Value) -> Result<(AttentionSpec, RunOptions), String> {
     let shape = Shape {
         b: usize_of(p, "b")?,
         hq: usize_of(p, "hq")?,
@@ -55,14 +56,24 @@ fn one(gpu: &CudaBackend, p: &Value, warmup: usize, reps: usize) -> Result<Value
     let kernel: Kernel = str_of(p, "kernel")?.parse()?;
     let f32_math: F32Math = str_of(p, "f32_math")?.parse()?;
     let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
-    let inputs = HostInputs::random(&spec, 42).map_err(|e| e.to_string())?;
-    let opts = RunOptions { kernel, f32_math, threads: None, lse: false };
-    let run = gpu.run_host(&spec, &opts, &inputs).map_err(|e| e.to_string())?;
-    let check = check_output(&spec, &inputs, &run.output, f32_math, Some(8)).map_err(|e| e.to_string())?;
-    let (mut times, ran) = gpu.time_host(&spec, &opts, &inputs, warmup, reps).map_err(|e| e.to_string())?;
+    Ok((spec, RunOptions { kernel, f32_math, threads: None, lse: false }))
+}
+
+fn one(
+    gpu: &CudaBackend,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    warmup: usize,
+    reps: usize,
+) -> Result<Value, String> {
+    let (shape, dtype, f32_math, mask) = (spec.shape, spec.dtype, opts.f32_math, &spec.mask);
+    let inputs = HostInputs::random(spec, 42).map_err(|e| e.to_string())?;
+    let run = gpu.run_host(spec, opts, &inputs).map_err(|e| e.to_string())?;
+    let check = check_output(spec, &inputs, &run.output, f32_math, Some(8)).map_err(|e| e.to_string())?;
+    let (mut times, ran) = gpu.time_host(spec, opts, &inputs, warmup, reps).map_err(|e| e.to_string())?;
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let cost = AttentionCost::of(&shape, &mask, dtype);
+    let cost = AttentionCost::of(&shape, mask, dtype);
     Ok(json!({
         "kernel_ran": ran.name(),
         "median_ms": median,
@@ -75,12 +86,17 @@ fn one(gpu: &CudaBackend, p: &Value, warmup: usize, reps: usize) -> Result<Value
     }))
 }
 
-/// Copies the `splitkv` module's trace global (the last traced launch) to `path` as one array of
-/// `TRACE_FIELDS` words per block, and zeroes it.
-fn write_trace(gpu: &CudaBackend, path: &str) -> Result<(), String> {
+/// Copies the trace global of the `splitkv` program the point ran (its last traced launch) to `path` as one
+/// array of `TRACE_FIELDS` words per block, and zeroes it.
+fn write_trace(gpu: &CudaBackend, spec: &AttentionSpec, opts: &RunOptions, path: &str) -> Result<(), String> {
     use sdpa_cuda::splitkv::{TRACE_BLOCKS, TRACE_FIELDS, TRACE_GLOBAL};
     let dev = gpu.device();
-    let module = dev.module(&sdpa_cuda::modules::SPLITKV).map_err(|e| e.to_string())?;
+    let programs = gpu.programs_for(spec, opts).map_err(|e| e.to_string())?;
+    let program = programs
+        .iter()
+        .find(|p| p.module.name == sdpa_cuda::modules::SPLITKV.name)
+        .ok_or_else(|| "the point does not run splitkv".to_string())?;
+    let module = dev.module(program).map_err(|e| e.to_string())?;
     let stream = dev.stream();
     let mut global = module.get_global(TRACE_GLOBAL, stream).map_err(|e| format!("{e:?}"))?;
     let bytes = stream.clone_dtoh(&global).map_err(|e| format!("{e:?}"))?;
@@ -123,20 +139,27 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = gpu.warm_up() {
-        eprintln!("cuda_kernels: {e}");
-        return ExitCode::FAILURE;
+    let points = points.as_array().map(Vec::as_slice).unwrap_or_default();
+    let calls: Vec<_> = points.iter().filter_map(|p| call_of(p).ok()).collect();
+    // Every program the points need, compiled in parallel before anything is timed (a point whose call
+    // cannot be planned reports its error below).
+    let programs: Vec<_> = calls.iter().filter_map(|(s, o)| gpu.programs_for(s, o).ok()).flatten().collect();
+    if let Err(e) = gpu.device().prepare(&programs) {
+        eprintln!("cuda_kernels: warm-up: {e}");
     }
     let device = sdpa_core::Backend::device_name(&gpu);
     let trace_dir = arg("--trace");
     let mut out = Vec::new();
-    for (n, p) in points.as_array().map(Vec::as_slice).unwrap_or_default().iter().enumerate() {
-        let res = one(&gpu, p, warmup, reps);
-        if let Some(dir) = &trace_dir {
-            if let Err(e) = write_trace(&gpu, &format!("{dir}/trace-{n}.json")) {
-                eprintln!("cuda_kernels: trace of point {n}: {e}");
+    for (n, p) in points.iter().enumerate() {
+        let res = call_of(p).and_then(|(spec, opts)| {
+            let res = one(&gpu, &spec, &opts, warmup, reps);
+            if let Some(dir) = &trace_dir {
+                if let Err(e) = write_trace(&gpu, &spec, &opts, &format!("{dir}/trace-{n}.json")) {
+                    eprintln!("cuda_kernels: trace of point {n}: {e}");
+                }
             }
-        }
+            res
+        });
         let mut rec = p.clone();
         if let Some(obj) = rec.as_object_mut() {
             obj.insert("device".into(), json!(device));

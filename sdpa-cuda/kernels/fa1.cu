@@ -635,7 +635,9 @@ struct Fa1TiledChoice {
     static constexpr int UNR = NARROW && HD > 64 ? 1 : 2;
 };
 
-#ifndef FA1_NO_ENTRIES
+// Entry macros, one entry per NVRTC program (src/kernels/fa1.rs writes the line a call needs):
+// fa1_{dtype}_{HD} (fixed 4 x 4 per thread), fa1t_{dtype}_{HD} (register-tiled, the shape above) and the
+// generic fa1_{dtype} for any head dims.
 #define FA1_FIXED(NAME, T, HD)                                                                   \
     extern "C" __global__ void __launch_bounds__(FA1_THREADS) NAME(const AttnParams p) {       \
         fa1_fixed<T, HD>(p);                                                                     \
@@ -646,22 +648,5 @@ struct Fa1TiledChoice {
         using C = Fa1TiledChoice<T, HD>;                                                                  \
         fa1_tiled<T, HD, C::TM, C::ALIAS, C::UNR, C::TX>(p);                                              \
     }
-#define FA1_ALL_DIMS(TNAME, T)      \
-    FA1_FIXED(fa1_##TNAME##_32, T, 32)   \
-    FA1_FIXED(fa1_##TNAME##_64, T, 64)   \
-    FA1_FIXED(fa1_##TNAME##_80, T, 80)   \
-    FA1_FIXED(fa1_##TNAME##_96, T, 96)   \
-    FA1_FIXED(fa1_##TNAME##_128, T, 128) \
-    FA1_FIXED(fa1_##TNAME##_256, T, 256) \
-    FA1_TILED(fa1t_##TNAME##_32, T, 32)   \
-    FA1_TILED(fa1t_##TNAME##_64, T, 64)   \
-    FA1_TILED(fa1t_##TNAME##_80, T, 80)   \
-    FA1_TILED(fa1t_##TNAME##_96, T, 96)   \
-    FA1_TILED(fa1t_##TNAME##_128, T, 128) \
-    FA1_TILED(fa1t_##TNAME##_256, T, 256) \
-    extern "C" __global__ void __launch_bounds__(FA1_THREADS) fa1_##TNAME(const AttnParams p) { fa1_generic<T>(p); }
-
-FA1_ALL_DIMS(f32, float)
-FA1_ALL_DIMS(f16, __half)
-FA1_ALL_DIMS(bf16, __nv_bfloat16)
-#endif
+#define FA1_GENERIC(NAME, T) \
+    extern "C" __global__ void __launch_bounds__(FA1_THREADS) NAME(const AttnParams p) { fa1_generic<T>(p); }

@@ -239,23 +239,12 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
-// Entry points fa1m_{dtype}_{D}_{none|causal|explicit}. Tile per head dim: BM query rows, BN keys per K/V
-// tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM; src/kernels/fa1.rs mirrors these
-// lines in `mma_tile_for` (bench/results/gpu/fa1.md says how they were chosen).
+// One entry point per NVRTC program: NAME for element type T, head dim D, a tile (BM query rows, BN keys
+// per K/V tile, WM x WN warps (row groups x key groups), K/V stages, min blocks per SM) and mask MASK; the
+// launcher (src/kernels/fa1.rs, `mma_tile_for`; bench/results/gpu/fa1.md says how the tiles were chosen)
+// writes the instantiation a call needs.
 #define FA1M_ENTRY(NAME, T, D, BM, BN, WM, WN, ST, MINB, MASK)                                        \
     extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \
         extern __shared__ __align__(16) unsigned char fa1m_smem[];                                  \
         fa1m_forward<T, D, BM, BN, WM, WN, ST, MASK>(p, fa1m_smem);                                 \
     }
-
-#ifndef FA1M_NO_ENTRIES
-#define FA1M_ENTRIES_FOR(TNAME, T, D, BM, BN, WM, WN, ST, MINB)                                       \
-    FA1M_ENTRY(fa1m_##TNAME##_##D##_none, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_NONE)              \
-    FA1M_ENTRY(fa1m_##TNAME##_##D##_causal, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_CAUSAL)          \
-    FA1M_ENTRY(fa1m_##TNAME##_##D##_explicit, T, D, BM, BN, WM, WN, ST, MINB, FA2_MASK_EXPLICIT)
-#define FA1M_ENTRIES_DTYPE(TNAME, T)                                                                  \
-    FA1M_ENTRIES_FOR(TNAME, T, 64, 128, 128, 4, 2, 2, 1) /* fa1m-choice-64 */                         \
-    FA1M_ENTRIES_FOR(TNAME, T, 128, 128, 64, 4, 2, 2, 1) /* fa1m-choice-128 */
-FA1M_ENTRIES_DTYPE(f16, __half)
-FA1M_ENTRIES_DTYPE(bf16, __nv_bfloat16)
-#endif

@@ -169,37 +169,12 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
-// Entry points fa2_{dtype}_{D}_{none|causal|explicit}. Tiles per head dim (BM query rows, BN keys, warps,
-// K/V stages, min blocks per SM) were chosen by measurement on the H100 (dev/fa2_bench.py, see
-// bench/results/gpu/fa2.md); src/kernels/fa2.rs mirrors them in `tile_for`.
+// One entry point: NAME runs the kernel for element type T, head dim D and a tile (BM query rows, BN keys,
+// warps, K/V stages, min blocks per SM) under mask MASK. Each entry is its own NVRTC program: the launcher
+// (src/kernels/fa2.rs, `VARIANTS`, the tiles measured on the H100) writes the one line that instantiates
+// what a call needs.
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
         fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(fa2_smem));                   \
     }
-
-// Entry points fa2_{dtype}_{D}_{mask} with the tile measured for each head dim on full grids,
-// fa2_small_{dtype}_{D}_{mask} with 64-row tiles (128 keys at D = 64, 64 at D = 96 and 128) for grids
-// that leave SMs idle (a shorter path per block, no opt-in shared memory at D = 64), and
-// fa2_deep_{dtype}_{D}_{mask}, the same tiles with a 4-deep K/V ring, when even the small tile's grid has
-// no more blocks than SMs and the device has the shared memory (issue 4's tiny shapes); src/kernels/fa2.rs
-// `tile_for` and `DEEP_STAGES` mirror them. D = 256 already runs 64 x 64.
-#ifndef FA2_NO_ENTRIES
-#define FA2_ENTRIES_FOR(PFX, TNAME, T, D, BM, BN, NW, ST, MINB)                                        \
-    FA2_ENTRY(PFX##TNAME##_##D##_none, T, D, BM, BN, NW, ST, MINB, FA2_MASK_NONE)                      \
-    FA2_ENTRY(PFX##TNAME##_##D##_causal, T, D, BM, BN, NW, ST, MINB, FA2_MASK_CAUSAL)                  \
-    FA2_ENTRY(PFX##TNAME##_##D##_explicit, T, D, BM, BN, NW, ST, MINB, FA2_MASK_EXPLICIT)
-#define FA2_ENTRIES_DTYPE(TNAME, T)                                                                    \
-    FA2_ENTRIES_FOR(fa2_, TNAME, T, 64, 128, 128, 4, 1, 1)                                             \
-    FA2_ENTRIES_FOR(fa2_, TNAME, T, 96, 128, 64, 4, 2, 2)                                              \
-    FA2_ENTRIES_FOR(fa2_, TNAME, T, 128, 128, 64, 4, 1, 2)                                             \
-    FA2_ENTRIES_FOR(fa2_, TNAME, T, 256, 64, 64, 4, 1, 1)                                              \
-    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 64, 64, 128, 4, 1, 1)                                        \
-    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 96, 64, 64, 4, 1, 1)                                         \
-    FA2_ENTRIES_FOR(fa2_small_, TNAME, T, 128, 64, 64, 4, 1, 1)                                        \
-    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 64, 64, 128, 4, 4, 1)                                         \
-    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 96, 64, 64, 4, 4, 1)                                          \
-    FA2_ENTRIES_FOR(fa2_deep_, TNAME, T, 128, 64, 64, 4, 4, 1)
-FA2_ENTRIES_DTYPE(f16, __half)
-FA2_ENTRIES_DTYPE(bf16, __nv_bfloat16)
-#endif

@@ -608,33 +608,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK)                                                    \
     }
 
-// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits),
-// splitkv_bulk_{dtype}_{D}_{mask} (bulk copies where compiled for sm_90 or newer, the cp.async path
-// elsewhere; warps interleaved over the block's keys) and splitkv_tma_{dtype}_{D}_{mask} (sm_90 tensor
-// copies, warps interleaved; D a multiple of 64); NW warps = splits per block, STAGES-deep ring, KS keys
-// per step, chosen on the H100 and mirrored by src/kernels/splitkv.rs `tile_for`.
-#ifndef SPLITKV_NO_ENTRIES
-#define SPLITKV_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS, LOAD, ILV)                                \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE, LOAD, ILV)              \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL, LOAD, ILV)          \
-    SPLITKV_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT, LOAD, ILV)
-#define SPLITKV_TMA_ENTRIES_FOR(PFX, TNAME, T, D, NW, STAGES, KS)                                       \
-    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_none, T, D, NW, STAGES, KS, FA2_MASK_NONE)                     \
-    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_causal, T, D, NW, STAGES, KS, FA2_MASK_CAUSAL)                 \
-    SPLITKV_TMA_ENTRY(PFX##TNAME##_##D##_explicit, T, D, NW, STAGES, KS, FA2_MASK_EXPLICIT)
+// Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits:
+// LOAD = SKV_CP_ASYNC, ILV = false), splitkv_bulk_{dtype}_{D}_{mask} (LOAD = SKV_BULK_OR_CP_ASYNC, ILV =
+// true: bulk copies where compiled for sm_90 or newer, the cp.async path elsewhere; warps interleaved over
+// the block's keys) and splitkv_tma_{dtype}_{D}_{mask} (SPLITKV_TMA_ENTRY: sm_90 tensor copies, warps
+// interleaved; D a multiple of 64); NW warps = splits per block, STAGES-deep ring, KS keys per step. One
+// entry per NVRTC program: src/kernels/splitkv.rs (`tile_for`, chosen on the H100) writes the line a call
+// needs.
 #define SKV_BULK_OR_CP_ASYNC (SPLITKV_USE_BULK ? SKV_BULK : SKV_CP_ASYNC)
-#define SPLITKV_ENTRIES_DTYPE(TNAME, T)                                                                 \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 64, 4, 2, 32, SKV_CP_ASYNC, false)                          \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 96, 4, 2, 32, SKV_CP_ASYNC, false)                          \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 128, 4, 2, 32, SKV_CP_ASYNC, false)                         \
-    SPLITKV_ENTRIES_FOR(splitkv_, TNAME, T, 256, 4, 2, 16, SKV_CP_ASYNC, false)                         \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 64, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)              \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 96, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)              \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 128, 4, 3, 32, SKV_BULK_OR_CP_ASYNC, true)             \
-    SPLITKV_ENTRIES_FOR(splitkv_bulk_, TNAME, T, 256, 4, 2, 16, SKV_BULK_OR_CP_ASYNC, true)             \
-    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 64, 4, 3, 32)                                       \
-    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 128, 4, 3, 32)                                      \
-    SPLITKV_TMA_ENTRIES_FOR(splitkv_tma_, TNAME, T, 256, 4, 2, 16)
-SPLITKV_ENTRIES_DTYPE(f16, __half)
-SPLITKV_ENTRIES_DTYPE(bf16, __nv_bfloat16)
-#endif

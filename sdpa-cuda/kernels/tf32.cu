@@ -443,38 +443,12 @@ __device__ __forceinline__ void tc_forward(const AttnParams& p, float* smem) {
     repair_nonfinite_rows<float>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
-// Entry points {tf32|tf32x3}_f32_{DP}_{none|causal|explicit}. Tiles per padded head dim (MT m16 tiles per
-// warp, NW warps, BK keys, K/V stages, split, per-block K/V rounding) were chosen by measurement on the H100
-// (dev/tf32_bench.py, see bench/results/gpu/tf32.md; since warps skip the causal key tiles past their rows, plain
-// TF32 at D = 128 takes 8 warps under causal masks too); src/kernels/tf32.rs mirrors this table in `tile_for`.
+// Entry points {tf32|tf32x3}_f32_{DP}[s]_{none|causal|explicit}: padded head dim DP, MT m16 tiles per warp,
+// NW warps, BK keys, K/V stages, split TF32 or not, per-block K/V rounding, mask. One entry per NVRTC
+// program: src/kernels/tf32.rs (`tile_for`, `small_tile_for`: tiles chosen by measurement on the H100 with
+// dev/tf32_bench.py, see bench/results/gpu/tf32.md) writes the line a call needs.
 #define TC_ENTRY(NAME, DP, MT, NW, BK, ST, SPLIT, PRE, MASK)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                \
         extern __shared__ __align__(16) float tc_smem[];                                             \
         tc_forward<DP, MT, NW, BK, ST, SPLIT, PRE, MASK>(p, tc_smem);                                \
     }
-#define TC_ENTRIES_AS(PREFIX, TAG, DP, MT, NW, BK, ST, SPLIT, PRE)                                   \
-    TC_ENTRY(PREFIX##_f32_##TAG##_none, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_NONE)               \
-    TC_ENTRY(PREFIX##_f32_##TAG##_causal, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_CAUSAL)           \
-    TC_ENTRY(PREFIX##_f32_##TAG##_explicit, DP, MT, NW, BK, ST, SPLIT, PRE, TC_MASK_EXPLICIT)
-#define TC_ENTRIES(PREFIX, DP, MT, NW, BK, ST, SPLIT, PRE) TC_ENTRIES_AS(PREFIX, DP, DP, MT, NW, BK, ST, SPLIT, PRE)
-
-#ifndef TC_NO_ENTRIES
-TC_ENTRIES(tf32, 16, 2, 4, 64, 2, false, true)
-TC_ENTRIES(tf32, 32, 2, 4, 64, 2, false, true)
-TC_ENTRIES(tf32, 64, 2, 8, 64, 2, false, true)
-TC_ENTRIES(tf32, 128, 2, 8, 32, 1, false, true)
-TC_ENTRIES(tf32, 256, 1, 4, 16, 1, false, true)
-TC_ENTRIES(tf32x3, 16, 2, 4, 32, 1, true, true)
-TC_ENTRIES(tf32x3, 32, 2, 4, 32, 1, true, true)
-TC_ENTRIES(tf32x3, 64, 2, 4, 32, 1, true, true)
-TC_ENTRIES(tf32x3, 128, 1, 8, 32, 1, true, true)
-TC_ENTRIES(tf32x3, 256, 1, 4, 16, 1, true, true)
-// Entries {prefix}_f32_{DP}s_*: tiles of at most 99 KB of shared memory, for devices that cannot give a block
-// the tiles above (src/kernels/tf32.rs `small_tile_for`: compute capability 8.6/8.9 parts, and an A100 at D = 128 and
-// split D = 256).
-TC_ENTRIES_AS(tf32, 64s, 64, 2, 4, 64, 1, false, true)
-TC_ENTRIES_AS(tf32, 128s, 128, 1, 4, 32, 1, false, true)
-TC_ENTRIES_AS(tf32x3, 64s, 64, 1, 4, 32, 1, true, true)
-TC_ENTRIES_AS(tf32x3, 128s, 128, 1, 2, 16, 1, true, true)
-TC_ENTRIES_AS(tf32x3, 256s, 256, 1, 1, 16, 1, true, false)
-#endif

@@ -503,7 +503,7 @@ __device__ __forceinline__ void wg_forward(const AttnParams& p, unsigned char* s
     repair_nonfinite_rows<float>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 #else
-// Any other target: the entries exist (one module for every architecture) but trap; src/kernels/tf32.rs launches them only
+// Any other target: the entries compile (for the compile check on every architecture) but trap; src/kernels/tf32.rs launches them only
 // on compute capability 9.0, where the module is built for sm_90a.
 template <int NC, int ST, bool PP, int MASK>
 __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
@@ -512,9 +512,9 @@ __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
 #endif
 
 
-// Entry points tf32wg_f32_128_{none|causal|explicit}: 2 consumer warpgroups (128 query rows), 2-deep rings,
-// ping-pong under every mask (measured: bench/results/gpu/tf32.md). src/kernels/tf32.rs mirrors the block size and
-// shared memory (`WG_*`).
+// Entry points tf32wg_f32_128_{none|causal|explicit}, one per NVRTC program (src/kernels/tf32.rs writes the
+// line): 2 consumer warpgroups (128 query rows), 2-deep rings, ping-pong under every mask (measured:
+// bench/results/gpu/tf32.md). src/kernels/tf32.rs mirrors the block size and shared memory (`WG_*`).
 #define WG_NC 2
 #define WG_ST 2
 #define WG_ENTRY(NAME, MASK)                                                                          \
@@ -522,6 +522,3 @@ __device__ __forceinline__ void wg_forward(const AttnParams&, unsigned char*) {
         extern __shared__ __align__(1024) unsigned char wg_smem[];                                    \
         wg_forward<WG_NC, WG_ST, true, MASK>(p, wg_smem);                                            \
     }
-WG_ENTRY(tf32wg_f32_128_none, TC_MASK_NONE)
-WG_ENTRY(tf32wg_f32_128_causal, TC_MASK_CAUSAL)
-WG_ENTRY(tf32wg_f32_128_explicit, TC_MASK_EXPLICIT)

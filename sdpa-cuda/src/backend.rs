@@ -5,10 +5,11 @@
 
 use crate::checked::buffer::CudaBuffer;
 use crate::checked::call::Call;
-use crate::checked::device::{Device, DeviceInfo};
+use crate::checked::device::{Device, DeviceInfo, ProgramLoad};
 use crate::checked::params::AttnParams;
 use crate::error::{drv, unsupported, BACKEND};
 use crate::kernels::dispatch;
+use crate::sys::program::Program;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use half::{bf16, f16};
 use sdpa_core::{
@@ -123,16 +124,43 @@ impl CudaBackend {
         self.dev.info()
     }
 
-    /// Compiles (or loads from the disk cache) every registered kernel module now, so that the first
-    /// timed call does not pay for it. Returns the module names.
-    pub fn warm_up(&self) -> Result<Vec<&'static str>> {
-        crate::sys::modules::MODULES
-            .iter()
-            .map(|m| {
-                self.dev.module(m)?;
-                Ok(m.name)
-            })
-            .collect()
+    /// The kernel programs a forward call of `spec` with `opts` would launch on this GPU (what
+    /// [`Self::warm_up`] loads), planned as [`dispatch`] plans the call, on contiguous, aligned operands
+    /// (the layout `sdpa run`, `sdpa bench` and candle's contiguous tensors have).
+    pub fn programs_for(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Vec<Program>> {
+        spec.validate()?;
+        self.capabilities().check(BACKEND, spec, opts)?;
+        // Distinct, 256-byte aligned stand-in addresses: planning reads pointers for their alignment only
+        // (and the TMA path encodes tensor maps, which never dereference them).
+        let fake = |i: u64| (i + 1) << 32;
+        let mask = if matches!(spec.mask, Mask::Explicit(_)) { fake(4) } else { 0 };
+        let lse = if opts.lse { fake(5) } else { 0 };
+        let params = AttnParams::new(spec, fake(0), fake(1), fake(2), fake(3), mask, lse)?;
+        let call = Call { dev: &self.dev, stream: self.dev.stream(), spec, opts, params };
+        crate::kernels::programs_for(&call)
+    }
+
+    /// Loads now every program the calls `(spec, opts)` would launch: images from the disk cache, the
+    /// rest compiled on parallel threads, so that no first call waits for NVRTC (servers at start-up,
+    /// benchmarks before timing). Returns what was loaded now (nothing for programs already loaded).
+    pub fn warm_up(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
+        let mut programs = Vec::new();
+        for (spec, opts) in calls {
+            programs.extend(self.programs_for(spec, opts)?);
+        }
+        self.dev.prepare(&programs)
+    }
+
+    /// Loads every program of every kernel family (the whole compile, in parallel): for a cache that must
+    /// hold everything before the machine goes offline, or to time the full compile.
+    pub fn warm_up_all(&self) -> Result<Vec<ProgramLoad>> {
+        self.dev.prepare(&crate::kernels::all_programs())
+    }
+
+    /// The programs loaded since the last call, with where each image came from and its cost (see
+    /// [`Device::take_loads`]): what a first call paid before its kernel ran.
+    pub fn take_loads(&self) -> Result<Vec<ProgramLoad>> {
+        self.dev.take_loads()
     }
 
     /// Runs one forward call on caller-owned device memory, queued on `stream` (which must belong to
@@ -231,20 +259,18 @@ impl CudaBackend {
                 // word only if they XOR to a value the zeroed buffer never gives. The guard orders later
                 // uses of `buf` after the launch.
                 let r = unsafe {
-                    crate::checked::launch::launch(
-                        &self.dev,
-                        stream,
-                        &crate::sys::modules::L2_FLUSH,
-                        "l2_flush_read",
-                        dims,
-                        &args,
-                    )
+                    crate::checked::launch::launch(&self.dev, stream, &l2_flush_program(), "l2_flush_read", dims, &args)
                 };
                 drop(guard);
                 r
             }
         }
     }
+}
+
+/// The read pass of [`L2Flush::Clean`]: `kernels/l2_flush.cu`, compiled whole.
+pub fn l2_flush_program() -> Program {
+    Program::whole(&crate::sys::modules::L2_FLUSH)
 }
 
 /// Keeps the guard of a device pointer (it orders later uses of the memory after this call's launches)

@@ -238,7 +238,7 @@ fn fa1_entry(gpu: &sdpa_cuda::CudaBackend, spec: &sdpa_core::AttentionSpec) -> S
     let opts = sdpa_core::RunOptions::default();
     let dev = gpu.device();
     let call = sdpa_cuda::Call { dev, stream: dev.stream(), spec, opts: &opts, params };
-    sdpa_cuda::fa1::plan(&call).expect("plans").1
+    sdpa_cuda::fa1::plan(&call).expect("plans").0.name
 }
 
 /// The tensor-core fa1 (`fa1m`, warps splitting the keys of each K/V tile) on shapes spanning several query

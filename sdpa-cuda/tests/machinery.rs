@@ -34,33 +34,50 @@ fn opening_a_missing_device_is_an_error_not_a_panic() {
     }
 }
 
+/// A warm-up compiles exactly the programs the calls need (one instantiation each, on parallel threads),
+/// stores them on disk, and a fresh backend reads them back without compiling or rewriting a file.
 #[test]
-fn modules_are_cached_on_disk() {
+fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
+    use sdpa_cuda::images::Origin;
     let Some(g) = gpu() else { return };
     let dir = std::env::temp_dir().join(format!("sdpa-cuda-cache-test-{}", std::process::id()));
     // The cache directory is read per compile; this test owns its process-wide setting only briefly, and
     // no other test in this binary compiles modules concurrently with a different expectation.
     std::env::set_var("SDPA_CUDA_CACHE", &dir);
+    let bf16 = |sq, sk, mask| AttentionSpec::new(Shape::new(2, 8, sq, sk, 128), DType::BF16).with_mask(mask);
+    let calls = [
+        (bf16(1000, 1000, Mask::CausalBottomRight), RunOptions { kernel: Kernel::Fa2, ..Default::default() }),
+        (bf16(1, 8192, Mask::None), RunOptions { kernel: Kernel::SplitKv, ..Default::default() }),
+        (bf16(77, 77, Mask::None), RunOptions { kernel: Kernel::Fa1, ..Default::default() }),
+    ];
+    let wanted: Vec<String> =
+        calls.iter().flat_map(|(s, o)| g.programs_for(s, o).expect("plannable")).map(|p| p.name).collect();
+    assert_eq!(wanted.len(), 3, "one program per call: {wanted:?}");
     let t = std::time::Instant::now();
-    let names = g.warm_up().expect("every module compiles and loads");
+    let loads = g.warm_up(&calls).expect("the programs compile and load");
     let first = t.elapsed();
+    let names: Vec<&str> = loads.iter().map(|l| l.program.as_str()).collect();
+    assert_eq!(names, wanted.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(loads.iter().all(|l| l.origin == Origin::Compiled), "{loads:?}");
+    assert!(g.warm_up(&calls).expect("already loaded").is_empty(), "a second warm-up loaded again");
     let stamp = |d: &std::path::Path| {
         let mut v: Vec<_> = std::fs::read_dir(d)
             .expect("cache dir created")
             .flatten()
-            .map(|e| (e.file_name(), e.metadata().and_then(|m| m.modified()).ok()))
+            .map(|e| (e.file_name(), e.metadata().map(|m| m.len()).ok()))
             .collect();
         v.sort();
         v
     };
     let before = stamp(&dir);
-    assert!(before.len() >= names.len(), "{} cached images for {names:?}", before.len());
-    // A fresh backend (empty module map) reads the images: no file is rewritten.
+    assert_eq!(before.len(), wanted.len(), "{before:?}");
+    // A fresh backend (nothing loaded) reads the images: no compile, no new file.
     let g2 = CudaBackend::new(0).expect("gpu");
     let t = std::time::Instant::now();
-    g2.warm_up().expect("loads from cache");
+    let loads = g2.warm_up(&calls).expect("loads from cache");
     let second = t.elapsed();
-    eprintln!("first warm-up {first:.2?}, from the disk cache {second:.2?}");
+    eprintln!("first warm-up {first:.2?} ({} programs compiled), from the disk cache {second:.2?}", wanted.len());
+    assert!(loads.iter().all(|l| l.origin == Origin::DiskCache), "{loads:?}");
     assert_eq!(before, stamp(&dir), "the second warm-up compiled again");
     std::env::remove_var("SDPA_CUDA_CACHE");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,12 +1,16 @@
-//! Every kernel module compiles with NVRTC for sm_80 and sm_90 (and for sm_90a, the target a module marked
-//! `arch_specific` gets on an sm_90 device), with no GPU needed: a syntax error in a `.cu` file fails here
-//! (CI installs the pinned NVRTC and CUDA header wheels and sets `SDPA_REQUIRE_NVRTC=1`, so a missing NVRTC
-//! fails instead of skipping).
+//! Every kernel program (each instantiation a launch can ask for, `kernels::all_programs`) compiles with NVRTC
+//! for sm_80 and sm_90 (a module marked `arch_specific` for sm_90a there, the target it gets on an sm_90
+//! device), on parallel threads, with no GPU needed: a syntax error in a `.cu` file or a wrong instantiation
+//! line fails here (CI installs the pinned NVRTC and CUDA header wheels and sets `SDPA_REQUIRE_NVRTC=1`, so a
+//! missing NVRTC fails instead of skipping).
 
-use sdpa_cuda::{libs, modules, nvrtc};
+use sdpa_cuda::program::Program;
+use sdpa_cuda::{images, kernels, libs, modules, nvrtc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 #[test]
-fn every_module_compiles_for_sm80_and_sm90() {
+fn every_instantiation_compiles_for_sm80_and_sm90() {
     let required = std::env::var_os("SDPA_REQUIRE_NVRTC").is_some_and(|v| v == "1");
     let version = match nvrtc::version() {
         Ok(v) => v,
@@ -23,25 +27,58 @@ fn every_module_compiles_for_sm80_and_sm90() {
         return;
     };
     let inc = include.display().to_string();
-    eprintln!("NVRTC {version:?}, headers from {inc}");
-    let mut failures = Vec::new();
-    for module in modules::MODULES {
-        let specific = module.arch_specific.then(|| module.arch_for("sm_90"));
-        for arch in ["sm_80", "sm_90"].into_iter().chain(specific.as_deref()) {
-            let opts = nvrtc::options(arch, Some(&inc), module);
-            let t = std::time::Instant::now();
-            match nvrtc::compile(module, arch, &opts) {
-                Ok(c) => {
-                    eprintln!("{:>10} {arch}: {} bytes in {:.2?}", module.name, c.cubin.len(), t.elapsed());
-                    if !c.log.is_empty() {
-                        eprintln!("{}", c.log);
+    let programs = kernels::all_programs();
+    let mut names: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), programs.len(), "two programs share a name");
+    let jobs: Vec<(&Program, String)> =
+        programs.iter().flat_map(|p| ["sm_80", "sm_90"].map(|arch| (p, p.module.arch_for(arch)))).collect();
+    let threads = images::compile_threads().min(jobs.len());
+    eprintln!("NVRTC {version:?}, headers from {inc}: {} compiles on {threads} threads", jobs.len());
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let started = std::time::Instant::now();
+    let slowest = Mutex::new((0.0f64, String::new()));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let Some((program, arch)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                let opts = nvrtc::options(arch, Some(&inc), program.module);
+                let t = std::time::Instant::now();
+                let outcome = nvrtc::compile(program, arch, &opts).map_err(|e| e.to_string()).and_then(|c| {
+                    // The entry an instantiation names must be in the image (ELF symbol table); a whole
+                    // module's entries are looked up by name at launch and tested on the GPU.
+                    let has_entry =
+                        program.is_whole() || c.cubin.windows(program.name.len()).any(|w| w == program.name.as_bytes());
+                    match (c.cubin.len() > 1000, has_entry) {
+                        (true, true) => Ok(()),
+                        (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
+                        (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
                     }
-                    assert!(c.cubin.len() > 1000, "{} {arch}: suspiciously small cubin", module.name);
+                });
+                let secs = t.elapsed().as_secs_f64();
+                if let Ok(mut s) = slowest.lock() {
+                    if secs > s.0 {
+                        *s = (secs, format!("{} {arch}", program.name));
+                    }
                 }
-                Err(e) => failures.push(format!("{e}")),
-            }
+                if let Err(e) = outcome {
+                    if let Ok(mut f) = failures.lock() {
+                        f.push(e);
+                    }
+                }
+            });
         }
-    }
+    });
+    let (secs, which) = slowest.into_inner().unwrap_or_default();
+    eprintln!(
+        "{} compiles in {:.1?}; slowest {which} {secs:.2} s; modules: {:?}",
+        jobs.len(),
+        started.elapsed(),
+        modules::MODULES.iter().map(|m| m.name).collect::<Vec<_>>()
+    );
+    let failures = failures.into_inner().unwrap_or_default();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -51,10 +88,16 @@ fn a_syntax_error_keeps_the_compiler_log() {
         eprintln!("skipping: NVRTC or CUDA headers not found");
         return;
     }
-    let broken = modules::ModuleSource::new("broken", "extern \"C\" __global__ void k() { int x = ; }");
+    // Both kinds of program: a whole module, and an instantiation line that names no macro of its family.
+    static BROKEN: modules::ModuleSource =
+        modules::ModuleSource::new("broken", "extern \"C\" __global__ void k() { int x = ; }");
     let inc = libs::include_dir().map(|p| p.display().to_string());
-    let opts = nvrtc::options("sm_90", inc.as_deref(), &broken);
-    let err = nvrtc::compile(&broken, "sm_90", &opts).expect_err("must not compile");
+    let opts = nvrtc::options("sm_90", inc.as_deref(), &BROKEN);
+    let err = nvrtc::compile(&Program::whole(&BROKEN), "sm_90", &opts).expect_err("must not compile");
     let text = err.to_string();
     assert!(text.contains("broken.cu") && text.contains("expected an expression"), "{text}");
+    let typo = Program::entry(&modules::FA2, "fa2_bf16_128_none", "FA2_ENTYR(fa2_bf16_128_none, __nv_bfloat16)");
+    let err = nvrtc::compile(&typo, "sm_90", &nvrtc::options("sm_90", inc.as_deref(), typo.module))
+        .expect_err("must not compile");
+    assert!(err.to_string().contains("fa2_bf16_128_none"), "{err}");
 }

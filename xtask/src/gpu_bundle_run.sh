@@ -65,6 +65,8 @@ fi
 
 if want sanitize; then
   : > "$OUT/sanitizer.log"
+  # Source lines in the sanitizer's reports (the programs are compiled with -lineinfo, cached apart).
+  export SDPA_CUDA_LINEINFO=1
   # A small shape per kernel (lengths off the tiles, GQA, causal); explicit masks are covered by the tests.
   # An optional sixth field is environment for the run (splitkv's other load paths).
   runs=(

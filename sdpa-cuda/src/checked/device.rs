@@ -1,11 +1,11 @@
 //! One GPU: its context, the backend's stream, the device limits launches are checked against, and the
-//! per-device cache of loaded modules (compiled on first use, or read from the disk cache).
+//! loaded kernel programs (one per instantiation, compiled on first use or read from the disk cache; many
+//! at once on parallel threads through [`Device::prepare`]).
 
 use crate::error::{drv, unavailable, CudaError};
-use crate::sys::cache;
+use crate::sys::images::{self, Origin, Target};
 use crate::sys::libs;
-use crate::sys::modules::{ModuleSource, HEADERS};
-use crate::sys::nvrtc;
+use crate::sys::program::Program;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
@@ -46,14 +46,30 @@ impl DeviceInfo {
     }
 }
 
+/// One program made ready on a device: where its image came from and what each step cost.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProgramLoad {
+    /// The program (entry point of an instantiation, or a whole module's name).
+    pub program: String,
+    /// Its family (the `.cu` file stem).
+    pub family: &'static str,
+    /// Read from the disk cache or compiled now.
+    pub origin: Origin,
+    /// Seconds to read or compile the image.
+    pub image_seconds: f64,
+    /// Seconds for the driver to load it (`cuModuleLoadData`).
+    pub load_seconds: f64,
+}
+
 /// A GPU ready to run kernels: context, stream, limits and loaded modules.
 #[derive(Debug)]
 pub struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    programs: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    loads: Mutex<Vec<ProgramLoad>>,
     blas: Mutex<Option<CudaBlas>>,
     kept_scratch: Mutex<KeptScratch>,
 }
@@ -134,8 +150,9 @@ impl Device {
             ctx,
             stream,
             info,
-            modules: Mutex::default(),
+            programs: Mutex::default(),
             functions: Mutex::default(),
+            loads: Mutex::default(),
             blas: Mutex::default(),
             kept_scratch: Mutex::default(),
         }
@@ -212,31 +229,70 @@ impl Device {
         &self.info
     }
 
-    /// The loaded module, compiling (or reading the disk cache) on first use.
-    pub fn module(&self, src: &'static ModuleSource) -> Result<Arc<CudaModule>> {
-        let mut map = self.modules.lock().map_err(|_| poisoned())?;
-        if let Some(m) = map.get(src.name) {
-            return Ok(m.clone());
+    /// Loads every program of `programs` not loaded yet: images from the disk cache, the rest compiled on
+    /// parallel threads ([`images::images`]). Returns what it loaded now (also kept for
+    /// [`Device::take_loads`]). The first failure is the error, with the compiler log.
+    pub fn prepare(&self, programs: &[Program]) -> Result<Vec<ProgramLoad>> {
+        let mut map = self.programs.lock().map_err(|_| poisoned())?;
+        let mut todo: Vec<&Program> = Vec::new();
+        for p in programs {
+            if !map.contains_key(&p.name) && !todo.iter().any(|t| t.name == p.name) {
+                todo.push(p);
+            }
         }
-        let image = self.compiled_image(src)?;
-        let module = self
-            .ctx
-            .load_module(Ptx::from_binary(image))
-            .map_err(drv("cuModuleLoadData", "loading a compiled kernel module"))?;
-        map.insert(src.name, module.clone());
-        Ok(module)
+        if todo.is_empty() {
+            return Ok(Vec::new());
+        }
+        let target = Target { arch: self.info.arch(), driver_version: self.info.driver_version };
+        let built = images::images(&todo, &target);
+        let mut loaded = Vec::with_capacity(todo.len());
+        for (p, image) in todo.iter().zip(built) {
+            let image = image?;
+            let t = std::time::Instant::now();
+            let module = self
+                .ctx
+                .load_module(Ptx::from_binary(image.cubin))
+                .map_err(drv("cuModuleLoadData", "loading a compiled kernel"))?;
+            map.insert(p.name.clone(), module);
+            loaded.push(ProgramLoad {
+                program: p.name.clone(),
+                family: p.module.name,
+                origin: image.origin,
+                image_seconds: image.seconds,
+                load_seconds: t.elapsed().as_secs_f64(),
+            });
+        }
+        self.loads.lock().map_err(|_| poisoned())?.extend(loaded.iter().cloned());
+        Ok(loaded)
     }
 
-    /// The entry point `function` of module `src` (cached).
-    pub fn function(&self, src: &'static ModuleSource, function: &str) -> Result<CudaFunction> {
-        let key = format!("{}::{function}", src.name);
+    /// The programs loaded since the last call (in load order), with where each image came from and what
+    /// it cost: the first-call latency a record reports.
+    pub fn take_loads(&self) -> Result<Vec<ProgramLoad>> {
+        Ok(std::mem::take(&mut *self.loads.lock().map_err(|_| poisoned())?))
+    }
+
+    /// The loaded module of `program`, loading it on first use.
+    pub fn module(&self, program: &Program) -> Result<Arc<CudaModule>> {
+        self.prepare(std::slice::from_ref(program))?;
+        self.programs
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(&program.name)
+            .cloned()
+            .ok_or_else(|| CudaError::Library(format!("kernel `{}` did not load", program.name)).into_sdpa("loading"))
+    }
+
+    /// The entry point `function` of `program` (cached).
+    pub fn function(&self, program: &Program, function: &str) -> Result<CudaFunction> {
+        let key = format!("{}::{function}", program.name);
         if let Some(f) = self.functions.lock().map_err(|_| poisoned())?.get(&key) {
             return Ok(f.clone());
         }
-        let module = self.module(src)?;
+        let module = self.module(program)?;
         let f = module.load_function(function).map_err(|e| {
             if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_FOUND {
-                CudaError::MissingKernel { module: src.name.to_string(), function: function.to_string() }
+                CudaError::MissingKernel { module: program.name.clone(), function: function.to_string() }
                     .into_sdpa("looking up a kernel")
             } else {
                 drv("cuModuleGetFunction", "looking up a kernel")(e)
@@ -244,36 +300,6 @@ impl Device {
         })?;
         self.functions.lock().map_err(|_| poisoned())?.insert(key, f.clone());
         Ok(f)
-    }
-
-    fn compiled_image(&self, src: &'static ModuleSource) -> Result<Vec<u8>> {
-        let arch = src.arch_for(&self.info.arch());
-        let include = libs::include_dir();
-        let inc = include.as_ref().map(|p| p.display().to_string());
-        if inc.is_none() {
-            return Err(CudaError::Library(
-                "CUDA headers (cuda_fp16.h, cuda_bf16.h) not found: set CUDA_HOME to a CUDA 13 toolkit or \
-                 SDPA_CUDA_INCLUDE to its include directory"
-                    .into(),
-            )
-            .into_sdpa(format!("compiling module `{}`", src.name)));
-        }
-        let opts = nvrtc::options(&arch, inc.as_deref(), src);
-        let nvrtc_version = nvrtc::version().map_err(|e| e.into_sdpa(format!("compiling module `{}`", src.name)))?;
-        let key = cache::key(&[
-            src.source.as_bytes(),
-            HEADERS.iter().map(|(n, s)| format!("{n}\n{s}")).collect::<String>().as_bytes(),
-            arch.as_bytes(),
-            opts.join(" ").as_bytes(),
-            format!("nvrtc {nvrtc_version:?} driver {}", self.info.driver_version).as_bytes(),
-        ]);
-        if let Some(image) = cache::load(src.name, &key) {
-            return Ok(image);
-        }
-        let compiled =
-            nvrtc::compile(src, &arch, &opts).map_err(|e| e.into_sdpa(format!("compiling module `{}`", src.name)))?;
-        cache::store(src.name, &key, &compiled.cubin);
-        Ok(compiled.cubin)
     }
 
     /// Runs `f` with the cuBLAS handle (created on first use; needs libcublas), holding a lock so that no

@@ -9,7 +9,7 @@
 
 use crate::checked::device::Device;
 use crate::error::{drv, CudaError};
-use crate::sys::modules::ModuleSource;
+use crate::sys::program::Program;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr};
 use sdpa_core::Result;
@@ -58,7 +58,7 @@ impl LaunchDims {
     }
 }
 
-/// Looks up `function` in `module`, checks `dims`, raises the shared-memory limit if needed and launches
+/// Looks up `function` in `program` (loading it on first use), checks `dims`, raises the shared-memory limit if needed and launches
 /// with `params` as the single by-value argument on `stream` (a stream of `dev`'s context).
 ///
 /// # Safety
@@ -68,12 +68,12 @@ impl LaunchDims {
 pub unsafe fn launch<P: DeviceRepr>(
     dev: &Device,
     stream: &CudaStream,
-    module: &'static ModuleSource,
+    program: &Program,
     function: &str,
     dims: LaunchDims,
     params: &P,
 ) -> Result<()> {
-    let func = dev.function(module, function)?;
+    let func = dev.function(program, function)?;
     dims.check(dev, function, &func)?;
     if dims.smem_bytes > 48 * 1024 {
         func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dims.smem_bytes as i32)

@@ -18,7 +18,8 @@ use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::mask_suffix;
 use crate::error::unsupported;
-use crate::sys::modules::{ModuleSource, FA1, FA1_MMA};
+use crate::sys::modules::{FA1, FA1_MMA};
+use crate::sys::program::{cuda_type, Program};
 use sdpa_core::{DType, Result};
 
 const BQ: usize = 64;
@@ -83,7 +84,7 @@ pub fn generic_smem_bytes() -> usize {
 /// Head dims (D = Dv) with a tensor-core `fa1m` specialisation for f16/bf16.
 pub const FA1_MMA_HEAD_DIMS: [usize; 2] = [64, 128];
 
-/// Tile of one `fa1m` specialisation; mirrors the `FA1M_ENTRIES_FOR` lines of `kernels/fa1_mma.cu`.
+/// Tile of one `fa1m` specialisation (the arguments of `FA1M_ENTRY` in `kernels/fa1_mma.cu` after the head dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MmaTile {
     /// Query rows per block.
@@ -96,6 +97,8 @@ pub struct MmaTile {
     pub wn: usize,
     /// K/V buffers (2: double-buffered).
     pub stages: usize,
+    /// Blocks per SM the registers must allow (`__launch_bounds__`).
+    pub min_blocks: usize,
 }
 
 impl MmaTile {
@@ -115,12 +118,64 @@ impl MmaTile {
 
 /// The `fa1m` tile for head dim `d`, if `d` is specialised.
 pub fn mma_tile_for(d: usize) -> Option<MmaTile> {
-    let t = |bm, bn, wm, wn, stages| Some(MmaTile { bm, bn, wm, wn, stages });
+    let t = |bm, bn, wm, wn, stages| Some(MmaTile { bm, bn, wm, wn, stages, min_blocks: 1 });
     match d {
         64 => t(128, 128, 4, 2, 2), // fa1m-choice-64
         128 => t(128, 64, 4, 2, 2), // fa1m-choice-128
         _ => None,
     }
+}
+
+/// The program of the tensor-core entry `fa1m_{dtype}_{d}_{mask}`.
+pub fn mma_program(dtype: DType, d: usize, tile: MmaTile, mask_kind: i32) -> Program {
+    let name = format!("fa1m_{}_{d}_{}", dtype.name(), mask_suffix(mask_kind));
+    let MmaTile { bm, bn, wm, wn, stages, min_blocks } = tile;
+    let mask = super::mask_const("FA2", mask_kind);
+    let line = format!(
+        "FA1M_ENTRY({name}, {}, {d}, {bm}, {bn}, {wm}, {wn}, {stages}, {min_blocks}, {mask})",
+        cuda_type(dtype)
+    );
+    Program::entry(&FA1_MMA, name, line)
+}
+
+/// The SIMT variants, by entry macro of `kernels/fa1.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simt {
+    /// `fa1t_{dtype}_{d}`: register-tiled.
+    Tiled(usize),
+    /// `fa1_{dtype}_{d}`: fixed 4 x 4 per thread.
+    Fixed(usize),
+    /// `fa1_{dtype}`: any head dims.
+    Generic,
+}
+
+fn simt_program(dtype: DType, variant: Simt) -> Program {
+    let (dt, t) = (dtype.name(), cuda_type(dtype));
+    let (name, line) = match variant {
+        Simt::Tiled(d) => (format!("fa1t_{dt}_{d}"), format!("FA1_TILED(fa1t_{dt}_{d}, {t}, {d})")),
+        Simt::Fixed(d) => (format!("fa1_{dt}_{d}"), format!("FA1_FIXED(fa1_{dt}_{d}, {t}, {d})")),
+        Simt::Generic => (format!("fa1_{dt}"), format!("FA1_GENERIC(fa1_{dt}, {t})")),
+    };
+    Program::entry(&FA1, name, line)
+}
+
+/// Every `fa1` instantiation a launch can ask for.
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for d in FA1_MMA_HEAD_DIMS {
+            let Some(tile) = mma_tile_for(d) else { continue };
+            all.extend(super::MASK_KINDS.iter().map(|&m| mma_program(dtype, d, tile, m)));
+        }
+    }
+    for dtype in DType::ALL {
+        for d in crate::FA1_FAST_HEAD_DIMS {
+            all.push(simt_program(dtype, Simt::Tiled(d)));
+            all.push(simt_program(dtype, Simt::Fixed(d)));
+        }
+        all.push(simt_program(dtype, Simt::Generic));
+    }
+    all
 }
 
 /// Why the tensor-core `fa1m` cannot run this call (it then runs a SIMT variant), or `None` when it can.
@@ -146,7 +201,7 @@ pub fn mma_unsupported_reason(call: &Call<'_>) -> Option<String> {
 }
 
 /// The tensor-core plan, when [`mma_unsupported_reason`] allows it.
-fn mma_plan(call: &Call<'_>) -> Option<Result<(String, LaunchDims)>> {
+fn mma_plan(call: &Call<'_>) -> Option<Result<(Program, LaunchDims)>> {
     if mma_unsupported_reason(call).is_some() {
         return None;
     }
@@ -156,7 +211,6 @@ fn mma_plan(call: &Call<'_>) -> Option<Result<(String, LaunchDims)>> {
     if smem > call.dev.info().smem_per_block_optin as usize {
         return None;
     }
-    let mask = mask_suffix(call.params.mask_kind);
     let plan =
         u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa1: too many query tiles")).map(|tiles| {
             let dims = LaunchDims {
@@ -164,23 +218,22 @@ fn mma_plan(call: &Call<'_>) -> Option<Result<(String, LaunchDims)>> {
                 block: (tile.threads() as u32, 1, 1),
                 smem_bytes: smem as u32,
             };
-            (format!("fa1m_{}_{}_{mask}", call.spec.dtype.name(), s.d), dims)
+            (mma_program(call.spec.dtype, s.d, tile, call.params.mask_kind), dims)
         });
     Some(plan)
 }
 
-/// The module, entry point, grid and shared memory `fa1` uses for the call.
-pub fn plan(call: &Call<'_>) -> Result<(&'static ModuleSource, String, LaunchDims)> {
+/// The program (one entry point), grid and shared memory `fa1` uses for the call.
+pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     if let Some(p) = mma_plan(call) {
-        return p.map(|(name, dims)| (&FA1_MMA, name, dims));
+        return p;
     }
-    simt_plan(call).map(|(name, dims)| (&FA1, name, dims))
+    simt_plan(call)
 }
 
 /// The SIMT entry point, grid and shared memory for the call.
-fn simt_plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
+fn simt_plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let s = call.spec.shape;
-    let dt = call.spec.dtype.name();
     let q_tiles = s.sq.div_ceil(BQ);
     let blocks = q_tiles
         .checked_mul(s.b * s.hq)
@@ -199,25 +252,25 @@ fn simt_plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
         let threads = 16 * shape.tx as u32;
         let smem_bytes = tiled_smem_bytes(s.d, dtype) as u32;
         let dims = LaunchDims { grid: (blocks, 1, 1), block: (threads, 1, 1), smem_bytes };
-        return Ok((format!("fa1t_{dt}_{}", s.d), dims));
+        return Ok((simt_program(dtype, Simt::Tiled(s.d)), dims));
     }
     if fast && fixed_smem_bytes(s.d) <= optin {
         let dims =
             LaunchDims { grid: (blocks, 1, 1), block: (THREADS, 1, 1), smem_bytes: fixed_smem_bytes(s.d) as u32 };
-        Ok((format!("fa1_{dt}_{}", s.d), dims))
+        Ok((simt_program(dtype, Simt::Fixed(s.d)), dims))
     } else {
         let chunks = u32::try_from(s.dv.div_ceil(DVC)).map_err(|_| unsupported("Dv too large"))?;
         let dims =
             LaunchDims { grid: (blocks, chunks, 1), block: (THREADS, 1, 1), smem_bytes: generic_smem_bytes() as u32 };
-        Ok((format!("fa1_{dt}"), dims))
+        Ok((simt_program(dtype, Simt::Generic), dims))
     }
 }
 
 /// Launches `fa1` on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let (module, name, dims) = plan(call)?;
+    let (program, dims) = plan(call)?;
     // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
     // every strided offset); the kernel reads Q/K/V/mask and writes O/LSE only within those extents (the
     // tensor-core variant reads rows < Sq/Sk only, zero-filling the rest, and stores rows < Sq).
-    unsafe { launch(call.dev, call.stream, module, &name, dims, &call.params) }
+    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &call.params) }
 }

@@ -18,12 +18,13 @@ use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::mask_suffix;
 use crate::error::unsupported;
 use crate::sys::modules::FA2;
-use sdpa_core::Result;
+use crate::sys::program::{cuda_type, Program};
+use sdpa_core::{DType, Result};
 
 use super::policy::tensor_core_limit;
 pub use super::policy::FA2_HEAD_DIMS;
 
-/// Tile of one `fa2` specialisation; mirrors the `FA2_ENTRIES_FOR` lines of `kernels/fa2.cu`.
+/// Tile of one `fa2` specialisation (the arguments of `FA2_ENTRY` in `kernels/fa2.cu` after the head dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fa2Tile {
     /// Query rows per block.
@@ -35,6 +36,8 @@ pub struct Fa2Tile {
     /// K/V buffers: 1 (`V[t]` loads during Q·Kᵀ, `K[t+1]` during softmax and P·V) or a ring of `stages`
     /// (`stages - 1` tiles in flight while one is computed).
     pub stages: usize,
+    /// Blocks per SM the registers must allow (`__launch_bounds__`).
+    pub min_blocks: usize,
 }
 
 impl Fa2Tile {
@@ -50,13 +53,13 @@ impl Fa2Tile {
 /// shorter path through each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 256 runs
 /// 64 x 64 either way.
 pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
-    let t = |bm, bn, warps, stages| Some(Fa2Tile { bm, bn, warps, stages });
+    let t = |bm, bn, warps, stages, min_blocks| Some(Fa2Tile { bm, bn, warps, stages, min_blocks });
     match (d, small) {
-        (64, false) => t(128, 128, 4, 1),
-        (96, false) => t(128, 64, 4, 2),
-        (128, false) => t(128, 64, 4, 1),
-        (64, true) => t(64, 128, 4, 1),
-        (96 | 128, true) | (256, _) => t(64, 64, 4, 1),
+        (64, false) => t(128, 128, 4, 1, 1),
+        (96, false) => t(128, 64, 4, 2, 2),
+        (128, false) => t(128, 64, 4, 1, 2),
+        (64, true) => t(64, 128, 4, 1, 1),
+        (96 | 128, true) | (256, _) => t(64, 64, 4, 1, 1),
         _ => None,
     }
 }
@@ -70,6 +73,39 @@ pub fn small_grid(sq: usize, hq: usize, b: usize, big: Fa2Tile, sm_count: usize)
 
 /// K/V ring depth of the `fa2_deep_*` entries; mirrors `kernels/fa2.cu`.
 pub const DEEP_STAGES: usize = 4;
+
+/// The small tile with a [`DEEP_STAGES`]-deep K/V ring (one block per SM, so one per SM suffices).
+fn deep_tile(small: Fa2Tile) -> Fa2Tile {
+    Fa2Tile { stages: DEEP_STAGES, min_blocks: 1, ..small }
+}
+
+/// The program of entry `{prefix}_{dtype}_{d}_{mask}` with `tile`.
+pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa2Tile, mask_kind: i32) -> Program {
+    let name = format!("{prefix}_{}_{d}_{}", dtype.name(), mask_suffix(mask_kind));
+    let Fa2Tile { bm, bn, warps, stages, min_blocks } = tile;
+    let mask = super::mask_const("FA2", mask_kind);
+    let line =
+        format!("FA2_ENTRY({name}, {}, {d}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask})", cuda_type(dtype));
+    Program::entry(&FA2, name, line)
+}
+
+/// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups).
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for d in FA2_HEAD_DIMS {
+            let mut tiles: Vec<(&str, Fa2Tile)> = tile_for(d, false).map(|t| ("fa2", t)).into_iter().collect();
+            if d != 256 {
+                tiles
+                    .extend(tile_for(d, true).into_iter().flat_map(|t| [("fa2_small", t), ("fa2_deep", deep_tile(t))]));
+            }
+            for (prefix, tile) in tiles {
+                all.extend(super::MASK_KINDS.iter().map(|&m| program(prefix, dtype, d, tile, m)));
+            }
+        }
+    }
+    all
+}
 
 /// Tile and entry-point prefix for head dim `d` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
 /// the small tile when that grid leaves SMs idle ([`small_grid`]); and the small tile with a
@@ -90,7 +126,7 @@ pub fn choose_tile(
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
-    let deep = Fa2Tile { stages: DEEP_STAGES, ..small };
+    let deep = deep_tile(small);
     if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d) <= smem_optin {
         Some((deep, "fa2_deep"))
     } else {
@@ -98,8 +134,8 @@ pub fn choose_tile(
     }
 }
 
-/// Entry point and launch shape of `fa2` for a supported call.
-pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
+/// Program (one entry point) and launch shape of `fa2` for a supported call.
+pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let s = call.spec.shape;
     let info = call.dev.info();
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
@@ -108,13 +144,13 @@ pub fn plan(call: &Call<'_>) -> Result<(String, LaunchDims)> {
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_suffix(call.params.mask_kind));
+    let program = program(prefix, call.spec.dtype, s.d, tile, call.params.mask_kind);
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(s.d) as u32,
     };
-    Ok((name, dims))
+    Ok((program, dims))
 }
 
 /// Launches `fa2` on the call's stream. A call the tensor-core kernels cannot take
@@ -124,11 +160,11 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
         return Err(unsupported(format!("fa2 cannot take this call: {limit}")));
     }
-    let (name, dims) = plan(call)?;
+    let (program, dims) = plan(call)?;
     // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
     // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and the
     // mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
-    unsafe { launch(call.dev, call.stream, &FA2, &name, dims, &call.params) }
+    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &call.params) }
 }
 
 #[cfg(test)]

@@ -22,9 +22,10 @@ use crate::checked::params::{mask_suffix, AttnParams};
 use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::SPLITKV;
+use crate::sys::program::{cuda_type, Program};
 use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::DeviceRepr;
-use sdpa_core::Result;
+use sdpa_core::{DType, Result};
 use std::sync::Arc;
 
 /// Query rows per warp tile (one m16 tile).
@@ -55,7 +56,8 @@ impl SplitKvLoad {
     }
 }
 
-/// Shape of one `splitkv` specialisation; mirrors `SPLITKV_ENTRIES_DTYPE` in `kernels/splitkv.cu`.
+/// Shape of one `splitkv` specialisation (the arguments of `SPLITKV_ENTRY` / `SPLITKV_TMA_ENTRY` in
+/// `kernels/splitkv.cu` after the head dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitKvTile {
     /// Warps (splits) per block.
@@ -95,6 +97,37 @@ pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
         (256, _) => t(2, 16),
         _ => None,
     }
+}
+
+/// The program of entry `{prefix}_{dtype}_{d}_{mask}` with `tile` (its load path names the prefix).
+pub fn program(dtype: DType, d: usize, tile: SplitKvTile, mask_kind: i32) -> Program {
+    let name = format!("{}_{}_{d}_{}", tile.load.prefix(), dtype.name(), mask_suffix(mask_kind));
+    let (t, mask) = (cuda_type(dtype), super::mask_const("FA2", mask_kind));
+    let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
+    let line = match load {
+        SplitKvLoad::CpAsync => {
+            format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_CP_ASYNC, false)")
+        }
+        SplitKvLoad::Bulk => {
+            format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_BULK_OR_CP_ASYNC, true)")
+        }
+        SplitKvLoad::Tma => format!("SPLITKV_TMA_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask})"),
+    };
+    Program::entry(&SPLITKV, name, line)
+}
+
+/// Every `splitkv` instantiation a launch can ask for.
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for d in super::policy::FA2_HEAD_DIMS {
+            for load in [SplitKvLoad::CpAsync, SplitKvLoad::Bulk, SplitKvLoad::Tma] {
+                let Some(tile) = tile_for(d, load) else { continue };
+                all.extend(super::MASK_KINDS.iter().map(|&m| program(dtype, d, tile, m)));
+            }
+        }
+    }
+    all
 }
 
 /// The TMA entries' parameter: `SplitKvTmaArgs` in splitkv.cu (AttnParams, then the K and V tensor maps
@@ -237,10 +270,25 @@ pub fn workspace_len(rows: usize, blocks: usize, d: usize, units: usize) -> Opti
     Some((counters.checked_add(units)?, counters))
 }
 
-/// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
-/// stream. A call the tensor-core kernels cannot take is an error here; the policy sends such calls to
-/// `fa1` before they get here.
-pub fn run(call: &Call<'_>) -> Result<()> {
+/// One planned `splitkv` launch.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The program (one entry point).
+    pub program: Program,
+    /// Grid, block and shared memory.
+    pub dims: LaunchDims,
+    /// The call's parameters with the split count and flags set (the scratch pointer is set at launch).
+    pub params: AttnParams,
+    /// The split plan.
+    pub splits: SplitPlan,
+    /// The K and V tensor maps of a TMA entry.
+    maps: Option<(CUtensorMap, CUtensorMap)>,
+}
+
+/// Program, launch shape, splits and (for TMA) tensor maps of `splitkv` for the call. A call the
+/// tensor-core kernels cannot take is an error here; the policy sends such calls to `fa1` before they get
+/// here.
+pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
         return Err(unsupported(format!("splitkv cannot take this call: {limit}")));
     }
@@ -296,9 +344,6 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             ..plan
         };
     }
-    let prefix = load.prefix();
-    let rows = s.b * s.hq * s.sq;
-    let units = s.b * s.hkv * plan.row_tiles;
     let mut params = call.params;
     params.num_splits = i32::try_from(plan.splits).map_err(|_| unsupported("too many splits"))?;
     params.extra = l2_policy(plan.keys_per_split)? as i32 | if trace_requested() { TRACE_BIT } else { 0 };
@@ -313,16 +358,26 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(s.d) as u32,
     };
-    let name = format!("{prefix}_{}_{}_{}", call.spec.dtype.name(), s.d, mask_suffix(params.mask_kind));
+    let program = program(call.spec.dtype, s.d, tile, params.mask_kind);
+    Ok(Plan { program, dims, params, splits: plan, maps })
+}
+
+/// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
+/// stream.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    let Plan { program, dims, mut params, splits: plan, maps } = self::plan(call)?;
+    let s = call.spec.shape;
+    let rows = s.b * s.hq * s.sq;
+    let units = s.b * s.hkv * plan.row_tiles;
     // The launch itself: AttnParams alone, or with the tensor maps for the TMA entries.
     let go = |params: &AttnParams| -> Result<()> {
         match maps {
             // SAFETY (both arms): see the callers below; the maps describe exactly K and V of `params`
             // (same pointers, extents and strides), so every tensor copy reads inside those tensors.
             Some((k, v)) => unsafe {
-                launch(call.dev, call.stream, &SPLITKV, &name, dims, &TmaArgs { p: *params, k, v })
+                launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs { p: *params, k, v })
             },
-            None => unsafe { launch(call.dev, call.stream, &SPLITKV, &name, dims, params) },
+            None => unsafe { launch(call.dev, call.stream, &program, &program.name, dims, params) },
         }
     };
     if plan.blocks == 1 {

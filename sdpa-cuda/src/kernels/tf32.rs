@@ -15,11 +15,13 @@ use crate::checked::call::Call;
 use crate::checked::device::DeviceInfo;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::mask_suffix;
+use crate::checked::params::AttnParams;
 use crate::error::unsupported;
 use crate::sys::modules::{TF32, TF32_WGMMA};
+use crate::sys::program::Program;
 use sdpa_core::{DType, F32Math, Result};
 
-/// The tile of one entry point of `kernels/tf32.cu` (its `TC_ENTRIES` table, mirrored here).
+/// The tile of one entry point of `kernels/tf32.cu` (the arguments of its `TC_ENTRY` after the head dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tile {
     /// m16 row tiles per warp.
@@ -123,15 +125,58 @@ pub fn padded_head_dim(d: usize) -> Option<usize> {
     [16, 32, 64, 128, 256].into_iter().find(|&p| d <= p)
 }
 
-/// Launches the TF32 or split-TF32 kernel on the call's stream.
-pub fn run(call: &Call<'_>) -> Result<()> {
+/// The program of entry `{tf32|tf32x3}_f32_{dp}{suffix}_{mask}` of `kernels/tf32.cu` with `tile`.
+pub fn program(split: bool, dp: usize, suffix: &str, tile: Tile, mask_kind: i32) -> Program {
+    let prefix = if split { "tf32x3" } else { "tf32" };
+    let name = format!("{prefix}_f32_{dp}{suffix}_{}", mask_suffix(mask_kind));
+    let Tile { mt, warps, bk, stages, pre } = tile;
+    let mask = super::mask_const("TC", mask_kind);
+    let line = format!("TC_ENTRY({name}, {dp}, {mt}, {warps}, {bk}, {stages}, {split}, {pre}, {mask})");
+    Program::entry(&TF32, name, line)
+}
+
+/// The program of the wgmma entry `tf32wg_f32_128_{mask}` (`kernels/tf32_wgmma.cu`).
+pub fn wgmma_program(mask_kind: i32) -> Program {
+    let name = format!("tf32wg_f32_128_{}", mask_suffix(mask_kind));
+    let line = format!("WG_ENTRY({name}, {})", super::mask_const("TC", mask_kind));
+    Program::entry(&TF32_WGMMA, name, line)
+}
+
+/// Every instantiation of the f32 tensor-core kernels a launch can ask for.
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for split in [false, true] {
+        for dp in [16, 32, 64, 128, 256] {
+            for &m in &super::MASK_KINDS {
+                all.push(program(split, dp, "", tile_for(dp, split, m), m));
+                all.extend(small_tile_for(dp, split).map(|t| program(split, dp, "s", t, m)));
+            }
+        }
+    }
+    all.extend(super::MASK_KINDS.iter().map(|&m| wgmma_program(m)));
+    all
+}
+
+/// One planned launch of the f32 tensor-core path.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The program (one entry point).
+    pub program: Program,
+    /// Grid, block and shared memory.
+    pub dims: LaunchDims,
+    /// The call's parameters with the kernel's flag word (`extra`) set.
+    pub params: AttnParams,
+}
+
+/// Program, launch shape and flags of the TF32 or split-TF32 kernel for the call.
+pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let s = call.spec.shape;
     if call.spec.dtype != DType::F32 {
         return Err(unsupported("the TF32 kernels take f32 inputs"));
     }
-    let (prefix, split) = match call.opts.f32_math {
-        F32Math::Tf32 => ("tf32", false),
-        F32Math::SplitTf32 => ("tf32x3", true),
+    let split = match call.opts.f32_math {
+        F32Math::Tf32 => false,
+        F32Math::SplitTf32 => true,
         F32Math::Exact => return Err(unsupported("the tensor-core f32 kernel needs f32 math tf32 or split-tf32")),
     };
     let dp = match padded_head_dim(s.d) {
@@ -144,14 +189,13 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         }
     };
     let p = &call.params;
-    let mask = mask_suffix(p.mask_kind);
     // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
     // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
     let loads16 = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
         && s.d.is_multiple_of(4)
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
-    let params = crate::checked::params::AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
+    let params = AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
     let info = call.dev.info();
     let wgmma = use_wgmma(info, dp, split, loads16, wgmma_allowed());
     let (tile, suffix) = choose_tile(dp, split, p.mask_kind, info.smem_per_block_optin.max(0) as usize);
@@ -167,17 +211,18 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             .filter(|&x| x <= i32::MAX as u32)
             .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (threads as u32, 1, 1), smem_bytes: smem as u32 };
+    let program = if wgmma { wgmma_program(p.mask_kind) } else { program(split, dp, suffix, tile, p.mask_kind) };
+    Ok(Plan { program, dims, params })
+}
+
+/// Launches the TF32 or split-TF32 kernel on the call's stream.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    let Plan { program, dims, params } = plan(call)?;
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the kernels stay within them (rows past Sq/Sk and columns past D are never read or written),
     // and 16-byte loads / 8-byte stores are only enabled when every address they touch is aligned. The
-    // wgmma kernel is only launched with 16-byte loads, on an sm_90 device, for which its module is built.
-    unsafe {
-        if wgmma {
-            launch(call.dev, call.stream, &TF32_WGMMA, &format!("tf32wg_f32_128_{mask}"), dims, &params)
-        } else {
-            launch(call.dev, call.stream, &TF32, &format!("{prefix}_f32_{dp}{suffix}_{mask}"), dims, &params)
-        }
-    }
+    // wgmma kernel is only launched with 16-byte loads, on an sm_90 device, for which its program is built.
+    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &params) }
 }
 
 #[cfg(test)]
@@ -216,10 +261,10 @@ mod tests {
     }
 
     /// The small tiles fit 99 KB (compute capability 8.6/8.9) and are what such a device runs; an H100 runs
-    /// the big tiles; every small tile is in the kernel table under its `s` entries.
+    /// the big tiles; every small tile is instantiated under its `s` entries.
     #[test]
     fn small_tiles_for_devices_with_less_shared_memory() {
-        let src = crate::sys::modules::TF32.source;
+        let all = programs();
         for dp in [16, 32, 64, 128, 256] {
             for split in [false, true] {
                 let big = tile_for(dp, split, MASK_NONE);
@@ -229,12 +274,8 @@ mod tests {
                 assert!(t.bk.is_multiple_of(16) && (1..=2).contains(&t.stages), "{t:?}");
                 if let Some(small) = small_tile_for(dp, split) {
                     assert_eq!((t, suffix), (small, "s"));
-                    let prefix = if split { "tf32x3" } else { "tf32" };
-                    let line = format!(
-                        "TC_ENTRIES_AS({prefix}, {dp}s, {dp}, {}, {}, {}, {}, {split}, {})",
-                        t.mt, t.warps, t.bk, t.stages, t.pre
-                    );
-                    assert!(src.contains(&line), "kernels/tf32.cu lacks `{line}`");
+                    let small = program(split, dp, "s", t, MASK_CAUSAL);
+                    assert!(small.name.ends_with("s_causal") && all.contains(&small), "{small:?}");
                 } else {
                     assert_eq!((t, suffix), (big, ""), "dp {dp} split {split}: the big tile fits 99 KB");
                 }
@@ -256,26 +297,5 @@ mod tests {
         }
         assert_eq!(padded_head_dim(40), Some(64));
         assert_eq!(padded_head_dim(257), None);
-    }
-
-    /// The Rust table names the same tiles as the kernel's entry-point table (a `TC_ENTRIES` line for all
-    /// three masks, or a `TC_ENTRY` line for one).
-    #[test]
-    fn tiles_match_the_kernel_table() {
-        let src = crate::sys::modules::TF32.source;
-        for dp in [16, 32, 64, 128, 256] {
-            for split in [false, true] {
-                for mask in [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT] {
-                    let t = tile_for(dp, split, mask);
-                    let prefix = if split { "tf32x3" } else { "tf32" };
-                    let tail = format!("{dp}, {}, {}, {}, {}, {split}, {}", t.mt, t.warps, t.bk, t.stages, t.pre);
-                    let all = format!("TC_ENTRIES({prefix}, {tail})");
-                    let one = format!("TC_ENTRY({prefix}_f32_{dp}_{}, {tail}, ", mask_suffix(mask));
-                    assert!(src.contains(&all) || src.contains(&one), "kernels/tf32.cu lacks `{all}` or `{one}`");
-                    let other = format!("TC_ENTRIES({prefix}, {dp}, ");
-                    assert!(!(src.contains(&one) && src.contains(&other)), "{prefix} {dp}: both forms in the table");
-                }
-            }
-        }
     }
 }

@@ -12,9 +12,16 @@ use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::AttnParams;
 use crate::error::{unsupported, CudaError};
 use crate::sys::modules::UNFUSED;
+use crate::sys::program::Program;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{DevicePtr, DeviceRepr};
 use sdpa_core::{DType, F32Math, Result};
+
+/// The one program of the unfused path: `kernels/unfused.cu` whole (its softmax and repair entries for each
+/// dtype are plain functions, a few seconds to compile together).
+pub fn program() -> Program {
+    Program::whole(&UNFUSED)
+}
 
 /// Launch argument of `unfused_softmax_*` (mirrors `SoftmaxParams` in unfused.cu).
 #[repr(C)]
@@ -185,7 +192,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     };
     // SAFETY: the scores were written above on this stream; P has B·Hq·Sq·Sk elements of the dtype; LSE
     // (if any) has B·Hq·Sq f32; the explicit mask covers its dims.
-    unsafe { launch(call.dev, call.stream, &UNFUSED, &format!("unfused_softmax_{}", spec.dtype.name()), dims, &sp)? };
+    unsafe { launch(call.dev, call.stream, &program(), &format!("unfused_softmax_{}", spec.dtype.name()), dims, &sp)? };
 
     call.dev.with_blas(|blas| {
         let handle = *blas.handle();
@@ -234,7 +241,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     };
     // SAFETY: O was written by the product above on this stream; Q, K, V, O, the mask and the LSE cover the
     // elements the parameters address (validated strides).
-    unsafe { launch(call.dev, call.stream, &UNFUSED, &format!("unfused_repair_{}", spec.dtype.name()), dims, p) }
+    unsafe { launch(call.dev, call.stream, &program(), &format!("unfused_repair_{}", spec.dtype.name()), dims, p) }
 }
 
 /// Warps per block of `unfused_repair_*`; mirrors `REPAIR_WARPS` in unfused.cu.
