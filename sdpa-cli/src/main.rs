@@ -10,6 +10,7 @@
 mod analyze;
 mod backends;
 mod bench;
+mod cache;
 mod devices;
 mod measure;
 mod report;
@@ -39,6 +40,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Attention findings from a PyTorch profiler trace: fused/unfused attention, efficiency, what to do.
     Analyze(analyze::AnalyzeArgs),
+    /// Show the compiled-kernel cache (directory, files, size bound), or empty it with --clear.
+    Cache(cache::CacheArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Report(args) => report::run(args),
         Command::Analyze(args) => analyze::run(args),
+        Command::Cache(args) => cache::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
