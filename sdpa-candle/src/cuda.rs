@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The backends made so far, one per candle device.
 type Backends = Mutex<Vec<(candle_core::cuda::DeviceId, Arc<CudaBackend>)>>;
 
-/// One sdpa-cuda backend per candle device, created on first use: a backend holds its compiled kernel
-/// modules, so making one per call would reload them every time.
-fn backend_for(device: &candle_core::CudaDevice) -> Result<Arc<CudaBackend>> {
+/// One sdpa-cuda backend per candle device, created on first use: a backend holds its loaded kernel
+/// programs, so making one per call would load them again every time ([`crate::warmup`] fills it ahead).
+pub(crate) fn backend_for(device: &candle_core::CudaDevice) -> Result<Arc<CudaBackend>> {
     static BACKENDS: OnceLock<Backends> = OnceLock::new();
     let all = BACKENDS.get_or_init(|| Mutex::new(Vec::new()));
     let mut all =

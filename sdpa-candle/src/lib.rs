@@ -39,6 +39,9 @@
 //! What a view needs: rank 4, a contiguous last dim (stride 1). Anything else (a head dim that is not
 //! the innermost in memory) is an error that says to call `.contiguous()`.
 //!
+//! Servers that want the GPU kernels compiled at start-up rather than on the first request call
+//! [`warmup`] with the shapes they will serve.
+//!
 //! CUDA (feature `cuda`): the same call on candle CUDA tensors runs sdpa-cuda on candle's own device memory
 //! and stream; Q, K, V and the mask are read in place and the output is a new allocation candle owns. The
 //! feature turns on candle-core's `cuda` feature, so building it needs nvcc and the CUDA libraries
@@ -55,8 +58,10 @@ mod mask;
 mod op;
 mod options;
 mod plan;
+mod warmup;
 
 pub use options::{SdpaMask, SdpaOptions};
+pub use warmup::{warmup, AttentionShape};
 pub use sdpa_core::{F32Math, Kernel, Layout};
 
 use candle_core::{bail, Result, Tensor};

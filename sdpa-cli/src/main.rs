@@ -15,6 +15,7 @@ mod devices;
 mod measure;
 mod report;
 mod run;
+mod warmup;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -40,11 +41,23 @@ enum Command {
     Report(report::ReportArgs),
     /// Attention findings from a PyTorch profiler trace: fused/unfused attention, efficiency, what to do.
     Analyze(analyze::AnalyzeArgs),
+    /// Compile ahead of time, for the GPU present, the kernel programs a preset, spec or shape list needs
+    /// (or --all), in parallel, into the disk cache, so that no first call waits for NVRTC.
+    Warmup(warmup::WarmupArgs),
     /// Show the compiled-kernel cache (directory, files, size bound), or empty it with --clear.
     Cache(cache::CacheArgs),
 }
 
+/// When `main` started: records report how long a user waited from process start to a first result.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Seconds since `main` started (`None` before it did, e.g. in unit tests).
+pub fn process_age_s() -> Option<f64> {
+    STARTED.get().map(|t| t.elapsed().as_secs_f64())
+}
+
 fn main() -> ExitCode {
+    STARTED.get_or_init(std::time::Instant::now);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -60,6 +73,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Report(args) => report::run(args),
         Command::Analyze(args) => analyze::run(args),
+        Command::Warmup(args) => warmup::run(args),
         Command::Cache(args) => cache::run(args),
     };
     match result {

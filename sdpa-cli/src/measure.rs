@@ -4,7 +4,9 @@
 //! [`BenchRecord`] stamped with its [`provenance`].
 
 use sdpa_core::check::{check_output, CheckReport};
-use sdpa_core::{AttentionSpec, BenchRecord, DType, HostBackend, HostInputs, Kernel, RunOptions, SdpaError, TimeStats};
+use sdpa_core::{
+    AttentionSpec, BenchRecord, DType, FirstCall, HostBackend, HostInputs, Kernel, RunOptions, SdpaError, TimeStats,
+};
 
 /// Most timed calls per configuration (`--reps`, a spec's `reps`): the samples are kept in memory, and a
 /// median needs far fewer.
@@ -111,6 +113,8 @@ pub fn measure(
     let start = std::time::Instant::now();
     let first = be.run_host(spec, opts, inputs)?;
     let first_s = start.elapsed().as_secs_f64();
+    let mut first_call = FirstCall::new(first_s, be.program_loads());
+    first_call.since_process_start_s = crate::process_age_s();
     let check: Option<CheckReport> = if how.check {
         let rows = check_rows(spec, how.check_rows);
         Some(check_output(spec, inputs, &first.output, opts.f32_math, rows).map_err(MeasureError::Check)?)
@@ -144,6 +148,7 @@ pub fn measure(
     if spec.dtype == DType::F32 {
         rec.f32_math = Some(opts.f32_math.name().to_string());
     }
+    rec.first_call = Some(first_call);
     provenance::stamp(&mut rec);
     Ok(rec)
 }

@@ -97,6 +97,17 @@ fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
         "  time {:.4} ms median (min {:.4}, max {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s",
         r.time_ms.median, r.time_ms.min, r.time_ms.max, r.time_ms.reps, r.tflops, r.gbps
     );
+    if let Some(f) = &r.first_call {
+        let setup = match f.cache {
+            sdpa_core::KernelCache::Loaded => String::new(),
+            cache => {
+                let names: Vec<&str> = f.programs.iter().map(|p| p.program.as_str()).collect();
+                format!(", of which {:.3} s kernel setup ({} cache: {})", f.kernel_setup_s(), cache.name(), names.join(", "))
+            }
+        };
+        let since = f.since_process_start_s.map(|s| format!("; {s:.3} s after process start")).unwrap_or_default();
+        println!("  first call {:.3} s{setup}{since}", f.seconds);
+    }
     if let Some(c) = &r.check {
         println!(
             "  check {}: rel err {:.3e} (tolerance {:.1e}), max abs err {:.3e}, {} rows",

@@ -7,6 +7,7 @@
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
 use crate::spec::{AttentionSpec, Operand};
+use crate::record::ProgramLoad;
 use crate::tensor::{HostBuffer, HostInputs, HostOutput};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -239,6 +240,20 @@ pub trait Backend {
         Ok(())
     }
 
+    /// Makes ready now (compiles and loads) the kernel programs the calls would run, so that none of them
+    /// waits for a compiler on its first call; returns what it loaded. Calls the backend cannot run are
+    /// left out (running them reports why). Backends that compile nothing at run time keep the default,
+    /// which does nothing.
+    fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
+        let _ = calls;
+        Ok(Vec::new())
+    }
+
+    /// The kernel programs loaded since the last call of this method (what a first call paid for).
+    fn program_loads(&self) -> Vec<ProgramLoad> {
+        Vec::new()
+    }
+
     /// Copies a host buffer into backend memory.
     fn upload(&self, host: &HostBuffer) -> Result<Self::Buffer>;
     /// Copies a buffer back to the host.
@@ -303,6 +318,10 @@ pub trait HostBackend {
     /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available,
     /// or whose buffers exceed the device's free memory ([`Backend::check_device_memory`]).
     fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()>;
+    /// See [`Backend::prepare_kernels`].
+    fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>>;
+    /// See [`Backend::program_loads`].
+    fn program_loads(&self) -> Vec<ProgramLoad>;
     /// Validates, uploads, poisons the output with NaN, runs, downloads.
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun>;
     /// Validates, uploads once, times `reps` calls after `warmup`; milliseconds per call and the kernel that
@@ -384,6 +403,14 @@ impl<T: Backend> HostBackend for T {
         let what = format!("a {} call on shape {} (its inputs and its own buffers)", Backend::name(self), spec.shape);
         crate::memory::check_host(inputs.saturating_add(call), &what)?;
         Backend::check_device_memory(self, spec, opts)
+    }
+
+    fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
+        Backend::prepare_kernels(self, calls)
+    }
+
+    fn program_loads(&self) -> Vec<ProgramLoad> {
+        Backend::program_loads(self)
     }
 
     fn run_host(&self, spec: &AttentionSpec, opts: &RunOptions, inputs: &HostInputs) -> Result<HostRun> {

@@ -36,7 +36,10 @@ pub use cost::{expected_band, AttentionCost, Bound, EfficiencyBand, Roofline};
 pub use dtype::DType;
 pub use error::{Result, SdpaError};
 pub use hardware::{HardwareSpec, HARDWARE};
-pub use record::{parse_results, BenchFile, BenchRecord, BenchSpec, MeasuredPeak, Skipped, TimeStats, BENCH_FORMAT};
+pub use record::{
+    parse_results, BenchFile, BenchRecord, BenchSpec, FirstCall, ImageOrigin, KernelCache, MeasuredPeak, ProgramLoad,
+    Skipped, TimeStats, WarmUp, BENCH_FORMAT,
+};
 pub use reference::{reference_attention, ReferenceBackend, ReferenceOutput};
 pub use softmax::OnlineSoftmax;
 pub use spec::{AttentionSpec, ExplicitMask, Layout, Mask, MaskValues, Operand, Shape, Strides};

@@ -5,7 +5,7 @@
 
 use crate::checked::buffer::CudaBuffer;
 use crate::checked::call::Call;
-use crate::checked::device::{Device, DeviceInfo, ProgramLoad};
+use crate::checked::device::{Device, DeviceInfo};
 use crate::checked::params::AttnParams;
 use crate::error::{drv, unsupported, BACKEND};
 use crate::kernels::dispatch;
@@ -13,8 +13,8 @@ use crate::sys::program::Program;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use half::{bf16, f16};
 use sdpa_core::{
-    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, Result,
-    RunOptions, SdpaError,
+    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, ProgramLoad,
+    Result, RunOptions, SdpaError,
 };
 use std::sync::{Arc, Mutex};
 
@@ -142,12 +142,11 @@ impl CudaBackend {
 
     /// Loads now every program the calls `(spec, opts)` would launch: images from the disk cache, the
     /// rest compiled on parallel threads, so that no first call waits for NVRTC (servers at start-up,
-    /// benchmarks before timing). Returns what was loaded now (nothing for programs already loaded).
+    /// benchmarks before timing). Returns what was loaded now (nothing for programs already loaded). A call
+    /// this backend cannot run is left out: running it reports why.
     pub fn warm_up(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
-        let mut programs = Vec::new();
-        for (spec, opts) in calls {
-            programs.extend(self.programs_for(spec, opts)?);
-        }
+        let programs: Vec<Program> =
+            calls.iter().filter_map(|(spec, opts)| self.programs_for(spec, opts).ok()).flatten().collect();
         self.dev.prepare(&programs)
     }
 
@@ -326,6 +325,15 @@ impl Backend for CudaBackend {
             });
         }
         Ok(())
+    }
+
+    fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
+        self.warm_up(calls)
+    }
+
+    fn program_loads(&self) -> Vec<ProgramLoad> {
+        // Only a poisoned lock (an earlier panic) fails; the record then lacks the list, nothing else.
+        self.take_loads().unwrap_or_default()
     }
 
     fn upload(&self, host: &HostBuffer) -> Result<CudaBuffer> {

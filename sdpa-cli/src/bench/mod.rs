@@ -3,7 +3,7 @@
 //! against the f64 reference, and written as one JSON record; PyTorch's SDPA on the same shapes in the
 //! same invocation when torch is importable (`bench/pytorch_sdpa.py`).
 
-mod plan;
+pub mod plan;
 mod presets;
 mod pytorch;
 
@@ -12,16 +12,12 @@ use crate::measure::{check_counts, measure, provenance, Measure, Repetitions};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
-use sdpa_core::record::{BenchFile, Skipped};
-use sdpa_core::{BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions};
-use std::collections::HashMap;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
 
-/// Flags of `sdpa bench`. List flags take comma-separated values; `--shape` takes one shape per flag (or
-/// several separated by `;`). Flags given override the same list in the preset or spec file.
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
+/// The flags that choose a sweep's configurations, shared by `sdpa bench` and `sdpa warmup`. List flags
+/// take comma-separated values; `--shape` takes one shape per flag (or several separated by `;`). Flags
+/// given override the same list in the preset or spec file.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SweepArgs {
     /// Named sweep: quick (default), fa2bench, decode, seed (files under bench/presets/).
     #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
@@ -50,6 +46,42 @@ pub struct BenchArgs {
     /// f32 multiplication modes on the GPU: exact, tf32, split-tf32.
     #[arg(long, value_delimiter = ',')]
     f32_math: Vec<F32Math>,
+}
+
+impl SweepArgs {
+    /// The configurations: the spec file's, else the preset's (`quick` by default), with the flags' lists
+    /// in place of the same lists there.
+    pub fn plan(&self) -> Result<Plan> {
+        let (sweeps, source) = match (&self.spec, &self.preset) {
+            (Some(path), _) => (plan::read_spec_file(path)?, path.display().to_string()),
+            (None, Some(name)) => (presets::preset(name)?, format!("preset {name}")),
+            (None, None) => (presets::preset("quick")?, "preset quick".to_string()),
+        };
+        let over = Overrides {
+            backends: self.backend.iter().map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect(),
+            kernels: self.kernel.clone(),
+            dtypes: self.dtype.clone(),
+            shapes: plan::parse_shapes(&self.shape)?,
+            masks: self.mask.clone(),
+            layouts: self.layout.clone(),
+            f32_math: self.f32_math.clone(),
+        };
+        plan::build(&sweeps, &over, &source, self.spec.is_some())
+    }
+}
+use sdpa_core::record::{BenchFile, Skipped};
+use sdpa_core::{AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, WarmUp};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Flags of `sdpa bench`. List flags take comma-separated values; `--shape` takes one shape per flag (or
+/// several separated by `;`). Flags given override the same list in the preset or spec file.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Which configurations.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
     /// CPU worker threads (default: RAYON_NUM_THREADS or all cores); also passed to PyTorch.
     #[arg(long)]
     threads: Option<usize>,
@@ -109,27 +141,13 @@ struct Settings {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
-    let (sweeps, source) = match (&args.spec, &args.preset) {
-        (Some(path), _) => (plan::read_spec_file(path)?, path.display().to_string()),
-        (None, Some(name)) => (presets::preset(name)?, format!("preset {name}")),
-        (None, None) => (presets::preset("quick")?, "preset quick".to_string()),
-    };
-    let over = Overrides {
-        backends: args.backend.iter().map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect(),
-        kernels: args.kernel.clone(),
-        dtypes: args.dtype.clone(),
-        shapes: plan::parse_shapes(&args.shape)?,
-        masks: args.mask.clone(),
-        layouts: args.layout.clone(),
-        f32_math: args.f32_math.clone(),
-    };
     check_counts(args.warmup, args.reps, args.threads)?;
     if let Some(t) = args.max_time {
         if !(t.is_finite() && t > 0.0) {
             bail!("--max-time must be a positive number of seconds");
         }
     }
-    let plan = plan::build(&sweeps, &over, &source, args.spec.is_some())?;
+    let plan = args.sweep.plan()?;
     // PyTorch on the same shapes, in the same invocation; --no-pytorch wins over a spec that names it.
     let mode = if args.no_pytorch {
         pytorch::Mode::Off
@@ -251,6 +269,45 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
     }
 }
 
+/// Compiles (or reads from the disk cache) every kernel program the plan's configurations on `backend`
+/// need, on parallel threads, before anything is timed; `None` for backends with nothing to compile. A
+/// failure is reported and left to the configurations' own first calls.
+fn warm_up(
+    be: &dyn HostBackend,
+    plan: &Plan,
+    backend: &str,
+    threads: Option<usize>,
+    say: &dyn Fn(String),
+) -> Option<WarmUp> {
+    let calls: Vec<(AttentionSpec, RunOptions)> = plan
+        .configs
+        .iter()
+        .filter(|c| c.backend == backend)
+        .map(|c| (c.case.spec(), RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads, lse: false }))
+        .collect();
+    let t = std::time::Instant::now();
+    match be.prepare_kernels(&calls) {
+        Ok(programs) if programs.is_empty() => None,
+        Ok(programs) => {
+            // The first calls' records then say the programs were already loaded.
+            be.program_loads();
+            let w = WarmUp { backend: backend.to_string(), seconds: t.elapsed().as_secs_f64(), programs };
+            say(format!(
+                "{backend}: {} kernel programs ready in {:.1} s ({} compiled, {} from the disk cache)",
+                w.programs.len(),
+                w.seconds,
+                w.compiled(),
+                w.programs.len() - w.compiled()
+            ));
+            Some(w)
+        }
+        Err(e) => {
+            say(format!("{backend}: kernel warm-up failed ({e}); each configuration compiles on its first call"));
+            None
+        }
+    }
+}
+
 enum Outcome {
     Done(Box<BenchRecord>),
     Skip(String),
@@ -291,9 +348,16 @@ fn sweep(
     let mut inputs: Option<(Case, std::result::Result<HostInputs, String>)> = None;
     for c in &plan.configs {
         pb.set_message(describe(c));
-        let be = backends
-            .entry(c.backend.clone())
-            .or_insert_with(|| open_backend(&c.backend, st.threads).map_err(|e| format!("{e:#}")));
+        if !backends.contains_key(&c.backend) {
+            let opened = open_backend(&c.backend, st.threads).map_err(|e| format!("{e:#}"));
+            if let Ok(be) = &opened {
+                if let Some(w) = warm_up(&**be, plan, &c.backend, st.threads, &say) {
+                    file.warm_ups.push(w);
+                }
+            }
+            backends.insert(c.backend.clone(), opened);
+        }
+        let Some(be) = backends.get(&c.backend) else { continue };
         let be = match be {
             Ok(be) => be,
             Err(why) => {

@@ -41,6 +41,9 @@ pub struct BenchFile {
     /// reports divide by these before falling back to the datasheet table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceilings: Option<MeasuredPeak>,
+    /// Kernel programs each backend compiled or loaded before the sweep timed anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warm_ups: Vec<super::WarmUp>,
 }
 
 impl BenchFile {
@@ -55,6 +58,7 @@ impl BenchFile {
             records: Vec::new(),
             skipped: Vec::new(),
             ceilings: None,
+            warm_ups: Vec::new(),
         }
     }
 }
@@ -303,6 +307,7 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             peak_mem_bytes: None,
             commit: text(r.get("commit")),
             date: text(r.get("date")),
+            first_call: None,
             machine: None,
         };
         // PyTorch measured beside it in the same run: medians only.

@@ -4,8 +4,10 @@
 //! file that holds a run's records ([`mod@file`]).
 
 pub mod file;
+pub mod first_call;
 
 pub use file::{parse_results, BenchFile, MeasuredPeak, Skipped, BENCH_FORMAT};
+pub use first_call::{FirstCall, ImageOrigin, KernelCache, ProgramLoad, WarmUp};
 
 use crate::backend::F32Math;
 use crate::check::CheckReport;
@@ -100,6 +102,10 @@ pub struct BenchRecord {
     /// Machine description (CPU model, host name, GPU).
     #[serde(default)]
     pub machine: Option<String>,
+    /// The configuration's first call in the process: its latency and the kernel programs it compiled or
+    /// loaded (absent in records written before it existed and in PyTorch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_call: Option<FirstCall>,
 }
 
 impl BenchRecord {
@@ -132,6 +138,7 @@ impl BenchRecord {
             commit: None,
             date: None,
             machine: None,
+            first_call: None,
         }
     }
 }

@@ -3,14 +3,14 @@
 //! at once on parallel threads through [`Device::prepare`]).
 
 use crate::error::{drv, unavailable, CudaError};
-use crate::sys::images::{self, Origin, Target};
+use crate::sys::images::{self, Target};
 use crate::sys::libs;
 use crate::sys::program::Program;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
-use sdpa_core::{Result, SdpaError};
+use sdpa_core::{ProgramLoad, Result, SdpaError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -44,21 +44,6 @@ impl DeviceInfo {
     pub fn arch(&self) -> String {
         format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
     }
-}
-
-/// One program made ready on a device: where its image came from and what each step cost.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct ProgramLoad {
-    /// The program (entry point of an instantiation, or a whole module's name).
-    pub program: String,
-    /// Its family (the `.cu` file stem).
-    pub family: &'static str,
-    /// Read from the disk cache or compiled now.
-    pub origin: Origin,
-    /// Seconds to read or compile the image.
-    pub image_seconds: f64,
-    /// Seconds for the driver to load it (`cuModuleLoadData`).
-    pub load_seconds: f64,
 }
 
 /// A GPU ready to run kernels: context, stream, limits and loaded modules.
@@ -256,10 +241,10 @@ impl Device {
             map.insert(p.name.clone(), module);
             loaded.push(ProgramLoad {
                 program: p.name.clone(),
-                family: p.module.name,
+                family: p.module.name.to_string(),
                 origin: image.origin,
-                image_seconds: image.seconds,
-                load_seconds: t.elapsed().as_secs_f64(),
+                image_s: image.seconds,
+                load_s: t.elapsed().as_secs_f64(),
             });
         }
         self.loads.lock().map_err(|_| poisoned())?.extend(loaded.iter().cloned());

@@ -19,15 +19,8 @@ pub struct Target {
     pub driver_version: i32,
 }
 
-/// Where an image came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// Read from the disk cache.
-    DiskCache,
-    /// Compiled by NVRTC in this process (and stored in the cache).
-    Compiled,
-}
+/// Where an image came from: read from the disk cache, or compiled by NVRTC in this process (and stored).
+pub use sdpa_core::ImageOrigin as Origin;
 
 /// One program's image.
 #[derive(Debug, Clone)]

@@ -1,0 +1,95 @@
+//! `sdpa warmup`: compile ahead of time, for the GPU present, the kernel programs that a preset, a spec
+//! file or a list of shapes needs (or every program, `--all`), on parallel threads, into the disk cache; a
+//! later process (a server's first request, a benchmark) then loads them in milliseconds.
+
+use crate::bench::SweepArgs;
+use anyhow::{bail, Result};
+use sdpa_core::{AttentionSpec, ImageOrigin, ProgramLoad, RunOptions};
+use sdpa_cuda::CudaBackend;
+use serde::Serialize;
+
+/// Flags of `sdpa warmup`.
+#[derive(Debug, clap::Args)]
+pub struct WarmupArgs {
+    /// Which configurations (the `cuda` ones are warmed up), as `sdpa bench` takes them.
+    #[command(flatten)]
+    sweep: SweepArgs,
+    /// Every program of every kernel family instead (a few minutes on 16 cores).
+    #[arg(long)]
+    all: bool,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    device: String,
+    /// Configurations planned (0 with `--all`).
+    configurations: usize,
+    /// Programs those configurations need, loaded now or already in the cache.
+    programs: usize,
+    compiled: usize,
+    from_disk_cache: usize,
+    compile_threads: usize,
+    seconds: f64,
+    cache_dir: Option<String>,
+    loads: Vec<ProgramLoad>,
+}
+
+pub fn run(args: WarmupArgs) -> Result<()> {
+    let gpu = CudaBackend::new(args.device)?;
+    let t = std::time::Instant::now();
+    let (configurations, loads) = if args.all {
+        (0, gpu.warm_up_all()?)
+    } else {
+        let plan = args.sweep.plan()?;
+        let calls: Vec<(AttentionSpec, RunOptions)> = plan
+            .configs
+            .iter()
+            .filter(|c| c.backend == "cuda")
+            .map(|c| (c.case.spec(), RunOptions { kernel: c.kernel, f32_math: c.f32_math, ..Default::default() }))
+            .collect();
+        if calls.is_empty() {
+            bail!("{} has no cuda configurations (add --backend cuda)", plan.source);
+        }
+        (calls.len(), gpu.warm_up(&calls)?)
+    };
+    let compiled = loads.iter().filter(|l| l.origin == ImageOrigin::Compiled).count();
+    let report = Report {
+        device: sdpa_core::Backend::device_name(&gpu),
+        configurations,
+        programs: loads.len(),
+        compiled,
+        from_disk_cache: loads.len() - compiled,
+        compile_threads: sdpa_cuda::images::compile_threads(),
+        seconds: t.elapsed().as_secs_f64(),
+        cache_dir: sdpa_cuda::cache::dir().map(|d| d.display().to_string()),
+        loads,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    for l in &report.loads {
+        let how = match l.origin {
+            ImageOrigin::Compiled => "compiled",
+            ImageOrigin::DiskCache => "disk cache",
+        };
+        println!("{:<32} {how:<10} {:>7.2} s  load {:>6.3} s", l.program, l.image_s, l.load_s);
+    }
+    println!(
+        "{}: {} programs ready in {:.1} s ({} compiled on up to {} threads, {} from the disk cache{})",
+        report.device,
+        report.programs,
+        report.seconds,
+        report.compiled,
+        report.compile_threads,
+        report.from_disk_cache,
+        report.cache_dir.as_ref().map(|d| format!(" {d}")).unwrap_or_default()
+    );
+    Ok(())
+}
