@@ -61,8 +61,8 @@ mod plan;
 mod warmup;
 
 pub use options::{SdpaMask, SdpaOptions};
-pub use warmup::{warmup, AttentionShape};
 pub use sdpa_core::{F32Math, Kernel, Layout};
+pub use warmup::{warmup, AttentionShape};
 
 use candle_core::{bail, Result, Tensor};
 use mask::MaskMeaning;

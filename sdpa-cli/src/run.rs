@@ -102,7 +102,12 @@ fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
             sdpa_core::KernelCache::Loaded => String::new(),
             cache => {
                 let names: Vec<&str> = f.programs.iter().map(|p| p.program.as_str()).collect();
-                format!(", of which {:.3} s kernel setup ({} cache: {})", f.kernel_setup_s(), cache.name(), names.join(", "))
+                format!(
+                    ", of which {:.3} s kernel setup ({} cache: {})",
+                    f.kernel_setup_s(),
+                    cache.name(),
+                    names.join(", ")
+                )
             }
         };
         let since = f.since_process_start_s.map(|s| format!("; {s:.3} s after process start")).unwrap_or_default();

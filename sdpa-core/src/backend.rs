@@ -6,8 +6,8 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
-use crate::spec::{AttentionSpec, Operand};
 use crate::record::ProgramLoad;
+use crate::spec::{AttentionSpec, Operand};
 use crate::tensor::{HostBuffer, HostInputs, HostOutput};
 use serde::{Deserialize, Serialize};
 use std::fmt;

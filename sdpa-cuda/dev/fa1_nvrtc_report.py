@@ -2,6 +2,10 @@
 registers, spills, stack frame, shared memory. Used to choose tile shapes before spending device time.
 
     CUDA_HOME=<dir with lib/libnvrtc.so.13 and include/> python3 sdpa-cuda/dev/fa1_nvrtc_report.py [sm_90] [-DX=Y ...]
+
+fa1.cu defines no entry points of its own (each is one NVRTC program in the crate): the SIMT instantiations
+the launcher writes are appended here (`cargo run -q -p sdpa-cuda --example programs` prints them); set
+SDPA_INSTANTIATE to a file of other lines to report those instead.
 """
 import ctypes
 import os
@@ -19,7 +23,15 @@ if lib is None:
     sys.exit(f"no libnvrtc under {home}")
 here = os.path.dirname(os.path.abspath(__file__))
 kdir = os.path.join(here, "..", "kernels")
-src = open(os.path.join(kdir, "fa1.cu")).read().encode()
+src = open(os.path.join(kdir, "fa1.cu")).read()
+if os.environ.get("SDPA_INSTANTIATE"):
+    src += "\n" + open(os.environ["SDPA_INSTANTIATE"]).read()
+else:
+    for dt, t in (("f32", "float"), ("f16", "__half"), ("bf16", "__nv_bfloat16")):
+        for d in (32, 64, 80, 96, 128, 256):
+            src += f"\nFA1_FIXED(fa1_{dt}_{d}, {t}, {d})\nFA1_TILED(fa1t_{dt}_{d}, {t}, {d})"
+        src += f"\nFA1_GENERIC(fa1_{dt}, {t})"
+src = src.encode()
 common = open(os.path.join(kdir, "common.cuh")).read().encode()
 arch = next((a for a in sys.argv[1:] if a.startswith("sm_")), "sm_90")
 defs = [a for a in sys.argv[1:] if a.startswith("-D")]

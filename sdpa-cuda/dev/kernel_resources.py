@@ -13,6 +13,10 @@ that does not needs a timing run on the device.
 SDPA_ARCH=sm_90a compiles for the arch-specific target (the wgmma module, whose code exists only there; its
 main loop is not found by the HMMA-based loop detection, so read the whole-entry columns).
 
+The kernel families define no entry points of their own (each is one NVRTC program in the crate): set
+SDPA_INSTANTIATE to a file of the instantiation lines to append to both sources, as the launchers write them
+(`cargo run -q -p sdpa-cuda --example programs | grep '^tf32x3_f32_64' | cut -f3 > lines.cu`).
+
 NVRTC and the headers: the pip packages CI installs (`.ci/run`); cuobjdump and nvdisasm: the pip packages
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (13.2 or newer read sm_90 code from NVRTC 13.0).
 """
@@ -38,7 +42,10 @@ def cubin(src_path, out_path):
     prog = ctypes.c_void_p()
     H = (ctypes.c_char_p * len(hdrs))(*[open(os.path.join(kdir, h), "rb").read() for h in hdrs])
     N = (ctypes.c_char_p * len(hdrs))(*[h.encode() for h in hdrs])
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), open(src_path, "rb").read(), b"m.cu", len(hdrs), H, N):
+    src = open(src_path, "rb").read()
+    if os.environ.get("SDPA_INSTANTIATE"):
+        src += b"\n" + open(os.environ["SDPA_INSTANTIATE"], "rb").read()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"m.cu", len(hdrs), H, N):
         sys.exit("nvrtcCreateProgram failed")
     opts = [b"--std=c++17", b"-default-device", b"--gpu-architecture=" + ARCH.encode(),
             b"--include-path=" + os.path.join(HOME, "include").encode()]

@@ -35,7 +35,8 @@
 //!
 //! # Layout: three layers, then the backend
 //! - [`sys`], library access: finding the CUDA libraries ([`libs`]), the kernel sources built in
-//!   ([`modules`]), NVRTC ([`nvrtc`]) and the disk cache of compiled modules ([`cache`]).
+//!   ([`modules`]), the programs made of them ([`program`]: one per kernel instantiation), NVRTC ([`nvrtc`]),
+//!   images compiled or read on parallel threads ([`images`]) and the disk cache ([`cache`]).
 //! - [`checked`], checked wrappers: one GPU and its limits ([`device`]), buffers ([`buffer`]), the
 //!   parameter struct ([`params`]), TMA tensor maps ([`tensor_map`]), the one launch function ([`launch`])
 //!   and the [`Call`] handed to a launcher.
@@ -46,14 +47,20 @@
 //! The old flat paths (`sdpa_cuda::fa2`, `sdpa_cuda::modules`, ...) are re-exports of these modules.
 //!
 //! # For kernel authors (the machinery)
-//! - A module is a `.cu` file in `kernels/`, registered with one line in [`modules::MODULES`] (a
+//! - A kernel family is a `.cu` file in `kernels/` holding templates and an entry macro
+//!   (`FA2_ENTRY(NAME, T, D, tile..., MASK)`), registered with one line in [`modules::MODULES`] (a
 //!   [`modules::ModuleSource`] built with `include_str!`). Shared headers are registered in
 //!   [`modules::HEADERS`] and handed to NVRTC in memory (`#include "common.cuh"`).
-//! - Entry points are `extern "C"`, named `{kernel}_{dtype}[_{headdim}]`, and take one
+//! - Each instantiation is its own NVRTC program ([`program::Program`]): the family's source included, plus
+//!   the one macro line the launcher writes from the same table it plans launches with (so a tile is written
+//!   once, in Rust); a call compiles about a second's worth, not the family. The launcher's `programs()`
+//!   lists every instantiation it can ask for ([`kernels::all_programs`]: CI compiles all of them).
+//! - Entry points are `extern "C"`, named `{kernel}_{dtype}[_{headdim}][_{mask}]`, and take one
 //!   [`params::AttnParams`] by value (`struct AttnParams` in `common.cuh`, same layout).
-//! - [`device::Device::module`] compiles on first use for the device's own `sm_XY`, with the include dir
-//!   from [`libs::include_dir`], caching the CUBIN on disk ([`cache`]); the compiler log is kept in the
-//!   error ([`CudaError::Compile`]).
+//! - [`device::Device::prepare`] loads programs on first use for the device's own `sm_XY` (many at once on
+//!   parallel threads, [`images`]), with the include dir from [`libs::include_dir`], caching each CUBIN on
+//!   disk ([`cache`]); the compiler log is kept in the error ([`CudaError::Compile`]).
+//!   [`CudaBackend::warm_up`] does it ahead of time for the calls a caller names.
 //! - [`launch::launch`] checks a [`launch::LaunchDims`] against the device (threads, grid, shared memory,
 //!   opting in above 48 KB) and launches on the call's stream. A kernel implementation is a
 //!   `fn run(call: &Call) -> Result<()>` over a [`call::Call`] (device, stream, spec, options, params with

@@ -42,30 +42,31 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
     let slowest = Mutex::new((0.0f64, String::new()));
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let Some((program, arch)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
-                let opts = nvrtc::options(arch, Some(&inc), program.module);
-                let t = std::time::Instant::now();
-                let outcome = nvrtc::compile(program, arch, &opts).map_err(|e| e.to_string()).and_then(|c| {
-                    // The entry an instantiation names must be in the image (ELF symbol table); a whole
-                    // module's entries are looked up by name at launch and tested on the GPU.
-                    let has_entry =
-                        program.is_whole() || c.cubin.windows(program.name.len()).any(|w| w == program.name.as_bytes());
-                    match (c.cubin.len() > 1000, has_entry) {
-                        (true, true) => Ok(()),
-                        (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
-                        (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
+            s.spawn(|| {
+                while let Some((program, arch)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let opts = nvrtc::options(arch, Some(&inc), program.module);
+                    let t = std::time::Instant::now();
+                    let outcome = nvrtc::compile(program, arch, &opts).map_err(|e| e.to_string()).and_then(|c| {
+                        // The entry an instantiation names must be in the image (ELF symbol table); a whole
+                        // module's entries are looked up by name at launch and tested on the GPU.
+                        let has_entry = program.is_whole()
+                            || c.cubin.windows(program.name.len()).any(|w| w == program.name.as_bytes());
+                        match (c.cubin.len() > 1000, has_entry) {
+                            (true, true) => Ok(()),
+                            (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
+                            (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
+                        }
+                    });
+                    let secs = t.elapsed().as_secs_f64();
+                    if let Ok(mut s) = slowest.lock() {
+                        if secs > s.0 {
+                            *s = (secs, format!("{} {arch}", program.name));
+                        }
                     }
-                });
-                let secs = t.elapsed().as_secs_f64();
-                if let Ok(mut s) = slowest.lock() {
-                    if secs > s.0 {
-                        *s = (secs, format!("{} {arch}", program.name));
-                    }
-                }
-                if let Err(e) = outcome {
-                    if let Ok(mut f) = failures.lock() {
-                        f.push(e);
+                    if let Err(e) = outcome {
+                        if let Ok(mut f) = failures.lock() {
+                            f.push(e);
+                        }
                     }
                 }
             });

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # run-gpu.sh: everything the GPU machine runs, from the bundle `cargo xtask gpu-bundle` built.
-#   gpu-bundle/run-gpu.sh [tests] [sanitize] [bench] [quick]     (no stage named: all three)
+#   gpu-bundle/run-gpu.sh [firstcall] [tests] [sanitize] [bench] [quick]     (no stage named: tests sanitize bench)
 # Results under $OUT (default ./gpu-out): summary.json (per test binary and sanitizer run: exit code and
-# result line), tests.log, sanitizer.log, cuda_bench.json + bench.log (ours vs PyTorch, same run), env.txt.
+# result line), tests.log, sanitizer.log, cuda_bench.json + bench.log (ours vs PyTorch, same run), env.txt,
+# firstcall/ (first-call latency on empty and filled kernel caches, the quick bench from an empty cache;
+# run it first on a fresh machine, from the repository root).
 # The last lines printed are a short table.
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
@@ -21,6 +23,86 @@ table=()
 { date -u; uname -a; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv;
   ls "$CUDA_HOME"/lib64/libnvrtc* 2>/dev/null | head -3; python3 -c 'import torch; print("torch", torch.__version__)'; } \
   > "$OUT/env.txt" 2>&1
+
+if want firstcall; then
+  # Issue 20's measurement. Each kernel: one `sdpa run` on an empty kernel cache of its own (cold: NVRTC
+  # compiles what the call needs), then the same command again (warm: the images come from the disk cache).
+  # The wall time around the process is taken here too (it includes process start and exit). NVRTC 13 also
+  # keeps compiled images in the driver's compute cache (~/.nv/ComputeCache unless CUDA_CACHE_PATH says
+  # otherwise): each cold run gets an empty one of its own, as on a fresh machine, or a second run of this
+  # stage on the same machine would time cache hits as compiles.
+  fc="$OUT/firstcall"; mkdir -p "$fc"; caches="$(mktemp -d)"
+  calls=(
+    "fa2 bf16 exact 4,16,16,4096,4096,128 causal"
+    "splitkv bf16 exact 1,32,8,1,8192,128 causal-br"
+    "fa2 bf16 exact 2,16,16,1000,1000,64 none"
+    "fa1 bf16 exact 2,16,16,1000,1000,128 causal"
+    "fa1 f32 exact 2,8,8,500,500,80 none"
+    "unfused bf16 exact 2,16,16,1000,1000,128 causal"
+    "fa2 f32 tf32 2,16,16,1000,1000,128 causal"
+    "auto f16 exact 1,32,32,1,4096,96 none"
+  )
+  for c in "${calls[@]}"; do
+    read -r kernel dtype math shape mask <<< "$c"
+    tag="$kernel-$dtype-$math-${shape//,/x}-$mask"
+    for state in cold warm; do
+      t0=$(date +%s%N)
+      SDPA_CUDA_CACHE="$caches/$tag" CUDA_CACHE_PATH="$caches/$tag-driver" "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" \
+        --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --json > "$fc/$tag-$state.json" 2> "$fc/$tag-$state.err"
+      rc=$?; t1=$(date +%s%N)
+      echo "{\"call\":\"$c\",\"state\":\"$state\",\"rc\":$rc,\"wall_s\":$(( (t1 - t0) / 1000000 ))e-3}" >> "$fc/walls.jsonl"
+    done
+  done
+  # The quick bench as a new user runs it: empty kernel cache, PyTorch side by side.
+  t0=$(date +%s%N)
+  SDPA_CUDA_CACHE="$caches/quick" CUDA_CACHE_PATH="$caches/quick-driver" "$B/sdpa" bench --preset quick --with-pytorch --out "$fc/quick.json" > "$fc/quick.log" 2>&1
+  rc=$?; t1=$(date +%s%N)
+  echo "{\"call\":\"bench --preset quick --with-pytorch\",\"state\":\"cold\",\"rc\":$rc,\"wall_s\":$(( (t1 - t0) / 1000000 ))e-3}" >> "$fc/walls.jsonl"
+  # Every program of every family from an empty cache, on all cores.
+  t0=$(date +%s%N)
+  SDPA_CUDA_CACHE="$caches/all" CUDA_CACHE_PATH="$caches/all-driver" "$B/sdpa" warmup --all --json > "$fc/warmup-all.json" 2> "$fc/warmup-all.err"
+  rc=$?; t1=$(date +%s%N)
+  echo "{\"call\":\"warmup --all\",\"state\":\"cold\",\"rc\":$rc,\"wall_s\":$(( (t1 - t0) / 1000000 ))e-3}" >> "$fc/walls.jsonl"
+  du -sh "$caches"/* > "$fc/cache-sizes.txt" 2>&1
+  cp "$OUT/env.txt" "$fc/" 2>/dev/null
+  rm -rf "$caches"
+  python3 - "$fc" <<'PY' > "$fc/table.txt"
+import json, os, sys
+fc = sys.argv[1]
+print(f"{'call':<52} {'state':<5} {'rc':>2} {'wall s':>7} {'first s':>7} {'setup s':>7} {'start->1st':>10}  programs")
+for w in (json.loads(l) for l in open(os.path.join(fc, "walls.jsonl"))):
+    first = setup = since = "-"; progs = ""
+    if w["call"].split()[0] not in ("bench", "warmup"):
+        kernel, dtype, math, shape, mask = w["call"].split()
+        tag = f"{kernel}-{dtype}-{math}-{shape.replace(',', 'x')}-{mask}-{w['state']}"
+        try:
+            f = json.load(open(os.path.join(fc, tag + ".json")))["first_call"]
+            first, since = f"{f['seconds']:.3f}", f"{f.get('since_process_start_s', 0):.3f}"
+            setup = f"{sum(p['image_s'] + p['load_s'] for p in f['programs']):.3f}"
+            progs = " ".join(f"{p['program']}({p['origin'][0]}{p['image_s']:.2f})" for p in f["programs"])
+        except Exception as e:
+            progs = f"no record: {e}"
+    elif w["call"].startswith("bench"):
+        try:
+            b = json.load(open(os.path.join(fc, "quick.json")))
+            for wu in b.get("warm_ups", []):
+                n = len(wu["programs"]); c = sum(p["origin"] == "compiled" for p in wu["programs"])
+                progs += f"{wu['backend']} warm-up {wu['seconds']:.1f} s ({c}/{n} compiled, {sum(p['image_s'] for p in wu['programs']):.1f} s compile CPU); "
+            progs += f"{len(b['records'])} records"
+        except Exception as e:
+            progs = f"no file: {e}"
+    else:
+        try:
+            a = json.load(open(os.path.join(fc, "warmup-all.json")))
+            progs = f"{a['programs']} programs, {a['compiled']} compiled on {a['compile_threads']} threads in {a['seconds']:.1f} s"
+        except Exception as e:
+            progs = f"no report: {e}"
+    print(f"{w['call']:<52} {w['state']:<5} {w['rc']:>2} {w['wall_s']:>7.2f} {first:>7} {setup:>7} {since:>10}  {progs}")
+PY
+  table+=("$(cat "$fc/table.txt")")
+  # One archive (a device call brings back a limited number of files); the table stays beside it.
+  tar czf "$OUT/firstcall.tgz" -C "$OUT" firstcall && cp "$fc/table.txt" "$OUT/firstcall-table.txt" && rm -rf "$fc"
+fi
 
 if want tests; then
   # The test binaries run at the same time (each compiles the NVRTC modules it needs on a fresh machine,

@@ -2,8 +2,10 @@
 //! `include_str!`, plus the shared headers ([`HEADERS`]: `common.cuh` and the headers one kernel family
 //! shares with another).
 //!
-//! Adding a module is one line in [`MODULES`] (and a `pub const` for launch code to name it). Entry points
-//! inside a module are `extern "C"` and named `{kernel}_{dtype}[_{headdim}]`, e.g. `fa1_bf16_128`.
+//! Adding a module is one line in [`MODULES`] (and a `pub const` for launch code to name it). A family's
+//! module defines no entry points of its own: each is instantiated in a program of its own
+//! ([`crate::sys::program`]); `unfused` and `l2_flush` define theirs and are compiled whole. Entry points are
+//! `extern "C"` and named `{kernel}_{dtype}[_{headdim}][_{mask}]`, e.g. `fa2_bf16_128_causal`.
 
 /// The shared device header: the [`crate::checked::params::AttnParams`] struct, dtype conversions, mask helpers.
 pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
@@ -23,7 +25,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("sm90_async.cuh", include_str!("../../kernels/sm90_async.cuh")),
 ];
 
-/// One `.cu` source compiled as one CUDA module.
+/// One `.cu` source: a family of templates that its programs include, or a small module compiled whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModuleSource {
     /// Module name: the file stem, also the cache and error label.
@@ -80,7 +82,7 @@ pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../
 /// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`).
 pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../../kernels/l2_flush.cu"));
 
-/// Every module, for the compile-everything check (CI, `sdpa devices`) and cache warm-up.
+/// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
 pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH];
 
