@@ -61,7 +61,9 @@ impl AttentionShape {
 /// options will run, so that the first such call does not wait for the compiler (a second or two per kernel
 /// on a fresh machine; milliseconds once sdpa-cuda's disk cache holds them). Returns how many kernel
 /// programs were loaded now (0 on the CPU, and for kernels already loaded). Shapes are checked as `sdpa`
-/// checks them; an invalid one is an error naming it.
+/// checks them; an invalid one, or one the GPU cannot run, is an error naming it. The kernels are planned
+/// for contiguous tensors (or views whose offsets keep 16-byte alignment): a call on a view with an odd
+/// start offset may take another variant, compiled on its first call.
 pub fn warmup(device: &Device, calls: &[(AttentionShape, SdpaOptions)]) -> Result<usize> {
     let mut specs = Vec::with_capacity(calls.len());
     for (shape, opts) in calls {
@@ -73,7 +75,12 @@ pub fn warmup(device: &Device, calls: &[(AttentionShape, SdpaOptions)]) -> Resul
         #[cfg(feature = "cuda")]
         Device::Cuda(d) => {
             let backend = crate::cuda::backend_for(d)?;
-            Ok(backend.warm_up(&specs).map_err(crate::error::sdpa_err)?.len())
+            let warmed = backend.warm_up(&specs).map_err(crate::error::sdpa_err)?;
+            // A call the GPU cannot run would fail on the request; say so at start-up instead.
+            if let Some((i, why)) = warmed.skipped.first() {
+                candle_core::bail!("sdpa: warm-up call {i} ({:?}) cannot run on this GPU: {why}", calls[*i].0);
+            }
+            Ok(warmed.loads.len())
         }
         other => candle_core::bail!("sdpa: no backend for {other:?} (CPU, and CUDA with the `cuda` feature)"),
     }
@@ -101,7 +108,7 @@ mod tests {
         let opts = SdpaOptions::bhsd().with_mask(SdpaMask::CausalBottomRight);
         assert_eq!(warmup(&Device::Cpu, &[(shape(32, 8), opts.clone())])?, 0);
         let err = warmup(&Device::Cpu, &[(shape(32, 5), opts)]).expect_err("32 heads over 5 kv heads");
-        assert!(err.to_string().contains("sdpa"), "{err}");
+        assert!(err.to_string().contains("Hkv = 5"), "{err}");
         let spec = shape(32, 8).spec(&SdpaOptions::bshd())?;
         assert_eq!((spec.layout(), spec.mask.name()), (Some(sdpa_core::Layout::Bshd), "none"));
         Ok(())

@@ -72,6 +72,9 @@ pub struct Measure {
     pub check_rows: Option<usize>,
     /// The repetition policy.
     pub reps: Repetitions,
+    /// Record the seconds from process start to the end of the first call (`sdpa run`: the wait for a
+    /// first result; in a sweep it would count the configurations before it).
+    pub since_process_start: bool,
 }
 
 /// Why a measurement has no record.
@@ -110,11 +113,15 @@ pub fn measure(
     how: &Measure,
 ) -> Result<BenchRecord, MeasureError> {
     be.capabilities().check(be.name(), spec, opts)?;
+    // Loads logged before this call (an earlier configuration's) are not this call's.
+    be.program_loads();
     let start = std::time::Instant::now();
     let first = be.run_host(spec, opts, inputs)?;
     let first_s = start.elapsed().as_secs_f64();
     let mut first_call = FirstCall::new(first_s, be.program_loads());
-    first_call.since_process_start_s = crate::process_age_s();
+    if how.since_process_start {
+        first_call.since_process_start_s = crate::process_age_s();
+    }
     let check: Option<CheckReport> = if how.check {
         let rows = check_rows(spec, how.check_rows);
         Some(check_output(spec, inputs, &first.output, opts.f32_math, rows).map_err(MeasureError::Check)?)
@@ -124,7 +131,8 @@ pub fn measure(
     drop(first);
 
     let (warmup, reps) = match how.reps {
-        Repetitions::Fixed { reps, .. } if first_s > 0.5 => (0, reps.min(3)),
+        // A slow call gets few repetitions; what the first call spent compiling kernels does not count.
+        Repetitions::Fixed { reps, .. } if first_s - first_call.kernel_setup_s() > 0.5 => (0, reps.min(3)),
         Repetitions::Fixed { warmup, reps } => (warmup, reps),
         Repetitions::Budget { warmup, max_reps, budget_s } => {
             // One timed call sizes the repetitions to the budget.
@@ -281,7 +289,7 @@ mod tests {
         for reps in
             [Repetitions::Fixed { warmup: 1, reps: 4 }, Repetitions::Budget { warmup: 1, max_reps: 5, budget_s: 10.0 }]
         {
-            let how = Measure { check: true, check_rows: None, reps };
+            let how = Measure { check: true, check_rows: None, reps, since_process_start: false };
             let rec = measure(&ReferenceBackend, &spec, &opts, &inputs, &how).unwrap();
             assert!(rec.check.as_ref().is_some_and(|c| c.pass), "{reps:?}");
             let want = match reps {

@@ -77,6 +77,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         check: args.check,
         check_rows: args.check_rows,
         reps: Repetitions::Fixed { warmup: args.warmup, reps: args.reps },
+        since_process_start: true,
     };
     let rec = measure(&*backend, &spec, &opts, &inputs, &how)?;
     if args.json {

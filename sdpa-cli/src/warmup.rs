@@ -14,8 +14,8 @@ pub struct WarmupArgs {
     /// Which configurations (the `cuda` ones are warmed up), as `sdpa bench` takes them.
     #[command(flatten)]
     sweep: SweepArgs,
-    /// Every program of every kernel family instead (a few minutes on 16 cores).
-    #[arg(long)]
+    /// Every program of every kernel family instead of a sweep's (17 s on the H100 host's 16 cores).
+    #[arg(long, conflicts_with_all = ["preset", "spec", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math"])]
     all: bool,
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
@@ -38,11 +38,21 @@ struct Report {
     seconds: f64,
     cache_dir: Option<String>,
     loads: Vec<ProgramLoad>,
+    /// Configurations this GPU cannot run, with the reason.
+    skipped: Vec<String>,
 }
 
 pub fn run(args: WarmupArgs) -> Result<()> {
+    // The point of a warm-up is the images left on disk for later processes.
+    if sdpa_cuda::cache::dir().is_none() {
+        bail!(
+            "the kernel cache is off (SDPA_CUDA_CACHE=off, or no HOME): a warm-up would be lost when this process \
+             exits"
+        );
+    }
     let gpu = CudaBackend::new(args.device)?;
     let t = std::time::Instant::now();
+    let mut skipped = Vec::new();
     let (configurations, loads) = if args.all {
         (0, gpu.warm_up_all()?)
     } else {
@@ -56,7 +66,21 @@ pub fn run(args: WarmupArgs) -> Result<()> {
         if calls.is_empty() {
             bail!("{} has no cuda configurations (add --backend cuda)", plan.source);
         }
-        (calls.len(), gpu.warm_up(&calls)?)
+        let warmed = gpu.warm_up(&calls)?;
+        for (i, why) in &warmed.skipped {
+            let (spec, opts) = &calls[*i];
+            skipped.push(format!(
+                "{} {} {} {}: {why}",
+                opts.kernel,
+                spec.dtype,
+                spec.mask.name(),
+                spec.shape.labelled()
+            ));
+        }
+        if skipped.len() == calls.len() {
+            bail!("none of the {} cuda configurations can run on this GPU:\n{}", calls.len(), skipped.join("\n"));
+        }
+        (calls.len(), warmed.loads)
     };
     let compiled = loads.iter().filter(|l| l.origin == ImageOrigin::Compiled).count();
     let report = Report {
@@ -65,14 +89,27 @@ pub fn run(args: WarmupArgs) -> Result<()> {
         programs: loads.len(),
         compiled,
         from_disk_cache: loads.len() - compiled,
-        compile_threads: sdpa_cuda::images::compile_threads(),
+        compile_threads: sdpa_cuda::images::compile_threads()?,
         seconds: t.elapsed().as_secs_f64(),
         cache_dir: sdpa_cuda::cache::dir().map(|d| d.display().to_string()),
         loads,
+        skipped,
     };
+    let usage = sdpa_cuda::cache::usage();
+    if usage.bytes > usage.bound.bytes / 10 * 9 {
+        eprintln!(
+            "sdpa warmup: the kernel cache holds {} of its {} bound: older images are being evicted (raise \
+             SDPA_CUDA_CACHE_MAX)",
+            sdpa_core::memory::human_bytes(usage.bytes),
+            sdpa_core::memory::human_bytes(usage.bound.bytes)
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
+    }
+    for s in &report.skipped {
+        eprintln!("sdpa warmup: left out (cannot run on this GPU): {s}");
     }
     for l in &report.loads {
         let how = match l.origin {

@@ -1,6 +1,6 @@
 """Turns the harness output (tf32dev.json from dev/tf32_bench.py) into the committed result file: one record
 per issue-4 point with PyTorch f32 SDPA (time, TFLOPS, error against float64) and, for plain and split TF32,
-the configuration the kernel module ships (kernels/tf32.cu's entry table, given as --ship) plus every
+the configuration the kernel ships (src/kernels/tf32.rs's `tile_for`, given as --ship) plus every
 configuration timed; the same-run ceilings; and a summary of the correctness checks.
 
     python3 sdpa-cuda/dev/tf32_records.py tf32dev.json bench/studies/tf32/tf32-h100.json \

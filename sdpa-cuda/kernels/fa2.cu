@@ -171,7 +171,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
 // One entry point: NAME runs the kernel for element type T, head dim D and a tile (BM query rows, BN keys,
 // warps, K/V stages, min blocks per SM) under mask MASK. Each entry is its own NVRTC program: the launcher
-// (src/kernels/fa2.rs, `VARIANTS`, the tiles measured on the H100) writes the one line that instantiates
+// (src/kernels/fa2.rs, `tile_for` and `choose_tile`, the tiles measured on the H100) writes the one line that instantiates
 // what a call needs.
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \

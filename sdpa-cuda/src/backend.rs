@@ -142,12 +142,18 @@ impl CudaBackend {
 
     /// Loads now every program the calls `(spec, opts)` would launch: images from the disk cache, the
     /// rest compiled on parallel threads, so that no first call waits for NVRTC (servers at start-up,
-    /// benchmarks before timing). Returns what was loaded now (nothing for programs already loaded). A call
-    /// this backend cannot run is left out: running it reports why.
-    pub fn warm_up(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
-        let programs: Vec<Program> =
-            calls.iter().filter_map(|(spec, opts)| self.programs_for(spec, opts).ok()).flatten().collect();
-        self.dev.prepare(&programs)
+    /// benchmarks before timing). Returns what was loaded now (nothing for programs already loaded) and the
+    /// calls this backend cannot run, by index, with the reason (running them reports the same).
+    pub fn warm_up(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<WarmedUp> {
+        let mut programs: Vec<Program> = Vec::new();
+        let mut skipped = Vec::new();
+        for (i, (spec, opts)) in calls.iter().enumerate() {
+            match self.programs_for(spec, opts) {
+                Ok(p) => programs.extend(p),
+                Err(e) => skipped.push((i, e)),
+            }
+        }
+        Ok(WarmedUp { loads: self.dev.prepare(&programs)?, skipped })
     }
 
     /// Loads every program of every kernel family (the whole compile, in parallel): for a cache that must
@@ -267,6 +273,15 @@ impl CudaBackend {
     }
 }
 
+/// What [`CudaBackend::warm_up`] did.
+#[derive(Debug)]
+pub struct WarmedUp {
+    /// The programs loaded now, in load order.
+    pub loads: Vec<ProgramLoad>,
+    /// The calls left out (index into the calls given, and why the backend cannot run them).
+    pub skipped: Vec<(usize, SdpaError)>,
+}
+
 /// The read pass of [`L2Flush::Clean`]: `kernels/l2_flush.cu`, compiled whole.
 pub fn l2_flush_program() -> Program {
     Program::whole(&crate::sys::modules::L2_FLUSH)
@@ -328,7 +343,8 @@ impl Backend for CudaBackend {
     }
 
     fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {
-        self.warm_up(calls)
+        // The calls left out are reported when they run.
+        self.warm_up(calls).map(|w| w.loads)
     }
 
     fn program_loads(&self) -> Vec<ProgramLoad> {

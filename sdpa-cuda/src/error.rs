@@ -29,10 +29,10 @@ pub enum CudaError {
         /// cuBLAS status, in words.
         message: String,
     },
-    /// NVRTC rejected a kernel module; the compiler log is kept whole.
-    #[error("NVRTC could not compile module `{module}` for {arch}: {message}\n--- compiler log ---\n{log}")]
+    /// NVRTC rejected a kernel program; the compiler log is kept whole.
+    #[error("NVRTC could not compile kernel program `{module}` for {arch}: {message}\n--- compiler log ---\n{log}")]
     Compile {
-        /// Module name (the `.cu` file stem).
+        /// The program: an instantiation's entry point, or a whole module's name (the `.cu` file stem).
         module: String,
         /// Target, e.g. "sm_90".
         arch: String,
@@ -41,10 +41,10 @@ pub enum CudaError {
         /// The compiler's log.
         log: String,
     },
-    /// A kernel entry point is missing from its module (a name typo or a missing instantiation).
-    #[error("kernel `{function}` not found in module `{module}`")]
+    /// A kernel entry point is missing from its program (a name typo or a wrong instantiation line).
+    #[error("kernel `{function}` not found in program `{module}`")]
     MissingKernel {
-        /// Module name.
+        /// The program's name.
         module: String,
         /// Entry point name.
         function: String,

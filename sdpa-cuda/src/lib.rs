@@ -91,7 +91,7 @@ pub use checked::{buffer, call, device, launch, params, tensor_map};
 pub use kernels::{fa1, fa2, splitkv, tf32, unfused};
 pub use sys::{cache, images, libs, modules, nvrtc, program};
 
-pub use backend::{CudaBackend, CudaElement, L2Flush, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
+pub use backend::{CudaBackend, CudaElement, L2Flush, WarmedUp, FA1_FAST_HEAD_DIMS, MAX_HEAD_DIM};
 pub use checked::buffer::CudaBuffer;
 pub use checked::call::Call;
 pub use checked::device::{Device, DeviceInfo};

@@ -54,12 +54,12 @@ fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
         calls.iter().flat_map(|(s, o)| g.programs_for(s, o).expect("plannable")).map(|p| p.name).collect();
     assert_eq!(wanted.len(), 3, "one program per call: {wanted:?}");
     let t = std::time::Instant::now();
-    let loads = g.warm_up(&calls).expect("the programs compile and load");
+    let loads = g.warm_up(&calls).expect("the programs compile and load").loads;
     let first = t.elapsed();
     let names: Vec<&str> = loads.iter().map(|l| l.program.as_str()).collect();
     assert_eq!(names, wanted.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(loads.iter().all(|l| l.origin == Origin::Compiled), "{loads:?}");
-    assert!(g.warm_up(&calls).expect("already loaded").is_empty(), "a second warm-up loaded again");
+    assert!(g.warm_up(&calls).expect("already loaded").loads.is_empty(), "a second warm-up loaded again");
     let stamp = |d: &std::path::Path| {
         let mut v: Vec<_> = std::fs::read_dir(d)
             .expect("cache dir created")
@@ -74,13 +74,44 @@ fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
     // A fresh backend (nothing loaded) reads the images: no compile, no new file.
     let g2 = CudaBackend::new(0).expect("gpu");
     let t = std::time::Instant::now();
-    let loads = g2.warm_up(&calls).expect("loads from cache");
+    let loads = g2.warm_up(&calls).expect("loads from cache").loads;
     let second = t.elapsed();
     eprintln!("first warm-up {first:.2?} ({} programs compiled), from the disk cache {second:.2?}", wanted.len());
     assert!(loads.iter().all(|l| l.origin == Origin::DiskCache), "{loads:?}");
     assert_eq!(before, stamp(&dir), "the second warm-up compiled again");
     std::env::remove_var("SDPA_CUDA_CACHE");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A warm-up loads exactly what the calls then launch: after it, running each call loads nothing more.
+/// The calls cover every family and the variants chosen by layout and device (fa1's tiled SIMT and
+/// tensor-core entries, the tf32 wgmma entry, splitkv's TMA and bulk paths, the small and deep fa2 tiles).
+#[test]
+fn a_warm_up_loads_what_the_calls_launch() {
+    let Some(g) = gpu() else { return };
+    let spec = |b, hq, hkv, sq, sk, d, dtype, mask| {
+        AttentionSpec::new(Shape { b, hq, hkv, sq, sk, d, dv: d }, dtype).with_mask(mask)
+    };
+    let opts = |kernel, f32_math| RunOptions { kernel, f32_math, ..Default::default() };
+    let calls = [
+        (spec(1, 4, 4, 200, 200, 80, DType::F32, Mask::None), opts(Kernel::Fa1, F32Math::Exact)),
+        (spec(1, 4, 2, 200, 300, 128, DType::BF16, Mask::CausalBottomRight), opts(Kernel::Fa1, F32Math::Exact)),
+        (spec(1, 4, 4, 200, 200, 128, DType::F32, Mask::CausalTopLeft), opts(Kernel::Fa2, F32Math::Tf32)),
+        (spec(1, 8, 2, 1, 9000, 128, DType::BF16, Mask::None), opts(Kernel::SplitKv, F32Math::Exact)),
+        (spec(1, 8, 8, 1, 3000, 96, DType::F16, Mask::None), opts(Kernel::Auto, F32Math::Exact)),
+        (spec(1, 1, 1, 64, 64, 64, DType::BF16, Mask::None), opts(Kernel::Fa2, F32Math::Exact)),
+        (spec(2, 16, 16, 1000, 1000, 128, DType::F16, Mask::CausalTopLeft), opts(Kernel::Auto, F32Math::Exact)),
+        (spec(1, 2, 2, 70, 90, 64, DType::BF16, Mask::None), opts(Kernel::Unfused, F32Math::Exact)),
+    ];
+    let warmed = g.warm_up(&calls).expect("warm-up");
+    assert!(warmed.skipped.is_empty(), "{:?}", warmed.skipped);
+    g.take_loads().expect("log");
+    for (i, (spec, opts)) in calls.iter().enumerate() {
+        let inputs = HostInputs::random(spec, i as u64).expect("inputs");
+        g.run_host(spec, opts, &inputs).expect("runs");
+        let late = g.take_loads().expect("log");
+        assert!(late.is_empty(), "call {i} ({} {}) loaded after the warm-up: {late:?}", opts.kernel, spec.shape);
+    }
 }
 
 #[test]

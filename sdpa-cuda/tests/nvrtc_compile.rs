@@ -6,8 +6,6 @@
 
 use sdpa_cuda::program::Program;
 use sdpa_cuda::{images, kernels, libs, modules, nvrtc};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 #[test]
 fn every_instantiation_compiles_for_sm80_and_sm90() {
@@ -34,52 +32,34 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
     assert_eq!(names.len(), programs.len(), "two programs share a name");
     let jobs: Vec<(&Program, String)> =
         programs.iter().flat_map(|p| ["sm_80", "sm_90"].map(|arch| (p, p.module.arch_for(arch)))).collect();
-    let threads = images::compile_threads().min(jobs.len());
-    eprintln!("NVRTC {version:?}, headers from {inc}: {} compiles on {threads} threads", jobs.len());
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
+    let threads = images::compile_threads().expect("SDPA_CUDA_COMPILE_THREADS, when set, is a count");
+    eprintln!("NVRTC {version:?}, headers from {inc}: {} compiles on up to {threads} threads", jobs.len());
     let started = std::time::Instant::now();
-    let slowest = Mutex::new((0.0f64, String::new()));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                while let Some((program, arch)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let opts = nvrtc::options(arch, Some(&inc), program.module);
-                    let t = std::time::Instant::now();
-                    let outcome = nvrtc::compile(program, arch, &opts).map_err(|e| e.to_string()).and_then(|c| {
-                        // The entry an instantiation names must be in the image (ELF symbol table); a whole
-                        // module's entries are looked up by name at launch and tested on the GPU.
-                        let has_entry = program.is_whole()
-                            || c.cubin.windows(program.name.len()).any(|w| w == program.name.as_bytes());
-                        match (c.cubin.len() > 1000, has_entry) {
-                            (true, true) => Ok(()),
-                            (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
-                            (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
-                        }
-                    });
-                    let secs = t.elapsed().as_secs_f64();
-                    if let Ok(mut s) = slowest.lock() {
-                        if secs > s.0 {
-                            *s = (secs, format!("{} {arch}", program.name));
-                        }
-                    }
-                    if let Err(e) = outcome {
-                        if let Ok(mut f) = failures.lock() {
-                            f.push(e);
-                        }
-                    }
-                }
-            });
-        }
-    });
-    let (secs, which) = slowest.into_inner().unwrap_or_default();
-    eprintln!(
-        "{} compiles in {:.1?}; slowest {which} {secs:.2} s; modules: {:?}",
-        jobs.len(),
-        started.elapsed(),
-        modules::MODULES.iter().map(|m| m.name).collect::<Vec<_>>()
-    );
-    let failures = failures.into_inner().unwrap_or_default();
+    let compile = |(program, arch): &(&Program, String)| -> (f64, Result<(), String>) {
+        let opts = nvrtc::options(arch, Some(&inc), program.module);
+        let t = std::time::Instant::now();
+        let outcome = nvrtc::compile(program, arch, &opts).map_err(|e| e.to_string()).and_then(|c| {
+            // The entry an instantiation names must be a symbol of the image: its name between NULs in
+            // the ELF string table (a bare substring could sit inside a longer symbol). A whole module's
+            // entries are looked up by name at launch and tested on the GPU.
+            let symbol = [b"\0", program.name.as_bytes(), b"\0"].concat();
+            let has_entry = program.is_whole() || c.cubin.windows(symbol.len()).any(|w| w == symbol);
+            match (c.cubin.len() > 1000, has_entry) {
+                (true, true) => Ok(()),
+                (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
+                (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
+            }
+        });
+        (t.elapsed().as_secs_f64(), outcome)
+    };
+    let panicked =
+        |(p, arch): &(&Program, String)| (0.0, Err(format!("{} {arch}: the compile thread panicked", p.name)));
+    let results = images::parallel_map(&jobs, threads, compile, panicked);
+    let slowest = results.iter().zip(&jobs).max_by(|a, b| a.0 .0.total_cmp(&b.0 .0));
+    if let Some(((secs, _), (p, arch))) = slowest {
+        eprintln!("{} compiles in {:.1?}; slowest {} {arch} {secs:.2} s", jobs.len(), started.elapsed(), p.name);
+    }
+    let failures: Vec<String> = results.into_iter().filter_map(|(_, r)| r.err()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -100,5 +80,6 @@ fn a_syntax_error_keeps_the_compiler_log() {
     let typo = Program::entry(&modules::FA2, "fa2_bf16_128_none", "FA2_ENTYR(fa2_bf16_128_none, __nv_bfloat16)");
     let err = nvrtc::compile(&typo, "sm_90", &nvrtc::options("sm_90", inc.as_deref(), typo.module))
         .expect_err("must not compile");
-    assert!(err.to_string().contains("fa2_bf16_128_none"), "{err}");
+    // The compiler's own complaint about the line, in the log the error keeps.
+    assert!(err.to_string().contains("FA2_ENTYR"), "{err}");
 }

@@ -105,7 +105,7 @@ PY
 fi
 
 if want tests; then
-  # The test binaries run at the same time (each compiles the NVRTC modules it needs on a fresh machine,
+  # The test binaries run at the same time (each compiles the NVRTC programs it needs on a fresh machine,
   # which takes minutes one after another); their logs are joined in order afterwards.
   : > "$OUT/tests.log"
   mkdir -p "$OUT/tests"
@@ -172,7 +172,7 @@ if want sanitize; then
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do
       read -r kernel dtype math shape mask envs <<< "$r"
-      # Warm the module cache outside the sanitizer, so it instruments the launches, not NVRTC.
+      # Warm the kernel cache outside the sanitizer, so it instruments the launches, not NVRTC.
       env $envs "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
         --mask "$mask" --warmup 0 --reps 1 > /dev/null 2>&1
       log="$(env $envs compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \

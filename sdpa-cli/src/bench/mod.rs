@@ -12,6 +12,11 @@ use crate::measure::{check_counts, measure, provenance, Measure, Repetitions};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
+use sdpa_core::record::{BenchFile, Skipped};
+use sdpa_core::{AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, WarmUp};
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
 /// The flags that choose a sweep's configurations, shared by `sdpa bench` and `sdpa warmup`. List flags
 /// take comma-separated values; `--shape` takes one shape per flag (or several separated by `;`). Flags
@@ -69,11 +74,6 @@ impl SweepArgs {
         plan::build(&sweeps, &over, &source, self.spec.is_some())
     }
 }
-use sdpa_core::record::{BenchFile, Skipped};
-use sdpa_core::{AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, WarmUp};
-use std::collections::HashMap;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
 
 /// Flags of `sdpa bench`. List flags take comma-separated values; `--shape` takes one shape per flag (or
 /// several separated by `;`). Flags given override the same list in the preset or spec file.
@@ -438,7 +438,7 @@ fn run_one(
         max_reps: explicit.1.or(c.reps).unwrap_or(st.reps).max(1),
         budget_s: explicit.2.or(c.max_time_s).unwrap_or(st.max_time_s),
     };
-    let how = Measure { check: st.check, check_rows: st.check_rows, reps };
+    let how = Measure { check: st.check, check_rows: st.check_rows, reps, since_process_start: false };
     match measure(be, &spec, &opts, inp, &how) {
         Ok(rec) => Outcome::Done(Box::new(rec)),
         Err(e) if e.is_unavailable() => Outcome::Skip(format!("{e:#}")),

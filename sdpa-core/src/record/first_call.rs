@@ -58,8 +58,8 @@ impl KernelCache {
 pub struct FirstCall {
     /// Wall seconds of the first call end to end (upload, kernel compile or load, the call, download).
     pub seconds: f64,
-    /// Wall seconds from the start of the process to the end of that call, when the caller knows when it
-    /// started (the `sdpa` command does): what a user waits for a first result.
+    /// Wall seconds from the start of the process to the end of that call, where the call is the process's
+    /// first result (`sdpa run`): what a user waits for it. Absent in sweeps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_process_start_s: Option<f64>,
     /// Cold, warm or already loaded.

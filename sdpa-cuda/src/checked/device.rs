@@ -11,8 +11,8 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 use cudarc::nvrtc::Ptx;
 use sdpa_core::{ProgramLoad, Result, SdpaError};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Limits and facts read once from the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,13 +46,23 @@ impl DeviceInfo {
     }
 }
 
+/// The loaded programs, and the ones some thread is building now (so that no program is built twice and
+/// the lock is not held while NVRTC runs).
+#[derive(Debug, Default)]
+struct Programs {
+    loaded: HashMap<String, Arc<CudaModule>>,
+    building: HashSet<String>,
+}
+
 /// A GPU ready to run kernels: context, stream, limits and loaded modules.
 #[derive(Debug)]
 pub struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
-    programs: Mutex<HashMap<String, Arc<CudaModule>>>,
+    programs: Mutex<Programs>,
+    /// Signalled when programs some thread was building are loaded (or failed).
+    built: Condvar,
     functions: Mutex<HashMap<String, CudaFunction>>,
     loads: Mutex<Vec<ProgramLoad>>,
     blas: Mutex<Option<CudaBlas>>,
@@ -136,6 +146,7 @@ impl Device {
             stream,
             info,
             programs: Mutex::default(),
+            built: Condvar::new(),
             functions: Mutex::default(),
             loads: Mutex::default(),
             blas: Mutex::default(),
@@ -216,39 +227,74 @@ impl Device {
 
     /// Loads every program of `programs` not loaded yet: images from the disk cache, the rest compiled on
     /// parallel threads ([`images::images`]). Returns what it loaded now (also kept for
-    /// [`Device::take_loads`]). The first failure is the error, with the compiler log.
+    /// [`Device::take_loads`]). The first failure is the error, with the compiler log; the programs loaded
+    /// before it stay loaded and logged.
+    ///
+    /// The lock on the loaded programs is held only to look up and to insert, not while NVRTC runs, so
+    /// launches of loaded programs never wait for another thread's compile; a program another thread is
+    /// building is waited for, not built twice.
     pub fn prepare(&self, programs: &[Program]) -> Result<Vec<ProgramLoad>> {
-        let mut map = self.programs.lock().map_err(|_| poisoned())?;
+        let mut state = self.programs.lock().map_err(|_| poisoned())?;
+        while programs.iter().any(|p| state.building.contains(&p.name)) {
+            state = self.built.wait(state).map_err(|_| poisoned())?;
+        }
         let mut todo: Vec<&Program> = Vec::new();
         for p in programs {
-            if !map.contains_key(&p.name) && !todo.iter().any(|t| t.name == p.name) {
+            if !state.loaded.contains_key(&p.name) && !todo.iter().any(|t| t.name == p.name) {
                 todo.push(p);
             }
         }
         if todo.is_empty() {
             return Ok(Vec::new());
         }
+        state.building.extend(todo.iter().map(|p| p.name.clone()));
+        drop(state);
+
         let target = Target { arch: self.info.arch(), driver_version: self.info.driver_version };
         let built = images::images(&todo, &target);
+        let mut state = self.programs.lock().map_err(|_| poisoned())?;
         let mut loaded = Vec::with_capacity(todo.len());
-        for (p, image) in todo.iter().zip(built) {
-            let image = image?;
-            let t = std::time::Instant::now();
-            let module = self
-                .ctx
-                .load_module(Ptx::from_binary(image.cubin))
-                .map_err(drv("cuModuleLoadData", "loading a compiled kernel"))?;
-            map.insert(p.name.clone(), module);
-            loaded.push(ProgramLoad {
-                program: p.name.clone(),
-                family: p.module.name.to_string(),
-                origin: image.origin,
-                image_s: image.seconds,
-                load_s: t.elapsed().as_secs_f64(),
-            });
+        let outcome = built.and_then(|built| {
+            for (p, image) in todo.iter().zip(built) {
+                let (module, load) = self.load(p, image?, &target)?;
+                state.loaded.insert(p.name.clone(), module);
+                loaded.push(load);
+            }
+            Ok(())
+        });
+        for p in &todo {
+            state.building.remove(&p.name);
         }
+        drop(state);
+        self.built.notify_all();
         self.loads.lock().map_err(|_| poisoned())?.extend(loaded.iter().cloned());
-        Ok(loaded)
+        outcome.map(|()| loaded)
+    }
+
+    /// Loads one image into the context. An image from the disk cache that the driver refuses (a file
+    /// damaged on disk) is deleted and compiled again, once.
+    fn load(&self, p: &Program, image: images::Image, target: &Target) -> Result<(Arc<CudaModule>, ProgramLoad)> {
+        let t = std::time::Instant::now();
+        let images::Image { cubin, mut origin, mut seconds, key } = image;
+        let module = match self.ctx.load_module(Ptx::from_binary(cubin)) {
+            Ok(m) => m,
+            Err(_) if origin == images::Origin::DiskCache => {
+                let fresh = images::discard(p, target, &key)?;
+                (origin, seconds) = (fresh.origin, seconds + fresh.seconds);
+                self.ctx
+                    .load_module(Ptx::from_binary(fresh.cubin))
+                    .map_err(drv("cuModuleLoadData", "loading a compiled kernel"))?
+            }
+            Err(e) => return Err(drv("cuModuleLoadData", "loading a compiled kernel")(e)),
+        };
+        let load = ProgramLoad {
+            program: p.name.clone(),
+            family: p.module.name.to_string(),
+            origin,
+            image_s: seconds,
+            load_s: t.elapsed().as_secs_f64(),
+        };
+        Ok((module, load))
     }
 
     /// The programs loaded since the last call (in load order), with where each image came from and what
@@ -259,12 +305,12 @@ impl Device {
 
     /// The loaded module of `program`, loading it on first use.
     pub fn module(&self, program: &Program) -> Result<Arc<CudaModule>> {
+        let loaded = |d: &Self| d.programs.lock().map(|s| s.loaded.get(&program.name).cloned()).map_err(|_| poisoned());
+        if let Some(m) = loaded(self)? {
+            return Ok(m);
+        }
         self.prepare(std::slice::from_ref(program))?;
-        self.programs
-            .lock()
-            .map_err(|_| poisoned())?
-            .get(&program.name)
-            .cloned()
+        loaded(self)?
             .ok_or_else(|| CudaError::Library(format!("kernel `{}` did not load", program.name)).into_sdpa("loading"))
     }
 

@@ -118,10 +118,10 @@ impl MmaTile {
 
 /// The `fa1m` tile for head dim `d`, if `d` is specialised.
 pub fn mma_tile_for(d: usize) -> Option<MmaTile> {
-    let t = |bm, bn, wm, wn, stages| Some(MmaTile { bm, bn, wm, wn, stages, min_blocks: 1 });
+    let t = |bm, bn, wm, wn, stages, min_blocks| Some(MmaTile { bm, bn, wm, wn, stages, min_blocks });
     match d {
-        64 => t(128, 128, 4, 2, 2), // fa1m-choice-64
-        128 => t(128, 64, 4, 2, 2), // fa1m-choice-128
+        64 => t(128, 128, 4, 2, 2, 1), // fa1m-choice-64
+        128 => t(128, 64, 4, 2, 2, 1), // fa1m-choice-128
         _ => None,
     }
 }

@@ -68,3 +68,62 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     }
     Ok(launcher.kernel())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::modules::MODULES;
+    use sdpa_core::DType;
+
+    /// Every registered module is built by some program (a module missing from [`all_programs`] would
+    /// never be compiled by CI), and no two programs share a name (the cache and the device key on it).
+    #[test]
+    fn every_module_has_programs_and_names_are_unique() {
+        let all = all_programs();
+        for m in MODULES {
+            assert!(all.iter().any(|p| p.module.name == m.name), "module {} has no program", m.name);
+        }
+        let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "two programs share a name");
+        assert!(all.iter().all(|p| p.is_whole() || p.instantiation.contains(&format!("({},", p.name))));
+    }
+
+    /// What the launchers can pick, over the grids and devices they plan for, is among [`all_programs`]
+    /// (what CI compiles and `warm_up_all` loads).
+    #[test]
+    fn every_variant_a_launcher_picks_is_listed() {
+        let all = all_programs();
+        let listed = |p: &Program| assert!(all.contains(p), "{} is launched but not listed", p.name);
+        for dtype in [DType::F16, DType::BF16] {
+            for &mask in &MASK_KINDS {
+                for d in policy::FA2_HEAD_DIMS {
+                    for (sq, hq, b, optin) in [(4096, 32, 4, 227 * 1024), (64, 1, 1, 227 * 1024), (64, 1, 1, 99 * 1024)]
+                    {
+                        let (tile, prefix) = fa2::choose_tile(d, sq, hq, b, 132, optin).expect("a tile");
+                        listed(&fa2::program(prefix, dtype, d, tile, mask));
+                    }
+                    for load in [splitkv::SplitKvLoad::CpAsync, splitkv::SplitKvLoad::Bulk, splitkv::SplitKvLoad::Tma] {
+                        if let Some(tile) = splitkv::tile_for(d, load) {
+                            listed(&splitkv::program(dtype, d, tile, mask));
+                        }
+                    }
+                }
+                for d in fa1::FA1_MMA_HEAD_DIMS {
+                    listed(&fa1::mma_program(dtype, d, fa1::mma_tile_for(d).expect("a tile"), mask));
+                }
+            }
+        }
+        for split in [false, true] {
+            for dp in [16, 32, 64, 128, 256] {
+                for &mask in &MASK_KINDS {
+                    for optin in [227 * 1024, 163 * 1024, 99 * 1024] {
+                        let (tile, suffix) = tf32::choose_tile(dp, split, mask, optin);
+                        listed(&tf32::program(split, dp, suffix, tile, mask));
+                    }
+                }
+            }
+        }
+    }
+}

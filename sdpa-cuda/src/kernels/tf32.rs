@@ -51,7 +51,7 @@ impl Tile {
     }
 }
 
-/// The tile the kernel module instantiates for padded head dim `dp`, split TF32 or not, and a mask kind
+/// The tile of the entry instantiated for padded head dim `dp`, split TF32 or not, and a mask kind
 /// (`params::MASK_*`; every mask takes the same tile at present, the table allows one per mask), chosen by
 /// measurement on the H100 (`dev/tf32_bench.py`; bench/results/gpu/tf32.md).
 pub fn tile_for(dp: usize, split: bool, _mask_kind: i32) -> Tile {

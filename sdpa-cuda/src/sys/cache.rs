@@ -198,7 +198,8 @@ enum Kind {
     Temp,
 }
 
-/// `{label}-{key}.cubin` is an image, `.{label}-{key}.{pid}.tmp` a temporary file; anything else is not ours.
+/// `{label}-{key}.cubin` is an image, `.{label}-{key}.{digits}.tmp` (process id and sequence number) a
+/// temporary file; anything else is not ours.
 fn kind_of(name: &OsStr) -> Option<Kind> {
     let name = name.to_str()?;
     if let Some(stem) = name.strip_suffix(".cubin") {
@@ -206,6 +207,13 @@ fn kind_of(name: &OsStr) -> Option<Kind> {
     }
     let (stem, pid) = name.strip_prefix('.')?.strip_suffix(".tmp")?.rsplit_once('.')?;
     (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && is_cache_stem(stem)).then_some(Kind::Temp)
+}
+
+/// Deletes the image of `module` under `key` (one the driver refused to load: it is compiled again).
+pub fn remove(module: &str, key: &str) {
+    if let Some(d) = dir() {
+        let _ = std::fs::remove_file(d.join(image_name(module, key)));
+    }
 }
 
 /// [`load`] in a given directory.
@@ -228,7 +236,12 @@ fn store_in(dir: &Path, module: &str, key: &str, image: &[u8], bound: u64) {
         return;
     }
     let name = image_name(module, key);
-    let tmp = dir.join(format!(".{module}-{key}.{}.tmp", std::process::id()));
+    // The process id and a sequence number: unique across processes and across this process's threads and
+    // devices, which may store the same image at once (a shared name would let one truncate what the other
+    // is renaming). Six digits for the sequence keep `pid || sequence` unambiguous.
+    static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1_000_000;
+    let tmp = dir.join(format!(".{module}-{key}.{}{n:06}.tmp", std::process::id()));
     if std::fs::write(&tmp, image).is_ok() {
         if std::fs::rename(&tmp, dir.join(&name)).is_ok() {
             sweep(dir, bound, Some(OsStr::new(&name)), SystemTime::now());
