@@ -72,10 +72,10 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch_ms = {}
 for shape in unique_keys(ours):
-    b, hq, hkv, sq, sk, d, dname, mask = shape
+    b, hq, hkv, sq, sk, d, dname, mask, dv = shape
     g = torch.Generator(device="cuda").manual_seed(0)
-    mk = lambda h, s: ((torch.rand(b, h, s, d, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5).to(dt[dname])
-    q, k, v = mk(hq, sq), mk(hkv, sk), mk(hkv, sk)
+    mk = lambda h, s, e: ((torch.rand(b, h, s, e, device="cuda", generator=g) * 2 - 1) * 3 ** 0.5).to(dt[dname])
+    q, k, v = mk(hq, sq, d), mk(hkv, sk, d), mk(hkv, sk, dv)
     causal = mask == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
     try:

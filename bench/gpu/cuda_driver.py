@@ -2,7 +2,8 @@
 reading its records back: shared by bench/gpu/bench_cuda.py and the study scripts of sdpa-cuda/dev (through
 sdpa_dev.py). No torch here; `cargo xtask gpu-bundle` carries this file beside bench_cuda.py.
 
-A point is a dict: tag, b, hq, hkv, sq, sk, d, dtype, mask, kernel, f32_math (the driver's `--points` format).
+A point is a dict: tag, b, hq, hkv, sq, sk, d, [dv,] dtype, mask, kernel, f32_math (the driver's `--points`
+format; dv defaults to d).
 """
 import json
 import os
@@ -11,10 +12,14 @@ import sys
 import tempfile
 
 
-def point(tag, b, hq, hkv, sq, sk, d, dtype, causal, kernel, f32_math="exact"):
-    """One point of the driver's `--points` file (causal: top-left causal mask, else none)."""
-    return dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=sq, sk=sk, d=d, dtype=dtype, mask="causal" if causal else "none",
-                kernel=kernel, f32_math=f32_math)
+def point(tag, b, hq, hkv, sq, sk, d, dtype, causal, kernel, f32_math="exact", dv=None):
+    """One point of the driver's `--points` file (causal: top-left causal mask, else none; dv: V's head dim
+    when it is not d)."""
+    p = dict(tag=tag, b=b, hq=hq, hkv=hkv, sq=sq, sk=sk, d=d, dtype=dtype, mask="causal" if causal else "none",
+             kernel=kernel, f32_math=f32_math)
+    if dv is not None and dv != d:
+        p["dv"] = dv
+    return p
 
 
 def write_points(points):
@@ -49,7 +54,8 @@ def run_points(binary, points, out, warmup, reps, flush=None, env=None, extra=()
 
 def key(rec):
     """The shape, dtype and mask of a record or point: what PyTorch's side is timed on once."""
-    return (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"])
+    return (rec["b"], rec["hq"], rec["hkv"], rec["sq"], rec["sk"], rec["d"], rec["dtype"], rec["mask"],
+            rec.get("dv", rec["d"]))
 
 
 def unique_keys(records):

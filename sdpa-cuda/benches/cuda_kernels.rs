@@ -4,8 +4,8 @@
 //! run; run alone (`cargo bench -p sdpa-cuda --bench cuda_kernels`) it times a small default grid.
 //!
 //! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]
-//! [--flush dirty|clean]`, where a point is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", "dtype", "mask",
-//! "kernel", "f32_math"}`. `--flush` picks how L2 is emptied before each timed call (`sdpa_cuda::L2Flush`:
+//! [--flush dirty|clean]`, where a point is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", ["dv",] "dtype",
+//! "mask", "kernel", "f32_math"}` (`dv` defaults to `d`). `--flush` picks how L2 is emptied before each timed call (`sdpa_cuda::L2Flush`:
 //! `dirty`, the default, writes 256 MB as `do_bench` does; `clean` reads 256 MB). With
 //! `SDPA_SPLITKV_TRACE=1` in the environment and `--trace DIR`, the per-block timeline of each point's last
 //! `splitkv` launch goes to `DIR/trace-{n}.json` (n = the point's index; `sdpa_cuda::splitkv::TRACE_FIELDS`
@@ -49,7 +49,7 @@ fn call_of(p: &Value) -> Result<(AttentionSpec, RunOptions), String> {
         sq: usize_of(p, "sq")?,
         sk: usize_of(p, "sk")?,
         d: usize_of(p, "d")?,
-        dv: usize_of(p, "d")?,
+        dv: if p.get("dv").is_some() { usize_of(p, "dv")? } else { usize_of(p, "d")? },
     };
     let dtype = str_of(p, "dtype")?.parse()?;
     let mask: Mask = str_of(p, "mask")?.parse()?;

@@ -17,13 +17,13 @@
 template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
 __global__ void __launch_bounds__(NW * 32, MINB) fa2_dev(const AttnParams p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(smem));
+    fa2_forward<T, D, D, BM, BN, NW, ST, MASK, false>(p, reinterpret_cast<T*>(smem));
 }
 
 template <typename T, int D, int BM, int BN, int NW, int ST, int MINB, int MASK>
 int launch_fa2(const AttnParams& p, cudaStream_t st) {
     return launch_dyn(fa2_dev<T, D, BM, BN, NW, ST, MINB, MASK>, dim3((p.sq + BM - 1) / BM, p.hq, p.b), NW * 32,
-                      Fa2Tile<D, BM, BN, NW, ST>::SMEM_ELEMS * 2, st, p);
+                      Fa2Tile<D, D, BM, BN, NW, ST>::SMEM_ELEMS * 2, st, p);
 }
 
 // The split-KV kernel (kernels/splitkv.cu, combine folded in) with the bulk-copy (sm_90) or cp.async path.

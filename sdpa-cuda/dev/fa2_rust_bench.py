@@ -26,6 +26,9 @@ ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchma
 ap.add_argument("--quick", action="store_true")
 ap.add_argument("--decode-only", action="store_true", help="only the decoding and GQA points")
 ap.add_argument("--tiny", action="store_true", help="also issue 4's tiny shapes (B=1, H=1, S=64/128/512, D=64, bf16)")
+ap.add_argument("--headdims", action="store_true",
+                help="only issue 21's head-dim grid: fa2 at D = 32..256 (16k tokens, H = 2048/D or 16), MLA 192/128, "
+                     "decoding at D = 80")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -36,15 +39,25 @@ pt = point
 
 points = []
 seqs = [512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
-for dtype in ([] if args.decode_only else ["bf16"] if args.quick else ["bf16", "f16"]):
+for d in ([32, 40, 64, 80, 96, 128, 160, 192, 224, 256] if args.headdims else []):
+    h = 2048 // d if 2048 % d == 0 else 16
+    for causal in [False, True]:
+        for s in ([1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384]):
+            points.append(pt("headdim", 16384 // s, h, h, s, s, d, "bf16", causal, "auto"))
+for s in ([1024, 4096, 16384] if args.headdims else []):
+    points.append(pt("mla", 16384 // s, 16, 16, s, s, 192, "bf16", True, "auto", dv=128))
+for (b, hq, hkv, sk) in ([(8, 32, 32, 4096), (1, 32, 8, 32768)] if args.headdims else []):
+    points.append(pt("decode80", b, hq, hkv, 1, sk, 80, "bf16", False, "auto"))
+for dtype in ([] if args.decode_only or args.headdims else ["bf16"] if args.quick else ["bf16", "f16"]):
     for d in [64, 128]:
         for causal in [False, True]:
             for s in seqs:
                 points.append(pt("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dtype, causal, "fa2"))
-for (b, hq, hkv, sk) in [(8, 32, 32, 4096), (1, 32, 8, 32768)]:
+for (b, hq, hkv, sk) in ([] if args.headdims else [(8, 32, 32, 4096), (1, 32, 8, 32768)]):
     for k in ["splitkv", "auto", "fa2"]:
         points.append(pt("decode", b, hq, hkv, 1, sk, 128, "bf16", False, k))
-points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
+if not args.headdims:
+    points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
 for s in ([64, 128, 512] if args.tiny else []):
     for k in ["auto", "fa2", "splitkv"]:
         points.append(pt("tiny", 1, 1, 1, s, s, 64, "bf16", False, k))
@@ -64,11 +77,11 @@ log("CEILINGS", json.dumps(res["ceilings"]))
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}
 torch_ms = {}
 for shape in unique_keys(ours):
-    b, hq, hkv, sq, sk, d, dname, mask = shape
+    b, hq, hkv, sq, sk, d, dname, mask, dv = shape
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
     k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
-    v = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
+    v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
     causal = mask == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
     out = {}
@@ -114,6 +127,21 @@ for rec in res["records"]:
         f"{'y' if rec.get('check_pass') else 'N'}{(' ' + rec['error'][:60]) if rec.get('error') else ''}")
 
 log("\ntargets")
+hd = [r for r in res["records"] if r["tag"] == "headdim"]
+for d in sorted({r["d"] for r in hd}):
+    xf = sorted(r["x_flash"] for r in hd if r["d"] == d and r["x_flash"])
+    ok = all(r.get("check_pass") for r in hd if r["d"] == d)
+    ran = sorted({r.get("kernel_ran", "ERR") for r in hd if r["d"] == d})
+    if xf:
+        log(f"headdim D={d:3}: vs flash median {xf[len(xf) // 2]:.3f} min {xf[0]:.3f} over {len(xf)} points, ran {ran}, checks {ok}")
+xf = sorted(r["x_flash"] for r in hd if r["x_flash"])
+if xf:
+    log(f"headdim grid: vs flash median {xf[len(xf) // 2]:.3f} (>= 1.0) min {xf[0]:.3f} (>= 0.9)")
+for r in res["records"]:
+    if r["tag"] in ("mla", "decode80"):
+        log(f"{r['tag']} B={r['b']} S={r['sq']}/{r['sk']} D={r['d']}/{r.get('dv', r['d'])} ran {r.get('kernel_ran', 'ERR')}: "
+            f"{fm(r.get('median_ms'), '.4f')} ms, x default {fm(r['x_default'], '.3f')}, x flash {fm(r['x_flash'], '.3f')}, "
+            f"{fm(r.get('frac_copy_bw'), '.2f')} of copy, check {r.get('check_pass')}")
 for dname in dt:
     grid = [r for r in res["records"] if r["tag"] == "fa2bench" and r["dtype"] == dname and r["x_flash"]]
     if not grid:

@@ -21,26 +21,33 @@
 // the tile's last row); only tiles that cross the diagonal, or the end of the keys, run the mask code.
 #include "fa2_mma.cuh"
 
-template <int D, int BM, int BN, int NW, int STAGES>
+// D: the head dim of Q and K, DV: of V and O, each a multiple of 16 (a head-dim class when PAD: the call's
+// p.d <= D and p.dv <= DV columns are read, the rest zero-filled in shared memory, and only p.dv columns of O
+// are stored).
+template <int D, int DV, int BM, int BN, int NW, int STAGES>
 struct Fa2Tile {
     static constexpr int ROWS_PER_WARP = BM / NW;
     static constexpr int MT = ROWS_PER_WARP / 16;  // m16 tiles per warp
-    static constexpr int LD = D + 8;               // padded row length in elements
-    static constexpr int SMEM_ELEMS = (BM + 2 * STAGES * BN) * LD;
+    static constexpr int LD = D + 8;               // padded row length of Q and K, in elements
+    static constexpr int LDV = DV + 8;             // of V and of the staged O rows
+    static constexpr int SMEM_ELEMS = BM * LD + STAGES * BN * (LD + LDV);
     static_assert(ROWS_PER_WARP % 16 == 0, "each warp owns whole m16 tiles");
-    static_assert(D % 16 == 0 && BN % 16 == 0, "k16 steps");
+    static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0, "k16 steps");
     static_assert(STAGES >= 1, "one K/V buffer (FA2 order) or a ring of STAGES");
+    static_assert(BM * LDV <= SMEM_ELEMS, "the epilogue stages O over the block's shared memory");
 };
 
-template <typename T, int D, int BM, int BN, int NW, int STAGES, int MASK>
+template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD>
 __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
-    using Tile = Fa2Tile<D, BM, BN, NW, STAGES>;
+    using Tile = Fa2Tile<D, DV, BM, BN, NW, STAGES>;
     constexpr int MT = Tile::MT;
     constexpr int LD = Tile::LD;
+    constexpr int LDV = Tile::LDV;
     constexpr int THREADS = NW * 32;
-    constexpr int NT = BN / 8;  // n8 tiles of S per m16 tile
-    constexpr int DT = D / 8;   // n8 tiles of O per m16 tile
-    constexpr unsigned KV_BYTES = BN * LD * 2;  // one K or V buffer
+    constexpr int NT = BN / 8;   // n8 tiles of S per m16 tile
+    constexpr int DT = DV / 8;   // n8 tiles of O per m16 tile
+    constexpr unsigned K_BYTES = BN * LD * 2;   // one K buffer
+    constexpr unsigned V_BYTES = BN * LDV * 2;  // one V buffer
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
@@ -52,14 +59,14 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const int m_end = min(m0 + BM, p.sq);
     const int warp_row0 = warp * Tile::ROWS_PER_WARP;
 
-    // Shared memory: Q [BM][LD], then STAGES x (K [BN][LD], V [BN][LD]).
+    // Shared memory: Q [BM][LD], then STAGES x K [BN][LD], then STAGES x V [BN][LDV].
     const unsigned sQ = smem_addr(smem);
     const unsigned sK = sQ + BM * LD * 2;
-    const unsigned sV = sK + STAGES * KV_BYTES;
+    const unsigned sV = sK + STAGES * K_BYTES;
     // Per-lane ldmatrix bases; every fragment address is one of these plus a compile-time offset.
     const unsigned q_ld = sQ + ((warp_row0 + (lane % 16)) * LD + (lane / 16) * 8) * 2;
     const unsigned k_ld = sK + (((lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
-    const unsigned v_ld = sV + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2;
+    const unsigned v_ld = sV + (((lane % 8) + ((lane / 8) % 2) * 8) * LDV + (lane / 16) * 8) * 2;
 
     const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (long long)m0 * p.q_stride[2];
     const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
@@ -72,12 +79,14 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     // One K/V tile (tile t into ring slot t % STAGES) or, with one buffer, K alone; a commit group each.
     auto load_kv = [&](int t) {
         const int n1 = t * BN;
-        const unsigned slot = STAGES == 1 ? 0u : (t % STAGES) * KV_BYTES;
-        fa2_load_tile<T, D, BN, THREADS>(sK + slot, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+        const unsigned slot = STAGES == 1 ? 0u : t % STAGES;
+        fa2_load_tile<T, D, BN, THREADS, PAD>(sK + slot * K_BYTES, k + (long long)n1 * p.k_stride[2], p.k_stride[2],
+                                              p.sk - n1, tid, p.d);
         if (STAGES > 1)
-            fa2_load_tile<T, D, BN, THREADS>(sV + slot, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
+            fa2_load_tile<T, DV, BN, THREADS, PAD>(sV + slot * V_BYTES, v + (long long)n1 * p.v_stride[2],
+                                                   p.v_stride[2], p.sk - n1, tid, p.dv);
     };
-    fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
+    fa2_load_tile<T, D, BM, THREADS, PAD>(sQ, q, p.q_stride[2], m_end - m0, tid, p.d);
     if (n_tiles > 0) load_kv(0);
     fa2_cp_async_commit();
     // The ring's other leading tiles, one group each (empty groups past the last tile keep the count).
@@ -94,14 +103,15 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n0 = tile * BN;
-        const unsigned buf = STAGES == 1 ? 0u : (tile % STAGES) * KV_BYTES;
+        const unsigned slot = STAGES == 1 ? 0u : tile % STAGES;
         // Groups committed so far: STAGES - 1 (or 1) before the loop and one per earlier tile; with at most
         // STAGES - 2 of them still in flight, this tile's group is complete.
         fa2_cp_async_wait<(STAGES > 2 ? STAGES - 2 : 0)>();
         __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
         if (STAGES == 1) {
             // FA2 order: V[tile] loads while S = Q K^T runs.
-            fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, tid);
+            fa2_load_tile<T, DV, BN, THREADS, PAD>(sV, v + (long long)n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, tid,
+                                                   p.dv);
         } else if (tile + STAGES - 1 < n_tiles) {
             // Ring: tile + STAGES - 1 loads into the slot the last tile freed while this one is computed.
             load_kv(tile + STAGES - 1);
@@ -110,14 +120,15 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
         // S = Q K^T for this warp's rows.
         float s[MT][NT][4];
-        fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + buf);
+        fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + slot * K_BYTES);
 
         if (STAGES == 1) {
             fa2_cp_async_wait<0>();
             __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
             if (tile + 1 < n_tiles) {
                 const int n1 = n0 + BN;
-                fa2_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+                fa2_load_tile<T, D, BN, THREADS, PAD>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1,
+                                                      tid, p.d);
             }
             fa2_cp_async_commit();  // the next K loads during softmax and P V
         }
@@ -126,13 +137,13 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         // softmax update and O += P V with P from registers.
         if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, g, t4);
         fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
-        fa2_pv<T, LD, MT, NT, DT>(o, s, v_ld + buf);
+        fa2_pv<T, LDV, MT, NT, DT>(o, s, v_ld + slot * V_BYTES);
     }
 
     // Epilogue: normalise, stage this warp's rows in its own part of sQ, then 16-byte coalesced stores.
     fa2_cp_async_wait<0>();
     __syncthreads();  // no cp.async into sQ may still be in flight (n_tiles == 0 skips the loop)
-    T* sO = smem + warp_row0 * LD;
+    T* sO = smem + warp_row0 * LDV;
     bool bad = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -145,7 +156,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 #pragma unroll
             for (int j = 0; j < DT; ++j) {
                 const float x0 = o[mt][j][hh * 2] * inv, x1 = o[mt][j][hh * 2 + 1] * inv;
-                *reinterpret_cast<unsigned*>(sO + r * LD + j * 8 + t4 * 2) = Fa2Type<T>::pack(x0, x1);
+                *reinterpret_cast<unsigned*>(sO + r * LDV + j * 8 + t4 * 2) = Fa2Type<T>::pack(x0, x1);
                 bad |= !isfinite(x0) || !isfinite(x1);
             }
             const int row = m0 + warp_row0 + r;
@@ -156,25 +167,27 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         }
     __syncwarp();
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-    constexpr int CHUNKS = D / 8;
+    constexpr int CHUNKS = DV / 8;
 #pragma unroll
     for (int c = lane; c < Tile::ROWS_PER_WARP * CHUNKS; c += 32) {
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
         const int row = m0 + warp_row0 + r;
-        if (row < p.sq)
+        if (row < p.sq && (!PAD || col < p.dv))
             *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) =
-                *reinterpret_cast<const uint4*>(sO + r * LD + col);
+                *reinterpret_cast<const uint4*>(sO + r * LDV + col);
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
 
-// One entry point: NAME runs the kernel for element type T, head dim D and a tile (BM query rows, BN keys,
-// warps, K/V stages, min blocks per SM) under mask MASK. Each entry is its own NVRTC program: the launcher
-// (src/kernels/fa2.rs, `tile_for` and `choose_tile`, the tiles measured on the H100) writes the one line that instantiates
-// what a call needs.
-#define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK)                                              \
+// One entry point: NAME runs the kernel for element type T, head dims D (Q, K) and DV (V, O) and a tile (BM
+// query rows, BN keys, warps, K/V stages, min blocks per SM) under mask MASK; PAD when the call's head dims
+// are below D or DV (head-dim classes). Each entry is its own NVRTC program: the launcher (src/kernels/fa2.rs,
+// `head_dim_classes`, `tile_for` and `choose_tile`, the tiles measured on the H100) writes the one line that
+// instantiates what a call needs. FA2_ENTRY is the common case, D == DV exactly.
+#define FA2_ENTRY_DV(NAME, T, D, DV, BM, BN, NW, ST, MINB, MASK, PAD)                                  \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
-        fa2_forward<T, D, BM, BN, NW, ST, MASK>(p, reinterpret_cast<T*>(fa2_smem));                   \
+        fa2_forward<T, D, DV, BM, BN, NW, ST, MASK, PAD>(p, reinterpret_cast<T*>(fa2_smem));          \
     }
+#define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK) FA2_ENTRY_DV(NAME, T, D, D, BM, BN, NW, ST, MINB, MASK, false)

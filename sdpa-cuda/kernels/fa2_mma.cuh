@@ -96,9 +96,11 @@ struct Fa2Type<__nv_bfloat16> {
 
 // Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
 // with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
-// would poison P·V).
-template <typename T, int D, int ROWS, int THREADS>
-__device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid) {
+// would poison P·V). With PAD, D is a head-dim class and only the first `cols` columns (a multiple of 8) are
+// read; the rest are zero-filled, so they add nothing to Q·Kᵀ and give O columns that are never stored.
+template <typename T, int D, int ROWS, int THREADS, bool PAD = false>
+__device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid,
+                                              int cols = D) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     constexpr int LD = D + 8;
     if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
@@ -109,7 +111,7 @@ __device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long 
         const unsigned d0 = dst + (r0 * LD + col) * 2;
 #pragma unroll
         for (int i = 0; i < ROWS / RSTEP; ++i) {
-            const bool ok = r0 + i * RSTEP < valid;
+            const bool ok = r0 + i * RSTEP < valid && (!PAD || col < cols);
             fa2_cp_async16(d0 + i * RSTEP * LD * 2, ok ? src : base, ok);
             src += RSTEP * stride;
         }
@@ -117,7 +119,7 @@ __device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long 
 #pragma unroll
         for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
             const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-            const bool ok = r < valid;
+            const bool ok = r < valid && (!PAD || col < cols);
             fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
         }
     }

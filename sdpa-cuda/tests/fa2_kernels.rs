@@ -1,8 +1,9 @@
 //! The tensor-core `fa2` and `splitkv` kernels (f16/bf16) against the f64 reference on the GPU: random data,
 //! poisoned outputs, the foundation's awkward shapes plus GQA 8 and decoding shapes, every mask in both
 //! causal alignments, both layouts, with and without LSE; each within twice the unfused kernel's error in
-//! the same dtype on the same inputs. Also: which kernel ran (head dims without a specialisation fall back
-//! to `fa1` and say so) and what `auto` picks. Skips (printing why) without a GPU.
+//! the same dtype on the same inputs, including every head-dim class of `fa2` (exact and padded, Dv != D).
+//! Also: which kernel ran (head dims the tensor cores cannot take fall back to `fa1` and say so) and what
+//! `auto` picks. Skips (printing why) without a GPU.
 
 mod common;
 
@@ -28,6 +29,21 @@ fn table_shapes() -> Vec<Shape> {
         // Many blocks per row tile: 79 splits, 20 blocks on a 132-SM GPU, whose 20 partial LSEs per row the
         // last block stages in shared memory.
         sh(1, 2, 1, 1, 40000, 64),
+        // fa2's head-dim classes (splitkv asked for these runs fa2): every class exact and padded, the MLA pair
+        // 192/128 exact and padded, unequal head dims at the larger class, lengths off every tile.
+        sh(1, 4, 2, 77, 130, 32),
+        sh(2, 3, 1, 65, 100, 112),
+        sh(1, 4, 4, 100, 70, 160),
+        sh(1, 2, 1, 129, 50, 176),
+        sh(1, 4, 2, 70, 90, 192),
+        sh(1, 2, 2, 33, 200, 200),
+        sh(1, 4, 1, 90, 90, 224),
+        Shape { dv: 128, ..sh(1, 8, 2, 100, 140, 192) },
+        Shape { dv: 120, ..sh(1, 4, 4, 65, 65, 184) },
+        Shape { dv: 128, ..sh(1, 4, 2, 80, 60, 64) },
+        Shape { dv: 64, ..sh(1, 2, 1, 60, 80, 128) },
+        // Decoding at head dims splitkv does not take: fa2 with its small tiles.
+        sh(2, 32, 8, 1, 3000, 80),
     ])
 }
 
@@ -103,8 +119,9 @@ fn ran(gpu: &CudaBackend, case: &Case) -> Result<Kernel, SdpaError> {
     Ok(gpu.run_host(&spec, &case.opts(), &inputs)?.kernel)
 }
 
-/// Specialised head dims run the tensor-core kernels; others fall back to `fa1` and report it; `auto`
-/// picks `splitkv` for decoding long keys and `fa2` for prefill and short keys.
+/// Specialised head dims run the tensor-core kernels; head dims only fa2's classes take run fa2 (for
+/// splitkv too); others fall back to `fa1` and report it; `auto` picks `splitkv` for decoding long keys and
+/// `fa2` for prefill and short keys.
 #[test]
 fn the_kernel_that_ran_is_reported() {
     let Some(gpu) = gpu() else { return };
@@ -129,7 +146,14 @@ fn the_kernel_that_ran_is_reported() {
             assert_eq!(ran(&gpu, &case(short_decode, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}, S = {n}");
         }
     }
-    let odd = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d: 80, dv: 80 };
+    for (d, dv) in [(80, 80), (40, 40), (192, 128), (160, 160)] {
+        let classes = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d, dv };
+        let decode = Shape { b: 2, hq: 32, hkv: 8, sq: 1, sk: 5000, d, dv };
+        assert_eq!(ran(&gpu, &case(classes, Kernel::Fa2)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
+        assert_eq!(ran(&gpu, &case(classes, Kernel::SplitKv)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
+        assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
+    }
+    let odd = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d: 36, dv: 36 };
     assert_eq!(ran(&gpu, &case(odd, Kernel::Fa2)).expect("runs"), Kernel::Fa1);
     assert_eq!(ran(&gpu, &case(odd, Kernel::SplitKv)).expect("runs"), Kernel::Fa1);
     let f32_case = Case { dtype: DType::F32, ..case(Shape::new(1, 2, 40, 40, 64), Kernel::SplitKv) };

@@ -168,6 +168,11 @@ if want sanitize; then
     "splitkv bf16 exact 1,32,8,1,5000,128 none SDPA_SPLITKV_LOAD=bulk"
     "splitkv bf16 exact 1,2,1,1,40000,64 causal-br"
     "splitkv f16 exact 2,8,2,3,777,64 causal-br SDPA_SPLITKV_LOAD=cp.async"
+    "fa2 f16 exact 1,2,1,70,90,40 none"
+    "fa2 bf16 exact 1,4,2,70,90,160 causal"
+    "fa2 bf16 exact 1,4,2,65,77,192,128 causal-br"
+    "fa2 bf16 exact 1,2,1,50,70,224 causal"
+    "fa2 bf16 exact 1,2,1,64,64,32 none"
   )
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do

@@ -2,11 +2,17 @@
 //!
 //! One block per (query tile, query head, batch); each warp owns whole query rows; `mma.sync` m16n8k16 with
 //! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
-//! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded. Head
-//! dims [`FA2_HEAD_DIMS`] (with `D == Dv`) are compile-time specialisations whose tiles ([`tile_for`]) were
-//! chosen by measurement on the H100 (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`). Calls the tensor-core
-//! kernels cannot take ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) never reach it:
-//! the policy sends them to the generic fused `fa1` path.
+//! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded.
+//!
+//! Head dims: D (Q, K) and Dv (V, O) are compile-time head-dim classes ([`HEAD_DIM_CLASSES`], multiples of
+//! 32 up to 256; [`head_dim_classes`]): a call whose head dims are multiples of 8 runs the smallest class at
+//! or above them, the extra columns zero-filled in shared memory (they add nothing to Q·Kᵀ, and the extra O
+//! columns are not stored), so D = 40 runs the D = 64 kernel and D = 80 the D = 96 one. Dv != D runs natively
+//! for the pairs in [`DV_CLASS_PAIRS`] (192/128, MLA prefill) and at the larger class for both otherwise.
+//! The tiles of D = 64, 96, 128 and 256 ([`tile_for`]) were chosen by measurement on the H100
+//! (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`); the other classes take their neighbours' shapes. Calls
+//! the tensor-core kernels cannot take ([`policy::tensor_core_limit`](super::policy::tensor_core_limit))
+//! never reach it: the policy sends them to the generic fused `fa1` path.
 //!
 //! A NaN or inf in a *value* row that a query may not see (masked by causal or an explicit `-inf`) reaches
 //! that query inside the kernel's P·V (the masked key's `p = 0` times NaN); the block then recomputes the
@@ -23,6 +29,30 @@ use sdpa_core::{DType, Result};
 
 use super::policy::tensor_core_limit;
 pub use super::policy::FA2_HEAD_DIMS;
+
+/// Head-dim classes `fa2` is compiled for (f16/bf16): a call runs the smallest class at or above its head
+/// dims. 32 .. 256 in steps of 32 except 32 itself: 40 (Stable Diffusion) pads to 64, 80 (Phi-2) to 96.
+pub const HEAD_DIM_CLASSES: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
+
+/// (D class, Dv class) pairs compiled with Dv != D; other unequal head dims run both at the larger class.
+/// 192/128 is MLA prefill (DeepSeek-V2/V3: 128 + 64 rotary dims for Q and K, 128 for V).
+pub const DV_CLASS_PAIRS: [(usize, usize); 1] = [(192, 128)];
+
+/// The (D, Dv) classes `fa2` runs head dims `d`, `dv` with, or `None` when it cannot: each a multiple of 8
+/// (a row of 16-byte chunks; others run `fa1`) and at most 256.
+pub fn head_dim_classes(d: usize, dv: usize) -> Option<(usize, usize)> {
+    if d == 0 || dv == 0 || !d.is_multiple_of(8) || !dv.is_multiple_of(8) {
+        return None;
+    }
+    let class = |x: usize| HEAD_DIM_CLASSES.into_iter().find(|&c| x <= c);
+    let (cd, cdv) = (class(d)?, class(dv)?);
+    Some(if cd == cdv || DV_CLASS_PAIRS.contains(&(cd, cdv)) {
+        (cd, cdv)
+    } else {
+        let c = cd.max(cdv);
+        (c, c)
+    })
+}
 
 /// Tile of one `fa2` specialisation (the arguments of `FA2_ENTRY` in `kernels/fa2.cu` after the head dim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,25 +71,26 @@ pub struct Fa2Tile {
 }
 
 impl Fa2Tile {
-    /// Dynamic shared memory of a block for head dim `d`, bytes (rows padded by 8 elements).
-    pub fn smem_bytes(&self, d: usize) -> usize {
-        (self.bm + 2 * self.stages * self.bn) * (d + 8) * 2
+    /// Dynamic shared memory of a block for head-dim classes `d` (Q, K) and `dv` (V), bytes (rows padded by
+    /// 8 elements): Q, then the K ring, then the V ring (`Fa2Tile::SMEM_ELEMS` in fa2.cu).
+    pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        (self.bm * (d + 8) + self.stages * self.bn * (d + 8 + dv + 8)) * 2
     }
 }
 
-/// The measured tile for head dim `d`, if `d` is specialised: `small == false` for grids that fill the GPU
-/// (`fa2_*` entries), `small == true` for grids that leave SMs idle (`fa2_small_*` entries: 64 query rows,
-/// 4 warps, 128 keys per tile at D = 64 (46 KB, no opt-in), 64 at D = 96 and 128: more blocks and a
-/// shorter path through each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 256 runs
-/// 64 x 64 either way.
+/// The tile for head-dim class `d`: `small == false` for grids that fill the GPU (`fa2_*` entries),
+/// `small == true` for grids that leave SMs idle (`fa2_small_*` entries: 64 query rows, 4 warps, 128 keys
+/// per tile at D = 64 (46 KB, no opt-in), 64 at D = 96 and 128: more blocks and a shorter path through
+/// each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 32 takes D = 64's tiles; the
+/// classes above 128 run 64 x 64 either way, as D = 256 (measured) does.
 pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
     let t = |bm, bn, warps, stages, min_blocks| Some(Fa2Tile { bm, bn, warps, stages, min_blocks });
     match (d, small) {
-        (64, false) => t(128, 128, 4, 1, 1),
+        (32 | 64, false) => t(128, 128, 4, 1, 1),
         (96, false) => t(128, 64, 4, 2, 2),
         (128, false) => t(128, 64, 4, 1, 2),
-        (64, true) => t(64, 128, 4, 1, 1),
-        (96 | 128, true) | (256, _) => t(64, 64, 4, 1, 1),
+        (32 | 64, true) => t(64, 128, 4, 1, 1),
+        (96 | 128, true) | (160 | 192 | 224 | 256, _) => t(64, 64, 4, 1, 1),
         _ => None,
     }
 }
@@ -79,42 +110,80 @@ fn deep_tile(small: Fa2Tile) -> Fa2Tile {
     Fa2Tile { stages: DEEP_STAGES, min_blocks: 1, ..small }
 }
 
-/// The program of entry `{prefix}_{dtype}_{d}_{mask}` with `tile`.
-pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa2Tile, mask_kind: i32) -> Program {
-    let name = format!("{prefix}_{}_{d}_{}", dtype.name(), mask_suffix(mask_kind));
+/// Head dims of one `fa2` instantiation: the classes of Q/K and of V/O, and whether the call's head dims
+/// are below them (the kernel then reads and stores only the call's columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadDims {
+    /// Class of D.
+    pub d: usize,
+    /// Class of Dv.
+    pub dv: usize,
+    /// The call's D or Dv is below its class.
+    pub pad: bool,
+}
+
+impl HeadDims {
+    /// The classes a call with head dims `d`, `dv` runs ([`head_dim_classes`]).
+    pub fn of(d: usize, dv: usize) -> Option<Self> {
+        head_dim_classes(d, dv).map(|(cd, cdv)| HeadDims { d: cd, dv: cdv, pad: cd != d || cdv != dv })
+    }
+
+    /// The entry name's head-dim part: `128`, `160p` (padded), `192_128`, `192_128p`.
+    fn label(&self) -> String {
+        let dv = if self.dv == self.d { String::new() } else { format!("_{}", self.dv) };
+        format!("{}{dv}{}", self.d, if self.pad { "p" } else { "" })
+    }
+}
+
+/// The program of entry `{prefix}_{dtype}_{head dims}_{mask}` with `tile`.
+pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, mask_kind: i32) -> Program {
+    let name = format!("{prefix}_{}_{}_{}", dtype.name(), dims.label(), mask_suffix(mask_kind));
     let Fa2Tile { bm, bn, warps, stages, min_blocks } = tile;
-    let mask = super::mask_const("FA2", mask_kind);
-    let line =
-        format!("FA2_ENTRY({name}, {}, {d}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask})", cuda_type(dtype));
+    let (mask, t, HeadDims { d, dv, pad }) = (super::mask_const("FA2", mask_kind), cuda_type(dtype), dims);
+    // The common case keeps the short form (and the programs it has always named).
+    let line = if d == dv && !pad {
+        format!("FA2_ENTRY({name}, {t}, {d}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask})")
+    } else {
+        format!("FA2_ENTRY_DV({name}, {t}, {d}, {dv}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask}, {pad})")
+    };
     Program::entry(&FA2, name, line)
 }
 
-/// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups).
+/// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups): each class and
+/// class pair, exact and padded, with its full-grid tile and (classes up to 128) the small and deep ones.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
-        for d in FA2_HEAD_DIMS {
-            let mut tiles: Vec<(&str, Fa2Tile)> = tile_for(d, false).map(|t| ("fa2", t)).into_iter().collect();
-            if d != 256 {
-                tiles
-                    .extend(tile_for(d, true).into_iter().flat_map(|t| [("fa2_small", t), ("fa2_deep", deep_tile(t))]));
-            }
-            for (prefix, tile) in tiles {
-                all.extend(super::MASK_KINDS.iter().map(|&m| program(prefix, dtype, d, tile, m)));
+        for d in HEAD_DIM_CLASSES {
+            let pairs = DV_CLASS_PAIRS.iter().filter(|(pd, _)| *pd == d).map(|&(_, dv)| dv);
+            for dv in std::iter::once(d).chain(pairs) {
+                let mut tiles: Vec<(&str, Fa2Tile)> = tile_for(d, false).map(|t| ("fa2", t)).into_iter().collect();
+                if d <= 128 {
+                    tiles.extend(
+                        tile_for(d, true).into_iter().flat_map(|t| [("fa2_small", t), ("fa2_deep", deep_tile(t))]),
+                    );
+                }
+                for pad in [false, true] {
+                    for &(prefix, tile) in &tiles {
+                        let dims = HeadDims { d, dv, pad };
+                        all.extend(super::MASK_KINDS.iter().map(|&m| program(prefix, dtype, dims, tile, m)));
+                    }
+                }
             }
         }
     }
     all
 }
 
-/// Tile and entry-point prefix for head dim `d` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
+/// Tile and entry-point prefix for head-dim classes `d`, `dv` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
 /// the small tile when that grid leaves SMs idle ([`small_grid`]); and the small tile with a
 /// [`DEEP_STAGES`]-deep K/V ring when even the small tile's grid has no more blocks than SMs, so each block
 /// is alone on its SM and its shared memory costs nothing (if the device has the 117-153 KB per block:
 /// `smem_optin`, the opt-in limit): with so little math per K/V tile, the 1-deep form waits about two
-/// memory latencies per tile (issue 4's tiny shapes).
+/// memory latencies per tile (issue 4's tiny shapes). Classes above 128 run 64-row tiles already.
 pub fn choose_tile(
     d: usize,
+    dv: usize,
     sq: usize,
     hq: usize,
     b: usize,
@@ -122,12 +191,12 @@ pub fn choose_tile(
     smem_optin: usize,
 ) -> Option<(Fa2Tile, &'static str)> {
     let big = tile_for(d, false)?;
-    if d == 256 || !small_grid(sq, hq, b, big, sm_count) {
+    if d > 128 || !small_grid(sq, hq, b, big, sm_count) {
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
     let deep = deep_tile(small);
-    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d) <= smem_optin {
+    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d, dv) <= smem_optin {
         Some((deep, "fa2_deep"))
     } else {
         Some((small, "fa2_small"))
@@ -139,16 +208,18 @@ pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let s = call.spec.shape;
     let info = call.dev.info();
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
-    let (tile, prefix) = choose_tile(s.d, s.sq, s.hq, s.b, sm_count, optin)
-        .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", s.d)))?;
+    let dims = HeadDims::of(s.d, s.dv)
+        .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
+    let (tile, prefix) = choose_tile(dims.d, dims.dv, s.sq, s.hq, s.b, sm_count, optin)
+        .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", dims.d)))?;
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let program = program(prefix, call.spec.dtype, s.d, tile, call.params.mask_kind);
+    let program = program(prefix, call.spec.dtype, dims, tile, call.params.mask_kind);
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
-        smem_bytes: tile.smem_bytes(s.d) as u32,
+        smem_bytes: tile.smem_bytes(dims.d, dims.dv) as u32,
     };
     Ok((program, dims))
 }
@@ -174,7 +245,7 @@ mod tests {
     #[test]
     fn grids_under_one_block_per_sm_take_the_small_tile_and_the_deep_ring_when_it_still_fits() {
         const H100: usize = 227 * 1024;
-        let pick = |d, sq, hq, b| choose_tile(d, sq, hq, b, 132, H100).map(|(t, name)| (name, t.bm, t.bn, t.stages));
+        let pick = |d, sq, hq, b| choose_tile(d, d, sq, hq, b, 132, H100).map(|(t, name)| (name, t.bm, t.bn, t.stages));
         // Issue 4's tiny shapes (B = H = 1, D = 64): 1 to 8 blocks of 64 rows, 4-deep ring of 128 keys.
         for sq in [64, 128, 512] {
             assert_eq!(pick(64, sq, 1, 1), Some(("fa2_deep", 64, 128, 4)));
@@ -183,17 +254,46 @@ mod tests {
         assert_eq!(pick(128, 1024, 16, 1), Some(("fa2_small", 64, 64, 1)));
         // 64 full blocks -> 128 small ones, at most one per SM: deep.
         assert_eq!(pick(128, 1024, 8, 1).map(|x| x.0), Some("fa2_deep"));
-        // Full grids, and D = 256 whatever the grid.
+        // Full grids, and the classes above 128 whatever the grid.
         assert_eq!(pick(64, 4096, 32, 4), Some(("fa2", 128, 128, 1)));
         assert_eq!(pick(256, 64, 1, 1), Some(("fa2", 64, 64, 1)));
-        assert_eq!(pick(80, 64, 1, 1), None);
+        assert_eq!(pick(160, 64, 1, 1), Some(("fa2", 64, 64, 1)));
+        assert_eq!(pick(80, 64, 1, 1), None, "80 is not a class: calls with D = 80 run class 96");
         // The deep ring needs opt-in shared memory: 153 KB at D = 64 and 128, 117 KB at D = 96. A device
         // with less (an sm_86 part allows 99 KB per block) keeps the 1-deep small tile.
         for (d, kb) in [(64, 153), (96, 117), (128, 153)] {
-            let (t, name) = choose_tile(d, 64, 1, 1, 132, H100).expect("tile");
-            assert_eq!((name, t.smem_bytes(d).div_ceil(1024)), ("fa2_deep", kb));
-            let (t, name) = choose_tile(d, 64, 1, 1, 84, 99 * 1024).expect("tile");
+            let (t, name) = choose_tile(d, d, 64, 1, 1, 132, H100).expect("tile");
+            assert_eq!((name, t.smem_bytes(d, d).div_ceil(1024)), ("fa2_deep", kb));
+            let (t, name) = choose_tile(d, d, 64, 1, 1, 84, 99 * 1024).expect("tile");
             assert_eq!((name, t.stages), ("fa2_small", 1));
         }
+    }
+
+    #[test]
+    fn head_dims_run_the_smallest_class_above_them() {
+        let c = head_dim_classes;
+        assert_eq!(c(64, 64), Some((64, 64)));
+        assert_eq!(c(40, 40), Some((64, 64)));
+        assert_eq!(c(80, 80), Some((96, 96)));
+        assert_eq!(c(8, 8), Some((32, 32)));
+        assert_eq!(c(248, 256), Some((256, 256)));
+        // MLA prefill runs its own pair; other unequal head dims run both at the larger class.
+        assert_eq!(c(192, 128), Some((192, 128)));
+        assert_eq!(c(184, 112), Some((192, 128)));
+        assert_eq!(c(64, 128), Some((128, 128)));
+        assert_eq!(c(128, 64), Some((128, 128)));
+        // Not a row of 16-byte chunks, or above 256: fa1's.
+        for (d, dv) in [(36, 36), (64, 60), (264, 264), (512, 512), (0, 64)] {
+            assert_eq!(c(d, dv), None, "D = {d}, Dv = {dv}");
+        }
+        let of = |d, dv| HeadDims::of(d, dv).map(|h| h.label());
+        assert_eq!(
+            (of(128, 128), of(80, 80), of(192, 128), of(184, 128)),
+            (Some("128".into()), Some("96p".into()), Some("192_128".into()), Some("192_128p".into()))
+        );
+        // Q, the K ring, the V ring: D = Dv as before; 192/128 smaller than 192/192.
+        let t = tile_for(192, false).expect("tile");
+        assert_eq!(t.smem_bytes(192, 128), (64 * 200 + 64 * (200 + 136)) * 2);
+        assert!(t.smem_bytes(192, 128) < t.smem_bytes(192, 192));
     }
 }

@@ -4,22 +4,24 @@
 //! inside a family (tile, entry point, load path) stays with its launcher.
 //!
 //! The rules, in order:
-//! - `auto` ([`resolve_auto`]): where the tensor-core kernels take the call ([`tensor_core_limit`] is
-//!   `None`: f16/bf16, D = Dv in [`FA2_HEAD_DIMS`], a positive scale, 16-byte aligned rows), `splitkv` for
-//!   decoding (`group·Sq <= 64` and `Sk >= `[`AUTO_SPLITKV_MIN_KEYS`]) and `fa2` otherwise; elsewhere
-//!   `fa2` for f32 inputs with TF32 or split-TF32 math (the tensor-core f32 path) and `fa1` for the rest.
+//! - `auto` ([`resolve_auto`]): where `fa2` takes the call ([`tensor_core_limit`] is `None`: f16/bf16, D
+//!   and Dv multiples of 8 up to 256, a positive scale, 16-byte aligned rows), `splitkv` for decoding
+//!   (`group·Sq <= 64` and `Sk >= `[`AUTO_SPLITKV_MIN_KEYS`]) where `splitkv` takes it too
+//!   ([`splitkv_limit`]: D = Dv in [`FA2_HEAD_DIMS`]), and `fa2` otherwise; elsewhere `fa2` for f32 inputs
+//!   with TF32 or split-TF32 math (the tensor-core f32 path) and `fa1` for the rest.
 //! - f32 math applies to f32 inputs only; f16/bf16 calls ignore it.
 //! - `fa2` with f32 inputs runs the TF32 launcher ([`Launcher::Tf32`]) with TF32 or split-TF32 math, and
 //!   is unsupported with exact math; `fa1` with f32 inputs runs exact math only.
 //! - `fa2` and `splitkv` asked for a call the tensor-core kernels cannot take run `fa1` instead, and the
-//!   call reports `fa1` as the kernel that ran.
+//!   call reports `fa1` as the kernel that ran; `splitkv` asked for head dims only `fa2` takes runs `fa2`.
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
 use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions};
 use std::fmt;
 
-/// Head dims (D = Dv) with a tensor-core specialisation in `fa2` and `splitkv`.
+/// Head dims (D = Dv) `splitkv` is specialised for, and those whose `fa2` tiles were chosen by measurement
+/// (`fa2` takes every multiple of 8 up to 256 through its head-dim classes, `fa2::HEAD_DIM_CLASSES`).
 pub const FA2_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
 
 /// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
@@ -59,7 +61,7 @@ impl Launcher {
 pub enum TensorCoreLimit {
     /// They take f16 and bf16 only.
     DType(DType),
-    /// They are specialised for D = Dv in [`FA2_HEAD_DIMS`] only.
+    /// `fa2` takes D and Dv multiples of 8 up to 256, `splitkv` D = Dv in [`FA2_HEAD_DIMS`].
     HeadDims {
         /// Head dim of Q and K.
         d: usize,
@@ -77,7 +79,11 @@ impl fmt::Display for TensorCoreLimit {
         match self {
             TensorCoreLimit::DType(dt) => write!(f, "dtype {dt} (tensor-core fa2 takes f16 and bf16)"),
             TensorCoreLimit::HeadDims { d, dv } => {
-                write!(f, "head dims D = {d}, Dv = {dv} (specialised: D = Dv in {FA2_HEAD_DIMS:?})")
+                write!(
+                    f,
+                    "head dims D = {d}, Dv = {dv} (tensor cores: fa2 takes multiples of 8 up to 256, splitkv D = Dv \
+                     in {FA2_HEAD_DIMS:?})"
+                )
             }
             TensorCoreLimit::Scale(s) => write!(f, "scale {s} (the tensor-core kernels need a positive scale)"),
             TensorCoreLimit::Unaligned => {
@@ -87,16 +93,16 @@ impl fmt::Display for TensorCoreLimit {
     }
 }
 
-/// Why the tensor-core kernels (`fa2`, `splitkv`) cannot run this call, or `None` when they can: f16/bf16,
-/// `D == Dv` in [`FA2_HEAD_DIMS`], a positive scale (the running max is taken before scaling), and every
-/// row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base pointers and all strides of Q, K, V
-/// and O multiples of 8 elements.
+/// Why the tensor-core `fa2` cannot run this call, or `None` when it can: f16/bf16, D and Dv multiples of
+/// 8 up to 256 (its head-dim classes, [`super::fa2::head_dim_classes`]), a positive scale (the running max
+/// is taken before scaling), and every row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base
+/// pointers and all strides of Q, K, V and O multiples of 8 elements.
 pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
     let s = spec.shape;
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(TensorCoreLimit::DType(spec.dtype));
     }
-    if s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d) {
+    if super::fa2::head_dim_classes(s.d, s.dv).is_none() {
         return Some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv });
     }
     if spec.scale() <= 0.0 {
@@ -108,6 +114,31 @@ pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<Te
     None
 }
 
+/// Why `splitkv` cannot run this call: what stops `fa2` ([`tensor_core_limit`]), or head dims other than
+/// D = Dv in [`FA2_HEAD_DIMS`].
+pub fn splitkv_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
+    let s = spec.shape;
+    tensor_core_limit(spec, params).or_else(|| {
+        (s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d)).then_some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv })
+    })
+}
+
+/// Which tensor-core kernels take a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorCores {
+    /// `fa2` does ([`tensor_core_limit`] is `None`).
+    pub fa2: bool,
+    /// `splitkv` does ([`splitkv_limit`] is `None`).
+    pub splitkv: bool,
+}
+
+impl TensorCores {
+    /// The verdicts for `spec` with `params`' pointers and strides.
+    pub fn of(spec: &AttentionSpec, params: &AttnParams) -> Self {
+        TensorCores { fa2: tensor_core_limit(spec, params).is_none(), splitkv: splitkv_limit(spec, params).is_none() }
+    }
+}
+
 /// What `auto` runs when the tensor-core kernels cannot take the call: the tensor-core f32 path (kernel
 /// `fa2`) when TF32 or split TF32 was asked for, `fa1` otherwise.
 pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
@@ -117,29 +148,28 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
     }
 }
 
-/// What `auto` runs: for f16/bf16 calls the tensor-core kernels take (`tensor_cores`), `splitkv` when few
-/// query rows share each kv head (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be
-/// mostly empty and too few blocks fill the GPU) and the keys are long enough to split
-/// ([`AUTO_SPLITKV_MIN_KEYS`]), `fa2` otherwise; everything else as [`foundation_auto`] decides.
-pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tensor_cores: bool) -> Kernel {
-    if !tensor_cores {
+/// What `auto` runs: for f16/bf16 calls `fa2` takes, `splitkv` when few query rows share each kv head
+/// (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too few blocks
+/// fill the GPU), the keys are long enough to split ([`AUTO_SPLITKV_MIN_KEYS`]) and `splitkv` takes the
+/// head dims, `fa2` otherwise; everything else as [`foundation_auto`] decides.
+pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) -> Kernel {
+    if !tc.fa2 {
         return foundation_auto(spec, opts);
     }
     let s = spec.shape;
-    if s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
+    if tc.splitkv && s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
         Kernel::SplitKv
     } else {
         Kernel::Fa2
     }
 }
 
-/// The launcher for a call asking for kernel `requested` (`auto` resolved by [`resolve_auto`]);
-/// `tensor_cores` says whether the tensor-core kernels take the call ([`tensor_core_limit`] is `None`).
-/// Unsupported combinations (f32 math the kernel does not run) are errors; see the module docs for the
-/// rules.
-pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tensor_cores: bool) -> Result<Launcher> {
+/// The launcher for a call asking for kernel `requested` (`auto` resolved by [`resolve_auto`]); `tc` says
+/// which tensor-core kernels take the call. Unsupported combinations (f32 math the kernel does not run)
+/// are errors; see the module docs for the rules.
+pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) -> Result<Launcher> {
     let kernel = match requested {
-        Kernel::Auto => resolve_auto(spec, opts, tensor_cores),
+        Kernel::Auto => resolve_auto(spec, opts, tc),
         k => k,
     };
     let f32_math = if spec.dtype == DType::F32 { opts.f32_math } else { F32Math::Exact };
@@ -159,8 +189,10 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tensor
             ))
         }
         // The fallback: what the tensor-core kernels cannot take runs on the generic fused `fa1` path.
-        (Kernel::Fa2 | Kernel::SplitKv, _) if !tensor_cores => Launcher::Fa1,
+        (Kernel::Fa2 | Kernel::SplitKv, _) if !tc.fa2 => Launcher::Fa1,
         (Kernel::Fa2, _) => Launcher::Fa2,
+        // Head dims only `fa2` has tensor-core code for: it runs, and reports itself.
+        (Kernel::SplitKv, _) if !tc.splitkv => Launcher::Fa2,
         (Kernel::SplitKv, _) => Launcher::SplitKv,
         (Kernel::Auto, _) => return Err(unsupported("auto resolved to itself")),
     })
@@ -179,7 +211,7 @@ mod tests {
     /// The launcher `auto` or `kernel` gives a spec, with the tensor-core verdict from its parameters.
     fn pick(kernel: Kernel, spec: &AttentionSpec, math: F32Math) -> Result<Launcher> {
         let opts = RunOptions { kernel, f32_math: math, ..Default::default() };
-        choose(kernel, spec, &opts, tensor_core_limit(spec, &params(spec)).is_none())
+        choose(kernel, spec, &opts, TensorCores::of(spec, &params(spec)))
     }
 
     fn gqa(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, dtype: DType) -> AttentionSpec {
@@ -209,8 +241,10 @@ mod tests {
             let l = pick(Kernel::Auto, &decoding(128, DType::F32), math).expect("auto");
             assert_eq!((l, l.kernel()), (Launcher::Tf32, Kernel::Fa2));
         }
-        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says.
-        assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says; head dims
+        // only fa2 takes run fa2, decoding included.
+        assert_eq!(pick(Kernel::Auto, &decoding(36, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa2);
         let negative = decoding(128, DType::F16).with_scale(-0.5);
         assert_eq!(pick(Kernel::Auto, &negative, F32Math::Exact).expect("auto"), Launcher::Fa1);
     }
@@ -221,17 +255,26 @@ mod tests {
         for (kernel, launcher) in [(Kernel::Fa2, Launcher::Fa2), (Kernel::SplitKv, Launcher::SplitKv)] {
             assert_eq!(pick(kernel, &ok, F32Math::Exact).expect("choice"), launcher);
             for spec in [
-                gqa(1, 8, 8, 128, 2048, 80, DType::BF16), // head dim
-                AttentionSpec::new(Shape { dv: 64, ..Shape::new(1, 8, 128, 2048, 128) }, DType::F16), // D != Dv
-                ok.clone().with_scale(0.0),               // scale
+                gqa(1, 8, 8, 128, 2048, 36, DType::BF16),  // head dim not a multiple of 8
+                gqa(1, 8, 8, 128, 2048, 264, DType::BF16), // head dim above 256
+                AttentionSpec::new(Shape { dv: 60, ..Shape::new(1, 8, 128, 2048, 128) }, DType::F16), // Dv
+                ok.clone().with_scale(0.0),                // scale
             ] {
                 assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa1, "{spec:?}");
+            }
+            // Head dims fa2 takes through its classes (D = 80, D != Dv) and splitkv does not: fa2 runs.
+            for spec in [
+                gqa(1, 8, 8, 128, 2048, 80, DType::BF16),
+                AttentionSpec::new(Shape { dv: 128, ..Shape::new(1, 8, 128, 2048, 192) }, DType::F16),
+            ] {
+                assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa2, "{spec:?}");
             }
             // Unaligned operands (a pointer 8 bytes off): the same fallback.
             let p = AttnParams { k: 520, ..params(&ok) };
             assert_eq!(tensor_core_limit(&ok, &p), Some(TensorCoreLimit::Unaligned));
             let opts = RunOptions { kernel, ..Default::default() };
-            assert_eq!(choose(kernel, &ok, &opts, false).expect("choice"), Launcher::Fa1);
+            let none = TensorCores { fa2: false, splitkv: false };
+            assert_eq!(choose(kernel, &ok, &opts, none).expect("choice"), Launcher::Fa1);
         }
         // splitkv with f32 inputs runs fa1 (exact), whatever the f32 math.
         let f32_spec = gqa(1, 8, 8, 1, 4096, 128, DType::F32);
@@ -260,7 +303,10 @@ mod tests {
         let spec = gqa(1, 8, 8, 64, 64, 64, DType::F32);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::DType(DType::F32)));
         let spec = gqa(1, 8, 8, 64, 64, 40, DType::BF16);
-        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 40, dv: 40 }));
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
+        assert_eq!(splitkv_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 40, dv: 40 }));
+        let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 44, dv: 44 }));
         let spec = gqa(1, 8, 8, 64, 64, 256, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
         let p = AttnParams { q_stride: [256 * 64, 64, 4], ..params(&spec) };

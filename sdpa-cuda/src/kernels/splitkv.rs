@@ -11,11 +11,11 @@
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
 //! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
-//! `[s·Sk/n, (s+1)·Sk/n)`. Calls the tensor-core kernels cannot take
-//! ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) never reach it: the policy sends
-//! them to the generic `fa1` path.
+//! `[s·Sk/n, (s+1)·Sk/n)`. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit):
+//! what stops `fa2`, or head dims other than D = Dv in [`super::policy::FA2_HEAD_DIMS`]) never reach it: the
+//! policy sends them to `fa2` (its head-dim classes) or to the generic `fa1` path.
 
-use super::policy::tensor_core_limit;
+use super::policy::splitkv_limit;
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{mask_suffix, AttnParams};
@@ -289,7 +289,7 @@ pub struct Plan {
 /// tensor-core kernels cannot take is an error here; the policy sends such calls to `fa1` before they get
 /// here.
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
-    if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
+    if let Some(limit) = splitkv_limit(call.spec, &call.params) {
         return Err(unsupported(format!("splitkv cannot take this call: {limit}")));
     }
     let s = call.spec.shape;
