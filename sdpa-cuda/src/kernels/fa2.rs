@@ -203,6 +203,21 @@ pub fn choose_tile(
     }
 }
 
+/// The tile `SDPA_FA2_TILE=bm,bn,warps,stages` forces on every `fa2` launch, for tuning runs
+/// (`dev/fa2_tile_sweep.py`); its entries are named `fa2_tile{bm}x{bn}x{warps}x{stages}_*` and compiled on
+/// first use. `None` when unset; a value that does not describe a tile is an error.
+pub fn forced_tile() -> Result<Option<Fa2Tile>> {
+    let Ok(v) = std::env::var("SDPA_FA2_TILE") else { return Ok(None) };
+    let bad = || unsupported(format!("SDPA_FA2_TILE must be bm,bn,warps,stages (e.g. 128,64,8,1), got {v:?}"));
+    let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
+    let [bm, bn, warps, stages] = n[..] else { return Err(bad()) };
+    // Whole m16 tiles per warp, whole k16 steps, at least one K/V buffer (the kernel's static asserts).
+    if warps == 0 || bm % (16 * warps) != 0 || bn == 0 || bn % 16 != 0 || stages == 0 || warps > 16 {
+        return Err(bad());
+    }
+    Ok(Some(Fa2Tile { bm, bn, warps, stages, min_blocks: 1 }))
+}
+
 /// Program (one entry point) and launch shape of `fa2` for a supported call.
 pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let s = call.spec.shape;
@@ -210,12 +225,16 @@ pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
     let dims = HeadDims::of(s.d, s.dv)
         .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
-    let (tile, prefix) = choose_tile(dims.d, dims.dv, s.sq, s.hq, s.b, sm_count, optin)
-        .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", dims.d)))?;
+    let (tile, prefix) = match forced_tile()? {
+        Some(t) => (t, format!("fa2_tile{}x{}x{}x{}", t.bm, t.bn, t.warps, t.stages)),
+        None => choose_tile(dims.d, dims.dv, s.sq, s.hq, s.b, sm_count, optin)
+            .map(|(t, p)| (t, p.to_string()))
+            .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", dims.d)))?,
+    };
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let program = program(prefix, call.spec.dtype, dims, tile, call.params.mask_kind);
+    let program = program(&prefix, call.spec.dtype, dims, tile, call.params.mask_kind);
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
