@@ -184,6 +184,16 @@ fn larger_shapes_sampled() {
         (s(8, 32, 32, 1, 4096, 128), Kernel::SplitKv),
         (s(1, 32, 8, 1, 32768, 128), Kernel::SplitKv),
         (s(2, 16, 4, 1000, 1500, 128), Kernel::SplitKv),
+        // Head-dim classes on full grids (the 8-warp 128 x 128 tiles of 160..224, padded and exact), the
+        // MLA pair, and decoding at D = 80 (fa2's small tile: splitkv has no D = 80).
+        (s(2, 16, 4, 1000, 1500, 160), Kernel::Fa2),
+        (s(2, 16, 16, 777, 1201, 176), Kernel::Fa2),
+        (s(1, 32, 8, 1500, 1000, 192), Kernel::Fa2),
+        (s(2, 16, 8, 900, 900, 224), Kernel::Fa2),
+        (Shape { dv: 128, ..s(1, 32, 32, 1100, 1300, 192) }, Kernel::Fa2),
+        (s(2, 32, 8, 1000, 1000, 40), Kernel::Fa2),
+        (s(2, 32, 8, 1000, 1000, 80), Kernel::Fa2),
+        (s(8, 32, 32, 1, 4096, 80), Kernel::Auto),
     ] {
         for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
             for dtype in HALF {

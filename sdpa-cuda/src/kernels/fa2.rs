@@ -81,8 +81,10 @@ impl Fa2Tile {
 /// The tile for head-dim class `d`: `small == false` for grids that fill the GPU (`fa2_*` entries),
 /// `small == true` for grids that leave SMs idle (`fa2_small_*` entries: 64 query rows, 4 warps, 128 keys
 /// per tile at D = 64 (46 KB, no opt-in), 64 at D = 96 and 128: more blocks and a shorter path through
-/// each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 32 takes D = 64's tiles; the
-/// classes above 128 run 64 x 64 either way, as D = 256 (measured) does.
+/// each; measured on issue 4's tiny shapes, `bench/results/gpu/fa2.md`). D = 256 runs 64 x 64 either way.
+/// D = 32 takes D = 64's tiles and the classes 160, 192 and 224 (and the 192/128 pair) 128 query rows on 8
+/// warps with 128 keys per tile on full grids, 64 x 64 on small ones: measured against PyTorch's flash
+/// backend on issue 21's grid with `dev/fa2_tile_sweep.py` (`bench/results/gpu/headdims.md`).
 pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
     let t = |bm, bn, warps, stages, min_blocks| Some(Fa2Tile { bm, bn, warps, stages, min_blocks });
     match (d, small) {
@@ -90,7 +92,8 @@ pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
         (96, false) => t(128, 64, 4, 2, 2),
         (128, false) => t(128, 64, 4, 1, 2),
         (32 | 64, true) => t(64, 128, 4, 1, 1),
-        (96 | 128, true) | (160 | 192 | 224 | 256, _) => t(64, 64, 4, 1, 1),
+        (160 | 192 | 224, false) => t(128, 128, 8, 1, 1),
+        (96 | 128 | 160 | 192 | 224, true) | (256, _) => t(64, 64, 4, 1, 1),
         _ => None,
     }
 }
@@ -150,7 +153,8 @@ pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, mask_k
 }
 
 /// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups): each class and
-/// class pair, exact and padded, with its full-grid tile and (classes up to 128) the small and deep ones.
+/// class pair, exact and padded, with its full-grid tile, the small one (classes below 256) and the deep
+/// one (classes up to 128).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -158,10 +162,11 @@ pub fn programs() -> Vec<Program> {
             let pairs = DV_CLASS_PAIRS.iter().filter(|(pd, _)| *pd == d).map(|&(_, dv)| dv);
             for dv in std::iter::once(d).chain(pairs) {
                 let mut tiles: Vec<(&str, Fa2Tile)> = tile_for(d, false).map(|t| ("fa2", t)).into_iter().collect();
+                if d < 256 {
+                    tiles.extend(tile_for(d, true).map(|t| ("fa2_small", t)));
+                }
                 if d <= 128 {
-                    tiles.extend(
-                        tile_for(d, true).into_iter().flat_map(|t| [("fa2_small", t), ("fa2_deep", deep_tile(t))]),
-                    );
+                    tiles.extend(tile_for(d, true).map(|t| ("fa2_deep", deep_tile(t))));
                 }
                 for pad in [false, true] {
                     for &(prefix, tile) in &tiles {
@@ -180,7 +185,8 @@ pub fn programs() -> Vec<Program> {
 /// [`DEEP_STAGES`]-deep K/V ring when even the small tile's grid has no more blocks than SMs, so each block
 /// is alone on its SM and its shared memory costs nothing (if the device has the 117-153 KB per block:
 /// `smem_optin`, the opt-in limit): with so little math per K/V tile, the 1-deep form waits about two
-/// memory latencies per tile (issue 4's tiny shapes). Classes above 128 run 64-row tiles already.
+/// memory latencies per tile (issue 4's tiny shapes). D = 256 runs 64-row tiles already; the classes
+/// between take the small tile but no deep ring (it would not fit in shared memory).
 pub fn choose_tile(
     d: usize,
     dv: usize,
@@ -191,10 +197,13 @@ pub fn choose_tile(
     smem_optin: usize,
 ) -> Option<(Fa2Tile, &'static str)> {
     let big = tile_for(d, false)?;
-    if d > 128 || !small_grid(sq, hq, b, big, sm_count) {
+    if d == 256 || !small_grid(sq, hq, b, big, sm_count) {
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
+    if d > 128 {
+        return Some((small, "fa2_small"));
+    }
     let deep = deep_tile(small);
     if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d, dv) <= smem_optin {
         Some((deep, "fa2_deep"))
@@ -276,7 +285,8 @@ mod tests {
         // Full grids, and the classes above 128 whatever the grid.
         assert_eq!(pick(64, 4096, 32, 4), Some(("fa2", 128, 128, 1)));
         assert_eq!(pick(256, 64, 1, 1), Some(("fa2", 64, 64, 1)));
-        assert_eq!(pick(160, 64, 1, 1), Some(("fa2", 64, 64, 1)));
+        assert_eq!(pick(160, 4096, 16, 4), Some(("fa2", 128, 128, 1)));
+        assert_eq!(pick(192, 64, 1, 1), Some(("fa2_small", 64, 64, 1)));
         assert_eq!(pick(80, 64, 1, 1), None, "80 is not a class: calls with D = 80 run class 96");
         // The deep ring needs opt-in shared memory: 153 KB at D = 64 and 128, 117 KB at D = 96. A device
         // with less (an sm_86 part allows 99 KB per block) keeps the 1-deep small tile.
@@ -312,7 +322,8 @@ mod tests {
         );
         // Q, the K ring, the V ring: D = Dv as before; 192/128 smaller than 192/192.
         let t = tile_for(192, false).expect("tile");
-        assert_eq!(t.smem_bytes(192, 128), (64 * 200 + 64 * (200 + 136)) * 2);
+        assert_eq!(t.smem_bytes(192, 128), (128 * 200 + 128 * (200 + 136)) * 2);
+        assert!(t.smem_bytes(224, 224) <= 227 * 1024);
         assert!(t.smem_bytes(192, 128) < t.smem_bytes(192, 192));
     }
 }
