@@ -28,7 +28,7 @@ ap.add_argument("--decode-only", action="store_true", help="only the decoding an
 ap.add_argument("--tiny", action="store_true", help="also issue 4's tiny shapes (B=1, H=1, S=64/128/512, D=64, bf16)")
 ap.add_argument("--headdims", action="store_true",
                 help="only issue 21's head-dim grid: fa2 at D = 32..256 (16k tokens, H = 2048/D or 16), MLA 192/128, "
-                     "decoding at D = 80")
+                     "decoding at D = 80 and 192/128")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -48,6 +48,7 @@ for s in ([1024, 4096, 16384] if args.headdims else []):
     points.append(pt("mla", 16384 // s, 16, 16, s, s, 192, "bf16", True, "auto", dv=128))
 for (b, hq, hkv, sk) in ([(8, 32, 32, 4096), (1, 32, 8, 32768)] if args.headdims else []):
     points.append(pt("decode80", b, hq, hkv, 1, sk, 80, "bf16", False, "auto"))
+    points.append(pt("decode_mla", b, hq, hkv, 1, sk, 192, "bf16", False, "auto", dv=128))
 for dtype in ([] if args.decode_only or args.headdims else ["bf16"] if args.quick else ["bf16", "f16"]):
     for d in [64, 128]:
         for causal in [False, True]:
@@ -138,7 +139,7 @@ xf = sorted(r["x_flash"] for r in hd if r["x_flash"])
 if xf:
     log(f"headdim grid: vs flash median {xf[len(xf) // 2]:.3f} (>= 1.0) min {xf[0]:.3f} (>= 0.9)")
 for r in res["records"]:
-    if r["tag"] in ("mla", "decode80"):
+    if r["tag"] in ("mla", "decode80", "decode_mla"):
         log(f"{r['tag']} B={r['b']} S={r['sq']}/{r['sk']} D={r['d']}/{r.get('dv', r['d'])} ran {r.get('kernel_ran', 'ERR')}: "
             f"{fm(r.get('median_ms'), '.4f')} ms, x default {fm(r['x_default'], '.3f')}, x flash {fm(r['x_flash'], '.3f')}, "
             f"{fm(r.get('frac_copy_bw'), '.2f')} of copy, check {r.get('check_pass')}")

@@ -161,10 +161,13 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // entries interleave (B=1, Sk=32k: 1-2 % faster in the dev harness, within the spread through the Rust
 // driver; bench/results/gpu/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
 // (interleaving measured nothing there).
-// `maps` (K then V) is read by the TMA path only; null otherwise.
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE>
+// `maps` (K then V) is read by the TMA path only; null otherwise. PAD: D is a head-dim class at or above the
+// call's D and Dv (cp.async path only): columns past p.d (Q, K) and p.dv (V) are zero-filled in shared memory
+// and O is stored to p.dv only.
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE, bool PAD = false>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const Sm90TensorMap* kmap,
                                                 const Sm90TensorMap* vmap) {
+    static_assert(!PAD || LOAD == SKV_CP_ASYNC, "padded head dims take the cp.async path");
     using Tile = SplitKvTile<D, STAGES, KS, LOAD>;
     constexpr bool BULK = LOAD != SKV_CP_ASYNC;  // bulk or TMA: mbarrier-completed copies
     constexpr bool TMA = LOAD == SKV_TMA;
@@ -246,7 +249,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     for (int c = TMA ? threadIdx.x : lane; c < 16 * CHUNKS; c += TMA ? NW * 32 : 32) {
         const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, r = r0 + rr;
         int hq = 0, i = 0;
-        const bool ok = r < rows;
+        const bool ok = r < rows && (!PAD || col < p.d);
         if (ok) splitkv_row(p, r, hq, i);
         const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
         fa2_cp_async16(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
@@ -311,8 +314,9 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
-            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, kbase + kk * p.k_stride[2] + col, ok);
-            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, vbase + kk * p.v_stride[2] + col, ok);
+            const bool okk = ok && (!PAD || col < p.d), okv = ok && (!PAD || col < p.dv);
+            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + kk * p.k_stride[2] + col : kbase, okk);
+            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + kk * p.v_stride[2] + col : vbase, okv);
         }
     };
     if constexpr (BULK) {
@@ -513,7 +517,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             },
             v);
         if (nblk == 1) {
-            splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+            if (!PAD || c < p.dv)
+                splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
             if (p.lse != nullptr && c == 0) p.lse[row] = lse;
             bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
         } else {
@@ -577,7 +582,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         const float lse = splitkv_merge(
             nblk, [&](int s) { return staged ? s_lse[rr * nblk + s] : __ldcg(plse + s); },
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
-        splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+        if (!PAD || c < p.dv)
+            splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;
         bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
@@ -591,6 +597,13 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
         splitkv_forward<T, D, NW, STAGES, KS, MASK, LOAD, ILV>(p, reinterpret_cast<T*>(splitkv_smem),   \
                                                                nullptr, nullptr);                       \
+    }
+// Head-dim classes (src/kernels/splitkv.rs `HeadDims`): the cp.async path with the call's D and Dv padded up to D.
+#define SPLITKV_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK)                                               \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
+        extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_CP_ASYNC, false, true>(                         \
+            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr);                                   \
     }
 // TMA entries take the tensor maps in their parameter (__grid_constant__: the copies address them in
 // parameter space). Compiled for an architecture without TMA they trap; the host launches them on

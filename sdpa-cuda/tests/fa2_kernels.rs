@@ -29,8 +29,8 @@ fn table_shapes() -> Vec<Shape> {
         // Many blocks per row tile: 79 splits, 20 blocks on a 132-SM GPU, whose 20 partial LSEs per row the
         // last block stages in shared memory.
         sh(1, 2, 1, 1, 40000, 64),
-        // fa2's head-dim classes (splitkv asked for these runs fa2): every class exact and padded, the MLA pair
-        // 192/128 exact and padded, unequal head dims at the larger class, lengths off every tile.
+        // The head-dim classes: every class exact and padded, the MLA pair 192/128 exact and padded, unequal
+        // head dims at the larger class (splitkv: both at the larger class), lengths off every tile.
         sh(1, 4, 2, 77, 130, 32),
         sh(2, 3, 1, 65, 100, 112),
         sh(1, 4, 4, 100, 70, 160),
@@ -42,7 +42,7 @@ fn table_shapes() -> Vec<Shape> {
         Shape { dv: 120, ..sh(1, 4, 4, 65, 65, 184) },
         Shape { dv: 128, ..sh(1, 4, 2, 80, 60, 64) },
         Shape { dv: 64, ..sh(1, 2, 1, 60, 80, 128) },
-        // Decoding at head dims splitkv does not take: fa2 with its small tiles.
+        // Decoding at a padded class (splitkv's cp.async path; fa2's small tile when fa2 is asked).
         sh(2, 32, 8, 1, 3000, 80),
     ])
 }
@@ -119,9 +119,8 @@ fn ran(gpu: &CudaBackend, case: &Case) -> Result<Kernel, SdpaError> {
     Ok(gpu.run_host(&spec, &case.opts(), &inputs)?.kernel)
 }
 
-/// Specialised head dims run the tensor-core kernels; head dims only fa2's classes take run fa2 (for
-/// splitkv too); others fall back to `fa1` and report it; `auto` picks `splitkv` for decoding long keys and
-/// `fa2` for prefill and short keys.
+/// Specialised head dims and head-dim classes run the tensor-core kernels; others fall back to `fa1` and
+/// report it; `auto` picks `splitkv` for decoding long keys and `fa2` for prefill and short keys.
 #[test]
 fn the_kernel_that_ran_is_reported() {
     let Some(gpu) = gpu() else { return };
@@ -150,8 +149,8 @@ fn the_kernel_that_ran_is_reported() {
         let classes = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d, dv };
         let decode = Shape { b: 2, hq: 32, hkv: 8, sq: 1, sk: 5000, d, dv };
         assert_eq!(ran(&gpu, &case(classes, Kernel::Fa2)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
-        assert_eq!(ran(&gpu, &case(classes, Kernel::SplitKv)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
-        assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::Fa2, "D = {d}, Dv = {dv}");
+        assert_eq!(ran(&gpu, &case(classes, Kernel::SplitKv)).expect("runs"), Kernel::SplitKv, "D = {d}, Dv = {dv}");
+        assert_eq!(ran(&gpu, &case(decode, Kernel::Auto)).expect("runs"), Kernel::SplitKv, "D = {d}, Dv = {dv}");
     }
     let odd = Shape { b: 1, hq: 2, hkv: 1, sq: 50, sk: 70, d: 36, dv: 36 };
     assert_eq!(ran(&gpu, &case(odd, Kernel::Fa2)).expect("runs"), Kernel::Fa1);
@@ -194,6 +193,11 @@ fn larger_shapes_sampled() {
         (s(2, 32, 8, 1000, 1000, 40), Kernel::Fa2),
         (s(2, 32, 8, 1000, 1000, 80), Kernel::Fa2),
         (s(8, 32, 32, 1, 4096, 80), Kernel::Auto),
+        // splitkv at head-dim classes (the padded cp.async path): many blocks per row tile, GQA, MLA's pair.
+        (s(1, 32, 8, 1, 32768, 80), Kernel::SplitKv),
+        (s(2, 16, 2, 3, 9000, 160), Kernel::SplitKv),
+        (Shape { dv: 128, ..s(4, 32, 32, 1, 4096, 192) }, Kernel::SplitKv),
+        (s(1, 8, 1, 2, 20000, 32), Kernel::SplitKv),
     ] {
         for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
             for dtype in HALF {

@@ -173,6 +173,8 @@ if want sanitize; then
     "fa2 bf16 exact 1,4,2,65,77,192,128 causal-br"
     "fa2 bf16 exact 1,2,1,50,70,224 causal"
     "fa2 bf16 exact 1,2,1,64,64,32 none"
+    "splitkv bf16 exact 1,32,8,1,5000,80 causal-br"
+    "splitkv f16 exact 2,8,8,1,3000,192,128 none"
   )
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do

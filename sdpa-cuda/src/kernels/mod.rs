@@ -107,10 +107,15 @@ mod tests {
                         listed(&fa2::program(prefix, dtype, dims, tile, mask));
                     }
                 }
-                for d in policy::FA2_HEAD_DIMS {
+                for (d, dv) in [(64, 64), (96, 96), (128, 128), (256, 256), (80, 80), (32, 32), (192, 128), (224, 224)]
+                {
+                    let hd = splitkv::HeadDims::of(d, dv).expect("a class");
                     for load in [splitkv::SplitKvLoad::CpAsync, splitkv::SplitKvLoad::Bulk, splitkv::SplitKvLoad::Tma] {
-                        if let Some(tile) = splitkv::tile_for(d, load) {
-                            listed(&splitkv::program(dtype, d, tile, mask));
+                        if hd.pad && load != splitkv::SplitKvLoad::CpAsync {
+                            continue;
+                        }
+                        if let Some(tile) = splitkv::tile_for(hd.d, load) {
+                            listed(&splitkv::program(dtype, hd, tile, mask));
                         }
                     }
                 }

@@ -7,7 +7,7 @@
 //! - `auto` ([`resolve_auto`]): where `fa2` takes the call ([`tensor_core_limit`] is `None`: f16/bf16, D
 //!   and Dv multiples of 8 up to 256, a positive scale, 16-byte aligned rows), `splitkv` for decoding
 //!   (`group·Sq <= 64` and `Sk >= `[`AUTO_SPLITKV_MIN_KEYS`]) where `splitkv` takes it too
-//!   ([`splitkv_limit`]: D = Dv in [`FA2_HEAD_DIMS`]), and `fa2` otherwise; elsewhere `fa2` for f32 inputs
+//!   ([`splitkv_limit`]), and `fa2` otherwise; elsewhere `fa2` for f32 inputs
 //!   with TF32 or split-TF32 math (the tensor-core f32 path) and `fa1` for the rest.
 //! - f32 math applies to f32 inputs only; f16/bf16 calls ignore it.
 //! - `fa2` with f32 inputs runs the TF32 launcher ([`Launcher::Tf32`]) with TF32 or split-TF32 math, and
@@ -20,8 +20,9 @@ use crate::error::unsupported;
 use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions};
 use std::fmt;
 
-/// Head dims (D = Dv) `splitkv` is specialised for, and those whose `fa2` tiles were chosen by measurement
-/// (`fa2` takes every multiple of 8 up to 256 through its head-dim classes, `fa2::HEAD_DIM_CLASSES`).
+/// Head dims (D = Dv) whose `fa2` and `splitkv` tiles (and splitkv's sm_90 copy paths) were chosen by
+/// measurement; both kernels take every multiple of 8 up to 256 through head-dim classes
+/// (`fa2::HEAD_DIM_CLASSES`).
 pub const FA2_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
 
 /// Fewest keys for which `auto` picks `splitkv`. Below it one `fa2` launch is as fast (issue 4's tiny
@@ -61,7 +62,7 @@ impl Launcher {
 pub enum TensorCoreLimit {
     /// They take f16 and bf16 only.
     DType(DType),
-    /// `fa2` takes D and Dv multiples of 8 up to 256, `splitkv` D = Dv in [`FA2_HEAD_DIMS`].
+    /// The tensor-core kernels take D and Dv multiples of 8 up to 256.
     HeadDims {
         /// Head dim of Q and K.
         d: usize,
@@ -79,11 +80,7 @@ impl fmt::Display for TensorCoreLimit {
         match self {
             TensorCoreLimit::DType(dt) => write!(f, "dtype {dt} (tensor-core fa2 takes f16 and bf16)"),
             TensorCoreLimit::HeadDims { d, dv } => {
-                write!(
-                    f,
-                    "head dims D = {d}, Dv = {dv} (tensor cores: fa2 takes multiples of 8 up to 256, splitkv D = Dv \
-                     in {FA2_HEAD_DIMS:?})"
-                )
+                write!(f, "head dims D = {d}, Dv = {dv} (the tensor-core kernels take multiples of 8 up to 256)")
             }
             TensorCoreLimit::Scale(s) => write!(f, "scale {s} (the tensor-core kernels need a positive scale)"),
             TensorCoreLimit::Unaligned => {
@@ -114,12 +111,12 @@ pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<Te
     None
 }
 
-/// Why `splitkv` cannot run this call: what stops `fa2` ([`tensor_core_limit`]), or head dims other than
-/// D = Dv in [`FA2_HEAD_DIMS`].
+/// Why `splitkv` cannot run this call: what stops `fa2` ([`tensor_core_limit`]), or head dims it has no
+/// class for ([`super::splitkv::HeadDims`]: today the same as `fa2`'s, both at the larger class).
 pub fn splitkv_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
     let s = spec.shape;
     tensor_core_limit(spec, params).or_else(|| {
-        (s.d != s.dv || !FA2_HEAD_DIMS.contains(&s.d)).then_some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv })
+        super::splitkv::HeadDims::of(s.d, s.dv).is_none().then_some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv })
     })
 }
 
@@ -241,10 +238,16 @@ mod tests {
             let l = pick(Kernel::Auto, &decoding(128, DType::F32), math).expect("auto");
             assert_eq!((l, l.kernel()), (Launcher::Tf32, Kernel::Fa2));
         }
-        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says; head dims
-        // only fa2 takes run fa2, decoding included.
+        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says; head-dim
+        // classes decode on splitkv.
         assert_eq!(pick(Kernel::Auto, &decoding(36, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
-        assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa2);
+        assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
+        // Were splitkv to refuse a call fa2 takes, fa2 runs it (decoding included).
+        let spec = decoding(80, DType::BF16);
+        let only_fa2 = TensorCores { fa2: true, splitkv: false };
+        let opts = RunOptions { kernel: Kernel::SplitKv, ..Default::default() };
+        assert_eq!(choose(Kernel::SplitKv, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
+        assert_eq!(choose(Kernel::Auto, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
         let negative = decoding(128, DType::F16).with_scale(-0.5);
         assert_eq!(pick(Kernel::Auto, &negative, F32Math::Exact).expect("auto"), Launcher::Fa1);
     }
@@ -262,12 +265,12 @@ mod tests {
             ] {
                 assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa1, "{spec:?}");
             }
-            // Head dims fa2 takes through its classes (D = 80, D != Dv) and splitkv does not: fa2 runs.
+            // Head-dim classes (D = 80, D != Dv): the kernel asked for runs.
             for spec in [
                 gqa(1, 8, 8, 128, 2048, 80, DType::BF16),
                 AttentionSpec::new(Shape { dv: 128, ..Shape::new(1, 8, 128, 2048, 192) }, DType::F16),
             ] {
-                assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa2, "{spec:?}");
+                assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), launcher, "{spec:?}");
             }
             // Unaligned operands (a pointer 8 bytes off): the same fallback.
             let p = AttnParams { k: 520, ..params(&ok) };
@@ -304,7 +307,7 @@ mod tests {
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::DType(DType::F32)));
         let spec = gqa(1, 8, 8, 64, 64, 40, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
-        assert_eq!(splitkv_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 40, dv: 40 }));
+        assert_eq!(splitkv_limit(&spec, &params(&spec)), None);
         let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 44, dv: 44 }));
         let spec = gqa(1, 8, 8, 64, 64, 256, DType::BF16);

@@ -86,24 +86,53 @@ impl SplitKvTile {
     }
 }
 
-/// The tile for head dim `d` and load path, if specialised (measured on the H100 for D = 128:
+/// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
-/// takes whole 64-column boxes, so D = 96 has no TMA tile.
+/// takes whole 64-column boxes, so D = 96 has no TMA tile. The head-dim classes beyond the four measured
+/// dims ([`HeadDims`]) take the cp.async path only, with the keys per step of their neighbours.
 pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
     let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step, load });
     match (d, load) {
-        (64 | 96 | 128, SplitKvLoad::CpAsync) => t(2, 32),
+        (32 | 64 | 96 | 128, SplitKvLoad::CpAsync) => t(2, 32),
+        (160 | 192 | 224, SplitKvLoad::CpAsync) => t(2, 16),
         (64 | 96 | 128, SplitKvLoad::Bulk) | (64 | 128, SplitKvLoad::Tma) => t(3, 32),
         (256, _) => t(2, 16),
         _ => None,
     }
 }
 
-/// The program of entry `{prefix}_{dtype}_{d}_{mask}` with `tile` (its load path names the prefix).
-pub fn program(dtype: DType, d: usize, tile: SplitKvTile, mask_kind: i32) -> Program {
-    let name = format!("{}_{}_{d}_{}", tile.load.prefix(), dtype.name(), mask_suffix(mask_kind));
+/// The head dim `splitkv` runs a call at: the larger of fa2's head-dim classes of D and Dv
+/// ([`super::fa2::head_dim_classes`]) for both, and whether the call's head dims are below it (`pad`: the
+/// kernel reads and stores only the call's columns, on the cp.async path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadDims {
+    /// The class of both D and Dv.
+    pub d: usize,
+    /// The call's D or Dv is below it.
+    pub pad: bool,
+}
+
+impl HeadDims {
+    /// The class of a call with head dims `d`, `dv`, if `splitkv` takes them.
+    pub fn of(d: usize, dv: usize) -> Option<Self> {
+        let (cd, cdv) = super::fa2::head_dim_classes(d, dv)?;
+        let c = cd.max(cdv);
+        Some(HeadDims { d: c, pad: d != c || dv != c })
+    }
+}
+
+/// The program of entry `{prefix}_{dtype}_{d}[p]_{mask}` with `tile` (its load path names the prefix; `p`
+/// for a padded class, which takes the cp.async path).
+pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, mask_kind: i32) -> Program {
+    let d = dims.d;
+    let pad = if dims.pad { "p" } else { "" };
+    let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), mask_suffix(mask_kind));
     let (t, mask) = (cuda_type(dtype), super::mask_const("FA2", mask_kind));
     let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
+    if dims.pad {
+        let line = format!("SPLITKV_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask})");
+        return Program::entry(&SPLITKV, name, line);
+    }
     let line = match load {
         SplitKvLoad::CpAsync => {
             format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_CP_ASYNC, false)")
@@ -116,14 +145,18 @@ pub fn program(dtype: DType, d: usize, tile: SplitKvTile, mask_kind: i32) -> Pro
     Program::entry(&SPLITKV, name, line)
 }
 
-/// Every `splitkv` instantiation a launch can ask for.
+/// Every `splitkv` instantiation a launch can ask for: each class on every load path it has, and padded on
+/// the cp.async path.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
-        for d in super::policy::FA2_HEAD_DIMS {
+        for d in super::fa2::HEAD_DIM_CLASSES {
             for load in [SplitKvLoad::CpAsync, SplitKvLoad::Bulk, SplitKvLoad::Tma] {
                 let Some(tile) = tile_for(d, load) else { continue };
-                all.extend(super::MASK_KINDS.iter().map(|&m| program(dtype, d, tile, m)));
+                let pads: &[bool] = if load == SplitKvLoad::CpAsync { &[false, true] } else { &[false] };
+                for &pad in pads {
+                    all.extend(super::MASK_KINDS.iter().map(|&m| program(dtype, HeadDims { d, pad }, tile, m)));
+                }
             }
         }
     }
@@ -294,6 +327,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     }
     let s = call.spec.shape;
     let info = call.dev.info();
+    let hd = HeadDims::of(s.d, s.dv)
+        .ok_or_else(|| unsupported(format!("splitkv has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
+    let d = hd.d;
     let plan_for = |tile: SplitKvTile| {
         plan_splits(
             s.b,
@@ -304,15 +340,20 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             info.sm_count.max(1) as usize,
             info.smem_per_block_optin.max(0) as usize,
             tile,
-            s.d,
+            d,
         )
     };
-    let no_tile = || unsupported(format!("splitkv has no tile for D = {}", s.d));
-    let mut load = choose_load(info.compute_capability.0)?;
+    let no_tile = || unsupported(format!("splitkv has no tile for D = {d}"));
+    // The sm_90 copy paths exist for the four measured head dims at their exact size only.
+    let mut load = if hd.pad || tile_for(d, SplitKvLoad::Bulk).is_none() {
+        SplitKvLoad::CpAsync
+    } else {
+        choose_load(info.compute_capability.0)?
+    };
     // TMA: both tensor maps, or the bulk path when a layout (or the head dim) has none.
     let mut maps = None;
     if load == SplitKvLoad::Tma {
-        if let Some(t) = tile_for(s.d, load) {
+        if let Some(t) = tile_for(d, load) {
             let p = &call.params;
             let op = |ptr, st| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, s.d], strides: st };
             // One box row per key of the block's chunk: every warp's step.
@@ -323,14 +364,14 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             load = SplitKvLoad::Bulk;
         }
     }
-    let mut tile = tile_for(s.d, load).ok_or_else(no_tile)?;
+    let mut tile = tile_for(d, load).ok_or_else(no_tile)?;
     let mut plan = plan_for(tile);
     // Long splits stream better through cp.async than through per-row bulk copies (measured, see
     // BULK_MAX_KEYS_PER_SPLIT); unless the bulk path was asked for by name.
     let bulk_forced = std::env::var("SDPA_SPLITKV_LOAD").is_ok_and(|v| v == "bulk");
     if load == SplitKvLoad::Bulk && plan.keys_per_split > BULK_MAX_KEYS_PER_SPLIT && !bulk_forced {
         load = SplitKvLoad::CpAsync;
-        tile = tile_for(s.d, load).ok_or_else(no_tile)?;
+        tile = tile_for(d, load).ok_or_else(no_tile)?;
         plan = plan_for(tile);
     }
     // `SDPA_SPLITKV_SPLITS` forces the split count (for tuning runs; at most one split per key).
@@ -356,9 +397,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             u32_of(s.b, "batch")?,
         ),
         block: (tile.warps as u32 * 32, 1, 1),
-        smem_bytes: tile.smem_bytes(s.d) as u32,
+        smem_bytes: tile.smem_bytes(d) as u32,
     };
-    let program = program(call.spec.dtype, s.d, tile, params.mask_kind);
+    let program = program(call.spec.dtype, hd, tile, params.mask_kind);
     Ok(Plan { program, dims, params, splits: plan, maps })
 }
 
@@ -387,8 +428,8 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         go(&params)?;
         return Ok(());
     }
-    let (len, counters) =
-        workspace_len(rows, plan.blocks, s.d, units).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
+    let (len, counters) = workspace_len(rows, plan.blocks, HeadDims::of(s.d, s.dv).map_or(s.d, |h| h.d), units)
+        .ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
     // The kernel finds the last block of each row tile with the counters, which must be zero before the
     // launch; it leaves them zero again. On the device's own stream the scratch is kept between calls, so
     // repeated calls of one layout (every step of a decoding loop) skip the memset; on another stream it
