@@ -119,7 +119,7 @@ fn presets_expand_to_the_documented_grids() {
     assert_eq!(lines.len(), 2 * 6 * 2 * 2, "{text}");
     assert!(lines.iter().any(|l| l.contains("bf16 causal bhsd B=1 Hq=32 Hkv=32 Sq=16384 Sk=16384 D=64")));
     assert!(lines.iter().any(|l| l.contains("f16 none bhsd B=32 Hq=16 Hkv=16 Sq=512 Sk=512 D=128")));
-    for preset in ["quick", "decode", "seed"] {
+    for preset in ["quick", "decode", "seed", "headdims"] {
         let out = sdpa(&["bench", "--preset", preset, "--dry-run"], &dir);
         assert!(out.status.success(), "{preset}: {}", stderr(&out));
     }

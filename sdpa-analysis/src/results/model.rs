@@ -161,12 +161,23 @@ pub struct SpeedupSummary {
     pub max: f64,
 }
 
-/// A TFLOPS-against-sequence-length plot: shapes that differ only in the sequence length (and batch).
+/// What a line plot's x axis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XAxis {
+    /// The sequence length Sk (shapes that differ only in it and the batch).
+    SeqLen,
+    /// The head dim D (shapes that differ only in it and the head counts: hidden size kept).
+    HeadDim,
+}
+
+/// A TFLOPS-against-x plot (sequence length or head dim), x on a log2 scale.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeqPlot {
     /// Title.
     pub title: String,
-    /// Per series: (Sk, TFLOPS) sorted by Sk.
+    /// The x axis.
+    pub x: XAxis,
+    /// Per series: (x, TFLOPS) sorted by x.
     pub series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
@@ -198,7 +209,7 @@ pub struct ResultsReport {
     pub skipped: Vec<Skipped>,
     /// What the efficiency column divides by, in words.
     pub peak_note: String,
-    /// TFLOPS-against-sequence-length plots.
+    /// TFLOPS against sequence length, then against head dim.
     pub seq_plots: Vec<SeqPlot>,
     /// One roofline per platform.
     pub rooflines: Vec<RooflinePlot>,
@@ -318,7 +329,8 @@ impl ResultsReport {
             }
         }
         let title = opts.title.clone().unwrap_or_else(|| "sdpa benchmark report".to_string());
-        let seq_plots = seq_plots(&groups, &series);
+        let mut seq_plots = seq_plots(&groups, &series);
+        seq_plots.extend(head_dim_plots(&groups, &series));
         let rooflines = rooflines(&groups, &opts.peak, &measured);
         let mut note = peak_note(&opts.peak);
         let mut unknown: Vec<&str> = groups
@@ -533,8 +545,42 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
             if let Some(b) = b {
                 title.push_str(&format!(" · B={b}"));
             }
-            plots.push(SeqPlot { title, series });
+            plots.push(SeqPlot { title, x: XAxis::SeqLen, series });
         }
+    }
+    plots
+}
+
+/// TFLOPS against head dim: groups that differ only in D = Dv and the head counts (a head-dim sweep keeps the
+/// hidden size, so H changes with D), at least three head dims, one line per series. Dv != D shapes and
+/// families where a series has two rows at one head dim (two head counts) are left out.
+fn head_dim_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
+    type Family = (String, u8, String, [usize; 3], String);
+    let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
+    for g in groups.iter().filter(|g| g.shape.d == g.shape.dv) {
+        let s = g.shape;
+        let key = (g.platform.clone(), dtype_rank(g.dtype), g.mask.clone(), [s.b, s.sq, s.sk], g.layout.clone());
+        fams.entry(key).or_default().extend(g.rows.iter());
+    }
+    let mut plots = Vec::new();
+    for ((platform, _, mask, [b, sq, sk], layout), rows) in fams {
+        let ds: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.rec.shape.d).collect();
+        let mut seen = std::collections::HashSet::new();
+        if ds.len() < 3 || rows.iter().any(|r| !seen.insert((r.series.clone(), r.rec.shape.d))) {
+            continue;
+        }
+        let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for name in order {
+            let mut pts: Vec<(f64, f64)> =
+                rows.iter().filter(|r| &r.series == name).map(|r| (r.rec.shape.d as f64, r.tflops)).collect();
+            if !pts.is_empty() {
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                series.push((name.clone(), pts));
+            }
+        }
+        let dtype = rows.first().map(|r| r.rec.dtype.to_string()).unwrap_or_default();
+        let title = format!("{platform} · {dtype} · {mask} · B={b} Sq={sq} Sk={sk} · {layout}");
+        plots.push(SeqPlot { title, x: XAxis::HeadDim, series });
     }
     plots
 }
@@ -607,5 +653,29 @@ mod tests {
         assert_eq!(ours, torch);
         assert_eq!(platform_of(&rec("cpu", "AMD EPYC (avx512-bf16, 2 threads)")), "cpu");
         assert_eq!(platform_of(&rec("pytorch", "cpu")), "cpu");
+    }
+
+    /// A head-dim sweep (H = 2048 / D, one length) gives one TFLOPS-against-head-dim plot per platform, dtype
+    /// and mask, with a point per head dim in order; the Dv != D shape stays out of it.
+    #[test]
+    fn a_head_dim_sweep_is_plotted_against_the_head_dim() {
+        let mut file = BenchFile::new();
+        for (d, dv, ms) in [(128, 128, 2.0), (32, 32, 1.0), (64, 64, 1.5), (192, 128, 3.0)] {
+            let h = 2048 / d;
+            let spec = AttentionSpec::new(Shape { dv, ..Shape::new(4, h, 4096, 4096, d) }, DType::BF16);
+            let t = TimeStats { median: ms, min: ms, max: ms, reps: 3 };
+            file.records.push(BenchRecord::new("cuda", "auto", "NVIDIA H100 80GB HBM3", &spec, t, None));
+        }
+        let r = ResultsReport::build(&[("h.json".into(), file)], &ReportOptions::default()).expect("report");
+        let plots: Vec<&SeqPlot> = r.seq_plots.iter().filter(|p| p.x == XAxis::HeadDim).collect();
+        assert_eq!(plots.len(), 1, "{:?}", r.seq_plots);
+        let (_, pts) = &plots[0].series[0];
+        assert_eq!(pts.iter().map(|p| p.0).collect::<Vec<_>>(), vec![32.0, 64.0, 128.0]);
+        assert!(pts.iter().all(|p| p.1 > 0.0));
+        assert!(plots[0].title.contains("Sq=4096"), "{}", plots[0].title);
+        // No sequence-length plot: every shape has one length.
+        assert!(r.seq_plots.iter().all(|p| p.x == XAxis::HeadDim));
+        let svg = crate::results::plots::seq_plot(plots[0], &|_| 0);
+        assert!(svg.contains("head dim (D)") && svg.contains("at D=128"), "{svg}");
     }
 }

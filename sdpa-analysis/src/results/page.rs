@@ -1,7 +1,7 @@
 //! Printers: markdown (with plots as separate SVG files) and one self-contained HTML page (plots inline,
 //! styles inline, no script, no external resource).
 
-use super::model::{shape_label, Group, ResultsReport, Row};
+use super::model::{shape_label, Group, ResultsReport, Row, XAxis};
 use super::plots::{color, esc, roofline_plot, seq_plot};
 use sdpa_core::record::Skipped;
 use sdpa_core::{BenchRecord, Bound};
@@ -234,7 +234,11 @@ pub fn svg_files(r: &ResultsReport) -> Vec<(String, String)> {
     let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
     let mut v = Vec::new();
     for (i, p) in r.seq_plots.iter().enumerate() {
-        v.push((format!("plots/tflops-vs-seqlen-{}.svg", i + 1), seq_plot(p, &idx)));
+        let what = match p.x {
+            XAxis::SeqLen => "seqlen",
+            XAxis::HeadDim => "headdim",
+        };
+        v.push((format!("plots/tflops-vs-{what}-{}.svg", i + 1), seq_plot(p, &idx)));
     }
     for (i, p) in r.rooflines.iter().enumerate() {
         v.push((format!("plots/roofline-{}.svg", i + 1), roofline_plot(p, &idx)));
@@ -266,7 +270,10 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         for ((path, _), title) in svg_files(r).iter().zip(
             r.seq_plots
                 .iter()
-                .map(|p| format!("TFLOP/s vs sequence length: {}", p.title))
+                .map(|p| match p.x {
+                    XAxis::SeqLen => format!("TFLOP/s vs sequence length: {}", p.title),
+                    XAxis::HeadDim => format!("TFLOP/s vs head dim: {}", p.title),
+                })
                 .chain(r.rooflines.iter().map(|p| p.title.clone())),
         ) {
             let _ = writeln!(out, "![{}]({path})\n", md_cell(&title));

@@ -1,7 +1,8 @@
-//! Hand-written SVG plots (no dependency, no script): TFLOPS against sequence length, and the roofline.
+//! Hand-written SVG plots (no dependency, no script): TFLOPS against sequence length or head dim, and the
+//! roofline.
 //! Every plot is a standalone `<svg>` element with a `viewBox`, so it scales in a page and opens on its own.
 
-use super::model::{RooflinePlot, SeqPlot};
+use super::model::{RooflinePlot, SeqPlot, XAxis};
 use std::fmt::Write;
 
 const W: f64 = 720.0;
@@ -143,10 +144,19 @@ fn legend(out: &mut String, entries: &[(String, &'static str)]) {
     }
 }
 
-/// TFLOPS (linear) against sequence length (log2); `index_of` gives each series' report-wide colour index.
+/// TFLOPS (linear) against sequence length or head dim (log2); `index_of` gives each series' report-wide
+/// colour index.
 pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
     let mut out = String::new();
-    open(&mut out, "plot seq-plot", &p.title, &format!("TFLOPS against sequence length: {}", p.title));
+    let (what, axis, at): (&str, &str, &str) = match p.x {
+        XAxis::SeqLen => ("sequence length", "sequence length (Sk)", "Sk"),
+        XAxis::HeadDim => ("head dim", "head dim (D)", "D"),
+    };
+    let x_label = |x: f64| match p.x {
+        XAxis::SeqLen => len_label(x),
+        XAxis::HeadDim => format!("{x:.0}"),
+    };
+    open(&mut out, "plot seq-plot", &p.title, &format!("TFLOPS against {what}: {}", p.title));
     let xs: Vec<f64> = {
         let mut v: Vec<f64> = p.series.iter().flat_map(|(_, pts)| pts.iter().map(|q| q.0)).collect();
         v.sort_by(f64::total_cmp);
@@ -183,10 +193,10 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
             r##"<line x1="{px}" y1="{TOP}" x2="{px}" y2="{}" stroke="#e4e4e4"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
             H - BOTTOM,
             H - BOTTOM + 16.0,
-            len_label(*x)
+            x_label(*x)
         );
     }
-    frame(&mut out, "sequence length (Sk)", "TFLOP/s");
+    frame(&mut out, axis, "TFLOP/s");
     let mut entries = Vec::new();
     for (name, pts) in &p.series {
         let col = color(index_of(name));
@@ -201,11 +211,11 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
         for (x, y) in pts {
             let _ = write!(
                 out,
-                r#"<circle class="point" cx="{:.2}" cy="{:.2}" r="3.5" fill="{col}"><title>{} at Sk={}: {:.3} TFLOP/s</title></circle>"#,
+                r#"<circle class="point" cx="{:.2}" cy="{:.2}" r="3.5" fill="{col}"><title>{} at {at}={}: {:.3} TFLOP/s</title></circle>"#,
                 sx(*x),
                 sy(*y),
                 esc(name),
-                len_label(*x),
+                x_label(*x),
                 y
             );
         }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 /// given override the same list in the preset or spec file.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
-    /// Named sweep: quick (default), fa2bench, decode, seed (files under bench/presets/).
+    /// Named sweep: quick (default), fa2bench, decode, seed, headdims (files under bench/presets/).
     #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
     /// JSON spec file: {backends, kernels, dtypes, shapes:[{b,hq,hkv,sq,sk,d,dv}], masks, layouts}, an array

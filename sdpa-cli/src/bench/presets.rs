@@ -7,7 +7,7 @@ use sdpa_core::record::BenchSpec;
 use sdpa_core::{DType, Shape};
 
 /// (name, what it is, spec file text).
-pub const PRESETS: [(&str, &str, &str); 4] = [
+pub const PRESETS: [(&str, &str, &str); 5] = [
     (
         "quick",
         "the default: CPU unfused vs fused at S = 256..1024 and a decode shape, plus a short GPU sweep when one is present",
@@ -24,6 +24,11 @@ pub const PRESETS: [(&str, &str, &str); 4] = [
         include_str!("../../../bench/presets/decode.json"),
     ),
     ("seed", "the seed reports' tiny shapes (B=1 H=1 D=64 S=64/128/512) and the CPU issue's shapes", include_str!("../../../bench/presets/seed.json")),
+    (
+        "headdims",
+        "every head dim models use (32..256, MLA 192/128, 512): GPU bf16 B=4 S=4096, CPU f32/bf16 B=1 S=1024",
+        include_str!("../../../bench/presets/headdims.json"),
+    ),
 ];
 
 /// The sweeps of a named preset.
