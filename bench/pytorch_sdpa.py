@@ -333,7 +333,18 @@ def time_calls(torch, dev, fn, warmup, max_reps, budget):
     return [one() for _ in range(reps)]
 
 
+# SDPA_CPU_SIMD (sdpa-cpu's forced SIMD path) -> ATEN_CPU_CAPABILITY, so that PyTorch's CPU kernels run on the
+# same instruction set when a path is measured on its own (ATen reads it when torch is imported).
+ATEN_CAPABILITY = {"avx512-bf16": "avx512", "avx512bf16": "avx512", "avx512": "avx512", "avx2": "avx2",
+                   "scalar": "default"}
+
+
 def run(args):
+    simd = os.environ.get("SDPA_CPU_SIMD", "").strip().lower()
+    if simd and "ATEN_CPU_CAPABILITY" not in os.environ:
+        if simd not in ATEN_CAPABILITY:
+            raise SystemExit(f"pytorch_sdpa.py: SDPA_CPU_SIMD={simd} has no ATen counterpart")
+        os.environ["ATEN_CPU_CAPABILITY"] = ATEN_CAPABILITY[simd]
     import torch
 
     dev = torch.device(args.device)
@@ -350,6 +361,11 @@ def run(args):
             raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
     cases = load_cases(args.spec)
     commit, date, mach = git_commit(), utc_now(), machine()
+    if dev.type == "cpu":
+        # The instruction set ATen's CPU kernels dispatched to (ATEN_CPU_CAPABILITY may have lowered it).
+        cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
+        if cap:
+            mach += f", ATen CPU capability {cap}"
     result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
               "date": date, "records": [], "skipped": []}
     for n, (dtype, s, mask, layout, timing) in enumerate(cases):

@@ -26,6 +26,12 @@ struct Devices {
     cpu_model: String,
     cpu_threads: usize,
     cpu_simd: Vec<&'static str>,
+    /// The SIMD paths the CPU backend can run here, fastest first.
+    cpu_simd_paths: Vec<&'static str>,
+    /// The path it runs: the fastest, or what `SDPA_CPU_SIMD` forces (an error text when that is wrong).
+    cpu_simd_path: String,
+    /// Whether `SDPA_CPU_SIMD` chose it.
+    cpu_simd_forced: bool,
     backends: Vec<BackendStatus>,
 }
 
@@ -41,6 +47,9 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         cpu_model: sdpa_core::hardware::cpu_model(),
         cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         cpu_simd: cpu_simd_features(),
+        cpu_simd_paths: sdpa_cpu::simd_paths(),
+        cpu_simd_path: sdpa_cpu::SimdPath::chosen().map_or_else(|e| format!("error: {e}"), |p| p.name().to_string()),
+        cpu_simd_forced: sdpa_cpu::SimdPath::forced(),
         backends,
     };
     if args.json {
@@ -49,6 +58,8 @@ pub fn run(args: DevicesArgs) -> Result<()> {
     }
     println!("cpu: {} ({} threads)", d.cpu_model, d.cpu_threads);
     println!("cpu simd: {}", if d.cpu_simd.is_empty() { "none detected".to_string() } else { d.cpu_simd.join(" ") });
+    let how = if d.cpu_simd_forced { format!(" (forced by {})", sdpa_cpu::SIMD_ENV) } else { String::new() };
+    println!("cpu backend simd path: {}{how}; paths here: {}", d.cpu_simd_path, d.cpu_simd_paths.join(", "));
     for b in &d.backends {
         match (&b.device, &b.reason) {
             (Some(dev), _) => println!("backend {:<9} available: {dev}", b.name),

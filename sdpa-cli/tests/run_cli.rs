@@ -110,3 +110,28 @@ fn records_name_the_commit_the_binary_was_built_from_wherever_it_runs() {
         None => assert!(v["commit"].is_null(), "{}", v["commit"]),
     }
 }
+
+/// `SDPA_CPU_SIMD` forces the CPU backend's SIMD path for measurement on any machine: the record's device
+/// names the path, `sdpa devices` says it was forced, a first-call record is there, and a path that is not
+/// one (or that this CPU lacks) is one clear error.
+#[test]
+fn the_cpu_simd_path_can_be_forced_and_a_wrong_one_is_refused() {
+    let with = |simd: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_sdpa")).args(args).env("SDPA_CPU_SIMD", simd).output().expect("runs")
+    };
+    let run = ["run", "--backend", "cpu", "--kernel", "fa2", "--shape", "1,2,2,40,56,64", "--check", "--json"];
+    let out = with("scalar", &run);
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert!(v["device"].as_str().is_some_and(|d| d.contains("(scalar,")), "{}", v["device"]);
+    assert_eq!(v["check"]["pass"], true);
+    assert_eq!(v["first_call"]["cache"], "loaded", "the CPU compiles nothing: {}", v["first_call"]);
+    assert!(v["first_call"]["since_process_start_s"].as_f64().is_some_and(|s| s > 0.0));
+    let out = with("scalar", &["devices"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("simd path: scalar (forced by SDPA_CPU_SIMD)"), "{text}");
+    let out = with("avx9000", &run);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("sdpa: ") && err.contains("unknown simd path `avx9000`"), "{err}");
+}

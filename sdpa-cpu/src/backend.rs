@@ -10,7 +10,8 @@ use sdpa_core::{
 use std::sync::Arc;
 
 /// The CPU backend: `unfused`, `fa2`, `splitkv` and `auto`, f32/f16/bf16, every mask, on one SIMD path
-/// chosen at construction (the fastest this CPU supports unless forced with [`CpuBackend::with_simd`]).
+/// chosen at construction (the fastest this CPU supports unless forced with `SDPA_CPU_SIMD` or
+/// [`CpuBackend::with_simd`]); `device_name()` says which, so every record carries it.
 #[derive(Clone)]
 pub struct CpuBackend {
     simd: SimdPath,
@@ -25,10 +26,12 @@ impl std::fmt::Debug for CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend on the fastest SIMD path of this CPU. `threads`: a pool of that many workers, or `None`
-    /// for the global rayon pool (`RAYON_NUM_THREADS`). `RunOptions::threads`, when set, overrides both.
+    /// A backend on the fastest SIMD path of this CPU, or the one `SDPA_CPU_SIMD` names
+    /// ([`SimdPath::chosen`]). `threads`: a pool of that many workers, or `None` for the global rayon pool
+    /// (`RAYON_NUM_THREADS`). `RunOptions::threads`, when set, overrides both.
     pub fn new(threads: Option<usize>) -> Result<CpuBackend> {
-        Self::with_simd(SimdPath::detect(), threads)
+        let simd = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
+        Self::with_simd(simd, threads)
     }
 
     /// A backend forced onto `simd` (tests run every supported path); `Unsupported` when this CPU lacks it.

@@ -12,7 +12,9 @@
 //!
 //! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
 //! pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs the fastest
-//! path the CPU has, and [`CpuBackend::with_simd`] forces one (the tests run every supported path).
+//! path the CPU has; `SDPA_CPU_SIMD=avx2` (or `avx512`, `avx512-bf16`, `scalar`) forces one for every call
+//! ([`SimdPath::chosen`]: `sdpa devices` shows it, records name it in the device), and
+//! [`CpuBackend::with_simd`] forces one per backend (the tests run every supported path).
 //! f32, f16 and bf16 in and out, f32 accumulation; head dims up to [`MAX_HEAD_DIM`], with no special
 //! case: 64 and 128 (any multiple of the micro-tile width) run without edge tiles, others add a masked
 //! edge vector.
@@ -50,4 +52,4 @@ mod unfused;
 pub use backend::CpuBackend;
 pub use element::CpuElement;
 pub use run::{attention, MAX_HEAD_DIM};
-pub use simd::{simd_paths, supported_paths, SimdPath};
+pub use simd::{simd_paths, supported_paths, SimdPath, SIMD_ENV};

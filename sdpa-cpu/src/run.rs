@@ -33,7 +33,8 @@ pub fn attention<T: CpuElement>(
     o: &mut [T],
     lse: Option<&mut [f32]>,
 ) -> Result<Kernel> {
-    attention_on(SimdPath::detect(), None, spec, opts, q, k, v, mask, o, lse)
+    let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
+    attention_on(path, None, spec, opts, q, k, v, mask, o, lse)
 }
 
 /// [`attention`] on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins).

@@ -60,7 +60,33 @@ impl SimdPath {
     pub fn detect() -> SimdPath {
         SimdPath::ALL.into_iter().find(|p| p.is_supported()).unwrap_or(SimdPath::Scalar)
     }
+
+    /// The path the CPU backend runs: [`SIMD_ENV`] (`SDPA_CPU_SIMD=avx2`, ...) when set, so that every path
+    /// can be measured on any machine that has it, else the fastest ([`SimdPath::detect`]). A name that is
+    /// not a path, or a path this CPU lacks, is an error naming what it has.
+    pub fn chosen() -> Result<SimdPath, String> {
+        match std::env::var(SIMD_ENV) {
+            Err(_) => Ok(SimdPath::detect()),
+            Ok(v) if v.trim().is_empty() => Ok(SimdPath::detect()),
+            Ok(v) => {
+                let path: SimdPath = v.trim().parse().map_err(|e| format!("{SIMD_ENV}: {e}"))?;
+                if path.is_supported() {
+                    Ok(path)
+                } else {
+                    Err(format!("{SIMD_ENV}={v}: this CPU has {} only", simd_paths().join(", ")))
+                }
+            }
+        }
+    }
+
+    /// Whether [`SIMD_ENV`] chose the path (for `sdpa devices` and records).
+    pub fn forced() -> bool {
+        std::env::var(SIMD_ENV).is_ok_and(|v| !v.trim().is_empty())
+    }
 }
+
+/// The environment variable that forces a SIMD path ([`SimdPath::chosen`]).
+pub const SIMD_ENV: &str = "SDPA_CPU_SIMD";
 
 impl fmt::Display for SimdPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
