@@ -333,18 +333,28 @@ def time_calls(torch, dev, fn, warmup, max_reps, budget):
     return [one() for _ in range(reps)]
 
 
-# SDPA_CPU_SIMD (sdpa-cpu's forced SIMD path) -> ATEN_CPU_CAPABILITY, so that PyTorch's CPU kernels run on the
-# same instruction set when a path is measured on its own (ATen reads it when torch is imported).
-ATEN_CAPABILITY = {"avx512-bf16": "avx512", "avx512bf16": "avx512", "avx512": "avx512", "avx2": "avx2",
-                   "scalar": "default"}
+# SDPA_CPU_SIMD (sdpa-cpu's forced SIMD path) -> the instruction-set caps of ATen's own vector code
+# (ATEN_CPU_CAPABILITY), of oneDNN (ONEDNN_MAX_CPU_ISA: its matrix products, AMX included, ignore ATen's cap)
+# and of MKL (MKL_ENABLE_INSTRUCTIONS), so that PyTorch's CPU kernels run on the same instruction set when a
+# path is measured on its own. All are read when torch is imported; a cap already set in the environment wins.
+ISA_CAPS = {
+    "avx512-bf16": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "scalar": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+}
+ISA_CAPS["avx512bf16"] = ISA_CAPS["avx512-bf16"]
+ISA_CAPS["avx-512"] = ISA_CAPS["avx512"]
 
 
 def run(args):
     simd = os.environ.get("SDPA_CPU_SIMD", "").strip().lower()
-    if simd and "ATEN_CPU_CAPABILITY" not in os.environ:
-        if simd not in ATEN_CAPABILITY:
-            raise SystemExit(f"pytorch_sdpa.py: SDPA_CPU_SIMD={simd} has no ATen counterpart")
-        os.environ["ATEN_CPU_CAPABILITY"] = ATEN_CAPABILITY[simd]
+    if simd:
+        if simd not in ISA_CAPS:
+            raise SystemExit(f"pytorch_sdpa.py: SDPA_CPU_SIMD={simd} is not a path ({', '.join(sorted(ISA_CAPS))})")
+        for var, cap in ISA_CAPS[simd].items():
+            os.environ.setdefault(var, cap)
     import torch
 
     dev = torch.device(args.device)
@@ -366,6 +376,8 @@ def run(args):
         cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
         if cap:
             mach += f", ATen CPU capability {cap}"
+        if simd:
+            mach += f", oneDNN max ISA {os.environ.get('ONEDNN_MAX_CPU_ISA')}"
     result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
               "date": date, "records": [], "skipped": []}
     for n, (dtype, s, mask, layout, timing) in enumerate(cases):

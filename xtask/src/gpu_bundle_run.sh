@@ -112,12 +112,14 @@ if want tests; then
   # tf32_kernels runs three times: on an sm_90 device plain TF32 at D = 65..128 takes the wgmma kernel;
   # SDPA_TF32_WGMMA=0 sends it to the mma.sync kernel that every other device runs; SDPA_CUDA_SMEM_OPTIN=101376
   # (the 99 KB of a compute-capability 8.6/8.9 part) makes it run the small tiles such devices get.
-  # fa2_kernels runs three times: splitkv takes TMA tensor copies on sm_90 by default; SDPA_SPLITKV_LOAD
-  # sends it through the 1-D bulk copies and through cp.async (what other devices run) as well.
+  # fa2_kernels runs four times: splitkv takes TMA tensor copies on sm_90 by default; SDPA_SPLITKV_LOAD
+  # sends it through the 1-D bulk copies and through cp.async (what other devices run) as well, and
+  # SDPA_CUDA_SMEM_OPTIN=101376 runs the tiles a 99 KB device gets (fa2's small tiles for 160..224,
+  # splitkv refused above class 64, so fa2 runs those calls).
   runs=()
   for t in "$B"/tests/*; do runs+=("$(basename "$t")"); done
   [[ -x "$B/tests/tf32_kernels" ]] && runs+=("tf32_kernels-mma" "tf32_kernels-99k")
-  [[ -x "$B/tests/fa2_kernels" ]] && runs+=("fa2_kernels-bulk" "fa2_kernels-cpasync")
+  [[ -x "$B/tests/fa2_kernels" ]] && runs+=("fa2_kernels-bulk" "fa2_kernels-cpasync" "fa2_kernels-99k")
   for name in "${runs[@]}"; do
     (
       start=$(date +%s)

@@ -9,8 +9,9 @@
 //! or above them, the extra columns zero-filled in shared memory (they add nothing to Q·Kᵀ, and the extra O
 //! columns are not stored), so D = 40 runs the D = 64 kernel and D = 80 the D = 96 one. Dv != D runs natively
 //! for the pairs in [`DV_CLASS_PAIRS`] (192/128, MLA prefill) and at the larger class for both otherwise.
-//! The tiles of D = 64, 96, 128 and 256 ([`tile_for`]) were chosen by measurement on the H100
-//! (`dev/fa2_bench.py`, `bench/results/gpu/fa2.md`); the other classes take their neighbours' shapes. Calls
+//! The tiles ([`tile_for`]) were chosen by measurement on the H100: D = 64, 96, 128 and 256 with
+//! `dev/fa2_bench.py` (`bench/results/gpu/fa2.md`), 160..224 with `dev/fa2_tile_sweep.py`
+//! (`bench/results/gpu/headdims.md`); D = 32 takes D = 64's. Calls
 //! the tensor-core kernels cannot take ([`policy::tensor_core_limit`](super::policy::tensor_core_limit))
 //! never reach it: the policy sends them to the generic fused `fa1` path.
 //!
@@ -31,7 +32,7 @@ use super::policy::tensor_core_limit;
 pub use super::policy::FA2_HEAD_DIMS;
 
 /// Head-dim classes `fa2` is compiled for (f16/bf16): a call runs the smallest class at or above its head
-/// dims. 32 .. 256 in steps of 32 except 32 itself: 40 (Stable Diffusion) pads to 64, 80 (Phi-2) to 96.
+/// dims: 32 .. 256 in steps of 32, so 40 (Stable Diffusion) pads to 64 and 80 (Phi-2) to 96.
 pub const HEAD_DIM_CLASSES: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 
 /// (D class, Dv class) pairs compiled with Dv != D; other unequal head dims run both at the larger class.
@@ -186,7 +187,8 @@ pub fn programs() -> Vec<Program> {
 /// is alone on its SM and its shared memory costs nothing (if the device has the 117-153 KB per block:
 /// `smem_optin`, the opt-in limit): with so little math per K/V tile, the 1-deep form waits about two
 /// memory latencies per tile (issue 4's tiny shapes). D = 256 runs 64-row tiles already; the classes
-/// between take the small tile but no deep ring (it would not fit in shared memory).
+/// between take the small tile but no deep ring (not measured there; at 224 it would not fit). A full-grid
+/// tile larger than the device's opt-in shared memory (`smem_optin`) gives way to the small one.
 pub fn choose_tile(
     d: usize,
     dv: usize,
@@ -197,7 +199,11 @@ pub fn choose_tile(
     smem_optin: usize,
 ) -> Option<(Fa2Tile, &'static str)> {
     let big = tile_for(d, false)?;
-    if d == 256 || !small_grid(sq, hq, b, big, sm_count) {
+    // A device without the H100's shared memory (99 KB per block on compute capability 8.6/8.9, 163 KB on
+    // an A100) cannot hold the 8-warp tiles of 160..224: it runs the small tile, which fits 99 KB at every
+    // class.
+    let big_fits = big.smem_bytes(d, dv) <= smem_optin;
+    if d == 256 || (big_fits && !small_grid(sq, hq, b, big, sm_count)) {
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
@@ -221,7 +227,7 @@ pub fn forced_tile() -> Result<Option<Fa2Tile>> {
     let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
     let [bm, bn, warps, stages] = n[..] else { return Err(bad()) };
     // Whole m16 tiles per warp, whole k16 steps, at least one K/V buffer (the kernel's static asserts).
-    if warps == 0 || bm % (16 * warps) != 0 || bn == 0 || bn % 16 != 0 || stages == 0 || warps > 16 {
+    if warps == 0 || bm == 0 || bm % (16 * warps) != 0 || bn == 0 || bn % 16 != 0 || stages == 0 || warps > 16 {
         return Err(bad());
     }
     Ok(Some(Fa2Tile { bm, bn, warps, stages, min_blocks: 1 }))

@@ -44,7 +44,8 @@ pub fn all_programs() -> Vec<Program> {
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
 /// the same planning as [`dispatch`], without launching.
 pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
-    let tc = policy::TensorCores::of(call.spec, &call.params);
+    let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin);
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
@@ -57,7 +58,8 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
 /// Runs the requested kernel on the launcher [`policy::choose`] picks (resolving `auto` and the
 /// fallbacks); returns the kernel that ran.
 pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
-    let tc = policy::TensorCores::of(call.spec, &call.params);
+    let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin);
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,
@@ -98,12 +100,19 @@ mod tests {
         let listed = |p: &Program| assert!(all.contains(p), "{} is launched but not listed", p.name);
         for dtype in [DType::F16, DType::BF16] {
             for &mask in &MASK_KINDS {
-                let grids = [(4096, 32, 4, 227 * 1024), (64, 1, 1, 227 * 1024), (64, 1, 1, 99 * 1024)];
+                let grids = [
+                    (4096, 32, 4, 227 * 1024),
+                    (4096, 32, 4, 163 * 1024),
+                    (4096, 32, 4, 99 * 1024),
+                    (64, 1, 1, 227 * 1024),
+                    (64, 1, 1, 99 * 1024),
+                ];
                 let head_dims = [(64, 64), (40, 40), (80, 80), (96, 96), (128, 128), (160, 160), (200, 200)];
                 for (d, dv) in head_dims.into_iter().chain([(256, 256), (192, 128), (184, 128), (64, 128)]) {
                     let dims = fa2::HeadDims::of(d, dv).expect("classes");
                     for (sq, hq, b, optin) in grids {
                         let (tile, prefix) = fa2::choose_tile(dims.d, dims.dv, sq, hq, b, 132, optin).expect("a tile");
+                        assert!(tile.smem_bytes(dims.d, dims.dv) <= optin, "{prefix} {dims:?} at {optin}: {tile:?}");
                         listed(&fa2::program(prefix, dtype, dims, tile, mask));
                     }
                 }

@@ -73,6 +73,13 @@ pub enum TensorCoreLimit {
     Scale(f64),
     /// `cp.async` moves 16 bytes: base pointers and strides must be multiples of 8 elements.
     Unaligned,
+    /// The kernel's tile needs more shared memory per block than the device gives.
+    SharedMemory {
+        /// Bytes the tile needs.
+        needed: usize,
+        /// Bytes the device allows a block.
+        available: usize,
+    },
 }
 
 impl fmt::Display for TensorCoreLimit {
@@ -83,6 +90,9 @@ impl fmt::Display for TensorCoreLimit {
                 write!(f, "head dims D = {d}, Dv = {dv} (the tensor-core kernels take multiples of 8 up to 256)")
             }
             TensorCoreLimit::Scale(s) => write!(f, "scale {s} (the tensor-core kernels need a positive scale)"),
+            TensorCoreLimit::SharedMemory { needed, available } => {
+                write!(f, "{needed} bytes of shared memory per block, the device allows {available}")
+            }
             TensorCoreLimit::Unaligned => {
                 f.write_str("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)")
             }
@@ -111,12 +121,20 @@ pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<Te
     None
 }
 
-/// Why `splitkv` cannot run this call: what stops `fa2` ([`tensor_core_limit`]), or head dims it has no
-/// class for ([`super::splitkv::HeadDims`]: today the same as `fa2`'s, both at the larger class).
-pub fn splitkv_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
+/// Why `splitkv` cannot run this call on a device allowing `smem_optin` bytes of shared memory per block:
+/// what stops `fa2` ([`tensor_core_limit`]), head dims it has no class for ([`super::splitkv::HeadDims`]:
+/// the same as `fa2`'s, both at the larger class), or a class whose `cp.async` tile (the path every device
+/// has) needs more shared memory than the device gives a block (D = 96..256 on a 99 KB part, 256 on an
+/// A100). `fa2` runs such calls instead.
+pub fn splitkv_limit(spec: &AttentionSpec, params: &AttnParams, smem_optin: usize) -> Option<TensorCoreLimit> {
     let s = spec.shape;
     tensor_core_limit(spec, params).or_else(|| {
-        super::splitkv::HeadDims::of(s.d, s.dv).is_none().then_some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv })
+        let Some(hd) = super::splitkv::HeadDims::of(s.d, s.dv) else {
+            return Some(TensorCoreLimit::HeadDims { d: s.d, dv: s.dv });
+        };
+        let tile = super::splitkv::tile_for(hd.d, super::splitkv::SplitKvLoad::CpAsync)?;
+        let needed = tile.smem_bytes(hd.d);
+        (needed > smem_optin).then_some(TensorCoreLimit::SharedMemory { needed, available: smem_optin })
     })
 }
 
@@ -130,9 +148,13 @@ pub struct TensorCores {
 }
 
 impl TensorCores {
-    /// The verdicts for `spec` with `params`' pointers and strides.
-    pub fn of(spec: &AttentionSpec, params: &AttnParams) -> Self {
-        TensorCores { fa2: tensor_core_limit(spec, params).is_none(), splitkv: splitkv_limit(spec, params).is_none() }
+    /// The verdicts for `spec` with `params`' pointers and strides on a device allowing `smem_optin` bytes
+    /// of shared memory per block.
+    pub fn of(spec: &AttentionSpec, params: &AttnParams, smem_optin: usize) -> Self {
+        TensorCores {
+            fa2: tensor_core_limit(spec, params).is_none(),
+            splitkv: splitkv_limit(spec, params, smem_optin).is_none(),
+        }
     }
 }
 
@@ -200,6 +222,9 @@ mod tests {
     use super::*;
     use sdpa_core::{Mask, Shape};
 
+    /// The H100's opt-in shared memory per block.
+    const H100_OPTIN: usize = 227 * 1024;
+
     /// Parameters of `spec` with every operand at a 256-byte aligned address.
     fn params(spec: &AttentionSpec) -> AttnParams {
         AttnParams::new(spec, 256, 512, 768, 1024, 0, 0).expect("params")
@@ -208,7 +233,7 @@ mod tests {
     /// The launcher `auto` or `kernel` gives a spec, with the tensor-core verdict from its parameters.
     fn pick(kernel: Kernel, spec: &AttentionSpec, math: F32Math) -> Result<Launcher> {
         let opts = RunOptions { kernel, f32_math: math, ..Default::default() };
-        choose(kernel, spec, &opts, TensorCores::of(spec, &params(spec)))
+        choose(kernel, spec, &opts, TensorCores::of(spec, &params(spec), H100_OPTIN))
     }
 
     fn gqa(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, dtype: DType) -> AttentionSpec {
@@ -307,7 +332,21 @@ mod tests {
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::DType(DType::F32)));
         let spec = gqa(1, 8, 8, 64, 64, 40, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
-        assert_eq!(splitkv_limit(&spec, &params(&spec)), None);
+        assert_eq!(splitkv_limit(&spec, &params(&spec), H100_OPTIN), None);
+        // splitkv's cp.async tile at class 256 (169 KB) fits the H100, not an A100 (163 KB) nor a 99 KB part;
+        // class 64 fits all three.
+        let big = gqa(1, 8, 8, 1, 4096, 248, DType::BF16);
+        assert_eq!(splitkv_limit(&big, &params(&big), H100_OPTIN), None);
+        for optin in [163 * 1024, 99 * 1024] {
+            assert!(
+                matches!(splitkv_limit(&big, &params(&big), optin), Some(TensorCoreLimit::SharedMemory { .. })),
+                "{optin}"
+            );
+            let tc = TensorCores::of(&big, &params(&big), optin);
+            let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
+            assert_eq!(choose(Kernel::Auto, &big, &opts, tc).expect("auto"), Launcher::Fa2);
+            assert_eq!(TensorCores::of(&spec, &params(&spec), optin), TensorCores { fa2: true, splitkv: true });
+        }
         let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 44, dv: 44 }));
         let spec = gqa(1, 8, 8, 64, 64, 256, DType::BF16);

@@ -11,9 +11,10 @@
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
 //! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
-//! `[s·Sk/n, (s+1)·Sk/n)`. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit):
-//! what stops `fa2`, or head dims other than D = Dv in [`super::policy::FA2_HEAD_DIMS`]) never reach it: the
-//! policy sends them to `fa2` (its head-dim classes) or to the generic `fa1` path.
+//! `[s·Sk/n, (s+1)·Sk/n)`. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
+//! `cp.async` path. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
+//! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
+//! `fa2` or to the generic `fa1` path.
 
 use super::policy::splitkv_limit;
 use crate::checked::call::Call;
@@ -129,6 +130,7 @@ pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, mask_kind: i32) 
     let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), mask_suffix(mask_kind));
     let (t, mask) = (cuda_type(dtype), super::mask_const("FA2", mask_kind));
     let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
+    debug_assert!(!dims.pad || load == SplitKvLoad::CpAsync, "padded classes take the cp.async path only");
     if dims.pad {
         let line = format!("SPLITKV_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask})");
         return Program::entry(&SPLITKV, name, line);
@@ -322,7 +324,8 @@ pub struct Plan {
 /// tensor-core kernels cannot take is an error here; the policy sends such calls to `fa1` before they get
 /// here.
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
-    if let Some(limit) = splitkv_limit(call.spec, &call.params) {
+    let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
+    if let Some(limit) = splitkv_limit(call.spec, &call.params, optin) {
         return Err(unsupported(format!("splitkv cannot take this call: {limit}")));
     }
     let s = call.spec.shape;
@@ -365,6 +368,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         }
     }
     let mut tile = tile_for(d, load).ok_or_else(no_tile)?;
+    // The sm_90 rings are deeper than cp.async's: where the device's shared memory cannot hold them (an
+    // sm_90 part capped below the H100's 227 KB, `SDPA_CUDA_SMEM_OPTIN`), cp.async runs (the policy checked it fits).
+    if tile.smem_bytes(d) > optin && load != SplitKvLoad::CpAsync {
+        (load, maps) = (SplitKvLoad::CpAsync, None);
+        tile = tile_for(d, load).ok_or_else(no_tile)?;
+    }
     let mut plan = plan_for(tile);
     // Long splits stream better through cp.async than through per-row bulk copies (measured, see
     // BULK_MAX_KEYS_PER_SPLIT); unless the bulk path was asked for by name.
