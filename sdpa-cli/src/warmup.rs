@@ -4,7 +4,7 @@
 
 use crate::bench::SweepArgs;
 use anyhow::{bail, Result};
-use sdpa_core::{AttentionSpec, ImageOrigin, ProgramLoad, RunOptions};
+use sdpa_core::{ImageOrigin, ProgramLoad};
 use sdpa_cuda::CudaBackend;
 use serde::Serialize;
 
@@ -57,12 +57,7 @@ pub fn run(args: WarmupArgs) -> Result<()> {
         (0, gpu.warm_up_all()?)
     } else {
         let plan = args.sweep.plan()?;
-        let calls: Vec<(AttentionSpec, RunOptions)> = plan
-            .configs
-            .iter()
-            .filter(|c| c.backend == "cuda")
-            .map(|c| (c.case.spec(), RunOptions { kernel: c.kernel, f32_math: c.f32_math, ..Default::default() }))
-            .collect();
+        let calls = plan.calls("cuda", None);
         if calls.is_empty() {
             bail!("{} has no cuda configurations (add --backend cuda)", plan.source);
         }

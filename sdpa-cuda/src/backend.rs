@@ -264,7 +264,14 @@ impl CudaBackend {
                 // word only if they XOR to a value the zeroed buffer never gives. The guard orders later
                 // uses of `buf` after the launch.
                 let r = unsafe {
-                    crate::checked::launch::launch(&self.dev, stream, &l2_flush_program(), "l2_flush_read", dims, &args)
+                    crate::checked::launch::launch(
+                        &self.dev,
+                        stream,
+                        &crate::kernels::l2_flush_program(),
+                        "l2_flush_read",
+                        dims,
+                        &args,
+                    )
                 };
                 drop(guard);
                 r
@@ -280,11 +287,6 @@ pub struct WarmedUp {
     pub loads: Vec<ProgramLoad>,
     /// The calls left out (index into the calls given, and why the backend cannot run them).
     pub skipped: Vec<(usize, SdpaError)>,
-}
-
-/// The read pass of [`L2Flush::Clean`]: `kernels/l2_flush.cu`, compiled whole.
-pub fn l2_flush_program() -> Program {
-    Program::whole(&crate::sys::modules::L2_FLUSH)
 }
 
 /// Keeps the guard of a device pointer (it orders later uses of the memory after this call's launches)

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
 use sdpa_core::record::{BenchFile, Skipped};
-use sdpa_core::{AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, RunOptions, WarmUp};
+use sdpa_core::{BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, WarmUp};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -279,12 +279,7 @@ fn warm_up(
     threads: Option<usize>,
     say: &dyn Fn(String),
 ) -> Option<WarmUp> {
-    let calls: Vec<(AttentionSpec, RunOptions)> = plan
-        .configs
-        .iter()
-        .filter(|c| c.backend == backend)
-        .map(|c| (c.case.spec(), RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads, lse: false }))
-        .collect();
+    let calls = plan.calls(backend, threads);
     let t = std::time::Instant::now();
     match be.prepare_kernels(&calls) {
         Ok(programs) if programs.is_empty() => None,
@@ -367,7 +362,7 @@ fn sweep(
             }
         };
         // What the backend cannot run is skipped before its inputs are built (they may be huge).
-        let opts = RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads: st.threads, lse: false };
+        let opts = c.opts(st.threads);
         let fits = be.capabilities().check(be.name(), &c.case.spec(), &opts);
         if let Err(e) = fits.and_then(|()| be.check_host_memory(&c.case.spec(), &opts)) {
             say(format!("{}: skipped: {e}", describe(c)));
@@ -431,7 +426,7 @@ fn run_one(
     explicit: (Option<usize>, Option<usize>, Option<f64>),
 ) -> Outcome {
     let spec = c.case.spec();
-    let opts = RunOptions { kernel: c.kernel, f32_math: c.f32_math, threads: st.threads, lse: false };
+    let opts = c.opts(st.threads);
     // Flags beat the spec's per-sweep values, which beat the defaults.
     let reps = Repetitions::Budget {
         warmup: explicit.0.or(c.warmup).unwrap_or(st.warmup),

@@ -5,7 +5,7 @@ use super::presets;
 use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
-use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Shape};
+use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, RunOptions, Shape};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -68,6 +68,13 @@ pub struct Config {
     pub max_time_s: Option<f64>,
 }
 
+impl Config {
+    /// The options a call of this configuration runs with (`threads`: the sweep's CPU workers).
+    pub fn opts(&self, threads: Option<usize>) -> RunOptions {
+        RunOptions { kernel: self.kernel, f32_math: self.f32_math, threads, lse: false }
+    }
+}
+
 /// The whole plan.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -79,6 +86,14 @@ pub struct Plan {
     pub pytorch_requested: bool,
     /// Name of the preset or spec file.
     pub source: String,
+}
+
+impl Plan {
+    /// The spec and options of every configuration on `backend`, in plan order: what a kernel warm-up
+    /// prepares.
+    pub fn calls(&self, backend: &str, threads: Option<usize>) -> Vec<(AttentionSpec, RunOptions)> {
+        self.configs.iter().filter(|c| c.backend == backend).map(|c| (c.case.spec(), c.opts(threads))).collect()
+    }
 }
 
 /// Parses a mask name as records use it; explicit masks are full `[B, Hq, Sq, Sk]` with random contents.

@@ -30,10 +30,16 @@ pub fn mask_const(family: &str, mask_kind: i32) -> String {
     format!("{family}_MASK_{}", mask_suffix(mask_kind).to_ascii_uppercase())
 }
 
+/// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`):
+/// `kernels/l2_flush.cu`, compiled whole.
+pub fn l2_flush_program() -> Program {
+    Program::whole(&crate::sys::modules::L2_FLUSH)
+}
+
 /// Every program any launch can ask for: each family's instantiations, the unfused path's module and the
 /// L2 flush. The compile check (CI) builds all of them; `sdpa warmup --all` loads all of them.
 pub fn all_programs() -> Vec<Program> {
-    let mut all = vec![unfused::program(), crate::backend::l2_flush_program()];
+    let mut all = vec![unfused::program(), l2_flush_program()];
     all.extend(fa1::programs());
     all.extend(fa2::programs());
     all.extend(splitkv::programs());

@@ -316,6 +316,8 @@ pub struct Plan {
     pub params: AttnParams,
     /// The split plan.
     pub splits: SplitPlan,
+    /// The head-dim class the kernel runs (the width of each partial output in the scratch).
+    pub head_dim: usize,
     /// The K and V tensor maps of a TMA entry.
     maps: Option<(CUtensorMap, CUtensorMap)>,
 }
@@ -409,13 +411,13 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: tile.smem_bytes(d) as u32,
     };
     let program = program(call.spec.dtype, hd, tile, params.mask_kind);
-    Ok(Plan { program, dims, params, splits: plan, maps })
+    Ok(Plan { program, dims, params, splits: plan, head_dim: d, maps })
 }
 
 /// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
 /// stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, mut params, splits: plan, maps } = self::plan(call)?;
+    let Plan { program, dims, mut params, splits: plan, head_dim, maps } = self::plan(call)?;
     let s = call.spec.shape;
     let rows = s.b * s.hq * s.sq;
     let units = s.b * s.hkv * plan.row_tiles;
@@ -437,7 +439,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         go(&params)?;
         return Ok(());
     }
-    let (len, counters) = workspace_len(rows, plan.blocks, HeadDims::of(s.d, s.dv).map_or(s.d, |h| h.d), units)
+    let (len, counters) = workspace_len(rows, plan.blocks, head_dim, units)
         .ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
     // The kernel finds the last block of each row tile with the counters, which must be zero before the
     // launch; it leaves them zero again. On the device's own stream the scratch is kept between calls, so
