@@ -168,6 +168,9 @@ pub struct Capabilities {
     pub masks: Vec<MaskKind>,
     /// f32 multiplication modes.
     pub f32_math: Vec<F32Math>,
+    /// Variants (window, softcap, ALiBi) some kernel of the backend honours; `auto` picks one that does.
+    #[serde(default)]
+    pub variants: Vec<crate::variants::Variant>,
 }
 
 impl Capabilities {
@@ -189,6 +192,9 @@ impl Capabilities {
         }
         if spec.dtype == DType::F32 && !self.f32_math.contains(&opts.f32_math) {
             return unsupported(format!("f32 math {}", opts.f32_math.name()));
+        }
+        if let Some(v) = spec.variants.kinds().into_iter().find(|v| !self.variants.contains(v)) {
+            return unsupported(format!("the {} variant", v.name()));
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use crate::backend::F32Math;
 use crate::dtype::DType;
 use crate::hardware::HardwareSpec;
 use crate::spec::{AttentionSpec, Mask, Shape};
+use crate::variants::KeyBand;
 use serde::{Deserialize, Serialize};
 
 /// Number of (query, key) pairs one head computes under `mask`, counted exactly: causal masks count only
@@ -51,9 +52,19 @@ impl AttentionCost {
 
     /// Same with an explicit element size (traces may report dtypes we do not run, e.g. fp8).
     pub fn with_elem_bytes(shape: &Shape, mask: &Mask, elem_bytes: f64) -> Self {
+        Self::of_pairs(shape, pairs_per_head(shape.sq, shape.sk, mask), elem_bytes)
+    }
+
+    /// Cost of a shape whose rows see the keys of `band` (a causal mask and a window together): the work
+    /// actually done by a kernel that skips what the band excludes.
+    pub fn of_band(shape: &Shape, band: &KeyBand, elem_bytes: f64) -> Self {
+        Self::of_pairs(shape, band.pairs(shape.sq, shape.sk), elem_bytes)
+    }
+
+    fn of_pairs(shape: &Shape, pairs_per_head: u128, elem_bytes: f64) -> Self {
         let s = shape;
         let bh = (s.b as f64) * (s.hq as f64);
-        let pairs = pairs_per_head(s.sq, s.sk, mask) as f64;
+        let pairs = pairs_per_head as f64;
         let flops = 2.0 * bh * pairs * (s.d as f64 + s.dv as f64);
         let elems = (s.b as f64)
             * ((s.hq as f64) * (s.sq as f64) * (s.d as f64 + s.dv as f64)
@@ -61,9 +72,9 @@ impl AttentionCost {
         AttentionCost { flops, bytes: elems * elem_bytes }
     }
 
-    /// Cost of a spec.
+    /// Cost of a spec: the pairs its causal mask and window leave (explicit masks count every pair).
     pub fn of_spec(spec: &AttentionSpec) -> Self {
-        Self::of(&spec.shape, &spec.mask, spec.dtype)
+        Self::of_band(&spec.shape, &spec.band(), spec.dtype.size_bytes() as f64)
     }
 
     /// FLOPs per byte.
@@ -179,6 +190,37 @@ mod tests {
         assert_eq!(pairs_per_head(1, 4096, &Mask::CausalTopLeft), 1);
         let ex = Mask::Explicit(ExplicitMask { values: MaskValues::Boolean, dims: [1, 1, 3, 4] });
         assert_eq!(pairs_per_head(3, 4, &ex), 12);
+    }
+
+    /// The closed form of `KeyBand::pairs` against a count row by row, over bands that cross every edge.
+    #[test]
+    fn band_pairs_are_exact() {
+        let bounds = [None, Some(-300), Some(-5), Some(-1), Some(0), Some(1), Some(3), Some(64), Some(500)];
+        for sq in [1usize, 2, 7, 64, 100] {
+            for sk in [1usize, 3, 64, 77, 130] {
+                for lo in bounds {
+                    for hi in bounds {
+                        let band = KeyBand { lo, hi };
+                        let brute: u128 = (0..sq).map(|i| band.range(i, sk).len() as u128).sum();
+                        assert_eq!(band.pairs(sq, sk), brute, "sq {sq} sk {sk} {band:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_window_costs_its_work_not_sk_squared() {
+        use crate::variants::{Diagonal, Window};
+        let shape = Shape::new(1, 16, 32768, 32768, 128);
+        let spec = AttentionSpec::new(shape, DType::BF16).with_mask(Mask::CausalBottomRight);
+        let full = AttentionCost::of_spec(&spec);
+        let win = AttentionCost::of_spec(&spec.clone().with_window(Window::left(4095)));
+        // 4096 keys per row (fewer for the first 4095 rows) against (S + 1) / 2 on average.
+        let expect = (32768.0 * 4096.0 - 4095.0 * 4096.0 / 2.0) / (32768.0 * 32769.0 / 2.0);
+        assert!((win.flops / full.flops - expect).abs() < 1e-12, "{}", win.flops / full.flops);
+        let tl = spec.with_mask(Mask::None).with_window(Window { left: Some(0), right: Some(0) });
+        assert_eq!(AttentionCost::of_spec(&tl.with_diagonal(Diagonal::TopLeft)).flops, 2.0 * 16.0 * 32768.0 * 256.0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! sdpa-core: what one scaled dot-product attention call means, and the tools every backend shares.
 //!
 //! `O = softmax(Q·Kᵀ·scale + mask)·V`, described by an [`AttentionSpec`] (shapes, strides, dtype, mask,
-//! scale, GQA), computed exactly by the f64 [`reference`](mod@reference) (the oracle for every backend),
+//! scale, GQA, and the [`variants`]: sliding window, logit softcap, ALiBi), computed exactly by the f64 [`reference`](mod@reference) (the oracle for every backend),
 //! costed by the [`cost`] model against the [`hardware`] table, and run by implementations of [`Backend`].
 //!
 //! This crate depends on no backend and no GPU crate.
@@ -30,6 +30,7 @@ pub mod reference;
 pub mod softmax;
 pub mod spec;
 pub mod tensor;
+pub mod variants;
 
 pub use backend::{Backend, Capabilities, F32Math, ForwardArgs, HostBackend, HostRun, Kernel, MaskKind, RunOptions};
 pub use cost::{expected_band, AttentionCost, Bound, EfficiencyBand, Roofline};
@@ -44,3 +45,4 @@ pub use reference::{reference_attention, ReferenceBackend, ReferenceOutput};
 pub use softmax::OnlineSoftmax;
 pub use spec::{AttentionSpec, ExplicitMask, Layout, Mask, MaskValues, Operand, Shape, Strides};
 pub use tensor::{mask_from_bool, HostBuffer, HostInputs, HostOutput};
+pub use variants::{standard_alibi_slopes, Alibi, Diagonal, KeyBand, Variant, Variants, Window};

@@ -31,7 +31,7 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
     let scale = spec.scale();
     let kvh = s.kv_head(h);
     let q_off = spec.q_strides.offset(b, h, i);
-    let limit = spec.mask.causal_limit(i, s.sq, s.sk).unwrap_or(s.sk);
+    let keys = spec.key_range(i);
     let explicit = match (&spec.mask, &inputs.mask) {
         (Mask::Explicit(m), Some(data)) => {
             let st = m.strides();
@@ -41,25 +41,41 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
         }
         _ => None,
     };
+    let softcap = spec.softcap();
+    // ALiBi: −slope · |j − diag(i)| (crate::variants); the slope as the kernels read it (f32).
+    let alibi = match spec.alibi_slopes() {
+        Ok(Some(slopes)) => {
+            let diag = i as f64 + spec.diagonal().map_or(0, |d| d.offset(s.sq, s.sk)) as f64;
+            Some((slopes[h] as f64, diag))
+        }
+        _ => None,
+    };
 
-    // Scores of the visible keys; `None` marks a key that takes no part.
+    // Scores of the keys in the band; `None` marks a key that takes no part.
     let q: Vec<f64> = (0..s.d).map(|c| inputs.q.get_f64(q_off + c)).collect();
-    let mut scores: Vec<Option<f64>> = Vec::with_capacity(limit);
-    for j in 0..limit {
+    let mut scores: Vec<(usize, Option<f64>)> = Vec::with_capacity(keys.len());
+    for j in keys {
         let add = match explicit {
             Some((data, base, sk_stride)) => data[base + j * sk_stride] as f64,
             None => 0.0,
         };
         if add == f64::NEG_INFINITY {
-            scores.push(None);
+            scores.push((j, None));
             continue;
         }
         let k_off = spec.k_strides.offset(b, kvh, j);
         let dot: f64 = (0..s.d).map(|c| q[c] * inputs.k.get_f64(k_off + c)).sum();
-        scores.push(Some(dot * scale + add));
+        let mut x = dot * scale;
+        if let Some(cap) = softcap {
+            x = cap * (x / cap).tanh();
+        }
+        if let Some((slope, diag)) = alibi {
+            x -= slope * (j as f64 - diag).abs();
+        }
+        scores.push((j, Some(x + add)));
     }
 
-    let visible = || scores.iter().enumerate().filter_map(|(j, x)| x.map(|v| (j, v)));
+    let visible = || scores.iter().filter_map(|&(j, x)| x.map(|v| (j, v)));
     if visible().any(|(_, v)| v.is_nan()) {
         out.iter_mut().for_each(|o| *o = f64::NAN);
         return f64::NAN;
@@ -133,6 +149,7 @@ impl Backend for ReferenceBackend {
             fast_head_dims: vec![],
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact],
+            variants: crate::variants::Variant::ALL.to_vec(),
         }
     }
 
@@ -288,6 +305,58 @@ mod tests {
         }
     }
 
+    /// Windows (narrow, one-sided, wider than Sk, empty for some rows), softcaps and ALiBi, alone and
+    /// together, over both diagonals and every mask, against the naive formula written from FlashAttention's
+    /// documented definitions.
+    #[test]
+    fn variants_agree_with_the_naive_formula() {
+        use crate::variants::{Alibi, Diagonal, Window};
+        let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 6, sk: 9, d: 3, dv: 2 };
+        let windows = [
+            None,
+            Some(Window { left: Some(0), right: Some(0) }),
+            Some(Window { left: Some(2), right: Some(1) }),
+            Some(Window { left: None, right: Some(0) }),
+            Some(Window { left: Some(3), right: None }),
+            Some(Window { left: Some(100), right: Some(100) }),
+        ];
+        let masks = [
+            Mask::None,
+            Mask::CausalTopLeft,
+            Mask::CausalBottomRight,
+            Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [1, 4, 6, 9] }),
+        ];
+        let mut cases = 0;
+        for mask in masks {
+            for diagonal in [Diagonal::TopLeft, Diagonal::BottomRight] {
+                if mask.diagonal().is_some_and(|d| d != diagonal) {
+                    continue;
+                }
+                for window in windows {
+                    for softcap in [None, Some(0.5), Some(30.0)] {
+                        for alibi in [None, Some(Alibi::Standard), Some(Alibi::Slopes(vec![0.5, -0.25, 0.0, 2.0]))] {
+                            let mut spec = AttentionSpec::new(shape, DType::F32)
+                                .with_mask(mask)
+                                .with_scale(1.3)
+                                .with_diagonal(diagonal);
+                            spec.variants.window = window;
+                            spec.variants.softcap = softcap;
+                            spec.variants.alibi = alibi;
+                            spec.validate().unwrap();
+                            let inp = HostInputs::random(&spec, 17).unwrap();
+                            let r = reference_attention(&spec, &inp).unwrap();
+                            for (x, y) in r.o.iter().zip(&naive(&spec, &inp)) {
+                                assert!((x - y).abs() < 1e-12, "{mask:?} {diagonal:?} {:?}: {x} vs {y}", spec.variants);
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 6 * 6 * 3 * 3); // (mask, diagonal) pairs × windows × caps × slopes
+    }
+
     fn naive(spec: &AttentionSpec, inp: &HostInputs) -> Vec<f64> {
         let s = spec.shape;
         let get = |buf: &HostBuffer, st: crate::spec::Strides, b, h, t, c| buf.get_f64(st.offset(b, h, t) + c);
@@ -303,11 +372,29 @@ mod tests {
                             dot += get(&inp.q, spec.q_strides, b, h, i, c) * get(&inp.k, spec.k_strides, b, g, j, c);
                         }
                         let mut x = dot * spec.scale();
-                        let allowed = match spec.mask {
+                        // FlashAttention's documented forms, on the diagonal i + shift.
+                        let br = i as i64 + s.sk as i64 - s.sq as i64;
+                        let diag = match spec.diagonal() {
+                            Some(crate::variants::Diagonal::BottomRight) => br,
+                            _ => i as i64,
+                        };
+                        let mut allowed = match spec.mask {
                             Mask::CausalTopLeft => j <= i,
-                            Mask::CausalBottomRight => (j as i64) <= i as i64 + s.sk as i64 - s.sq as i64,
+                            Mask::CausalBottomRight => (j as i64) <= br,
                             _ => true,
                         };
+                        if let Some(w) = spec.variants.window {
+                            let left = w.left.map_or(i64::MAX / 2, |l| l as i64);
+                            let right = w.right.map_or(i64::MAX / 2, |r| r as i64);
+                            allowed &= j as i64 >= diag - left && j as i64 <= diag + right;
+                        }
+                        if let Some(cap) = spec.variants.softcap {
+                            x = (x / cap).tanh() * cap;
+                        }
+                        if let Some(a) = &spec.variants.alibi {
+                            let slope = a.slopes(s.hq).unwrap()[h] as f64;
+                            x += -slope * (diag - j as i64).abs() as f64;
+                        }
                         if let (Mask::Explicit(m), Some(md)) = (spec.mask, &inp.mask) {
                             let idx = |d: usize, n: usize| if m.dims[d] == 1 { 0 } else { n };
                             let flat =

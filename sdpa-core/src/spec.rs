@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::variants::{Diagonal, KeyBand, Variants, Window};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -229,6 +230,15 @@ impl Mask {
         matches!(self, Mask::CausalTopLeft | Mask::CausalBottomRight)
     }
 
+    /// The diagonal a causal mask aligns to; `None` for the others.
+    pub fn diagonal(&self) -> Option<Diagonal> {
+        match self {
+            Mask::CausalTopLeft => Some(Diagonal::TopLeft),
+            Mask::CausalBottomRight => Some(Diagonal::BottomRight),
+            _ => None,
+        }
+    }
+
     /// For causal masks, the number of leading keys query row `i` sees (keys `0..limit`), which may be 0
     /// (a fully masked row); `None` when the mask does not restrict by position.
     #[inline]
@@ -304,6 +314,9 @@ pub struct AttentionSpec {
     pub v_strides: Strides,
     /// Strides of O over (b, hq, sq).
     pub o_strides: Strides,
+    /// Sliding window, softcap and ALiBi (`crate::variants`); plain attention when all are off.
+    #[serde(default, skip_serializing_if = "Variants::is_plain")]
+    pub variants: Variants,
 }
 
 impl AttentionSpec {
@@ -332,19 +345,93 @@ impl AttentionSpec {
             k_strides: st(shape.hkv, shape.sk, shape.d),
             v_strides: st(shape.hkv, shape.sk, shape.dv),
             o_strides: st(shape.hq, shape.sq, shape.dv),
+            variants: Variants::default(),
         }
     }
 
     /// Replaces all four strides with the contiguous strides of `layout`.
     pub fn with_layout(self, layout: Layout) -> Self {
         let fresh = Self::with_layout_of(self.shape, self.dtype, layout);
-        AttentionSpec { scale: self.scale, mask: self.mask, ..fresh }
+        AttentionSpec { scale: self.scale, mask: self.mask, variants: self.variants, ..fresh }
     }
 
     /// Sets the mask.
     pub fn with_mask(mut self, mask: Mask) -> Self {
         self.mask = mask;
         self
+    }
+
+    /// Sets a sliding window around the diagonal (name the diagonal with [`Self::with_diagonal`] unless the
+    /// mask is causal).
+    pub fn with_window(mut self, window: Window) -> Self {
+        self.variants.window = Some(window);
+        self
+    }
+
+    /// Sets a logit softcap.
+    pub fn with_softcap(mut self, cap: f64) -> Self {
+        self.variants.softcap = Some(cap);
+        self
+    }
+
+    /// Sets ALiBi biases (name the diagonal unless the mask is causal).
+    pub fn with_alibi(mut self, alibi: crate::variants::Alibi) -> Self {
+        self.variants.alibi = Some(alibi);
+        self
+    }
+
+    /// Names the diagonal windows and ALiBi measure from.
+    pub fn with_diagonal(mut self, diagonal: Diagonal) -> Self {
+        self.variants.diagonal = Some(diagonal);
+        self
+    }
+
+    /// Replaces all variants.
+    pub fn with_variants(mut self, variants: Variants) -> Self {
+        self.variants = variants;
+        self
+    }
+
+    /// The diagonal in effect: the causal mask's alignment, else the one the variants name.
+    pub fn diagonal(&self) -> Option<Diagonal> {
+        self.mask.diagonal().or(self.variants.diagonal)
+    }
+
+    /// Which keys each row may see by position: the causal mask and the window together (explicit masks
+    /// apply on top). Only meaningful after validation.
+    pub fn band(&self) -> KeyBand {
+        let (sq, sk) = (self.shape.sq, self.shape.sk);
+        let mut band = KeyBand::ALL;
+        if let Some(d) = self.mask.diagonal() {
+            band.hi = Some(d.offset(sq, sk));
+        }
+        if let (Some(w), Some(d)) = (self.variants.window, self.diagonal()) {
+            let off = d.offset(sq, sk);
+            if let Some(l) = w.left {
+                band.lo = Some(off - l as i128);
+            }
+            if let Some(r) = w.right {
+                let hi = off + r as i128;
+                band.hi = Some(band.hi.map_or(hi, |h| h.min(hi)));
+            }
+        }
+        band
+    }
+
+    /// Keys `lo..hi` that query row `i` may see by position (all of `0..Sk` without causal mask or window).
+    #[inline]
+    pub fn key_range(&self, i: usize) -> std::ops::Range<usize> {
+        self.band().range(i, self.shape.sk)
+    }
+
+    /// The ALiBi slope of every query head, when ALiBi is on (validated specs only return `Ok`).
+    pub fn alibi_slopes(&self) -> Result<Option<Vec<f32>>> {
+        self.variants.alibi.as_ref().map(|a| a.slopes(self.shape.hq)).transpose()
+    }
+
+    /// The softcap, when on.
+    pub fn softcap(&self) -> Option<f64> {
+        self.variants.softcap
     }
 
     /// Sets an explicit scale.
@@ -460,6 +547,7 @@ impl AttentionSpec {
             .try_fold(1usize, |a, &x| a.checked_mul(x))
             .ok_or_else(|| SdpaError::overflow("number of (query, key) pairs B·Hq·Sq·Sk"))?;
         self.check_output_does_not_alias()?;
+        self.validate_variants()?;
         if let Mask::Explicit(m) = &self.mask {
             let full = [s.b, s.hq, s.sq, s.sk];
             for (i, (&got, &want)) in m.dims.iter().zip(full.iter()).enumerate() {
@@ -473,6 +561,30 @@ impl AttentionSpec {
                 }
             }
             m.len()?;
+        }
+        Ok(())
+    }
+
+    /// The variants' values, and a diagonal named once: by a causal mask, or by the variants when a window
+    /// or ALiBi is set without one.
+    fn validate_variants(&self) -> Result<()> {
+        let v = &self.variants;
+        v.validate(self.shape.hq)?;
+        if let (Some(masks), Some(named)) = (self.mask.diagonal(), v.diagonal) {
+            if masks != named {
+                return Err(SdpaError::invalid(format!(
+                    "the mask `{}` aligns the diagonal {} but the variants name {}: name one alignment",
+                    self.mask.name(),
+                    masks.name(),
+                    named.name()
+                )));
+            }
+        }
+        if (v.window.is_some() || v.alibi.is_some()) && self.diagonal().is_none() {
+            return Err(SdpaError::invalid(
+                "a window or ALiBi measures from the diagonal: name it (tl = top-left, diag(i) = i; br = \
+                 bottom-right, diag(i) = i + Sk - Sq, FlashAttention's) or use a causal mask, which names it",
+            ));
         }
         Ok(())
     }

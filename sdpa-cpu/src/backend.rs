@@ -77,6 +77,8 @@ impl Backend for CpuBackend {
             fast_head_dims: vec![64, 128],
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact],
+            // Filled in as the kernels honour them (issue 22).
+            variants: vec![],
         }
     }
 

@@ -316,6 +316,8 @@ impl Backend for CudaBackend {
             fast_head_dims: FA1_FAST_HEAD_DIMS.to_vec(),
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32],
+            // Filled in as the kernels honour them (issue 22).
+            variants: vec![],
         }
     }
 

@@ -14,6 +14,7 @@ use crate::check::CheckReport;
 use crate::cost::AttentionCost;
 use crate::dtype::DType;
 use crate::spec::{AttentionSpec, Layout, Shape};
+use crate::variants::Variants;
 use serde::{Deserialize, Serialize};
 
 /// Reads an f64 that may be `null`, as NaN: serde_json writes NaN and infinities as `null` (and the reader
@@ -70,6 +71,10 @@ pub struct BenchRecord {
     pub shape: Shape,
     /// Mask name: none, causal (top-left), causal-br, bool, additive.
     pub mask: String,
+    /// Window, softcap and ALiBi, with the diagonal they measure from always named (absent: plain).
+    /// `tflops` counts the work the window leaves, not Sk² (`cost::AttentionCost::of_spec`).
+    #[serde(default, skip_serializing_if = "Variants::is_plain")]
+    pub variants: Variants,
     /// bhsd or bshd (or "strided").
     #[serde(default)]
     pub layout: Option<String>,
@@ -127,6 +132,7 @@ impl BenchRecord {
             dtype: spec.dtype,
             shape: spec.shape,
             mask: spec.mask.name().to_string(),
+            variants: recorded_variants(spec),
             layout: Some(spec.layout().map_or("strided", |l| l.name()).to_string()),
             f32_math: None,
             threads: None,
@@ -141,6 +147,15 @@ impl BenchRecord {
             first_call: None,
         }
     }
+}
+
+/// The spec's variants with the diagonal in effect written out, so a record never leaves it to be guessed.
+fn recorded_variants(spec: &AttentionSpec) -> Variants {
+    let mut v = spec.variants.clone();
+    if !v.is_plain() {
+        v.diagonal = spec.diagonal();
+    }
+    v
 }
 
 /// A benchmark sweep as a file: `sdpa bench --spec FILE`, the presets under `bench/presets/`,
