@@ -1,7 +1,7 @@
 //! The bounded face of the `result_file`, `bench_spec` and `attention_spec` fuzz targets (fuzz/README.md):
 //! the committed seeds (real result files and presets) mutated a bounded number of times through the same
 //! entry points, and arbitrary specs through validation, sizing, inputs and the reference. Every outcome
-//! is a value or an error, never a panic. A few seconds in CI; the coverage-guided search is `cargo fuzz`.
+//! is a value or an error, never a panic. Arbitrary specs carry arbitrary variants (windows, caps, slopes). A few seconds in CI; the coverage-guided search is `cargo fuzz`.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -14,8 +14,8 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use sdpa_core::record::{parse_results, BenchSpec};
 use sdpa_core::{
-    reference_attention, AttentionCost, AttentionSpec, DType, ExplicitMask, HostInputs, Layout, Mask, MaskValues,
-    Operand, Shape, Strides,
+    reference_attention, Alibi, AttentionCost, AttentionSpec, DType, Diagonal, ExplicitMask, HostInputs, Layout, Mask,
+    MaskValues, Operand, Shape, Strides, Variants, Window,
 };
 use std::sync::OnceLock;
 
@@ -36,6 +36,29 @@ fn dim() -> impl Strategy<Value = usize> {
 
 fn strides() -> impl Strategy<Value = Option<Strides>> {
     prop::option::weighted(0.2, (dim(), dim(), dim()).prop_map(|(b, h, s)| Strides { b, h, s }))
+}
+
+/// Windows, caps and slopes with hostile values: unbounded and huge sides, caps that are not positive or not
+/// finite, slope lists of the wrong length or with NaN, with and without a named diagonal.
+fn variants() -> impl Strategy<Value = Variants> {
+    let side = || prop::option::of(dim());
+    let window = prop::option::weighted(0.4, (side(), side()).prop_map(|(left, right)| Window { left, right }));
+    let cap = prop::option::weighted(
+        0.3,
+        prop_oneof![Just(0.0), Just(-1.0), Just(f64::NAN), Just(f64::INFINITY), Just(1e300), 1e-3f64..100.0],
+    );
+    let slope = prop_oneof![Just(f32::NAN), Just(f32::INFINITY), -2.0f32..2.0];
+    let alibi = prop::option::weighted(
+        0.3,
+        prop_oneof![Just(Alibi::Standard), prop::collection::vec(slope, 0..6).prop_map(Alibi::Slopes)],
+    );
+    let diagonal = prop::option::of(prop_oneof![Just(Diagonal::TopLeft), Just(Diagonal::BottomRight)]);
+    (window, cap, alibi, diagonal).prop_map(|(window, softcap, alibi, diagonal)| Variants {
+        window,
+        softcap,
+        alibi,
+        diagonal,
+    })
 }
 
 proptest! {
@@ -106,6 +129,7 @@ proptest! {
         mask in 0u8..5, mask_dims in [0u8..3, 0u8..3, 0u8..3, 0u8..3], odd_dims in [dim(), dim(), dim(), dim()],
         scale in prop::option::of(prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(1e308), -4.0f64..4.0]),
         st in [strides(), strides(), strides(), strides()],
+        variants in variants(),
     ) {
         let shape = Shape { b, hq, hkv, sq, sk, d, dv };
         let mut spec = AttentionSpec::new(shape, dtype);
@@ -123,6 +147,7 @@ proptest! {
             _ => explicit(MaskValues::Additive),
         };
         spec.scale = scale;
+        spec.variants = variants;
         for (s, slot) in st.iter().zip([&mut spec.q_strides, &mut spec.k_strides, &mut spec.v_strides, &mut spec.o_strides]) {
             if let Some(s) = s { *slot = *s; }
         }
@@ -137,6 +162,13 @@ proptest! {
         spec.check_lengths(lens[0], lens[1], lens[2], lens[3], mask_len).unwrap();
         let c = AttentionCost::of_spec(&spec);
         prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+        // The band never claims more pairs than the full matrix, and its rows are in range.
+        let band = spec.band();
+        prop_assert!(band.pairs(sq, sk) <= sq as u128 * sk as u128);
+        for i in [0, sq / 2, sq - 1] {
+            let r = band.range(i, sk);
+            prop_assert!(r.start <= r.end && r.end <= sk);
+        }
         let host: Vec<u128> = lens[..3].iter().chain(mask_len.iter()).map(|&n| n as u128 * 4).collect();
         let rows = spec.lse_len().unwrap() as u128;
         if host.iter().sum::<u128>() <= 1 << 20 && rows * sk as u128 * (d + dv) as u128 <= 1 << 18 {
