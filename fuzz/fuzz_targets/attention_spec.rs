@@ -1,4 +1,4 @@
-//! Arbitrary shapes, strides, masks, scales and dtypes -> `AttentionSpec::validate`, sizing and the cost
+//! Arbitrary shapes, strides, masks, variants (windows, softcaps, ALiBi slopes), scales and dtypes -> `AttentionSpec::validate`, sizing and the cost
 //! model; a spec that validates and is small also gets `HostInputs::random` and the f64 reference.
 //!
 //! Invariants: no panic, no abort. A validated spec's lengths, element counts and costs are computable
@@ -11,8 +11,8 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use sdpa_core::{
-    reference_attention, AttentionCost, AttentionSpec, DType, ExplicitMask, HostInputs, Layout, Mask, MaskValues,
-    Operand, Shape, Strides,
+    reference_attention, Alibi, AttentionCost, AttentionSpec, DType, Diagonal, ExplicitMask, HostInputs, Layout, Mask,
+    MaskValues, Operand, Shape, Strides, Variants, Window,
 };
 
 /// A size: mostly small, sometimes at the edges of `usize`.
@@ -58,6 +58,32 @@ struct Input {
     /// Replaces the strides of (Q, K, V, O) when present.
     strides: [Option<[Dim; 3]>; 4],
     seed: u64,
+    variants: VariantsIn,
+}
+
+/// Variants with hostile values: any window sides, any cap (0, negative, NaN, infinite), slope lists of any
+/// length and content, a diagonal or none.
+#[derive(Debug, Arbitrary)]
+struct VariantsIn {
+    window: Option<(Option<Dim>, Option<Dim>)>,
+    softcap: Option<f64>,
+    /// `Some(None)`: the standard slopes.
+    alibi: Option<Option<Vec<f32>>>,
+    diagonal: Option<bool>,
+}
+
+impl VariantsIn {
+    fn get(&self) -> Variants {
+        Variants {
+            window: self
+                .window
+                .as_ref()
+                .map(|(l, r)| Window { left: l.as_ref().map(Dim::get), right: r.as_ref().map(Dim::get) }),
+            softcap: self.softcap,
+            alibi: self.alibi.as_ref().map(|s| s.clone().map_or(Alibi::Standard, Alibi::Slopes)),
+            diagonal: self.diagonal.map(|br| if br { Diagonal::BottomRight } else { Diagonal::TopLeft }),
+        }
+    }
 }
 
 /// Bytes of host memory the target allows itself for one spec's inputs.
@@ -92,6 +118,7 @@ fuzz_target!(|inp: Input| {
         }
     };
     spec.scale = inp.scale;
+    spec.variants = inp.variants.get();
     for (op, st) in [Operand::Q, Operand::K, Operand::V, Operand::O].into_iter().zip(&inp.strides) {
         if let Some([sb, sh, ss]) = st {
             let s = Strides { b: sb.get(), h: sh.get(), s: ss.get() };
@@ -125,6 +152,12 @@ fuzz_target!(|inp: Input| {
     spec.check_lengths(lens[0], lens[1], lens[2], lens[3], mask_len).expect("its own lengths fit");
     let cost = AttentionCost::of_spec(&spec);
     assert!(cost.flops.is_finite() && cost.bytes.is_finite() && cost.flops >= 0.0, "{cost:?}");
+    let band = spec.band();
+    assert!(band.pairs(sq, sk) <= sq as u128 * sk as u128, "band pairs");
+    for i in [0, sq / 2, sq - 1] {
+        let r = band.range(i, sk);
+        assert!(r.start <= r.end && r.end <= sk, "band range {r:?}");
+    }
     assert!(spec.scale().is_finite() || spec.scale.is_none(), "scale");
 
     // Host bytes for the inputs: f32 staging for every operand, plus the mask as f32.
