@@ -362,3 +362,38 @@ fn transformers_sliding_window_mask_functions_are_read() {
     let r = analyze("flex-window-only", &format!("{sub}{gt}{flex}"));
     assert_eq!((r.attention_ops[0].mask.as_str(), r.attention_ops[0].variants.as_str()), ("block-mask[1,1,16,16]", ""));
 }
+
+#[test]
+fn an_eager_softcap_whose_cap_is_recorded_is_read() {
+    // Gemma 2's `scores / cap`, `tanh`, `* cap` with the cap passed as a Scalar (recorded), no mask.
+    let bf = r#""c10::BFloat16""#;
+    let s = "[1, 2, 64, 64]";
+    let ops = [
+        cpu_op("aten::matmul", 10, "[[1, 2, 64, 16], [1, 2, 16, 64]]", &format!("[{bf}, {bf}]"), r#"["", ""]"#),
+        cpu_op("aten::div", 20, &format!("[{s}, []]"), &format!(r#"[{bf}, "Scalar"]"#), r#"["", "30.0"]"#),
+        cpu_op("aten::tanh", 30, &format!("[{s}]"), &format!("[{bf}]"), r#"[""]"#),
+        cpu_op("aten::mul", 40, &format!("[{s}, []]"), &format!(r#"[{bf}, "Scalar"]"#), r#"["", "30.0"]"#),
+        cpu_op(
+            "aten::softmax",
+            50,
+            &format!("[{s}, [], []]"),
+            &format!(r#"[{bf}, "Scalar", "Scalar"]"#),
+            r#"["", "-1", ""]"#,
+        ),
+        cpu_op("aten::matmul", 60, &format!("[{s}, [1, 2, 64, 16]]"), &format!("[{bf}, {bf}]"), r#"["", ""]"#),
+    ];
+    let events = ops.concat();
+    let trace = common::write_trace("eager-cap", events.trim_end_matches(','));
+    let t = parse_file(&trace).unwrap();
+    let calls = detect(&OpTree::build(&t));
+    assert_eq!(calls.len(), 1);
+    let c = &calls[0];
+    assert_eq!((c.kind, c.mask.clone()), (Kind::Unfused, MaskInfo::None));
+    assert_eq!(c.variants.variants.softcap, Some(30.0));
+    assert!(!c.variants.softcap_unrecorded);
+    assert_eq!(c.variants.label(), "softcap 30");
+    assert_eq!(
+        c.parts.iter().map(|p| p.role).collect::<Vec<_>>(),
+        ["qk", "scale", "softcap", "scale", "softmax", "pv"]
+    );
+}
