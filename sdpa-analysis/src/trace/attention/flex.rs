@@ -56,14 +56,22 @@ pub(crate) fn refine(tree: &OpTree<'_>, roots: &[u32], inside: &[bool], calls: &
     let ops = &tree.trace.ops;
     let is_flex = |c: &AttentionCall| c.backend == AttnBackend::Flex;
     let mut drop = vec![false; calls.len()];
-    // Helper kernels (no Q/K/V) join the next template call under the same parent.
+    // A helper kernel (not a template, no Q/K/V) joins the template that runs right after it on its thread, under
+    // the same parent and in the same pass; anything else (a template whose Q/K/V this reader cannot place)
+    // stays a call of its own.
+    let thread_of = |k: usize| ops[roots[k] as usize].thread;
     for k in 0..roots.len().min(calls.len()) {
-        if !is_flex(&calls[k]) || calls[k].shape.is_some() || flex_phase(tree.name(roots[k])).is_none() {
+        let name = tree.name(roots[k]);
+        if !is_flex(&calls[k]) || calls[k].shape.is_some() || name.starts_with("triton_tem_") {
             continue;
         }
-        let parent = tree.parent[roots[k] as usize];
-        let into = (k + 1..roots.len().min(calls.len()))
-            .find(|&j| is_flex(&calls[j]) && calls[j].shape.is_some() && tree.parent[roots[j] as usize] == parent);
+        let Some(phase) = flex_phase(name) else { continue };
+        let next = (k + 1..roots.len().min(calls.len())).find(|&j| thread_of(j) == thread_of(k) && is_flex(&calls[j]));
+        let into = next.filter(|&j| {
+            calls[j].shape.is_some()
+                && calls[j].phase == phase
+                && tree.parent[roots[j] as usize] == tree.parent[roots[k] as usize]
+        });
         if let Some(j) = into {
             let helper = std::mem::take(&mut calls[k].kernels);
             calls[j].gpu_us += calls[k].gpu_us;
