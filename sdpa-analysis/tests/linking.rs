@@ -3,22 +3,13 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::write_trace as write;
 use sdpa_analysis::trace::attention::{detect, AttnBackend, Phase};
 use sdpa_analysis::trace::kineto::parse_file;
 use sdpa_analysis::trace::tree::OpTree;
 use sdpa_analysis::{analyze_path, Options};
-use std::path::PathBuf;
-
-fn write(test: &str, events: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sdpa-link-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("t.json");
-    let doc = format!(
-        r#"{{"deviceProperties": [{{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}}], "traceEvents": [{events}]}}"#
-    );
-    std::fs::write(&p, doc).unwrap();
-    p
-}
 
 #[test]
 fn external_id_links_when_there_is_no_correlation() {

@@ -5,31 +5,13 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::{analyze, op_with_kernel};
 use sdpa_analysis::trace::attention::{AttnBackend, Kind, Phase};
 use sdpa_analysis::trace::findings::Severity;
-use sdpa_analysis::{analyze_path, Options, TraceReport};
 use sdpa_core::cost::pairs_per_head;
 use sdpa_core::Mask;
-
-/// One op with a kernel under it, on an H100.
-fn op_with_kernel(name: &str, args: &str, kernel: &str, kernel_us: f64) -> String {
-    format!(
-        r#"{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": 100, "dur": 50, "args": {args}}},
-           {{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110, "dur": 5, "args": {{"correlation": 1}}}},
-           {{"ph": "X", "cat": "kernel", "name": "{kernel}", "pid": 0, "tid": 7, "ts": 200, "dur": {kernel_us}, "args": {{"correlation": 1}}}}"#
-    )
-}
-
-fn analyze(test: &str, events: &str) -> TraceReport {
-    let dir = std::env::temp_dir().join(format!("sdpa-syn-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("t.json");
-    let doc = format!(
-        r#"{{"deviceProperties": [{{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}}], "traceEvents": [{events}]}}"#
-    );
-    std::fs::write(&p, doc).unwrap();
-    analyze_path(&p, &Options::default()).unwrap()
-}
 
 #[test]
 fn flash_attn_bshd_causal_with_sq_ne_sk_is_costed_exactly() {

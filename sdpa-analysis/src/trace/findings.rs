@@ -210,7 +210,10 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
         Some("f32") => DType::F32,
         _ => DType::BF16,
     };
-    let mask = replay_mask(&op.mask);
+    // An explicit mask that was built as a causal window replays as that window (`(W, 0)` on the top-left
+    // diagonal is causal already), not as a random mask.
+    let windowed = op.replay_variants.as_ref().is_some_and(|v| v.window.is_some());
+    let mask = if windowed && op.mask.starts_with("explicit") { "none" } else { replay_mask(&op.mask) };
     let kernels: Vec<String> = if op.kind == Kind::Unfused || op.backend == AttnBackend::Math {
         vec!["unfused".into(), "fa2".into()]
     } else if op.decode {
@@ -218,7 +221,7 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
     } else {
         vec!["fa2".into(), "auto".into()]
     };
-    Some(Replay::new(BenchSpec {
+    let spec = BenchSpec {
         backends: vec![backend.to_string()],
         kernels,
         dtypes: vec![dtype],
@@ -226,7 +229,8 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
         masks: vec![mask.into()],
         layouts: vec![if op.q_bshd_strides { Layout::Bshd } else { Layout::Bhsd }],
         ..BenchSpec::default()
-    }))
+    };
+    Some(Replay::with_variants(spec, op.replay_variants.clone()))
 }
 
 /// The `sdpa bench` mask for a trace's mask label: explicit masks replay as a full random explicit mask of
@@ -244,7 +248,13 @@ fn replay_mask(label: &str) -> &'static str {
 fn shape_words(op: &AttentionOp) -> String {
     let s = op.shape_label();
     let dtype = op.dtype.as_deref().unwrap_or("?");
-    format!("B,Hq,Hkv,Sq,Sk,D = {s}, {dtype}, mask {}", op.mask)
+    let variants = if op.variants.is_empty() { String::new() } else { format!(", {}", op.variants) };
+    format!("B,Hq,Hkv,Sq,Sk,D = {s}, {dtype}, mask {}{variants}", op.mask)
+}
+
+/// True for Gemma-2-style eager attention: a `tanh` softcap between the score matmul and the softmax.
+fn softcapped(op: &AttentionOp) -> bool {
+    op.variants.contains("softcap")
 }
 
 fn rates(op: &AttentionOp) -> String {
@@ -321,13 +331,24 @@ fn unfused_finding(
             scores / (1 << 20) as f64
         ));
     }
-    d.push_str(
-        " Fix: call torch.nn.functional.scaled_dot_product_attention (attn_implementation=\"sdpa\" in transformers)",
-    );
+    if softcapped(op) {
+        // SDPA has no softcap: the fused kernels that take one are FlexAttention's (a score_mod) and
+        // flash-attn's (softcap=), both with the window as a block mask / window_size.
+        d.push_str(
+            " This is Gemma-2-style attention: a tanh logit softcap between the score matmul and the softmax,              which SDPA cannot express. Fix: a fused kernel that applies the cap on chip: FlexAttention              (torch.compile(flex_attention) with a score_mod `cap * tanh(score / cap)` and a block_mask from              create_block_mask for the window, attn_implementation=\"flex_attention\" in transformers), or              flash-attn (flash_attn_func(..., softcap=cap, window_size=(left, 0))), or sdpa's `--softcap`",
+        );
+        if op.variants.contains("window") {
+            d.push_str(" `--window` (the window also skips the key tiles it leaves out)");
+        }
+    } else {
+        d.push_str(
+            " Fix: call torch.nn.functional.scaled_dot_product_attention (attn_implementation=\"sdpa\" in              transformers)",
+        );
+    }
     if op.hkv.is_some() && op.hkv != op.hq {
         d.push_str(" with enable_gqa=True instead of repeat_kv, which copies K and V");
     }
-    if op.mask.starts_with("explicit") {
+    if op.mask.starts_with("explicit") && !softcapped(op) {
         d.push_str(
             "; pass the mask as attn_mask, or is_causal=True if it is causal (the trace cannot tell: only its \
              dims are recorded), which lets SDPA pick a flash kernel",
@@ -341,7 +362,7 @@ fn unfused_finding(
     for n in &op.notes {
         d.push_str(&format!(" Note: {n}."));
     }
-    if op.mask.starts_with("explicit") {
+    if op.mask.starts_with("explicit") && !op.variants.contains("window") {
         d.push_str(
             " The replay uses a full-size random mask of the same kind (the trace records only the mask's dims).",
         );
@@ -350,7 +371,8 @@ fn unfused_finding(
         severity: severity_for_share(op.share_of_gpu),
         path: "A",
         title: format!(
-            "Unfused attention{} in {}: {:.1} % of GPU time",
+            "Unfused {}attention{} in {}: {:.1} % of GPU time",
+            if softcapped(op) { "Gemma-2-style (tanh softcap) " } else { "" },
             if op.phase == crate::trace::attention::Phase::Bwd { " (backward)" } else { "" },
             where_(op),
             op.share_of_gpu * 100.0
@@ -479,8 +501,18 @@ fn fused_finding(
     if op.dtype.as_deref() == Some("f32") {
         checks.push("dtype: fp32 runs without tensor cores; bf16/f16 inputs run on the tensor-core kernels".into());
     }
-    if op.mask.starts_with("explicit") {
+    if let Some(n) = op.notes.iter().find(|n| n.starts_with("the explicit mask")) {
+        checks.push(format!("mask: {n}"));
+    } else if op.mask.starts_with("explicit") {
         checks.push("mask: an explicit mask costs B·H·Sq·Sk extra reads and excludes the flash backend; use is_causal when it is causal".into());
+    }
+    if op.backend == AttnBackend::Flex {
+        checks.push(
+            "backend: FlexAttention's Triton kernel, whose score_mod and mask_mod the trace does not show; a tanh \
+             softcap score_mod doubled its time at S = 8k-32k on H100 (issue 22): replay the call with the \
+             variants it uses on our kernels"
+                .into(),
+        );
     }
     if op.dropout.is_some_and(|p| p > 0.0) {
         checks.push("dropout > 0 adds RNG work inside the kernel".into());

@@ -1,8 +1,8 @@
 //! The trace face: where attention time goes in a PyTorch profiler trace, and what to do about it.
 //!
 //! The pipeline ([`analyze`]) reads kineto Chrome traces in one streaming pass ([`kineto`]), builds the CPU
-//! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused and unfused
-//! attention ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
+//! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused (SDPA, flash-attn,
+//! FlexAttention) and unfused attention with its mask, window, softcap and ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
 //! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.

@@ -1,6 +1,8 @@
 //! The per-op performance model: FLOPs and bytes from sdpa-core's cost model at the real element size
-//! (causal pairs counted exactly, Sq != Sk allowed), achieved TFLOP/s and TB/s from the measured kernel
-//! time, roofline efficiency on the device, and the expected band for the sequence length.
+//! (the pairs that the causal mask and a sliding window leave, counted exactly by the call's `KeyBand`, Sq != Sk
+//! allowed: a windowed call is judged on the work it does, not on Sq·Sk), achieved TFLOP/s and TB/s from the
+//! measured kernel time, roofline efficiency on the device, and the expected band for the number of keys a
+//! row sees (Sk, or the window's average).
 //!
 //! Backward: FLOPs are 2.5x the forward (five matrix products instead of two: dV, dP, dS·K, dSᵀ·Q and the
 //! recomputed QKᵀ) and bytes 2x (Q, K, V, O, dO read; dQ, dK, dV written). Decoding (Sq <= 16 against a
@@ -8,7 +10,7 @@
 //! [`sdpa_core::expected_band`] on the key length.
 
 use crate::trace::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
-use sdpa_core::{expected_band, AttentionCost, Bound, F32Math, HardwareSpec, Shape};
+use sdpa_core::{expected_band, AttentionCost, AttentionSpec, Bound, DType, F32Math, HardwareSpec, Shape, Variants};
 use serde::Serialize;
 
 /// An efficiency band, fraction of peak.
@@ -67,10 +69,12 @@ pub struct Perf {
     pub band_status: Option<&'static str>,
 }
 
-/// Computes the model for one call of `mean_us` microseconds.
+/// Computes the model for one call of `mean_us` microseconds under `mask` and `variants` (only the window
+/// changes the work: softcap and ALiBi cost no FLOPs the model counts).
 pub fn model(
     shape: &Shape,
     mask: &MaskInfo,
+    variants: &Variants,
     dtype: Option<&str>,
     phase: Phase,
     mean_us: f64,
@@ -80,13 +84,24 @@ pub fn model(
         return None;
     }
     let eb = dtype.map(elem_bytes).unwrap_or(2.0);
-    let fwd = AttentionCost::with_elem_bytes(shape, &mask.to_core(), eb);
+    // The spec only carries the band (causal alignment and window); its dtype plays no part in it.
+    let keys = AttentionSpec::new(*shape, DType::BF16).with_mask(mask.to_core()).with_variants(variants.clone()).band();
+    let fwd = AttentionCost::of_band(shape, &keys, eb);
     let cost = match phase {
         Phase::Fwd => fwd,
         Phase::Bwd => AttentionCost { flops: fwd.flops * 2.5, bytes: fwd.bytes * 2.0 },
     };
     let ms = mean_us * 1e-3;
-    let band = band_for(shape);
+    let band = match variants.window {
+        Some(_) if shape.sq > 0 => {
+            // A window bounds the keys per row: judge it as attention over that many keys.
+            let per_row = (keys.pairs(shape.sq, shape.sk) as f64 / shape.sq as f64).ceil() as usize;
+            let mut b = band_for(&Shape { sk: per_row.max(1), ..*shape });
+            b.label = format!("{}, at the window's {per_row} keys per row on average", b.label);
+            b
+        }
+        _ => band_for(shape),
+    };
     let (efficiency, bound) = match (hw, dtype.and_then(core_dtype)) {
         (Some(hw), Some(dt)) => {
             let r = cost.roofline(hw, dt, F32Math::Exact);
@@ -123,15 +138,48 @@ mod tests {
     #[test]
     fn causal_flops_are_exact_and_dtype_sets_bytes() {
         let s = Shape::new(2, 8, 1024, 1024, 64);
-        let p = model(&s, &MaskInfo::CausalTopLeft, Some("c10::BFloat16"), Phase::Fwd, 10.0, None).unwrap();
+        let p =
+            model(&s, &MaskInfo::CausalTopLeft, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 10.0, None)
+                .unwrap();
         // 2 * B*H * S(S+1)/2 * (D + Dv)
         assert_eq!(p.flops, 2.0 * 16.0 * (1024.0 * 1025.0 / 2.0) * 128.0);
         assert_eq!(p.bytes, 4.0 * 2.0 * 8.0 * 1024.0 * 64.0 * 2.0);
-        let f32p = model(&s, &MaskInfo::None, Some("float"), Phase::Fwd, 10.0, None).unwrap();
+        let f32p = model(&s, &MaskInfo::None, &Variants::default(), Some("float"), Phase::Fwd, 10.0, None).unwrap();
         assert_eq!(f32p.bytes, 2.0 * p.bytes, "fp32 moves 4-byte elements");
         // Sq != Sk with causal does not fail (TraceLens drops such ops).
         let r = Shape { sq: 100, ..s };
-        assert!(model(&r, &MaskInfo::CausalBottomRight, Some("c10::Half"), Phase::Fwd, 1.0, None).is_some());
+        assert!(model(
+            &r,
+            &MaskInfo::CausalBottomRight,
+            &Variants::default(),
+            Some("c10::Half"),
+            Phase::Fwd,
+            1.0,
+            None
+        )
+        .is_some());
+    }
+
+    #[test]
+    fn windows_are_costed_on_the_pairs_they_leave() {
+        // Causal window of 256 keys back at S = 2048: row i sees min(i + 1, 257) keys.
+        let s = Shape { b: 1, hq: 8, hkv: 4, sq: 2048, sk: 2048, d: 128, dv: 128 };
+        let v = Variants {
+            window: Some(sdpa_core::Window::left(256)),
+            diagonal: Some(sdpa_core::Diagonal::TopLeft),
+            ..Variants::default()
+        };
+        let pairs = 257.0 * 2048.0 - 256.0 * 257.0 / 2.0;
+        let p = model(&s, &MaskInfo::CausalTopLeft, &v, Some("c10::BFloat16"), Phase::Fwd, 10.0, None).unwrap();
+        assert_eq!(p.flops, 2.0 * 8.0 * pairs * 256.0);
+        let full =
+            model(&s, &MaskInfo::CausalTopLeft, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 10.0, None);
+        assert!(full.unwrap().flops > 3.5 * p.flops, "the window leaves about a quarter of causal's work");
+        assert!(p.band.label.contains("241 keys per row"), "{}", p.band.label);
+        // A softcap alone changes nothing the model counts.
+        let cap = Variants { softcap: Some(50.0), ..Variants::default() };
+        let c = model(&s, &MaskInfo::None, &cap, Some("c10::BFloat16"), Phase::Bwd, 10.0, None).unwrap();
+        assert_eq!(c.flops, 2.5 * 2.0 * 8.0 * 2048.0 * 2048.0 * 256.0);
     }
 
     #[test]
@@ -139,7 +187,7 @@ mod tests {
         let hw = HardwareSpec::find("h100-sxm");
         let s = Shape { b: 8, hq: 32, hkv: 32, sq: 1, sk: 4096, d: 128, dv: 128 };
         // ANCHORS: cuDNN decodes this shape in 190 µs, 2.8 TB/s.
-        let p = model(&s, &MaskInfo::None, Some("c10::BFloat16"), Phase::Fwd, 190.0, hw).unwrap();
+        let p = model(&s, &MaskInfo::None, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 190.0, hw).unwrap();
         assert_eq!(p.bound, Some(Bound::Memory));
         assert!((p.tbps - 2.83).abs() < 0.05, "{}", p.tbps);
         assert_eq!(p.band_status, Some("within"));

@@ -18,8 +18,13 @@
 //! the trace records only the mask's dims, and the finding says so). `sdpa bench --spec` also accepts a
 //! `{command, spec}` replay or a whole `--json` report, and the singular keys (`dtype`, `mask`, `layout`)
 //! of replay files written before replays were `BenchSpec`s.
+//!
+//! A call with a window, softcap or ALiBi replays with the same variants: `--window L,R`, `--softcap C`,
+//! `--alibi`, and `--diagonal tl|br` when no causal mask names the diagonal, in the command, and `variants` (a
+//! list of `sdpa_core::Variants` objects, e.g. `{"window": {"left": 4096, "right": 0}, "softcap": 50.0,
+//! "diagonal": "bottom-right"}`) beside the spec.
 
-use sdpa_core::BenchSpec;
+use sdpa_core::{BenchSpec, Variants};
 use serde::{Deserialize, Serialize};
 
 /// The `sdpa bench` command line that runs `spec` (one `--shape` per shape; lists comma-separated; the
@@ -48,6 +53,31 @@ pub fn bench_command(spec: &BenchSpec) -> String {
     cmd
 }
 
+/// The `sdpa bench` flags of one call's variants (empty for plain attention); the diagonal is given only
+/// when no causal mask among `masks` names it.
+pub fn variant_flags(v: &Variants, masks: &[String]) -> String {
+    let mut f = String::new();
+    if let Some(w) = v.window {
+        f.push_str(&format!(" --window {w}"));
+    }
+    if let Some(c) = v.softcap {
+        f.push_str(&format!(" --softcap {c}"));
+    }
+    match &v.alibi {
+        Some(sdpa_core::Alibi::Standard) => f.push_str(" --alibi"),
+        // Given slopes need a file; the replay's `variants` carries them.
+        Some(sdpa_core::Alibi::Slopes(_)) => f.push_str(" --alibi-slopes FILE"),
+        None => {}
+    }
+    let causal = masks.iter().any(|m| m.starts_with("causal"));
+    if let (Some(d), false) = (v.diagonal, causal) {
+        if v.window.is_some() || v.alibi.is_some() {
+            f.push_str(&format!(" --diagonal {}", d.name()));
+        }
+    }
+    f
+}
+
 /// A finding's replay: the command and the spec it stands for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Replay {
@@ -55,12 +85,24 @@ pub struct Replay {
     pub command: String,
     /// The same request as a spec file.
     pub spec: BenchSpec,
+    /// The call's variants (window, softcap, ALiBi), swept like the spec's other lists; empty for plain
+    /// attention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variants>,
 }
 
 impl Replay {
     /// Builds a replay from a spec.
     pub fn new(spec: BenchSpec) -> Self {
-        Replay { command: bench_command(&spec), spec }
+        Replay { command: bench_command(&spec), spec, variants: Vec::new() }
+    }
+
+    /// Builds a replay of a call with these variants (none: plain attention).
+    pub fn with_variants(spec: BenchSpec, variants: Option<Variants>) -> Self {
+        let Some(v) = variants.filter(|v| !v.is_plain()) else { return Self::new(spec) };
+        let command = format!("{}{}", bench_command(&spec), variant_flags(&v, &spec.masks));
+        // TODO(coordinator, issue 22): move these into `spec.variants` once part 3's `BenchSpec.variants` lands.
+        Replay { command, spec, variants: vec![v] }
     }
 }
 
@@ -89,5 +131,31 @@ mod tests {
         assert_eq!(serde_json::from_str::<BenchSpec>(&json).unwrap(), spec);
         let bshd = BenchSpec { layouts: vec![Layout::Bshd], ..spec };
         assert!(bench_command(&bshd).ends_with(" --mask causal --layout bshd"));
+    }
+
+    #[test]
+    fn variants_travel_in_the_command_and_beside_the_spec() {
+        use sdpa_core::{Alibi, Diagonal, Variants, Window};
+        let spec = BenchSpec { masks: vec!["causal-br".into()], ..BenchSpec::default() };
+        let v = Variants {
+            window: Some(Window::left(4096)),
+            softcap: Some(50.0),
+            alibi: None,
+            diagonal: Some(Diagonal::BottomRight),
+        };
+        let r = Replay::with_variants(spec.clone(), Some(v.clone()));
+        assert!(r.command.ends_with(" --mask causal-br --window 4096,0 --softcap 50"), "{}", r.command);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["variants"],
+            serde_json::json!([{"window": {"left": 4096, "right": 0}, "softcap": 50.0, "diagonal": "bottom-right"}])
+        );
+        assert_eq!(serde_json::from_value::<Replay>(json).unwrap(), r);
+        // No causal mask: the diagonal must be named.
+        let none = BenchSpec { masks: vec!["none".into()], ..BenchSpec::default() };
+        let alibi =
+            Variants { alibi: Some(Alibi::Standard), diagonal: Some(Diagonal::BottomRight), ..Variants::default() };
+        assert!(Replay::with_variants(none, Some(alibi)).command.ends_with(" --mask none --alibi --diagonal br"));
+        assert!(Replay::with_variants(spec, Some(Variants::default())).variants.is_empty(), "plain stays plain");
     }
 }

@@ -178,8 +178,16 @@ pub struct AttentionOp {
     pub dtype: Option<String>,
     /// Causal mask (None when unknown).
     pub causal: Option<bool>,
-    /// Mask label (`none`, `causal`, `explicit-additive[2,1,1024,1024]`, `unknown`).
+    /// Mask label (`none`, `causal`, `explicit-additive[2,1,1024,1024]`, `block-mask[1,1,16,16]`, `unknown`).
     pub mask: String,
+    /// Variants label (`window 256,0 tl · softcap 50`, `softcap ?` when the cap is not recorded), empty for
+    /// plain attention.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub variants: String,
+    /// The variants a replay runs (`sdpa_core::Variants`' serde form; an unrecorded cap as 50, unrecorded
+    /// ALiBi slopes as the standard ones), absent for plain attention.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_variants: Option<sdpa_core::Variants>,
     /// Calls in the group.
     pub count: usize,
     /// Total GPU time, µs.
@@ -230,6 +238,15 @@ impl AttentionOp {
         Some(Shape { b: self.b?, hq: self.hq?, hkv: self.hkv?, sq: self.sq?, sk: self.sk?, d: self.d?, dv: self.dv? })
     }
 
+    /// The mask with the variants after it (`causal · window 256,0 tl · softcap ?`), for tables.
+    pub fn mask_and_variants(&self) -> String {
+        if self.variants.is_empty() {
+            self.mask.clone()
+        } else {
+            format!("{} · {}", self.mask, self.variants)
+        }
+    }
+
     /// `B,Hq,Hkv,Sq,Sk,D` (with Dv when different) or `?`.
     pub fn shape_label(&self) -> String {
         match self.shape() {
@@ -273,6 +290,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         Option<Shape>,
         Option<String>,
         String,
+        String,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -281,14 +299,15 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         } else {
             c.module.iter().map(|m| module_class(m)).collect::<Vec<_>>().join("/")
         };
-        let key: Key = (c.kind, c.phase, c.backend, module, c.shape, c.dtype.clone(), c.mask.label());
+        let key: Key =
+            (c.kind, c.phase, c.backend, module, c.shape, c.dtype.clone(), c.mask.label(), c.variants.label());
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
     }
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label) = key;
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
@@ -327,7 +346,9 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             }
             kernels.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
             let mut suspect = members.iter().find_map(|c| c.suspect.clone());
-            let mut perf = shape.and_then(|s| perf::model(&s, &first.mask, dtype.as_deref(), phase, mean, hw));
+            let variants = &first.variants.variants;
+            let mut perf =
+                shape.and_then(|s| perf::model(&s, &first.mask, variants, dtype.as_deref(), phase, mean, hw));
             // A shape that passed its bounds can still be absurd against the time it took (a plausible
             // shape in 0.001 µs): such rates say the time or the shape is wrong, so neither is trusted.
             if let Some(why) = perf.as_ref().and_then(|p| crate::trace::plausible::rates(p.tflops, p.tbps, hw).err()) {
@@ -353,6 +374,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 dtype: dtype.as_deref().map(dtype_label),
                 causal: first.mask.causal(),
                 mask: mask_label,
+                variants: variants_label,
+                replay_variants: first.variants.replay(),
                 count,
                 total_us: total,
                 mean_us: mean,

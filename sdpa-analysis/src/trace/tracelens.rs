@@ -12,7 +12,7 @@
 
 use crate::error::{AnalysisError, Result};
 use crate::trace::analyze::{build_report, Options};
-use crate::trace::attention::fused::{checked_shape, extract_mask, extract_shape, refine_backend};
+use crate::trace::attention::fused::{checked_shape, extract_mask, extract_shape, extract_variants, refine_backend};
 use crate::trace::attention::signature::signature;
 use crate::trace::attention::{AttentionCall, Kind, MaskInfo};
 use crate::trace::kineto::OpArgs;
@@ -173,6 +173,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             shape: shape.map(|s| s.0),
             dtype: args.ty(sig.qkv[0]).map(str::to_string),
             mask,
+            variants: extract_variants(&sig, &args),
             scale: None,
             dropout: None,
             q_bshd_strides: shape.is_some_and(|s| s.1),

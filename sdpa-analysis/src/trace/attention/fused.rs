@@ -3,10 +3,10 @@
 //! operator launched (CUDA graph replays, traces without CPU ops) are reported from the kernel alone.
 
 use super::signature::{kernel_backend, signature, AttnBackend, CausalArg, Phase, QkvLayout, Signature};
-use super::{AttentionCall, Kind, MaskInfo};
+use super::{AttentionCall, Kind, MaskInfo, VariantsSeen};
 use crate::trace::kineto::{GpuKind, OpArgs, NO_ID};
 use crate::trace::tree::{OpTree, NONE};
-use sdpa_core::Shape;
+use sdpa_core::{Diagonal, Shape, Window};
 use std::collections::HashMap;
 
 /// Fused calls, and for every op whether it lies inside one (the unfused detector skips those).
@@ -108,10 +108,37 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
         call.grid_blocks = main_kernel[c].1;
         refine_backend(call);
     }
+    for (call, &root) in calls.iter_mut().zip(&roots) {
+        note_windowed_mask(tree, root, &inside, call);
+    }
+    super::flex::refine(tree, &roots, &inside, &mut calls);
     for g in orphans {
         calls.push(orphan_call(tree, g));
     }
     FusedResult { calls, inside, claimed }
+}
+
+/// A fused call given an explicit mask that its construction shows to be a causal window: the kernel computes
+/// every pair (it cannot know the mask's shape), where a windowed kernel would skip the tiles outside.
+fn note_windowed_mask(tree: &OpTree<'_>, root: u32, inside: &[bool], call: &mut AttentionCall) {
+    let (MaskInfo::Explicit { dims, .. }, Some(s), Phase::Fwd) = (&call.mask, call.shape, call.phase) else { return };
+    if s.sq != s.sk {
+        return;
+    }
+    let thread = tree.trace.ops[root as usize].thread;
+    let ev = super::positions::evidence(tree, thread, tree.pos[root as usize] as usize, s.sq, s.sk, |o| {
+        o != root && inside[o as usize]
+    });
+    if let Some(w) = ev.causal_window() {
+        let band = sdpa_core::KeyBand { lo: Some(-(w as i128)), hi: Some(0) };
+        let ratio = (s.sq as f64 * s.sk as f64) / band.pairs(s.sq, s.sk).max(1) as f64;
+        call.notes.push(format!(
+            "the explicit mask {dims:?} was built from positions: {}; the kernel computes all Sq·Sk pairs, {ratio:.1}x \
+             the window's: a windowed kernel (flash-attn window_size=({w}, 0), a FlexAttention block mask, sdpa \
+             --window {w},0) skips the tiles outside it",
+            ev.describe()
+        ));
+    }
 }
 
 /// Blocks of a recorded grid; saturating, as a damaged trace's grid can hold any integers.
@@ -155,6 +182,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
     let mut mask = None;
     let mut scale = None;
     let mut dropout = None;
+    let mut variants = VariantsSeen::default();
     let mut q_bshd = false;
     let mut notes = Vec::new();
     let mut suspect = None;
@@ -188,6 +216,9 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         if dropout.is_none() {
             dropout = sig.dropout.and_then(|i| args.concrete(i)).and_then(parse_float);
         }
+        if variants.is_plain() {
+            variants = extract_variants(&sig, args);
+        }
     }
     let module = tree.module_path(root).into_iter().map(str::to_string).collect();
     AttentionCall {
@@ -199,6 +230,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         shape,
         dtype,
         mask: mask.unwrap_or(MaskInfo::Unknown),
+        variants,
         scale,
         dropout,
         q_bshd_strides: q_bshd,
@@ -240,6 +272,7 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
         shape: None,
         dtype: None,
         mask: MaskInfo::Unknown,
+        variants: VariantsSeen::default(),
         scale: None,
         dropout: None,
         q_bshd_strides: false,
@@ -270,6 +303,28 @@ fn parse_bool(s: &str) -> Option<bool> {
         "False" | "false" | "0" => Some(false),
         _ => None,
     }
+}
+
+/// flash-attn's window, softcap and ALiBi arguments, on its (bottom-right) diagonal: a negative window side
+/// is unbounded (`(-1, -1)`: no window), a cap of `0.0` is off, an `alibi_slopes` tensor turns ALiBi on.
+pub(crate) fn extract_variants(sig: &Signature, args: &OpArgs) -> VariantsSeen {
+    let mut seen = VariantsSeen::default();
+    let v = &mut seen.variants;
+    if let Some([l, r]) = sig.window {
+        let side = |i: usize| {
+            args.concrete(i).and_then(|s| s.trim().parse::<i64>().ok()).filter(|&x| x >= 0).map(|x| x as usize)
+        };
+        let w = Window { left: side(l), right: side(r) };
+        if w.left.is_some() || w.right.is_some() {
+            v.window = Some(w);
+        }
+    }
+    v.softcap = sig.softcap.and_then(|i| args.concrete(i)).and_then(parse_float).filter(|&c| c > 0.0);
+    seen.alibi_unrecorded = sig.alibi.and_then(|i| args.dim(i)).is_some_and(|d| !d.is_empty());
+    if seen.variants.window.is_some() || seen.alibi_unrecorded {
+        seen.variants.diagonal = Some(Diagonal::BottomRight);
+    }
+    seen
 }
 
 pub(crate) fn extract_mask(sig: &Signature, args: &OpArgs) -> Option<MaskInfo> {

@@ -1,15 +1,17 @@
-//! Attention detection on an [`OpTree`]: fused calls ([`fused`]) and eager matmul-softmax-matmul chains
-//! ([`unfused`]), each as an [`AttentionCall`] with what the trace says about its shape, dtype, mask and
-//! kernels.
+//! Attention detection on an [`OpTree`]: fused calls ([`fused`], FlexAttention's Triton kernels refined by
+//! [`flex`]) and eager matmul-softmax-matmul chains ([`unfused`]), each as an [`AttentionCall`] with what the
+//! trace says about its shape, dtype, mask, variants (window, softcap, ALiBi: [`VariantsSeen`]) and kernels.
 
+pub mod flex;
 pub mod fused;
+pub mod positions;
 pub mod signature;
 pub mod unfused;
 
 pub use signature::{AttnBackend, Phase};
 
 use crate::trace::tree::OpTree;
-use sdpa_core::Shape;
+use sdpa_core::{Diagonal, Shape, Variants};
 use serde::Serialize;
 
 /// Fused (one attention operator) or unfused (separate ops).
@@ -49,6 +51,12 @@ pub enum MaskInfo {
         /// Its dims as recorded.
         dims: Vec<i64>,
     },
+    /// A FlexAttention `BlockMask` of these dims (`[B, H, Q blocks, KV blocks]` of its `kv_indices`): which
+    /// blocks it keeps is not in the trace, only how finely it tiles the scores.
+    BlockMask {
+        /// Dims of `kv_indices` as recorded.
+        dims: Vec<i64>,
+    },
     /// The trace does not say (no `Concrete Inputs`).
     Unknown,
 }
@@ -60,11 +68,12 @@ impl MaskInfo {
         match self {
             MaskInfo::CausalTopLeft | MaskInfo::CausalBottomRight => Some(true),
             MaskInfo::None => Some(false),
-            MaskInfo::Explicit { .. } | MaskInfo::Unknown => None,
+            MaskInfo::Explicit { .. } | MaskInfo::BlockMask { .. } | MaskInfo::Unknown => None,
         }
     }
 
-    /// Short label: `none`, `causal`, `causal-br`, `explicit-additive[2,1,1024,1024]`, `unknown`.
+    /// Short label: `none`, `causal`, `causal-br`, `explicit-additive[2,1,1024,1024]`, `block-mask[1,1,16,16]`,
+    /// `unknown`.
     pub fn label(&self) -> String {
         match self {
             MaskInfo::None => "none".into(),
@@ -74,17 +83,93 @@ impl MaskInfo {
                 let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
                 format!("explicit-{values}[{}]", d.join(","))
             }
+            MaskInfo::BlockMask { dims } => {
+                let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+                format!("block-mask[{}]", d.join(","))
+            }
             MaskInfo::Unknown => "unknown".into(),
         }
     }
 
-    /// The core mask used for costing (explicit masks cost every pair, as kernels compute them all).
+    /// The core mask used for costing (explicit masks cost every pair, as kernels compute them all; a block
+    /// mask whose contents the trace does not show is costed as no mask, an upper bound the call notes).
     pub fn to_core(&self) -> sdpa_core::Mask {
         match self {
             MaskInfo::CausalTopLeft => sdpa_core::Mask::CausalTopLeft,
             MaskInfo::CausalBottomRight => sdpa_core::Mask::CausalBottomRight,
             _ => sdpa_core::Mask::None,
         }
+    }
+}
+
+/// The variants (sliding window, softcap, ALiBi) a call used, as far as the trace shows them.
+///
+/// `variants` holds what the trace pins down, in sdpa-core's form (a window always with its diagonal); the
+/// two flags say a variant was applied whose value the trace does not record (an eager softcap divides by a
+/// Python float, which PyTorch records as a bare `double`; flash-attn's ALiBi slopes are a tensor).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct VariantsSeen {
+    /// What the trace shows, as sdpa-core's [`Variants`].
+    #[serde(skip_serializing_if = "Variants::is_plain")]
+    pub variants: Variants,
+    /// A softcap (`cap · tanh(x / cap)`) was applied, its cap not recorded.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub softcap_unrecorded: bool,
+    /// ALiBi slopes were passed, their values not recorded.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub alibi_unrecorded: bool,
+}
+
+/// The cap a replay uses when the trace shows a softcap but not its value: Gemma 2's attention cap. Costs do
+/// not depend on it (the same work for any cap).
+pub const REPLAY_SOFTCAP: f64 = 50.0;
+
+impl VariantsSeen {
+    /// True when no variant was seen.
+    pub fn is_plain(&self) -> bool {
+        self.variants.is_plain() && !self.softcap_unrecorded && !self.alibi_unrecorded
+    }
+
+    /// `window 256,0 tl · softcap 50`, `softcap ?`, `alibi ?` (unrecorded values as `?`), or empty.
+    pub fn label(&self) -> String {
+        let mut v = self.variants.clone();
+        // The diagonal is printed with the window; ALiBi alone names it too.
+        let diag = v.diagonal.take();
+        let mut parts = Vec::new();
+        let known = v.label(diag);
+        if !known.is_empty() {
+            parts.push(known);
+        }
+        if self.softcap_unrecorded && v.softcap.is_none() {
+            parts.push("softcap ?".into());
+        }
+        if self.alibi_unrecorded && v.alibi.is_none() {
+            parts.push("alibi ?".into());
+        }
+        parts.join(" · ")
+    }
+
+    /// The variants to replay: what was seen, with an unrecorded cap as [`REPLAY_SOFTCAP`] and unrecorded ALiBi
+    /// slopes as the standard ones (the same work); `None` for plain attention.
+    pub fn replay(&self) -> Option<Variants> {
+        if self.is_plain() {
+            return None;
+        }
+        let mut v = self.variants.clone();
+        if self.softcap_unrecorded && v.softcap.is_none() {
+            v.softcap = Some(REPLAY_SOFTCAP);
+        }
+        if self.alibi_unrecorded && v.alibi.is_none() {
+            v.alibi = Some(sdpa_core::Alibi::Standard);
+        }
+        Some(v)
+    }
+
+    /// A causal window of `left` keys back on `diagonal` (what Mistral and Gemma 2 run).
+    pub fn causal_window(left: usize, diagonal: Diagonal) -> Self {
+        let variants =
+            Variants { window: Some(sdpa_core::Window::left(left)), diagonal: Some(diagonal), ..Variants::default() };
+        VariantsSeen { variants, ..VariantsSeen::default() }
     }
 }
 
@@ -118,6 +203,8 @@ pub struct AttentionCall {
     pub dtype: Option<String>,
     /// Mask.
     pub mask: MaskInfo,
+    /// Window, softcap and ALiBi, as far as the trace shows them.
+    pub variants: VariantsSeen,
     /// Softmax scale when recorded.
     pub scale: Option<f64>,
     /// Dropout probability when recorded.

@@ -38,6 +38,9 @@ pub enum AttnBackend {
     Math,
     /// The `flash-attn` package (Tri Dao's kernels, FA2/FA3).
     FlashAttn,
+    /// PyTorch's FlexAttention compiled by Inductor: a Triton template kernel (`triton_tem_fused_flex_attention*`)
+    /// with the `score_mod` and the `BlockMask`'s `mask_mod` compiled into it.
+    Flex,
     /// AMD's Composable Kernel / aiter fused attention.
     Ck,
     /// PyTorch's CPU flash kernel.
@@ -59,6 +62,7 @@ impl AttnBackend {
             AttnBackend::Cudnn => "cudnn",
             AttnBackend::Math => "math",
             AttnBackend::FlashAttn => "flash_attn",
+            AttnBackend::Flex => "flex",
             AttnBackend::Ck => "ck",
             AttnBackend::CpuFlash => "cpu_flash",
             AttnBackend::Overrideable => "overrideable",
@@ -125,6 +129,12 @@ pub struct Signature {
     pub causal: CausalArg,
     /// Input index of the softmax scale.
     pub scale: Option<usize>,
+    /// Input indices of flash-attn's `window_size_left` and `window_size_right` (`-1`: unbounded).
+    pub window: Option<[usize; 2]>,
+    /// Input index of flash-attn's `softcap` (`0.0`: off).
+    pub softcap: Option<usize>,
+    /// Input index of flash-attn's `alibi_slopes` tensor (absent: off).
+    pub alibi: Option<usize>,
 }
 
 const fn sig(
@@ -137,7 +147,25 @@ const fn sig(
     causal: CausalArg,
     scale: Option<usize>,
 ) -> Signature {
-    Signature { phase, backend, layout, qkv: [qkv0, qkv0 + 1, qkv0 + 2], mask, dropout, causal, scale }
+    Signature {
+        phase,
+        backend,
+        layout,
+        qkv: [qkv0, qkv0 + 1, qkv0 + 2],
+        mask,
+        dropout,
+        causal,
+        scale,
+        window: None,
+        softcap: None,
+        alibi: None,
+    }
+}
+
+/// flash-attn 2.6+ passes `window_size_left, window_size_right, softcap, alibi_slopes` right after `causal`
+/// in all four of its custom ops (`flash_attn::_flash_attn_{,varlen_}{forward,backward}`).
+const fn with_fa_variants(s: Signature, causal: usize) -> Signature {
+    Signature { window: Some([causal + 1, causal + 2]), softcap: Some(causal + 3), alibi: Some(causal + 4), ..s }
 }
 
 /// The signature of a fused attention operator, or `None` when `name` is not one.
@@ -167,16 +195,21 @@ pub fn signature(name: &str) -> Option<Signature> {
             sig(Fwd, Efficient, Bshd, 0, Some(3), Some(8), CustomMaskType(9), Some(11))
         }
         "aten::_cudnn_attention_forward" => sig(Fwd, Cudnn, Bhsd, 0, Some(3), Some(9), TopLeft(10), Some(12)),
-        "flash_attn::_flash_attn_forward" => sig(Fwd, FlashAttn, Bshd, 0, None, Some(3), BottomRight(5), Some(4)),
-        "flash_attn::_flash_attn_varlen_forward" => sig(
-            Fwd,
-            FlashAttn,
-            QkvLayout::Varlen { cu_q: 3, max_q: 5, max_k: 6 },
-            0,
-            None,
-            Some(7),
-            BottomRight(9),
-            Some(8),
+        "flash_attn::_flash_attn_forward" => {
+            with_fa_variants(sig(Fwd, FlashAttn, Bshd, 0, None, Some(3), BottomRight(5), Some(4)), 5)
+        }
+        "flash_attn::_flash_attn_varlen_forward" => with_fa_variants(
+            sig(
+                Fwd,
+                FlashAttn,
+                QkvLayout::Varlen { cu_q: 3, max_q: 5, max_k: 6 },
+                0,
+                None,
+                Some(7),
+                BottomRight(9),
+                Some(8),
+            ),
+            9,
         ),
         "aten::_scaled_dot_product_flash_attention_backward" => {
             sig(Bwd, Flash, Bhsd, 1, None, Some(10), TopLeft(11), Some(14))
@@ -197,25 +230,41 @@ pub fn signature(name: &str) -> Option<Signature> {
         "aten::_efficient_attention_backward" => {
             sig(Bwd, Efficient, Bshd, 1, Some(4), Some(11), CustomMaskType(14), Some(16))
         }
-        "flash_attn::_flash_attn_backward" => sig(Bwd, FlashAttn, Bshd, 1, None, Some(9), BottomRight(11), Some(10)),
-        "flash_attn::_flash_attn_varlen_backward" => sig(
-            Bwd,
-            FlashAttn,
-            QkvLayout::Varlen { cu_q: 9, max_q: 11, max_k: 12 },
-            1,
-            None,
-            Some(13),
-            BottomRight(15),
-            Some(14),
+        "flash_attn::_flash_attn_backward" => {
+            with_fa_variants(sig(Bwd, FlashAttn, Bshd, 1, None, Some(9), BottomRight(11), Some(10)), 11)
+        }
+        "flash_attn::_flash_attn_varlen_backward" => with_fa_variants(
+            sig(
+                Bwd,
+                FlashAttn,
+                QkvLayout::Varlen { cu_q: 9, max_q: 11, max_k: 12 },
+                1,
+                None,
+                Some(13),
+                BottomRight(15),
+                Some(14),
+            ),
+            15,
         ),
         _ => return generic(name),
     };
     Some(s)
 }
 
-/// Autograd nodes and other flash-attn entry points: recognised by name, no argument positions.
+/// Autograd nodes, FlexAttention's Triton kernels and other flash-attn entry points: recognised by name.
 fn generic(name: &str) -> Option<Signature> {
     let bare = |phase, backend| sig(phase, backend, QkvLayout::None, 0, None, None, CausalArg::None, None);
+    if let Some(phase) = flex_phase(name) {
+        // Inductor launches each Triton kernel under a CPU op of the kernel's name whose inputs are the kernel's
+        // arguments: the template (`triton_tem_`) takes Q, K, V `[B, H, S, D]` first (forward and backward), then
+        // the LSE, the BlockMask's block counts and indices, and the output. Its helpers (the backward's
+        // `triton_red_..._flex_attention_backward` that sums dO·O) carry no Q/K/V.
+        return Some(if name.starts_with("triton_tem_") {
+            sig(phase, AttnBackend::Flex, QkvLayout::Bhsd, 0, None, None, CausalArg::None, None)
+        } else {
+            bare(phase, AttnBackend::Flex)
+        });
+    }
     if name.starts_with("ScaledDotProduct") && name.contains("AttentionBackward") {
         let backend = if name.contains("Flash") {
             AttnBackend::Flash
@@ -238,8 +287,21 @@ fn generic(name: &str) -> Option<Signature> {
     None
 }
 
+/// Forward or backward for a kernel (or its launching op) that Inductor generated for FlexAttention
+/// (`triton_tem_fused_flex_attention_0`, `..._flex_attention_backward_1`, `..._flex_decoding_0`); `None` for any
+/// other name.
+pub fn flex_phase(name: &str) -> Option<Phase> {
+    if !name.starts_with("triton_") || !(name.contains("flex_attention") || name.contains("flex_decoding")) {
+        return None;
+    }
+    Some(if name.contains("backward") { Phase::Bwd } else { Phase::Fwd })
+}
+
 /// The backend a GPU kernel name reveals, if it is an attention kernel.
 pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
+    if flex_phase(kernel).is_some() {
+        return Some(AttnBackend::Flex);
+    }
     let k = kernel.to_ascii_lowercase();
     if k.contains("cudnn") && (k.contains("sdpa") || k.contains("fmha") || k.contains("flash") || k.contains("attn")) {
         Some(AttnBackend::Cudnn)
@@ -277,6 +339,8 @@ mod tests {
             Some(AttnBackend::Efficient)
         );
         assert_eq!(k("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT"), None);
+        assert_eq!(k("triton_tem_fused_flex_attention_backward_1"), Some(AttnBackend::Flex));
+        assert_eq!(k("triton_poi_fused_add_mul_0"), None);
         assert_eq!(k("void (anonymous namespace)::softmax_warp_forward<c10::Half>"), None);
     }
 
@@ -286,5 +350,9 @@ mod tests {
         assert_eq!(signature("ScaledDotProductCudnnAttentionBackward0").map(|s| s.backend), Some(AttnBackend::Cudnn));
         assert!(signature("aten::softmax").is_none());
         assert_eq!(signature("flash_attn::_flash_attn_backward").map(|s| s.phase), Some(Phase::Bwd));
+        let flex = signature("triton_tem_fused_flex_attention_backward_1").unwrap();
+        assert_eq!((flex.backend, flex.phase, flex.layout), (AttnBackend::Flex, Phase::Bwd, QkvLayout::Bhsd));
+        assert_eq!(signature("triton_red_fused_flex_attention_backward_0").map(|s| s.layout), Some(QkvLayout::None));
+        assert!(signature("triton_tem_fused_mm_0").is_none(), "other Inductor templates are not attention");
     }
 }

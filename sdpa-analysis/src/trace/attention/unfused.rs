@@ -7,10 +7,16 @@
 //! come from `Input Dims`: B and H from the 4-d scores (a 3-d `bmm` gives B·H merged), D from the QK
 //! operands, Dv from V. GQA written as transformers' `repeat_kv` (an `expand` of K/V from
 //! `[B, Hkv, 1, S, D]` to `[B, Hkv, n_rep, S, D]` shortly before) gives Hkv.
+//!
+//! Gemma 2's eager attention caps the scores between the QK matmul and the softmax (`s / cap`, `tanh`,
+//! `· cap`): a `tanh` over the scores marks the chain as softcapped (the cap itself is a Python float that
+//! PyTorch records without its value, so it is read only when the trace has it). Its mask is a window built
+//! from positions; the comparisons that built it ([`super::positions`]) turn an explicit mask into the causal
+//! window it is, when they show one.
 
-use super::{AttentionCall, AttnBackend, Kind, MaskInfo, Part, Phase};
+use super::{positions, AttentionCall, AttnBackend, Kind, MaskInfo, Part, Phase, VariantsSeen};
 use crate::trace::tree::{OpTree, NONE};
-use sdpa_core::Shape;
+use sdpa_core::{Diagonal, Shape};
 
 /// What an op can be in the chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +28,8 @@ enum Role {
     Scale,
     Mask,
     Softmax,
+    /// `tanh` over the scores: a logit softcap.
+    Softcap,
     Cast,
     Dropout,
 }
@@ -34,6 +42,7 @@ fn role(name: &str) -> Option<Role> {
         "mul" | "mul_" | "div" | "div_" => Role::Scale,
         "add" | "add_" | "sub" | "masked_fill" | "masked_fill_" | "where" => Role::Mask,
         "softmax" | "_softmax" | "_safe_softmax" => Role::Softmax,
+        "tanh" => Role::Softcap,
         "to" | "_to_copy" | "type_as" => Role::Cast,
         "dropout" | "native_dropout" | "feature_dropout" => Role::Dropout,
         _ => return None,
@@ -51,6 +60,12 @@ struct Chain {
     d: i64,
     parts: Vec<(&'static str, u32)>,
     mask: MaskInfo,
+    /// A `tanh` over the scores came before the softmax.
+    softcap: bool,
+    /// The cap, when a scale op next to the `tanh` recorded its literal.
+    cap: Option<f64>,
+    /// The literal of the last scale op over the scores (the `/ cap` before a `tanh`).
+    last_scale: Option<f64>,
     softmax_seen: bool,
     since_step: usize,
     module: u32,
@@ -93,7 +108,7 @@ pub fn detect(tree: &OpTree<'_>, inside: &[bool], claimed: &[bool]) -> Vec<Atten
                         if a == c.scores.as_slice() && b.len() == a.len() && b[b.len() - 2] == *a.last().unwrap_or(&0) {
                             c.parts.push(("pv", o));
                             let dv = *b.last().unwrap_or(&0);
-                            if let Some(call) = finish(tree, &mut gpu_index, c, o, dv, list, last_end_pos) {
+                            if let Some(call) = finish(tree, &mut gpu_index, c, o, dv, list, last_end_pos, inside) {
                                 out.push(call);
                             }
                             chain = None;
@@ -115,11 +130,28 @@ pub fn detect(tree: &OpTree<'_>, inside: &[bool], claimed: &[bool]) -> Vec<Atten
                         chain = None;
                     }
                 }
+                (Role::Softcap, Some(c)) if !c.softmax_seen => {
+                    if dims(0) != Some(c.scores.as_slice()) {
+                        c.since_step += 1;
+                        continue;
+                    }
+                    c.softcap = true;
+                    c.cap = c.last_scale;
+                    c.parts.push(("softcap", o));
+                    c.since_step = 0;
+                }
                 (Role::Scale | Role::Mask | Role::Cast | Role::Dropout, Some(c)) => {
                     let touches_scores = (0..2).any(|i| dims(i) == Some(c.scores.as_slice()));
                     if !touches_scores {
                         c.since_step += 1;
                         continue;
+                    }
+                    if r == Role::Scale && !c.softmax_seen {
+                        let literal = args.and_then(|a| a.concrete(1)).and_then(super::fused::parse_float);
+                        c.last_scale = literal.filter(|&x| x > 0.0);
+                        if c.softcap && c.cap.is_none() {
+                            c.cap = c.last_scale;
+                        }
                     }
                     let label = match r {
                         Role::Scale => "scale",
@@ -193,7 +225,19 @@ fn start<'a>(tree: &OpTree<'_>, o: u32, dims: &impl Fn(usize) -> Option<&'a [i64
             mask = MaskInfo::Explicit { values: "additive".into(), dims: m.to_vec() };
         }
     }
-    Some(Chain { qk: o, scores, d: a[n - 1], parts: vec![("qk", o)], mask, softmax_seen: false, since_step: 0, module })
+    Some(Chain {
+        qk: o,
+        scores,
+        d: a[n - 1],
+        parts: vec![("qk", o)],
+        mask,
+        softcap: false,
+        cap: None,
+        last_scale: None,
+        softmax_seen: false,
+        since_step: 0,
+        module,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -205,6 +249,7 @@ fn finish(
     dv: i64,
     list: &[u32],
     lookback_floor: usize,
+    inside: &[bool],
 ) -> Option<AttentionCall> {
     let ops = &tree.trace.ops;
     let s = &c.scores;
@@ -263,6 +308,7 @@ fn finish(
             ));
         }
     }
+    let (mask, variants) = mask_and_variants(tree, c, inside, &mut notes);
     let end = pv_op.ts + pv_op.dur;
     let total = gpu.sum(qk.ts, end);
     let kernels = gpu.kernels_between(tree, qk.ts, end);
@@ -294,7 +340,8 @@ fn finish(
         module: tree.module_path(c.qk).into_iter().map(str::to_string).collect(),
         shape,
         dtype,
-        mask: c.mask.clone(),
+        mask,
+        variants,
         scale: None,
         dropout: None,
         q_bshd_strides: false,
@@ -392,6 +439,7 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
             shape: f.shape,
             dtype: f.dtype.clone(),
             mask: f.mask.clone(),
+            variants: f.variants.clone(),
             scale: None,
             dropout: None,
             q_bshd_strides: false,
@@ -407,6 +455,41 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
         });
     }
     out
+}
+
+/// The chain's mask and variants: a `tanh` softcap, and for an explicit mask whose construction shows a causal
+/// window (with `Sq = Sk`, where both diagonals agree), that window: the explicit mask stays (its tensor is
+/// still built and read), and the window says which pairs a fused kernel would have to compute.
+fn mask_and_variants(
+    tree: &OpTree<'_>,
+    c: &Chain,
+    inside: &[bool],
+    notes: &mut Vec<String>,
+) -> (MaskInfo, VariantsSeen) {
+    let mask = c.mask.clone();
+    let mut variants = VariantsSeen::default();
+    let n = c.scores.len();
+    let (sq, sk) = (c.scores[n - 2], c.scores[n - 1]);
+    if let (MaskInfo::Explicit { dims, .. }, Some(&(_, sm))) = (&c.mask, c.parts.iter().find(|(r, _)| *r == "softmax"))
+    {
+        let thread = tree.trace.ops[sm as usize].thread;
+        let ev = positions::evidence(tree, thread, tree.pos[sm as usize] as usize, sq as usize, sk as usize, |o| {
+            inside.get(o as usize).copied().unwrap_or(false)
+        });
+        if ev.causal && sq == sk {
+            notes.push(format!("the explicit mask {dims:?} was built from positions: {}", ev.describe()));
+            if let Some(w) = ev.causal_window() {
+                variants = VariantsSeen::causal_window(w, Diagonal::TopLeft);
+            }
+        }
+    }
+    if c.softcap {
+        variants.variants.softcap = c.cap;
+        variants.softcap_unrecorded = c.cap.is_none();
+        let cap = c.cap.map_or("its cap not recorded".to_string(), |x| format!("cap {x}"));
+        notes.push(format!("tanh between the score matmul and the softmax: a logit softcap (Gemma-2 style), {cap}"));
+    }
+    (mask, variants)
 }
 
 /// Hkv from a `repeat_kv` expand `[B, Hkv, 1, S, D] -> [B, Hkv, n_rep, S, D]` shortly before the QK matmul.

@@ -93,11 +93,22 @@ fn wants_args(name: &str) -> bool {
         "native_dropout",
         "expand",
         "repeat_interleave",
+        // Position comparisons that build causal and windowed masks (`attention::positions`), and the `tanh`
+        // of a softcap.
+        "le",
+        "lt",
+        "ge",
+        "gt",
+        "tanh",
     ];
     if let Some(op) = name.strip_prefix("aten::") {
         return ATEN.contains(&op) || op.contains("attention");
     }
-    name.contains("ttention") || name.starts_with("flash_attn") || name.contains("FlashAttn")
+    // `ttention` also keeps FlexAttention's Triton kernels (`triton_tem_fused_flex_attention_0`).
+    name.contains("ttention")
+        || name.contains("flex_decoding")
+        || name.starts_with("flash_attn")
+        || name.contains("FlashAttn")
 }
 
 pub(crate) struct Collector {

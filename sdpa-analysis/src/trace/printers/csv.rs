@@ -34,6 +34,7 @@ const HEADER: &[&str] = &[
     "band_status",
     "bound",
     "top_kernel",
+    "variants",
 ];
 
 /// Quotes a field when it holds a comma, quote or newline (RFC 4180).
@@ -86,6 +87,7 @@ pub fn render(r: &TraceReport) -> String {
             o(a.band_status),
             o(a.bound.map(|b| format!("{b:?}").to_lowercase())),
             a.kernels.first().map(|k| k.name.clone()).unwrap_or_default(),
+            a.variants.clone(),
         ];
         out.push_str(&row.iter().map(|f| field(f)).collect::<Vec<_>>().join(","));
         out.push('\n');

@@ -55,7 +55,7 @@ pub fn render(r: &TraceReport) -> String {
                 o.module,
                 o.shape_label(),
                 o.dtype.as_deref().unwrap_or("-"),
-                o.mask,
+                o.mask_and_variants(),
                 o.count,
                 o.total_us,
                 o.mean_us,

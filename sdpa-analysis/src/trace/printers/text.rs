@@ -40,7 +40,7 @@ pub fn render(r: &TraceReport) -> String {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<22} {:>5} {:>10} {:>9} {:>7} {:>7} {:<12}",
+            "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<38} {:>5} {:>10} {:>9} {:>7} {:>7} {:<12}",
             "kind",
             "pass",
             "backend",
@@ -64,14 +64,14 @@ pub fn render(r: &TraceReport) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 s,
-                "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<22} {:>5} {:>10.1} {:>9.1} {:>7} {:>7} {:<12}",
+                "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<38} {:>5} {:>10.1} {:>9.1} {:>7} {:>7} {:<12}",
                 o.kind.name(),
                 o.phase.name(),
                 o.backend.name(),
                 truncate(module, 28),
                 o.shape_label(),
                 o.dtype.as_deref().unwrap_or("-"),
-                truncate(&o.mask, 22),
+                truncate(&o.mask_and_variants(), 38),
                 o.count,
                 o.total_us,
                 o.mean_us,
