@@ -116,7 +116,8 @@ def normalize_spec(obj, out):
     spec["dtypes"] = [DTYPE_ALIASES[d.lower()] for d in spec.get("dtypes", ["f32"])]
     spec["masks"] = [MASK_ALIASES[m.lower()] for m in spec.get("masks", ["none"])]
     spec["layouts"] = [l.lower() for l in spec.get("layouts", ["bhsd"])]
-    spec["variants"] = list(spec.get("variants") or [{}])
+    v = spec.get("variants")
+    spec["variants"] = [v] if isinstance(v, dict) else list(v or [{}])  # one object or a list, as BenchSpec reads
     for l in spec["layouts"]:
         if l not in ("bhsd", "bshd"):
             raise ValueError(f"unknown layout {l}")
@@ -707,6 +708,9 @@ def variants_self_test(presets):
     spec = []
     normalize_spec({"dtypes": ["bf16"], "masks": ["none"], "variants": [{"softcap": 30.0}],
                     "shapes": [{"b": 1, "hq": 2, "hkv": 1, "sq": 3, "sk": 5, "d": 8, "dv": 8}]}, spec)
+    assert spec[0]["variants"] == [{"softcap": 30.0}]
+    spec = []
+    normalize_spec({"variants": {"softcap": 30.0}, "shapes": []}, spec)
     assert spec[0]["variants"] == [{"softcap": 30.0}]
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:

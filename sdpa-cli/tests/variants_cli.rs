@@ -381,6 +381,10 @@ fn reports_keep_variants_apart_and_compare_them_with_plain_attention() {
     let section = section.split("###").next().expect("section");
     assert!(section.contains("pytorch:best (6"), "{section}");
     assert!(section.contains("| cuda | fa2 | 3.000 |") && section.contains("2.00x"), "{section}");
+    // The speedup summary pools ratios per variants, never across them.
+    assert!(md.contains("| bf16 | window 4096,0 tl | cuda:fa2 | pytorch:best | 1 | 2.000x |"), "{md}");
+    assert!(md.contains("| bf16 | softcap 50 | cuda:fa2 | pytorch:best | 1 | 2.000x |"), "{md}");
+    assert!(md.contains("| bf16 | - | cuda:fa2 | pytorch:best | 1 | 0.583x |"), "{md}");
     // The variants table: time against the same kernel without variants (3 / 12, 13 / 12).
     let table = md.split("## Variants against plain attention").nth(1).expect("variants table");
     assert!(table.contains("0.250x") && table.contains("1.083x"), "{table}");

@@ -176,6 +176,8 @@ pub struct SpeedupSummary {
     pub platform: String,
     /// Element type.
     pub dtype: DType,
+    /// The variants' label (empty: plain attention): ratios of different variants are never pooled.
+    pub variants: String,
     /// `backend:kernel`.
     pub series: String,
     /// The baseline(s) the ratios are against.
@@ -437,8 +439,8 @@ impl ResultsReport {
     /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min
     /// and max, over the groups where the baseline ran (the seed reports' "ours vs PyTorch" line).
     pub fn speedup_summary(&self) -> Vec<SpeedupSummary> {
-        // (platform, dtype rank, series index) -> (dtype, ratios, baselines used).
-        type Tally = BTreeMap<(String, u8, usize), (DType, Vec<f64>, Vec<String>)>;
+        // (platform, dtype rank, variants, series index) -> (dtype, ratios, baselines used).
+        type Tally = BTreeMap<(String, u8, String, usize), (DType, Vec<f64>, Vec<String>)>;
         let mut acc = Tally::new();
         for g in &self.groups {
             let Some((base, _)) = &g.baseline else { continue };
@@ -447,11 +449,8 @@ impl ResultsReport {
                 let (Some(sp), Some(idx)) = (r.speedup, self.series.iter().position(|s| *s == r.series)) else {
                     continue;
                 };
-                let e = acc.entry((g.platform.clone(), dtype_rank(g.dtype), idx)).or_insert((
-                    g.dtype,
-                    Vec::new(),
-                    Vec::new(),
-                ));
+                let key = (g.platform.clone(), dtype_rank(g.dtype), g.variants_label.clone(), idx);
+                let e = acc.entry(key).or_insert((g.dtype, Vec::new(), Vec::new()));
                 e.1.push(sp);
                 if !e.2.contains(base) {
                     e.2.push(base.clone());
@@ -459,13 +458,14 @@ impl ResultsReport {
             }
         }
         acc.into_iter()
-            .map(|((platform, _, idx), (dtype, mut v, bases))| {
+            .map(|((platform, _, variants, idx), (dtype, mut v, bases))| {
                 v.sort_by(f64::total_cmp);
                 let n = v.len();
                 let median = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
                 SpeedupSummary {
                     platform,
                     dtype,
+                    variants,
                     series: self.series[idx].clone(),
                     baseline: bases.join(", "),
                     configurations: n,

@@ -127,7 +127,7 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
 
 /// Speedup summary table: per platform, dtype and series, the median, min and max ratio to the baseline.
 fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
-    let head = ["platform", "dtype", "backend:kernel", "against", "configurations", "median", "min", "max"]
+    let head = ["platform", "dtype", "variants", "backend:kernel", "against", "configurations", "median", "min", "max"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -138,6 +138,7 @@ fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
             vec![
                 s.platform,
                 s.dtype.to_string(),
+                if s.variants.is_empty() { "-".into() } else { s.variants },
                 s.series,
                 s.baseline,
                 s.configurations.to_string(),
