@@ -297,7 +297,13 @@ def flex_call(torch, q, k, v, s, mask, variants, scale):
         raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if "flex" not in _FLEX:
-        _FLEX["flex"] = torch.compile(flex_attention)
+        # Every case brings its own block mask and score_mod, so dynamo recompiles per case; past its default
+        # limit (8) it would fall back to eager flex and time that instead. Static shapes: one kernel per case.
+        cfg = torch._dynamo.config
+        for name, want in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096)):
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(getattr(cfg, name), want))
+        _FLEX["flex"] = torch.compile(flex_attention, dynamic=False)
     flex = _FLEX["flex"]
     sq, sk = s["sq"], s["sk"]
     lo, hi = band(mask, variants, sq, sk)

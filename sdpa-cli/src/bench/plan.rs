@@ -299,23 +299,14 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
     // Same inputs next to each other, so one set serves every backend, kernel and variant; within them the
     // same case together. (Stable sort by first appearance.)
     let mut inputs_order: HashMap<(DType, Shape, Mask, Layout), usize> = HashMap::new();
-    let mut order: HashMap<&Case, usize> = HashMap::new();
+    let mut order: HashMap<Case, usize> = HashMap::new();
     for c in &plan.configs {
         let next = inputs_order.len();
         inputs_order.entry(c.case.inputs_key()).or_insert(next);
         let next = order.len();
-        order.entry(&c.case).or_insert(next);
+        order.entry(c.case.clone()).or_insert(next);
     }
-    let rank = |c: &Config| {
-        (
-            inputs_order.get(&c.case.inputs_key()).copied().unwrap_or(usize::MAX),
-            order.get(&c.case).copied().unwrap_or(usize::MAX),
-        )
-    };
-    let ranks: Vec<(usize, usize)> = plan.configs.iter().map(rank).collect();
-    let mut indexed: Vec<(usize, Config)> = plan.configs.drain(..).enumerate().collect();
-    indexed.sort_by_key(|(i, _)| ranks[*i]);
-    plan.configs = indexed.into_iter().map(|(_, c)| c).collect();
+    plan.configs.sort_by_cached_key(|c| (inputs_order.get(&c.case.inputs_key()).copied(), order.get(&c.case).copied()));
     // Identical requests (overlapping sweeps) run once.
     let mut seen = HashSet::new();
     plan.configs.retain(|c| seen.insert((c.case.clone(), c.backend.clone(), c.kernel, c.f32_math)));
@@ -358,5 +349,42 @@ fn plan_case(
     let any_device = ["cpu", "cuda"].iter().any(|d| pytorch_seen.contains(&(d.to_string(), case.clone())));
     if only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case.clone())) {
         plan.pytorch_cases.push(("cpu".to_string(), case, timing));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::Window;
+
+    /// Variants multiply the sweep like any list; the configurations of one set of inputs stay together (the
+    /// sweep builds inputs once for all of them), and PyTorch gets every case with its variants.
+    #[test]
+    fn variants_are_swept_next_to_the_inputs_they_share() {
+        let win = Variants { window: Some(Window::left(4)), ..Default::default() };
+        let cap = Variants { softcap: Some(30.0), ..Default::default() };
+        let spec = BenchSpec {
+            backends: vec!["reference".into(), "cpu".into()],
+            kernels: vec!["unfused".into()],
+            dtypes: vec![DType::F32],
+            shapes: vec![Shape::new(1, 2, 16, 16, 8), Shape::new(1, 2, 32, 32, 8)],
+            masks: vec!["causal".into()],
+            variants: vec![Variants::default(), win.clone(), cap.clone()],
+            ..Default::default()
+        };
+        let plan = build(std::slice::from_ref(&spec), &Overrides::default(), "t", true).expect("plan");
+        assert_eq!(plan.configs.len(), 2 * 3 * 2);
+        // Inputs change only where the shape does: once in the whole plan.
+        let changes = plan.configs.windows(2).filter(|w| w[0].case.inputs_key() != w[1].case.inputs_key()).count();
+        assert_eq!(changes, 1);
+        let cases: Vec<&Variants> = plan.pytorch_cases.iter().map(|(_, c, _)| &c.variants).collect();
+        assert_eq!(cases, vec![&Variants::default(), &win, &cap, &Variants::default(), &win, &cap]);
+        // The flags' variants replace the spec's list.
+        let over = Overrides { variants: vec![cap.clone()], ..Default::default() };
+        let plan = build(std::slice::from_ref(&spec), &over, "t", true).expect("plan");
+        assert!(plan.configs.iter().all(|c| c.case.variants == cap) && plan.configs.len() == 4);
+        // Identical cases from overlapping sweeps run once; the same case with other variants does not merge.
+        let plan = build(&[spec.clone(), spec], &Overrides::default(), "t", true).expect("plan");
+        assert_eq!(plan.configs.len(), 12);
     }
 }
