@@ -248,7 +248,7 @@ fn the_variants_preset_plans_the_issues_cases() {
         "cuda auto bf16 causal [window 4096,0 tl · softcap 50] bhsd",
         "cuda fa2 bf16 causal [alibi standard tl] bhsd B=1 Hq=16 Hkv=16 Sq=8192",
         "cuda fa2 bf16 causal bhsd B=1 Hq=16 Hkv=16 Sq=8192",
-        "cpu fa2 f32 causal [window 1024,0 tl] bhsd B=1 Hq=8 Hkv=8 Sq=16384",
+        "cpu fa2 f32 causal [window 1024,0 tl] bhsd B=1 Hq=4 Hkv=4 Sq=16384",
         "cpu fa2 bf16 causal [softcap 50] bhsd",
     ] {
         assert!(text.contains(want), "missing `{want}`:\n{text}");

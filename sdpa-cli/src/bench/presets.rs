@@ -31,7 +31,7 @@ pub const PRESETS: [(&str, &str, &str); 6] = [
     ),
     (
         "variants",
-        "issue 22's window, softcap and ALiBi cases: GPU bf16 B=1 H=16 D=128 S=8k/32k, CPU f32/bf16 B=1 H=8 D=128 S=16k, causal",
+        "issue 22's window, softcap and ALiBi cases: GPU bf16 B=1 H=16 D=128 S=8k/32k, CPU f32/bf16 B=1 H=4 D=128 S=16k, causal",
         include_str!("../../../bench/presets/variants.json"),
     ),
 ];
