@@ -68,7 +68,20 @@ impl VariantArgs {
 /// Reads `--alibi-slopes FILE`: finite floats separated by whitespace or commas (the count is checked
 /// against Hq with the shape).
 pub fn read_slopes(path: &Path) -> Result<Vec<f32>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read ALiBi slopes {}", path.display()))?;
+    use std::io::Read;
+    // Bounded, so a wrong path (a device, a huge file) fails at once instead of filling memory.
+    const MAX_BYTES: u64 = 4 << 20;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_BYTES + 1).read_to_string(&mut text))
+        .with_context(|| format!("cannot read ALiBi slopes {}", path.display()))?;
+    if text.len() as u64 > MAX_BYTES {
+        bail!(
+            "ALiBi slopes {}: larger than {} MiB (expected one float per query head)",
+            path.display(),
+            MAX_BYTES >> 20
+        );
+    }
     parse_slopes(&text).with_context(|| format!("ALiBi slopes {}", path.display()))
 }
 

@@ -153,6 +153,7 @@ fn bad_variant_flags_are_refused_with_one_clear_line() {
         (&["--alibi-slopes", "missing.txt", "--mask", "causal"], "cannot read ALiBi slopes"),
         (&["--alibi-slopes", "junk.txt", "--mask", "causal"], "slope 2 `half` is not a number"),
         (&["--alibi-slopes", "empty.txt", "--mask", "causal"], "no slopes"),
+        (&["--alibi-slopes", "/dev/zero", "--mask", "causal"], "larger than 4 MiB"),
         // Four query heads, two slopes.
         (&["--alibi-slopes", "two.txt", "--mask", "causal"], "2 ALiBi slopes given for Hq = 4"),
         // No diagonal named: the mask is not causal and --diagonal is missing.
