@@ -738,7 +738,9 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--out", help="output file (default: stdout)")
     p.add_argument("--kernels", help="comma-separated: " + ", ".join(KERNELS) +
-                   " (default: all on cuda; default, flash, math, unfused on cpu)")
+                   " (default, plain cases: all but flex on cuda, default, flash, math, unfused on cpu; cases with "
+                   "variants: flex, default, unfused on cuda, default, unfused on cpu; on cuda the plain cases of a "
+                   "variant sweep add flex)")
     p.add_argument("--warmup", type=int, help="untimed calls (default: the spec's, else 3)")
     p.add_argument("--reps", type=int, help="most timed calls per configuration (default: the spec's, else 20)")
     p.add_argument("--max-time", type=float, help="seconds per configuration (default: the spec's, else 2)")
