@@ -9,6 +9,16 @@ Kernels (each one a record per configuration, or a "not run" entry with PyTorch'
   cudnn      SDPBackend.CUDNN_ATTENTION (PyTorch >= 2.4, CUDA only)
   math       SDPBackend.MATH (PyTorch's own unfused composite)
   unfused    the eager-model pattern written out: Q.K^T * scale (+ mask), softmax in f32, cast, P.V
+  flex       FlexAttention compiled (torch.compile(flex_attention)), CUDA: a block mask (create_block_mask) for
+             causal masks and windows, a score_mod for softcap and ALiBi
+
+Variants (a spec's `variants` list, sdpa_core::Variants: sliding window, softcap, ALiBi; bench/sdpa_common.py
+has the translation): on CUDA `flex` runs them natively and the SDPA kernels run with the equivalent explicit
+mask (recorded as `default+mask`, `efficient+mask`, ...); on the CPU the SDPA kernels take the explicit mask.
+A softcap has no mask form: SDPA kernels are then not run, and `unfused` is the eager Gemma-2 pattern (matmul,
+tanh, mask, softmax, matmul). Variant cases run flex, default and unfused on CUDA, default and unfused on the CPU
+(unless --kernels says otherwise); on CUDA the plain cases of the same sweep add flex. Each record carries the
+same `variants` object as sdpa bench's, diagonal written out, so `sdpa report` pairs them.
 
 Usage:
   python3 bench/pytorch_sdpa.py --spec bench/presets/fa2bench.json --device cuda --out torch.json
@@ -36,10 +46,16 @@ import time
 # The cost model, tolerances and CPU model, shared with bench/cpu and sdpa-cuda/dev (this file's folder is on
 # sys.path when it runs as a script).
 from sdpa_common import TOLERANCE, cost, cpu_model, pairs_per_head
+from sdpa_common import alibi_slopes, band, diag_offset, normalize_variants, variant_label
 from sdpa_common import self_test as cost_self_test
 
 FORMAT = "sdpa-bench-v1"
-KERNELS = ["default", "flash", "efficient", "cudnn", "math", "unfused"]
+KERNELS = ["default", "flash", "efficient", "cudnn", "math", "unfused", "flex"]
+# The kernels each device runs when --kernels does not say: plain cases, then cases with variants.
+PLAIN_KERNELS = {"cuda": ["default", "flash", "efficient", "cudnn", "math", "unfused"],
+                 "cpu": ["default", "flash", "math", "unfused"]}
+VARIANT_KERNELS = {"cuda": ["flex", "default", "unfused"], "cpu": ["default", "unfused"]}
+SDPA_KERNELS = ("default", "flash", "efficient", "cudnn", "math")
 DTYPE_ALIASES = {"f32": "f32", "fp32": "f32", "float32": "f32", "f16": "f16", "fp16": "f16", "float16": "f16",
                  "half": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 MASK_ALIASES = {"none": "none", "causal": "causal", "causal-tl": "causal", "causal_top_left": "causal",
@@ -86,7 +102,7 @@ def normalize_spec(obj, out):
         normalize_spec(obj["spec"], out)
         return
     spec = dict(obj)
-    for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts")]:
+    for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts"), ("variant", "variants")]:
         if one in spec:
             v = spec.pop(one)
             spec[many] = v if isinstance(v, list) else [v]
@@ -100,6 +116,8 @@ def normalize_spec(obj, out):
     spec["dtypes"] = [DTYPE_ALIASES[d.lower()] for d in spec.get("dtypes", ["f32"])]
     spec["masks"] = [MASK_ALIASES[m.lower()] for m in spec.get("masks", ["none"])]
     spec["layouts"] = [l.lower() for l in spec.get("layouts", ["bhsd"])]
+    v = spec.get("variants")
+    spec["variants"] = [v] if isinstance(v, dict) else list(v or [{}])  # one object or a list, as BenchSpec reads
     for l in spec["layouts"]:
         if l not in ("bhsd", "bshd"):
             raise ValueError(f"unknown layout {l}")
@@ -110,6 +128,7 @@ def normalize_spec(obj, out):
 
 
 def load_cases(path):
+    """(dtype, shape, mask, layout, timing, variants) per configuration, variants normalised ({} when plain)."""
     with open(path) as f:
         raw = json.load(f)
     specs = []
@@ -120,12 +139,37 @@ def load_cases(path):
         for dt in sp["dtypes"]:
             for s in sp["shapes"]:
                 for m in sp["masks"]:
-                    for l in sp["layouts"]:
-                        key = (dt, tuple(sorted(s.items())), m, l)
-                        if key not in seen:
-                            seen.add(key)
-                            cases.append((dt, dict(s), m, l, timing))
+                    for raw_v in sp["variants"]:
+                        v = normalize_variants(raw_v, m)
+                        alibi_slopes(v, s["hq"])  # the slope count against Hq, before anything runs
+                        for l in sp["layouts"]:
+                            key = (dt, tuple(sorted(s.items())), m, l, json.dumps(v, sort_keys=True))
+                            if key not in seen:
+                                seen.add(key)
+                                cases.append((dt, dict(s), m, l, timing, v))
     return cases
+
+
+def inputs_key(dtype, s, mask, layout):
+    return (dtype, tuple(sorted(s.items())), mask, layout)
+
+
+def case_kernels(dev_type, variants, in_variant_sweep, asked):
+    """The kernels a case runs: --kernels when given, else the device's list for plain or variant cases; the
+    plain cases of a variant sweep on CUDA add flex (Flex's plain causal call is the issue's reference)."""
+    if asked:
+        return asked
+    if variants:
+        return list(VARIANT_KERNELS[dev_type])
+    kernels = list(PLAIN_KERNELS[dev_type])
+    if dev_type == "cuda" and in_variant_sweep:
+        kernels.append("flex")
+    return kernels
+
+
+def recorded_kernel(kernel, variants):
+    """What the record names: SDPA kernels given a variant's mask are `<kernel>+mask`."""
+    return f"{kernel}+mask" if variants and kernel in SDPA_KERNELS else kernel
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -186,7 +230,7 @@ def make_inputs(torch, dev, dtype, s, mask, layout, seed):
 def backend_context(torch, kernel):
     """A context manager restricting SDPA to one backend, or None when this PyTorch lacks it."""
     import contextlib
-    if kernel in ("default", "unfused"):
+    if kernel in ("default", "unfused", "flex"):
         return contextlib.nullcontext()
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -199,11 +243,124 @@ def backend_context(torch, kernel):
     return sdpa_kernel(getattr(SDPBackend, name))
 
 
-def build_call(torch, kernel, q, k, v, s, mask, explicit):
+def variant_mask(torch, q, s, mask, variants, explicit):
+    """The explicit mask equivalent to the case's mask and variants, for SDPA and the eager pattern: boolean
+    (keys kept) when there is no bias, else additive in Q's dtype ([1, Hq, Sq, Sk] with ALiBi: -slope·distance,
+    -inf outside the band). None when nothing masks."""
+    dev = q.device
+    sq, sk = s["sq"], s["sk"]
+    lo, hi = band(mask, variants, sq, sk)
+    keep = None
+    if lo is not None or hi is not None:
+        i = torch.arange(sq, device=dev).view(-1, 1)
+        j = torch.arange(sk, device=dev).view(1, -1)
+        keep = torch.ones((sq, sk), dtype=torch.bool, device=dev)
+        if lo is not None:
+            keep &= j >= i + lo
+        if hi is not None:
+            keep &= j <= i + hi
+    if mask == "bool":
+        keep = explicit if keep is None else keep & explicit
+    slopes = alibi_slopes(variants, s["hq"])
+    additive = explicit if mask == "additive" else None
+    if slopes is None and additive is None:
+        return keep
+    # Additive: built per head in f32 and stored in Q's dtype (an f32 [Hq, Sq, Sk] copy would not fit at 32k).
+    per_batch = additive is not None or (keep is not None and keep.dim() == 4)
+    out = torch.empty((s["b"] if per_batch else 1, s["hq"], sq, sk), dtype=q.dtype, device=dev)
+    dist = None
+    if slopes is not None:
+        i = torch.arange(sq, device=dev, dtype=torch.float32).view(-1, 1)
+        j = torch.arange(sk, device=dev, dtype=torch.float32).view(1, -1)
+        dist = (j - (i + diag_offset(variants.get("diagonal"), sq, sk))).abs()
+    for h in range(s["hq"]):
+        for b in range(out.shape[0]):
+            x = torch.zeros((sq, sk), dtype=torch.float32, device=dev) if dist is None else dist * -slopes[h]
+            if additive is not None:
+                x = x + additive[b, h].float()
+            if keep is not None:
+                kh = keep if keep.dim() == 2 else keep[b, h]
+                x = x.masked_fill(~kh, float("-inf"))
+            out[b, h] = x.to(q.dtype)
+    return out
+
+
+_FLEX = {}
+
+
+def flex_call(torch, q, k, v, s, mask, variants, scale):
+    """FlexAttention compiled: a block mask for the causal mask and the window, a score_mod for softcap and
+    ALiBi (both built here, outside the timed call)."""
+    if q.device.type != "cuda":
+        raise NotImplementedError("flex runs on CUDA here (the CPU compares with SDPA given the equivalent mask)")
+    if mask in ("bool", "additive"):
+        raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if "flex" not in _FLEX:
+        # Every case brings its own block mask and score_mod, so dynamo recompiles per case; past its default
+        # limit (8) it would fall back to eager flex and time that instead. Static shapes: one kernel per case.
+        cfg = torch._dynamo.config
+        for name, want in (("recompile_limit", 256), ("cache_size_limit", 256), ("accumulated_recompile_limit", 4096)):
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(getattr(cfg, name), want))
+        _FLEX["flex"] = torch.compile(flex_attention, dynamic=False)
+    flex = _FLEX["flex"]
+    sq, sk = s["sq"], s["sk"]
+    lo, hi = band(mask, variants, sq, sk)
+    block_mask = None
+    if lo is not None or hi is not None:
+        def mask_mod(b, h, qi, kj):
+            if lo is None:
+                return kj <= qi + hi
+            if hi is None:
+                return kj >= qi + lo
+            return (kj >= qi + lo) & (kj <= qi + hi)
+        block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=sq, KV_LEN=sk, device=q.device)
+    cap = variants.get("softcap")
+    slopes = alibi_slopes(variants, s["hq"])
+    slopes_t = None if slopes is None else torch.tensor(slopes, dtype=torch.float32, device=q.device)
+    off = diag_offset(variants.get("diagonal"), sq, sk)
+
+    def variant_scores(score, b, h, qi, kj):
+        if cap is not None:
+            score = cap * torch.tanh(score / cap)
+        if slopes_t is not None:
+            score = score - slopes_t[h] * (kj - (qi + off)).abs()
+        return score
+    score_mod = variant_scores if cap is not None or slopes_t is not None else None
+    gqa = s["hq"] != s["hkv"]
+
+    def run():
+        return flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+    return run
+
+
+def build_call(torch, kernel, q, k, v, s, mask, explicit, variants=None):
     """A zero-argument function running one forward call."""
     F = torch.nn.functional
     group = s["hq"] // s["hkv"]
     scale = 1.0 / math.sqrt(s["d"])
+    variants = variants or {}
+    if kernel == "flex":
+        return flex_call(torch, q, k, v, s, mask, variants, scale)
+    if kernel == "unfused" and variants:
+        kk = k.repeat_interleave(group, dim=1) if group > 1 else k
+        vv = v.repeat_interleave(group, dim=1) if group > 1 else v
+        bias = variant_mask(torch, q, s, mask, variants, explicit)
+        if bias is not None and bias.dtype == torch.bool:
+            bias = torch.zeros(bias.shape, device=q.device, dtype=q.dtype).masked_fill(~bias, float("-inf"))
+        cap = variants.get("softcap")
+
+        def run_eager():
+            # Gemma 2's eager attention: scale, cap (tanh) in the working dtype, bias/mask, softmax in f32.
+            scores = torch.matmul(q, kk.transpose(-2, -1)) * scale
+            if cap is not None:
+                scores = torch.tanh(scores / cap) * cap
+            if bias is not None:
+                scores = scores + bias
+            p = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            return torch.matmul(p, vv)
+        return run_eager
     if kernel == "unfused":
         kk = k.repeat_interleave(group, dim=1) if group > 1 else k
         vv = v.repeat_interleave(group, dim=1) if group > 1 else v
@@ -229,7 +386,13 @@ def build_call(torch, kernel, q, k, v, s, mask, explicit):
 
     kwargs = {"scale": scale}
     attn_mask = None
-    if mask == "causal":
+    if variants:
+        # The variants as an explicit mask (a window's band, ALiBi's bias); a softcap has no mask form.
+        if variants.get("softcap") is not None:
+            raise NotImplementedError("a softcap has no mask form in SDPA (see the unfused record: eager matmul, "
+                                      "tanh, mask, softmax, matmul)")
+        attn_mask = variant_mask(torch, q, s, mask, variants, explicit)
+    elif mask == "causal":
         kwargs["is_causal"] = True
     elif mask == "causal-br":
         from torch.nn.attention.bias import causal_lower_right
@@ -250,11 +413,14 @@ def build_call(torch, kernel, q, k, v, s, mask, explicit):
     return run
 
 
-def reference_check(torch, q, k, v, out, s, mask, explicit, dtype):
+def reference_check(torch, q, k, v, out, s, mask, explicit, dtype, variants=None):
     """Compares sampled output rows with a float64 recomputation; sdpa-core's CheckReport fields."""
     group = s["hq"] // s["hkv"]
     scale = 1.0 / math.sqrt(s["d"])
     rows = sampled_rows(s["b"] * s["hq"] * s["sq"], check_rows(s))
+    variants = variants or {}
+    lo, hi = band(mask, variants, s["sq"], s["sk"])
+    slopes = alibi_slopes(variants, s["hq"])
     by_head = {}
     for r in rows:
         i, bh = r % s["sq"], r // s["sq"]
@@ -270,11 +436,17 @@ def reference_check(torch, q, k, v, out, s, mask, explicit, dtype):
         sc = qd @ kd.T * scale
         ic = torch.tensor(idx).view(-1, 1)
         j = torch.arange(s["sk"]).view(1, -1)
-        if mask == "causal":
-            sc = sc.masked_fill(j > ic, float("-inf"))
-        elif mask == "causal-br":
-            sc = sc.masked_fill(j > ic + (s["sk"] - s["sq"]), float("-inf"))
-        elif mask == "bool":
+        # sdpa-core's score: softcap, then ALiBi from the diagonal, then the band (causal mask and window).
+        if variants.get("softcap") is not None:
+            cap = variants["softcap"]
+            sc = cap * torch.tanh(sc / cap)
+        if slopes is not None:
+            sc = sc - slopes[h] * (j - (ic + diag_offset(variants.get("diagonal"), s["sq"], s["sk"]))).abs().double()
+        if lo is not None:
+            sc = sc.masked_fill(j < ic + lo, float("-inf"))
+        if hi is not None:
+            sc = sc.masked_fill(j > ic + hi, float("-inf"))
+        if mask == "bool":
             sc = sc.masked_fill(~explicit[b, h].index_select(0, ii).cpu(), float("-inf"))
         elif mask == "additive":
             sc = sc + explicit[b, h].index_select(0, ii).double().cpu()
@@ -363,13 +535,14 @@ def run(args):
     if args.threads:
         torch.set_num_threads(args.threads)
     device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_model()
-    # efficient and cudnn exist only on CUDA; on the CPU the default list leaves them out.
-    default_kernels = KERNELS if dev.type == "cuda" else ["default", "flash", "math", "unfused"]
-    kernels = [k.strip() for k in (args.kernels or ",".join(default_kernels)).split(",") if k.strip()]
-    for k in kernels:
+    # efficient and cudnn exist only on CUDA; on the CPU the default lists leave them out (PLAIN_KERNELS).
+    asked = [k.strip() for k in (args.kernels or "").split(",") if k.strip()]
+    for k in asked:
         if k not in KERNELS:
             raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
     cases = load_cases(args.spec)
+    # Plain cases whose inputs also run with variants: the plain point of a variant sweep.
+    variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5]}
     commit, date, mach = git_commit(), utc_now(), machine()
     if dev.type == "cpu":
         # The instruction set ATen's CPU kernels dispatched to (ATEN_CPU_CAPABILITY may have lowered it).
@@ -380,53 +553,62 @@ def run(args):
             mach += f", oneDNN max ISA {os.environ.get('ONEDNN_MAX_CPU_ISA')}"
     result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
               "date": date, "records": [], "skipped": []}
-    for n, (dtype, s, mask, layout, timing) in enumerate(cases):
+    for n, (dtype, s, mask, layout, timing, variants) in enumerate(cases):
         # Flags given on the command line beat the spec's per-sweep values, which beat the defaults.
         warmup = args.warmup if args.warmup is not None else timing.get("warmup", 3)
         reps = args.reps if args.reps is not None else timing.get("reps", 20)
         budget = args.max_time if args.max_time is not None else timing.get("max_time_s", 2.0)
-        label = (f"{dtype} {mask} {layout} B={s['b']} Hq={s['hq']} Hkv={s['hkv']} Sq={s['sq']} Sk={s['sk']} "
-                 f"D={s['d']}")
+        vlabel = variant_label(variants)
+        label = (f"{dtype} {mask}{f' [{vlabel}]' if vlabel else ''} {layout} B={s['b']} Hq={s['hq']} Hkv={s['hkv']} "
+                 f"Sq={s['sq']} Sk={s['sk']} D={s['d']}")
+        kernels = case_kernels(dev.type, variants, inputs_key(dtype, s, mask, layout) in variant_inputs, asked)
         try:
             q, k, v, explicit = make_inputs(torch, dev, dtype, s, mask, layout, args.seed)
         except RuntimeError as e:  # out of memory, typically
             for kern in kernels:
-                result["skipped"].append(skip(kern, dtype, s, mask, layout, f"inputs: {first_line(e)}", True))
+                result["skipped"].append(skip(recorded_kernel(kern, variants), dtype, s, mask, layout,
+                                              f"inputs: {first_line(e)}", True, variants))
             continue
         for kern in kernels:
+            name = recorded_kernel(kern, variants)
             ctx = backend_context(torch, kern)
             if ctx is None:
-                result["skipped"].append(skip(kern, dtype, s, mask, layout,
-                                              f"this PyTorch ({torch.__version__}) has no {kern} backend", False))
+                result["skipped"].append(skip(name, dtype, s, mask, layout,
+                                              f"this PyTorch ({torch.__version__}) has no {kern} backend", False,
+                                              variants))
                 continue
             try:
                 with ctx:
-                    fn = build_call(torch, kern, q, k, v, s, mask, explicit)
+                    fn = build_call(torch, kern, q, k, v, s, mask, explicit, variants)
                     out = fn()
                     if dev.type == "cuda":
                         torch.cuda.synchronize()
-                    check = None if args.no_check else reference_check(torch, q, k, v, out, s, mask, explicit, dtype)
+                    check = None if args.no_check else reference_check(torch, q, k, v, out, s, mask, explicit, dtype,
+                                                                       variants)
                     del out
                     times = time_calls(torch, dev, fn, warmup, reps, budget)
-            except (RuntimeError, NotImplementedError, ValueError) as e:
-                # "No available kernel" and friends: this backend cannot run this configuration here.
+                    del fn  # an explicit mask can take gigabytes
+            except (RuntimeError, NotImplementedError, ValueError, ImportError) as e:
+                # "No available kernel", out of memory and friends: this kernel cannot run this case here.
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
-                result["skipped"].append(skip(kern, dtype, s, mask, layout, first_line(e), False))
-                print(f"[{n + 1}/{len(cases)}] pytorch {kern} {label}: not run: {first_line(e)}", file=sys.stderr)
+                result["skipped"].append(skip(name, dtype, s, mask, layout, first_line(e), False, variants))
+                print(f"[{n + 1}/{len(cases)}] pytorch {name} {label}: not run: {first_line(e)}", file=sys.stderr)
                 continue
             times.sort()
             med = statistics.median(times)
-            flops, nbytes = cost(s, mask, dtype)
-            rec = {"backend": "pytorch", "kernel": kern, "device": device_name, "dtype": dtype, "shape": s,
+            flops, nbytes = cost(s, mask, dtype, variants)
+            rec = {"backend": "pytorch", "kernel": name, "device": device_name, "dtype": dtype, "shape": s,
                    "mask": mask, "layout": layout, "f32_math": "exact" if dtype == "f32" else None,
                    "threads": torch.get_num_threads() if dev.type == "cpu" else None,
                    "time_ms": {"median": med, "min": times[0], "max": times[-1], "reps": len(times)},
                    "tflops": flops / (med * 1e-3) / 1e12, "gbps": nbytes / (med * 1e-3) / 1e9,
                    "check": check, "peak_mem_bytes": None, "commit": commit, "date": date, "machine": mach}
+            if variants:
+                rec["variants"] = variants
             result["records"].append(rec)
             status = "" if check is None else (" check pass" if check["pass"] else " check FAIL")
-            print(f"[{n + 1}/{len(cases)}] pytorch {kern} {label}: {med:.4f} ms {rec['tflops']:.3f} TFLOP/s{status}",
+            print(f"[{n + 1}/{len(cases)}] pytorch {name} {label}: {med:.4f} ms {rec['tflops']:.3f} TFLOP/s{status}",
                   file=sys.stderr)
         del q, k, v, explicit
         if dev.type == "cuda":
@@ -455,9 +637,11 @@ def first_line(e):
     return (s.splitlines() or [type(e).__name__])[0][:300]
 
 
-def skip(kernel, dtype, s, mask, layout, reason, failed):
+def skip(kernel, dtype, s, mask, layout, reason, failed, variants=None):
+    # A "not run" entry has no variants field: its reason names them (as sdpa bench's do).
+    label = variant_label(variants)
     return {"backend": "pytorch", "kernel": kernel, "dtype": dtype, "shape": s, "mask": mask, "layout": layout,
-            "reason": reason, "failed": failed}
+            "reason": f"[{label}] {reason}" if label else reason, "failed": failed}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -499,7 +683,53 @@ def self_test():
         raise AssertionError("an invalid GQA shape was accepted")
     except ValueError:
         pass
+    variants_self_test(here)
     print(f"pytorch_sdpa.py self-test: ok ({n} preset cases parsed)")
+
+
+def variants_self_test(presets):
+    """The variant cases: the preset's list, the kernels each case runs, what records and skips are named."""
+    cases = load_cases(os.path.join(presets, "variants.json"))
+    gpu = [c for c in cases if c[0] == "bf16" and c[1]["sq"] in (8192, 32768) and c[1]["hq"] == 16]
+    assert len(gpu) == 2 * 5, len(gpu)
+    labels = sorted({variant_label(c[5]) for c in gpu})
+    assert labels == ["", "alibi standard tl", "softcap 50", "window 4096,0 tl", "window 4096,0 tl · softcap 50"], labels
+    # The records carry what sdpa bench's carry: the diagonal written out for windows and ALiBi.
+    win = [c[5] for c in gpu if c[5].get("window") and "softcap" not in c[5]][0]
+    assert win == {"window": {"left": 4096, "right": 0}, "diagonal": "top-left"}, win
+    cpu = [c for c in cases if c[1]["sq"] == 16384]
+    assert {c[0] for c in cpu} == {"f32", "bf16"} and len(cpu) == 2 * 4
+    variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5]}
+    plain_gpu = [c for c in gpu if not c[5]][0]
+    in_sweep = inputs_key(*plain_gpu[:4]) in variant_inputs
+    assert in_sweep and "flex" in case_kernels("cuda", {}, in_sweep, [])
+    assert "flex" not in case_kernels("cuda", {}, False, []) and "flex" not in case_kernels("cpu", {}, True, [])
+    assert case_kernels("cuda", win, True, []) == ["flex", "default", "unfused"]
+    assert case_kernels("cpu", win, True, ["math"]) == ["math"]
+    assert recorded_kernel("default", win) == "default+mask" and recorded_kernel("flex", win) == "flex"
+    assert recorded_kernel("unfused", win) == "unfused" and recorded_kernel("default", {}) == "default"
+    sk = skip("flex", "bf16", plain_gpu[1], "causal", "bhsd", "no", False, win)
+    assert sk["reason"] == "[window 4096,0 tl] no" and skip("x", "f32", {}, "none", "bhsd", "r", False)["reason"] == "r"
+    # A spec sdpa bench writes for one case (a single variants object in a list), and refusals.
+    spec = []
+    normalize_spec({"dtypes": ["bf16"], "masks": ["none"], "variants": [{"softcap": 30.0}],
+                    "shapes": [{"b": 1, "hq": 2, "hkv": 1, "sq": 3, "sk": 5, "d": 8, "dv": 8}]}, spec)
+    assert spec[0]["variants"] == [{"softcap": 30.0}]
+    spec = []
+    normalize_spec({"variants": {"softcap": 30.0}, "shapes": []}, spec)
+    assert spec[0]["variants"] == [{"softcap": 30.0}]
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "v.json")
+        for bad in ({"alibi": "standard"}, {"alibi": {"slopes": [1.0]}, "diagonal": "br"}):
+            with open(path, "w") as f:
+                json.dump({"masks": ["none"], "variants": [bad],
+                           "shapes": [{"b": 1, "hq": 2, "hkv": 1, "sq": 3, "sk": 5, "d": 8, "dv": 8}]}, f)
+            try:
+                load_cases(path)
+                raise AssertionError(f"{bad} was accepted")
+            except ValueError:
+                pass
 
 
 def main():
@@ -508,7 +738,9 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--out", help="output file (default: stdout)")
     p.add_argument("--kernels", help="comma-separated: " + ", ".join(KERNELS) +
-                   " (default: all on cuda; default, flash, math, unfused on cpu)")
+                   " (default, plain cases: all but flex on cuda, default, flash, math, unfused on cpu; cases with "
+                   "variants: flex, default, unfused on cuda, default, unfused on cpu; on cuda the plain cases of a "
+                   "variant sweep add flex)")
     p.add_argument("--warmup", type=int, help="untimed calls (default: the spec's, else 3)")
     p.add_argument("--reps", type=int, help="most timed calls per configuration (default: the spec's, else 20)")
     p.add_argument("--max-time", type=float, help="seconds per configuration (default: the spec's, else 2)")
@@ -531,8 +763,8 @@ def main():
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         raise SystemExit(f"pytorch_sdpa.py: {args.spec}: {e}")
     if args.dry_run:
-        for dtype, s, mask, layout, timing in cases:
-            print(dtype, mask, layout, json.dumps(s), json.dumps(timing))
+        for dtype, s, mask, layout, timing, variants in cases:
+            print(dtype, mask, layout, json.dumps(s), json.dumps(timing), json.dumps(variants))
         return
     run(args)
 

@@ -1,5 +1,6 @@
 """What the Python benchmark scripts share with sdpa-core: the cost model (sdpa-core/src/cost.rs), the per-dtype
-tolerances (sdpa_core::check::tolerance) and the machine's CPU model. Pure Python, no torch, so that
+tolerances (sdpa_core::check::tolerance), the attention variants (sdpa-core/src/variants.rs: sliding windows,
+softcap, ALiBi, and the diagonal they measure from) and the machine's CPU model. Pure Python, no torch, so that
 `bench/pytorch_sdpa.py --self-test` runs anywhere.
 
 Importers: bench/pytorch_sdpa.py (same folder), bench/cpu/pytorch_cpu_sdpa.py and sdpa-cuda/dev/sdpa_dev.py
@@ -7,6 +8,7 @@ Importers: bench/pytorch_sdpa.py (same folder), bench/cpu/pytorch_cpu_sdpa.py an
 model shows up in one place: `python3 bench/sdpa_common.py` runs the self-test below.
 """
 
+import math
 import platform
 
 # sdpa-core's check::tolerance (relative L2 error), f32 exact.
@@ -30,15 +32,174 @@ def pairs_per_head(sq, sk, mask):
     return sq * sk
 
 
-def cost(shape, mask, dtype):
+def cost(shape, mask, dtype, variants=None):
     """(FLOPs, minimal bytes) of one forward call, as sdpa_core::cost::AttentionCost: FLOPs
     2·B·Hq·pairs·(D + Dv); bytes: Q and O with Hq heads, K and V with Hkv heads, each read or written once at
-    the dtype's element size. `shape`: a dict with b, hq, hkv, sq, sk, d and dv (dv defaults to d)."""
+    the dtype's element size. `shape`: a dict with b, hq, hkv, sq, sk, d and dv (dv defaults to d). With
+    `variants` (normalised by `normalize_variants`), the pairs are those the causal mask and the window leave."""
     s = shape
     d, dv = s["d"], s.get("dv", s["d"])
-    flops = 2.0 * s["b"] * s["hq"] * pairs_per_head(s["sq"], s["sk"], mask) * (d + dv)
+    if variants and variants.get("window"):
+        lo, hi = band(mask, variants, s["sq"], s["sk"])
+        pairs = band_pairs(lo, hi, s["sq"], s["sk"])
+    else:
+        pairs = pairs_per_head(s["sq"], s["sk"], mask)
+    flops = 2.0 * s["b"] * s["hq"] * pairs * (d + dv)
     elems = s["b"] * (s["hq"] * s["sq"] * (d + dv) + s["hkv"] * s["sk"] * (d + dv))
     return flops, float(elems * ELEM_BYTES[dtype])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Variants (sdpa-core/src/variants.rs), in the JSON form of sdpa_core::Variants:
+#   {"window": {"left": 4096, "right": 0}, "softcap": 50.0, "alibi": "standard" | {"slopes": [...]},
+#    "diagonal": "top-left" | "bottom-right"}     (every key optional; {} is plain attention)
+# The score of query row i and key j:
+#   x = scale·q_i·k_j;  x' = cap·tanh(x/cap) (softcap);  s = x' − slope_h·|j − diag(i)| (ALiBi) + explicit mask
+#   key j takes part iff i + lo <= j <= i + hi (`band`: causal mask and window), diag(i) = i (top-left) or
+#   i + Sk − Sq (bottom-right, FlashAttention's).
+
+DIAGONALS = {"top-left": "top-left", "tl": "top-left", "bottom-right": "bottom-right", "br": "bottom-right"}
+MASK_DIAGONAL = {"causal": "top-left", "causal-br": "bottom-right"}
+
+
+def normalize_variants(v, mask):
+    """A validated copy of one variants object with the diagonal written out (as sdpa bench records carry it),
+    or {} for plain attention. Raises ValueError with the reason, as sdpa-core's validation does."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError(f"variants {v!r} must be an object")
+    unknown = set(v) - {"window", "softcap", "alibi", "diagonal"}
+    if unknown:
+        raise ValueError(f"variants: unknown key(s) {', '.join(sorted(unknown))}")
+    out = {}
+    w = v.get("window")
+    if w is not None:
+        if not isinstance(w, dict) or set(w) - {"left", "right"}:
+            raise ValueError(f"window {w!r} must be {{\"left\": L, \"right\": R}} (null = unbounded)")
+        side = lambda x: None if x is None or x == -1 else int(x)
+        left, right = side(w.get("left")), side(w.get("right"))
+        if (left is not None and left < 0) or (right is not None and right < 0):
+            raise ValueError(f"window {w!r}: sides are key counts (or null/-1 for unbounded)")
+        out["window"] = {"left": left, "right": right}
+    c = v.get("softcap")
+    if c is not None:
+        c = float(c)
+        if not (math.isfinite(c) and c > 0):
+            raise ValueError(f"softcap {c} must be finite and > 0")
+        out["softcap"] = c
+    a = v.get("alibi")
+    if a is not None:
+        if a == "standard":
+            out["alibi"] = "standard"
+        elif isinstance(a, dict) and isinstance(a.get("slopes"), list):
+            slopes = [float(x) for x in a["slopes"]]
+            if not all(math.isfinite(x) for x in slopes):
+                raise ValueError("ALiBi slopes must be finite")
+            out["alibi"] = {"slopes": slopes}
+        else:
+            raise ValueError(f"alibi {a!r} must be \"standard\" or {{\"slopes\": [...]}}")
+    if not out:
+        return {}
+    named = v.get("diagonal")
+    if named is not None:
+        if named not in DIAGONALS:
+            raise ValueError(f"unknown diagonal {named!r} (expected top-left or bottom-right)")
+        named = DIAGONALS[named]
+    from_mask = MASK_DIAGONAL.get(mask)
+    if from_mask and named and named != from_mask:
+        raise ValueError(f"the mask {mask} aligns the diagonal {from_mask} but the variants name {named}")
+    diagonal = from_mask or named
+    if ("window" in out or "alibi" in out) and diagonal is None:
+        raise ValueError("a window or ALiBi measures from the diagonal: name it (top-left or bottom-right) or use "
+                         "a causal mask")
+    if diagonal:
+        out["diagonal"] = diagonal
+    return out
+
+
+def diag_offset(diagonal, sq, sk):
+    """diag(i) − i."""
+    return sk - sq if diagonal == "bottom-right" else 0
+
+
+def band(mask, variants, sq, sk):
+    """(lo, hi): row i sees keys i + lo ..= i + hi by position (None = unbounded), as AttentionSpec::band."""
+    lo = hi = None
+    if mask in MASK_DIAGONAL:
+        hi = diag_offset(MASK_DIAGONAL[mask], sq, sk)
+    w = (variants or {}).get("window")
+    if w:
+        off = diag_offset(variants.get("diagonal"), sq, sk)
+        if w["left"] is not None:
+            lo = off - w["left"]
+        if w["right"] is not None:
+            h = off + w["right"]
+            hi = h if hi is None else min(hi, h)
+    return lo, hi
+
+
+def key_range(lo, hi, i, sk):
+    """Keys row i may see: range(a, b), clamped to 0..sk (empty when none), as KeyBand::range."""
+    a = 0 if lo is None else min(max(i + lo, 0), sk)
+    b = sk if hi is None else min(max(i + hi + 1, 0), sk)
+    return range(a, max(a, b))
+
+
+def band_pairs(lo, hi, sq, sk):
+    """Visible (query, key) pairs per head (row by row: exact, and fast enough for 32k rows)."""
+    return sum(len(key_range(lo, hi, i, sk)) for i in range(sq))
+
+
+def standard_alibi_slopes(h):
+    """The ALiBi paper's slopes for h heads (sdpa_core::standard_alibi_slopes)."""
+    def pow2(n):
+        return [2.0 ** (-8.0 * (k + 1) / n) for k in range(n)]
+    if h <= 0:
+        return []
+    if h & (h - 1) == 0:
+        return pow2(h)
+    p = 1 << (h.bit_length() - 1)
+    return pow2(p) + pow2(2 * p)[0::2][: h - p]
+
+
+def alibi_slopes(variants, hq):
+    """Slope per query head, or None without ALiBi; the count must equal Hq."""
+    a = (variants or {}).get("alibi")
+    if a is None:
+        return None
+    slopes = standard_alibi_slopes(hq) if a == "standard" else list(a["slopes"])
+    if len(slopes) != hq:
+        raise ValueError(f"{len(slopes)} ALiBi slopes given for Hq = {hq} query heads")
+    return slopes
+
+
+def variant_label(variants):
+    """`window 4096,0 tl · softcap 50 · alibi standard`, or "" (sdpa_core::Variants::label)."""
+    v = variants or {}
+    d = {"top-left": "tl", "bottom-right": "br"}.get(v.get("diagonal"), "")
+    diag = f" {d}" if d else ""
+    parts = []
+    if v.get("window"):
+        side = lambda x: "-1" if x is None else str(x)
+        parts.append(f"window {side(v['window']['left'])},{side(v['window']['right'])}{diag}")
+    if v.get("softcap") is not None:
+        c = v["softcap"]
+        parts.append(f"softcap {int(c) if c == int(c) else c}")
+    if v.get("alibi") is not None:
+        name = "standard" if v["alibi"] == "standard" else "slopes"
+        parts.append(f"alibi {name}{'' if v.get('window') else diag}")
+    return " · ".join(parts)
+
+
+def score(x, i, j, h, sq, sk, variants, slopes):
+    """One score after the variants (no mask): softcap then ALiBi, as the f64 reference computes it."""
+    v = variants or {}
+    if v.get("softcap") is not None:
+        x = v["softcap"] * math.tanh(x / v["softcap"])
+    if slopes is not None:
+        x -= slopes[h] * abs(j - (i + diag_offset(v.get("diagonal"), sq, sk)))
+    return x
 
 
 def cpu_model():
@@ -86,6 +247,71 @@ def self_test():
     except ValueError:
         pass
     assert cpu_model()
+    variants_self_test()
+
+
+def variants_self_test():
+    """The variant translation against the semantics written out key by key."""
+    # The band against the definition: diag(i) − left <= j <= diag(i) + right, and j <= diag(i) when causal.
+    for sq, sk in ((5, 5), (3, 8), (8, 3), (1, 7)):
+        for mask in ("none", "causal", "causal-br"):
+            for w in (None, (2, 0), (0, 1), (None, 0), (1, None), (100, 100)):
+                for diag in ("top-left", "bottom-right"):
+                    if mask in MASK_DIAGONAL:
+                        diag = MASK_DIAGONAL[mask]
+                    raw = {"diagonal": diag}
+                    if w:
+                        raw["window"] = {"left": w[0], "right": w[1]}
+                    v = normalize_variants(raw, mask)
+                    lo, hi = band(mask, v, sq, sk)
+                    off = diag_offset(diag, sq, sk)
+                    for i in range(sq):
+                        want = [j for j in range(sk)
+                                if (mask == "none" or j <= i + off)
+                                and (not w or ((w[0] is None or j >= i + off - w[0])
+                                               and (w[1] is None or j <= i + off + w[1])))]
+                        assert list(key_range(lo, hi, i, sk)) == want, (sq, sk, mask, w, diag, i)
+                    assert band_pairs(lo, hi, sq, sk) == sum(len(key_range(lo, hi, i, sk)) for i in range(sq))
+    # A window wider than Sk is no window; a causal window (None, 0) is the causal mask.
+    s = {"b": 1, "hq": 2, "hkv": 1, "sq": 64, "sk": 64, "d": 8, "dv": 8}
+    wide = normalize_variants({"window": {"left": 1000, "right": 1000}, "diagonal": "tl"}, "none")
+    assert cost(s, "none", "f32", wide) == cost(s, "none", "f32")
+    causal = normalize_variants({"window": {"left": -1, "right": 0}, "diagonal": "br"}, "none")
+    assert cost(s, "none", "f32", causal) == cost(s, "causal", "f32")
+    # Window 4096 at 32k, causal: 4097 keys per row, fewer for the first 4096 rows.
+    w = normalize_variants({"window": {"left": 4096, "right": 0}}, "causal")
+    assert w == {"window": {"left": 4096, "right": 0}, "diagonal": "top-left"}
+    n = 32768
+    assert band_pairs(*band("causal", w, n, n), n, n) == n * 4097 - 4096 * 4097 // 2
+    assert variant_label(w) == "window 4096,0 tl"
+    both = normalize_variants({"window": {"left": 4096, "right": 0}, "softcap": 50, "alibi": "standard"}, "causal-br")
+    assert variant_label(both) == "window 4096,0 br · softcap 50 · alibi standard", variant_label(both)
+    assert variant_label(normalize_variants({"alibi": "standard"}, "causal")) == "alibi standard tl"
+    assert normalize_variants({}, "causal") == {} and normalize_variants({"diagonal": "br"}, "none") == {}
+    assert normalize_variants({"softcap": 30}, "none") == {"softcap": 30.0}
+    for bad, mask in (({"window": {"left": 4, "right": 0}}, "none"), ({"alibi": "standard"}, "bool"),
+                      ({"window": {"left": 4, "right": 0}, "diagonal": "br"}, "causal"), ({"softcap": 0}, "none"),
+                      ({"softcap": float("inf")}, "none"), ({"alibi": "bloom", "diagonal": "tl"}, "none"),
+                      ({"windw": {}}, "none"), ({"window": {"left": -3, "right": 0}, "diagonal": "tl"}, "none")):
+        try:
+            normalize_variants(bad, mask)
+            raise AssertionError(f"{bad} with mask {mask} was accepted")
+        except ValueError:
+            pass
+    # Standard slopes: 2^(-8(k+1)/n) for powers of two; 12 heads take 8's and every other of 16's.
+    assert standard_alibi_slopes(8) == [2.0 ** -(k + 1) for k in range(8)]
+    assert standard_alibi_slopes(12) == standard_alibi_slopes(8) + [2.0 ** (-(2 * k + 1) / 2) for k in range(4)]
+    assert alibi_slopes({"alibi": {"slopes": [0.5, 0.25]}}, 2) == [0.5, 0.25] and alibi_slopes({}, 4) is None
+    try:
+        alibi_slopes({"alibi": {"slopes": [0.5]}}, 2)
+        raise AssertionError("a wrong slope count was accepted")
+    except ValueError:
+        pass
+    # Scores: softcap bounds them by the cap; ALiBi subtracts slope·distance from the diagonal.
+    v = normalize_variants({"softcap": 50, "alibi": "standard"}, "causal-br")
+    sl = alibi_slopes(v, 2)
+    assert abs(score(1e4, 3, 5, 0, 4, 8, v, sl) - (50 * math.tanh(200) - 0.0625 * abs(5 - 7))) < 1e-12
+    assert abs(score(-1e4, 0, 0, 1, 4, 8, v, sl) - (-50 * math.tanh(200) - 0.00390625 * 4)) < 1e-12
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ mod devices;
 mod measure;
 mod report;
 mod run;
+mod variants;
 mod warmup;
 
 use clap::{Parser, Subcommand};

@@ -2,6 +2,7 @@
 
 use crate::backends::{open_backend, BACKENDS};
 use crate::measure::{check_counts, measure, Measure, Repetitions};
+use crate::variants::{check_alignment, VariantArgs};
 use anyhow::{bail, Context, Result};
 use sdpa_core::{
     AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape,
@@ -28,6 +29,9 @@ pub struct RunArgs {
     /// Memory layout of Q, K, V and O: bhsd or bshd.
     #[arg(long, default_value = "bhsd")]
     layout: Layout,
+    /// Window, softcap, ALiBi and the diagonal they measure from.
+    #[command(flatten)]
+    variants: VariantArgs,
     /// Softmax scale (default 1/sqrt(D)).
     #[arg(long)]
     scale: Option<f64>,
@@ -66,6 +70,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     if let Some(s) = args.scale {
         spec = spec.with_scale(s);
     }
+    if let Some(v) = args.variants.variants()? {
+        check_alignment(&args.mask, &v, "--window/--alibi")?;
+        spec = spec.with_variants(v);
+    }
     spec.validate().with_context(|| format!("shape {}", args.shape))?;
     let backend = open_backend(&args.backend, args.threads)?;
     let opts = RunOptions { kernel: args.kernel, f32_math: args.f32_math, threads: args.threads, lse: args.check };
@@ -93,7 +101,9 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
     let s = &r.shape;
-    println!("{} {} on {}: {} {} mask={}", backend.name(), r.kernel, r.device, r.dtype, s.labelled(), r.mask);
+    let variants =
+        if r.variants.is_plain() { String::new() } else { format!(" {}", r.variants.label(r.variants.diagonal)) };
+    println!("{} {} on {}: {} {} mask={}{variants}", backend.name(), r.kernel, r.device, r.dtype, s.labelled(), r.mask);
     println!(
         "  time {:.4} ms median (min {:.4}, max {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s",
         r.time_ms.median, r.time_ms.min, r.time_ms.max, r.time_ms.reps, r.tflops, r.gbps

@@ -243,14 +243,7 @@ fn the_cpu_backend_sweeps_every_kernel_dtype_mask_and_layout_with_checks() {
 #[test]
 fn pytorch_records_are_merged_from_the_script_run_on_the_same_cases() {
     let dir = tmp("pytorch");
-    // A stand-in interpreter: `-c "import torch"` succeeds; anything else runs python3.
-    let py = dir.join("fake-python");
-    std::fs::write(&py, "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then exit 0; fi\nexec python3 \"$@\"\n").expect("write");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
+    let py = common::fake_python(&dir);
     // The stand-in script: one 2 ms "flash" record per case (with a wrong tflops), one case not run.
     let script = r#"
 import json, sys

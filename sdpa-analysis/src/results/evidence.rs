@@ -7,7 +7,7 @@
 
 use crate::error::{AnalysisError, Result};
 use sdpa_core::record::parse_results;
-use sdpa_core::{BenchRecord, HardwareSpec, Shape};
+use sdpa_core::{BenchRecord, HardwareSpec, Mask, Shape, Variants};
 use std::path::Path;
 
 /// A record's mask as the analyzer labels a trace's mask: `none`, `causal` (top-left), `causal-br`,
@@ -22,11 +22,28 @@ pub fn mask_label(raw: &str) -> String {
     }
 }
 
-/// True when `r` ran this shape in this dtype (`bf16`, `f16`, `f32`, any case) under this mask label.
+/// True when `r` ran this shape in this dtype (`bf16`, `f16`, `f32`, any case) under this mask label, as plain
+/// attention (a windowed or softcapped record measured other work).
 pub fn same_problem(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str) -> bool {
+    same_problem_with(r, shape, dtype, mask, &Variants::default())
+}
+
+/// [`same_problem`] for a call with these variants (compared with the diagonal written out on both sides, as
+/// records carry it).
+pub fn same_problem_with(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str, variants: &Variants) -> bool {
+    let written = |v: &Variants| {
+        let mut v = v.clone();
+        if !v.is_plain() {
+            v.diagonal = v.diagonal.or_else(|| mask_label(mask).parse::<Mask>().ok().and_then(|m| m.diagonal()));
+        } else {
+            v.diagonal = None;
+        }
+        v
+    };
     r.shape == *shape
         && r.dtype.name().eq_ignore_ascii_case(dtype)
         && mask_label(&r.mask) == mask
+        && written(&r.variants) == written(variants)
         && r.time_ms.median > 0.0
 }
 
@@ -87,4 +104,28 @@ pub fn measured_ratio(
         })
     };
     pick(true).or_else(|| pick(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::{AttentionSpec, DType, Mask, TimeStats, Window};
+
+    /// A windowed record did other work than the plain call on the same shape: it is evidence only for a call
+    /// with the same window, whether or not the causal mask's diagonal is written out.
+    #[test]
+    fn variant_records_are_evidence_only_for_the_same_variants() {
+        let shape = Shape::new(1, 8, 4096, 4096, 128);
+        let t = TimeStats { median: 1.0, min: 1.0, max: 1.0, reps: 1 };
+        let spec = AttentionSpec::new(shape, DType::BF16).with_mask(Mask::CausalTopLeft);
+        let plain = BenchRecord::new("cuda", "fa2", "H100", &spec, t, None);
+        let windowed = BenchRecord::new("cuda", "fa2", "H100", &spec.with_window(Window::left(1024)), t, None);
+        assert!(same_problem(&plain, &shape, "bf16", "causal"));
+        assert!(!same_problem(&windowed, &shape, "bf16", "causal"));
+        let asked = Variants { window: Some(Window::left(1024)), ..Default::default() };
+        assert!(same_problem_with(&windowed, &shape, "bf16", "causal", &asked));
+        assert!(!same_problem_with(&plain, &shape, "bf16", "causal", &asked));
+        let other = Variants { window: Some(Window::left(512)), ..Default::default() };
+        assert!(!same_problem_with(&windowed, &shape, "bf16", "causal", &other));
+    }
 }

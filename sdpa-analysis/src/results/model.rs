@@ -4,7 +4,8 @@
 use super::ReportError;
 use sdpa_core::record::{BenchFile, MeasuredPeak, Skipped};
 use sdpa_core::{
-    AttentionCost, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues, Shape,
+    AttentionCost, AttentionSpec, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues,
+    Shape, Variants,
 };
 use std::collections::BTreeMap;
 
@@ -108,7 +109,8 @@ pub struct Row {
     pub speedup: Option<f64>,
 }
 
-/// The records of one configuration (platform, dtype, mask, shape, layout).
+/// The records of one configuration (platform, dtype, mask, variants, shape, layout): records with different
+/// variants are never grouped, so every speedup compares calls with the same window, softcap and ALiBi.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     /// "cpu" or the GPU's name.
@@ -117,6 +119,10 @@ pub struct Group {
     pub dtype: DType,
     /// Mask name.
     pub mask: String,
+    /// The variants as records carry them (plain attention when none is set).
+    pub variants: Variants,
+    /// Their label, `window 4096,0 tl · softcap 50` (empty for plain attention).
+    pub variants_label: String,
     /// Logical sizes.
     pub shape: Shape,
     /// Layout name.
@@ -128,10 +134,33 @@ pub struct Group {
 }
 
 impl Group {
-    /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`.
+    /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`, with the variants
+    /// after the mask (`causal + window 4096,0 tl`).
     pub fn title(&self) -> String {
-        format!("{} · {} · {} · {} · {}", self.platform, self.dtype, self.mask, shape_label(&self.shape), self.layout)
+        format!(
+            "{} · {} · {} · {} · {}",
+            self.platform,
+            self.dtype,
+            mask_and_variants(&self.mask, &self.variants_label),
+            shape_label(&self.shape),
+            self.layout
+        )
     }
+}
+
+/// `causal`, or `causal + window 4096,0 tl · softcap 50` when variants are set.
+pub fn mask_and_variants(mask: &str, variants_label: &str) -> String {
+    if variants_label.is_empty() {
+        mask.to_string()
+    } else {
+        format!("{mask} + {variants_label}")
+    }
+}
+
+/// A record's variants label, with the diagonal it measures from (the record's, else its causal mask's).
+pub fn variants_label(rec: &BenchRecord) -> String {
+    let from_mask = rec.mask.parse::<Mask>().ok().and_then(|m| m.diagonal());
+    rec.variants.label(rec.variants.diagonal.or(from_mask))
 }
 
 /// `B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64` (and `Dv=` when it differs).
@@ -147,6 +176,8 @@ pub struct SpeedupSummary {
     pub platform: String,
     /// Element type.
     pub dtype: DType,
+    /// The variants' label (empty: plain attention): ratios of different variants are never pooled.
+    pub variants: String,
     /// `backend:kernel`.
     pub series: String,
     /// The baseline(s) the ratios are against.
@@ -159,6 +190,24 @@ pub struct SpeedupSummary {
     pub min: f64,
     /// Largest ratio.
     pub max: f64,
+}
+
+/// One line of [`ResultsReport::variant_ratios`]: a call with variants against the same series on the same
+/// configuration without them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantRatio {
+    /// The group of the call with variants (its title names the configuration and the variants).
+    pub group: usize,
+    /// `backend:kernel`.
+    pub series: String,
+    /// Median of the call with variants, ms.
+    pub median_ms: f64,
+    /// Median of the same series without variants, ms.
+    pub plain_ms: f64,
+    /// `median_ms / plain_ms`: below 1 a window's saving, above 1 what the variant costs.
+    pub time_ratio: f64,
+    /// The group's speedup against its baseline (the same-variant baseline, e.g. PyTorch's Flex call).
+    pub speedup: Option<f64>,
 }
 
 /// What a line plot's x axis is.
@@ -175,6 +224,8 @@ pub enum XAxis {
 pub struct SeqPlot {
     /// Title.
     pub title: String,
+    /// The variants every point of the plot ran with (empty: plain attention); the legend names them.
+    pub variants: String,
     /// The x axis.
     pub x: XAxis,
     /// Per series: (x, TFLOPS) sorted by x.
@@ -224,6 +275,28 @@ pub fn mask_of(name: &str, shape: &Shape) -> Option<Mask> {
     }
 }
 
+/// The record's variants as a grouping key: plain attention is the empty string, others their JSON with the
+/// diagonal written out (so a record that leaves a causal mask's diagonal implicit groups with one that names it).
+fn variants_key(rec: &BenchRecord) -> String {
+    if rec.variants.is_plain() {
+        return String::new();
+    }
+    let mut v = rec.variants.clone();
+    v.diagonal = v.diagonal.or_else(|| rec.mask.parse::<Mask>().ok().and_then(|m| m.diagonal()));
+    serde_json::to_string(&v).unwrap_or_default()
+}
+
+/// The cost of the work the record's call did: its mask, and the pairs its window leaves; `None` for a mask
+/// name the cost model does not know or variants that do not validate for the shape.
+fn cost_of(rec: &BenchRecord) -> Option<AttentionCost> {
+    let mask = mask_of(&rec.mask, &rec.shape)?;
+    if rec.variants.is_plain() {
+        return Some(AttentionCost::of(&rec.shape, &mask, rec.dtype));
+    }
+    let spec = AttentionSpec::new(rec.shape, rec.dtype).with_mask(mask).with_variants(rec.variants.clone());
+    spec.validate().ok().map(|()| AttentionCost::of_spec(&spec))
+}
+
 /// True when a device name is a GPU's (so PyTorch CUDA records group with our CUDA records).
 fn is_gpu_name(device: &str) -> bool {
     let d = device.to_ascii_lowercase();
@@ -250,7 +323,12 @@ fn series_of(rec: &BenchRecord) -> String {
     }
 }
 
-type GroupKey = (String, u8, String, [usize; 7], String);
+/// Platform, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout.
+type GroupKey = (String, u8, String, String, [usize; 7], String);
+
+fn shape_key(s: &Shape) -> [usize; 7] {
+    [s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv]
+}
 
 fn dtype_rank(d: DType) -> u8 {
     match d {
@@ -267,7 +345,7 @@ impl ResultsReport {
         let mut series: Vec<String> = Vec::new();
         let mut skipped = Vec::new();
         // Key order: platform, dtype, mask, then D, heads, lengths, batch: related shapes sit together.
-        let mut groups: BTreeMap<(String, u8, String, [usize; 7], String), Group> = BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
         // Ceilings measured by the runs themselves, per platform (used when no peak was chosen).
         let mut measured: BTreeMap<String, MeasuredPeak> = BTreeMap::new();
         for (name, file) in files {
@@ -295,10 +373,12 @@ impl ResultsReport {
                 }
                 let s = rec.shape;
                 let layout = rec.layout.clone().unwrap_or_else(|| "bhsd".to_string());
+                let label = variants_label(rec);
                 let key: GroupKey = (
                     platform_of(rec),
                     dtype_rank(rec.dtype),
                     rec.mask.clone(),
+                    variants_key(rec),
                     [s.d, s.dv, s.hq, s.hkv, s.sq, s.sk, s.b],
                     layout.clone(),
                 );
@@ -308,6 +388,8 @@ impl ResultsReport {
                         platform: platform_of(rec),
                         dtype: rec.dtype,
                         mask: rec.mask.clone(),
+                        variants: rec.variants.clone(),
+                        variants_label: label,
                         shape: s,
                         layout,
                         rows: Vec::new(),
@@ -357,8 +439,8 @@ impl ResultsReport {
     /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min
     /// and max, over the groups where the baseline ran (the seed reports' "ours vs PyTorch" line).
     pub fn speedup_summary(&self) -> Vec<SpeedupSummary> {
-        // (platform, dtype rank, series index) -> (dtype, ratios, baselines used).
-        type Tally = BTreeMap<(String, u8, usize), (DType, Vec<f64>, Vec<String>)>;
+        // (platform, dtype rank, variants, series index) -> (dtype, ratios, baselines used).
+        type Tally = BTreeMap<(String, u8, String, usize), (DType, Vec<f64>, Vec<String>)>;
         let mut acc = Tally::new();
         for g in &self.groups {
             let Some((base, _)) = &g.baseline else { continue };
@@ -367,11 +449,8 @@ impl ResultsReport {
                 let (Some(sp), Some(idx)) = (r.speedup, self.series.iter().position(|s| *s == r.series)) else {
                     continue;
                 };
-                let e = acc.entry((g.platform.clone(), dtype_rank(g.dtype), idx)).or_insert((
-                    g.dtype,
-                    Vec::new(),
-                    Vec::new(),
-                ));
+                let key = (g.platform.clone(), dtype_rank(g.dtype), g.variants_label.clone(), idx);
+                let e = acc.entry(key).or_insert((g.dtype, Vec::new(), Vec::new()));
                 e.1.push(sp);
                 if !e.2.contains(base) {
                     e.2.push(base.clone());
@@ -379,13 +458,14 @@ impl ResultsReport {
             }
         }
         acc.into_iter()
-            .map(|((platform, _, idx), (dtype, mut v, bases))| {
+            .map(|((platform, _, variants, idx), (dtype, mut v, bases))| {
                 v.sort_by(f64::total_cmp);
                 let n = v.len();
                 let median = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
                 SpeedupSummary {
                     platform,
                     dtype,
+                    variants,
                     series: self.series[idx].clone(),
                     baseline: bases.join(", "),
                     configurations: n,
@@ -395,6 +475,36 @@ impl ResultsReport {
                 }
             })
             .collect()
+    }
+
+    /// Every call with variants against the same series, platform, dtype, mask, shape and layout without
+    /// them (issue 22's "softcap <= 10 % over plain", "window >= 3.5x faster than full"), in group order.
+    pub fn variant_ratios(&self) -> Vec<VariantRatio> {
+        type Key = (String, u8, String, [usize; 7], String);
+        let key = |g: &Group| -> Key {
+            (g.platform.clone(), dtype_rank(g.dtype), g.mask.clone(), shape_key(&g.shape), g.layout.clone())
+        };
+        let plain: BTreeMap<Key, &Group> =
+            self.groups.iter().filter(|g| g.variants.is_plain()).map(|g| (key(g), g)).collect();
+        let mut out = Vec::new();
+        for (i, g) in self.groups.iter().enumerate().filter(|(_, g)| !g.variants.is_plain()) {
+            let Some(p) = plain.get(&key(g)) else { continue };
+            for r in &g.rows {
+                let base =
+                    p.rows.iter().filter(|x| x.series == r.series).map(|x| x.rec.time_ms.median).min_by(f64::total_cmp);
+                if let Some(plain_ms) = base.filter(|t| *t > 0.0) {
+                    out.push(VariantRatio {
+                        group: i,
+                        series: r.series.clone(),
+                        median_ms: r.rec.time_ms.median,
+                        plain_ms,
+                        time_ratio: r.rec.time_ms.median / plain_ms,
+                        speedup: r.speedup,
+                    });
+                }
+            }
+        }
+        out
     }
 
     /// Rows whose check against the reference failed.
@@ -458,7 +568,7 @@ fn derive_row(rec: &BenchRecord, peak: &PeakChoice) -> Result<Row, ReportError> 
             shape_label(&rec.shape)
         )));
     }
-    let cost = mask_of(&rec.mask, &rec.shape).map(|m| AttentionCost::of(&rec.shape, &m, rec.dtype));
+    let cost = cost_of(rec);
     let (tflops, gbps, intensity) = match cost {
         Some(c) => (c.tflops(t), c.gbps(t), c.arithmetic_intensity()),
         // An unknown mask name: trust the record's own figures.
@@ -492,7 +602,9 @@ fn derive_row(rec: &BenchRecord, peak: &PeakChoice) -> Result<Row, ReportError> 
 
 fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
     // Family: everything but the sequence length and batch (fa2bench keeps B·S fixed).
-    type Family = (String, u8, String, [usize; 4], String, Option<usize>);
+    // Family: everything but the sequence length and batch; the variants' label (window, softcap...) is
+    // part of it, so a line never joins calls with different variants.
+    type Family = (String, u8, String, String, [usize; 4], String, Option<usize>);
     let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
     let mut titles: BTreeMap<Family, String> = BTreeMap::new();
     for g in groups {
@@ -502,6 +614,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
             g.platform.clone(),
             dtype_rank(g.dtype),
             g.mask.clone(),
+            g.variants_label.clone(),
             [s.hq, s.hkv, s.d, s.dv],
             g.layout.clone(),
             sq_mode,
@@ -511,7 +624,13 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
         titles.entry(key.clone()).or_insert_with(|| {
             format!(
                 "{} · {} · {} · Hq={} Hkv={} D={}{dv} · {sq} · {}",
-                g.platform, g.dtype, g.mask, s.hq, s.hkv, s.d, g.layout
+                g.platform,
+                g.dtype,
+                mask_and_variants(&g.mask, &g.variants_label),
+                s.hq,
+                s.hkv,
+                s.d,
+                g.layout
             )
         });
         fams.entry(key).or_default().extend(g.rows.iter());
@@ -545,7 +664,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
             if let Some(b) = b {
                 title.push_str(&format!(" · B={b}"));
             }
-            plots.push(SeqPlot { title, x: XAxis::SeqLen, series });
+            plots.push(SeqPlot { title, variants: key.3.clone(), x: XAxis::SeqLen, series });
         }
     }
     plots
@@ -555,15 +674,22 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
 /// hidden size, so H changes with D), at least three head dims, one line per series. Dv != D shapes and
 /// families where a series has two rows at one head dim (two head counts) are left out.
 fn head_dim_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
-    type Family = (String, u8, String, [usize; 3], String);
+    type Family = (String, u8, String, String, [usize; 3], String);
     let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
     for g in groups.iter().filter(|g| g.shape.d == g.shape.dv) {
         let s = g.shape;
-        let key = (g.platform.clone(), dtype_rank(g.dtype), g.mask.clone(), [s.b, s.sq, s.sk], g.layout.clone());
+        let key = (
+            g.platform.clone(),
+            dtype_rank(g.dtype),
+            g.mask.clone(),
+            g.variants_label.clone(),
+            [s.b, s.sq, s.sk],
+            g.layout.clone(),
+        );
         fams.entry(key).or_default().extend(g.rows.iter());
     }
     let mut plots = Vec::new();
-    for ((platform, _, mask, [b, sq, sk], layout), rows) in fams {
+    for ((platform, _, mask, variants, [b, sq, sk], layout), rows) in fams {
         let ds: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.rec.shape.d).collect();
         let mut seen = std::collections::HashSet::new();
         if ds.len() < 3 || rows.iter().any(|r| !seen.insert((r.series.clone(), r.rec.shape.d))) {
@@ -579,8 +705,9 @@ fn head_dim_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
             }
         }
         let dtype = rows.first().map(|r| r.rec.dtype.to_string()).unwrap_or_default();
+        let mask = mask_and_variants(&mask, &variants);
         let title = format!("{platform} · {dtype} · {mask} · B={b} Sq={sq} Sk={sk} · {layout}");
-        plots.push(SeqPlot { title, x: XAxis::HeadDim, series });
+        plots.push(SeqPlot { title, variants, x: XAxis::HeadDim, series });
     }
     plots
 }

@@ -127,7 +127,7 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
 
 /// Speedup summary table: per platform, dtype and series, the median, min and max ratio to the baseline.
 fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
-    let head = ["platform", "dtype", "backend:kernel", "against", "configurations", "median", "min", "max"]
+    let head = ["platform", "dtype", "variants", "backend:kernel", "against", "configurations", "median", "min", "max"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -138,6 +138,7 @@ fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
             vec![
                 s.platform,
                 s.dtype.to_string(),
+                if s.variants.is_empty() { "-".into() } else { s.variants },
                 s.series,
                 s.baseline,
                 s.configurations.to_string(),
@@ -152,8 +153,10 @@ fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
 
 /// Summary pivot: one row per group, one column per series (TFLOPS, with the speedup when there is one).
 fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut head: Vec<String> =
-        ["platform", "dtype", "mask", "B", "Hq", "Hkv", "Sq", "Sk", "D"].iter().map(|s| s.to_string()).collect();
+    let mut head: Vec<String> = ["platform", "dtype", "mask", "variants", "B", "Hq", "Hkv", "Sq", "Sk", "D"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     head.extend(r.series.iter().cloned());
     head.push("baseline".into());
     let rows = r
@@ -165,6 +168,7 @@ fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
                 g.platform.clone(),
                 g.dtype.to_string(),
                 g.mask.clone(),
+                if g.variants_label.is_empty() { "-".into() } else { g.variants_label.clone() },
                 s.b.to_string(),
                 s.hq.to_string(),
                 s.hkv.to_string(),
@@ -184,6 +188,32 @@ fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
             }
             cells.push(g.baseline.as_ref().map_or("-".into(), |b| b.0.clone()));
             cells
+        })
+        .collect();
+    (head, rows)
+}
+
+/// Calls with variants against the same series without them: the time ratio (a window's saving, a
+/// softcap's or ALiBi's cost) and the speedup against the same-variant baseline.
+fn variants_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = ["configuration", "backend:kernel", "median ms", "plain ms", "time / plain", "speedup (same variants)"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows = r
+        .variant_ratios()
+        .into_iter()
+        .filter_map(|v| {
+            let g = r.groups.get(v.group)?;
+            let against = g.baseline.as_ref().map_or(String::new(), |b| format!(" vs {}", b.0));
+            Some(vec![
+                g.title(),
+                v.series,
+                fmt_ms(v.median_ms),
+                fmt_ms(v.plain_ms),
+                format!("{:.3}x", v.time_ratio),
+                v.speedup.map_or("-".into(), |s| format!("{s:.2}x{against}")),
+            ])
         })
         .collect();
     (head, rows)
@@ -224,10 +254,15 @@ fn sources_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
-const NOTES: &str = "TFLOP/s = FLOPs of the two matrix products (causal masks count only unmasked pairs) / median \
-time; GB/s = minimal bytes (Q, K, V read once, O written once) / median time; both recomputed from each record's \
+const NOTES: &str = "TFLOP/s = FLOPs of the two matrix products (causal masks and sliding windows count only the \
+pairs they leave) / median time; GB/s = minimal bytes (Q, K, V read once, O written once) / median time; both recomputed from each record's \
 shape, mask, dtype and median with sdpa-core's cost model. Speedup = the baseline's median / this median (above 1 \
 is faster), measured within the same configuration.";
+
+const VARIANTS_NOTE: &str = "Each call with a window, softcap or ALiBi against the same backend and kernel on the \
+same configuration without them, measured in the same run: time / plain below 1 is a window's saving, above 1 what \
+the variant costs. The speedup compares with the baseline that ran the same variants (PyTorch's FlexAttention or \
+masked SDPA).";
 
 /// Paths of the SVG files the markdown links to, relative to the markdown file, with their contents.
 pub fn svg_files(r: &ResultsReport) -> Vec<(String, String)> {
@@ -264,6 +299,11 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         out.push_str("## Summary (TFLOP/s; speedup against the baseline in brackets)\n\n");
         let (h, rows) = summary(r);
         md_table(&mut out, &h, &rows);
+        let (h, rows) = variants_table(r);
+        if !rows.is_empty() {
+            let _ = writeln!(out, "## Variants against plain attention\n\n{VARIANTS_NOTE}\n");
+            md_table(&mut out, &h, &rows);
+        }
     }
     if with_plots && !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
         out.push_str("## Plots\n\n");
@@ -376,6 +416,12 @@ pub fn html(r: &ResultsReport) -> String {
         out.push_str("<h2>Summary</h2><p class=\"note\">TFLOP/s; speedup against the baseline in brackets.</p>\n");
         let (h, rows) = summary(r);
         html_table(&mut out, "summary", &h, &rows, None);
+        let (h, rows) = variants_table(r);
+        if !rows.is_empty() {
+            let _ =
+                writeln!(out, "<h2>Variants against plain attention</h2><p class=\"note\">{}</p>", esc(VARIANTS_NOTE));
+            html_table(&mut out, "variants", &h, &rows, None);
+        }
     }
     if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
         out.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");

@@ -200,7 +200,8 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
     let mut entries = Vec::new();
     for (name, pts) in &p.series {
         let col = color(index_of(name));
-        entries.push((name.clone(), col));
+        // The legend names the variants too: a windowed line is never read as a plain one.
+        entries.push((if p.variants.is_empty() { name.clone() } else { format!("{name} · {}", p.variants) }, col));
         let path: Vec<String> = pts.iter().map(|(x, y)| format!("{:.2},{:.2}", sx(*x), sy(*y))).collect();
         let _ = write!(
             out,

@@ -1,4 +1,4 @@
-//! `sdpa bench`: a sweep of shapes x dtypes x masks x layouts x backends x kernels, each configuration
+//! `sdpa bench`: a sweep of shapes x dtypes x masks x variants x layouts x backends x kernels, each configuration
 //! warmed up, timed many times (device events on the GPU, through the backend's `time_host`), checked
 //! against the f64 reference, and written as one JSON record; PyTorch's SDPA on the same shapes in the
 //! same invocation when torch is importable (`bench/pytorch_sdpa.py`).
@@ -9,6 +9,7 @@ mod pytorch;
 
 use crate::backends::open_backend;
 use crate::measure::{check_counts, measure, provenance, Measure, Repetitions};
+use crate::variants::VariantArgs;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, Overrides, Plan};
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 /// given override the same list in the preset or spec file.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
-    /// Named sweep: quick (default), fa2bench, decode, seed, headdims (files under bench/presets/).
+    /// Named sweep: quick (default), fa2bench, decode, seed, headdims, variants (files under bench/presets/).
     #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
     /// JSON spec file: {backends, kernels, dtypes, shapes:[{b,hq,hkv,sq,sk,d,dv}], masks, layouts}, an array
@@ -51,6 +52,9 @@ pub struct SweepArgs {
     /// f32 multiplication modes on the GPU: exact, tf32, split-tf32.
     #[arg(long, value_delimiter = ',')]
     f32_math: Vec<F32Math>,
+    /// One set of variants (window, softcap, ALiBi) in place of the spec's `variants` list.
+    #[command(flatten)]
+    variants: VariantArgs,
 }
 
 impl SweepArgs {
@@ -70,6 +74,7 @@ impl SweepArgs {
             masks: self.mask.clone(),
             layouts: self.layout.clone(),
             f32_math: self.f32_math.clone(),
+            variants: self.variants.variants()?.into_iter().collect(),
         };
         plan::build(&sweeps, &over, &source, self.spec.is_some())
     }
@@ -244,7 +249,9 @@ fn command_line() -> String {
 
 fn describe_case(c: &Case) -> String {
     let s = c.shape;
-    format!("{} {} {} {}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
+    let variants = c.variants_label();
+    let variants = if variants.is_empty() { variants } else { format!(" [{variants}]") };
+    format!("{} {}{variants} {} {}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
 }
 
 fn describe(c: &Config) -> String {
@@ -264,8 +271,18 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
         shape: c.case.shape,
         mask: c.case.mask.name().to_string(),
         layout: Some(c.case.layout.name().to_string()),
-        reason,
+        reason: with_variants(&c.case, reason),
         failed,
+    }
+}
+
+/// A skip reason naming the case's variants (`Skipped` has no field for them).
+pub(crate) fn with_variants(case: &Case, reason: String) -> String {
+    let label = case.variants_label();
+    if label.is_empty() {
+        reason
+    } else {
+        format!("[{label}] {reason}")
     }
 }
 
@@ -340,7 +357,8 @@ fn sweep(
         }
     };
     let mut backends: HashMap<String, std::result::Result<Box<dyn HostBackend>, String>> = HashMap::new();
-    let mut inputs: Option<(Case, std::result::Result<HostInputs, String>)> = None;
+    type InputsKey = (DType, sdpa_core::Shape, sdpa_core::Mask, Layout);
+    let mut inputs: Option<(InputsKey, std::result::Result<HostInputs, String>)> = None;
     for c in &plan.configs {
         pb.set_message(describe(c));
         if !backends.contains_key(&c.backend) {
@@ -370,10 +388,11 @@ fn sweep(
             pb.inc(1);
             continue;
         }
-        if inputs.as_ref().is_none_or(|(case, _)| *case != c.case) {
-            // Free the previous case's inputs before making the next ones.
+        if inputs.as_ref().is_none_or(|(key, _)| *key != c.case.inputs_key()) {
+            // Free the previous case's inputs before making the next ones (variants share them).
             drop(inputs.take());
-            inputs = Some((c.case, HostInputs::random(&c.case.spec(), st.seed).map_err(|e| format!("{e:#}"))));
+            let made = HostInputs::random(&c.case.spec(), st.seed).map_err(|e| format!("{e:#}"));
+            inputs = Some((c.case.inputs_key(), made));
         }
         let Some((_, made)) = inputs.as_ref() else { continue };
         let inp = match made {

@@ -1,11 +1,14 @@
 //! The sweep: flags, a preset or a spec file turned into a validated list of configurations, ordered so
-//! that configurations sharing inputs (same dtype, shape, mask, layout) run one after the other.
+//! that configurations sharing inputs (same dtype, shape, mask, layout; the variants do not change the
+//! inputs) run one after the other.
 
 use super::presets;
 use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
-use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, RunOptions, Shape};
+use sdpa_core::{
+    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, RunOptions, Shape, Variants,
+};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -29,21 +32,53 @@ pub struct Overrides {
     pub masks: Vec<String>,
     pub layouts: Vec<Layout>,
     pub f32_math: Vec<F32Math>,
+    pub variants: Vec<Variants>,
 }
 
-/// The data one configuration shares with others: inputs are generated once per `Case`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The problem one configuration solves, shared by every backend and kernel that run it (and by PyTorch).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Case {
     pub dtype: DType,
     pub shape: Shape,
     pub mask: Mask,
     pub layout: Layout,
+    /// Window, softcap, ALiBi (plain attention when none is set).
+    pub variants: Variants,
+}
+
+// Validated variants hold no NaN (a softcap is finite and positive, slopes are finite), so equality is total.
+impl Eq for Case {}
+
+impl std::hash::Hash for Case {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (self.dtype, self.shape, self.mask, self.layout).hash(h);
+        let v = &self.variants;
+        (v.window, v.softcap.map(f64::to_bits), v.diagonal).hash(h);
+        match &v.alibi {
+            None => 0u8.hash(h),
+            Some(sdpa_core::Alibi::Standard) => 1u8.hash(h),
+            Some(sdpa_core::Alibi::Slopes(s)) => (2u8, s.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).hash(h),
+        }
+    }
 }
 
 impl Case {
     /// The attention spec of the case.
     pub fn spec(&self) -> AttentionSpec {
-        AttentionSpec::new(self.shape, self.dtype).with_layout(self.layout).with_mask(self.mask)
+        AttentionSpec::new(self.shape, self.dtype)
+            .with_layout(self.layout)
+            .with_mask(self.mask)
+            .with_variants(self.variants.clone())
+    }
+
+    /// What the random inputs depend on: cases that differ only in their variants share them.
+    pub fn inputs_key(&self) -> (DType, Shape, Mask, Layout) {
+        (self.dtype, self.shape, self.mask, self.layout)
+    }
+
+    /// `window 4096,0 tl · softcap 50`, or empty for plain attention.
+    pub fn variants_label(&self) -> String {
+        crate::variants::label(&self.mask, &self.variants)
     }
 }
 
@@ -211,6 +246,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
         let masks = pick(&over.masks, &sw.masks, &["none".to_string()]);
         let layouts = pick(&over.layouts, &sw.layouts, &[Layout::Bhsd]);
         let f32_math = pick(&over.f32_math, &sw.f32_math, &[F32Math::Exact]);
+        let variants = pick(&over.variants, &sw.variants, &[Variants::default()]);
         for b in &backends {
             if b != PYTORCH && !RUST_BACKENDS.contains(&b.as_str()) {
                 bail!("{}: unknown backend `{b}` (expected reference, cpu, cuda or pytorch)", ctx());
@@ -225,14 +261,21 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
         }
         // The sweep's size before expanding it, so a huge cross product is refused in constant time.
         let f32_count = if dtypes.contains(&DType::F32) { f32_math.len().max(1) } else { 1 };
-        let size = [dtypes.len(), shapes.len(), masks.len(), layouts.len(), backends.len(), kernels.len(), f32_count]
-            .iter()
-            .try_fold(1usize, |a, &x| a.checked_mul(x))
-            .and_then(|n| n.checked_add(planned))
-            .filter(|n| *n <= MAX_CONFIGS)
-            .ok_or_else(|| {
-                anyhow::anyhow!("{}: the sweep has more than {MAX_CONFIGS} configurations; split it", ctx())
-            })?;
+        let size = [
+            dtypes.len(),
+            shapes.len(),
+            masks.len(),
+            variants.len(),
+            layouts.len(),
+            backends.len(),
+            kernels.len(),
+            f32_count,
+        ]
+        .iter()
+        .try_fold(1usize, |a, &x| a.checked_mul(x))
+        .and_then(|n| n.checked_add(planned))
+        .filter(|n| *n <= MAX_CONFIGS)
+        .ok_or_else(|| anyhow::anyhow!("{}: the sweep has more than {MAX_CONFIGS} configurations; split it", ctx()))?;
         planned = size;
         plan.pytorch_requested |= backends.iter().any(|b| b == PYTORCH);
         let timing = Timing { warmup: sw.warmup, reps: sw.reps, max_time_s: sw.max_time_s };
@@ -240,49 +283,108 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
             for &shape in &shapes {
                 for m in &masks {
                     let mask = parse_mask(m, &shape).with_context(ctx)?;
-                    for &layout in &layouts {
-                        let case = Case { dtype, shape, mask, layout };
-                        case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
-                        for b in backends.iter().filter(|b| *b != PYTORCH) {
-                            let device = if b == "cuda" { "cuda" } else { "cpu" };
-                            if b != "reference" && pytorch_seen.insert((device.to_string(), case)) {
-                                plan.pytorch_cases.push((device.to_string(), case, timing));
-                            }
-                            for &kernel in &kernels {
-                                let maths: &[F32Math] = if dtype == DType::F32 { &f32_math } else { &[F32Math::Exact] };
-                                for &fm in maths {
-                                    plan.configs.push(Config {
-                                        case,
-                                        backend: b.clone(),
-                                        kernel,
-                                        f32_math: fm,
-                                        warmup: sw.warmup,
-                                        reps: sw.reps,
-                                        max_time_s: sw.max_time_s,
-                                    });
-                                }
-                            }
-                        }
-                        let only_pytorch = backends.iter().all(|b| b == PYTORCH);
-                        let any_device = ["cpu", "cuda"].iter().any(|d| pytorch_seen.contains(&(d.to_string(), case)));
-                        if only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case)) {
-                            plan.pytorch_cases.push(("cpu".to_string(), case, timing));
+                    for v in &variants {
+                        let what = format!("{}: variants {}", ctx(), crate::variants::label(&mask, v));
+                        crate::variants::check_alignment(&mask, v, &what)?;
+                        for &layout in &layouts {
+                            let case = Case { dtype, shape, mask, layout, variants: v.clone() };
+                            case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
+                            plan_case(&mut plan, &mut pytorch_seen, case, &backends, &kernels, &f32_math, sw, timing);
                         }
                     }
                 }
             }
         }
     }
-    // Same case next to each other, so one set of inputs serves every backend and kernel.
-    // (Stable sort by the case's first appearance.)
+    // Same inputs next to each other, so one set serves every backend, kernel and variant; within them the
+    // same case together. (Stable sort by first appearance.)
+    let mut inputs_order: HashMap<(DType, Shape, Mask, Layout), usize> = HashMap::new();
     let mut order: HashMap<Case, usize> = HashMap::new();
     for c in &plan.configs {
+        let next = inputs_order.len();
+        inputs_order.entry(c.case.inputs_key()).or_insert(next);
         let next = order.len();
-        order.entry(c.case).or_insert(next);
+        order.entry(c.case.clone()).or_insert(next);
     }
-    plan.configs.sort_by_key(|c| order.get(&c.case).copied().unwrap_or(usize::MAX));
+    plan.configs.sort_by_cached_key(|c| (inputs_order.get(&c.case.inputs_key()).copied(), order.get(&c.case).copied()));
     // Identical requests (overlapping sweeps) run once.
     let mut seen = HashSet::new();
-    plan.configs.retain(|c| seen.insert((c.case, c.backend.clone(), c.kernel, c.f32_math)));
+    plan.configs.retain(|c| seen.insert((c.case.clone(), c.backend.clone(), c.kernel, c.f32_math)));
     Ok(plan)
+}
+
+/// Adds one case's configurations (every Rust backend x kernel x f32 mode) and its PyTorch case.
+#[allow(clippy::too_many_arguments)]
+fn plan_case(
+    plan: &mut Plan,
+    pytorch_seen: &mut HashSet<(String, Case)>,
+    case: Case,
+    backends: &[String],
+    kernels: &[Kernel],
+    f32_math: &[F32Math],
+    sw: &BenchSpec,
+    timing: Timing,
+) {
+    for b in backends.iter().filter(|b| *b != PYTORCH) {
+        let device = if b == "cuda" { "cuda" } else { "cpu" };
+        if b != "reference" && pytorch_seen.insert((device.to_string(), case.clone())) {
+            plan.pytorch_cases.push((device.to_string(), case.clone(), timing));
+        }
+        for &kernel in kernels {
+            let maths: &[F32Math] = if case.dtype == DType::F32 { f32_math } else { &[F32Math::Exact] };
+            for &fm in maths {
+                plan.configs.push(Config {
+                    case: case.clone(),
+                    backend: b.clone(),
+                    kernel,
+                    f32_math: fm,
+                    warmup: sw.warmup,
+                    reps: sw.reps,
+                    max_time_s: sw.max_time_s,
+                });
+            }
+        }
+    }
+    let only_pytorch = backends.iter().all(|b| b == PYTORCH);
+    let any_device = ["cpu", "cuda"].iter().any(|d| pytorch_seen.contains(&(d.to_string(), case.clone())));
+    if only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case.clone())) {
+        plan.pytorch_cases.push(("cpu".to_string(), case, timing));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::Window;
+
+    /// Variants multiply the sweep like any list; the configurations of one set of inputs stay together (the
+    /// sweep builds inputs once for all of them), and PyTorch gets every case with its variants.
+    #[test]
+    fn variants_are_swept_next_to_the_inputs_they_share() {
+        let win = Variants { window: Some(Window::left(4)), ..Default::default() };
+        let cap = Variants { softcap: Some(30.0), ..Default::default() };
+        let spec = BenchSpec {
+            backends: vec!["reference".into(), "cpu".into()],
+            kernels: vec!["unfused".into()],
+            dtypes: vec![DType::F32],
+            shapes: vec![Shape::new(1, 2, 16, 16, 8), Shape::new(1, 2, 32, 32, 8)],
+            masks: vec!["causal".into()],
+            variants: vec![Variants::default(), win.clone(), cap.clone()],
+            ..Default::default()
+        };
+        let plan = build(std::slice::from_ref(&spec), &Overrides::default(), "t", true).expect("plan");
+        assert_eq!(plan.configs.len(), 2 * 3 * 2);
+        // Inputs change only where the shape does: once in the whole plan.
+        let changes = plan.configs.windows(2).filter(|w| w[0].case.inputs_key() != w[1].case.inputs_key()).count();
+        assert_eq!(changes, 1);
+        let cases: Vec<&Variants> = plan.pytorch_cases.iter().map(|(_, c, _)| &c.variants).collect();
+        assert_eq!(cases, vec![&Variants::default(), &win, &cap, &Variants::default(), &win, &cap]);
+        // The flags' variants replace the spec's list.
+        let over = Overrides { variants: vec![cap.clone()], ..Default::default() };
+        let plan = build(std::slice::from_ref(&spec), &over, "t", true).expect("plan");
+        assert!(plan.configs.iter().all(|c| c.case.variants == cap) && plan.configs.len() == 4);
+        // Identical cases from overlapping sweeps run once; the same case with other variants does not merge.
+        let plan = build(&[spec.clone(), spec], &Overrides::default(), "t", true).expect("plan");
+        assert_eq!(plan.configs.len(), 12);
+    }
 }

@@ -7,7 +7,7 @@ use sdpa_core::record::BenchSpec;
 use sdpa_core::{DType, Shape};
 
 /// (name, what it is, spec file text).
-pub const PRESETS: [(&str, &str, &str); 5] = [
+pub const PRESETS: [(&str, &str, &str); 6] = [
     (
         "quick",
         "the default: CPU unfused vs fused at S = 256..1024 and a decode shape, plus a short GPU sweep when one is present",
@@ -28,6 +28,11 @@ pub const PRESETS: [(&str, &str, &str); 5] = [
         "headdims",
         "every head dim models use (32..256, MLA 192/128, 512): GPU bf16 B=4 S=4096, CPU f32/bf16 B=1 S=1024",
         include_str!("../../../bench/presets/headdims.json"),
+    ),
+    (
+        "variants",
+        "issue 22's window, softcap and ALiBi cases: GPU bf16 B=1 H=16 D=128 S=8k/32k, CPU f32/bf16 B=1 H=4 D=128 S=16k, causal",
+        include_str!("../../../bench/presets/variants.json"),
     ),
 ];
 

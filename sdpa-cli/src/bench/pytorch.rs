@@ -5,7 +5,7 @@ use super::plan::{Case, Timing};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::record::{parse_results, BenchFile, Skipped};
-use sdpa_core::{AttentionCost, Layout};
+use sdpa_core::{AttentionCost, AttentionSpec, Layout};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -143,7 +143,7 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
                         shape: c.shape,
                         mask: c.mask.name().into(),
                         layout: Some(c.layout.name().into()),
-                        reason: why.clone(),
+                        reason: super::with_variants(c, why.clone()),
                         failed: true,
                     });
                 }
@@ -170,18 +170,23 @@ fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
         shapes: vec![c.shape],
         masks: vec![c.mask.name().to_string()],
         layouts: vec![c.layout],
+        // Plain cases name no variants, so the script's spec reads as before variants existed.
+        variants: if c.variants.is_plain() { Vec::new() } else { vec![c.variants.clone()] },
         ..Default::default()
     }
 }
 
 /// Adds the script's records, with TFLOPS and GB/s recomputed by our cost model so both sides use the
-/// same FLOP and byte counts.
+/// same FLOP and byte counts (a window counts the work it leaves).
 fn merge(file: &mut BenchFile, theirs: BenchFile) {
     for mut r in theirs.records {
         if let Ok(mask) = super::plan::parse_mask(&r.mask, &r.shape) {
-            let cost = AttentionCost::of(&r.shape, &mask, r.dtype);
-            r.tflops = cost.tflops(r.time_ms.median);
-            r.gbps = cost.gbps(r.time_ms.median);
+            let spec = AttentionSpec::new(r.shape, r.dtype).with_mask(mask).with_variants(r.variants.clone());
+            if spec.validate().is_ok() {
+                let cost = AttentionCost::of_spec(&spec);
+                r.tflops = cost.tflops(r.time_ms.median);
+                r.gbps = cost.gbps(r.time_ms.median);
+            }
         }
         if r.layout.is_none() {
             r.layout = Some(Layout::Bhsd.name().to_string());

@@ -16,3 +16,18 @@ pub fn tmp(name: &str) -> PathBuf {
     std::fs::create_dir_all(&d).expect("temp dir");
     d
 }
+
+/// A stand-in Python interpreter in `dir` for the PyTorch plumbing tests (CI has no torch): `-c "import
+/// torch"` succeeds, anything else runs python3 (a stand-in script, then).
+// Not every test file that shares this module times PyTorch.
+#[allow(dead_code)]
+pub fn fake_python(dir: &Path) -> PathBuf {
+    let py = dir.join("fake-python");
+    std::fs::write(&py, "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then exit 0; fi\nexec python3 \"$@\"\n").expect("write");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    py
+}

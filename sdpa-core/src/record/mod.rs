@@ -194,6 +194,11 @@ pub struct BenchSpec {
     /// Memory layouts: "bhsd", "bshd".
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "layout")]
     pub layouts: Vec<Layout>,
+    /// Attention variants, each a [`Variants`] object (`{"window": {"left": 4096, "right": 0}, "softcap": 50.0,
+    /// "alibi": "standard", "diagonal": "bottom-right"}`; `{}` is plain attention). Swept like the other
+    /// lists; empty (or absent) means plain attention only.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "variant")]
+    pub variants: Vec<Variants>,
     /// f32 multiplication modes ("exact", "tf32", "split-tf32"); only f32 configurations use them.
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub f32_math: Vec<F32Math>,
@@ -288,5 +293,41 @@ mod tests {
         let back: BenchSpec = serde_json::from_str(&serde_json::to_string(&BenchSpec::default()).unwrap()).unwrap();
         assert_eq!(back, BenchSpec::default());
         assert_eq!(serde_json::to_string(&BenchSpec::default()).unwrap(), "{}");
+    }
+
+    #[test]
+    fn bench_specs_sweep_variants_and_default_to_plain_attention() {
+        use crate::variants::{Alibi, Diagonal, Window};
+        // No list: plain attention only, and nothing written for it.
+        let plain: BenchSpec = serde_json::from_str(r#"{"dtypes":["bf16"]}"#).unwrap();
+        assert!(plain.variants.is_empty());
+        assert!(!serde_json::to_string(&plain).unwrap().contains("variants"));
+        // The shape the analyzer's replays write (part 5 of issue 22), in a list with plain attention (`{}`).
+        let text = r#"{"variants":[{},{"window":{"left":4096,"right":0},"softcap":50.0,"alibi":"standard",
+            "diagonal":"bottom-right"},{"alibi":{"slopes":[0.5,0.25]},"diagonal":"top-left"},
+            {"window":{"left":null,"right":0},"diagonal":"bottom-right"}]}"#;
+        let s: BenchSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(s.variants.len(), 4);
+        assert!(s.variants[0].is_plain());
+        assert_eq!(s.variants[1].window, Some(Window::left(4096)));
+        assert_eq!((s.variants[1].softcap, s.variants[1].alibi.clone()), (Some(50.0), Some(Alibi::Standard)));
+        assert_eq!(s.variants[1].diagonal, Some(Diagonal::BottomRight));
+        assert_eq!(s.variants[2].alibi, Some(Alibi::Slopes(vec![0.5, 0.25])));
+        assert_eq!(s.variants[3].window, Some(Window { left: None, right: Some(0) }));
+        let back: BenchSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        // One object alone (the singular key too) is a one-item list.
+        let one: BenchSpec = serde_json::from_str(r#"{"variant":{"softcap":30.0}}"#).unwrap();
+        assert_eq!(one.variants.len(), 1);
+        assert_eq!(one.variants[0].softcap, Some(30.0));
+        // Bad values keep the variants' own messages.
+        for bad in [
+            r#"{"variants":[{"alibi":"bloom"}]}"#,
+            r#"{"variants":[{"diagonal":"middle"}]}"#,
+            r#"{"variants":[{"softcap":"big"}]}"#,
+        ] {
+            assert!(serde_json::from_str::<BenchSpec>(bad).is_err(), "{bad}");
+        }
+        assert!(serde_json::from_str::<BenchSpec>(r#"{"variant":{},"variants":[{}]}"#).is_err());
     }
 }
