@@ -178,7 +178,7 @@ fn gemma2_eager_attention_is_named_with_its_softcap_and_window() {
         replay.command
     );
     assert_eq!(
-        serde_json::to_value(&replay.variants).unwrap(),
+        serde_json::to_value(&replay.spec.variants).unwrap(),
         serde_json::json!([{"window": {"left": 256, "right": 0}, "softcap": 50.0, "diagonal": "top-left"}])
     );
     // Costed on the window's pairs: what a fused windowed kernel would do.
@@ -244,7 +244,7 @@ fn flash_attn_window_and_softcap_come_from_its_arguments() {
         replay.command
     );
     assert_eq!(
-        serde_json::to_value(&replay.variants).unwrap(),
+        serde_json::to_value(&replay.spec.variants).unwrap(),
         serde_json::json!([{"window": {"left": 4096, "right": 0}, "softcap": 50.0, "diagonal": "bottom-right"}])
     );
 }
@@ -289,7 +289,7 @@ fn flash_attn_backward_carries_its_window_and_unbounded_sides_are_no_window() {
         ),
     );
     assert_eq!(r.attention_ops[0].variants, "");
-    assert!(r.findings.iter().filter_map(|f| f.replay.as_ref()).all(|p| p.variants.is_empty()));
+    assert!(r.findings.iter().filter_map(|f| f.replay.as_ref()).all(|p| p.spec.variants.is_empty()));
 }
 
 #[test]

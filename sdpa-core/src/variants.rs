@@ -72,6 +72,7 @@ impl FromStr for Diagonal {
 
 /// A sliding window around the diagonal: keys `diag(i) − left ..= diag(i) + right`; `None` is unbounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Window {
     /// Keys before the diagonal (`None`: all of them).
     pub left: Option<usize>,
@@ -170,8 +171,10 @@ pub fn standard_alibi_slopes(h: usize) -> Vec<f64> {
     s
 }
 
-/// The variants of one call. All default to off; any combination is allowed.
+/// The variants of one call. All default to off; any combination is allowed. Unknown keys are refused, so a
+/// misspelt `"windw"` in a spec file is an error, not plain attention.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Variants {
     /// Sliding window around the diagonal.
     #[serde(default, skip_serializing_if = "Option::is_none")]

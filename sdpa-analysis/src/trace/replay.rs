@@ -83,26 +83,22 @@ pub fn variant_flags(v: &Variants, masks: &[String]) -> String {
 pub struct Replay {
     /// `sdpa bench ...`.
     pub command: String,
-    /// The same request as a spec file.
+    /// The same request as a spec file (its `variants` hold the call's window, softcap and ALiBi).
     pub spec: BenchSpec,
-    /// The call's variants (window, softcap, ALiBi), swept like the spec's other lists; empty for plain
-    /// attention.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub variants: Vec<Variants>,
 }
 
 impl Replay {
     /// Builds a replay from a spec.
     pub fn new(spec: BenchSpec) -> Self {
-        Replay { command: bench_command(&spec), spec, variants: Vec::new() }
+        Replay { command: bench_command(&spec), spec }
     }
 
     /// Builds a replay of a call with these variants (none: plain attention).
-    pub fn with_variants(spec: BenchSpec, variants: Option<Variants>) -> Self {
+    pub fn with_variants(mut spec: BenchSpec, variants: Option<Variants>) -> Self {
         let Some(v) = variants.filter(|v| !v.is_plain()) else { return Self::new(spec) };
         let command = format!("{}{}", bench_command(&spec), variant_flags(&v, &spec.masks));
-        // TODO(coordinator, issue 22): move these into `spec.variants` once part 3's `BenchSpec.variants` lands.
-        Replay { command, spec, variants: vec![v] }
+        spec.variants = vec![v];
+        Replay { command, spec }
     }
 }
 
@@ -134,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn variants_travel_in_the_command_and_beside_the_spec() {
+    fn variants_travel_in_the_command_and_the_spec() {
         use sdpa_core::{Alibi, Diagonal, Variants, Window};
         let spec = BenchSpec { masks: vec!["causal-br".into()], ..BenchSpec::default() };
         let v = Variants {
@@ -147,7 +143,7 @@ mod tests {
         assert!(r.command.ends_with(" --mask causal-br --window 4096,0 --softcap 50"), "{}", r.command);
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(
-            json["variants"],
+            json["spec"]["variants"],
             serde_json::json!([{"window": {"left": 4096, "right": 0}, "softcap": 50.0, "diagonal": "bottom-right"}])
         );
         assert_eq!(serde_json::from_value::<Replay>(json).unwrap(), r);
@@ -156,6 +152,6 @@ mod tests {
         let alibi =
             Variants { alibi: Some(Alibi::Standard), diagonal: Some(Diagonal::BottomRight), ..Variants::default() };
         assert!(Replay::with_variants(none, Some(alibi)).command.ends_with(" --mask none --alibi --diagonal br"));
-        assert!(Replay::with_variants(spec, Some(Variants::default())).variants.is_empty(), "plain stays plain");
+        assert!(Replay::with_variants(spec, Some(Variants::default())).spec.variants.is_empty(), "plain stays plain");
     }
 }

@@ -325,6 +325,8 @@ mod tests {
             r#"{"variants":[{"alibi":"bloom"}]}"#,
             r#"{"variants":[{"diagonal":"middle"}]}"#,
             r#"{"variants":[{"softcap":"big"}]}"#,
+            r#"{"variants":[{"windw":{"left":4096,"right":0}}]}"#,
+            r#"{"variants":[{"window":{"left":4096,"rigth":0}}]}"#,
         ] {
             assert!(serde_json::from_str::<BenchSpec>(bad).is_err(), "{bad}");
         }
