@@ -429,6 +429,16 @@ impl AttentionSpec {
         self.variants.alibi.as_ref().map(|a| a.slopes(self.shape.hq)).transpose()
     }
 
+    /// The variants as records carry them: the diagonal in effect written out (from the causal mask when it
+    /// names it), so a record never leaves it to be guessed; plain attention stays plain.
+    pub fn recorded_variants(&self) -> Variants {
+        let mut v = self.variants.clone();
+        if !v.is_plain() {
+            v.diagonal = self.diagonal();
+        }
+        v
+    }
+
     /// The softcap, when on.
     pub fn softcap(&self) -> Option<f64> {
         self.variants.softcap

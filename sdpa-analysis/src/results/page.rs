@@ -114,7 +114,9 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
         e.0 += 1;
         e.1 |= s.failed;
         if e.2.len() < 3 {
-            e.2.push(format!("{} {} {}", s.dtype, s.mask, shape_label(&s.shape)));
+            let v = s.variants.label(s.variants.diagonal);
+            let v = if v.is_empty() { v } else { format!(" [{v}]") };
+            e.2.push(format!("{} {}{v} {}", s.dtype, s.mask, shape_label(&s.shape)));
         }
     }
     m.into_iter()

@@ -271,18 +271,9 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
         shape: c.case.shape,
         mask: c.case.mask.name().to_string(),
         layout: Some(c.case.layout.name().to_string()),
-        reason: with_variants(&c.case, reason),
+        variants: c.case.spec().recorded_variants(),
+        reason,
         failed,
-    }
-}
-
-/// A skip reason naming the case's variants (`Skipped` has no field for them).
-pub(crate) fn with_variants(case: &Case, reason: String) -> String {
-    let label = case.variants_label();
-    if label.is_empty() {
-        reason
-    } else {
-        format!("[{label}] {reason}")
     }
 }
 

@@ -143,7 +143,8 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
                         shape: c.shape,
                         mask: c.mask.name().into(),
                         layout: Some(c.layout.name().into()),
-                        reason: super::with_variants(c, why.clone()),
+                        variants: c.spec().recorded_variants(),
+                        reason: why.clone(),
                         failed: true,
                     });
                 }

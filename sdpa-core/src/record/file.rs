@@ -8,6 +8,7 @@ use crate::check::{tolerance, CheckReport};
 use crate::dtype::DType;
 use crate::error::SdpaError;
 use crate::spec::Shape;
+use crate::variants::Variants;
 use serde::{Deserialize, Serialize};
 
 /// The format tag written into every bench file.
@@ -138,6 +139,9 @@ pub struct Skipped {
     /// Layout name.
     #[serde(default)]
     pub layout: Option<String>,
+    /// Window, softcap and ALiBi, as in records (absent: plain attention).
+    #[serde(default, skip_serializing_if = "Variants::is_plain")]
+    pub variants: Variants,
     /// Why it did not run.
     pub reason: String,
     /// True when it was attempted and failed (an error, not an unavailable backend or unsupported case).
@@ -383,6 +387,7 @@ fn unmeasured(r: &serde_json::Value) -> Option<Skipped> {
         shape: serde_json::from_value(r.get("shape")?.clone()).ok()?,
         mask: text("mask").unwrap_or_else(|| "none".to_string()),
         layout: text("layout"),
+        variants: r.get("variants").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default(),
         reason: "no valid time in the result file (NaN or missing median)".to_string(),
         failed: false,
     })

@@ -132,7 +132,7 @@ impl BenchRecord {
             dtype: spec.dtype,
             shape: spec.shape,
             mask: spec.mask.name().to_string(),
-            variants: recorded_variants(spec),
+            variants: spec.recorded_variants(),
             layout: Some(spec.layout().map_or("strided", |l| l.name()).to_string()),
             f32_math: None,
             threads: None,
@@ -147,15 +147,6 @@ impl BenchRecord {
             first_call: None,
         }
     }
-}
-
-/// The spec's variants with the diagonal in effect written out, so a record never leaves it to be guessed.
-fn recorded_variants(spec: &AttentionSpec) -> Variants {
-    let mut v = spec.variants.clone();
-    if !v.is_plain() {
-        v.diagonal = spec.diagonal();
-    }
-    v
 }
 
 /// A benchmark sweep as a file: `sdpa bench --spec FILE`, the presets under `bench/presets/`,
