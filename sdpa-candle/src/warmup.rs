@@ -9,7 +9,8 @@ use candle_core::{Device, Result};
 use sdpa_core::{AttentionSpec, ExplicitMask, Mask, MaskValues, RunOptions, Shape};
 
 /// The sizes of one attention call a model will make: what [`warmup`] compiles for. The kernel a call
-/// runs depends on these, the dtype and the options (mask kind, kernel, f32 math), not on the values.
+/// runs depends on these, the dtype and the options (mask kind, variants, kernel, f32 math), not on the
+/// values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionShape {
     /// Batch size.
@@ -50,7 +51,10 @@ impl AttentionShape {
             SdpaMask::Keep(_) | SdpaMask::Exclude(_) => Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &shape)),
             SdpaMask::Additive(_) => Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &shape)),
         };
-        let mut spec = AttentionSpec::new(shape, dtype_of(self.dtype)?).with_layout(opts.layout).with_mask(mask);
+        let mut spec = AttentionSpec::new(shape, dtype_of(self.dtype)?)
+            .with_layout(opts.layout)
+            .with_mask(mask)
+            .with_variants(opts.variants()?);
         spec.scale = opts.scale;
         spec.validate().map_err(crate::error::sdpa_err)?;
         Ok(spec)
