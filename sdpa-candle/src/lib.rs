@@ -102,13 +102,16 @@ use op::SdpaOp;
 use plan::{dtype_of, MaskPlan, View};
 use sdpa_core::{Mask, RunOptions};
 
-/// `softmax(Q·Kᵀ·scale + mask)·V` in one call.
+/// `softmax(Q·Kᵀ·scale + mask)·V` in one call, with the sliding window, softcap and ALiBi of `opts` when set
+/// (see [`SdpaOptions`]).
 ///
 /// `q` is `[B, Hq, Sq, D]`, `k` `[B, Hkv, Sk, D]`, `v` `[B, Hkv, Sk, Dv]` when `opts.layout` is
 /// [`Layout::Bhsd`], or `[B, S, H, D]` each when it is [`Layout::Bshd`]; the result is `[B, Hq, Sq, Dv]` or
 /// `[B, Sq, Hq, Dv]` accordingly, contiguous. All three share one dtype (f32, f16 or bf16) and one device.
 /// Errors (shapes that do not fit together, a dtype or device mismatch, a strided head dim, a mask that
-/// does not broadcast) are candle errors whose text starts with `sdpa:` and names the offending values.
+/// does not broadcast, a window or ALiBi without a named diagonal, ALiBi slopes not one per query head, a
+/// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
+/// offending values.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
     for (name, t) in [("k", k), ("v", v)] {
         if !t.device().same_device(q.device()) {
