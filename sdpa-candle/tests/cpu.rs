@@ -645,7 +645,6 @@ fn option_cases(dtypes: &[DType]) -> Vec<VCase> {
 
 #[test]
 fn windows_softcap_and_alibi_through_the_options_match_the_reference_and_candle() {
-    // Needs sdpa-cpu to honour the variants (issue 22, part 1); until then sdpa refuses them as unsupported.
     for (n, case) in option_cases(&[DType::F32, DType::F16, DType::BF16]).iter().enumerate() {
         check_variant(case, 5000 + n as u64, true);
     }
@@ -726,8 +725,6 @@ fn flash_cases(dtypes: &[DType]) -> Vec<VCase> {
 
 #[test]
 fn the_flash_attn_functions_match_flash_attentions_definitions() {
-    // The plain and causal `flash_attn` cases run today; every other case needs sdpa-cpu to honour the
-    // variants (issue 22, part 1).
     for (n, case) in flash_cases(&[DType::F32, DType::F16, DType::BF16]).iter().enumerate() {
         check_variant(case, 7000 + n as u64, true);
     }
@@ -759,7 +756,6 @@ fn long_alibi_cases(dtypes: &[DType]) -> Vec<VCase> {
 
 #[test]
 fn alibi_with_a_long_cache_matches_the_reference() {
-    // Needs sdpa-cpu to honour ALiBi (issue 22, part 1).
     for (n, case) in long_alibi_cases(&[DType::F32, DType::BF16]).iter().enumerate() {
         check_variant(case, 9000 + n as u64, true);
     }
@@ -767,7 +763,7 @@ fn alibi_with_a_long_cache_matches_the_reference() {
 
 #[test]
 fn candles_own_attention_with_the_variants_matches_the_reference() {
-    // The yardstick of the tests above, checked on its own (runs today): candle's mask-based attention in
+    // The yardstick of the tests above, checked on its own: candle's mask-based attention in
     // f32, with the softcap, the ALiBi bias and the window written here from FlashAttention's documented
     // formulas, agrees with sdpa-core's f64 reference on every f32 case.
     let cases = [option_cases(&[DType::F32]), flash_cases(&[DType::F32]), long_alibi_cases(&[DType::F32])].concat();
@@ -778,7 +774,7 @@ fn candles_own_attention_with_the_variants_matches_the_reference() {
 
 #[test]
 fn variants_without_a_named_diagonal_or_with_bad_values_are_refused() {
-    // Runs today: validation happens before any kernel.
+    // Validation happens before any kernel runs.
     let dev = Device::Cpu;
     let q = Tensor::randn(0f32, 1.0, (1, 4, 6, 8), &dev).unwrap();
     let kv = Tensor::randn(0f32, 1.0, (1, 2, 9, 8), &dev).unwrap();

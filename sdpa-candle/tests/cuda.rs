@@ -151,7 +151,7 @@ fn a_gpu_mask_on_the_wrong_device_is_an_error() {
 
 /// Variants on the GPU (issue 22): windows, softcap and ALiBi through `SdpaOptions` (both dims orders) and
 /// through the candle-flash-attn-named functions (BSHD, slopes in a GPU tensor), GQA, each dtype, against
-/// the f64 reference. Needs sdpa-cuda to honour the variants (issue 22, part 2).
+/// the f64 reference.
 #[test]
 fn windows_softcap_and_alibi_match_the_reference_on_the_gpu() {
     use sdpa_candle::{
