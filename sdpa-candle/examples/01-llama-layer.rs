@@ -15,7 +15,9 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{ops, rotary_emb, Linear};
 use sdpa_candle::{sdpa, SdpaMask, SdpaOptions};
-use std::time::Instant;
+
+mod common;
+use common::{rel_l2, time_pair, tolerance};
 
 /// Sizes of the layer (a scaled-down Llama: 16 query heads sharing 4 kv heads).
 #[derive(Debug, Clone, Copy)]
@@ -160,14 +162,7 @@ fn parse_args() -> Result<Args> {
         let mut val = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--device" => a.device = val()?,
-            "--dtype" => {
-                a.dtype = match val()?.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "bf16" => DType::BF16,
-                    other => bail!("unknown dtype `{other}` (f32, f16 or bf16)"),
-                }
-            }
+            "--dtype" => a.dtype = common::dtype(&val()?)?,
             "--seq" => a.seq = val()?.parse().context("--seq")?,
             "--batch" => a.batch = val()?.parse().context("--batch")?,
             "--reps" => a.reps = val()?.parse().context("--reps")?,
@@ -180,49 +175,9 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-/// Median wall times in milliseconds of `a` and `b`, run in turn `reps` times each after one warm-up
-/// (interleaved, so load from other work on the machine falls on both alike), synchronising the device.
-fn time_pair(
-    dev: &Device,
-    reps: usize,
-    mut a: impl FnMut() -> Result<Tensor>,
-    mut b: impl FnMut() -> Result<Tensor>,
-) -> Result<(f64, f64)> {
-    let run = |f: &mut dyn FnMut() -> Result<Tensor>| -> Result<f64> {
-        dev.synchronize()?;
-        let t = Instant::now();
-        f()?;
-        dev.synchronize()?;
-        Ok(t.elapsed().as_secs_f64() * 1e3)
-    };
-    run(&mut a)?;
-    run(&mut b)?;
-    let (mut ta, mut tb) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for _ in 0..reps {
-        ta.push(run(&mut a)?);
-        tb.push(run(&mut b)?);
-    }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    Ok((median(ta), median(tb)))
-}
-
-fn rel_l2(a: &Tensor, b: &Tensor) -> Result<f64> {
-    let (a, b) = (a.to_dtype(DType::F64)?, b.to_dtype(DType::F64)?);
-    let d = (&a - &b)?.sqr()?.sum_all()?.to_scalar::<f64>()?;
-    let r = b.sqr()?.sum_all()?.to_scalar::<f64>()?;
-    Ok((d / r).sqrt())
-}
-
 fn main() -> Result<()> {
     let args = parse_args()?;
-    let dev = match args.device.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0).context("opening CUDA device 0 (build with --features cuda)")?,
-        other => bail!("unknown device `{other}` (cpu or cuda)"),
-    };
+    let dev = common::device(&args.device)?;
     let cfg = CONFIG;
     let layer = Layer::new(cfg, args.seq, args.dtype, &dev)?;
     let x = Tensor::randn(0f32, 1.0, (args.batch, args.seq, cfg.hidden), &dev)?.to_dtype(args.dtype)?;
@@ -236,13 +191,8 @@ fn main() -> Result<()> {
     };
     let (ours_att, ours_layer) = err(Attention::Sdpa)?;
     let (theirs_att, theirs_layer) = err(Attention::Candle)?;
-    // sdpa accumulates in f32 and rounds once; candle rounds scores, probabilities and products to the
-    // model's dtype. The bar: within the dtype's tolerance, or at most candle's own error.
-    let tol: f64 = match args.dtype {
-        DType::F32 => 1e-5,
-        DType::F16 => 2e-3,
-        _ => 1.6e-2,
-    };
+    // The bar: within the dtype's tolerance, or at most candle's own error.
+    let tol = tolerance(args.dtype);
     println!(
         "Llama-style layer: hidden {}, {} query heads / {} kv heads, head dim {}, MLP {}; batch {}, seq {}, {:?} on {:?}",
         cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.intermediate, args.batch, args.seq, args.dtype, dev

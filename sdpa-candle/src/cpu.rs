@@ -3,7 +3,7 @@
 use crate::error::sdpa_err;
 use crate::plan::{operand_slice, Plan};
 use candle_core::{CpuStorage, Result, Shape, WithDType};
-use sdpa_core::Operand;
+use sdpa_core::{Backend, Operand};
 
 /// An element type candle stores and sdpa-cpu computes on: f32, f16, bf16.
 pub(crate) trait Element: WithDType + sdpa_cpu::CpuElement {}
@@ -19,6 +19,12 @@ pub(crate) fn run<T: Element>(
     mask: Option<&[f32]>,
 ) -> Result<(CpuStorage, Shape)> {
     let spec = &plan.spec;
+    if !spec.variants.is_plain() {
+        // sdpa-cpu's capability list names the variants its kernels honour; a variant missing from it is
+        // refused here with sdpa's `Unsupported` error rather than risk a kernel that would ignore it.
+        let cpu = sdpa_cpu::CpuBackend::new(None).map_err(sdpa_err)?;
+        cpu.capabilities().check(cpu.name(), spec, &plan.run).map_err(sdpa_err)?;
+    }
     let need = |op| spec.required_len(op).map_err(sdpa_err);
     let q = operand_slice("q", q, plan.q_offset, need(Operand::Q)?)?;
     let k = operand_slice("k", k, plan.k_offset, need(Operand::K)?)?;

@@ -1,6 +1,8 @@
 //! `cuda_fwd`: sdpa-cuda on candle's CUDA storage, queued on candle's own stream. Q, K, V and the mask
 //! are read in place (views from their start offsets); the output is a new device allocation that
-//! candle owns. Nothing is copied through the host.
+//! candle owns. No operand is copied through the host. The variants (window, softcap, ALiBi slopes as host
+//! values: a slopes tensor's `Hq` floats are read once when the op is built) travel in the plan's spec;
+//! sdpa-cuda's capability check refuses the ones its kernels do not honour.
 
 use crate::error::sdpa_err;
 use crate::op::SdpaOp;

@@ -39,6 +39,34 @@
 //! What a view needs: rank 4, a contiguous last dim (stride 1). Anything else (a head dim that is not
 //! the innermost in memory) is an error that says to call `.contiguous()`.
 //!
+//! Sliding windows, logit softcapping and ALiBi ([`SdpaOptions::window`], [`SdpaOptions::softcap`],
+//! [`SdpaOptions::alibi`]) follow sdpa-core's one definition: the softcap applies to the scaled score, ALiBi
+//! subtracts `slope_h · |j − diag(i)|`, a window keeps keys `diag(i) − left ..= diag(i) + right`, and the
+//! diagonal `diag(i)` is named (by a causal mask, else by [`SdpaOptions::diagonal`]), never guessed. They
+//! combine with each other, GQA, both dims orders, every dtype and explicit masks.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use sdpa_candle::{sdpa, SdpaMask, SdpaOptions, Window};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! // A Gemma-2-style local layer: causal, 4 keys back, logits capped at 50.
+//! let q = Tensor::randn(0f32, 1.0, (1, 9, 4, 16), &Device::Cpu)?;
+//! let kv = Tensor::randn(0f32, 1.0, (1, 9, 2, 16), &Device::Cpu)?;
+//! let opts =
+//!     SdpaOptions::bshd().with_mask(SdpaMask::CausalTopLeft).with_window(Window::left(4)).with_softcap(50.0);
+//! let o = sdpa(&q, &kv, &kv, &opts)?;
+//! assert_eq!(o.dims(), &[1, 9, 4, 16]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! candle-flash-attn's functions exist under the same names, argument order and meaning ([`flash_attn`],
+//! [`flash_attn_windowed`], [`flash_attn_alibi`], [`flash_attn_alibi_windowed`],
+//! [`flash_attn_alibi_windowed_softcap`]: BSHD tensors, FlashAttention's bottom-right causal mask, windows
+//! with `None` for unbounded), on the CPU and on CUDA, so moving a model over is a rename; [`flash`] says
+//! how each argument maps onto sdpa's semantics.
+//!
 //! Servers that want the GPU kernels compiled at start-up rather than on the first request call
 //! [`warmup`] with the shapes they will serve.
 //!
@@ -54,14 +82,18 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod error;
+pub mod flash;
 mod mask;
 mod op;
 mod options;
 mod plan;
 mod warmup;
 
-pub use options::{SdpaMask, SdpaOptions};
-pub use sdpa_core::{F32Math, Kernel, Layout};
+pub use flash::{
+    flash_attn, flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_alibi_windowed_softcap, flash_attn_windowed,
+};
+pub use options::{SdpaAlibi, SdpaMask, SdpaOptions};
+pub use sdpa_core::{Diagonal, F32Math, Kernel, Layout, Window};
 pub use warmup::{warmup, AttentionShape};
 
 use candle_core::{bail, Result, Tensor};
@@ -70,13 +102,16 @@ use op::SdpaOp;
 use plan::{dtype_of, MaskPlan, View};
 use sdpa_core::{Mask, RunOptions};
 
-/// `softmax(Q·Kᵀ·scale + mask)·V` in one call.
+/// `softmax(Q·Kᵀ·scale + mask)·V` in one call, with the sliding window, softcap and ALiBi of `opts` when set
+/// (see [`SdpaOptions`]).
 ///
 /// `q` is `[B, Hq, Sq, D]`, `k` `[B, Hkv, Sk, D]`, `v` `[B, Hkv, Sk, Dv]` when `opts.layout` is
 /// [`Layout::Bhsd`], or `[B, S, H, D]` each when it is [`Layout::Bshd`]; the result is `[B, Hq, Sq, Dv]` or
 /// `[B, Sq, Hq, Dv]` accordingly, contiguous. All three share one dtype (f32, f16 or bf16) and one device.
 /// Errors (shapes that do not fit together, a dtype or device mismatch, a strided head dim, a mask that
-/// does not broadcast) are candle errors whose text starts with `sdpa:` and names the offending values.
+/// does not broadcast, a window or ALiBi without a named diagonal, ALiBi slopes not one per query head, a
+/// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
+/// offending values.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
     for (name, t) in [("k", k), ("v", v)] {
         if !t.device().same_device(q.device()) {
@@ -103,7 +138,8 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Te
         SdpaMask::Additive(t) => explicit(t, MaskMeaning::Additive)?,
     };
     let run = RunOptions { kernel: opts.kernel, f32_math: opts.f32_math, threads: opts.threads, lse: false };
-    let op = SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, run };
+    let variants = opts.variants()?;
+    let op = SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run };
     // Validate before candle takes the storage locks, so every shape error surfaces here.
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
     q.apply_op3_no_bwd(k, v, &op)

@@ -4,7 +4,7 @@ use crate::mask::PreparedMask;
 use crate::plan::{dtype_of, operand_slice, plan, MaskPlan, Plan};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp3, Layout as CandleLayout, Result, Shape, Storage};
-use sdpa_core::{Layout, RunOptions};
+use sdpa_core::{Layout, RunOptions, Variants};
 
 /// One attention call as a candle op. CustomOp3 has room for three tensors; the mask, already in the
 /// backends' additive f32 form, is held by the op and read from its storage in the forward pass.
@@ -18,6 +18,8 @@ pub(crate) struct SdpaOp {
     pub mask: MaskPlan,
     /// The explicit mask's values.
     pub mask_tensor: Option<PreparedMask>,
+    /// Sliding window, softcap and ALiBi (slopes already on the host).
+    pub variants: Variants,
     /// Kernel, threads, f32 math.
     pub run: RunOptions,
 }
@@ -31,7 +33,7 @@ impl SdpaOp {
         l2: &CandleLayout,
         l3: &CandleLayout,
     ) -> Result<Plan> {
-        plan(dtype_of(dtype)?, self.order, self.scale, self.mask, self.run, l1, l2, l3)
+        plan(dtype_of(dtype)?, self.order, self.scale, self.mask, &self.variants, self.run, l1, l2, l3)
     }
 
     /// Elements of the prepared mask.

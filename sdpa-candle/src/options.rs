@@ -1,7 +1,8 @@
-//! What one `sdpa` call computes: dims order of the tensors, scale, mask and kernel choice.
+//! What one `sdpa` call computes: dims order of the tensors, scale, mask, variants (sliding window, softcap,
+//! ALiBi) and kernel choice.
 
-use candle_core::Tensor;
-use sdpa_core::{F32Math, Kernel, Layout};
+use candle_core::{bail, DType, Result, Tensor};
+use sdpa_core::{Alibi, Diagonal, F32Math, Kernel, Layout, Variants, Window};
 
 /// Which keys each query row sees.
 ///
@@ -43,10 +44,54 @@ impl SdpaMask {
     }
 }
 
+/// ALiBi slopes, one per query head (sdpa-core's [`Alibi`], plus a candle tensor holding them).
+#[derive(Debug, Clone)]
+pub enum SdpaAlibi {
+    /// The ALiBi paper's slopes for `Hq` heads (BLOOM, MPT): [`sdpa_core::standard_alibi_slopes`].
+    Standard,
+    /// Given slopes, one per query head.
+    Slopes(Vec<f32>),
+    /// An f32 tensor of shape `[Hq]` (candle-flash-attn's `alibi_slopes`), on any device: its `Hq` values
+    /// are read to the host once per call (a few bytes; a GPU tensor costs one small device-to-host copy).
+    Tensor(Tensor),
+}
+
+impl SdpaAlibi {
+    /// The slopes as sdpa-core holds them (their count is checked against `Hq` when the call is planned).
+    pub(crate) fn resolve(&self) -> Result<Alibi> {
+        match self {
+            SdpaAlibi::Standard => Ok(Alibi::Standard),
+            SdpaAlibi::Slopes(s) => Ok(Alibi::Slopes(s.clone())),
+            SdpaAlibi::Tensor(t) => {
+                if t.dtype() != DType::F32 || t.rank() != 1 {
+                    bail!(
+                        "sdpa: ALiBi slopes must be an f32 tensor of shape [Hq] (one per query head), got {:?} of \
+                         shape {:?}",
+                        t.dtype(),
+                        t.dims()
+                    );
+                }
+                Ok(Alibi::Slopes(t.to_vec1::<f32>()?))
+            }
+        }
+    }
+}
+
 /// Options of one [`crate::sdpa`] call.
 ///
-/// Defaults: BHSD dims order, scale `1/sqrt(D)`, no mask, the backend's `auto` kernel, the global rayon
-/// pool, exact f32 arithmetic.
+/// Defaults: BHSD dims order, scale `1/sqrt(D)`, no mask, no variant, the backend's `auto` kernel, the global
+/// rayon pool, exact f32 arithmetic.
+///
+/// The variants follow sdpa-core's one definition (`sdpa_core::variants`): with `x = scale · q_i·k_j`,
+///
+/// ```text
+/// s(i, j) = cap · tanh(x / cap) − slope_h · |j − diag(i)| + mask(i, j)
+/// key j takes part in row i iff diag(i) − left ≤ j ≤ diag(i) + right   (when a window is set)
+/// ```
+///
+/// `diag(i)` is `i` ([`Diagonal::TopLeft`]) or `i + Sk − Sq` ([`Diagonal::BottomRight`], FlashAttention's).
+/// A causal mask names the diagonal; without one, a window or ALiBi needs [`SdpaOptions::diagonal`] (it is
+/// never guessed). A window combines with any mask, including an explicit one.
 #[derive(Debug, Clone)]
 pub struct SdpaOptions {
     /// Order of the dims of Q, K, V and of the returned output: [`Layout::Bhsd`] means the tensors are
@@ -64,6 +109,18 @@ pub struct SdpaOptions {
     pub threads: Option<usize>,
     /// How f32 products are computed on the GPU (`exact` by default; the TF32 modes are opt-in).
     pub f32_math: F32Math,
+    /// Sliding window: keys `diag(i) − left ..= diag(i) + right`, `None` on a side for unbounded.
+    /// candle-transformers' Mistral and Gemma 2 hide key `j` from query `i` when `j + sliding_window < i`:
+    /// that is `Window::left(sliding_window)` with a causal mask (`sliding_window + 1` keys per row).
+    pub window: Option<Window>,
+    /// Logit softcap `cap > 0` (Gemma 2: 50): the scaled score becomes `cap · tanh(score / cap)` before
+    /// ALiBi, the mask and the softmax.
+    pub softcap: Option<f64>,
+    /// ALiBi biases `−slope_h · |j − diag(i)|` per query head `h`.
+    pub alibi: Option<SdpaAlibi>,
+    /// The diagonal windows and ALiBi measure from when the mask is not causal (with a causal mask it may be
+    /// left `None`, or must agree with the mask's alignment).
+    pub diagonal: Option<Diagonal>,
 }
 
 impl Default for SdpaOptions {
@@ -75,6 +132,10 @@ impl Default for SdpaOptions {
             kernel: Kernel::Auto,
             threads: None,
             f32_math: F32Math::Exact,
+            window: None,
+            softcap: None,
+            alibi: None,
+            diagonal: None,
         }
     }
 }
@@ -112,5 +173,39 @@ impl SdpaOptions {
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads);
         self
+    }
+
+    /// Sets a sliding window (name the diagonal with [`Self::with_diagonal`] unless the mask is causal).
+    pub fn with_window(mut self, window: Window) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// Sets a logit softcap.
+    pub fn with_softcap(mut self, cap: f64) -> Self {
+        self.softcap = Some(cap);
+        self
+    }
+
+    /// Sets ALiBi biases (name the diagonal unless the mask is causal).
+    pub fn with_alibi(mut self, alibi: SdpaAlibi) -> Self {
+        self.alibi = Some(alibi);
+        self
+    }
+
+    /// Names the diagonal windows and ALiBi measure from.
+    pub fn with_diagonal(mut self, diagonal: Diagonal) -> Self {
+        self.diagonal = Some(diagonal);
+        self
+    }
+
+    /// The variants as sdpa-core's spec carries them (ALiBi slopes in a tensor read to the host).
+    pub(crate) fn variants(&self) -> Result<Variants> {
+        Ok(Variants {
+            window: self.window,
+            softcap: self.softcap,
+            alibi: self.alibi.as_ref().map(SdpaAlibi::resolve).transpose()?,
+            diagonal: self.diagonal,
+        })
     }
 }

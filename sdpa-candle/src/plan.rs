@@ -9,7 +9,7 @@
 
 use crate::error::sdpa_err;
 use candle_core::{bail, Result};
-use sdpa_core::{AttentionSpec, DType, ExplicitMask, Layout, Mask, Operand, RunOptions, Shape, Strides};
+use sdpa_core::{AttentionSpec, DType, ExplicitMask, Layout, Mask, Operand, RunOptions, Shape, Strides, Variants};
 
 /// One operand seen through its candle layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +98,7 @@ pub(crate) fn plan(
     order: Layout,
     scale: Option<f64>,
     mask: MaskPlan,
+    variants: &Variants,
     run: RunOptions,
     lq: &candle_core::Layout,
     lk: &candle_core::Layout,
@@ -138,6 +139,7 @@ pub(crate) fn plan(
         MaskPlan::Position(m) => m,
         MaskPlan::Explicit(m) => Mask::Explicit(m),
     };
+    spec.variants = variants.clone();
     spec.validate().map_err(sdpa_err)?;
     let out_len = spec.numel(Operand::O).map_err(sdpa_err)?;
     let out_dims = match order {

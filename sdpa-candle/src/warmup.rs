@@ -9,7 +9,8 @@ use candle_core::{Device, Result};
 use sdpa_core::{AttentionSpec, ExplicitMask, Mask, MaskValues, RunOptions, Shape};
 
 /// The sizes of one attention call a model will make: what [`warmup`] compiles for. The kernel a call
-/// runs depends on these, the dtype and the options (mask kind, kernel, f32 math), not on the values.
+/// runs depends on these, the dtype and the options (mask kind, variants, kernel, f32 math), not on the
+/// values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionShape {
     /// Batch size.
@@ -50,7 +51,10 @@ impl AttentionShape {
             SdpaMask::Keep(_) | SdpaMask::Exclude(_) => Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &shape)),
             SdpaMask::Additive(_) => Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &shape)),
         };
-        let mut spec = AttentionSpec::new(shape, dtype_of(self.dtype)?).with_layout(opts.layout).with_mask(mask);
+        let mut spec = AttentionSpec::new(shape, dtype_of(self.dtype)?)
+            .with_layout(opts.layout)
+            .with_mask(mask)
+            .with_variants(opts.variants()?);
         spec.scale = opts.scale;
         spec.validate().map_err(crate::error::sdpa_err)?;
         Ok(spec)
@@ -111,6 +115,28 @@ mod tests {
         assert!(err.to_string().contains("Hkv = 5"), "{err}");
         let spec = shape(32, 8).spec(&SdpaOptions::bshd())?;
         assert_eq!((spec.layout(), spec.mask.name()), (Some(sdpa_core::Layout::Bshd), "none"));
+        Ok(())
+    }
+
+    #[test]
+    fn the_variants_reach_the_warmed_spec_and_are_checked() -> Result<()> {
+        use crate::SdpaAlibi;
+        use sdpa_core::{Alibi, Diagonal, Window};
+        let opts = SdpaOptions::bshd()
+            .with_mask(SdpaMask::CausalBottomRight)
+            .with_window(Window::left(4096))
+            .with_softcap(50.0)
+            .with_alibi(SdpaAlibi::Standard);
+        assert_eq!(warmup(&Device::Cpu, &[(shape(32, 8), opts.clone())])?, 0);
+        let spec = shape(32, 8).spec(&opts)?;
+        assert_eq!(spec.variants.window, Some(Window::left(4096)));
+        assert_eq!((spec.variants.softcap, spec.variants.alibi), (Some(50.0), Some(Alibi::Standard)));
+        let three = opts.clone().with_alibi(SdpaAlibi::Slopes(vec![0.5; 3]));
+        let err = warmup(&Device::Cpu, &[(shape(32, 8), three)]).expect_err("3 slopes for 32 heads");
+        assert!(err.to_string().contains("3 ALiBi slopes"), "{err}");
+        let unnamed = SdpaOptions::bshd().with_window(Window::left(16));
+        assert!(warmup(&Device::Cpu, &[(shape(32, 8), unnamed.clone())]).is_err());
+        assert_eq!(warmup(&Device::Cpu, &[(shape(32, 8), unnamed.with_diagonal(Diagonal::BottomRight))])?, 0);
         Ok(())
     }
 }

@@ -148,3 +148,161 @@ fn a_gpu_mask_on_the_wrong_device_is_an_error() {
     let cpu_k = Tensor::randn(0f32, 1.0, (1, 2, 4, 8), &Device::Cpu).unwrap();
     assert!(sdpa(&q, &cpu_k, &cpu_k, &SdpaOptions::bhsd()).is_err());
 }
+
+/// Variants on the GPU (issue 22): windows, softcap and ALiBi through `SdpaOptions` (both dims orders) and
+/// through the candle-flash-attn-named functions (BSHD, slopes in a GPU tensor), GQA, each dtype, against
+/// the f64 reference.
+#[test]
+fn windows_softcap_and_alibi_match_the_reference_on_the_gpu() {
+    use sdpa_candle::{
+        flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_alibi_windowed_softcap, flash_attn_windowed, Diagonal,
+        SdpaAlibi, Window,
+    };
+    use sdpa_core::{Alibi, Variants};
+
+    let dev = gpu();
+    let s = Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 64, dv: 64 };
+    let br = Some(Diagonal::BottomRight);
+    let w = |l, r| Some(Window { left: l, right: r });
+    let slopes = Alibi::Slopes((0..s.hq).map(|h| 0.5f32.powi(h as i32 + 1)).collect());
+    // (what, mask, variants, scale): the flash cases carry FlashAttention's bottom-right diagonal and no
+    // explicit mask.
+    let cases: Vec<(&str, Mask, Variants, Option<f64>)> = vec![
+        (
+            "window 5,0 (narrower than a tile)",
+            Mask::None,
+            Variants { window: w(Some(5), Some(0)), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "window 20,7",
+            Mask::None,
+            Variants { window: w(Some(20), Some(7)), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "window left only",
+            Mask::None,
+            Variants { window: w(Some(40), None), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "window right only",
+            Mask::None,
+            Variants { window: w(None, Some(9)), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "window wider than Sk",
+            Mask::CausalBottomRight,
+            Variants { window: w(Some(1000), Some(0)), ..Default::default() },
+            None,
+        ),
+        ("alibi causal", Mask::CausalBottomRight, Variants { alibi: Some(slopes.clone()), ..Default::default() }, None),
+        (
+            "alibi window",
+            Mask::None,
+            Variants { alibi: Some(slopes.clone()), window: w(Some(16), Some(4)), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "softcap 50 window (Gemma 2 local)",
+            Mask::None,
+            Variants { softcap: Some(50.0), window: w(Some(32), Some(0)), diagonal: br, ..Default::default() },
+            Some(300.0),
+        ),
+        (
+            "softcap 1 alibi",
+            Mask::None,
+            Variants { softcap: Some(1.0), alibi: Some(slopes.clone()), diagonal: br, ..Default::default() },
+            None,
+        ),
+        (
+            "causal top-left window + standard alibi (options only)",
+            Mask::CausalTopLeft,
+            Variants { window: w(Some(10), Some(0)), alibi: Some(Alibi::Standard), ..Default::default() },
+            None,
+        ),
+        (
+            "explicit mask + window + softcap (options only)",
+            Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [1, 1, s.sq, s.sk] }),
+            Variants {
+                window: w(Some(12), Some(12)),
+                softcap: Some(30.0),
+                diagonal: Some(Diagonal::TopLeft),
+                ..Default::default()
+            },
+            None,
+        ),
+    ];
+    let mut seed = 500;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (what, mask, variants, scale) in &cases {
+            let flash_ok = !matches!(mask, Mask::Explicit(_) | Mask::CausalTopLeft);
+            for (layout, flash) in [(Layout::Bhsd, false), (Layout::Bshd, false), (Layout::Bshd, true)] {
+                if flash && !flash_ok {
+                    continue;
+                }
+                seed += 1;
+                let mut spec =
+                    AttentionSpec::new(s, dtype).with_layout(layout).with_mask(*mask).with_variants(variants.clone());
+                spec.scale = *scale;
+                let inputs = HostInputs::random(&spec, seed).unwrap();
+                let q = transposed(&to_tensor(&inputs.q, &dims(layout, s.b, s.hq, s.sq, s.d), &dev));
+                let k = to_tensor(&inputs.k, &dims(layout, s.b, s.hkv, s.sk, s.d), &dev);
+                let v = narrowed(&to_tensor(&inputs.v, &dims(layout, s.b, s.hkv, s.sk, s.dv), &dev), layout);
+                let sl = spec.alibi_slopes().unwrap();
+                let sl_gpu = sl.as_ref().map(|x| Tensor::new(x.as_slice(), &dev).unwrap());
+                let label = format!("{dtype} {layout:?} {} {what}", if flash { "flash_attn_*" } else { "options" });
+                let o = if flash {
+                    let fs = scale.unwrap_or(1.0 / (s.d as f64).sqrt()) as f32;
+                    let win = variants.window.unwrap_or(Window { left: None, right: None });
+                    let (l, r) =
+                        if *mask == Mask::CausalBottomRight { (win.left, Some(0)) } else { (win.left, win.right) };
+                    match (sl_gpu.as_ref(), variants.softcap) {
+                        (a, Some(cap)) => flash_attn_alibi_windowed_softcap(&q, &k, &v, a, fs, l, r, cap as f32),
+                        (Some(a), None) if variants.window.is_some() => {
+                            flash_attn_alibi_windowed(&q, &k, &v, a, fs, l, r)
+                        }
+                        (Some(a), None) => flash_attn_alibi(&q, &k, &v, a, fs, *mask == Mask::CausalBottomRight),
+                        (None, None) => flash_attn_windowed(&q, &k, &v, fs, l, r),
+                    }
+                } else {
+                    let sdpa_mask = match (mask, &inputs.mask) {
+                        (Mask::Explicit(e), Some(add)) => SdpaMask::Additive(
+                            Tensor::from_vec(add.clone(), e.dims.to_vec(), &Device::Cpu)
+                                .unwrap()
+                                .to_device(&dev)
+                                .unwrap(),
+                        ),
+                        (Mask::CausalTopLeft, _) => SdpaMask::CausalTopLeft,
+                        (Mask::CausalBottomRight, _) => SdpaMask::CausalBottomRight,
+                        _ => SdpaMask::None,
+                    };
+                    let alibi = match &variants.alibi {
+                        None => None,
+                        Some(Alibi::Standard) => Some(SdpaAlibi::Standard),
+                        Some(Alibi::Slopes(_)) => Some(SdpaAlibi::Tensor(sl_gpu.clone().unwrap())),
+                    };
+                    let opts = SdpaOptions {
+                        layout,
+                        mask: sdpa_mask,
+                        scale: *scale,
+                        window: variants.window,
+                        softcap: variants.softcap,
+                        alibi,
+                        diagonal: variants.diagonal,
+                        ..Default::default()
+                    };
+                    sdpa(&q, &k, &v, &opts)
+                }
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+                assert!(o.device().is_cuda(), "{label}");
+                assert_eq!(o.dims(), &dims(layout, s.b, s.hq, s.sq, s.dv), "{label}");
+                let got = HostOutput { o: to_host(&o, dtype), lse: None };
+                let rep = check_output(&spec, &inputs, &got, F32Math::Exact, None).unwrap();
+                assert!(rep.pass, "{label}: {rep:?}");
+            }
+        }
+    }
+}
