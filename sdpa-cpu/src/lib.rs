@@ -48,6 +48,7 @@ mod problem;
 mod run;
 mod simd;
 mod unfused;
+mod variants;
 
 pub use backend::CpuBackend;
 pub use element::CpuElement;

@@ -75,7 +75,7 @@ pub(crate) fn attention_on<T: CpuElement>(
     if !path.is_supported() {
         return unsupported(format!("simd path {path} on this CPU"));
     }
-    let p = Problem::new(spec, q, k, v, mask, o, lse);
+    let p = Problem::new(spec, q, k, v, mask, o, lse)?;
     let body = || {
         let threads = rayon::current_num_threads();
         let kernel = resolve(opts.kernel, &p, path, threads);

@@ -154,6 +154,12 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     /// Lane-wise maximum; where a lane of `b` is NaN the result is NaN.
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise minimum; where a lane of `b` is NaN the result is NaN.
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise `a / b` (IEEE division).
+    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise `x` where `a < b`, else `y` (a NaN in `a` or `b` picks `y`).
+    fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
     /// NaN.
     fn exp(self, x: Self::V) -> Self::V;
