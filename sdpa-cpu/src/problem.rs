@@ -125,6 +125,15 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         self.band.range(i, self.sk)
     }
 
+    /// The most keys one row sees by position: the window's width when it bounds both sides, else Sk
+    /// (what sizes the tiles: the keys an item streams).
+    pub(crate) fn row_keys(&self) -> usize {
+        match (self.band.lo, self.band.hi) {
+            (Some(lo), Some(hi)) => usize::try_from(hi - lo + 1).unwrap_or(0).min(self.sk),
+            _ => self.sk,
+        }
+    }
+
     /// Whether query `(h, i)` of batch `b` attends to key `j` at all (the f64 reference's rule: keys
     /// outside the row's band and explicit `-inf` entries take no part; a finite additive value keeps the
     /// key). Only the careful path of a tile with non-finite V asks this, key by key.

@@ -101,7 +101,7 @@ fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, th
     match kernel {
         Kernel::Auto if decode::applies(p, path) => Kernel::SplitKv,
         Kernel::Auto => {
-            let tiles = Tiles::for_path(path, p.sk);
+            let tiles = Tiles::for_path(path, p.row_keys());
             let items = fa2::row_tile_count(p, tiles.br);
             if items < 2 * threads && fa2::split_count(items, p.sk, tiles.bc, threads) > 1 {
                 Kernel::SplitKv

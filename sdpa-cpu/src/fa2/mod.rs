@@ -34,9 +34,11 @@ pub(crate) struct Tiles {
 }
 
 impl Tiles {
-    /// Tiles for a path and a key length. Long key ranges get taller query tiles on AVX-512: each query
-    /// tile streams all of its kv head's K and V once, so taller tiles halve that traffic (from L3 or
-    /// memory, where other work on a shared machine competes), at a few percent of in-cache speed.
+    /// Tiles for a path and the keys one row sees (`Problem::row_keys`). Long key ranges get taller query
+    /// tiles on AVX-512: each query tile streams all of its kv head's K and V once, so taller tiles halve
+    /// that traffic (from L3 or memory, where other work on a shared machine competes), at a few percent of
+    /// in-cache speed. A window keeps its keys in cache, and there a shorter tile wastes less: an item
+    /// visits the window plus its own height.
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
@@ -501,7 +503,7 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
 
 /// `fa2`: one work item per row tile, over the current rayon pool.
 pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
-    let tiles = Tiles::for_path(path, p.sk);
+    let tiles = Tiles::for_path(path, p.row_keys());
     let packs = T::as_f32(p.k).is_none();
     let items: Vec<Item> = row_tiles(p, tiles.br)
         .into_iter()
@@ -524,7 +526,7 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
 /// `splitkv`: each row tile's keys are cut into chunks run as separate items; the normalised partial rows
 /// and their LSE are merged with sdpa-core's `merge_normalized`.
 pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
-    let tiles = Tiles::for_path(path, p.sk);
+    let tiles = Tiles::for_path(path, p.row_keys());
     let packs = T::as_f32(p.k).is_none();
     let rt = row_tiles(p, tiles.br);
     // Each row tile splits the keys its rows see (the band), not all Sk of them.

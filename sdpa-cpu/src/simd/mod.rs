@@ -156,8 +156,9 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
     /// Lane-wise minimum; where a lane of `b` is NaN the result is NaN.
     fn min(self, a: Self::V, b: Self::V) -> Self::V;
-    /// Lane-wise `a / b` (IEEE division).
-    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise `1 / x` for finite `x` of normal range to within about 2 ulps (a hardware estimate and
+    /// one Newton step: cheaper than a division); NaN stays NaN.
+    fn recip(self, x: Self::V) -> Self::V;
     /// Lane-wise `x` where `a < b`, else `y` (a NaN in `a` or `b` picks `y`).
     fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays

@@ -88,8 +88,8 @@ impl Simd for Scalar {
         }
     }
     #[inline(always)]
-    fn div(self, a: f32, b: f32) -> f32 {
-        a / b
+    fn recip(self, x: f32) -> f32 {
+        1.0 / x
     }
     #[inline(always)]
     fn select_lt(self, a: f32, b: f32, x: f32, y: f32) -> f32 {

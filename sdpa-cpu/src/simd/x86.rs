@@ -149,9 +149,13 @@ impl Simd for Avx512 {
         unsafe { _mm512_min_ps(a, b) }
     }
     #[inline(always)]
-    fn div(self, a: __m512, b: __m512) -> __m512 {
+    fn recip(self, x: __m512) -> __m512 {
         // SAFETY: see the impl comment.
-        unsafe { _mm512_div_ps(a, b) }
+        unsafe {
+            // 14-bit estimate; r(2 − x·r) squares its relative error (about 2^-28, below an f32 ulp).
+            let r = _mm512_rcp14_ps(x);
+            _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0)))
+        }
     }
     #[inline(always)]
     fn select_lt(self, a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
@@ -299,9 +303,13 @@ impl Simd for Avx2 {
         unsafe { _mm256_min_ps(a, b) }
     }
     #[inline(always)]
-    fn div(self, a: __m256, b: __m256) -> __m256 {
+    fn recip(self, x: __m256) -> __m256 {
         // SAFETY: see the impl comment.
-        unsafe { _mm256_div_ps(a, b) }
+        unsafe {
+            // 12-bit estimate; r(2 − x·r) squares its relative error (about 2^-23, an f32 ulp or two).
+            let r = _mm256_rcp_ps(x);
+            _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.0)))
+        }
     }
     #[inline(always)]
     fn select_lt(self, a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
