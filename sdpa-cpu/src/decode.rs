@@ -2,8 +2,9 @@
 //! stream over K and V, so it is cut the way memory lies, not by head: the (batch, kv head, key block)
 //! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
 //! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
-//! of `BLOCK_*` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
-//! P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
+//! of `BLOCK_*` keys of one kv head, the blocks covering only the keys the rows see by position (causal
+//! mask and window): scores by dot products along the head dim, softcap and ALiBi, mask, online softmax
+//! and P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
 //! f16 is widened into scratch. While a unit walks its rows it prefetches the next unit's rows into L2,
 //! one row per row read, so the requests run exactly one unit ahead and spread evenly (a burst per unit
 //! measured slower; BSHD rows are scattered pieces the hardware prefetcher does not follow across

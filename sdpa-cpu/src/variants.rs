@@ -172,20 +172,26 @@ impl<V: Copy> Cap<V> {
     /// `cap · tanh(u)`, `u = x / cap`: for `|u| ≥ 1/8` as `cap − 2·cap / (e^(2u) + 1)` (one exp and one
     /// reciprocal, within a few f32 ulps of `cap`; the exponent clamped where tanh is ±1, the constant first
     /// so a NaN lane passes through; ±cap at ±inf), below as `x · Σ c_k u^(2k)` (relative accuracy near 0,
-    /// so a cap far above the logits changes nothing).
+    /// so a cap far above the logits changes nothing). Logits are mostly well inside the cap, so a vector
+    /// whose lanes all take the series skips the exp form.
     #[inline(always)]
     fn apply<S: Simd<V = V>>(self, s: S, x: V) -> V {
         let u = s.mul(x, self.inv_cap);
-        let y = s.add(u, u);
-        let y = s.min(s.splat(CAP_CLAMP), s.max(s.splat(-CAP_CLAMP), y));
-        let e = s.exp(y);
-        let far = s.sub(self.cap, s.mul(self.two_cap, s.recip(s.add(e, s.splat(1.0)))));
         let u2 = s.mul(u, u);
         let mut poly = s.splat(TANH_SERIES[4]);
         for &c in TANH_SERIES[..4].iter().rev() {
             poly = s.fma(poly, u2, s.splat(c));
         }
-        s.select_lt(u2, s.splat(SERIES_BELOW), s.mul(x, poly), far)
+        let near = s.mul(x, poly);
+        let below = s.splat(SERIES_BELOW);
+        if s.all_lt(u2, below) {
+            return near;
+        }
+        let y = s.add(u, u);
+        let y = s.min(s.splat(CAP_CLAMP), s.max(s.splat(-CAP_CLAMP), y));
+        let e = s.exp(y);
+        let far = s.sub(self.cap, s.mul(self.two_cap, s.recip(s.add(e, s.splat(1.0)))));
+        s.select_lt(u2, below, near, far)
     }
 }
 

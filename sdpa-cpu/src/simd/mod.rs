@@ -161,6 +161,8 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn recip(self, x: Self::V) -> Self::V;
     /// Lane-wise `x` where `a < b`, else `y` (a NaN in `a` or `b` picks `y`).
     fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// True when `a < b` in every lane (false where either is NaN).
+    fn all_lt(self, a: Self::V, b: Self::V) -> bool;
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
     /// NaN.
     fn exp(self, x: Self::V) -> Self::V;

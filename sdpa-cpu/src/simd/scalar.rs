@@ -88,6 +88,10 @@ impl Simd for Scalar {
         }
     }
     #[inline(always)]
+    fn all_lt(self, a: f32, b: f32) -> bool {
+        a < b
+    }
+    #[inline(always)]
     fn recip(self, x: f32) -> f32 {
         1.0 / x
     }

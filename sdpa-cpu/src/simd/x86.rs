@@ -149,6 +149,11 @@ impl Simd for Avx512 {
         unsafe { _mm512_min_ps(a, b) }
     }
     #[inline(always)]
+    fn all_lt(self, a: __m512, b: __m512) -> bool {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b) == 0xFFFF }
+    }
+    #[inline(always)]
     fn recip(self, x: __m512) -> __m512 {
         // SAFETY: see the impl comment.
         unsafe {
@@ -301,6 +306,11 @@ impl Simd for Avx2 {
     fn min(self, a: __m256, b: __m256) -> __m256 {
         // SAFETY: see the impl comment. `vminps` returns its second operand when either is NaN.
         unsafe { _mm256_min_ps(a, b) }
+    }
+    #[inline(always)]
+    fn all_lt(self, a: __m256, b: __m256) -> bool {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b)) == 0xFF }
     }
     #[inline(always)]
     fn recip(self, x: __m256) -> __m256 {
