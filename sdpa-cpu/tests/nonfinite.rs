@@ -222,6 +222,11 @@ fn windowed_keys_inside_a_loaded_tile() {
         let s = s.with_softcap(20.0).with_alibi(Alibi::Standard);
         let t = check_poisoned(&s, None, &[v_at(0, 40, 0, f32::NAN)]);
         assert_eq!(t.nonfinite_rows, 2 * 11);
+        // The softcap keeps a NaN score NaN, and caps an infinite one at ±cap (a finite row).
+        let t = check_poisoned(&s, None, &[k_at(1, 40, 2, f32::NAN)]);
+        assert_eq!(t.nonfinite_rows, 2 * 11);
+        let t = check_poisoned(&s, None, &[k_at(1, 40, 2, f32::INFINITY)]);
+        assert_eq!(t.nonfinite_rows, 0);
     }
     // Decoding, bottom-right window of 100 keys back: key 950 is seen, key 890 is not.
     let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 1, sk: 1000, d: 64, dv: 64 };
