@@ -7,7 +7,9 @@
 //! diagonal included) at `S_BIG`, and plain causal against softcap 50 and ALiBi (standard slopes) at
 //! `S_SMALL`, the softcap also at scale 8 (logits of tens to hundreds: its worst case; the default scale
 //! `1/√D` gives logits of a few units, as in models). Calls of a comparison alternate (A, B, A, B, ...) so a neighbour's load on a shared machine
-//! hits both alike; each line gives the median and the best call, and the ratios of both.
+//! hits both alike; each line gives the median and the best call, and the ratios of both. Last, decoding
+//! (Sq = 1, Sk = 4·S_BIG, Hq = 32, Hkv = 8): full cache against the 1024-key window. Kernel `auto` (`fa2`
+//! for the prefill shapes, `splitkv` for decoding; each line names it).
 
 use sdpa_core::{
     Alibi, AttentionCost, AttentionSpec, DType, HostBuffer, HostInputs, Kernel, Mask, Operand, RunOptions, Shape,
@@ -42,6 +44,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         // score takes the cheap series.
         let hot = small.clone().with_scale(8.0);
         compare(&hot, &[("softcap 50 (scale 8)", hot.clone().with_softcap(50.0))], reps)?;
+        // Decoding one token against a long cache (GQA 4:1): the split-KV streaming path reads the window only.
+        let decode = AttentionSpec::new(Shape { b: 1, hq: 32, hkv: 8, sq: 1, sk: 4 * s_big, d: 128, dv: 128 }, dtype)
+            .with_mask(Mask::CausalBottomRight);
+        compare(&decode, &[("window 1023,0", decode.clone().with_window(Window::left(1023)))], 10 * reps)?;
     }
     Ok(())
 }
@@ -58,7 +64,7 @@ fn compare(base: &AttentionSpec, variants: &[(&str, AttentionSpec)], reps: usize
     let mut times = vec![Vec::with_capacity(reps); specs.len()];
     for _ in 0..reps {
         for (s, t) in specs.iter().zip(&mut times) {
-            t.push(call(s, &inputs, &mut o)?);
+            t.push(call(s, &inputs, &mut o)?.0);
         }
     }
     let stats = |t: &mut Vec<f64>| {
@@ -66,7 +72,8 @@ fn compare(base: &AttentionSpec, variants: &[(&str, AttentionSpec)], reps: usize
         (t[t.len() / 2], t[0])
     };
     let (base_med, base_min) = stats(&mut times[0]);
-    let label = format!("{} {} causal-br", base.dtype, base.shape);
+    let kernel = call(base, &inputs, &mut o)?.1;
+    let label = format!("{kernel} {} {} causal-br", base.dtype, base.shape);
     let tflops = |s: &AttentionSpec, ms: f64| AttentionCost::of_spec(s).flops / ms / 1e6;
     println!(
         "{label} plain: median {base_med:9.1} ms, best {base_min:9.1} ms ({:.0} GFLOP/s on the work done)",
@@ -87,13 +94,13 @@ fn compare(base: &AttentionSpec, variants: &[(&str, AttentionSpec)], reps: usize
     Ok(())
 }
 
-/// One call of `fa2` through the slice entry (no copies), in milliseconds.
-fn call(spec: &AttentionSpec, inputs: &HostInputs, o: &mut HostBuffer) -> Result<f64, Box<dyn Error>> {
-    fn run<T: CpuElement>(spec: &AttentionSpec, q: &[T], k: &[T], v: &[T], o: &mut [T]) -> Result<f64, Box<dyn Error>> {
-        let opts = RunOptions { kernel: Kernel::Fa2, ..Default::default() };
+/// One call of `auto` through the slice entry (no copies): milliseconds and the kernel that ran.
+fn call(spec: &AttentionSpec, inputs: &HostInputs, o: &mut HostBuffer) -> Result<(f64, Kernel), Box<dyn Error>> {
+    type Timed = Result<(f64, Kernel), Box<dyn Error>>;
+    fn run<T: CpuElement>(spec: &AttentionSpec, q: &[T], k: &[T], v: &[T], o: &mut [T]) -> Timed {
         let t0 = Instant::now();
-        attention(spec, &opts, q, k, v, None, o, None)?;
-        Ok(t0.elapsed().as_secs_f64() * 1e3)
+        let kernel = attention(spec, &RunOptions::default(), q, k, v, None, o, None)?;
+        Ok((t0.elapsed().as_secs_f64() * 1e3, kernel))
     }
     match (&inputs.q, &inputs.k, &inputs.v, o) {
         (HostBuffer::F32(q), HostBuffer::F32(k), HostBuffer::F32(v), HostBuffer::F32(o)) => run(spec, q, k, v, o),
