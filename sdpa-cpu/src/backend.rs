@@ -5,7 +5,7 @@ use crate::simd::SimdPath;
 use rayon::ThreadPool;
 use sdpa_core::{
     AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, MaskKind, Result,
-    RunOptions, SdpaError,
+    RunOptions, SdpaError, Variant,
 };
 use std::sync::Arc;
 
@@ -77,8 +77,8 @@ impl Backend for CpuBackend {
             fast_head_dims: vec![64, 128],
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact],
-            // Filled in as the kernels honour them (issue 22).
-            variants: vec![],
+            // Every kernel honours all three (natively: no bias tensor, no tiles outside the band).
+            variants: Variant::ALL.to_vec(),
         }
     }
 

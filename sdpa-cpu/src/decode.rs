@@ -2,8 +2,9 @@
 //! stream over K and V, so it is cut the way memory lies, not by head: the (batch, kv head, key block)
 //! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
 //! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
-//! of `BLOCK_*` keys of one kv head: scores by dot products along the head dim, mask, online softmax and
-//! P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
+//! of `BLOCK_*` keys of one kv head, the blocks covering only the keys the rows see by position (causal
+//! mask and window): scores by dot products along the head dim, softcap and ALiBi, mask, online softmax
+//! and P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
 //! f16 is widened into scratch. While a unit walks its rows it prefetches the next unit's rows into L2,
 //! one row per row read, so the requests run exactly one unit ahead and spread evenly (a burst per unit
 //! measured slower; BSHD rows are scattered pieces the hardware prefetcher does not follow across
@@ -16,7 +17,7 @@
 //! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 
 use crate::element::CpuElement;
-use crate::fa2::{key_range, lanes, normalize_row};
+use crate::fa2::{key_span, lanes, normalize_row, KeySpan};
 use crate::micro::{self, Shadow};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
@@ -52,10 +53,9 @@ struct Plan {
     blocks: usize,
     units: usize,
     key_major: bool,
-    /// Keys past every row's causal limit are never read; blocks ending at or before `kmin` need no
-    /// causal mask.
-    kmax: usize,
-    kmin: usize,
+    /// The keys the rows see by position (causal mask and window): blocks cover `span.lo..span.hi` only,
+    /// so keys outside the band are never read.
+    span: KeySpan,
 }
 
 impl Plan {
@@ -95,20 +95,11 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
     let key_major = p.k_st.h < p.k_st.s;
     let block = if T::as_f32(p.k).is_some() || T::as_bf16(p.k).is_some() { BLOCK_IN_PLACE } else { BLOCK_WIDENED };
-    let blocks = p.sk.div_ceil(block);
-    let rows0: Vec<(usize, usize)> = (0..nr).map(|r| p.row(0, r)).collect();
-    let (kmax, kmin) = key_range(p, &rows0, p.sk);
-    let plan = Plan {
-        block,
-        nr,
-        dp: round_up(d, l),
-        dvp: round_up(dv, l),
-        blocks,
-        units: heads * blocks,
-        key_major,
-        kmax,
-        kmin,
-    };
+    // Every kv head's rows have the same positions (those of kv head 0).
+    let span = key_span(p, (0..nr).map(|r| p.row(0, r).1), 0, p.sk);
+    let blocks = span.len().div_ceil(block);
+    let plan =
+        Plan { block, nr, dp: round_up(d, l), dvp: round_up(dv, l), blocks, units: heads * blocks, key_major, span };
     // Q rows of every head, scaled once, zero-padded to the vector width.
     let mut q = vec![0.0f32; heads * nr * plan.dp];
     for b in 0..p.b {
@@ -220,16 +211,14 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         let mut kp = if widens { vec![0.0f32; pl.block * dp] } else { Vec::new() };
         let mut vp = if widens { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
+        let (mut neg_slope, mut diag) = ([0.0f32; 16], [0.0f32; 16]);
 
         for u in sp.u0..sp.u1 {
             let (ksh, vsh) =
                 (shadow(p, pl, u, sp.u1, p.k.as_ptr(), p.k_st, d), shadow(p, pl, u, sp.u1, p.v.as_ptr(), p.v_st, dv));
             let (b, kvh, blk) = pl.unit(p, u);
-            let j0 = blk * pl.block;
-            if j0 >= pl.kmax {
-                continue;
-            }
-            let j1 = (j0 + pl.block).min(pl.kmax);
+            let j0 = pl.span.lo + blk * pl.block;
+            let j1 = (j0 + pl.block).min(pl.span.hi);
             let nk = j1 - j0;
             let hd = b * hkv + kvh;
             // This head's place in the run's state.
@@ -272,7 +261,12 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 *x = p.row(kvh, r);
             }
             let rows = &rows[..nr];
-            if explicit || j1 > pl.kmin {
+            if !p.mods.is_plain() {
+                p.mods.row_consts(rows, &mut neg_slope, &mut diag);
+                // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
+                unsafe { p.mods.apply(s, &neg_slope, &diag, j0, nk, nr, stp, 1, pl.block) };
+            }
+            if explicit || pl.span.needs_mask(j0, j1) {
                 // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
                 unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, pl.block) };
             }
@@ -328,8 +322,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
 }
 
 /// What unit `u` prefetches of one operand (K or V: `base`, `st`, row `width`) while it walks its own rows:
-/// the next unit's rows (on BSHD, the same keys of the next head). `None` at the end of the run and past
-/// every row's causal limit.
+/// the next unit's rows (on BSHD, the same keys of the next head). `None` at the end of the run.
 #[inline(always)]
 fn shadow<T: CpuElement>(
     p: &Problem<'_, T>,
@@ -342,8 +335,8 @@ fn shadow<T: CpuElement>(
 ) -> Option<Shadow> {
     let esize = std::mem::size_of::<T>();
     let (b, kvh, blk) = pl.unit(p, u + 1);
-    (u + 1 < u1 && blk * pl.block < pl.kmax).then(|| Shadow {
-        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, blk * pl.block) * esize),
+    (u + 1 < u1).then(|| Shadow {
+        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, pl.span.lo + blk * pl.block) * esize),
         stride: st.s * esize,
         lines: (width * esize).div_ceil(64),
     })

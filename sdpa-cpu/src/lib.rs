@@ -3,11 +3,12 @@
 //! Kernels (names shared with the CUDA backend):
 //! - `unfused`: scores materialised by a SIMD GEMM, softmax pass, GEMM with V (the eager baseline);
 //! - `fa2`: the fused tiled flash kernel: query-tile × key-tile blocks, SIMD micro-kernels for Q·Kᵀ and
-//!   P·V, scale, mask and online softmax fused with a vectorised exp, rayon over (batch, kv head, query
-//!   tile), causal tiles above the diagonal skipped, GQA by index, O(threads × tile) scratch;
+//!   P·V, scale, softcap, ALiBi, mask and online softmax fused with a vectorised exp, rayon over (batch, kv
+//!   head, query tile), key tiles outside the band (causal mask and sliding window) never touched, GQA by
+//!   index, O(threads × tile) scratch;
 //! - `splitkv`: keys split across workers, partial states merged with sdpa-core's merge. For decoding (at
 //!   most `LANES / 4` query rows per kv head) it streams K and V in memory order, each worker a contiguous
-//!   run, with software prefetch, on both layouts (`decode`);
+//!   run, with software prefetch, on both layouts (`decode`); both split only the keys the band leaves;
 //! - `auto`: `splitkv` for decoding and when the query tiles cannot fill the threads, `fa2` otherwise.
 //!
 //! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
@@ -18,6 +19,11 @@
 //! f32, f16 and bf16 in and out, f32 accumulation; head dims up to [`MAX_HEAD_DIM`], with no special
 //! case: 64 and 128 (any multiple of the micro-tile width) run without edge tiles, others add a masked
 //! edge vector.
+//!
+//! Every kernel honours sdpa-core's variants natively: a sliding window is part of the key band (with the
+//! causal mask), so time grows with the window, not with Sk; the softcap `cap · tanh(x / cap)` and the ALiBi
+//! bias `−slope · |j − diag(i)|` (computed per element from the row's slope and diagonal, no bias tensor)
+//! modify the score tile in registers before the mask and the online max (`variants`).
 //!
 //! Semantics are sdpa-core's: a row with no visible key is zeros with LSE `-inf`; masked keys are set to
 //! `-inf` before the softmax (an explicit `-inf` replaces the score rather than adding to it), so NaN in Q
@@ -48,6 +54,7 @@ mod problem;
 mod run;
 mod simd;
 mod unfused;
+mod variants;
 
 pub use backend::CpuBackend;
 pub use element::CpuElement;

@@ -1,16 +1,17 @@
-//! One validated attention call as the kernels see it: sizes, strides, the operand slices, the mask, and
-//! the output pointers shared by the worker threads.
+//! One validated attention call as the kernels see it: sizes, strides, the operand slices, the key band
+//! (causal mask and window), the explicit mask, softcap and ALiBi, and the output pointers shared by the
+//! worker threads.
 
 use crate::element::CpuElement;
-use sdpa_core::{AttentionSpec, Mask, Strides};
+use crate::variants::ScoreMods;
+use sdpa_core::{AttentionSpec, KeyBand, Mask, Result, Strides};
+use std::ops::Range;
 
-/// How the mask reaches the kernels.
+/// How an explicit mask reaches the kernels (causal masks and windows are the key band).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum MaskSel<'a> {
-    /// Every key is visible.
+    /// No explicit mask.
     None,
-    /// A causal mask (either alignment); `Mask::causal_limit` gives each row's visible prefix.
-    Causal(Mask),
     /// Additive f32 values with broadcast strides over (b, h, q, k) (0 on broadcast dims).
     Explicit { data: &'a [f32], strides: [usize; 4] },
 }
@@ -49,6 +50,10 @@ pub(crate) struct Problem<'a, T> {
     pub k: &'a [T],
     pub v: &'a [T],
     pub mask: MaskSel<'a>,
+    /// Keys each row may see by position: the causal mask and the window (`KeyBand::range`).
+    pub band: KeyBand,
+    /// Softcap and ALiBi.
+    pub mods: ScoreMods,
     pub q_st: Strides,
     pub k_st: Strides,
     pub v_st: Strides,
@@ -67,14 +72,13 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         mask: Option<&'a [f32]>,
         o: &'a mut [T],
         lse: Option<&'a mut [f32]>,
-    ) -> Self {
+    ) -> Result<Self> {
         let s = spec.shape;
         let mask = match (&spec.mask, mask) {
             (Mask::Explicit(m), Some(data)) => MaskSel::Explicit { data, strides: m.strides() },
-            (m, _) if m.is_causal() => MaskSel::Causal(*m),
             _ => MaskSel::None,
         };
-        Problem {
+        Ok(Problem {
             b: s.b,
             hq: s.hq,
             sq: s.sq,
@@ -87,13 +91,15 @@ impl<'a, T: CpuElement> Problem<'a, T> {
             k,
             v,
             mask,
+            band: spec.band(),
+            mods: ScoreMods::of(spec)?,
             q_st: spec.q_strides,
             k_st: spec.k_strides,
             v_st: spec.v_strides,
             o_st: spec.o_strides,
             o: SharedMut(o.as_mut_ptr()),
             lse: lse.map(|l| SharedMut(l.as_mut_ptr())),
-        }
+        })
     }
 
     /// Number of kv heads.
@@ -112,32 +118,39 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         (kvh * self.group + r / self.sq, r % self.sq)
     }
 
-    /// Keys `0..limit` that query position `i` may see under a causal mask (all keys otherwise).
+    /// Keys `lo..hi` that query position `i` may see by position (causal mask and window; all keys
+    /// without either), possibly empty.
     #[inline]
-    pub(crate) fn key_limit(&self, i: usize) -> usize {
-        match self.mask {
-            MaskSel::Causal(m) => m.causal_limit(i, self.sq, self.sk).unwrap_or(self.sk),
+    pub(crate) fn key_range(&self, i: usize) -> Range<usize> {
+        self.band.range(i, self.sk)
+    }
+
+    /// The most keys one row sees by position: the window's width when it bounds both sides, else Sk
+    /// (what sizes the tiles: the keys an item streams).
+    pub(crate) fn row_keys(&self) -> usize {
+        match (self.band.lo, self.band.hi) {
+            (Some(lo), Some(hi)) => usize::try_from(hi - lo + 1).unwrap_or(0).min(self.sk),
             _ => self.sk,
         }
     }
 
-    /// Whether query `(h, i)` of batch `b` attends to key `j` at all (the f64 reference's rule: causal keys
-    /// past the row's limit and explicit `-inf` entries take no part; a finite additive value keeps the
+    /// Whether query `(h, i)` of batch `b` attends to key `j` at all (the f64 reference's rule: keys
+    /// outside the row's band and explicit `-inf` entries take no part; a finite additive value keeps the
     /// key). Only the careful path of a tile with non-finite V asks this, key by key.
     pub(crate) fn visible(&self, b: usize, h: usize, i: usize, j: usize) -> bool {
-        match self.mask {
-            MaskSel::None => true,
-            MaskSel::Causal(_) => j < self.key_limit(i),
-            MaskSel::Explicit { data, strides } => {
-                data[b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3]] != f32::NEG_INFINITY
+        self.key_range(i).contains(&j)
+            && match self.mask {
+                MaskSel::None => true,
+                MaskSel::Explicit { data, strides } => {
+                    data[b * strides[0] + h * strides[1] + i * strides[2] + j * strides[3]] != f32::NEG_INFINITY
+                }
             }
-        }
     }
 
     /// Applies the mask to a score tile `st[(j - j0)·ks + r·rs]` for keys `j0..j1` and rows
-    /// `rows` (pairs of query head and position, one per lane). Causal keys past a row's limit become
-    /// `-inf`; explicit values are added, and an explicit `-inf` replaces the score so that a masked key
-    /// takes no part even when the score is NaN.
+    /// `rows` (pairs of query head and position, one per lane). Keys outside a row's band become `-inf`;
+    /// explicit values are added, and an explicit `-inf` replaces the score so that a masked key takes no
+    /// part even when the score is NaN.
     ///
     /// # Safety
     /// Every index `(j - j0)·ks + r·rs` for `j < j1`, `r < rows.len()` is inside `st`, written by no one
@@ -154,17 +167,17 @@ impl<'a, T: CpuElement> Problem<'a, T> {
     ) {
         // SAFETY: every index (j - j0)·ks + r·rs is inside the caller's extent.
         let at = |j: usize, r: usize| unsafe { st.add((j - j0) * ks + r * rs) };
-        match self.mask {
-            MaskSel::None => {}
-            MaskSel::Causal(_) => {
-                for (r, &(_, i)) in rows.iter().enumerate() {
-                    let lim = self.key_limit(i).max(j0);
-                    for j in lim..j1 {
-                        // SAFETY: inside the caller's extent.
-                        unsafe { *at(j, r) = f32::NEG_INFINITY };
-                    }
+        if !self.band.is_all() {
+            for (r, &(_, i)) in rows.iter().enumerate() {
+                let keys = self.key_range(i);
+                for j in (j0..keys.start.clamp(j0, j1)).chain(keys.end.clamp(j0, j1)..j1) {
+                    // SAFETY: inside the caller's extent.
+                    unsafe { *at(j, r) = f32::NEG_INFINITY };
                 }
             }
+        }
+        match self.mask {
+            MaskSel::None => {}
             MaskSel::Explicit { data, strides } => {
                 for (r, &(h, i)) in rows.iter().enumerate() {
                     let base = b * strides[0] + h * strides[1] + i * strides[2];

@@ -75,7 +75,7 @@ pub(crate) fn attention_on<T: CpuElement>(
     if !path.is_supported() {
         return unsupported(format!("simd path {path} on this CPU"));
     }
-    let p = Problem::new(spec, q, k, v, mask, o, lse);
+    let p = Problem::new(spec, q, k, v, mask, o, lse)?;
     let body = || {
         let threads = rayon::current_num_threads();
         let kernel = resolve(opts.kernel, &p, path, threads);
@@ -101,7 +101,7 @@ fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, th
     match kernel {
         Kernel::Auto if decode::applies(p, path) => Kernel::SplitKv,
         Kernel::Auto => {
-            let tiles = Tiles::for_path(path, p.sk);
+            let tiles = Tiles::for_path(path, p.row_keys());
             let items = fa2::row_tile_count(p, tiles.br);
             if items < 2 * threads && fa2::split_count(items, p.sk, tiles.bc, threads) > 1 {
                 Kernel::SplitKv

@@ -93,15 +93,14 @@ fn head<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, b: usize, h: usize, p
         dispatch(path, Scores { d, k: kptr, ks, j0, j1, qt: qtp, sqp, st: stp });
     });
 
-    // Pass 2: mask, softmax over each query's column, normalised probabilities (rounded to T).
+    // Pass 2: softcap and ALiBi, mask, softmax over each query's column, normalised probabilities
+    // (rounded to T).
     let mut lse = vec![0.0f32; sqp];
     let lsep = SharedMut(lse.as_mut_ptr());
     let cols = (ROW_CHUNK / l).max(1) * l;
     for_chunks(par, sqp, cols, |i0, i1| {
         let rows: Vec<(usize, usize)> = (i0..i1.min(sq)).map(|i| (h, i)).collect();
-        // SAFETY: columns i0..i1 of every key row belong to this chunk only.
-        unsafe { p.apply_mask(b, &rows, 0, sk, stp.ptr().add(i0), sqp, 1) };
-        dispatch(path, Softmax::<T> { st: stp, sqp, sk, i0, i1, lse: lsep, _t: std::marker::PhantomData });
+        dispatch(path, Softmax { p, b, rows: &rows, st: stp, sqp, sk, i0, i1, lse: lsep });
     });
 
     // Pass 3: O = P·V, then one rounding to T.
@@ -161,17 +160,21 @@ impl SimdKernel for Scores {
     }
 }
 
-struct Softmax<T> {
+/// Pass 2 on the columns `i0..i1` of head `(b, rows[0].0)`: query rows `rows` (the chunk's columns below
+/// Sq).
+struct Softmax<'r, 'a, T> {
+    p: &'r Problem<'a, T>,
+    b: usize,
+    rows: &'r [(usize, usize)],
     st: SharedMut<f32>,
     sqp: usize,
     sk: usize,
     i0: usize,
     i1: usize,
     lse: SharedMut<f32>,
-    _t: std::marker::PhantomData<T>,
 }
 
-impl<T: CpuElement> SimdKernel for Softmax<T> {
+impl<T: CpuElement> SimdKernel for Softmax<'_, '_, T> {
     type Output = ();
     #[inline(always)]
     fn run<S: Simd>(self, s: S) {
@@ -179,9 +182,17 @@ impl<T: CpuElement> SimdKernel for Softmax<T> {
         let round = T::DTYPE != sdpa_core::DType::F32;
         let mut mx = [0.0f32; 16];
         let mut sm = [0.0f32; 16];
+        let (p, cols) = (self.p, self.i1 - self.i0);
         // SAFETY: columns i0..i1 (a multiple of LANES wide, inside sqp) of the sk rows of Sᵀ and lse[i0..i1]
         // belong to this chunk.
         unsafe {
+            let tile = self.st.0.add(self.i0);
+            if !p.mods.is_plain() {
+                let (mut neg_slope, mut diag) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+                p.mods.row_consts(self.rows, &mut neg_slope, &mut diag);
+                p.mods.apply(s, &neg_slope, &diag, 0, self.sk, cols, tile, self.sqp, 1);
+            }
+            p.apply_mask(self.b, self.rows, 0, self.sk, tile, self.sqp, 1);
             let mut n = self.i0;
             while n < self.i1 {
                 let col = self.st.0.add(n);

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{backends, check, check_all_kernels, masks, spec};
-use sdpa_core::{DType, Kernel, Layout, Mask, Shape};
+use sdpa_core::{Alibi, AttentionSpec, DType, Diagonal, ExplicitMask, Kernel, Layout, Mask, MaskValues, Shape, Window};
 
 /// The full matrix on one awkward GQA shape with Dv != D.
 #[test]
@@ -99,6 +99,120 @@ fn decoding_every_layout_and_mask() {
                     for mask in masks(&shape) {
                         check_all_kernels(&be, &spec(shape, dtype, mask, layout));
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Windows, softcap and ALiBi (sdpa-core's `variants`) with masks: windows narrower than a tile, wider than
+/// Sk, one-sided either way, with no mask (each diagonal named), with either causal alignment and with an
+/// explicit mask on top; softcap and ALiBi alone and all three together.
+fn variant_cases(shape: &Shape) -> Vec<AttentionSpec> {
+    let base = |mask: Mask| AttentionSpec::new(*shape, DType::F32).with_mask(mask);
+    let additive = Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [1, shape.hq, 1, shape.sk] });
+    let boolean = Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, shape));
+    let w = |left: Option<usize>, right: Option<usize>| Window { left, right };
+    vec![
+        base(Mask::CausalTopLeft).with_window(Window::left(5)),
+        base(Mask::CausalBottomRight).with_window(Window::left(17)),
+        base(Mask::None).with_window(w(Some(3), Some(2))).with_diagonal(Diagonal::TopLeft),
+        base(Mask::None).with_window(w(Some(500), Some(500))).with_diagonal(Diagonal::BottomRight),
+        base(Mask::None).with_window(w(Some(9), None)).with_diagonal(Diagonal::BottomRight),
+        base(Mask::None).with_window(w(None, Some(4))).with_diagonal(Diagonal::TopLeft),
+        base(additive).with_window(w(Some(20), Some(0))).with_diagonal(Diagonal::BottomRight),
+        base(boolean).with_window(w(Some(6), Some(6))).with_diagonal(Diagonal::TopLeft),
+        base(Mask::CausalBottomRight).with_softcap(5.0),
+        base(Mask::None).with_softcap(30.0).with_scale(8.0),
+        base(Mask::None).with_alibi(Alibi::Standard).with_diagonal(Diagonal::TopLeft),
+        base(Mask::CausalTopLeft)
+            .with_window(w(Some(11), Some(0)))
+            .with_softcap(2.5)
+            .with_alibi(Alibi::Slopes((0..shape.hq).map(|h| 0.05 + 0.3 * h as f32).collect())),
+        base(Mask::None)
+            .with_window(w(Some(7), Some(30)))
+            .with_softcap(10.0)
+            .with_alibi(Alibi::Standard)
+            .with_diagonal(Diagonal::BottomRight),
+    ]
+}
+
+/// Every variant case on every path, kernel, dtype and layout, on an awkward GQA shape (Sq < Sk) and its
+/// transpose (Sq > Sk: bottom-right windows leave the first rows empty).
+#[test]
+fn variants_every_path_kernel_layout_and_dtype() {
+    for shape in [
+        Shape { b: 2, hq: 4, hkv: 2, sq: 37, sk: 83, d: 40, dv: 24 },
+        Shape { b: 1, hq: 4, hkv: 1, sq: 83, sk: 37, d: 16, dv: 16 },
+    ] {
+        for case in variant_cases(&shape) {
+            for be in backends() {
+                for dtype in DType::ALL {
+                    for layout in [Layout::Bhsd, Layout::Bshd] {
+                        let mut s = case.clone().with_layout(layout);
+                        s.dtype = dtype;
+                        check_all_kernels(&be, &s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Windows over longer sequences, where whole key tiles fall outside the band on both sides (the kernels
+/// skip them) and the window edges cut tiles at every offset; decoding shapes (the split-KV streaming
+/// path) with windows much shorter than Sk.
+#[test]
+fn windows_skip_tiles_and_decode() {
+    let cases = [
+        (Shape { b: 1, hq: 2, hkv: 1, sq: 300, sk: 300, d: 64, dv: 64 }, Window::left(40), Mask::CausalTopLeft),
+        (Shape { b: 1, hq: 2, hkv: 2, sq: 200, sk: 2100, d: 8, dv: 8 }, Window::left(100), Mask::CausalBottomRight),
+        (
+            Shape { b: 1, hq: 1, hkv: 1, sq: 130, sk: 130, d: 32, dv: 32 },
+            Window { left: Some(70), right: Some(65) },
+            Mask::None,
+        ),
+        (Shape { b: 2, hq: 8, hkv: 2, sq: 1, sk: 1000, d: 128, dv: 128 }, Window::left(100), Mask::CausalBottomRight),
+        (Shape { b: 1, hq: 4, hkv: 4, sq: 3, sk: 517, d: 80, dv: 80 }, Window::left(63), Mask::CausalBottomRight),
+    ];
+    for be in backends() {
+        for (shape, window, mask) in cases {
+            for dtype in [DType::F32, DType::BF16] {
+                for layout in [Layout::Bhsd, Layout::Bshd] {
+                    let mut s = spec(shape, dtype, mask, layout).with_window(window);
+                    if !mask.is_causal() {
+                        s = s.with_diagonal(Diagonal::BottomRight);
+                    }
+                    check_all_kernels(&be, &s);
+                }
+            }
+        }
+    }
+}
+
+/// ALiBi with thousands of keys (biases in the hundreds far from the diagonal), standard slopes and given
+/// ones (zero and negative included), both diagonals, with and without a causal mask or window; decoding
+/// too.
+#[test]
+fn alibi_with_long_keys() {
+    let shapes = [
+        Shape { b: 1, hq: 4, hkv: 2, sq: 40, sk: 3000, d: 16, dv: 16 },
+        Shape { b: 1, hq: 8, hkv: 2, sq: 1, sk: 4000, d: 64, dv: 64 },
+    ];
+    for be in backends() {
+        for shape in shapes {
+            let given = Alibi::Slopes((0..shape.hq).map(|h| [0.0, 0.5, -0.01, 0.003][h % 4]).collect());
+            for dtype in [DType::F32, DType::BF16] {
+                for (mask, alibi, diag, window) in [
+                    (Mask::None, Alibi::Standard, Some(Diagonal::BottomRight), None),
+                    (Mask::None, given.clone(), Some(Diagonal::TopLeft), None),
+                    (Mask::CausalBottomRight, Alibi::Standard, None, Some(Window::left(700))),
+                    (Mask::CausalTopLeft, given.clone(), None, None),
+                ] {
+                    let mut s = spec(shape, dtype, mask, Layout::Bshd).with_alibi(alibi);
+                    s.variants.diagonal = diag;
+                    s.variants.window = window;
+                    check_all_kernels(&be, &s);
                 }
             }
         }

@@ -10,8 +10,8 @@ use common::backends;
 use sdpa_core::check::tolerance;
 use sdpa_core::reference::reference_attention;
 use sdpa_core::{
-    mask_from_bool, AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask,
-    MaskValues, RunOptions, Shape,
+    mask_from_bool, Alibi, AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask,
+    MaskValues, RunOptions, Shape, Window,
 };
 
 const KERNELS: [Kernel; 4] = [Kernel::Unfused, Kernel::Fa2, Kernel::SplitKv, Kernel::Auto];
@@ -205,4 +205,32 @@ fn unmasked_nan_poisons_every_row_of_its_group() {
     let s = spec(Shape { b: 1, hq: 2, hkv: 1, sq: 20, sk: 40, d: 8, dv: 8 }, DType::F32, Mask::None);
     let t = check_poisoned(&s, None, &[v_at(0, 7, 2, f32::NAN)]);
     assert_eq!(t.nonfinite_rows, 40);
+}
+
+/// Windows (with softcap and ALiBi on): NaN and inf under keys outside a row's window but inside tiles the
+/// row loads leave it exact; under keys inside its window they poison it as the reference does.
+#[test]
+fn windowed_keys_inside_a_loaded_tile() {
+    let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 70, sk: 70, d: 32, dv: 24 };
+    for dtype in [DType::F32, DType::BF16] {
+        let s = spec(shape, dtype, Mask::CausalTopLeft).with_window(Window::left(10));
+        for poison in [v_at(1, 5, 5, f32::NAN), v_at(1, 5, 5, f32::INFINITY), k_at(1, 5, 3, f32::NAN)] {
+            let t = check_poisoned(&s, None, &[poison]);
+            // Rows 5..=15 of the two query heads on kv head 1 see key 5.
+            assert_eq!(t.nonfinite_rows, 2 * 11, "{poison:?}");
+        }
+        let s = s.with_softcap(20.0).with_alibi(Alibi::Standard);
+        let t = check_poisoned(&s, None, &[v_at(0, 40, 0, f32::NAN)]);
+        assert_eq!(t.nonfinite_rows, 2 * 11);
+        // The softcap keeps a NaN score NaN, and caps an infinite one at ±cap (a finite row).
+        let t = check_poisoned(&s, None, &[k_at(1, 40, 2, f32::NAN)]);
+        assert_eq!(t.nonfinite_rows, 2 * 11);
+        let t = check_poisoned(&s, None, &[k_at(1, 40, 2, f32::INFINITY)]);
+        assert_eq!(t.nonfinite_rows, 0);
+    }
+    // Decoding, bottom-right window of 100 keys back: key 950 is seen, key 890 is not.
+    let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 1, sk: 1000, d: 64, dv: 64 };
+    let s = spec(shape, DType::F32, Mask::CausalBottomRight).with_window(Window::left(100));
+    let t = check_poisoned(&s, None, &[v_at(0, 890, 1, f32::NAN), v_at(1, 950, 2, f32::INFINITY)]);
+    assert_eq!(t.nonfinite_rows, 1);
 }

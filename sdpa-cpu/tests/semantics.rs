@@ -3,12 +3,13 @@
 
 mod common;
 
+use common::check_all_kernels;
 use common::{backends, check_inputs, spec, THREADS};
 use half::bf16;
 use sdpa_core::check::check_output;
 use sdpa_core::{
-    mask_from_bool, AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostBuffer, HostInputs, HostOutput,
-    Kernel, Layout, Mask, MaskValues, RunOptions, Shape,
+    mask_from_bool, Alibi, AttentionSpec, DType, Diagonal, ExplicitMask, F32Math, HostBackend, HostBuffer, HostInputs,
+    HostOutput, Kernel, Layout, Mask, MaskValues, RunOptions, Shape, Variant, Window,
 };
 use sdpa_cpu::attention;
 
@@ -203,5 +204,108 @@ fn paths_are_reported_and_forced() {
             names.contains(&"avx512"),
             is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
         );
+    }
+}
+
+/// Rows a window leaves without keys (its band lies past either end of the keys): zeros and LSE = -inf
+/// from every kernel, on tile and decoding shapes, and the other rows exact.
+#[test]
+fn rows_left_empty_by_a_window() {
+    let cases = [
+        // Top-left, Sq > Sk, window (0, 0): rows i >= Sk see no key.
+        (Shape { b: 1, hq: 2, hkv: 1, sq: 90, sk: 40, d: 16, dv: 8 }, Mask::None, Diagonal::TopLeft, (0, 0)),
+        // Bottom-right, Sq > Sk, window (2, 3): rows whose diagonal lies before key -3 see none.
+        (Shape { b: 1, hq: 2, hkv: 2, sq: 70, sk: 20, d: 16, dv: 8 }, Mask::None, Diagonal::BottomRight, (2, 3)),
+        // Causal bottom-right with a left window, Sq > Sk.
+        (
+            Shape { b: 2, hq: 2, hkv: 1, sq: 50, sk: 9, d: 8, dv: 8 },
+            Mask::CausalBottomRight,
+            Diagonal::BottomRight,
+            (4, 0),
+        ),
+        // Decoding rows: Sq = 3 > Sk = 1, bottom-right: rows 0 and 1 lie before the keys.
+        (Shape { b: 1, hq: 4, hkv: 2, sq: 3, sk: 1, d: 32, dv: 32 }, Mask::None, Diagonal::BottomRight, (0, 0)),
+    ];
+    for be in backends() {
+        for kernel in KERNELS {
+            for (shape, mask, diag, (left, right)) in cases {
+                let mut s = spec(shape, DType::F32, mask, Layout::Bhsd)
+                    .with_window(Window { left: Some(left), right: Some(right) });
+                if !mask.is_causal() {
+                    s = s.with_diagonal(diag);
+                }
+                let inp = HostInputs::random(&s, 9).unwrap();
+                check_inputs(&be, &s, kernel, &inp);
+                let run = be.run_host(&s, &RunOptions { kernel, lse: true, ..Default::default() }, &inp).unwrap();
+                let lse = run.output.lse.unwrap();
+                let mut empty = 0;
+                for b in 0..shape.b {
+                    for h in 0..shape.hq {
+                        for i in 0..shape.sq {
+                            if !s.key_range(i).is_empty() {
+                                continue;
+                            }
+                            empty += 1;
+                            let label = format!("{} {kernel} {shape} row ({b}, {h}, {i})", be.simd());
+                            assert_eq!(lse[(b * shape.hq + h) * shape.sq + i], f32::NEG_INFINITY, "{label}");
+                            let off = s.o_strides.offset(b, h, i);
+                            assert!((0..shape.dv).all(|c| run.output.o.get_f32(off + c) == 0.0), "{label}");
+                        }
+                    }
+                }
+                assert!(empty > 0, "{shape}: the case must leave rows empty");
+            }
+        }
+    }
+}
+
+/// Softcaps from 1 to 100 on logits up to about ±1e4 (a huge scale): nearly every score saturates at ±cap
+/// and only the tanh's tail orders them; every kernel and dtype, tile and decoding shapes, with a window.
+#[test]
+fn softcap_on_huge_logits() {
+    let shapes = [
+        Shape { b: 1, hq: 4, hkv: 2, sq: 45, sk: 70, d: 64, dv: 32 },
+        Shape { b: 1, hq: 4, hkv: 1, sq: 1, sk: 300, d: 64, dv: 64 },
+    ];
+    for cap in [1.0, 7.5, 30.0, 50.0, 100.0] {
+        for be in backends() {
+            for shape in shapes {
+                for dtype in DType::ALL {
+                    // Unit-variance inputs: q·k has a standard deviation of 8 at D = 64, so the logits reach ±1e4.
+                    let s =
+                        spec(shape, dtype, Mask::CausalBottomRight, Layout::Bshd).with_scale(300.0).with_softcap(cap);
+                    check_all_kernels(&be, &s);
+                    let s = s.with_window(Window::left(20));
+                    check_all_kernels(&be, &s);
+                }
+            }
+        }
+    }
+}
+
+/// The capabilities name every variant, and the laws of sdpa-core's semantics hold on the kernels: a
+/// window wider than Sk equals no window, zero slopes equal no ALiBi, a huge cap equals no cap (checked
+/// against the plain call's output, not only the reference).
+#[test]
+fn variants_are_listed_and_their_laws_hold() {
+    let be = backends().remove(0);
+    assert_eq!(be.capabilities().variants, Variant::ALL.to_vec());
+    let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 33, sk: 75, d: 32, dv: 32 };
+    let plain = spec(shape, DType::F32, Mask::CausalTopLeft, Layout::Bhsd);
+    let inp = HostInputs::random(&plain, 10).unwrap();
+    for kernel in KERNELS {
+        let opts = RunOptions { kernel, lse: true, ..Default::default() };
+        let want = be.run_host(&plain, &opts, &inp).unwrap().output;
+        for s in [
+            plain.clone().with_window(Window { left: Some(75), right: Some(75) }),
+            plain.clone().with_alibi(Alibi::Slopes(vec![0.0, 0.0])),
+            plain.clone().with_softcap(1e9),
+        ] {
+            let got = be.run_host(&s, &opts, &inp).unwrap().output;
+            let (o, w) = (got.o.to_f32_vec(), want.o.to_f32_vec());
+            let (lo, lw) = (got.lse.unwrap(), want.lse.clone().unwrap());
+            let worst = o.iter().zip(&w).chain(lo.iter().zip(&lw)).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "{kernel} {:?}: differs from the plain call by {worst}", s.variants);
+        }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Same structure as the generic item kernel ([`super::process`]): Qᵀ is packed once per item, now as pairs
 //! along the head dim; K is read in place, a pair of dims per 32-bit broadcast; the scores get the scale
-//! on their way out of the registers; mask and online softmax are the generic f32 code. P is rounded to
+//! on their way out of the registers; softcap, ALiBi, mask and online softmax are the generic f32 code. P is rounded to
 //! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
 //! Needs an even head dim (odd ones take the generic path).
 
@@ -76,20 +76,23 @@ pub(crate) unsafe fn process<T: CpuElement>(
         scr.qt2[c2 * brp + nr..(c2 + 1) * brp].fill(0);
     }
 
-    let KeyLoop { k_hi, kmin, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
+    let KeyLoop { span, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     // SAFETY (whole loop): every pointer stays inside its buffer: K and V rows j0..j1 exist (validated
     // spec), the scratch buffers are sized for `t` (bc keys, br rows, dvp columns, d/2 pairs).
     unsafe {
         let scale = _mm512_set1_ps(p.scale);
         let idx = _mm512_loadu_si512(INTERLEAVE.as_ptr().cast());
-        let mut j0 = it.k_lo;
-        while j0 < k_hi {
-            let j1 = (j0 + t.bc).min(k_hi);
+        let mut j0 = span.lo;
+        while j0 < span.hi {
+            let j1 = (j0 + t.bc).min(span.hi);
             let nk = j1 - j0;
             let st = scr.st.as_mut_ptr();
             let kp = k.as_ptr().add(kbase + j0 * p.k_st.s);
             scores(d2, kp, p.k_st.s, nk, scr.qt2.as_ptr(), brp, nqv, st, brp, scale);
-            if explicit || j1 > kmin {
+            if !p.mods.is_plain() {
+                p.mods.apply(s, &scr.neg_slope, &scr.diag, j0, nk, brp, st, brp, 1);
+            }
+            if explicit || span.needs_mask(j0, j1) {
                 p.apply_mask(it.b, &scr.rows, j0, j1, st, brp, 1);
             }
             micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);

@@ -3,9 +3,11 @@
 //! Work items are (batch, kv head, tile of query rows); the rows of a tile are (query head, position)
 //! pairs of one GQA group, head-major, so the query heads that share a kv head read each K/V tile once and
 //! K/V are never copied per query head. Each item walks its key range in tiles: scores by a SIMD
-//! micro-kernel, mask, online softmax, P·V into an f32 accumulator, then one normalisation at the end.
-//! Key tiles past the causal limit of every row of the item are never visited. Scratch is per worker and
-//! sized by the tile, never by the sequence length.
+//! micro-kernel, softcap and ALiBi on the tile in registers (`variants`), mask, online softmax, P·V into an
+//! f32 accumulator, then one normalisation at the end. An item visits only the keys some row of it sees by
+//! position (the key band: causal mask and window, [`key_span`]), so key tiles outside the band are never
+//! touched and the work grows with the window, not with Sk; tiles every row sees whole need no band mask.
+//! Scratch is per worker and sized by the tile, never by the sequence length.
 //!
 //! One item kernel, [`process`], generic over the SIMD path; on CPUs with AVX512_BF16, bf16 inputs with an
 //! even head dim take its pair-product variant instead ([`bf16dot`], the same item structure with
@@ -32,9 +34,11 @@ pub(crate) struct Tiles {
 }
 
 impl Tiles {
-    /// Tiles for a path and a key length. Long key ranges get taller query tiles on AVX-512: each query
-    /// tile streams all of its kv head's K and V once, so taller tiles halve that traffic (from L3 or
-    /// memory, where other work on a shared machine competes), at a few percent of in-cache speed.
+    /// Tiles for a path and the keys one row sees (`Problem::row_keys`). Long key ranges get taller query
+    /// tiles on AVX-512: each query tile streams all of its kv head's K and V once, so taller tiles halve
+    /// that traffic (from L3 or memory, where other work on a shared machine competes), at a few percent of
+    /// in-cache speed. A window keeps its keys in cache, and there a shorter tile wastes less: an item
+    /// visits the window plus its own height.
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
@@ -89,6 +93,9 @@ pub(crate) struct Scratch {
     pub(crate) alpha: Vec<f32>,
     pub(crate) rowbuf: Vec<f32>,
     pub(crate) rows: Vec<(usize, usize)>,
+    /// ALiBi's `−slope` and diagonal of each row (`ScoreMods::row_consts`).
+    pub(crate) neg_slope: Vec<f32>,
+    pub(crate) diag: Vec<f32>,
     /// bf16 pairs for the AVX512_BF16 kernel: Qᵀ by dim pairs, Pᵀ by key pairs, V interleaved by key pairs.
     pub(crate) qt2: Vec<u32>,
     pub(crate) pb: Vec<u32>,
@@ -119,6 +126,8 @@ impl Scratch {
             alpha: vec![0.0; br],
             rowbuf: vec![0.0; d.max(dv)],
             rows: Vec::with_capacity(br),
+            neg_slope: vec![0.0; br],
+            diag: vec![0.0; br],
             qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
             pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
             v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
@@ -259,11 +268,11 @@ fn process<S: Simd, T: CpuElement>(
         }
     }
 
-    let KeyLoop { k_hi, kmin, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
+    let KeyLoop { span, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
-    let mut j0 = it.k_lo;
-    while j0 < k_hi {
-        let j1 = (j0 + t.bc).min(k_hi);
+    let mut j0 = span.lo;
+    while j0 < span.hi {
+        let j1 = (j0 + t.bc).min(span.hi);
         let nk = j1 - j0;
         let (kptr, ks) = match kf {
             Some(kf) => (kf[kbase + j0 * p.k_st.s..].as_ptr(), p.k_st.s),
@@ -290,7 +299,12 @@ fn process<S: Simd, T: CpuElement>(
             // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values.
             unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr(), brp, nqv, st, brp) };
         }
-        if explicit || j1 > kmin {
+        if !p.mods.is_plain() {
+            let rows = if dot { nr } else { brp };
+            // SAFETY: every (key, row) index of this tile, padding rows included, is inside `st`.
+            unsafe { p.mods.apply(s, &scr.neg_slope, &scr.diag, j0, nk, rows, st, key_stride, row_stride) };
+        }
+        if explicit || span.needs_mask(j0, j1) {
             // SAFETY: every (key, row) index of this tile is inside `st`, owned by this worker.
             unsafe { p.apply_mask(it.b, &scr.rows, j0, j1, st, key_stride, row_stride) };
         }
@@ -332,10 +346,8 @@ fn process<S: Simd, T: CpuElement>(
 
 /// What an item kernel knows before its key loop, computed the same way by [`process`] and [`bf16dot`].
 pub(crate) struct KeyLoop {
-    /// One past the last key any row of the item sees ([`key_range`]).
-    pub k_hi: usize,
-    /// The smallest causal limit of the item's rows: tiles ending at or before it need no causal mask.
-    pub kmin: usize,
+    /// The keys the item visits ([`key_span`]).
+    pub span: KeySpan,
     /// Whether the mask is explicit (every tile is masked).
     pub explicit: bool,
     /// Offset of key 0 of the item's kv head in K.
@@ -346,7 +358,7 @@ pub(crate) struct KeyLoop {
 
 impl KeyLoop {
     /// The loop's bounds and offsets for item `it` (whose rows are in `scr.rows`), with the online softmax
-    /// state reset for `brp` rows and `o_len` accumulator values.
+    /// state reset for `brp` rows and `o_len` accumulator values and ALiBi's row constants in `scr`.
     #[inline(always)]
     pub(crate) fn start<T: CpuElement>(
         p: &Problem<'_, T>,
@@ -355,10 +367,11 @@ impl KeyLoop {
         brp: usize,
         o_len: usize,
     ) -> Self {
-        let (k_hi, kmin) = key_range(p, &scr.rows, it.k_hi);
+        let span = key_span(p, scr.rows.iter().map(|&(_, i)| i), it.k_lo, it.k_hi);
         let explicit = matches!(p.mask, MaskSel::Explicit { .. });
         scr.reset_state(brp, o_len);
-        KeyLoop { k_hi, kmin, explicit, kbase: p.k_st.offset(it.b, it.kvh, 0), vbase: p.v_st.offset(it.b, it.kvh, 0) }
+        p.mods.row_consts(&scr.rows, &mut scr.neg_slope[..brp], &mut scr.diag[..brp]);
+        KeyLoop { span, explicit, kbase: p.k_st.offset(it.b, it.kvh, 0), vbase: p.v_st.offset(it.b, it.kvh, 0) }
     }
 }
 
@@ -382,16 +395,52 @@ pub(crate) fn end_item<S: Simd, T: CpuElement>(
     true
 }
 
-/// The keys `k_lo..k_hi` an item visits (clamped to the largest causal limit of its rows) and the smallest
-/// limit (tiles ending at or before it need no causal masking).
-pub(crate) fn key_range<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)], k_hi: usize) -> (usize, usize) {
-    let (mut kmax, mut kmin) = (0usize, usize::MAX);
-    for &(_, i) in rows {
-        let lim = p.key_limit(i);
-        kmax = kmax.max(lim);
-        kmin = kmin.min(lim);
+/// The keys a set of rows visits, within bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeySpan {
+    /// First key any row sees.
+    pub lo: usize,
+    /// One past the last key any row sees (`hi <= lo`: none).
+    pub hi: usize,
+    /// Keys `in_lo..in_hi` are seen by every row: tiles inside need no band mask.
+    pub in_lo: usize,
+    pub in_hi: usize,
+}
+
+impl KeySpan {
+    /// Whether tile `j0..j1` holds a key some row does not see by position.
+    #[inline(always)]
+    pub(crate) fn needs_mask(&self, j0: usize, j1: usize) -> bool {
+        j0 < self.in_lo || j1 > self.in_hi
     }
-    (k_hi.min(kmax), kmin)
+
+    /// Keys visited.
+    pub(crate) fn len(&self) -> usize {
+        self.hi.saturating_sub(self.lo)
+    }
+}
+
+/// The union of the key ranges of query positions `rows` (`Problem::key_range`: the band of the causal
+/// mask and the window), clamped to `k_lo..k_hi`, and their intersection. Rows that see no key add
+/// nothing to the union.
+pub(crate) fn key_span<T: CpuElement>(
+    p: &Problem<'_, T>,
+    rows: impl IntoIterator<Item = usize>,
+    k_lo: usize,
+    k_hi: usize,
+) -> KeySpan {
+    let (mut lo, mut hi, mut in_lo, mut in_hi) = (usize::MAX, 0, 0, usize::MAX);
+    for i in rows {
+        let keys = p.key_range(i);
+        in_lo = in_lo.max(keys.start);
+        in_hi = in_hi.min(keys.end);
+        if !keys.is_empty() {
+            lo = lo.min(keys.start);
+            hi = hi.max(keys.end);
+        }
+    }
+    let (lo, hi) = (lo.max(k_lo), hi.min(k_hi));
+    KeySpan { lo: lo.min(hi), hi, in_lo, in_hi }
 }
 
 /// Normalises one accumulated output row by its softmax sum `l` and returns its LSE from the running max
@@ -454,7 +503,7 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
 
 /// `fa2`: one work item per row tile, over the current rayon pool.
 pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
-    let tiles = Tiles::for_path(path, p.sk);
+    let tiles = Tiles::for_path(path, p.row_keys());
     let packs = T::as_f32(p.k).is_none();
     let items: Vec<Item> = row_tiles(p, tiles.br)
         .into_iter()
@@ -477,17 +526,21 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
 /// `splitkv`: each row tile's keys are cut into chunks run as separate items; the normalised partial rows
 /// and their LSE are merged with sdpa-core's `merge_normalized`.
 pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
-    let tiles = Tiles::for_path(path, p.sk);
+    let tiles = Tiles::for_path(path, p.row_keys());
     let packs = T::as_f32(p.k).is_none();
     let rt = row_tiles(p, tiles.br);
-    let splits = split_count(rt.len(), p.sk, tiles.bc, threads);
-    // Chunk boundaries on key-tile multiples, so no chunk starts mid-tile.
-    let chunk = round_up(p.sk.div_ceil(splits), tiles.bc);
+    // Each row tile splits the keys its rows see (the band), not all Sk of them.
+    let spans: Vec<KeySpan> =
+        rt.iter().map(|&(_, kvh, r0, nr)| key_span(p, (r0..r0 + nr).map(|r| p.row(kvh, r).1), 0, p.sk)).collect();
+    let widest = spans.iter().map(KeySpan::len).max().unwrap_or(0);
+    let splits = split_count(rt.len(), widest, tiles.bc, threads);
     let mut items = Vec::with_capacity(rt.len() * splits);
-    for (t, &(b, kvh, r0, nr)) in rt.iter().enumerate() {
+    for (t, (&(b, kvh, r0, nr), span)) in rt.iter().zip(&spans).enumerate() {
+        // Chunks of whole key tiles, so no tile is cut short but the span's last.
+        let chunk = round_up(span.len().div_ceil(splits), tiles.bc);
         for sidx in 0..splits {
-            let k_lo = (sidx * chunk).min(p.sk);
-            let k_hi = ((sidx + 1) * chunk).min(p.sk);
+            let k_lo = (span.lo + sidx * chunk).min(span.hi);
+            let k_hi = (span.lo + (sidx + 1) * chunk).min(span.hi);
             items.push(Item { b, kvh, r0, nr, k_lo, k_hi, slot: (t * splits + sidx) * tiles.br });
         }
     }

@@ -154,6 +154,15 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     /// Lane-wise maximum; where a lane of `b` is NaN the result is NaN.
     fn max(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise minimum; where a lane of `b` is NaN the result is NaN.
+    fn min(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise `1 / x` for finite `x` of normal range to within about 2 ulps (a hardware estimate and
+    /// one Newton step: cheaper than a division); NaN stays NaN.
+    fn recip(self, x: Self::V) -> Self::V;
+    /// Lane-wise `x` where `a < b`, else `y` (a NaN in `a` or `b` picks `y`).
+    fn select_lt(self, a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V;
+    /// True when `a < b` in every lane (false where either is NaN).
+    fn all_lt(self, a: Self::V, b: Self::V) -> bool;
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
     /// NaN.
     fn exp(self, x: Self::V) -> Self::V;

@@ -80,6 +80,30 @@ impl Simd for Scalar {
         }
     }
     #[inline(always)]
+    fn min(self, a: f32, b: f32) -> f32 {
+        if b.is_nan() || b < a {
+            b
+        } else {
+            a
+        }
+    }
+    #[inline(always)]
+    fn all_lt(self, a: f32, b: f32) -> bool {
+        a < b
+    }
+    #[inline(always)]
+    fn recip(self, x: f32) -> f32 {
+        1.0 / x
+    }
+    #[inline(always)]
+    fn select_lt(self, a: f32, b: f32, x: f32, y: f32) -> f32 {
+        if a < b {
+            x
+        } else {
+            y
+        }
+    }
+    #[inline(always)]
     fn exp(self, x: f32) -> f32 {
         x.exp()
     }

@@ -144,6 +144,33 @@ impl Simd for Avx512 {
         unsafe { _mm512_max_ps(a, b) }
     }
     #[inline(always)]
+    fn min(self, a: __m512, b: __m512) -> __m512 {
+        // SAFETY: see the impl comment. `vminps` returns its second operand when either is NaN.
+        unsafe { _mm512_min_ps(a, b) }
+    }
+    #[inline(always)]
+    fn all_lt(self, a: __m512, b: __m512) -> bool {
+        // SAFETY: see the impl comment.
+        unsafe { _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b) == 0xFFFF }
+    }
+    #[inline(always)]
+    fn recip(self, x: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            // 14-bit estimate; r(2 − x·r) squares its relative error (about 2^-28, below an f32 ulp).
+            let r = _mm512_rcp14_ps(x);
+            _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0)))
+        }
+    }
+    #[inline(always)]
+    fn select_lt(self, a: __m512, b: __m512, x: __m512, y: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            let lt = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b);
+            _mm512_mask_blend_ps(lt, y, x)
+        }
+    }
+    #[inline(always)]
     fn exp(self, x: __m512) -> __m512 {
         // SAFETY: see the impl comment.
         unsafe {
@@ -274,6 +301,30 @@ impl Simd for Avx2 {
     fn max(self, a: __m256, b: __m256) -> __m256 {
         // SAFETY: see the impl comment. `vmaxps` returns its second operand when either is NaN.
         unsafe { _mm256_max_ps(a, b) }
+    }
+    #[inline(always)]
+    fn min(self, a: __m256, b: __m256) -> __m256 {
+        // SAFETY: see the impl comment. `vminps` returns its second operand when either is NaN.
+        unsafe { _mm256_min_ps(a, b) }
+    }
+    #[inline(always)]
+    fn all_lt(self, a: __m256, b: __m256) -> bool {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b)) == 0xFF }
+    }
+    #[inline(always)]
+    fn recip(self, x: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            // 12-bit estimate; r(2 − x·r) squares its relative error (about 2^-23, an f32 ulp or two).
+            let r = _mm256_rcp_ps(x);
+            _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.0)))
+        }
+    }
+    #[inline(always)]
+    fn select_lt(self, a: __m256, b: __m256, x: __m256, y: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe { _mm256_blendv_ps(y, x, _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)) }
     }
     #[inline(always)]
     fn exp(self, x: __m256) -> __m256 {
