@@ -479,26 +479,42 @@ pub(crate) fn finish_rows<T: CpuElement>(p: &Problem<'_, T>, it: Item, scr: &mut
     }
 }
 
+/// Rows of a kv head's group that one row tile may span: all of them, or one query head's when a window
+/// bounds the keys from below and a head fills a tile (a tile across a head boundary would hold the last
+/// positions of one head and the first of the next, and visit the keys of both windows and all between).
+fn tile_segment<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> usize {
+    if p.band.lo.is_some() && p.sq > br {
+        p.sq
+    } else {
+        p.group_rows()
+    }
+}
+
 /// The row tiles of a call: (batch, kv head, first row, rows).
 fn row_tiles<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> Vec<(usize, usize, usize, usize)> {
-    let rows = p.group_rows();
-    let mut v = Vec::with_capacity(p.b * p.hkv() * rows.div_ceil(br));
+    let (rows, seg) = (p.group_rows(), tile_segment(p, br));
+    let mut v = Vec::with_capacity(row_tile_count(p, br));
     for b in 0..p.b {
         for kvh in 0..p.hkv() {
-            let mut r0 = 0;
-            while r0 < rows {
-                let nr = br.min(rows - r0);
-                v.push((b, kvh, r0, nr));
-                r0 += nr;
+            for s0 in (0..rows).step_by(seg) {
+                let s1 = (s0 + seg).min(rows);
+                let mut r0 = s0;
+                while r0 < s1 {
+                    let nr = br.min(s1 - r0);
+                    v.push((b, kvh, r0, nr));
+                    r0 += nr;
+                }
             }
         }
     }
+    debug_assert_eq!(v.len(), row_tile_count(p, br));
     v
 }
 
 /// Number of row tiles `fa2` would run (what `auto` weighs against the thread count).
 pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> usize {
-    p.b * p.hkv() * p.group_rows().div_ceil(br)
+    let (rows, seg) = (p.group_rows(), tile_segment(p, br));
+    p.b * p.hkv() * (rows / seg * seg.div_ceil(br) + (rows % seg).div_ceil(br))
 }
 
 /// `fa2`: one work item per row tile, over the current rayon pool.
