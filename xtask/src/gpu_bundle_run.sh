@@ -181,23 +181,8 @@ if want sanitize; then
     "splitkv bf16 exact 1,32,8,1,5000,80 causal-br"
     "splitkv f16 exact 2,8,8,1,3000,192,128 none"
   )
-  for tool in memcheck racecheck; do
-    for r in "${runs[@]}"; do
-      read -r kernel dtype math shape mask envs <<< "$r"
-      # Warm the kernel cache outside the sanitizer, so it instruments the launches, not NVRTC.
-      env $envs "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
-        --mask "$mask" --warmup 0 --reps 1 > /dev/null 2>&1
-      log="$(env $envs compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \
-        --dtype "$dtype" --f32-math "$math" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check 2>&1)"
-      rc=$?
-      echo "== $tool $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
-      res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sdpa:' | tail -1 | tr -d '"')"
-      printf '{"stage":"%s","run":"%s","rc":%d,"result":"%s"}\n' "$tool" "$r" "$rc" "$res" >> "$summary"
-      table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "$r" "$rc" "$res")")
-    done
-  done
   # Variants (issue 22): windows + softcap + ALiBi through fa2, splitkv (each load path), fa1 and unfused, by
-  # the test binary's small-shape tests (the CLI's variant flags live in sdpa-cli). Warmed outside first.
+  # the test binary's small-shape tests (the CLI's variant flags live in sdpa-cli). Warmed outside first; before the CLI runs.
   vruns=(
     "nonfinite_values_outside_the_window_stay_outside"
     "nonfinite_values_outside_the_window_stay_outside SDPA_SPLITKV_LOAD=bulk"
@@ -221,6 +206,21 @@ if want sanitize; then
       done
     done
   fi
+  for tool in memcheck racecheck; do
+    for r in "${runs[@]}"; do
+      read -r kernel dtype math shape mask envs <<< "$r"
+      # Warm the kernel cache outside the sanitizer, so it instruments the launches, not NVRTC.
+      env $envs "$B/sdpa" run --backend cuda --kernel "$kernel" --dtype "$dtype" --f32-math "$math" --shape "$shape" \
+        --mask "$mask" --warmup 0 --reps 1 > /dev/null 2>&1
+      log="$(env $envs compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda --kernel "$kernel" \
+        --dtype "$dtype" --f32-math "$math" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check 2>&1)"
+      rc=$?
+      echo "== $tool $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
+      res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sdpa:' | tail -1 | tr -d '"')"
+      printf '{"stage":"%s","run":"%s","rc":%d,"result":"%s"}\n' "$tool" "$r" "$rc" "$res" >> "$summary"
+      table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "$r" "$rc" "$res")")
+    done
+  done
 fi
 
 if want bench; then

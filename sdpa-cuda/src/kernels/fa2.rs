@@ -3,6 +3,10 @@
 //! One block per (query tile, query head, batch); each warp owns whole query rows; `mma.sync` m16n8k16 with
 //! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
 //! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded.
+//! Windows, softcap and ALiBi (issue 22) are instantiations of their own ([`Masking`]): the K/V loop runs
+//! from the tile of the query tile's first visible key to that of its last (so a window's time follows the
+//! window), only tiles crossing a band edge run the band test, and softcap and ALiBi transform the scores
+//! in registers before the online max.
 //!
 //! Head dims: D (Q, K) and Dv (V, O) are compile-time head-dim classes ([`HEAD_DIM_CLASSES`], multiples of
 //! 32 up to 256; [`head_dim_classes`]): a call whose head dims are multiples of 8 runs the smallest class at

@@ -23,7 +23,7 @@ use policy::Launcher;
 use sdpa_core::{Kernel, Result};
 
 /// The plain mask kinds (`params::MASK_*`); the tf32 family instantiates these only, the others every
-/// [`Masking`].
+/// [`Masking`](crate::checked::params::Masking).
 pub const MASK_KINDS: [i32; 3] = [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT];
 
 /// The kernel-side constant of `mask_kind` under a family's prefix: `FA2_MASK_CAUSAL`, `TC_MASK_NONE`.

@@ -11,7 +11,9 @@
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
 //! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
-//! `[s·Sk/n, (s+1)·Sk/n)`. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
+//! `[s·Sk/n, (s+1)·Sk/n)`; with windows (issue 22) the splits share the keys of the row tile's band
+//! instead ([`band_keys`] plans their number from it), so a decode step through a 4096-key window over 32k
+//! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
 //! `cp.async` path. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
