@@ -61,17 +61,18 @@ def kv_bytes(p):
 
 class Params(ctypes.Structure):
     """AttnParams (src/checked/params.rs, kernels/common.cuh), field for field: 7 pointers, 4 x 3 and 1 x 4 int64
-    strides, 10 ints, 2 floats, 2 ints; 240 bytes (asserted on both sides and by DevLib)."""
+    strides, 10 ints, 2 floats, 5 ints, 1 float, 1 pointer; 264 bytes (asserted on both sides and by DevLib)."""
     _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "mask", "lse", "workspace")]
                 + [(n, ctypes.c_longlong * 3) for n in ("q_stride", "k_stride", "v_stride", "o_stride")]
                 + [("mask_stride", ctypes.c_longlong * 4)]
                 + [(n, ctypes.c_int) for n in ("b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind",
                                                "causal_offset")]
                 + [("scale", ctypes.c_float), ("scale_log2", ctypes.c_float), ("num_splits", ctypes.c_int),
-                   ("extra", ctypes.c_int)])
+                   ("extra", ctypes.c_int), ("band_lo", ctypes.c_int), ("band_hi", ctypes.c_int),
+                   ("diag_offset", ctypes.c_int), ("softcap", ctypes.c_float), ("alibi", ctypes.c_void_p)])
 
 
-PARAMS_SIZE = 240  # src/checked/params.rs ATTN_PARAMS_SIZE
+PARAMS_SIZE = 264  # src/checked/params.rs ATTN_PARAMS_SIZE
 
 
 def causal_offset(mask, sq, sk):
@@ -101,6 +102,10 @@ def fill_params(q, k, v, o, mask="none", lse=None, add=None, workspace=None, num
     p.d, p.dv = D, v.shape[3]
     p.mask_kind = MASK_KIND[mask]
     p.causal_offset = causal_offset(mask, Sq, Sk)
+    # The key band of the mask (sdpa_core::KeyBand::clamped): causal masks bound it above; no variants here.
+    p.band_lo = -Sq
+    p.band_hi = p.causal_offset if mask in ("causal", "causal-br") else Sk
+    p.diag_offset = p.causal_offset
     p.num_splits, p.extra = num_splits, extra
     p.scale = 1.0 / math.sqrt(D)
     p.scale_log2 = p.scale * LOG2E
@@ -371,7 +376,8 @@ def self_test():
     names = [f[0] for f in Params._fields_]
     assert names == ["q", "k", "v", "o", "mask", "lse", "workspace", "q_stride", "k_stride", "v_stride", "o_stride",
                      "mask_stride", "b", "hq", "hkv", "group", "sq", "sk", "d", "dv", "mask_kind", "causal_offset",
-                     "scale", "scale_log2", "num_splits", "extra"], names
+                     "scale", "scale_log2", "num_splits", "extra", "band_lo", "band_hi", "diag_offset",
+                     "softcap", "alibi"], names
     assert Params.b.offset == 7 * 8 + 16 * 8 and Params.scale.offset == Params.b.offset + 40
     assert causal_offset("causal-br", 3, 10) == 7 and causal_offset("causal", 3, 10) == 0
     flops, nbytes = cost(dict(b=1, hq=2, hkv=1, sq=3, sk=5, d=4, dv=2), "causal-br", "bf16")

@@ -33,8 +33,13 @@ struct AttnParams {
     float scale_log2;   // scale * log2(e)
     int num_splits;
     int extra;
+    int band_lo;        // key j is visible to row i iff i + band_lo <= j <= i + band_hi (causal masks, windows)
+    int band_hi;
+    int diag_offset;    // diag(i) - i: 0 top-left, Sk - Sq bottom-right (ALiBi's distance |j - diag(i)|)
+    float softcap;      // cap of the scaled score (cap * tanh(x / cap)), 0 when off
+    const float* alibi; // ALiBi slope per query head (f32), or null
 };
-static_assert(sizeof(AttnParams) == 240, "AttnParams must match src/checked/params.rs");
+static_assert(sizeof(AttnParams) == 264, "AttnParams must match src/checked/params.rs");
 
 // ---- element conversions -------------------------------------------------------------------------------
 
@@ -86,6 +91,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// 1/x on the special-function unit (rcp(inf) = 0).
+__device__ __forceinline__ float fast_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // 32-bit shared-memory address of a generic pointer (for cp.async, ldmatrix and mbarrier operands).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -98,6 +110,36 @@ __device__ __forceinline__ int causal_limit(const AttnParams& p, int i) {
     if (p.mask_kind != SDPA_MASK_CAUSAL) return p.sk;
     long long lim = (long long)i + 1 + p.causal_offset;
     return lim < 0 ? 0 : (lim > p.sk ? p.sk : (int)lim);
+}
+
+// Whether key j lies in row i's band (causal masks and windows; AttnParams::band_lo / band_hi).
+__device__ __forceinline__ bool band_visible(const AttnParams& p, int i, int j) {
+    const long long d = (long long)j - i;
+    return d >= p.band_lo && d <= p.band_hi;
+}
+// First key of row i's band, clamped to [0, Sk].
+__device__ __forceinline__ int band_first(const AttnParams& p, int i) {
+    const long long x = (long long)i + p.band_lo;
+    return x < 0 ? 0 : (x > p.sk ? p.sk : (int)x);
+}
+// One past the last key of row i's band, clamped to [0, Sk] (band_first when the band is empty there).
+__device__ __forceinline__ int band_end(const AttnParams& p, int i) {
+    const long long x = (long long)i + p.band_hi + 1;
+    const int e = x < 0 ? 0 : (x > p.sk ? p.sk : (int)x);
+    return max(e, band_first(p, i));
+}
+// Whether the call has a softcap or ALiBi (the run-time kernels take the variant path then).
+__device__ __forceinline__ bool has_score_variants(const AttnParams& p) {
+    return p.softcap > 0.f || p.alibi != nullptr;
+}
+// Softcap then ALiBi of scaled score x (natural units) of query head h, row i, key j: sdpa_core's
+// x' = cap tanh(x / cap), then x' - slope_h |j - diag(i)|. For the kernels that read the variants at run
+// time (SIMT fa1, which carries f32 exactly, unfused, the non-finite repair): `tanhf` (about 2 ulp), where
+// the tensor-core kernels' faster form (fa2_mma.cuh, error 1e-6 times the cap) would exceed f32's tolerance.
+__device__ __forceinline__ float variant_score(const AttnParams& p, float x, int h, int i, int j) {
+    if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
+    if (p.alibi != nullptr) x = fmaf(-p.alibi[h], fabsf((float)((long long)j - i - p.diag_offset)), x);
+    return x;
 }
 
 // Pointer to the explicit mask row of (b, h, i), to be indexed by j * mask_stride[3].
@@ -128,11 +170,13 @@ __device__ __forceinline__ float row_lse_log2(float m2, float l) {
 // the inputs hold NaN or inf.
 
 // Scaled score of key j for the query row at `q` (with the explicit mask value `add`), by one warp.
+// Softcap and ALiBi of query head h, row i, key j apply before the mask.
 template <typename T>
-__device__ __forceinline__ float careful_score(const AttnParams& p, const T* q, const T* kj, float add) {
+__device__ __forceinline__ float careful_score(const AttnParams& p, const T* q, const T* kj, float add, int h, int i,
+                                              int j) {
     float d = 0.f;
     for (int c = threadIdx.x % 32; c < p.d; c += 32) d = fmaf(to_f32(q[c]), to_f32(kj[c]), d);
-    return warp_sum(d) * p.scale + add;
+    return variant_score(p, warp_sum(d) * p.scale, h, i, j) + add;
 }
 
 // Recomputes columns [c0, c1) of row (b, h, i), and its LSE when `write_lse`, by the calling warp (all 32
@@ -146,13 +190,14 @@ __device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, i
     const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
     T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (i64)i * p.o_stride[2];
     const float* mrow = p.mask_kind == SDPA_MASK_EXPLICIT ? mask_row(p, b, h, i) : nullptr;
-    const int limit = causal_limit(p, i);
+    // The row's band (causal masks and windows).
+    const int first = band_first(p, i), limit = band_end(p, i);
     // Pass 1: running max and sum (natural-log units) over the keys the row sees.
     float m = SDPA_NEG_INF, l = 0.f;
-    for (int j = 0; j < limit; ++j) {
+    for (int j = first; j < limit; ++j) {
         const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
         if (add == SDPA_NEG_INF) continue;
-        const float s = careful_score(p, q, k + (i64)j * p.k_stride[2], add);
+        const float s = careful_score(p, q, k + (i64)j * p.k_stride[2], add, h, i, j);
         const float mn = nan_max(m, s);
         l = (m == SDPA_NEG_INF ? 0.f : l * expf(m - mn)) + expf(s - mn);
         m = mn;
@@ -164,10 +209,10 @@ __device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, i
         float acc[PER];
 #pragma unroll
         for (int t = 0; t < PER; ++t) acc[t] = 0.f;
-        for (int j = 0; j < limit; ++j) {
+        for (int j = first; j < limit; ++j) {
             const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
             if (add == SDPA_NEG_INF) continue;
-            const float w = expf(careful_score(p, q, k + (i64)j * p.k_stride[2], add) - m);
+            const float w = expf(careful_score(p, q, k + (i64)j * p.k_stride[2], add, h, i, j) - m);
             const T* vj = v + (i64)j * p.v_stride[2];
 #pragma unroll
             for (int t = 0; t < PER; ++t) {

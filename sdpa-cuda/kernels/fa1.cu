@@ -27,6 +27,7 @@ constexpr int FA1_DVC = 64;  // generic: Dv columns per block
 
 struct Fa1Block {
     int b, h, kvh, q0, n_keys;
+    int k_start;  // first key tile's start (a multiple of 64): the band's first key of the block's first row
 };
 
 // Block coordinates: grid.x enumerates (query tile, batch*head) with the tile index slow and reversed, so
@@ -42,7 +43,10 @@ __device__ __forceinline__ Fa1Block fa1_block(const AttnParams& p, int bq = FA1_
     blk.kvh = blk.h / p.group;
     blk.q0 = tile * bq;
     const int q_last = min(blk.q0 + bq, p.sq) - 1;
-    blk.n_keys = causal_limit(p, q_last);  // Sk unless causal
+    // Keys of the block's rows' bands (causal masks and windows; all of Sk otherwise): tiles outside are
+    // never loaded. Every tile's start stays a multiple of 64 (FA1_BK and the tiled kernel's BK).
+    blk.k_start = (band_first(p, blk.q0) / 64) * 64;
+    blk.n_keys = max(band_end(p, q_last), blk.k_start);
     return blk;
 }
 
@@ -96,16 +100,16 @@ __device__ __forceinline__ void fa1_softmax(const AttnParams& p, const Fa1Block&
     for (int r = 0; r < 4; ++r) {
         const int i = blk.q0 + ty * 4 + r;
         const bool row_ok = i < p.sq;
-        const int limit = row_ok ? causal_limit(p, i) : 0;
         const float* mrow = (row_ok && p.mask_kind == SDPA_MASK_EXPLICIT) ? mask_row(p, blk.b, blk.h, i) : nullptr;
         float mx = SDPA_NEG_INF;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             const int j = k0 + tx * 4 + c;
-            bool vis = j < limit;
+            bool vis = row_ok && j < p.sk && band_visible(p, i, j);
             // Scores in log2 units: exp2 of (x - m) is one MUFU instruction (error ~2 ulp, far under f32's
-            // tolerance), and the LSE converts back at the end.
-            float x = s[r][c] * p.scale_log2;
+            // tolerance), and the LSE converts back at the end. Softcap and ALiBi (uniform branch) first.
+            float x = has_score_variants(p) ? variant_score(p, s[r][c] * p.scale, blk.h, i, j) * SDPA_LOG2E
+                                            : s[r][c] * p.scale_log2;
             if (vis && mrow != nullptr) {
                 const float add = mrow[j * p.mask_stride[3]];
                 vis = add != SDPA_NEG_INF;
@@ -226,7 +230,7 @@ __device__ void fa1_fixed(const AttnParams& p) {
 #pragma unroll
         for (int e = 0; e < NC * 4; ++e) acc[r][e] = 0.f;
     }
-    for (int k0 = 0; k0 < blk.n_keys; k0 += FA1_BK) {
+    for (int k0 = blk.k_start; k0 < blk.n_keys; k0 += FA1_BK) {
         const int valid = p.sk - k0;
         fa1_load_transposed(Ks, FA1_LDK, k + k0 * p.k_stride[2], p.k_stride[2], FA1_BK, valid, 0, HD, HD);
         fa1_load_rows(Vs, v + k0 * p.v_stride[2], p.v_stride[2], FA1_BK, valid, 0, HD, HD);
@@ -265,7 +269,7 @@ __device__ void fa1_generic(const AttnParams& p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[r][e] = 0.f;
     }
-    for (int k0 = 0; k0 < blk.n_keys; k0 += FA1_BK) {
+    for (int k0 = blk.k_start; k0 < blk.n_keys; k0 += FA1_BK) {
         const int valid = p.sk - k0;
         float s[4][4] = {};
         for (int d0 = 0; d0 < p.d; d0 += FA1_DC) {
@@ -419,9 +423,10 @@ __device__ void fa1_tiled(const AttnParams& p) {
         qload.issue(Qs, q, p.q_stride[2], p.sq - blk.q0);
         qload.land(Qs);
     }
-    if (blk.n_keys > 0) kload.issue(Ks, k, p.k_stride[2], p.sk);
+    const bool any_keys = blk.n_keys > blk.k_start;
+    if (any_keys) kload.issue(Ks, k + (i64)blk.k_start * p.k_stride[2], p.k_stride[2], p.sk - blk.k_start);
     fa1_cp_async_commit();
-    if (ALIAS && blk.n_keys > 0) vload.issue(Vs, v, p.v_stride[2], p.sk);
+    if (ALIAS && any_keys) vload.issue(Vs, v + (i64)blk.k_start * p.v_stride[2], p.v_stride[2], p.sk - blk.k_start);
     if (ALIAS) fa1_cp_async_commit();
 
     float m[TM], l[TM], acc[TM][TD];
@@ -435,7 +440,7 @@ __device__ void fa1_tiled(const AttnParams& p) {
     const float* qp = Qs + ty * LDQ;
     const float* kp = Ks + tx * LDK;
     const float* pp = Ps + ty * LDP;
-    for (int k0 = 0; k0 < blk.n_keys; k0 += BK) {
+    for (int k0 = blk.k_start; k0 < blk.n_keys; k0 += BK) {
         kload.land(Ks);
         if constexpr (ALIAS) {
             fa1_cp_async_wait<1>();  // K[j] (and Q); V[j] may still be in flight
@@ -501,14 +506,14 @@ __device__ void fa1_tiled(const AttnParams& p) {
         for (int r = 0; r < TM; ++r) {
             const int i = blk.q0 + ty + 16 * r;
             const bool row_ok = i < p.sq;
-            const int limit = row_ok ? causal_limit(p, i) : 0;
             const float* mrow = (row_ok && p.mask_kind == SDPA_MASK_EXPLICIT) ? mask_row(p, blk.b, blk.h, i) : nullptr;
             float mx = SDPA_NEG_INF;
 #pragma unroll
             for (int c = 0; c < TN; ++c) {
                 const int j = k0 + tx + TX * c;
-                bool vis = j < limit;
-                float x = s[r][c] * p.scale_log2;
+                bool vis = row_ok && j < p.sk && band_visible(p, i, j);
+                float x = has_score_variants(p) ? variant_score(p, s[r][c] * p.scale, blk.h, i, j) * SDPA_LOG2E
+                                                : s[r][c] * p.scale_log2;
                 if (vis && mrow != nullptr) {
                     const float add = mrow[j * p.mask_stride[3]];
                     vis = add != SDPA_NEG_INF;

@@ -47,7 +47,7 @@ struct Fa1MmaTile {
     static_assert(STAGES == 1 || STAGES == 2, "single or double buffered K/V");
 };
 
-template <typename T, int D, int BM, int BN, int WM, int WN, int STAGES, int MASK>
+template <typename T, int D, int BM, int BN, int WM, int WN, int STAGES, int MASK, int VAR = 0>
 __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char* smem_raw) {
     using Tile = Fa1MmaTile<D, BM, BN, WM, WN, STAGES>;
     constexpr int MT = Tile::MT, NT = Tile::NT, DT = Tile::DT, LD = Tile::LD;
@@ -58,7 +58,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     const int g = lane / 4, t4 = lane % 4;
     const int wm = warp % WM, wn = warp / WM;
     // Causal: the heaviest query tiles (last rows) start first to shorten the tail.
-    const int m_block = (MASK == FA2_MASK_CAUSAL) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+    const int m_block = (MASK == FA2_MASK_CAUSAL || VAR != 0) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int kvh = h / p.group;
     const int m0 = m_block * BM;
@@ -78,14 +78,22 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
-    int n_keys = p.sk;
+    int n_keys = p.sk, t0 = 0;
     if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
-    const int n_tiles = (n_keys + BN - 1) / BN;
+    if (VAR != 0) {
+        // Variants: only the key tiles of the rows' bands (fa2.cu).
+        int first;
+        fa2_band_keys(p, m0, m_end - 1, first, n_keys);
+        t0 = first / BN;
+        n_keys = max(n_keys, t0 * BN);
+    }
+    const int n_tiles = (n_keys + BN - 1) / BN - t0;
 
     fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
     if (n_tiles > 0) {
-        fa2_load_tile<T, D, BN, THREADS>(sK, k, p.k_stride[2], p.sk, tid);
-        fa2_load_tile<T, D, BN, THREADS>(sV, v, p.v_stride[2], p.sk, tid);
+        const int n1 = t0 * BN;
+        fa2_load_tile<T, D, BN, THREADS>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1, tid);
+        fa2_load_tile<T, D, BN, THREADS>(sV, v + (long long)n1 * p.v_stride[2], p.v_stride[2], p.sk - n1, tid);
     }
     fa2_cp_async_commit();
 
@@ -93,9 +101,10 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     float m[MT][2], l[MT][2];
     fa2_init_state(o, m, l);
     const float sl2 = p.scale_log2;
+    const float a2 = fa2_alibi_log2<VAR>(p, h);
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n0 = tile * BN;
+        const int n0 = (t0 + tile) * BN;
         const unsigned buf = STAGES == 2 ? (tile & 1) * KV_BYTES : 0u;
         fa2_cp_async_wait<0>();
         __syncthreads();  // this tile's K and V (and Q) landed; everyone is done with the other buffer
@@ -114,8 +123,15 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
         // O_w += P_w V_w with P from registers.
         float s[MT][NT][4];
         fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + buf);
-        if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, g, t4);
-        fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        if constexpr (VAR == 0) {
+            if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, g, t4);
+            fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        } else {
+            const bool edge = fa2_tile_crosses_band<BN>(p, n0, m0, m_end - 1);
+            if (edge || Fa2Scaled<MASK, VAR>::PRE)
+                fa2_variant_scores<MASK, VAR, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, a2, g, t4, edge);
+            fa2_softmax_update<Fa2Scaled<MASK, VAR>::UPDATE, MT, NT, DT>(s, m, l, o, sl2);
+        }
         fa2_pv<T, LD, MT, NT, DT>(o, s, v_ld + buf);
         if (STAGES == 1 && tile + 1 < n_tiles) {
             __syncthreads();  // everyone is done with K[tile] and V[tile]: the single buffer is reused
@@ -247,4 +263,10 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \
         extern __shared__ __align__(16) unsigned char fa1m_smem[];                                  \
         fa1m_forward<T, D, BM, BN, WM, WN, ST, MASK>(p, fa1m_smem);                                 \
+    }
+// Variant instantiations (issue 22): VAR a bit set of FA2_VAR_* (fa2_mma.cuh), MASK none or explicit.
+#define FA1M_ENTRY_VAR(NAME, T, D, BM, BN, WM, WN, ST, MINB, MASK, VAR)                               \
+    extern "C" __global__ void __launch_bounds__(WM * WN * 32, MINB) NAME(const AttnParams p) {     \
+        extern __shared__ __align__(16) unsigned char fa1m_smem[];                                  \
+        fa1m_forward<T, D, BM, BN, WM, WN, ST, MASK, VAR>(p, fa1m_smem);                            \
     }

@@ -19,6 +19,9 @@
 //
 // Causal masks: tiles wholly above the diagonal are never loaded (the loop stops at the last visible key of
 // the tile's last row); only tiles that cross the diagonal, or the end of the keys, run the mask code.
+// Variant instantiations (VAR, fa2_mma.cuh) generalise that to the band: the loop runs from the tile of the
+// first row's first visible key to that of the last row's last one, so a window's time grows with the
+// window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max.
 #include "fa2_mma.cuh"
 
 // D: the head dim of Q and K, DV: of V and O, each a multiple of 16 (a head-dim class when PAD: the call's
@@ -37,7 +40,7 @@ struct Fa2Tile {
     static_assert(BM * LDV <= SMEM_ELEMS, "the epilogue stages O over the block's shared memory");
 };
 
-template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD>
+template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD, int VAR = 0>
 __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     using Tile = Fa2Tile<D, DV, BM, BN, NW, STAGES>;
     constexpr int MT = Tile::MT;
@@ -52,7 +55,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
     // Causal: the heaviest query tiles (last rows) are scheduled first to shorten the tail.
-    const int m_block = (MASK == FA2_MASK_CAUSAL) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+    const int m_block = (MASK == FA2_MASK_CAUSAL || VAR != 0) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z;
     const int kvh = h / p.group;
     const int m0 = m_block * BM;
@@ -72,13 +75,20 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
-    int n_keys = p.sk;
+    int n_keys = p.sk, t0 = 0;
     if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
-    const int n_tiles = (n_keys + BN - 1) / BN;
+    if (VAR != 0) {
+        // The band of the tile's rows: tiles t0 .. t0 + n_tiles - 1 hold every key some row sees.
+        int first;
+        fa2_band_keys(p, m0, m_end - 1, first, n_keys);
+        t0 = first / BN;
+        n_keys = max(n_keys, t0 * BN);
+    }
+    const int n_tiles = (n_keys + BN - 1) / BN - t0;
 
     // One K/V tile (tile t into ring slot t % STAGES) or, with one buffer, K alone; a commit group each.
     auto load_kv = [&](int t) {
-        const int n1 = t * BN;
+        const int n1 = (t0 + t) * BN;
         const unsigned slot = STAGES == 1 ? 0u : t % STAGES;
         fa2_load_tile<T, D, BN, THREADS, PAD>(sK + slot * K_BYTES, k + (long long)n1 * p.k_stride[2], p.k_stride[2],
                                               p.sk - n1, tid, p.d);
@@ -100,9 +110,10 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     float m[MT][2], l[MT][2];
     fa2_init_state(o, m, l);
     const float sl2 = p.scale_log2;
+    const float a2 = fa2_alibi_log2<VAR>(p, h);
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n0 = tile * BN;
+        const int n0 = (t0 + tile) * BN;
         const unsigned slot = STAGES == 1 ? 0u : tile % STAGES;
         // Groups committed so far: STAGES - 1 (or 1) before the loop and one per earlier tile; with at most
         // STAGES - 2 of them still in flight, this tile's group is complete.
@@ -135,8 +146,15 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
         // Mask (only tiles that cross the end of the keys or the diagonal, or explicit masks), then the online
         // softmax update and O += P V with P from registers.
-        if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, g, t4);
-        fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        if constexpr (VAR == 0) {
+            if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, g, t4);
+            fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
+        } else {
+            const bool edge = fa2_tile_crosses_band<BN>(p, n0, m0, m_end - 1);
+            if (edge || Fa2Scaled<MASK, VAR>::PRE)
+                fa2_variant_scores<MASK, VAR, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, a2, g, t4, edge);
+            fa2_softmax_update<Fa2Scaled<MASK, VAR>::UPDATE, MT, NT, DT>(s, m, l, o, sl2);
+        }
         fa2_pv<T, LDV, MT, NT, DT>(o, s, v_ld + slot * V_BYTES);
     }
 
@@ -191,3 +209,9 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         fa2_forward<T, D, DV, BM, BN, NW, ST, MASK, PAD>(p, reinterpret_cast<T*>(fa2_smem));          \
     }
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK) FA2_ENTRY_DV(NAME, T, D, D, BM, BN, NW, ST, MINB, MASK, false)
+// Variant instantiations (issue 22): VAR is a bit set of FA2_VAR_* (fa2_mma.cuh), MASK none or explicit.
+#define FA2_ENTRY_VAR(NAME, T, D, DV, BM, BN, NW, ST, MINB, MASK, PAD, VAR)                            \
+    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
+        extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
+        fa2_forward<T, D, DV, BM, BN, NW, ST, MASK, PAD, VAR>(p, reinterpret_cast<T*>(fa2_smem));     \
+    }

@@ -21,6 +21,17 @@ __device__ __forceinline__ float* fa2_part_o(const AttnParams& p) {
 #define FA2_MASK_CAUSAL 1
 #define FA2_MASK_EXPLICIT 2
 
+// Variant bits (issue 22), a second template parameter VAR of every tensor-core kernel (0: plain, as before;
+// src/checked/params.rs `Masking` writes them). A variant instantiation always has FA2_VAR_BAND: the keys of
+// row i are i + band_lo ..= i + band_hi (causal masks and windows; unbounded sides come clamped so that they
+// restrict nothing), key tiles outside every row's band are never loaded, and only tiles that cross a band
+// edge run the band test. Its MASK is FA2_MASK_NONE or FA2_MASK_EXPLICIT (an explicit mask on top).
+// SOFTCAP and ALIBI transform every score, so their instantiations scale scores into log2 units before the
+// online max (as explicit masks do).
+#define FA2_VAR_BAND 1
+#define FA2_VAR_SOFTCAP 2
+#define FA2_VAR_ALIBI 4
+
 #define FA2_LOG2E 1.4426950408889634f
 #define FA2_LN2 0.6931471805599453f
 
@@ -143,6 +154,106 @@ template <int MASK, int BN>
 __device__ __forceinline__ bool fa2_tile_needs_mask(const AttnParams& p, int n0, int m0) {
     return (n0 + BN > p.sk) || (MASK == FA2_MASK_CAUSAL && n0 + BN - 1 > m0 + p.causal_offset) ||
            MASK == FA2_MASK_EXPLICIT;
+}
+
+// Whether a variant kernel scales its scores into log2 units in the mask step (explicit masks, softcap, ALiBi)
+// instead of folding the scale into the softmax's exp2: the MASK its softmax update runs as.
+template <int MASK, int VAR>
+struct Fa2Scaled {
+    static constexpr bool PRE = MASK == FA2_MASK_EXPLICIT || (VAR & (FA2_VAR_SOFTCAP | FA2_VAR_ALIBI)) != 0;
+    static constexpr int UPDATE = PRE ? FA2_MASK_EXPLICIT : FA2_MASK_NONE;
+};
+
+// First key and one past the last key any row of [r_first, r_last] may see: the union of their bands, clamped
+// to [0, Sk] (empty when first >= end).
+__device__ __forceinline__ void fa2_band_keys(const AttnParams& p, int r_first, int r_last, int& first, int& end) {
+    first = band_first(p, r_first);
+    const long long e = (long long)r_last + p.band_hi + 1;
+    end = e < 0 ? 0 : (e > p.sk ? p.sk : (int)e);
+}
+
+// Whether a variant kernel's K/V tile of BN keys at n0 crosses a band edge of some row in [m0, m_last], or
+// the end of the keys: only those tiles run the band test.
+template <int BN>
+__device__ __forceinline__ bool fa2_tile_crosses_band(const AttnParams& p, int n0, int m0, int m_last) {
+    return n0 + BN > p.sk || (long long)n0 < (long long)m_last + p.band_lo ||
+           (long long)n0 + BN - 1 > (long long)m0 + p.band_hi;
+}
+
+// Per-thread constants of the softcap in log2 units: s2 = c1 + c2 / (1 + 2^(x kc)) = cap log2(e) tanh(x scale
+// / cap) for a raw score x, i.e. tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1) with the scale and log2(e) folded in:
+// one ex2 and one rcp on the special-function unit, absolute error of tanh about 1e-6 over the whole range
+// (saturating exactly to +-1, NaN stays NaN). Not `tanh.approx.f32`: its relative error of 2^-11 times a cap
+// of 50 moves a saturated logit by 0.025, a 2.5 % change of its weight, beyond f16's tolerance of 2e-3; not
+// `tanhf`: several times the instructions in the inner loop.
+struct Fa2Softcap {
+    float kc, c1, c2;
+};
+__device__ __forceinline__ Fa2Softcap fa2_softcap_consts(const AttnParams& p) {
+    const float cap = p.softcap > 0.f ? p.softcap : 1.f;
+    return {2.f * p.scale_log2 / cap, cap * FA2_LOG2E, -2.f * cap * FA2_LOG2E};
+}
+
+// One raw score x (Q·K, unscaled) in log2 units with the softcap and ALiBi of VAR: `a2` is the row's slope
+// times log2(e), `dist` the signed distance j - diag(i) of the key (exact in f32 below 2^24).
+template <int VAR>
+__device__ __forceinline__ float fa2_variant_score(float x, float sl2, const Fa2Softcap& c, float a2, float dist) {
+    float y;
+    if constexpr ((VAR & FA2_VAR_SOFTCAP) != 0) y = fmaf(c.c2, fast_rcp(1.f + fast_exp2(x * c.kc)), c.c1);
+    else y = x * sl2;
+    if constexpr ((VAR & FA2_VAR_ALIBI) != 0) y = fmaf(-a2, fabsf(dist), y);
+    return y;
+}
+
+// The mask step of a variant kernel for one accumulator row (`NT` n8 tiles, this thread's two keys of each):
+// scores into log2 units with softcap and ALiBi (when Fa2Scaled::PRE), the band test where `edge`, then the
+// explicit mask (`mrow`, MASK_EXPLICIT). Masked scores become -inf.
+// Keys at or past `key_stop` are masked too (Sk, or the end of a split).
+template <int MASK, int VAR, int NT>
+__device__ __forceinline__ void fa2_variant_row(float (&s)[NT][4], int hh, const AttnParams& p, const float* mrow,
+                                                int row, int key0, float sl2, const Fa2Softcap& c, float a2, int t4,
+                                                bool edge, int key_stop) {
+    constexpr bool PRE = Fa2Scaled<MASK, VAR>::PRE;
+    // Distance of this thread's first key from the row's diagonal.
+    const float dist0 = (float)(key0 + t4 * 2 - row - p.diag_offset);
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float& x = s[j][hh * 2 + e];
+            float y = PRE ? fa2_variant_score<VAR>(x, sl2, c, a2, dist0 + (float)(j * 8 + e)) : x;
+            const int key = key0 + j * 8 + t4 * 2 + e;
+            bool vis = true;
+            if (edge) {
+                const int rel = key - row;
+                vis = key < key_stop && rel >= p.band_lo && rel <= p.band_hi;
+            }
+            if (MASK == FA2_MASK_EXPLICIT && vis) y = fmaf(mrow[(long long)key * p.mask_stride[3]], FA2_LOG2E, y);
+            x = vis ? y : fa2_neg_inf();
+        }
+}
+
+// fa2_mask_scores for variant kernels: a warp's MT m16 row tiles of query head h.
+template <int MASK, int VAR, int MT, int NT>
+__device__ __forceinline__ void fa2_variant_scores(float (&s)[MT][NT][4], const AttnParams& p, int b, int h, int row0,
+                                                   int key0, float sl2, float a2, int g, int t4, bool edge) {
+    const Fa2Softcap c = fa2_softcap_consts(p);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = row0 + mt * 16 + g + hh * 8;
+            const float* mrow = nullptr;
+            if (MASK == FA2_MASK_EXPLICIT)
+                mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
+            fa2_variant_row<MASK, VAR, NT>(s[mt], hh, p, mrow, row, key0, sl2, c, a2, t4, edge, p.sk);
+        }
+}
+
+// The ALiBi slope of query head h in log2 units (0 unless VAR has ALiBi).
+template <int VAR>
+__device__ __forceinline__ float fa2_alibi_log2(const AttnParams& p, int h) {
+    return (VAR & FA2_VAR_ALIBI) != 0 ? p.alibi[h] * FA2_LOG2E : 0.f;
 }
 
 // S = Q·Kᵀ for a warp's MT m16 row tiles and NT n8 key tiles over D/16 k16 steps. `q_ld` and `k_ld` are the

@@ -96,11 +96,13 @@ __device__ __forceinline__ void skv_trace(const AttnParams& p, int field, unsign
 
 // The TMA entries' parameter: the usual AttnParams, then the K and V maps over (D, Sk, Hkv, B)
 // (src/kernels/splitkv.rs `TmaArgs` mirrors it).
+// The maps start at byte 384 on both sides whatever alignment each side gives them (explicit padding).
 struct SplitKvTmaArgs {
     AttnParams p;
+    unsigned char pad[384 - sizeof(AttnParams)];
     Sm90TensorMap k, v;
 };
-static_assert(sizeof(SplitKvTmaArgs) == 512, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
+static_assert(sizeof(SplitKvTmaArgs) == 640, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
 
 // Rows of this warp's tile: r in [r0, r0 + 16) of the group's G·Sq packed rows.
 __device__ __forceinline__ void splitkv_row(const AttnParams& p, int r, int& hq, int& i) {
@@ -164,7 +166,8 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // `maps` (K then V) is read by the TMA path only; null otherwise. PAD: D is a head-dim class at or above the
 // call's D and Dv (cp.async path only): columns past p.d (Q, K) and p.dv (V) are zero-filled in shared memory
 // and O is stored to p.dv only.
-template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE, bool PAD = false>
+template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE, bool PAD = false,
+          int VAR = 0>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const Sm90TensorMap* kmap,
                                                 const Sm90TensorMap* vmap) {
     static_assert(!PAD || LOAD == SKV_CP_ASYNC, "padded head dims take the cp.async path");
@@ -221,18 +224,25 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     constexpr int ROW_BYTES = TMA ? 128 : LD * 2;  // bytes between consecutive keys of a box / padded tile
 
     // Key range of this split, cut at the last key any row of the tile can see.
-    int key_end = p.sk;
-    if (MASK == FA2_MASK_CAUSAL) {
-        int max_i = 0;
-        for (int r = r0; r < min(r0 + 16, rows); ++r) max_i = max(max_i, r % p.sq);
-        key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
+    int key_end = p.sk, key_first = 0, min_i = 0, max_i = 0;
+    if (MASK == FA2_MASK_CAUSAL || VAR != 0) {
+        min_i = p.sq;
+        for (int r = r0; r < min(r0 + 16, rows); ++r) max_i = max(max_i, r % p.sq), min_i = min(min_i, r % p.sq);
     }
-    // Split s covers keys [s·Sk/n, (s+1)·Sk/n) of n = num_splits: any split count divides the keys evenly
-    // (to within one key), whatever Sk is.
+    if (MASK == FA2_MASK_CAUSAL) key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
+    // Variants: the splits share the keys of the tile's bands, [key_first, key_end), so that their number
+    // and length follow the window, not Sk (src/kernels/splitkv.rs plans the count from the band too).
+    if (VAR != 0) {
+        fa2_band_keys(p, min_i, max_i, key_first, key_end);
+        key_end = max(key_end, key_first);
+    }
+    // Split s covers keys [s·Sk/n, (s+1)·Sk/n) of n = num_splits (variants: of the band's keys): any split
+    // count divides the keys evenly (to within one key), whatever Sk is.
     // This warp's tiles start at k_begin + step·k_step and stop at k_stop. Warps past the last split (or
     // past the keys) get no steps, and still join the block's merge below.
     const int ns = p.num_splits;
-    auto split_start = [&](int s) { return (int)((long long)min(s, ns) * p.sk / ns); };
+    const int span = VAR != 0 ? key_end - key_first : p.sk;
+    auto split_start = [&](int s) { return key_first + (int)((long long)min(s, ns) * span / ns); };
     const int k_begin = INTERLEAVE ? split_start(blockIdx.x * NW) + warp * KS : split_start(split);
     const int k_stop = min(key_end, INTERLEAVE ? split_start((blockIdx.x + 1) * NW) : split_start(split + 1));
     constexpr int k_step = INTERLEAVE ? NW * KS : KS;
@@ -344,6 +354,12 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         splitkv_row(p, r, row_h[hh], row_i[hh]);
     }
     const float sl2 = p.scale_log2;
+    // Variants: each row's ALiBi slope (rows of one tile belong to several query heads) and the softcap.
+    float a2[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) a2[hh] = fa2_alibi_log2<VAR>(p, row_h[hh]);
+    const Fa2Softcap cap = fa2_softcap_consts(p);
+    constexpr int UPDATE = VAR != 0 ? Fa2Scaled<MASK, VAR>::UPDATE : MASK;
 
     for (int step = 0; step < n_steps; ++step) {
         if constexpr (BULK) {
@@ -399,7 +415,21 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             }
         }
 
-        const bool edge = key0 + KS > k_stop || MASK != FA2_MASK_NONE;
+        if constexpr (VAR != 0) {
+            // Band test only on steps that cross a band edge of the tile's rows (or the split's end).
+            const bool edge = key0 + KS > k_stop || (long long)key0 < (long long)max_i + p.band_lo ||
+                              (long long)key0 + KS - 1 > (long long)min_i + p.band_hi;
+            if (edge || Fa2Scaled<MASK, VAR>::PRE) {
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const float* mrow = nullptr;
+                    if (MASK == FA2_MASK_EXPLICIT)
+                        mrow = p.mask + b * p.mask_stride[0] + row_h[hh] * p.mask_stride[1] + (long long)row_i[hh] * p.mask_stride[2];
+                    fa2_variant_row<MASK, VAR, NT>(s, hh, p, mrow, row_i[hh], key0, sl2, cap, a2[hh], t4, edge, k_stop);
+                }
+            }
+        }
+        const bool edge = VAR == 0 && (key0 + KS > k_stop || MASK != FA2_MASK_NONE);
         if (edge) {
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -428,7 +458,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #pragma unroll
             for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
             mx = quad_max(mx);
-            const float m_new = fmaxf(m[hh], MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
+            const float m_new = fmaxf(m[hh], UPDATE == FA2_MASK_EXPLICIT ? mx : mx * sl2);
             const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
             const float alpha = fast_exp2(m[hh] - m_use);
             m[hh] = m_new;
@@ -438,7 +468,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[j][hh * 2 + e];
-                    x = MASK == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
+                    x = UPDATE == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
                     sum += x;
                 }
             l[hh] = l[hh] * alpha + sum;
@@ -592,33 +622,34 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     skv_trace(p, 1, skv_globaltimer());
 }
 
-#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, LOAD, ILV)                                      \
+// VAR (every entry's last argument): 0 for plain calls, else a bit set of FA2_VAR_* (fa2_mma.cuh).
+#define SPLITKV_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, LOAD, ILV, VAR)                                 \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK, LOAD, ILV>(p, reinterpret_cast<T*>(splitkv_smem),   \
-                                                               nullptr, nullptr);                       \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, LOAD, ILV, false, VAR>(                             \
+            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr);                                   \
     }
 // Head-dim classes (src/kernels/splitkv.rs `HeadDims`): the cp.async path with the call's D and Dv padded up to D.
-#define SPLITKV_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK)                                               \
+#define SPLITKV_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
-        splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_CP_ASYNC, false, true>(                         \
+        splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_CP_ASYNC, false, true, VAR>(                    \
             p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr);                                   \
     }
 // TMA entries take the tensor maps in their parameter (__grid_constant__: the copies address them in
 // parameter space). Compiled for an architecture without TMA they trap; the host launches them on
 // compute capability 9.0 or newer only.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK)                                                    \
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
     extern __shared__ __align__(16) unsigned char splitkv_smem[];                                       \
-    splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true>(a.p, reinterpret_cast<T*>(splitkv_smem), \
-                                                               &a.k, &a.v);
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true, false, VAR>(                             \
+        a.p, reinterpret_cast<T*>(splitkv_smem), &a.k, &a.v);
 #else
-#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK) asm volatile("trap;");
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR) asm volatile("trap;");
 #endif
-#define SPLITKV_TMA_ENTRY(NAME, T, D, NW, STAGES, KS, MASK)                                             \
+#define SPLITKV_TMA_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                        \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
-        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK)                                                    \
+        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
     }
 
 // Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits:

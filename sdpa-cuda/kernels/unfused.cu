@@ -13,11 +13,13 @@ struct SoftmaxParams {
 
 constexpr int SOFTMAX_THREADS = 256;
 
-// Score j of row (b, h, i) after scale and mask; -inf when the key takes no part.
-__device__ __forceinline__ float masked_score(const AttnParams& a, const float* srow, const float* mrow, int limit,
+// Score j of row (b, h, i) after scale, softcap, ALiBi and mask; -inf when the key takes no part (outside
+// the row's band, or an explicit -inf).
+__device__ __forceinline__ float masked_score(const AttnParams& a, const float* srow, const float* mrow, int h, int i,
                                               int j) {
-    if (j >= limit) return SDPA_NEG_INF;
+    if (!band_visible(a, i, j)) return SDPA_NEG_INF;
     float x = srow[j] * a.scale;
+    if (has_score_variants(a)) x = variant_score(a, x, h, i, j);
     if (mrow != nullptr) {
         float add = mrow[j * a.mask_stride[3]];
         if (add == SDPA_NEG_INF) return SDPA_NEG_INF;
@@ -44,11 +46,12 @@ __device__ void softmax_row(const SoftmaxParams& sp) {
     const float* srow = sp.s + row * a.sk;
     T* prow = static_cast<T*>(sp.p) + row * a.sk;
     const float* mrow = a.mask_kind == SDPA_MASK_EXPLICIT ? mask_row(a, b, h, i) : nullptr;
-    const int limit = causal_limit(a, i);
+    // Pass 1 reads the row's band only (causal masks and windows); pass 2 writes every P (zeros outside).
+    const int first = band_first(a, i), end = band_end(a, i);
 
     float m = SDPA_NEG_INF, l = 0.f;
-    for (int j = threadIdx.x; j < a.sk; j += SOFTMAX_THREADS) {
-        float x = masked_score(a, srow, mrow, limit, j);
+    for (int j = first + threadIdx.x; j < end; j += SOFTMAX_THREADS) {
+        float x = masked_score(a, srow, mrow, h, i, j);
         if (x == SDPA_NEG_INF) continue;
         merge_state(m, l, x, 1.f);
     }
@@ -73,7 +76,7 @@ __device__ void softmax_row(const SoftmaxParams& sp) {
 
     const float inv = row_inv_l(l);
     for (int j = threadIdx.x; j < a.sk; j += SOFTMAX_THREADS) {
-        float x = masked_score(a, srow, mrow, limit, j);
+        float x = masked_score(a, srow, mrow, h, i, j);
         float pj = (x == SDPA_NEG_INF || m == SDPA_NEG_INF) ? 0.f : expf(x - m) * inv;
         prow[j] = from_f32<T>(pj);
     }

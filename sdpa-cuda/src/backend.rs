@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop}
 use half::{bf16, f16};
 use sdpa_core::{
     AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, ProgramLoad,
-    Result, RunOptions, SdpaError,
+    Result, RunOptions, SdpaError, Variant,
 };
 use std::sync::{Arc, Mutex};
 
@@ -135,7 +135,10 @@ impl CudaBackend {
         let fake = |i: u64| (i + 1) << 32;
         let mask = if matches!(spec.mask, Mask::Explicit(_)) { fake(4) } else { 0 };
         let lse = if opts.lse { fake(5) } else { 0 };
-        let params = AttnParams::new(spec, fake(0), fake(1), fake(2), fake(3), mask, lse)?;
+        let mut params = AttnParams::new(spec, fake(0), fake(1), fake(2), fake(3), mask, lse)?;
+        if spec.variants.alibi.is_some() {
+            params.alibi = fake(6);
+        }
         let call = Call { dev: &self.dev, stream: self.dev.stream(), spec, opts, params };
         crate::kernels::programs_for(&call)
     }
@@ -201,14 +204,19 @@ impl CudaBackend {
             mask.map(|m| m.len()),
             lse.as_ref().map(|l| l.len()),
         )?;
-        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(6);
+        // Before the guards: they borrow it until the launch is queued.
+        let slopes = self.alibi_slopes(spec)?;
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(7);
         let qp = keep(&mut guards, q.device_ptr(stream));
         let kp = keep(&mut guards, k.device_ptr(stream));
         let vp = keep(&mut guards, v.device_ptr(stream));
         let mp = mask.map_or(0, |m| keep(&mut guards, m.device_ptr(stream)));
         let op = keep(&mut guards, o.device_ptr_mut(stream));
         let lp = lse.map_or(0, |l| keep(&mut guards, l.device_ptr_mut(stream)));
-        let params = AttnParams::new(spec, qp, kp, vp, op, mp, lp)?;
+        let mut params = AttnParams::new(spec, qp, kp, vp, op, mp, lp)?;
+        if let Some(s) = &slopes {
+            params.alibi = keep(&mut guards, s.device_ptr(stream));
+        }
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;
         drop(guards);
@@ -240,6 +248,11 @@ impl CudaBackend {
             return Err(SdpaError::InvalidSpec("options ask for LSE but no LSE buffer was given".into()));
         }
         self.capabilities().check(BACKEND, spec, opts)
+    }
+
+    /// The call's ALiBi slopes on the device (kept per slope set by the device), when ALiBi is on.
+    fn alibi_slopes(&self, spec: &AttentionSpec) -> Result<Option<Arc<CudaSlice<f32>>>> {
+        spec.alibi_slopes()?.map(|s| self.dev.alibi_slopes(&s)).transpose()
     }
 
     fn flush_l2(&self) -> Result<()> {
@@ -316,8 +329,8 @@ impl Backend for CudaBackend {
             fast_head_dims: FA1_FAST_HEAD_DIMS.to_vec(),
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32],
-            // Filled in as the kernels honour them (issue 22).
-            variants: vec![],
+            // Every kernel honours them except the TF32 path, which refuses them (kernels::policy).
+            variants: Variant::ALL.to_vec(),
         }
     }
 
@@ -395,14 +408,19 @@ impl Backend for CudaBackend {
             args.lse.as_deref().map(CudaBuffer::len),
         )?;
         let stream = self.dev.stream();
-        let mut guards = Vec::with_capacity(6);
+        // Before the guards: they borrow it until the launch is queued.
+        let slopes = self.alibi_slopes(spec)?;
+        let mut guards = Vec::with_capacity(7);
         let q = keep(&mut guards, args.q.ptr(stream));
         let k = keep(&mut guards, args.k.ptr(stream));
         let v = keep(&mut guards, args.v.ptr(stream));
         let mask = args.mask.map_or(0, |m| keep(&mut guards, m.ptr(stream)));
         let o = keep(&mut guards, args.o.ptr_mut(stream));
         let lse = args.lse.map_or(0, |l| keep(&mut guards, l.ptr_mut(stream)));
-        let params = AttnParams::new(spec, q, k, v, o, mask, lse)?;
+        let mut params = AttnParams::new(spec, q, k, v, o, mask, lse)?;
+        if let Some(s) = &slopes {
+            params.alibi = keep(&mut guards, s.device_ptr(stream));
+        }
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;
         drop(guards);

@@ -34,6 +34,18 @@
 //!
 //! All kernels: every mask kind, GQA by index, `Sq != Sk`, any strides (BHSD and BSHD), optional LSE.
 //!
+//! # Variants (issue 22)
+//! Sliding windows, logit softcap and ALiBi, exactly as `sdpa_core::reference` computes them, in `fa2`,
+//! `splitkv`, `fa1` and `unfused` (the TF32 path refuses them with the reason; `auto` runs such f32 calls on
+//! exact `fa1`, [`kernels::policy`]). Every call carries its key band (causal mask and window as one band,
+//! `AttnParams::band_lo/band_hi`), softcap, ALiBi slopes (uploaded once per slope set and kept by the
+//! device) and diagonal. The tensor-core kernels compile the variants into the instantiation
+//! (`checked::params::Masking`: band, explicit mask, softcap, ALiBi bits): key tiles outside every row's band
+//! are never loaded (fa2 and fa1m run from the band's first tile to its last; splitkv's splits share the
+//! band's keys, so their count and length follow the window, not Sk), softcap and ALiBi are applied in
+//! registers before the online max. The SIMT `fa1` and `unfused` read them at run time (f32 stays exact:
+//! `tanhf` there, an `ex2`/`rcp` form with error 1e-6 in the tensor-core kernels).
+//!
 //! # Layout: three layers, then the backend
 //! - [`sys`], library access: finding the CUDA libraries ([`libs`]), the kernel sources built in
 //!   ([`modules`]), the programs made of them ([`program`]: one per kernel instantiation), NVRTC ([`nvrtc`]),

@@ -120,12 +120,15 @@ if want tests; then
   for t in "$B"/tests/*; do runs+=("$(basename "$t")"); done
   [[ -x "$B/tests/tf32_kernels" ]] && runs+=("tf32_kernels-mma" "tf32_kernels-99k")
   [[ -x "$B/tests/fa2_kernels" ]] && runs+=("fa2_kernels-bulk" "fa2_kernels-cpasync" "fa2_kernels-99k")
+  # variant_kernels' splitkv tests (windows, softcap, ALiBi) on the other two load paths as well.
+  [[ -x "$B/tests/variant_kernels" ]] && runs+=("variant_kernels-bulk" "variant_kernels-cpasync")
   for name in "${runs[@]}"; do
     (
       start=$(date +%s)
       bin="$B/tests/${name%-*}"  # tf32_kernels-mma, -99k: the tf32_kernels binary
       # The machinery tests change a process-wide environment variable (the cache dir): one thread.
       extra=(); [[ "$name" == machinery ]] && extra=(--test-threads=1)
+      [[ "$name" == variant_kernels-* ]] && extra=(splitkv nonfinite)
       case "$name" in
         *-mma) SDPA_TF32_WGMMA=0 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
         *-99k) SDPA_CUDA_SMEM_OPTIN=101376 "$bin" "${extra[@]}" > "$OUT/tests/$name.log" 2>&1 ;;
@@ -178,6 +181,31 @@ if want sanitize; then
     "splitkv bf16 exact 1,32,8,1,5000,80 causal-br"
     "splitkv f16 exact 2,8,8,1,3000,192,128 none"
   )
+  # Variants (issue 22): windows + softcap + ALiBi through fa2, splitkv (each load path), fa1 and unfused, by
+  # the test binary's small-shape tests (the CLI's variant flags live in sdpa-cli). Warmed outside first; before the CLI runs.
+  vruns=(
+    "nonfinite_values_outside_the_window_stay_outside"
+    "nonfinite_values_outside_the_window_stay_outside SDPA_SPLITKV_LOAD=bulk"
+    "nonfinite_values_outside_the_window_stay_outside SDPA_SPLITKV_LOAD=cp.async"
+    "forward_on_a_callers_stream_with_alibi"
+  )
+  if [[ -x "$B/tests/variant_kernels" ]]; then
+    for r in "${vruns[@]}"; do
+      read -r filter envs <<< "$r"
+      env $envs "$B/tests/variant_kernels" "$filter" > /dev/null 2>&1
+    done
+    for tool in memcheck racecheck; do
+      for r in "${vruns[@]}"; do
+        read -r filter envs <<< "$r"
+        log="$(env $envs compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/tests/variant_kernels" "$filter" 2>&1)"
+        rc=$?
+        echo "== $tool variant_kernels $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
+        res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' | tail -2 | tr -d '"' | tr '\n' ' ')"
+        printf '{"stage":"%s","run":"variant_kernels %s","rc":%d,"result":"%s"}\n' "$tool" "$r" "$rc" "$res" >> "$summary"
+        table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "variants: $r" "$rc" "$res")")
+      done
+    done
+  fi
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do
       read -r kernel dtype math shape mask envs <<< "$r"

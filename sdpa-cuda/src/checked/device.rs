@@ -67,7 +67,13 @@ pub struct Device {
     loads: Mutex<Vec<ProgramLoad>>,
     blas: Mutex<Option<CudaBlas>>,
     kept_scratch: Mutex<KeptScratch>,
+    /// ALiBi slopes uploaded once per distinct set (by bit pattern): a model's layers share one.
+    alibi: Mutex<HashMap<Vec<u32>, Arc<CudaSlice<f32>>>>,
 }
+
+/// Distinct ALiBi slope sets kept on the device; past it the cache starts over (a caller cycling through
+/// more sets than any model has still gets correct slopes, uploaded again).
+const ALIBI_SETS_KEPT: usize = 64;
 
 /// Scratch kept between calls on the device's stream, for kernels that leave a zeroed tail zero when they
 /// finish (splitkv's per-row-tile counters: the last block of each resets its own). While calls keep the
@@ -151,7 +157,30 @@ impl Device {
             loads: Mutex::default(),
             blas: Mutex::default(),
             kept_scratch: Mutex::default(),
+            alibi: Mutex::default(),
         }
+    }
+
+    /// The ALiBi slopes `slopes` (f32 per query head) on the device, uploaded on the device's stream the
+    /// first time this set is asked for and kept: later calls with the same slopes upload nothing. A call on
+    /// another stream takes the pointer through `device_ptr(stream)`, which orders it after the upload.
+    pub fn alibi_slopes(&self, slopes: &[f32]) -> Result<Arc<CudaSlice<f32>>> {
+        let key: Vec<u32> = slopes.iter().map(|x| x.to_bits()).collect();
+        let mut cache = self.alibi.lock().map_err(|_| poisoned())?;
+        if let Some(s) = cache.get(&key) {
+            return Ok(s.clone());
+        }
+        if cache.len() >= ALIBI_SETS_KEPT {
+            cache.clear();
+        }
+        let buf = self.stream.clone_htod(slopes).map_err(crate::error::driver(
+            "cuMemcpyHtoDAsync",
+            "ALiBi slopes",
+            slopes.len() * 4,
+        ))?;
+        let buf = Arc::new(buf);
+        cache.insert(key, buf.clone());
+        Ok(buf)
     }
 
     /// Wraps a caller's context (candle's) on its own stream.

@@ -5,6 +5,13 @@
 //! values addressed by `mask_stride_*` (0 for broadcast dims); `lse` is `[B, Hq, Sq]` f32 contiguous or
 //! null; query row `i` sees keys `j < causal_limit(i)` where `causal_limit(i) = clamp(i + 1 +
 //! causal_offset, 0, Sk)` when `mask_kind` is causal (offset 0 top-left, `Sk - Sq` bottom-right).
+//!
+//! Variants (issue 22): every call carries its key band (`band_lo`, `band_hi`: key `j` is visible to row `i`
+//! iff `i + band_lo <= j <= i + band_hi`; [`sdpa_core::KeyBand::clamped`], so causal masks and windows alike,
+//! and a call without either gets bounds that restrict nothing), `softcap` (0: off), the ALiBi slopes
+//! (`alibi`: f32 per query head on the device, 0: off) and `diag_offset` (`diag(i) − i`, the diagonal
+//! ALiBi measures from). The tensor-core families compile the variants into the instantiation
+//! ([`Masking`]); the SIMT and unfused kernels and the non-finite repair read them at run time.
 
 use crate::error::unsupported;
 use cudarc::driver::DeviceRepr;
@@ -16,6 +23,110 @@ pub const MASK_NONE: i32 = 0;
 pub const MASK_CAUSAL: i32 = 1;
 /// `mask_kind`: explicit additive f32 mask through `mask`.
 pub const MASK_EXPLICIT: i32 = 2;
+
+/// Variant bit of a tensor-core instantiation: keys restricted to the band `band_lo..=band_hi` around each
+/// row (causal masks and windows; set on every variant instantiation, `FA2_VAR_BAND` in fa2_mma.cuh).
+pub const VAR_BAND: i32 = 1;
+/// Variant bit: logit softcap (`FA2_VAR_SOFTCAP`).
+pub const VAR_SOFTCAP: i32 = 2;
+/// Variant bit: ALiBi biases (`FA2_VAR_ALIBI`).
+pub const VAR_ALIBI: i32 = 4;
+
+/// What a tensor-core instantiation compiles in for the mask and the variants: the plain mask kinds
+/// (`var == 0`: `MASK_NONE`, `MASK_CAUSAL`, `MASK_EXPLICIT`, as before issue 22), or a variant bit set
+/// (`VAR_BAND` always, plus softcap and ALiBi) over `MASK_NONE` or `MASK_EXPLICIT`; the causal mask of a
+/// variant call is part of its band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Masking {
+    /// `MASK_NONE`, `MASK_CAUSAL` (plain only) or `MASK_EXPLICIT`.
+    pub kind: i32,
+    /// 0 (plain) or `VAR_BAND | VAR_SOFTCAP? | VAR_ALIBI?`.
+    pub var: i32,
+}
+
+impl Masking {
+    /// The plain maskings (no variant).
+    pub const PLAIN: [Masking; 3] = [
+        Masking { kind: MASK_NONE, var: 0 },
+        Masking { kind: MASK_CAUSAL, var: 0 },
+        Masking { kind: MASK_EXPLICIT, var: 0 },
+    ];
+
+    /// Every variant masking: band alone, with softcap, with ALiBi and with both, each without and with an
+    /// explicit mask (8).
+    pub fn variants() -> Vec<Masking> {
+        let mut v = Vec::new();
+        for kind in [MASK_NONE, MASK_EXPLICIT] {
+            for extra in [0, VAR_SOFTCAP, VAR_ALIBI, VAR_SOFTCAP | VAR_ALIBI] {
+                v.push(Masking { kind, var: VAR_BAND | extra });
+            }
+        }
+        v
+    }
+
+    /// The plain ones, then the variants.
+    pub fn all() -> Vec<Masking> {
+        let mut v = Self::PLAIN.to_vec();
+        v.extend(Self::variants());
+        v
+    }
+
+    /// What a call needs: plain when the spec has no variant, else the band plus its softcap and ALiBi.
+    pub fn of(spec: &AttentionSpec) -> Masking {
+        let explicit = matches!(spec.mask, Mask::Explicit(_));
+        if spec.variants.is_plain() {
+            let kind = match spec.mask {
+                Mask::None => MASK_NONE,
+                Mask::CausalTopLeft | Mask::CausalBottomRight => MASK_CAUSAL,
+                Mask::Explicit(_) => MASK_EXPLICIT,
+            };
+            return Masking { kind, var: 0 };
+        }
+        let mut var = VAR_BAND;
+        if spec.variants.softcap.is_some() {
+            var |= VAR_SOFTCAP;
+        }
+        if spec.variants.alibi.is_some() {
+            var |= VAR_ALIBI;
+        }
+        Masking { kind: if explicit { MASK_EXPLICIT } else { MASK_NONE }, var }
+    }
+
+    /// Entry-point suffix: `none`, `causal`, `explicit` (plain); `band`, `band_softcap`, `band_alibi`,
+    /// `band_softcap_alibi`, each with `explicit_` before it over an explicit mask.
+    pub fn suffix(&self) -> String {
+        if self.var == 0 {
+            return mask_suffix(self.kind).to_string();
+        }
+        let mut s = String::new();
+        if self.kind == MASK_EXPLICIT {
+            s.push_str("explicit_");
+        }
+        s.push_str("band");
+        if self.var & VAR_SOFTCAP != 0 {
+            s.push_str("_softcap");
+        }
+        if self.var & VAR_ALIBI != 0 {
+            s.push_str("_alibi");
+        }
+        s
+    }
+
+    /// The variant bit set as a kernel-side expression (`0` or `FA2_VAR_BAND | FA2_VAR_SOFTCAP`).
+    pub fn var_const(&self) -> String {
+        if self.var == 0 {
+            return "0".into();
+        }
+        let mut parts = vec!["FA2_VAR_BAND"];
+        if self.var & VAR_SOFTCAP != 0 {
+            parts.push("FA2_VAR_SOFTCAP");
+        }
+        if self.var & VAR_ALIBI != 0 {
+            parts.push("FA2_VAR_ALIBI");
+        }
+        parts.join(" | ")
+    }
+}
 
 /// Kernel parameters; see the module docs. Field order matches `common.cuh` exactly.
 #[repr(C)]
@@ -73,10 +184,21 @@ pub struct AttnParams {
     pub num_splits: i32,
     /// Free for kernel-specific use (0 by default).
     pub extra: i32,
+    /// Lowest visible key minus the row: key `j` is visible to row `i` iff `i + band_lo <= j <= i + band_hi`
+    /// (`KeyBand::clamped`: `-Sq` when unbounded below).
+    pub band_lo: i32,
+    /// Highest visible key minus the row (`Sk` when unbounded above).
+    pub band_hi: i32,
+    /// `diag(i) − i`: 0 (top-left) or `Sk − Sq` (bottom-right); ALiBi's distance is `|j − i − diag_offset|`.
+    pub diag_offset: i32,
+    /// Logit softcap (`cap · tanh(x / cap)` of the scaled score), 0 when off.
+    pub softcap: f32,
+    /// ALiBi slopes (f32 per query head, device address), 0 when off.
+    pub alibi: u64,
 }
 
-/// Size checked against `static_assert(sizeof(AttnParams) == 240)` in common.cuh.
-pub const ATTN_PARAMS_SIZE: usize = 240;
+/// Size checked against `static_assert(sizeof(AttnParams) == 264)` in common.cuh.
+pub const ATTN_PARAMS_SIZE: usize = 264;
 const _: () = assert!(std::mem::size_of::<AttnParams>() == ATTN_PARAMS_SIZE);
 
 // SAFETY: plain-old-data of integers and floats with C layout and no padding (size asserted above), the
@@ -126,6 +248,13 @@ impl AttnParams {
             }
         };
         let scale = spec.scale() as f32;
+        let (band_lo, band_hi) = spec.band().clamped(s.sq, s.sk);
+        // Clamped into [-Sq - 1, Sk], which fit i32 as Sq and Sk do.
+        let band = |x: i64| i32::try_from(x).map_err(|_| unsupported("key band exceeds the 32-bit range"));
+        let diag_offset = match spec.diagonal() {
+            Some(d) => i32::try_from(d.offset(s.sq, s.sk)).map_err(|_| unsupported("Sk - Sq exceeds i32"))?,
+            None => 0,
+        };
         Ok(AttnParams {
             q,
             k,
@@ -153,6 +282,11 @@ impl AttnParams {
             scale_log2: (spec.scale() * std::f64::consts::LOG2_E) as f32,
             num_splits: 1,
             extra: 0,
+            band_lo: band(band_lo)?,
+            band_hi: band(band_hi)?,
+            diag_offset,
+            softcap: spec.softcap().map_or(0.0, |c| c as f32),
+            alibi: 0,
         })
     }
 }
@@ -204,6 +338,11 @@ mod tests {
             "scale_log2",
             "num_splits",
             "extra",
+            "band_lo",
+            "band_hi",
+            "diag_offset",
+            "softcap",
+            "alibi",
         ];
         assert_eq!(cuda, rust);
     }
@@ -216,5 +355,30 @@ mod tests {
         assert_eq!((p.mask_kind, p.causal_offset, p.group), (MASK_CAUSAL, 7, 4));
         assert_eq!(p.q_stride, [8 * 3 * 64, 3 * 64, 64]);
         assert!((p.scale - 0.125).abs() < 1e-7);
+        // The causal mask is the band's upper side; nothing bounds it below.
+        assert_eq!((p.band_lo, p.band_hi, p.diag_offset), (-3, 7, 7));
+    }
+
+    #[test]
+    fn windows_become_the_band_and_variants_pick_their_instantiation() {
+        use sdpa_core::{Alibi, Diagonal, Window};
+        let shape = Shape { b: 1, hq: 4, hkv: 4, sq: 100, sk: 300, d: 64, dv: 64 };
+        let plain = AttentionSpec::new(shape, DType::BF16);
+        let p = AttnParams::new(&plain, 0, 0, 0, 0, 0, 0).unwrap();
+        assert_eq!((p.band_lo, p.band_hi, p.softcap), (-100, 300, 0.0));
+        assert_eq!(Masking::of(&plain), Masking { kind: MASK_NONE, var: 0 });
+        // Window 16 back on the bottom-right diagonal, causal: keys i + 200 - 16 ..= i + 200.
+        let w = plain.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(16)).with_softcap(30.0);
+        let p = AttnParams::new(&w, 0, 0, 0, 0, 0, 0).unwrap();
+        assert_eq!((p.band_lo, p.band_hi, p.diag_offset, p.softcap), (184, 200, 200, 30.0));
+        let m = Masking::of(&w);
+        assert_eq!(
+            (m, m.suffix().as_str()),
+            (Masking { kind: MASK_NONE, var: VAR_BAND | VAR_SOFTCAP }, "band_softcap")
+        );
+        let a = plain.with_alibi(Alibi::Standard).with_diagonal(Diagonal::TopLeft);
+        assert_eq!(Masking::of(&a).suffix(), "band_alibi");
+        assert_eq!(Masking::of(&a).var_const(), "FA2_VAR_BAND | FA2_VAR_ALIBI");
+        assert_eq!(Masking::all().len(), 11);
     }
 }

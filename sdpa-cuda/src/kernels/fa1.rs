@@ -16,7 +16,7 @@
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::mask_suffix;
+use crate::checked::params::Masking;
 use crate::error::unsupported;
 use crate::sys::modules::{FA1, FA1_MMA};
 use crate::sys::program::{cuda_type, Program};
@@ -127,14 +127,16 @@ pub fn mma_tile_for(d: usize) -> Option<MmaTile> {
 }
 
 /// The program of the tensor-core entry `fa1m_{dtype}_{d}_{mask}`.
-pub fn mma_program(dtype: DType, d: usize, tile: MmaTile, mask_kind: i32) -> Program {
-    let name = format!("fa1m_{}_{d}_{}", dtype.name(), mask_suffix(mask_kind));
+pub fn mma_program(dtype: DType, d: usize, tile: MmaTile, masking: Masking) -> Program {
+    let name = format!("fa1m_{}_{d}_{}", dtype.name(), masking.suffix());
     let MmaTile { bm, bn, wm, wn, stages, min_blocks } = tile;
-    let mask = super::mask_const("FA2", mask_kind);
-    let line = format!(
-        "FA1M_ENTRY({name}, {}, {d}, {bm}, {bn}, {wm}, {wn}, {stages}, {min_blocks}, {mask})",
-        cuda_type(dtype)
-    );
+    let (mask, t) = (super::mask_const("FA2", masking.kind), cuda_type(dtype));
+    let line = if masking.var != 0 {
+        let var = masking.var_const();
+        format!("FA1M_ENTRY_VAR({name}, {t}, {d}, {bm}, {bn}, {wm}, {wn}, {stages}, {min_blocks}, {mask}, {var})")
+    } else {
+        format!("FA1M_ENTRY({name}, {t}, {d}, {bm}, {bn}, {wm}, {wn}, {stages}, {min_blocks}, {mask})")
+    };
     Program::entry(&FA1_MMA, name, line)
 }
 
@@ -165,7 +167,7 @@ pub fn programs() -> Vec<Program> {
     for dtype in [DType::F16, DType::BF16] {
         for d in FA1_MMA_HEAD_DIMS {
             let Some(tile) = mma_tile_for(d) else { continue };
-            all.extend(super::MASK_KINDS.iter().map(|&m| mma_program(dtype, d, tile, m)));
+            all.extend(Masking::all().into_iter().map(|m| mma_program(dtype, d, tile, m)));
         }
     }
     for dtype in DType::ALL {
@@ -218,7 +220,7 @@ fn mma_plan(call: &Call<'_>) -> Option<Result<(Program, LaunchDims)>> {
                 block: (tile.threads() as u32, 1, 1),
                 smem_bytes: smem as u32,
             };
-            (mma_program(call.spec.dtype, s.d, tile, call.params.mask_kind), dims)
+            (mma_program(call.spec.dtype, s.d, tile, Masking::of(call.spec)), dims)
         });
     Some(plan)
 }

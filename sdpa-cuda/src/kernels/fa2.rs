@@ -3,6 +3,10 @@
 //! One block per (query tile, query head, batch); each warp owns whole query rows; `mma.sync` m16n8k16 with
 //! `ldmatrix` (transposed for V), padded shared memory, `cp.async` K/V loads overlapping the math, P kept
 //! in registers, `exp2` with the scale folded in; causal tiles above the diagonal are never loaded.
+//! Windows, softcap and ALiBi (issue 22) are instantiations of their own ([`Masking`]): the K/V loop runs
+//! from the tile of the query tile's first visible key to that of its last (so a window's time follows the
+//! window), only tiles crossing a band edge run the band test, and softcap and ALiBi transform the scores
+//! in registers before the online max.
 //!
 //! Head dims: D (Q, K) and Dv (V, O) are compile-time head-dim classes ([`HEAD_DIM_CLASSES`], multiples of
 //! 32 up to 256; [`head_dim_classes`]): a call whose head dims are multiples of 8 runs the smallest class at
@@ -22,7 +26,7 @@
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::mask_suffix;
+use crate::checked::params::Masking;
 use crate::error::unsupported;
 use crate::sys::modules::FA2;
 use crate::sys::program::{cuda_type, Program};
@@ -139,13 +143,18 @@ impl HeadDims {
     }
 }
 
-/// The program of entry `{prefix}_{dtype}_{head dims}_{mask}` with `tile`.
-pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, mask_kind: i32) -> Program {
-    let name = format!("{prefix}_{}_{}_{}", dtype.name(), dims.label(), mask_suffix(mask_kind));
+/// The program of entry `{prefix}_{dtype}_{head dims}_{masking}` with `tile` (variants: `FA2_ENTRY_VAR`).
+pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, masking: Masking) -> Program {
+    let name = format!("{prefix}_{}_{}_{}", dtype.name(), dims.label(), masking.suffix());
     let Fa2Tile { bm, bn, warps, stages, min_blocks } = tile;
-    let (mask, t, HeadDims { d, dv, pad }) = (super::mask_const("FA2", mask_kind), cuda_type(dtype), dims);
+    let (mask, t, HeadDims { d, dv, pad }) = (super::mask_const("FA2", masking.kind), cuda_type(dtype), dims);
     // The common case keeps the short form (and the programs it has always named).
-    let line = if d == dv && !pad {
+    let line = if masking.var != 0 {
+        let var = masking.var_const();
+        format!(
+            "FA2_ENTRY_VAR({name}, {t}, {d}, {dv}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask}, {pad}, {var})"
+        )
+    } else if d == dv && !pad {
         format!("FA2_ENTRY({name}, {t}, {d}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask})")
     } else {
         format!("FA2_ENTRY_DV({name}, {t}, {d}, {dv}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask}, {pad})")
@@ -155,7 +164,7 @@ pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, mask_k
 
 /// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups): each class and
 /// class pair, exact and padded, with its full-grid tile, the small one (classes below 256) and the deep
-/// one (classes up to 128).
+/// one (classes up to 128), under every masking (plain and variant, [`Masking::all`]).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -172,7 +181,7 @@ pub fn programs() -> Vec<Program> {
                 for pad in [false, true] {
                     for &(prefix, tile) in &tiles {
                         let dims = HeadDims { d, dv, pad };
-                        all.extend(super::MASK_KINDS.iter().map(|&m| program(prefix, dtype, dims, tile, m)));
+                        all.extend(Masking::all().into_iter().map(|m| program(prefix, dtype, dims, tile, m)));
                     }
                 }
             }
@@ -249,7 +258,7 @@ pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
     let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
     let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
     let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let program = program(&prefix, call.spec.dtype, dims, tile, call.params.mask_kind);
+    let program = program(&prefix, call.spec.dtype, dims, tile, Masking::of(call.spec));
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),

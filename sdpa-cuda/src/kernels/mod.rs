@@ -22,7 +22,8 @@ use crate::sys::program::Program;
 use policy::Launcher;
 use sdpa_core::{Kernel, Result};
 
-/// The mask kinds every tensor-core family instantiates (`params::MASK_*`).
+/// The plain mask kinds (`params::MASK_*`); the tf32 family instantiates these only, the others every
+/// [`Masking`](crate::checked::params::Masking).
 pub const MASK_KINDS: [i32; 3] = [MASK_NONE, MASK_CAUSAL, MASK_EXPLICIT];
 
 /// The kernel-side constant of `mask_kind` under a family's prefix: `FA2_MASK_CAUSAL`, `TC_MASK_NONE`.
@@ -45,6 +46,15 @@ pub fn all_programs() -> Vec<Program> {
     all.extend(splitkv::programs());
     all.extend(tf32::programs());
     all
+}
+
+/// What the CI compile check (`tests/nvrtc_compile.rs`) builds: every plain program, and the variant
+/// programs ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and head-dim class per family (bf16 at
+/// exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the same template
+/// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
+/// 3); the GPU tests compile and run the others they reach.
+pub fn compile_check_programs() -> Vec<Program> {
+    all_programs().into_iter().filter(|p| !p.name.contains("_band") || p.name.contains("_bf16_128_")).collect()
 }
 
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
@@ -80,6 +90,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checked::params::Masking;
     use crate::sys::modules::MODULES;
     use sdpa_core::DType;
 
@@ -98,6 +109,22 @@ mod tests {
         assert!(all.iter().all(|p| p.is_whole() || p.instantiation.contains(&format!("({},", p.name))));
     }
 
+    /// The compile check builds every plain program and the variant programs of bf16 at D = 128 only (and
+    /// each family's there: fa2's three tiles, splitkv's three load paths, fa1m).
+    #[test]
+    fn the_compile_check_takes_plain_programs_everywhere_and_variants_once_per_family() {
+        let all = all_programs();
+        let check = compile_check_programs();
+        let plain = all.iter().filter(|p| !p.name.contains("_band")).count();
+        let variants: Vec<&str> = check.iter().filter(|p| p.name.contains("_band")).map(|p| p.name.as_str()).collect();
+        assert_eq!(check.len() - variants.len(), plain);
+        let per = Masking::variants().len();
+        assert_eq!(variants.len(), per * (3 + 3 + 1), "{variants:?}");
+        for name in ["fa2_bf16_128_band_softcap_alibi", "splitkv_tma_bf16_128_explicit_band", "fa1m_bf16_128_band"] {
+            assert!(variants.contains(&name), "{name} missing");
+        }
+    }
+
     /// What the launchers can pick, over the grids and devices they plan for, is among [`all_programs`]
     /// (what CI compiles and `warm_up_all` loads).
     #[test]
@@ -105,7 +132,7 @@ mod tests {
         let all = all_programs();
         let listed = |p: &Program| assert!(all.contains(p), "{} is launched but not listed", p.name);
         for dtype in [DType::F16, DType::BF16] {
-            for &mask in &MASK_KINDS {
+            for mask in Masking::all() {
                 let grids = [
                     (4096, 32, 4, 227 * 1024),
                     (4096, 32, 4, 163 * 1024),

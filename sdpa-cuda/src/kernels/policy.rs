@@ -14,6 +14,10 @@
 //!   is unsupported with exact math; `fa1` with f32 inputs runs exact math only.
 //! - `fa2` and `splitkv` asked for a call the tensor-core kernels cannot take run `fa1` instead, and the
 //!   call reports `fa1` as the kernel that ran; `splitkv` asked for head dims only `fa2` takes runs `fa2`.
+//! - Variants (windows, softcap, ALiBi): every family honours them except the f32 tensor-core path (TF32
+//!   and split TF32, [`tf32_refuses`]): `fa2` asked for it with variants is refused with the reason, and
+//!   `auto` runs such f32 calls on `fa1` with exact f32 math instead (more accurate than asked, never
+//!   less).
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
@@ -158,11 +162,25 @@ impl TensorCores {
     }
 }
 
+/// Why the f32 tensor-core path (TF32 and split TF32) cannot run `spec`, or `None`: it implements no
+/// variant (windows, softcap, ALiBi; issue 22 left it plain).
+pub fn tf32_refuses(spec: &AttentionSpec) -> Option<String> {
+    let kinds = spec.variants.kinds();
+    (!kinds.is_empty()).then(|| {
+        let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
+        format!(
+            "the TF32 kernels do not implement {} (f32 math tf32/split-tf32); run f32 with exact math (fa1) or \
+             kernel unfused",
+            names.join(", ")
+        )
+    })
+}
+
 /// What `auto` runs when the tensor-core kernels cannot take the call: the tensor-core f32 path (kernel
-/// `fa2`) when TF32 or split TF32 was asked for, `fa1` otherwise.
+/// `fa2`) when TF32 or split TF32 was asked for and it takes the call ([`tf32_refuses`]), `fa1` otherwise.
 pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
     match (spec.dtype, opts.f32_math) {
-        (DType::F32, F32Math::Tf32 | F32Math::SplitTf32) => Kernel::Fa2,
+        (DType::F32, F32Math::Tf32 | F32Math::SplitTf32) if tf32_refuses(spec).is_none() => Kernel::Fa2,
         _ => Kernel::Fa1,
     }
 }
@@ -191,7 +209,9 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
         Kernel::Auto => resolve_auto(spec, opts, tc),
         k => k,
     };
-    let f32_math = if spec.dtype == DType::F32 { opts.f32_math } else { F32Math::Exact };
+    // `auto` sends f32 calls with variants to exact `fa1` whatever the f32 math (the TF32 path refuses them).
+    let auto_exact = requested == Kernel::Auto && kernel == Kernel::Fa1;
+    let f32_math = if spec.dtype == DType::F32 && !auto_exact { opts.f32_math } else { F32Math::Exact };
     Ok(match (kernel, f32_math) {
         (Kernel::Unfused, _) => Launcher::Unfused,
         (Kernel::Fa1, F32Math::Exact) => Launcher::Fa1,
@@ -201,7 +221,10 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
                 m.name()
             )))
         }
-        (Kernel::Fa2, F32Math::Tf32 | F32Math::SplitTf32) => Launcher::Tf32,
+        (Kernel::Fa2, F32Math::Tf32 | F32Math::SplitTf32) => match tf32_refuses(spec) {
+            Some(why) => return Err(unsupported(format!("fa2 with f32 inputs: {why}"))),
+            None => Launcher::Tf32,
+        },
         (Kernel::Fa2, _) if spec.dtype == DType::F32 => {
             return Err(unsupported(
                 "fa2 with f32 inputs runs on tensor cores: choose f32 math tf32 or split-tf32 (fa1 is exact f32)",
@@ -238,6 +261,44 @@ mod tests {
 
     fn gqa(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, dtype: DType) -> AttentionSpec {
         AttentionSpec::new(Shape { hkv, ..Shape::new(b, hq, sq, sk, d) }, dtype)
+    }
+
+    /// Variant calls never reach the TF32 launcher: `fa2` asked for with TF32 math refuses them with the
+    /// reason, `auto` runs them on exact `fa1`; every other family takes them (f16/bf16 as for plain calls).
+    #[test]
+    fn variant_calls_never_reach_the_tf32_kernels() {
+        use sdpa_core::{Alibi, Diagonal, Window};
+        let base = gqa(1, 8, 2, 300, 300, 128, DType::F32);
+        let variant_specs = [
+            base.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(64)),
+            base.clone().with_softcap(50.0),
+            base.clone().with_alibi(Alibi::Standard).with_diagonal(Diagonal::TopLeft),
+        ];
+        for spec in &variant_specs {
+            assert!(tf32_refuses(spec).is_some());
+            for math in [F32Math::Tf32, F32Math::SplitTf32] {
+                let err = pick(Kernel::Fa2, spec, math).expect_err("fa2 with TF32 refuses variants");
+                assert!(err.to_string().contains("TF32"), "{err}");
+                assert_eq!(pick(Kernel::Auto, spec, math).expect("auto"), Launcher::Fa1);
+                assert_eq!(pick(Kernel::Unfused, spec, math).expect("unfused"), Launcher::Unfused);
+            }
+            assert_eq!(pick(Kernel::Fa1, spec, F32Math::Exact).expect("fa1"), Launcher::Fa1);
+            // The same variants in bf16 run where plain calls run.
+            let half = AttentionSpec { dtype: DType::BF16, ..spec.clone() };
+            assert_eq!(pick(Kernel::Auto, &half, F32Math::Tf32).expect("auto"), Launcher::Fa2);
+            assert_eq!(pick(Kernel::SplitKv, &half, F32Math::Exact).expect("splitkv"), Launcher::SplitKv);
+        }
+        // Plain f32 calls still take the TF32 path.
+        assert_eq!(pick(Kernel::Auto, &base, F32Math::Tf32).expect("auto"), Launcher::Tf32);
+        assert!(tf32_refuses(&base).is_none());
+        // Whatever is asked, no variant call picks the TF32 launcher.
+        for spec in &variant_specs {
+            for kernel in [Kernel::Auto, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Unfused] {
+                for math in [F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32] {
+                    assert_ne!(pick(kernel, spec, math).ok(), Some(Launcher::Tf32), "{kernel} {math:?}");
+                }
+            }
+        }
     }
 
     #[test]

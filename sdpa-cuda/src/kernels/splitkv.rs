@@ -11,7 +11,9 @@
 //! merges them. Both merges use `sdpa_core::softmax::merge_normalized`'s rule. The number of splits
 //! ([`plan_splits`]) fills the GPU's resident block slots twice, from its SM count and the kernel's shared
 //! memory, with at least [`MIN_KEYS_PER_SPLIT`] keys per split; split `s` of `n` covers keys
-//! `[s·Sk/n, (s+1)·Sk/n)`. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
+//! `[s·Sk/n, (s+1)·Sk/n)`; with windows (issue 22) the splits share the keys of the row tile's band
+//! instead ([`band_keys`] plans their number from it), so a decode step through a 4096-key window over 32k
+//! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
 //! `cp.async` path. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
@@ -19,7 +21,7 @@
 use super::policy::splitkv_limit;
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::{mask_suffix, AttnParams};
+use crate::checked::params::{AttnParams, Masking};
 use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::SPLITKV;
@@ -124,25 +126,27 @@ impl HeadDims {
 
 /// The program of entry `{prefix}_{dtype}_{d}[p]_{mask}` with `tile` (its load path names the prefix; `p`
 /// for a padded class, which takes the cp.async path).
-pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, mask_kind: i32) -> Program {
+pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: Masking) -> Program {
     let d = dims.d;
     let pad = if dims.pad { "p" } else { "" };
-    let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), mask_suffix(mask_kind));
-    let (t, mask) = (cuda_type(dtype), super::mask_const("FA2", mask_kind));
+    let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), masking.suffix());
+    let (t, mask, var) = (cuda_type(dtype), super::mask_const("FA2", masking.kind), masking.var_const());
     let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
     debug_assert!(!dims.pad || load == SplitKvLoad::CpAsync, "padded classes take the cp.async path only");
     if dims.pad {
-        let line = format!("SPLITKV_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask})");
+        let line = format!("SPLITKV_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, {var})");
         return Program::entry(&SPLITKV, name, line);
     }
     let line = match load {
         SplitKvLoad::CpAsync => {
-            format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_CP_ASYNC, false)")
+            format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_CP_ASYNC, false, {var})")
         }
         SplitKvLoad::Bulk => {
-            format!("SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_BULK_OR_CP_ASYNC, true)")
+            format!(
+                "SPLITKV_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, SKV_BULK_OR_CP_ASYNC, true, {var})"
+            )
         }
-        SplitKvLoad::Tma => format!("SPLITKV_TMA_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask})"),
+        SplitKvLoad::Tma => format!("SPLITKV_TMA_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, {var})"),
     };
     Program::entry(&SPLITKV, name, line)
 }
@@ -157,7 +161,7 @@ pub fn programs() -> Vec<Program> {
                 let Some(tile) = tile_for(d, load) else { continue };
                 let pads: &[bool] = if load == SplitKvLoad::CpAsync { &[false, true] } else { &[false] };
                 for &pad in pads {
-                    all.extend(super::MASK_KINDS.iter().map(|&m| program(dtype, HeadDims { d, pad }, tile, m)));
+                    all.extend(Masking::all().into_iter().map(|m| program(dtype, HeadDims { d, pad }, tile, m)));
                 }
             }
         }
@@ -165,18 +169,21 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// The TMA entries' parameter: `SplitKvTmaArgs` in splitkv.cu (AttnParams, then the K and V tensor maps
-/// at 128-byte alignment, 512 bytes in all).
+/// The TMA entries' parameter: `SplitKvTmaArgs` in splitkv.cu (AttnParams, padding to byte 384, then the K
+/// and V tensor maps, 640 bytes in all: explicit padding, so that the maps sit at 384 whichever alignment
+/// either side gives them).
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct TmaArgs {
     p: AttnParams,
+    pad: [u8; TMA_PAD],
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const _: () = assert!(std::mem::size_of::<TmaArgs>() == 512);
+const TMA_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE;
+const _: () = assert!(std::mem::size_of::<TmaArgs>() == 640);
 // SAFETY: plain data with C layout matching the kernel's `SplitKvTmaArgs` (size asserted on both sides):
-// AttnParams (asserted 240 bytes) and two opaque 128-byte-aligned tensor maps.
+// AttnParams (asserted 264 bytes), padding to 384 and two opaque 128-byte-aligned tensor maps.
 unsafe impl DeviceRepr for TmaArgs {}
 
 /// The load path a call would take on a GPU of compute capability `major`, before the layout checks of
@@ -335,13 +342,16 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let hd = HeadDims::of(s.d, s.dv)
         .ok_or_else(|| unsupported(format!("splitkv has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
     let d = hd.d;
+    // The keys the splits share: all of them, or (variants) the union of the rows' bands, so that the split
+    // count and length follow a window, not Sk.
+    let keys = band_keys(call.spec);
     let plan_for = |tile: SplitKvTile| {
         plan_splits(
             s.b,
             s.hkv,
             s.group_size(),
             s.sq,
-            s.sk,
+            keys,
             info.sm_count.max(1) as usize,
             info.smem_per_block_optin.max(0) as usize,
             tile,
@@ -388,10 +398,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // `SDPA_SPLITKV_SPLITS` forces the split count (for tuning runs; at most one split per key).
     if let Ok(v) = std::env::var("SDPA_SPLITKV_SPLITS") {
         let n: usize = v.parse().map_err(|_| unsupported(format!("SDPA_SPLITKV_SPLITS must be a count, got {v:?}")))?;
-        let splits = n.clamp(1, s.sk.max(1));
+        let splits = n.clamp(1, keys.max(1));
         plan = SplitPlan {
             splits,
-            keys_per_split: s.sk.div_ceil(splits).max(1),
+            keys_per_split: keys.div_ceil(splits).max(1),
             blocks: splits.div_ceil(tile.warps),
             ..plan
         };
@@ -410,8 +420,21 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(d) as u32,
     };
-    let program = program(call.spec.dtype, hd, tile, params.mask_kind);
+    let program = program(call.spec.dtype, hd, tile, Masking::of(call.spec));
     Ok(Plan { program, dims, params, splits: plan, head_dim: d, maps })
+}
+
+/// The keys `splitkv`'s splits cover: Sk for plain calls; with variants the keys some row's band reaches,
+/// from the first row's first to the last row's last (the band moves right with the row). The kernel cuts
+/// each row tile's own band the same way.
+pub fn band_keys(spec: &sdpa_core::AttentionSpec) -> usize {
+    let s = spec.shape;
+    if spec.variants.is_plain() || s.sq == 0 {
+        return s.sk;
+    }
+    let band = spec.band();
+    let (first, last) = (band.range(0, s.sk), band.range(s.sq - 1, s.sk));
+    last.end.saturating_sub(first.start)
 }
 
 /// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
@@ -427,7 +450,14 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             // SAFETY (both arms): see the callers below; the maps describe exactly K and V of `params`
             // (same pointers, extents and strides), so every tensor copy reads inside those tensors.
             Some((k, v)) => unsafe {
-                launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs { p: *params, k, v })
+                launch(
+                    call.dev,
+                    call.stream,
+                    &program,
+                    &program.name,
+                    dims,
+                    &TmaArgs { p: *params, pad: [0; TMA_PAD], k, v },
+                )
             },
             None => unsafe { launch(call.dev, call.stream, &program, &program.name, dims, params) },
         }
@@ -522,6 +552,27 @@ mod tests {
         }
         assert_eq!(l2_policy(512).expect("policy"), L2Policy::EvictFirst);
         assert_eq!(l2_policy(1024).expect("policy"), L2Policy::EvictLast);
+    }
+
+    /// The splits of a windowed call cover the window's keys, not Sk: a decoding row with a 4096-key window
+    /// over 32k keys plans its splits over 4097 keys.
+    #[test]
+    fn splits_follow_the_window() {
+        use sdpa_core::{DType, Mask, Shape, Window};
+        let shape = Shape { b: 1, hq: 32, hkv: 8, sq: 1, sk: 32768, d: 128, dv: 128 };
+        let plain = sdpa_core::AttentionSpec::new(shape, DType::BF16).with_mask(Mask::CausalBottomRight);
+        assert_eq!(band_keys(&plain), 32768);
+        assert_eq!(band_keys(&plain.clone().with_window(Window::left(4096))), 4097);
+        assert_eq!(band_keys(&plain.clone().with_softcap(30.0)), 32768);
+        // Four decoding rows: the union of their windows.
+        let four = sdpa_core::AttentionSpec::new(Shape { sq: 4, ..shape }, DType::BF16)
+            .with_mask(Mask::CausalBottomRight)
+            .with_window(Window::left(100));
+        assert_eq!(band_keys(&four), 104);
+        let tile = tile_for(128, SplitKvLoad::CpAsync).expect("tile");
+        let wide = plan_splits(1, 8, 4, 1, 32768, 132, 227 * 1024, tile, 128);
+        let narrow = plan_splits(1, 8, 4, 1, 4097, 132, 227 * 1024, tile, 128);
+        assert!(narrow.splits < wide.splits && narrow.splits * narrow.keys_per_split >= 4097, "{narrow:?}");
     }
 
     #[test]

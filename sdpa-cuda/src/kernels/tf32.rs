@@ -174,6 +174,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if call.spec.dtype != DType::F32 {
         return Err(unsupported("the TF32 kernels take f32 inputs"));
     }
+    if let Some(why) = super::policy::tf32_refuses(call.spec) {
+        return Err(unsupported(why));
+    }
     let split = match call.opts.f32_math {
         F32Math::Tf32 => false,
         F32Math::SplitTf32 => true,
