@@ -21,7 +21,8 @@
 // the tile's last row); only tiles that cross the diagonal, or the end of the keys, run the mask code.
 // Variant instantiations (VAR, fa2_mma.cuh) generalise that to the band: the loop runs from the tile of the
 // first row's first visible key to that of the last row's last one, so a window's time grows with the
-// window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max.
+// window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max (ALiBi
+// with every visible key left of the diagonal as start values of the Q·Kᵀ accumulators: `below`).
 #include "fa2_mma.cuh"
 
 // D: the head dim of Q and K, DV: of V and O, each a multiple of 16 (a head-dim class when PAD: the call's
