@@ -21,7 +21,8 @@
 // the tile's last row); only tiles that cross the diagonal, or the end of the keys, run the mask code.
 // Variant instantiations (VAR, fa2_mma.cuh) generalise that to the band: the loop runs from the tile of the
 // first row's first visible key to that of the last row's last one, so a window's time grows with the
-// window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max.
+// window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max (ALiBi
+// with every visible key left of the diagonal as start values of the Q·Kᵀ accumulators: `below`).
 #include "fa2_mma.cuh"
 
 // D: the head dim of Q and K, DV: of V and O, each a multiple of 16 (a head-dim class when PAD: the call's
@@ -111,6 +112,23 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     fa2_init_state(o, m, l);
     const float sl2 = p.scale_log2;
     const float a2 = fa2_alibi_log2<VAR>(p, h);
+    // ALiBi without softcap or explicit mask (RAWA) keeps raw scores, with the scale folded into the softmax's
+    // exp2 as in plain kernels, and the bias in raw units (a2 / scale) where that is finite (`raw`; else log2
+    // units, as the other variants). When no visible key lies right of its row's diagonal (causal masks,
+    // windows with right = 0: `below`), -slope |j - diag(i)| = slope (j - ref) + slope (ref - diag(i)): the
+    // key's part, relative to ref = diag(m0) so that it stays small where the weight is, is the start value
+    // of the Q·Kᵀ accumulators (per tile: a few FMAs per thread, nothing per score), and the row's part,
+    // which the softmax ignores, is added to the LSE at the end. Otherwise the |.| form runs on every tile.
+    constexpr bool RAWA = (VAR & FA2_VAR_ALIBI) != 0 && (VAR & FA2_VAR_SOFTCAP) == 0 && MASK != FA2_MASK_EXPLICIT;
+    constexpr bool PRE = Fa2Scaled<MASK, VAR>::PRE && !RAWA;
+    constexpr int UPDATE = PRE ? FA2_MASK_EXPLICIT : FA2_MASK_NONE;
+    const bool raw = RAWA && sl2 > 0.f && fabsf(a2) <= sl2 * 1e30f;
+    const bool below = raw && p.band_hi <= p.diag_offset;
+    const float a2raw = raw ? a2 / sl2 : 0.f;
+    const float a2init = below ? a2raw : 0.f;                                    // bias in the accumulators
+    const float a2pass = RAWA ? (raw ? (below ? 0.f : a2raw) : a2) : a2;         // bias in the score pass
+    const float sl2pass = RAWA && raw ? 1.f : sl2;                               // pass: x * sl2pass
+    const float sl2upd = RAWA && !raw ? 1.f : sl2;                               // softmax: exp2(x * sl2upd - m)
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n0 = (t0 + tile) * BN;
@@ -131,7 +149,19 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
         // S = Q K^T for this warp's rows.
         float s[MT][NT][4];
-        fa2_qk<T, D, LD, MT, NT>(s, q_ld, k_ld + slot * K_BYTES);
+        if constexpr (RAWA) {
+            // Key n0 + j * 8 + t4 * 2 + e starts at a2init (key - ref) (zero unless `below`).
+            const float cb0 = a2init * (float)(n0 + t4 * 2 - m0 - p.diag_offset);
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float c = fmaf(a2init, (float)(j * 8 + e), cb0);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) s[mt][j][e] = s[mt][j][e + 2] = c;
+                }
+        }
+        fa2_qk<T, D, LD, MT, NT, RAWA>(s, q_ld, k_ld + slot * K_BYTES);
 
         if (STAGES == 1) {
             fa2_cp_async_wait<0>();
@@ -150,10 +180,17 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, g, t4);
             fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
         } else {
+            // Two copies of the score pass, so that tiles inside the band carry no band test (one with an
+            // explicit mask: every tile runs it, and two copies of its mask loads spill).
             const bool edge = fa2_tile_crosses_band<BN>(p, n0, m0, m_end - 1);
-            if (edge || Fa2Scaled<MASK, VAR>::PRE)
-                fa2_variant_scores<MASK, VAR, MT, NT>(s, p, b, h, m0 + warp_row0, n0, sl2, a2, g, t4, edge);
-            fa2_softmax_update<Fa2Scaled<MASK, VAR>::UPDATE, MT, NT, DT>(s, m, l, o, sl2);
+            const int row0 = m0 + warp_row0;
+            if (MASK == FA2_MASK_EXPLICIT)
+                fa2_variant_scores<MASK, VAR, MT, NT, RAWA>(s, p, b, h, row0, n0, sl2pass, a2pass, g, t4, edge);
+            else if (edge)
+                fa2_variant_scores<MASK, VAR, MT, NT, RAWA>(s, p, b, h, row0, n0, sl2pass, a2pass, g, t4, true);
+            else if (PRE || (RAWA && !below))
+                fa2_variant_scores<MASK, VAR, MT, NT, RAWA>(s, p, b, h, row0, n0, sl2pass, a2pass, g, t4, false);
+            fa2_softmax_update<UPDATE, MT, NT, DT>(s, m, l, o, sl2upd);
         }
         fa2_pv<T, LDV, MT, NT, DT>(o, s, v_ld + slot * V_BYTES);
     }
@@ -179,7 +216,9 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             }
             const int row = m0 + warp_row0 + r;
             if (p.lse != nullptr && t4 == 0 && row < p.sq) {
-                const float lse = lsum == 0.f ? fa2_neg_inf() : (m[mt][hh] + __log2f(lsum)) * FA2_LN2;
+                // `below` ALiBi: the row's part of the bias, a2 (ref - diag(row)) = a2 (m0 - row).
+                const float shift = below ? a2 * (float)(m0 - row) : 0.f;
+                const float lse = lsum == 0.f ? fa2_neg_inf() : (m[mt][hh] + __log2f(lsum) + shift) * FA2_LN2;
                 p.lse[((long long)b * p.hq + h) * p.sq + row] = lse;
             }
         }

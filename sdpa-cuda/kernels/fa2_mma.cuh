@@ -209,7 +209,7 @@ __device__ __forceinline__ float fa2_variant_score(float x, float sl2, const Fa2
 // scores into log2 units with softcap and ALiBi (when Fa2Scaled::PRE), the band test where `edge`, then the
 // explicit mask (`mrow`, MASK_EXPLICIT). Masked scores become -inf.
 // Keys at or past `key_stop` are masked too (Sk, or the end of a split).
-template <int MASK, int VAR, int NT>
+template <int MASK, int VAR, int NT, bool RAWA = false>
 __device__ __forceinline__ void fa2_variant_row(float (&s)[NT][4], int hh, const AttnParams& p, const float* mrow,
                                                 int row, int key0, float sl2, const Fa2Softcap& c, float a2, int t4,
                                                 bool edge, int key_stop) {
@@ -221,7 +221,9 @@ __device__ __forceinline__ void fa2_variant_row(float (&s)[NT][4], int hh, const
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             float& x = s[j][hh * 2 + e];
-            float y = PRE ? fa2_variant_score<VAR>(x, sl2, c, a2, dist0 + (float)(j * 8 + e)) : x;
+            float y = x;
+            if (PRE) y = fa2_variant_score<VAR>(x, sl2, c, a2, dist0 + (float)(j * 8 + e));
+            else if (RAWA) y = fmaf(-a2, fabsf(dist0 + (float)(j * 8 + e)), x * sl2);
             const int key = key0 + j * 8 + t4 * 2 + e;
             bool vis = true;
             if (edge) {
@@ -234,7 +236,7 @@ __device__ __forceinline__ void fa2_variant_row(float (&s)[NT][4], int hh, const
 }
 
 // fa2_mask_scores for variant kernels: a warp's MT m16 row tiles of query head h.
-template <int MASK, int VAR, int MT, int NT>
+template <int MASK, int VAR, int MT, int NT, bool RAWA = false>
 __device__ __forceinline__ void fa2_variant_scores(float (&s)[MT][NT][4], const AttnParams& p, int b, int h, int row0,
                                                    int key0, float sl2, float a2, int g, int t4, bool edge) {
     const Fa2Softcap c = fa2_softcap_consts(p);
@@ -246,7 +248,7 @@ __device__ __forceinline__ void fa2_variant_scores(float (&s)[MT][NT][4], const 
             const float* mrow = nullptr;
             if (MASK == FA2_MASK_EXPLICIT)
                 mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
-            fa2_variant_row<MASK, VAR, NT>(s[mt], hh, p, mrow, row, key0, sl2, c, a2, t4, edge, p.sk);
+            fa2_variant_row<MASK, VAR, NT, RAWA>(s[mt], hh, p, mrow, row, key0, sl2, c, a2, t4, edge, p.sk);
         }
 }
 
@@ -258,12 +260,14 @@ __device__ __forceinline__ float fa2_alibi_log2(const AttnParams& p, int h) {
 
 // S = Q·Kᵀ for a warp's MT m16 row tiles and NT n8 key tiles over D/16 k16 steps. `q_ld` and `k_ld` are the
 // lane's ldmatrix addresses of the warp's first Q row and first key (rows LD elements long).
-template <typename T, int D, int LD, int MT, int NT>
+// ACC: add to the caller's values of s (a per-key bias) instead of starting from zero.
+template <typename T, int D, int LD, int MT, int NT, bool ACC = false>
 __device__ __forceinline__ void fa2_qk(float (&s)[MT][NT][4], unsigned q_ld, unsigned k_ld) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+        for (int j = 0; j < NT; ++j)
+            if (!ACC) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
         unsigned a[MT][4];

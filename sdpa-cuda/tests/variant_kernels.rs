@@ -81,7 +81,9 @@ fn configs(shape: &Shape, n: usize) -> Vec<(Mask, Variants, bool)> {
         (Mask::CausalBottomRight, v(w(Some(33), Some(0)), Some(50.0), None, None), true),
         // ALiBi: standard on a causal mask, given slopes (up to 0.5) with no mask.
         (Mask::CausalTopLeft, v(None, None, Some(Alibi::Standard), None), false),
-        (Mask::None, v(None, None, Some(Alibi::Slopes(slopes)), Some(Diagonal::BottomRight)), false),
+        (Mask::None, v(None, None, Some(Alibi::Slopes(slopes.clone())), Some(Diagonal::BottomRight)), false),
+        // ALiBi on a window ending at the diagonal (fa2 splits the bias into a key part and a row part there).
+        (Mask::None, v(w(Some(40), Some(0)), None, Some(Alibi::Slopes(slopes)), Some(Diagonal::TopLeft)), false),
         // Everything together on an explicit mask; a window with a broadcast boolean mask.
         (full, v(w(Some(30), Some(10)), Some(30.0), Some(Alibi::Standard), Some(Diagonal::TopLeft)), false),
         (broadcast, v(w(Some(7), Some(0)), None, None, Some(Diagonal::BottomRight)), false),
