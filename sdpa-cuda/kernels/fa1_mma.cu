@@ -78,16 +78,8 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
     const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
-    int n_keys = p.sk, t0 = 0;
-    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
-    if (VAR != 0) {
-        // Variants: only the key tiles of the rows' bands (fa2.cu).
-        int first;
-        fa2_band_keys(p, m0, m_end - 1, first, n_keys);
-        t0 = first / BN;
-        n_keys = max(n_keys, t0 * BN);
-    }
-    const int n_tiles = (n_keys + BN - 1) / BN - t0;
+    int t0, n_tiles;
+    fa2_key_tiles<MASK, VAR, BN>(p, m0, m_end, t0, n_tiles);
 
     fa2_load_tile<T, D, BM, THREADS>(sQ, q, p.q_stride[2], m_end - m0, tid);
     if (n_tiles > 0) {
@@ -127,7 +119,7 @@ __device__ __forceinline__ void fa1m_forward(const AttnParams& p, unsigned char*
             if (fa2_tile_needs_mask<MASK, BN>(p, n0, m0)) fa2_mask_scores<MASK, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, g, t4);
             fa2_softmax_update<MASK, MT, NT, DT>(s, m, l, o, sl2);
         } else {
-            const bool edge = fa2_tile_crosses_band<BN>(p, n0, m0, m_end - 1);
+            const bool edge = fa2_tile_crosses_band<BN>(p, n0, p.sk, m0, m_end - 1);
             if (edge || Fa2Scaled<MASK, VAR>::PRE)
                 fa2_variant_scores<MASK, VAR, MT, NT>(s, p, b, h, m0 + warp_row0, n0 + warp_key0, sl2, a2, g, t4, edge);
             fa2_softmax_update<Fa2Scaled<MASK, VAR>::UPDATE, MT, NT, DT>(s, m, l, o, sl2);

@@ -76,16 +76,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
 
-    int n_keys = p.sk, t0 = 0;
-    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
-    if (VAR != 0) {
-        // The band of the tile's rows: tiles t0 .. t0 + n_tiles - 1 hold every key some row sees.
-        int first;
-        fa2_band_keys(p, m0, m_end - 1, first, n_keys);
-        t0 = first / BN;
-        n_keys = max(n_keys, t0 * BN);
-    }
-    const int n_tiles = (n_keys + BN - 1) / BN - t0;
+    int t0, n_tiles;
+    fa2_key_tiles<MASK, VAR, BN>(p, m0, m_end, t0, n_tiles);
 
     // One K/V tile (tile t into ring slot t % STAGES) or, with one buffer, K alone; a commit group each.
     auto load_kv = [&](int t) {
@@ -182,7 +174,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         } else {
             // Two copies of the score pass, so that tiles inside the band carry no band test (one with an
             // explicit mask: every tile runs it, and two copies of its mask loads spill).
-            const bool edge = fa2_tile_crosses_band<BN>(p, n0, m0, m_end - 1);
+            const bool edge = fa2_tile_crosses_band<BN>(p, n0, p.sk, m0, m_end - 1);
             const int row0 = m0 + warp_row0;
             if (MASK == FA2_MASK_EXPLICIT)
                 fa2_variant_scores<MASK, VAR, MT, NT, RAWA>(s, p, b, h, row0, n0, sl2pass, a2pass, g, t4, edge);

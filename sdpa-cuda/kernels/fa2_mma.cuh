@@ -172,12 +172,28 @@ __device__ __forceinline__ void fa2_band_keys(const AttnParams& p, int r_first, 
     end = e < 0 ? 0 : (e > p.sk ? p.sk : (int)e);
 }
 
-// Whether a variant kernel's K/V tile of BN keys at n0 crosses a band edge of some row in [m0, m_last], or
-// the end of the keys: only those tiles run the band test.
-template <int BN>
-__device__ __forceinline__ bool fa2_tile_crosses_band(const AttnParams& p, int n0, int m0, int m_last) {
-    return n0 + BN > p.sk || (long long)n0 < (long long)m_last + p.band_lo ||
-           (long long)n0 + BN - 1 > (long long)m0 + p.band_hi;
+// The key tiles of BN keys a query tile of rows [m0, m_end) visits: tiles t0 .. t0 + n_tiles - 1 hold every key
+// some row sees (the causal prefix, or with variants the union of the rows' bands); n_tiles may be 0.
+template <int MASK, int VAR, int BN>
+__device__ __forceinline__ void fa2_key_tiles(const AttnParams& p, int m0, int m_end, int& t0, int& n_tiles) {
+    int n_keys = p.sk;
+    t0 = 0;
+    if (MASK == FA2_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
+    if (VAR != 0) {
+        int first;
+        fa2_band_keys(p, m0, m_end - 1, first, n_keys);
+        t0 = first / BN;
+        n_keys = max(n_keys, t0 * BN);
+    }
+    n_tiles = (n_keys + BN - 1) / BN - t0;
+}
+
+// Whether a variant kernel's tile of W keys at n0 crosses a band edge of some row in [m_first, m_last], or the
+// end of the keys `end`: only those tiles run the band test.
+template <int W>
+__device__ __forceinline__ bool fa2_tile_crosses_band(const AttnParams& p, int n0, int end, int m_first, int m_last) {
+    return n0 + W > end || (long long)n0 < (long long)m_last + p.band_lo ||
+           (long long)n0 + W - 1 > (long long)m_first + p.band_hi;
 }
 
 // Per-thread constants of the softcap in log2 units: s2 = c1 + c2 / (1 + 2^(x kc)) = cap log2(e) tanh(x scale
@@ -245,9 +261,7 @@ __device__ __forceinline__ void fa2_variant_scores(float (&s)[MT][NT][4], const 
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int row = row0 + mt * 16 + g + hh * 8;
-            const float* mrow = nullptr;
-            if (MASK == FA2_MASK_EXPLICIT)
-                mrow = p.mask + b * p.mask_stride[0] + h * p.mask_stride[1] + (long long)min(row, p.sq - 1) * p.mask_stride[2];
+            const float* mrow = MASK == FA2_MASK_EXPLICIT ? mask_row(p, b, h, min(row, p.sq - 1)) : nullptr;
             fa2_variant_row<MASK, VAR, NT, RAWA>(s[mt], hh, p, mrow, row, key0, sl2, c, a2, t4, edge, p.sk);
         }
 }

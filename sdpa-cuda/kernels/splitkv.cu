@@ -417,14 +417,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 
         if constexpr (VAR != 0) {
             // Band test only on steps that cross a band edge of the tile's rows (or the split's end).
-            const bool edge = key0 + KS > k_stop || (long long)key0 < (long long)max_i + p.band_lo ||
-                              (long long)key0 + KS - 1 > (long long)min_i + p.band_hi;
+            const bool edge = fa2_tile_crosses_band<KS>(p, key0, k_stop, min_i, max_i);
             if (edge || Fa2Scaled<MASK, VAR>::PRE) {
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
-                    const float* mrow = nullptr;
-                    if (MASK == FA2_MASK_EXPLICIT)
-                        mrow = p.mask + b * p.mask_stride[0] + row_h[hh] * p.mask_stride[1] + (long long)row_i[hh] * p.mask_stride[2];
+                    const float* mrow = MASK == FA2_MASK_EXPLICIT ? mask_row(p, b, row_h[hh], row_i[hh]) : nullptr;
                     fa2_variant_row<MASK, VAR, NT>(s, hh, p, mrow, row_i[hh], key0, sl2, cap, a2[hh], t4, edge, k_stop);
                 }
             }
