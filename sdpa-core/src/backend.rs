@@ -171,6 +171,9 @@ pub struct Capabilities {
     /// Variants (window, softcap, ALiBi) some kernel of the backend honours; `auto` picks one that does.
     #[serde(default)]
     pub variants: Vec<crate::variants::Variant>,
+    /// Serving layouts (ragged batches, paged KV caches) some kernel of the backend honours.
+    #[serde(default)]
+    pub serving: Vec<crate::ragged::Serving>,
 }
 
 impl Capabilities {
@@ -196,13 +199,16 @@ impl Capabilities {
         if let Some(v) = spec.variants.kinds().into_iter().find(|v| !self.variants.contains(v)) {
             return unsupported(format!("the {} variant", v.name()));
         }
+        if let Some(l) = crate::ragged::Serving::of(spec).filter(|l| !self.serving.contains(l)) {
+            return unsupported(format!("{} batches", l.name()));
+        }
         Ok(())
     }
 }
 
-/// Operand buffers of one forward call, in the backend's own memory.
+/// Operand buffers of one forward call, in the backend's own memory (`I`: its index buffers).
 #[derive(Debug)]
-pub struct ForwardArgs<'a, B> {
+pub struct ForwardArgs<'a, B, I = Vec<u32>> {
     /// Queries.
     pub q: &'a B,
     /// Keys.
@@ -213,14 +219,18 @@ pub struct ForwardArgs<'a, B> {
     pub mask: Option<&'a B>,
     /// Output, written in full by the call.
     pub o: &'a mut B,
-    /// Log-sum-exp `[B, Hq, Sq]` f32, written when present.
+    /// Log-sum-exp f32 (`[B, Hq, Sq]`, or `[Hq, total_q]` for a ragged batch), written when present.
     pub lse: Option<&'a mut B>,
+    /// The block table of a paged KV cache (`crate::ragged`), when the spec's K/V are paged.
+    pub block_table: Option<&'a I>,
 }
 
 /// An attention backend working on its own buffers.
 pub trait Backend {
     /// The backend's buffer type (host vector, device slice...).
     type Buffer;
+    /// The backend's buffer of `u32` indices (a paged cache's block table).
+    type Index;
 
     /// Short name: "reference", "cpu", "cuda".
     fn name(&self) -> &'static str;
@@ -264,13 +274,20 @@ pub trait Backend {
     fn upload(&self, host: &HostBuffer) -> Result<Self::Buffer>;
     /// Copies a buffer back to the host.
     fn download(&self, buf: &Self::Buffer) -> Result<HostBuffer>;
+    /// Copies indices (a block table) into backend memory.
+    fn upload_index(&self, host: &[u32]) -> Result<Self::Index>;
     /// Waits until all queued work has finished.
     fn synchronize(&self) -> Result<()>;
 
     /// Runs one forward call. The spec has been validated and buffer lengths checked by the caller
     /// ([`HostBackend`] does both); implementations check what they depend on beyond that. Returns the
     /// kernel that actually ran (what `auto` resolved to).
-    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, Self::Buffer>) -> Result<Kernel>;
+    fn forward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        args: ForwardArgs<'_, Self::Buffer, Self::Index>,
+    ) -> Result<Kernel>;
 
     /// Times `reps` forward calls after `warmup` untimed ones; returns milliseconds per call. The default
     /// uses the host clock around a synchronised call; GPU backends override it with device events.
@@ -278,7 +295,7 @@ pub trait Backend {
         &self,
         spec: &AttentionSpec,
         opts: &RunOptions,
-        mut args: ForwardArgs<'_, Self::Buffer>,
+        mut args: ForwardArgs<'_, Self::Buffer, Self::Index>,
         warmup: usize,
         reps: usize,
     ) -> Result<Vec<f64>> {
@@ -292,6 +309,7 @@ pub trait Backend {
                 mask: args.mask,
                 o: &mut *args.o,
                 lse: args.lse.as_deref_mut(),
+                block_table: args.block_table,
             };
             self.forward(spec, opts, a)?;
             self.synchronize()?;
@@ -342,17 +360,18 @@ pub trait HostBackend {
     ) -> Result<(Vec<f64>, Kernel)>;
 }
 
-struct Uploaded<B> {
+struct Uploaded<B, I> {
     q: B,
     k: B,
     v: B,
     mask: Option<B>,
     o: B,
     lse: Option<B>,
+    block_table: Option<I>,
 }
 
-impl<B> Uploaded<B> {
-    fn args(&mut self) -> ForwardArgs<'_, B> {
+impl<B, I> Uploaded<B, I> {
+    fn args(&mut self) -> ForwardArgs<'_, B, I> {
         ForwardArgs {
             q: &self.q,
             k: &self.k,
@@ -360,6 +379,7 @@ impl<B> Uploaded<B> {
             mask: self.mask.as_ref(),
             o: &mut self.o,
             lse: self.lse.as_mut(),
+            block_table: self.block_table.as_ref(),
         }
     }
 }
@@ -369,7 +389,7 @@ fn upload_all<T: Backend + ?Sized>(
     spec: &AttentionSpec,
     opts: &RunOptions,
     inputs: &HostInputs,
-) -> Result<Uploaded<T::Buffer>> {
+) -> Result<Uploaded<T::Buffer, T::Index>> {
     spec.validate()?;
     inputs.check(spec)?;
     be.capabilities().check(be.name(), spec, opts)?;
@@ -389,6 +409,10 @@ fn upload_all<T: Backend + ?Sized>(
         mask,
         o: be.upload(&HostBuffer::poisoned(spec.dtype, spec.required_len(Operand::O)?))?,
         lse,
+        block_table: match &inputs.block_table {
+            Some(t) => Some(be.upload_index(t)?),
+            None => None,
+        },
     })
 }
 

@@ -4,7 +4,7 @@
 use crate::backend::F32Math;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::reference::{reference_row, row_index};
+use crate::reference::reference_row_in;
 use crate::spec::AttentionSpec;
 use crate::tensor::{HostInputs, HostOutput};
 use serde::{Deserialize, Serialize};
@@ -108,11 +108,12 @@ pub fn check_output(
     let mut lse_ok = true;
     let tol = tolerance(spec.dtype, f32_math);
     let mut want = vec![0.0f64; s.dv];
+    let seqs = spec.seqs();
     for &row in &rows {
-        let (i, bh) = (row % s.sq, row / s.sq);
-        let (h, b) = (bh % s.hq, bh / s.hq);
-        let want_lse = reference_row(spec, inputs, b, h, i, &mut want);
-        let off = spec.o_strides.offset(b, h, i);
+        let (b, h, i) = spec.row_coords(row);
+        let seq = &seqs[b];
+        let want_lse = reference_row_in(spec, inputs, seq, b, h, i, &mut want);
+        let off = spec.o_offset(seq, b, h, i);
         for (c, &w) in want.iter().enumerate() {
             let got = out.o.get_f64(off + c);
             if got.is_nan() != w.is_nan() {
@@ -128,7 +129,7 @@ pub fn check_output(
             max_abs = max_abs.max(d.abs());
         }
         if let Some(lse) = &out.lse {
-            let got = lse[row_index(spec, b, h, i)] as f64;
+            let got = lse[row] as f64;
             if want_lse.is_finite() {
                 let e = (got - want_lse).abs();
                 lse_err = Some(lse_err.unwrap_or(0.0).max(e));

@@ -74,7 +74,23 @@ impl AttentionCost {
 
     /// Cost of a spec: the pairs its causal mask and window leave (explicit masks count every pair).
     pub fn of_spec(spec: &AttentionSpec) -> Self {
-        Self::of_band(&spec.shape, &spec.band(), spec.dtype.size_bytes() as f64)
+        let elem = spec.dtype.size_bytes() as f64;
+        match &spec.ragged {
+            None => Self::of_band(&spec.shape, &spec.band(), elem),
+            Some(r) => Self::of_ragged(spec, r, elem),
+        }
+    }
+
+    /// A ragged batch: each sequence's band over its own lengths, and each token read or written once
+    /// (a paged cache's keys counted by cache length, whatever pages they share).
+    fn of_ragged(spec: &AttentionSpec, r: &crate::ragged::Ragged, elem_bytes: f64) -> Self {
+        let s = &spec.shape;
+        let pairs: f64 =
+            r.seqlens_q.iter().zip(&r.seqlens_k).map(|(&sq, &sk)| spec.band_for(sq, sk).pairs(sq, sk) as f64).sum();
+        let hd = s.d as f64 + s.dv as f64;
+        let flops = 2.0 * s.hq as f64 * pairs * hd;
+        let elems = r.total_q() as f64 * s.hq as f64 * hd + r.total_k() as f64 * s.hkv as f64 * hd;
+        AttentionCost { flops, bytes: elems * elem_bytes }
     }
 
     /// FLOPs per byte.

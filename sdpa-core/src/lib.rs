@@ -25,6 +25,7 @@ pub mod dtype;
 pub mod error;
 pub mod hardware;
 pub mod memory;
+pub mod ragged;
 pub mod record;
 pub mod reference;
 pub mod softmax;
@@ -37,6 +38,9 @@ pub use cost::{expected_band, AttentionCost, Bound, EfficiencyBand, Roofline};
 pub use dtype::DType;
 pub use error::{Result, SdpaError};
 pub use hardware::{HardwareSpec, HARDWARE};
+pub use ragged::{
+    append_to_pages, sequence_as_dense, AppendSpec, Paging, Ragged, RaggedRequest, Seq, Serving, MAX_PAGE_SIZE,
+};
 pub use record::{
     parse_results, BenchFile, BenchRecord, BenchSpec, FirstCall, ImageOrigin, KernelCache, MeasuredPeak, ProgramLoad,
     Skipped, TimeStats, WarmUp, BENCH_FORMAT,

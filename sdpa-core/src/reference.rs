@@ -7,6 +7,7 @@
 use crate::backend::{Backend, Capabilities, F32Math, ForwardArgs, Kernel, MaskKind, RunOptions};
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::ragged::Seq;
 use crate::spec::{AttentionSpec, Mask, Operand};
 use crate::tensor::{HostBuffer, HostInputs};
 
@@ -19,19 +20,34 @@ pub struct ReferenceOutput {
     pub lse: Vec<f64>,
 }
 
-/// Index of row `(b, h, i)` in the logical `[B, Hq, Sq]` order.
+/// Index of row `(b, h, i)` in the LSE's order: `[B, Hq, Sq]` for a dense batch, `[Hq, total_q]` for a
+/// ragged one ([`AttentionSpec::row_index`]).
 pub fn row_index(spec: &AttentionSpec, b: usize, h: usize, i: usize) -> usize {
-    (b * spec.shape.hq + h) * spec.shape.sq + i
+    spec.row_index(&spec.seq(b), b, h, i)
 }
 
 /// Computes one query row in f64: writes `Dv` values into `out` and returns the LSE.
 /// `spec` must be valid and `inputs` checked against it.
 pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usize, i: usize, out: &mut [f64]) -> f64 {
+    reference_row_in(spec, inputs, &spec.seq(b), b, h, i, out)
+}
+
+/// [`reference_row`] for a row of sequence `seq` (= `spec.seq(b)`, which a caller looping over rows takes once).
+pub fn reference_row_in(
+    spec: &AttentionSpec,
+    inputs: &HostInputs,
+    seq: &Seq,
+    b: usize,
+    h: usize,
+    i: usize,
+    out: &mut [f64],
+) -> f64 {
     let s = &spec.shape;
     let scale = spec.scale();
     let kvh = s.kv_head(h);
-    let q_off = spec.q_strides.offset(b, h, i);
-    let keys = spec.key_range(i);
+    let q_off = spec.q_offset(seq, b, h, i);
+    let keys = spec.key_range_in(seq, i);
+    let table = inputs.block_table.as_deref();
     let explicit = match (&spec.mask, &inputs.mask) {
         (Mask::Explicit(m), Some(data)) => {
             let st = m.strides();
@@ -45,7 +61,7 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
     // ALiBi: −slope · |j − diag(i)| (crate::variants); the slope as the kernels read it (f32).
     let alibi = match spec.alibi_slopes() {
         Ok(Some(slopes)) => {
-            let diag = i as f64 + spec.diagonal().map_or(0, |d| d.offset(s.sq, s.sk)) as f64;
+            let diag = i as f64 + spec.diagonal().map_or(0, |d| d.offset(seq.sq, seq.sk)) as f64;
             Some((slopes[h] as f64, diag))
         }
         _ => None,
@@ -63,7 +79,7 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
             scores.push((j, None));
             continue;
         }
-        let k_off = spec.k_strides.offset(b, kvh, j);
+        let k_off = spec.kv_offset(Operand::K, table, seq, b, kvh, j);
         let dot: f64 = (0..s.d).map(|c| q[c] * inputs.k.get_f64(k_off + c)).sum();
         let mut x = dot * scale;
         if let Some(cap) = softcap {
@@ -90,7 +106,7 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
     for (j, v) in visible() {
         let p = (v - m).exp();
         l += p;
-        let v_off = spec.v_strides.offset(b, kvh, j);
+        let v_off = spec.kv_offset(Operand::V, table, seq, b, kvh, j);
         for (c, o) in out.iter_mut().enumerate() {
             *o += p * inputs.v.get_f64(v_off + c);
         }
@@ -104,9 +120,10 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
 pub fn reference_attention(spec: &AttentionSpec, inputs: &HostInputs) -> Result<ReferenceOutput> {
     spec.validate()?;
     inputs.check(spec)?;
-    let s = spec.shape;
     let rows = spec.lse_len()?;
-    let dv = s.dv;
+    let dv = spec.shape.dv;
+    let seqs = spec.seqs();
+    let seqs = seqs.as_slice();
     let mut o = vec![0.0f64; rows.checked_mul(dv).ok_or_else(|| SdpaError::overflow("reference output"))?];
     let mut lse = vec![0.0f64; rows];
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(rows).max(1);
@@ -115,10 +132,9 @@ pub fn reference_attention(spec: &AttentionSpec, inputs: &HostInputs) -> Result<
         for (w, (o_chunk, lse_chunk)) in o.chunks_mut(per * dv).zip(lse.chunks_mut(per)).enumerate() {
             scope.spawn(move || {
                 for (r, lse_out) in lse_chunk.iter_mut().enumerate() {
-                    let row = w * per + r;
-                    let (i, bh) = (row % s.sq, row / s.sq);
-                    let (h, b) = (bh % s.hq, bh / s.hq);
-                    *lse_out = reference_row(spec, inputs, b, h, i, &mut o_chunk[r * dv..(r + 1) * dv]);
+                    let (b, h, i) = spec.row_coords(w * per + r);
+                    let out = &mut o_chunk[r * dv..(r + 1) * dv];
+                    *lse_out = reference_row_in(spec, inputs, &seqs[b], b, h, i, out);
                 }
             });
         }
@@ -132,6 +148,7 @@ pub struct ReferenceBackend;
 
 impl Backend for ReferenceBackend {
     type Buffer = HostBuffer;
+    type Index = Vec<u32>;
 
     fn name(&self) -> &'static str {
         "reference"
@@ -150,6 +167,7 @@ impl Backend for ReferenceBackend {
             masks: MaskKind::ALL.to_vec(),
             f32_math: vec![F32Math::Exact],
             variants: crate::variants::Variant::ALL.to_vec(),
+            serving: crate::ragged::Serving::ALL.to_vec(),
         }
     }
 
@@ -168,6 +186,10 @@ impl Backend for ReferenceBackend {
         Ok(buf.clone())
     }
 
+    fn upload_index(&self, host: &[u32]) -> Result<Vec<u32>> {
+        Ok(host.to_vec())
+    }
+
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
@@ -180,22 +202,20 @@ impl Backend for ReferenceBackend {
             }
             None => None,
         };
-        let inputs = HostInputs { q: args.q.clone(), k: args.k.clone(), v: args.v.clone(), mask };
+        let block_table = args.block_table.cloned();
+        let inputs = HostInputs { q: args.q.clone(), k: args.k.clone(), v: args.v.clone(), mask, block_table };
         let r = reference_attention(spec, &inputs)?;
-        let s = spec.shape;
+        let dv = spec.shape.dv;
         let o_len = spec.required_len(Operand::O)?;
         if args.o.len() < o_len || args.o.dtype() != spec.dtype {
             return Err(SdpaError::BufferTooShort { name: "o", len: args.o.len(), needed: o_len });
         }
-        for b in 0..s.b {
-            for h in 0..s.hq {
-                for i in 0..s.sq {
-                    let src = row_index(spec, b, h, i) * s.dv;
-                    let dst = spec.o_strides.offset(b, h, i);
-                    for c in 0..s.dv {
-                        args.o.set_f32(dst + c, r.o[src + c] as f32);
-                    }
-                }
+        let seqs = spec.seqs();
+        for row in 0..r.lse.len() {
+            let (b, h, i) = spec.row_coords(row);
+            let dst = spec.o_offset(&seqs[b], b, h, i);
+            for c in 0..dv {
+                args.o.set_f32(dst + c, r.o[row * dv + c] as f32);
             }
         }
         if let Some(lse) = args.lse {
@@ -218,7 +238,13 @@ mod tests {
     use crate::tensor::mask_from_bool;
 
     fn inputs(q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> HostInputs {
-        HostInputs { q: HostBuffer::F32(q), k: HostBuffer::F32(k), v: HostBuffer::F32(v), mask: None }
+        HostInputs {
+            q: HostBuffer::F32(q),
+            k: HostBuffer::F32(k),
+            v: HostBuffer::F32(v),
+            mask: None,
+            block_table: None,
+        }
     }
 
     /// One query, two keys, hand-computed: scores [1, 0] (scale 1), softmax [e/(e+1), 1/(e+1)].

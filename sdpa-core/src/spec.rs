@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::ragged::{Ragged, Seq};
 use crate::variants::{Diagonal, KeyBand, Variants, Window};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -317,6 +318,12 @@ pub struct AttentionSpec {
     /// Sliding window, softcap and ALiBi (`crate::variants`); plain attention when all are off.
     #[serde(default, skip_serializing_if = "Variants::is_plain")]
     pub variants: Variants,
+    /// A ragged (varlen) batch and, within it, a paged KV cache (`crate::ragged`); a dense batch when
+    /// absent. Ragged Q/O are packed `[total_q, Hq, D]` token rows (one block: their batch stride is unused)
+    /// and so are packed K/V; paged K/V are `[num_pages, page_size, Hkv, D]`, the batch stride stepping
+    /// pages. `shape.b` is the number of sequences and `shape.sq`/`shape.sk` bound their lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ragged: Option<Ragged>,
 }
 
 impl AttentionSpec {
@@ -326,6 +333,17 @@ impl AttentionSpec {
     }
 
     fn with_layout_of(shape: Shape, dtype: DType, layout: Layout) -> Self {
+        Self::with_layout_ragged(shape, dtype, layout, None)
+    }
+
+    /// Contiguous strides of `layout` over the dense shape or over the ragged batch's packed rows and pages.
+    fn with_layout_ragged(shape: Shape, dtype: DType, layout: Layout, ragged: Option<Ragged>) -> Self {
+        // The sequence extent each operand is laid out over: the shape's lengths for a dense batch, the
+        // packed token count for a ragged one, the page for a paged cache.
+        let (q_rows, k_rows) = match &ragged {
+            None => (shape.sq, shape.sk),
+            Some(r) => (r.total_q(), r.pages.map_or(r.total_k(), |p| p.page_size)),
+        };
         // Saturating so that an absurd shape still builds a spec; `validate` reports the overflow.
         let st = |h: usize, s: usize, d: usize| {
             let hs = h.saturating_mul(s);
@@ -341,18 +359,108 @@ impl AttentionSpec {
             dtype,
             scale: None,
             mask: Mask::None,
-            q_strides: st(shape.hq, shape.sq, shape.d),
-            k_strides: st(shape.hkv, shape.sk, shape.d),
-            v_strides: st(shape.hkv, shape.sk, shape.dv),
-            o_strides: st(shape.hq, shape.sq, shape.dv),
+            q_strides: st(shape.hq, q_rows, shape.d),
+            k_strides: st(shape.hkv, k_rows, shape.d),
+            v_strides: st(shape.hkv, k_rows, shape.dv),
+            o_strides: st(shape.hq, q_rows, shape.dv),
             variants: Variants::default(),
+            ragged,
         }
     }
 
-    /// Replaces all four strides with the contiguous strides of `layout`.
+    /// Replaces all four strides with the contiguous strides of `layout` (over packed rows and pages for a
+    /// ragged batch: BSHD is FlashAttention's packed `[total, H, D]` and NHD pages, BHSD is `[H, total, D]`
+    /// and HND pages).
     pub fn with_layout(self, layout: Layout) -> Self {
-        let fresh = Self::with_layout_of(self.shape, self.dtype, layout);
+        let fresh = Self::with_layout_ragged(self.shape, self.dtype, layout, self.ragged);
         AttentionSpec { scale: self.scale, mask: self.mask, variants: self.variants, ..fresh }
+    }
+
+    /// Makes the batch ragged (and, with pages, the cache paged) in contiguous strides of `layout`.
+    pub fn with_ragged(self, ragged: Ragged, layout: Layout) -> Self {
+        AttentionSpec { ragged: Some(ragged), ..self }.with_layout(layout)
+    }
+
+    /// Sequence `b`: its lengths and packed starts (the shape's lengths for a dense batch). O(B) for a
+    /// ragged batch: kernels take [`Ragged::seqs`] once.
+    pub fn seq(&self, b: usize) -> Seq {
+        match &self.ragged {
+            None => Seq { sq: self.shape.sq, sk: self.shape.sk, q_start: 0, k_start: 0 },
+            Some(r) => r.seqs().get(b).copied().unwrap_or(Seq { sq: 0, sk: 0, q_start: 0, k_start: 0 }),
+        }
+    }
+
+    /// Every sequence of the batch (B of them).
+    pub fn seqs(&self) -> Vec<Seq> {
+        match &self.ragged {
+            None => vec![self.seq(0); self.shape.b],
+            Some(r) => r.seqs(),
+        }
+    }
+
+    /// Offset of `Q[b, h, i, 0]` of sequence `seq` (= `self.seq(b)`).
+    #[inline]
+    pub fn q_offset(&self, seq: &Seq, b: usize, h: usize, i: usize) -> usize {
+        Self::row_offset(&self.q_strides, self.ragged.is_some(), seq.q_start, b, h, i)
+    }
+
+    /// Offset of `O[b, h, i, 0]` of sequence `seq`.
+    #[inline]
+    pub fn o_offset(&self, seq: &Seq, b: usize, h: usize, i: usize) -> usize {
+        Self::row_offset(&self.o_strides, self.ragged.is_some(), seq.q_start, b, h, i)
+    }
+
+    #[inline]
+    fn row_offset(st: &Strides, ragged: bool, start: usize, b: usize, h: usize, i: usize) -> usize {
+        if ragged {
+            st.offset(0, h, start + i)
+        } else {
+            st.offset(b, h, i)
+        }
+    }
+
+    /// Offset of key `j` of sequence `seq` (`b`), kv head `h`, in K (`Operand::K`) or V: through the block
+    /// table when paged (which must have been checked, [`Ragged::check_block_table`]).
+    #[inline]
+    pub fn kv_offset(&self, op: Operand, table: Option<&[u32]>, seq: &Seq, b: usize, h: usize, j: usize) -> usize {
+        let st = if op == Operand::V { &self.v_strides } else { &self.k_strides };
+        match (&self.ragged, table) {
+            (None, _) => st.offset(b, h, j),
+            (Some(Ragged { pages: Some(p), .. }), Some(t)) => {
+                let (page, slot) = p.locate(t, b, j);
+                st.offset(page, h, slot)
+            }
+            (Some(_), _) => st.offset(0, h, seq.k_start + j),
+        }
+    }
+
+    /// Index of row `(b, h, i)` in the LSE and the reference output: `[B, Hq, Sq]` for a dense batch,
+    /// `[Hq, total_q]` for a ragged one (FlashAttention's varlen order).
+    #[inline]
+    pub fn row_index(&self, seq: &Seq, b: usize, h: usize, i: usize) -> usize {
+        match &self.ragged {
+            None => (b * self.shape.hq + h) * self.shape.sq + i,
+            Some(r) => h * r.total_q() + seq.q_start + i,
+        }
+    }
+
+    /// The `(b, h, i)` of a row index (the inverse of [`Self::row_index`]); `row < lse_len()`.
+    pub fn row_coords(&self, row: usize) -> (usize, usize, usize) {
+        match &self.ragged {
+            None => {
+                let s = &self.shape;
+                let (i, bh) = (row % s.sq, row / s.sq);
+                (bh / s.hq, bh % s.hq, i)
+            }
+            Some(r) => {
+                let total = r.total_q().max(1);
+                let (h, t) = (row / total, row % total);
+                let offsets = r.offsets_q();
+                // The last sequence whose start is <= t (skipping empty sequences at the same start).
+                let b = offsets.partition_point(|&o| o <= t).saturating_sub(1).min(r.batch().saturating_sub(1));
+                (b, h, t - offsets[b])
+            }
+        }
     }
 
     /// Sets the mask.
@@ -400,7 +508,12 @@ impl AttentionSpec {
     /// Which keys each row may see by position: the causal mask and the window together (explicit masks
     /// apply on top). Only meaningful after validation.
     pub fn band(&self) -> KeyBand {
-        let (sq, sk) = (self.shape.sq, self.shape.sk);
+        self.band_for(self.shape.sq, self.shape.sk)
+    }
+
+    /// The band of one sequence of lengths `sq`, `sk`: each sequence of a ragged batch measures its causal
+    /// mask and window from its own diagonal.
+    pub fn band_for(&self, sq: usize, sk: usize) -> KeyBand {
         let mut band = KeyBand::ALL;
         if let Some(d) = self.mask.diagonal() {
             band.hi = Some(d.offset(sq, sk));
@@ -422,6 +535,12 @@ impl AttentionSpec {
     #[inline]
     pub fn key_range(&self, i: usize) -> std::ops::Range<usize> {
         self.band().range(i, self.shape.sk)
+    }
+
+    /// Keys that row `i` of sequence `seq` may see by position.
+    #[inline]
+    pub fn key_range_in(&self, seq: &Seq, i: usize) -> std::ops::Range<usize> {
+        self.band_for(seq.sq, seq.sk).range(i, seq.sk)
     }
 
     /// The ALiBi slope of every query head, when ALiBi is on (validated specs only return `Ok`).
@@ -458,7 +577,7 @@ impl AttentionSpec {
     /// The layout whose contiguous strides these are, if any.
     pub fn layout(&self) -> Option<Layout> {
         [Layout::Bhsd, Layout::Bshd].into_iter().find(|&l| {
-            let s = Self::with_layout_of(self.shape, self.dtype, l);
+            let s = Self::with_layout_ragged(self.shape, self.dtype, l, self.ragged.clone());
             s.q_strides == self.q_strides
                 && s.k_strides == self.k_strides
                 && s.v_strides == self.v_strides
@@ -479,6 +598,16 @@ impl AttentionSpec {
     /// Logical `[b, heads, seq, dim]` extent of one operand.
     pub fn extent(&self, op: Operand) -> [usize; 4] {
         let s = &self.shape;
+        if let Some(r) = &self.ragged {
+            // One block of packed rows; paged K/V span the whole pool of pages.
+            let (kb, ks) = r.pages.map_or((1, r.total_k()), |p| (p.num_pages, p.page_size));
+            return match op {
+                Operand::Q => [1, s.hq, r.total_q(), s.d],
+                Operand::K => [kb, s.hkv, ks, s.d],
+                Operand::V => [kb, s.hkv, ks, s.dv],
+                Operand::O => [1, s.hq, r.total_q(), s.dv],
+            };
+        }
         match op {
             Operand::Q => [s.b, s.hq, s.sq, s.d],
             Operand::K => [s.b, s.hkv, s.sk, s.d],
@@ -511,6 +640,9 @@ impl AttentionSpec {
     /// Elements of the LSE output, `[B, Hq, Sq]` contiguous.
     pub fn lse_len(&self) -> Result<usize> {
         let s = &self.shape;
+        if let Some(r) = &self.ragged {
+            return s.hq.checked_mul(r.total_q()).ok_or_else(|| SdpaError::overflow("length of lse"));
+        }
         s.b.checked_mul(s.hq).and_then(|x| x.checked_mul(s.sq)).ok_or_else(|| SdpaError::overflow("length of lse"))
     }
 
@@ -531,6 +663,15 @@ impl AttentionSpec {
                 "Hq = {} is not a multiple of Hkv = {} (GQA needs whole groups)",
                 s.hq, s.hkv
             )));
+        }
+        if let Some(r) = &self.ragged {
+            r.validate(s.b, s.sq, s.sk)?;
+            if matches!(self.mask, Mask::Explicit(_)) {
+                return Err(SdpaError::invalid(
+                    "an explicit mask does not combine with a ragged batch; use a causal mask or a window, \
+                     which apply per sequence",
+                ));
+            }
         }
         if let Some(scale) = self.scale {
             if !scale.is_finite() {
@@ -556,6 +697,7 @@ impl AttentionSpec {
             .iter()
             .try_fold(1usize, |a, &x| a.checked_mul(x))
             .ok_or_else(|| SdpaError::overflow("number of (query, key) pairs B·Hq·Sq·Sk"))?;
+        // A ragged batch bounds its pairs by the same product (each length is within the shape's bound).
         self.check_output_does_not_alias()?;
         self.validate_variants()?;
         if let Mask::Explicit(m) = &self.mask {

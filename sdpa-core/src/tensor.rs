@@ -196,6 +196,8 @@ pub struct HostInputs {
     /// Explicit mask as additive f32 values over the mask's `dims`; `None` unless the spec's mask is
     /// explicit.
     pub mask: Option<Vec<f32>>,
+    /// The block table `[B, max_pages]` of a paged KV cache (`crate::ragged`); `None` unless K/V are paged.
+    pub block_table: Option<Vec<u32>>,
 }
 
 impl HostInputs {
@@ -231,7 +233,12 @@ impl HostInputs {
             }
             _ => None,
         };
-        Ok(HostInputs { q, k, v, mask })
+        // Pages in a seeded shuffled order: no kernel may assume a sequence's pages are neighbours.
+        let block_table = match spec.ragged.as_ref().and_then(|r| r.pages.map(|_| r)) {
+            Some(r) => Some(r.shuffled_block_table(seed.wrapping_add(4))?),
+            None => None,
+        };
+        Ok(HostInputs { q, k, v, mask, block_table })
     }
 
     /// Checks dtypes and lengths against `spec`.
@@ -240,7 +247,14 @@ impl HostInputs {
         self.k.expect_dtype("k", spec.dtype)?;
         self.v.expect_dtype("v", spec.dtype)?;
         let o = spec.required_len(Operand::O)?;
-        spec.check_lengths(self.q.len(), self.k.len(), self.v.len(), o, self.mask.as_ref().map(Vec::len))
+        spec.check_lengths(self.q.len(), self.k.len(), self.v.len(), o, self.mask.as_ref().map(Vec::len))?;
+        match &spec.ragged {
+            Some(r) => r.check_block_table(self.block_table.as_deref()),
+            None if self.block_table.is_some() => {
+                Err(SdpaError::invalid("a block table was given but the batch is dense (no paged KV cache)"))
+            }
+            None => Ok(()),
+        }
     }
 }
 

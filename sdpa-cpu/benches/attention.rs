@@ -32,7 +32,15 @@ fn bench_case(c: &mut Criterion, group: &str, shape: Shape, mask: Mask, dtype: D
         let id = BenchmarkId::new(kernel.name(), format!("{shape}/{}", mask.name()));
         g.bench_function(id, |b| {
             b.iter(|| {
-                let args = ForwardArgs { q: &inputs.q, k: &inputs.k, v: &inputs.v, mask: None, o: &mut o, lse: None };
+                let args = ForwardArgs {
+                    q: &inputs.q,
+                    k: &inputs.k,
+                    v: &inputs.v,
+                    mask: None,
+                    o: &mut o,
+                    lse: None,
+                    block_table: None,
+                };
                 cpu.forward(&spec, &opts, args).map(|_| ())
             })
         });

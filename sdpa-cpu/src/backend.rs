@@ -60,6 +60,7 @@ fn mismatch(name: &'static str, expected: DType, found: &HostBuffer) -> SdpaErro
 
 impl Backend for CpuBackend {
     type Buffer = HostBuffer;
+    type Index = Vec<u32>;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -79,6 +80,7 @@ impl Backend for CpuBackend {
             f32_math: vec![F32Math::Exact],
             // Every kernel honours all three (natively: no bias tensor, no tiles outside the band).
             variants: Variant::ALL.to_vec(),
+            serving: vec![],
         }
     }
 
@@ -107,6 +109,10 @@ impl Backend for CpuBackend {
 
     fn download(&self, buf: &HostBuffer) -> Result<HostBuffer> {
         Ok(buf.clone())
+    }
+
+    fn upload_index(&self, host: &[u32]) -> Result<Vec<u32>> {
+        Ok(host.to_vec())
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -311,6 +311,7 @@ fn keep<'a>(guards: &mut Vec<SyncOnDrop<'a>>, (ptr, guard): (u64, SyncOnDrop<'a>
 
 impl Backend for CudaBackend {
     type Buffer = CudaBuffer;
+    type Index = CudaSlice<u32>;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -331,6 +332,7 @@ impl Backend for CudaBackend {
             f32_math: vec![F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32],
             // Every kernel honours them except the TF32 path, which refuses them (kernels::policy).
             variants: Variant::ALL.to_vec(),
+            serving: vec![],
         }
     }
 
@@ -377,11 +379,25 @@ impl Backend for CudaBackend {
         buf.download(self.dev.stream())
     }
 
+    fn upload_index(&self, host: &[u32]) -> Result<CudaSlice<u32>> {
+        let bytes = std::mem::size_of_val(host);
+        self.dev.stream().clone_htod(host).map_err(crate::error::driver(
+            "cuMemcpyHtoD",
+            "uploading a block table",
+            bytes,
+        ))
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.dev.synchronize()
     }
 
-    fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, CudaBuffer>) -> Result<Kernel> {
+    fn forward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        args: ForwardArgs<'_, CudaBuffer, CudaSlice<u32>>,
+    ) -> Result<Kernel> {
         for (name, b) in [("q", args.q), ("k", args.k), ("v", args.v), ("o", &*args.o)] {
             if b.dtype() != spec.dtype {
                 return Err(SdpaError::DTypeMismatch { name, expected: spec.dtype, found: b.dtype() });
@@ -433,7 +449,7 @@ impl Backend for CudaBackend {
         &self,
         spec: &AttentionSpec,
         opts: &RunOptions,
-        mut args: ForwardArgs<'_, CudaBuffer>,
+        mut args: ForwardArgs<'_, CudaBuffer, CudaSlice<u32>>,
         warmup: usize,
         reps: usize,
     ) -> Result<Vec<f64>> {
@@ -449,6 +465,7 @@ impl Backend for CudaBackend {
                 mask: args.mask,
                 o: &mut *args.o,
                 lse: args.lse.as_deref_mut(),
+                block_table: args.block_table,
             };
             if i < warmup {
                 self.forward(spec, opts, a)?;

@@ -145,9 +145,17 @@ fn bad_buffers_are_refused() {
     let wrong = gpu.upload(&HostBuffer::random(DType::BF16, 2 * 16 * 64, 3)).expect("upload");
     let mut o = gpu.upload(&HostBuffer::poisoned(DType::F16, 2 * 16 * 64)).expect("upload");
     let opts = RunOptions::default();
-    let e = gpu.forward(&spec, &opts, ForwardArgs { q: &q, k: &short, v: &q, mask: None, o: &mut o, lse: None });
+    let e = gpu.forward(
+        &spec,
+        &opts,
+        ForwardArgs { q: &q, k: &short, v: &q, mask: None, o: &mut o, lse: None, block_table: None },
+    );
     assert!(matches!(e, Err(SdpaError::BufferTooShort { name: "k", .. })), "{e:?}");
-    let e = gpu.forward(&spec, &opts, ForwardArgs { q: &q, k: &q, v: &wrong, mask: None, o: &mut o, lse: None });
+    let e = gpu.forward(
+        &spec,
+        &opts,
+        ForwardArgs { q: &q, k: &q, v: &wrong, mask: None, o: &mut o, lse: None, block_table: None },
+    );
     assert!(matches!(e, Err(SdpaError::DTypeMismatch { name: "v", .. })), "{e:?}");
 }
 

@@ -297,6 +297,7 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             shape,
             mask: text(r.get("mask")).unwrap_or_else(|| "none".to_string()),
             variants: Default::default(),
+            ragged: None,
             layout: text(r.get("layout")),
             f32_math: if dtype == DType::F32 { f32_math } else { None },
             threads: None,

@@ -75,6 +75,10 @@ pub struct BenchRecord {
     /// `tflops` counts the work the window leaves, not Sk² (`cost::AttentionCost::of_spec`).
     #[serde(default, skip_serializing_if = "Variants::is_plain")]
     pub variants: Variants,
+    /// The ragged batch (per-sequence lengths, pages) when the call was varlen or paged; `shape` then
+    /// holds B and the length bounds, and `tflops` counts each sequence's own work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ragged: Option<crate::ragged::Ragged>,
     /// bhsd or bshd (or "strided").
     #[serde(default)]
     pub layout: Option<String>,
@@ -133,6 +137,7 @@ impl BenchRecord {
             shape: spec.shape,
             mask: spec.mask.name().to_string(),
             variants: spec.recorded_variants(),
+            ragged: spec.ragged.clone(),
             layout: Some(spec.layout().map_or("strided", |l| l.name()).to_string()),
             f32_math: None,
             threads: None,
@@ -190,6 +195,10 @@ pub struct BenchSpec {
     /// lists; empty (or absent) means plain attention only.
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "variant")]
     pub variants: Vec<Variants>,
+    /// Ragged batches (`{"seqlens_k": [1, 4097, 333], "page_size": 16}`), resolved against each shape
+    /// ([`crate::ragged::RaggedRequest::resolve`]); empty (or absent) means dense batches only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
+    pub batches: Vec<crate::ragged::RaggedRequest>,
     /// f32 multiplication modes ("exact", "tf32", "split-tf32"); only f32 configurations use them.
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub f32_math: Vec<F32Math>,
