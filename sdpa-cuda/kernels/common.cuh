@@ -8,6 +8,10 @@
 
 typedef long long i64;
 
+// `rel_lo` / `rel_hi` of a ragged call without a bound on that side (i32::MIN / i32::MAX in params.rs).
+#define SDPA_REL_NONE_LO (-2147483647 - 1)
+#define SDPA_REL_NONE_HI 2147483647
+
 #define SDPA_MASK_NONE 0
 #define SDPA_MASK_CAUSAL 1
 #define SDPA_MASK_EXPLICIT 2
@@ -38,8 +42,77 @@ struct AttnParams {
     int diag_offset;    // diag(i) - i: 0 top-left, Sk - Sq bottom-right (ALiBi's distance |j - diag(i)|)
     float softcap;      // cap of the scaled score (cap * tanh(x / cap)), 0 when off
     const float* alibi; // ALiBi slope per query head (f32), or null
+    // Ragged batches and paged caches (issue 23); all null / 0 for a dense batch. See seq_view below.
+    const int* cu_q;              // [B + 1] packed query-row offsets, or null (dense)
+    const int* cu_k;              // [B + 1] packed key-row offsets (varlen), or null
+    const int* seqlens_k;         // [B] cache lengths (paged), or null
+    const unsigned* block_table;  // [B, max_pages] page indices (paged), or null
+    int page_size;                // slots per page (paged), else 0
+    int max_pages;                // block-table row length (paged), else 0
+    int rel_lo;                   // ragged: band lo relative to each sequence's diagonal; SDPA_REL_NONE_LO: unbounded
+    int rel_hi;                   // ragged: band hi relative to the diagonal; SDPA_REL_NONE_HI: unbounded
+    int diag_br;                  // ragged: 1 when diag(i) = i + Sk_b - Sq_b (bottom-right), 0 top-left
+    int total_q;                  // ragged: packed query rows (the LSE is [Hq, total_q])
 };
-static_assert(sizeof(AttnParams) == 264, "AttnParams must match src/checked/params.rs");
+static_assert(sizeof(AttnParams) == 320, "AttnParams must match src/checked/params.rs");
+
+// ---- ragged batches and paged caches ----------------------------------------------------------------------
+
+// One sequence of a batch as a kernel sees it: its lengths, where its packed rows start, and its key band
+// and diagonal measured from its own lengths (sdpa_core::AttentionSpec::band_for). For a dense batch, the
+// call's own values.
+struct SeqView {
+    int q0, sq;                   // first packed query row (0 when dense) and query rows
+    int k0, sk;                   // first packed key row (0 when dense or paged) and keys
+    int band_lo, band_hi;         // key j visible to row i iff i + band_lo <= j <= i + band_hi (clamped)
+    int diag_offset;              // diag(i) - i
+};
+
+__device__ __forceinline__ bool is_ragged(const AttnParams& p) { return p.cu_q != nullptr; }
+__device__ __forceinline__ bool is_paged(const AttnParams& p) { return p.block_table != nullptr; }
+
+__device__ __forceinline__ SeqView seq_view(const AttnParams& p, int b) {
+    SeqView s;
+    if (!is_ragged(p)) {
+        s.q0 = 0; s.sq = p.sq; s.k0 = 0; s.sk = p.sk;
+        s.band_lo = p.band_lo; s.band_hi = p.band_hi; s.diag_offset = p.diag_offset;
+        return s;
+    }
+    s.q0 = p.cu_q[b];
+    s.sq = p.cu_q[b + 1] - s.q0;
+    if (is_paged(p)) { s.k0 = 0; s.sk = p.seqlens_k[b]; }
+    else { s.k0 = p.cu_k[b]; s.sk = p.cu_k[b + 1] - s.k0; }
+    const long long diag = p.diag_br ? (long long)s.sk - s.sq : 0;
+    // KeyBand::clamped: lo in [-Sq, Sk], hi in [-Sq - 1, Sk]; unbounded sides take the clamp's ends.
+    long long lo = p.rel_lo == SDPA_REL_NONE_LO ? -(long long)s.sq : diag + p.rel_lo;
+    long long hi = p.rel_hi == SDPA_REL_NONE_HI ? (long long)s.sk : diag + p.rel_hi;
+    lo = lo < -(long long)s.sq ? -(long long)s.sq : (lo > s.sk ? s.sk : lo);
+    hi = hi < -(long long)s.sq - 1 ? -(long long)s.sq - 1 : (hi > s.sk ? s.sk : hi);
+    s.band_lo = (int)lo; s.band_hi = (int)hi; s.diag_offset = (int)diag;
+    return s;
+}
+
+// Element offset of row i of Q (or O: pass o_stride) of query head h in sequence b.
+__device__ __forceinline__ i64 q_row_offset(const AttnParams& p, const i64* stride, const SeqView& s, int b, int h, int i) {
+    return is_ragged(p) ? (i64)(s.q0 + i) * stride[2] + (i64)h * stride[1]
+                        : (i64)b * stride[0] + (i64)h * stride[1] + (i64)i * stride[2];
+}
+
+// Element offset of key j of K (or V: pass v_stride) of kv head h in sequence b: through the block table
+// when paged (page = table[b][j / page_size], the batch stride stepping pages).
+__device__ __forceinline__ i64 kv_row_offset(const AttnParams& p, const i64* stride, const SeqView& s, int b, int h, int j) {
+    if (is_paged(p)) {
+        const unsigned page = p.block_table[(i64)b * p.max_pages + j / p.page_size];
+        return (i64)page * stride[0] + (i64)(j % p.page_size) * stride[2] + (i64)h * stride[1];
+    }
+    return is_ragged(p) ? (i64)(s.k0 + j) * stride[2] + (i64)h * stride[1]
+                        : (i64)b * stride[0] + (i64)h * stride[1] + (i64)j * stride[2];
+}
+
+// Index of row (b, h, i) in the LSE: [B, Hq, Sq] dense, [Hq, total_q] ragged.
+__device__ __forceinline__ i64 lse_row(const AttnParams& p, const SeqView& s, int b, int h, int i) {
+    return is_ragged(p) ? (i64)h * p.total_q + s.q0 + i : ((i64)b * p.hq + h) * p.sq + i;
+}
 
 // ---- element conversions -------------------------------------------------------------------------------
 

@@ -195,10 +195,35 @@ pub struct AttnParams {
     pub softcap: f32,
     /// ALiBi slopes (f32 per query head, device address), 0 when off.
     pub alibi: u64,
+    /// Ragged batch: `[B + 1]` packed query-row offsets (i32, device), 0 for a dense batch.
+    pub cu_q: u64,
+    /// Varlen: `[B + 1]` packed key-row offsets (i32, device), 0 otherwise.
+    pub cu_k: u64,
+    /// Paged: `[B]` cache lengths (i32, device), 0 otherwise.
+    pub seqlens_k: u64,
+    /// Paged: the block table `[B, max_pages]` (u32, device), 0 otherwise.
+    pub block_table: u64,
+    /// Paged: slots per page, 0 otherwise.
+    pub page_size: i32,
+    /// Paged: block-table row length, 0 otherwise.
+    pub max_pages: i32,
+    /// Ragged: the band's low side relative to each sequence's diagonal ([`REL_NONE_LO`]: unbounded).
+    pub rel_lo: i32,
+    /// Ragged: the band's high side relative to the diagonal ([`REL_NONE_HI`]: unbounded).
+    pub rel_hi: i32,
+    /// Ragged: 1 when the diagonal is bottom-right (`diag(i) = i + Sk_b − Sq_b`), 0 top-left.
+    pub diag_br: i32,
+    /// Ragged: packed query rows (the LSE is `[Hq, total_q]`), 0 for a dense batch.
+    pub total_q: i32,
 }
 
-/// Size checked against `static_assert(sizeof(AttnParams) == 264)` in common.cuh.
-pub const ATTN_PARAMS_SIZE: usize = 264;
+/// `rel_lo` of a ragged call with no lower bound (`SDPA_REL_NONE_LO` in common.cuh).
+pub const REL_NONE_LO: i32 = i32::MIN;
+/// `rel_hi` of a ragged call with no upper bound (`SDPA_REL_NONE_HI`).
+pub const REL_NONE_HI: i32 = i32::MAX;
+
+/// Size checked against `static_assert(sizeof(AttnParams) == 320)` in common.cuh.
+pub const ATTN_PARAMS_SIZE: usize = 320;
 const _: () = assert!(std::mem::size_of::<AttnParams>() == ATTN_PARAMS_SIZE);
 
 // SAFETY: plain-old-data of integers and floats with C layout and no padding (size asserted above), the
@@ -255,7 +280,7 @@ impl AttnParams {
             Some(d) => i32::try_from(d.offset(s.sq, s.sk)).map_err(|_| unsupported("Sk - Sq exceeds i32"))?,
             None => 0,
         };
-        Ok(AttnParams {
+        AttnParams {
             q,
             k,
             v,
@@ -287,7 +312,47 @@ impl AttnParams {
             diag_offset,
             softcap: spec.softcap().map_or(0.0, |c| c as f32),
             alibi: 0,
-        })
+            cu_q: 0,
+            cu_k: 0,
+            seqlens_k: 0,
+            block_table: 0,
+            page_size: 0,
+            max_pages: 0,
+            rel_lo: REL_NONE_LO,
+            rel_hi: REL_NONE_HI,
+            diag_br: 0,
+            total_q: 0,
+        }
+        .with_ragged_sizes(spec)
+    }
+
+    /// The ragged fields a spec decides (the device pointers `cu_q`, `cu_k`, `seqlens_k` and `block_table`
+    /// are set by the caller that uploaded them): the band relative to each sequence's diagonal, which the
+    /// kernels resolve per sequence (`seq_view` in common.cuh), the page geometry and the packed row count.
+    fn with_ragged_sizes(mut self, spec: &AttentionSpec) -> Result<Self> {
+        let Some(r) = &spec.ragged else { return Ok(self) };
+        // Bounds past any 32-bit sequence restrict nothing; clamping them keeps `diag + rel` in i64 range.
+        let rel = |x: i128| x.clamp(-(1 << 31) + 1, (1 << 31) - 2) as i32;
+        if spec.mask.is_causal() {
+            self.rel_hi = 0;
+        }
+        if let Some(w) = spec.variants.window {
+            if let Some(l) = w.left {
+                self.rel_lo = rel(-(l as i128));
+            }
+            if let Some(rr) = w.right {
+                self.rel_hi = self.rel_hi.min(rel(rr as i128));
+            }
+        }
+        self.diag_br = i32::from(spec.diagonal() == Some(sdpa_core::Diagonal::BottomRight));
+        self.total_q = i32_dim("total query tokens", r.total_q())?;
+        i32_dim("total key tokens", r.total_k())?;
+        if let Some(p) = r.pages {
+            self.page_size = i32_dim("page size", p.page_size)?;
+            self.max_pages = i32_dim("block-table columns", p.max_pages)?;
+            i32_dim("pages", p.num_pages)?;
+        }
+        Ok(self)
     }
 }
 
@@ -343,6 +408,16 @@ mod tests {
             "diag_offset",
             "softcap",
             "alibi",
+            "cu_q",
+            "cu_k",
+            "seqlens_k",
+            "block_table",
+            "page_size",
+            "max_pages",
+            "rel_lo",
+            "rel_hi",
+            "diag_br",
+            "total_q",
         ];
         assert_eq!(cuda, rust);
     }
@@ -380,5 +455,23 @@ mod tests {
         assert_eq!(Masking::of(&a).suffix(), "band_alibi");
         assert_eq!(Masking::of(&a).var_const(), "FA2_VAR_BAND | FA2_VAR_ALIBI");
         assert_eq!(Masking::all().len(), 11);
+    }
+
+    #[test]
+    fn ragged_calls_carry_their_band_relative_to_each_diagonal() {
+        use sdpa_core::{Layout, Ragged, Window};
+        let r = Ragged::new(vec![3, 1], vec![10, 7]).paged(4, 2);
+        let shape = Shape { b: 2, hq: 4, hkv: 2, sq: 3, sk: 10, d: 64, dv: 64 };
+        let spec = AttentionSpec::new(shape, DType::BF16)
+            .with_ragged(r, Layout::Bshd)
+            .with_mask(Mask::CausalBottomRight)
+            .with_window(Window::left(5));
+        let p = AttnParams::new(&spec, 0, 0, 0, 0, 0, 0).unwrap();
+        assert_eq!((p.rel_lo, p.rel_hi, p.diag_br, p.total_q), (-5, 0, 1, 4));
+        assert_eq!((p.page_size, p.max_pages), (4, 3));
+        // Pages of 4 slots x 2 heads x 64: the batch stride steps pages.
+        assert_eq!(p.k_stride, [4 * 2 * 64, 64, 2 * 64]);
+        let dense = AttnParams::new(&AttentionSpec::new(shape, DType::BF16), 0, 0, 0, 0, 0, 0).unwrap();
+        assert_eq!((dense.rel_lo, dense.rel_hi, dense.total_q, dense.cu_q), (REL_NONE_LO, REL_NONE_HI, 0, 0));
     }
 }
