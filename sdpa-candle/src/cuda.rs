@@ -78,7 +78,7 @@ fn run_typed<T: Element>(
     // SAFETY: the kernels write every element of O before anything reads it (sdpa-cuda's tests poison O
     // and compare every element with the reference); candle never reads it before this call is queued.
     let mut o = unsafe { device.alloc::<T>(plan.out_len.max(1)) }?;
-    backend.forward_on_stream(stream, &plan.spec, &plan.run, &q, &k, &v, mask, &mut o, None).map_err(sdpa_err)?;
+    backend.forward_on_stream(stream, &plan.spec, &plan.run, &q, &k, &v, mask, &mut o, None, None).map_err(sdpa_err)?;
     Ok((CudaStorage::wrap_cuda_slice(o, device), Shape::from_dims(&plan.out_dims)))
 }
 

@@ -53,8 +53,10 @@ struct AttnParams {
     int rel_hi;                   // ragged: band hi relative to the diagonal; SDPA_REL_NONE_HI: unbounded
     int diag_br;                  // ragged: 1 when diag(i) = i + Sk_b - Sq_b (bottom-right), 0 top-left
     int total_q;                  // ragged: packed query rows (the LSE is [Hq, total_q])
+    int num_pages;                // paged: pages in the pool (page indices are clamped below it), else 0
+    int reserved;                 // keeps the struct a multiple of 8 bytes
 };
-static_assert(sizeof(AttnParams) == 320, "AttnParams must match src/checked/params.rs");
+static_assert(sizeof(AttnParams) == 328, "AttnParams must match src/checked/params.rs");
 
 // ---- ragged batches and paged caches ----------------------------------------------------------------------
 
@@ -102,7 +104,9 @@ __device__ __forceinline__ i64 q_row_offset(const AttnParams& p, const i64* stri
 // when paged (page = table[b][j / page_size], the batch stride stepping pages).
 __device__ __forceinline__ i64 kv_row_offset(const AttnParams& p, const i64* stride, const SeqView& s, int b, int h, int j) {
     if (is_paged(p)) {
-        const unsigned page = p.block_table[(i64)b * p.max_pages + j / p.page_size];
+        // A device block table is the caller's data (the host entry points check it); clamping keeps a bad
+        // index inside the pool instead of reading past it.
+        const unsigned page = min(p.block_table[(i64)b * p.max_pages + j / p.page_size], (unsigned)(p.num_pages - 1));
         return (i64)page * stride[0] + (i64)(j % p.page_size) * stride[2] + (i64)h * stride[1];
     }
     return is_ragged(p) ? (i64)(s.k0 + j) * stride[2] + (i64)h * stride[1]

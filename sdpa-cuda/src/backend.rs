@@ -187,6 +187,7 @@ impl CudaBackend {
         mask: Option<&CudaSlice<f32>>,
         o: &mut impl DevicePtrMut<T>,
         lse: Option<&mut CudaSlice<f32>>,
+        block_table: Option<&CudaSlice<u32>>,
     ) -> Result<Kernel> {
         if stream.context().cu_ctx() != self.dev.context().cu_ctx() {
             return Err(SdpaError::InvalidSpec("the stream belongs to another CUDA context than the backend".into()));
@@ -203,10 +204,12 @@ impl CudaBackend {
             o.len(),
             mask.map(|m| m.len()),
             lse.as_ref().map(|l| l.len()),
+            block_table.map(|t| t.len()),
         )?;
         // Before the guards: they borrow it until the launch is queued.
         let slopes = self.alibi_slopes(spec)?;
-        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(7);
+        let ragged = self.ragged_table(spec)?;
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(9);
         let qp = keep(&mut guards, q.device_ptr(stream));
         let kp = keep(&mut guards, k.device_ptr(stream));
         let vp = keep(&mut guards, v.device_ptr(stream));
@@ -216,6 +219,11 @@ impl CudaBackend {
         let mut params = AttnParams::new(spec, qp, kp, vp, op, mp, lp)?;
         if let Some(s) = &slopes {
             params.alibi = keep(&mut guards, s.device_ptr(stream));
+        }
+        if let Some(t) = &ragged {
+            let tp = keep(&mut guards, t.device_ptr(stream));
+            let bp = block_table.map_or(0, |b| keep(&mut guards, b.device_ptr(stream)));
+            params.point_at_ragged(spec, tp, bp);
         }
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;
@@ -235,9 +243,25 @@ impl CudaBackend {
         o: usize,
         mask: Option<usize>,
         lse: Option<usize>,
+        block_table: Option<usize>,
     ) -> Result<()> {
         spec.validate()?;
         spec.check_lengths(q, k, v, o, mask)?;
+        // A device block table's length is checked here; its entries are the caller's (the host entry
+        // points check them, `HostInputs::check`) and the kernels clamp them into the pool.
+        match (spec.ragged.as_ref().and_then(|r| r.pages.map(|p| (r.batch(), p))), block_table) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(SdpaError::InvalidSpec("a block table was given but K/V are not paged".into()))
+            }
+            (Some(_), None) => return Err(SdpaError::InvalidSpec("a paged KV cache needs its block table".into())),
+            (Some((b, p)), Some(len)) => {
+                let needed = b.saturating_mul(p.max_pages);
+                if len < needed {
+                    return Err(SdpaError::BufferTooShort { name: "block table", len, needed });
+                }
+            }
+        }
         if let Some(len) = lse {
             let needed = spec.lse_len()?;
             if len < needed {
@@ -248,6 +272,12 @@ impl CudaBackend {
             return Err(SdpaError::InvalidSpec("options ask for LSE but no LSE buffer was given".into()));
         }
         self.capabilities().check(BACKEND, spec, opts)
+    }
+
+    /// A ragged call's offsets and cache lengths on the device ([`AttnParams::ragged_table`], kept per
+    /// content by the device), when the batch is ragged.
+    fn ragged_table(&self, spec: &AttentionSpec) -> Result<Option<Arc<CudaSlice<i32>>>> {
+        AttnParams::ragged_table(spec).map(|t| self.dev.table_i32(&t, "a ragged batch's offsets")).transpose()
     }
 
     /// The call's ALiBi slopes on the device (kept per slope set by the device), when ALiBi is on.
@@ -422,11 +452,13 @@ impl Backend for CudaBackend {
             args.o.len(),
             args.mask.map(CudaBuffer::len),
             args.lse.as_deref().map(CudaBuffer::len),
+            args.block_table.map(|t| t.len()),
         )?;
         let stream = self.dev.stream();
         // Before the guards: they borrow it until the launch is queued.
         let slopes = self.alibi_slopes(spec)?;
-        let mut guards = Vec::with_capacity(7);
+        let ragged = self.ragged_table(spec)?;
+        let mut guards = Vec::with_capacity(9);
         let q = keep(&mut guards, args.q.ptr(stream));
         let k = keep(&mut guards, args.k.ptr(stream));
         let v = keep(&mut guards, args.v.ptr(stream));
@@ -436,6 +468,11 @@ impl Backend for CudaBackend {
         let mut params = AttnParams::new(spec, q, k, v, o, mask, lse)?;
         if let Some(s) = &slopes {
             params.alibi = keep(&mut guards, s.device_ptr(stream));
+        }
+        if let Some(t) = &ragged {
+            let tp = keep(&mut guards, t.device_ptr(stream));
+            let bp = args.block_table.map_or(0, |b| keep(&mut guards, b.device_ptr(stream)));
+            params.point_at_ragged(spec, tp, bp);
         }
         let call = Call { dev: &self.dev, stream, spec, opts, params };
         let ran = dispatch(&call)?;

@@ -157,7 +157,7 @@ fn forward_on_a_callers_stream_and_slices() {
     let mut lse = stream.alloc_zeros::<f32>(spec.lse_len().expect("len")).expect("lse");
     let opts = RunOptions { kernel: Kernel::Fa1, f32_math: F32Math::Exact, threads: None, lse: true };
     let ran = g
-        .forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse))
+        .forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse), None)
         .expect("runs on the stream");
     assert_eq!(ran, Kernel::Fa1);
     let out = HostOutput {
@@ -180,7 +180,7 @@ fn forward_on_a_callers_stream_and_slices() {
         )
         .expect("upload");
     let q_view = big.slice(8..);
-    g.forward_on_stream(&stream, &spec, &opts, &q_view, &k, &v, None, &mut o, Some(&mut lse)).expect("view");
+    g.forward_on_stream(&stream, &spec, &opts, &q_view, &k, &v, None, &mut o, Some(&mut lse), None).expect("view");
     let o2 = stream.clone_dtoh(&o).expect("download");
     let out2 = HostOutput { o: HostBuffer::F16(o2), lse: None };
     assert!(check_output(&spec, &inputs, &out2, F32Math::Exact, None).expect("check").pass);

@@ -322,7 +322,7 @@ fn forward_on_a_callers_stream_with_alibi() {
         let mut o = stream.clone_htod(&vec![half::bf16::NAN; o_len]).expect("poisoned output");
         let mut lse = stream.alloc_zeros::<f32>(spec.lse_len().expect("len")).expect("lse");
         let opts = RunOptions { kernel, f32_math: F32Math::Exact, threads: None, lse: true };
-        g.forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse)).expect("runs");
+        g.forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse), None).expect("runs");
         let out = HostOutput {
             o: HostBuffer::BF16(stream.clone_dtoh(&o).expect("download")),
             lse: Some(stream.clone_dtoh(&lse).expect("download")),

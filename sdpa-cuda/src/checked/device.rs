@@ -69,7 +69,13 @@ pub struct Device {
     kept_scratch: Mutex<KeptScratch>,
     /// ALiBi slopes uploaded once per distinct set (by bit pattern): a model's layers share one.
     alibi: Mutex<HashMap<Vec<u32>, Arc<CudaSlice<f32>>>>,
+    /// Small i32 tables uploaded once per distinct content: a ragged batch's offsets and lengths, kernel
+    /// schedules. A serving loop whose lengths change every step uploads each new set once.
+    tables: Mutex<HashMap<Vec<i32>, Arc<CudaSlice<i32>>>>,
 }
+
+/// Distinct i32 tables kept on the device ([`Device::table_i32`]); past it the cache starts over.
+const TABLES_KEPT: usize = 64;
 
 /// Distinct ALiBi slope sets kept on the device; past it the cache starts over (a caller cycling through
 /// more sets than any model has still gets correct slopes, uploaded again).
@@ -158,7 +164,29 @@ impl Device {
             blas: Mutex::default(),
             kept_scratch: Mutex::default(),
             alibi: Mutex::default(),
+            tables: Mutex::default(),
         }
+    }
+
+    /// `values` on the device, uploaded on the device's stream the first time this content is asked for and
+    /// kept (as [`Device::alibi_slopes`] keeps slopes): a ragged batch's `cu_seqlens` and cache lengths, or a
+    /// launcher's schedule. `what` names it in errors.
+    pub fn table_i32(&self, values: &[i32], what: &str) -> Result<Arc<CudaSlice<i32>>> {
+        let mut cache = self.tables.lock().map_err(|_| poisoned())?;
+        if let Some(s) = cache.get(values) {
+            return Ok(s.clone());
+        }
+        if cache.len() >= TABLES_KEPT {
+            cache.clear();
+        }
+        let buf = self.stream.clone_htod(values).map_err(crate::error::driver(
+            "cuMemcpyHtoDAsync",
+            what,
+            values.len() * 4,
+        ))?;
+        let buf = Arc::new(buf);
+        cache.insert(values.to_vec(), buf.clone());
+        Ok(buf)
     }
 
     /// The ALiBi slopes `slopes` (f32 per query head) on the device, uploaded on the device's stream the

@@ -215,6 +215,10 @@ pub struct AttnParams {
     pub diag_br: i32,
     /// Ragged: packed query rows (the LSE is `[Hq, total_q]`), 0 for a dense batch.
     pub total_q: i32,
+    /// Paged: pages in the pool (kernels clamp page indices below it), 0 otherwise.
+    pub num_pages: i32,
+    /// Unused; keeps the size a multiple of 8.
+    pub reserved: i32,
 }
 
 /// `rel_lo` of a ragged call with no lower bound (`SDPA_REL_NONE_LO` in common.cuh).
@@ -222,8 +226,8 @@ pub const REL_NONE_LO: i32 = i32::MIN;
 /// `rel_hi` of a ragged call with no upper bound (`SDPA_REL_NONE_HI`).
 pub const REL_NONE_HI: i32 = i32::MAX;
 
-/// Size checked against `static_assert(sizeof(AttnParams) == 320)` in common.cuh.
-pub const ATTN_PARAMS_SIZE: usize = 320;
+/// Size checked against `static_assert(sizeof(AttnParams) == 328)` in common.cuh.
+pub const ATTN_PARAMS_SIZE: usize = 328;
 const _: () = assert!(std::mem::size_of::<AttnParams>() == ATTN_PARAMS_SIZE);
 
 // SAFETY: plain-old-data of integers and floats with C layout and no padding (size asserted above), the
@@ -256,6 +260,31 @@ impl AttnParams {
         let strides_ok =
             [self.q_stride, self.k_stride, self.v_stride, self.o_stride].iter().flatten().all(|&st| st % 8 == 0);
         ptrs_ok && strides_ok
+    }
+
+    /// The i32 table a ragged call's kernels read (`[cu_q (B + 1) | cu_k (B + 1) | seqlens_k (B)]`), to be
+    /// uploaded ([`crate::checked::device::Device::table_i32`]) and pointed at by [`Self::point_at_ragged`];
+    /// `None` for a dense batch. Lengths fit i32 (checked when the parameters were built).
+    pub fn ragged_table(spec: &AttentionSpec) -> Option<Vec<i32>> {
+        let r = spec.ragged.as_ref()?;
+        let mut t: Vec<i32> = r.offsets_q().into_iter().map(|x| x as i32).collect();
+        t.extend(r.offsets_k().into_iter().map(|x| x as i32));
+        t.extend(r.seqlens_k.iter().map(|&x| x as i32));
+        Some(t)
+    }
+
+    /// Points `cu_q`, `cu_k` (packed K/V) or `seqlens_k` and `block_table` (paged) into the uploaded
+    /// [`Self::ragged_table`] at device address `table` and the block table at `block_table`.
+    pub fn point_at_ragged(&mut self, spec: &AttentionSpec, table: u64, block_table: u64) {
+        let Some(r) = &spec.ragged else { return };
+        let n = (r.batch() as u64 + 1) * 4;
+        self.cu_q = table;
+        if r.pages.is_some() {
+            self.seqlens_k = table + 2 * n;
+            self.block_table = block_table;
+        } else {
+            self.cu_k = table + n;
+        }
     }
 
     /// Builds the parameters of a validated `spec` with the given device pointers (0 for absent ones).
@@ -322,6 +351,8 @@ impl AttnParams {
             rel_hi: REL_NONE_HI,
             diag_br: 0,
             total_q: 0,
+            num_pages: 0,
+            reserved: 0,
         }
         .with_ragged_sizes(spec)
     }
@@ -350,7 +381,7 @@ impl AttnParams {
         if let Some(p) = r.pages {
             self.page_size = i32_dim("page size", p.page_size)?;
             self.max_pages = i32_dim("block-table columns", p.max_pages)?;
-            i32_dim("pages", p.num_pages)?;
+            self.num_pages = i32_dim("pages", p.num_pages)?;
         }
         Ok(self)
     }
@@ -418,6 +449,8 @@ mod tests {
             "rel_hi",
             "diag_br",
             "total_q",
+            "num_pages",
+            "reserved",
         ];
         assert_eq!(cuda, rust);
     }
