@@ -131,6 +131,28 @@ fn nested_tensor_flash_with_equal_lengths_is_exact_and_replays_with_seqlens() {
 }
 
 #[test]
+fn a_packed_call_under_a_dense_looking_sdpa_op_is_read_as_packed() {
+    // Should a nested tensor's SDPA op record its padded view [B, H, max, D], the packed call below it is what
+    // ran: its batch wins over the view.
+    let sdpa = r#"{"Input Dims": [[4, 8, 1500, 128], [4, 8, 1500, 128], [4, 8, 1500, 128], [], [], [], [], []],
+        "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "Scalar", "Scalar", "Scalar", "Scalar"],
+        "Concrete Inputs": ["", "", "", "", "0.", "False", "", "False"]}"#;
+    let flash = r#"{"Input Dims": [[2863, 8, 128], [2863, 8, 128], [2863, 8, 128], [5], [5], [], [], [], [], []],
+        "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "int", "int", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+        "Concrete Inputs": ["", "", "", "", "", "1500", "1500", "0.0", "False", "False"]}"#;
+    let ev = format!(
+        r#"{{"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "pid": 1, "tid": 1, "ts": 100, "dur": 100, "args": {sdpa}}},
+           {{"ph": "X", "cat": "cpu_op", "name": "aten::_flash_attention_forward", "pid": 1, "tid": 1, "ts": 110, "dur": 50, "args": {flash}}},
+           {{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 120, "dur": 1, "args": {{"correlation": 1}}}},
+           {{"ph": "X", "cat": "kernel", "name": "void pytorch_flash::flash_fwd_kernel<>", "pid": 0, "tid": 7, "ts": 300, "dur": 250, "args": {{"correlation": 1}}}}"#
+    );
+    let r = analyze("njt-under-sdpa", &ev);
+    let op = only_op(&r);
+    assert_eq!((op.layout, op.op.as_str()), (BatchLayout::Varlen, "aten::scaled_dot_product_attention"));
+    assert_eq!(op.ragged.unwrap().total_q, 2863);
+}
+
+#[test]
 fn nested_tensor_efficient_path_reads_the_unit_batch() {
     // _efficient_attention_forward(query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     // max_seqlen_k, dropout_p, custom_mask_type, ...): nested tensors pass Q as [1, total, H, D].

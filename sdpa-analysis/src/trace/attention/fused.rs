@@ -205,9 +205,13 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
             backend = sig.backend; // the deepest named backend wins
         }
         let Some(args) = ops[o as usize].args.as_deref() else { continue };
-        if shape.is_none() && suspect.is_none() {
+        // The outermost shape wins, except that a packed batch found below a dense reading replaces it: an op
+        // above the packed call (a nested tensor's SDPA) may record the padded view, not the batch that ran.
+        let packed_below = shape.is_some() && layout == BatchLayout::Dense;
+        if (shape.is_none() || packed_below) && suspect.is_none() {
             match extract_shape(&sig, args)
                 .map(|x| checked_shape(x, tree.name(o)).and_then(|x| checked_packing(x, tree.name(o))))
+                .filter(|x| !packed_below || x.as_ref().is_ok_and(|(_, p, _)| p.layout != BatchLayout::Dense))
             {
                 Some(Ok((s, packing, note))) => {
                     shape = Some(s);
