@@ -47,6 +47,10 @@
 //! - GPU time is the sum of kernel, copy and set durations; kernels overlapping on several streams count
 //!   each.
 //! - Attention kernels replayed from a CUDA graph have no shapes (the SDPA op ran at capture time).
+//! - Varlen and paged calls: a trace records tensor dims and scalars, never tensor values, so each
+//!   sequence's length is unknown unless all are equal; their work is then a stated bound
+//!   (`trace::attention::ragged`). FlashAttention's `flash_attn_with_kvcache` and FlashInfer's ops show only
+//!   their kernels (no shapes); an FP8 KV cache is costed at the query's element size.
 
 pub mod error;
 pub mod results;

@@ -6,7 +6,7 @@ use crate::error::{AnalysisError, Result};
 use crate::trace::attention::{self, AttentionCall, Kind};
 use crate::trace::findings;
 use crate::trace::kineto::{parse_file_with_progress, Progress, Trace};
-use crate::trace::report::{self, DeviceInfo, Summary, Suspect, TraceInfo, TraceReport};
+use crate::trace::report::{self, DeviceInfo, KernelTime, Summary, Suspect, TraceInfo, TraceReport};
 use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
@@ -106,6 +106,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
     let mut info = TraceInfo::default();
     let mut missing: Vec<String> = Vec::new();
     let mut suspect: Vec<Suspect> = Vec::new();
+    let mut cache_writes = Vec::new();
     for e in &unreadable {
         missing.push(format!("{e} (this file is left out; the report covers the others)"));
     }
@@ -122,6 +123,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         }
         let tree = OpTree::build(t);
         calls.extend(attention::detect(&tree));
+        attention::cache_write::merge(&mut cache_writes, attention::cache_write::cache_writes(&tree));
         total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
         info.events += t.stats.events;
         info.bytes += t.stats.bytes;
@@ -159,6 +161,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         missing,
         suspect,
         info,
+        cache_writes,
         opts,
     );
     report.unreadable = unreadable;
@@ -174,6 +177,7 @@ pub(crate) fn build_report(
     mut missing: Vec<String>,
     mut suspect: Vec<Suspect>,
     info: TraceInfo,
+    cache_writes: Vec<KernelTime>,
     opts: &Options,
 ) -> TraceReport {
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
@@ -214,6 +218,8 @@ pub(crate) fn build_report(
         unfused_time_us: unfused,
         attention_calls: calls.iter().map(|c| c.repeat as usize).sum(),
         fused_kernels_in_use: calls.iter().any(|c| c.kind == Kind::Fused && c.backend.is_fused_kernel()),
+        cache_write_time_us: cache_writes.iter().fold(0.0, |a, k| a + k.total_us),
+        cache_write_kernels: cache_writes,
     };
     let findings = findings::findings(&ops, &summary, &device, &missing, &opts.bench);
     TraceReport {

@@ -8,7 +8,7 @@
 //! replay that runs the same shape on our backends.
 
 use crate::results::evidence::{measured_ratio, same_problem};
-use crate::trace::attention::{AttnBackend, Kind};
+use crate::trace::attention::{AttnBackend, BatchLayout, Kind, WorkBound};
 use crate::trace::replay::Replay;
 use crate::trace::report::{AttentionOp, DeviceInfo, Summary};
 use sdpa_core::{BenchRecord, BenchSpec, DType, Layout};
@@ -68,6 +68,10 @@ pub struct Finding {
     pub expected_speedup: Option<Speedup>,
     /// The `sdpa bench` command and spec that run this shape on our backends.
     pub replay: Option<Replay>,
+    /// Why an op's finding has no replay (a varlen or paged batch whose sequence lengths the trace does not
+    /// give).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_note: Option<String>,
     /// Index into the report's `attention_ops`.
     pub op_index: Option<usize>,
 }
@@ -87,13 +91,20 @@ pub fn findings(
     let gpu_backend = if device.key.as_deref().is_some_and(|k| k.starts_with("zen")) { "cpu" } else { "cuda" };
     for (i, op) in ops.iter().enumerate() {
         let replay = replay_for(op, gpu_backend);
-        if op.kind == Kind::Unfused {
-            out.push(unfused_finding(i, op, device, bench, replay));
+        let mut f = if op.kind == Kind::Unfused {
+            Some(unfused_finding(i, op, device, bench, replay))
         } else if op.backend == AttnBackend::Math {
-            out.push(math_finding(i, op, replay));
-        } else if let Some(f) = fused_finding(i, op, device, bench, replay) {
-            out.push(f);
+            Some(math_finding(i, op, replay))
+        } else {
+            fused_finding(i, op, device, bench, replay)
+        };
+        if let Some(f) = f.as_mut().filter(|f| f.replay.is_none()) {
+            f.replay_note = no_replay_reason(op);
         }
+        out.extend(f);
+    }
+    if let Some(f) = cache_write_finding(summary) {
+        out.push(f);
     }
     let backends: Vec<&AttentionOp> = ops.iter().filter(|o| o.kind == Kind::Fused && o.fused_kernel).collect();
     if backends.iter().any(|o| o.backend == AttnBackend::Cudnn) {
@@ -117,6 +128,7 @@ pub fn findings(
             time_us: Some(backends.iter().filter(|o| o.backend == AttnBackend::Cudnn).map(|o| o.total_us).sum()),
             expected_speedup: None,
             replay: None,
+            replay_note: None,
             op_index: None,
         });
     }
@@ -154,6 +166,7 @@ pub fn findings(
             time_us: Some(summary.attention_time_us),
             expected_speedup: None,
             replay: ops.first().and_then(|op| replay_for(op, gpu_backend)),
+            replay_note: None,
             op_index: if ops.is_empty() { None } else { Some(0) },
         });
     }
@@ -172,6 +185,7 @@ pub fn findings(
             time_us: None,
             expected_speedup: None,
             replay: None,
+            replay_note: None,
             op_index: None,
         });
     }
@@ -198,12 +212,75 @@ fn where_(op: &AttentionOp) -> String {
     }
 }
 
+/// Why a varlen or paged op has no replay: `sdpa bench --seqlens-q/--seqlens-k` needs every length.
+fn no_replay_reason(op: &AttentionOp) -> Option<String> {
+    if op.layout == BatchLayout::Dense || op.suspect.is_some() {
+        return None;
+    }
+    Some(match &op.ragged {
+        Some(r) if r.exact_lengths().is_none() => format!(
+            "no exact replay: the trace records {} sequences, {} query tokens and the longest lengths ({} and {}){}, \
+             not each sequence's length, which `sdpa bench --seqlens-q/--seqlens-k{}` needs",
+            r.sequences,
+            r.total_q,
+            r.max_q,
+            r.max_k,
+            if r.total_k.is_none() { " but no key total (a paged cache)" } else { "" },
+            if op.layout == BatchLayout::Paged { " --page-size" } else { "" }
+        ),
+        Some(_) => return None,
+        None => format!("no exact replay: a {} kernel with no op that records its shapes", op.layout.name()),
+    })
+}
+
+/// Context for serving traces: the time spent writing new keys and values into the paged cache.
+fn cache_write_finding(summary: &Summary) -> Option<Finding> {
+    if summary.cache_write_time_us <= 0.0 {
+        return None;
+    }
+    let names: Vec<String> = summary
+        .cache_write_kernels
+        .iter()
+        .take(3)
+        .map(|k| format!("{} {:.1} µs", truncate(&k.name, 70), k.total_us))
+        .collect();
+    let share = |t: f64| if summary.total_gpu_time_us > 0.0 { t / summary.total_gpu_time_us * 100.0 } else { 0.0 };
+    Some(Finding {
+        severity: Severity::Info,
+        path: "-",
+        title: format!(
+            "Paged KV cache writes: {:.1} µs ({:.1} % of GPU time) beside attention's {:.1} µs",
+            summary.cache_write_time_us,
+            share(summary.cache_write_time_us),
+            summary.attention_time_us
+        ),
+        detail: format!(
+            "The kernels that copy each step's new keys and values into their cache pages ran {}. This is \
+             attention-adjacent time, not counted as attention: a kernel that writes the cache inside attention \
+             (FlashAttention's flash_attn_with_kvcache with k/v, FlashInfer's fused append) saves a launch and a \
+             pass over the new tokens.",
+            names.join(", ")
+        ),
+        time_us: Some(summary.cache_write_time_us),
+        expected_speedup: None,
+        replay: None,
+        replay_note: None,
+        op_index: None,
+    })
+}
+
 fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
     // An op whose rates are implausible has a shape or a time that is wrong: replaying it would benchmark
     // a shape nobody ran.
     if op.suspect.is_some() {
         return None;
     }
+    // A varlen or paged batch replays only when every sequence's length is known.
+    let lengths = match (op.layout, &op.ragged) {
+        (BatchLayout::Dense, _) => None,
+        (_, Some(r)) => Some((r.exact_lengths()?, r.page_size.filter(|_| op.layout == BatchLayout::Paged))),
+        (_, None) => return None,
+    };
     let shape = op.shape()?;
     let dtype = match op.dtype.as_deref() {
         Some("f16") => DType::F16,
@@ -230,7 +307,11 @@ fn replay_for(op: &AttentionOp, backend: &str) -> Option<Replay> {
         layouts: vec![if op.q_bshd_strides { Layout::Bshd } else { Layout::Bhsd }],
         ..BenchSpec::default()
     };
-    Some(Replay::with_variants(spec, op.replay_variants.clone()))
+    let replay = Replay::with_variants(spec, op.replay_variants.clone());
+    Some(match lengths {
+        Some(((q, k), page)) => replay.with_seqlens(&q, &k, page),
+        None => replay,
+    })
 }
 
 /// The `sdpa bench` mask for a trace's mask label: explicit masks replay as a full random explicit mask of
@@ -249,7 +330,25 @@ fn shape_words(op: &AttentionOp) -> String {
     let s = op.shape_label();
     let dtype = op.dtype.as_deref().unwrap_or("?");
     let variants = if op.variants.is_empty() { String::new() } else { format!(", {}", op.variants) };
-    format!("B,Hq,Hkv,Sq,Sk,D = {s}, {dtype}, mask {}{variants}", op.mask)
+    let layout = match op.layout {
+        BatchLayout::Dense => String::new(),
+        _ => format!(", {} (Sq and Sk the longest lengths)", op.layout_label()),
+    };
+    format!("B,Hq,Hkv,Sq,Sk,D = {s}, {dtype}, mask {}{variants}{layout}", op.mask)
+}
+
+/// What a bounded op's figures mean, for the finding's text; empty when they are exact.
+fn work_words(op: &AttentionOp) -> String {
+    let why = op.work_why.as_deref().unwrap_or("the trace does not give every sequence's length");
+    match op.work {
+        WorkBound::Exact => String::new(),
+        WorkBound::LowerBound => {
+            format!(" FLOPs, rates and efficiency are lower bounds (the call did at least this work): {why}.")
+        }
+        WorkBound::UpperBound => {
+            format!(" FLOPs, rates and efficiency are upper bounds (the call did at most this work): {why}.")
+        }
+    }
 }
 
 /// True for Gemma-2-style eager attention: a `tanh` softcap between the score matmul and the softmax.
@@ -263,13 +362,17 @@ fn rates(op: &AttentionOp) -> String {
     let of = if op.kind == Kind::Unfused { "of a fused kernel's" } else { "of the" };
     match (op.tflops, op.tbps, op.efficiency) {
         (Some(t), Some(b), Some(e)) => format!(
-            "{:.1} TFLOP/s, {:.2} TB/s, {:.1} % {of} {} roofline",
-            t,
-            b,
-            e * 100.0,
+            "{} TFLOP/s, {} TB/s, {} % {of} {} roofline",
+            op.bounded(format!("{t:.1}")),
+            op.bounded(format!("{b:.2}")),
+            op.bounded(format!("{:.1}", e * 100.0)),
             op.bound.map(|b| if b == sdpa_core::Bound::Compute { "compute" } else { "memory" }).unwrap_or("?")
         ),
-        (Some(t), Some(b), None) => format!("{t:.1} TFLOP/s, {b:.2} TB/s (device unknown: no efficiency)"),
+        (Some(t), Some(b), None) => format!(
+            "{} TFLOP/s, {} TB/s (device unknown: no efficiency)",
+            op.bounded(format!("{t:.1}")),
+            op.bounded(format!("{b:.2}"))
+        ),
         _ => "rates unknown (no shapes)".into(),
     }
 }
@@ -335,14 +438,19 @@ fn unfused_finding(
         // SDPA has no softcap: the fused kernels that take one are FlexAttention's (a score_mod) and
         // flash-attn's (softcap=), both with the window as a block mask / window_size.
         d.push_str(
-            " This is Gemma-2-style attention: a tanh logit softcap between the score matmul and the softmax,              which SDPA cannot express. Fix: a fused kernel that applies the cap on chip: FlexAttention              (torch.compile(flex_attention) with a score_mod `cap * tanh(score / cap)` and a block_mask from              create_block_mask for the window, attn_implementation=\"flex_attention\" in transformers), or              flash-attn (flash_attn_func(..., softcap=cap, window_size=(left, 0))), or sdpa's `--softcap`",
+            " This is Gemma-2-style attention: a tanh logit softcap between the score matmul and the softmax, \
+             which SDPA cannot express. Fix: a fused kernel that applies the cap on chip: FlexAttention \
+             (torch.compile(flex_attention) with a score_mod `cap * tanh(score / cap)` and a block_mask from \
+             create_block_mask for the window, attn_implementation=\"flex_attention\" in transformers), or \
+             flash-attn (flash_attn_func(..., softcap=cap, window_size=(left, 0))), or sdpa's `--softcap`",
         );
         if op.variants.contains("window") {
             d.push_str(" `--window` (the window also skips the key tiles it leaves out)");
         }
     } else {
         d.push_str(
-            " Fix: call torch.nn.functional.scaled_dot_product_attention (attn_implementation=\"sdpa\" in              transformers)",
+            " Fix: call torch.nn.functional.scaled_dot_product_attention (attn_implementation=\"sdpa\" in \
+             transformers)",
         );
     }
     if op.hkv.is_some() && op.hkv != op.hq {
@@ -381,6 +489,7 @@ fn unfused_finding(
         time_us: Some(op.total_us),
         expected_speedup: Some(speedup),
         replay,
+        replay_note: None,
         op_index: Some(i),
     }
 }
@@ -422,6 +531,7 @@ fn math_finding(i: usize, op: &AttentionOp, replay: Option<Replay>) -> Finding {
             source: "seed range 3-10x (not measured)".into(),
         }),
         replay,
+        replay_note: None,
         op_index: Some(i),
     }
 }
@@ -441,9 +551,9 @@ fn fused_finding(
             severity: Severity::Info,
             path: "-",
             title: format!(
-                "Short sequences in {}: {:.1} % efficiency is expected, not a bottleneck",
+                "Short sequences in {}: {} % efficiency is expected, not a bottleneck",
                 where_(op),
-                eff * 100.0
+                op.bounded(format!("{:.1}", eff * 100.0))
             ),
             detail: format!(
                 "{} calls, {}: {}. At N < 512 a good kernel reaches 5-15 % of peak ({}); launch overhead \
@@ -457,6 +567,7 @@ fn fused_finding(
             time_us: Some(op.total_us),
             expected_speedup: None,
             replay,
+            replay_note: None,
             op_index: Some(i),
         });
     }
@@ -531,21 +642,28 @@ fn fused_finding(
     if let Some(m) = measured_on_shape(op, bench) {
         checks.push(m);
     }
+    // A lower bound below the band does not show the call is below it: say "at least", and rank it low.
+    let (at, severity) = match op.work {
+        WorkBound::LowerBound => ("at least", Severity::Low.max(severity_for_share(op.share_of_gpu))),
+        WorkBound::UpperBound => ("at most", severity_for_share(op.share_of_gpu)),
+        WorkBound::Exact => ("at", severity_for_share(op.share_of_gpu)),
+    };
     Some(Finding {
-        severity: severity_for_share(op.share_of_gpu),
+        severity,
         path: "B",
         title: format!(
-            "{} attention ({}) in {} at {:.1} % of peak, below the expected {:.0}-{:.0} %",
+            "{} attention ({}) in {} {at} {:.1} % of peak, {}the expected {:.0}-{:.0} %",
             op.backend.name(),
             op.phase.name(),
             where_(op),
             eff * 100.0,
+            if op.work == WorkBound::LowerBound { "a bound below " } else { "below " },
             band.low * 100.0,
             band.high * 100.0
         ),
         detail: format!(
             "{} calls, {}: {:.1} µs per call, {}; expected band: {}. Reaching the band's lower edge would save \
-             about {:.1} µs ({:.2} % of GPU time). What to check: {}.",
+             about {:.1} µs ({:.2} % of GPU time{}). What to check: {}.{}",
             op.count,
             shape_words(op),
             op.mean_us,
@@ -553,11 +671,14 @@ fn fused_finding(
             band.label,
             op.total_us * (1.0 - eff / band.low),
             op.share_of_gpu * (1.0 - eff / band.low) * 100.0,
-            checks.join("; ")
+            if op.work == WorkBound::Exact { "" } else { "; an estimate, as the work is bounded" },
+            checks.join("; "),
+            work_words(op)
         ),
         time_us: Some(op.total_us),
         expected_speedup: None,
         replay,
+        replay_note: None,
         op_index: Some(i),
     })
 }

@@ -2,7 +2,8 @@
 //!
 //! The pipeline ([`analyze`]) reads kineto Chrome traces in one streaming pass ([`kineto`]), builds the CPU
 //! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused (SDPA, flash-attn,
-//! FlexAttention) and unfused attention with its mask, window, softcap and ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
+//! FlexAttention, varlen and paged serving kernels) and unfused attention with its mask, window, softcap and
+//! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
 //! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.

@@ -4,11 +4,16 @@
 //! measured kernel time, roofline efficiency on the device, and the expected band for the number of keys a
 //! row sees (Sk, or the window's average).
 //!
+//! Varlen and paged calls are costed from their token totals ([`crate::trace::attention::ragged`]): exactly when
+//! the trace pins every sequence's length, otherwise as a bound that [`Perf::work`] names, and judged at the keys
+//! a row sees on average.
+//!
 //! Backward: FLOPs are 2.5x the forward (five matrix products instead of two: dV, dP, dS·K, dSᵀ·Q and the
 //! recomputed QKᵀ) and bytes 2x (Q, K, V, O, dO read; dQ, dK, dV written). Decoding (Sq <= 16 against a
 //! longer cache) is judged by bandwidth, with its own band; everything else by the seed table of
 //! [`sdpa_core::expected_band`] on the key length.
 
+use crate::trace::attention::ragged::{Ragged, RowMask, Work, WorkBound};
 use crate::trace::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
 use sdpa_core::{expected_band, AttentionCost, AttentionSpec, Bound, DType, F32Math, HardwareSpec, Shape, Variants};
 use serde::Serialize;
@@ -67,10 +72,16 @@ pub struct Perf {
     pub band: Band,
     /// `below`, `within` or `above` the band (when efficiency is known).
     pub band_status: Option<&'static str>,
+    /// Whether FLOPs and bytes (and so the rates and efficiency) are exact or bound the truth.
+    pub work: WorkBound,
+    /// For a varlen or paged call: why its work is exact, or how the bound follows.
+    pub work_why: Option<String>,
 }
 
 /// Computes the model for one call of `mean_us` microseconds under `mask` and `variants` (only the window
-/// changes the work: softcap and ALiBi cost no FLOPs the model counts).
+/// changes the work: softcap and ALiBi cost no FLOPs the model counts). A varlen or paged call (`ragged`) is
+/// costed from its token totals, exactly or as a bound ([`Ragged::work`]).
+#[allow(clippy::too_many_arguments)] // the call's facts, each from its own place in the trace
 pub fn model(
     shape: &Shape,
     mask: &MaskInfo,
@@ -79,28 +90,41 @@ pub fn model(
     phase: Phase,
     mean_us: f64,
     hw: Option<&HardwareSpec>,
+    ragged: Option<&Ragged>,
 ) -> Option<Perf> {
     if mean_us <= 0.0 {
         return None;
     }
     let eb = dtype.map(elem_bytes).unwrap_or(2.0);
     // The spec only carries the band (causal alignment and window); its dtype plays no part in it.
-    let keys = AttentionSpec::new(*shape, DType::BF16).with_mask(mask.to_core()).with_variants(variants.clone()).band();
-    let fwd = AttentionCost::of_band(shape, &keys, eb);
+    let band_of = |sq: usize, sk: usize| {
+        AttentionSpec::new(Shape { sq, sk, ..*shape }, DType::BF16)
+            .with_mask(mask.to_core())
+            .with_variants(variants.clone())
+            .band()
+    };
+    let keys = band_of(shape.sq, shape.sk);
+    let (fwd, work) = match ragged {
+        None => (AttentionCost::of_band(shape, &keys, eb), None),
+        Some(r) => {
+            let w = r.work(row_mask(mask), variants.window.is_some(), |sq, sk| band_of(sq, sk).pairs(sq, sk));
+            (ragged_cost(shape, r, &w, eb), Some(w))
+        }
+    };
     let cost = match phase {
         Phase::Fwd => fwd,
         Phase::Bwd => AttentionCost { flops: fwd.flops * 2.5, bytes: fwd.bytes * 2.0 },
     };
     let ms = mean_us * 1e-3;
-    let band = match variants.window {
-        Some(_) if shape.sq > 0 => {
-            // A window bounds the keys per row: judge it as attention over that many keys.
-            let per_row = (keys.pairs(shape.sq, shape.sk) as f64 / shape.sq as f64).ceil() as usize;
-            let mut b = band_for(&Shape { sk: per_row.max(1), ..*shape });
-            b.label = format!("{}, at the window's {per_row} keys per row on average", b.label);
+    let band = match (&work, ragged) {
+        (Some(w), Some(r)) if !is_decode(shape) && r.total_q > 0 => {
+            // Judge a packed batch at the keys its rows see on average, not at its longest sequence.
+            let per_row = (w.pairs_per_head / r.total_q as f64).ceil().max(1.0) as usize;
+            let mut b = band_for(&Shape { sk: per_row, ..*shape });
+            b.label = format!("{}, at {}{per_row} keys per row on average", b.label, w.bound.sign());
             b
         }
-        _ => band_for(shape),
+        _ => plain_band(shape, variants, &keys),
     };
     let (efficiency, bound) = match (hw, dtype.and_then(core_dtype)) {
         (Some(hw), Some(dt)) => {
@@ -127,7 +151,41 @@ pub fn model(
         bound,
         band,
         band_status,
+        work: work.as_ref().map(|w| w.bound).unwrap_or_default(),
+        work_why: work.map(|w| w.why),
     })
+}
+
+/// The mask a packed call applies in each sequence.
+fn row_mask(mask: &MaskInfo) -> RowMask {
+    match mask {
+        MaskInfo::CausalTopLeft => RowMask::CausalTopLeft,
+        MaskInfo::CausalBottomRight => RowMask::CausalBottomRight,
+        _ => RowMask::Full,
+    }
+}
+
+/// FLOPs of the pairs and the minimal bytes of a packed call: Q and O for every query token, K and V for every
+/// key token read (with Hkv heads).
+fn ragged_cost(shape: &Shape, r: &Ragged, w: &Work, eb: f64) -> AttentionCost {
+    let (hq, hkv, dsum) = (shape.hq as f64, shape.hkv as f64, shape.d as f64 + shape.dv as f64);
+    let flops = 2.0 * hq * w.pairs_per_head * dsum;
+    let elems = r.total_q as f64 * hq * dsum + w.key_tokens * hkv * dsum;
+    AttentionCost { flops, bytes: elems * eb }
+}
+
+/// The band of a dense call: the seed table at its key length, or at the keys a window leaves per row.
+fn plain_band(shape: &Shape, variants: &Variants, keys: &sdpa_core::KeyBand) -> Band {
+    match variants.window {
+        Some(_) if shape.sq > 0 => {
+            // A window bounds the keys per row: judge it as attention over that many keys.
+            let per_row = (keys.pairs(shape.sq, shape.sk) as f64 / shape.sq as f64).ceil() as usize;
+            let mut b = band_for(&Shape { sk: per_row.max(1), ..*shape });
+            b.label = format!("{}, at the window's {per_row} keys per row on average", b.label);
+            b
+        }
+        _ => band_for(shape),
+    }
 }
 
 #[cfg(test)]
@@ -135,16 +193,19 @@ pub fn model(
 mod tests {
     use super::*;
 
+    /// The model of a dense forward call of 10 µs with no device.
+    fn fwd(s: &Shape, mask: &MaskInfo, v: &Variants, dtype: &str) -> Perf {
+        model(s, mask, v, Some(dtype), Phase::Fwd, 10.0, None, None).unwrap()
+    }
+
     #[test]
     fn causal_flops_are_exact_and_dtype_sets_bytes() {
         let s = Shape::new(2, 8, 1024, 1024, 64);
-        let p =
-            model(&s, &MaskInfo::CausalTopLeft, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 10.0, None)
-                .unwrap();
+        let p = fwd(&s, &MaskInfo::CausalTopLeft, &Variants::default(), "c10::BFloat16");
         // 2 * B*H * S(S+1)/2 * (D + Dv)
         assert_eq!(p.flops, 2.0 * 16.0 * (1024.0 * 1025.0 / 2.0) * 128.0);
         assert_eq!(p.bytes, 4.0 * 2.0 * 8.0 * 1024.0 * 64.0 * 2.0);
-        let f32p = model(&s, &MaskInfo::None, &Variants::default(), Some("float"), Phase::Fwd, 10.0, None).unwrap();
+        let f32p = fwd(&s, &MaskInfo::None, &Variants::default(), "float");
         assert_eq!(f32p.bytes, 2.0 * p.bytes, "fp32 moves 4-byte elements");
         // Sq != Sk with causal does not fail (TraceLens drops such ops).
         let r = Shape { sq: 100, ..s };
@@ -155,6 +216,7 @@ mod tests {
             Some("c10::Half"),
             Phase::Fwd,
             1.0,
+            None,
             None
         )
         .is_some());
@@ -170,15 +232,14 @@ mod tests {
             ..Variants::default()
         };
         let pairs = 257.0 * 2048.0 - 256.0 * 257.0 / 2.0;
-        let p = model(&s, &MaskInfo::CausalTopLeft, &v, Some("c10::BFloat16"), Phase::Fwd, 10.0, None).unwrap();
+        let p = fwd(&s, &MaskInfo::CausalTopLeft, &v, "c10::BFloat16");
         assert_eq!(p.flops, 2.0 * 8.0 * pairs * 256.0);
-        let full =
-            model(&s, &MaskInfo::CausalTopLeft, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 10.0, None);
-        assert!(full.unwrap().flops > 3.5 * p.flops, "the window leaves about a quarter of causal's work");
+        let full = fwd(&s, &MaskInfo::CausalTopLeft, &Variants::default(), "c10::BFloat16");
+        assert!(full.flops > 3.5 * p.flops, "the window leaves about a quarter of causal's work");
         assert!(p.band.label.contains("241 keys per row"), "{}", p.band.label);
         // A softcap alone changes nothing the model counts.
         let cap = Variants { softcap: Some(50.0), ..Variants::default() };
-        let c = model(&s, &MaskInfo::None, &cap, Some("c10::BFloat16"), Phase::Bwd, 10.0, None).unwrap();
+        let c = model(&s, &MaskInfo::None, &cap, Some("c10::BFloat16"), Phase::Bwd, 10.0, None, None).unwrap();
         assert_eq!(c.flops, 2.5 * 2.0 * 8.0 * 2048.0 * 2048.0 * 256.0);
     }
 
@@ -187,7 +248,8 @@ mod tests {
         let hw = HardwareSpec::find("h100-sxm");
         let s = Shape { b: 8, hq: 32, hkv: 32, sq: 1, sk: 4096, d: 128, dv: 128 };
         // ANCHORS: cuDNN decodes this shape in 190 µs, 2.8 TB/s.
-        let p = model(&s, &MaskInfo::None, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 190.0, hw).unwrap();
+        let p = model(&s, &MaskInfo::None, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 190.0, hw, None)
+            .unwrap();
         assert_eq!(p.bound, Some(Bound::Memory));
         assert!((p.tbps - 2.83).abs() < 0.05, "{}", p.tbps);
         assert_eq!(p.band_status, Some("within"));

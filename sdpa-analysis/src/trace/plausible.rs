@@ -54,6 +54,23 @@ pub fn timestamp(us: f64) -> Result<(), String> {
     }
 }
 
+/// Checks what a trace says of a varlen or paged batch: every count (sequences, token totals, longest lengths,
+/// page size) at most [`MAX_DIM`], like a shape's dimensions.
+pub fn ragged(r: &crate::trace::attention::Ragged) -> Result<(), String> {
+    let counts = [
+        ("sequences", Some(r.sequences)),
+        ("query tokens", Some(r.total_q)),
+        ("key tokens", r.total_k),
+        ("longest query", Some(r.max_q)),
+        ("longest key", Some(r.max_k)),
+        ("page size", r.page_size),
+    ];
+    match counts.iter().find(|(_, v)| v.is_some_and(|v| v > MAX_DIM)) {
+        Some((what, Some(v))) => Err(format!("{what} {v} is above 2^31")),
+        _ => Ok(()),
+    }
+}
+
 /// Checks an attention shape: every dimension at most [`MAX_DIM`], every tensor at most
 /// [`MAX_TENSOR_ELEMS`] elements.
 pub fn shape(s: &Shape) -> Result<(), String> {

@@ -85,12 +85,33 @@ pub struct Replay {
     pub command: String,
     /// The same request as a spec file (its `variants` hold the call's window, softcap and ALiBi).
     pub spec: BenchSpec,
+    /// What the command runs that the spec does not say (a varlen or paged batch: the spec holds its dense
+    /// equivalent, the command its layout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Replay {
     /// Builds a replay from a spec.
     pub fn new(spec: BenchSpec) -> Self {
-        Replay { command: bench_command(&spec), spec }
+        Replay { command: bench_command(&spec), spec, note: None }
+    }
+
+    /// The replay of a varlen batch (and a paged one with `page_size`) whose every length is known: the command
+    /// gains `--seqlens-q`, `--seqlens-k` (and `--page-size`); the spec keeps the dense problem of the same
+    /// lengths, which is the same work only when all lengths are equal, as the note says.
+    pub fn with_seqlens(mut self, seqlens_q: &[usize], seqlens_k: &[usize], page_size: Option<usize>) -> Self {
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        self.command.push_str(&format!(" --seqlens-q {} --seqlens-k {}", list(seqlens_q), list(seqlens_k)));
+        if let Some(p) = page_size {
+            self.command.push_str(&format!(" --page-size {p}"));
+        }
+        let layout = if page_size.is_some() { "paged" } else { "varlen" };
+        self.note = Some(format!(
+            "the command runs the {layout} batch with its exact lengths; the spec is the dense batch of the same \
+             shape (spec files have no per-sequence lengths)"
+        ));
+        self
     }
 
     /// Builds a replay of a call with these variants (none: plain attention).
@@ -98,7 +119,7 @@ impl Replay {
         let Some(v) = variants.filter(|v| !v.is_plain()) else { return Self::new(spec) };
         let command = format!("{}{}", bench_command(&spec), variant_flags(&v, &spec.masks));
         spec.variants = vec![v];
-        Replay { command, spec }
+        Replay { command, spec, note: None }
     }
 }
 

@@ -2,7 +2,7 @@
 //! phase, backend, module, shape, dtype and mask) with their performance model, and findings. Renderers
 //! (text, markdown, CSV) and `serde_json` print it; nothing here formats for people.
 
-use crate::trace::attention::{dtype_label, AttentionCall, Kind, Part};
+use crate::trace::attention::{dtype_label, AttentionCall, BatchLayout, Kind, Part, Ragged, WorkBound};
 use crate::trace::findings::Finding;
 use crate::trace::perf::{self, Band};
 use crate::trace::tree::LinkStats;
@@ -132,6 +132,12 @@ pub struct Summary {
     pub attention_calls: usize,
     /// True when any call ran a fused flash-style kernel (flash, cuDNN, efficient, flash-attn, CK).
     pub fused_kernels_in_use: bool,
+    /// Attention-adjacent time: the kernels that write new keys and values into a paged KV cache
+    /// (`reshape_and_cache`, `AppendPagedKVCacheKernel`), µs. Not part of attention time.
+    pub cache_write_time_us: f64,
+    /// Those kernels by name, largest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cache_write_kernels: Vec<KernelTime>,
 }
 
 /// Per-kernel time of an op group.
@@ -174,6 +180,18 @@ pub struct AttentionOp {
     pub d: Option<usize>,
     /// Head dim of V.
     pub dv: Option<usize>,
+    /// `dense`, `varlen` or `paged`. For varlen and paged ops, Sq and Sk above are the longest lengths.
+    pub layout: BatchLayout,
+    /// A varlen or paged op's sequences as the trace recorded them (count, token totals, longest lengths,
+    /// page size).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ragged: Option<Ragged>,
+    /// `exact`, or `lower_bound` / `upper_bound` when the trace does not give every sequence's length: then
+    /// FLOPs, bytes, TFLOP/s, TB/s and efficiency bound the truth the same way.
+    pub work: WorkBound,
+    /// Why the work of a varlen or paged op is exact, or how its bound follows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_why: Option<String>,
     /// `bf16`, `f16`, `f32` (or PyTorch's name for others).
     pub dtype: Option<String>,
     /// Causal mask (None when unknown).
@@ -247,6 +265,23 @@ impl AttentionOp {
         }
     }
 
+    /// `dense`, or the varlen / paged batch as recorded (`varlen B=16 Tq=65536 Tk=65536 max 8192/8192`).
+    pub fn layout_label(&self) -> String {
+        match &self.ragged {
+            Some(r) => r.label(self.layout),
+            None => self.layout.name().to_string(),
+        }
+    }
+
+    /// A figure with the sign of its bound: `>=312.4` for a lower bound, `312.4` when exact.
+    pub fn bounded(&self, figure: String) -> String {
+        if figure == "-" {
+            figure
+        } else {
+            format!("{}{figure}", self.work.sign())
+        }
+    }
+
     /// `B,Hq,Hkv,Sq,Sk,D` (with Dv when different) or `?`.
     pub fn shape_label(&self) -> String {
         match self.shape() {
@@ -291,6 +326,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         Option<String>,
         String,
         String,
+        BatchLayout,
+        Option<Ragged>,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -299,15 +336,25 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         } else {
             c.module.iter().map(|m| module_class(m)).collect::<Vec<_>>().join("/")
         };
-        let key: Key =
-            (c.kind, c.phase, c.backend, module, c.shape, c.dtype.clone(), c.mask.label(), c.variants.label());
+        let key: Key = (
+            c.kind,
+            c.phase,
+            c.backend,
+            module,
+            c.shape,
+            c.dtype.clone(),
+            c.mask.label(),
+            c.variants.label(),
+            c.layout,
+            c.ragged,
+        );
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
     }
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged) = key;
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
@@ -347,8 +394,9 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             kernels.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
             let mut suspect = members.iter().find_map(|c| c.suspect.clone());
             let variants = &first.variants.variants;
-            let mut perf =
-                shape.and_then(|s| perf::model(&s, &first.mask, variants, dtype.as_deref(), phase, mean, hw));
+            let mut perf = shape.and_then(|s| {
+                perf::model(&s, &first.mask, variants, dtype.as_deref(), phase, mean, hw, ragged.as_ref())
+            });
             // A shape that passed its bounds can still be absurd against the time it took (a plausible
             // shape in 0.001 µs): such rates say the time or the shape is wrong, so neither is trusted.
             if let Some(why) = perf.as_ref().and_then(|p| crate::trace::plausible::rates(p.tflops, p.tbps, hw).err()) {
@@ -371,6 +419,10 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 sk: shape.map(|s| s.sk),
                 d: shape.map(|s| s.d),
                 dv: shape.map(|s| s.dv),
+                layout,
+                ragged,
+                work: perf.as_ref().map(|p| p.work).unwrap_or_default(),
+                work_why: perf.as_ref().and_then(|p| p.work_why.clone()),
                 dtype: dtype.as_deref().map(dtype_label),
                 causal: first.mask.causal(),
                 mask: mask_label,

@@ -136,7 +136,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             .unwrap_or_default();
         let mut shape_suspect = None;
         let mut shape = match extract_shape(&sig, &args).map(|x| checked_shape(x, name)) {
-            Some(Ok((s, bshd, _))) => Some((s, bshd)),
+            Some(Ok((s, packing, _))) => Some((s, packing)),
             Some(Err(why)) => {
                 shape_suspect = Some(why);
                 None
@@ -151,7 +151,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         if shape.is_none() && shape_suspect.is_none() {
             match pp.shape.map(|s| checked_shape((s, (), ()), name)) {
                 Some(Ok((s, (), ()))) => {
-                    shape = Some((s, false));
+                    shape = Some((s, Default::default()));
                     notes.push("shape from TraceLens' perf_params (the op's inputs do not carry Q/K/V)".into());
                 }
                 Some(Err(why)) => shape_suspect = Some(why),
@@ -171,12 +171,14 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             op: name.to_string(),
             module,
             shape: shape.map(|s| s.0),
+            layout: shape.map(|s| s.1.layout).unwrap_or_default(),
+            ragged: shape.and_then(|s| s.1.ragged),
             dtype: args.ty(sig.qkv[0]).map(str::to_string),
             mask,
             variants: extract_variants(&sig, &args),
             scale: None,
             dropout: None,
-            q_bshd_strides: shape.is_some_and(|s| s.1),
+            q_bshd_strides: shape.is_some_and(|s| s.1.bshd),
             gpu_us: per_call,
             kernels: kernels.iter().map(|(k, us)| (k.clone(), us / count as f64)).collect(),
             grid_blocks: None,
@@ -226,7 +228,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         missing.push("platform not in the hardware table: pass --device".into());
     }
     let inputs = vec![csv_path.display().to_string(), meta_path.display().to_string()];
-    Ok(build_report(inputs, device, &calls, total_gpu, missing, suspect, TraceInfo::default(), opts))
+    Ok(build_report(inputs, device, &calls, total_gpu, missing, suspect, TraceInfo::default(), Vec::new(), opts))
 }
 
 /// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.

@@ -2,7 +2,10 @@
 //! ops and autograd nodes) with the kernels its subtree launched. Attention kernels that no attention
 //! operator launched (CUDA graph replays, traces without CPU ops) are reported from the kernel alone.
 
-use super::signature::{kernel_backend, signature, AttnBackend, CausalArg, Phase, QkvLayout, Signature};
+use super::ragged::{BatchLayout, Ragged};
+use super::signature::{
+    kernel_backend, kernel_layout, signature, AttnBackend, CausalArg, Phase, QkvLayout, RaggedArgs, Signature,
+};
 use super::{AttentionCall, Kind, MaskInfo, VariantsSeen};
 use crate::trace::kineto::{GpuKind, OpArgs, NO_ID};
 use crate::trace::tree::{OpTree, NONE};
@@ -107,6 +110,12 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
     for (c, call) in calls.iter_mut().enumerate() {
         call.grid_blocks = main_kernel[c].1;
         refine_backend(call);
+        if call.ragged.is_none() {
+            // An op without shapes still shows its layout through a serving kernel's name.
+            if let Some(l) = call.kernels.iter().find_map(|(k, _)| kernel_layout(k)) {
+                call.layout = l;
+            }
+        }
     }
     for (call, &root) in calls.iter_mut().zip(&roots) {
         note_windowed_mask(tree, root, &inside, call);
@@ -186,6 +195,9 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
     let mut q_bshd = false;
     let mut notes = Vec::new();
     let mut suspect = None;
+    let mut layout = BatchLayout::Dense;
+    let mut ragged = None;
+    let mut varlen_flash = false;
     let subtree: Vec<u32> = tree.subtree(root).collect();
     for &o in &subtree {
         let Some(sig) = sig_of(o) else { continue };
@@ -193,11 +205,23 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
             backend = sig.backend; // the deepest named backend wins
         }
         let Some(args) = ops[o as usize].args.as_deref() else { continue };
-        if shape.is_none() && suspect.is_none() {
-            match extract_shape(&sig, args).map(|x| checked_shape(x, tree.name(o))) {
-                Some(Ok((s, bshd, note))) => {
+        // The outermost shape wins, except that a packed batch found below a dense reading replaces it: an op
+        // above the packed call (a nested tensor's SDPA) may record the padded view, not the batch that ran.
+        let packed_below = shape.is_some() && layout == BatchLayout::Dense;
+        if (shape.is_none() || packed_below) && suspect.is_none() {
+            match extract_shape(&sig, args)
+                .map(|x| checked_shape(x, tree.name(o)).and_then(|x| checked_packing(x, tree.name(o))))
+                .filter(|x| !packed_below || x.as_ref().is_ok_and(|(_, p, _)| p.layout != BatchLayout::Dense))
+            {
+                Some(Ok((s, packing, note))) => {
                     shape = Some(s);
-                    q_bshd = bshd;
+                    q_bshd = packing.bshd;
+                    layout = packing.layout;
+                    ragged = packing.ragged;
+                    // PyTorch's flash kernel is FlashAttention-2, whose causal mask is aligned bottom-right in
+                    // each sequence; only the dense SDPA path (which refuses Sq != Sk with is_causal) makes that
+                    // the same as PyTorch's top-left.
+                    varlen_flash = layout != BatchLayout::Dense && sig.backend == AttnBackend::Flash;
                     dtype = args.ty(sig.qkv[0]).map(str::to_string);
                     if let Some(n) = note {
                         notes.push(n);
@@ -221,6 +245,13 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         }
     }
     let module = tree.module_path(root).into_iter().map(str::to_string).collect();
+    if varlen_flash && mask == Some(MaskInfo::CausalTopLeft) {
+        mask = Some(MaskInfo::CausalBottomRight);
+    }
+    if backend == AttnBackend::Vllm && layout == BatchLayout::Paged && mask.is_none() {
+        // vLLM's paged decode ops take no mask: each sequence's one query sees its whole cache.
+        mask = Some(MaskInfo::None);
+    }
     AttentionCall {
         kind: Kind::Fused,
         phase,
@@ -228,6 +259,8 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         op: tree.name(root).to_string(),
         module,
         shape,
+        layout,
+        ragged,
         dtype,
         mask: mask.unwrap_or(MaskInfo::Unknown),
         variants,
@@ -255,6 +288,14 @@ pub(crate) fn checked_shape<T, U>((s, a, b): (Shape, T, U), op: &str) -> Result<
     }
 }
 
+/// A packed batch whose counts lie within [`crate::trace::plausible::ragged`]'s bounds, or why they do not.
+fn checked_packing<U>((s, p, n): (Shape, Packing, U), op: &str) -> Result<(Shape, Packing, U), String> {
+    match p.ragged.map(|r| crate::trace::plausible::ragged(&r)) {
+        Some(Err(why)) => Err(format!("{} batch of `{op}`: {why}", p.layout.name())),
+        _ => Ok((s, p, n)),
+    }
+}
+
 fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
     let trace = tree.trace;
     let act = &trace.gpu[g];
@@ -270,6 +311,8 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
         op: if op != NONE { tree.name(op).to_string() } else { "(no launching op)".into() },
         module,
         shape: None,
+        layout: kernel_layout(name).unwrap_or_default(),
+        ragged: None,
         dtype: None,
         mask: MaskInfo::Unknown,
         variants: VariantsSeen::default(),
@@ -281,7 +324,9 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
         grid_blocks: act.grid.map(grid_blocks),
         parts: Vec::new(),
         notes: vec![
-            "attention kernel with no attention op above it (CUDA graph replay or no CPU ops): shape unknown".into()
+            "attention kernel with no attention op above it (CUDA graph replay, no CPU ops, or a serving library's \
+             op this reader has no signature for): shape unknown"
+                .into(),
         ],
         suspect: None,
         repeat: 1,
@@ -353,10 +398,41 @@ fn pos(v: i64) -> Option<usize> {
     (v > 0).then_some(v as usize)
 }
 
-/// Shape from Q/K/V dims; also whether Q is a `[B, S, H, D]` tensor viewed as BHSD, and a note.
-pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bool, Option<String>)> {
+/// How the operands of a call are laid out, besides its shape.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Packing {
+    /// Q is a `[B, S, H, D]` tensor (viewed as BHSD, or passed so).
+    pub bshd: bool,
+    /// Dense, varlen or paged.
+    pub layout: BatchLayout,
+    /// A varlen or paged batch's sequences.
+    pub ragged: Option<Ragged>,
+}
+
+fn dense(bshd: bool) -> Packing {
+    Packing { bshd, ..Packing::default() }
+}
+
+/// A non-negative count from dims or scalars (zero-length batches exist; negative values do not).
+fn count(v: i64) -> Option<usize> {
+    usize::try_from(v).ok()
+}
+
+/// An integer scalar of `Concrete Inputs`.
+fn concrete_int(args: &OpArgs, i: usize) -> Option<i64> {
+    args.concrete(i).and_then(|s| s.trim().parse::<i64>().ok())
+}
+
+/// Shape from Q/K/V dims; also how the operands are laid out, and a note.
+pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, Packing, Option<String>)> {
     let [qi, ki, vi] = sig.qkv;
     let (q, k, v) = (args.dim(qi)?, args.dim(ki)?, args.dim(vi)?);
+    if let Some(r) = sig.varlen_when_given {
+        // The offsets are a 1-d tensor when given; an absent optional tensor is recorded with no dims.
+        if args.dim(r.cu_q).is_some_and(|d| d.len() == 1) {
+            return packed(r, args, q, k, v);
+        }
+    }
     match sig.layout {
         QkvLayout::Bhsd => {
             let (b, q, k, v) = match (q.len(), k.len(), v.len()) {
@@ -374,7 +450,7 @@ pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bo
                 dv: pos(v[2])?,
             };
             let bshd = args.stride(qi).filter(|s| s.len() == 4).is_some_and(|s| s[1] < s[2]);
-            Some((shape, bshd, None))
+            Some((shape, dense(bshd), None))
         }
         QkvLayout::Bshd => {
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {
@@ -389,30 +465,68 @@ pub(crate) fn extract_shape(sig: &Signature, args: &OpArgs) -> Option<(Shape, bo
                 d: pos(q[3])?,
                 dv: pos(v[3])?,
             };
-            Some((shape, true, None))
+            Some((shape, dense(true), None))
         }
-        QkvLayout::Varlen { cu_q, max_q, max_k } => {
-            if q.len() != 3 || k.len() != 3 || v.len() != 3 {
+        QkvLayout::Varlen(r) => packed(r, args, q, k, v),
+        QkvLayout::VllmPaged(a) => {
+            // Q `[num_seqs, Hq, D]`, one query per sequence; V's cache `[num_blocks, Hkv, Dv, block_size]`.
+            let vc = args.dim(a.value_cache)?;
+            if q.len() != 3 || vc.len() != 4 {
                 return None;
             }
-            let b = args.dim(cu_q).and_then(|d| d.first().copied()).and_then(|n| n.checked_sub(1))?;
-            let sq = args.concrete(max_q).and_then(|s| s.trim().parse::<i64>().ok())?;
-            let sk = args.concrete(max_k).and_then(|s| s.trim().parse::<i64>().ok())?;
-            let shape = Shape {
-                b: pos(b)?,
-                hq: pos(q[1])?,
-                hkv: pos(k[1])?,
-                sq: pos(sq)?,
-                sk: pos(sk)?,
-                d: pos(q[2])?,
-                dv: pos(v[2])?,
-            };
-            Some((
-                shape,
-                true,
-                Some("variable-length batch: Sq and Sk are the maximum lengths, FLOPs are an upper bound".into()),
-            ))
+            let seqs = pos(q[0])?;
+            let hkv = concrete_int(args, a.num_kv_heads).and_then(pos).or_else(|| pos(vc[1]))?;
+            let page = concrete_int(args, a.block_size).and_then(pos).or_else(|| pos(vc[3]));
+            let max_k = pos(concrete_int(args, a.max_seq_len)?)?;
+            let shape = Shape { b: seqs, hq: pos(q[1])?, hkv, sq: 1, sk: max_k, d: pos(q[2])?, dv: pos(vc[2])? };
+            let ragged = Ragged { sequences: seqs, total_q: seqs, max_q: 1, total_k: None, max_k, page_size: page };
+            Some((shape, Packing { bshd: true, layout: BatchLayout::Paged, ragged: Some(ragged) }, None))
         }
         QkvLayout::None => None,
     }
+}
+
+/// A packed batch: Q `[total_q, Hq, D]` (PyTorch's efficient kernel takes `[1, total_q, Hq, D]`), K and V
+/// `[total_k, Hkv, D]`, or pages `[num_pages, page_size, Hkv, D]` when a block table is passed.
+fn packed(r: RaggedArgs, args: &OpArgs, q: &[i64], k: &[i64], v: &[i64]) -> Option<(Shape, Packing, Option<String>)> {
+    let unit_batch = |d: &[i64]| -> Vec<i64> {
+        if d.len() == 4 && d[0] == 1 {
+            d[1..].to_vec()
+        } else {
+            d.to_vec()
+        }
+    };
+    let q = unit_batch(q);
+    let offsets = args.dim(r.cu_q)?;
+    let sequences = pos(offsets.first()?.checked_sub(1)?)?;
+    let max_q = count(concrete_int(args, r.max_q)?)?;
+    let max_k = count(concrete_int(args, r.max_k)?)?;
+    let paged = r.block_table.and_then(|i| args.dim(i)).is_some_and(|d| d.len() == 2);
+    let (k, v, total_k, page_size, layout) = if paged {
+        if k.len() != 4 || v.len() != 4 {
+            return None;
+        }
+        (&k[1..], &v[1..], None, pos(k[1]), BatchLayout::Paged)
+    } else {
+        if k.len() < 3 || v.len() < 3 {
+            return None;
+        }
+        let (k, v) = (&k[k.len() - 3..], &v[v.len() - 3..]);
+        (k, v, Some(count(k[0])?), None, BatchLayout::Varlen)
+    };
+    if q.len() != 3 {
+        return None;
+    }
+    let shape = Shape {
+        b: sequences,
+        hq: pos(q[1])?,
+        hkv: pos(k[1])?,
+        sq: (max_q > 0).then_some(max_q)?,
+        sk: (max_k > 0).then_some(max_k)?,
+        d: pos(q[2])?,
+        dv: pos(v[2])?,
+    };
+    let ragged = Ragged { sequences, total_q: count(q[0])?, max_q, total_k, max_k, page_size };
+    let note = format!("{} batch: Sq and Sk in the shape are the longest lengths", layout.name());
+    Some((shape, Packing { bshd: true, layout, ragged: Some(ragged) }, Some(note)))
 }

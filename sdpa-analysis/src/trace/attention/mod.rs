@@ -1,13 +1,17 @@
 //! Attention detection on an [`OpTree`]: fused calls ([`fused`], FlexAttention's Triton kernels refined by
 //! [`flex`]) and eager matmul-softmax-matmul chains ([`unfused`]), each as an [`AttentionCall`] with what the
-//! trace says about its shape, dtype, mask, variants (window, softcap, ALiBi: [`VariantsSeen`]) and kernels.
+//! trace says about its shape, dtype, mask, variants (window, softcap, ALiBi: [`VariantsSeen`]), batch layout
+//! (dense, varlen or paged: [`ragged`]) and kernels. [`cache_write`] finds the paged cache's write step.
 
+pub mod cache_write;
 pub mod flex;
 pub mod fused;
 pub mod positions;
+pub mod ragged;
 pub mod signature;
 pub mod unfused;
 
+pub use ragged::{BatchLayout, Ragged, WorkBound};
 pub use signature::{AttnBackend, Phase};
 
 use crate::trace::tree::OpTree;
@@ -197,8 +201,14 @@ pub struct AttentionCall {
     pub op: String,
     /// `nn.Module` path, outermost first (empty when the trace has no module frames).
     pub module: Vec<String>,
-    /// Logical shape, when the trace recorded shapes.
+    /// Logical shape, when the trace recorded shapes; for a varlen or paged batch the envelope (B sequences,
+    /// Sq and Sk their longest lengths), with [`AttentionCall::ragged`] telling the rest.
     pub shape: Option<Shape>,
+    /// Dense, varlen or paged.
+    pub layout: BatchLayout,
+    /// For a varlen or paged batch, what the trace recorded of its sequences (costs come from it, exact or
+    /// bounded).
+    pub ragged: Option<Ragged>,
     /// PyTorch dtype string of Q, e.g. `c10::BFloat16`.
     pub dtype: Option<String>,
     /// Mask.
@@ -265,7 +275,8 @@ pub fn elem_bytes(t: &str) -> f64 {
         return d.size_bytes() as f64;
     }
     let l = t.to_ascii_lowercase();
-    if l.contains("float8") || l.contains("fp8") || l.contains("int8") || l.contains("uint8") {
+    // `unsigned char`: how kineto names uint8, the dtype of vLLM's FP8 caches.
+    if l.contains("float8") || l.contains("fp8") || l.contains("int8") || l.contains("uint8") || l.ends_with(" char") {
         1.0
     } else if l == "double" {
         8.0

@@ -2,6 +2,7 @@
 //! schemas in PyTorch's `native_functions.yaml` and flash-attn's Python bindings, so `Concrete Inputs[i]`
 //! and `Input Dims[i]` can be read by index.
 
+use super::ragged::BatchLayout;
 use serde::Serialize;
 
 /// Forward or backward pass.
@@ -43,6 +44,10 @@ pub enum AttnBackend {
     Flex,
     /// AMD's Composable Kernel / aiter fused attention.
     Ck,
+    /// vLLM's PagedAttention kernels (`paged_attention_v1_kernel`, `paged_attention_v2_kernel` and its reduce).
+    Vllm,
+    /// FlashInfer's batch kernels over paged or ragged KV caches.
+    FlashInfer,
     /// PyTorch's CPU flash kernel.
     CpuFlash,
     /// A backend registered through `_fused_attention_overrideable` (out-of-tree devices).
@@ -64,6 +69,8 @@ impl AttnBackend {
             AttnBackend::FlashAttn => "flash_attn",
             AttnBackend::Flex => "flex",
             AttnBackend::Ck => "ck",
+            AttnBackend::Vllm => "vllm",
+            AttnBackend::FlashInfer => "flashinfer",
             AttnBackend::CpuFlash => "cpu_flash",
             AttnBackend::Overrideable => "overrideable",
             AttnBackend::Unknown => "unknown",
@@ -85,16 +92,56 @@ pub enum QkvLayout {
     /// `[B, S, H, D]` (flash-attn, PyTorch's `_flash_attention_forward`).
     Bshd,
     /// Packed `[total_tokens, H, D]` with cumulative lengths and maximum lengths.
-    Varlen {
-        /// Index of `cu_seqlens_q` (its length is B + 1).
-        cu_q: usize,
-        /// Index of `max_seqlen_q`.
-        max_q: usize,
-        /// Index of `max_seqlen_k`.
-        max_k: usize,
-    },
+    Varlen(RaggedArgs),
+    /// vLLM's paged decode ops: Q `[num_seqs, Hq, D]`, one query per sequence, against a paged cache.
+    VllmPaged(VllmArgs),
     /// The op does not carry Q/K/V shapes (autograd nodes).
     None,
+}
+
+/// Where a varlen op keeps its sequence bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaggedArgs {
+    /// Index of the query offsets (`cu_seqlens_q`, `cum_seq_q`): B + 1 of them.
+    pub cu_q: usize,
+    /// Index of the longest query length (`max_seqlen_q`, `max_q`).
+    pub max_q: usize,
+    /// Index of the longest key length (`max_seqlen_k`, `max_k`).
+    pub max_k: usize,
+    /// Index of a block table (`[B, max_pages]`): when one is passed, K and V are pages
+    /// `[num_pages, page_size, Hkv, D]` of a cache.
+    pub block_table: Option<usize>,
+}
+
+const fn ragged(cu_q: usize, max_q: usize, max_k: usize, block_table: Option<usize>) -> RaggedArgs {
+    RaggedArgs { cu_q, max_q, max_k, block_table }
+}
+
+/// Where vLLM's `paged_attention_v1` / `_v2` ops keep their arguments (`csrc/torch_bindings.cpp`: `out, query,
+/// key_cache, value_cache, num_kv_heads, scale, block_tables, seq_lens, block_size, max_seq_len, alibi_slopes,
+/// kv_cache_dtype, ...`; v2 has `exp_sums, max_logits, tmp_out` after `out`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VllmArgs {
+    /// Index of the query `[num_seqs, Hq, D]`.
+    pub query: usize,
+    /// Index of the value cache `[num_blocks, Hkv, Dv, block_size]`.
+    pub value_cache: usize,
+    /// Index of `num_kv_heads`.
+    pub num_kv_heads: usize,
+    /// Index of `block_size` (tokens per page).
+    pub block_size: usize,
+    /// Index of `max_seq_len`.
+    pub max_seq_len: usize,
+}
+
+const fn vllm(first: usize) -> VllmArgs {
+    VllmArgs {
+        query: first,
+        value_cache: first + 2,
+        num_kv_heads: first + 3,
+        block_size: first + 7,
+        max_seq_len: first + 8,
+    }
 }
 
 /// How the op says "causal".
@@ -135,6 +182,10 @@ pub struct Signature {
     pub softcap: Option<usize>,
     /// Input index of flash-attn's `alibi_slopes` tensor (absent: off).
     pub alibi: Option<usize>,
+    /// For ops that take either dense or packed inputs (PyTorch's `_flash_attention_forward` and
+    /// `_efficient_attention_forward`, which nested tensors and `varlen_attn` call with offsets): where the
+    /// offsets are; the call is varlen when they are passed.
+    pub varlen_when_given: Option<RaggedArgs>,
 }
 
 const fn sig(
@@ -159,7 +210,13 @@ const fn sig(
         window: None,
         softcap: None,
         alibi: None,
+        varlen_when_given: None,
     }
+}
+
+/// `s`, read as varlen when the offsets at `r` are passed.
+const fn or_varlen(s: Signature, r: RaggedArgs) -> Signature {
+    Signature { varlen_when_given: Some(r), ..s }
 }
 
 /// flash-attn 2.6+ passes `window_size_left, window_size_right, softcap, alibi_slopes` right after `causal`
@@ -190,9 +247,34 @@ pub fn signature(name: &str) -> Option<Signature> {
         "aten::_scaled_dot_product_fused_attention_overrideable" => {
             sig(Fwd, Overrideable, Bhsd, 0, Some(3), Some(4), TopLeft(5), Some(7))
         }
-        "aten::_flash_attention_forward" => sig(Fwd, Flash, Bshd, 0, None, Some(7), TopLeft(8), Some(10)),
-        "aten::_efficient_attention_forward" => {
-            sig(Fwd, Efficient, Bshd, 0, Some(3), Some(8), CustomMaskType(9), Some(11))
+        // `_flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+        // return_debug_mask, *, scale, ...)` (native_functions.yaml); nested tensors and `varlen_attn` pass the
+        // offsets, dense SDPA passes None.
+        "aten::_flash_attention_forward" => {
+            or_varlen(sig(Fwd, Flash, Bshd, 0, None, Some(7), TopLeft(8), Some(10)), ragged(3, 5, 6, None))
+        }
+        // `_efficient_attention_forward(query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+        // max_seqlen_k, dropout_p, custom_mask_type, ...)`: nested tensors pass Q as `[1, total, H, D]`.
+        "aten::_efficient_attention_forward" => or_varlen(
+            sig(Fwd, Efficient, Bshd, 0, Some(3), Some(8), CustomMaskType(9), Some(11)),
+            ragged(4, 6, 7, None),
+        ),
+        // PyTorch >= 2.10's `torch.nn.attention.varlen.varlen_attn` runs through the custom op
+        // `torch_attn::_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, scale, ...)`
+        // (`torch/nn/attention/varlen.py`), which calls `_flash_attention_forward`; its causal mask is
+        // FlashAttention's, bottom-right in each sequence (the same as top-left where Sq = Sk).
+        // Some 2.10 builds registered it as `torch_nn_attention::_varlen_attn`, with the same arguments.
+        "torch_attn::_varlen_attn" | "torch_nn_attention::_varlen_attn" => {
+            sig(Fwd, Flash, QkvLayout::Varlen(ragged(3, 5, 6, None)), 0, None, None, BottomRight(7), Some(8))
+        }
+        "torch_attn::_varlen_attn_out" => {
+            sig(Fwd, Flash, QkvLayout::Varlen(ragged(4, 6, 7, None)), 1, None, None, BottomRight(8), Some(9))
+        }
+        "_C::paged_attention_v1" => {
+            sig(Fwd, Vllm, QkvLayout::VllmPaged(vllm(1)), 1, None, None, CausalArg::None, Some(5))
+        }
+        "_C::paged_attention_v2" => {
+            sig(Fwd, Vllm, QkvLayout::VllmPaged(vllm(4)), 4, None, None, CausalArg::None, Some(8))
         }
         "aten::_cudnn_attention_forward" => sig(Fwd, Cudnn, Bhsd, 0, Some(3), Some(9), TopLeft(10), Some(12)),
         "flash_attn::_flash_attn_forward" => {
@@ -202,7 +284,10 @@ pub fn signature(name: &str) -> Option<Signature> {
             sig(
                 Fwd,
                 FlashAttn,
-                QkvLayout::Varlen { cu_q: 3, max_q: 5, max_k: 6 },
+                // flash-attn >= 2.6: `(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                // softmax_scale, causal, window_size_left, window_size_right, softcap, alibi_slopes,
+                // return_softmax, block_table, ...)` (`flash_attn/flash_attn_interface.py`).
+                QkvLayout::Varlen(ragged(3, 5, 6, Some(15))),
                 0,
                 None,
                 Some(7),
@@ -237,7 +322,7 @@ pub fn signature(name: &str) -> Option<Signature> {
             sig(
                 Bwd,
                 FlashAttn,
-                QkvLayout::Varlen { cu_q: 9, max_q: 11, max_k: 12 },
+                QkvLayout::Varlen(ragged(9, 11, 12, None)),
                 1,
                 None,
                 Some(13),
@@ -297,10 +382,54 @@ pub fn flex_phase(name: &str) -> Option<Phase> {
     Some(if name.contains("backward") { Phase::Bwd } else { Phase::Fwd })
 }
 
+/// Serving kernels, by the names their sources give them, with the layout each one reads. vLLM:
+/// `csrc/attention/paged_attention_v1.cu` / `_v2.cu` (`vllm::paged_attention_v1_kernel`,
+/// `vllm::paged_attention_v2_kernel`, `vllm::paged_attention_v2_reduce_kernel`, which merges v2's partitions).
+/// FlashInfer: `include/flashinfer/attention/decode.cuh` and `prefill.cuh` (`BatchDecodeWithPagedKVCacheKernel`,
+/// `BatchPrefillWithPagedKVCacheKernel`, `BatchPrefillWithRaggedKVCacheKernel`).
+const SERVING_KERNELS: &[(&str, AttnBackend, BatchLayout)] = &[
+    ("paged_attention_v1_kernel", AttnBackend::Vllm, BatchLayout::Paged),
+    ("paged_attention_v2_kernel", AttnBackend::Vllm, BatchLayout::Paged),
+    ("paged_attention_v2_reduce_kernel", AttnBackend::Vllm, BatchLayout::Paged),
+    ("BatchDecodeWithPagedKVCacheKernel", AttnBackend::FlashInfer, BatchLayout::Paged),
+    ("BatchPrefillWithPagedKVCacheKernel", AttnBackend::FlashInfer, BatchLayout::Paged),
+    ("BatchPrefillWithRaggedKVCacheKernel", AttnBackend::FlashInfer, BatchLayout::Varlen),
+];
+
+/// The serving kernel a GPU kernel name is, with its backend and layout.
+fn serving_kernel(kernel: &str) -> Option<(AttnBackend, BatchLayout)> {
+    SERVING_KERNELS.iter().find(|(k, _, _)| kernel.contains(k)).map(|&(_, b, l)| (b, l))
+}
+
+/// The layout a kernel name reveals: paged or ragged for the serving kernels; `None` for kernels that read
+/// any layout (FlashAttention's `flash_fwd_splitkv_kernel` takes its block table at run time).
+pub fn kernel_layout(kernel: &str) -> Option<BatchLayout> {
+    serving_kernel(kernel).map(|(_, l)| l)
+}
+
+/// The "write to cache" step of serving (new keys and values copied into their pages), by kernel name:
+/// vLLM's `vllm::reshape_and_cache_kernel` and `vllm::reshape_and_cache_flash_kernel` (`csrc/cache_kernels.cu`)
+/// and FlashInfer's `AppendPagedKVCacheKernel` (`include/flashinfer/page.cuh`). Not attention, but time that
+/// paged attention brings with it.
+pub fn is_cache_write_kernel(kernel: &str) -> bool {
+    kernel.contains("reshape_and_cache_kernel")
+        || kernel.contains("reshape_and_cache_flash_kernel")
+        || kernel.contains("AppendPagedKVCacheKernel")
+}
+
+/// The same step as an op: vLLM's `_C_cache_ops::reshape_and_cache` and `_C_cache_ops::reshape_and_cache_flash`
+/// (`csrc/torch_bindings.cpp`, the `_cache_ops` library).
+pub fn is_cache_write_op(op: &str) -> bool {
+    matches!(op, "_C_cache_ops::reshape_and_cache" | "_C_cache_ops::reshape_and_cache_flash")
+}
+
 /// The backend a GPU kernel name reveals, if it is an attention kernel.
 pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
     if flex_phase(kernel).is_some() {
         return Some(AttnBackend::Flex);
+    }
+    if let Some((backend, _)) = serving_kernel(kernel) {
+        return Some(backend);
     }
     let k = kernel.to_ascii_lowercase();
     if k.contains("cudnn") && (k.contains("sdpa") || k.contains("fmha") || k.contains("flash") || k.contains("attn")) {
@@ -342,6 +471,15 @@ mod tests {
         assert_eq!(k("triton_tem_fused_flex_attention_backward_1"), Some(AttnBackend::Flex));
         assert_eq!(k("triton_poi_fused_add_mul_0"), None);
         assert_eq!(k("void (anonymous namespace)::softmax_warp_forward<c10::Half>"), None);
+        assert_eq!(
+            k("void vllm::paged_attention_v2_kernel<__nv_bfloat16, __nv_bfloat16, 128, 16, 128, (vllm::Fp8KVCacheDataType)0, false, 512>"),
+            Some(AttnBackend::Vllm)
+        );
+        assert_eq!(k("void flashinfer::BatchDecodeWithPagedKVCacheKernel<>"), Some(AttnBackend::FlashInfer));
+        assert_eq!(kernel_layout("flashinfer::BatchPrefillWithRaggedKVCacheKernel<>"), Some(BatchLayout::Varlen));
+        assert_eq!(kernel_layout("void flash::flash_fwd_splitkv_kernel<>"), None);
+        assert!(is_cache_write_kernel("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"));
+        assert_eq!(k("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"), None, "writing is not attention");
     }
 
     #[test]

@@ -104,8 +104,10 @@ fn wants_args(name: &str) -> bool {
     if let Some(op) = name.strip_prefix("aten::") {
         return ATEN.contains(&op) || op.contains("attention");
     }
-    // `ttention` also keeps FlexAttention's Triton kernels (`triton_tem_fused_flex_attention_0`).
+    // `ttention` also keeps FlexAttention's Triton kernels (`triton_tem_fused_flex_attention_0`) and vLLM's
+    // `_C::paged_attention_v1`/`_v2`; `varlen_attn` PyTorch's `torch_attn::_varlen_attn`.
     name.contains("ttention")
+        || name.contains("varlen_attn")
         || name.contains("flex_decoding")
         || name.starts_with("flash_attn")
         || name.contains("FlashAttn")

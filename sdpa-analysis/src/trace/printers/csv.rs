@@ -35,6 +35,12 @@ const HEADER: &[&str] = &[
     "bound",
     "top_kernel",
     "variants",
+    "layout",
+    "work",
+    "sequences",
+    "total_q",
+    "total_k",
+    "page_size",
 ];
 
 /// Quotes a field when it holds a comma, quote or newline (RFC 4180).
@@ -88,6 +94,12 @@ pub fn render(r: &TraceReport) -> String {
             o(a.bound.map(|b| format!("{b:?}").to_lowercase())),
             a.kernels.first().map(|k| k.name.clone()).unwrap_or_default(),
             a.variants.clone(),
+            a.layout.name().into(),
+            a.work.name().into(),
+            o(a.ragged.map(|r| r.sequences)),
+            o(a.ragged.map(|r| r.total_q)),
+            o(a.ragged.and_then(|r| r.total_k)),
+            o(a.ragged.and_then(|r| r.page_size)),
         ];
         out.push_str(&row.iter().map(|f| field(f)).collect::<Vec<_>>().join(","));
         out.push('\n');

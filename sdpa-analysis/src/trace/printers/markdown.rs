@@ -24,6 +24,16 @@ pub fn render(r: &TraceReport) -> String {
         sm.attention_calls
     );
     let _ = writeln!(s, "- Fused attention kernels in use: {}.", if sm.fused_kernels_in_use { "yes" } else { "no" });
+    if sm.cache_write_time_us > 0.0 {
+        let names: Vec<String> =
+            sm.cache_write_kernels.iter().map(|k| format!("`{}` {:.1} µs", k.name, k.total_us)).collect();
+        let _ = writeln!(
+            s,
+            "- Attention-adjacent: KV cache writes {:.1} µs ({}), not counted as attention.",
+            sm.cache_write_time_us,
+            names.join(", ")
+        );
+    }
     for m in &r.missing {
         let _ = writeln!(s, "- Missing: {m}");
     }
@@ -36,10 +46,12 @@ pub fn render(r: &TraceReport) -> String {
     } else {
         let _ = writeln!(
             s,
-            "| kind | pass | backend | module | B,Hq,Hkv,Sq,Sk,D | dtype | mask | calls | total µs | mean µs | TFLOP/s | TB/s | efficiency | expected band | bound |"
+            "| kind | pass | backend | module | B,Hq,Hkv,Sq,Sk,D | layout | dtype | mask | calls | total µs | mean µs | TFLOP/s | TB/s | efficiency | work | expected band | bound |"
         );
-        let _ =
-            writeln!(s, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+        let _ = writeln!(
+            s,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
         for o in &r.attention_ops {
             let band = o
                 .expected_band
@@ -48,22 +60,38 @@ pub fn render(r: &TraceReport) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
                 o.kind.name(),
                 o.phase.name(),
                 o.backend.name(),
                 o.module,
                 o.shape_label(),
+                o.layout_label(),
                 o.dtype.as_deref().unwrap_or("-"),
                 o.mask_and_variants(),
                 o.count,
                 o.total_us,
                 o.mean_us,
-                opt(o.tflops, 1),
-                opt(o.tbps, 2),
-                o.efficiency.map(pct).unwrap_or_else(|| "-".into()),
+                o.bounded(opt(o.tflops, 1)),
+                o.bounded(opt(o.tbps, 2)),
+                o.bounded(o.efficiency.map(pct).unwrap_or_else(|| "-".into())),
+                o.work.name(),
                 band,
                 o.bound.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_else(|| "-".into())
+            );
+        }
+    }
+    let bounded: Vec<_> = r.attention_ops.iter().filter(|o| o.work_why.is_some()).collect();
+    if !bounded.is_empty() {
+        let _ = writeln!(s, "\nWork of varlen and paged ops (`>=`: a lower bound, `<=`: an upper bound):\n");
+        for o in bounded {
+            let _ = writeln!(
+                s,
+                "- {} ({}): {}: {}",
+                o.layout_label(),
+                o.backend.name(),
+                o.work.name(),
+                o.work_why.as_deref().unwrap_or("")
             );
         }
     }
@@ -79,7 +107,13 @@ pub fn render(r: &TraceReport) -> String {
         if let Some(sp) = &f.expected_speedup {
             let _ = writeln!(s, "Expected speedup: {:.1}-{:.1}x ({}).\n", sp.low, sp.high, sp.source);
         }
+        if let Some(why) = &f.replay_note {
+            let _ = writeln!(s, "Replay: none, {why}.\n");
+        }
         if let Some(rp) = &f.replay {
+            if let Some(note) = &rp.note {
+                let _ = writeln!(s, "Replay note: {note}.\n");
+            }
             let spec = serde_json::to_string(&rp.spec).unwrap_or_default();
             let _ = writeln!(
                 s,

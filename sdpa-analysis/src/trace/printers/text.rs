@@ -1,6 +1,7 @@
 //! The terminal summary of `sdpa analyze`.
 
 use super::{opt, pct};
+use crate::trace::attention::BatchLayout;
 use crate::trace::report::TraceReport;
 use std::fmt::Write;
 
@@ -40,12 +41,13 @@ pub fn render(r: &TraceReport) -> String {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<38} {:>5} {:>10} {:>9} {:>7} {:>7} {:<12}",
+            "{:<8} {:<4} {:<10} {:<28} {:<22} {:<6} {:<5} {:<38} {:>5} {:>10} {:>9} {:>9} {:>9} {:<12}",
             "kind",
             "pass",
             "backend",
             "module",
             "B,Hq,Hkv,Sq,Sk,D",
+            "layout",
             "dtype",
             "mask",
             "calls",
@@ -64,22 +66,40 @@ pub fn render(r: &TraceReport) -> String {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 s,
-                "{:<8} {:<4} {:<10} {:<28} {:<22} {:<5} {:<38} {:>5} {:>10.1} {:>9.1} {:>7} {:>7} {:<12}",
+                "{:<8} {:<4} {:<10} {:<28} {:<22} {:<6} {:<5} {:<38} {:>5} {:>10.1} {:>9.1} {:>9} {:>9} {:<12}",
                 o.kind.name(),
                 o.phase.name(),
                 o.backend.name(),
                 truncate(module, 28),
                 o.shape_label(),
+                o.layout.name(),
                 o.dtype.as_deref().unwrap_or("-"),
                 truncate(&o.mask_and_variants(), 38),
                 o.count,
                 o.total_us,
                 o.mean_us,
-                opt(o.tflops, 1),
-                o.efficiency.map(pct).unwrap_or_else(|| "-".into()),
+                o.bounded(opt(o.tflops, 1)),
+                o.bounded(o.efficiency.map(pct).unwrap_or_else(|| "-".into())),
                 band
             );
         }
+        // Varlen and paged ops: what the trace recorded of their sequences, and how far their work is known.
+        for o in r.attention_ops.iter().filter(|o| o.layout != BatchLayout::Dense) {
+            let _ =
+                writeln!(s, "  {} ({} {}): work {}", o.layout_label(), o.backend.name(), o.phase.name(), o.work.name());
+            if let Some(why) = &o.work_why {
+                let _ = writeln!(s, "      {why}");
+            }
+        }
+    }
+    if r.summary.cache_write_time_us > 0.0 {
+        let names: Vec<&str> = r.summary.cache_write_kernels.iter().map(|k| k.name.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "attention-adjacent: KV cache writes {:.1} µs ({})",
+            r.summary.cache_write_time_us,
+            truncate(&names.join(", "), 100)
+        );
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "findings:");
@@ -87,6 +107,8 @@ pub fn render(r: &TraceReport) -> String {
         let _ = writeln!(s, "  [{}] path {}: {}", f.severity.name(), f.path, f.title);
         if let Some(rp) = &f.replay {
             let _ = writeln!(s, "      replay: {}", rp.command);
+        } else if let Some(why) = &f.replay_note {
+            let _ = writeln!(s, "      replay: none ({why})");
         }
     }
     s
