@@ -83,6 +83,8 @@ pub struct OperandBytes {
     pub mask: u64,
     /// The LSE output.
     pub lse: u64,
+    /// A paged cache's block table (`u32` per entry), 0 without one.
+    pub block_table: u64,
 }
 
 impl OperandBytes {
@@ -106,12 +108,19 @@ impl OperandBytes {
             o: bytes(Operand::O)?,
             mask,
             lse: f32_bytes(spec.lse_len()?, "bytes of lse")?,
+            block_table: match spec.ragged.as_ref().and_then(|r| r.pages.map(|p| (r.batch(), p.max_pages))) {
+                Some((b, cols)) => b
+                    .checked_mul(cols)
+                    .and_then(|n| (n as u64).checked_mul(4))
+                    .ok_or_else(|| SdpaError::overflow("bytes of the block table"))?,
+                None => 0,
+            },
         })
     }
 
     /// Q, K, V and the mask: what a caller's inputs hold.
     pub fn inputs(&self) -> u64 {
-        self.q.saturating_add(self.k).saturating_add(self.v).saturating_add(self.mask)
+        self.q.saturating_add(self.k).saturating_add(self.v).saturating_add(self.mask).saturating_add(self.block_table)
     }
 
     /// Inputs, output and LSE: one call's buffers.

@@ -259,17 +259,27 @@ impl Ragged {
     /// the sequences use, pages repeat (shared pages, as prefix sharing makes them). Unused columns hold
     /// `u32::MAX`, which no kernel may read.
     pub fn shuffled_block_table(&self, seed: u64) -> Result<Vec<u32>> {
-        use rand::seq::SliceRandom;
-        use rand::SeedableRng;
+        use rand::{Rng, SeedableRng};
         let p = self.pages.ok_or_else(|| SdpaError::invalid("a block table needs paged K/V"))?;
         let len = self.batch().checked_mul(p.max_pages).ok_or_else(|| SdpaError::overflow("block table"))?;
         let mut table = crate::memory::try_filled(len, u32::MAX, "the block table")?;
-        let mut pool: Vec<u32> = (0..p.num_pages.min(u32::MAX as usize) as u32).collect();
-        pool.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+        // A Fisher-Yates shuffle of the pool drawn lazily (only the positions it touches are stored), so a
+        // pool far larger than the pages in use costs nothing; past the pool's end it starts over.
+        let pool = p.num_pages.clamp(1, u32::MAX as usize);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut moved: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
         let mut next = 0usize;
         for (b, &sk) in self.seqlens_k.iter().enumerate() {
             for c in 0..p.pages_for(sk).min(p.max_pages) {
-                table[b * p.max_pages + c] = pool[next % pool.len().max(1)];
+                let at = next % pool;
+                if at == 0 {
+                    moved.clear();
+                }
+                let pick = rng.gen_range(at..pool);
+                let chosen = *moved.get(&pick).unwrap_or(&pick);
+                let displaced = *moved.get(&at).unwrap_or(&at);
+                moved.insert(pick, displaced);
+                table[b * p.max_pages + c] = chosen as u32;
                 next += 1;
             }
         }

@@ -15,7 +15,7 @@ use proptest::sample::Index;
 use sdpa_core::record::{parse_results, BenchSpec};
 use sdpa_core::{
     reference_attention, Alibi, AttentionCost, AttentionSpec, DType, Diagonal, ExplicitMask, HostInputs, Layout, Mask,
-    MaskValues, Operand, Shape, Strides, Variants, Window,
+    MaskValues, Operand, Paging, Ragged, Shape, Strides, Variants, Window,
 };
 use std::sync::OnceLock;
 
@@ -177,6 +177,63 @@ proptest! {
             prop_assert_eq!(out.o.len() as u128, rows * dv as u128);
         } else if host.iter().any(|&x| x > isize::MAX as u128) {
             prop_assert!(HostInputs::random(&spec, 7).is_err());
+        }
+    }
+
+    /// Arbitrary ragged batches and paged caches: hostile lengths (0, huge, lists of the wrong length), page
+    /// geometry (size 0 or past 256, pools too small, tables too narrow) and corrupted block tables
+    /// validate or fail cleanly; small valid ones run the reference, and a table entry outside the pool is
+    /// an error from the input check, never an out-of-bounds read.
+    #[test]
+    fn arbitrary_ragged_batches_validate_or_fail_cleanly(
+        lens in prop::collection::vec((dim(), dim()), 0..6),
+        (hq, hkv, d, dv) in (1usize..5, 1usize..3, dim(), 1usize..9),
+        bound in (dim(), dim()),
+        paged in prop::option::of((dim(), dim(), dim())),
+        causal in 0u8..3, bshd in any::<bool>(), variants in variants(),
+        corrupt in prop::option::of((any::<Index>(), any::<u32>())),
+    ) {
+        let seqlens_q: Vec<usize> = lens.iter().map(|l| l.0).collect();
+        let seqlens_k: Vec<usize> = lens.iter().map(|l| l.1).collect();
+        let mut r = Ragged::new(seqlens_q, seqlens_k);
+        r.pages = paged.map(|(page_size, num_pages, max_pages)| Paging { page_size, num_pages, max_pages });
+        let shape = Shape { b: lens.len(), hq: hq * hkv, hkv, sq: bound.0, sk: bound.1, d, dv };
+        let layout = if bshd { Layout::Bshd } else { Layout::Bhsd };
+        let mask = [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight][causal as usize];
+        let spec = AttentionSpec::new(shape, DType::F32).with_mask(mask).with_variants(variants).with_ragged(r, layout);
+        if spec.validate().is_err() {
+            return Ok(());
+        }
+        let c = AttentionCost::of_spec(&spec);
+        prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+        let lens: Vec<u128> = [Operand::Q, Operand::K, Operand::V, Operand::O]
+            .into_iter()
+            .map(|op| spec.required_len(op).unwrap() as u128)
+            .collect();
+        let rows = spec.lse_len().unwrap() as u128;
+        let table = sdpa_core::memory::OperandBytes::of(&spec).unwrap().block_table as u128;
+        if table > 1 << 20 {
+            // A block table the host cannot hold is an error, not an abort.
+            if let Err(e) = HostInputs::random(&spec, 9) {
+                let clean = matches!(e, sdpa_core::SdpaError::InsufficientMemory { .. } | sdpa_core::SdpaError::SizeOverflow { .. });
+                prop_assert!(clean, "{e}");
+            }
+            return Ok(());
+        }
+        if lens.iter().sum::<u128>() <= 1 << 18 && rows * spec.shape.sk as u128 * (d + dv) as u128 <= 1 << 18 {
+            let mut inputs = HostInputs::random(&spec, 9).unwrap();
+            let out = reference_attention(&spec, &inputs).unwrap();
+            prop_assert_eq!(out.o.len() as u128, rows * dv as u128);
+            if let (Some(t), Some((at, page))) = (inputs.block_table.as_mut(), corrupt) {
+                if !t.is_empty() {
+                    let i = at.index(t.len());
+                    t[i] = page;
+                    // Either the entry is unused or inside the pool (then it runs), or the check refuses it.
+                    if inputs.check(&spec).is_ok() {
+                        prop_assert!(reference_attention(&spec, &inputs).is_ok());
+                    }
+                }
+            }
         }
     }
 }
