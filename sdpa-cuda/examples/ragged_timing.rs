@@ -1,5 +1,5 @@
 //! Times `fa2` on a ragged batch against dense calls doing the same work, in one process (issue 23's speed
-//! case): bf16, Hq = Hkv = 16, D = 128, 16 sequences of 143 to 8192 tokens (65536 in all, lengths off the
+//! case): bf16, Hq = Hkv = 16, D = 128, 16 sequences of 128 to 8192 tokens (65536 in all, lengths off the
 //! tiles included), not causal and causal bottom-right. "The same work" two ways:
 //! - `dense L`: one dense B = 1 call whose length L gives the same number of (query, key) pairs as the
 //!   batch (non-causal: L² = Σ s²; causal: L(L+1)/2 = Σ s(s+1)/2, L rounded to a multiple of 64);
@@ -9,9 +9,9 @@
 //! TFLOPS are 4·pairs·D·Hq over the median device-event time (L2 flushed before each call,
 //! `AttentionCost::of_spec`, which counts each sequence's own band); the ratio column is the ragged call's
 //! TFLOPS over that line's. The ragged call is checked on a few rows against the f64 reference.
-//! Optional: `paged P` also times the batch read from a paged cache of page size P.
+//! Optional: page sizes (comma-separated) also time the batch read from a paged cache of each page size.
 //!
-//!     cargo run --release -p sdpa-cuda --example ragged_timing -- [reps] [page size]
+//!     cargo run --release -p sdpa-cuda --example ragged_timing -- [reps] [page sizes, e.g. 16,256]
 
 use sdpa_core::check::check_output;
 use sdpa_core::{
@@ -50,7 +50,10 @@ fn tflops(spec: &AttentionSpec, ms: f64) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let reps: usize = args.get(1).map_or(Ok(10), |x| x.parse())?;
-    let page: Option<usize> = args.get(2).map(|x| x.parse()).transpose()?;
+    let pages: Vec<usize> = match args.get(2) {
+        Some(x) => x.split(',').map(|p| p.trim().parse()).collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     let gpu = CudaBackend::new(0)?;
     let total: usize = LENGTHS.iter().sum();
     let longest = LENGTHS.iter().copied().max().unwrap_or(1);
@@ -65,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for mask in [Mask::None, Mask::CausalBottomRight] {
         let ragged = |r: Ragged| AttentionSpec::new(shape, DType::BF16).with_ragged(r, Layout::Bshd).with_mask(mask);
         let mut calls = vec![("ragged varlen".to_string(), ragged(Ragged::new(LENGTHS.to_vec(), LENGTHS.to_vec())))];
-        if let Some(p) = page {
+        for &p in &pages {
             calls.push((
                 format!("ragged paged {p}"),
                 ragged(Ragged::new(LENGTHS.to_vec(), LENGTHS.to_vec()).paged(p, 0)),

@@ -52,25 +52,40 @@ __device__ __forceinline__ void fa2_load_keys(unsigned dst, const T* head, const
         constexpr int CHUNKS = D / 8;
         constexpr int LD = D + 8;
         const unsigned last_page = (unsigned)(p.num_pages - 1);
-        // One 16-byte chunk: row r (key key0 + r), column col.
-        auto copy = [&](int r, int col) {
-            const int j = key0 + r;
-            const bool ok = j < p.sk && (!PAD || col < cols);
+        // One 16-byte chunk of key j = key0 + r, column col, in slot `slot` of block-table column `column`.
+        auto copy = [&](int r, int col, int column, int slot) {
+            const bool ok = key0 + r < p.sk && (!PAD || col < cols);
             const T* src = head;
             if (ok) {
                 // A device block table is the caller's data: clamped into the pool (as kv_row_offset does).
-                const unsigned page = min(p.block_table[j / p.page_size], last_page);
-                src = head + (i64)page * stride[0] + (i64)(j % p.page_size) * stride[2] + col;
+                const unsigned page = min(__ldg(p.block_table + column), last_page);
+                src = head + (i64)page * stride[0] + (i64)slot * stride[2] + col;
             }
             fa2_cp_async16(dst + (r * LD + col) * 2, src, ok);
         };
+        const int ps = p.page_size;
         if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+            // A thread's rows are RSTEP keys apart: one division for its first row, then the column and slot
+            // advance by RSTEP (integer division by a run-time page size costs more than the copy's own
+            // instructions, measured: 0.57x of packed K/V with a division per row).
             constexpr int RSTEP = THREADS / CHUNKS;
+            const int r0 = tid / CHUNKS, col = (tid % CHUNKS) * 8;
+            int column = (key0 + r0) / ps, slot = key0 + r0 - column * ps;
 #pragma unroll
-            for (int i = 0; i < ROWS / RSTEP; ++i) copy(tid / CHUNKS + i * RSTEP, (tid % CHUNKS) * 8);
+            for (int i = 0; i < ROWS / RSTEP; ++i) {
+                copy(r0 + i * RSTEP, col, column, slot);
+                slot += RSTEP;
+                while (slot >= ps) {
+                    slot -= ps;
+                    ++column;
+                }
+            }
         } else {
 #pragma unroll
-            for (int c = tid; c < ROWS * CHUNKS; c += THREADS) copy(c / CHUNKS, (c % CHUNKS) * 8);
+            for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+                const int r = c / CHUNKS, j = key0 + r;
+                copy(r, (c % CHUNKS) * 8, j / ps, j % ps);
+            }
         }
     }
 }
