@@ -213,10 +213,14 @@ __device__ __forceinline__ bool has_score_variants(const AttnParams& p) {
 // x' = cap tanh(x / cap), then x' - slope_h |j - diag(i)|. For the kernels that read the variants at run
 // time (SIMT fa1, which carries f32 exactly, unfused, the non-finite repair): `tanhf` (about 2 ulp), where
 // the tensor-core kernels' faster form (fa2_mma.cuh, error 1e-6 times the cap) would exceed f32's tolerance.
-__device__ __forceinline__ float variant_score(const AttnParams& p, float x, int h, int i, int j) {
+// `dist` is the key's signed distance from the row's diagonal, j - diag(i).
+__device__ __forceinline__ float variant_score_at(const AttnParams& p, float x, int h, long long dist) {
     if (p.softcap > 0.f) x = p.softcap * tanhf(x / p.softcap);
-    if (p.alibi != nullptr) x = fmaf(-p.alibi[h], fabsf((float)((long long)j - i - p.diag_offset)), x);
+    if (p.alibi != nullptr) x = fmaf(-p.alibi[h], fabsf((float)dist), x);
     return x;
+}
+__device__ __forceinline__ float variant_score(const AttnParams& p, float x, int h, int i, int j) {
+    return variant_score_at(p, x, h, (long long)j - i - p.diag_offset);
 }
 
 // Pointer to the explicit mask row of (b, h, i), to be indexed by j * mask_stride[3].
@@ -247,36 +251,42 @@ __device__ __forceinline__ float row_lse_log2(float m2, float l) {
 // the inputs hold NaN or inf.
 
 // Scaled score of key j for the query row at `q` (with the explicit mask value `add`), by one warp.
-// Softcap and ALiBi of query head h, row i, key j apply before the mask.
+// Softcap and ALiBi of query head h (the key `dist` = j - diag(i) from the row's diagonal) apply before the
+// mask.
 template <typename T>
-__device__ __forceinline__ float careful_score(const AttnParams& p, const T* q, const T* kj, float add, int h, int i,
-                                              int j) {
+__device__ __forceinline__ float careful_score(const AttnParams& p, const T* q, const T* kj, float add, int h,
+                                              long long dist) {
     float d = 0.f;
     for (int c = threadIdx.x % 32; c < p.d; c += 32) d = fmaf(to_f32(q[c]), to_f32(kj[c]), d);
-    return variant_score(p, warp_sum(d) * p.scale, h, i, j) + add;
+    return variant_score_at(p, warp_sum(d) * p.scale, h, dist) + add;
 }
 
 // Recomputes columns [c0, c1) of row (b, h, i), and its LSE when `write_lse`, by the calling warp (all 32
-// lanes): exact f32 arithmetic over the keys the row sees, masked keys skipped.
+// lanes): exact f32 arithmetic over the keys the row sees, masked keys skipped. Ragged batches and paged
+// caches too: b is the sequence and i the row inside it (seq_view and the row offsets above).
 template <typename T>
 __device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, int i, int c0, int c1, bool write_lse) {
     const int lane = threadIdx.x % 32;
     const int kvh = h / p.group;
-    const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (i64)i * p.q_stride[2];
-    const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
-    const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
-    T* o = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (i64)i * p.o_stride[2];
+    const SeqView s = seq_view(p, b);
+    const T* q = static_cast<const T*>(p.q) + q_row_offset(p, p.q_stride, s, b, h, i);
+    const T* k = static_cast<const T*>(p.k);
+    const T* v = static_cast<const T*>(p.v);
+    T* o = static_cast<T*>(p.o) + q_row_offset(p, p.o_stride, s, b, h, i);
     const float* mrow = p.mask_kind == SDPA_MASK_EXPLICIT ? mask_row(p, b, h, i) : nullptr;
-    // The row's band (causal masks and windows).
-    const int first = band_first(p, i), limit = band_end(p, i);
+    // The row's band (causal masks and windows) in its sequence, clamped to [0, Sk_b].
+    const long long lo = (long long)i + s.band_lo, hi = (long long)i + s.band_hi + 1;
+    const int first = lo < 0 ? 0 : (lo > s.sk ? s.sk : (int)lo);
+    const int limit = max(first, hi < 0 ? 0 : (hi > s.sk ? s.sk : (int)hi));
+    const long long diag = (long long)i + s.diag_offset;
     // Pass 1: running max and sum (natural-log units) over the keys the row sees.
     float m = SDPA_NEG_INF, l = 0.f;
     for (int j = first; j < limit; ++j) {
         const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
         if (add == SDPA_NEG_INF) continue;
-        const float s = careful_score(p, q, k + (i64)j * p.k_stride[2], add, h, i, j);
-        const float mn = nan_max(m, s);
-        l = (m == SDPA_NEG_INF ? 0.f : l * expf(m - mn)) + expf(s - mn);
+        const float x = careful_score(p, q, k + kv_row_offset(p, p.k_stride, s, b, kvh, j), add, h, j - diag);
+        const float mn = nan_max(m, x);
+        l = (m == SDPA_NEG_INF ? 0.f : l * expf(m - mn)) + expf(x - mn);
         m = mn;
     }
     const float inv = row_inv_l(l);
@@ -289,8 +299,9 @@ __device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, i
         for (int j = first; j < limit; ++j) {
             const float add = mrow != nullptr ? mrow[j * p.mask_stride[3]] : 0.f;
             if (add == SDPA_NEG_INF) continue;
-            const float w = expf(careful_score(p, q, k + (i64)j * p.k_stride[2], add, h, i, j) - m);
-            const T* vj = v + (i64)j * p.v_stride[2];
+            const float w =
+                expf(careful_score(p, q, k + kv_row_offset(p, p.k_stride, s, b, kvh, j), add, h, j - diag) - m);
+            const T* vj = v + kv_row_offset(p, p.v_stride, s, b, kvh, j);
 #pragma unroll
             for (int t = 0; t < PER; ++t) {
                 const int c = cb + t * 32 + lane;
@@ -304,14 +315,14 @@ __device__ __forceinline__ void careful_row(const AttnParams& p, int b, int h, i
             if (c < c1) o[c] = from_f32<T>(acc[t] * inv);
         }
     }
-    if (write_lse && p.lse != nullptr && lane == 0) p.lse[((i64)b * p.hq + h) * p.sq + i] = row_lse(m, l);
+    if (write_lse && p.lse != nullptr && lane == 0) p.lse[lse_row(p, s, b, h, i)] = row_lse(m, l);
 }
 
 // By the calling warp: recomputes row (b, h, i) if any of its columns [c0, c1) in O is not finite.
 template <typename T>
 __device__ __forceinline__ void repair_row_if_nonfinite(const AttnParams& p, int b, int h, int i, int c0, int c1,
                                                         bool write_lse) {
-    const T* o = static_cast<const T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + (i64)i * p.o_stride[2];
+    const T* o = static_cast<const T*>(p.o) + q_row_offset(p, p.o_stride, seq_view(p, b), b, h, i);
     bool bad = false;
     for (int c = c0 + threadIdx.x % 32; c < c1; c += 32) bad |= !isfinite(to_f32(o[c]));
     if (__any_sync(0xffffffffu, bad)) careful_row<T>(p, b, h, i, c0, c1, write_lse);

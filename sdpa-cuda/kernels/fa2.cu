@@ -23,7 +23,97 @@
 // first row's first visible key to that of the last row's last one, so a window's time grows with the
 // window, not with Sk; softcap and ALiBi are applied to every score in registers before the online max (ALiBi
 // with every visible key left of the diagonal as start values of the Q·Kᵀ accumulators: `below`).
+//
+// Ragged batches and paged caches (issue 23), SERVE != FA2_SERVE_DENSE: the grid's x walks a schedule of
+// (sequence, query tile) pairs the launcher uploads into AttnParams::workspace (src/kernels/fa2.rs,
+// `schedule`), heaviest tiles first, so that empty sequences and empty tiles cost nothing. A block rewrites
+// the parameters into those of its sequence alone (fa2_sequence_params: pointers at its first packed rows,
+// its lengths, its own band and diagonal), and the dense kernel body (fa2_forward) runs on them unchanged: causal and band
+// tile skipping, variants and GQA per sequence. Paged K/V (FA2_SERVE_PAGED) load each key row through the
+// sequence's block-table row (fa2_load_keys), so a tile may cross pages of any size. The non-finite repair
+// runs on the call's own parameters (common.cuh resolves sequences there).
 #include "fa2_mma.cuh"
+
+// What a program's K/V and query rows are: a dense batch, a packed ragged batch (varlen), or a ragged batch
+// whose K/V live in a paged cache.
+#define FA2_SERVE_DENSE 0
+#define FA2_SERVE_VARLEN 1
+#define FA2_SERVE_PAGED 2
+
+// Loads the K or V tile of ROWS keys from key0 of the head whose key 0 is at `head` (rows `stride[2]` apart;
+// paged: `head` is the pool's first page of that head, pages `stride[0]` apart, each key through the
+// sequence's block-table row `p.block_table`). Keys at or past p.sk are zero-filled.
+template <typename T, int D, int ROWS, int THREADS, bool PAD, int SERVE>
+__device__ __forceinline__ void fa2_load_keys(unsigned dst, const T* head, const i64* stride, const AttnParams& p,
+                                              int key0, int tid, int cols) {
+    if constexpr (SERVE != FA2_SERVE_PAGED) {
+        fa2_load_tile<T, D, ROWS, THREADS, PAD>(dst, head + (i64)key0 * stride[2], stride[2], p.sk - key0, tid, cols);
+    } else {
+        constexpr int CHUNKS = D / 8;
+        constexpr int LD = D + 8;
+        const unsigned last_page = (unsigned)(p.num_pages - 1);
+        // One 16-byte chunk of key j = key0 + r, column col, in slot `slot` of block-table column `column`.
+        auto copy = [&](int r, int col, int column, int slot) {
+            const bool ok = key0 + r < p.sk && (!PAD || col < cols);
+            const T* src = head;
+            if (ok) {
+                // A device block table is the caller's data: clamped into the pool (as kv_row_offset does).
+                const unsigned page = min(__ldg(p.block_table + column), last_page);
+                src = head + (i64)page * stride[0] + (i64)slot * stride[2] + col;
+            }
+            fa2_cp_async16(dst + (r * LD + col) * 2, src, ok);
+        };
+        const int ps = p.page_size;
+        if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
+            // A thread's rows are RSTEP keys apart: one division for its first row, then the column and slot
+            // advance by RSTEP (integer division by a run-time page size costs more than the copy's own
+            // instructions, measured: 0.57x of packed K/V with a division per row).
+            constexpr int RSTEP = THREADS / CHUNKS;
+            const int r0 = tid / CHUNKS, col = (tid % CHUNKS) * 8;
+            int column = (key0 + r0) / ps, slot = key0 + r0 - column * ps;
+#pragma unroll
+            for (int i = 0; i < ROWS / RSTEP; ++i) {
+                copy(r0 + i * RSTEP, col, column, slot);
+                slot += RSTEP;
+                while (slot >= ps) {
+                    slot -= ps;
+                    ++column;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+                const int r = c / CHUNKS, j = key0 + r;
+                copy(r, (c % CHUNKS) * 8, j / ps, j % ps);
+            }
+        }
+    }
+}
+
+// The parameters of sequence b of a ragged call as a dense call of its own (B = 1 at b = 0): Q, O and the
+// LSE at its first packed row, K/V at its first packed key (varlen) or its block-table row (paged), its
+// lengths, band and diagonal (seq_view). The LSE keeps its [Hq, total_q] rows (fa2_forward's `lse_ld`).
+template <typename T, int SERVE>
+__device__ __forceinline__ AttnParams fa2_sequence_params(const AttnParams& p, int b) {
+    const SeqView s = seq_view(p, b);
+    AttnParams r = p;
+    r.q = static_cast<const T*>(p.q) + (i64)s.q0 * p.q_stride[2];
+    r.o = static_cast<T*>(p.o) + (i64)s.q0 * p.o_stride[2];
+    if (p.lse != nullptr) r.lse = p.lse + s.q0;
+    if (SERVE == FA2_SERVE_PAGED) {
+        r.block_table = p.block_table + (i64)b * p.max_pages;
+    } else {
+        r.k = static_cast<const T*>(p.k) + (i64)s.k0 * p.k_stride[2];
+        r.v = static_cast<const T*>(p.v) + (i64)s.k0 * p.v_stride[2];
+    }
+    r.sq = s.sq;
+    r.sk = s.sk;
+    r.band_lo = s.band_lo;
+    r.band_hi = s.band_hi;
+    r.diag_offset = s.diag_offset;
+    r.causal_offset = s.diag_offset;  // plain causal instantiations: key j <= i + diag
+    return r;
+}
 
 // D: the head dim of Q and K, DV: of V and O, each a multiple of 16 (a head-dim class when PAD: the call's
 // p.d <= D and p.dv <= DV columns are read, the rest zero-filled in shared memory, and only p.dv columns of O
@@ -41,8 +131,11 @@ struct Fa2Tile {
     static_assert(BM * LDV <= SMEM_ELEMS, "the epilogue stages O over the block's shared memory");
 };
 
-template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD, int VAR = 0>
-__device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
+// Query tile m_block of head h in batch b of the call `p` (for ragged calls the sequence's own parameters,
+// b = 0); `call` and `call_b` are the call's parameters and batch index, which the non-finite repair reads.
+template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD, int VAR, int SERVE>
+__device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_block, int h, int b,
+                                            const AttnParams& call, int call_b) {
     using Tile = Fa2Tile<D, DV, BM, BN, NW, STAGES>;
     constexpr int MT = Tile::MT;
     constexpr int LD = Tile::LD;
@@ -55,9 +148,6 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t4 = lane % 4;
-    // Causal: the heaviest query tiles (last rows) are scheduled first to shorten the tail.
-    const int m_block = (MASK == FA2_MASK_CAUSAL || VAR != 0) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
     const int kvh = h / p.group;
     const int m0 = m_block * BM;
     const int m_end = min(m0 + BM, p.sq);
@@ -73,8 +163,11 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     const unsigned v_ld = sV + (((lane % 8) + ((lane / 8) % 2) * 8) * LDV + (lane / 16) * 8) * 2;
 
     const T* q = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + (long long)m0 * p.q_stride[2];
-    const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
-    const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
+    // Paged: the pool has no batch (its batch stride steps pages).
+    const T* k = static_cast<const T*>(p.k) + (SERVE == FA2_SERVE_PAGED ? 0 : b * p.k_stride[0]) + kvh * p.k_stride[1];
+    const T* v = static_cast<const T*>(p.v) + (SERVE == FA2_SERVE_PAGED ? 0 : b * p.v_stride[0]) + kvh * p.v_stride[1];
+    // Row stride of the LSE: [B, Hq, Sq] dense, [Hq, total_q] ragged.
+    const i64 lse_ld = SERVE == FA2_SERVE_DENSE ? p.sq : p.total_q;
 
     int t0, n_tiles;
     fa2_key_tiles<MASK, VAR, BN>(p, m0, m_end, t0, n_tiles);
@@ -83,11 +176,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
     auto load_kv = [&](int t) {
         const int n1 = (t0 + t) * BN;
         const unsigned slot = STAGES == 1 ? 0u : t % STAGES;
-        fa2_load_tile<T, D, BN, THREADS, PAD>(sK + slot * K_BYTES, k + (long long)n1 * p.k_stride[2], p.k_stride[2],
-                                              p.sk - n1, tid, p.d);
-        if (STAGES > 1)
-            fa2_load_tile<T, DV, BN, THREADS, PAD>(sV + slot * V_BYTES, v + (long long)n1 * p.v_stride[2],
-                                                   p.v_stride[2], p.sk - n1, tid, p.dv);
+        fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK + slot * K_BYTES, k, p.k_stride, p, n1, tid, p.d);
+        if (STAGES > 1) fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV + slot * V_BYTES, v, p.v_stride, p, n1, tid, p.dv);
     };
     fa2_load_tile<T, D, BM, THREADS, PAD>(sQ, q, p.q_stride[2], m_end - m0, tid, p.d);
     if (n_tiles > 0) load_kv(0);
@@ -131,8 +221,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
         __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
         if (STAGES == 1) {
             // FA2 order: V[tile] loads while S = Q K^T runs.
-            fa2_load_tile<T, DV, BN, THREADS, PAD>(sV, v + (long long)n0 * p.v_stride[2], p.v_stride[2], p.sk - n0, tid,
-                                                   p.dv);
+            fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV, v, p.v_stride, p, n0, tid, p.dv);
         } else if (tile + STAGES - 1 < n_tiles) {
             // Ring: tile + STAGES - 1 loads into the slot the last tile freed while this one is computed.
             load_kv(tile + STAGES - 1);
@@ -160,8 +249,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
             __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
             if (tile + 1 < n_tiles) {
                 const int n1 = n0 + BN;
-                fa2_load_tile<T, D, BN, THREADS, PAD>(sK, k + (long long)n1 * p.k_stride[2], p.k_stride[2], p.sk - n1,
-                                                      tid, p.d);
+                fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK, k, p.k_stride, p, n1, tid, p.d);
             }
             fa2_cp_async_commit();  // the next K loads during softmax and P V
         }
@@ -211,7 +299,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
                 // `below` ALiBi: the row's part of the bias, a2 (ref - diag(row)) = a2 (m0 - row).
                 const float shift = below ? a2 * (float)(m0 - row) : 0.f;
                 const float lse = lsum == 0.f ? fa2_neg_inf() : (m[mt][hh] + __log2f(lsum) + shift) * FA2_LN2;
-                p.lse[((long long)b * p.hq + h) * p.sq + row] = lse;
+                p.lse[((long long)b * p.hq + h) * lse_ld + row] = lse;
             }
         }
     __syncwarp();
@@ -226,7 +314,24 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
                 *reinterpret_cast<const uint4*>(sO + r * LDV + col);
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
-    repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
+    repair_nonfinite_rows<T>(call, call_b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
+}
+
+// A dense call: one block per (query tile, head, batch); causal and banded calls take the heaviest query
+// tiles (last rows) first to shorten the tail.
+template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD, int VAR>
+__device__ __forceinline__ void fa2_dense(const AttnParams& p, T* smem) {
+    const int m_block = (MASK == FA2_MASK_CAUSAL || VAR != 0) ? (gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+    fa2_forward<T, D, DV, BM, BN, NW, STAGES, MASK, PAD, VAR, FA2_SERVE_DENSE>(p, smem, m_block, blockIdx.y,
+                                                                              blockIdx.z, p, blockIdx.z);
+}
+
+// A ragged call: block (x, h) runs entry x of the schedule, (sequence, query tile) pairs as int2.
+template <typename T, int D, int DV, int BM, int BN, int NW, int STAGES, int MASK, bool PAD, int VAR, int SERVE>
+__device__ __forceinline__ void fa2_ragged(const AttnParams& p, T* smem) {
+    const int2 e = static_cast<const int2*>(p.workspace)[blockIdx.x];
+    const AttnParams seq = fa2_sequence_params<T, SERVE>(p, e.x);
+    fa2_forward<T, D, DV, BM, BN, NW, STAGES, MASK, PAD, VAR, SERVE>(seq, smem, e.y, blockIdx.y, 0, p, e.x);
 }
 
 // One entry point: NAME runs the kernel for element type T, head dims D (Q, K) and DV (V, O) and a tile (BM
@@ -237,12 +342,19 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem) {
 #define FA2_ENTRY_DV(NAME, T, D, DV, BM, BN, NW, ST, MINB, MASK, PAD)                                  \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
-        fa2_forward<T, D, DV, BM, BN, NW, ST, MASK, PAD>(p, reinterpret_cast<T*>(fa2_smem));          \
+        fa2_dense<T, D, DV, BM, BN, NW, ST, MASK, PAD, 0>(p, reinterpret_cast<T*>(fa2_smem));          \
     }
 #define FA2_ENTRY(NAME, T, D, BM, BN, NW, ST, MINB, MASK) FA2_ENTRY_DV(NAME, T, D, D, BM, BN, NW, ST, MINB, MASK, false)
 // Variant instantiations (issue 22): VAR is a bit set of FA2_VAR_* (fa2_mma.cuh), MASK none or explicit.
 #define FA2_ENTRY_VAR(NAME, T, D, DV, BM, BN, NW, ST, MINB, MASK, PAD, VAR)                            \
     extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
         extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
-        fa2_forward<T, D, DV, BM, BN, NW, ST, MASK, PAD, VAR>(p, reinterpret_cast<T*>(fa2_smem));     \
+        fa2_dense<T, D, DV, BM, BN, NW, ST, MASK, PAD, VAR>(p, reinterpret_cast<T*>(fa2_smem));       \
+    }
+// Ragged instantiations (issue 23): SERVE is FA2_SERVE_VARLEN or FA2_SERVE_PAGED, VAR 0 or a variant set,
+// MASK none or causal (explicit masks are refused with ragged batches).
+#define FA2_ENTRY_SERVE(NAME, T, D, DV, BM, BN, NW, ST, MINB, MASK, PAD, VAR, SERVE)                   \
+    extern "C" __global__ void __launch_bounds__(NW * 32, MINB) NAME(const AttnParams p) {            \
+        extern __shared__ __align__(16) unsigned char fa2_smem[];                                     \
+        fa2_ragged<T, D, DV, BM, BN, NW, ST, MASK, PAD, VAR, SERVE>(p, reinterpret_cast<T*>(fa2_smem)); \
     }

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop}
 use half::{bf16, f16};
 use sdpa_core::{
     AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, ProgramLoad,
-    Result, RunOptions, SdpaError, Variant,
+    Result, RunOptions, SdpaError, Serving, Variant,
 };
 use std::sync::{Arc, Mutex};
 
@@ -362,7 +362,8 @@ impl Backend for CudaBackend {
             f32_math: vec![F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32],
             // Every kernel honours them except the TF32 path, which refuses them (kernels::policy).
             variants: Variant::ALL.to_vec(),
-            serving: vec![],
+            // fa2 runs both (splitkv decodes them); fa1, unfused and the f32 paths refuse them (kernels::policy).
+            serving: Serving::ALL.to_vec(),
         }
     }
 

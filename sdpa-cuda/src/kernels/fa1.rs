@@ -270,6 +270,8 @@ fn simt_plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
 
 /// Launches `fa1` on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
+    // Ragged batches are the tensor-core kernels' (the policy never sends them here).
+    super::policy::refuse_ragged("fa1", call.spec)?;
     let (program, dims) = plan(call)?;
     // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
     // every strided offset); the kernel reads Q/K/V/mask and writes O/LSE only within those extents (the

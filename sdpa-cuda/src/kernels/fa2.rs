@@ -19,6 +19,12 @@
 //! the tensor-core kernels cannot take ([`policy::tensor_core_limit`](super::policy::tensor_core_limit))
 //! never reach it: the policy sends them to the generic fused `fa1` path.
 //!
+//! Ragged batches and paged KV caches (issue 23) run instantiations of their own ([`Serve`]): the grid walks
+//! a [`schedule`] of (sequence, query tile) pairs, heaviest first, uploaded per content, so empty sequences
+//! cost nothing; each block runs the dense code on its sequence's own lengths, band and diagonal, and paged
+//! K/V load each key row through the sequence's block-table row (any page size; a tile may cross pages).
+//! A compile-time mode rather than a run-time branch: the dense programs stay exactly as they were.
+//!
 //! A NaN or inf in a *value* row that a query may not see (masked by causal or an explicit `-inf`) reaches
 //! that query inside the kernel's P·V (the masked key's `p = 0` times NaN); the block then recomputes the
 //! rows it wrote non-finite without their masked keys (see the crate docs), so the output matches the
@@ -26,11 +32,12 @@
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::Masking;
+use crate::checked::params::{AttnParams, Masking, MASK_EXPLICIT};
 use crate::error::unsupported;
 use crate::sys::modules::FA2;
 use crate::sys::program::{cuda_type, Program};
-use sdpa_core::{DType, Result};
+use cudarc::driver::DevicePtr;
+use sdpa_core::{AttentionSpec, DType, Result, Serving};
 
 use super::policy::tensor_core_limit;
 pub use super::policy::FA2_HEAD_DIMS;
@@ -103,11 +110,25 @@ pub fn tile_for(d: usize, small: bool) -> Option<Fa2Tile> {
     }
 }
 
-/// Whether `fa2` takes the small tile: the full-grid tile's grid `ceil(Sq / bm) x Hq x B` has fewer blocks
-/// than the GPU has SMs (issue 4's tiny shapes, short prefill of one sequence), so halving the tile adds
-/// blocks on idle SMs and halves each block's work.
-pub fn small_grid(sq: usize, hq: usize, b: usize, big: Fa2Tile, sm_count: usize) -> bool {
-    sq.div_ceil(big.bm).saturating_mul(hq).saturating_mul(b) < sm_count
+/// Blocks of a launch as a function of the tile's query rows `bm`: `ceil(Sq / bm) x Hq x B` for a dense
+/// call, the sum of `ceil(Sq_b / bm)` over the sequences times Hq for a ragged one ([`blocks_of`]).
+pub type Blocks<'a> = &'a dyn Fn(usize) -> usize;
+
+/// The block count of `spec`'s launch for tiles of `bm` query rows (see [`Blocks`]).
+pub fn blocks_of(spec: &AttentionSpec, bm: usize) -> usize {
+    let s = spec.shape;
+    let tiles = match &spec.ragged {
+        Some(r) => r.seqlens_q.iter().map(|&q| q.div_ceil(bm)).fold(0usize, usize::saturating_add),
+        None => s.sq.div_ceil(bm).saturating_mul(s.b),
+    };
+    tiles.saturating_mul(s.hq)
+}
+
+/// Whether `fa2` takes the small tile: the full-grid tile's grid has fewer blocks than the GPU has SMs
+/// (issue 4's tiny shapes, short prefill of one sequence), so halving the tile adds blocks on idle SMs and
+/// halves each block's work.
+pub fn small_grid(blocks: Blocks<'_>, big: Fa2Tile, sm_count: usize) -> bool {
+    blocks(big.bm) < sm_count
 }
 
 /// K/V ring depth of the `fa2_deep_*` entries; mirrors `kernels/fa2.cu`.
@@ -143,13 +164,56 @@ impl HeadDims {
     }
 }
 
-/// The program of entry `{prefix}_{dtype}_{head dims}_{masking}` with `tile` (variants: `FA2_ENTRY_VAR`).
-pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, masking: Masking) -> Program {
-    let name = format!("{prefix}_{}_{}_{}", dtype.name(), dims.label(), masking.suffix());
+/// How an instantiation reads its rows (`SERVE` in kernels/fa2.cu): a dense batch, or a ragged one with
+/// packed or paged K/V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// Dense batch (`FA2_ENTRY`, `FA2_ENTRY_DV`, `FA2_ENTRY_VAR`).
+    Dense,
+    /// Ragged batch, packed K/V (`FA2_SERVE_VARLEN`).
+    Varlen,
+    /// Ragged batch, paged K/V (`FA2_SERVE_PAGED`).
+    Paged,
+}
+
+impl Serve {
+    /// The ragged modes.
+    pub const RAGGED: [Serve; 2] = [Serve::Varlen, Serve::Paged];
+
+    /// What a call needs.
+    pub fn of(spec: &AttentionSpec) -> Serve {
+        match Serving::of(spec) {
+            None => Serve::Dense,
+            Some(Serving::Varlen) => Serve::Varlen,
+            Some(Serving::Paged) => Serve::Paged,
+        }
+    }
+
+    /// Entry-name suffix: nothing for dense batches (their names are as before), `_varlen`, `_paged`.
+    fn suffix(self) -> &'static str {
+        match self {
+            Serve::Dense => "",
+            Serve::Varlen => "_varlen",
+            Serve::Paged => "_paged",
+        }
+    }
+}
+
+/// The program of entry `{prefix}_{dtype}_{head dims}_{masking}{serve}` with `tile` (variants:
+/// `FA2_ENTRY_VAR`; ragged: `FA2_ENTRY_SERVE`).
+pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, masking: Masking, serve: Serve) -> Program {
+    let name = format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), masking.suffix(), serve.suffix());
     let Fa2Tile { bm, bn, warps, stages, min_blocks } = tile;
     let (mask, t, HeadDims { d, dv, pad }) = (super::mask_const("FA2", masking.kind), cuda_type(dtype), dims);
     // The common case keeps the short form (and the programs it has always named).
-    let line = if masking.var != 0 {
+    let line = if serve != Serve::Dense {
+        let var = masking.var_const();
+        let mode = if serve == Serve::Paged { "FA2_SERVE_PAGED" } else { "FA2_SERVE_VARLEN" };
+        format!(
+            "FA2_ENTRY_SERVE({name}, {t}, {d}, {dv}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask}, {pad}, {var}, \
+             {mode})"
+        )
+    } else if masking.var != 0 {
         let var = masking.var_const();
         format!(
             "FA2_ENTRY_VAR({name}, {t}, {d}, {dv}, {bm}, {bn}, {warps}, {stages}, {min_blocks}, {mask}, {pad}, {var})"
@@ -164,7 +228,9 @@ pub fn program(prefix: &str, dtype: DType, dims: HeadDims, tile: Fa2Tile, maskin
 
 /// Every `fa2` instantiation a launch can ask for (the compile check and full warm-ups): each class and
 /// class pair, exact and padded, with its full-grid tile, the small one (classes below 256) and the deep
-/// one (classes up to 128), under every masking (plain and variant, [`Masking::all`]).
+/// one (classes up to 128), under every masking (plain and variant, [`Masking::all`]); and each of those
+/// again for ragged batches with packed and with paged K/V, without the explicit maskings (ragged calls
+/// refuse explicit masks).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -181,7 +247,12 @@ pub fn programs() -> Vec<Program> {
                 for pad in [false, true] {
                     for &(prefix, tile) in &tiles {
                         let dims = HeadDims { d, dv, pad };
-                        all.extend(Masking::all().into_iter().map(|m| program(prefix, dtype, dims, tile, m)));
+                        for m in Masking::all() {
+                            all.push(program(prefix, dtype, dims, tile, m, Serve::Dense));
+                            if m.kind != MASK_EXPLICIT {
+                                all.extend(Serve::RAGGED.map(|serve| program(prefix, dtype, dims, tile, m, serve)));
+                            }
+                        }
                     }
                 }
             }
@@ -190,7 +261,7 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// Tile and entry-point prefix for head-dim classes `d`, `dv` on a `ceil(Sq / bm) x Hq x B` grid: the full-grid tile;
+/// Tile and entry-point prefix for head-dim classes `d`, `dv` on a grid of `blocks(bm)` blocks: the full-grid tile;
 /// the small tile when that grid leaves SMs idle ([`small_grid`]); and the small tile with a
 /// [`DEEP_STAGES`]-deep K/V ring when even the small tile's grid has no more blocks than SMs, so each block
 /// is alone on its SM and its shared memory costs nothing (if the device has the 117-153 KB per block:
@@ -201,9 +272,7 @@ pub fn programs() -> Vec<Program> {
 pub fn choose_tile(
     d: usize,
     dv: usize,
-    sq: usize,
-    hq: usize,
-    b: usize,
+    blocks: Blocks<'_>,
     sm_count: usize,
     smem_optin: usize,
 ) -> Option<(Fa2Tile, &'static str)> {
@@ -212,7 +281,7 @@ pub fn choose_tile(
     // an A100) cannot hold the 8-warp tiles of 160..224: it runs the small tile, which fits 99 KB at every
     // class.
     let big_fits = big.smem_bytes(d, dv) <= smem_optin;
-    if d == 256 || (big_fits && !small_grid(sq, hq, b, big, sm_count)) {
+    if d == 256 || (big_fits && !small_grid(blocks, big, sm_count)) {
         return Some((big, "fa2"));
     }
     let small = tile_for(d, true)?;
@@ -220,7 +289,7 @@ pub fn choose_tile(
         return Some((small, "fa2_small"));
     }
     let deep = deep_tile(small);
-    if sq.div_ceil(small.bm).saturating_mul(hq).saturating_mul(b) <= sm_count && deep.smem_bytes(d, dv) <= smem_optin {
+    if blocks(small.bm) <= sm_count && deep.smem_bytes(d, dv) <= smem_optin {
         Some((deep, "fa2_deep"))
     } else {
         Some((small, "fa2_small"))
@@ -242,8 +311,46 @@ pub fn forced_tile() -> Result<Option<Fa2Tile>> {
     Ok(Some(Fa2Tile { bm, bn, warps, stages, min_blocks: 1 }))
 }
 
+/// The (sequence, query tile) pairs of a ragged call for tiles of `bm` query rows and `bn` keys, as i32
+/// pairs for the kernel's schedule (`fa2_ragged`): every query tile of every sequence with query rows,
+/// heaviest first (the key tiles its rows' bands reach, one more for its own load and store), so the
+/// longest blocks start first and the short ones fill the tail; ties in batch order. Empty sequences have
+/// no entry. Empty for a dense call.
+pub fn schedule(spec: &AttentionSpec, bm: usize, bn: usize) -> Vec<i32> {
+    if spec.ragged.is_none() {
+        return Vec::new();
+    }
+    let mut tiles: Vec<(usize, i32, i32)> = Vec::new();
+    for (b, seq) in spec.seqs().iter().enumerate() {
+        let (lo, hi) = spec.band_for(seq.sq, seq.sk).clamped(seq.sq, seq.sk);
+        let sk = seq.sk as i64;
+        for t in 0..seq.sq.div_ceil(bm.max(1)) {
+            let (m0, m_end) = ((t * bm) as i64, ((t + 1) * bm).min(seq.sq) as i64);
+            let first = (m0 + lo).clamp(0, sk);
+            let end = (m_end + hi).clamp(0, sk).max(first);
+            let key_tiles = (end as usize).div_ceil(bn.max(1)) - first as usize / bn.max(1);
+            // Lengths fit i32 (the parameters checked them), so do sequence and tile indices.
+            tiles.push((key_tiles + 1, b as i32, t as i32));
+        }
+    }
+    tiles.sort_by_key(|&(cost, ..)| std::cmp::Reverse(cost));
+    tiles.into_iter().flat_map(|(_, b, t)| [b, t]).collect()
+}
+
+/// What `fa2` launches for a call: the program, the launch shape and, for a ragged call, its
+/// [`schedule`] (the grid's x walks it).
+#[derive(Debug, Clone)]
+pub struct Fa2Plan {
+    /// The entry point.
+    pub program: Program,
+    /// Grid, block and shared memory.
+    pub dims: LaunchDims,
+    /// (sequence, query tile) pairs of a ragged call; `None` for a dense one.
+    pub schedule: Option<Vec<i32>>,
+}
+
 /// Program (one entry point) and launch shape of `fa2` for a supported call.
-pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
+pub fn plan(call: &Call<'_>) -> Result<Fa2Plan> {
     let s = call.spec.shape;
     let info = call.dev.info();
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
@@ -251,20 +358,27 @@ pub fn plan(call: &Call<'_>) -> Result<(Program, LaunchDims)> {
         .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
     let (tile, prefix) = match forced_tile()? {
         Some(t) => (t, format!("fa2_tile{}x{}x{}x{}", t.bm, t.bn, t.warps, t.stages)),
-        None => choose_tile(dims.d, dims.dv, s.sq, s.hq, s.b, sm_count, optin)
+        None => choose_tile(dims.d, dims.dv, &|bm| blocks_of(call.spec, bm), sm_count, optin)
             .map(|(t, p)| (t, p.to_string()))
             .ok_or_else(|| unsupported(format!("fa2 has no tile for D = {}", dims.d)))?,
     };
-    let tiles = u32::try_from(s.sq.div_ceil(tile.bm)).map_err(|_| unsupported("fa2: too many query tiles"))?;
-    let hq = u32::try_from(s.hq).map_err(|_| unsupported("fa2: too many heads"))?;
-    let b = u32::try_from(s.b).map_err(|_| unsupported("fa2: batch too large"))?;
-    let program = program(&prefix, call.spec.dtype, dims, tile, Masking::of(call.spec));
+    let serve = Serve::of(call.spec);
+    let schedule = (serve != Serve::Dense).then(|| schedule(call.spec, tile.bm, tile.bn));
+    let too_many = |what: &str| unsupported(format!("fa2: too many {what} for one launch"));
+    let (tiles, b) = match &schedule {
+        Some(s) => (s.len() / 2, 1),
+        None => (s.sq.div_ceil(tile.bm), s.b),
+    };
+    let tiles = u32::try_from(tiles).map_err(|_| too_many("query tiles"))?;
+    let hq = u32::try_from(s.hq).ok().filter(|&h| h <= 65535).ok_or_else(|| too_many("heads"))?;
+    let b = u32::try_from(b).ok().filter(|&b| b <= 65535).ok_or_else(|| too_many("sequences"))?;
+    let program = program(&prefix, call.spec.dtype, dims, tile, Masking::of(call.spec), serve);
     let dims = LaunchDims {
         grid: (tiles, hq, b),
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(dims.d, dims.dv) as u32,
     };
-    Ok((program, dims))
+    Ok(Fa2Plan { program, dims, schedule })
 }
 
 /// Launches `fa2` on the call's stream. A call the tensor-core kernels cannot take
@@ -274,11 +388,27 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
         return Err(unsupported(format!("fa2 cannot take this call: {limit}")));
     }
-    let (program, dims) = plan(call)?;
-    // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
-    // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and the
-    // mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
-    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &call.params) }
+    let Fa2Plan { program, dims, schedule } = plan(call)?;
+    let Some(schedule) = schedule else {
+        // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
+        // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and
+        // the mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
+        return unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &call.params) };
+    };
+    if schedule.is_empty() {
+        return Ok(()); // no sequence has a query row: nothing to write
+    }
+    let table = call.dev.table_i32(&schedule, "fa2's schedule of query tiles")?;
+    let (ptr, guard) = table.device_ptr(call.stream);
+    let params = AttnParams { workspace: ptr, ..call.params };
+    // SAFETY: as above, per sequence: the backend checked the packed (or paged) operands against the
+    // validated ragged spec and pointed `params` at the uploaded offsets and block table; the schedule
+    // (`workspace`, one int2 per block of the grid's x) names sequences < B and query tiles inside them;
+    // each block reads Q/O rows of its sequence, keys < its Sk_b (paged: through its block-table row, page
+    // indices clamped into the pool), and writes O rows and [Hq, total_q] LSE entries of its own rows.
+    let r = unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &params) };
+    drop(guard);
+    r
 }
 
 #[cfg(test)]
@@ -288,7 +418,9 @@ mod tests {
     #[test]
     fn grids_under_one_block_per_sm_take_the_small_tile_and_the_deep_ring_when_it_still_fits() {
         const H100: usize = 227 * 1024;
-        let pick = |d, sq, hq, b| choose_tile(d, d, sq, hq, b, 132, H100).map(|(t, name)| (name, t.bm, t.bn, t.stages));
+        let pick = |d, sq: usize, hq: usize, b: usize| {
+            choose_tile(d, d, &|bm| sq.div_ceil(bm) * hq * b, 132, H100).map(|(t, name)| (name, t.bm, t.bn, t.stages))
+        };
         // Issue 4's tiny shapes (B = H = 1, D = 64): 1 to 8 blocks of 64 rows, 4-deep ring of 128 keys.
         for sq in [64, 128, 512] {
             assert_eq!(pick(64, sq, 1, 1), Some(("fa2_deep", 64, 128, 4)));
@@ -306,11 +438,32 @@ mod tests {
         // The deep ring needs opt-in shared memory: 153 KB at D = 64 and 128, 117 KB at D = 96. A device
         // with less (an sm_86 part allows 99 KB per block) keeps the 1-deep small tile.
         for (d, kb) in [(64, 153), (96, 117), (128, 153)] {
-            let (t, name) = choose_tile(d, d, 64, 1, 1, 132, H100).expect("tile");
+            let one = |bm: usize| 64usize.div_ceil(bm);
+            let (t, name) = choose_tile(d, d, &one, 132, H100).expect("tile");
             assert_eq!((name, t.smem_bytes(d, d).div_ceil(1024)), ("fa2_deep", kb));
-            let (t, name) = choose_tile(d, d, 64, 1, 1, 84, 99 * 1024).expect("tile");
+            let (t, name) = choose_tile(d, d, &one, 84, 99 * 1024).expect("tile");
             assert_eq!((name, t.stages), ("fa2_small", 1));
         }
+    }
+
+    /// The schedule lists every query tile of every sequence with rows, heaviest first (causal: a
+    /// sequence's last tiles; longer sequences before shorter), and nothing for empty sequences.
+    #[test]
+    fn the_ragged_schedule_runs_heavy_tiles_first_and_skips_empty_sequences() {
+        use sdpa_core::{Layout, Mask, Ragged, Shape};
+        let r = Ragged::new(vec![300, 0, 1, 128], vec![300, 50, 0, 1000]);
+        let shape = Shape { b: 4, hq: 2, hkv: 2, sq: 300, sk: 1000, d: 64, dv: 64 };
+        let spec = AttentionSpec::new(shape, DType::BF16).with_ragged(r, Layout::Bshd);
+        let pairs = |spec: &AttentionSpec| -> Vec<(i32, i32)> {
+            schedule(spec, 128, 64).chunks(2).map(|c| (c[0], c[1])).collect()
+        };
+        // Not causal: sequence 3 (1000 keys) first, then 0's three tiles (300 keys), then 2 (no key).
+        assert_eq!(pairs(&spec), [(3, 0), (0, 0), (0, 1), (0, 2), (2, 0)]);
+        // Causal bottom-right: sequence 3's one tile sees all 1000 keys; 0's last tile first.
+        let causal = spec.clone().with_mask(Mask::CausalBottomRight);
+        assert_eq!(pairs(&causal), [(3, 0), (0, 2), (0, 1), (0, 0), (2, 0)]);
+        assert_eq!(blocks_of(&causal, 128), 5 * 2);
+        assert!(schedule(&AttentionSpec::new(shape, DType::BF16), 128, 64).is_empty(), "dense: no schedule");
     }
 
     #[test]

@@ -52,9 +52,25 @@ pub fn all_programs() -> Vec<Program> {
 /// programs ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and head-dim class per family (bf16 at
 /// exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the same template
 /// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
-/// 3); the GPU tests compile and run the others they reach.
+/// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter
+/// once more narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only).
 pub fn compile_check_programs() -> Vec<Program> {
-    all_programs().into_iter().filter(|p| !p.name.contains("_band") || p.name.contains("_bf16_128_")).collect()
+    all_programs()
+        .into_iter()
+        .filter(|p| {
+            if is_fa2_ragged(p) {
+                p.name.starts_with("fa2_bf16_128_")
+            } else {
+                !p.name.contains("_band") || p.name.contains("_bf16_128_")
+            }
+        })
+        .collect()
+}
+
+/// Whether a program is one of `fa2`'s ragged-batch instantiations ([`fa2::Serve`]: names end `_varlen` or
+/// `_paged`).
+pub fn is_fa2_ragged(p: &Program) -> bool {
+    p.module.name == crate::sys::modules::FA2.name && (p.name.ends_with("_varlen") || p.name.ends_with("_paged"))
 }
 
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
@@ -66,7 +82,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
         Launcher::Unfused => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
         Launcher::Tf32 => vec![tf32::plan(call)?.program],
-        Launcher::Fa2 => vec![fa2::plan(call)?.0],
+        Launcher::Fa2 => vec![fa2::plan(call)?.program],
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
     })
 }
@@ -115,13 +131,21 @@ mod tests {
     fn the_compile_check_takes_plain_programs_everywhere_and_variants_once_per_family() {
         let all = all_programs();
         let check = compile_check_programs();
-        let plain = all.iter().filter(|p| !p.name.contains("_band")).count();
-        let variants: Vec<&str> = check.iter().filter(|p| p.name.contains("_band")).map(|p| p.name.as_str()).collect();
-        assert_eq!(check.len() - variants.len(), plain);
+        let plain = all.iter().filter(|p| !p.name.contains("_band") && !is_fa2_ragged(p)).count();
+        let dense = |p: &&Program| !is_fa2_ragged(p);
+        let variants: Vec<&str> =
+            check.iter().filter(dense).filter(|p| p.name.contains("_band")).map(|p| p.name.as_str()).collect();
+        let ragged: Vec<&str> = check.iter().filter(|p| is_fa2_ragged(p)).map(|p| p.name.as_str()).collect();
+        assert_eq!(check.len() - variants.len() - ragged.len(), plain);
         let per = Masking::variants().len();
         assert_eq!(variants.len(), per * (3 + 3 + 1), "{variants:?}");
         for name in ["fa2_bf16_128_band_softcap_alibi", "splitkv_tma_bf16_128_explicit_band", "fa1m_bf16_128_band"] {
             assert!(variants.contains(&name), "{name} missing");
+        }
+        // Ragged: one tile, packed and paged, the maskings without an explicit mask (2 plain + 4 variants).
+        assert_eq!(ragged.len(), 2 * 6, "{ragged:?}");
+        for name in ["fa2_bf16_128_causal_varlen", "fa2_bf16_128_band_softcap_alibi_paged"] {
+            assert!(ragged.contains(&name), "{name} missing");
         }
     }
 
@@ -144,9 +168,15 @@ mod tests {
                 for (d, dv) in head_dims.into_iter().chain([(256, 256), (192, 128), (184, 128), (64, 128)]) {
                     let dims = fa2::HeadDims::of(d, dv).expect("classes");
                     for (sq, hq, b, optin) in grids {
-                        let (tile, prefix) = fa2::choose_tile(dims.d, dims.dv, sq, hq, b, 132, optin).expect("a tile");
+                        let blocks = |bm: usize| usize::div_ceil(sq, bm) * hq * b;
+                        let (tile, prefix) = fa2::choose_tile(dims.d, dims.dv, &blocks, 132, optin).expect("a tile");
                         assert!(tile.smem_bytes(dims.d, dims.dv) <= optin, "{prefix} {dims:?} at {optin}: {tile:?}");
-                        listed(&fa2::program(prefix, dtype, dims, tile, mask));
+                        listed(&fa2::program(prefix, dtype, dims, tile, mask, fa2::Serve::Dense));
+                        if mask.kind != crate::checked::params::MASK_EXPLICIT {
+                            for serve in fa2::Serve::RAGGED {
+                                listed(&fa2::program(prefix, dtype, dims, tile, mask, serve));
+                            }
+                        }
                     }
                 }
                 for (d, dv) in [(64, 64), (96, 96), (128, 128), (256, 256), (80, 80), (32, 32), (192, 128), (224, 224)]

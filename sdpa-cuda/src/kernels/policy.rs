@@ -18,10 +18,15 @@
 //!   and split TF32, [`tf32_refuses`]): `fa2` asked for it with variants is refused with the reason, and
 //!   `auto` runs such f32 calls on `fa1` with exact f32 math instead (more accurate than asked, never
 //!   less).
+//! - Ragged batches and paged KV caches (issue 23, [`choose_ragged`]) run on the tensor-core kernels only:
+//!   `auto` takes `splitkv` when every sequence is decoding-like (`group·Sq_b <= 64`) and the longest has
+//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
+//!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
+//!   rather than sent to `fa1`.
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
-use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions};
+use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions, Serving};
 use std::fmt;
 
 /// Head dims (D = Dv) whose `fa2` and `splitkv` tiles (and splitkv's sm_90 copy paths) were chosen by
@@ -201,10 +206,60 @@ pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) ->
     }
 }
 
+/// `Err` with the reason when kernel family `kernel` (`fa1`, `unfused`, `fa2` with f32 inputs) is asked to
+/// run a ragged batch or a paged cache, which only the f16/bf16 tensor-core kernels implement; `Ok` for a
+/// dense call. The launchers check it too, so that no path reaches a kernel that would read a ragged
+/// batch's packed rows as a dense batch.
+pub fn refuse_ragged(kernel: &str, spec: &AttentionSpec) -> Result<()> {
+    let Some(serving) = Serving::of(spec) else { return Ok(()) };
+    let what = match serving {
+        Serving::Varlen => "ragged (varlen) batches",
+        Serving::Paged => "paged KV caches",
+    };
+    Err(unsupported(format!(
+        "{kernel} does not run {what} on CUDA: run f16/bf16 on kernel fa2 (prefill) or splitkv (decoding), or \
+         kernel auto{}",
+        if spec.dtype == DType::F32 { "; f32 ragged calls have no CUDA kernel: cast them to f16/bf16" } else { "" }
+    )))
+}
+
+/// Whether every sequence of a ragged call is decoding-like (`group·Sq_b <= 64`: `fa2`'s 64-128-row tiles
+/// would be mostly empty) and the longest has at least [`AUTO_SPLITKV_MIN_KEYS`] keys to split.
+pub fn ragged_decoding(spec: &AttentionSpec) -> bool {
+    let Some(r) = &spec.ragged else { return false };
+    let g = spec.shape.group_size();
+    r.seqlens_q.iter().all(|&q| g.saturating_mul(q) <= 64) && r.max_k() >= AUTO_SPLITKV_MIN_KEYS
+}
+
+/// The launcher of a ragged call (see the module docs): only the tensor-core kernels run them, so f32
+/// inputs, `fa1`, `unfused` and calls the tensor cores cannot take are errors naming what to use instead.
+pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -> Result<Launcher> {
+    match requested {
+        Kernel::Fa1 | Kernel::Unfused => refuse_ragged(requested.name(), spec)?,
+        _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,
+        _ => {}
+    }
+    if !tc.fa2 {
+        return Err(unsupported(
+            "ragged batches and paged KV caches run on the tensor-core kernels only (fa2, splitkv), which cannot \
+             take this call: they need f16/bf16, D and Dv multiples of 8 up to 256, a positive scale and \
+             16-byte aligned rows",
+        ));
+    }
+    Ok(match requested {
+        Kernel::Auto if tc.splitkv && ragged_decoding(spec) => Launcher::SplitKv,
+        Kernel::SplitKv if tc.splitkv => Launcher::SplitKv,
+        _ => Launcher::Fa2,
+    })
+}
+
 /// The launcher for a call asking for kernel `requested` (`auto` resolved by [`resolve_auto`]); `tc` says
 /// which tensor-core kernels take the call. Unsupported combinations (f32 math the kernel does not run)
 /// are errors; see the module docs for the rules.
 pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) -> Result<Launcher> {
+    if spec.ragged.is_some() {
+        return choose_ragged(requested, spec, tc);
+    }
     let kernel = match requested {
         Kernel::Auto => resolve_auto(spec, opts, tc),
         k => k,
@@ -299,6 +354,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn ragged(q: Vec<usize>, k: Vec<usize>, hq: usize, hkv: usize, dtype: DType) -> AttentionSpec {
+        let r = sdpa_core::Ragged::new(q, k);
+        let shape = Shape { b: r.batch(), hq, hkv, sq: r.max_q().max(1), sk: r.max_k().max(1), d: 128, dv: 128 };
+        AttentionSpec::new(shape, dtype).with_ragged(r, sdpa_core::Layout::Bshd)
+    }
+
+    /// Ragged calls: `auto` decodes on splitkv only when every sequence is decoding-like and the longest is
+    /// long enough, prefills on fa2; fa1, unfused, f32 and calls the tensor cores cannot take are refused
+    /// with the reason and what to use, never sent to fa1.
+    #[test]
+    fn ragged_calls_run_on_the_tensor_core_kernels_or_are_refused() {
+        let auto = |spec: &AttentionSpec| pick(Kernel::Auto, spec, F32Math::Exact);
+        // Decoding: group 4 x 1..16 rows per kv head <= 64; the longest has AUTO_SPLITKV_MIN_KEYS keys.
+        let k = vec![100, AUTO_SPLITKV_MIN_KEYS, 7, 0];
+        let decode = ragged(vec![1, 16, 0, 3], k.clone(), 32, 8, DType::BF16);
+        assert_eq!(auto(&decode).expect("auto"), Launcher::SplitKv);
+        let paged = AttentionSpec { ragged: decode.ragged.clone().map(|r| r.paged(16, 0)), ..decode.clone() };
+        assert_eq!(auto(&paged).expect("auto"), Launcher::SplitKv);
+        // One sequence with 17 rows (group·Sq = 68), or keys one short: fa2.
+        assert_eq!(auto(&ragged(vec![1, 17, 0, 3], k, 32, 8, DType::BF16)).expect("auto"), Launcher::Fa2);
+        let short = ragged(vec![1, 1], vec![AUTO_SPLITKV_MIN_KEYS - 1, 5], 32, 8, DType::F16);
+        assert_eq!(auto(&short).expect("auto"), Launcher::Fa2);
+        // Prefill (chunked included).
+        let prefill = ragged(vec![512, 0, 64], vec![512, 9, 4096], 16, 16, DType::BF16);
+        assert_eq!(auto(&prefill).expect("auto"), Launcher::Fa2);
+        assert_eq!(pick(Kernel::Fa2, &prefill, F32Math::Exact).expect("fa2"), Launcher::Fa2);
+        assert_eq!(pick(Kernel::SplitKv, &decode, F32Math::Exact).expect("splitkv"), Launcher::SplitKv);
+        // fa1 and unfused refuse, naming themselves and what runs ragged calls.
+        for kernel in [Kernel::Fa1, Kernel::Unfused] {
+            let e = pick(kernel, &prefill, F32Math::Exact).expect_err("refused").to_string();
+            assert!(e.contains(kernel.name()) && e.contains("ragged") && e.contains("fa2"), "{e}");
+        }
+        // f32: every kernel, every f32 math.
+        let f32_spec = ragged(vec![64, 3], vec![64, 70], 8, 8, DType::F32);
+        for kernel in [Kernel::Auto, Kernel::Fa2, Kernel::SplitKv, Kernel::Fa1, Kernel::Unfused] {
+            for math in [F32Math::Exact, F32Math::Tf32, F32Math::SplitTf32] {
+                let e = pick(kernel, &f32_spec, math).expect_err("refused").to_string();
+                assert!(e.contains("f16/bf16"), "{kernel} {math:?}: {e}");
+            }
+        }
+        // What the tensor cores cannot take (a head dim not a multiple of 8) is refused, not sent to fa1.
+        let odd = AttentionSpec { shape: Shape { d: 36, dv: 36, ..prefill.shape }, ..prefill.clone() };
+        for kernel in [Kernel::Auto, Kernel::Fa2, Kernel::SplitKv] {
+            let e = pick(kernel, &odd, F32Math::Exact).expect_err("refused").to_string();
+            assert!(e.contains("tensor-core"), "{e}");
+        }
+        assert!(refuse_ragged("fa1", &gqa(1, 8, 8, 64, 64, 64, DType::BF16)).is_ok(), "dense calls pass");
     }
 
     #[test]

@@ -220,6 +220,8 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
 
 /// Launches the TF32 or split-TF32 kernel on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
+    // Ragged batches are the tensor-core kernels' (the policy never sends them here).
+    super::policy::refuse_ragged("fa2 with f32 inputs (TF32)", call.spec)?;
     let Plan { program, dims, params } = plan(call)?;
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the kernels stay within them (rows past Sq/Sk and columns past D are never read or written),

@@ -110,6 +110,8 @@ impl Gemm {
 
 /// Runs the three steps on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
+    // Ragged batches are the tensor-core kernels' (the policy never sends them here).
+    super::policy::refuse_ragged("unfused", call.spec)?;
     let spec = call.spec;
     let s = spec.shape;
     let p = &call.params;
