@@ -335,14 +335,9 @@ def variant_mask(torch, q, s, mask, variants, explicit):
 _FLEX = {}
 
 
-def flex_call(torch, q, k, v, s, mask, variants, scale):
-    """FlexAttention compiled: a block mask for the causal mask and the window, a score_mod for softcap and
-    ALiBi (both built here, outside the timed call)."""
-    if q.device.type != "cuda":
-        raise NotImplementedError("flex runs on CUDA here (the CPU compares with SDPA given the equivalent mask)")
-    if mask in ("bool", "additive"):
-        raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+def compiled_flex(torch):
+    """flex_attention compiled once per process."""
+    from torch.nn.attention.flex_attention import flex_attention
     if "flex" not in _FLEX:
         # Every case brings its own block mask and score_mod, so dynamo recompiles per case; past its default
         # limit (8) it would fall back to eager flex and time that instead. Static shapes: one kernel per case.
@@ -351,7 +346,18 @@ def flex_call(torch, q, k, v, s, mask, variants, scale):
             if hasattr(cfg, name):
                 setattr(cfg, name, max(getattr(cfg, name), want))
         _FLEX["flex"] = torch.compile(flex_attention, dynamic=False)
-    flex = _FLEX["flex"]
+    return _FLEX["flex"]
+
+
+def flex_call(torch, q, k, v, s, mask, variants, scale):
+    """FlexAttention compiled: a block mask for the causal mask and the window, a score_mod for softcap and
+    ALiBi (both built here, outside the timed call)."""
+    if q.device.type != "cuda":
+        raise NotImplementedError("flex runs on CUDA here (the CPU compares with SDPA given the equivalent mask)")
+    if mask in ("bool", "additive"):
+        raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
+    from torch.nn.attention.flex_attention import create_block_mask
+    flex = compiled_flex(torch)
     sq, sk = s["sq"], s["sk"]
     lo, hi = band(mask, variants, sq, sk)
     block_mask = None
@@ -585,8 +591,8 @@ def run(args):
     # efficient and cudnn exist only on CUDA; on the CPU the default lists leave them out (PLAIN_KERNELS).
     asked = [k.strip() for k in (args.kernels or "").split(",") if k.strip()]
     for k in asked:
-        if k not in KERNELS:
-            raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
+        if k not in KERNELS and k not in ALL_RAGGED_KERNELS:
+            raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS + ALL_RAGGED_KERNELS)})")
     cases = load_cases(args.spec)
     # Plain cases whose inputs also run with variants: the plain point of a variant sweep.
     variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5] and not c[6]}
@@ -798,7 +804,7 @@ def causal_offsets(mask, sq, sk):
     return None
 
 
-def varlen_fn(torch, mask, sq, sk):
+def varlen_fn(torch, mask, sq, sk, d):
     """varlen_attn with the case's mask as this PyTorch spells it (is_causal, or window_size (-1, 0)); its causal
     mask is FlashAttention's bottom-right one, which is the top-left one only where Sq_b == Sk_b."""
     import inspect
@@ -809,7 +815,7 @@ def varlen_fn(torch, mask, sq, sk):
     if vl is None or not hasattr(vl, "varlen_attn"):
         raise NotImplementedError(f"this PyTorch ({torch.__version__}) has no torch.nn.attention.varlen.varlen_attn")
     params = inspect.signature(vl.varlen_attn).parameters
-    kw = {}
+    kw = {"scale": 1.0 / math.sqrt(d)} if "scale" in params else {}
     if mask in ("causal", "causal-br"):
         if mask == "causal" and any(a != b for a, b in zip(sq, sk)):
             raise NotImplementedError("varlen_attn's causal mask is bottom-right; the case is top-left with Sq != Sk")
@@ -855,7 +861,7 @@ def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
     ident = lambda o: o  # noqa: E731
 
     if kernel == "varlen_attn-paged":
-        fn, params, kw = varlen_fn(torch, mask, sq, sk)
+        fn, params, kw = varlen_fn(torch, mask, sq, sk, s["d"])
         if "block_table" not in params:
             raise NotImplementedError(f"no paged SDPA in PyTorch {torch.__version__}: scaled_dot_product_attention "
                                       "and varlen_attn take contiguous or packed K/V, no block table")
@@ -863,7 +869,7 @@ def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
             kw["seqused_k"] = torch.tensor(sk, dtype=torch.int32, device=dev)
         return (lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, block_table=table, **kw)), ident
     if base == "varlen_attn":
-        fn, _, kw = varlen_fn(torch, mask, sq, sk)
+        fn, _, kw = varlen_fn(torch, mask, sq, sk, s["d"])
         if packed_kv:
             return (lambda: fn(q, *packed_kv(), cu_q, cu_k, max_q, max_k, **kw)), ident
         return (lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, **kw)), ident
@@ -878,10 +884,12 @@ def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
         if group > 1:
             kw["enable_gqa"] = True
 
+        def jagged(kk, vv):
+            return nt(kk, offsets=cu_k.long()).transpose(1, 2), nt(vv, offsets=cu_k.long()).transpose(1, 2)
+        kv_nested = None if packed_kv else jagged(k, v)
+
         def run_nested():
-            kk, vv = packed_kv() if packed_kv else (k, v)
-            kn = nt(kk, offsets=cu_k.long()).transpose(1, 2)
-            vn = nt(vv, offsets=cu_k.long()).transpose(1, 2)
+            kn, vn = jagged(*packed_kv()) if packed_kv else kv_nested
             return F.scaled_dot_product_attention(qn, kn, vn, scale=scale, **kw)
         return run_nested, lambda o: o.transpose(1, 2).values()
     if base == "padded+mask":
@@ -904,9 +912,8 @@ def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
     if kernel in ("flex-document", "flex-paged"):
         if dev.type != "cuda":
             raise NotImplementedError("flex runs on CUDA here")
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-        if "flex" not in _FLEX:
-            _FLEX["flex"] = torch.compile(flex_attention, dynamic=False)
+        from torch.nn.attention.flex_attention import create_block_mask
+        flex = compiled_flex(torch)
         doc_q = torch.repeat_interleave(torch.arange(len(sq), device=dev), torch.tensor(sq, device=dev))
         qpos = torch.arange(sum(sq), device=dev) - cu_q.long()[doc_q]
         off_t = torch.tensor(offs or [0] * len(sq), device=dev)
@@ -939,7 +946,6 @@ def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
         block_mask = create_block_mask(doc_mask, B=None, H=None, Q_LEN=sum(sq), KV_LEN=kv_len, device=dev)
         q4 = q.transpose(0, 1).unsqueeze(0)
         k4, v4 = kk.transpose(0, 1).unsqueeze(0), vv.transpose(0, 1).unsqueeze(0)
-        flex = _FLEX["flex"]
         return (lambda: flex(q4, k4, v4, block_mask=block_mask, scale=scale, enable_gqa=group > 1)), \
             lambda o: o[0].transpose(0, 1)
     raise NotImplementedError(f"unknown ragged kernel {kernel}")
@@ -1049,8 +1055,10 @@ def run_ragged_case(torch, dev, args, case, timing, asked, meta, result):
     if ragged.get("pages") and not ran_paged and not any(x["kernel"] == "sdpa" for x in result["skipped"]
                                                          if x["shape"] == s and x["dtype"] == dtype):
         skipped("sdpa", f"PyTorch {torch.__version__} has no paged SDPA: scaled_dot_product_attention (dense or "
-                "nested) and varlen_attn read contiguous or packed K/V and take no block table; the records time "
-                "FlexAttention over the page pool and the pages gathered into packed K/V", False)
+                "nested) and varlen_attn read contiguous or packed K/V and take no block table (only the private, "
+                "experimental torch.nn.attention.experimental._paged_attention maps pages for FlexAttention); the "
+                "records time FlexAttention over the page pool (flex-paged) and the pages gathered into packed K/V "
+                "(gather+...)", False)
     del q, k, v, table, slots
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -1096,7 +1104,43 @@ def self_test():
     except ValueError:
         pass
     variants_self_test(here)
+    ragged_self_test(here)
     print(f"pytorch_sdpa.py self-test: ok ({n} preset cases parsed)")
+
+
+def ragged_self_test(presets):
+    """Ragged batches: the issue's example resolved as RaggedRequest::resolve does, the cost per sequence, the
+    serving preset's cases, the kernels each runs, and refusals."""
+    shape = {"b": 3, "hq": 8, "hkv": 2, "sq": 1, "sk": 0, "d": 128, "dv": 128}
+    s, r = resolve_batch({"seqlens_k": [1, 4097, 333], "page_size": 16}, shape)
+    assert (s["sq"], s["sk"]) == (1, 4097), s
+    assert r == {"seqlens_q": [1, 1, 1], "seqlens_k": [1, 4097, 333],
+                 "pages": {"page_size": 16, "num_pages": 279, "max_pages": 257}}, r
+    assert ragged_label(r) == "paged 16, 3 seqs, 3 q tokens, 4431 cached"
+    flops, nbytes = ragged_cost(s, "none", "bf16", r)
+    assert flops == 2.0 * 8 * 4431 * 256 and nbytes == (3 * 8 + 4431 * 2) * 256 * 2.0
+    # Causal pairs per sequence: 6·7/2 + 8·9/2; a sequence of length 0 does nothing.
+    v = {"seqlens_q": [6, 8, 0], "seqlens_k": [6, 8, 0]}
+    assert ragged_cost({"b": 3, "hq": 1, "hkv": 1, "sq": 8, "sk": 8, "d": 4, "dv": 4}, "causal", "f32", v)[0] == \
+        2.0 * 57 * 8
+    for bad in ({"seqlens_k": [1, 2]}, {"seqlens_k": [1, 2, 3], "page_size": 0}, {"seqlens_q": [1, 2, 3]},
+                {"seqlens_k": [1, 2, 3], "pages": 4}):
+        try:
+            resolve_batch(bad, shape)
+            raise AssertionError(f"{bad} was accepted")
+        except ValueError:
+            pass
+    cases = load_cases(os.path.join(presets, "serving.json"))
+    ragged = [c for c in cases if c[6]]
+    assert all(c[3] == "bshd" for c in ragged), "ragged cases default to the packed layout"
+    gpu_varlen = [c for c in ragged if c[0] == "bf16" and c[1]["b"] == 16]
+    assert len(gpu_varlen) == 2 and sum(gpu_varlen[0][6]["seqlens_q"]) == 65536
+    paged = [c for c in ragged if c[6].get("pages") and c[1]["b"] == 32]
+    assert len(paged) == 1 and sum(paged[0][6]["seqlens_k"]) == 32 * 8192
+    assert ragged_kernels("cuda", paged[0][6], []) == PAGED_KERNELS["cuda"]
+    assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash", "nested"]) == ["nested"]
+    assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash"]) == RAGGED_KERNELS["cpu"]
+    assert causal_offsets("causal-br", [1, 3], [5, 2]) == [4, -1] and causal_offsets("none", [1], [1]) is None
 
 
 def variants_self_test(presets):
