@@ -174,13 +174,10 @@ fn a_spec_with_batches_sweeps_them() {
 #[test]
 fn the_pytorch_case_names_the_lengths_and_its_records_keep_them() {
     let dir = tmp("pytorch");
-    let py = common::fake_python(&dir);
     // The stand-in script echoes each case's batch into a record (as bench/pytorch_sdpa.py does).
-    let script = r#"
-import json, sys
-a = sys.argv[1:]
-arg = lambda k: a[a.index(k) + 1]
-specs = json.load(open(arg("--spec")))
+    let py = common::pytorch_stub(
+        &dir,
+        r#"
 recs = []
 for s in specs:
     b = s["batches"][0]
@@ -190,8 +187,8 @@ for s in specs:
                  "time_ms": {"median": 2.0, "min": 1.0, "max": 3.0, "reps": 3}, "tflops": 0, "gbps": 0,
                  "ragged": ragged})
 json.dump({"format": "sdpa-bench-v1", "records": recs, "skipped": []}, open(arg("--out"), "w"))
-"#;
-    std::fs::write(dir.join("stub.py"), script).expect("write");
+"#,
+    );
     let out = sdpa(
         &[
             "bench",
