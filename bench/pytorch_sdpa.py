@@ -45,7 +45,7 @@ import time
 
 # The cost model, tolerances and CPU model, shared with bench/cpu and sdpa-cuda/dev (this file's folder is on
 # sys.path when it runs as a script).
-from sdpa_common import TOLERANCE, cost, cpu_model, pairs_per_head
+from sdpa_common import ELEM_BYTES, TOLERANCE, cost, cpu_model, pairs_per_head
 from sdpa_common import alibi_slopes, band, diag_offset, normalize_variants, variant_label
 from sdpa_common import self_test as cost_self_test
 
@@ -102,6 +102,7 @@ def normalize_spec(obj, out):
         normalize_spec(obj["spec"], out)
         return
     spec = dict(obj)
+    spec["_given"] = set(obj) | {many for one, many in [("layout", "layouts")] if one in obj}
     for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts"), ("variant", "variants")]:
         if one in spec:
             v = spec.pop(one)
@@ -121,14 +122,58 @@ def normalize_spec(obj, out):
     for l in spec["layouts"]:
         if l not in ("bhsd", "bshd"):
             raise ValueError(f"unknown layout {l}")
+    batches = spec.get("batches") or []
+    batches = [batches] if isinstance(batches, dict) else list(batches)
+    # (shape, ragged) per shape and batch: a ragged batch resolves the shape's bounds (0 = the longest given).
+    spec["batched_shapes"] = []
     for s in shapes:
-        if min(s.values()) <= 0 or s["hq"] % s["hkv"] != 0:
-            raise ValueError(f"invalid shape {s} (sizes must be positive and Hq a multiple of Hkv)")
+        for req in batches or [None]:
+            shape, ragged = resolve_batch(req, s) if req else (s, None)
+            if min(shape.values()) <= 0 or shape["hq"] % shape["hkv"] != 0:
+                raise ValueError(f"invalid shape {shape} (sizes must be positive and Hq a multiple of Hkv)")
+            spec["batched_shapes"].append((shape, ragged))
     out.append(spec)
 
 
+def resolve_batch(req, shape):
+    """sdpa_core::RaggedRequest::resolve: per-sequence lengths (absent: the shape's Sq/Sk for every sequence)
+    and a page size, against a shape whose B is the number of sequences and whose Sq/Sk bound the lengths (0:
+    the longest given). Returns the shape with its bounds and the record's `ragged` object (sdpa_core::Ragged:
+    the pages as many as the sequences use, the block table as wide as the longest needs)."""
+    unknown = set(req) - {"seqlens_q", "seqlens_k", "page_size"}
+    if unknown:
+        raise ValueError(f"batch: unknown key(s) {', '.join(sorted(unknown))}")
+    b = shape["b"]
+
+    def lengths(key, fallback):
+        v = req.get(key)
+        if v is None:
+            if fallback == 0:
+                raise ValueError(f"batch without {key}: every sequence takes the shape's length, which is 0 there")
+            return [fallback] * b
+        if len(v) != b or any(int(x) != x or x < 0 for x in v):
+            raise ValueError(f"{key} {v} must hold {b} non-negative whole lengths (one per sequence)")
+        return [int(x) for x in v]
+    sq, sk = lengths("seqlens_q", shape["sq"]), lengths("seqlens_k", shape["sk"])
+    out = dict(shape)
+    out["sq"] = shape["sq"] or max(max(sq), 1)
+    out["sk"] = shape["sk"] or max(max(sk), 1)
+    if max(sq) > out["sq"] or max(sk) > out["sk"]:
+        raise ValueError(f"a length of {sq} / {sk} is beyond the shape's bound Sq={out['sq']} Sk={out['sk']}")
+    ragged = {"seqlens_q": sq, "seqlens_k": sk}
+    ps = req.get("page_size")
+    if ps is not None:
+        if not 1 <= int(ps) <= 256:
+            raise ValueError(f"page_size {ps} is outside 1..=256")
+        ps = int(ps)
+        pages = [-(-k // ps) for k in sk]
+        ragged["pages"] = {"page_size": ps, "num_pages": max(sum(pages), 1), "max_pages": max(max(pages), 1)}
+    return out, ragged
+
+
 def load_cases(path):
-    """(dtype, shape, mask, layout, timing, variants) per configuration, variants normalised ({} when plain)."""
+    """(dtype, shape, mask, layout, timing, variants, ragged) per configuration, variants normalised ({} when
+    plain), ragged the record's `ragged` object (None for a dense batch)."""
     with open(path) as f:
         raw = json.load(f)
     specs = []
@@ -137,16 +182,18 @@ def load_cases(path):
     for sp in specs:
         timing = {k: sp[k] for k in ("warmup", "reps", "max_time_s") if sp.get(k) is not None}
         for dt in sp["dtypes"]:
-            for s in sp["shapes"]:
+            for s, ragged in sp["batched_shapes"]:
                 for m in sp["masks"]:
                     for raw_v in sp["variants"]:
                         v = normalize_variants(raw_v, m)
                         alibi_slopes(v, s["hq"])  # the slope count against Hq, before anything runs
-                        for l in sp["layouts"]:
-                            key = (dt, tuple(sorted(s.items())), m, l, json.dumps(v, sort_keys=True))
+                        # Ragged batches default to the packed (BSHD) layout, as sdpa bench's do.
+                        for l in (sp["layouts"] if "layouts" in sp["_given"] or not ragged else ["bshd"]):
+                            key = (dt, tuple(sorted(s.items())), m, l, json.dumps(v, sort_keys=True),
+                                   json.dumps(ragged, sort_keys=True))
                             if key not in seen:
                                 seen.add(key)
-                                cases.append((dt, dict(s), m, l, timing, v))
+                                cases.append((dt, dict(s), m, l, timing, v, ragged))
     return cases
 
 
@@ -288,14 +335,9 @@ def variant_mask(torch, q, s, mask, variants, explicit):
 _FLEX = {}
 
 
-def flex_call(torch, q, k, v, s, mask, variants, scale):
-    """FlexAttention compiled: a block mask for the causal mask and the window, a score_mod for softcap and
-    ALiBi (both built here, outside the timed call)."""
-    if q.device.type != "cuda":
-        raise NotImplementedError("flex runs on CUDA here (the CPU compares with SDPA given the equivalent mask)")
-    if mask in ("bool", "additive"):
-        raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+def compiled_flex(torch):
+    """flex_attention compiled once per process."""
+    from torch.nn.attention.flex_attention import flex_attention
     if "flex" not in _FLEX:
         # Every case brings its own block mask and score_mod, so dynamo recompiles per case; past its default
         # limit (8) it would fall back to eager flex and time that instead. Static shapes: one kernel per case.
@@ -304,7 +346,18 @@ def flex_call(torch, q, k, v, s, mask, variants, scale):
             if hasattr(cfg, name):
                 setattr(cfg, name, max(getattr(cfg, name), want))
         _FLEX["flex"] = torch.compile(flex_attention, dynamic=False)
-    flex = _FLEX["flex"]
+    return _FLEX["flex"]
+
+
+def flex_call(torch, q, k, v, s, mask, variants, scale):
+    """FlexAttention compiled: a block mask for the causal mask and the window, a score_mod for softcap and
+    ALiBi (both built here, outside the timed call)."""
+    if q.device.type != "cuda":
+        raise NotImplementedError("flex runs on CUDA here (the CPU compares with SDPA given the equivalent mask)")
+    if mask in ("bool", "additive"):
+        raise NotImplementedError("flex: a random explicit mask has no block-sparse form")
+    from torch.nn.attention.flex_attention import create_block_mask
+    flex = compiled_flex(torch)
     sq, sk = s["sq"], s["sk"]
     lo, hi = band(mask, variants, sq, sk)
     block_mask = None
@@ -538,11 +591,11 @@ def run(args):
     # efficient and cudnn exist only on CUDA; on the CPU the default lists leave them out (PLAIN_KERNELS).
     asked = [k.strip() for k in (args.kernels or "").split(",") if k.strip()]
     for k in asked:
-        if k not in KERNELS:
-            raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS)})")
+        if k not in KERNELS and k not in ALL_RAGGED_KERNELS:
+            raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS + ALL_RAGGED_KERNELS)})")
     cases = load_cases(args.spec)
     # Plain cases whose inputs also run with variants: the plain point of a variant sweep.
-    variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5]}
+    variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5] and not c[6]}
     commit, date, mach = git_commit(), utc_now(), machine()
     if dev.type == "cpu":
         # The instruction set ATen's CPU kernels dispatched to (ATEN_CPU_CAPABILITY may have lowered it).
@@ -553,11 +606,17 @@ def run(args):
             mach += f", oneDNN max ISA {os.environ.get('ONEDNN_MAX_CPU_ISA')}"
     result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
               "date": date, "records": [], "skipped": []}
-    for n, (dtype, s, mask, layout, timing, variants) in enumerate(cases):
+    for n, (dtype, s, mask, layout, timing, variants, ragged) in enumerate(cases):
         # Flags given on the command line beat the spec's per-sweep values, which beat the defaults.
         warmup = args.warmup if args.warmup is not None else timing.get("warmup", 3)
         reps = args.reps if args.reps is not None else timing.get("reps", 20)
         budget = args.max_time if args.max_time is not None else timing.get("max_time_s", 2.0)
+        if ragged:
+            meta = {"device": device_name, "commit": commit, "date": date, "machine": mach,
+                    "progress": f"[{n + 1}/{len(cases)}]"}
+            run_ragged_case(torch, dev, args, (dtype, s, mask, layout, variants, ragged), (warmup, reps, budget),
+                            asked, meta, result)
+            continue
         vlabel = variant_label(variants)
         label = (f"{dtype} {mask}{f' [{vlabel}]' if vlabel else ''} {layout} B={s['b']} Hq={s['hq']} Hkv={s['hkv']} "
                  f"Sq={s['sq']} Sk={s['sk']} D={s['d']}")
@@ -645,6 +704,367 @@ def skip(kernel, dtype, s, mask, layout, reason, failed, variants=None):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Ragged (varlen) batches and paged KV caches (issue 23). A case's `ragged` object is sdpa_core::Ragged:
+# per-sequence lengths and, for a paged cache, the pages. PyTorch runs the batch packed ([total, H, D] tokens
+# with cumulative offsets), as its varlen API takes it; every record carries the same `ragged` object as
+# sdpa bench's, so `sdpa report` pairs them.
+#   varlen_attn        torch.nn.attention.varlen.varlen_attn (FlashAttention's varlen kernel), when present
+#   nested             nested tensors with the jagged layout through scaled_dot_product_attention
+#   flex-document      FlexAttention compiled, over the packed tokens with a document mask (block mask built
+#                      once, outside the timing)
+#   padded+mask        every sequence padded to the longest and SDPA given the padding (and causal) mask: what
+#                      a server without varlen kernels runs; its FLOP/s count only the batch's own work
+# Paged caches: scaled_dot_product_attention and varlen_attn take contiguous or packed K/V, no block table;
+# varlen_attn is used with one when this PyTorch's signature offers `block_table`. Otherwise:
+#   flex-paged         FlexAttention over the page pool, a mask that maps each slot to its sequence and position
+#   gather+<kernel>    the pages gathered into packed K/V inside the timed call, then varlen_attn (CUDA) or
+#                      nested tensors / padded SDPA (CPU)
+
+RAGGED_KERNELS = {"cuda": ["varlen_attn", "nested", "flex-document", "padded+mask"],
+                  "cpu": ["nested", "padded+mask"]}
+PAGED_KERNELS = {"cuda": ["varlen_attn-paged", "flex-paged", "gather+varlen_attn"],
+                 "cpu": ["gather+nested", "gather+padded+mask"]}
+ALL_RAGGED_KERNELS = sorted(set(sum(RAGGED_KERNELS.values(), []) + sum(PAGED_KERNELS.values(), [])))
+
+
+def ragged_label(ragged):
+    """`varlen 16 seqs, 65536 q / 65536 k tokens` or `paged 16, 32 seqs, 32 q tokens, 262144 cached`."""
+    n, tq, tk = len(ragged["seqlens_q"]), sum(ragged["seqlens_q"]), sum(ragged["seqlens_k"])
+    p = ragged.get("pages")
+    if p:
+        return f"paged {p['page_size']}, {n} seqs, {tq} q tokens, {tk} cached"
+    return f"varlen {n} seqs, {tq} q / {tk} k tokens"
+
+
+def ragged_cost(s, mask, dtype, ragged):
+    """sdpa_core::AttentionCost::of_spec for a ragged batch: each sequence's own pairs; each token once."""
+    sq, sk = ragged["seqlens_q"], ragged["seqlens_k"]
+    pairs = sum(pairs_per_head(a, b, mask) if a and b else 0 for a, b in zip(sq, sk))
+    hd = s["d"] + s["dv"]
+    flops = 2.0 * s["hq"] * pairs * hd
+    return flops, float((sum(sq) * s["hq"] + sum(sk) * s["hkv"]) * hd * ELEM_BYTES[dtype])
+
+
+def ragged_kernels(dev_type, ragged, asked):
+    """--kernels names among the ragged ones when it gives any, else the device's list."""
+    table = PAGED_KERNELS if ragged.get("pages") else RAGGED_KERNELS
+    mine = [k for k in asked if k in table[dev_type]]
+    return mine or list(table[dev_type])
+
+
+def cumulative(torch, lens, dev):
+    out = [0]
+    for x in lens:
+        out.append(out[-1] + x)
+    return torch.tensor(out, dtype=torch.int32, device=dev)
+
+
+def make_ragged_inputs(torch, dev, dtype, s, ragged, seed):
+    """Packed Q [total_q, Hq, D]; K/V packed [total_k, Hkv, D], or pages [num_pages, page_size, Hkv, D] with a
+    block table [B, max_pages] placing every used page at a distinct pool page in seeded shuffled order (unused
+    columns -1); and the packed slot of every key (for the gather and the check)."""
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    dt = torch_dtype(torch, dtype)
+
+    def rnd(*shape):
+        return (torch.rand(shape, generator=gen, device=dev, dtype=torch.float32) * 2 - 1).to(dt)
+    sq, sk = ragged["seqlens_q"], ragged["seqlens_k"]
+    q = rnd(sum(sq), s["hq"], s["d"])
+    p = ragged.get("pages")
+    if not p:
+        return q, rnd(sum(sk), s["hkv"], s["d"]), rnd(sum(sk), s["hkv"], s["dv"]), None, None
+    ps = p["page_size"]
+    kp = rnd(p["num_pages"], ps, s["hkv"], s["d"])
+    vp = rnd(p["num_pages"], ps, s["hkv"], s["dv"])
+    order = torch.randperm(p["num_pages"], generator=torch.Generator().manual_seed(seed + 4))
+    table = torch.full((len(sk), p["max_pages"]), -1, dtype=torch.int32)
+    slots, nxt = [], 0
+    for b, k in enumerate(sk):
+        n = -(-k // ps)
+        table[b, :n] = order[nxt:nxt + n].to(torch.int32)
+        nxt += n
+        j = torch.arange(k)
+        slots.append(table[b, (j // ps)].long() * ps + j % ps)
+    slots = torch.cat(slots).to(dev) if slots else torch.zeros(0, dtype=torch.long, device=dev)
+    return q, kp, vp, table.to(dev), slots
+
+
+def gather_pages(pool, slots):
+    """Pages [num_pages, page_size, H, D] -> packed [total_k, H, D] keys in sequence order."""
+    return pool.reshape(-1, pool.shape[2], pool.shape[3]).index_select(0, slots)
+
+
+def causal_offsets(mask, sq, sk):
+    """Per sequence, the diagonal's offset: key j is visible to row i iff j <= i + off (None: no causal mask)."""
+    if mask == "causal":
+        return [0] * len(sq)
+    if mask == "causal-br":
+        return [b - a for a, b in zip(sq, sk)]
+    return None
+
+
+def varlen_fn(torch, mask, sq, sk, d):
+    """varlen_attn with the case's mask as this PyTorch spells it (is_causal, or window_size (-1, 0)); its causal
+    mask is FlashAttention's bottom-right one, which is the top-left one only where Sq_b == Sk_b."""
+    import inspect
+    try:
+        from torch.nn.attention import varlen as vl
+    except ImportError:
+        vl = None
+    if vl is None or not hasattr(vl, "varlen_attn"):
+        raise NotImplementedError(f"this PyTorch ({torch.__version__}) has no torch.nn.attention.varlen.varlen_attn")
+    params = inspect.signature(vl.varlen_attn).parameters
+    kw = {"scale": 1.0 / math.sqrt(d)} if "scale" in params else {}
+    if mask in ("causal", "causal-br"):
+        if mask == "causal" and any(a != b for a, b in zip(sq, sk)):
+            raise NotImplementedError("varlen_attn's causal mask is bottom-right; the case is top-left with Sq != Sk")
+        if "is_causal" in params:
+            kw["is_causal"] = True
+        elif "window_size" in params:
+            kw["window_size"] = (-1, 0)
+        else:
+            raise NotImplementedError("varlen_attn takes neither is_causal nor window_size here")
+    elif mask != "none":
+        raise NotImplementedError(f"varlen_attn has no {mask} mask")
+    return vl.varlen_attn, params, kw
+
+
+def padded(torch, x, lens, maxlen):
+    """Packed [total, H, D] -> [B, H, maxlen, D] zero-padded, and the (batch, position) index of every token."""
+    bidx = torch.repeat_interleave(torch.arange(len(lens), device=x.device),
+                                   torch.tensor(lens, device=x.device))
+    starts = torch.tensor([sum(lens[:i]) for i in range(len(lens))], device=x.device, dtype=torch.long)
+    pos = torch.arange(x.shape[0], device=x.device) - starts[bidx]
+    out = x.new_zeros((len(lens), maxlen, x.shape[1], x.shape[2]))
+    out[bidx, pos] = x
+    return out.transpose(1, 2), (bidx, pos)
+
+
+def build_ragged_call(torch, kernel, q, k, v, table, slots, s, mask, ragged):
+    """A zero-argument function running one call and a function turning its result into packed
+    [total_q, Hq, Dv] output (run outside the timing)."""
+    F = torch.nn.functional
+    dev = q.device
+    sq, sk = ragged["seqlens_q"], ragged["seqlens_k"]
+    group = s["hq"] // s["hkv"]
+    scale = 1.0 / math.sqrt(s["d"])
+    cu_q, cu_k = cumulative(torch, sq, dev), cumulative(torch, sk, dev)
+    max_q, max_k = max(sq), max(sk)
+    offs = causal_offsets(mask, sq, sk)
+    if mask not in ("none", "causal", "causal-br"):
+        raise NotImplementedError("explicit masks do not combine with ragged batches")
+    packed_kv = (lambda: (gather_pages(k, slots), gather_pages(v, slots))) if table is not None else None
+    base = kernel[len("gather+"):] if kernel.startswith("gather+") else kernel
+    if table is not None and not kernel.startswith("gather+") and kernel not in ("varlen_attn-paged", "flex-paged"):
+        raise NotImplementedError(f"{kernel} takes packed K/V (see the gather+ records)")
+    ident = lambda o: o  # noqa: E731
+
+    if kernel == "varlen_attn-paged":
+        fn, params, kw = varlen_fn(torch, mask, sq, sk, s["d"])
+        if "block_table" not in params:
+            raise NotImplementedError(f"no paged SDPA in PyTorch {torch.__version__}: scaled_dot_product_attention "
+                                      "and varlen_attn take contiguous or packed K/V, no block table")
+        if "seqused_k" in params:
+            kw["seqused_k"] = torch.tensor(sk, dtype=torch.int32, device=dev)
+        return (lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, block_table=table, **kw)), ident
+    if base == "varlen_attn":
+        fn, _, kw = varlen_fn(torch, mask, sq, sk, s["d"])
+        if packed_kv:
+            return (lambda: fn(q, *packed_kv(), cu_q, cu_k, max_q, max_k, **kw)), ident
+        return (lambda: fn(q, k, v, cu_q, cu_k, max_q, max_k, **kw)), ident
+    if base == "nested":
+        if mask == "causal-br" and any(a != b for a, b in zip(sq, sk)):
+            raise NotImplementedError("nested-tensor SDPA's is_causal is top-left; the case is bottom-right, Sq != Sk")
+        if 0 in sq or 0 in sk:
+            raise NotImplementedError("nested tensors hold no sequence of length 0")
+        nt = torch.nested.nested_tensor_from_jagged
+        qn = nt(q, offsets=cu_q.long()).transpose(1, 2)
+        kw = {"is_causal": offs is not None}
+        if group > 1:
+            kw["enable_gqa"] = True
+
+        def jagged(kk, vv):
+            return nt(kk, offsets=cu_k.long()).transpose(1, 2), nt(vv, offsets=cu_k.long()).transpose(1, 2)
+        kv_nested = None if packed_kv else jagged(k, v)
+
+        def run_nested():
+            kn, vn = jagged(*packed_kv()) if packed_kv else kv_nested
+            return F.scaled_dot_product_attention(qn, kn, vn, scale=scale, **kw)
+        return run_nested, lambda o: o.transpose(1, 2).values()
+    if base == "padded+mask":
+        qp, (qb, qpos) = padded(torch, q, sq, max_q)
+        i = torch.arange(max_q, device=dev).view(1, -1, 1)
+        j = torch.arange(max_k, device=dev).view(1, 1, -1)
+        skt = torch.tensor(sk, device=dev).view(-1, 1, 1)
+        keep = j < skt
+        if offs is not None:
+            keep = keep & (j <= i + torch.tensor(offs, device=dev).view(-1, 1, 1))
+        keep = keep.unsqueeze(1)  # [B, 1, max_q, max_k]
+        kw = {"enable_gqa": True} if group > 1 else {}
+
+        def run_padded():
+            kk, vv = packed_kv() if packed_kv else (k, v)
+            kp, _ = padded(torch, kk, sk, max_k)
+            vp, _ = padded(torch, vv, sk, max_k)
+            return F.scaled_dot_product_attention(qp, kp, vp, attn_mask=keep, scale=scale, **kw)
+        return run_padded, lambda o: o.transpose(1, 2)[qb, qpos]
+    if kernel in ("flex-document", "flex-paged"):
+        if dev.type != "cuda":
+            raise NotImplementedError("flex runs on CUDA here")
+        from torch.nn.attention.flex_attention import create_block_mask
+        flex = compiled_flex(torch)
+        doc_q = torch.repeat_interleave(torch.arange(len(sq), device=dev), torch.tensor(sq, device=dev))
+        qpos = torch.arange(sum(sq), device=dev) - cu_q.long()[doc_q]
+        off_t = torch.tensor(offs or [0] * len(sq), device=dev)
+        sk_t = torch.tensor(sk, device=dev)
+        if kernel == "flex-document":
+            doc_k = torch.repeat_interleave(torch.arange(len(sk), device=dev), sk_t)
+            kpos = torch.arange(sum(sk), device=dev) - cu_k.long()[doc_k]
+            kv_len, kk, vv = sum(sk), k, v
+        else:
+            # Each pool slot's sequence (-1: a page no sequence owns) and its position in that sequence.
+            ps, npages = k.shape[1], k.shape[0]
+            owner = torch.full((npages,), -1, dtype=torch.long, device=dev)
+            first = torch.zeros(npages, dtype=torch.long, device=dev)
+            for b, n in enumerate(sk):
+                cols = table[b, :-(-n // ps)].long()
+                owner[cols] = b
+                first[cols] = torch.arange(cols.numel(), device=dev) * ps
+            slot = torch.arange(npages * ps, device=dev)
+            doc_k = owner[slot // ps]
+            kpos = first[slot // ps] + slot % ps
+            kpos = torch.where((doc_k >= 0) & (kpos < sk_t[doc_k.clamp(min=0)]), kpos, torch.full_like(kpos, 1 << 40))
+            kv_len = npages * ps
+            kk, vv = k.reshape(kv_len, k.shape[2], k.shape[3]), v.reshape(kv_len, v.shape[2], v.shape[3])
+        causal = offs is not None
+
+        def doc_mask(b, h, qi, kj):
+            d = doc_q[qi]
+            m = (doc_k[kj] == d) & (kpos[kj] < sk_t[d])
+            return (m & (kpos[kj] <= qpos[qi] + off_t[d])) if causal else m
+        block_mask = create_block_mask(doc_mask, B=None, H=None, Q_LEN=sum(sq), KV_LEN=kv_len, device=dev)
+        q4 = q.transpose(0, 1).unsqueeze(0)
+        k4, v4 = kk.transpose(0, 1).unsqueeze(0), vv.transpose(0, 1).unsqueeze(0)
+        return (lambda: flex(q4, k4, v4, block_mask=block_mask, scale=scale, enable_gqa=group > 1)), \
+            lambda o: o[0].transpose(0, 1)
+    raise NotImplementedError(f"unknown ragged kernel {kernel}")
+
+
+def ragged_reference_check(torch, q, k, v, out, s, mask, dtype, ragged):
+    """Sampled (head, token) rows of the packed output against a float64 recomputation of their sequence, as
+    sdpa_core::check_output samples a ragged batch's [Hq, total_q] rows; K/V packed (pages gathered)."""
+    sq, sk = ragged["seqlens_q"], ragged["seqlens_k"]
+    tq, group, scale = sum(sq), s["hq"] // s["hkv"], 1.0 / math.sqrt(s["d"])
+    per_row = max(sk) * (s["d"] + s["dv"])
+    n = None if tq * s["hq"] * per_row <= 2e8 else max(64, min(4096, int(2e8 / per_row)))
+    rows = sampled_rows(tq * s["hq"], n)
+    cq, ck = [0], [0]
+    for a, b in zip(sq, sk):
+        cq.append(cq[-1] + a)
+        ck.append(ck[-1] + b)
+    offs = causal_offsets(mask, sq, sk)
+    import bisect
+    diff2 = ref2 = max_abs = 0.0
+    nan_mismatch = 0
+    for r in rows:
+        h, t = r // tq, r % tq
+        b = bisect.bisect_right(cq, t) - 1
+        i = t - cq[b]
+        got = out[t, h].double().cpu()
+        if sk[b] == 0:
+            ref = torch.zeros_like(got)
+        else:
+            kd = k[ck[b]:ck[b + 1], h // group].double().cpu()
+            vd = v[ck[b]:ck[b + 1], h // group].double().cpu()
+            sc = (kd @ q[t, h].double().cpu()) * scale
+            if offs is not None:
+                sc = sc.masked_fill(torch.arange(sk[b]) > i + offs[b], float("-inf"))
+            if torch.isinf(sc.max()):
+                ref = torch.zeros_like(got)
+            else:
+                p = torch.exp(sc - sc.max())
+                ref = (p @ vd) / p.sum()
+        nan_mismatch += int(torch.isnan(got).any())
+        d = torch.nan_to_num(got - ref)
+        diff2 += float((d * d).sum())
+        ref2 += float((ref * ref).sum())
+        max_abs = max(max_abs, float(d.abs().max()) if d.numel() else 0.0)
+    rel = math.sqrt(diff2 / ref2) if ref2 > 0 else math.sqrt(diff2)
+    tol = TOLERANCE[dtype]
+    return {"max_abs_err": max_abs, "rel_err": rel, "tolerance": tol, "nan_mismatches": nan_mismatch,
+            "lse_max_abs_err": None, "rows_checked": len(rows), "pass": rel <= tol and nan_mismatch == 0}
+
+
+def run_ragged_case(torch, dev, args, case, timing, asked, meta, result):
+    """Times every ragged kernel on one ragged case; appends records and "not run" entries to `result`."""
+    dtype, s, mask, layout, variants, ragged = case
+    warmup, reps, budget = timing
+    label = f"{dtype} {mask} {layout} Hq={s['hq']} Hkv={s['hkv']} D={s['d']} [{ragged_label(ragged)}]"
+
+    def skipped(kernel, reason, failed):
+        result["skipped"].append({"backend": "pytorch", "kernel": kernel, "dtype": dtype, "shape": s, "mask": mask,
+                                  "layout": layout, "reason": f"[{ragged_label(ragged)}] {reason}",
+                                  "failed": failed})
+    kernels = ragged_kernels(dev.type, ragged, asked)
+    if variants:
+        for kern in kernels:
+            skipped(kern, "window, softcap and ALiBi are not timed on ragged batches here", False)
+        return
+    try:
+        q, k, v, table, slots = make_ragged_inputs(torch, dev, dtype, s, ragged, args.seed)
+    except RuntimeError as e:
+        for kern in kernels:
+            skipped(kern, f"inputs: {first_line(e)}", True)
+        return
+    ran_paged = False
+    for kern in kernels:
+        try:
+            fn, to_packed = build_ragged_call(torch, kern, q, k, v, table, slots, s, mask, ragged)
+            out = to_packed(fn())
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            check = None
+            if not args.no_check:
+                kk, vv = (gather_pages(k, slots), gather_pages(v, slots)) if table is not None else (k, v)
+                check = ragged_reference_check(torch, q, kk, vv, out, s, mask, dtype, ragged)
+                del kk, vv
+            del out
+            times = sorted(time_calls(torch, dev, fn, warmup, reps, budget))
+            del fn
+        except (RuntimeError, NotImplementedError, ValueError, ImportError, TypeError, AttributeError) as e:
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+            skipped(kern, first_line(e), False)
+            print(f"{meta['progress']} pytorch {kern} {label}: not run: {first_line(e)}", file=sys.stderr)
+            continue
+        ran_paged |= kern == "varlen_attn-paged"
+        med = statistics.median(times)
+        flops, nbytes = ragged_cost(s, mask, dtype, ragged)
+        rec = {"backend": "pytorch", "kernel": kern, "device": meta["device"], "dtype": dtype, "shape": s,
+               "mask": mask, "layout": layout, "f32_math": "exact" if dtype == "f32" else None,
+               "threads": torch.get_num_threads() if dev.type == "cpu" else None,
+               "time_ms": {"median": med, "min": times[0], "max": times[-1], "reps": len(times)},
+               "tflops": flops / (med * 1e-3) / 1e12, "gbps": nbytes / (med * 1e-3) / 1e9,
+               "check": check, "peak_mem_bytes": None, "commit": meta["commit"], "date": meta["date"],
+               "machine": meta["machine"], "ragged": ragged}
+        result["records"].append(rec)
+        status = "" if check is None else (" check pass" if check["pass"] else " check FAIL")
+        print(f"{meta['progress']} pytorch {kern} {label}: {med:.4f} ms {rec['tflops']:.3f} TFLOP/s{status}",
+              file=sys.stderr)
+    if ragged.get("pages") and not ran_paged and not any(x["kernel"] == "sdpa" for x in result["skipped"]
+                                                         if x["shape"] == s and x["dtype"] == dtype):
+        skipped("sdpa", f"PyTorch {torch.__version__} has no paged SDPA: scaled_dot_product_attention (dense or "
+                "nested) and varlen_attn read contiguous or packed K/V and take no block table (only the private, "
+                "experimental torch.nn.attention.experimental._paged_attention maps pages for FlexAttention); the "
+                "records time FlexAttention over the page pool (flex-paged) and the pages gathered into packed K/V "
+                "(gather+...)", False)
+    del q, k, v, table, slots
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Self-test (no torch): the cost model against figures sdpa-core's tests pin, row sampling, spec parsing.
 
 def self_test():
@@ -684,7 +1104,43 @@ def self_test():
     except ValueError:
         pass
     variants_self_test(here)
+    ragged_self_test(here)
     print(f"pytorch_sdpa.py self-test: ok ({n} preset cases parsed)")
+
+
+def ragged_self_test(presets):
+    """Ragged batches: the issue's example resolved as RaggedRequest::resolve does, the cost per sequence, the
+    serving preset's cases, the kernels each runs, and refusals."""
+    shape = {"b": 3, "hq": 8, "hkv": 2, "sq": 1, "sk": 0, "d": 128, "dv": 128}
+    s, r = resolve_batch({"seqlens_k": [1, 4097, 333], "page_size": 16}, shape)
+    assert (s["sq"], s["sk"]) == (1, 4097), s
+    assert r == {"seqlens_q": [1, 1, 1], "seqlens_k": [1, 4097, 333],
+                 "pages": {"page_size": 16, "num_pages": 279, "max_pages": 257}}, r
+    assert ragged_label(r) == "paged 16, 3 seqs, 3 q tokens, 4431 cached"
+    flops, nbytes = ragged_cost(s, "none", "bf16", r)
+    assert flops == 2.0 * 8 * 4431 * 256 and nbytes == (3 * 8 + 4431 * 2) * 256 * 2.0
+    # Causal pairs per sequence: 6·7/2 + 8·9/2; a sequence of length 0 does nothing.
+    v = {"seqlens_q": [6, 8, 0], "seqlens_k": [6, 8, 0]}
+    assert ragged_cost({"b": 3, "hq": 1, "hkv": 1, "sq": 8, "sk": 8, "d": 4, "dv": 4}, "causal", "f32", v)[0] == \
+        2.0 * 57 * 8
+    for bad in ({"seqlens_k": [1, 2]}, {"seqlens_k": [1, 2, 3], "page_size": 0}, {"seqlens_q": [1, 2, 3]},
+                {"seqlens_k": [1, 2, 3], "pages": 4}):
+        try:
+            resolve_batch(bad, shape)
+            raise AssertionError(f"{bad} was accepted")
+        except ValueError:
+            pass
+    cases = load_cases(os.path.join(presets, "serving.json"))
+    ragged = [c for c in cases if c[6]]
+    assert all(c[3] == "bshd" for c in ragged), "ragged cases default to the packed layout"
+    gpu_varlen = [c for c in ragged if c[0] == "bf16" and c[1]["b"] == 16]
+    assert len(gpu_varlen) == 2 and sum(gpu_varlen[0][6]["seqlens_q"]) == 65536
+    paged = [c for c in ragged if c[6].get("pages") and c[1]["b"] == 32]
+    assert len(paged) == 1 and sum(paged[0][6]["seqlens_k"]) == 32 * 8192
+    assert ragged_kernels("cuda", paged[0][6], []) == PAGED_KERNELS["cuda"]
+    assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash", "nested"]) == ["nested"]
+    assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash"]) == RAGGED_KERNELS["cpu"]
+    assert causal_offsets("causal-br", [1, 3], [5, 2]) == [4, -1] and causal_offsets("none", [1], [1]) is None
 
 
 def variants_self_test(presets):
@@ -763,8 +1219,9 @@ def main():
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         raise SystemExit(f"pytorch_sdpa.py: {args.spec}: {e}")
     if args.dry_run:
-        for dtype, s, mask, layout, timing, variants in cases:
-            print(dtype, mask, layout, json.dumps(s), json.dumps(timing), json.dumps(variants))
+        for dtype, s, mask, layout, timing, variants, ragged in cases:
+            print(dtype, mask, layout, json.dumps(s), json.dumps(timing), json.dumps(variants),
+                  ragged_label(ragged) if ragged else "dense")
         return
     run(args)
 

@@ -15,6 +15,7 @@ mod devices;
 mod measure;
 mod report;
 mod run;
+mod serving;
 mod variants;
 mod warmup;
 

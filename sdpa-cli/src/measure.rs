@@ -169,7 +169,9 @@ pub fn check_rows(spec: &AttentionSpec, explicit: Option<usize>) -> Option<usize
     }
     let s = &spec.shape;
     let per_row = (s.sk as f64) * ((s.d + s.dv) as f64);
-    let rows = (s.b * s.hq * s.sq) as f64;
+    // A ragged batch has its own token count; its longest sequence bounds the keys per row.
+    let q_rows = spec.ragged.as_ref().map_or(s.b * s.sq, |r| r.total_q());
+    let rows = (q_rows * s.hq) as f64;
     if rows * per_row <= 2e8 {
         None
     } else {

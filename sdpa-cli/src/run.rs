@@ -2,6 +2,7 @@
 
 use crate::backends::{open_backend, BACKENDS};
 use crate::measure::{check_counts, measure, Measure, Repetitions};
+use crate::serving::{default_layout, label, resolve, BatchArgs};
 use crate::variants::{check_alignment, VariantArgs};
 use anyhow::{bail, Context, Result};
 use sdpa_core::{
@@ -26,9 +27,13 @@ pub struct RunArgs {
     /// none, causal (top-left, PyTorch is_causal) or causal-br (bottom-right, FlashAttention/KV cache).
     #[arg(long, default_value = "none")]
     mask: Mask,
-    /// Memory layout of Q, K, V and O: bhsd or bshd.
-    #[arg(long, default_value = "bhsd")]
-    layout: Layout,
+    /// Memory layout of Q, K, V and O: bhsd or bshd (default bhsd; bshd, the packed `[total, H, D]`, for a
+    /// ragged batch).
+    #[arg(long)]
+    layout: Option<Layout>,
+    /// Per-sequence lengths and pages (a ragged batch; --shape's Sq/Sk then bound them, 0 = the longest).
+    #[command(flatten)]
+    batch: BatchArgs,
     /// Window, softcap, ALiBi and the diagonal they measure from.
     #[command(flatten)]
     variants: VariantArgs,
@@ -66,7 +71,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         bail!("unknown backend `{}` (expected one of: {})", args.backend, BACKENDS.join(", "));
     }
     check_counts(Some(args.warmup), Some(args.reps), args.threads)?;
-    let mut spec = AttentionSpec::new(args.shape, args.dtype).with_layout(args.layout).with_mask(args.mask);
+    let resolved = resolve(&args.batch.request(), &args.shape)?;
+    let layout = default_layout(args.layout, resolved.is_some());
+    let mut spec = match resolved {
+        Some((shape, r)) => AttentionSpec::new(shape, args.dtype).with_ragged(r, layout),
+        None => AttentionSpec::new(args.shape, args.dtype).with_layout(layout),
+    }
+    .with_mask(args.mask);
     if let Some(s) = args.scale {
         spec = spec.with_scale(s);
     }
@@ -74,7 +85,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         check_alignment(&args.mask, &v, "--window/--alibi")?;
         spec = spec.with_variants(v);
     }
-    spec.validate().with_context(|| format!("shape {}", args.shape))?;
+    spec.validate().with_context(|| format!("shape {}{}", args.shape, label(&spec)))?;
     let backend = open_backend(&args.backend, args.threads)?;
     let opts = RunOptions { kernel: args.kernel, f32_math: args.f32_math, threads: args.threads, lse: args.check };
     // Refuse what the backend cannot run before the inputs exist (a huge head dim would be allocated first).
@@ -103,7 +114,17 @@ fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
     let s = &r.shape;
     let variants =
         if r.variants.is_plain() { String::new() } else { format!(" {}", r.variants.label(r.variants.diagonal)) };
-    println!("{} {} on {}: {} {} mask={}{variants}", backend.name(), r.kernel, r.device, r.dtype, s.labelled(), r.mask);
+    let layout = r.layout.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
+    let batch = r.ragged.as_ref().map(|b| format!(" [{}]", crate::serving::describe(b))).unwrap_or_default();
+    println!(
+        "{} {} on {}: {} {}{layout}{batch} mask={}{variants}",
+        backend.name(),
+        r.kernel,
+        r.device,
+        r.dtype,
+        s.labelled(),
+        r.mask
+    );
     println!(
         "  time {:.4} ms median (min {:.4}, max {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s",
         r.time_ms.median, r.time_ms.min, r.time_ms.max, r.time_ms.reps, r.tflops, r.gbps

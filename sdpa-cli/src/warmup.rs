@@ -15,7 +15,7 @@ pub struct WarmupArgs {
     #[command(flatten)]
     sweep: SweepArgs,
     /// Every program of every kernel family instead of a sweep's (17 s on the H100 host's 16 cores).
-    #[arg(long, conflicts_with_all = ["preset", "spec", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math", "window", "softcap", "alibi", "alibi_slopes", "diagonal"])]
+    #[arg(long, conflicts_with_all = ["preset", "spec", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math", "window", "softcap", "alibi", "alibi_slopes", "diagonal", "seqlens_q", "seqlens_k", "page_size"])]
     all: bool,
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
@@ -67,11 +67,12 @@ pub fn run(args: WarmupArgs) -> Result<()> {
             let v = crate::variants::label(&spec.mask, &spec.variants);
             let v = if v.is_empty() { v } else { format!(" [{v}]") };
             skipped.push(format!(
-                "{} {} {}{v} {}: {why}",
+                "{} {} {}{v} {}{}: {why}",
                 opts.kernel,
                 spec.dtype,
                 spec.mask.name(),
-                spec.shape.labelled()
+                spec.shape.labelled(),
+                crate::serving::label(spec)
             ));
         }
         if skipped.len() == calls.len() {

@@ -23,6 +23,7 @@ pub mod evidence;
 pub mod model;
 pub mod page;
 pub mod plots;
+pub mod serving;
 
 pub use model::{Baseline, PeakChoice, ReportOptions, ResultsReport};
 

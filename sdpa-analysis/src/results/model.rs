@@ -5,7 +5,7 @@ use super::ReportError;
 use sdpa_core::record::{BenchFile, MeasuredPeak, Skipped};
 use sdpa_core::{
     AttentionCost, AttentionSpec, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues,
-    Shape, Variants,
+    Ragged, Shape, Variants,
 };
 use std::collections::BTreeMap;
 
@@ -127,6 +127,9 @@ pub struct Group {
     pub shape: Shape,
     /// Layout name.
     pub layout: String,
+    /// The ragged batch (lengths, pages) every row ran; `None` for dense calls. The shape's Sq/Sk are then
+    /// its bounds.
+    pub ragged: Option<Ragged>,
     /// Measured rows, in series order.
     pub rows: Vec<Row>,
     /// The baseline the speedups use (label and median ms), when one is present in the group.
@@ -137,8 +140,9 @@ impl Group {
     /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`, with the variants
     /// after the mask (`causal + window 4096,0 tl`).
     pub fn title(&self) -> String {
+        let batch = self.ragged.as_ref().map(|r| format!(" · {}", batch_label(r))).unwrap_or_default();
         format!(
-            "{} · {} · {} · {} · {}",
+            "{} · {} · {} · {} · {}{batch}",
             self.platform,
             self.dtype,
             mask_and_variants(&self.mask, &self.variants_label),
@@ -161,6 +165,21 @@ pub fn mask_and_variants(mask: &str, variants_label: &str) -> String {
 pub fn variants_label(rec: &BenchRecord) -> String {
     let from_mask = rec.mask.parse::<Mask>().ok().and_then(|m| m.diagonal());
     rec.variants.label(rec.variants.diagonal.or(from_mask))
+}
+
+/// `varlen 16 seqs, 65536 q / 65536 k tokens` or `paged 16 (279 pages), 3 seqs, 3 q tokens, 4431 cached`.
+pub fn batch_label(r: &Ragged) -> String {
+    match &r.pages {
+        None => format!("varlen {} seqs, {} q / {} k tokens", r.batch(), r.total_q(), r.total_k()),
+        Some(p) => format!(
+            "paged {} ({} pages), {} seqs, {} q tokens, {} cached",
+            p.page_size,
+            p.num_pages,
+            r.batch(),
+            r.total_q(),
+            r.total_k()
+        ),
+    }
 }
 
 /// `B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64` (and `Dv=` when it differs).
@@ -264,6 +283,9 @@ pub struct ResultsReport {
     pub seq_plots: Vec<SeqPlot>,
     /// One roofline per platform.
     pub rooflines: Vec<RooflinePlot>,
+    /// Copy bandwidth (GB/s) measured per platform: by the run itself (its file's ceilings), else given
+    /// with `--peak-gbps`; what paged decoding's GB/s is held against.
+    pub measured_gbps: BTreeMap<String, f64>,
 }
 
 /// Parses a record's mask name back into a mask for the cost model (explicit masks cost every pair).
@@ -288,8 +310,16 @@ fn variants_key(rec: &BenchRecord) -> String {
 
 /// The cost of the work the record's call did: its mask, and the pairs its window leaves; `None` for a mask
 /// name the cost model does not know or variants that do not validate for the shape.
-fn cost_of(rec: &BenchRecord) -> Option<AttentionCost> {
+pub(crate) fn cost_of(rec: &BenchRecord) -> Option<AttentionCost> {
     let mask = mask_of(&rec.mask, &rec.shape)?;
+    if let Some(r) = &rec.ragged {
+        // Each sequence's own band over its own lengths (the layout does not change the work).
+        let spec = AttentionSpec::new(rec.shape, rec.dtype)
+            .with_ragged(r.clone(), sdpa_core::Layout::Bshd)
+            .with_mask(mask)
+            .with_variants(rec.variants.clone());
+        return spec.validate().ok().map(|()| AttentionCost::of_spec(&spec));
+    }
     if rec.variants.is_plain() {
         return Some(AttentionCost::of(&rec.shape, &mask, rec.dtype));
     }
@@ -323,8 +353,18 @@ fn series_of(rec: &BenchRecord) -> String {
     }
 }
 
-/// Platform, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout.
-type GroupKey = (String, u8, String, String, [usize; 7], String);
+/// Platform, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout, the
+/// ragged batch (as JSON; empty for dense calls, which sort first).
+type GroupKey = (String, u8, String, String, [usize; 7], String, String);
+
+/// A ragged batch as a grouping key: its lengths and page size (the pool's size is the runner's choice).
+pub(crate) fn ragged_key(r: Option<&Ragged>) -> String {
+    r.map(|r| {
+        let page = r.pages.map_or(0, |p| p.page_size);
+        format!("{page}:{:?}:{:?}", r.seqlens_q, r.seqlens_k)
+    })
+    .unwrap_or_default()
+}
 
 fn shape_key(s: &Shape) -> [usize; 7] {
     [s.b, s.hq, s.hkv, s.sq, s.sk, s.d, s.dv]
@@ -348,6 +388,7 @@ impl ResultsReport {
         let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
         // Ceilings measured by the runs themselves, per platform (used when no peak was chosen).
         let mut measured: BTreeMap<String, MeasuredPeak> = BTreeMap::new();
+        let mut measured_gbps: BTreeMap<String, f64> = BTreeMap::new();
         for (name, file) in files {
             sources.push(Source {
                 name: name.clone(),
@@ -360,6 +401,13 @@ impl ResultsReport {
             });
             skipped.extend(file.skipped.iter().cloned());
             for rec in &file.records {
+                let bw = file.ceilings.and_then(|m| m.gbps).or(match opts.peak {
+                    PeakChoice::Measured(m) => m.gbps,
+                    _ => None,
+                });
+                if let Some(bw) = bw {
+                    measured_gbps.entry(platform_of(rec)).or_insert(bw);
+                }
                 let peak = match (&opts.peak, &file.ceilings) {
                     (PeakChoice::Auto, Some(m)) if m.tflops(rec.dtype).is_some() => {
                         measured.insert(platform_of(rec), *m);
@@ -381,6 +429,7 @@ impl ResultsReport {
                     variants_key(rec),
                     [s.d, s.dv, s.hq, s.hkv, s.sq, s.sk, s.b],
                     layout.clone(),
+                    ragged_key(rec.ragged.as_ref()),
                 );
                 groups
                     .entry(key)
@@ -392,6 +441,7 @@ impl ResultsReport {
                         variants_label: label,
                         shape: s,
                         layout,
+                        ragged: rec.ragged.clone(),
                         rows: Vec::new(),
                         baseline: None,
                     })
@@ -433,7 +483,17 @@ impl ResultsReport {
                 describe_measured(m)
             ));
         }
-        Ok(ResultsReport { title, sources, series, groups, skipped, peak_note: note, seq_plots, rooflines })
+        Ok(ResultsReport {
+            title,
+            sources,
+            series,
+            groups,
+            skipped,
+            peak_note: note,
+            seq_plots,
+            rooflines,
+            measured_gbps,
+        })
     }
 
     /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min
@@ -607,7 +667,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
     type Family = (String, u8, String, String, [usize; 4], String, Option<usize>);
     let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
     let mut titles: BTreeMap<Family, String> = BTreeMap::new();
-    for g in groups {
+    for g in groups.iter().filter(|g| g.ragged.is_none()) {
         let s = g.shape;
         let sq_mode = if s.sq == s.sk { None } else { Some(s.sq) };
         let key = (
@@ -676,7 +736,8 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
 fn head_dim_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
     type Family = (String, u8, String, String, [usize; 3], String);
     let mut fams: BTreeMap<Family, Vec<&Row>> = BTreeMap::new();
-    for g in groups.iter().filter(|g| g.shape.d == g.shape.dv) {
+    // A ragged group's Sq/Sk are bounds, not lengths: it has no place on a length or head-dim axis.
+    for g in groups.iter().filter(|g| g.shape.d == g.shape.dv && g.ragged.is_none()) {
         let s = g.shape;
         let key = (
             g.platform.clone(),

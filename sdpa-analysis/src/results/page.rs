@@ -221,6 +221,44 @@ fn variants_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
+/// Ragged records against their dense equal-work call, the best PyTorch record of the same batch, the same
+/// lengths packed, and the measured copy bandwidth.
+fn serving_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = [
+        "configuration",
+        "backend:kernel",
+        "median ms",
+        "TFLOP/s",
+        "GB/s",
+        "vs dense (same work)",
+        "vs best PyTorch",
+        "paged vs packed",
+        "GB/s / measured peak",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let rows = r
+        .serving_rows()
+        .into_iter()
+        .filter_map(|v| {
+            let g = r.groups.get(v.group)?;
+            Some(vec![
+                g.title(),
+                v.series,
+                fmt_ms(v.median_ms),
+                fmt_tflops(v.tflops),
+                format!("{:.1}", v.gbps),
+                v.vs_dense.map_or("-".into(), |(x, what)| format!("{x:.3}x ({what})")),
+                v.vs_pytorch.map_or("-".into(), |(x, k)| format!("{x:.2}x ({k})")),
+                v.vs_packed.map_or("-".into(), |x| format!("{x:.3}x")),
+                fmt_pct(v.of_peak_bw),
+            ])
+        })
+        .collect();
+    (head, rows)
+}
+
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
@@ -266,6 +304,13 @@ same configuration without them, measured in the same run: time / plain below 1 
 the variant costs. The speedup compares with the baseline that ran the same variants (PyTorch's FlexAttention or \
 masked SDPA).";
 
+const SERVING_NOTE: &str = "Each ragged (varlen or paged) record, its TFLOP/s and GB/s over the batch's own work and \
+bytes. vs dense: its TFLOP/s over the fastest dense call of the same backend, kernel, heads and FLOPs (within 1 %; \
+for decoding also the same bytes), named by its shape and layout. vs best PyTorch: the fastest PyTorch record of the \
+same batch (varlen_attn, nested tensors, FlexAttention with a document mask...) over our median, above 1 ours is \
+faster. paged vs packed: TFLOP/s over the same lengths without pages. GB/s / measured peak: against the copy \
+bandwidth measured in the same run (or given with --peak-gbps).";
+
 /// Paths of the SVG files the markdown links to, relative to the markdown file, with their contents.
 pub fn svg_files(r: &ResultsReport) -> Vec<(String, String)> {
     let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
@@ -304,6 +349,11 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         let (h, rows) = variants_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Variants against plain attention\n\n{VARIANTS_NOTE}\n");
+            md_table(&mut out, &h, &rows);
+        }
+        let (h, rows) = serving_table(r);
+        if !rows.is_empty() {
+            let _ = writeln!(out, "## Serving layouts\n\n{SERVING_NOTE}\n");
             md_table(&mut out, &h, &rows);
         }
     }
@@ -423,6 +473,11 @@ pub fn html(r: &ResultsReport) -> String {
             let _ =
                 writeln!(out, "<h2>Variants against plain attention</h2><p class=\"note\">{}</p>", esc(VARIANTS_NOTE));
             html_table(&mut out, "variants", &h, &rows, None);
+        }
+        let (h, rows) = serving_table(r);
+        if !rows.is_empty() {
+            let _ = writeln!(out, "<h2>Serving layouts</h2><p class=\"note\">{}</p>", esc(SERVING_NOTE));
+            html_table(&mut out, "serving", &h, &rows, None);
         }
     }
     if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {

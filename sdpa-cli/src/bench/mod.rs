@@ -9,10 +9,11 @@ mod pytorch;
 
 use crate::backends::open_backend;
 use crate::measure::{check_counts, measure, provenance, Measure, Repetitions};
+use crate::serving::BatchArgs;
 use crate::variants::VariantArgs;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use plan::{Case, Config, Overrides, Plan};
+use plan::{Case, Config, InputsKey, Overrides, Plan};
 use sdpa_core::record::{BenchFile, Skipped};
 use sdpa_core::{BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, WarmUp};
 use std::collections::HashMap;
@@ -24,7 +25,8 @@ use std::path::{Path, PathBuf};
 /// given override the same list in the preset or spec file.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
-    /// Named sweep: quick (default), fa2bench, decode, seed, headdims, variants (files under bench/presets/).
+    /// Named sweep: quick (default), fa2bench, decode, seed, headdims, variants, serving (files under
+    /// bench/presets/).
     #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
     /// JSON spec file: {backends, kernels, dtypes, shapes:[{b,hq,hkv,sq,sk,d,dv}], masks, layouts}, an array
@@ -55,6 +57,9 @@ pub struct SweepArgs {
     /// One set of variants (window, softcap, ALiBi) in place of the spec's `variants` list.
     #[command(flatten)]
     variants: VariantArgs,
+    /// One ragged batch (per-sequence lengths, pages) in place of the spec's `batches` list.
+    #[command(flatten)]
+    batch: BatchArgs,
 }
 
 impl SweepArgs {
@@ -75,6 +80,7 @@ impl SweepArgs {
             layouts: self.layout.clone(),
             f32_math: self.f32_math.clone(),
             variants: self.variants.variants()?.into_iter().collect(),
+            batches: Some(self.batch.request()).filter(|r| !r.is_dense()).into_iter().collect(),
         };
         plan::build(&sweeps, &over, &source, self.spec.is_some())
     }
@@ -251,7 +257,8 @@ fn describe_case(c: &Case) -> String {
     let s = c.shape;
     let variants = c.variants_label();
     let variants = if variants.is_empty() { variants } else { format!(" [{variants}]") };
-    format!("{} {}{variants} {} {}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
+    let batch = c.ragged.as_ref().map(|r| format!(" [{}]", crate::serving::describe(r))).unwrap_or_default();
+    format!("{} {}{variants} {} {}{batch}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
 }
 
 fn describe(c: &Config) -> String {
@@ -272,7 +279,11 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
         mask: c.case.mask.name().to_string(),
         layout: Some(c.case.layout.name().to_string()),
         variants: c.case.spec().recorded_variants(),
-        reason,
+        // Skipped entries carry no lengths of their own: the reason names the batch.
+        reason: match &c.case.ragged {
+            Some(r) => format!("{reason} [{}]", crate::serving::describe(r)),
+            None => reason,
+        },
         failed,
     }
 }
@@ -348,7 +359,6 @@ fn sweep(
         }
     };
     let mut backends: HashMap<String, std::result::Result<Box<dyn HostBackend>, String>> = HashMap::new();
-    type InputsKey = (DType, sdpa_core::Shape, sdpa_core::Mask, Layout);
     let mut inputs: Option<(InputsKey, std::result::Result<HostInputs, String>)> = None;
     for c in &plan.configs {
         pb.set_message(describe(c));

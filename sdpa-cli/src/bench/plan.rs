@@ -7,7 +7,8 @@ use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::{
-    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, RunOptions, Shape, Variants,
+    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Ragged, RaggedRequest, RunOptions,
+    Shape, Variants,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -33,7 +34,12 @@ pub struct Overrides {
     pub layouts: Vec<Layout>,
     pub f32_math: Vec<F32Math>,
     pub variants: Vec<Variants>,
+    /// Ragged batches (`--seqlens-q/-k`, `--page-size`) in place of the spec's `batches`.
+    pub batches: Vec<RaggedRequest>,
 }
+
+/// What a case's random inputs depend on.
+pub type InputsKey = (DType, Shape, Mask, Layout, Option<Ragged>);
 
 /// The problem one configuration solves, shared by every backend and kernel that run it (and by PyTorch).
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +50,9 @@ pub struct Case {
     pub layout: Layout,
     /// Window, softcap, ALiBi (plain attention when none is set).
     pub variants: Variants,
+    /// The ragged batch (lengths, pages) resolved against `shape`, whose Sq/Sk are then its bounds; `None`
+    /// for a dense batch.
+    pub ragged: Option<Ragged>,
 }
 
 // Validated variants hold no NaN (a softcap is finite and positive, slopes are finite), so equality is total.
@@ -51,7 +60,7 @@ impl Eq for Case {}
 
 impl std::hash::Hash for Case {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (self.dtype, self.shape, self.mask, self.layout).hash(h);
+        (self.dtype, self.shape, self.mask, self.layout, &self.ragged).hash(h);
         let v = &self.variants;
         (v.window, v.softcap.map(f64::to_bits), v.diagonal).hash(h);
         match &v.alibi {
@@ -65,15 +74,18 @@ impl std::hash::Hash for Case {
 impl Case {
     /// The attention spec of the case.
     pub fn spec(&self) -> AttentionSpec {
-        AttentionSpec::new(self.shape, self.dtype)
-            .with_layout(self.layout)
-            .with_mask(self.mask)
-            .with_variants(self.variants.clone())
+        let spec = AttentionSpec::new(self.shape, self.dtype);
+        match &self.ragged {
+            Some(r) => spec.with_ragged(r.clone(), self.layout),
+            None => spec.with_layout(self.layout),
+        }
+        .with_mask(self.mask)
+        .with_variants(self.variants.clone())
     }
 
     /// What the random inputs depend on: cases that differ only in their variants share them.
-    pub fn inputs_key(&self) -> (DType, Shape, Mask, Layout) {
-        (self.dtype, self.shape, self.mask, self.layout)
+    pub fn inputs_key(&self) -> InputsKey {
+        (self.dtype, self.shape, self.mask, self.layout, self.ragged.clone())
     }
 
     /// `window 4096,0 tl · softcap 50`, or empty for plain attention.
@@ -244,7 +256,10 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
         }
         let shapes = pick(&over.shapes, &sw.shapes, &quick.shapes);
         let masks = pick(&over.masks, &sw.masks, &["none".to_string()]);
-        let layouts = pick(&over.layouts, &sw.layouts, &[Layout::Bhsd]);
+        // No layout named: each case takes its default (BHSD dense, BSHD ragged).
+        let layouts: Vec<Option<Layout>> = pick(&over.layouts, &sw.layouts, &[]).into_iter().map(Some).collect();
+        let layouts = if layouts.is_empty() { vec![None] } else { layouts };
+        let batches = pick(&over.batches, &sw.batches, &[RaggedRequest::default()]);
         let f32_math = pick(&over.f32_math, &sw.f32_math, &[F32Math::Exact]);
         let variants = pick(&over.variants, &sw.variants, &[Variants::default()]);
         for b in &backends {
@@ -267,6 +282,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
             masks.len(),
             variants.len(),
             layouts.len(),
+            batches.len(),
             backends.len(),
             kernels.len(),
             f32_count,
@@ -280,16 +296,34 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
         plan.pytorch_requested |= backends.iter().any(|b| b == PYTORCH);
         let timing = Timing { warmup: sw.warmup, reps: sw.reps, max_time_s: sw.max_time_s };
         for &dtype in &dtypes {
-            for &shape in &shapes {
-                for m in &masks {
-                    let mask = parse_mask(m, &shape).with_context(ctx)?;
-                    for v in &variants {
-                        let what = format!("{}: variants {}", ctx(), crate::variants::label(&mask, v));
-                        crate::variants::check_alignment(&mask, v, &what)?;
-                        for &layout in &layouts {
-                            let case = Case { dtype, shape, mask, layout, variants: v.clone() };
-                            case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
-                            plan_case(&mut plan, &mut pytorch_seen, case, &backends, &kernels, &f32_math, sw, timing);
+            for &given in &shapes {
+                for req in &batches {
+                    let resolved = crate::serving::resolve(req, &given).with_context(ctx)?;
+                    let (shape, ragged) = match resolved {
+                        Some((shape, r)) => (shape, Some(r)),
+                        None => (given, None),
+                    };
+                    for m in &masks {
+                        let mask = parse_mask(m, &shape).with_context(ctx)?;
+                        for v in &variants {
+                            let what = format!("{}: variants {}", ctx(), crate::variants::label(&mask, v));
+                            crate::variants::check_alignment(&mask, v, &what)?;
+                            for &asked in &layouts {
+                                let layout = crate::serving::default_layout(asked, ragged.is_some());
+                                let case =
+                                    Case { dtype, shape, mask, layout, variants: v.clone(), ragged: ragged.clone() };
+                                case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
+                                plan_case(
+                                    &mut plan,
+                                    &mut pytorch_seen,
+                                    case,
+                                    &backends,
+                                    &kernels,
+                                    &f32_math,
+                                    sw,
+                                    timing,
+                                );
+                            }
                         }
                     }
                 }
@@ -298,7 +332,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
     }
     // Same inputs next to each other, so one set serves every backend, kernel and variant; within them the
     // same case together. (Stable sort by first appearance.)
-    let mut inputs_order: HashMap<(DType, Shape, Mask, Layout), usize> = HashMap::new();
+    let mut inputs_order: HashMap<InputsKey, usize> = HashMap::new();
     let mut order: HashMap<Case, usize> = HashMap::new();
     for c in &plan.configs {
         let next = inputs_order.len();

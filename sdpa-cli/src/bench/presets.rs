@@ -7,7 +7,7 @@ use sdpa_core::record::BenchSpec;
 use sdpa_core::{DType, Shape};
 
 /// (name, what it is, spec file text).
-pub const PRESETS: [(&str, &str, &str); 6] = [
+pub const PRESETS: [(&str, &str, &str); 7] = [
     (
         "quick",
         "the default: CPU unfused vs fused at S = 256..1024 and a decode shape, plus a short GPU sweep when one is present",
@@ -33,6 +33,11 @@ pub const PRESETS: [(&str, &str, &str); 6] = [
         "variants",
         "issue 22's window, softcap and ALiBi cases: GPU bf16 B=1 H=16 D=128 S=8k/32k, CPU f32/bf16 B=1 H=4 D=128 S=16k, causal",
         include_str!("../../../bench/presets/variants.json"),
+    ),
+    (
+        "serving",
+        "issue 23's serving layouts: GPU bf16 ragged prefill (16 seqs, 64k tokens) and paged decode (B=32, 512..32k, page 16), CPU varlen and paged decode, each with its dense equal-work call",
+        include_str!("../../../bench/presets/serving.json"),
     ),
 ];
 

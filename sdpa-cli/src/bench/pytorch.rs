@@ -5,7 +5,7 @@ use super::plan::{Case, Timing};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::record::{parse_results, BenchFile, Skipped};
-use sdpa_core::{AttentionCost, AttentionSpec, Layout};
+use sdpa_core::{AttentionCost, AttentionSpec, Layout, RaggedRequest};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -173,6 +173,8 @@ fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
         layouts: vec![c.layout],
         // Plain cases name no variants, so the script's spec reads as before variants existed.
         variants: if c.variants.is_plain() { Vec::new() } else { vec![c.variants.clone()] },
+        // The lengths and pages, resolved against the shape (whose Sq/Sk are their bounds) as ours were.
+        batches: c.ragged.as_ref().map(RaggedRequest::of).into_iter().collect(),
         ..Default::default()
     }
 }
@@ -182,7 +184,12 @@ fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
 fn merge(file: &mut BenchFile, theirs: BenchFile) {
     for mut r in theirs.records {
         if let Ok(mask) = super::plan::parse_mask(&r.mask, &r.shape) {
-            let spec = AttentionSpec::new(r.shape, r.dtype).with_mask(mask).with_variants(r.variants.clone());
+            let spec = AttentionSpec::new(r.shape, r.dtype);
+            let spec = match &r.ragged {
+                Some(g) => spec.with_ragged(g.clone(), Layout::Bshd),
+                None => spec,
+            };
+            let spec = spec.with_mask(mask).with_variants(r.variants.clone());
             if spec.validate().is_ok() {
                 let cost = AttentionCost::of_spec(&spec);
                 r.tflops = cost.tflops(r.time_ms.median);

@@ -31,3 +31,12 @@ pub fn fake_python(dir: &Path) -> PathBuf {
     }
     py
 }
+
+/// A stand-in for `bench/pytorch_sdpa.py` in `dir/stub.py`: `body` runs with `specs` (the case specs `sdpa bench`
+/// wrote) and `arg(flag)` in scope, and writes the result file itself. Returns the stand-in interpreter.
+#[allow(dead_code)]
+pub fn pytorch_stub(dir: &Path, body: &str) -> PathBuf {
+    let head = "import json, sys\na = sys.argv[1:]\narg = lambda k: a[a.index(k) + 1]\nspecs = json.load(open(arg(\"--spec\")))\n";
+    std::fs::write(dir.join("stub.py"), format!("{head}{body}")).expect("write");
+    fake_python(dir)
+}
