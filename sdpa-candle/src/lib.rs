@@ -78,6 +78,7 @@
 //! feature union, and the workspace's pinned `cuda-13000` wins over candle's `cuda-version-from-build-system`,
 //! so a CUDA build must use a CUDA 13.0 toolkit.
 
+mod append;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -87,20 +88,28 @@ mod mask;
 mod op;
 mod options;
 mod plan;
+mod serving;
+mod tables;
 mod warmup;
 
+pub use append::append_to_pages;
 pub use flash::{
     flash_attn, flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_alibi_windowed_softcap, flash_attn_windowed,
 };
+pub use flash::{
+    flash_attn_varlen, flash_attn_varlen_alibi, flash_attn_varlen_alibi_windowed,
+    flash_attn_varlen_alibi_windowed_softcap, flash_attn_varlen_paged_windowed, flash_attn_varlen_windowed,
+};
 pub use options::{SdpaAlibi, SdpaMask, SdpaOptions};
 pub use sdpa_core::{Diagonal, F32Math, Kernel, Layout, Window};
+pub use serving::{sdpa_paged, sdpa_varlen};
 pub use warmup::{warmup, AttentionShape};
 
 use candle_core::{bail, Result, Tensor};
 use mask::MaskMeaning;
 use op::SdpaOp;
 use plan::{dtype_of, MaskPlan, View};
-use sdpa_core::{Mask, RunOptions};
+use sdpa_core::Mask;
 
 /// `softmax(Q·Kᵀ·scale + mask)·V` in one call, with the sliding window, softcap and ALiBi of `opts` when set
 /// (see [`SdpaOptions`]).
@@ -113,15 +122,7 @@ use sdpa_core::{Mask, RunOptions};
 /// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
 /// offending values.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
-    for (name, t) in [("k", k), ("v", v)] {
-        if !t.device().same_device(q.device()) {
-            bail!("sdpa: q is on {:?} but {name} is on {:?}; q, k and v must share one device", q.device(), t.device());
-        }
-    }
-    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
-        bail!("sdpa: q, k and v must share one dtype, got q {:?}, k {:?}, v {:?}", q.dtype(), k.dtype(), v.dtype());
-    }
-    dtype_of(q.dtype())?;
+    same_device_and_dtype(q, k, v)?;
     let qv = View::of("q", q.layout(), opts.layout)?;
     let kv = View::of("k", k.layout(), opts.layout)?;
     let full = [qv.b, qv.h, qv.s, kv.s];
@@ -137,10 +138,24 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Te
         SdpaMask::Exclude(t) => explicit(t, MaskMeaning::Exclude)?,
         SdpaMask::Additive(t) => explicit(t, MaskMeaning::Additive)?,
     };
-    let run = RunOptions { kernel: opts.kernel, f32_math: opts.f32_math, threads: opts.threads, lse: false };
     let variants = opts.variants()?;
-    let op = SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run };
+    let op =
+        SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run: opts.run(), ragged: None };
     // Validate before candle takes the storage locks, so every shape error surfaces here.
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
     q.apply_op3_no_bwd(k, v, &op)
+}
+
+/// Q, K and V on one device, in one dtype sdpa computes on.
+fn same_device_and_dtype(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+    for (name, t) in [("k", k), ("v", v)] {
+        if !t.device().same_device(q.device()) {
+            bail!("sdpa: q is on {:?} but {name} is on {:?}; q, k and v must share one device", q.device(), t.device());
+        }
+    }
+    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
+        bail!("sdpa: q, k and v must share one dtype, got q {:?}, k {:?}, v {:?}", q.dtype(), k.dtype(), v.dtype());
+    }
+    dtype_of(q.dtype())?;
+    Ok(())
 }
