@@ -68,8 +68,8 @@ fn spec_of(
 /// Everything is checked first (shapes, lengths, room in the sequence's pages, every page it writes inside
 /// the pool) and nothing is written, in K or in V, when anything is wrong.
 ///
-/// On the CPU this is sdpa-core's copy. CUDA tensors are refused with an error for now (sdpa-cuda has no
-/// append kernel yet).
+/// On the CPU this is sdpa-core's copy (any page strides with a contiguous head dim); on CUDA, candle's
+/// `slice_set` per run of new tokens inside one page (contiguous pages; no fused kernel yet).
 pub fn append_to_pages(
     k_new: &Tensor,
     v_new: &Tensor,
@@ -84,12 +84,6 @@ pub fn append_to_pages(
         if !t.device().same_device(device) {
             bail!("sdpa: k_pages is on {device:?} but {name} is on {:?}; all must share one device", t.device());
         }
-    }
-    if !device.is_cpu() {
-        bail!(
-            "sdpa: append_to_pages runs on the CPU only for now (sdpa-cuda has no append kernel yet); the pages are on \
-             {device:?}"
-        );
     }
     for (new, pages, names) in [(k_new, k_pages, ("k_new", "k_pages")), (v_new, v_pages, ("v_new", "v_pages"))] {
         if new.dtype() != pages.dtype() {
@@ -117,8 +111,39 @@ pub fn append_to_pages(
     for s in [&k, &v] {
         s.validate(&table.pages, s.new_len().map_err(sdpa_err)?, s.pages_len().map_err(sdpa_err)?).map_err(sdpa_err)?;
     }
-    k_pages.inplace_op2(k_new, &AppendOp { spec: k, table: table.pages.clone() })?;
-    v_pages.inplace_op2(v_new, &AppendOp { spec: v, table: table.pages })
+    if device.is_cpu() {
+        k_pages.inplace_op2(k_new, &AppendOp { spec: k, table: table.pages.clone() })?;
+        v_pages.inplace_op2(v_new, &AppendOp { spec: v, table: table.pages })
+    } else {
+        append_by_slices(k_new, k_pages, &k, &table.pages, "k_pages")?;
+        append_by_slices(v_new, v_pages, &v, &table.pages, "v_pages")
+    }
+}
+
+/// Any other device (CUDA): the checked copies as candle's own in-place `slice_set`, one per run of a
+/// sequence's new tokens inside one page (a decode step: one per sequence, a prefill: one per page), on
+/// contiguous NHD pages, where a slot's `Hkv × D` values are one contiguous run. sdpa-cuda has no fused
+/// append kernel yet; this costs a copy launch per run instead of one launch.
+fn append_by_slices(new: &Tensor, pages: &Tensor, spec: &AppendSpec, table: &[u32], name: &str) -> Result<()> {
+    if !pages.is_contiguous() {
+        bail!("sdpa: append_to_pages on {:?} needs contiguous {name} (NHD pages)", pages.device());
+    }
+    let (num_pages, page_size, h, d) = pages.dims4()?;
+    let slots = pages.reshape((num_pages * page_size, h * d))?;
+    let total = new.dim(0)?;
+    let rows = new.contiguous()?.reshape((total, h * d))?;
+    let mut first = 0;
+    for (b, (&n, &cached)) in spec.new_lens.iter().zip(&spec.cache_lens).enumerate() {
+        let mut t = 0;
+        while t < n {
+            let (page, slot) = spec.paging.locate(table, b, cached + t);
+            let run = (page_size - slot).min(n - t);
+            slots.slice_set(&rows.narrow(0, first + t, run)?, 0, page * page_size + slot)?;
+            t += run;
+        }
+        first += n;
+    }
+    Ok(())
 }
 
 impl InplaceOp2 for AppendOp {
@@ -157,5 +182,29 @@ impl InplaceOp2 for AppendOp {
                 n.dtype()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The slice path (what CUDA runs) writes what sdpa-core's copy writes: checked here on the CPU, with
+    /// runs that cross pages and a sequence with nothing new.
+    #[test]
+    fn the_slice_path_writes_what_the_host_copy_writes() {
+        let dev = Device::Cpu;
+        let (hkv, d, ps, np) = (2, 3, 2, 7);
+        let paging = Paging { page_size: ps, num_pages: np, max_pages: 3 };
+        let table = vec![6u32, 2, 4, 1, 0, 5, 3, u32::MAX, u32::MAX];
+        let spec = AppendSpec::new(paging, hkv, d, vec![1, 3, 0], vec![4, 0, 2]);
+        let pages = Tensor::randn(0f32, 1.0, (np, ps, hkv, d), &dev).expect("pages");
+        let new = Tensor::randn(0f32, 1.0, (6, hkv, d), &dev).expect("new");
+        let flat = |t: &Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("values");
+        let mut want = flat(&pages);
+        sdpa_core::append_to_pages(&spec, &table, &flat(&new), &mut want).expect("host copy");
+        append_by_slices(&new, &pages, &spec, &table, "k_pages").expect("slices");
+        assert_eq!(flat(&pages), want);
     }
 }

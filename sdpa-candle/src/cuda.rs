@@ -83,7 +83,7 @@ fn run_typed<T: Element>(
     let table = match op.block_table() {
         Some(t) => Some(
             stream
-                .memcpy_stod(t)
+                .clone_htod(t)
                 .map_err(|e| candle_core::Error::Msg(format!("sdpa: copying the block table to the GPU: {e}")))?,
         ),
         None => None,

@@ -67,6 +67,44 @@
 //! with `None` for unbounded), on the CPU and on CUDA, so moving a model over is a rename; [`flash`] says
 //! how each argument maps onto sdpa's semantics.
 //!
+//! Serving (ragged batches and paged KV caches): [`sdpa_varlen`] runs sequences of different lengths packed
+//! into `[total, H, D]` rows with cumulative offsets (`cu_seqlens`, as FlashAttention's varlen API), each
+//! its own attention problem; [`sdpa_paged`] reads K/V from a paged cache `[num_pages, page_size, Hkv, D]`
+//! through a block table, and [`append_to_pages`] writes new tokens' K/V into it first. The offsets and the
+//! table are read to the host and checked before any kernel runs. candle-flash-attn's
+//! [`flash_attn_varlen`] family and [`flash_attn_varlen_paged_windowed`] exist under their names too.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use sdpa_candle::{append_to_pages, sdpa_paged, sdpa_varlen, SdpaMask, SdpaOptions};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let dev = Device::Cpu;
+//! let opts = SdpaOptions::bshd().with_mask(SdpaMask::CausalBottomRight);
+//! // Two prompts of 3 and 5 tokens, packed: [8, Hq, D] queries, [8, Hkv, D] keys and values.
+//! let (q, k, v) = (
+//!     Tensor::randn(0f32, 1.0, (8, 4, 16), &dev)?,
+//!     Tensor::randn(0f32, 1.0, (8, 2, 16), &dev)?,
+//!     Tensor::randn(0f32, 1.0, (8, 2, 16), &dev)?,
+//! );
+//! let cu = Tensor::new(&[0u32, 3, 8], &dev)?;
+//! let o = sdpa_varlen(&q, &k, &v, &cu, &cu, &opts)?;
+//! assert_eq!(o.dims(), &[8, 4, 16]);
+//!
+//! // The same K/V in a cache of 6 pages of 4 slots: prompt 0 in page 5, prompt 1 in pages 2 and 0.
+//! let k_pages = Tensor::zeros((6, 4, 2, 16), candle_core::DType::F32, &dev)?;
+//! let v_pages = k_pages.zeros_like()?;
+//! let table = Tensor::new(&[[5u32, u32::MAX], [2, 0]], &dev)?;
+//! let empty = Tensor::new(&[0u32, 0], &dev)?;
+//! append_to_pages(&k, &v, &k_pages, &v_pages, &table, &empty, &cu)?;
+//! let lens = Tensor::new(&[3u32, 5], &dev)?;
+//! let paged = sdpa_paged(&q, &k_pages, &v_pages, &cu, &table, &lens, &opts)?;
+//! let diff = (paged - &o)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert!(diff < 1e-6);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Servers that want the GPU kernels compiled at start-up rather than on the first request call
 //! [`warmup`] with the shapes they will serve.
 //!
