@@ -5,7 +5,7 @@ use crate::simd::SimdPath;
 use rayon::ThreadPool;
 use sdpa_core::{
     AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, MaskKind, Result,
-    RunOptions, SdpaError, Variant,
+    RunOptions, SdpaError, Serving, Variant,
 };
 use std::sync::Arc;
 
@@ -80,7 +80,7 @@ impl Backend for CpuBackend {
             f32_math: vec![F32Math::Exact],
             // Every kernel honours all three (natively: no bias tensor, no tiles outside the band).
             variants: Variant::ALL.to_vec(),
-            serving: vec![],
+            serving: Serving::ALL.to_vec(),
         }
     }
 
@@ -131,16 +131,17 @@ impl Backend for CpuBackend {
             None => None,
         };
         let pool = self.pool.as_deref();
+        let table = args.block_table.map(Vec::as_slice);
         let dt = spec.dtype;
         match (args.q, args.k, args.v, args.o) {
             (HostBuffer::F32(q), HostBuffer::F32(k), HostBuffer::F32(v), HostBuffer::F32(o)) => {
-                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, table, o, lse)
             }
             (HostBuffer::F16(q), HostBuffer::F16(k), HostBuffer::F16(v), HostBuffer::F16(o)) => {
-                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, table, o, lse)
             }
             (HostBuffer::BF16(q), HostBuffer::BF16(k), HostBuffer::BF16(v), HostBuffer::BF16(o)) => {
-                attention_on(self.simd, pool, spec, opts, q, k, v, mask, o, lse)
+                attention_on(self.simd, pool, spec, opts, q, k, v, mask, table, o, lse)
             }
             (q, k, v, o) => {
                 let bad = [("q", q), ("k", k), ("v", v), ("o", &*o)]

@@ -1,7 +1,10 @@
 //! `splitkv` for decoding: a few query rows per kv head (at most `LANES / 4`), many keys. The work is a
-//! stream over K and V, so it is cut the way memory lies, not by head: the (batch, kv head, key block)
-//! units are put in memory order (head-major for BHSD, where a head's keys are contiguous; key-major for
-//! BSHD, where one key's heads are), and each worker takes a contiguous run of units. A unit is a block
+//! stream over K and V, so it is cut the way memory lies, not by head: the (part, batch, kv head, key
+//! block) units are put in memory order (head-major for BHSD, where a head's keys are contiguous;
+//! key-major for BSHD, where one key's heads are), and each worker takes a contiguous run of units. A
+//! ragged batch's sequences are parts of their own lengths; in a paged cache a unit never crosses a page
+//! (its rows are then one stride apart, read in place). Runs are cut where the keys split evenly across
+//! the whole batch, so a batch mixing 100-token and 100k-token caches keeps every thread busy. A unit is a block
 //! of `BLOCK_*` keys of one kv head, the blocks covering only the keys the rows see by position (causal
 //! mask and window): scores by dot products along the head dim, softcap and ALiBi, mask, online softmax
 //! and P·V on that head's running state; f32 and bf16 K and V are read in place (bf16 widened in registers),
@@ -24,7 +27,6 @@ use crate::problem::{round_up, MaskSel, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
-use sdpa_core::Strides;
 
 /// Keys per unit for f32 and bf16 K and V, read in place: long enough to amortise a unit's softmax step
 /// and state update (16 and 64 measured alike on BSHD; 64 is ahead on BHSD).
@@ -38,93 +40,140 @@ const RUNS_PER_THREAD: usize = 8;
 const MIN_RUN_BYTES: usize = 512 << 10;
 
 /// Whether a call takes this path: rows per kv head few enough for dot products (as `fa2` decides for its
-/// items), on a SIMD path.
-pub(crate) fn applies<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+/// items), on a SIMD path; for a ragged batch, in every sequence.
+pub(crate) fn applies<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> bool {
     let l = lanes(path);
-    l >= 8 && p.group_rows() * 4 <= l
+    l >= 8 && ps.iter().all(|p| p.group_rows() * 4 <= l)
+}
+
+/// One unit: keys `j0..j1` of kv head `kvh` of batch `b` of part `pi`, at one stride from `koff`/`voff`
+/// (never across a page), accumulated into head `hd` (numbered across all parts and batches).
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    pi: usize,
+    b: usize,
+    kvh: usize,
+    hd: usize,
+    j0: usize,
+    j1: usize,
+    koff: usize,
+    voff: usize,
 }
 
 /// The call as the runs see it.
 struct Plan {
     block: usize,
+    /// Rows per head slot: the most of any part (a part's heads use their first `group · Sq` of them).
     nr: usize,
     dp: usize,
     dvp: usize,
-    blocks: usize,
-    units: usize,
-    key_major: bool,
-    /// The keys the rows see by position (causal mask and window): blocks cover `span.lo..span.hi` only,
+    units: Vec<Unit>,
+    /// Per part, the keys its rows see by position (causal mask and window): units cover `lo..hi` only,
     /// so keys outside the band are never read.
-    span: KeySpan,
+    spans: Vec<KeySpan>,
 }
 
-impl Plan {
-    /// The (batch · Hkv + kv head) range that units `u0..u1` (non-empty) touch: contiguous in either order
-    /// (key-major runs are widened to whole batches).
-    fn heads_of<T: CpuElement>(&self, p: &Problem<'_, T>, u0: usize, u1: usize) -> (usize, usize) {
-        let hkv = p.hkv();
-        if self.key_major {
-            let per_batch = hkv * self.blocks;
-            (u0 / per_batch * hkv, ((u1 - 1) / per_batch + 1) * hkv)
-        } else {
-            let ((b0, k0, _), (b1, k1, _)) = (self.unit(p, u0), self.unit(p, u1 - 1));
-            (b0 * hkv + k0, b1 * hkv + k1 + 1)
+/// The units of every part in memory order: per batch, head-major (BHSD, where a head's keys are
+/// contiguous) or key-major (BSHD, where one key's heads are); blocks of at most `block` keys that never
+/// cross a page.
+fn units_of<T: CpuElement>(ps: &[Problem<'_, T>], spans: &[KeySpan], block: usize) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut hd0 = 0;
+    for (pi, p) in ps.iter().enumerate() {
+        let span = spans[pi];
+        let key_major = p.k_st.h < p.k_st.s;
+        // Block boundaries: every `block` keys from the span's start, and every page boundary.
+        let mut blocks = Vec::new();
+        let mut j = span.lo;
+        while j < span.hi {
+            let page_end = p.pages.map_or(usize::MAX, |pg| (j / pg.size + 1) * pg.size);
+            let j1 = (j + block).min(span.hi).min(page_end);
+            blocks.push((j, j1));
+            j = j1;
         }
-    }
-
-    /// (batch, kv head, block) of unit `u`.
-    #[inline]
-    fn unit<T: CpuElement>(&self, p: &Problem<'_, T>, u: usize) -> (usize, usize, usize) {
         let hkv = p.hkv();
-        let per_batch = hkv * self.blocks;
-        let (b, rest) = (u / per_batch, u % per_batch);
-        if self.key_major {
-            (b, rest % hkv, rest / hkv)
-        } else {
-            (b, rest / self.blocks, rest % self.blocks)
+        for b in 0..p.b {
+            let mut push = |kvh: usize, (j0, j1): (usize, usize)| {
+                let (koff, voff) = (p.k_row(b, kvh, j0), p.v_row(b, kvh, j0));
+                units.push(Unit { pi, b, kvh, hd: hd0 + b * hkv + kvh, j0, j1, koff, voff });
+            };
+            if key_major {
+                for &blk in &blocks {
+                    (0..hkv).for_each(|kvh| push(kvh, blk));
+                }
+            } else {
+                for kvh in 0..hkv {
+                    blocks.iter().for_each(|&blk| push(kvh, blk));
+                }
+            }
         }
+        hd0 += p.b * hkv;
     }
+    units
 }
 
 /// Runs the call: every run on the pool, then the merge.
-pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
+pub(crate) fn run_decode<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) {
+    let Some(p0) = ps.first() else { return };
     let l = lanes(path);
-    let (d, dv) = (p.d, p.dv);
-    let nr = p.group_rows();
-    let heads = p.b * p.hkv();
-    // BSHD: one key's heads lie next to each other, so walk keys outside and heads inside.
-    let key_major = p.k_st.h < p.k_st.s;
-    let block = if T::as_f32(p.k).is_some() || T::as_bf16(p.k).is_some() { BLOCK_IN_PLACE } else { BLOCK_WIDENED };
+    let (d, dv) = (p0.d, p0.dv);
+    let nr = ps.iter().map(Problem::group_rows).max().unwrap_or(1);
+    let block = if T::as_f32(p0.k).is_some() || T::as_bf16(p0.k).is_some() { BLOCK_IN_PLACE } else { BLOCK_WIDENED };
     // Every kv head's rows have the same positions (those of kv head 0).
-    let span = key_span(p, (0..nr).map(|r| p.row(0, r).1), 0, p.sk);
-    let blocks = span.len().div_ceil(block);
-    let plan =
-        Plan { block, nr, dp: round_up(d, l), dvp: round_up(dv, l), blocks, units: heads * blocks, key_major, span };
+    let spans: Vec<KeySpan> =
+        ps.iter().map(|p| key_span(p, (0..p.group_rows()).map(|r| p.row(0, r).1), 0, p.sk)).collect();
+    // Each head (part, batch, kv head) in order, as (part, batch, kv head).
+    let heads: Vec<(usize, usize, usize)> = ps
+        .iter()
+        .enumerate()
+        .flat_map(|(pi, p)| (0..p.b).flat_map(move |b| (0..p.hkv()).map(move |kvh| (pi, b, kvh))))
+        .collect();
+    let plan = Plan { block, nr, dp: round_up(d, l), dvp: round_up(dv, l), units: units_of(ps, &spans, block), spans };
     // Q rows of every head, scaled once, zero-padded to the vector width.
-    let mut q = vec![0.0f32; heads * nr * plan.dp];
-    for b in 0..p.b {
-        for kvh in 0..p.hkv() {
-            for r in 0..nr {
-                let (h, i) = p.row(kvh, r);
-                let off = p.q_st.offset(b, h, i);
-                let dst = &mut q[((b * p.hkv() + kvh) * nr + r) * plan.dp..][..d];
-                T::widen(&p.q[off..off + d], dst);
-                dst.iter_mut().for_each(|x| *x *= p.scale);
-            }
+    let mut q = vec![0.0f32; heads.len() * nr * plan.dp];
+    for (hd, &(pi, b, kvh)) in heads.iter().enumerate() {
+        let p = &ps[pi];
+        for r in 0..p.group_rows() {
+            let (h, i) = p.row(kvh, r);
+            let off = p.q_st.offset(b, h, i);
+            let dst = &mut q[(hd * nr + r) * plan.dp..][..d];
+            T::widen(&p.q[off..off + d], dst);
+            dst.iter_mut().for_each(|x| *x *= p.scale);
         }
     }
     // Runs of at least MIN_RUN_BYTES of K and V each (fewer partials to write and merge on small calls),
-    // at least one per thread, at most RUNS_PER_THREAD per thread and one per unit.
-    let kv_bytes = heads * p.sk * (d + dv) * std::mem::size_of::<T>();
-    let runs = (kv_bytes / MIN_RUN_BYTES).clamp(threads, RUNS_PER_THREAD * threads).min(plan.units).max(1);
+    // at least one per thread, at most RUNS_PER_THREAD per thread and one per unit; cut where the keys
+    // (plus a unit's fixed cost) split evenly, so sequences of any mix of lengths balance.
+    let weight = |u: &Unit| u.j1 - u.j0 + 8;
+    let total_w: usize = plan.units.iter().map(weight).sum();
+    let keys: usize = plan.units.iter().map(|u| u.j1 - u.j0).sum();
+    let kv_bytes = keys * (d + dv) * std::mem::size_of::<T>();
+    let runs = (kv_bytes / MIN_RUN_BYTES).clamp(threads, RUNS_PER_THREAD * threads).min(plan.units.len()).max(1);
+    let mut cuts = Vec::with_capacity(runs + 1);
+    cuts.push(0);
+    let mut acc = 0;
+    for (u, unit) in plan.units.iter().enumerate() {
+        acc += weight(unit);
+        // Cut after unit u when the weight so far passes the next run's share.
+        if cuts.len() < runs && acc * runs >= cuts.len() * total_w {
+            cuts.push(u + 1);
+        }
+    }
+    while cuts.len() <= runs {
+        cuts.push(plan.units.len());
+    }
     // Each run keeps state and writes partials only for the heads it touches (on BHSD a few per run), so
     // the partials stay about the size of the output however many runs there are.
     let spans: Vec<Span> = {
         let mut slot0 = 0;
-        (0..runs)
-            .map(|c| {
-                let (u0, u1) = (c * plan.units / runs, (c + 1) * plan.units / runs);
-                let (h0, h1) = if u0 < u1 { plan.heads_of(p, u0, u1) } else { (0, 0) };
+        cuts.windows(2)
+            .map(|w| {
+                let (u0, u1) = (w[0], w[1]);
+                let touched = plan.units[u0..u1].iter().map(|u| u.hd);
+                let (h0, h1) = match (touched.clone().min(), touched.max()) {
+                    (Some(a), Some(b)) => (a, b + 1),
+                    _ => (0, 0),
+                };
                 let span = Span { u0, u1, h0, h1, slot0 };
                 slot0 += (h1 - h0) * nr;
                 span
@@ -137,18 +186,18 @@ pub(crate) fn run_decode<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, thre
     let (po, pl) = (SharedMut(part_o.as_mut_ptr()), SharedMut(part_lse.as_mut_ptr()));
     spans.par_iter().with_max_len(1).for_each(|&span| {
         for careful in [false, true] {
-            let run = Run { p, plan: &plan, q: &q, span, part_o: po, part_lse: pl, careful };
+            let run = Run { ps, plan: &plan, q: &q, span, part_o: po, part_lse: pl, careful };
             if dispatch(path, run) {
                 break;
             }
         }
     });
     let (part_o, part_lse, spans) = (&part_o, &part_lse, &spans);
-    (0..heads).into_par_iter().for_each_init(
+    heads.par_iter().enumerate().for_each_init(
         || (vec![0.0f32; dv], Vec::with_capacity(runs)),
-        |(out, parts), hd| {
-            let (b, kvh) = (hd / p.hkv(), hd % p.hkv());
-            for r in 0..nr {
+        |(out, parts), (hd, &(pi, b, kvh))| {
+            let p = &ps[pi];
+            for r in 0..p.group_rows() {
                 parts.clear();
                 parts.extend(spans.iter().filter(|sp| (sp.h0..sp.h1).contains(&hd)).map(|sp| {
                     let slot = sp.slot0 + (hd - sp.h0) * nr + r;
@@ -176,7 +225,7 @@ struct Span {
 
 /// One run (`span`), on the pool.
 struct Run<'r, 'a, T> {
-    p: &'r Problem<'a, T>,
+    ps: &'r [Problem<'a, T>],
     plan: &'r Plan,
     q: &'r [f32],
     span: Span,
@@ -191,44 +240,41 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
 
     #[inline(always)]
     fn run<S: Simd>(self, s: S) -> bool {
-        let (p, pl) = (self.p, self.plan);
-        let (d, dv, nr, dp, dvp) = (p.d, p.dv, pl.nr, pl.dp, pl.dvp);
-        let hkv = p.hkv();
+        let pl = self.plan;
+        let (d, dv, nrs, dp, dvp) = (self.ps[0].d, self.ps[0].dv, pl.nr, pl.dp, pl.dvp);
         let sp = self.span;
         let nh = sp.h1 - sp.h0;
-        let mut m = vec![f32::NEG_INFINITY; nh * nr];
-        let mut l = vec![0.0f32; nh * nr];
-        let mut acc = vec![0.0f32; nh * nr * dvp];
+        let mut m = vec![f32::NEG_INFINITY; nh * nrs];
+        let mut l = vec![0.0f32; nh * nrs];
+        let mut acc = vec![0.0f32; nh * nrs * dvp];
         let mut alpha = [0.0f32; 16];
-        let mut st = vec![0.0f32; nr * pl.block];
-        let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
-        // bf16 K and V are read in place, widened in registers; the careful mode widens into scratch.
-        let (kb, vb) = match (self.careful, T::as_bf16(p.k), T::as_bf16(p.v)) {
-            (false, Some(kb), Some(vb)) => (Some(kb), Some(vb)),
-            _ => (None, None),
-        };
-        let widens = kf.is_none() && kb.is_none();
+        let mut st = vec![0.0f32; nrs * pl.block];
+        let widens = T::as_f32(self.ps[0].k).is_none() && (self.careful || T::as_bf16(self.ps[0].k).is_none());
         let mut kp = if widens { vec![0.0f32; pl.block * dp] } else { Vec::new() };
         let mut vp = if widens { vec![0.0f32; pl.block * dvp] } else { Vec::new() };
-        let explicit = matches!(p.mask, MaskSel::Explicit { .. });
         let (mut neg_slope, mut diag) = ([0.0f32; 16], [0.0f32; 16]);
 
         for u in sp.u0..sp.u1 {
-            let (ksh, vsh) =
-                (shadow(p, pl, u, sp.u1, p.k.as_ptr(), p.k_st, d), shadow(p, pl, u, sp.u1, p.v.as_ptr(), p.v_st, dv));
-            let (b, kvh, blk) = pl.unit(p, u);
-            let j0 = pl.span.lo + blk * pl.block;
-            let j1 = (j0 + pl.block).min(pl.span.hi);
+            let unit = pl.units[u];
+            let p = &self.ps[unit.pi];
+            let nr = p.group_rows();
+            let (ksh, vsh) = (shadow(self.ps, pl, u, sp.u1, true, d), shadow(self.ps, pl, u, sp.u1, false, dv));
+            let Unit { b, kvh, hd, j0, j1, koff: kbase, voff: vbase, .. } = unit;
             let nk = j1 - j0;
-            let hd = b * hkv + kvh;
+            let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
+            // bf16 K and V are read in place, widened in registers; the careful mode widens into scratch.
+            let (kb, vb) = match (self.careful, T::as_bf16(p.k), T::as_bf16(p.v)) {
+                (false, Some(kb), Some(vb)) => (Some(kb), Some(vb)),
+                _ => (None, None),
+            };
+            let explicit = matches!(p.mask, MaskSel::Explicit { .. });
             // This head's place in the run's state.
             let sh = hd - sp.h0;
-            let kbase = p.k_st.offset(b, kvh, j0);
             let stp = st.as_mut_ptr();
             // Scores of the nr rows against keys j0..j1 read from `$k` at row stride `$ks`.
             macro_rules! scores {
                 ($k:expr, $ks:expr) => {{
-                    let (q, k, ks) = (self.q[hd * nr * dp..].as_ptr(), $k, $ks);
+                    let (q, k, ks) = (self.q[hd * nrs * dp..].as_ptr(), $k, $ks);
                     // SAFETY: the Q rows hold dp values each (zero past d); K rows j0..j1 hold d values at
                     // stride ks; `st` holds nr rows of `block` >= nk values.
                     unsafe {
@@ -266,15 +312,14 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                 // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
                 unsafe { p.mods.apply(s, &neg_slope, &diag, j0, nk, nr, stp, 1, pl.block) };
             }
-            if explicit || pl.span.needs_mask(j0, j1) {
+            if explicit || pl.spans[unit.pi].needs_mask(j0, j1) {
                 // SAFETY: every (key, row) of the block is inside `st` (row stride `block`).
                 unsafe { p.apply_mask(b, rows, j0, j1, stp, 1, pl.block) };
             }
-            let (ms, ls) = (&mut m[sh * nr..(sh + 1) * nr], &mut l[sh * nr..(sh + 1) * nr]);
+            let (ms, ls) = (&mut m[sh * nrs..sh * nrs + nr], &mut l[sh * nrs..sh * nrs + nr]);
             // SAFETY: nr rows of nk scores at row stride `block`; the state slices hold nr values.
             unsafe { micro::online_softmax_rows(s, stp, pl.block, nk, nr, ms, ls, &mut alpha) };
-            let vbase = p.v_st.offset(b, kvh, j0);
-            let o = acc[sh * nr * dvp..].as_mut_ptr();
+            let o = acc[sh * nrs * dvp..].as_mut_ptr();
             if let Some(vb) = vb {
                 // SAFETY: P is nr rows of nk at row stride `block`; V rows j0..j1 hold dv bf16 at stride
                 // v_st.s; this head's state is nr rows of dvp.
@@ -307,7 +352,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
         if !self.careful && !nonfinite::all_finite(s, &acc) {
             return false;
         }
-        for slot in 0..nh * nr {
+        for slot in 0..nh * nrs {
             let row = &mut acc[slot * dvp..slot * dvp + dv];
             let lse = normalize_row(row, m[slot], l[slot]);
             let at = sp.slot0 + slot;
@@ -321,23 +366,26 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
     }
 }
 
-/// What unit `u` prefetches of one operand (K or V: `base`, `st`, row `width`) while it walks its own rows:
-/// the next unit's rows (on BSHD, the same keys of the next head). `None` at the end of the run.
+/// What unit `u` prefetches of K (`keys`) or V while it walks its own rows: the next unit's rows (on
+/// BSHD, the same keys of the next head), `width` elements each. `None` at the end of the run.
 #[inline(always)]
 fn shadow<T: CpuElement>(
-    p: &Problem<'_, T>,
+    ps: &[Problem<'_, T>],
     pl: &Plan,
     u: usize,
     u1: usize,
-    base: *const T,
-    st: Strides,
+    keys: bool,
     width: usize,
 ) -> Option<Shadow> {
     let esize = std::mem::size_of::<T>();
-    let (b, kvh, blk) = pl.unit(p, u + 1);
-    (u + 1 < u1).then(|| Shadow {
-        base: base.cast::<u8>().wrapping_add(st.offset(b, kvh, pl.span.lo + blk * pl.block) * esize),
-        stride: st.s * esize,
+    let next = pl.units.get(u + 1).filter(|_| u + 1 < u1)?;
+    // The next unit may belong to another part, whose slices start elsewhere.
+    let np = &ps[next.pi];
+    let (base, off, stride) =
+        if keys { (np.k.as_ptr(), next.koff, np.k_st.s) } else { (np.v.as_ptr(), next.voff, np.v_st.s) };
+    Some(Shadow {
+        base: base.cast::<u8>().wrapping_add(off * esize),
+        stride: stride * esize,
         lines: (width * esize).div_ceil(64),
     })
 }

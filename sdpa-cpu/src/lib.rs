@@ -25,6 +25,12 @@
 //! bias `−slope · |j − diag(i)|` (computed per element from the row's slope and diagonal, no bias tensor)
 //! modify the score tile in registers before the mask and the online max (`variants`).
 //!
+//! Ragged (varlen) batches and paged KV caches (`sdpa_core::ragged`) run on every kernel: each sequence is
+//! a part of its own (its lengths, band and ALiBi diagonal; keys through its row of the block table), and
+//! the kernels schedule the parts' work items together (`fa2` heaviest first, `splitkv` in chunks of equal
+//! key counts across the batch). [`attention_ragged`] is the slice entry that takes the block table;
+//! [`append_to_pages`] writes new K/V rows into a paged cache in parallel.
+//!
 //! Semantics are sdpa-core's: a row with no visible key is zeros with LSE `-inf`; masked keys are set to
 //! `-inf` before the softmax (an explicit `-inf` replaces the score rather than adding to it), so NaN in Q
 //! or K reaches only rows that see it. NaN or inf in V under a key masked for some rows of a tile those
@@ -44,6 +50,7 @@
 //! assert!(check_output(&spec, &inputs, &run.output, Default::default(), None).unwrap().pass);
 //! ```
 
+mod append;
 mod backend;
 mod decode;
 mod element;
@@ -56,7 +63,8 @@ mod simd;
 mod unfused;
 mod variants;
 
+pub use append::append_to_pages;
 pub use backend::CpuBackend;
 pub use element::CpuElement;
-pub use run::{attention, MAX_HEAD_DIM};
+pub use run::{attention, attention_ragged, MAX_HEAD_DIM};
 pub use simd::{simd_paths, supported_paths, SimdPath, SIMD_ENV};

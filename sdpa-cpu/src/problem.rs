@@ -1,10 +1,15 @@
 //! One validated attention call as the kernels see it: sizes, strides, the operand slices, the key band
 //! (causal mask and window), the explicit mask, softcap and ALiBi, and the output pointers shared by the
 //! worker threads.
+//!
+//! A ragged batch becomes one `Problem` per sequence ([`Problem::parts`]): a dense `B = 1` call whose
+//! slices and output pointers start at the sequence's packed rows, with its own lengths, band and ALiBi
+//! diagonal, and (for a paged cache) its row of the block table, through which [`Problem::k_row`] and
+//! [`Problem::v_row`] address keys. The kernels schedule the work items of all parts together.
 
 use crate::element::CpuElement;
 use crate::variants::ScoreMods;
-use sdpa_core::{AttentionSpec, KeyBand, Mask, Result, Strides};
+use sdpa_core::{AttentionSpec, KeyBand, Mask, Result, SdpaError, Strides};
 use std::ops::Range;
 
 /// How an explicit mask reaches the kernels (causal masks and windows are the key band).
@@ -35,7 +40,7 @@ unsafe impl<T: Send> Send for SharedMut<T> {}
 unsafe impl<T: Send> Sync for SharedMut<T> {}
 
 /// Everything a kernel needs about one call; built after validation, trusted afterwards.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Problem<'a, T> {
     pub b: usize,
     pub hq: usize,
@@ -59,19 +64,33 @@ pub(crate) struct Problem<'a, T> {
     pub v_st: Strides,
     pub o_st: Strides,
     pub o: SharedMut<T>,
-    /// `[B, Hq, Sq]` log-sum-exp, when requested.
+    /// Log-sum-exp, when requested: row `(b, h, i)` at `b·lse_st.0 + h·lse_st.1 + i` (`[B, Hq, Sq]` for a
+    /// dense call; the sequence's columns of `[Hq, total_q]` for a part of a ragged one).
     pub lse: Option<SharedMut<f32>>,
+    pub lse_st: (usize, usize),
+    /// K/V in pages (a part of a paged ragged batch): `k_st.b`/`v_st.b` step pages.
+    pub pages: Option<Pages<'a>>,
+}
+
+/// One sequence's view of a paged KV cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pages<'a> {
+    /// The sequence's row of the block table (checked: every page its keys use is inside the pool).
+    pub table: &'a [u32],
+    /// Token slots per page.
+    pub size: usize,
 }
 
 impl<'a, T: CpuElement> Problem<'a, T> {
-    pub(crate) fn new(
+    /// The call over the spec's shape, strides and variants, as a dense call sees it.
+    fn whole(
         spec: &AttentionSpec,
         q: &'a [T],
         k: &'a [T],
         v: &'a [T],
         mask: Option<&'a [f32]>,
-        o: &'a mut [T],
-        lse: Option<&'a mut [f32]>,
+        o: SharedMut<T>,
+        lse: Option<SharedMut<f32>>,
     ) -> Result<Self> {
         let s = spec.shape;
         let mask = match (&spec.mask, mask) {
@@ -97,9 +116,115 @@ impl<'a, T: CpuElement> Problem<'a, T> {
             k_st: spec.k_strides,
             v_st: spec.v_strides,
             o_st: spec.o_strides,
-            o: SharedMut(o.as_mut_ptr()),
-            lse: lse.map(|l| SharedMut(l.as_mut_ptr())),
+            o,
+            lse,
+            lse_st: (s.hq * s.sq, s.sq),
+            pages: None,
         })
+    }
+
+    /// The call as the kernels run it: itself for a dense call; one part per sequence of a ragged batch
+    /// (sequences without query rows left out), each a `B = 1` problem over the sequence's rows. `table`
+    /// is the block table of a paged cache (checked here against the pages).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn parts(
+        spec: &AttentionSpec,
+        q: &'a [T],
+        k: &'a [T],
+        v: &'a [T],
+        mask: Option<&'a [f32]>,
+        o: &'a mut [T],
+        lse: Option<&'a mut [f32]>,
+        table: Option<&'a [u32]>,
+    ) -> Result<Vec<Self>> {
+        let Some(r) = &spec.ragged else {
+            if table.is_some() {
+                return Err(SdpaError::InvalidSpec("a block table was given but K/V are not paged".to_string()));
+            }
+            let (o, lse) = (SharedMut(o.as_mut_ptr()), lse.map(|l| SharedMut(l.as_mut_ptr())));
+            return Ok(vec![Self::whole(spec, q, k, v, mask, o, lse)?]);
+        };
+        r.check_block_table(table)?;
+        let total_q = r.total_q();
+        let whole =
+            Self::whole(spec, q, k, v, None, SharedMut(o.as_mut_ptr()), lse.map(|l| SharedMut(l.as_mut_ptr())))?;
+        let tail = |x: &'a [T], off: usize| x.get(off..).unwrap_or(&[]);
+        let mut parts = Vec::with_capacity(r.batch());
+        for (b, seq) in r.seqs().into_iter().enumerate() {
+            if seq.sq == 0 {
+                continue;
+            }
+            let pages = match (r.pages, table) {
+                (Some(pg), Some(t)) => {
+                    Some(Pages { table: &t[b * pg.max_pages..(b + 1) * pg.max_pages], size: pg.page_size })
+                }
+                _ => None,
+            };
+            // Packed K/V start at the sequence's first key; pages are addressed from the pool's start.
+            let (koff, voff) = match pages {
+                Some(_) => (0, 0),
+                None => (seq.k_start * spec.k_strides.s, seq.k_start * spec.v_strides.s),
+            };
+            let (qoff, ooff) = (seq.q_start * spec.q_strides.s, seq.q_start * spec.o_strides.s);
+            parts.push(Problem {
+                b: 1,
+                sq: seq.sq,
+                sk: seq.sk,
+                q: tail(q, qoff),
+                k: tail(k, koff),
+                v: tail(v, voff),
+                band: spec.band_for(seq.sq, seq.sk),
+                mods: whole.mods.for_lengths(spec, seq.sq, seq.sk),
+                // Offsets inside the output: `wrapping_add` keeps the arithmetic defined; rows are written
+                // only inside the validated extent.
+                o: SharedMut(whole.o.0.wrapping_add(ooff)),
+                lse: whole.lse.map(|l| SharedMut(l.0.wrapping_add(seq.q_start))),
+                lse_st: (0, total_q),
+                pages,
+                ..whole.clone()
+            });
+        }
+        Ok(parts)
+    }
+
+    /// Offset of key `j` of kv head `kvh` (batch `b`) in K: through the block table when paged.
+    #[inline(always)]
+    pub(crate) fn k_row(&self, b: usize, kvh: usize, j: usize) -> usize {
+        match &self.pages {
+            None => self.k_st.offset(b, kvh, j),
+            Some(pg) => self.k_st.offset(pg.table[j / pg.size] as usize, kvh, j % pg.size),
+        }
+    }
+
+    /// Offset of key `j` of kv head `kvh` (batch `b`) in V.
+    #[inline(always)]
+    pub(crate) fn v_row(&self, b: usize, kvh: usize, j: usize) -> usize {
+        match &self.pages {
+            None => self.v_st.offset(b, kvh, j),
+            Some(pg) => self.v_st.offset(pg.table[j / pg.size] as usize, kvh, j % pg.size),
+        }
+    }
+
+    /// Whether keys `j0..j1` lie at one stride from key `j0` (always, unless they cross a page).
+    #[inline(always)]
+    pub(crate) fn contiguous(&self, j0: usize, j1: usize) -> bool {
+        match &self.pages {
+            None => true,
+            Some(pg) => j1 <= j0 + 1 || j0 / pg.size == (j1 - 1) / pg.size,
+        }
+    }
+
+    /// Writes the rows of a part with no key: zeros, LSE `-inf` (sdpa-core's convention).
+    pub(crate) fn write_empty_rows(&self) {
+        let zeros = vec![0.0f32; self.dv];
+        for b in 0..self.b {
+            for h in 0..self.hq {
+                for i in 0..self.sq {
+                    // SAFETY: one thread writes every row of this part, which no other part shares.
+                    unsafe { self.write_row(b, h, i, &zeros, f32::NEG_INFINITY) };
+                }
+            }
+        }
     }
 
     /// Number of kv heads.
@@ -205,8 +330,8 @@ impl<'a, T: CpuElement> Problem<'a, T> {
         let dst = unsafe { std::slice::from_raw_parts_mut(self.o.0.add(off), self.dv) };
         T::narrow(&vals[..self.dv], dst);
         if let Some(l) = self.lse {
-            // SAFETY: `lse` has `B·Hq·Sq` elements (checked by the caller); this row's slot is ours.
-            unsafe { *l.0.add((b * self.hq + h) * self.sq + i) = lse };
+            // SAFETY: `lse` holds every row's slot (checked by the caller); this row's slot is ours.
+            unsafe { *l.0.add(b * self.lse_st.0 + h * self.lse_st.1 + i) = lse };
         }
     }
 }

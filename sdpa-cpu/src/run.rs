@@ -34,7 +34,30 @@ pub fn attention<T: CpuElement>(
     lse: Option<&mut [f32]>,
 ) -> Result<Kernel> {
     let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
-    attention_on(path, None, spec, opts, q, k, v, mask, o, lse)
+    attention_on(path, None, spec, opts, q, k, v, mask, None, o, lse)
+}
+
+/// [`attention`] for a ragged (varlen) batch, K/V packed or in a paged cache: the entry for serving.
+///
+/// The spec carries the batch (`spec.ragged`: per-sequence lengths and, for a paged cache, the page
+/// geometry; see `sdpa_core::ragged`). `q` and `o` are packed `[total_q, Hq, D]` rows (BSHD strides, or
+/// `[Hq, total_q, D]` for BHSD), `k`/`v` packed `[total_k, Hkv, D]` or pages `[num_pages, page_size, Hkv,
+/// D]`. `block_table` is the `[B, max_pages]` page table of a paged cache (`None` when K/V are packed);
+/// `lse`, when given, receives `[Hq, total_q]`. A dense spec works too (no table). Explicit masks do not
+/// combine with a ragged batch (the spec's validation says so).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_ragged<T: CpuElement>(
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    block_table: Option<&[u32]>,
+    o: &mut [T],
+    lse: Option<&mut [f32]>,
+) -> Result<Kernel> {
+    let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
+    attention_on(path, None, spec, opts, q, k, v, None, block_table, o, lse)
 }
 
 /// [`attention`] on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins).
@@ -47,6 +70,7 @@ pub(crate) fn attention_on<T: CpuElement>(
     k: &[T],
     v: &[T],
     mask: Option<&[f32]>,
+    table: Option<&[u32]>,
     o: &mut [T],
     lse: Option<&mut [f32]>,
 ) -> Result<Kernel> {
@@ -75,15 +99,19 @@ pub(crate) fn attention_on<T: CpuElement>(
     if !path.is_supported() {
         return unsupported(format!("simd path {path} on this CPU"));
     }
-    let p = Problem::new(spec, q, k, v, mask, o, lse)?;
+    let ragged = spec.ragged.is_some();
+    let (ps, empty): (Vec<_>, Vec<_>) =
+        Problem::parts(spec, q, k, v, mask, o, lse, table)?.into_iter().partition(|p| p.sk > 0 || !ragged);
     let body = || {
+        // Sequences without keys: zeros, LSE -inf.
+        empty.iter().for_each(Problem::write_empty_rows);
         let threads = rayon::current_num_threads();
-        let kernel = resolve(opts.kernel, &p, path, threads);
+        let kernel = resolve(opts.kernel, &ps, ragged, path, threads);
         match kernel {
-            Kernel::Unfused => unfused::run_unfused(&p, path, threads),
-            Kernel::SplitKv if decode::applies(&p, path) => decode::run_decode(&p, path, threads),
-            Kernel::SplitKv => fa2::run_splitkv(&p, path, threads),
-            _ => fa2::run_fa2(&p, path),
+            Kernel::Unfused => unfused::run_unfused(&ps, path, threads),
+            Kernel::SplitKv if decode::applies(&ps, path) => decode::run_decode(&ps, path, threads),
+            Kernel::SplitKv => fa2::run_splitkv(&ps, path, threads),
+            _ => fa2::run_fa2(&ps, path),
         }
         kernel
     };
@@ -96,11 +124,19 @@ pub(crate) fn attention_on<T: CpuElement>(
 
 /// What `auto` runs: `splitkv` for decoding (a few query rows per kv head: it streams K and V in memory
 /// order) and when the query tiles cannot keep the threads busy and there are enough keys to split, `fa2`
-/// otherwise. `unfused` is never faster.
-fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, threads: usize) -> Kernel {
-    match kernel {
-        Kernel::Auto if decode::applies(p, path) => Kernel::SplitKv,
-        Kernel::Auto => {
+/// otherwise. `unfused` is never faster. A ragged batch: `splitkv` when every sequence decodes (its
+/// splits balance sequences of any lengths), `fa2` otherwise (its items go heaviest first).
+fn resolve<T: CpuElement>(
+    kernel: Kernel,
+    ps: &[Problem<'_, T>],
+    ragged: bool,
+    path: SimdPath,
+    threads: usize,
+) -> Kernel {
+    match (kernel, ps.first()) {
+        (Kernel::Auto, _) if decode::applies(ps, path) => Kernel::SplitKv,
+        (Kernel::Auto, _) if ragged => Kernel::Fa2,
+        (Kernel::Auto, Some(p)) => {
             let tiles = Tiles::for_path(path, p.row_keys());
             let items = fa2::row_tile_count(p, tiles.br);
             if items < 2 * threads && fa2::split_count(items, p.sk, tiles.bc, threads) > 1 {
@@ -109,7 +145,8 @@ fn resolve<T: CpuElement>(kernel: Kernel, p: &Problem<'_, T>, path: SimdPath, th
                 Kernel::Fa2
             }
         }
-        k => k,
+        (Kernel::Auto, None) => Kernel::Fa2,
+        (k, _) => k,
     }
 }
 

@@ -19,15 +19,18 @@ use rayon::prelude::*;
 const KEY_CHUNK: usize = 256;
 const ROW_CHUNK: usize = 64;
 
-/// Runs every (batch, head). With at least as many heads as threads each head is one task; otherwise
-/// heads run one after another and each pass is split across the threads.
-pub(crate) fn run_unfused<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
-    let heads: Vec<(usize, usize)> = (0..p.b).flat_map(|b| (0..p.hq).map(move |h| (b, h))).collect();
-    if heads.len() >= threads {
-        heads.par_iter().for_each(|&(b, h)| head(p, path, b, h, false));
-    } else {
-        for &(b, h) in &heads {
-            head(p, path, b, h, true);
+/// Runs every (batch, head) of every part (a ragged batch's sequences, one after another). With at least
+/// as many heads as threads each head is one task; otherwise heads run one after another and each pass is
+/// split across the threads.
+pub(crate) fn run_unfused<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) {
+    for p in ps {
+        let heads: Vec<(usize, usize)> = (0..p.b).flat_map(|b| (0..p.hq).map(move |h| (b, h))).collect();
+        if heads.len() >= threads {
+            heads.par_iter().for_each(|&(b, h)| head(p, path, b, h, false));
+        } else {
+            for &(b, h) in &heads {
+                head(p, path, b, h, true);
+            }
         }
     }
 }
@@ -59,28 +62,29 @@ fn head<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, b: usize, h: usize, p
             qt[c * sqp + i] = row[c] * p.scale;
         }
     }
-    // K and V as f32 rows: the input itself for f32, a widened copy of this head otherwise.
-    let widen_head = |src: &[T], base: usize, stride: usize, width: usize| -> Vec<f32> {
+    // K and V as f32 rows: the input itself for f32 not in pages, a widened (gathered) copy of this head
+    // otherwise.
+    let widen_head = |src: &[T], row: &dyn Fn(usize) -> usize, width: usize| -> Vec<f32> {
         let mut out = vec![0.0f32; sk * width];
         for j in 0..sk {
-            let off = base + j * stride;
+            let off = row(j);
             T::widen(&src[off..off + width], &mut out[j * width..(j + 1) * width]);
         }
         out
     };
-    let (kbase, vbase) = (p.k_st.offset(b, kvh, 0), p.v_st.offset(b, kvh, 0));
+    let in_place = p.pages.is_none();
     // The copies (when made) live until the end of the head; moving a Vec does not move its buffer.
     let (kptr, ks, _kcopy) = match T::as_f32(p.k) {
-        Some(kf) => (SharedConst(kf[kbase..].as_ptr()), p.k_st.s, Vec::new()),
-        None => {
-            let c = widen_head(p.k, kbase, p.k_st.s, d);
+        Some(kf) if in_place => (SharedConst(kf[p.k_row(b, kvh, 0)..].as_ptr()), p.k_st.s, Vec::new()),
+        _ => {
+            let c = widen_head(p.k, &|j| p.k_row(b, kvh, j), d);
             (SharedConst(c.as_ptr()), d, c)
         }
     };
     let (vptr, vs, _vcopy) = match T::as_f32(p.v) {
-        Some(vf) => (SharedConst(vf[vbase..].as_ptr()), p.v_st.s, Vec::new()),
-        None => {
-            let c = widen_head(p.v, vbase, p.v_st.s, dv);
+        Some(vf) if in_place => (SharedConst(vf[p.v_row(b, kvh, 0)..].as_ptr()), p.v_st.s, Vec::new()),
+        _ => {
+            let c = widen_head(p.v, &|j| p.v_row(b, kvh, j), dv);
             (SharedConst(c.as_ptr()), dv, c)
         }
     };

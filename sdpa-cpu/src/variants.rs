@@ -33,6 +33,11 @@ impl ScoreMods {
         })
     }
 
+    /// The same modifications for one sequence of lengths `sq`, `sk` (its own ALiBi diagonal).
+    pub(crate) fn for_lengths(&self, spec: &AttentionSpec, sq: usize, sk: usize) -> ScoreMods {
+        ScoreMods { diag_off: spec.diagonal().map_or(0, |d| d.offset(sq, sk)) as i64, ..self.clone() }
+    }
+
     /// True when scores pass unchanged.
     #[inline]
     pub(crate) fn is_plain(&self) -> bool {

@@ -57,9 +57,11 @@ pub(crate) fn lanes(path: SimdPath) -> usize {
     }
 }
 
-/// Rows `r0 .. r0 + nr` of kv head `kvh`'s group in batch `b`, keys `k_lo .. k_hi`.
+/// Rows `r0 .. r0 + nr` of kv head `kvh`'s group in batch `b` of part `pi` (a sequence of a ragged
+/// batch, `Problem::parts`), keys `k_lo .. k_hi`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Item {
+    pub pi: usize,
     pub b: usize,
     pub kvh: usize,
     pub r0: usize,
@@ -217,9 +219,14 @@ pub(crate) fn run_item<T: CpuElement>(
 }
 
 /// Whether items of this call may take the AVX512_BF16 kernel: bf16 inputs, an even head dim (K is read
-/// in pairs straight from memory), and a CPU with the instructions.
+/// in pairs straight from memory), K/V not in pages (it reads key tiles in place), and a CPU with the
+/// instructions.
 pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
-    path == SimdPath::Avx512Bf16 && T::as_bf16(p.q).is_some() && p.d.is_multiple_of(2) && path.is_supported()
+    path == SimdPath::Avx512Bf16
+        && T::as_bf16(p.q).is_some()
+        && p.d.is_multiple_of(2)
+        && p.pages.is_none()
+        && path.is_supported()
 }
 
 /// One work item. Returns false, having sent nothing, when not `careful` and an accumulator came out
@@ -268,17 +275,20 @@ fn process<S: Simd, T: CpuElement>(
         }
     }
 
-    let KeyLoop { span, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, brp, nr * dvp);
+    let KeyLoop { span, explicit, .. } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
     let mut j0 = span.lo;
     while j0 < span.hi {
         let j1 = (j0 + t.bc).min(span.hi);
         let nk = j1 - j0;
+        // f32 tiles are read in place unless they cross a page; the rest are gathered (and widened) into
+        // scratch, key by key through the block table when paged.
+        let in_place = p.contiguous(j0, j1);
         let (kptr, ks) = match kf {
-            Some(kf) => (kf[kbase + j0 * p.k_st.s..].as_ptr(), p.k_st.s),
-            None => {
+            Some(kf) if in_place => (kf[p.k_row(it.b, it.kvh, j0)..].as_ptr(), p.k_st.s),
+            _ => {
                 for j in 0..nk {
-                    let off = kbase + (j0 + j) * p.k_st.s;
+                    let off = p.k_row(it.b, it.kvh, j0 + j);
                     T::widen(&p.k[off..off + d], &mut scr.kp[j * dp..j * dp + d]);
                 }
                 (scr.kp.as_ptr(), dp)
@@ -317,10 +327,10 @@ fn process<S: Simd, T: CpuElement>(
             }
         }
         let (vptr, vs) = match vf {
-            Some(vf) => (vf[vbase + j0 * p.v_st.s..].as_ptr(), p.v_st.s),
-            None => {
+            Some(vf) if in_place => (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s),
+            _ => {
                 for j in 0..nk {
-                    let off = vbase + (j0 + j) * p.v_st.s;
+                    let off = p.v_row(it.b, it.kvh, j0 + j);
                     T::widen(&p.v[off..off + dv], &mut scr.vp[j * dvp..j * dvp + dv]);
                 }
                 (scr.vp.as_ptr(), dvp)
@@ -350,9 +360,9 @@ pub(crate) struct KeyLoop {
     pub span: KeySpan,
     /// Whether the mask is explicit (every tile is masked).
     pub explicit: bool,
-    /// Offset of key 0 of the item's kv head in K.
+    /// Offset of key 0 of the item's kv head in K (K/V not paged).
     pub kbase: usize,
-    /// Offset of key 0 of the item's kv head in V.
+    /// Offset of key 0 of the item's kv head in V (K/V not paged).
     pub vbase: usize,
 }
 
@@ -517,17 +527,50 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
     p.b * p.hkv() * (rows / seg * seg.div_ceil(br) + (rows % seg).div_ceil(br))
 }
 
-/// `fa2`: one work item per row tile, over the current rayon pool.
-pub(crate) fn run_fa2<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) {
-    let tiles = Tiles::for_path(path, p.row_keys());
-    let packs = T::as_f32(p.k).is_none();
-    let items: Vec<Item> = row_tiles(p, tiles.br)
+/// The scratch a call's items need: `packs` when K/V tiles are widened or gathered (non-f32 inputs, or
+/// pages a tile may cross).
+fn scratch_key<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, tiles: Tiles) -> Option<ScratchKey> {
+    let p = ps.first()?;
+    let packs = T::as_f32(p.k).is_none() || p.pages.is_some();
+    Some(ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) })
+}
+
+/// Tiles for all parts of a call (sized by the longest key range of any of them).
+fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> Tiles {
+    Tiles::for_path(path, ps.iter().map(Problem::row_keys).max().unwrap_or(0))
+}
+
+/// A row tile of some part with the keys its rows see: (part, batch, kv head, first row, rows, span).
+type RowTile = (usize, usize, usize, usize, usize, KeySpan);
+
+/// The row tiles of every part, each with its key span.
+fn all_row_tiles<T: CpuElement>(ps: &[Problem<'_, T>], br: usize) -> Vec<RowTile> {
+    let mut v = Vec::new();
+    for (pi, p) in ps.iter().enumerate() {
+        for (b, kvh, r0, nr) in row_tiles(p, br) {
+            let span = key_span(p, (r0..r0 + nr).map(|r| p.row(kvh, r).1), 0, p.sk);
+            v.push((pi, b, kvh, r0, nr, span));
+        }
+    }
+    v
+}
+
+/// `fa2`: one work item per row tile of every part, over the current rayon pool. A ragged batch's items
+/// go heaviest first (rows × keys visited), so long sequences start early and short ones fill the gaps.
+pub(crate) fn run_fa2<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) {
+    let tiles = tiles_of(ps, path);
+    let Some(key) = scratch_key(ps, path, tiles) else { return };
+    let mut items: Vec<(usize, Item)> = all_row_tiles(ps, tiles.br)
         .into_iter()
-        .map(|(b, kvh, r0, nr)| Item { b, kvh, r0, nr, k_lo: 0, k_hi: p.sk, slot: 0 })
+        .map(|(pi, b, kvh, r0, nr, span)| {
+            (nr * (span.len() + 16), Item { pi, b, kvh, r0, nr, k_lo: 0, k_hi: ps[pi].sk, slot: 0 })
+        })
         .collect();
-    let key = ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) };
-    items.par_iter().with_max_len(1).for_each(|&item| {
-        with_scratch(key, |scr| run_item(path, p, tiles, item, scr, Sink::Output));
+    if ps.len() > 1 {
+        items.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
+    }
+    items.par_iter().with_max_len(1).for_each(|&(_, item)| {
+        with_scratch(key, |scr| run_item(path, &ps[item.pi], tiles, item, scr, Sink::Output));
     });
 }
 
@@ -539,44 +582,50 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
     want.clamp(1, most)
 }
 
-/// `splitkv`: each row tile's keys are cut into chunks run as separate items; the normalised partial rows
-/// and their LSE are merged with sdpa-core's `merge_normalized`.
-pub(crate) fn run_splitkv<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, threads: usize) {
-    let tiles = Tiles::for_path(path, p.row_keys());
-    let packs = T::as_f32(p.k).is_none();
-    let rt = row_tiles(p, tiles.br);
-    // Each row tile splits the keys its rows see (the band), not all Sk of them.
-    let spans: Vec<KeySpan> =
-        rt.iter().map(|&(_, kvh, r0, nr)| key_span(p, (r0..r0 + nr).map(|r| p.row(kvh, r).1), 0, p.sk)).collect();
-    let widest = spans.iter().map(KeySpan::len).max().unwrap_or(0);
-    let splits = split_count(rt.len(), widest, tiles.bc, threads);
-    let mut items = Vec::with_capacity(rt.len() * splits);
-    for (t, (&(b, kvh, r0, nr), span)) in rt.iter().zip(&spans).enumerate() {
+/// `splitkv`: each row tile's keys (those its rows see: the band) are cut into chunks run as separate
+/// items; the normalised partial rows and their LSE are merged with sdpa-core's `merge_normalized`. The
+/// chunks are about equally long across all row tiles of all parts (enough of them for four items per
+/// thread, each at least two key tiles), so a ragged batch splits its long sequences more than its short
+/// ones and the items stay balanced.
+pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) {
+    let tiles = tiles_of(ps, path);
+    let Some(key) = scratch_key(ps, path, tiles) else { return };
+    let rt = all_row_tiles(ps, tiles.br);
+    let total: usize = rt.iter().map(|t| t.5.len()).sum();
+    let target = total.div_ceil(4 * threads).max(2 * tiles.bc);
+    let mut items = Vec::new();
+    // Per row tile: its first slot and its number of chunks.
+    let mut layout = Vec::with_capacity(rt.len());
+    let mut slot = 0;
+    for &(pi, b, kvh, r0, nr, span) in &rt {
+        let splits = span.len().div_ceil(target).clamp(1, span.len().div_ceil(2 * tiles.bc).max(1));
         // Chunks of whole key tiles, so no tile is cut short but the span's last.
         let chunk = round_up(span.len().div_ceil(splits), tiles.bc);
+        layout.push((slot, splits));
         for sidx in 0..splits {
             let k_lo = (span.lo + sidx * chunk).min(span.hi);
             let k_hi = (span.lo + (sidx + 1) * chunk).min(span.hi);
-            items.push(Item { b, kvh, r0, nr, k_lo, k_hi, slot: (t * splits + sidx) * tiles.br });
+            items.push(Item { pi, b, kvh, r0, nr, k_lo, k_hi, slot: slot + sidx * tiles.br });
         }
+        slot += splits * tiles.br;
     }
-    let slots = rt.len() * splits * tiles.br;
-    let mut part_o = vec![0.0f32; slots * p.dv];
-    let mut part_lse = vec![f32::NEG_INFINITY; slots];
+    let dv = key.dv;
+    let mut part_o = vec![0.0f32; slot * dv];
+    let mut part_lse = vec![f32::NEG_INFINITY; slot];
     let sink = Sink::Partial { o: SharedMut(part_o.as_mut_ptr()), lse: SharedMut(part_lse.as_mut_ptr()) };
-    let key = ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) };
     items.par_iter().with_max_len(1).for_each(|&item| {
-        with_scratch(key, |scr| run_item(path, p, tiles, item, scr, sink));
+        with_scratch(key, |scr| run_item(path, &ps[item.pi], tiles, item, scr, sink));
     });
     let (part_o, part_lse) = (&part_o, &part_lse);
-    rt.par_iter().enumerate().for_each_init(
-        || (vec![0.0f32; p.dv], Vec::with_capacity(splits)),
-        |(out, parts), (t, &(b, kvh, r0, nr))| {
+    rt.par_iter().zip(&layout).for_each_init(
+        || (vec![0.0f32; dv], Vec::new()),
+        |(out, parts), (&(pi, b, kvh, r0, nr, _), &(slot0, splits))| {
+            let p = &ps[pi];
             for r in 0..nr {
                 parts.clear();
                 for sidx in 0..splits {
-                    let slot = (t * splits + sidx) * tiles.br + r;
-                    parts.push((&part_o[slot * p.dv..(slot + 1) * p.dv], part_lse[slot]));
+                    let slot = slot0 + sidx * tiles.br + r;
+                    parts.push((&part_o[slot * dv..(slot + 1) * dv], part_lse[slot]));
                 }
                 let lse = merge_normalized(parts, out);
                 let (h, i) = p.row(kvh, r0 + r);
