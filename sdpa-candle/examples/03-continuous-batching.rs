@@ -49,7 +49,7 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args { device: "cpu".into(), dtype: DType::F32, layers: 2, page_size: 16, pages: 24 };
+    let mut a = Args { device: "cpu".into(), dtype: DType::F32, layers: 2, page_size: 16, pages: 8 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut val = || it.next().with_context(|| format!("{flag} needs a value"));
@@ -329,6 +329,14 @@ fn run() -> Result<()> {
     let mut pool = PageAllocator::new(args.pages);
     let (mut waiting, mut running): (Vec<usize>, Vec<usize>) = ((0..reqs.len()).collect(), Vec::new());
     let tol = tolerance(args.dtype);
+    if let Some(r) = reqs.iter().find(|r| r.life_pages(args.page_size) > args.pages) {
+        bail!(
+            "request {} needs {} pages over its life but the pool has {}; raise --pages",
+            r.id,
+            r.life_pages(args.page_size),
+            args.pages
+        );
+    }
     println!(
         "{} requests, {} layers, Hq {HQ} / Hkv {HKV}, D {HEAD_DIM}, {:?} on {}; {} pages of {} slots",
         reqs.len(),
@@ -407,10 +415,10 @@ fn run() -> Result<()> {
             bail!("step {step}: relative error {:.3e} above the {:?} tolerance {tol:.1e}", errors.rel, args.dtype);
         }
         step += 1;
-        if step > 1000 {
-            bail!("the requests did not finish in 1000 steps (is the pool too small for the largest request?)");
-        }
     }
-    println!("all {} requests done in {step} steps; every attention output within {tol:.1e} of dense attention", reqs.len());
+    println!(
+        "all {} requests done in {step} steps; every attention output within {tol:.1e} of dense attention",
+        reqs.len()
+    );
     Ok(())
 }

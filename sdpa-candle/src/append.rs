@@ -68,7 +68,7 @@ fn spec_of(
 /// Everything is checked first (shapes, lengths, room in the sequence's pages, every page it writes inside
 /// the pool) and nothing is written, in K or in V, when anything is wrong.
 ///
-/// On the CPU this is sdpa-core's copy (any page strides with a contiguous head dim); on CUDA, candle's
+/// On the CPU this is sdpa-cpu's parallel copy (any page strides with a contiguous head dim); on CUDA, candle's
 /// `slice_set` per run of new tokens inside one page (contiguous pages; no fused kernel yet).
 pub fn append_to_pages(
     k_new: &Tensor,
@@ -168,13 +168,13 @@ impl InplaceOp2 for AppendOp {
         let run = |r: sdpa_core::Result<()>| r.map_err(sdpa_err);
         match (s1, s2) {
             (CpuStorage::F32(p), CpuStorage::F32(n)) => {
-                run(sdpa_core::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
+                run(sdpa_cpu::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
             }
             (CpuStorage::F16(p), CpuStorage::F16(n)) => {
-                run(sdpa_core::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
+                run(sdpa_cpu::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
             }
             (CpuStorage::BF16(p), CpuStorage::BF16(n)) => {
-                run(sdpa_core::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
+                run(sdpa_cpu::append_to_pages(&self.spec, &self.table, tail(n, o2)?, tail_mut(p, o1)?))
             }
             (p, n) => bail!(
                 "sdpa: append_to_pages takes f32, f16 or bf16 pages and rows of the same dtype, got {:?} and {:?}",

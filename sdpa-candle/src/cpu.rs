@@ -1,4 +1,5 @@
-//! `cpu_fwd`: sdpa-cpu on candle's CPU storage, reading Q, K, V and the mask in place.
+//! `cpu_fwd`: sdpa-cpu on candle's CPU storage, reading Q, K, V and the mask in place (a ragged call through
+//! `attention_ragged`, with the checked block table).
 
 use crate::error::sdpa_err;
 use crate::plan::{operand_slice, Plan};
@@ -20,12 +21,9 @@ pub(crate) fn run<T: Element>(
     block_table: Option<&[u32]>,
 ) -> Result<(CpuStorage, Shape)> {
     let spec = &plan.spec;
-    if spec.ragged.is_some() {
-        return ragged_by_reference(plan, q, k, v, block_table);
-    }
-    if !spec.variants.is_plain() {
-        // sdpa-cpu's capability list names the variants its kernels honour; a variant missing from it is
-        // refused here with sdpa's `Unsupported` error rather than risk a kernel that would ignore it.
+    if !spec.variants.is_plain() || spec.ragged.is_some() {
+        // sdpa-cpu's capability list names the variants and serving layouts its kernels honour; one missing
+        // from it is refused here with sdpa's `Unsupported` error rather than risk a kernel that ignores it.
         let cpu = sdpa_cpu::CpuBackend::new(None).map_err(sdpa_err)?;
         cpu.capabilities().check(cpu.name(), spec, &plan.run).map_err(sdpa_err)?;
     }
@@ -34,46 +32,10 @@ pub(crate) fn run<T: Element>(
     let k = operand_slice("k", k, plan.k_offset, need(Operand::K)?)?;
     let v = operand_slice("v", v, plan.v_offset, need(Operand::V)?)?;
     let mut o = vec![<T as sdpa_cpu::CpuElement>::from_f32(f32::NAN); plan.out_len];
-    sdpa_cpu::attention(spec, &plan.run, q, k, v, mask, &mut o, None).map_err(sdpa_err)?;
-    Ok((T::to_cpu_storage_owned(o), Shape::from_dims(&plan.out_dims)))
-}
-
-/// TEMPORARY, until sdpa-cpu's ragged kernels land (branch i23-cpu): a ragged call row by row through the
-/// f64 reference, rounded to the output dtype.
-fn ragged_by_reference<T: Element>(
-    plan: &Plan,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    block_table: Option<&[u32]>,
-) -> Result<(CpuStorage, Shape)> {
-    use sdpa_core::{HostBuffer, HostInputs};
-    let spec = &plan.spec;
-    let need = |op| spec.required_len(op).map_err(sdpa_err);
-    let host = |name, x: &[T], off, op| -> Result<HostBuffer> {
-        let s = operand_slice(name, x, off, need(op)?)?;
-        let f: Vec<f32> = s.iter().map(|&e| e.to_f32()).collect();
-        Ok(HostBuffer::from_f32(spec.dtype, &f))
-    };
-    let inputs = HostInputs {
-        q: host("q", q, plan.q_offset, Operand::Q)?,
-        k: host("k", k, plan.k_offset, Operand::K)?,
-        v: host("v", v, plan.v_offset, Operand::V)?,
-        mask: None,
-        block_table: block_table.map(<[u32]>::to_vec),
-    };
-    let mut o = vec![<T as sdpa_cpu::CpuElement>::from_f32(f32::NAN); plan.out_len];
-    let mut row = vec![0f64; spec.shape.dv];
-    for (b, seq) in spec.seqs().iter().enumerate() {
-        for h in 0..spec.shape.hq {
-            for i in 0..seq.sq {
-                sdpa_core::reference::reference_row_in(spec, &inputs, seq, b, h, i, &mut row);
-                let at = spec.o_offset(seq, b, h, i);
-                for (c, &x) in row.iter().enumerate() {
-                    o[at + c] = T::from_f32(x as f32);
-                }
-            }
-        }
+    match spec.ragged {
+        None => sdpa_cpu::attention(spec, &plan.run, q, k, v, mask, &mut o, None),
+        Some(_) => sdpa_cpu::attention_ragged(spec, &plan.run, q, k, v, block_table, &mut o, None),
     }
+    .map_err(sdpa_err)?;
     Ok((T::to_cpu_storage_owned(o), Shape::from_dims(&plan.out_dims)))
 }

@@ -375,7 +375,8 @@ fn every_serving_case_matches_dense_attention_on_cuda() {
         check(c, Entry::Flash, &gpu, 300 + i as u64);
     }
     // The append on the GPU writes what it writes on the CPU.
-    let (k_new, v_new) = (Tensor::randn(0f32, 1.0, (5, 2, 4), &gpu).unwrap(), Tensor::randn(0f32, 1.0, (5, 2, 3), &gpu).unwrap());
+    let (k_new, v_new) =
+        (Tensor::randn(0f32, 1.0, (5, 2, 4), &gpu).unwrap(), Tensor::randn(0f32, 1.0, (5, 2, 3), &gpu).unwrap());
     let k_pages = Tensor::randn(0f32, 1.0, (6, 3, 2, 4), &gpu).unwrap();
     let v_pages = Tensor::randn(0f32, 1.0, (6, 3, 2, 3), &gpu).unwrap();
     let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
@@ -384,7 +385,8 @@ fn every_serving_case_matches_dense_attention_on_cuda() {
     let (lens, cu_new) = (u32s(&[4, 2], &gpu), u32s(&[0, 3, 5], &gpu));
     append_to_pages(&k_new, &v_new, &k_pages, &v_pages, &table, &lens, &cu_new).unwrap();
     append_to_pages(&cpu(&k_new), &cpu(&v_new), &ck, &cv, &cpu(&table), &cpu(&lens), &cpu(&cu_new)).unwrap();
-    let same = |a: &Tensor, b: &Tensor| (cpu(a) - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let same =
+        |a: &Tensor, b: &Tensor| (cpu(a) - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     assert_eq!((same(&k_pages, &ck), same(&v_pages, &cv)), (0.0, 0.0));
 }
 
