@@ -52,20 +52,41 @@ struct SplitKvTile {
     static constexpr int smem_bytes(int nw) { return ALIGN_SLACK + bars_off(nw) * 2 + nw * STAGES * 8; }
 };
 
-// Scratch inside AttnParams::workspace for row tiles split over several blocks (nblk = gridDim.x): the
-// blocks' partial LSEs [rows][nblk] first, then partial outputs [rows][nblk][D] f32 from the next 16-byte
-// boundary, then one u32 counter per (batch, row tile), zero before the launch (src/kernels/splitkv.rs
-// `workspace_len` sizes it the same way and zeroes the counters).
+// Scratch inside AttnParams::workspace for row tiles split over several blocks: `parts` partials in all
+// (dense: B·Hq·Sq rows x nblk = gridDim.x blocks; ragged: SkvUnit::parts), their LSEs first, then their
+// outputs [parts][D] f32 from the next 16-byte boundary, then one u32 counter per (batch, row tile), zero
+// before the launch (src/kernels/splitkv.rs `workspace_len` sizes it the same way and zeroes the counters).
 __device__ __forceinline__ float* splitkv_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
-__device__ __forceinline__ long long splitkv_lse_len(const AttnParams& p) {
-    return ((long long)p.b * p.hq * p.sq * gridDim.x + 3) / 4 * 4;
+__device__ __forceinline__ float* splitkv_part_o(const AttnParams& p, long long parts) {
+    return static_cast<float*>(p.workspace) + (parts + 3) / 4 * 4;
 }
-__device__ __forceinline__ float* splitkv_part_o(const AttnParams& p) {
-    return static_cast<float*>(p.workspace) + splitkv_lse_len(p);
+__device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, long long parts, int d) {
+    return reinterpret_cast<unsigned*>(splitkv_part_o(p, parts) + parts * d);
 }
-__device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, int d) {
-    const long long n = splitkv_lse_len(p) + (long long)p.b * p.hq * p.sq * gridDim.x * d;
-    return reinterpret_cast<unsigned*>(static_cast<float*>(p.workspace) + n);
+
+// What one block computes: batch entry b; the keys [kb, ke) its splits share, cut to each row tile's band
+// (dense: all keys); the splits of the row tile (ns) and the first of them this block's warps take
+// (split0); where its partials go (partial slot of query row i of head h: pbase + (h·Sq + i)·nblk + cidx,
+// nblk blocks per row tile, this one the cidx-th; `parts` in the whole scratch); where LSE rows go (lse0 +
+// h·lse_hs + i). Dense calls derive it from the grid; ragged calls read it from the host's schedule.
+struct SkvUnit {
+    int b, kb, ke, split0, ns, nblk, cidx, lse_hs;
+    long long pbase, parts, lse0;
+};
+__device__ __forceinline__ SkvUnit splitkv_dense_unit(const AttnParams& p, int nw) {
+    SkvUnit u;
+    u.b = blockIdx.z;
+    u.kb = 0;
+    u.ke = p.sk;
+    u.split0 = blockIdx.x * nw;
+    u.ns = p.num_splits;
+    u.nblk = gridDim.x;
+    u.cidx = blockIdx.x;
+    u.pbase = (long long)u.b * p.hq * p.sq * u.nblk;
+    u.parts = (long long)p.b * p.hq * p.sq * u.nblk;
+    u.lse0 = (long long)u.b * p.hq * p.sq;
+    u.lse_hs = p.sq;
+    return u;
 }
 
 // ---- sm_90 bulk copies ----------------------------------------------------------------------------------
@@ -104,11 +125,11 @@ struct SplitKvTmaArgs {
 };
 static_assert(sizeof(SplitKvTmaArgs) == 640, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
 
-// Rows of this warp's tile: r in [r0, r0 + 16) of the group's G·Sq packed rows.
-__device__ __forceinline__ void splitkv_row(const AttnParams& p, int r, int& hq, int& i) {
+// Rows of this warp's tile: r in [r0, r0 + 16) of kv head kvh's G·Sq packed rows.
+__device__ __forceinline__ void splitkv_row(const AttnParams& p, int kvh, int r, int& hq, int& i) {
     const int g = r / p.sq;
     i = r - g * p.sq;
-    hq = (blockIdx.y / ((p.group * p.sq + 15) / 16)) * p.group + g;
+    hq = kvh * p.group + g;
 }
 
 // sdpa_core::softmax::merge_normalized for a 4-wide slice [c, c + 4) of one row's output: n partials
@@ -166,11 +187,15 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // `maps` (K then V) is read by the TMA path only; null otherwise. PAD: D is a head-dim class at or above the
 // call's D and Dv (cp.async path only): columns past p.d (Q, K) and p.dv (V) are zero-filled in shared memory
 // and O is stored to p.dv only.
+// RAGGED: a ragged batch's block (splitkv_ragged_forward): `p` holds its sequence's lengths and band, Q/O
+// (and packed K/V) pointers moved to its first row, so batch strides are not applied; paged K/V rows come
+// through the block table. `u` says what the block computes (SkvUnit).
 template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, bool INTERLEAVE, bool PAD = false,
-          int VAR = 0>
+          int VAR = 0, bool RAGGED = false>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const Sm90TensorMap* kmap,
-                                                const Sm90TensorMap* vmap) {
+                                                const Sm90TensorMap* vmap, const SkvUnit& u) {
     static_assert(!PAD || LOAD == SKV_CP_ASYNC, "padded head dims take the cp.async path");
+    static_assert(!RAGGED || LOAD == SKV_CP_ASYNC, "ragged batches take the cp.async path");
     using Tile = SplitKvTile<D, STAGES, KS, LOAD>;
     constexpr bool BULK = LOAD != SKV_CP_ASYNC;  // bulk or TMA: mbarrier-completed copies
     constexpr bool TMA = LOAD == SKV_TMA;
@@ -183,10 +208,11 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     skv_trace(p, 2, clock64());
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
-    const int split = blockIdx.x * NW + warp;
-    const int m_tiles = (p.group * p.sq + 15) / 16;
+    const int split = u.split0 + warp;
+    const int m_tiles = gridDim.y / p.hkv;  // dense: ceil(G·Sq / 16); ragged: the batch's most
     const int kvh = blockIdx.y / m_tiles, r0 = (blockIdx.y % m_tiles) * 16;
-    const int b = blockIdx.z;
+    const int b = u.b;
+    const int bb = RAGGED ? 0 : b;  // batch index applied through the batch strides
     const int rows = p.group * p.sq;
 
     if constexpr (TMA) {  // the swizzle pattern is periodic in 1024-byte-aligned addresses
@@ -236,15 +262,18 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         fa2_band_keys(p, min_i, max_i, key_first, key_end);
         key_end = max(key_end, key_first);
     }
+    // A ragged block's chunk of its sequence's keys.
+    key_first = max(key_first, u.kb);
+    key_end = max(key_first, min(key_end, u.ke));
     // Split s covers keys [s·Sk/n, (s+1)·Sk/n) of n = num_splits (variants: of the band's keys): any split
     // count divides the keys evenly (to within one key), whatever Sk is.
     // This warp's tiles start at k_begin + step·k_step and stop at k_stop. Warps past the last split (or
     // past the keys) get no steps, and still join the block's merge below.
-    const int ns = p.num_splits;
+    const int ns = u.ns;
     const int span = VAR != 0 ? key_end - key_first : p.sk;
     auto split_start = [&](int s) { return key_first + (int)((long long)min(s, ns) * span / ns); };
-    const int k_begin = INTERLEAVE ? split_start(blockIdx.x * NW) + warp * KS : split_start(split);
-    const int k_stop = min(key_end, INTERLEAVE ? split_start((blockIdx.x + 1) * NW) : split_start(split + 1));
+    const int k_begin = INTERLEAVE ? split_start(u.split0) + warp * KS : split_start(split);
+    const int k_stop = min(key_end, INTERLEAVE ? split_start(u.split0 + NW) : split_start(split + 1));
     constexpr int k_step = INTERLEAVE ? NW * KS : KS;
     // TMA: every warp takes every step of the block's chunks (they share the stages), its quarter of the
     // last chunk possibly all past k_stop (masked).
@@ -252,16 +281,18 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const bool has_keys = (INTERLEAVE || split < ns) && k_stop > k_first;
     const int n_steps = has_keys ? (k_stop - k_first + k_step - 1) / k_step : 0;
 
-    const T* kbase = static_cast<const T*>(p.k) + b * p.k_stride[0] + kvh * p.k_stride[1];
-    const T* vbase = static_cast<const T*>(p.v) + b * p.v_stride[0] + kvh * p.v_stride[1];
+    // Paged K/V: the batch stride steps pages, applied per key (page_offsets below).
+    const bool paged = RAGGED && is_paged(p);
+    const T* kbase = static_cast<const T*>(p.k) + (paged ? 0 : bb * p.k_stride[0]) + kvh * p.k_stride[1];
+    const T* vbase = static_cast<const T*>(p.v) + (paged ? 0 : bb * p.v_stride[0]) + kvh * p.v_stride[1];
 
     // Q tile: 16 packed rows, zero rows past the group (TMA: one tile for the block, loaded by all warps).
     for (int c = TMA ? threadIdx.x : lane; c < 16 * CHUNKS; c += TMA ? NW * 32 : 32) {
         const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, r = r0 + rr;
         int hq = 0, i = 0;
         const bool ok = r < rows && (!PAD || col < p.d);
-        if (ok) splitkv_row(p, r, hq, i);
-        const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
+        if (ok) splitkv_row(p, kvh, r, hq, i);
+        const T* src = static_cast<const T*>(p.q) + bb * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
         fa2_cp_async16(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
     }
     fa2_cp_async_commit();
@@ -315,6 +346,23 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             sm90_bulk_copy(sK + TILE_BYTES + lane * LD * 2, vbase + key * p.v_stride[2], D * 2, bars + s * 8, pol);
         }
     };
+    // Paged K/V: lane l < KS holds the K and V element offsets of key l of the next step to load, read
+    // from the block table one step ahead so that the table's latency hides behind a step of math; the
+    // loads take each row's offsets from its lane. Indices are clamped into the pool (kv_row_offset).
+    long long pk = 0, pv = 0;
+    auto page_offsets = [&](int step) {
+        if constexpr (RAGGED) {
+            const int key = k_begin + step * k_step + lane;
+            if (paged && lane < KS && step < n_steps && key < k_stop) {
+                const int pi = key / p.page_size;
+                const unsigned page =
+                    min(__ldg(p.block_table + (long long)b * p.max_pages + pi), (unsigned)(p.num_pages - 1));
+                const long long slot = key - pi * p.page_size;
+                pk = page * p.k_stride[0] + slot * p.k_stride[2];
+                pv = page * p.v_stride[0] + slot * p.v_stride[2];
+            }
+        }
+    };
     auto load_cp_async = [&](int step) {
         const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
         const unsigned sV = sK + TILE_BYTES;
@@ -324,10 +372,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
+            long long ko = kk * p.k_stride[2], vo = kk * p.v_stride[2];
+            if (paged) {  // every lane runs the same iterations (KS·CHUNKS is a multiple of 32)
+                ko = __shfl_sync(0xffffffffu, pk, rr);
+                vo = __shfl_sync(0xffffffffu, pv, rr);
+            }
             const bool okk = ok && (!PAD || col < p.d), okv = ok && (!PAD || col < p.dv);
-            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + kk * p.k_stride[2] + col : kbase, okk);
-            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + kk * p.v_stride[2] + col : vbase, okv);
+            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
+            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
         }
+        page_offsets(step + 1);  // the next step any load call takes
     };
     if constexpr (BULK) {
 #pragma unroll
@@ -336,6 +390,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         fa2_cp_async_wait<0>();  // Q
         if constexpr (TMA) __syncthreads();  // every warp's part of the shared Q tile
     } else {
+        page_offsets(0);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_steps) load_cp_async(s);
@@ -351,7 +406,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const int r = min(r0 + g + hh * 8, rows - 1);
-        splitkv_row(p, r, row_h[hh], row_i[hh]);
+        splitkv_row(p, kvh, r, row_h[hh], row_i[hh]);
     }
     const float sl2 = p.scale_log2;
     // Variants: each row's ALiBi slope (rows of one tile belong to several query heads) and the softcap.
@@ -522,7 +577,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // Merge the block's NW partials per row; with one block per row tile that is the output, otherwise
     // the block's partial. Threads take (row, 4 columns) pairs.
     const int tile_rows = min(16, rows - r0);
-    const int nblk = gridDim.x;
+    const int nblk = u.nblk;
     const long long unit = (long long)b * gridDim.y + blockIdx.y;
     // NaN or inf under a masked key must not reach rows that do not see it: the block that writes the
     // output votes, and the rows it wrote non-finite are recomputed (common.cuh).
@@ -532,8 +587,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
         const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
         int hq, i;
-        splitkv_row(p, r0 + rr, hq, i);
-        const long long row = ((long long)b * p.hq + hq) * p.sq + i;
+        splitkv_row(p, kvh, r0 + rr, hq, i);
+        const long long row = u.lse0 + (long long)hq * u.lse_hs + i;  // of the LSE
         float4 v;
         const float lse = splitkv_merge(
             NW,
@@ -545,17 +600,17 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             v);
         if (nblk == 1) {
             if (!PAD || c < p.dv)
-                splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+                splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
             if (p.lse != nullptr && c == 0) p.lse[row] = lse;
             bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
         } else {
-            const long long slot = row * nblk + blockIdx.x;
-            *reinterpret_cast<float4*>(splitkv_part_o(p) + slot * D + c) = v;
+            const long long slot = u.pbase + ((long long)hq * p.sq + i) * nblk + u.cidx;
+            *reinterpret_cast<float4*>(splitkv_part_o(p, u.parts) + slot * D + c) = v;
             if (c == 0) splitkv_part_lse(p)[slot] = lse;
         }
     }
     if (nblk == 1) {
-        repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+        if constexpr (!RAGGED) repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
         skv_trace(p, 5, clock64());
         skv_trace(p, 6, clock64());
         skv_trace(p, 1, skv_globaltimer());
@@ -568,7 +623,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned* cnt = splitkv_counters(p, D) + unit;
+        unsigned* cnt = splitkv_counters(p, u.parts, D) + unit;
         s_last = atomicAdd(cnt, 1u) == (unsigned)nblk - 1;
         if (s_last) *cnt = 0u;  // ready for the next call on this scratch
     }
@@ -593,28 +648,29 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         for (int x = threadIdx.x; x < tile_rows * nblk; x += NW * 32) {
             const int rr = x / nblk, s = x - rr * nblk;
             int hq, i;
-            splitkv_row(p, r0 + rr, hq, i);
-            s_lse[x] = __ldcg(splitkv_part_lse(p) + (((long long)b * p.hq + hq) * p.sq + i) * nblk + s);
+            splitkv_row(p, kvh, r0 + rr, hq, i);
+            s_lse[x] = __ldcg(splitkv_part_lse(p) + u.pbase + ((long long)hq * p.sq + i) * nblk + s);
         }
         __syncthreads();
     }
     for (int pr = threadIdx.x; pr < tile_rows * (D / 4); pr += NW * 32) {
         const int rr = pr / (D / 4), c = (pr % (D / 4)) * 4;
         int hq, i;
-        splitkv_row(p, r0 + rr, hq, i);
-        const long long row = ((long long)b * p.hq + hq) * p.sq + i;
-        const float* plse = splitkv_part_lse(p) + row * nblk;
-        const float* po = splitkv_part_o(p) + row * nblk * D + c;
+        splitkv_row(p, kvh, r0 + rr, hq, i);
+        const long long row = u.lse0 + (long long)hq * u.lse_hs + i;  // of the LSE
+        const long long first = u.pbase + ((long long)hq * p.sq + i) * nblk;
+        const float* plse = splitkv_part_lse(p) + first;
+        const float* po = splitkv_part_o(p, u.parts) + first * D + c;
         float4 v;
         const float lse = splitkv_merge(
             nblk, [&](int s) { return staged ? s_lse[rr * nblk + s] : __ldcg(plse + s); },
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
         if (!PAD || c < p.dv)
-            splitkv_store4(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+            splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;
         bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
-    repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+    if constexpr (!RAGGED) repair_nonfinite_rows<T>(p, b, h0, r0, p.sq, tile_rows, 0, p.dv, true, bad);
     skv_trace(p, 6, clock64());
     skv_trace(p, 1, skv_globaltimer());
 }
@@ -624,14 +680,14 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
         splitkv_forward<T, D, NW, STAGES, KS, MASK, LOAD, ILV, false, VAR>(                             \
-            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr);                                   \
+            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr, splitkv_dense_unit(p, NW));                                   \
     }
 // Head-dim classes (src/kernels/splitkv.rs `HeadDims`): the cp.async path with the call's D and Dv padded up to D.
 #define SPLITKV_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                          \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const AttnParams p) {                    \
         extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
         splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_CP_ASYNC, false, true, VAR>(                    \
-            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr);                                   \
+            p, reinterpret_cast<T*>(splitkv_smem), nullptr, nullptr, splitkv_dense_unit(p, NW));                                   \
     }
 // TMA entries take the tensor maps in their parameter (__grid_constant__: the copies address them in
 // parameter space). Compiled for an architecture without TMA they trap; the host launches them on
@@ -640,13 +696,72 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 #define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
     extern __shared__ __align__(16) unsigned char splitkv_smem[];                                       \
     splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true, false, VAR>(                             \
-        a.p, reinterpret_cast<T*>(splitkv_smem), &a.k, &a.v);
+        a.p, reinterpret_cast<T*>(splitkv_smem), &a.k, &a.v, splitkv_dense_unit(a.p, NW));
 #else
 #define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR) asm volatile("trap;");
 #endif
 #define SPLITKV_TMA_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                        \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
         SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
+    }
+
+// ---- ragged batches and paged caches ----------------------------------------------------------------------
+// A ragged call's grid walks a schedule (src/kernels/splitkv.rs `RaggedSchedule`, computed from the lengths
+// and uploaded once per content): blockIdx.x is one unit of SKV_UNIT_INTS ints (sequence b, chunk index c,
+// chunks n of that sequence, its keys [kb, ke) and the first partial slot of the sequence), chunks of
+// roughly equal key counts whatever the sequences' lengths, so that a batch mixing short and long sequences
+// keeps every SM busy; blockIdx.y is (kv head, row tile) with as many row tiles as the batch's widest
+// sequence needs (blocks past their sequence's rows leave at once). The block's NW warps split its chunk,
+// merge in shared memory, and with n > 1 chunks the last block of the row tile merges the n partials
+// (splitkv_forward). Masks, windows and ALiBi are each sequence's own band (seq_view); always the band
+// instantiation (VAR), cp.async loads (the TMA path assumes one contiguous key range per block).
+#define SKV_UNIT_INTS 6
+struct SplitKvRaggedArgs {
+    AttnParams p;
+    const int* units;  // [gridDim.x][SKV_UNIT_INTS]
+    long long parts;   // partial slots in the scratch
+};
+static_assert(sizeof(SplitKvRaggedArgs) == sizeof(AttnParams) + 16, "SplitKvRaggedArgs must match src/kernels/splitkv.rs");
+
+template <typename T, int D, int NW, int STAGES, int KS, int VAR, bool PAD>
+__device__ __forceinline__ void splitkv_ragged_forward(const SplitKvRaggedArgs& a, T* smem) {
+    const int* un = a.units + (long long)blockIdx.x * SKV_UNIT_INTS;
+    const int b = un[0];
+    AttnParams p = a.p;
+    const SeqView s = seq_view(p, b);
+    const int m_tiles = gridDim.y / p.hkv;
+    if ((blockIdx.y % m_tiles) * 16 >= p.group * s.sq) return;  // past this sequence's rows: the block does nothing
+    // The sequence as a dense B = 1 problem: its lengths, band and diagonal, its first rows.
+    p.sq = s.sq;
+    p.sk = s.sk;
+    p.band_lo = s.band_lo;
+    p.band_hi = s.band_hi;
+    p.diag_offset = s.diag_offset;
+    p.q = static_cast<const T*>(p.q) + (long long)s.q0 * p.q_stride[2];
+    p.o = static_cast<T*>(p.o) + (long long)s.q0 * p.o_stride[2];
+    if (!is_paged(p)) {
+        p.k = static_cast<const T*>(p.k) + (long long)s.k0 * p.k_stride[2];
+        p.v = static_cast<const T*>(p.v) + (long long)s.k0 * p.v_stride[2];
+    }
+    SkvUnit u;
+    u.b = b;
+    u.cidx = un[1];
+    u.nblk = un[2];
+    u.kb = un[3];
+    u.ke = un[4];
+    u.split0 = 0;
+    u.ns = NW;
+    u.pbase = un[5];
+    u.parts = a.parts;
+    u.lse0 = s.q0;
+    u.lse_hs = p.total_q;
+    splitkv_forward<T, D, NW, STAGES, KS, FA2_MASK_NONE, SKV_CP_ASYNC, false, PAD, VAR, true>(p, smem, nullptr,
+                                                                                             nullptr, u);
+}
+#define SPLITKV_RAGGED_ENTRY(NAME, T, D, NW, STAGES, KS, VAR, PAD)                                      \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const SplitKvRaggedArgs a) {             \
+        extern __shared__ __align__(16) unsigned char splitkv_smem[];                                   \
+        splitkv_ragged_forward<T, D, NW, STAGES, KS, VAR, PAD>(a, reinterpret_cast<T*>(splitkv_smem));  \
     }
 
 // Entry points splitkv_{dtype}_{D}_{mask} (16-byte cp.async on every architecture, contiguous splits:

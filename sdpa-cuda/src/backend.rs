@@ -231,6 +231,51 @@ impl CudaBackend {
         Ok(ran)
     }
 
+    /// The "write to cache" step of a paged KV cache on the device, exactly [`sdpa_core::append_to_pages`]:
+    /// the packed new rows `new` (`[total_new, Hkv, D]` in `spec.new_strides`) copied into `pages` after
+    /// each sequence's `spec.cache_lens` tokens, through the device block `table`, on `stream`. Call it once
+    /// for K and once for V (`spec.for_dim(dv)`). The spec is checked on the host first
+    /// ([`AppendSpec::validate`](sdpa_core::AppendSpec::validate): lengths, room in the block table, buffer
+    /// lengths, the table's length); the table's entries are the caller's device data, clamped into the
+    /// pool by the kernel (check them on the host with `validate` where a host copy exists). Nothing is
+    /// written when a check fails.
+    pub fn append_to_pages<T: CudaElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        spec: &sdpa_core::AppendSpec,
+        table: &CudaSlice<u32>,
+        new: &impl DevicePtr<T>,
+        pages: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        if stream.context().cu_ctx() != self.dev.context().cu_ctx() {
+            return Err(SdpaError::InvalidSpec("the stream belongs to another CUDA context than the backend".into()));
+        }
+        let rows_needed = spec.cache_lens.len().saturating_mul(spec.paging.max_pages);
+        if table.len() < rows_needed {
+            return Err(SdpaError::BufferTooShort { name: "block table", len: table.len(), needed: rows_needed });
+        }
+        // Every check but the table's entries, which live on the device: a table of page 0 stands in.
+        spec.validate(&vec![0; rows_needed], new.len(), pages.len())?;
+        let rows = crate::kernels::paged_append::token_rows(spec)?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let rows = self.dev.table_i32(&rows, "an append's token positions")?;
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(4);
+        let ptrs = crate::kernels::paged_append::AppendPtrs {
+            new: keep(&mut guards, new.device_ptr(stream)),
+            pages: keep(&mut guards, pages.device_ptr_mut(stream)),
+            table: keep(&mut guards, table.device_ptr(stream)),
+            rows: keep(&mut guards, rows.device_ptr(stream)),
+        };
+        // SAFETY: the lengths were checked against the validated spec above (new rows, pages, table), `rows`
+        // is `token_rows(spec)`, and the guards keep every buffer alive and ordered on `stream` until the
+        // launch is queued.
+        unsafe { crate::kernels::paged_append::run(&self.dev, stream, spec, std::mem::size_of::<T>(), ptrs) }?;
+        drop(guards);
+        Ok(())
+    }
+
     /// Checks what `forward` relies on beyond the caller's validation.
     #[allow(clippy::too_many_arguments)]
     fn prepare(

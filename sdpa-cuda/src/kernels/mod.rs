@@ -11,6 +11,7 @@
 
 pub mod fa1;
 pub mod fa2;
+pub mod paged_append;
 pub mod policy;
 pub mod splitkv;
 pub mod tf32;
@@ -40,7 +41,7 @@ pub fn l2_flush_program() -> Program {
 /// Every program any launch can ask for: each family's instantiations, the unfused path's module and the
 /// L2 flush. The compile check (CI) builds all of them; `sdpa warmup --all` loads all of them.
 pub fn all_programs() -> Vec<Program> {
-    let mut all = vec![unfused::program(), l2_flush_program()];
+    let mut all = vec![unfused::program(), l2_flush_program(), paged_append::program()];
     all.extend(fa1::programs());
     all.extend(fa2::programs());
     all.extend(splitkv::programs());

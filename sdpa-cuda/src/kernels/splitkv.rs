@@ -21,7 +21,7 @@
 use super::policy::splitkv_limit;
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::{AttnParams, Masking};
+use crate::checked::params::{AttnParams, Masking, MASK_NONE, VAR_BAND};
 use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::SPLITKV;
@@ -151,12 +151,37 @@ pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: Masking
     Program::entry(&SPLITKV, name, line)
 }
 
+/// The maskings of a ragged call's entries: always the band (each sequence's own causal mask and window),
+/// with its softcap and ALiBi; explicit masks are refused with ragged batches.
+pub fn ragged_masking(spec: &sdpa_core::AttentionSpec) -> Masking {
+    Masking { kind: MASK_NONE, var: VAR_BAND | Masking::of(spec).var }
+}
+
+/// The program of the ragged entry `splitkv_ragged_{dtype}_{d}[p]_{band...}` (`SPLITKV_RAGGED_ENTRY`:
+/// cp.async loads, the schedule in its parameter).
+pub fn ragged_program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: Masking) -> Program {
+    let d = dims.d;
+    let pad = if dims.pad { "p" } else { "" };
+    let name = format!("splitkv_ragged_{}_{d}{pad}_{}", dtype.name(), masking.suffix());
+    let SplitKvTile { warps, stages, keys_per_step: ks, .. } = tile;
+    let (t, var) = (cuda_type(dtype), masking.var_const());
+    let line = format!("SPLITKV_RAGGED_ENTRY({name}, {t}, {d}, {warps}, {stages}, {ks}, {var}, {})", dims.pad);
+    Program::entry(&SPLITKV, name, line)
+}
+
 /// Every `splitkv` instantiation a launch can ask for: each class on every load path it has, and padded on
-/// the cp.async path.
+/// the cp.async path; the ragged entries of each class (padded and not) for the maskings a ragged call
+/// takes. Their names hold `_band`, so the CI compile check takes them for bf16 at D = 128 only.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for d in super::fa2::HEAD_DIM_CLASSES {
+            if let Some(tile) = tile_for(d, SplitKvLoad::CpAsync) {
+                for pad in [false, true] {
+                    let maskings = Masking::variants().into_iter().filter(|m| m.kind == MASK_NONE);
+                    all.extend(maskings.map(|m| ragged_program(dtype, HeadDims { d, pad }, tile, m)));
+                }
+            }
             for load in [SplitKvLoad::CpAsync, SplitKvLoad::Bulk, SplitKvLoad::Tma] {
                 let Some(tile) = tile_for(d, load) else { continue };
                 let pads: &[bool] = if load == SplitKvLoad::CpAsync { &[false, true] } else { &[false] };
@@ -327,6 +352,8 @@ pub struct Plan {
     pub head_dim: usize,
     /// The K and V tensor maps of a TMA entry.
     maps: Option<(CUtensorMap, CUtensorMap)>,
+    /// A ragged call's schedule (its entry walks it instead of the dense split grid).
+    pub ragged: Option<RaggedSchedule>,
 }
 
 /// Program, launch shape, splits and (for TMA) tensor maps of `splitkv` for the call. A call the
@@ -342,6 +369,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let hd = HeadDims::of(s.d, s.dv)
         .ok_or_else(|| unsupported(format!("splitkv has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
     let d = hd.d;
+    if call.spec.ragged.is_some() {
+        return plan_ragged(call, hd);
+    }
     // The keys the splits share: all of them, or (variants) the union of the rows' bands, so that the split
     // count and length follow a window, not Sk.
     let keys = band_keys(call.spec);
@@ -421,7 +451,218 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: tile.smem_bytes(d) as u32,
     };
     let program = program(call.spec.dtype, hd, tile, Masking::of(call.spec));
-    Ok(Plan { program, dims, params, splits: plan, head_dim: d, maps })
+    Ok(Plan { program, dims, params, splits: plan, head_dim: d, maps, ragged: None })
+}
+
+/// Ints per unit of a ragged schedule (`SKV_UNIT_INTS` in splitkv.cu): sequence, chunk index, chunks of the
+/// sequence, first key, end key, first partial slot of the sequence.
+pub const UNIT_INTS: usize = 6;
+
+/// Waves of blocks a ragged schedule aims for: more, shorter chunks than the dense plan's two waves, so
+/// that the blocks of the shortest sequences (one chunk each, shorter than the rest) fill the tail.
+pub const RAGGED_WAVES: usize = 4;
+
+/// The grid of a ragged call: units of roughly equal key counts cut from each sequence's keys, so that a
+/// batch mixing 100-token and 100k-token sequences spreads evenly over the GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaggedSchedule {
+    /// [`UNIT_INTS`] per unit (one block per unit, kv head and row tile), longest chunks first.
+    pub units: Vec<i32>,
+    /// Partial slots in the scratch: `Hq·Sq_b·n_b` for each sequence cut into `n_b > 1` chunks.
+    pub parts: usize,
+    /// Row tiles per kv head of the widest sequence (`ceil(group·Sq_b / 16)`).
+    pub row_tiles: usize,
+    /// The longest chunk a unit gets, keys.
+    pub chunk_keys: usize,
+}
+
+impl RaggedSchedule {
+    /// Units in the schedule (blocks per kv head and row tile).
+    pub fn len(&self) -> usize {
+        self.units.len() / UNIT_INTS
+    }
+
+    /// No unit: no sequence has a query row.
+    pub fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+}
+
+/// Cuts each sequence's keys (the union of its rows' bands: all of them, or a window's) into chunks of at
+/// most `chunk` keys, where `chunk` gives about [`RAGGED_WAVES`] waves of blocks over the whole batch (each
+/// block a (chunk, kv head, row tile)), and at least `warps x` [`MIN_KEYS_PER_SPLIT`] keys so that the
+/// merges stay small. `SDPA_SPLITKV_CHUNK` forces the chunk (tuning runs). A sequence without query rows
+/// gets no unit; one without keys gets one empty unit (its rows are zeros with LSE -inf).
+pub fn ragged_schedule(
+    spec: &sdpa_core::AttentionSpec,
+    tile: SplitKvTile,
+    d: usize,
+    sm_count: usize,
+    smem_per_sm: usize,
+) -> Result<RaggedSchedule> {
+    let s = spec.shape;
+    let group = s.group_size();
+    // (sequence, first key, keys, row tiles) of every sequence with rows.
+    let mut seqs = Vec::new();
+    for (b, seq) in spec.seqs().iter().enumerate() {
+        if seq.sq == 0 {
+            continue;
+        }
+        let band = spec.band_for(seq.sq, seq.sk);
+        let first = band.range(0, seq.sk).start;
+        let end = band.range(seq.sq - 1, seq.sk).end.max(first);
+        seqs.push((b, first, end - first, (group * seq.sq).div_ceil(ROWS_PER_TILE)));
+    }
+    let weighted: usize = seqs.iter().map(|&(_, _, keys, rt)| s.hkv * rt * keys).sum();
+    let per_sm = ((smem_per_sm + 1024) / (tile.smem_bytes(d) + 1024)).clamp(1, 64 / tile.warps);
+    let target_blocks = RAGGED_WAVES * sm_count.max(1) * per_sm;
+    let mut chunk = weighted.div_ceil(target_blocks).max(tile.warps * MIN_KEYS_PER_SPLIT);
+    if let Ok(v) = std::env::var("SDPA_SPLITKV_CHUNK") {
+        chunk = v
+            .parse::<usize>()
+            .map_err(|_| unsupported(format!("SDPA_SPLITKV_CHUNK must be a count, got {v:?}")))?
+            .max(1);
+    }
+    let int =
+        |v: usize| i32::try_from(v).map_err(|_| unsupported("splitkv: a ragged batch too large for its schedule"));
+    let mut units: Vec<[i32; UNIT_INTS]> = Vec::new();
+    let (mut parts, mut row_tiles, mut chunk_keys) = (0usize, 1usize, 0usize);
+    for &(b, first, keys, rt) in &seqs {
+        let n = keys.div_ceil(chunk).max(1);
+        let base = if n > 1 { parts } else { 0 };
+        if n > 1 {
+            parts += s.hq * spec.seq(b).sq * n;
+        }
+        row_tiles = row_tiles.max(rt);
+        for c in 0..n {
+            let (kb, ke) = (first + c * keys / n, first + (c + 1) * keys / n);
+            chunk_keys = chunk_keys.max(ke - kb);
+            units.push([int(b)?, int(c)?, int(n)?, int(kb)?, int(ke)?, int(base)?]);
+        }
+    }
+    int(parts)?;
+    // Longest first: the blocks of short sequences fill the last wave.
+    units.sort_by_key(|u| std::cmp::Reverse(u[4] - u[3]));
+    Ok(RaggedSchedule { units: units.concat(), parts, row_tiles, chunk_keys })
+}
+
+/// The plan of a ragged call: its schedule, one block per (unit, kv head, row tile), the ragged entry.
+fn plan_ragged(call: &Call<'_>, hd: HeadDims) -> Result<Plan> {
+    let s = call.spec.shape;
+    let info = call.dev.info();
+    let tile = tile_for(hd.d, SplitKvLoad::CpAsync)
+        .ok_or_else(|| unsupported(format!("splitkv has no tile for D = {}", hd.d)))?;
+    let sched = ragged_schedule(
+        call.spec,
+        tile,
+        hd.d,
+        info.sm_count.max(1) as usize,
+        info.smem_per_block_optin.max(0) as usize,
+    )?;
+    let mut params = call.params;
+    params.num_splits = tile.warps as i32;
+    params.extra = l2_policy(sched.chunk_keys / tile.warps)? as i32;
+    let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv: {what} too large")));
+    let dims = LaunchDims {
+        grid: (u32_of(sched.len(), "schedule")?, u32_of(s.hkv * sched.row_tiles, "kv heads x row tiles")?, 1),
+        block: (tile.warps as u32 * 32, 1, 1),
+        smem_bytes: tile.smem_bytes(hd.d) as u32,
+    };
+    let program = ragged_program(call.spec.dtype, hd, tile, ragged_masking(call.spec));
+    let splits = SplitPlan {
+        splits: tile.warps,
+        keys_per_split: sched.chunk_keys.div_ceil(tile.warps),
+        row_tiles: sched.row_tiles,
+        blocks: sched.len(),
+    };
+    Ok(Plan { program, dims, params, splits, head_dim: hd.d, maps: None, ragged: Some(sched) })
+}
+
+/// The ragged entries' parameter: `SplitKvRaggedArgs` in splitkv.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RaggedArgs {
+    p: AttnParams,
+    units: u64,
+    parts: i64,
+}
+const _: () = assert!(std::mem::size_of::<RaggedArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
+// SAFETY: plain data with C layout matching the kernel's `SplitKvRaggedArgs` (size asserted on both sides).
+unsafe impl DeviceRepr for RaggedArgs {}
+
+/// Runs a ragged call's plan: uploads its schedule (kept per content by the device), then one launch on
+/// the scratch (when some sequence has several chunks) like the dense path.
+fn run_ragged(call: &Call<'_>, plan: Plan, sched: RaggedSchedule) -> Result<()> {
+    if sched.is_empty() {
+        return Ok(()); // no sequence has a query row: nothing to write
+    }
+    let table = call.dev.table_i32(&sched.units, "splitkv's ragged schedule")?;
+    let (units, table_guard) = cudarc::driver::DevicePtr::device_ptr(table.as_ref(), call.stream);
+    let counters = call.spec.shape.b * plan.dims.grid.1 as usize;
+    let parts = i64::try_from(sched.parts).map_err(|_| unsupported("splitkv: too many partials"))?;
+    let go = |params: &AttnParams| {
+        let args = RaggedArgs { p: *params, units, parts };
+        // SAFETY: `params` holds the backend's checked pointers (Q/O rows, packed K/V or pages through
+        // the block table, clamped into the pool, as the spec's validated lengths address them); `units`
+        // is the schedule of exactly `grid.x` units, alive until the launch is queued; every unit with
+        // several chunks addresses partial slots below `parts`, which the scratch holds.
+        unsafe { launch(call.dev, call.stream, &plan.program, &plan.program.name, plan.dims, &args) }
+    };
+    if sched.parts == 0 {
+        go(&plan.params)?;
+    } else {
+        with_scratch(call, plan.params, sched.parts, 1, plan.head_dim, counters, go)?;
+    }
+    drop(table_guard);
+    Ok(())
+}
+
+/// Runs `go` with `params.workspace` pointing at scratch for `rows x blocks` partials of width `head_dim`
+/// and `units` zeroed counters (`workspace_len`): on the device's own stream the kept scratch (its counters
+/// stay zero between calls: the kernel resets them), on another stream scratch allocated and zeroed for
+/// this call.
+fn with_scratch(
+    call: &Call<'_>,
+    mut params: AttnParams,
+    rows: usize,
+    blocks: usize,
+    head_dim: usize,
+    units: usize,
+    go: impl Fn(&AttnParams) -> Result<()>,
+) -> Result<()> {
+    let (len, counters) =
+        workspace_len(rows, blocks, head_dim, units).ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
+    // The kernel finds the last block of each row tile with the counters, which must be zero before the
+    // launch; it leaves them zero again. On the device's own stream the scratch is kept between calls, so
+    // repeated calls of one layout (every step of a decoding loop) skip the memset; on another stream it
+    // is allocated and zeroed per call.
+    if Arc::ptr_eq(call.stream, call.dev.stream()) {
+        let kept = call.dev.kept_scratch(len, counters, "splitkv partial outputs")?;
+        let ws = kept.buf().ok_or_else(|| unsupported("internal: splitkv's kept scratch is missing"))?;
+        let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(ws, call.stream);
+        params.workspace = ws_ptr;
+        // The kept buffer has exactly this layout and zero counters (KeptScratch), and the kernel leaves
+        // them zero. The lock is held until the launch is queued.
+        go(&params)?;
+        drop(ws_guard);
+        drop(kept);
+        return Ok(());
+    }
+    let mut ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
+    call.stream.memset_zeros(&mut ws.slice_mut(counters..len)).map_err(driver(
+        "cuMemsetD8Async",
+        "splitkv counters",
+        units * 4,
+    ))?;
+    // The guard orders the scratch's later reuse after this call's kernel; held until it is queued.
+    let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(&ws, call.stream);
+    params.workspace = ws_ptr;
+    // `ws`, sized by `workspace_len` with zeroed counters, lives until the launch is queued and is freed
+    // stream-ordered after it.
+    go(&params)?;
+    drop(ws_guard);
+    drop(ws);
+    Ok(())
 }
 
 /// The keys `splitkv`'s splits cover: Sk for plain calls; with variants the keys some row's band reaches,
@@ -440,15 +681,25 @@ pub fn band_keys(spec: &sdpa_core::AttentionSpec) -> usize {
 /// Runs `splitkv` (one launch, plus a memset of the row-tile counters when they are used) on the call's
 /// stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, mut params, splits: plan, head_dim, maps } = self::plan(call)?;
+    let mut plan = self::plan(call)?;
+    if let Some(sched) = plan.ragged.take() {
+        return run_ragged(call, plan, sched);
+    }
+    let Plan { program, dims, params, splits: plan, head_dim, maps, .. } = plan;
     let s = call.spec.shape;
     let rows = s.b * s.hq * s.sq;
     let units = s.b * s.hkv * plan.row_tiles;
     // The launch itself: AttnParams alone, or with the tensor maps for the TMA entries.
     let go = |params: &AttnParams| -> Result<()> {
         match maps {
-            // SAFETY (both arms): see the callers below; the maps describe exactly K and V of `params`
-            // (same pointers, extents and strides), so every tensor copy reads inside those tensors.
+            // SAFETY (both arms): `params` holds the backend's checked pointers; with one block per row
+            // tile the kernel merges its warps' partials in shared memory and writes O rows < Sq and LSE
+            // entries < B·Hq·Sq only, never touching `workspace` (null); with several, `workspace` is
+            // scratch sized by `workspace_len` for exactly `rows x blocks` partials and `units` zeroed
+            // counters (with_scratch): every block writes its partial slots before counting itself on its
+            // row tile's counter, and only the last block (which fences first) reads them back. The maps
+            // describe exactly K and V of `params` (same pointers, extents and strides), so every tensor
+            // copy reads inside those tensors.
             Some((k, v)) => unsafe {
                 launch(
                     call.dev,
@@ -463,47 +714,9 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         }
     };
     if plan.blocks == 1 {
-        // SAFETY: `params` holds the backend's checked pointers; with one block per row tile the kernel
-        // merges its warps' partials in shared memory and writes O rows < Sq and LSE entries < B·Hq·Sq
-        // only, never touching `workspace` (null).
-        go(&params)?;
-        return Ok(());
+        return go(&params);
     }
-    let (len, counters) = workspace_len(rows, plan.blocks, head_dim, units)
-        .ok_or_else(|| unsupported("splitkv scratch size overflows"))?;
-    // The kernel finds the last block of each row tile with the counters, which must be zero before the
-    // launch; it leaves them zero again. On the device's own stream the scratch is kept between calls, so
-    // repeated calls of one layout (every step of a decoding loop) skip the memset; on another stream it
-    // is allocated and zeroed per call.
-    if Arc::ptr_eq(call.stream, call.dev.stream()) {
-        let kept = call.dev.kept_scratch(len, counters, "splitkv partial outputs")?;
-        let ws = kept.buf().ok_or_else(|| unsupported("internal: splitkv's kept scratch is missing"))?;
-        let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(ws, call.stream);
-        params.workspace = ws_ptr;
-        // SAFETY: as below; the kept buffer has exactly this layout and zero counters (KeptScratch), and
-        // the kernel leaves them zero. The lock is held until the launch is queued.
-        go(&params)?;
-        drop(ws_guard);
-        drop(kept);
-        return Ok(());
-    }
-    let mut ws = call.scratch::<f32>(len, "splitkv partial outputs")?;
-    call.stream.memset_zeros(&mut ws.slice_mut(counters..len)).map_err(driver(
-        "cuMemsetD8Async",
-        "splitkv counters",
-        units * 4,
-    ))?;
-    // The guard orders the scratch's later reuse after this call's kernel; held until it is queued.
-    let (ws_ptr, ws_guard) = cudarc::driver::DevicePtr::device_ptr(&ws, call.stream);
-    params.workspace = ws_ptr;
-    // SAFETY: `params` holds the backend's checked pointers plus `ws`, sized by `workspace_len` for exactly
-    // `rows x blocks` partials and `units` zeroed counters, which lives until the launch is queued and is
-    // freed stream-ordered after it. Every block writes its partial slots before counting itself on its
-    // row tile's counter; only the last block (which fences first) reads them back.
-    go(&params)?;
-    drop(ws_guard);
-    drop(ws);
-    Ok(())
+    with_scratch(call, params, rows, plan.blocks, head_dim, units, go)
 }
 
 #[cfg(test)]
@@ -573,6 +786,43 @@ mod tests {
         let wide = plan_splits(1, 8, 4, 1, 32768, 132, 227 * 1024, tile, 128);
         let narrow = plan_splits(1, 8, 4, 1, 4097, 132, 227 * 1024, tile, 128);
         assert!(narrow.splits < wide.splits && narrow.splits * narrow.keys_per_split >= 4097, "{narrow:?}");
+    }
+
+    /// The schedule covers every key of every sequence with rows exactly once, in chunks of about equal
+    /// length (longest first), gives sequences without rows no unit and one without keys an empty one,
+    /// and numbers partial slots only for sequences cut into several chunks.
+    #[test]
+    fn ragged_schedule_balances_short_and_long_sequences() {
+        use sdpa_core::{AttentionSpec, DType, Mask, Ragged, Shape};
+        if std::env::var_os("SDPA_SPLITKV_CHUNK").is_some() {
+            return; // forced for a tuning run
+        }
+        let r = Ragged::new(vec![1, 0, 2, 1, 1], vec![100, 50, 100_000, 0, 9000]).paged(16, 0);
+        let shape = Shape { b: 5, hq: 8, hkv: 2, sq: 2, sk: 100_000, d: 128, dv: 128 };
+        let spec = AttentionSpec::new(shape, DType::BF16)
+            .with_ragged(r, sdpa_core::Layout::Bshd)
+            .with_mask(Mask::CausalBottomRight);
+        let tile = tile_for(128, SplitKvLoad::CpAsync).expect("tile");
+        let s = ragged_schedule(&spec, tile, 128, 132, 227 * 1024).expect("schedule");
+        let units: Vec<&[i32]> = s.units.chunks(UNIT_INTS).collect();
+        assert!(units.windows(2).all(|w| w[0][4] - w[0][3] >= w[1][4] - w[1][3]), "longest first");
+        for (b, keys) in [(0, 100), (2, 100_000), (3, 0), (4, 9000)] {
+            let mut mine: Vec<&[i32]> = units.iter().copied().filter(|u| u[0] == b).collect();
+            mine.sort_by_key(|u| u[1]);
+            let n = mine.len();
+            assert!(mine.iter().all(|u| u[2] as usize == n), "seq {b}: {mine:?}");
+            assert_eq!((mine[0][3], mine[n - 1][4]), (0, keys), "seq {b} covers its keys");
+            assert!(mine.windows(2).all(|w| w[0][4] == w[1][3]), "seq {b}: chunks are contiguous");
+            assert!(mine.iter().all(|u| (u[4] - u[3]) as usize <= s.chunk_keys));
+        }
+        assert!(units.iter().all(|u| u[0] != 1), "no rows, no unit");
+        let long = units.iter().filter(|u| u[0] == 2).count();
+        assert!(long > 8, "the long sequence is cut into many chunks: {long}");
+        // Two rows x 8 heads x chunks of the long sequence, plus the 9000-key one if it is cut.
+        let cut9000 = units.iter().filter(|u| u[0] == 4).count();
+        let expected = 8 * 2 * long + if cut9000 > 1 { 8 * cut9000 } else { 0 };
+        assert_eq!(s.parts, expected);
+        assert_eq!(s.row_tiles, 1);
     }
 
     #[test]

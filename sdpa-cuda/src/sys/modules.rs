@@ -82,9 +82,12 @@ pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../
 /// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`).
 pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../../kernels/l2_flush.cu"));
 
+/// The "write to cache" step of a paged KV cache (`crate::kernels::paged_append`).
+pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include_str!("../../kernels/paged_append.cu"));
+
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH];
+pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {
