@@ -1,4 +1,5 @@
-//! `cpu_fwd`: sdpa-cpu on candle's CPU storage, reading Q, K, V and the mask in place.
+//! `cpu_fwd`: sdpa-cpu on candle's CPU storage, reading Q, K, V and the mask in place (a ragged call through
+//! `attention_ragged`, with the checked block table).
 
 use crate::error::sdpa_err;
 use crate::plan::{operand_slice, Plan};
@@ -17,11 +18,12 @@ pub(crate) fn run<T: Element>(
     k: &[T],
     v: &[T],
     mask: Option<&[f32]>,
+    block_table: Option<&[u32]>,
 ) -> Result<(CpuStorage, Shape)> {
     let spec = &plan.spec;
-    if !spec.variants.is_plain() {
-        // sdpa-cpu's capability list names the variants its kernels honour; a variant missing from it is
-        // refused here with sdpa's `Unsupported` error rather than risk a kernel that would ignore it.
+    if !spec.variants.is_plain() || spec.ragged.is_some() {
+        // sdpa-cpu's capability list names the variants and serving layouts its kernels honour; one missing
+        // from it is refused here with sdpa's `Unsupported` error rather than risk a kernel that ignores it.
         let cpu = sdpa_cpu::CpuBackend::new(None).map_err(sdpa_err)?;
         cpu.capabilities().check(cpu.name(), spec, &plan.run).map_err(sdpa_err)?;
     }
@@ -30,6 +32,10 @@ pub(crate) fn run<T: Element>(
     let k = operand_slice("k", k, plan.k_offset, need(Operand::K)?)?;
     let v = operand_slice("v", v, plan.v_offset, need(Operand::V)?)?;
     let mut o = vec![<T as sdpa_cpu::CpuElement>::from_f32(f32::NAN); plan.out_len];
-    sdpa_cpu::attention(spec, &plan.run, q, k, v, mask, &mut o, None).map_err(sdpa_err)?;
+    match spec.ragged {
+        None => sdpa_cpu::attention(spec, &plan.run, q, k, v, mask, &mut o, None),
+        Some(_) => sdpa_cpu::attention_ragged(spec, &plan.run, q, k, v, block_table, &mut o, None),
+    }
+    .map_err(sdpa_err)?;
     Ok((T::to_cpu_storage_owned(o), Shape::from_dims(&plan.out_dims)))
 }

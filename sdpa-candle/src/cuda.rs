@@ -78,7 +78,19 @@ fn run_typed<T: Element>(
     // SAFETY: the kernels write every element of O before anything reads it (sdpa-cuda's tests poison O
     // and compare every element with the reference); candle never reads it before this call is queued.
     let mut o = unsafe { device.alloc::<T>(plan.out_len.max(1)) }?;
-    backend.forward_on_stream(stream, &plan.spec, &plan.run, &q, &k, &v, mask, &mut o, None, None).map_err(sdpa_err)?;
+    // The block table the host checked (op.rs says why it travels as host values), copied to the device on
+    // candle's stream, so the kernel reads exactly the checked entries.
+    let table = match op.block_table() {
+        Some(t) => Some(
+            stream
+                .clone_htod(t)
+                .map_err(|e| candle_core::Error::Msg(format!("sdpa: copying the block table to the GPU: {e}")))?,
+        ),
+        None => None,
+    };
+    backend
+        .forward_on_stream(stream, &plan.spec, &plan.run, &q, &k, &v, mask, &mut o, None, table.as_ref())
+        .map_err(sdpa_err)?;
     Ok((CudaStorage::wrap_cuda_slice(o, device), Shape::from_dims(&plan.out_dims)))
 }
 

@@ -31,6 +31,16 @@
 //! documented formula on every row.
 //!
 //! There is no backward pass (as in candle-flash-attn).
+//!
+//! The varlen and paged functions ([`flash_attn_varlen`] and its variants, [`flash_attn_varlen_paged_windowed`])
+//! take the same arguments plus the ragged batch; their own notes are in `flash/varlen.rs` and on each function.
+
+mod varlen;
+
+pub use varlen::{
+    flash_attn_varlen, flash_attn_varlen_alibi, flash_attn_varlen_alibi_windowed,
+    flash_attn_varlen_alibi_windowed_softcap, flash_attn_varlen_paged_windowed, flash_attn_varlen_windowed,
+};
 
 use crate::options::{SdpaAlibi, SdpaMask, SdpaOptions};
 use crate::sdpa;

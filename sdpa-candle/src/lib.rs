@@ -67,6 +67,44 @@
 //! with `None` for unbounded), on the CPU and on CUDA, so moving a model over is a rename; [`flash`] says
 //! how each argument maps onto sdpa's semantics.
 //!
+//! Serving (ragged batches and paged KV caches): [`sdpa_varlen`] runs sequences of different lengths packed
+//! into `[total, H, D]` rows with cumulative offsets (`cu_seqlens`, as FlashAttention's varlen API), each
+//! its own attention problem; [`sdpa_paged`] reads K/V from a paged cache `[num_pages, page_size, Hkv, D]`
+//! through a block table, and [`append_to_pages`] writes new tokens' K/V into it first. The offsets and the
+//! table are read to the host and checked before any kernel runs. candle-flash-attn's
+//! [`flash_attn_varlen`] family and [`flash_attn_varlen_paged_windowed`] exist under their names too.
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use sdpa_candle::{append_to_pages, sdpa_paged, sdpa_varlen, SdpaMask, SdpaOptions};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let dev = Device::Cpu;
+//! let opts = SdpaOptions::bshd().with_mask(SdpaMask::CausalBottomRight);
+//! // Two prompts of 3 and 5 tokens, packed: [8, Hq, D] queries, [8, Hkv, D] keys and values.
+//! let (q, k, v) = (
+//!     Tensor::randn(0f32, 1.0, (8, 4, 16), &dev)?,
+//!     Tensor::randn(0f32, 1.0, (8, 2, 16), &dev)?,
+//!     Tensor::randn(0f32, 1.0, (8, 2, 16), &dev)?,
+//! );
+//! let cu = Tensor::new(&[0u32, 3, 8], &dev)?;
+//! let o = sdpa_varlen(&q, &k, &v, &cu, &cu, &opts)?;
+//! assert_eq!(o.dims(), &[8, 4, 16]);
+//!
+//! // The same K/V in a cache of 6 pages of 4 slots: prompt 0 in page 5, prompt 1 in pages 2 and 0.
+//! let k_pages = Tensor::zeros((6, 4, 2, 16), candle_core::DType::F32, &dev)?;
+//! let v_pages = k_pages.zeros_like()?;
+//! let table = Tensor::new(&[[5u32, u32::MAX], [2, 0]], &dev)?;
+//! let empty = Tensor::new(&[0u32, 0], &dev)?;
+//! append_to_pages(&k, &v, &k_pages, &v_pages, &table, &empty, &cu)?;
+//! let lens = Tensor::new(&[3u32, 5], &dev)?;
+//! let paged = sdpa_paged(&q, &k_pages, &v_pages, &cu, &table, &lens, &opts)?;
+//! let diff = (paged - &o)?.abs()?.max_all()?.to_scalar::<f32>()?;
+//! assert!(diff < 1e-6);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Servers that want the GPU kernels compiled at start-up rather than on the first request call
 //! [`warmup`] with the shapes they will serve.
 //!
@@ -78,6 +116,7 @@
 //! feature union, and the workspace's pinned `cuda-13000` wins over candle's `cuda-version-from-build-system`,
 //! so a CUDA build must use a CUDA 13.0 toolkit.
 
+mod append;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -87,20 +126,28 @@ mod mask;
 mod op;
 mod options;
 mod plan;
+mod serving;
+mod tables;
 mod warmup;
 
+pub use append::append_to_pages;
 pub use flash::{
     flash_attn, flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_alibi_windowed_softcap, flash_attn_windowed,
 };
+pub use flash::{
+    flash_attn_varlen, flash_attn_varlen_alibi, flash_attn_varlen_alibi_windowed,
+    flash_attn_varlen_alibi_windowed_softcap, flash_attn_varlen_paged_windowed, flash_attn_varlen_windowed,
+};
 pub use options::{SdpaAlibi, SdpaMask, SdpaOptions};
 pub use sdpa_core::{Diagonal, F32Math, Kernel, Layout, Window};
+pub use serving::{sdpa_paged, sdpa_varlen};
 pub use warmup::{warmup, AttentionShape};
 
 use candle_core::{bail, Result, Tensor};
 use mask::MaskMeaning;
 use op::SdpaOp;
 use plan::{dtype_of, MaskPlan, View};
-use sdpa_core::{Mask, RunOptions};
+use sdpa_core::Mask;
 
 /// `softmax(Q·Kᵀ·scale + mask)·V` in one call, with the sliding window, softcap and ALiBi of `opts` when set
 /// (see [`SdpaOptions`]).
@@ -113,15 +160,7 @@ use sdpa_core::{Mask, RunOptions};
 /// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
 /// offending values.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
-    for (name, t) in [("k", k), ("v", v)] {
-        if !t.device().same_device(q.device()) {
-            bail!("sdpa: q is on {:?} but {name} is on {:?}; q, k and v must share one device", q.device(), t.device());
-        }
-    }
-    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
-        bail!("sdpa: q, k and v must share one dtype, got q {:?}, k {:?}, v {:?}", q.dtype(), k.dtype(), v.dtype());
-    }
-    dtype_of(q.dtype())?;
+    same_device_and_dtype(q, k, v)?;
     let qv = View::of("q", q.layout(), opts.layout)?;
     let kv = View::of("k", k.layout(), opts.layout)?;
     let full = [qv.b, qv.h, qv.s, kv.s];
@@ -137,10 +176,24 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Te
         SdpaMask::Exclude(t) => explicit(t, MaskMeaning::Exclude)?,
         SdpaMask::Additive(t) => explicit(t, MaskMeaning::Additive)?,
     };
-    let run = RunOptions { kernel: opts.kernel, f32_math: opts.f32_math, threads: opts.threads, lse: false };
     let variants = opts.variants()?;
-    let op = SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run };
+    let op =
+        SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run: opts.run(), ragged: None };
     // Validate before candle takes the storage locks, so every shape error surfaces here.
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
     q.apply_op3_no_bwd(k, v, &op)
+}
+
+/// Q, K and V on one device, in one dtype sdpa computes on.
+fn same_device_and_dtype(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+    for (name, t) in [("k", k), ("v", v)] {
+        if !t.device().same_device(q.device()) {
+            bail!("sdpa: q is on {:?} but {name} is on {:?}; q, k and v must share one device", q.device(), t.device());
+        }
+    }
+    if q.dtype() != k.dtype() || q.dtype() != v.dtype() {
+        bail!("sdpa: q, k and v must share one dtype, got q {:?}, k {:?}, v {:?}", q.dtype(), k.dtype(), v.dtype());
+    }
+    dtype_of(q.dtype())?;
+    Ok(())
 }

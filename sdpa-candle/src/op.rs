@@ -1,13 +1,21 @@
 //! The candle `CustomOp3` over Q, K and V; the explicit mask (if any) travels inside the op.
 
 use crate::mask::PreparedMask;
-use crate::plan::{dtype_of, operand_slice, plan, MaskPlan, Plan};
+use crate::plan::{dtype_of, operand_slice, plan, plan_ragged, MaskPlan, Plan, RaggedPlan};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp3, Layout as CandleLayout, Result, Shape, Storage};
 use sdpa_core::{Layout, RunOptions, Variants};
 
 /// One attention call as a candle op. CustomOp3 has room for three tensors; the mask, already in the
 /// backends' additive f32 form, is held by the op and read from its storage in the forward pass.
+///
+/// A ragged call's integer tables travel inside the op too, as host values: its offsets and lengths (in
+/// the `Ragged` of [`RaggedPlan`]) and a paged cache's block table. They were read to the host and
+/// checked there when the op was built (offsets increasing from 0, every page a sequence uses inside the
+/// pool), because they decide the work and the addresses; a kernel handed an unchecked device table could
+/// only clamp a bad entry, never report it. The CUDA path uploads the checked copy (one small copy on
+/// candle's stream, the same size as the table the caller made), so what the kernel reads is exactly what
+/// was checked, even if the caller's tensor changes later.
 #[derive(Debug, Clone)]
 pub(crate) struct SdpaOp {
     /// Dims order of Q, K, V and O.
@@ -22,6 +30,8 @@ pub(crate) struct SdpaOp {
     pub variants: Variants,
     /// Kernel, threads, f32 math.
     pub run: RunOptions,
+    /// The ragged batch (and paged cache) of a varlen call; `None` for a dense one.
+    pub ragged: Option<RaggedPlan>,
 }
 
 impl SdpaOp {
@@ -33,7 +43,22 @@ impl SdpaOp {
         l2: &CandleLayout,
         l3: &CandleLayout,
     ) -> Result<Plan> {
-        plan(dtype_of(dtype)?, self.order, self.scale, self.mask, &self.variants, self.run, l1, l2, l3)
+        let dtype = dtype_of(dtype)?;
+        match (&self.ragged, self.mask) {
+            (None, mask) => plan(dtype, self.order, self.scale, mask, &self.variants, self.run, l1, l2, l3),
+            (Some(r), MaskPlan::Position(mask)) => {
+                plan_ragged(dtype, self.order, self.scale, mask, &self.variants, self.run, r, l1, l2, l3)
+            }
+            (Some(_), MaskPlan::Explicit(_)) => bail!(
+                "sdpa: an explicit mask does not combine with a ragged batch; use a causal mask or a window, which \
+                 apply per sequence"
+            ),
+        }
+    }
+
+    /// The checked block table of a paged call.
+    pub(crate) fn block_table(&self) -> Option<&[u32]> {
+        self.ragged.as_ref().and_then(|r| r.block_table.as_deref())
     }
 
     /// Elements of the prepared mask.
@@ -79,10 +104,17 @@ impl CustomOp3 for SdpaOp {
                 other => bail!("sdpa: internal: the prepared mask should be f32 on the CPU, found {:?}", other.dtype()),
             },
         };
+        let table = self.block_table();
         match (s1, s2, s3) {
-            (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => crate::cpu::run(&plan, q, k, v, mask),
-            (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => crate::cpu::run(&plan, q, k, v, mask),
-            (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => crate::cpu::run(&plan, q, k, v, mask),
+            (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
+                crate::cpu::run(&plan, q, k, v, mask, table)
+            }
+            (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => {
+                crate::cpu::run(&plan, q, k, v, mask, table)
+            }
+            (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
+                crate::cpu::run(&plan, q, k, v, mask, table)
+            }
             _ => bail!("sdpa: unsupported dtype {:?} (f32, f16 and bf16 are supported)", s1.dtype()),
         }
     }

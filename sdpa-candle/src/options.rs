@@ -199,6 +199,11 @@ impl SdpaOptions {
         self
     }
 
+    /// Kernel, threads and f32 math as sdpa-core's run options (no LSE: the candle calls return O only).
+    pub(crate) fn run(&self) -> sdpa_core::RunOptions {
+        sdpa_core::RunOptions { kernel: self.kernel, f32_math: self.f32_math, threads: self.threads, lse: false }
+    }
+
     /// The variants as sdpa-core's spec carries them (ALiBi slopes in a tensor read to the host).
     pub(crate) fn variants(&self) -> Result<Variants> {
         Ok(Variants {

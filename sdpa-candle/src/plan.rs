@@ -9,7 +9,9 @@
 
 use crate::error::sdpa_err;
 use candle_core::{bail, Result};
-use sdpa_core::{AttentionSpec, DType, ExplicitMask, Layout, Mask, Operand, RunOptions, Shape, Strides, Variants};
+use sdpa_core::{
+    AttentionSpec, DType, ExplicitMask, Layout, Mask, Operand, Ragged, RunOptions, Shape, Strides, Variants,
+};
 
 /// One operand seen through its candle layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,19 +41,45 @@ impl View {
         if dims.len() != 4 {
             bail!("sdpa: {name} must have rank 4 ({names} for layout {}), got shape {dims:?}", order.name());
         }
-        let st = layout.stride();
-        if dims[3] > 1 && st[3] != 1 {
-            bail!(
-                "sdpa: the last dim (head dim) of {name} must be contiguous, but its stride is {} (shape {dims:?}, \
-                 strides {st:?}); call `.contiguous()` on {name} first",
-                st[3]
-            );
-        }
+        let st = head_dim_contiguous(name, dims, layout.stride())?;
         let (h, s, strides) = match order {
             Layout::Bhsd => (dims[1], dims[2], Strides { b: st[0], h: st[1], s: st[2] }),
             Layout::Bshd => (dims[2], dims[1], Strides { b: st[0], h: st[2], s: st[1] }),
         };
         Ok(View { b: dims[0], h, s, d: dims[3], strides, offset: layout.start_offset() })
+    }
+
+    /// Reads `layout` as packed token rows of a ragged batch: `[total, h, d]` (BSHD, FlashAttention's varlen
+    /// layout) or `[h, total, d]` (BHSD). One block: `b` is 1 and the batch stride is unused.
+    pub(crate) fn packed(name: &str, layout: &candle_core::Layout, order: Layout) -> Result<Self> {
+        let dims = layout.dims();
+        let names = match order {
+            Layout::Bhsd => "[H, total, D]",
+            Layout::Bshd => "[total, H, D]",
+        };
+        if dims.len() != 3 {
+            bail!(
+                "sdpa: {name} of a ragged batch must have rank 3 ({names} for layout {}), got shape {dims:?}",
+                order.name()
+            );
+        }
+        let st = head_dim_contiguous(name, dims, layout.stride())?;
+        let (h, s, strides) = match order {
+            Layout::Bhsd => (dims[0], dims[1], Strides { b: 0, h: st[0], s: st[1] }),
+            Layout::Bshd => (dims[1], dims[0], Strides { b: 0, h: st[1], s: st[0] }),
+        };
+        Ok(View { b: 1, h, s, d: dims[2], strides, offset: layout.start_offset() })
+    }
+}
+
+/// The strides of a view whose last dim (the head dim) is contiguous; an error with a hint otherwise.
+fn head_dim_contiguous<'a>(name: &str, dims: &[usize], st: &'a [usize]) -> Result<&'a [usize]> {
+    match (dims.last(), st.last()) {
+        (Some(&n), Some(&s)) if n > 1 && s != 1 => bail!(
+            "sdpa: the last dim (head dim) of {name} must be contiguous, but its stride is {s} (shape {dims:?}, \
+             strides {st:?}); call `.contiguous()` on {name} first"
+        ),
+        _ => Ok(st),
     }
 }
 
@@ -69,8 +97,8 @@ pub(crate) struct Plan {
     pub v_offset: usize,
     /// Elements of the (contiguous) output.
     pub out_len: usize,
-    /// Output dims in the caller's order.
-    pub out_dims: [usize; 4],
+    /// Output dims in the caller's order (rank 4 dense, rank 3 ragged).
+    pub out_dims: Vec<usize>,
 }
 
 /// Position or explicit mask, as the op knows it before looking at the mask tensor's data.
@@ -112,6 +140,29 @@ pub(crate) fn plan(
     if k.b != q.b || v.b != q.b {
         bail!("sdpa: batch sizes differ: q {}, k {}, v {} {}", q.b, k.b, v.b, ctx());
     }
+    heads_fit(&q, &k, &v, &ctx)?;
+    let shape = Shape { b: q.b, hq: q.h, hkv: k.h, sq: q.s, sk: k.s, d: q.d, dv: v.d };
+    let mut spec = AttentionSpec::new(shape, dtype).with_layout(order);
+    spec.scale = scale;
+    spec.q_strides = q.strides;
+    spec.k_strides = k.strides;
+    spec.v_strides = v.strides;
+    spec.mask = match mask {
+        MaskPlan::Position(m) => m,
+        MaskPlan::Explicit(m) => Mask::Explicit(m),
+    };
+    spec.variants = variants.clone();
+    spec.validate().map_err(sdpa_err)?;
+    let out_len = spec.numel(Operand::O).map_err(sdpa_err)?;
+    let out_dims = match order {
+        Layout::Bhsd => vec![shape.b, shape.hq, shape.sq, shape.dv],
+        Layout::Bshd => vec![shape.b, shape.sq, shape.hq, shape.dv],
+    };
+    Ok(Plan { spec, run, q_offset: q.offset, k_offset: k.offset, v_offset: v.offset, out_len, out_dims })
+}
+
+/// K and V agree with each other and with Q: heads, positions (or pages), head dims, whole GQA groups.
+fn heads_fit(q: &View, k: &View, v: &View, ctx: &dyn Fn() -> String) -> Result<()> {
     if v.h != k.h {
         bail!("sdpa: k has {} heads but v has {} {}", k.h, v.h, ctx());
     }
@@ -129,22 +180,87 @@ pub(crate) fn plan(
             ctx()
         );
     }
-    let shape = Shape { b: q.b, hq: q.h, hkv: k.h, sq: q.s, sk: k.s, d: q.d, dv: v.d };
-    let mut spec = AttentionSpec::new(shape, dtype).with_layout(order);
-    spec.scale = scale;
-    spec.q_strides = q.strides;
-    spec.k_strides = k.strides;
-    spec.v_strides = v.strides;
-    spec.mask = match mask {
-        MaskPlan::Position(m) => m,
-        MaskPlan::Explicit(m) => Mask::Explicit(m),
+    Ok(())
+}
+
+/// What a ragged call adds to a dense one: the batch (lengths, pages), the bounds of its lengths and, for a
+/// paged cache, the block table already read to the host.
+#[derive(Debug, Clone)]
+pub(crate) struct RaggedPlan {
+    /// Lengths and pages (their geometry taken from the K/V tensors when the call was built).
+    pub ragged: Ragged,
+    /// Bounds of the query and key lengths (the spec's `sq`, `sk`): FlashAttention's `max_seqlen_q/k`.
+    pub max_q: usize,
+    pub max_k: usize,
+    /// The block table `[B, max_pages]`, row-major; `Some` exactly when K/V are paged.
+    pub block_table: Option<Vec<u32>>,
+}
+
+/// Builds and validates the spec of one ragged call: Q packed `[total_q, Hq, D]` (BSHD) or `[Hq, total_q,
+/// D]` (BHSD); K/V packed likewise, or pages `[num_pages, page_size, Hkv, D]` (BSHD) / `[num_pages, Hkv,
+/// page_size, D]` (BHSD). The block table is checked against the pool here, on the host, before any kernel
+/// runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_ragged(
+    dtype: DType,
+    order: Layout,
+    scale: Option<f64>,
+    mask: Mask,
+    variants: &Variants,
+    run: RunOptions,
+    rp: &RaggedPlan,
+    lq: &candle_core::Layout,
+    lk: &candle_core::Layout,
+    lv: &candle_core::Layout,
+) -> Result<Plan> {
+    let r = &rp.ragged;
+    let q = View::packed("q", lq, order)?;
+    let (k, v) = match r.pages {
+        Some(_) => (View::of("k", lk, order)?, View::of("v", lv, order)?),
+        None => (View::packed("k", lk, order)?, View::packed("v", lv, order)?),
     };
+    let dims = |l: &candle_core::Layout| format!("{:?}", l.dims());
+    let ctx = || format!("(q {}, k {}, v {}, layout {})", dims(lq), dims(lk), dims(lv), order.name());
+    heads_fit(&q, &k, &v, &ctx)?;
+    if k.b != v.b {
+        bail!("sdpa: k has {} pages but v has {} {}", k.b, v.b, ctx());
+    }
+    let total_q = r.total_q();
+    if q.s != total_q {
+        bail!("sdpa: q holds {} token rows but the query offsets end at {total_q} {}", q.s, ctx());
+    }
+    match r.pages {
+        None if k.s != r.total_k() => {
+            bail!("sdpa: k and v hold {} token rows but the key offsets end at {} {}", k.s, r.total_k(), ctx())
+        }
+        Some(p) if (p.num_pages, p.page_size) != (k.b, k.s) => bail!(
+            "sdpa: internal: pages {}x{} planned for k and v of {} pages of {} slots",
+            p.num_pages,
+            p.page_size,
+            k.b,
+            k.s
+        ),
+        _ => {}
+    }
+    let shape = Shape { b: r.batch(), hq: q.h, hkv: k.h, sq: rp.max_q, sk: rp.max_k, d: q.d, dv: v.d };
+    let mut spec = AttentionSpec::new(shape, dtype).with_ragged(r.clone(), order);
+    spec.scale = scale;
+    spec.mask = mask;
     spec.variants = variants.clone();
+    // Packed operands keep the spec's (unused) batch stride; pages take the page stride from the tensor.
+    spec.q_strides = Strides { b: spec.q_strides.b, ..q.strides };
+    let kv_strides = |spec_b: usize, view: &View| match r.pages {
+        Some(_) => view.strides,
+        None => Strides { b: spec_b, ..view.strides },
+    };
+    spec.k_strides = kv_strides(spec.k_strides.b, &k);
+    spec.v_strides = kv_strides(spec.v_strides.b, &v);
     spec.validate().map_err(sdpa_err)?;
+    r.check_block_table(rp.block_table.as_deref()).map_err(sdpa_err)?;
     let out_len = spec.numel(Operand::O).map_err(sdpa_err)?;
     let out_dims = match order {
-        Layout::Bhsd => [shape.b, shape.hq, shape.sq, shape.dv],
-        Layout::Bshd => [shape.b, shape.sq, shape.hq, shape.dv],
+        Layout::Bhsd => vec![shape.hq, total_q, shape.dv],
+        Layout::Bshd => vec![total_q, shape.hq, shape.dv],
     };
     Ok(Plan { spec, run, q_offset: q.offset, k_offset: k.offset, v_offset: v.offset, out_len, out_dims })
 }
