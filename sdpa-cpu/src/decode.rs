@@ -81,7 +81,10 @@ fn units_of<T: CpuElement>(ps: &[Problem<'_, T>], spans: &[KeySpan], block: usiz
     let mut hd0 = 0;
     for (pi, p) in ps.iter().enumerate() {
         let span = spans[pi];
-        let key_major = p.k_st.h < p.k_st.s;
+        // A paged cache walks key-major too, in either layout: the units of one block then read each of
+        // its pages whole, head after head (HND pages hold one head's slots together, so head-major order
+        // would read small pieces of many pages).
+        let key_major = p.k_st.h < p.k_st.s || p.pages.is_some();
         // Block boundaries: every `block` keys from the span's start.
         let blocks: Vec<(usize, usize)> =
             (span.lo..span.hi).step_by(block).map(|j| (j, (j + block).min(span.hi))).collect();
