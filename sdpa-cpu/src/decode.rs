@@ -89,7 +89,8 @@ fn units_of<T: CpuElement>(ps: &[Problem<'_, T>], spans: &[KeySpan], block: usiz
         // In a paged cache, blocks of at most a page: a block's units (one per head, key-major) then read
         // one page whole before the next (measured: HND pages of 16, 71 % against 59 % of the read ceiling
         // with 64-key blocks across four pages; NHD 42 % against 33 %).
-        let block = p.pages.map_or(block, |pg| block.min(pg.size));
+        // Tiny pages still make blocks of 16 keys, walked a page at a time, not one unit per key.
+        let block = p.pages.map_or(block, |pg| block.min(pg.size.max(16)));
         let blocks: Vec<(usize, usize)> =
             (span.lo..span.hi).step_by(block).map(|j| (j, (j + block).min(span.hi))).collect();
         let hkv = p.hkv();
