@@ -2,8 +2,9 @@
 //! stream over K and V, so it is cut the way memory lies, not by head: the (part, batch, kv head, key
 //! block) units are put in memory order (head-major for BHSD, where a head's keys are contiguous;
 //! key-major for BSHD, where one key's heads are), and each worker takes a contiguous run of units. A
-//! ragged batch's sequences are parts of their own lengths; in a paged cache a unit never crosses a page
-//! (its rows are then one stride apart, read in place). Runs are cut where the keys split evenly across
+//! ragged batch's sequences are parts of their own lengths. A paged cache walks key-major in blocks of at
+//! most a page (at least 16 keys), so one block's units read each page whole, head after head; a block that
+//! crosses pages is read in place a page at a time ([`segments`]). Runs are cut where the keys split evenly across
 //! the whole batch, so a batch mixing 100-token and 100k-token caches keeps every thread busy. A unit is a block
 //! of `BLOCK_*` keys of one kv head, the blocks covering only the keys the rows see by position (causal
 //! mask and window): scores by dot products along the head dim, softcap and ALiBi, mask, online softmax
