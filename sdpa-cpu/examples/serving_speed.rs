@@ -139,12 +139,28 @@ fn decode(dtype: DType, buf: &[f32], reps: usize) -> Result<(), Box<dyn Error>> 
         ("paged NHD", spec(paged.clone(), Layout::Bshd)),
         ("paged HND", spec(paged, Layout::Bhsd)),
         ("packed BSHD", spec(Ragged::new(ones.clone(), lens.clone()), Layout::Bshd)),
-        ("packed BHSD", spec(Ragged::new(ones, lens.clone()), Layout::Bhsd)),
+        ("packed BHSD", spec(Ragged::new(ones.clone(), lens.clone()), Layout::Bhsd)),
+        ("paged HND, pages of 256", spec(Ragged::new(ones, lens.clone()).paged(256, 0), Layout::Bhsd)),
     ];
     let mut calls = Vec::new();
     for (n, (_, s)) in cases.iter().enumerate() {
         calls.push(Call::new(s, HostInputs::random(s, 3 + n as u64)?)?);
     }
+    // The HND cache again with its pages in order (sequence after sequence): what scattering costs.
+    let mut in_order = calls[1].inputs.clone();
+    let in_order_spec = cases[1].1.clone();
+    if let Some(t) = in_order.block_table.as_mut() {
+        let max_pages = t.len() / lens.len();
+        let mut next = 0u32;
+        for (b, &len) in lens.iter().enumerate() {
+            for c in 0..len.div_ceil(16) {
+                t[b * max_pages + c] = next;
+                next += 1;
+            }
+        }
+    }
+    calls.push(Call::new(&in_order_spec, in_order)?);
+    let names: Vec<&str> = cases.iter().map(|c| c.0).chain(["paged HND, pages in order"]).collect();
     let threads = rayon::current_num_threads();
     let mut times = vec![Vec::new(); calls.len()];
     let mut fractions = vec![Vec::new(); calls.len()];
@@ -171,7 +187,7 @@ fn decode(dtype: DType, buf: &[f32], reps: usize) -> Result<(), Box<dyn Error>> 
         bytes / 1e6,
         passes.len()
     );
-    for (((name, _), c), (t, f)) in cases.iter().zip(&calls).zip(times.iter_mut().zip(&mut fractions)) {
+    for ((name, c), (t, f)) in names.iter().zip(&calls).zip(times.iter_mut().zip(&mut fractions)) {
         let (min, med) = stats(t);
         f.sort_by(f64::total_cmp);
         println!(

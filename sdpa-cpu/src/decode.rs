@@ -2,8 +2,9 @@
 //! stream over K and V, so it is cut the way memory lies, not by head: the (part, batch, kv head, key
 //! block) units are put in memory order (head-major for BHSD, where a head's keys are contiguous;
 //! key-major for BSHD, where one key's heads are), and each worker takes a contiguous run of units. A
-//! ragged batch's sequences are parts of their own lengths; in a paged cache a unit never crosses a page
-//! (its rows are then one stride apart, read in place). Runs are cut where the keys split evenly across
+//! ragged batch's sequences are parts of their own lengths. A paged cache walks key-major in blocks of at
+//! most a page (at least 16 keys), so one block's units read each page whole, head after head; a block that
+//! crosses pages is read in place a page at a time ([`segments`]). Runs are cut where the keys split evenly across
 //! the whole batch, so a batch mixing 100-token and 100k-token caches keeps every thread busy. A unit is a block
 //! of `BLOCK_*` keys of one kv head, the blocks covering only the keys the rows see by position (causal
 //! mask and window): scores by dot products along the head dim, softcap and ALiBi, mask, online softmax
@@ -81,8 +82,16 @@ fn units_of<T: CpuElement>(ps: &[Problem<'_, T>], spans: &[KeySpan], block: usiz
     let mut hd0 = 0;
     for (pi, p) in ps.iter().enumerate() {
         let span = spans[pi];
-        let key_major = p.k_st.h < p.k_st.s;
+        // A paged cache walks key-major too, in either layout: the units of one block then read each of
+        // its pages whole, head after head (HND pages hold one head's slots together, so head-major order
+        // would read small pieces of many pages).
+        let key_major = p.k_st.h < p.k_st.s || p.pages.is_some();
         // Block boundaries: every `block` keys from the span's start.
+        // In a paged cache, blocks of at most a page: a block's units (one per head, key-major) then read
+        // one page whole before the next (measured: HND pages of 16, 71 % against 59 % of the read ceiling
+        // with 64-key blocks across four pages; NHD 42 % against 33 %).
+        // Tiny pages still make blocks of 16 keys, walked a page at a time, not one unit per key.
+        let block = p.pages.map_or(block, |pg| block.min(pg.size.max(16)));
         let blocks: Vec<(usize, usize)> =
             (span.lo..span.hi).step_by(block).map(|j| (j, (j + block).min(span.hi))).collect();
         let hkv = p.hkv();
