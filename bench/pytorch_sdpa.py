@@ -672,6 +672,14 @@ def run(args):
         del q, k, v, explicit
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+    if any(c[6] and c[6].get("pages") for c in cases):
+        # What paged decoding's GB/s is held against, measured in the same run (`sdpa report` reads it).
+        try:
+            result["ceilings"] = {"gbps": measure_bandwidth(torch, dev)}
+            print(f"pytorch_sdpa.py: measured bandwidth {result['ceilings']['gbps']:.0f} GB/s on {dev}",
+                  file=sys.stderr)
+        except RuntimeError as e:
+            print(f"pytorch_sdpa.py: bandwidth not measured: {first_line(e)}", file=sys.stderr)
     # NaN and infinities are not JSON: write them as null (readers treat a missing value as unknown).
     text = json.dumps(finite(result), indent=1, allow_nan=False)
     if args.out:
@@ -994,6 +1002,20 @@ def ragged_reference_check(torch, q, k, v, out, s, mask, dtype, ragged):
     tol = TOLERANCE[dtype]
     return {"max_abs_err": max_abs, "rel_err": rel, "tolerance": tol, "nan_mismatches": nan_mismatch,
             "lse_max_abs_err": None, "rows_checked": len(rows), "pass": rel <= tol and nan_mismatch == 0}
+
+
+def measure_bandwidth(torch, dev):
+    """GB/s, the median of 10 calls: on CUDA a 1 GiB device-to-device copy counting bytes read and written (the
+    copy ceiling of bench/results/gpu), on the CPU a 1 GiB read (a sum over f32 with the threads set)."""
+    n = 1 << 30
+    if dev.type == "cuda":
+        x = torch.empty(n, dtype=torch.uint8, device=dev)
+        y = torch.empty_like(x)
+        times = time_calls(torch, dev, lambda: y.copy_(x), 3, 10, 10.0)
+        return 2 * n / (statistics.median(times) * 1e-3) / 1e9
+    x = torch.ones(n // 4, dtype=torch.float32)
+    times = time_calls(torch, dev, lambda: x.sum(), 2, 10, 10.0)
+    return n / (statistics.median(times) * 1e-3) / 1e9
 
 
 def run_ragged_case(torch, dev, args, case, timing, asked, meta, result):

@@ -15,7 +15,7 @@ pub struct WarmupArgs {
     #[command(flatten)]
     sweep: SweepArgs,
     /// Every program of every kernel family instead of a sweep's (17 s on the H100 host's 16 cores).
-    #[arg(long, conflicts_with_all = ["preset", "spec", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math", "window", "softcap", "alibi", "alibi_slopes", "diagonal", "seqlens_q", "seqlens_k", "page_size"])]
+    #[arg(long, conflicts_with_all = ["preset", "spec", "sweeps", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math", "window", "softcap", "alibi", "alibi_slopes", "diagonal", "seqlens_q", "seqlens_k", "page_size"])]
     all: bool,
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]

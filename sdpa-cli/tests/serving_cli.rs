@@ -88,6 +88,28 @@ fn the_issue_example_decodes_three_cached_sequences_and_checks() {
     assert_eq!(rec["check"]["pass"], true, "{rec}");
 }
 
+/// The same example and a causal varlen prefill on the CPU backend, every kernel checked against the reference.
+#[test]
+fn the_cpu_backend_runs_the_example_with_every_kernel() {
+    let dir = tmp("cpu");
+    let cases: [&[&str]; 2] = [
+        &["--shape", "3,8,2,1,0,128", "--seqlens-k", "1,4097,333", "--page-size", "16"],
+        &["--shape", "3,4,2,0,0,64", "--seqlens-q", "70,1,33", "--seqlens-k", "70,1,90", "--mask", "causal-br"],
+    ];
+    for flags in cases {
+        for kernel in ["unfused", "fa2", "splitkv", "auto"] {
+            let mut args =
+                vec!["run", "--backend", "cpu", "--threads", "2", "--dtype", "bf16", "--check", "--reps", "2"];
+            args.extend_from_slice(&["--kernel", kernel]);
+            args.extend_from_slice(flags);
+            let out = sdpa(&args, &dir);
+            let text = stdout(&out);
+            assert!(out.status.success(), "{kernel} {flags:?}: {text}\n{}", stderr(&out));
+            assert!(text.contains("check pass"), "{kernel} {flags:?}: {text}");
+        }
+    }
+}
+
 /// Bad lists fail before anything runs, naming the flag and the item.
 #[test]
 fn bad_length_lists_are_refused_clearly() {
@@ -164,6 +186,15 @@ fn a_spec_with_batches_sweeps_them() {
         text.contains("# spec.json: 2 configurations") && text.contains("[varlen 3 seqs, 3 q / 9 k tokens]"),
         "{text}"
     );
+    // The serving preset, one device's sweeps at a time.
+    let out = sdpa(&["bench", "--preset", "serving", "--sweeps", "cpu", "--dry-run"], &dir);
+    let text = stdout(&out);
+    assert!(
+        out.status.success() && !text.contains("\ncuda ") && text.contains("[paged (page 16, 2052 pages) 8 seqs"),
+        "{text}"
+    );
+    let out = sdpa(&["bench", "--preset", "serving", "--sweeps", "nope", "--dry-run"], &dir);
+    assert!(stderr(&out).contains("matches none of preset serving's sweeps (serving-varlen-cuda"), "{}", stderr(&out));
     // A batch whose lists do not fit the shape names the sweep.
     std::fs::write(dir.join("bad.json"), spec.replace("[6, 8, 0]}", "[6, 8]}")).expect("write");
     let out = sdpa(&["bench", "--spec", "bad.json", "--dry-run"], &dir);

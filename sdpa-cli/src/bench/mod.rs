@@ -33,6 +33,9 @@ pub struct SweepArgs {
     /// of them, or a replay spec written by `sdpa analyze`.
     #[arg(long)]
     spec: Option<PathBuf>,
+    /// Only the preset's or spec's sweeps whose name contains one of these (e.g. `cuda`, `cpu`).
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    sweeps: Vec<String>,
     /// Backends: reference, cpu, cuda (and pytorch to require the PyTorch comparison).
     #[arg(long, value_delimiter = ',')]
     backend: Vec<String>,
@@ -70,6 +73,19 @@ impl SweepArgs {
             (Some(path), _) => (plan::read_spec_file(path)?, path.display().to_string()),
             (None, Some(name)) => (presets::preset(name)?, format!("preset {name}")),
             (None, None) => (presets::preset("quick")?, "preset quick".to_string()),
+        };
+        let sweeps = if self.sweeps.is_empty() {
+            sweeps
+        } else {
+            let names: Vec<String> = sweeps.iter().filter_map(|s| s.name.clone()).collect();
+            let kept: Vec<_> = sweeps
+                .into_iter()
+                .filter(|s| s.name.as_deref().is_some_and(|n| self.sweeps.iter().any(|w| n.contains(w.as_str()))))
+                .collect();
+            if kept.is_empty() {
+                bail!("--sweeps {} matches none of {source}'s sweeps ({})", self.sweeps.join(","), names.join(", "));
+            }
+            kept
         };
         let over = Overrides {
             backends: self.backend.iter().map(|b| b.trim().to_ascii_lowercase()).filter(|b| !b.is_empty()).collect(),

@@ -85,6 +85,7 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
     devices.dedup();
     devices.sort_unstable();
     devices.dedup();
+    let single_device = devices.len() == 1;
     let mut errors = Vec::new();
     for dev in devices {
         let sweeps: Vec<BenchSpec> =
@@ -133,7 +134,9 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
             Err(e) => Err(format!("cannot start {}: {e}", req.python)),
         };
         match outcome {
-            Ok(theirs) => merge(file, theirs),
+            // A bandwidth the script measured (for paged decoding) holds for every record only when they all
+            // ran on its device.
+            Ok(theirs) => merge(file, theirs, single_device),
             Err(why) => {
                 for (_, c, _) in cases.iter().filter(|(d, _, _)| d == dev) {
                     file.skipped.push(Skipped {
@@ -180,8 +183,11 @@ fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
 }
 
 /// Adds the script's records, with TFLOPS and GB/s recomputed by our cost model so both sides use the
-/// same FLOP and byte counts (a window counts the work it leaves).
-fn merge(file: &mut BenchFile, theirs: BenchFile) {
+/// same FLOP and byte counts (a window counts the work it leaves), and the ceilings it measured when asked.
+fn merge(file: &mut BenchFile, theirs: BenchFile, take_ceilings: bool) {
+    if take_ceilings && file.ceilings.is_none() {
+        file.ceilings = theirs.ceilings;
+    }
     for mut r in theirs.records {
         if let Ok(mask) = super::plan::parse_mask(&r.mask, &r.shape) {
             let spec = AttentionSpec::new(r.shape, r.dtype);
