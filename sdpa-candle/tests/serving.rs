@@ -566,3 +566,17 @@ fn append_to_pages_writes_after_the_cached_tokens_and_refuses_without_writing() 
     assert!(e.unwrap_err().to_string().contains("holds 5 new rows but cu_seqlens_new ends at 4"));
     assert_eq!((flat(&k_pages), flat(&v_pages)), before);
 }
+
+/// candle-flash-attn's `max_seqlen_q/k` are bounds: looser ones change nothing.
+#[test]
+fn looser_max_seqlens_give_the_same_rows() {
+    let mut c = Case::new(&MIXED_Q, &MIXED_K);
+    c.mask = Mask::CausalBottomRight;
+    let spec = c.spec();
+    let inputs = HostInputs::random(&spec, 3).unwrap();
+    let t = tensors(&spec, &inputs, &Device::Cpu);
+    let run = |mq, mk| flash_attn_varlen(&t.q, &t.k, &t.v, &t.cu_q, &t.cu_k, mq, mk, 0.25, true).unwrap();
+    let (tight, loose) = (run(7, 9), run(4096, 4096));
+    let diff = (tight - loose).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    assert_eq!(diff, 0.0);
+}
