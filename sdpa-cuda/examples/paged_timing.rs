@@ -5,6 +5,7 @@
 //!  - the copy ceiling: `cuMemcpyDtoD` of a 1 GiB buffer (bytes read + written);
 //!  - `paged`: the paged batch;
 //!  - `varlen`: the same lengths as packed varlen K/V (the same kernel, contiguous rows);
+//!  - both again on the 2-stage ring (`SDPA_SPLITKV_RAGGED_STAGES=2`, the dense cp.async tile's);
 //!  - `dense`: a dense B = 32 call with the same total keys (Sk = the mean length), the contiguous
 //!    `splitkv` every earlier issue timed (TMA on sm_90), and the same with its cp.async path.
 //!
@@ -124,6 +125,10 @@ fn main() -> Res<()> {
     };
     let paged_us = run("paged", &spec_paged, total, Some(&dev_table))?;
     let varlen_us = run("varlen", &spec_varlen, total, None)?;
+    std::env::set_var("SDPA_SPLITKV_RAGGED_STAGES", "2");
+    run("paged, 2-stage ring", &spec_paged, total, Some(&dev_table))?;
+    run("varlen, 2-stage ring", &spec_varlen, total, None)?;
+    std::env::remove_var("SDPA_SPLITKV_RAGGED_STAGES");
     let dense_us = run("dense (default load)", &spec_dense, mean * B, None)?;
     std::env::set_var("SDPA_SPLITKV_LOAD", "cp.async");
     let dense_cp_us = run("dense (cp.async)", &spec_dense, mean * B, None)?;

@@ -62,7 +62,7 @@ pub fn token_rows(spec: &AppendSpec) -> Result<Vec<i32>> {
 pub fn copy_width(row_bytes: usize, starts: &[u64]) -> usize {
     [16usize, 4, 2, 1]
         .into_iter()
-        .find(|&w| row_bytes % w == 0 && starts.iter().all(|&s| s % w as u64 == 0))
+        .find(|&w| row_bytes.is_multiple_of(w) && starts.iter().all(|&s| s.is_multiple_of(w as u64)))
         .unwrap_or(1)
 }
 
