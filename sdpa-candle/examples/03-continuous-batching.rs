@@ -195,7 +195,10 @@ struct Tables {
     cached_after: Tensor,
 }
 
-fn tables(reqs: &[Request], batch: &[usize], new: &[usize], dev: &Device) -> Result<Tables> {
+/// They stay on the host whatever the model's device: sdpa reads them there anyway, and a host tensor
+/// costs no wait for the GPU.
+fn tables(reqs: &[Request], batch: &[usize], new: &[usize]) -> Result<Tables> {
+    let dev = &Device::Cpu;
     let mut cu = vec![0u32];
     for &n in new {
         cu.push(cu[cu.len() - 1] + n as u32);
@@ -272,7 +275,7 @@ fn forward(
     errors: &mut Errors,
 ) -> Result<Vec<u32>> {
     let dev = model.embed.device().clone();
-    let t = tables(reqs, batch, new, &dev)?;
+    let t = tables(reqs, batch, new)?;
     let n = tokens.len();
     let mut x = model.embed.index_select(&Tensor::new(tokens, &dev)?, 0)?; // [n, hidden]
     let opts = SdpaOptions::bshd().with_mask(SdpaMask::CausalBottomRight);

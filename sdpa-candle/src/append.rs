@@ -1,6 +1,7 @@
 //! The write-to-cache step on candle tensors: new K/V rows copied into their pages in place, as a candle
 //! `InplaceOp2` (the pages are the written tensor, the new rows the read one; the block table and the
-//! lengths travel in the op as checked host values, like the attention op's).
+//! lengths travel in the op as checked host values, like the attention op's, and the CUDA path uploads the
+//! checked table).
 
 use crate::error::sdpa_err;
 use crate::tables::{lengths, lengths_from_offsets, BlockTable};
@@ -68,8 +69,8 @@ fn spec_of(
 /// Everything is checked first (shapes, lengths, room in the sequence's pages, every page it writes inside
 /// the pool) and nothing is written, in K or in V, when anything is wrong.
 ///
-/// On the CPU this is sdpa-cpu's parallel copy (any page strides with a contiguous head dim); on CUDA, candle's
-/// `slice_set` per run of new tokens inside one page (contiguous pages; no fused kernel yet).
+/// On the CPU this is sdpa-cpu's parallel copy, on CUDA sdpa-cuda's append kernel on candle's stream (one
+/// launch for K, one for V); any page strides with a contiguous head dim.
 pub fn append_to_pages(
     k_new: &Tensor,
     v_new: &Tensor,
@@ -111,39 +112,8 @@ pub fn append_to_pages(
     for s in [&k, &v] {
         s.validate(&table.pages, s.new_len().map_err(sdpa_err)?, s.pages_len().map_err(sdpa_err)?).map_err(sdpa_err)?;
     }
-    if device.is_cpu() {
-        k_pages.inplace_op2(k_new, &AppendOp { spec: k, table: table.pages.clone() })?;
-        v_pages.inplace_op2(v_new, &AppendOp { spec: v, table: table.pages })
-    } else {
-        append_by_slices(k_new, k_pages, &k, &table.pages, "k_pages")?;
-        append_by_slices(v_new, v_pages, &v, &table.pages, "v_pages")
-    }
-}
-
-/// Any other device (CUDA): the checked copies as candle's own in-place `slice_set`, one per run of a
-/// sequence's new tokens inside one page (a decode step: one per sequence, a prefill: one per page), on
-/// contiguous NHD pages, where a slot's `Hkv × D` values are one contiguous run. sdpa-cuda has no fused
-/// append kernel yet; this costs a copy launch per run instead of one launch.
-fn append_by_slices(new: &Tensor, pages: &Tensor, spec: &AppendSpec, table: &[u32], name: &str) -> Result<()> {
-    if !pages.is_contiguous() {
-        bail!("sdpa: append_to_pages on {:?} needs contiguous {name} (NHD pages)", pages.device());
-    }
-    let (num_pages, page_size, h, d) = pages.dims4()?;
-    let slots = pages.reshape((num_pages * page_size, h * d))?;
-    let total = new.dim(0)?;
-    let rows = new.contiguous()?.reshape((total, h * d))?;
-    let mut first = 0;
-    for (b, (&n, &cached)) in spec.new_lens.iter().zip(&spec.cache_lens).enumerate() {
-        let mut t = 0;
-        while t < n {
-            let (page, slot) = spec.paging.locate(table, b, cached + t);
-            let run = (page_size - slot).min(n - t);
-            slots.slice_set(&rows.narrow(0, first + t, run)?, 0, page * page_size + slot)?;
-            t += run;
-        }
-        first += n;
-    }
-    Ok(())
+    k_pages.inplace_op2(k_new, &AppendOp { spec: k, table: table.pages.clone() })?;
+    v_pages.inplace_op2(v_new, &AppendOp { spec: v, table: table.pages })
 }
 
 impl InplaceOp2 for AppendOp {
@@ -183,28 +153,54 @@ impl InplaceOp2 for AppendOp {
             ),
         }
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &CandleLayout,
+        s2: &candle_core::CudaStorage,
+        l2: &CandleLayout,
+    ) -> Result<()> {
+        match (s1.dtype(), s2.dtype()) {
+            (candle_core::DType::F32, candle_core::DType::F32) => self.cuda_typed::<f32>(s1, l1, s2, l2),
+            (candle_core::DType::F16, candle_core::DType::F16) => self.cuda_typed::<half::f16>(s1, l1, s2, l2),
+            (candle_core::DType::BF16, candle_core::DType::BF16) => self.cuda_typed::<half::bf16>(s1, l1, s2, l2),
+            (p, n) => bail!(
+                "sdpa: append_to_pages takes f32, f16 or bf16 pages and rows of the same dtype, got {p:?} and {n:?}"
+            ),
+        }
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::Device;
-
-    /// The slice path (what CUDA runs) writes what sdpa-core's copy writes: checked here on the CPU, with
-    /// runs that cross pages and a sequence with nothing new.
-    #[test]
-    fn the_slice_path_writes_what_the_host_copy_writes() {
-        let dev = Device::Cpu;
-        let (hkv, d, ps, np) = (2, 3, 2, 7);
-        let paging = Paging { page_size: ps, num_pages: np, max_pages: 3 };
-        let table = vec![6u32, 2, 4, 1, 0, 5, 3, u32::MAX, u32::MAX];
-        let spec = AppendSpec::new(paging, hkv, d, vec![1, 3, 0], vec![4, 0, 2]);
-        let pages = Tensor::randn(0f32, 1.0, (np, ps, hkv, d), &dev).expect("pages");
-        let new = Tensor::randn(0f32, 1.0, (6, hkv, d), &dev).expect("new");
-        let flat = |t: &Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("values");
-        let mut want = flat(&pages);
-        sdpa_core::append_to_pages(&spec, &table, &flat(&new), &mut want).expect("host copy");
-        append_by_slices(&new, &pages, &spec, &table, "k_pages").expect("slices");
-        assert_eq!(flat(&pages), want);
+#[cfg(feature = "cuda")]
+impl AppendOp {
+    /// sdpa-cuda's append kernel on candle's stream, the checked table uploaded for it.
+    fn cuda_typed<T>(
+        &self,
+        s1: &mut candle_core::CudaStorage,
+        l1: &CandleLayout,
+        s2: &candle_core::CudaStorage,
+        l2: &CandleLayout,
+    ) -> Result<()>
+    where
+        T: candle_core::cuda::CudaDType + sdpa_cuda::CudaElement + candle_core::cuda::cudarc::driver::DeviceRepr,
+    {
+        let device = s1.device.clone();
+        let backend = crate::cuda::backend_for(&device)?;
+        let stream = device.cuda_stream();
+        let table = stream
+            .clone_htod(&self.table)
+            .map_err(|e| candle_core::Error::Msg(format!("sdpa: copying the block table to the GPU: {e}")))?;
+        let new = s2.as_cuda_slice::<T>()?;
+        let new = match new.try_slice(l2.start_offset()..) {
+            Some(v) => v,
+            None => bail!("sdpa: internal: the new rows start past their storage"),
+        };
+        let mut pages = match s1.as_cuda_slice_mut::<T>()?.try_slice_mut(l1.start_offset()..) {
+            Some(v) => v,
+            None => bail!("sdpa: internal: the pages start past their storage"),
+        };
+        backend.append_to_pages(&stream, &self.spec, &table, &new, &mut pages).map_err(sdpa_err)
     }
 }

@@ -18,8 +18,9 @@ use sdpa_core::{Mask, Paging, Ragged};
 /// With `opts.layout` [`Layout::Bshd`](crate::Layout::Bshd), `q` is `[total_q, Hq, D]`, `k` `[total_k, Hkv, D]`, `v` `[total_k,
 /// Hkv, Dv]` and the result `[total_q, Hq, Dv]`; with [`Layout::Bhsd`](crate::Layout::Bhsd) the first two dims swap (`[Hq,
 /// total_q, D]`). Sequence `b` owns query rows `cu_seqlens_q[b]..cu_seqlens_q[b + 1]` and key rows
-/// `cu_seqlens_k[b]..cu_seqlens_k[b + 1]`. Both offset tensors have `B + 1` entries (u32, i32 or i64, on any
-/// device: they are read to the host), start at 0 and never go down; the last entry must equal the rows
+/// `cu_seqlens_k[b]..cu_seqlens_k[b + 1]`. Both offset tensors have `B + 1` entries (u32, i32 or i64), start
+/// at 0 and never go down; they are read to the host, so they may be CPU tensors even when Q, K and V are on
+/// the GPU (then the call never waits for the GPU to read them); the last entry must equal the rows
 /// of `q` (resp. `k`, `v`). Lengths of 0 are allowed.
 ///
 /// Every option of [`SdpaOptions`] applies per sequence except explicit masks, which are refused (their

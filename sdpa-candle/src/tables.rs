@@ -2,7 +2,9 @@
 //! per-sequence lengths and block tables.
 //!
 //! They decide how much work there is and where every row lives, so they are read before anything runs
-//! (a few hundred bytes; a GPU tensor costs one small device-to-host copy) and checked there: offsets that
+//! (a few hundred bytes) and checked there. They may live on any device, whatever the device of Q, K and V:
+//! a server that builds them on the host passes CPU tensors and the call never waits for the GPU; a GPU
+//! tensor costs one small device-to-host copy, which waits for the work queued before it. Offsets that
 //! go down or a page index outside the pool would make a kernel read or write out of bounds, and no kernel
 //! can report that as clearly as the host can. They may be u32 (candle-flash-attn's choice), i32 or i64.
 

@@ -3,14 +3,17 @@
 //!
 //! - `seqlens_q`, `seqlens_k`: despite the name, **cumulative** offsets (`B + 1` entries: `0, l0, l0 + l1,
 //!   ...`), as in candle-flash-attn; u32 there, u32, i32 or i64 here, on any device (read to the host and
-//!   checked: first 0, never going down, the last equal to the rows of `q` and of `k`/`v`).
+//!   checked: first 0, never going down, the last equal to the rows of `q` and of `k`/`v`; candle-flash-attn
+//!   leaves rows of `q` past the last offset unwritten, sdpa refuses such a padded batch).
 //! - `max_seqlen_q`, `max_seqlen_k`: bounds of the per-sequence lengths. candle-flash-attn trusts them
 //!   (a sequence longer than the bound is computed wrongly); sdpa refuses the call with an error naming the
 //!   sequence. Its window clamping uses `max_seqlen_k` as the dense functions use `Sk` (the module docs of
 //!   [`crate::flash`] describe the edge where that differs from the documented window).
 //! - `causal` and the windows measure from each sequence's own bottom-right diagonal, `i + Sk_b − Sq_b`,
 //!   as FlashAttention's varlen kernels do; ALiBi and softcap as in the dense functions.
-//! - Tensors are packed `[total, H, D]` rows; the result is `[total_q, Hq, Dv]`, contiguous.
+//! - Tensors are packed `[total, H, D]` rows; the result is `[total_q, Hq, Dv]`, contiguous (`v` may have
+//!   its own head dim, as in the dense functions; candle-flash-attn needs it equal to `q`'s). f32 too, and
+//!   any head dim up to the backend's limit, on the CPU as well as CUDA.
 //!
 //! The paged function reads K/V from `[num_pages, page_block_size, Hkv, D]` pages through `block_table`
 //! (`[B, max_blocks]`, u32 or i32 there; u32, i32 or i64 here) and takes `seqlens_k` as the cumulative
