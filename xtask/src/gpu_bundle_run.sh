@@ -206,6 +206,29 @@ if want sanitize; then
       done
     done
   fi
+  # Ragged batches and paged caches (issue 23): the CLI's serving flags on small shapes, lengths of 0 and 1,
+  # lengths off the tiles and mid-page, page size 1; fa2 (varlen, paged chunked prefill) and splitkv (paged
+  # and packed decoding). Each line is the arguments after `sdpa run --backend cuda`.
+  rruns=(
+    "--kernel fa2 --dtype bf16 --shape 4,4,2,0,0,128 --mask causal-br --seqlens-q 70,0,1,33 --seqlens-k 90,5,1,200"
+    "--kernel fa2 --dtype f16 --shape 3,4,2,0,0,64 --mask causal-br --seqlens-q 40,1,17 --seqlens-k 300,77,17 --page-size 16"
+    "--kernel fa2 --dtype bf16 --shape 2,2,1,0,0,96 --mask none --seqlens-q 9,20 --seqlens-k 33,5 --page-size 1 --window 8,0 --diagonal br"
+    "--kernel splitkv --dtype bf16 --shape 4,8,2,1,0,128 --mask causal-br --seqlens-k 1,3000,0,777 --page-size 16"
+    "--kernel splitkv --dtype f16 --shape 3,8,2,2,0,64 --mask causal-br --seqlens-k 5000,3,1200 --softcap 30 --alibi"
+  )
+  for tool in memcheck racecheck; do
+    for r in "${rruns[@]}"; do
+      # shellcheck disable=SC2086 # the line is a list of flags
+      "$B/sdpa" run --backend cuda $r --warmup 0 --reps 1 > /dev/null 2>&1
+      # shellcheck disable=SC2086
+      log="$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/sdpa" run --backend cuda $r --warmup 0 --reps 1 --check 2>&1)"
+      rc=$?
+      echo "== $tool ragged $r (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
+      res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sdpa:' | tail -1 | tr -d '"')"
+      printf '{"stage":"%s","run":"ragged %s","rc":%d,"result":"%s"}\n' "$tool" "$r" "$rc" "$res" >> "$summary"
+      table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "ragged: ${r:9:60}" "$rc" "$res")")
+    done
+  done
   for tool in memcheck racecheck; do
     for r in "${runs[@]}"; do
       read -r kernel dtype math shape mask envs <<< "$r"
