@@ -14,7 +14,8 @@ pub struct WarmupArgs {
     /// Which configurations (the `cuda` ones are warmed up), as `sdpa bench` takes them.
     #[command(flatten)]
     sweep: SweepArgs,
-    /// Every program of every kernel family instead of a sweep's (17 s on the H100 host's 16 cores).
+    /// Every program of every kernel family instead of a sweep's: thousands since the variants and the serving
+    /// layouts (17 s on the H100 host's 16 cores was measured before them, for about a sixth as many).
     #[arg(long, conflicts_with_all = ["preset", "spec", "sweeps", "backend", "kernel", "dtype", "shape", "mask", "layout", "f32_math", "window", "softcap", "alibi", "alibi_slopes", "diagonal", "seqlens_q", "seqlens_k", "page_size"])]
     all: bool,
     /// GPU ordinal.
