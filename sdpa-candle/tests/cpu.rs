@@ -6,7 +6,10 @@
 // Helpers of a test panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use candle_core::{DType as CDType, Device, IndexOp, Tensor};
+use common::{to_host, to_tensor};
 use sdpa_candle::{
     flash_attn, flash_attn_alibi, flash_attn_alibi_windowed, flash_attn_alibi_windowed_softcap, flash_attn_windowed,
     sdpa, Diagonal, Layout, SdpaAlibi, SdpaMask, SdpaOptions, Window,
@@ -47,25 +50,6 @@ struct Case {
     mask: MaskCase,
     layout: Layout,
     view: View,
-}
-
-fn to_tensor(buf: &HostBuffer, dims: &[usize]) -> Tensor {
-    let dev = Device::Cpu;
-    match buf {
-        HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &dev),
-        HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &dev),
-        HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &dev),
-    }
-    .unwrap()
-}
-
-fn to_host(t: &Tensor, dtype: DType) -> HostBuffer {
-    let flat = t.flatten_all().unwrap();
-    match dtype {
-        DType::F32 => HostBuffer::F32(flat.to_vec1().unwrap()),
-        DType::F16 => HostBuffer::F16(flat.to_vec1().unwrap()),
-        DType::BF16 => HostBuffer::BF16(flat.to_vec1().unwrap()),
-    }
 }
 
 fn candle_dtype(dtype: DType) -> CDType {
@@ -178,9 +162,9 @@ fn check(case: Case, seed: u64) {
     let spec = AttentionSpec::new(s, dtype).with_layout(layout).with_mask(spec_mask);
     let mut inputs = HostInputs::random(&spec, seed).unwrap();
 
-    let q = present(&to_tensor(&inputs.q, &dims(layout, s.b, s.hq, s.sq, s.d)), layout, view, seed);
-    let k = present(&to_tensor(&inputs.k, &dims(layout, s.b, s.hkv, s.sk, s.d)), layout, view, seed + 1);
-    let v = present(&to_tensor(&inputs.v, &dims(layout, s.b, s.hkv, s.sk, s.dv)), layout, view, seed + 2);
+    let q = present(&to_tensor(&inputs.q, &dims(layout, s.b, s.hq, s.sq, s.d), &Device::Cpu), layout, view, seed);
+    let k = present(&to_tensor(&inputs.k, &dims(layout, s.b, s.hkv, s.sk, s.d), &Device::Cpu), layout, view, seed + 1);
+    let v = present(&to_tensor(&inputs.v, &dims(layout, s.b, s.hkv, s.sk, s.dv), &Device::Cpu), layout, view, seed + 2);
 
     // The mask tensor as a candle model would hold it, and the additive values the reference reads.
     let mask_tensor = |d: [usize; 4], rank: usize, t: Tensor| {
@@ -321,9 +305,24 @@ fn check_reference_only(case: Case, seed: u64) {
     let s = case.shape;
     let spec = AttentionSpec::new(s, case.dtype).with_layout(case.layout).with_mask(Mask::CausalBottomRight);
     let inputs = HostInputs::random(&spec, seed).unwrap();
-    let q = present(&to_tensor(&inputs.q, &dims(case.layout, s.b, s.hq, s.sq, s.d)), case.layout, case.view, seed);
-    let k = present(&to_tensor(&inputs.k, &dims(case.layout, s.b, s.hkv, s.sk, s.d)), case.layout, case.view, seed);
-    let v = present(&to_tensor(&inputs.v, &dims(case.layout, s.b, s.hkv, s.sk, s.dv)), case.layout, case.view, seed);
+    let q = present(
+        &to_tensor(&inputs.q, &dims(case.layout, s.b, s.hq, s.sq, s.d), &Device::Cpu),
+        case.layout,
+        case.view,
+        seed,
+    );
+    let k = present(
+        &to_tensor(&inputs.k, &dims(case.layout, s.b, s.hkv, s.sk, s.d), &Device::Cpu),
+        case.layout,
+        case.view,
+        seed,
+    );
+    let v = present(
+        &to_tensor(&inputs.v, &dims(case.layout, s.b, s.hkv, s.sk, s.dv), &Device::Cpu),
+        case.layout,
+        case.view,
+        seed,
+    );
     let opts = SdpaOptions { layout: case.layout, mask: SdpaMask::CausalBottomRight, ..Default::default() };
     let o = sdpa(&q, &k, &v, &opts).unwrap();
     let got = HostOutput { o: to_host(&o, case.dtype), lse: None };
@@ -448,9 +447,10 @@ fn check_variant(case: &VCase, seed: u64, sdpa_too: bool) {
     spec.scale = case.scale;
     spec.validate().unwrap_or_else(|e| panic!("{case:?}: the test's spec is invalid: {e}"));
     let inputs = HostInputs::random(&spec, seed).unwrap();
-    let q = present(&to_tensor(&inputs.q, &dims(layout, s.b, s.hq, s.sq, s.d)), layout, case.view, seed);
-    let k = present(&to_tensor(&inputs.k, &dims(layout, s.b, s.hkv, s.sk, s.d)), layout, case.view, seed);
-    let v = present(&to_tensor(&inputs.v, &dims(layout, s.b, s.hkv, s.sk, s.dv)), layout, case.view, seed);
+    let q = present(&to_tensor(&inputs.q, &dims(layout, s.b, s.hq, s.sq, s.d), &Device::Cpu), layout, case.view, seed);
+    let k = present(&to_tensor(&inputs.k, &dims(layout, s.b, s.hkv, s.sk, s.d), &Device::Cpu), layout, case.view, seed);
+    let v =
+        present(&to_tensor(&inputs.v, &dims(layout, s.b, s.hkv, s.sk, s.dv), &Device::Cpu), layout, case.view, seed);
     let slopes = spec.alibi_slopes().unwrap();
     let slopes_tensor = slopes.as_ref().map(|sl| Tensor::new(sl.as_slice(), &Device::Cpu).unwrap());
     let var = &case.variants;

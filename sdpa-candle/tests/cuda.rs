@@ -6,36 +6,16 @@
 // Helpers of a test panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use candle_core::{DType as CDType, Device, Tensor};
+use common::{to_host, to_tensor};
 use sdpa_candle::{sdpa, Layout, SdpaMask, SdpaOptions};
 use sdpa_core::check::check_output;
-use sdpa_core::{
-    AttentionSpec, DType, ExplicitMask, F32Math, HostBuffer, HostInputs, HostOutput, Mask, MaskValues, Shape,
-};
+use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, HostInputs, HostOutput, Mask, MaskValues, Shape};
 
 fn gpu() -> Device {
     Device::new_cuda(0).expect("tests/cuda.rs needs CUDA device 0")
-}
-
-fn to_tensor(buf: &HostBuffer, dims: &[usize], dev: &Device) -> Tensor {
-    let cpu = Device::Cpu;
-    match buf {
-        HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-        HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-        HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-    }
-    .unwrap()
-    .to_device(dev)
-    .unwrap()
-}
-
-fn to_host(t: &Tensor, dtype: DType) -> HostBuffer {
-    let flat = t.to_device(&Device::Cpu).unwrap().flatten_all().unwrap();
-    match dtype {
-        DType::F32 => HostBuffer::F32(flat.to_vec1().unwrap()),
-        DType::F16 => HostBuffer::F16(flat.to_vec1().unwrap()),
-        DType::BF16 => HostBuffer::BF16(flat.to_vec1().unwrap()),
-    }
 }
 
 fn dims(layout: Layout, b: usize, h: usize, s: usize, d: usize) -> [usize; 4] {

@@ -10,7 +10,10 @@
 // Helpers of a test panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use candle_core::{Device, Tensor};
+use common::{to_host, to_tensor};
 use sdpa_candle::{
     append_to_pages, flash_attn_varlen, flash_attn_varlen_alibi, flash_attn_varlen_alibi_windowed,
     flash_attn_varlen_alibi_windowed_softcap, flash_attn_varlen_paged_windowed, flash_attn_varlen_windowed, sdpa_paged,
@@ -21,27 +24,6 @@ use sdpa_core::{
     reference_attention, sequence_as_dense, Alibi, AttentionSpec, DType, F32Math, HostBuffer, HostInputs, Mask,
     Operand, Paging, Ragged, Shape, Variants,
 };
-
-fn to_tensor(buf: &HostBuffer, dims: &[usize], dev: &Device) -> Tensor {
-    let cpu = Device::Cpu;
-    match buf {
-        HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-        HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-        HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
-    }
-    .unwrap()
-    .to_device(dev)
-    .unwrap()
-}
-
-fn to_host(t: &Tensor, dtype: DType) -> HostBuffer {
-    let flat = t.to_device(&Device::Cpu).unwrap().flatten_all().unwrap();
-    match dtype {
-        DType::F32 => HostBuffer::F32(flat.to_vec1().unwrap()),
-        DType::F16 => HostBuffer::F16(flat.to_vec1().unwrap()),
-        DType::BF16 => HostBuffer::BF16(flat.to_vec1().unwrap()),
-    }
-}
 
 fn u32s(v: &[usize], dev: &Device) -> Tensor {
     let v: Vec<u32> = v.iter().map(|&x| x as u32).collect();
