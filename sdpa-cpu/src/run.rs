@@ -1,5 +1,6 @@
 //! The slice-level entry point: validation, thread pools, kernel choice (`auto`) and dispatch.
 
+use crate::backward::{self, BwdSlices};
 use crate::decode;
 use crate::element::CpuElement;
 use crate::fa2::{self, Tiles};
@@ -7,7 +8,7 @@ use crate::problem::Problem;
 use crate::simd::SimdPath;
 use crate::unfused;
 use rayon::ThreadPool;
-use sdpa_core::{AttentionSpec, F32Math, Kernel, Result, RunOptions, SdpaError};
+use sdpa_core::{AttentionSpec, F32Math, Kernel, Operand, Result, RunOptions, SdpaError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -120,6 +121,66 @@ pub(crate) fn attention_on<T: CpuElement>(
         (None, Some(pool)) => pool.install(body),
         (None, None) => body(),
     })
+}
+
+/// The backward on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins): checks
+/// everything the kernel trusts, then runs `fa2`'s backward (the only one; `auto` resolves to it).
+#[allow(dead_code)] // until the public entry is wired
+pub(crate) fn backward_on<T: CpuElement>(
+    path: SimdPath,
+    pool: Option<&ThreadPool>,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    x: BwdSlices<'_, T>,
+) -> Result<Kernel> {
+    spec.validate()?;
+    let unsupported = |what: String| Err(SdpaError::Unsupported { backend: BACKEND, what });
+    if spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()) {
+        return unsupported("backward of a paged KV cache".to_string());
+    }
+    if spec.dtype != T::DTYPE {
+        return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
+    }
+    spec.check_lengths(x.q.len(), x.k.len(), x.v.len(), x.o.len(), x.mask.map(<[f32]>::len))?;
+    let need = |op| spec.required_len(op);
+    let (nq, nk, nv, no) = (need(Operand::Q)?, need(Operand::K)?, need(Operand::V)?, need(Operand::O)?);
+    let lens = [
+        ("d_o", x.d_o.len(), no),
+        ("lse", x.lse.len(), spec.lse_len()?),
+        ("dq", x.dq.len(), nq),
+        ("dk", x.dk.len(), nk),
+        ("dv", x.dv.len(), nv),
+        ("dq_accum", x.dq_accum.as_ref().map_or(nq, |a| a.len()), nq),
+    ];
+    if let Some(&(name, len, needed)) = lens.iter().find(|(_, len, needed)| len < needed) {
+        return Err(SdpaError::BufferTooShort { name, len, needed });
+    }
+    backward::check_grads_do_not_alias(spec)?;
+    let hd = spec.shape.d.max(spec.shape.dv);
+    if hd > MAX_HEAD_DIM {
+        return unsupported(format!("head dim {hd} (at most {MAX_HEAD_DIM})"));
+    }
+    if spec.dtype == sdpa_core::DType::F32 && opts.f32_math != F32Math::Exact {
+        return unsupported(format!("f32 math {} (the CPU multiplies in exact f32)", opts.f32_math.name()));
+    }
+    if !matches!(opts.kernel, Kernel::Auto | Kernel::Fa2) {
+        return unsupported(format!("backward of kernel {} (the CPU's backward is fa2)", opts.kernel.name()));
+    }
+    if !path.is_supported() {
+        return unsupported(format!("simd path {path} on this CPU"));
+    }
+    backward::zero_keys_without_queries(spec, x.dk, x.dv);
+    let mut parts = backward::parts(spec, x)?;
+    let body = move || backward::run_backward(&mut parts, path);
+    match (opts.threads, pool) {
+        (Some(n), _) => pool_of(n)?.install(body),
+        (None, Some(pool)) => pool.install(body),
+        (None, None) => {
+            let mut body = body;
+            body()
+        }
+    }
+    Ok(Kernel::Fa2)
 }
 
 /// What `auto` runs: `splitkv` for decoding (a few query rows per kv head: it streams K and V in memory
