@@ -2,7 +2,7 @@
 //! key tile. Only this item writes these rows of dQ (and of the f32 `dq_accum`).
 
 use super::scratch::{BwdScratch, BwdTiles};
-use super::tile::{key_tile, load_rows, probs_and_dscores};
+use super::tile::{key_rows, load_rows, probs_and_dscores};
 use super::BwdPart;
 use crate::element::CpuElement;
 use crate::fa2::RowTile;
@@ -55,8 +55,8 @@ fn query_tile_grads<S: Simd, T: CpuElement>(
         for kt in span.lo / tiles.bc..span.hi.div_ceil(tiles.bc) {
             let j0 = kt * tiles.bc;
             let nk = (j0 + tiles.bc).min(p.sk) - j0;
-            let (k, ks, v, vs) = key_tile(bp, b, kvh, j0, nk, dp, dvp, scr);
-            // SAFETY: K/V rows j0..j0+nk from `key_tile`; the tile was packed above; `dst` holds nk keys
+            let (k, ks, v, vs) = key_rows(bp, b, kvh, j0, nk, dp, dvp, scr);
+            // SAFETY: K/V rows j0..j0+nk from `key_rows`; the tile was packed above; `dst` holds nk keys
             // by brp lanes; the accumulator nr rows of dp values.
             unsafe {
                 probs_and_dscores(s, bp, &t, scr, j0, nk, k, ks, v, vs);

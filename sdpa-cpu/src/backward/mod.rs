@@ -4,10 +4,11 @@
 //! Three passes over rayon, each writing only what it owns, so the result is bitwise the same for any
 //! thread count and schedule (the backend reports `deterministic: true` always):
 //! 1. `Delta = rowsum(dO ∘ O)` per query row (`delta`, O(B·Hq·Sq) f32 like the LSE);
-//! 2. one item per (batch, kv head, key tile) (`dkdv`): for every query tile whose rows see a key of the
-//!    tile (tiles outside the band of the causal mask and window are skipped; GQA: the query tiles of all
-//!    heads of the group), P is recomputed from the LSE, `dV += Pᵀ·dO`, `dP = dO·Vᵀ`,
-//!    `dS = P ∘ (dP − Delta)` (times the softcap's `1 − (s0/cap)²`), `dK += dSᵀ·Q·scale`; the key tile's
+//! 2. one item per (batch, kv head, block of key tiles) (`dkdv`): for every query tile whose rows see a key
+//!    of the block (packed once for the block), and every key tile of the block its rows see (pairs outside
+//!    the band of the causal mask and window are skipped; GQA: the query tiles of all heads of the group),
+//!    P is recomputed from the LSE, `dV += Pᵀ·dO`, `dP = dO·Vᵀ`,
+//!    `dS = P ∘ (dP − Delta)` (times the softcap's `1 − (s0/cap)²`), `dK += dSᵀ·Q·scale`; the block's
 //!    dK and dV accumulate in scratch and are written once;
 //! 3. one item per (batch, kv head, query tile) (`dq`): the same P and dS recomputed per key tile of the
 //!    band, `dQ += dS·K·scale`, written once (and in f32 to the `dq_accum` buffer when asked).
@@ -174,7 +175,9 @@ fn tile_groups(rts: &[RowTile]) -> Vec<(usize, usize, usize, std::ops::Range<usi
 /// Runs the three passes on the current rayon pool.
 pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: SimdPath) {
     let Some(first) = parts.first() else { return };
-    let tiles = BwdTiles::for_path(path);
+    let base = BwdTiles::for_path(path);
+    let key_tiles: usize = parts.iter().map(|bp| bp.p.b * bp.p.hkv() * bp.p.sk.div_ceil(base.bc)).sum();
+    let tiles = base.for_threads(key_tiles, rayon::current_num_threads());
     let key = BwdKey { path, tiles, d: first.p.d, dv: first.p.dv };
     compute_delta(parts);
     let parts = &*parts;
@@ -182,12 +185,14 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     let rts = all_row_tiles(&problems, tiles.br);
     let groups = tile_groups(&rts);
 
-    // Pass 2: one item per key tile of every (part, batch, kv head), heaviest first (the query tiles it
-    // meets), so that causal calls end on light items.
+    // Pass 2: one item per block of key tiles of every (part, batch, kv head), heaviest first (the query
+    // tiles it meets), so that causal calls end on light items.
+    let block = tiles.bc * tiles.kblock;
     let mut items: Vec<(usize, usize, usize)> = Vec::new();
     for (g, (pi, ..)) in groups.iter().enumerate() {
-        for kt in 0..parts[*pi].p.sk.div_ceil(tiles.bc) {
-            let (j0, j1) = (kt * tiles.bc, ((kt + 1) * tiles.bc).min(parts[*pi].p.sk));
+        let sk = parts[*pi].p.sk;
+        for kt in (0..sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
+            let (j0, j1) = (kt * tiles.bc, (kt * tiles.bc + block).min(sk));
             let meets = rts[groups[g].3.clone()].iter().filter(|t| t.5.lo < j1 && t.5.hi > j0).count();
             items.push((meets, g, kt));
         }

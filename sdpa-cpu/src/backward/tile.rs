@@ -143,10 +143,10 @@ pub(crate) unsafe fn probs_and_dscores<S: Simd, T: CpuElement>(
     }
 }
 
-/// A key tile's K and V rows as f32: in place for f32 inputs, else widened into `scr.kp`/`scr.vp`.
-/// Returns `(k, ks, v, vs)`.
+/// Keys `j0 .. j0 + nk` (at most a pass-2 block) of K and V as f32: in place for f32 inputs, else widened
+/// into `scr.kp`/`scr.vp`. Returns `(k, ks, v, vs)`: row `j0 + x` of K at `k + x·ks`.
 #[inline(always)]
-pub(crate) fn key_tile<T: CpuElement>(
+pub(crate) fn key_rows<T: CpuElement>(
     bp: &BwdPart<'_, T>,
     b: usize,
     kvh: usize,
