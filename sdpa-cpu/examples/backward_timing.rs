@@ -58,7 +58,7 @@ fn parse() -> Result<Args, String> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = parse()?;
     let cpu = CpuBackend::new(Some(a.threads))?;
-    let peak = fma_peak_gflops() * a.threads as f64;
+    let peak = fma::peak_gflops() * a.threads as f64;
     println!("# {} ; FMA peak {peak:.0} GFLOP/s ({} threads, measured now)", cpu.device_name(), a.threads);
     println!(
         "| shape | mask | dtype | fwd ms | fwd GFLOP/s | bwd ms | bwd GFLOP/s | bwd/fwd GFLOP/s | bwd/fwd time | bwd % peak |"
@@ -91,23 +91,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
-}
-
-/// Single-thread f32 FMA rate right now: the fastest of 200 short trials of 12 independent 512-bit FMA
-/// chains (NaN without AVX-512).
-fn fma_peak_gflops() -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            let mut best = f64::INFINITY;
-            for _ in 0..200 {
-                let t = std::time::Instant::now();
-                // SAFETY: AVX-512F is present (checked above).
-                std::hint::black_box(unsafe { fma::fma_loop(20_000) });
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            return 20_000.0 * 12.0 * 32.0 / best / 1e9;
-        }
-    }
-    f64::NAN
 }
