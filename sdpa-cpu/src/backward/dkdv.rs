@@ -2,13 +2,14 @@
 //! whose rows see one of its keys (packed once for the whole block). Only this item writes these rows of dK and dV, so there is nothing to
 //! synchronise and the sums run in one fixed order.
 
+use super::dq::dq_product;
 use super::scratch::{BwdScratch, BwdTiles};
 use super::tile::{key_rows, load_rows, probs_and_dscores};
 use super::BwdPart;
 use crate::element::CpuElement;
 use crate::fa2::RowTile;
 use crate::micro;
-use crate::problem::round_up;
+use crate::problem::{round_up, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 
 /// The key tiles `kt .. kt + tiles.kblock` of kv head `kvh`, batch `b`, of one part; `rts` are the row tiles of that (batch, kv
@@ -20,6 +21,9 @@ pub(crate) struct KeyTile<'x, 'a, T> {
     pub b: usize,
     pub kvh: usize,
     pub kt: usize,
+    /// The fused schedule: dQ of every row of the (batch, kv head) in f32, row `r` of the group at `r·dp`,
+    /// accumulated here too (`dQ += dS·K`, unscaled) instead of in pass 3.
+    pub dq: Option<SharedMut<f32>>,
 }
 
 struct Item<'x, 'a, T>(KeyTile<'x, 'a, T>, &'x mut BwdScratch);
@@ -39,7 +43,7 @@ pub(crate) fn run<T: CpuElement>(path: SimdPath, item: KeyTile<'_, '_, T>, scr: 
 
 #[inline(always)]
 fn key_tile_grads<S: Simd, T: CpuElement>(s: S, item: KeyTile<'_, '_, T>, scr: &mut BwdScratch) {
-    let KeyTile { bp, tiles, rts, b, kvh, kt } = item;
+    let KeyTile { bp, tiles, rts, b, kvh, kt, dq } = item;
     let p = &bp.p;
     let (d, dv, bc) = (p.d, p.dv, tiles.bc);
     let (dp, dvp) = (round_up(d, S::LANES), round_up(dv, S::LANES));
@@ -70,6 +74,10 @@ fn key_tile_grads<S: Simd, T: CpuElement>(s: S, item: KeyTile<'_, '_, T>, scr: &
                     (t.brp, scr.acc_v.as_mut_ptr().add(x * dvp), scr.acc_k.as_mut_ptr().add(x * dp));
                 micro::gemm_acc(s, nr, scr.st.as_ptr(), brp, scr.dor.as_ptr(), dvp, nk, dv, acc_v, dvp);
                 micro::gemm_acc(s, nr, scr.dst.as_ptr(), brp, scr.qr.as_ptr(), dp, nk, d, acc_k, dp);
+                if let Some(dq) = dq {
+                    // The same product, in the same key order, as pass 3 (`dq::dq_product`).
+                    dq_product(s, nk, scr.dst.as_ptr(), brp, k.add(x * ks), ks, nr, d, dq.ptr().add(r0 * dp), dp);
+                }
             }
             j0 += nk;
         }

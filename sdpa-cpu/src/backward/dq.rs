@@ -60,17 +60,53 @@ fn query_tile_grads<S: Simd, T: CpuElement>(
             // by brp lanes; the accumulator nr rows of dp values.
             unsafe {
                 probs_and_dscores(s, bp, &t, scr, j0, nk, k, ks, v, vs);
-                micro::pv(s, nk, scr.dst.as_ptr(), t.brp, 1, k, ks, nr, d, scr.acc_k.as_mut_ptr(), dp, None, None);
+                dq_product(s, nk, scr.dst.as_ptr(), t.brp, k, ks, nr, d, scr.acc_k.as_mut_ptr(), dp);
             }
         }
     }
-    for r in 0..nr {
-        let (h, i) = scr.rows[r];
-        let row = &mut scr.acc_k[r * dp..r * dp + d];
+    finish_rows(bp, b, &scr.rows, &mut scr.acc_k, dp);
+}
+
+/// `dq[r·dqs + c] += Σ_j dSᵀ[j·brp + r] · k[j·ks + c]` for rows `r < nr`, columns `c < d`, keys `j < nk`:
+/// the one dQ product of both schedules, so they agree bitwise.
+///
+/// # Safety
+/// `dst` addresses `nk` rows of `brp >= nr` f32; `k` `nk` rows of `d` f32 at stride `ks`; `dq` `nr` rows of
+/// `round_up(d, LANES)` f32 at stride `dqs`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn dq_product<S: Simd>(
+    s: S,
+    nk: usize,
+    dst: *const f32,
+    brp: usize,
+    k: *const f32,
+    ks: usize,
+    nr: usize,
+    d: usize,
+    dq: *mut f32,
+    dqs: usize,
+) {
+    // SAFETY: the contract's extents are `pv`'s with P = dSᵀ read key-major (ps = brp, pr = 1), V = K.
+    unsafe { micro::pv(s, nk, dst, brp, 1, k, ks, nr, d, dq, dqs, None, None) }
+}
+
+/// Scales accumulated dQ rows (`acc` row `r` at `r·dp`, for query rows `rows`) and writes them to dQ (and
+/// to the f32 `dq_accum` when asked).
+pub(crate) fn finish_rows<T: CpuElement>(
+    bp: &BwdPart<'_, T>,
+    b: usize,
+    rows: &[(usize, usize)],
+    acc: &mut [f32],
+    dp: usize,
+) {
+    let (p, d) = (&bp.p, bp.p.d);
+    for (r, &(h, i)) in rows.iter().enumerate() {
+        let row = &mut acc[r * dp..r * dp + d];
         row.iter_mut().for_each(|x| *x *= p.scale);
         let off = p.q_st.offset(b, h, i);
-        // SAFETY: row (b, h, i) belongs to this item only; the validated, non-aliasing Q strides keep its d
-        // values inside dQ (and dq_accum, which has Q's strides).
+        // SAFETY: row (b, h, i) belongs to the calling item only; the validated, non-aliasing Q strides keep
+        // its d values inside dQ (and dq_accum, which has Q's strides).
         unsafe {
             T::narrow(row, std::slice::from_raw_parts_mut(bp.dq.ptr().add(off), d));
             if let Some(a) = bp.dq_accum {

@@ -159,10 +159,13 @@ fn compute_delta<T: CpuElement>(parts: &mut [BwdPart<'_, T>]) {
     });
 }
 
+/// One (part, batch, kv head) and its row tiles (a range of [`all_row_tiles`]' list).
+type Group = (usize, usize, usize, std::ops::Range<usize>);
+
 /// The row tiles of one (part, batch, kv head): a range of the list [`all_row_tiles`] returns (it walks
 /// parts, batches and kv heads in order).
-fn tile_groups(rts: &[RowTile]) -> Vec<(usize, usize, usize, std::ops::Range<usize>)> {
-    let mut groups: Vec<(usize, usize, usize, std::ops::Range<usize>)> = Vec::new();
+fn tile_groups(rts: &[RowTile]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
     for (n, &(pi, b, kvh, ..)) in rts.iter().enumerate() {
         match groups.last_mut() {
             Some(g) if (g.0, g.1, g.2) == (pi, b, kvh) => g.3.end = n + 1,
@@ -185,6 +188,10 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     let rts = all_row_tiles(&problems, tiles.br);
     let groups = tile_groups(&rts);
 
+    if fused_fits(parts, &groups, rayon::current_num_threads()) {
+        run_fused(parts, path, key, &rts, &groups);
+        return;
+    }
     // Pass 2: one item per block of key tiles of every (part, batch, kv head), heaviest first (the query
     // tiles it meets), so that causal calls end on light items.
     let block = tiles.bc * tiles.kblock;
@@ -200,7 +207,7 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     items.sort_by_key(|&(w, ..)| std::cmp::Reverse(w));
     items.par_iter().with_max_len(1).for_each(|&(_, g, kt)| {
         let (pi, b, kvh, range) = &groups[g];
-        let item = dkdv::KeyTile { bp: &parts[*pi], tiles, rts: &rts[range.clone()], b: *b, kvh: *kvh, kt };
+        let item = dkdv::KeyTile { bp: &parts[*pi], tiles, rts: &rts[range.clone()], b: *b, kvh: *kvh, kt, dq: None };
         with_scratch(key, |scr| dkdv::run(path, item, scr));
     });
 
@@ -211,6 +218,46 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     order.par_iter().with_max_len(1).for_each(|&(_, n)| {
         let rt = rts[n];
         with_scratch(key, |scr| dq::run(path, &parts[rt.0], tiles, rt, scr));
+    });
+}
+
+/// f32 dQ rows one fused item may hold (256 MiB at most, whatever the thread count).
+const FUSED_DQ_MAX: usize = 64 << 20;
+
+/// Whether the fused schedule runs: enough (batch, kv head) groups to keep every thread busy (two per
+/// thread; each is one item there), and each group's f32 dQ small enough to hold.
+fn fused_fits<T: CpuElement>(parts: &[BwdPart<'_, T>], groups: &[Group], threads: usize) -> bool {
+    let dq_len = |bp: &BwdPart<'_, T>| bp.p.group_rows() * (bp.p.d + 16);
+    groups.len() >= 2 * threads && parts.iter().all(|bp| dq_len(bp) <= FUSED_DQ_MAX)
+}
+
+/// The fused schedule: one item per (part, batch, kv head), heaviest first, running pass 2 over all its
+/// key blocks with dQ accumulated in an f32 buffer of the group's rows (O(threads × S) memory, 5 products
+/// instead of 7), then writing dQ. Each dQ element sums the same products in the same key order as pass 3
+/// (`dq::dq_product`, key tiles ascending), so the two schedules give the same bits.
+fn run_fused<T: CpuElement>(parts: &[BwdPart<'_, T>], path: SimdPath, key: BwdKey, rts: &[RowTile], groups: &[Group]) {
+    let tiles = key.tiles;
+    let dp = crate::problem::round_up(key.d, crate::fa2::lanes(path));
+    let mut order: Vec<(usize, usize)> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, grp)| (rts[grp.3.clone()].iter().map(|t| t.4 * (t.5.len() + tiles.bc)).sum(), g))
+        .collect();
+    order.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
+    order.par_iter().with_max_len(1).for_each(|&(_, g)| {
+        let (pi, b, kvh, range) = &groups[g];
+        let (bp, rts) = (&parts[*pi], &rts[range.clone()]);
+        let mut dq = vec![0.0f32; bp.p.group_rows() * dp];
+        let sink = SharedMut(dq.as_mut_ptr());
+        with_scratch(key, |scr| {
+            for kt in (0..bp.p.sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
+                let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: Some(sink) };
+                dkdv::run(path, item, scr);
+            }
+            scr.rows.clear();
+            scr.rows.extend((0..bp.p.group_rows()).map(|r| bp.p.row(*kvh, r)));
+            dq::finish_rows(bp, *b, &scr.rows, &mut dq, dp);
+        });
     });
 }
 
