@@ -26,10 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for kernel in kernels {
         let peak0 = fma::peak_gflops();
         let opts = RunOptions { kernel, ..Default::default() };
-        let cpu0 = cpu_seconds();
+        let cpu0 = fma::cpu_seconds();
         let reps = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
         let (mut t, k) = cpu.time_host(&spec, &opts, &inputs, 1, reps)?;
-        let cpu_s = (cpu_seconds() - cpu0) / 6.0;
+        let cpu_s = (fma::cpu_seconds() - cpu0) / 6.0;
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         println!(
@@ -49,14 +49,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
-}
-
-/// User + system CPU time of this process (Linux `/proc/self/stat`, 10 ms ticks); 0 elsewhere. Other
-/// jobs on a shared machine inflate wall time but not this.
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    (tick(11) + tick(12)) / 100.0
 }
