@@ -2,11 +2,12 @@
 //! key tile. Only this item writes these rows of dQ (and of the f32 `dq_accum`).
 
 use super::scratch::{BwdScratch, BwdTiles};
-use super::tile::{key_rows, load_rows, probs_and_dscores};
+use super::tile::{careful_product, key_rows, load_rows, mark_visible, probs_and_dscores};
 use super::BwdPart;
 use crate::element::CpuElement;
 use crate::fa2::RowTile;
 use crate::micro;
+use crate::nonfinite::all_finite;
 use crate::problem::round_up;
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
 
@@ -15,17 +16,19 @@ struct Item<'x, 'a, T> {
     tiles: BwdTiles,
     rt: RowTile,
     scr: &'x mut BwdScratch,
+    careful: bool,
 }
 
 impl<T: CpuElement> SimdKernel for Item<'_, '_, T> {
-    type Output = ();
+    type Output = bool;
     #[inline(always)]
-    fn run<S: Simd>(self, s: S) {
-        query_tile_grads(s, self.bp, self.tiles, self.rt, self.scr)
+    fn run<S: Simd>(self, s: S) -> bool {
+        query_tile_grads(s, self.bp, self.tiles, self.rt, self.scr, self.careful)
     }
 }
 
-/// Runs the item of row tile `rt`.
+/// Runs the item of row tile `rt` (again carefully, `tile::careful_product`, when its dQ came out
+/// non-finite).
 pub(crate) fn run<T: CpuElement>(
     path: SimdPath,
     bp: &BwdPart<'_, T>,
@@ -33,7 +36,10 @@ pub(crate) fn run<T: CpuElement>(
     rt: RowTile,
     scr: &mut BwdScratch,
 ) {
-    dispatch(path, Item { bp, tiles, rt, scr });
+    // Again with careful products when the fast run's dQ came out non-finite.
+    if !dispatch(path, Item { bp, tiles, rt, scr: &mut *scr, careful: false }) {
+        dispatch(path, Item { bp, tiles, rt, scr, careful: true });
+    }
 }
 
 #[inline(always)]
@@ -43,7 +49,8 @@ fn query_tile_grads<S: Simd, T: CpuElement>(
     tiles: BwdTiles,
     rt: RowTile,
     scr: &mut BwdScratch,
-) {
+    careful: bool,
+) -> bool {
     let p = &bp.p;
     let (_, b, kvh, r0, nr, span) = rt;
     let d = p.d;
@@ -60,11 +67,21 @@ fn query_tile_grads<S: Simd, T: CpuElement>(
             // by brp lanes; the accumulator nr rows of dp values.
             unsafe {
                 probs_and_dscores(s, bp, &t, scr, j0, nk, k, ks, v, vs);
-                dq_product(s, nk, scr.dst.as_ptr(), t.brp, k, ks, nr, d, scr.acc_k.as_mut_ptr(), dp);
+                let (dst, acc) = (scr.dst.as_ptr(), scr.acc_k.as_mut_ptr());
+                if careful {
+                    mark_visible(bp, &t, scr, j0, nk);
+                    careful_product(nk, dst, scr.vis.as_ptr(), t.brp, 1, k, ks, nr, d, acc, dp);
+                } else {
+                    dq_product(s, nk, dst, t.brp, k, ks, nr, d, acc, dp);
+                }
             }
         }
     }
+    if !careful && !all_finite(s, &scr.acc_k[..nr * dp]) {
+        return false;
+    }
     finish_rows(bp, b, &scr.rows, &mut scr.acc_k, dp);
+    true
 }
 
 /// `dq[r·dqs + c] += Σ_j dSᵀ[j·brp + r] · k[j·ks + c]` for rows `r < nr`, columns `c < d`, keys `j < nk`:

@@ -14,9 +14,18 @@
 //!    band, `dQ += dS·K·scale`, written once (and in f32 to the `dq_accum` buffer when asked).
 //!
 //! Recomputing S and dP in pass 3 costs 7 products of 5 (the cost model counts 5), the price of a dQ with
-//! no write conflicts, no atomics and O(threads × tile) scratch. Every product is one of the forward's SIMD
-//! micro-kernels (`micro::scores` for Sᵀ and dPᵀ, `micro::pv` with transposed strides for the three
-//! gradient products); inputs are widened to f32 per tile, accumulation is f32, each output rounds once.
+//! no write conflicts, no atomics and O(threads × tile) scratch. When the (batch, kv head) groups fill the
+//! threads (two per thread), the fused schedule (`run_fused`) runs instead: one item per group walks all of
+//! its key blocks as in pass 2 and also accumulates `dQ += dS·K` into an f32 buffer of the group's rows
+//! (O(threads × Hq/Hkv·Sq·D), at most half of Q in f32), so 5 products, no pass 3. Each dQ element sums
+//! the same products in the same key order either way, so both schedules give the same bits.
+//!
+//! Every product is one of the forward's SIMD micro-kernels (`micro::scores` for Sᵀ and dPᵀ, `micro::pv`
+//! with transposed strides for the three gradient products: `micro::gemm_acc`, `dq::dq_product`); inputs
+//! are widened to f32 per tile, accumulation is f32, each output rounds once. A masked pair has P = 0 and
+//! dS = 0 exactly. Non-finite inputs: NaN/inf in V under a masked key stays out (dS is set to 0 where
+//! P = 0), but NaN/inf in Q, K or dO reaches the gradients of rows or keys that share a tile with it
+//! through `0 · NaN` in the tile products (there is no careful re-run as the forward has).
 
 mod dkdv;
 mod dq;
@@ -207,7 +216,8 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     items.sort_by_key(|&(w, ..)| std::cmp::Reverse(w));
     items.par_iter().with_max_len(1).for_each(|&(_, g, kt)| {
         let (pi, b, kvh, range) = &groups[g];
-        let item = dkdv::KeyTile { bp: &parts[*pi], tiles, rts: &rts[range.clone()], b: *b, kvh: *kvh, kt, dq: None };
+        let (bp, rts) = (&parts[*pi], &rts[range.clone()]);
+        let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: None, careful: false };
         with_scratch(key, |scr| dkdv::run(path, item, scr));
     });
 
@@ -248,11 +258,19 @@ fn run_fused<T: CpuElement>(parts: &[BwdPart<'_, T>], path: SimdPath, key: BwdKe
         let (pi, b, kvh, range) = &groups[g];
         let (bp, rts) = (&parts[*pi], &rts[range.clone()]);
         let mut dq = vec![0.0f32; bp.p.group_rows() * dp];
-        let sink = SharedMut(dq.as_mut_ptr());
         with_scratch(key, |scr| {
-            for kt in (0..bp.p.sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
-                let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: Some(sink) };
-                dkdv::run(path, item, scr);
+            // Careful products for the whole group when the fast run left a gradient non-finite.
+            for careful in [false, true] {
+                dq.fill(0.0);
+                let sink = SharedMut(dq.as_mut_ptr());
+                let mut finite = true;
+                for kt in (0..bp.p.sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
+                    let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: Some(sink), careful };
+                    finite &= dkdv::run(path, item, scr);
+                }
+                if finite && dq.iter().all(|x| x.is_finite()) {
+                    break;
+                }
             }
             scr.rows.clear();
             scr.rows.extend((0..bp.p.group_rows()).map(|r| bp.p.row(*kvh, r)));

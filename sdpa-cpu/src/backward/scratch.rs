@@ -63,6 +63,8 @@ pub(crate) struct BwdScratch {
     pub dst: Vec<f32>,
     /// The capped scores before ALiBi and the mask, `[bc][brp]` (softcap only).
     pub s0: Vec<f32>,
+    /// 1 where a pair is visible, `[bc][brp]` (careful re-runs only).
+    pub vis: Vec<f32>,
     /// K and V rows widened to f32 (a pass-2 block or a key tile), `[kblock·bc][dp]` and `[kblock·bc][dvp]`.
     pub kp: Vec<f32>,
     pub vp: Vec<f32>,
@@ -96,6 +98,7 @@ impl BwdScratch {
             st: vec![0.0; bc * brp],
             dst: vec![0.0; bc * brp],
             s0: vec![0.0; bc * brp],
+            vis: vec![0.0; bc * brp],
             kp: vec![0.0; block * dp],
             vp: vec![0.0; block * dvp],
             acc_k: vec![0.0; block.max(brp) * dp],
