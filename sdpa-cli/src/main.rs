@@ -9,6 +9,7 @@
 
 mod analyze;
 mod backends;
+mod backward;
 mod bench;
 mod cache;
 mod devices;
@@ -32,7 +33,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run one attention call on a backend, time it, and optionally check it against the f64 reference.
+    /// Run one attention call (forward, backward or both) on a backend, time it, and optionally check it
+    /// against the f64 reference.
     Run(run::RunArgs),
     /// List the backends present, the CPU's SIMD features and the GPUs found (or why none).
     Devices(devices::DevicesArgs),
