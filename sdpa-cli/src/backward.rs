@@ -68,8 +68,8 @@ pub fn measure_backward(
     let stats = TimeStats::from_samples(&times).ok_or(MeasureError::NoSamples)?;
 
     let check = grads.map(|g| *g.worst().1);
-    let mut rec = BenchRecord::new(be.name(), opts.kernel.name(), &be.device_name(), spec, stats, check)
-        .with_pass(spec, pass);
+    let mut rec =
+        BenchRecord::new(be.name(), opts.kernel.name(), &be.device_name(), spec, stats, check).with_pass(spec, pass);
     if opts.kernel == Kernel::Auto {
         rec.auto_chose = Some(ran.kernel.name().to_string());
     }
@@ -117,8 +117,9 @@ mod tests {
             (Pass::FwdBwd, Repetitions::Budget { warmup: 0, max_reps: 2, budget_s: 10.0 }),
         ] {
             let how = Measure { check: true, check_rows: None, reps, since_process_start: false };
-            let m = measure_backward(&ReferenceBackend, &spec, &opts, &BackwardOptions::default(), pass, &inputs, &how, 0)
-                .unwrap();
+            let m =
+                measure_backward(&ReferenceBackend, &spec, &opts, &BackwardOptions::default(), pass, &inputs, &how, 0)
+                    .unwrap();
             let g = m.grads.expect("checked");
             assert!(g.pass, "{}", describe_grads(&g));
             assert_eq!(m.record.pass, pass);

@@ -73,7 +73,10 @@ impl ResultsReport {
                     pass: g.pass,
                     median_ms: t,
                     tflops: row.tflops,
-                    vs: PYTORCH_BACKWARDS.iter().map(|(k, _)| pytorch_median(g, row, Some(k)).map(|(p, _)| p / t)).collect(),
+                    vs: PYTORCH_BACKWARDS
+                        .iter()
+                        .map(|(k, _)| pytorch_median(g, row, Some(k)).map(|(p, _)| p / t))
+                        .collect(),
                     vs_best: pytorch_median(g, row, None).map(|(p, k)| (p / t, k)),
                     check: row.rec.check,
                     deterministic: row.rec.deterministic,

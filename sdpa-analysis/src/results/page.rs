@@ -136,11 +136,22 @@ fn has_backward(r: &ResultsReport) -> bool {
 /// Speedup summary table: per platform, (pass,) dtype and series, the median, min and max ratio to the baseline.
 fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let passes = has_backward(r);
-    let head = ["platform", "pass", "dtype", "variants", "backend:kernel", "against", "configurations", "median", "min", "max"]
-        .iter()
-        .filter(|h| passes || **h != "pass")
-        .map(|s| s.to_string())
-        .collect();
+    let head = [
+        "platform",
+        "pass",
+        "dtype",
+        "variants",
+        "backend:kernel",
+        "against",
+        "configurations",
+        "median",
+        "min",
+        "max",
+    ]
+    .iter()
+    .filter(|h| passes || **h != "pass")
+    .map(|s| s.to_string())
+    .collect();
     let rows = r
         .speedup_summary()
         .into_iter()
@@ -150,16 +161,16 @@ fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
                 .into_iter()
                 .chain(pass)
                 .chain([
-                s.dtype.to_string(),
-                if s.variants.is_empty() { "-".into() } else { s.variants },
-                s.series,
-                s.baseline,
-                s.configurations.to_string(),
-                format!("{:.3}x", s.median),
-                format!("{:.3}x", s.min),
-                format!("{:.3}x", s.max),
-            ])
-            .collect()
+                    s.dtype.to_string(),
+                    if s.variants.is_empty() { "-".into() } else { s.variants },
+                    s.series,
+                    s.baseline,
+                    s.configurations.to_string(),
+                    format!("{:.3}x", s.median),
+                    format!("{:.3}x", s.min),
+                    format!("{:.3}x", s.max),
+                ])
+                .collect()
         })
         .collect();
     (head, rows)
