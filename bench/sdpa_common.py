@@ -14,10 +14,10 @@ import platform
 # sdpa-core's check::tolerance (relative L2 error), f32 exact.
 TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}
 # The backward's tolerance on each of dQ, dK and dV (relative L2 against float64), sdpa-core's
-# backward::backward_tolerance: f32 exact as the forward; f16 1e-2 and bf16 8e-2, above twice what an eager
-# same-dtype backward measures on random data (it rounds P, dP and dS before their products). The issue's bar for
-# f16/bf16 kernels is the 2x rule itself, which sdpa's own tests check.
-BWD_TOLERANCE = {"f32": 1e-5, "f16": 1e-2, "bf16": 8e-2}
+# backward::backward_tolerance: f32 exact as the forward (the issue's bar), f16 and bf16 twice the forward's (the
+# backward chains two more products; the issue's own bar for them, "no worse than 2x the same-dtype unfused
+# backward", is what sdpa's tests check).
+BWD_TOLERANCE = {"f32": 1e-5, "f16": 2 * TOLERANCE["f16"], "bf16": 2 * TOLERANCE["bf16"]}
 ELEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 # sdpa-core's Mask names as the scripts spell them: "causal" is top-left, "causal-br" bottom-right; "bool" and
 # "additive" are explicit masks (every pair computed).
