@@ -147,7 +147,10 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
                         mask: c.mask.name().into(),
                         layout: Some(c.layout.name().into()),
                         variants: c.spec().recorded_variants(),
-                        reason: why.clone(),
+                        reason: match c.pass {
+                            Pass::Fwd => why.clone(),
+                            p => format!("[{p}] {why}"),
+                        },
                         failed: true,
                     });
                 }
