@@ -661,6 +661,49 @@ def grad_check(torch, q, k, v, explicit, grads, d_o, s, mask, dtype, variants):
     return out
 
 
+def peak_watch(torch, dev):
+    """Starts measuring the memory one call adds; returns a function giving the bytes in use rose to since, or
+    None. CUDA: PyTorch's allocator statistics (max_memory_allocated over memory_allocated at the start). CPU:
+    the process's resident-set high-water mark, reset through /proc/self/clear_refs (Linux), over the resident
+    set at the start (as `sdpa bench` measures its host backends)."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+
+        def cuda_peak():
+            torch.cuda.synchronize(dev)
+            return torch.cuda.max_memory_allocated(dev) - base
+        return cuda_peak
+    return host_peak_watch()
+
+
+def host_peak_watch():
+    """The CPU half of peak_watch (no torch needed)."""
+    def status_kib(field):
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith(field):
+                        return int(line[len(field):].split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
+    except OSError:
+        return lambda: None
+    base = status_kib("VmRSS:")
+    if base is None:
+        return lambda: None
+
+    def host_peak():
+        hwm = status_kib("VmHWM:")
+        return None if hwm is None else max(0, (hwm - base) * 1024)
+    return host_peak
+
+
 def worst_gradient(report):
     """The gradient ("dq", "dk" or "dv") furthest from passing: NaN mismatches first, then rel_err / tolerance."""
     return max(("dq", "dk", "dv"), key=lambda g: (report[g]["nan_mismatches"] > 0,
@@ -787,7 +830,7 @@ def run(args):
             try:
                 with ctx:
                     fn = build_call(torch, kern, q, k, v, s, mask, explicit, variants)
-                    grad_report = None
+                    grad_report = peak = None
                     if pass_ == "fwd":
                         out = fn()
                         if dev.type == "cuda":
@@ -797,9 +840,10 @@ def run(args):
                         del out
                         timed = fn
                     else:
+                        # The first call's peak: the forward, what autograd keeps for the backward, the backward.
+                        watch = peak_watch(torch, dev)
                         timed, grads, d_o = grad_call(torch, fn, (q, k, v), pass_, args.seed)
-                        if dev.type == "cuda":
-                            torch.cuda.synchronize()
+                        peak = watch()
                         if not args.no_check:
                             grad_report = grad_check(torch, q, k, v, explicit, grads, d_o, s, mask, dtype, variants)
                         check = grad_report[worst_gradient(grad_report)] if grad_report else None
@@ -821,7 +865,7 @@ def run(args):
                    "threads": torch.get_num_threads() if dev.type == "cpu" else None,
                    "time_ms": {"median": med, "min": times[0], "max": times[-1], "reps": len(times)},
                    "tflops": flops / (med * 1e-3) / 1e12, "gbps": nbytes / (med * 1e-3) / 1e9,
-                   "check": check, "peak_mem_bytes": None, "commit": commit, "date": date, "machine": mach}
+                   "check": check, "peak_mem_bytes": peak, "commit": commit, "date": date, "machine": mach}
             if variants:
                 rec["variants"] = variants
             if grad_report:
@@ -1357,6 +1401,11 @@ def backward_self_test(presets):
     assert sk["reason"] == "[bwd] no kernel" and sk["pass"] == "bwd"
     s = gpu[0][1]
     assert cost(s, "none", "bf16", None, "fwd+bwd")[0] == 3.5 * cost(s, "none", "bf16")[0]
+    watch = host_peak_watch()
+    block = b"\x01" * (64 << 20)  # touched, so resident
+    peak = watch()
+    assert peak is None or peak >= 60 << 20, peak
+    del block
     spec = []
     normalize_spec({"pass": "bwd", "shapes": [{"b": 1, "hq": 2, "hkv": 1, "sq": 3, "sk": 5, "d": 8, "dv": 8}]}, spec)
     assert spec[0]["passes"] == ["bwd"]

@@ -6,14 +6,20 @@
 //!
 //! The record's `check` is the worst of dQ, dK and dV (records hold one report); the whole
 //! [`GradCheckReport`] comes back beside it for printers that name all three. `deterministic` is what the
-//! backend reported for the timed calls.
+//! backend reported for the timed calls. On backends whose buffers are host memory (cpu, reference),
+//! `peak_mem_bytes` is how far the checked backward call raised the process's resident memory
+//! ([`crate::peak_memory`]): its inputs' and gradients' copies and its scratch, O(S) for a fused backward.
 
 use crate::measure::{check_rows, finish, repetitions, Measure, MeasureError};
+use crate::peak_memory::PeakWatch;
 use sdpa_core::backward::{check_gradients, GradCheckReport};
 use sdpa_core::{
     AttentionSpec, BackwardOptions, BenchRecord, FirstCall, GradInputs, HostBackend, HostInputs, Kernel, Pass,
     RunOptions, TimeStats,
 };
+
+/// Backends whose buffers are host memory: the resident set measures their calls' peak memory.
+const HOST_MEMORY_BACKENDS: [&str; 2] = ["cpu", "reference"];
 
 /// Seed offset of dO against the inputs' seed, so dO is not a copy of Q's random stream.
 const D_O_SEED: u64 = 0x6b6f_6f62;
@@ -46,8 +52,10 @@ pub fn measure_backward(
     // compile; its gradients are the ones checked.
     let start = std::time::Instant::now();
     let grad_in = GradInputs::from_forward(spec, be, opts, inputs, seed.wrapping_add(D_O_SEED))?;
+    let watch = HOST_MEMORY_BACKENDS.contains(&be.name()).then(PeakWatch::start).flatten();
     let first = be.run_backward_host(spec, opts, bwd, inputs, &grad_in)?;
     let first_s = start.elapsed().as_secs_f64();
+    let peak_mem_bytes = watch.and_then(|w| w.peak_extra_bytes());
     let mut first_call = FirstCall::new(first_s, be.program_loads());
     if how.since_process_start {
         first_call.since_process_start_s = crate::process_age_s();
@@ -74,6 +82,7 @@ pub fn measure_backward(
         rec.auto_chose = Some(ran.kernel.name().to_string());
     }
     rec.deterministic = Some(ran.deterministic);
+    rec.peak_mem_bytes = peak_mem_bytes;
     finish(be, spec, opts, &mut rec, first_call);
     Ok(Measured { record: rec, grads })
 }
@@ -126,6 +135,9 @@ mod tests {
             assert_eq!(m.record.deterministic, Some(true));
             assert_eq!(m.record.check.map(|c| c.rel_err), Some(g.worst().1.rel_err));
             assert_eq!(m.record.time_ms.reps, 2);
+            if PeakWatch::start().is_some() {
+                assert!(m.record.peak_mem_bytes.is_some(), "a host backend's peak is measured where /proc allows");
+            }
             let want = sdpa_core::AttentionCost::of_pass(&spec, pass).tflops(m.record.time_ms.median);
             assert!((m.record.tflops - want).abs() <= 1e-12 * want.abs().max(1.0));
         }

@@ -14,6 +14,7 @@ mod bench;
 mod cache;
 mod devices;
 mod measure;
+mod peak_memory;
 mod report;
 mod run;
 mod serving;

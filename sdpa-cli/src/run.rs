@@ -178,6 +178,12 @@ fn print_human(r: &BenchRecord, grads: Option<&GradCheckReport>, backend: &dyn H
         let since = f.since_process_start_s.map(|s| format!("; {s:.3} s after process start")).unwrap_or_default();
         println!("  first call {:.3} s{setup}{since}", f.seconds);
     }
+    if let Some(bytes) = r.peak_mem_bytes {
+        println!(
+            "  peak memory of the checked call: {:.1} MiB above the process's resident set",
+            bytes as f64 / 1048576.0
+        );
+    }
     if let Some(g) = grads {
         println!("  {}", crate::backward::describe_grads(g));
     } else if let Some(c) = &r.check {

@@ -2,7 +2,8 @@
 //! TFLOP/s over the pass's work (`AttentionCost::of_pass`), against PyTorch's backward of the same
 //! configuration measured in the same file (its FLASH_ATTENTION kernel, which on the CPU is the fused CPU
 //! kernel; CUDNN_ATTENTION; and the fastest PyTorch record of any kernel), with the gradients' check (the
-//! worst of dQ, dK and dV, as records carry it) and whether the backward was deterministic.
+//! worst of dQ, dK and dV, as records carry it), whether the backward was deterministic, and the peak memory
+//! the call added where it was measured.
 //!
 //! "Same file" because a ratio is only meaningful between calls timed side by side: `sdpa bench` writes its
 //! records and PyTorch's into one file.
@@ -37,6 +38,8 @@ pub struct BackwardRow {
     pub check: Option<CheckReport>,
     /// Whether the backward was deterministic, as the backend reported it.
     pub deterministic: Option<bool>,
+    /// Peak memory the call added, bytes, when measured (host backends: the resident set's rise).
+    pub peak_mem_bytes: Option<u64>,
 }
 
 /// One line of [`ResultsReport::backward_summary`]: the bar (median and worst ratio over a grid).
@@ -80,6 +83,7 @@ impl ResultsReport {
                     vs_best: pytorch_median(g, row, None).map(|(p, k)| (p / t, k)),
                     check: row.rec.check,
                     deterministic: row.rec.deterministic,
+                    peak_mem_bytes: row.rec.peak_mem_bytes,
                 });
             }
         }

@@ -293,7 +293,11 @@ fn backward_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let mut head: Vec<String> =
         ["configuration", "pass", "backend:kernel", "median ms", "TFLOP/s"].iter().map(|s| s.to_string()).collect();
     head.extend(PYTORCH_BACKWARDS.iter().map(|(_, label)| format!("vs PyTorch {label}")));
-    head.extend(["vs best PyTorch", "gradients (worst of dQ, dK, dV)", "deterministic"].iter().map(|s| s.to_string()));
+    head.extend(
+        ["vs best PyTorch", "gradients (worst of dQ, dK, dV)", "deterministic", "peak memory"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
     let rows = r
         .backward_rows()
         .into_iter()
@@ -310,6 +314,7 @@ fn backward_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
                 Some(false) => "no".into(),
                 None => "-".into(),
             });
+            cells.push(v.peak_mem_bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)));
             Some(cells)
         })
         .collect();
@@ -385,7 +390,8 @@ const BACKWARD_NOTE: &str = "Our backward (bwd: the backward alone, given the fo
 in one timed step) against PyTorch's on the same configuration, measured in the same file: PyTorch's median over \
 ours, above 1 ours is faster (PyTorch flash on the CPU is its fused CPU kernel). TFLOP/s count the pass's work: \
 the backward 2·pairs·(3D + 2Dv) FLOPs (2.5x the forward at D = Dv), fwd+bwd the sum. The check is the worst of \
-dQ, dK and dV against the f64 reference.";
+dQ, dK and dV against the f64 reference. Peak memory: how far the checked call raised the process's resident \
+memory (host backends), its buffers' copies and scratch.";
 
 const VARIANTS_NOTE: &str = "Each call with a window, softcap or ALiBi against the same backend and kernel on the \
 same configuration without them, measured in the same run: time / plain below 1 is a window's saving, above 1 what \
@@ -583,7 +589,7 @@ pub fn html(r: &ResultsReport) -> String {
             if !srows.is_empty() {
                 html_table(&mut out, "backward-summary", &sh, &srows, None);
             }
-            html_table(&mut out, "backward", &h, &rows, Some(h.len() - 2));
+            html_table(&mut out, "backward", &h, &rows, Some(h.len() - 3));
         }
     }
     if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
