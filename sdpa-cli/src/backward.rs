@@ -7,8 +7,9 @@
 //! The record's `check` is the worst of dQ, dK and dV (records hold one report); the whole
 //! [`GradCheckReport`] comes back beside it for printers that name all three. `deterministic` is what the
 //! backend reported for the timed calls. On backends whose buffers are host memory (cpu, reference),
-//! `peak_mem_bytes` is how far the checked backward call raised the process's resident memory
-//! ([`crate::peak_memory`]): its inputs' and gradients' copies and its scratch, O(S) for a fused backward.
+//! `peak_mem_bytes` is how far the first forward and checked backward call raised the process's resident
+//! memory ([`crate::peak_memory`]): O, the LSE, the buffers' copies and the scratch, O(S) for a fused
+//! backward (PyTorch's records measure the same span: its forward, what autograd keeps, its backward).
 
 use crate::measure::{check_rows, finish, repetitions, Measure, MeasureError};
 use crate::peak_memory::PeakWatch;
@@ -51,8 +52,9 @@ pub fn measure_backward(
     // The first call of a training step: the forward (with LSE) and the backward, with whatever kernels they
     // compile; its gradients are the ones checked.
     let start = std::time::Instant::now();
-    let grad_in = GradInputs::from_forward(spec, be, opts, inputs, seed.wrapping_add(D_O_SEED))?;
+    // The peak covers the forward too (its O and LSE, as autograd keeps them in PyTorch's measure).
     let watch = HOST_MEMORY_BACKENDS.contains(&be.name()).then(PeakWatch::start).flatten();
+    let grad_in = GradInputs::from_forward(spec, be, opts, inputs, seed.wrapping_add(D_O_SEED))?;
     let first = be.run_backward_host(spec, opts, bwd, inputs, &grad_in)?;
     let first_s = start.elapsed().as_secs_f64();
     let peak_mem_bytes = watch.and_then(|w| w.peak_extra_bytes());

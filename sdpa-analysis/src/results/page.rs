@@ -390,8 +390,8 @@ const BACKWARD_NOTE: &str = "Our backward (bwd: the backward alone, given the fo
 in one timed step) against PyTorch's on the same configuration, measured in the same file: PyTorch's median over \
 ours, above 1 ours is faster (PyTorch flash on the CPU is its fused CPU kernel). TFLOP/s count the pass's work: \
 the backward 2·pairs·(3D + 2Dv) FLOPs (2.5x the forward at D = Dv), fwd+bwd the sum. The check is the worst of \
-dQ, dK and dV against the f64 reference. Peak memory: how far the checked call raised the process's resident \
-memory (host backends), its buffers' copies and scratch.";
+dQ, dK and dV against the f64 reference. Peak memory: how far the first forward and backward raised the \
+memory in use (host backends and PyTorch on the CPU: the resident set; PyTorch on CUDA: its allocator's peak).";
 
 const VARIANTS_NOTE: &str = "Each call with a window, softcap or ALiBi against the same backend and kernel on the \
 same configuration without them, measured in the same run: time / plain below 1 is a window's saving, above 1 what \
