@@ -24,8 +24,9 @@ Passes (a spec's `passes` list, sdpa_core::backward::Pass; --passes overrides it
 default), `bwd` the backward alone (the forward runs once outside the timing; each timed call is
 torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)), `fwd+bwd` both in each timed call. Backward cases run
 flash, cudnn and efficient on CUDA, flash and math on the CPU (unless --kernels says otherwise); their records carry
-`pass`, FLOPs 2·B·Hq·pairs·(3D + 2Dv) (plus the forward's for fwd+bwd), and the dQ/dK/dV errors against a float64
-recomputation (`grad_check`; `check` is the worst of the three).
+`pass`, FLOPs 2·B·Hq·pairs·(3D + 2Dv) (plus the forward's for fwd+bwd), the dQ/dK/dV errors against a float64
+recomputation (`grad_check`; `check` is the worst of the three), and the first call's peak memory (`peak_mem_bytes`:
+CUDA allocator statistics, or the CPU process's resident-set rise).
 
 Usage:
   python3 bench/pytorch_sdpa.py --spec bench/presets/fa2bench.json --device cuda --out torch.json

@@ -180,7 +180,7 @@ fn print_human(r: &BenchRecord, grads: Option<&GradCheckReport>, backend: &dyn H
     }
     if let Some(bytes) = r.peak_mem_bytes {
         println!(
-            "  peak memory of the checked call: {:.1} MiB above the process's resident set",
+            "  peak memory of the first forward and backward: {:.1} MiB above the resident set before them",
             bytes as f64 / 1048576.0
         );
     }
