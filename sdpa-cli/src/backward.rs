@@ -84,6 +84,7 @@ pub fn measure_backward(
         rec.auto_chose = Some(ran.kernel.name().to_string());
     }
     rec.deterministic = Some(ran.deterministic);
+    rec.grad_check = grads;
     rec.peak_mem_bytes = peak_mem_bytes;
     finish(be, spec, opts, &mut rec, first_call);
     Ok(Measured { record: rec, grads })
