@@ -4,6 +4,7 @@
 //! candle can run without host copies; [`HostBackend`] is its object-safe convenience on host tensors, with
 //! output poisoning and timing, which the CLI and tests use through `Box<dyn HostBackend>`.
 
+use crate::backward::{BackwardOptions, BackwardRun, GradInputs, HostGradients, Pass};
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
 use crate::record::ProgramLoad;
@@ -174,6 +175,9 @@ pub struct Capabilities {
     /// Serving layouts (ragged batches, paged KV caches) some kernel of the backend honours.
     #[serde(default)]
     pub serving: Vec<crate::ragged::Serving>,
+    /// Kernels that have a backward pass (empty: the backend is forward-only); `auto` picks one of them.
+    #[serde(default)]
+    pub backward: Vec<Kernel>,
 }
 
 impl Capabilities {
@@ -204,6 +208,21 @@ impl Capabilities {
         }
         Ok(())
     }
+
+    /// [`Self::check`] for a backward call: also refuses backends and kernels without a backward, and
+    /// what no backward runs (paged KV caches, [`crate::backward::validate_backward`]).
+    pub fn check_backward(&self, backend: &'static str, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
+        self.check(backend, spec, opts)?;
+        crate::backward::validate_backward(spec)?;
+        let unsupported = |what: String| Err(SdpaError::Unsupported { backend, what });
+        if self.backward.is_empty() {
+            return unsupported("the backward pass".to_string());
+        }
+        if opts.kernel != Kernel::Auto && !self.backward.contains(&opts.kernel) {
+            return unsupported(format!("the backward pass of kernel {}", opts.kernel));
+        }
+        Ok(())
+    }
 }
 
 /// Operand buffers of one forward call, in the backend's own memory (`I`: its index buffers).
@@ -223,6 +242,96 @@ pub struct ForwardArgs<'a, B, I = Vec<u32>> {
     pub lse: Option<&'a mut B>,
     /// The block table of a paged KV cache (`crate::ragged`), when the spec's K/V are paged.
     pub block_table: Option<&'a I>,
+}
+
+/// Operand buffers of one backward call (`crate::backward`), in the backend's own memory. `dq`/`dk`/`dv`
+/// (and `dq_accum`, f32) are written in full by the call; the rest are read.
+#[derive(Debug)]
+pub struct BackwardArgs<'a, B> {
+    /// Queries.
+    pub q: &'a B,
+    /// Keys.
+    pub k: &'a B,
+    /// Values.
+    pub v: &'a B,
+    /// Explicit mask as additive f32, when the spec has one.
+    pub mask: Option<&'a B>,
+    /// The forward's output (O's strides).
+    pub o: &'a B,
+    /// The gradient of the loss with respect to O (O's strides).
+    pub d_o: &'a B,
+    /// The forward's log-sum-exp (f32).
+    pub lse: &'a B,
+    /// `dQ` (Q's strides).
+    pub dq: &'a mut B,
+    /// `dK` (K's strides).
+    pub dk: &'a mut B,
+    /// `dV` (V's strides).
+    pub dv: &'a mut B,
+    /// `dQ` in f32 (Q's strides), when [`BackwardOptions::dq_accum`] asks for it.
+    pub dq_accum: Option<&'a mut B>,
+}
+
+/// Every buffer of a training step's attention (forward and backward), owned, so that a timing loop can
+/// hand out the forward's and the backward's arguments in turn.
+#[derive(Debug)]
+pub struct PassBuffers<B, I = Vec<u32>> {
+    /// Queries.
+    pub q: B,
+    /// Keys.
+    pub k: B,
+    /// Values.
+    pub v: B,
+    /// Explicit additive mask.
+    pub mask: Option<B>,
+    /// Block table (forward only; the backward refuses paged caches).
+    pub block_table: Option<I>,
+    /// Forward output, read by the backward.
+    pub o: B,
+    /// Forward LSE, read by the backward.
+    pub lse: B,
+    /// Upstream gradient.
+    pub d_o: B,
+    /// `dQ`.
+    pub dq: B,
+    /// `dK`.
+    pub dk: B,
+    /// `dV`.
+    pub dv: B,
+    /// f32 `dQ`.
+    pub dq_accum: Option<B>,
+}
+
+impl<B, I> PassBuffers<B, I> {
+    /// The forward's arguments (writes O and the LSE).
+    pub fn fwd_args(&mut self) -> ForwardArgs<'_, B, I> {
+        ForwardArgs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            mask: self.mask.as_ref(),
+            o: &mut self.o,
+            lse: Some(&mut self.lse),
+            block_table: self.block_table.as_ref(),
+        }
+    }
+
+    /// The backward's arguments (reads O and the LSE).
+    pub fn bwd_args(&mut self) -> BackwardArgs<'_, B> {
+        BackwardArgs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            mask: self.mask.as_ref(),
+            o: &self.o,
+            d_o: &self.d_o,
+            lse: &self.lse,
+            dq: &mut self.dq,
+            dk: &mut self.dk,
+            dv: &mut self.dv,
+            dq_accum: self.dq_accum.as_mut(),
+        }
+    }
 }
 
 /// An attention backend working on its own buffers.
@@ -288,6 +397,50 @@ pub trait Backend {
         opts: &RunOptions,
         args: ForwardArgs<'_, Self::Buffer, Self::Index>,
     ) -> Result<Kernel>;
+
+    /// Runs one backward call (`crate::backward`). The spec has been validated and the buffers checked by
+    /// the caller ([`HostBackend::run_backward_host`] does both, with
+    /// [`Capabilities::check_backward`]). Backends without a backward keep the default, which refuses.
+    fn backward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        args: BackwardArgs<'_, Self::Buffer>,
+    ) -> Result<BackwardRun> {
+        let _ = (spec, opts, bwd, args);
+        Err(SdpaError::Unsupported { backend: self.name(), what: "the backward pass".to_string() })
+    }
+
+    /// Times `reps` calls of `pass` (the forward, the backward, or both in turn) after `warmup` untimed
+    /// ones; milliseconds per call. The default uses the host clock around synchronised calls; GPU
+    /// backends override it with device events.
+    fn time_pass(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        bufs: &mut PassBuffers<Self::Buffer, Self::Index>,
+        pass: Pass,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<f64>> {
+        let mut times = Vec::with_capacity(reps);
+        for i in 0..warmup + reps {
+            let t = Instant::now();
+            if pass.has_forward() {
+                self.forward(spec, opts, bufs.fwd_args())?;
+            }
+            if pass.has_backward() {
+                self.backward(spec, opts, bwd, bufs.bwd_args())?;
+            }
+            self.synchronize()?;
+            if i >= warmup {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(times)
+    }
 
     /// Times `reps` forward calls after `warmup` untimed ones; returns milliseconds per call. The default
     /// uses the host clock around a synchronised call; GPU backends override it with device events.
@@ -358,6 +511,86 @@ pub trait HostBackend {
         warmup: usize,
         reps: usize,
     ) -> Result<(Vec<f64>, Kernel)>;
+    /// Validates a backward call ([`Capabilities::check_backward`]), uploads the inputs and `grads`,
+    /// poisons dQ, dK, dV (and the f32 dQ) with NaN, runs the backward, downloads the gradients.
+    fn run_backward_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        inputs: &HostInputs,
+        grads: &GradInputs,
+    ) -> Result<HostGradients>;
+    /// Validates and uploads like [`Self::run_backward_host`], then times `reps` calls of `pass` after
+    /// `warmup` ([`Backend::time_pass`]); milliseconds per call and what the backward ran (for
+    /// `Pass::Fwd`, the forward's kernel and `deterministic: true`).
+    #[allow(clippy::too_many_arguments)]
+    fn time_pass_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        inputs: &HostInputs,
+        grads: &GradInputs,
+        pass: Pass,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<(Vec<f64>, BackwardRun)>;
+}
+
+/// Host bytes the gradient buffers of a backward call add on the host side (uploads of O, dO, LSE; the
+/// poisoned dQ, dK, dV and their downloads), for host backends whose buffers are host memory.
+fn backward_host_bytes(spec: &AttentionSpec, bwd: &BackwardOptions) -> Result<u64> {
+    let b = crate::memory::OperandBytes::of(spec)?;
+    let lse = spec.lse_len()? as u64 * 4;
+    let dq32 = if bwd.dq_accum { spec.required_len(Operand::Q)? as u64 * 4 } else { 0 };
+    // O and dO uploaded; dQ, dK, dV allocated and downloaded (twice each).
+    Ok((2 * b.o).saturating_add(lse).saturating_add(2 * (b.q + b.k + b.v)).saturating_add(2 * dq32))
+}
+
+fn upload_pass<T: Backend + ?Sized>(
+    be: &T,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    bwd: &BackwardOptions,
+    inputs: &HostInputs,
+    grads: &GradInputs,
+) -> Result<PassBuffers<T::Buffer, T::Index>> {
+    spec.validate()?;
+    inputs.check(spec)?;
+    grads.check(spec)?;
+    be.capabilities().check_backward(be.name(), spec, opts)?;
+    if let Some(bytes) = be.host_bytes_per_call(spec, opts)? {
+        let bytes = bytes.saturating_add(backward_host_bytes(spec, bwd)?);
+        crate::memory::check_host(bytes, &format!("a {} backward call on shape {}", be.name(), spec.shape))?;
+    }
+    be.check_device_memory(spec, opts)?;
+    let poisoned =
+        |op: Operand| -> Result<T::Buffer> { be.upload(&HostBuffer::poisoned(spec.dtype, spec.required_len(op)?)) };
+    Ok(PassBuffers {
+        q: be.upload(&inputs.q)?,
+        k: be.upload(&inputs.k)?,
+        v: be.upload(&inputs.v)?,
+        mask: match &inputs.mask {
+            Some(m) => Some(be.upload(&HostBuffer::F32(m.clone()))?),
+            None => None,
+        },
+        block_table: match &inputs.block_table {
+            Some(t) => Some(be.upload_index(t)?),
+            None => None,
+        },
+        o: be.upload(&grads.o)?,
+        lse: be.upload(&HostBuffer::F32(grads.lse.clone()))?,
+        d_o: be.upload(&grads.d_o)?,
+        dq: poisoned(Operand::Q)?,
+        dk: poisoned(Operand::K)?,
+        dv: poisoned(Operand::V)?,
+        dq_accum: if bwd.dq_accum {
+            Some(be.upload(&HostBuffer::poisoned(DType::F32, spec.required_len(Operand::Q)?))?)
+        } else {
+            None
+        },
+    })
 }
 
 struct Uploaded<B, I> {
@@ -468,5 +701,52 @@ impl<T: Backend> HostBackend for T {
         let kernel = self.forward(spec, opts, u.args())?;
         let times = self.time_forward(spec, opts, u.args(), warmup, reps)?;
         Ok((times, kernel))
+    }
+
+    fn run_backward_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        inputs: &HostInputs,
+        grads: &GradInputs,
+    ) -> Result<HostGradients> {
+        let mut u = upload_pass(self, spec, opts, bwd, inputs, grads)?;
+        let run = self.backward(spec, opts, bwd, u.bwd_args())?;
+        self.synchronize()?;
+        let dq_accum = match &u.dq_accum {
+            Some(b) => Some(self.download(b)?.to_f32_vec()),
+            None => None,
+        };
+        Ok(HostGradients {
+            dq: self.download(&u.dq)?,
+            dk: self.download(&u.dk)?,
+            dv: self.download(&u.dv)?,
+            dq_accum,
+            run,
+        })
+    }
+
+    fn time_pass_host(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        inputs: &HostInputs,
+        grads: &GradInputs,
+        pass: Pass,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<(Vec<f64>, BackwardRun)> {
+        let mut u = upload_pass(self, spec, opts, bwd, inputs, grads)?;
+        // One untimed call of each half resolves `auto` and surfaces errors before timing starts.
+        let fwd = if pass.has_forward() { Some(self.forward(spec, opts, u.fwd_args())?) } else { None };
+        let run = if pass.has_backward() {
+            self.backward(spec, opts, bwd, u.bwd_args())?
+        } else {
+            BackwardRun { kernel: fwd.unwrap_or(opts.kernel), deterministic: true }
+        };
+        let times = self.time_pass(spec, opts, bwd, &mut u, pass, warmup, reps)?;
+        Ok((times, run))
     }
 }

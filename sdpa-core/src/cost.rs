@@ -93,6 +93,38 @@ impl AttentionCost {
         AttentionCost { flops, bytes: elems * elem_bytes }
     }
 
+    /// Cost of the backward of a spec: five products over the pairs the forward computes (S recomputed,
+    /// dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), `2·pairs·(3D + 2Dv)` FLOPs, 2.5x the forward at
+    /// `D = Dv` (the count FlashAttention's benchmarks use); bytes read Q, K, V, O, dO and the f32 LSE and
+    /// write dQ, dK, dV once each.
+    pub fn backward_of_spec(spec: &AttentionSpec) -> Self {
+        let fwd = Self::of_spec(spec);
+        let s = &spec.shape;
+        let (d, dv) = (s.d as f64, s.dv as f64);
+        let flops = fwd.flops * (3.0 * d + 2.0 * dv) / (d + dv);
+        let elem = spec.dtype.size_bytes() as f64;
+        let (q_rows, k_rows) = match &spec.ragged {
+            Some(r) => (r.total_q() as f64, r.total_k() as f64),
+            None => ((s.b * s.sq) as f64, (s.b * s.sk) as f64),
+        };
+        // Forward bytes cover Q, K, V, O; the backward adds dO, the LSE, dQ, dK and dV.
+        let extra = q_rows * s.hq as f64 * ((dv + d) * elem + 4.0) + k_rows * s.hkv as f64 * (d + dv) * elem;
+        AttentionCost { flops, bytes: fwd.bytes + extra }
+    }
+
+    /// Cost of `pass`: the forward, the backward, or both together.
+    pub fn of_pass(spec: &AttentionSpec, pass: crate::backward::Pass) -> Self {
+        use crate::backward::Pass;
+        match pass {
+            Pass::Fwd => Self::of_spec(spec),
+            Pass::Bwd => Self::backward_of_spec(spec),
+            Pass::FwdBwd => {
+                let (f, b) = (Self::of_spec(spec), Self::backward_of_spec(spec));
+                AttentionCost { flops: f.flops + b.flops, bytes: f.bytes + b.bytes }
+            }
+        }
+    }
+
     /// FLOPs per byte.
     pub fn arithmetic_intensity(&self) -> f64 {
         if self.bytes > 0.0 {

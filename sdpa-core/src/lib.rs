@@ -19,6 +19,7 @@
 //! ```
 
 pub mod backend;
+pub mod backward;
 pub mod check;
 pub mod cost;
 pub mod dtype;
@@ -33,7 +34,11 @@ pub mod spec;
 pub mod tensor;
 pub mod variants;
 
-pub use backend::{Backend, Capabilities, F32Math, ForwardArgs, HostBackend, HostRun, Kernel, MaskKind, RunOptions};
+pub use backend::{
+    Backend, BackwardArgs, Capabilities, F32Math, ForwardArgs, HostBackend, HostRun, Kernel, MaskKind, PassBuffers,
+    RunOptions,
+};
+pub use backward::{BackwardOptions, BackwardRun, GradInputs, HostGradients, Pass};
 pub use cost::{expected_band, AttentionCost, Bound, EfficiencyBand, Roofline};
 pub use dtype::DType;
 pub use error::{Result, SdpaError};

@@ -4,7 +4,8 @@
 //! strides (so both layouts are exercised), every mask kind, GQA by index and `Dv != D`. Masked keys take
 //! no part at all; a row that sees no key is zeros with LSE `-inf`; NaN propagates to the rows it reaches.
 
-use crate::backend::{Backend, Capabilities, F32Math, ForwardArgs, Kernel, MaskKind, RunOptions};
+use crate::backend::{Backend, BackwardArgs, Capabilities, F32Math, ForwardArgs, Kernel, MaskKind, RunOptions};
+use crate::backward::{BackwardOptions, BackwardRun};
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
 use crate::ragged::Seq;
@@ -32,6 +33,104 @@ pub fn reference_row(spec: &AttentionSpec, inputs: &HostInputs, b: usize, h: usi
     reference_row_in(spec, inputs, &spec.seq(b), b, h, i, out)
 }
 
+/// One visible key of a query row: its final score and the derivative of that score with respect to the
+/// scaled dot product (`1 − tanh²` under a softcap, else 1), which the backward's chain rule needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScoredKey {
+    /// Key index within the sequence.
+    pub j: usize,
+    /// `softcap(scale·q·k) − ALiBi + mask`.
+    pub s: f64,
+    /// `∂s / ∂(scale·q·k)`.
+    pub ds_dx: f64,
+}
+
+/// The query row `(b, h, i)` in f64 and the scores of the keys it sees (masked keys left out). `round` is
+/// applied where an eager same-dtype implementation rounds (the score product, the capped score, the biased
+/// score); the reference passes the identity.
+pub(crate) fn row_scores(
+    spec: &AttentionSpec,
+    inputs: &HostInputs,
+    seq: &Seq,
+    (b, h, i): (usize, usize, usize),
+    round: &dyn Fn(f64) -> f64,
+) -> (Vec<f64>, Vec<ScoredKey>) {
+    let scorer = RowScorer::new(spec, inputs, seq, (b, h, i));
+    let scored = spec.key_range_in(seq, i).filter_map(|j| scorer.score(j, round)).collect();
+    (scorer.q, scored)
+}
+
+/// Scores keys for one query row: the row's query and mask row read once, then any key on demand (the
+/// sampled gradient check scores single keys of many rows).
+pub(crate) struct RowScorer<'a> {
+    spec: &'a AttentionSpec,
+    inputs: &'a HostInputs,
+    seq: &'a Seq,
+    b: usize,
+    kvh: usize,
+    /// The query row in f64.
+    pub q: Vec<f64>,
+    explicit: Option<(&'a [f32], usize, usize)>,
+    alibi: Option<(f64, f64)>,
+}
+
+impl<'a> RowScorer<'a> {
+    pub(crate) fn new(
+        spec: &'a AttentionSpec,
+        inputs: &'a HostInputs,
+        seq: &'a Seq,
+        (b, h, i): (usize, usize, usize),
+    ) -> Self {
+        let q_off = spec.q_offset(seq, b, h, i);
+        let explicit = match (&spec.mask, &inputs.mask) {
+            (Mask::Explicit(m), Some(data)) => {
+                let st = m.strides();
+                let base =
+                    if m.dims[0] == 1 { 0 } else { b * st[0] } + if m.dims[1] == 1 { 0 } else { h * st[1] } + i * st[2];
+                Some((data.as_slice(), base, st[3]))
+            }
+            _ => None,
+        };
+        // ALiBi: −slope · |j − diag(i)| (crate::variants); the slope as the kernels read it (f32).
+        let alibi = match spec.alibi_slopes() {
+            Ok(Some(slopes)) => {
+                let diag = i as f64 + spec.diagonal().map_or(0, |d| d.offset(seq.sq, seq.sk)) as f64;
+                Some((slopes[h] as f64, diag))
+            }
+            _ => None,
+        };
+        let q = (0..spec.shape.d).map(|c| inputs.q.get_f64(q_off + c)).collect();
+        RowScorer { spec, inputs, seq, b, kvh: spec.shape.kv_head(h), q, explicit, alibi }
+    }
+
+    /// Key `j`'s score, or `None` when the explicit mask drops it (the caller keeps `j` inside the row's band).
+    pub(crate) fn score(&self, j: usize, round: &dyn Fn(f64) -> f64) -> Option<ScoredKey> {
+        let add = match self.explicit {
+            Some((data, base, sk_stride)) => data[base + j * sk_stride] as f64,
+            None => 0.0,
+        };
+        if add == f64::NEG_INFINITY {
+            return None;
+        }
+        let spec = self.spec;
+        let table = self.inputs.block_table.as_deref();
+        let k_off = spec.kv_offset(Operand::K, table, self.seq, self.b, self.kvh, j);
+        let dot: f64 = self.q.iter().enumerate().map(|(c, q)| q * self.inputs.k.get_f64(k_off + c)).sum();
+        let mut x = round(dot * spec.scale());
+        let mut ds_dx = 1.0;
+        if let Some(cap) = spec.softcap() {
+            let t = (x / cap).tanh();
+            x = round(cap * t);
+            ds_dx = 1.0 - t * t;
+        }
+        if let Some((slope, diag)) = self.alibi {
+            x -= slope * (j as f64 - diag).abs();
+        }
+        let s = if self.alibi.is_some() || add != 0.0 { round(x + add) } else { x };
+        Some(ScoredKey { j, s, ds_dx })
+    }
+}
+
 /// [`reference_row`] for a row of sequence `seq` (= `spec.seq(b)`, which a caller looping over rows takes once).
 pub fn reference_row_in(
     spec: &AttentionSpec,
@@ -42,71 +141,23 @@ pub fn reference_row_in(
     i: usize,
     out: &mut [f64],
 ) -> f64 {
-    let s = &spec.shape;
-    let scale = spec.scale();
-    let kvh = s.kv_head(h);
-    let q_off = spec.q_offset(seq, b, h, i);
-    let keys = spec.key_range_in(seq, i);
-    let table = inputs.block_table.as_deref();
-    let explicit = match (&spec.mask, &inputs.mask) {
-        (Mask::Explicit(m), Some(data)) => {
-            let st = m.strides();
-            let base =
-                if m.dims[0] == 1 { 0 } else { b * st[0] } + if m.dims[1] == 1 { 0 } else { h * st[1] } + i * st[2];
-            Some((data.as_slice(), base, st[3]))
-        }
-        _ => None,
-    };
-    let softcap = spec.softcap();
-    // ALiBi: −slope · |j − diag(i)| (crate::variants); the slope as the kernels read it (f32).
-    let alibi = match spec.alibi_slopes() {
-        Ok(Some(slopes)) => {
-            let diag = i as f64 + spec.diagonal().map_or(0, |d| d.offset(seq.sq, seq.sk)) as f64;
-            Some((slopes[h] as f64, diag))
-        }
-        _ => None,
-    };
-
-    // Scores of the keys in the band; `None` marks a key that takes no part.
-    let q: Vec<f64> = (0..s.d).map(|c| inputs.q.get_f64(q_off + c)).collect();
-    let mut scores: Vec<(usize, Option<f64>)> = Vec::with_capacity(keys.len());
-    for j in keys {
-        let add = match explicit {
-            Some((data, base, sk_stride)) => data[base + j * sk_stride] as f64,
-            None => 0.0,
-        };
-        if add == f64::NEG_INFINITY {
-            scores.push((j, None));
-            continue;
-        }
-        let k_off = spec.kv_offset(Operand::K, table, seq, b, kvh, j);
-        let dot: f64 = (0..s.d).map(|c| q[c] * inputs.k.get_f64(k_off + c)).sum();
-        let mut x = dot * scale;
-        if let Some(cap) = softcap {
-            x = cap * (x / cap).tanh();
-        }
-        if let Some((slope, diag)) = alibi {
-            x -= slope * (j as f64 - diag).abs();
-        }
-        scores.push((j, Some(x + add)));
-    }
-
-    let visible = || scores.iter().filter_map(|&(j, x)| x.map(|v| (j, v)));
-    if visible().any(|(_, v)| v.is_nan()) {
+    let (_, scored) = row_scores(spec, inputs, seq, (b, h, i), &|x| x);
+    if scored.iter().any(|k| k.s.is_nan()) {
         out.iter_mut().for_each(|o| *o = f64::NAN);
         return f64::NAN;
     }
-    let m = visible().map(|(_, v)| v).fold(f64::NEG_INFINITY, f64::max);
+    let m = scored.iter().map(|k| k.s).fold(f64::NEG_INFINITY, f64::max);
+    out.iter_mut().for_each(|o| *o = 0.0);
     if m == f64::NEG_INFINITY {
-        out.iter_mut().for_each(|o| *o = 0.0);
         return f64::NEG_INFINITY;
     }
-    out.iter_mut().for_each(|o| *o = 0.0);
+    let table = inputs.block_table.as_deref();
+    let kvh = spec.shape.kv_head(h);
     let mut l = 0.0;
-    for (j, v) in visible() {
-        let p = (v - m).exp();
+    for key in &scored {
+        let p = (key.s - m).exp();
         l += p;
-        let v_off = spec.kv_offset(Operand::V, table, seq, b, kvh, j);
+        let v_off = spec.kv_offset(Operand::V, table, seq, b, kvh, key.j);
         for (c, o) in out.iter_mut().enumerate() {
             *o += p * inputs.v.get_f64(v_off + c);
         }
@@ -168,6 +219,7 @@ impl Backend for ReferenceBackend {
             f32_math: vec![F32Math::Exact],
             variants: crate::variants::Variant::ALL.to_vec(),
             serving: crate::ragged::Serving::ALL.to_vec(),
+            backward: vec![Kernel::Unfused],
         }
     }
 
@@ -228,6 +280,70 @@ impl Backend for ReferenceBackend {
         }
         let _ = opts;
         Ok(Kernel::Unfused)
+    }
+
+    /// The exact f64 gradients ([`crate::backward::reference_backward`]: O and the LSE recomputed, the
+    /// given ones unused), rounded once to the spec's dtype; deterministic.
+    fn backward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        args: BackwardArgs<'_, HostBuffer>,
+    ) -> Result<BackwardRun> {
+        let _ = (opts, args.o, args.lse);
+        let mask = match args.mask {
+            Some(HostBuffer::F32(m)) => Some(m.clone()),
+            Some(other) => {
+                return Err(SdpaError::DTypeMismatch { name: "mask", expected: DType::F32, found: other.dtype() })
+            }
+            None => None,
+        };
+        let inputs = HostInputs { q: args.q.clone(), k: args.k.clone(), v: args.v.clone(), mask, block_table: None };
+        let g = crate::backward::reference_backward(spec, &inputs, args.d_o)?;
+        let (d, dv) = (spec.shape.d, spec.shape.dv);
+        for (name, buf, op) in
+            [("dq", &*args.dq, Operand::Q), ("dk", &*args.dk, Operand::K), ("dv", &*args.dv, Operand::V)]
+        {
+            let needed = spec.required_len(op)?;
+            if buf.len() < needed || buf.dtype() != spec.dtype {
+                return Err(SdpaError::BufferTooShort { name, len: buf.len(), needed });
+            }
+        }
+        let mut dq_accum = match (bwd.dq_accum, args.dq_accum) {
+            (true, Some(b)) => Some(b),
+            (true, None) => return Err(SdpaError::invalid("dq_accum was asked for but no buffer was given")),
+            (false, _) => None,
+        };
+        for (b, seq) in spec.seqs().iter().enumerate() {
+            for h in 0..spec.shape.hq {
+                for i in 0..seq.sq {
+                    let row = spec.row_index(seq, b, h, i);
+                    let dst = spec.q_offset(seq, b, h, i);
+                    for c in 0..d {
+                        let x = g.dq[row * d + c] as f32;
+                        args.dq.set_f32(dst + c, x);
+                        if let Some(acc) = dq_accum.as_deref_mut() {
+                            acc.set_f32(dst + c, x);
+                        }
+                    }
+                }
+            }
+            for kvh in 0..spec.shape.hkv {
+                for j in 0..seq.sk {
+                    let krow = crate::backward::kv_row_index(spec, seq, b, kvh, j);
+                    let k_off = spec.kv_offset(Operand::K, None, seq, b, kvh, j);
+                    let v_off = spec.kv_offset(Operand::V, None, seq, b, kvh, j);
+                    for c in 0..d {
+                        args.dk.set_f32(k_off + c, g.dk[krow * d + c] as f32);
+                    }
+                    for c in 0..dv {
+                        args.dv.set_f32(v_off + c, g.dv[krow * dv + c] as f32);
+                    }
+                }
+            }
+        }
+        Ok(BackwardRun { kernel: Kernel::Unfused, deterministic: true })
     }
 }
 

@@ -12,10 +12,11 @@ mod mutate;
 use mutate::{apply, edits, seeds};
 use proptest::prelude::*;
 use proptest::sample::Index;
+use sdpa_core::backward::reference_backward;
 use sdpa_core::record::{parse_results, BenchSpec};
 use sdpa_core::{
-    reference_attention, Alibi, AttentionCost, AttentionSpec, DType, Diagonal, ExplicitMask, HostInputs, Layout, Mask,
-    MaskValues, Operand, Paging, Ragged, Shape, Strides, Variants, Window,
+    reference_attention, Alibi, AttentionCost, AttentionSpec, DType, Diagonal, ExplicitMask, HostBuffer, HostInputs,
+    Layout, Mask, MaskValues, Operand, Paging, Ragged, Shape, Strides, Variants, Window,
 };
 use std::sync::OnceLock;
 
@@ -162,6 +163,8 @@ proptest! {
         spec.check_lengths(lens[0], lens[1], lens[2], lens[3], mask_len).unwrap();
         let c = AttentionCost::of_spec(&spec);
         prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
+        let c = AttentionCost::backward_of_spec(&spec);
+        prop_assert!(c.flops.is_finite() && c.bytes.is_finite());
         // The band never claims more pairs than the full matrix, and its rows are in range.
         let band = spec.band();
         prop_assert!(band.pairs(sq, sk) <= sq as u128 * sk as u128);
@@ -175,6 +178,10 @@ proptest! {
             let inputs = HostInputs::random(&spec, 7).unwrap();
             let out = reference_attention(&spec, &inputs).unwrap();
             prop_assert_eq!(out.o.len() as u128, rows * dv as u128);
+            // The backward of every valid dense spec runs, on any strides.
+            let d_o = HostBuffer::random(dtype, lens[3], 8);
+            let g = reference_backward(&spec, &inputs, &d_o).unwrap();
+            prop_assert_eq!(g.dq.len() as u128, rows * d as u128);
         } else if host.iter().any(|&x| x > isize::MAX as u128) {
             prop_assert!(HostInputs::random(&spec, 7).is_err());
         }
@@ -224,6 +231,10 @@ proptest! {
             let mut inputs = HostInputs::random(&spec, 9).unwrap();
             let out = reference_attention(&spec, &inputs).unwrap();
             prop_assert_eq!(out.o.len() as u128, rows * dv as u128);
+            // Varlen batches have a backward; paged caches are refused with an error.
+            let d_o = HostBuffer::random(DType::F32, lens[3] as usize, 10);
+            let g = reference_backward(&spec, &inputs, &d_o);
+            prop_assert_eq!(g.is_ok(), spec.ragged.as_ref().is_some_and(|r| r.pages.is_none()), "{:?}", g.err());
             if let (Some(t), Some((at, page))) = (inputs.block_table.as_mut(), corrupt) {
                 if !t.is_empty() {
                     let i = at.index(t.len());

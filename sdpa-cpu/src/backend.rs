@@ -81,6 +81,7 @@ impl Backend for CpuBackend {
             // Every kernel honours all three (natively: no bias tensor, no tiles outside the band).
             variants: Variant::ALL.to_vec(),
             serving: Serving::ALL.to_vec(),
+            backward: vec![],
         }
     }
 

@@ -409,6 +409,7 @@ impl Backend for CudaBackend {
             variants: Variant::ALL.to_vec(),
             // fa2 runs both (splitkv decodes them); fa1, unfused and the f32 paths refuse them (kernels::policy).
             serving: Serving::ALL.to_vec(),
+            backward: vec![],
         }
     }
 

@@ -298,6 +298,8 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             mask: text(r.get("mask")).unwrap_or_else(|| "none".to_string()),
             variants: Default::default(),
             ragged: None,
+            pass: Default::default(),
+            deterministic: None,
             layout: text(r.get("layout")),
             f32_math: if dtype == DType::F32 { f32_math } else { None },
             threads: None,

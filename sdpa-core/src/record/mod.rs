@@ -82,6 +82,15 @@ pub struct BenchRecord {
     /// bhsd or bshd (or "strided").
     #[serde(default)]
     pub layout: Option<String>,
+    /// Which pass was timed: the forward (absent in older records), the backward, or both; `tflops` and
+    /// `gbps` count that pass's work ([`crate::AttentionCost::of_pass`]) and `check` is the worst of the
+    /// three gradients for a backward.
+    #[serde(default, skip_serializing_if = "is_forward")]
+    pub pass: crate::backward::Pass,
+    /// For a backward: whether its result is independent of thread and atomic ordering (as the backend
+    /// reported it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deterministic: Option<bool>,
     /// f32 multiplication mode when dtype is f32 ("exact", "tf32", "split-tf32").
     #[serde(default)]
     pub f32_math: Option<String>,
@@ -139,6 +148,8 @@ impl BenchRecord {
             variants: spec.recorded_variants(),
             ragged: spec.ragged.clone(),
             layout: Some(spec.layout().map_or("strided", |l| l.name()).to_string()),
+            pass: crate::backward::Pass::Fwd,
+            deterministic: None,
             f32_math: None,
             threads: None,
             time_ms,
@@ -151,6 +162,17 @@ impl BenchRecord {
             machine: None,
             first_call: None,
         }
+    }
+}
+
+impl BenchRecord {
+    /// The record of `pass` instead of the forward: TFLOPS and GB/s recounted for that pass's work.
+    pub fn with_pass(mut self, spec: &AttentionSpec, pass: crate::backward::Pass) -> Self {
+        let cost = AttentionCost::of_pass(spec, pass);
+        self.pass = pass;
+        self.tflops = cost.tflops(self.time_ms.median);
+        self.gbps = cost.gbps(self.time_ms.median);
+        self
     }
 }
 
@@ -199,6 +221,9 @@ pub struct BenchSpec {
     /// ([`crate::ragged::RaggedRequest::resolve`]); empty (or absent) means dense batches only.
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub batches: Vec<crate::ragged::RaggedRequest>,
+    /// Passes to time: "fwd", "bwd", "fwd+bwd"; empty (or absent) means the forward only.
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many", alias = "pass")]
+    pub passes: Vec<crate::backward::Pass>,
     /// f32 multiplication modes ("exact", "tf32", "split-tf32"); only f32 configurations use them.
     #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "one_or_many")]
     pub f32_math: Vec<F32Math>,
@@ -211,6 +236,10 @@ pub struct BenchSpec {
     /// Time budget per configuration in seconds: fewer repetitions when one call is slow.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_time_s: Option<f64>,
+}
+
+fn is_forward(p: &crate::backward::Pass) -> bool {
+    *p == crate::backward::Pass::Fwd
 }
 
 /// One value or a list of them, as a list. The value itself is read by `T`, so a bad value keeps `T`'s
