@@ -66,22 +66,36 @@ __device__ __forceinline__ i64 bwd_row_base(const AttnParams& p, const SeqView& 
     return is_ragged(p) ? (i64)h * p.total_q + s.q0 : ((i64)b * p.hq + h) * p.sq;
 }
 
-// Delta = rowsum(dO o O), one warp per row.
+// Delta = rowsum(dO o O), one warp per row, 16-byte loads (rows start 16-byte aligned and Dv is a multiple of 8:
+// the backward's refusals). The atomic programs also zero the row's dQ accumulator here.
 template <typename T>
 __device__ __forceinline__ void bwd_pre(const BwdParams& bp) {
     const AttnParams& p = bp.p;
     const i64 r = (i64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= bwd_rows(p)) return;
+    const int lane = threadIdx.x % 32;
     const i64 off = bwd_row_offset(p, p.o_stride, r);
     const T* o = static_cast<const T*>(p.o) + off;
     const T* d_o = static_cast<const T*>(bp.d_o) + off;
     float acc = 0.f;
-    for (int c = threadIdx.x % 32; c < p.dv; c += 32) acc = fmaf(to_f32(o[c]), to_f32(d_o[c]), acc);
+    for (int c = lane * 8; c < p.dv; c += 32 * 8) {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(o + c));
+        const uint4 b = __ldg(reinterpret_cast<const uint4*>(d_o + c));
+        const T* x = reinterpret_cast<const T*>(&a);
+        const T* y = reinterpret_cast<const T*>(&b);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc = fmaf(to_f32(x[e]), to_f32(y[e]), acc);
+    }
     acc = warp_sum(acc);
-    if (threadIdx.x % 32 == 0) bp.delta[r] = acc;
+    if (lane == 0) bp.delta[r] = acc;
+    if (bp.dq_acc != nullptr) {
+        float* z = bp.dq_acc + r * p.d;
+        for (int c = lane * 4; c < p.d; c += 32 * 4) *reinterpret_cast<float4*>(z + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
 }
 
-// dQ = scale * accumulator into the dtype through Q's strides (and into the caller's f32 dQ), one warp per row.
+// dQ = scale * accumulator into the dtype through Q's strides (and into the caller's f32 dQ), one warp per row,
+// four columns per lane (D is a multiple of 8, rows 16-byte aligned).
 template <typename T>
 __device__ __forceinline__ void bwd_convert(const BwdParams& bp) {
     const AttnParams& p = bp.p;
@@ -90,11 +104,25 @@ __device__ __forceinline__ void bwd_convert(const BwdParams& bp) {
     const i64 off = bwd_row_offset(p, p.q_stride, r);
     const float* acc = bp.dq_acc + r * p.d;
     T* dq = static_cast<T*>(bp.dq) + off;
-    for (int c = threadIdx.x % 32; c < p.d; c += 32) {
-        const float x = acc[c] * p.scale;
-        dq[c] = from_f32<T>(x);
-        if (bp.dq_f32 != nullptr) bp.dq_f32[off + c] = x;
+    for (int c = (threadIdx.x % 32) * 4; c < p.d; c += 32 * 4) {
+        float4 x = *reinterpret_cast<const float4*>(acc + c);
+        x.x *= p.scale; x.y *= p.scale; x.z *= p.scale; x.w *= p.scale;
+        uint2 packed;
+        packed.x = Fa2Type<T>::pack(x.x, x.y);
+        packed.y = Fa2Type<T>::pack(x.z, x.w);
+        *reinterpret_cast<uint2*>(dq + c) = packed;
+        if (bp.dq_f32 != nullptr) *reinterpret_cast<float4*>(bp.dq_f32 + off + c) = x;
     }
+}
+
+// Adds a pair of floats to global memory (the dQ accumulator): one vector reduction on sm_90, two elsewhere.
+__device__ __forceinline__ void bwd_red_add2(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+    atomicAdd(dst, a);
+    atomicAdd(dst + 1, b);
+#endif
 }
 
 // 4-byte global->shared copy; `valid == false` writes zero.
@@ -156,30 +184,34 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
     return lse == SDPA_NEG_INF ? -SDPA_NEG_INF : lse * FA2_LOG2E;
 }
 
-// Tile geometry of the main kernel: KW warps along the keys (16 each, BN = 16 KW), CW along the dK/dV columns.
-template <int D, int DV, int BM, int KW, int CW>
+// Tile geometry of the main kernel: KW warps along the keys (16 MT each, BN = 16 MT KW), CW along the dK/dV
+// columns. dQ (BM x D) is split over the warps in m16 tiles, two per warp where the columns allow (a B fragment
+// then serves two mma), else one.
+template <int D, int DV, int BM, int KW, int CW, int MT>
 struct BwdTile {
     static constexpr int NW = KW * CW;
     static constexpr int THREADS = NW * 32;
-    static constexpr int BN = KW * 16;
+    static constexpr int BN = KW * 16 * MT;
     static constexpr int LD = D + 8, LDV = DV + 8, LDS = BM + 8;
     static constexpr int NT = BM / 8;          // n8 tiles of S^T (queries)
     static constexpr int DC = D / CW, DVC = DV / CW;
-    static constexpr int QM = BM / 16;         // m16 tiles of dQ
-    static constexpr int DQC = D / (NW / QM);  // dQ columns per warp
+    static constexpr bool QPAIR = BM % 32 == 0 && NW % (BM / 32) == 0 && (D / (NW / (BM / 32))) % 16 == 0;
+    static constexpr int QMT = QPAIR ? 2 : 1;  // dQ m16 tiles per warp
+    static constexpr int QR = BM / (16 * QMT); // warps along the dQ rows
+    static constexpr int DQC = D / (NW / QR);  // dQ columns per warp
     static constexpr unsigned K_BYTES = BN * LD * 2, V_BYTES = BN * LDV * 2;
     static constexpr unsigned Q_BYTES = BM * LD * 2, DO_BYTES = BM * LDV * 2;
     static constexpr unsigned S_BYTES = BN * LDS * 2;
     static constexpr unsigned SMEM = K_BYTES + V_BYTES + 2 * (Q_BYTES + DO_BYTES) + S_BYTES + 2 * 2 * BM * 4;
     static_assert(D % 16 == 0 && DV % 16 == 0 && BM % 16 == 0, "k16 steps");
     static_assert(DC % 16 == 0 && DVC % 16 == 0, "whole x4 ldmatrix column pairs per warp");
-    static_assert(NW % QM == 0 && DQC % 16 == 0, "dQ: whole m16 tiles and x4 column pairs per warp");
+    static_assert(NW % QR == 0 && DQC % 16 == 0, "dQ: whole m16 tiles and x4 column pairs per warp");
 };
 
 // dK and dV of one key tile (and, with DQ, its part of dQ through atomics).
-template <typename T, int D, int DV, int BM, int KW, int CW, bool EXPL, bool SC, bool AL, bool DQ>
+template <typename T, int D, int DV, int BM, int KW, int CW, int MT, bool EXPL, bool SC, bool AL, bool DQ>
 __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* smem) {
-    using Tl = BwdTile<D, DV, BM, KW, CW>;
+    using Tl = BwdTile<D, DV, BM, KW, CW, MT>;
     constexpr int BN = Tl::BN, LD = Tl::LD, LDV = Tl::LDV, LDS = Tl::LDS, NT = Tl::NT, THREADS = Tl::THREADS;
     constexpr bool VARS = EXPL || SC || AL;
     const AttnParams& p = bp.p;
@@ -201,8 +233,9 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     const float* fD = fL + 2 * BM;
 
     // Per-lane ldmatrix bases (see fa2.cu): A operands by rows, B operands by rows (non-trans) or by k (trans).
-    const unsigned k_a = sK + ((kw * 16 + lane % 16) * LD + (lane / 16) * 8) * 2;
-    const unsigned v_a = sV + ((kw * 16 + lane % 16) * LDV + (lane / 16) * 8) * 2;
+    const int wrow = kw * 16 * MT;  // the warp's first key in the tile
+    const unsigned k_a = sK + ((wrow + lane % 16) * LD + (lane / 16) * 8) * 2;
+    const unsigned v_a = sV + ((wrow + lane % 16) * LDV + (lane / 16) * 8) * 2;
     const unsigned q_b = sQ + (((lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
     const unsigned do_b = sdO + (((lane % 8) + (lane / 16) * 8) * LDV + ((lane / 8) % 2) * 8) * 2;
     const unsigned q_t = sQ + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2 + cw * Tl::DC * 2;
@@ -241,13 +274,16 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     if (n_it > 0) load_q(0, 0);
     fa2_cp_async_commit();
 
-    float dk[1][Tl::DC / 8][4], dv[1][Tl::DVC / 8][4];
+    float dk[MT][Tl::DC / 8][4], dv[MT][Tl::DVC / 8][4];
 #pragma unroll
-    for (int j = 0; j < Tl::DC / 8; ++j) dk[0][j][0] = dk[0][j][1] = dk[0][j][2] = dk[0][j][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int j = 0; j < Tl::DVC / 8; ++j) dv[0][j][0] = dv[0][j][1] = dv[0][j][2] = dv[0][j][3] = 0.f;
+        for (int j = 0; j < Tl::DC / 8; ++j) dk[mt][j][0] = dk[mt][j][1] = dk[mt][j][2] = dk[mt][j][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < Tl::DVC / 8; ++j) dv[mt][j][0] = dv[mt][j][1] = dv[mt][j][2] = dv[mt][j][3] = 0.f;
+    }
 
-    const int key_r = n0 + kw * 16 + g;  // this thread's keys: key_r and key_r + 8
+    const int key_r = n0 + wrow + g;  // this thread's keys: key_r + mt * 16 + hh * 8
     for (int it = 0; it < n_it; ++it) {
         const int buf = it & 1;
         fa2_cp_async_wait<0>();
@@ -260,24 +296,26 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
         const float* lse_s = fL + buf * BM;
         const float* del_s = fD + buf * BM;
 
-        // S^T = K Q^T: this warp's 16 keys x BM queries.
-        float st[1][NT][4];
-        fa2_qk<T, D, LD, 1, NT>(st, k_a, q_b + buf * Tl::Q_BYTES);
+        // S^T = K Q^T: this warp's 16 MT keys x BM queries.
+        float st[MT][NT][4];
+        fa2_qk<T, D, LD, MT, NT>(st, k_a, q_b + buf * Tl::Q_BYTES);
 
         // P^T (in st), softcap's derivative in dfac.
         const bool edge = n0 + BN > s.sk || m0 + BM > s.sq || (long long)n0 - (m0 + BM - 1) < s.band_lo ||
                           (long long)n0 + BN - 1 - m0 > s.band_hi;
-        float dfac[SC ? NT : 1][4];
+        float dfac[MT][SC ? NT : 1][4];
         if (!VARS && !edge) {
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const float2 l = *reinterpret_cast<const float2*>(lse_s + j * 8 + t4 * 2);
                 const float l0 = bwd_lse2(l.x), l1 = bwd_lse2(l.y);
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    st[0][j][hh * 2] = fast_exp2(fmaf(st[0][j][hh * 2], p.scale_log2, -l0));
-                    st[0][j][hh * 2 + 1] = fast_exp2(fmaf(st[0][j][hh * 2 + 1], p.scale_log2, -l1));
-                }
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        st[mt][j][hh * 2] = fast_exp2(fmaf(st[mt][j][hh * 2], p.scale_log2, -l0));
+                        st[mt][j][hh * 2 + 1] = fast_exp2(fmaf(st[mt][j][hh * 2 + 1], p.scale_log2, -l1));
+                    }
             }
         } else {
             const BwdScore<EXPL, SC, AL> sc(p, s, b, h);
@@ -288,37 +326,42 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
                     const int qi = j * 8 + t4 * 2 + e;
                     const float l2 = bwd_lse2(lse_s[qi]);
 #pragma unroll
-                    for (int hh = 0; hh < 2; ++hh) {
-                        float f = 1.f;
-                        st[0][j][hh * 2 + e] = sc.prob(st[0][j][hh * 2 + e], m0 + qi, key_r + hh * 8, edge, l2, f);
-                        if constexpr (SC) dfac[j][hh * 2 + e] = f;
-                    }
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int hh = 0; hh < 2; ++hh) {
+                            float f = 1.f;
+                            float& x = st[mt][j][hh * 2 + e];
+                            x = sc.prob(x, m0 + qi, key_r + mt * 16 + hh * 8, edge, l2, f);
+                            if constexpr (SC) dfac[mt][j][hh * 2 + e] = f;
+                        }
                 }
         }
 
         // dV += P^T dO.
-        fa2_pv<T, LDV, 1, NT, Tl::DVC / 8>(dv, st, do_t + buf * Tl::DO_BYTES);
+        fa2_pv<T, LDV, MT, NT, Tl::DVC / 8>(dv, st, do_t + buf * Tl::DO_BYTES);
 
         // dP^T = V dO^T, then dS^T = P^T o (dP^T - Delta) (times softcap's derivative) in st.
         {
-            float dp[1][NT][4];
-            fa2_qk<T, DV, LDV, 1, NT>(dp, v_a, do_b + buf * Tl::DO_BYTES);
+            float dp[MT][NT][4];
+            fa2_qk<T, DV, LDV, MT, NT>(dp, v_a, do_b + buf * Tl::DO_BYTES);
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const float2 dl = *reinterpret_cast<const float2*>(del_s + j * 8 + t4 * 2);
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float pr = st[0][j][c];
-                    float ds = pr * (dp[0][j][c] - ((c & 1) ? dl.y : dl.x));
-                    if constexpr (SC) ds *= dfac[j][c];
-                    // Masked pairs stay exactly 0 (a NaN in a masked key's V must not reach dQ or dK).
-                    st[0][j][c] = pr == 0.f ? 0.f : ds;
-                }
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const float pr = st[mt][j][c];
+                        float ds = pr * (dp[mt][j][c] - ((c & 1) ? dl.y : dl.x));
+                        if constexpr (SC) ds *= dfac[mt][j][c];
+                        // Masked pairs stay exactly 0 (a NaN in a masked key's V must not reach dQ or dK).
+                        st[mt][j][c] = pr == 0.f ? 0.f : ds;
+                    }
             }
         }
 
         // dK += dS^T Q.
-        fa2_pv<T, LD, 1, NT, Tl::DC / 8>(dk, st, q_t + buf * Tl::Q_BYTES);
+        fa2_pv<T, LD, MT, NT, Tl::DC / 8>(dk, st, q_t + buf * Tl::Q_BYTES);
 
         if constexpr (DQ) {
             // dS^T into shared memory (the CW warps of a key row each write their share of the queries).
@@ -327,46 +370,54 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
             for (int j = 0; j < NT; ++j) {
                 if (j % CW != cw) continue;
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-                    *reinterpret_cast<unsigned*>(sds + (kw * 16 + g + hh * 8) * LDS + j * 8 + t4 * 2) =
-                        Fa2Type<T>::pack(st[0][j][hh * 2], st[0][j][hh * 2 + 1]);
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+                        *reinterpret_cast<unsigned*>(sds + (wrow + mt * 16 + g + hh * 8) * LDS + j * 8 + t4 * 2) =
+                            Fa2Type<T>::pack(st[mt][j][hh * 2], st[mt][j][hh * 2 + 1]);
             }
             __syncthreads();
-            // dQ (BM x D) += dS K: warp (qm, qc) takes 16 queries x DQC columns, summed over the BN keys.
-            const int qm = warp % Tl::QM, qc = warp / Tl::QM;
-            constexpr int QT = Tl::DQC / 8;
-            float acc[QT][4];
+            // dQ (BM x D) += dS K: warp (qm, qc) takes 16 QMT queries x DQC columns, summed over the BN keys.
+            constexpr int QMT = Tl::QMT, QT = Tl::DQC / 8;
+            const int qm = warp % Tl::QR, qc = warp / Tl::QR;
+            float acc[QMT][QT][4];
 #pragma unroll
-            for (int j = 0; j < QT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-            const unsigned ds_a = sdS + (((lane % 8) + (lane / 16) * 8) * LDS + qm * 16 + ((lane / 8) % 2) * 8) * 2;
+            for (int t = 0; t < QMT; ++t)
+#pragma unroll
+                for (int j = 0; j < QT; ++j) acc[t][j][0] = acc[t][j][1] = acc[t][j][2] = acc[t][j][3] = 0.f;
+            const unsigned ds_a =
+                sdS + (((lane % 8) + (lane / 16) * 8) * LDS + qm * 16 * QMT + ((lane / 8) % 2) * 8) * 2;
             const unsigned k_t = sK + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2 + qc * Tl::DQC * 2;
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
-                unsigned a[4];
-                fa2_ldmatrix_x4_trans(a, ds_a + kk * 16 * LDS * 2);
+                unsigned a[QMT][4];
+#pragma unroll
+                for (int t = 0; t < QMT; ++t) fa2_ldmatrix_x4_trans(a[t], ds_a + (kk * 16 * LDS + t * 16) * 2);
 #pragma unroll
                 for (int dp = 0; dp < QT / 2; ++dp) {
                     unsigned bk[4];
                     fa2_ldmatrix_x4_trans(bk, k_t + (kk * 16 * LD + dp * 16) * 2);
-                    Fa2Type<T>::mma(acc[2 * dp], a, bk[0], bk[1]);
-                    Fa2Type<T>::mma(acc[2 * dp + 1], a, bk[2], bk[3]);
+#pragma unroll
+                    for (int t = 0; t < QMT; ++t) {
+                        Fa2Type<T>::mma(acc[t][2 * dp], a[t], bk[0], bk[1]);
+                        Fa2Type<T>::mma(acc[t][2 * dp + 1], a[t], bk[2], bk[3]);
+                    }
                 }
             }
             const i64 rb = bwd_row_base(p, s, b, h) + m0;
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int row = qm * 16 + g + hh * 8;
-                if (m0 + row >= s.sq) continue;
-                float* dst = bp.dq_acc + (rb + row) * p.d;
+            for (int t = 0; t < QMT; ++t)
 #pragma unroll
-                for (int j = 0; j < QT; ++j) {
-                    const int col = qc * Tl::DQC + j * 8 + t4 * 2;
-                    if (col < p.d) {
-                        atomicAdd(dst + col, acc[j][hh * 2]);
-                        atomicAdd(dst + col + 1, acc[j][hh * 2 + 1]);
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = qm * 16 * QMT + t * 16 + g + hh * 8;
+                    if (m0 + row >= s.sq) continue;
+                    float* dst = bp.dq_acc + (rb + row) * p.d;
+#pragma unroll
+                    for (int j = 0; j < QT; ++j) {
+                        const int col = qc * Tl::DQC + j * 8 + t4 * 2;
+                        if (col < p.d) bwd_red_add2(dst + col, acc[t][j][hh * 2], acc[t][j][hh * 2 + 1]);
                     }
                 }
-            }
         }
     }
     fa2_cp_async_wait<0>();
@@ -375,24 +426,26 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     T* dkp = static_cast<T*>(bp.dk) + bwd_head_base(p, p.k_stride, s.k0, b, kvh);
     T* dvp = static_cast<T*>(bp.dv) + bwd_head_base(p, p.v_stride, s.k0, b, kvh);
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int key = key_r + hh * 8;
-        if (key >= s.sk) continue;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int j = 0; j < Tl::DC / 8; ++j) {
-            const int col = cw * Tl::DC + j * 8 + t4 * 2;
-            if (col < p.d)
-                *reinterpret_cast<unsigned*>(dkp + (i64)key * p.k_stride[2] + col) =
-                    Fa2Type<T>::pack(dk[0][j][hh * 2] * p.scale, dk[0][j][hh * 2 + 1] * p.scale);
-        }
+        for (int hh = 0; hh < 2; ++hh) {
+            const int key = key_r + mt * 16 + hh * 8;
+            if (key >= s.sk) continue;
 #pragma unroll
-        for (int j = 0; j < Tl::DVC / 8; ++j) {
-            const int col = cw * Tl::DVC + j * 8 + t4 * 2;
-            if (col < p.dv)
-                *reinterpret_cast<unsigned*>(dvp + (i64)key * p.v_stride[2] + col) =
-                    Fa2Type<T>::pack(dv[0][j][hh * 2], dv[0][j][hh * 2 + 1]);
+            for (int j = 0; j < Tl::DC / 8; ++j) {
+                const int col = cw * Tl::DC + j * 8 + t4 * 2;
+                if (col < p.d)
+                    *reinterpret_cast<unsigned*>(dkp + (i64)key * p.k_stride[2] + col) =
+                        Fa2Type<T>::pack(dk[mt][j][hh * 2] * p.scale, dk[mt][j][hh * 2 + 1] * p.scale);
+            }
+#pragma unroll
+            for (int j = 0; j < Tl::DVC / 8; ++j) {
+                const int col = cw * Tl::DVC + j * 8 + t4 * 2;
+                if (col < p.dv)
+                    *reinterpret_cast<unsigned*>(dvp + (i64)key * p.v_stride[2] + col) =
+                        Fa2Type<T>::pack(dv[mt][j][hh * 2], dv[mt][j][hh * 2 + 1]);
+            }
         }
-    }
 }
 
 // Deterministic dQ: one block per (query tile of BM rows, query head, sequence), NW warps of 16 * MT rows, over
@@ -532,23 +585,24 @@ __device__ __forceinline__ void bwd_dq_rows(const BwdParams& bp, unsigned char* 
 }
 
 // One program per (dtype, head-dim classes, score features): NAME (the main kernel with dQ atomics),
-// NAME_pre (Delta) and NAME_convert (dQ into the dtype). Tile: BM query rows per step, KW x CW warps.
-#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, EXPL, SC, AL)                                                 \
+// NAME_pre (Delta) and NAME_convert (dQ into the dtype). Tile: BM query rows per step, KW x CW warps of 16 MT
+// keys each, MINB blocks per SM for the register budget (__launch_bounds__).
+#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, MT, MINB, EXPL, SC, AL)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
     extern "C" __global__ void __launch_bounds__(256) NAME##_convert(const BwdParams bp) {                 \
         bwd_convert<T>(bp);                                                                                \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(KW * CW * 32, 1) NAME(const BwdParams bp) {               \
+    extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, EXPL, SC, AL, true>(bp, bwd_smem);                                  \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, EXPL, SC, AL, true>(bp, bwd_smem);                              \
     }
 // The deterministic program: NAME (main kernel without dQ), NAME_pre, NAME_dq (dQ by query tiles of QBM rows,
 // key tiles of QBN, QNW warps).
-#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, EXPL, SC, AL, QBM, QBN, QNW)                              \
+#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, MT, MINB, EXPL, SC, AL, QBM, QBN, QNW)                              \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
-    extern "C" __global__ void __launch_bounds__(KW * CW * 32, 1) NAME(const BwdParams bp) {               \
+    extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, EXPL, SC, AL, false>(bp, bwd_smem);                                 \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, EXPL, SC, AL, false>(bp, bwd_smem);                             \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(QNW * 32) NAME##_dq(const BwdParams bp) {                  \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \

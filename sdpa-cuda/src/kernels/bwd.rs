@@ -10,10 +10,12 @@
 //! order blocks run in, at the price of recomputing S and dP once more.
 //!
 //! Head dims run the forward's classes ([`HeadDims`]): multiples of 8 up to 256, each at the smallest class
-//! at or above it, 192/128 natively. Tiles: classes up to 128 take 8 warps of 16 keys (128 keys per block),
-//! 64 query rows per step; the classes above take 4 warps of 16 keys with 2 warps splitting the dK/dV
-//! columns of each (64 keys per block), which keeps the accumulators in registers; both fit the H100's
+//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 128 take 8 warps of 16 keys (128
+//! keys per block), 64 query rows per step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
+//! (two blocks per SM; measured faster); the classes above take 4 warps of 16 keys with 2 warps splitting the
+//! dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the H100's
 //! shared memory with the next query tile in flight (about 155 KB at D = 128, 208 KB at D = 256).
+//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]).
 //!
 //! Refused here (`Unsupported`): f32 (no f32 backward on the GPU), paged KV caches (training has no cache),
 //! head dims the tensor-core classes do not take, a non-positive scale, operands not 16-byte aligned, and
@@ -61,22 +63,26 @@ const _: () = assert!(std::mem::size_of::<BwdParams>() == BWD_PARAMS_SIZE);
 // the layout the kernels declare.
 unsafe impl DeviceRepr for BwdParams {}
 
-/// Tile of the main kernel: `bm` query rows per step, `kw` warps of 16 keys, `cw` warps splitting the dK/dV
-/// columns of the same keys.
+/// Tile of the main kernel: `bm` query rows per step, `kw` warps of `16 * mt` keys, `cw` warps splitting the
+/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BwdTile {
     /// Query rows per step.
     pub bm: usize,
-    /// Warps along the keys (the block's key tile is `16 * kw`).
+    /// Warps along the keys.
     pub kw: usize,
     /// Warps along the dK/dV columns.
     pub cw: usize,
+    /// m16 key tiles per warp (the block's key tile is `16 * mt * kw`).
+    pub mt: usize,
+    /// Blocks per SM the registers must allow.
+    pub min_blocks: usize,
 }
 
 impl BwdTile {
     /// Keys per block.
     pub fn bn(&self) -> usize {
-        16 * self.kw
+        16 * self.kw * self.mt
     }
 
     /// Threads per block.
@@ -89,6 +95,24 @@ impl BwdTile {
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (bn, bm) = (self.bn(), self.bm);
         (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + bn * (bm + 8)) * 2 + 2 * 2 * bm * 4
+    }
+
+    /// Whether the kernel's static asserts hold for classes `d`, `dv` (whole k16 steps and x4 column pairs
+    /// per warp for dK/dV and dQ).
+    pub fn fits(&self, d: usize, dv: usize) -> bool {
+        let nw = self.kw * self.cw;
+        let ok = |x: usize, by: usize| by > 0 && x.is_multiple_of(by);
+        if !(ok(self.bm, 16) && ok(d, 16) && ok(dv, 16) && ok(d / self.cw.max(1), 16) && ok(dv / self.cw.max(1), 16))
+            || nw == 0
+            || self.mt == 0
+            || nw > 16
+        {
+            return false;
+        }
+        // BwdTile::QPAIR / QR / DQC.
+        let pair = ok(self.bm, 32) && ok(nw, self.bm / 32) && ok(d / (nw / (self.bm / 32)), 16);
+        let qr = self.bm / if pair { 32 } else { 16 };
+        ok(nw, qr) && ok(d / (nw / qr), 16)
     }
 }
 
@@ -110,13 +134,42 @@ impl DqTile {
     }
 }
 
-/// The tiles for head-dim class `d` (see the module docs).
+/// The tiles for head-dim class `d` (see the module docs). D = 64 takes 4 warps of 32 keys and 32 query rows per
+/// step, two blocks per SM: each B fragment then serves two m16 key tiles, which measured 1.16x the 8-warp tile
+/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
+/// accumulators of 32 keys do not fit the registers.
 pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
-    if d <= 128 {
-        (BwdTile { bm: 64, kw: 8, cw: 1 }, DqTile { bm: 64, bn: 64, warps: 4 })
+    if d == 64 {
+        (BwdTile { bm: 32, kw: 4, cw: 1, mt: 2, min_blocks: 2 }, DqTile { bm: 64, bn: 64, warps: 4 })
+    } else if d <= 128 {
+        (BwdTile { bm: 64, kw: 8, cw: 1, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 64, warps: 4 })
     } else {
-        (BwdTile { bm: 64, kw: 4, cw: 2 }, DqTile { bm: 64, bn: 32, warps: 4 })
+        (BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 32, warps: 4 })
     }
+}
+
+/// The main kernel's tile `SDPA_BWD_TILE=bm,kw,cw,mt,min_blocks` forces on every backward launch, for tuning
+/// runs (`examples/backward_timing.rs`); its programs are named `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}_*`
+/// and compiled on first use. `None` when unset; a value that is not a tile is an error.
+pub fn forced_tile() -> Result<Option<BwdTile>> {
+    let Ok(v) = std::env::var("SDPA_BWD_TILE") else { return Ok(None) };
+    let bad = || unsupported(format!("SDPA_BWD_TILE must be bm,kw,cw,mt,min_blocks (e.g. 64,4,1,1,2), got {v:?}"));
+    let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
+    let [bm, kw, cw, mt, min_blocks] = n[..] else { return Err(bad()) };
+    if !(1..=4).contains(&min_blocks) {
+        return Err(bad());
+    }
+    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks }))
+}
+
+/// The tiles a call with head-dim class `d` runs: [`forced_tile`] when set, else [`tile_for`]'s; and the
+/// program-name prefix that goes with them.
+fn tiles(d: usize) -> Result<(BwdTile, DqTile, String)> {
+    let (t, q) = tile_for(d);
+    Ok(match forced_tile()? {
+        Some(f) => (f, q, format!("bwd_tile{}x{}x{}x{}x{}", f.bm, f.kw, f.cw, f.mt, f.min_blocks)),
+        None => (t, q, "bwd".to_string()),
+    })
 }
 
 /// Score features a program compiles in: an explicit mask, softcap, ALiBi (causal masks and windows are the
@@ -163,25 +216,34 @@ impl Features {
 /// The program `bwd_{dtype}_{head dims}_{features}[_det]`: the atomic program defines the entry of its name
 /// plus `_pre` and `_convert`; the deterministic one its name plus `_pre` and `_dq`.
 pub fn program(dtype: DType, dims: HeadDims, f: Features, deterministic: bool) -> Program {
+    let (tile, q) = tile_for(dims.d);
+    program_with("bwd", tile, q, dtype, dims, f, deterministic)
+}
+
+/// [`program`] with a given tile and name prefix.
+fn program_with(
+    prefix: &str,
+    tile: BwdTile,
+    q: DqTile,
+    dtype: DType,
+    dims: HeadDims,
+    f: Features,
+    deterministic: bool,
+) -> Program {
     // Padded head dims run the same code (the kernels always read the call's columns only).
     let dims = HeadDims { pad: false, ..dims };
-    let name = format!(
-        "bwd_{}_{}_{}{}",
-        dtype.name(),
-        dims.label(),
-        f.label(),
-        if deterministic { "_det" } else { "" }
-    );
+    let name =
+        format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), f.label(), if deterministic { "_det" } else { "" });
     let (t, HeadDims { d, dv, .. }) = (cuda_type(dtype), dims);
-    let (BwdTile { bm, kw, cw }, q) = tile_for(d);
+    let BwdTile { bm, kw, cw, mt, min_blocks } = tile;
     let (e, s, a) = (f.explicit, f.softcap, f.alibi);
     let line = if deterministic {
         format!(
-            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {e}, {s}, {a}, {}, {}, {})",
+            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a}, {}, {}, {})",
             q.bm, q.bn, q.warps
         )
     } else {
-        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {e}, {s}, {a})")
+        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a})")
     };
     Program::entry(&BWD, name, line)
 }
@@ -243,7 +305,10 @@ pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> O
     if !a.qkvo_aligned_8_elements() || !extra {
         return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
     }
-    let (t, q) = tile_for(dims.d);
+    let Ok((t, q, _)) = tiles(dims.d) else { return Some("SDPA_BWD_TILE is not a tile".into()) };
+    if !t.fits(dims.d, dims.dv) {
+        return Some(format!("the tile {t:?} does not divide head dims {} / {}", dims.d, dims.dv));
+    }
     let needed = t.smem_bytes(dims.d, dims.dv).max(q.smem_bytes(dims.d, dims.dv));
     (needed > smem_optin).then(|| format!("{needed} bytes of shared memory per block, the device allows {smem_optin}"))
 }
@@ -270,8 +335,8 @@ pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool
     }
     let s = spec.shape;
     let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| unsupported("head dims"))?;
-    let program = program(spec.dtype, dims, Features::of(spec), deterministic);
-    let (tile, qtile) = tile_for(dims.d);
+    let (tile, qtile, prefix) = tiles(dims.d)?;
+    let program = program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic);
     let n_rows = rows(spec);
     let (max_q, max_k) = match &spec.ragged {
         Some(r) => (r.max_q(), r.max_k()),
@@ -282,15 +347,11 @@ pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool
     let y_z = |x: usize, what: &str| u32::try_from(x).ok().filter(|&v| v <= 65535).ok_or_else(|| too_many(what));
 
     let delta = call.scratch::<f32>(n_rows, "the backward's Delta rows")?;
+    // The accumulator's rows are zeroed by `_pre`, before the main kernel adds into them.
     let mut acc = if deterministic {
         None
     } else {
-        let len = n_rows.saturating_mul(s.d);
-        let mut a = call.scratch::<f32>(len, "the backward's f32 dQ accumulator")?;
-        call.stream
-            .memset_zeros(&mut a)
-            .map_err(crate::error::driver("cuMemsetD32Async", "zeroing the dQ accumulator", len * 4))?;
-        Some(a)
+        Some(call.scratch::<f32>(n_rows.saturating_mul(s.d), "the backward's f32 dQ accumulator")?)
     };
     let (delta_ptr, delta_guard) = delta.device_ptr(call.stream);
     let acc_guard = acc.as_mut().map(|a| a.device_ptr(call.stream));
@@ -329,7 +390,7 @@ pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool
     for (name, dims) in launches {
         // SAFETY: the backend checked every buffer against the validated spec (Q, K, V, O, dO, dQ, dK, dV,
         // the mask and the LSE cover every strided offset; ragged offsets uploaded and pointed at); Delta
-        // holds `rows` floats and the accumulator `rows * d` (zeroed above), both alive until the guards
+        // holds `rows` floats and the accumulator `rows * d` (zeroed by `_pre` first), both alive until the guards
         // drop after the launches are queued. The kernels read rows inside each sequence's lengths only
         // and write dQ/dK/dV rows of the spec (and Delta and the accumulator rows of the row space).
         result = unsafe { launch(call.dev, call.stream, &program, &name, dims, &params) };
@@ -355,10 +416,13 @@ mod tests {
             let (t, q) = tile_for(d);
             assert!(t.smem_bytes(d, d) <= H100, "D = {d}: {}", t.smem_bytes(d, d));
             assert!(q.smem_bytes(d, d) <= H100);
-            // The kernel's static asserts: whole x4 column pairs per warp.
-            assert_eq!((d / t.cw) % 16, 0);
-            assert_eq!((d / (t.kw * t.cw / (t.bm / 16))) % 16, 0, "dQ columns per warp at D = {d}");
+            assert!(t.fits(d, d), "D = {d}");
         }
+        let t = tile_for(192).0;
+        assert!(t.fits(192, 128));
+        // A tile whose dK columns per warp are not whole x4 pairs (32 / 2 = 16 is, 32 / 4 is not) is refused.
+        assert!(BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }.fits(32, 32));
+        assert!(!BwdTile { bm: 64, kw: 2, cw: 4, mt: 1, min_blocks: 1 }.fits(32, 32));
         let all = programs();
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
@@ -366,6 +430,9 @@ mod tests {
         assert_eq!(names.len(), all.len());
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let f = Features { explicit: false, softcap: true, alibi: true };
-        assert_eq!(program(DType::BF16, HeadDims { d: 128, dv: 128, pad: true }, f, true).name, "bwd_bf16_128_softcap_alibi_det");
+        assert_eq!(
+            program(DType::BF16, HeadDims { d: 128, dv: 128, pad: true }, f, true).name,
+            "bwd_bf16_128_softcap_alibi_det"
+        );
     }
 }

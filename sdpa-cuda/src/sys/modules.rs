@@ -90,7 +90,8 @@ pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include
 
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD];
+pub const MODULES: &[ModuleSource] =
+    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {
