@@ -160,6 +160,21 @@ impl CudaBackend {
         Ok(WarmedUp { loads: self.dev.prepare(&programs)?, skipped })
     }
 
+    /// Loads now the programs the backward calls `(spec, options)` would launch (one per call: its Delta,
+    /// main and dQ entries), compiled on parallel threads, so that no first backward call waits for NVRTC.
+    /// Calls the backward cannot run are left out (running them reports why).
+    pub fn warm_up_backward(&self, calls: &[(AttentionSpec, BackwardOptions)]) -> Result<Vec<ProgramLoad>> {
+        let mut programs: Vec<Program> = Vec::new();
+        for (spec, bwd) in calls {
+            if let Ok(p) = crate::kernels::bwd::program_for(spec, bwd.deterministic) {
+                if !programs.contains(&p) {
+                    programs.push(p);
+                }
+            }
+        }
+        self.dev.prepare(&programs)
+    }
+
     /// Loads every program of every kernel family (the whole compile, in parallel): for a cache that must
     /// hold everything before the machine goes offline, or to time the full compile.
     pub fn warm_up_all(&self) -> Result<Vec<ProgramLoad>> {

@@ -13,7 +13,6 @@ use sdpa_core::{
     Alibi, AttentionSpec, BackwardOptions, DType, Diagonal, ExplicitMask, F32Math, GradInputs, HostBackend,
     HostGradients, HostInputs, Kernel, Layout, Mask, MaskValues, Ragged, RunOptions, SdpaError, Shape, Window,
 };
-use sdpa_cuda::kernels::bwd;
 use sdpa_cuda::CudaBackend;
 use std::sync::OnceLock;
 
@@ -30,17 +29,9 @@ fn opts() -> RunOptions {
 fn warm(gpu: &CudaBackend, specs: &[AttentionSpec]) {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let mut programs = Vec::new();
-        for s in specs {
-            let dims = bwd::HeadDims::of(s.shape.d, s.shape.dv).expect("a class");
-            for det in [false, true] {
-                let p = bwd::program(s.dtype, dims, bwd::Features::of(s), det);
-                if !programs.contains(&p) {
-                    programs.push(p);
-                }
-            }
-        }
-        gpu.device().prepare(&programs).expect("the backward programs compile");
+        let modes = [BackwardOptions::default(), BackwardOptions { deterministic: true, dq_accum: false }];
+        let calls: Vec<_> = specs.iter().flat_map(|s| modes.map(|m| (s.clone(), m))).collect();
+        gpu.warm_up_backward(&calls).expect("the backward programs compile");
     });
 }
 

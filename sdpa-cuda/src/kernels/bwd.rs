@@ -282,6 +282,17 @@ pub fn compile_check_programs() -> Vec<Program> {
     ]
 }
 
+/// The program a backward call of `spec` launches (its entries `_pre`, the main kernel and `_convert` or
+/// `_dq`), as [`run`] plans it: for warm-ups.
+pub fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
+    let s = spec.shape;
+    let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| {
+        unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
+    })?;
+    let (tile, qtile, prefix) = tiles(dims.d)?;
+    Ok(program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic))
+}
+
 /// Why the backward cannot run a call on this device, or `None`.
 pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> Option<String> {
     let s = spec.shape;
@@ -335,8 +346,8 @@ pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool
     }
     let s = spec.shape;
     let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| unsupported("head dims"))?;
-    let (tile, qtile, prefix) = tiles(dims.d)?;
-    let program = program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic);
+    let (tile, qtile, _) = tiles(dims.d)?;
+    let program = program_for(spec, deterministic)?;
     let n_rows = rows(spec);
     let (max_q, max_k) = match &spec.ragged {
         Some(r) => (r.max_q(), r.max_k()),
