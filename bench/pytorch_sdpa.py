@@ -20,8 +20,17 @@ tanh, mask, softmax, matmul). Variant cases run flex, default and unfused on CUD
 (unless --kernels says otherwise); on CUDA the plain cases of the same sweep add flex. Each record carries the
 same `variants` object as sdpa bench's, diagonal written out, so `sdpa report` pairs them.
 
+Passes (a spec's `passes` list, sdpa_core::backward::Pass; --passes overrides it): `fwd` times the forward (the
+default), `bwd` the backward alone (the forward runs once outside the timing; each timed call is
+torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)), `fwd+bwd` both in each timed call. Backward cases run
+flash, cudnn and efficient on CUDA, flash and math on the CPU (unless --kernels says otherwise); their records carry
+`pass`, FLOPs 2·B·Hq·pairs·(3D + 2Dv) (plus the forward's for fwd+bwd), the dQ/dK/dV errors against a float64
+recomputation (`grad_check`; `check` is the worst of the three), and the first call's peak memory (`peak_mem_bytes`:
+CUDA allocator statistics, or the CPU process's resident-set rise).
+
 Usage:
   python3 bench/pytorch_sdpa.py --spec bench/presets/fa2bench.json --device cuda --out torch.json
+  python3 bench/pytorch_sdpa.py --spec bench/presets/backward.json --device cuda --passes bwd --kernels flash,cudnn
   python3 bench/pytorch_sdpa.py --spec spec.json --device cpu --threads 2 --kernels flash,math,unfused
   python3 bench/pytorch_sdpa.py --self-test     # cost model and spec parsing, no torch needed
 
@@ -45,7 +54,7 @@ import time
 
 # The cost model, tolerances and CPU model, shared with bench/cpu and sdpa-cuda/dev (this file's folder is on
 # sys.path when it runs as a script).
-from sdpa_common import ELEM_BYTES, TOLERANCE, cost, cpu_model, pairs_per_head
+from sdpa_common import BWD_TOLERANCE, ELEM_BYTES, PASSES, TOLERANCE, cost, cpu_model, pairs_per_head
 from sdpa_common import alibi_slopes, band, diag_offset, normalize_variants, variant_label
 from sdpa_common import self_test as cost_self_test
 
@@ -103,7 +112,8 @@ def normalize_spec(obj, out):
         return
     spec = dict(obj)
     spec["_given"] = set(obj) | {many for one, many in [("layout", "layouts")] if one in obj}
-    for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts"), ("variant", "variants")]:
+    for one, many in [("dtype", "dtypes"), ("mask", "masks"), ("layout", "layouts"), ("variant", "variants"),
+                      ("pass", "passes")]:
         if one in spec:
             v = spec.pop(one)
             spec[many] = v if isinstance(v, list) else [v]
@@ -117,6 +127,10 @@ def normalize_spec(obj, out):
     spec["dtypes"] = [DTYPE_ALIASES[d.lower()] for d in spec.get("dtypes", ["f32"])]
     spec["masks"] = [MASK_ALIASES[m.lower()] for m in spec.get("masks", ["none"])]
     spec["layouts"] = [l.lower() for l in spec.get("layouts", ["bhsd"])]
+    spec["passes"] = [str(x).lower() for x in spec.get("passes") or ["fwd"]]
+    for x in spec["passes"]:
+        if x not in PASSES:
+            raise ValueError(f"unknown pass {x!r} (expected one of {', '.join(PASSES)})")
     v = spec.get("variants")
     spec["variants"] = [v] if isinstance(v, dict) else list(v or [{}])  # one object or a list, as BenchSpec reads
     for l in spec["layouts"]:
@@ -171,9 +185,10 @@ def resolve_batch(req, shape):
     return out, ragged
 
 
-def load_cases(path):
-    """(dtype, shape, mask, layout, timing, variants, ragged) per configuration, variants normalised ({} when
-    plain), ragged the record's `ragged` object (None for a dense batch)."""
+def load_cases(path, passes=None):
+    """(dtype, shape, mask, layout, timing, variants, ragged, pass) per configuration, variants normalised ({}
+    when plain), ragged the record's `ragged` object (None for a dense batch), pass "fwd", "bwd" or "fwd+bwd"
+    (`passes`, when given, replaces every sweep's list)."""
     with open(path) as f:
         raw = json.load(f)
     specs = []
@@ -189,11 +204,12 @@ def load_cases(path):
                         alibi_slopes(v, s["hq"])  # the slope count against Hq, before anything runs
                         # Ragged batches default to the packed (BSHD) layout, as sdpa bench's do.
                         for l in (sp["layouts"] if "layouts" in sp["_given"] or not ragged else ["bshd"]):
-                            key = (dt, tuple(sorted(s.items())), m, l, json.dumps(v, sort_keys=True),
-                                   json.dumps(ragged, sort_keys=True))
-                            if key not in seen:
-                                seen.add(key)
-                                cases.append((dt, dict(s), m, l, timing, v, ragged))
+                            for ps in passes or sp["passes"]:
+                                key = (dt, tuple(sorted(s.items())), m, l, json.dumps(v, sort_keys=True),
+                                       json.dumps(ragged, sort_keys=True), ps)
+                                if key not in seen:
+                                    seen.add(key)
+                                    cases.append((dt, dict(s), m, l, timing, v, ragged, ps))
     return cases
 
 
@@ -248,8 +264,9 @@ def torch_dtype(torch, name):
     return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def make_inputs(torch, dev, dtype, s, mask, layout, seed):
-    """Q, K, V as [B, H, S, D] views (BSHD storage transposed when layout is bshd), and the mask."""
+def make_inputs(torch, dev, dtype, s, mask, layout, seed, grad=False):
+    """Q, K, V as [B, H, S, D] views (BSHD storage transposed when layout is bshd), and the mask. With `grad`,
+    Q, K and V require gradients (the views of BSHD storage then are what autograd differentiates against)."""
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
     dt = torch_dtype(torch, dtype)
@@ -257,9 +274,9 @@ def make_inputs(torch, dev, dtype, s, mask, layout, seed):
     def tensor(h, n, d):
         if layout == "bshd":
             t = torch.rand((s["b"], n, h, d), generator=gen, device=dev, dtype=torch.float32) * 2 - 1
-            return t.to(dt).transpose(1, 2)
+            return t.to(dt).requires_grad_(grad).transpose(1, 2)
         t = torch.rand((s["b"], h, n, d), generator=gen, device=dev, dtype=torch.float32) * 2 - 1
-        return t.to(dt)
+        return t.to(dt).requires_grad_(grad)
 
     q = tensor(s["hq"], s["sq"], s["d"])
     k = tensor(s["hkv"], s["sk"], s["d"])
@@ -524,6 +541,176 @@ def reference_check(torch, q, k, v, out, s, mask, explicit, dtype, variants=None
             "lse_max_abs_err": None, "rows_checked": len(rows), "pass": rel <= tol and nan_mismatch == 0}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The backward (issue 24). A case's pass (sdpa_core::backward::Pass):
+#   fwd      the forward alone (everything above)
+#   bwd      the backward alone: the forward runs once outside the timing, and each timed call is
+#            torch.autograd.grad(out, (q, k, v), dO, retain_graph=True): PyTorch's backward kernels and autograd's
+#            dispatch of them, nothing else (FlashAttention's benchmark_backward times it the same way)
+#   fwd+bwd  a forward and its backward in each timed call (a training step's attention)
+# Autograd runs the backward of the kernel the forward chose, so sdpa_kernel(FLASH_ATTENTION) around the forward
+# picks flash's backward, CUDNN_ATTENTION cuDNN's, and on the CPU FLASH_ATTENTION the fused CPU kernel's. dO is
+# seeded uniform(-1, 1) in O's layout. The timed call keeps the graph (retain_graph) in both passes: the eager
+# pattern's GQA copy of K/V is made once, outside the call, and its node must survive every repetition.
+
+BWD_KERNELS = {"cuda": ["flash", "cudnn", "efficient"], "cpu": ["flash", "math"]}
+
+
+def pass_kernels(dev_type, pass_, variants, in_variant_sweep, asked):
+    """The kernels a case runs: the forward's lists (case_kernels) for the forward, for --kernels and for cases
+    with variants (flex and the eager pattern differentiate them); otherwise the backward's own list."""
+    if pass_ == "fwd" or asked or variants:
+        return case_kernels(dev_type, variants, in_variant_sweep, asked)
+    return list(BWD_KERNELS[dev_type])
+
+
+def grad_call(torch, fn, inputs, pass_, seed):
+    """(timed, grads, dO): the zero-argument function a backward pass times, the gradients (dQ, dK, dV) of its
+    first call, and the upstream gradient."""
+    out = fn()
+    gen = torch.Generator(device=out.device)
+    gen.manual_seed(seed + 1)
+    d_o = torch.empty_like(out).uniform_(-1.0, 1.0, generator=gen)
+    if pass_ == "bwd":
+        def timed():
+            return torch.autograd.grad(out, inputs, d_o, retain_graph=True)
+    else:
+        del out
+
+        def timed():
+            return torch.autograd.grad(fn(), inputs, d_o, retain_graph=True)
+    return timed, timed(), d_o
+
+
+def grad_check(torch, q, k, v, explicit, grads, d_o, s, mask, dtype, variants):
+    """dQ, dK, dV against a float64 recomputation (sdpa_core::backward's math: P from the reference's own LSE,
+    Delta = rowsum(dO o O), dS = P (dP - Delta), the softcap's chain rule dX = dS (1 - (s0/cap)^2), dQ = scale dX K,
+    dK = scale dX^T Q, dV = P^T dO, dK/dV of a KV head summed over its query heads). Whole KV heads are checked
+    (dK and dV of a key need every query row of the group), as many as fit a work budget, spread over B·Hkv.
+    Returns {"dq", "dk", "dv": CheckReport fields, "pass": all three pass}."""
+    dq, dk, dv = grads
+    dev = q.device
+    group, scale = s["hq"] // s["hkv"], 1.0 / math.sqrt(s["d"])
+    sq, sk = s["sq"], s["sk"]
+    work = 2.0 * group * sq * sk * (3 * s["d"] + 2 * s["dv"])
+    budget = 5e11 if dev.type == "cuda" else 4e9  # float64 FLOPs: well under a second either way
+    heads = sampled_rows(s["b"] * s["hkv"], max(1, min(s["b"] * s["hkv"], int(budget // work))))
+    lo, hi = band(mask, variants, sq, sk)
+    slopes = alibi_slopes(variants, s["hq"])
+    cap = variants.get("softcap")
+    off = diag_offset(variants.get("diagonal"), sq, sk)
+    tally = {g: {"diff2": 0.0, "ref2": 0.0, "max_abs": 0.0, "nan": 0, "rows": 0} for g in ("dq", "dk", "dv")}
+
+    def add(name, got, ref):
+        t = tally[name]
+        got = got.double()
+        got_nan, ref_nan = torch.isnan(got), torch.isnan(ref)
+        t["nan"] += int((got_nan != ref_nan).sum())
+        ok = ~(got_nan | ref_nan)
+        d = (got - ref)[ok]
+        t["diff2"] += float((d * d).sum())
+        t["ref2"] += float((ref[ok] * ref[ok]).sum())
+        if d.numel():
+            t["max_abs"] = max(t["max_abs"], float(d.abs().max()))
+        t["rows"] += got.shape[0]
+
+    block = max(1, (1 << 24) // sk)  # query rows per step: [block, Sk] float64 scores stay near 128 MB
+    j = torch.arange(sk, device=dev).view(1, -1)
+    with torch.no_grad():
+        for idx in heads:
+            b, g = divmod(idx, s["hkv"])
+            kd, vd = k[b, g].double(), v[b, g].double()
+            dk_ref, dv_ref = torch.zeros_like(kd), torch.zeros_like(vd)
+            for h in range(g * group, (g + 1) * group):
+                for r0 in range(0, sq, block):
+                    r1 = min(sq, r0 + block)
+                    qd, go = q[b, h, r0:r1].double(), d_o[b, h, r0:r1].double()
+                    i = torch.arange(r0, r1, device=dev).view(-1, 1)
+                    x = qd @ kd.T * scale
+                    s0 = cap * torch.tanh(x / cap) if cap is not None else x
+                    sc = s0
+                    if slopes is not None:
+                        sc = sc - slopes[h] * (j - (i + off)).abs().double()
+                    if lo is not None:
+                        sc = sc.masked_fill(j < i + lo, float("-inf"))
+                    if hi is not None:
+                        sc = sc.masked_fill(j > i + hi, float("-inf"))
+                    if mask == "bool":
+                        sc = sc.masked_fill(~explicit[b, h, r0:r1], float("-inf"))
+                    elif mask == "additive":
+                        sc = sc + explicit[b, h, r0:r1].double()
+                    m = sc.max(dim=-1, keepdim=True).values
+                    dead = torch.isinf(m) & (m < 0)  # a row that sees no key: zero gradients
+                    e = torch.exp(sc - torch.where(dead, torch.zeros_like(m), m))
+                    p = torch.where(dead, torch.zeros_like(e), e / e.sum(dim=-1, keepdim=True))
+                    delta = (go * (p @ vd)).sum(dim=-1, keepdim=True)
+                    dx = p * (go @ vd.T - delta)
+                    if cap is not None:
+                        dx = dx * (1 - (s0 / cap) ** 2)
+                    add("dq", dq[b, h, r0:r1], scale * (dx @ kd))
+                    dk_ref += scale * (dx.T @ qd)
+                    dv_ref += p.T @ go
+            add("dk", dk[b, g], dk_ref)
+            add("dv", dv[b, g], dv_ref)
+    tol = BWD_TOLERANCE[dtype]
+    out = {}
+    for name, t in tally.items():
+        rel = math.sqrt(t["diff2"] / t["ref2"]) if t["ref2"] > 0 else math.sqrt(t["diff2"])
+        out[name] = {"max_abs_err": t["max_abs"], "rel_err": rel, "tolerance": tol, "nan_mismatches": t["nan"],
+                     "lse_max_abs_err": None, "rows_checked": t["rows"], "pass": rel <= tol and t["nan"] == 0}
+    out["pass"] = all(out[g]["pass"] for g in ("dq", "dk", "dv"))
+    return out
+
+
+def peak_watch(torch, dev):
+    """Starts measuring the memory one call adds; returns a function giving the bytes in use rose to since, or
+    None. CUDA: PyTorch's allocator statistics (max_memory_allocated over memory_allocated at the start). CPU:
+    the process's resident-set high-water mark, reset through /proc/self/clear_refs (Linux), over the resident
+    set at the start (as `sdpa bench` measures its host backends)."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+
+        def cuda_peak():
+            torch.cuda.synchronize(dev)
+            return torch.cuda.max_memory_allocated(dev) - base
+        return cuda_peak
+    return host_peak_watch()
+
+
+def host_peak_watch():
+    """The CPU half of peak_watch (no torch needed)."""
+    def status_kib(field):
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith(field):
+                        return int(line[len(field):].split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident set (Linux >= 4.0)
+    except OSError:
+        return lambda: None
+    base = status_kib("VmRSS:")
+    if base is None:
+        return lambda: None
+
+    def host_peak():
+        hwm = status_kib("VmHWM:")
+        return None if hwm is None else max(0, (hwm - base) * 1024)
+    return host_peak
+
+
+def worst_gradient(report):
+    """The gradient ("dq", "dk" or "dv") furthest from passing: NaN mismatches first, then rel_err / tolerance."""
+    return max(("dq", "dk", "dv"), key=lambda g: (report[g]["nan_mismatches"] > 0,
+                                                 report[g]["rel_err"] / report[g]["tolerance"]))
+
+
 def time_calls(torch, dev, fn, warmup, max_reps, budget):
     """Milliseconds per call: a probe sizes the repetitions to the budget (at least 3 unless one call
     alone exceeds it)."""
@@ -593,7 +780,7 @@ def run(args):
     for k in asked:
         if k not in KERNELS and k not in ALL_RAGGED_KERNELS:
             raise SystemExit(f"pytorch_sdpa.py: unknown kernel {k} (expected {', '.join(KERNELS + ALL_RAGGED_KERNELS)})")
-    cases = load_cases(args.spec)
+    cases = load_cases(args.spec, parse_passes(args.passes))
     # Plain cases whose inputs also run with variants: the plain point of a variant sweep.
     variant_inputs = {inputs_key(c[0], c[1], c[2], c[3]) for c in cases if c[5] and not c[6]}
     commit, date, mach = git_commit(), utc_now(), machine()
@@ -606,11 +793,16 @@ def run(args):
             mach += f", oneDNN max ISA {os.environ.get('ONEDNN_MAX_CPU_ISA')}"
     result = {"format": FORMAT, "command": " ".join(["python3"] + sys.argv), "machine": mach, "commit": commit,
               "date": date, "records": [], "skipped": []}
-    for n, (dtype, s, mask, layout, timing, variants, ragged) in enumerate(cases):
+    for n, (dtype, s, mask, layout, timing, variants, ragged, pass_) in enumerate(cases):
         # Flags given on the command line beat the spec's per-sweep values, which beat the defaults.
         warmup = args.warmup if args.warmup is not None else timing.get("warmup", 3)
         reps = args.reps if args.reps is not None else timing.get("reps", 20)
         budget = args.max_time if args.max_time is not None else timing.get("max_time_s", 2.0)
+        if ragged and pass_ != "fwd":
+            for kern in ragged_kernels(dev.type, ragged, asked):
+                result["skipped"].append(skip(kern, dtype, s, mask, layout, f"[{ragged_label(ragged)}] the backward "
+                                              "of ragged batches is not timed in PyTorch here", False, variants, pass_))
+            continue
         if ragged:
             meta = {"device": device_name, "commit": commit, "date": date, "machine": mach,
                     "progress": f"[{n + 1}/{len(cases)}]"}
@@ -619,14 +811,14 @@ def run(args):
             continue
         vlabel = variant_label(variants)
         label = (f"{dtype} {mask}{f' [{vlabel}]' if vlabel else ''} {layout} B={s['b']} Hq={s['hq']} Hkv={s['hkv']} "
-                 f"Sq={s['sq']} Sk={s['sk']} D={s['d']}")
-        kernels = case_kernels(dev.type, variants, inputs_key(dtype, s, mask, layout) in variant_inputs, asked)
+                 f"Sq={s['sq']} Sk={s['sk']} D={s['d']}{'' if pass_ == 'fwd' else ' ' + pass_}")
+        kernels = pass_kernels(dev.type, pass_, variants, inputs_key(dtype, s, mask, layout) in variant_inputs, asked)
         try:
-            q, k, v, explicit = make_inputs(torch, dev, dtype, s, mask, layout, args.seed)
+            q, k, v, explicit = make_inputs(torch, dev, dtype, s, mask, layout, args.seed, grad=pass_ != "fwd")
         except RuntimeError as e:  # out of memory, typically
             for kern in kernels:
                 result["skipped"].append(skip(recorded_kernel(kern, variants), dtype, s, mask, layout,
-                                              f"inputs: {first_line(e)}", True, variants))
+                                              f"inputs: {first_line(e)}", True, variants, pass_))
             continue
         for kern in kernels:
             name = recorded_kernel(kern, variants)
@@ -634,39 +826,56 @@ def run(args):
             if ctx is None:
                 result["skipped"].append(skip(name, dtype, s, mask, layout,
                                               f"this PyTorch ({torch.__version__}) has no {kern} backend", False,
-                                              variants))
+                                              variants, pass_))
                 continue
             try:
                 with ctx:
                     fn = build_call(torch, kern, q, k, v, s, mask, explicit, variants)
-                    out = fn()
-                    if dev.type == "cuda":
-                        torch.cuda.synchronize()
-                    check = None if args.no_check else reference_check(torch, q, k, v, out, s, mask, explicit, dtype,
-                                                                       variants)
-                    del out
-                    times = time_calls(torch, dev, fn, warmup, reps, budget)
-                    del fn  # an explicit mask can take gigabytes
+                    grad_report = peak = None
+                    if pass_ == "fwd":
+                        out = fn()
+                        if dev.type == "cuda":
+                            torch.cuda.synchronize()
+                        check = None if args.no_check else reference_check(torch, q, k, v, out, s, mask, explicit,
+                                                                           dtype, variants)
+                        del out
+                        timed = fn
+                    else:
+                        # The first call's peak: the forward, what autograd keeps for the backward, the backward.
+                        watch = peak_watch(torch, dev)
+                        timed, grads, d_o = grad_call(torch, fn, (q, k, v), pass_, args.seed)
+                        peak = watch()
+                        if not args.no_check:
+                            grad_report = grad_check(torch, q, k, v, explicit, grads, d_o, s, mask, dtype, variants)
+                        check = grad_report[worst_gradient(grad_report)] if grad_report else None
+                        del grads, d_o
+                    times = time_calls(torch, dev, timed, warmup, reps, budget)
+                    del fn, timed  # an explicit mask can take gigabytes; a kept graph, its saved tensors
             except (RuntimeError, NotImplementedError, ValueError, ImportError) as e:
                 # "No available kernel", out of memory and friends: this kernel cannot run this case here.
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
-                result["skipped"].append(skip(name, dtype, s, mask, layout, first_line(e), False, variants))
+                result["skipped"].append(skip(name, dtype, s, mask, layout, first_line(e), False, variants, pass_))
                 print(f"[{n + 1}/{len(cases)}] pytorch {name} {label}: not run: {first_line(e)}", file=sys.stderr)
                 continue
             times.sort()
             med = statistics.median(times)
-            flops, nbytes = cost(s, mask, dtype, variants)
-            rec = {"backend": "pytorch", "kernel": name, "device": device_name, "dtype": dtype, "shape": s,
-                   "mask": mask, "layout": layout, "f32_math": "exact" if dtype == "f32" else None,
+            flops, nbytes = cost(s, mask, dtype, variants, pass_)
+            rec = {"backend": "pytorch", "kernel": name, "pass": pass_, "device": device_name, "dtype": dtype,
+                   "shape": s, "mask": mask, "layout": layout, "f32_math": "exact" if dtype == "f32" else None,
                    "threads": torch.get_num_threads() if dev.type == "cpu" else None,
                    "time_ms": {"median": med, "min": times[0], "max": times[-1], "reps": len(times)},
                    "tflops": flops / (med * 1e-3) / 1e12, "gbps": nbytes / (med * 1e-3) / 1e9,
-                   "check": check, "peak_mem_bytes": None, "commit": commit, "date": date, "machine": mach}
+                   "check": check, "peak_mem_bytes": peak, "commit": commit, "date": date, "machine": mach}
             if variants:
                 rec["variants"] = variants
+            if grad_report:
+                rec["grad_check"] = grad_report
             result["records"].append(rec)
             status = "" if check is None else (" check pass" if check["pass"] else " check FAIL")
+            if grad_report:
+                status += " (rel err dQ {:.1e}, dK {:.1e}, dV {:.1e})".format(
+                    *(grad_report[g]["rel_err"] for g in ("dq", "dk", "dv")))
             print(f"[{n + 1}/{len(cases)}] pytorch {name} {label}: {med:.4f} ms {rec['tflops']:.3f} TFLOP/s{status}",
                   file=sys.stderr)
         del q, k, v, explicit
@@ -704,11 +913,12 @@ def first_line(e):
     return (s.splitlines() or [type(e).__name__])[0][:300]
 
 
-def skip(kernel, dtype, s, mask, layout, reason, failed, variants=None):
-    # A "not run" entry has no variants field: its reason names them (as sdpa bench's do).
+def skip(kernel, dtype, s, mask, layout, reason, failed, variants=None, pass_="fwd"):
+    # A "not run" entry has no variants field: its reason names them (as sdpa bench's do), and a backward pass.
     label = variant_label(variants)
+    reason = f"[{label}] {reason}" if label else reason
     return {"backend": "pytorch", "kernel": kernel, "dtype": dtype, "shape": s, "mask": mask, "layout": layout,
-            "reason": f"[{label}] {reason}" if label else reason, "failed": failed}
+            "pass": pass_, "reason": reason if pass_ == "fwd" else f"[{pass_}] {reason}", "failed": failed}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1127,6 +1337,7 @@ def self_test():
         pass
     variants_self_test(here)
     ragged_self_test(here)
+    backward_self_test(here)
     print(f"pytorch_sdpa.py self-test: ok ({n} preset cases parsed)")
 
 
@@ -1163,6 +1374,47 @@ def ragged_self_test(presets):
     assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash", "nested"]) == ["nested"]
     assert ragged_kernels("cpu", gpu_varlen[0][6], ["flash"]) == RAGGED_KERNELS["cpu"]
     assert causal_offsets("causal-br", [1, 3], [5, 2]) == [4, -1] and causal_offsets("none", [1], [1]) is None
+
+
+def backward_self_test(presets):
+    """The backward preset's cases and passes, the kernels each pass runs, --passes, skips and the cost."""
+    cases = load_cases(os.path.join(presets, "backward.json"))
+    gpu = [c for c in cases if c[0] == "bf16"]
+    cpu = [c for c in cases if c[1]["b"] == 1 and c[1]["hq"] in (8, 16) and c[1]["sq"] <= 4096 and c[0] == "f32"]
+    assert len(gpu) == 12 * 2 * 2 + 4 * 2 * 2, len(gpu)  # the GPU grid and the CPU grid's bf16 half
+    assert len(cpu) == 4 * 2 * 2 and {c[7] for c in cases} == {"bwd", "fwd+bwd"}
+    fa2bench = load_cases(os.path.join(presets, "fa2bench.json"))
+    assert {c[7] for c in fa2bench} == {"fwd"}, "a spec without passes times the forward"
+    only = load_cases(os.path.join(presets, "backward.json"), ["bwd"])
+    assert len(only) == len(cases) // 2 and all(c[7] == "bwd" for c in only)
+    assert parse_passes("fwd, fwd+bwd") == ["fwd", "fwd+bwd"] and parse_passes(None) is None
+    try:
+        parse_passes("backward")
+        raise AssertionError("an unknown pass was accepted")
+    except ValueError:
+        pass
+    assert pass_kernels("cuda", "bwd", {}, False, []) == ["flash", "cudnn", "efficient"]
+    assert pass_kernels("cpu", "fwd+bwd", {}, False, []) == ["flash", "math"]
+    assert pass_kernels("cuda", "fwd", {}, False, []) == PLAIN_KERNELS["cuda"]
+    assert pass_kernels("cpu", "bwd", {}, False, ["unfused"]) == ["unfused"]
+    assert pass_kernels("cuda", "bwd", {"softcap": 30.0}, True, []) == VARIANT_KERNELS["cuda"]
+    sk = skip("flash", "bf16", gpu[0][1], "none", "bhsd", "no kernel", False, {}, "bwd")
+    assert sk["reason"] == "[bwd] no kernel" and sk["pass"] == "bwd"
+    s = gpu[0][1]
+    assert cost(s, "none", "bf16", None, "fwd+bwd")[0] == 3.5 * cost(s, "none", "bf16")[0]
+    watch = host_peak_watch()
+    block = b"\x01" * (64 << 20)  # touched, so resident
+    peak = watch()
+    assert peak is None or peak >= 60 << 20, peak
+    del block
+    spec = []
+    normalize_spec({"pass": "bwd", "shapes": [{"b": 1, "hq": 2, "hkv": 1, "sq": 3, "sk": 5, "d": 8, "dv": 8}]}, spec)
+    assert spec[0]["passes"] == ["bwd"]
+    try:
+        normalize_spec({"passes": ["fwd", "grad"], "shapes": []}, [])
+        raise AssertionError("an unknown pass was accepted in a spec")
+    except ValueError:
+        pass
 
 
 def variants_self_test(presets):
@@ -1210,6 +1462,17 @@ def variants_self_test(presets):
                 pass
 
 
+def parse_passes(text):
+    """--passes as a list (None when not given); an unknown name is an error."""
+    if not text:
+        return None
+    out = [x.strip().lower() for x in text.split(",") if x.strip()]
+    for x in out:
+        if x not in PASSES:
+            raise ValueError(f"--passes: unknown pass {x!r} (expected one of {', '.join(PASSES)})")
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", help="bench spec file (sdpa-core BenchSpec, an array of them, or a replay spec)")
@@ -1223,6 +1486,7 @@ def main():
     p.add_argument("--reps", type=int, help="most timed calls per configuration (default: the spec's, else 20)")
     p.add_argument("--max-time", type=float, help="seconds per configuration (default: the spec's, else 2)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads on the CPU")
+    p.add_argument("--passes", help="comma-separated: fwd, bwd, fwd+bwd (default: the spec's, else fwd)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-check", action="store_true", help="skip the float64 comparison")
     p.add_argument("--dry-run", action="store_true", help="list the configurations and exit (no torch needed)")
@@ -1237,12 +1501,12 @@ def main():
             (args.warmup is not None and args.warmup < 0):
         p.error("--reps must be >= 1, --max-time > 0, --warmup >= 0")
     try:
-        cases = load_cases(args.spec)
+        cases = load_cases(args.spec, parse_passes(args.passes))
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as e:
         raise SystemExit(f"pytorch_sdpa.py: {args.spec}: {e}")
     if args.dry_run:
-        for dtype, s, mask, layout, timing, variants, ragged in cases:
-            print(dtype, mask, layout, json.dumps(s), json.dumps(timing), json.dumps(variants),
+        for dtype, s, mask, layout, timing, variants, ragged, pass_ in cases:
+            print(pass_, dtype, mask, layout, json.dumps(s), json.dumps(timing), json.dumps(variants),
                   ragged_label(ragged) if ragged else "dense")
         return
     run(args)

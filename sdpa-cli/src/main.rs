@@ -9,10 +9,12 @@
 
 mod analyze;
 mod backends;
+mod backward;
 mod bench;
 mod cache;
 mod devices;
 mod measure;
+mod peak_memory;
 mod report;
 mod run;
 mod serving;
@@ -32,7 +34,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run one attention call on a backend, time it, and optionally check it against the f64 reference.
+    /// Run one attention call (forward, backward or both) on a backend, time it, and optionally check it
+    /// against the f64 reference.
     Run(run::RunArgs),
     /// List the backends present, the CPU's SIMD features and the GPUs found (or why none).
     Devices(devices::DevicesArgs),

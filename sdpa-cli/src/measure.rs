@@ -130,35 +130,54 @@ pub fn measure(
     };
     drop(first);
 
-    let (warmup, reps) = match how.reps {
-        // A slow call gets few repetitions; what the first call spent compiling kernels does not count.
-        Repetitions::Fixed { reps, .. } if first_s - first_call.kernel_setup_s() > 0.5 => (0, reps.min(3)),
-        Repetitions::Fixed { warmup, reps } => (warmup, reps),
-        Repetitions::Budget { warmup, max_reps, budget_s } => {
-            // One timed call sizes the repetitions to the budget.
-            let (t, _) = be.time_host(spec, opts, inputs, 0, 1)?;
-            let probe = t.first().copied().unwrap_or(0.0) * 1e-3;
-            let fit = if probe > 0.0 { (budget_s / probe) as usize } else { max_reps };
-            let min_reps = if probe <= budget_s { 3 } else { 1 };
-            let reps = fit.max(min_reps).min(max_reps).max(1);
-            let warmup = if probe * warmup as f64 > budget_s { warmup.min(1) } else { warmup };
-            (warmup, reps)
-        }
-    };
-    let (times, ran) = be.time_host(spec, opts, inputs, warmup, reps.max(1))?;
+    let (warmup, reps) = repetitions(how.reps, first_s - first_call.kernel_setup_s(), || {
+        let (t, _) = be.time_host(spec, opts, inputs, 0, 1)?;
+        Ok(t.first().copied().unwrap_or(0.0))
+    })?;
+    let (times, ran) = be.time_host(spec, opts, inputs, warmup, reps)?;
     let stats = TimeStats::from_samples(&times).ok_or(MeasureError::NoSamples)?;
 
     let mut rec = BenchRecord::new(be.name(), opts.kernel.name(), &be.device_name(), spec, stats, check);
     if opts.kernel == Kernel::Auto {
         rec.auto_chose = Some(ran.name().to_string());
     }
+    finish(be, spec, opts, &mut rec, first_call);
+    Ok(rec)
+}
+
+/// (warm-up, timed calls) under a policy, for a configuration whose checked first call took `first_s`
+/// seconds besides compiling kernels; `probe` times one call in milliseconds (asked for by the budget policy
+/// only).
+pub fn repetitions(
+    policy: Repetitions,
+    first_s: f64,
+    probe: impl FnOnce() -> Result<f64, SdpaError>,
+) -> Result<(usize, usize), SdpaError> {
+    Ok(match policy {
+        // A slow call gets few repetitions; what the first call spent compiling kernels does not count.
+        Repetitions::Fixed { reps, .. } if first_s > 0.5 => (0, reps.clamp(1, 3)),
+        Repetitions::Fixed { warmup, reps } => (warmup, reps.max(1)),
+        Repetitions::Budget { warmup, max_reps, budget_s } => {
+            // One timed call sizes the repetitions to the budget.
+            let probe = probe()? * 1e-3;
+            let fit = if probe > 0.0 { (budget_s / probe) as usize } else { max_reps };
+            let min_reps = if probe <= budget_s { 3 } else { 1 };
+            let reps = fit.max(min_reps).min(max_reps).max(1);
+            let warmup = if probe * warmup as f64 > budget_s { warmup.min(1) } else { warmup };
+            (warmup, reps)
+        }
+    })
+}
+
+/// What every record of `be` carries besides its timing and check: CPU threads, the f32 math mode, the first
+/// call, and where and when it was measured.
+pub fn finish(be: &dyn HostBackend, spec: &AttentionSpec, opts: &RunOptions, rec: &mut BenchRecord, first: FirstCall) {
     rec.threads = opts.threads.or_else(|| (be.name() == "cpu").then(provenance::rayon_threads).flatten());
     if spec.dtype == DType::F32 {
         rec.f32_math = Some(opts.f32_math.name().to_string());
     }
-    rec.first_call = Some(first_call);
-    provenance::stamp(&mut rec);
-    Ok(rec)
+    rec.first_call = Some(first);
+    provenance::stamp(rec);
 }
 
 /// Rows compared with the reference: all of them while the reference work stays under ~2e8 multiply-adds

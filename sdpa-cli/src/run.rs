@@ -1,12 +1,15 @@
-//! `sdpa run`: one attention call on one backend, timed, optionally checked against the f64 reference.
+//! `sdpa run`: one attention call on one backend, timed, optionally checked against the f64 reference; with
+//! `--pass bwd` or `fwd+bwd` its backward (the forward's O and LSE, a seeded dO, the three gradients checked).
 
 use crate::backends::{open_backend, BACKENDS};
 use crate::measure::{check_counts, measure, Measure, Repetitions};
 use crate::serving::{default_layout, label, resolve, BatchArgs};
 use crate::variants::{check_alignment, VariantArgs};
 use anyhow::{bail, Context, Result};
+use sdpa_core::backward::GradCheckReport;
 use sdpa_core::{
-    AttentionSpec, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape,
+    AttentionSpec, BackwardOptions, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Pass,
+    RunOptions, Shape,
 };
 
 /// Flags of `sdpa run` (shared by every backend).
@@ -43,10 +46,18 @@ pub struct RunArgs {
     /// f32 multiplication on the GPU: exact, tf32 or split-tf32.
     #[arg(long, default_value = "exact")]
     f32_math: F32Math,
+    /// What to time: fwd (the forward), bwd (the backward alone, after an untimed forward that writes O and
+    /// the LSE) or fwd+bwd (both, a training step's attention).
+    #[arg(long, default_value = "fwd")]
+    pass: Pass,
+    /// Backward: ask for a result independent of thread and atomic ordering (bitwise reproducible); the
+    /// output says whether the run was.
+    #[arg(long)]
+    deterministic: bool,
     /// CPU worker threads (default: RAYON_NUM_THREADS or all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Compare the output with the f64 reference.
+    /// Compare the output (the backward: dQ, dK and dV) with the f64 reference.
     #[arg(long)]
     check: bool,
     /// Rows to compare when checking (all rows when the shape is small enough).
@@ -88,8 +99,15 @@ pub fn run(args: RunArgs) -> Result<()> {
     spec.validate().with_context(|| format!("shape {}{}", args.shape, label(&spec)))?;
     let backend = open_backend(&args.backend, args.threads)?;
     let opts = RunOptions { kernel: args.kernel, f32_math: args.f32_math, threads: args.threads, lse: args.check };
+    if args.deterministic && !args.pass.has_backward() {
+        bail!("--deterministic is an option of the backward: add --pass bwd or --pass fwd+bwd");
+    }
     // Refuse what the backend cannot run before the inputs exist (a huge head dim would be allocated first).
-    backend.capabilities().check(backend.name(), &spec, &opts)?;
+    if args.pass.has_backward() {
+        backend.capabilities().check_backward(backend.name(), &spec, &opts)?;
+    } else {
+        backend.capabilities().check(backend.name(), &spec, &opts)?;
+    }
     backend.check_host_memory(&spec, &opts)?;
     let inputs = HostInputs::random(&spec, args.seed)?;
     let how = Measure {
@@ -98,11 +116,20 @@ pub fn run(args: RunArgs) -> Result<()> {
         reps: Repetitions::Fixed { warmup: args.warmup, reps: args.reps },
         since_process_start: true,
     };
-    let rec = measure(&*backend, &spec, &opts, &inputs, &how)?;
+    let (rec, grads) = if args.pass.has_backward() {
+        let bwd = BackwardOptions { deterministic: args.deterministic, dq_accum: false };
+        let m = crate::backward::measure_backward(&*backend, &spec, &opts, &bwd, args.pass, &inputs, &how, args.seed)?;
+        (m.record, m.grads)
+    } else {
+        (measure(&*backend, &spec, &opts, &inputs, &how)?, None)
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {
-        print_human(&rec, &*backend);
+        print_human(&rec, grads.as_ref(), &*backend);
+    }
+    if let Some(why) = grads.as_ref().and_then(GradCheckReport::failure) {
+        bail!("check failed: {why}");
     }
     if let Some(why) = rec.check.as_ref().and_then(|c| c.failure()) {
         bail!("check failed: {why}");
@@ -110,14 +137,20 @@ pub fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
+fn print_human(r: &BenchRecord, grads: Option<&GradCheckReport>, backend: &dyn HostBackend) {
     let s = &r.shape;
     let variants =
         if r.variants.is_plain() { String::new() } else { format!(" {}", r.variants.label(r.variants.diagonal)) };
     let layout = r.layout.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
     let batch = r.ragged.as_ref().map(|b| format!(" [{}]", crate::serving::describe(b))).unwrap_or_default();
+    let pass = match (r.pass, r.deterministic) {
+        (Pass::Fwd, _) => String::new(),
+        (p, Some(true)) => format!(" pass={p} (deterministic)"),
+        (p, Some(false)) => format!(" pass={p} (not deterministic)"),
+        (p, None) => format!(" pass={p}"),
+    };
     println!(
-        "{} {} on {}: {} {}{layout}{batch} mask={}{variants}",
+        "{} {} on {}: {} {}{layout}{batch} mask={}{variants}{pass}",
         backend.name(),
         r.kernel,
         r.device,
@@ -145,7 +178,15 @@ fn print_human(r: &BenchRecord, backend: &dyn HostBackend) {
         let since = f.since_process_start_s.map(|s| format!("; {s:.3} s after process start")).unwrap_or_default();
         println!("  first call {:.3} s{setup}{since}", f.seconds);
     }
-    if let Some(c) = &r.check {
+    if let Some(bytes) = r.peak_mem_bytes {
+        println!(
+            "  peak memory of the first forward and backward: {:.1} MiB above the resident set before them",
+            bytes as f64 / 1048576.0
+        );
+    }
+    if let Some(g) = grads {
+        println!("  {}", crate::backward::describe_grads(g));
+    } else if let Some(c) = &r.check {
         println!(
             "  check {}: rel err {:.3e} (tolerance {:.1e}), max abs err {:.3e}, {} rows",
             if c.pass { "pass" } else { "FAIL" },

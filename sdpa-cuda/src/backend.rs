@@ -13,8 +13,9 @@ use crate::sys::program::Program;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use half::{bf16, f16};
 use sdpa_core::{
-    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, Mask, MaskKind, ProgramLoad,
-    Result, RunOptions, SdpaError, Serving, Variant,
+    AttentionSpec, Backend, BackwardArgs, BackwardOptions, BackwardRun, Capabilities, DType, F32Math, ForwardArgs,
+    HostBuffer, Kernel, Mask, MaskKind, Operand, Pass, PassBuffers, ProgramLoad, Result, RunOptions, SdpaError,
+    Serving, Variant,
 };
 use std::sync::{Arc, Mutex};
 
@@ -159,6 +160,21 @@ impl CudaBackend {
         Ok(WarmedUp { loads: self.dev.prepare(&programs)?, skipped })
     }
 
+    /// Loads now the programs the backward calls `(spec, options)` would launch (one per call: its Delta,
+    /// main and dQ entries), compiled on parallel threads, so that no first backward call waits for NVRTC.
+    /// Calls the backward cannot run are left out (running them reports why).
+    pub fn warm_up_backward(&self, calls: &[(AttentionSpec, BackwardOptions)]) -> Result<Vec<ProgramLoad>> {
+        let mut programs: Vec<Program> = Vec::new();
+        for (spec, bwd) in calls {
+            if let Ok(p) = crate::kernels::bwd::program_for(spec, bwd.deterministic) {
+                if !programs.contains(&p) {
+                    programs.push(p);
+                }
+            }
+        }
+        self.dev.prepare(&programs)
+    }
+
     /// Loads every program of every kernel family (the whole compile, in parallel): for a cache that must
     /// hold everything before the machine goes offline, or to time the full compile.
     pub fn warm_up_all(&self) -> Result<Vec<ProgramLoad>> {
@@ -229,6 +245,146 @@ impl CudaBackend {
         let ran = dispatch(&call)?;
         drop(guards);
         Ok(ran)
+    }
+
+    /// Runs one backward call on caller-owned device memory, queued on `stream` (which must belong to this
+    /// backend's context): from Q, K, V (+ the explicit mask as additive f32, required iff the spec's mask is
+    /// explicit), the forward's output `o` and its LSE (`[B, Hq, Sq]` f32, `[Hq, total_q]` ragged), and the
+    /// upstream gradient `d_o` (O's strides), writes `dq`, `dk`, `dv` in the spec's dtype through Q's, K's
+    /// and V's strides. `dq_accum` receives dQ in f32 (Q's strides) when `bwd.dq_accum` asks for it (then it
+    /// is required). Every length is checked against the spec's strides. Returns the kernel that ran and
+    /// whether the run was deterministic (`bwd.deterministic`; the default path adds dQ with atomics and
+    /// is not). f16/bf16 only; paged KV caches are refused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_on_stream<T: CudaElement>(
+        &self,
+        stream: &Arc<CudaStream>,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        q: &impl DevicePtr<T>,
+        k: &impl DevicePtr<T>,
+        v: &impl DevicePtr<T>,
+        mask: Option<&CudaSlice<f32>>,
+        o: &impl DevicePtr<T>,
+        d_o: &impl DevicePtr<T>,
+        lse: &CudaSlice<f32>,
+        dq: &mut impl DevicePtrMut<T>,
+        dk: &mut impl DevicePtrMut<T>,
+        dv: &mut impl DevicePtrMut<T>,
+        dq_accum: Option<&mut CudaSlice<f32>>,
+    ) -> Result<BackwardRun> {
+        if stream.context().cu_ctx() != self.dev.context().cu_ctx() {
+            return Err(SdpaError::InvalidSpec("the stream belongs to another CUDA context than the backend".into()));
+        }
+        if T::DTYPE != spec.dtype {
+            return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
+        }
+        let lens = BackwardLens {
+            q: q.len(),
+            k: k.len(),
+            v: v.len(),
+            mask: mask.map(|m| m.len()),
+            o: o.len(),
+            d_o: d_o.len(),
+            lse: lse.len(),
+            dq: dq.len(),
+            dk: dk.len(),
+            dv: dv.len(),
+            dq_accum: dq_accum.as_ref().map(|a| a.len()),
+        };
+        self.prepare_backward(spec, opts, bwd, &lens)?;
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(11);
+        let ptrs = BackwardPtrs {
+            q: keep(&mut guards, q.device_ptr(stream)),
+            k: keep(&mut guards, k.device_ptr(stream)),
+            v: keep(&mut guards, v.device_ptr(stream)),
+            mask: mask.map_or(0, |m| keep(&mut guards, m.device_ptr(stream))),
+            o: keep(&mut guards, o.device_ptr(stream)),
+            d_o: keep(&mut guards, d_o.device_ptr(stream)),
+            lse: keep(&mut guards, lse.device_ptr(stream)),
+            dq: keep(&mut guards, dq.device_ptr_mut(stream)),
+            dk: keep(&mut guards, dk.device_ptr_mut(stream)),
+            dv: keep(&mut guards, dv.device_ptr_mut(stream)),
+            dq_f32: match dq_accum {
+                Some(a) if bwd.dq_accum => keep(&mut guards, a.device_ptr_mut(stream)),
+                _ => 0,
+            },
+        };
+        self.launch_backward(stream, spec, opts, bwd, ptrs, guards)
+    }
+
+    /// Checks what a backward call relies on beyond the spec's validation: capabilities, every buffer's
+    /// length against the spec's strides, the f32 dQ output when asked for.
+    fn prepare_backward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        l: &BackwardLens,
+    ) -> Result<()> {
+        spec.validate()?;
+        self.capabilities().check_backward(BACKEND, spec, opts)?;
+        spec.check_lengths(l.q, l.k, l.v, l.o, l.mask)?;
+        let (nq, nk, nv, no) = (
+            spec.required_len(Operand::Q)?,
+            spec.required_len(Operand::K)?,
+            spec.required_len(Operand::V)?,
+            spec.required_len(Operand::O)?,
+        );
+        let dq32 = if bwd.dq_accum { Some(l.dq_accum.unwrap_or(0)) } else { None };
+        let checks = [
+            ("d_o", l.d_o, no),
+            ("dq", l.dq, nq),
+            ("dk", l.dk, nk),
+            ("dv", l.dv, nv),
+            ("lse", l.lse, spec.lse_len()?),
+            ("dq_accum", dq32.unwrap_or(nq), nq),
+        ];
+        for (name, len, needed) in checks {
+            if len < needed {
+                return Err(SdpaError::BufferTooShort { name, len, needed });
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the backward's launches on `stream`: the operands' pointers checked against the spec, each
+    /// kept ordered by its guard in `guards` until the launches are queued; the ALiBi slopes and a ragged
+    /// batch's offsets are uploaded (kept per content by the device) and pointed at here.
+    fn launch_backward(
+        &self,
+        stream: &Arc<CudaStream>,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        p: BackwardPtrs,
+        guards: Vec<SyncOnDrop<'_>>,
+    ) -> Result<BackwardRun> {
+        crate::kernels::policy::choose_backward(opts.kernel)?;
+        let slopes = self.alibi_slopes(spec)?;
+        let ragged = self.ragged_table(spec)?;
+        let mut more: Vec<SyncOnDrop<'_>> = Vec::with_capacity(2);
+        let mut params = AttnParams::new(spec, p.q, p.k, p.v, p.o, p.mask, p.lse)?;
+        params.alibi = slopes.as_ref().map_or(0, |s| keep(&mut more, s.device_ptr(stream)));
+        if let Some(t) = &ragged {
+            params.point_at_ragged(spec, keep(&mut more, t.device_ptr(stream)), 0);
+        }
+        let call = Call { dev: &self.dev, stream, spec, opts, params };
+        let ptrs = crate::kernels::bwd::BwdParams {
+            attn: params,
+            d_o: p.d_o,
+            dq: p.dq,
+            dk: p.dk,
+            dv: p.dv,
+            delta: 0,
+            dq_acc: 0,
+            dq_f32: p.dq_f32,
+        };
+        let deterministic = crate::kernels::bwd::run(&call, ptrs, bwd.deterministic);
+        drop(more);
+        drop(guards);
+        Ok(BackwardRun { kernel: Kernel::Fa2, deterministic: deterministic? })
     }
 
     /// The "write to cache" step of a paged KV cache on the device, exactly [`sdpa_core::append_to_pages`]:
@@ -368,6 +524,37 @@ impl CudaBackend {
     }
 }
 
+/// Buffer lengths of a backward call (elements), for [`CudaBackend::prepare_backward`].
+struct BackwardLens {
+    q: usize,
+    k: usize,
+    v: usize,
+    mask: Option<usize>,
+    o: usize,
+    d_o: usize,
+    lse: usize,
+    dq: usize,
+    dk: usize,
+    dv: usize,
+    dq_accum: Option<usize>,
+}
+
+/// Device addresses of a backward call's buffers (0: absent), ordered on the call's stream by guards the
+/// caller holds.
+struct BackwardPtrs {
+    q: u64,
+    k: u64,
+    v: u64,
+    mask: u64,
+    o: u64,
+    d_o: u64,
+    lse: u64,
+    dq: u64,
+    dk: u64,
+    dv: u64,
+    dq_f32: u64,
+}
+
 /// What [`CudaBackend::warm_up`] did.
 #[derive(Debug)]
 pub struct WarmedUp {
@@ -409,7 +596,8 @@ impl Backend for CudaBackend {
             variants: Variant::ALL.to_vec(),
             // fa2 runs both (splitkv decodes them); fa1, unfused and the f32 paths refuse them (kernels::policy).
             serving: Serving::ALL.to_vec(),
-            backward: vec![],
+            // The tensor-core backward (kernels::bwd), f16/bf16; f32 and paged caches are refused there.
+            backward: vec![Kernel::Fa2],
         }
     }
 
@@ -525,6 +713,110 @@ impl Backend for CudaBackend {
         let ran = dispatch(&call)?;
         drop(guards);
         Ok(ran)
+    }
+
+    fn backward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        args: BackwardArgs<'_, CudaBuffer>,
+    ) -> Result<BackwardRun> {
+        let halves = [("q", args.q), ("k", args.k), ("v", args.v), ("o", args.o), ("d_o", args.d_o)];
+        let outs = [("dq", &*args.dq), ("dk", &*args.dk), ("dv", &*args.dv)];
+        for (name, b) in halves.into_iter().chain(outs) {
+            if b.dtype() != spec.dtype {
+                return Err(SdpaError::DTypeMismatch { name, expected: spec.dtype, found: b.dtype() });
+            }
+        }
+        let f32s = [("mask", args.mask), ("lse", Some(args.lse)), ("dq_accum", args.dq_accum.as_deref())];
+        for (name, b) in f32s {
+            if let Some(b) = b {
+                if b.dtype() != DType::F32 {
+                    return Err(SdpaError::DTypeMismatch { name, expected: DType::F32, found: b.dtype() });
+                }
+            }
+        }
+        if matches!(spec.mask, Mask::Explicit(_)) != args.mask.is_some() {
+            return Err(SdpaError::InvalidSpec("an explicit mask needs a mask buffer, and only it".into()));
+        }
+        let lens = BackwardLens {
+            q: args.q.len(),
+            k: args.k.len(),
+            v: args.v.len(),
+            mask: args.mask.map(CudaBuffer::len),
+            o: args.o.len(),
+            d_o: args.d_o.len(),
+            lse: args.lse.len(),
+            dq: args.dq.len(),
+            dk: args.dk.len(),
+            dv: args.dv.len(),
+            dq_accum: args.dq_accum.as_deref().map(CudaBuffer::len),
+        };
+        self.prepare_backward(spec, opts, bwd, &lens)?;
+        let stream = self.dev.stream();
+        let mut guards = Vec::with_capacity(11);
+        let ptrs = BackwardPtrs {
+            q: keep(&mut guards, args.q.ptr(stream)),
+            k: keep(&mut guards, args.k.ptr(stream)),
+            v: keep(&mut guards, args.v.ptr(stream)),
+            mask: args.mask.map_or(0, |m| keep(&mut guards, m.ptr(stream))),
+            o: keep(&mut guards, args.o.ptr(stream)),
+            d_o: keep(&mut guards, args.d_o.ptr(stream)),
+            lse: keep(&mut guards, args.lse.ptr(stream)),
+            dq: keep(&mut guards, args.dq.ptr_mut(stream)),
+            dk: keep(&mut guards, args.dk.ptr_mut(stream)),
+            dv: keep(&mut guards, args.dv.ptr_mut(stream)),
+            dq_f32: match args.dq_accum {
+                Some(a) if bwd.dq_accum => keep(&mut guards, a.ptr_mut(stream)),
+                _ => 0,
+            },
+        };
+        self.launch_backward(stream, spec, opts, bwd, ptrs, guards)
+    }
+
+    /// Device-event timing of a pass (forward, backward, or both in turn), each rep bracketed by two events
+    /// after the L2 flush ([`L2Flush`]), as [`Backend::time_forward`] times the forward.
+    fn time_pass(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        bufs: &mut PassBuffers<CudaBuffer, CudaSlice<u32>>,
+        pass: Pass,
+        warmup: usize,
+        reps: usize,
+    ) -> Result<Vec<f64>> {
+        let ctx = self.dev.context();
+        let stream = self.dev.stream();
+        let mut pairs = Vec::with_capacity(reps);
+        for i in 0..warmup + reps {
+            self.flush_l2()?;
+            let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+            let events = if i < warmup {
+                None
+            } else {
+                let start = ctx.new_event(timed).map_err(drv("cuEventCreate", "timing"))?;
+                let end = ctx.new_event(timed).map_err(drv("cuEventCreate", "timing"))?;
+                start.record(stream).map_err(drv("cuEventRecord", "timing"))?;
+                Some((start, end))
+            };
+            if pass.has_forward() {
+                self.forward(spec, opts, bufs.fwd_args())?;
+            }
+            if pass.has_backward() {
+                self.backward(spec, opts, bwd, bufs.bwd_args())?;
+            }
+            if let Some((start, end)) = events {
+                end.record(stream).map_err(drv("cuEventRecord", "timing"))?;
+                pairs.push((start, end));
+            }
+        }
+        self.dev.synchronize()?;
+        pairs
+            .iter()
+            .map(|(s, e)| s.elapsed_ms(e).map(|ms| ms as f64).map_err(drv("cuEventElapsedTime", "timing")))
+            .collect()
     }
 
     /// Device-event timing: each call is bracketed by two events after an L2 flush ([`L2Flush`]; by default

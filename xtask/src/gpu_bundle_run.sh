@@ -181,6 +181,19 @@ if want sanitize; then
     "splitkv bf16 exact 1,32,8,1,5000,80 causal-br"
     "splitkv f16 exact 2,8,8,1,3000,192,128 none"
   )
+  # The backward (issue 24): a ragged batch with empty sequences and GQA at both tiles, atomic and
+  # deterministic, by the test binary's small test. Warmed outside first.
+  if [[ -x "$B/tests/backward" ]]; then
+    "$B/tests/backward" small_calls_for_the_sanitizer > /dev/null 2>&1
+    for tool in memcheck racecheck; do
+      log="$(compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/tests/backward" small_calls_for_the_sanitizer 2>&1)"
+      rc=$?
+      echo "== $tool backward (rc=$rc)" >> "$OUT/sanitizer.log"; echo "$log" >> "$OUT/sanitizer.log"
+      res="$(echo "$log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' | tail -2 | tr -d '"' | tr '\n' ' ')"
+      printf '{"stage":"%s","run":"backward","rc":%d,"result":"%s"}\n' "$tool" "$rc" "$res" >> "$summary"
+      table+=("$(printf '%-9s %-40s rc=%d  %s' "$tool" "backward: small calls" "$rc" "$res")")
+    done
+  fi
   # Variants (issue 22): windows + softcap + ALiBi through fa2, splitkv (each load path), fa1 and unfused, by
   # the test binary's small-shape tests (the CLI's variant flags live in sdpa-cli). Warmed outside first; before the CLI runs.
   vruns=(

@@ -22,14 +22,14 @@ pub fn mask_label(raw: &str) -> String {
     }
 }
 
-/// True when `r` ran this shape in this dtype (`bf16`, `f16`, `f32`, any case) under this mask label, as plain
-/// attention (a windowed or softcapped record measured other work).
+/// True when `r` ran this shape's forward in this dtype (`bf16`, `f16`, `f32`, any case) under this mask label,
+/// as plain attention (a windowed or softcapped record measured other work, a backward record another pass).
 pub fn same_problem(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str) -> bool {
     same_problem_with(r, shape, dtype, mask, &Variants::default())
 }
 
 /// [`same_problem`] for a call with these variants (compared with the diagonal written out on both sides, as
-/// records carry it).
+/// records carry it). Traces' attention ops are forward calls: backward records are never evidence for them.
 pub fn same_problem_with(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str, variants: &Variants) -> bool {
     let written = |v: &Variants| {
         let mut v = v.clone();
@@ -41,6 +41,7 @@ pub fn same_problem_with(r: &BenchRecord, shape: &Shape, dtype: &str, mask: &str
         v
     };
     r.shape == *shape
+        && r.pass == sdpa_core::Pass::Fwd
         && r.dtype.name().eq_ignore_ascii_case(dtype)
         && mask_label(&r.mask) == mask
         && written(&r.variants) == written(variants)

@@ -1,7 +1,8 @@
 //! The results face: benchmark reports. `sdpa report FILES...` reads result files written by `sdpa bench`,
 //! `sdpa run --json` and `bench/pytorch_sdpa.py` (through `sdpa_core::record::file`, the one reader), and
 //! renders markdown and one self-contained HTML page with tables per shape (TFLOP/s, GB/s, efficiency
-//! against a tabled or measured peak, speedup against a chosen baseline, the reference check) and SVG plots
+//! against a tabled or measured peak, speedup against a chosen baseline, the reference check; a backward table
+//! against PyTorch's backward, [`backward`]) and SVG plots
 //! (TFLOP/s against sequence length per kernel; a roofline per device). [`evidence`] lends the same records
 //! to the trace face as evidence for its findings.
 //!
@@ -19,6 +20,7 @@
 //! assert!(page::markdown(&report, false).contains("| cpu | fa2 |"));
 //! ```
 
+pub mod backward;
 pub mod evidence;
 pub mod model;
 pub mod page;

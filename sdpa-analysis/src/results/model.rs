@@ -5,7 +5,7 @@ use super::ReportError;
 use sdpa_core::record::{BenchFile, MeasuredPeak, Skipped};
 use sdpa_core::{
     AttentionCost, AttentionSpec, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues,
-    Ragged, Shape, Variants,
+    Pass, Ragged, Shape, Variants,
 };
 use std::collections::BTreeMap;
 
@@ -93,6 +93,9 @@ pub struct Source {
 pub struct Row {
     /// The record as read.
     pub rec: BenchRecord,
+    /// Index of the file it came from in [`ResultsReport::sources`] (ratios "measured in the same run" pair
+    /// rows of one file).
+    pub file: usize,
     /// `backend:kernel` (with the f32 math mode when it is not exact).
     pub series: String,
     /// FLOP/s in TFLOP/s, recomputed from the shape, mask, dtype and median time.
@@ -109,12 +112,15 @@ pub struct Row {
     pub speedup: Option<f64>,
 }
 
-/// The records of one configuration (platform, dtype, mask, variants, shape, layout): records with different
-/// variants are never grouped, so every speedup compares calls with the same window, softcap and ALiBi.
+/// The records of one configuration (platform, pass, dtype, mask, variants, shape, layout): records with
+/// different variants or passes are never grouped, so every speedup compares calls with the same window,
+/// softcap and ALiBi, and a backward only with a backward.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     /// "cpu" or the GPU's name.
     pub platform: String,
+    /// What the rows timed: the forward, the backward, or both.
+    pub pass: Pass,
     /// Element type.
     pub dtype: DType,
     /// Mask name.
@@ -138,17 +144,27 @@ pub struct Group {
 
 impl Group {
     /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`, with the variants
-    /// after the mask (`causal + window 4096,0 tl`).
+    /// after the mask (`causal + window 4096,0 tl`) and a pass other than the forward after the platform
+    /// (`cpu · bwd · ...`).
     pub fn title(&self) -> String {
         let batch = self.ragged.as_ref().map(|r| format!(" · {}", batch_label(r))).unwrap_or_default();
         format!(
             "{} · {} · {} · {} · {}{batch}",
-            self.platform,
+            platform_and_pass(&self.platform, self.pass),
             self.dtype,
             mask_and_variants(&self.mask, &self.variants_label),
             shape_label(&self.shape),
             self.layout
         )
+    }
+}
+
+/// The platform, and the pass when it is not the forward: `NVIDIA H100 80GB HBM3 · bwd`. Titles and plot
+/// families use it, so a backward never shares a line or a heading with a forward.
+pub fn platform_and_pass(platform: &str, pass: Pass) -> String {
+    match pass {
+        Pass::Fwd => platform.to_string(),
+        p => format!("{platform} · {p}"),
     }
 }
 
@@ -193,6 +209,8 @@ pub fn shape_label(s: &Shape) -> String {
 pub struct SpeedupSummary {
     /// "cpu" or the GPU's name.
     pub platform: String,
+    /// The pass the ratios are of (ratios of different passes are never pooled).
+    pub pass: Pass,
     /// Element type.
     pub dtype: DType,
     /// The variants' label (empty: plain attention): ratios of different variants are never pooled.
@@ -308,23 +326,22 @@ fn variants_key(rec: &BenchRecord) -> String {
     serde_json::to_string(&v).unwrap_or_default()
 }
 
-/// The cost of the work the record's call did: its mask, and the pairs its window leaves; `None` for a mask
-/// name the cost model does not know or variants that do not validate for the shape.
+/// The cost of the work the record's call did: its pass (forward, backward or both), its mask, and the pairs its
+/// window leaves; `None` for a mask name the cost model does not know or variants that do not validate for the
+/// shape.
 pub(crate) fn cost_of(rec: &BenchRecord) -> Option<AttentionCost> {
     let mask = mask_of(&rec.mask, &rec.shape)?;
-    if let Some(r) = &rec.ragged {
-        // Each sequence's own band over its own lengths (the layout does not change the work).
-        let spec = AttentionSpec::new(rec.shape, rec.dtype)
-            .with_ragged(r.clone(), sdpa_core::Layout::Bshd)
-            .with_mask(mask)
-            .with_variants(rec.variants.clone());
-        return spec.validate().ok().map(|()| AttentionCost::of_spec(&spec));
-    }
-    if rec.variants.is_plain() {
+    if rec.ragged.is_none() && rec.variants.is_plain() && rec.pass == Pass::Fwd {
         return Some(AttentionCost::of(&rec.shape, &mask, rec.dtype));
     }
-    let spec = AttentionSpec::new(rec.shape, rec.dtype).with_mask(mask).with_variants(rec.variants.clone());
-    spec.validate().ok().map(|()| AttentionCost::of_spec(&spec))
+    let spec = AttentionSpec::new(rec.shape, rec.dtype);
+    let spec = match &rec.ragged {
+        // Each sequence's own band over its own lengths (the layout does not change the work).
+        Some(r) => spec.with_ragged(r.clone(), sdpa_core::Layout::Bshd),
+        None => spec,
+    };
+    let spec = spec.with_mask(mask).with_variants(rec.variants.clone());
+    spec.validate().ok().map(|()| AttentionCost::of_pass(&spec, rec.pass))
 }
 
 /// True when a device name is a GPU's (so PyTorch CUDA records group with our CUDA records).
@@ -353,9 +370,17 @@ fn series_of(rec: &BenchRecord) -> String {
     }
 }
 
-/// Platform, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout, the
-/// ragged batch (as JSON; empty for dense calls, which sort first).
-type GroupKey = (String, u8, String, String, [usize; 7], String, String);
+/// Platform, pass, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout,
+/// the ragged batch (as JSON; empty for dense calls, which sort first).
+type GroupKey = (String, u8, u8, String, String, [usize; 7], String, String);
+
+fn pass_rank(p: Pass) -> u8 {
+    match p {
+        Pass::Fwd => 0,
+        Pass::Bwd => 1,
+        Pass::FwdBwd => 2,
+    }
+}
 
 /// A ragged batch as a grouping key: its lengths and page size (the pool's size is the runner's choice).
 pub(crate) fn ragged_key(r: Option<&Ragged>) -> String {
@@ -389,7 +414,7 @@ impl ResultsReport {
         // Ceilings measured by the runs themselves, per platform (used when no peak was chosen).
         let mut measured: BTreeMap<String, MeasuredPeak> = BTreeMap::new();
         let mut measured_gbps: BTreeMap<String, f64> = BTreeMap::new();
-        for (name, file) in files {
+        for (file_index, (name, file)) in files.iter().enumerate() {
             sources.push(Source {
                 name: name.clone(),
                 records: file.records.len(),
@@ -415,7 +440,7 @@ impl ResultsReport {
                     }
                     (p, _) => *p,
                 };
-                let row = derive_row(rec, &peak)?;
+                let row = derive_row(rec, file_index, &peak)?;
                 if !series.contains(&row.series) {
                     series.push(row.series.clone());
                 }
@@ -424,6 +449,7 @@ impl ResultsReport {
                 let label = variants_label(rec);
                 let key: GroupKey = (
                     platform_of(rec),
+                    pass_rank(rec.pass),
                     dtype_rank(rec.dtype),
                     rec.mask.clone(),
                     variants_key(rec),
@@ -435,6 +461,7 @@ impl ResultsReport {
                     .entry(key)
                     .or_insert_with(|| Group {
                         platform: platform_of(rec),
+                        pass: rec.pass,
                         dtype: rec.dtype,
                         mask: rec.mask.clone(),
                         variants: rec.variants.clone(),
@@ -499,8 +526,8 @@ impl ResultsReport {
     /// Speedups against the baseline summarised per (platform, dtype, series): configurations, median, min
     /// and max, over the groups where the baseline ran (the seed reports' "ours vs PyTorch" line).
     pub fn speedup_summary(&self) -> Vec<SpeedupSummary> {
-        // (platform, dtype rank, variants, series index) -> (dtype, ratios, baselines used).
-        type Tally = BTreeMap<(String, u8, String, usize), (DType, Vec<f64>, Vec<String>)>;
+        // (platform, pass, dtype rank, variants, series index) -> (dtype, pass, ratios, baselines used).
+        type Tally = BTreeMap<(String, u8, u8, String, usize), (DType, Pass, Vec<f64>, Vec<String>)>;
         let mut acc = Tally::new();
         for g in &self.groups {
             let Some((base, _)) = &g.baseline else { continue };
@@ -509,21 +536,22 @@ impl ResultsReport {
                 let (Some(sp), Some(idx)) = (r.speedup, self.series.iter().position(|s| *s == r.series)) else {
                     continue;
                 };
-                let key = (g.platform.clone(), dtype_rank(g.dtype), g.variants_label.clone(), idx);
-                let e = acc.entry(key).or_insert((g.dtype, Vec::new(), Vec::new()));
-                e.1.push(sp);
-                if !e.2.contains(base) {
-                    e.2.push(base.clone());
+                let key = (g.platform.clone(), pass_rank(g.pass), dtype_rank(g.dtype), g.variants_label.clone(), idx);
+                let e = acc.entry(key).or_insert((g.dtype, g.pass, Vec::new(), Vec::new()));
+                e.2.push(sp);
+                if !e.3.contains(base) {
+                    e.3.push(base.clone());
                 }
             }
         }
         acc.into_iter()
-            .map(|((platform, _, variants, idx), (dtype, mut v, bases))| {
+            .map(|((platform, _, _, variants, idx), (dtype, pass, mut v, bases))| {
                 v.sort_by(f64::total_cmp);
                 let n = v.len();
                 let median = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
                 SpeedupSummary {
                     platform,
+                    pass,
                     dtype,
                     variants,
                     series: self.series[idx].clone(),
@@ -540,9 +568,16 @@ impl ResultsReport {
     /// Every call with variants against the same series, platform, dtype, mask, shape and layout without
     /// them (issue 22's "softcap <= 10 % over plain", "window >= 3.5x faster than full"), in group order.
     pub fn variant_ratios(&self) -> Vec<VariantRatio> {
-        type Key = (String, u8, String, [usize; 7], String);
+        type Key = (String, u8, u8, String, [usize; 7], String);
         let key = |g: &Group| -> Key {
-            (g.platform.clone(), dtype_rank(g.dtype), g.mask.clone(), shape_key(&g.shape), g.layout.clone())
+            (
+                g.platform.clone(),
+                pass_rank(g.pass),
+                dtype_rank(g.dtype),
+                g.mask.clone(),
+                shape_key(&g.shape),
+                g.layout.clone(),
+            )
         };
         let plain: BTreeMap<Key, &Group> =
             self.groups.iter().filter(|g| g.variants.is_plain()).map(|g| (key(g), g)).collect();
@@ -618,7 +653,7 @@ fn hardware_for(rec: &BenchRecord, peak: &PeakChoice) -> Option<&'static Hardwar
     }
 }
 
-fn derive_row(rec: &BenchRecord, peak: &PeakChoice) -> Result<Row, ReportError> {
+fn derive_row(rec: &BenchRecord, file: usize, peak: &PeakChoice) -> Result<Row, ReportError> {
     let t = rec.time_ms.median;
     if !(t.is_finite() && t > 0.0) {
         return Err(ReportError::Record(format!(
@@ -657,7 +692,17 @@ fn derive_row(rec: &BenchRecord, peak: &PeakChoice) -> Result<Row, ReportError> 
         },
         (_, None) => (None, None),
     };
-    Ok(Row { rec: rec.clone(), series: series_of(rec), tflops, gbps, intensity, efficiency, bound, speedup: None })
+    Ok(Row {
+        rec: rec.clone(),
+        file,
+        series: series_of(rec),
+        tflops,
+        gbps,
+        intensity,
+        efficiency,
+        bound,
+        speedup: None,
+    })
 }
 
 fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
@@ -671,7 +716,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
         let s = g.shape;
         let sq_mode = if s.sq == s.sk { None } else { Some(s.sq) };
         let key = (
-            g.platform.clone(),
+            platform_and_pass(&g.platform, g.pass),
             dtype_rank(g.dtype),
             g.mask.clone(),
             g.variants_label.clone(),
@@ -684,7 +729,7 @@ fn seq_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
         titles.entry(key.clone()).or_insert_with(|| {
             format!(
                 "{} · {} · {} · Hq={} Hkv={} D={}{dv} · {sq} · {}",
-                g.platform,
+                platform_and_pass(&g.platform, g.pass),
                 g.dtype,
                 mask_and_variants(&g.mask, &g.variants_label),
                 s.hq,
@@ -740,7 +785,7 @@ fn head_dim_plots(groups: &[Group], order: &[String]) -> Vec<SeqPlot> {
     for g in groups.iter().filter(|g| g.shape.d == g.shape.dv && g.ragged.is_none()) {
         let s = g.shape;
         let key = (
-            g.platform.clone(),
+            platform_and_pass(&g.platform, g.pass),
             dtype_rank(g.dtype),
             g.mask.clone(),
             g.variants_label.clone(),

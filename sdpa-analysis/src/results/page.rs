@@ -1,6 +1,7 @@
 //! Printers: markdown (with plots as separate SVG files) and one self-contained HTML page (plots inline,
 //! styles inline, no script, no external resource).
 
+use super::backward::PYTORCH_BACKWARDS;
 use super::model::{shape_label, Group, ResultsReport, Row, XAxis};
 use super::plots::{color, esc, roofline_plot, seq_plot};
 use sdpa_core::record::Skipped;
@@ -127,27 +128,49 @@ fn skipped_summary(sk: &[Skipped]) -> Vec<(String, String, usize, bool, String)>
         .collect()
 }
 
-/// Speedup summary table: per platform, dtype and series, the median, min and max ratio to the baseline.
+/// True when some record timed a backward: the tables then name each row's pass.
+fn has_backward(r: &ResultsReport) -> bool {
+    r.groups.iter().any(|g| g.pass != sdpa_core::Pass::Fwd)
+}
+
+/// Speedup summary table: per platform, (pass,) dtype and series, the median, min and max ratio to the baseline.
 fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
-    let head = ["platform", "dtype", "variants", "backend:kernel", "against", "configurations", "median", "min", "max"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let passes = has_backward(r);
+    let head = [
+        "platform",
+        "pass",
+        "dtype",
+        "variants",
+        "backend:kernel",
+        "against",
+        "configurations",
+        "median",
+        "min",
+        "max",
+    ]
+    .iter()
+    .filter(|h| passes || **h != "pass")
+    .map(|s| s.to_string())
+    .collect();
     let rows = r
         .speedup_summary()
         .into_iter()
         .map(|s| {
-            vec![
-                s.platform,
-                s.dtype.to_string(),
-                if s.variants.is_empty() { "-".into() } else { s.variants },
-                s.series,
-                s.baseline,
-                s.configurations.to_string(),
-                format!("{:.3}x", s.median),
-                format!("{:.3}x", s.min),
-                format!("{:.3}x", s.max),
-            ]
+            let pass = passes.then(|| s.pass.to_string());
+            [s.platform]
+                .into_iter()
+                .chain(pass)
+                .chain([
+                    s.dtype.to_string(),
+                    if s.variants.is_empty() { "-".into() } else { s.variants },
+                    s.series,
+                    s.baseline,
+                    s.configurations.to_string(),
+                    format!("{:.3}x", s.median),
+                    format!("{:.3}x", s.min),
+                    format!("{:.3}x", s.max),
+                ])
+                .collect()
         })
         .collect();
     (head, rows)
@@ -155,8 +178,10 @@ fn ratio_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
 
 /// Summary pivot: one row per group, one column per series (TFLOPS, with the speedup when there is one).
 fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
-    let mut head: Vec<String> = ["platform", "dtype", "mask", "variants", "B", "Hq", "Hkv", "Sq", "Sk", "D"]
+    let passes = has_backward(r);
+    let mut head: Vec<String> = ["platform", "pass", "dtype", "mask", "variants", "B", "Hq", "Hkv", "Sq", "Sk", "D"]
         .iter()
+        .filter(|h| passes || **h != "pass")
         .map(|s| s.to_string())
         .collect();
     head.extend(r.series.iter().cloned());
@@ -166,8 +191,11 @@ fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
         .iter()
         .map(|g| {
             let s = g.shape;
-            let mut cells = vec![
-                g.platform.clone(),
+            let mut cells = vec![g.platform.clone()];
+            if passes {
+                cells.push(g.pass.to_string());
+            }
+            cells.extend([
                 g.dtype.to_string(),
                 g.mask.clone(),
                 if g.variants_label.is_empty() { "-".into() } else { g.variants_label.clone() },
@@ -177,7 +205,7 @@ fn summary(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
                 s.sq.to_string(),
                 s.sk.to_string(),
                 if s.dv == s.d { s.d.to_string() } else { format!("{}/{}", s.d, s.dv) },
-            ];
+            ]);
             for name in &r.series {
                 let best = g.rows.iter().filter(|x| &x.series == name).max_by(|a, b| a.tflops.total_cmp(&b.tflops));
                 cells.push(best.map_or("-".into(), |x| {
@@ -259,6 +287,65 @@ fn serving_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     (head, rows)
 }
 
+/// Our backward and forward + backward records against PyTorch's of the same configuration and file, with the
+/// gradients' check.
+fn backward_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut head: Vec<String> =
+        ["configuration", "pass", "backend:kernel", "median ms", "TFLOP/s"].iter().map(|s| s.to_string()).collect();
+    head.extend(PYTORCH_BACKWARDS.iter().map(|(_, label)| format!("vs PyTorch {label}")));
+    head.extend(
+        ["vs best PyTorch", "gradients (worst of dQ, dK, dV)", "deterministic", "peak memory"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    let rows = r
+        .backward_rows()
+        .into_iter()
+        .filter_map(|v| {
+            let g = r.groups.get(v.group)?;
+            let mut cells = vec![g.title(), v.pass.to_string(), v.series, fmt_ms(v.median_ms), fmt_tflops(v.tflops)];
+            cells.extend(v.vs.iter().map(|x| x.map_or("-".into(), |x| format!("{x:.2}x"))));
+            cells.push(v.vs_best.map_or("-".into(), |(x, k)| format!("{x:.2}x ({k})")));
+            cells.push(v.check.map_or("not checked".into(), |c| {
+                format!("{} (rel {:.1e} ≤ {:.0e})", if c.pass { "pass" } else { "FAIL" }, c.rel_err, c.tolerance)
+            }));
+            cells.push(match v.deterministic {
+                Some(true) => "yes".into(),
+                Some(false) => "no".into(),
+                None => "-".into(),
+            });
+            cells.push(v.peak_mem_bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)));
+            Some(cells)
+        })
+        .collect();
+    (head, rows)
+}
+
+/// The issue's bar per grid: the median and smallest ratio to each PyTorch backward.
+fn backward_summary_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
+    let head = ["platform", "pass", "dtype", "backend:kernel", "against", "configurations", "median", "min"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows = r
+        .backward_summary()
+        .into_iter()
+        .map(|s| {
+            vec![
+                s.platform,
+                s.pass.to_string(),
+                s.dtype.to_string(),
+                s.series,
+                s.against,
+                s.configurations.to_string(),
+                format!("{:.3}x", s.median),
+                format!("{:.3}x", s.min),
+            ]
+        })
+        .collect();
+    (head, rows)
+}
+
 fn md_cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
@@ -298,6 +385,13 @@ const NOTES: &str = "TFLOP/s = FLOPs of the two matrix products (causal masks an
 pairs they leave) / median time; GB/s = minimal bytes (Q, K, V read once, O written once) / median time; both recomputed from each record's \
 shape, mask, dtype and median with sdpa-core's cost model. Speedup = the baseline's median / this median (above 1 \
 is faster), measured within the same configuration.";
+
+const BACKWARD_NOTE: &str = "Our backward (bwd: the backward alone, given the forward's O and LSE; fwd+bwd: both \
+in one timed step) against PyTorch's on the same configuration, measured in the same file: PyTorch's median over \
+ours, above 1 ours is faster (PyTorch flash on the CPU is its fused CPU kernel). TFLOP/s count the pass's work: \
+the backward 2·pairs·(3D + 2Dv) FLOPs (2.5x the forward at D = Dv), fwd+bwd the sum. The check is the worst of \
+dQ, dK and dV against the f64 reference. Peak memory: how far the first forward and backward raised the \
+memory in use (host backends and PyTorch on the CPU: the resident set; PyTorch on CUDA: its allocator's peak).";
 
 const VARIANTS_NOTE: &str = "Each call with a window, softcap or ALiBi against the same backend and kernel on the \
 same configuration without them, measured in the same run: time / plain below 1 is a window's saving, above 1 what \
@@ -354,6 +448,15 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         let (h, rows) = serving_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Serving layouts\n\n{SERVING_NOTE}\n");
+            md_table(&mut out, &h, &rows);
+        }
+        let (h, rows) = backward_table(r);
+        if !rows.is_empty() {
+            let _ = writeln!(out, "## Backward\n\n{BACKWARD_NOTE}\n");
+            let (sh, srows) = backward_summary_table(r);
+            if !srows.is_empty() {
+                md_table(&mut out, &sh, &srows);
+            }
             md_table(&mut out, &h, &rows);
         }
     }
@@ -478,6 +581,15 @@ pub fn html(r: &ResultsReport) -> String {
         if !rows.is_empty() {
             let _ = writeln!(out, "<h2>Serving layouts</h2><p class=\"note\">{}</p>", esc(SERVING_NOTE));
             html_table(&mut out, "serving", &h, &rows, None);
+        }
+        let (h, rows) = backward_table(r);
+        if !rows.is_empty() {
+            let _ = writeln!(out, "<h2>Backward</h2><p class=\"note\">{}</p>", esc(BACKWARD_NOTE));
+            let (sh, srows) = backward_summary_table(r);
+            if !srows.is_empty() {
+                html_table(&mut out, "backward-summary", &sh, &srows, None);
+            }
+            html_table(&mut out, "backward", &h, &rows, Some(h.len() - 3));
         }
     }
     if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {

@@ -67,12 +67,13 @@ impl ResultsReport {
         out
     }
 
-    /// Groups of the same platform, dtype, mask, variants and heads as `g` (any layout, shape, batch).
+    /// Groups of the same platform, pass, dtype, mask, variants and heads as `g` (any layout, shape, batch).
     fn kin<'a>(&'a self, g: &'a Group) -> impl Iterator<Item = &'a Group> + 'a {
         let (s, v) = (g.shape, &g.variants);
         self.groups.iter().filter(move |o| {
             let t = o.shape;
             o.platform == g.platform
+                && o.pass == g.pass
                 && o.dtype == g.dtype
                 && o.mask == g.mask
                 && o.variants == *v

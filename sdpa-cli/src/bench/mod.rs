@@ -1,7 +1,8 @@
-//! `sdpa bench`: a sweep of shapes x dtypes x masks x variants x layouts x backends x kernels, each configuration
-//! warmed up, timed many times (device events on the GPU, through the backend's `time_host`), checked
-//! against the f64 reference, and written as one JSON record; PyTorch's SDPA on the same shapes in the
-//! same invocation when torch is importable (`bench/pytorch_sdpa.py`).
+//! `sdpa bench`: a sweep of shapes x dtypes x masks x variants x layouts x passes x backends x kernels, each
+//! configuration warmed up, timed many times (device events on the GPU, through the backend's `time_host`, or
+//! `time_pass_host` for a backward pass), checked against the f64 reference (the backward: dQ, dK, dV), and
+//! written as one JSON record; PyTorch's SDPA (forward or backward) on the same shapes in the same invocation
+//! when torch is importable (`bench/pytorch_sdpa.py`).
 
 pub mod plan;
 mod presets;
@@ -15,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use plan::{Case, Config, InputsKey, Overrides, Plan};
 use sdpa_core::record::{BenchFile, Skipped};
-use sdpa_core::{BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, WarmUp};
+use sdpa_core::{BackwardOptions, BenchRecord, DType, F32Math, HostBackend, HostInputs, Layout, Pass, WarmUp};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -25,8 +26,8 @@ use std::path::{Path, PathBuf};
 /// given override the same list in the preset or spec file.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
-    /// Named sweep: quick (default), fa2bench, decode, seed, headdims, variants, serving (files under
-    /// bench/presets/).
+    /// Named sweep: quick (default), fa2bench, decode, seed, headdims, variants, serving, backward (files
+    /// under bench/presets/).
     #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
     /// JSON spec file: {backends, kernels, dtypes, shapes:[{b,hq,hkv,sq,sk,d,dv}], masks, layouts}, an array
@@ -57,6 +58,9 @@ pub struct SweepArgs {
     /// f32 multiplication modes on the GPU: exact, tf32, split-tf32.
     #[arg(long, value_delimiter = ',')]
     f32_math: Vec<F32Math>,
+    /// Passes: fwd (the forward), bwd (the backward alone, after an untimed forward), fwd+bwd (both).
+    #[arg(long, value_delimiter = ',')]
+    pass: Vec<Pass>,
     /// One set of variants (window, softcap, ALiBi) in place of the spec's `variants` list.
     #[command(flatten)]
     variants: VariantArgs,
@@ -97,6 +101,7 @@ impl SweepArgs {
             f32_math: self.f32_math.clone(),
             variants: self.variants.variants()?.into_iter().collect(),
             batches: Some(self.batch.request()).filter(|r| !r.is_dense()).into_iter().collect(),
+            passes: self.pass.clone(),
         };
         plan::build(&sweeps, &over, &source, self.spec.is_some())
     }
@@ -112,6 +117,10 @@ pub struct BenchArgs {
     /// CPU worker threads (default: RAYON_NUM_THREADS or all cores); also passed to PyTorch.
     #[arg(long)]
     threads: Option<usize>,
+    /// Backward passes: ask for results independent of thread and atomic ordering (records say whether
+    /// each run was).
+    #[arg(long)]
+    deterministic: bool,
     /// Untimed calls before timing (default 3, or the preset's).
     #[arg(long)]
     warmup: Option<usize>,
@@ -165,6 +174,7 @@ struct Settings {
     check_rows: Option<usize>,
     threads: Option<usize>,
     seed: u64,
+    bwd: BackwardOptions,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -211,6 +221,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         check_rows: args.check_rows,
         threads: args.threads,
         seed: args.seed,
+        bwd: BackwardOptions { deterministic: args.deterministic, dq_accum: false },
     };
     let out_path = args.out.clone().unwrap_or_else(default_out);
     if let Some(dir) = out_path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -274,7 +285,8 @@ fn describe_case(c: &Case) -> String {
     let variants = c.variants_label();
     let variants = if variants.is_empty() { variants } else { format!(" [{variants}]") };
     let batch = c.ragged.as_ref().map(|r| format!(" [{}]", crate::serving::describe(r))).unwrap_or_default();
-    format!("{} {}{variants} {} {}{batch}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
+    let pass = if c.pass == Pass::Fwd { String::new() } else { format!(" {}", c.pass) };
+    format!("{} {}{variants} {} {}{batch}{pass}", c.dtype, c.mask.name(), c.layout.name(), s.labelled())
 }
 
 fn describe(c: &Config) -> String {
@@ -295,10 +307,16 @@ fn skipped(c: &Config, reason: String, failed: bool) -> Skipped {
         mask: c.case.mask.name().to_string(),
         layout: Some(c.case.layout.name().to_string()),
         variants: c.case.spec().recorded_variants(),
-        // Skipped entries carry no lengths of their own: the reason names the batch.
-        reason: match &c.case.ragged {
-            Some(r) => format!("{reason} [{}]", crate::serving::describe(r)),
-            None => reason,
+        // Skipped entries carry no lengths or pass of their own: the reason names the batch and the pass.
+        reason: {
+            let reason = match &c.case.ragged {
+                Some(r) => format!("{reason} [{}]", crate::serving::describe(r)),
+                None => reason,
+            };
+            match c.case.pass {
+                Pass::Fwd => reason,
+                p => format!("[{p}] {reason}"),
+            }
         },
         failed,
     }
@@ -339,7 +357,8 @@ fn warm_up(
 }
 
 enum Outcome {
-    Done(Box<BenchRecord>),
+    /// The record, and a backward's three gradient checks.
+    Done(Box<BenchRecord>, Option<sdpa_core::backward::GradCheckReport>),
     Skip(String),
     Fail(String),
 }
@@ -398,7 +417,11 @@ fn sweep(
         };
         // What the backend cannot run is skipped before its inputs are built (they may be huge).
         let opts = c.opts(st.threads);
-        let fits = be.capabilities().check(be.name(), &c.case.spec(), &opts);
+        let fits = if c.case.pass.has_backward() {
+            be.capabilities().check_backward(be.name(), &c.case.spec(), &opts)
+        } else {
+            be.capabilities().check(be.name(), &c.case.spec(), &opts)
+        };
         if let Err(e) = fits.and_then(|()| be.check_host_memory(&c.case.spec(), &opts)) {
             say(format!("{}: skipped: {e}", describe(c)));
             file.skipped.push(skipped(c, e.to_string(), false));
@@ -422,11 +445,14 @@ fn sweep(
             }
         };
         match run_one(&**be, c, inp, st, explicit) {
-            Outcome::Done(rec) => {
-                let check = rec.check.as_ref().map_or("not checked".to_string(), |k| match k.failure() {
-                    None => format!("check pass (rel err {:.1e}, tol {:.0e})", k.rel_err, k.tolerance),
-                    Some(why) => format!("check FAIL: {why}"),
-                });
+            Outcome::Done(rec, grads) => {
+                let check = match grads {
+                    Some(g) => crate::backward::describe_grads(&g),
+                    None => rec.check.as_ref().map_or("not checked".to_string(), |k| match k.failure() {
+                        None => format!("check pass (rel err {:.1e}, tol {:.0e})", k.rel_err, k.tolerance),
+                        Some(why) => format!("check FAIL: {why}"),
+                    }),
+                };
                 say(format!(
                     "{}: {:.4} ms (min {:.4}, {} reps)  {:.3} TFLOP/s  {:.1} GB/s  {check}",
                     describe(c),
@@ -470,8 +496,14 @@ fn run_one(
         budget_s: explicit.2.or(c.max_time_s).unwrap_or(st.max_time_s),
     };
     let how = Measure { check: st.check, check_rows: st.check_rows, reps, since_process_start: false };
-    match measure(be, &spec, &opts, inp, &how) {
-        Ok(rec) => Outcome::Done(Box::new(rec)),
+    let measured = if c.case.pass.has_backward() {
+        crate::backward::measure_backward(be, &spec, &opts, &st.bwd, c.case.pass, inp, &how, st.seed)
+            .map(|m| (m.record, m.grads))
+    } else {
+        measure(be, &spec, &opts, inp, &how).map(|rec| (rec, None))
+    };
+    match measured {
+        Ok((rec, grads)) => Outcome::Done(Box::new(rec), grads),
         Err(e) if e.is_unavailable() => Outcome::Skip(format!("{e:#}")),
         Err(e) => Outcome::Fail(format!("{e:#}")),
     }

@@ -1,14 +1,14 @@
 //! The sweep: flags, a preset or a spec file turned into a validated list of configurations, ordered so
-//! that configurations sharing inputs (same dtype, shape, mask, layout; the variants do not change the
-//! inputs) run one after the other.
+//! that configurations sharing inputs (same dtype, shape, mask, layout; the variants and the pass do not
+//! change the inputs) run one after the other.
 
 use super::presets;
 use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::{
-    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Ragged, RaggedRequest, RunOptions,
-    Shape, Variants,
+    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Pass, Ragged, RaggedRequest,
+    RunOptions, Shape, Variants,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -36,6 +36,8 @@ pub struct Overrides {
     pub variants: Vec<Variants>,
     /// Ragged batches (`--seqlens-q/-k`, `--page-size`) in place of the spec's `batches`.
     pub batches: Vec<RaggedRequest>,
+    /// Passes (`--pass`) in place of the spec's `passes`.
+    pub passes: Vec<Pass>,
 }
 
 /// What a case's random inputs depend on.
@@ -53,6 +55,8 @@ pub struct Case {
     /// The ragged batch (lengths, pages) resolved against `shape`, whose Sq/Sk are then its bounds; `None`
     /// for a dense batch.
     pub ragged: Option<Ragged>,
+    /// What is timed: the forward, the backward, or both.
+    pub pass: Pass,
 }
 
 // Validated variants hold no NaN (a softcap is finite and positive, slopes are finite), so equality is total.
@@ -60,7 +64,7 @@ impl Eq for Case {}
 
 impl std::hash::Hash for Case {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (self.dtype, self.shape, self.mask, self.layout, &self.ragged).hash(h);
+        (self.dtype, self.shape, self.mask, self.layout, &self.ragged, self.pass).hash(h);
         let v = &self.variants;
         (v.window, v.softcap.map(f64::to_bits), v.diagonal).hash(h);
         match &v.alibi {
@@ -83,7 +87,7 @@ impl Case {
         .with_variants(self.variants.clone())
     }
 
-    /// What the random inputs depend on: cases that differ only in their variants share them.
+    /// What the random inputs depend on: cases that differ only in their variants or pass share them.
     pub fn inputs_key(&self) -> InputsKey {
         (self.dtype, self.shape, self.mask, self.layout, self.ragged.clone())
     }
@@ -262,6 +266,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
         let batches = pick(&over.batches, &sw.batches, &[RaggedRequest::default()]);
         let f32_math = pick(&over.f32_math, &sw.f32_math, &[F32Math::Exact]);
         let variants = pick(&over.variants, &sw.variants, &[Variants::default()]);
+        let passes = pick(&over.passes, &sw.passes, &[Pass::Fwd]);
         for b in &backends {
             if b != PYTORCH && !RUST_BACKENDS.contains(&b.as_str()) {
                 bail!("{}: unknown backend `{b}` (expected reference, cpu, cuda or pytorch)", ctx());
@@ -283,6 +288,7 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
             variants.len(),
             layouts.len(),
             batches.len(),
+            passes.len(),
             backends.len(),
             kernels.len(),
             f32_count,
@@ -310,19 +316,28 @@ pub fn build(sweeps: &[BenchSpec], over: &Overrides, source: &str, from_file: bo
                             crate::variants::check_alignment(&mask, v, &what)?;
                             for &asked in &layouts {
                                 let layout = crate::serving::default_layout(asked, ragged.is_some());
-                                let case =
-                                    Case { dtype, shape, mask, layout, variants: v.clone(), ragged: ragged.clone() };
-                                case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
-                                plan_case(
-                                    &mut plan,
-                                    &mut pytorch_seen,
-                                    case,
-                                    &backends,
-                                    &kernels,
-                                    &f32_math,
-                                    sw,
-                                    timing,
-                                );
+                                for &pass in &passes {
+                                    let case = Case {
+                                        dtype,
+                                        shape,
+                                        mask,
+                                        layout,
+                                        variants: v.clone(),
+                                        ragged: ragged.clone(),
+                                        pass,
+                                    };
+                                    case.spec().validate().with_context(|| format!("{}: shape {shape}", ctx()))?;
+                                    plan_case(
+                                        &mut plan,
+                                        &mut pytorch_seen,
+                                        case,
+                                        &backends,
+                                        &kernels,
+                                        &f32_math,
+                                        sw,
+                                        timing,
+                                    );
+                                }
                             }
                         }
                     }
@@ -420,5 +435,29 @@ mod tests {
         // Identical cases from overlapping sweeps run once; the same case with other variants does not merge.
         let plan = build(&[spec.clone(), spec], &Overrides::default(), "t", true).expect("plan");
         assert_eq!(plan.configs.len(), 12);
+    }
+
+    /// Passes multiply the sweep and share the inputs of their case; the flag's list replaces the spec's,
+    /// and a spec without passes times the forward.
+    #[test]
+    fn passes_are_swept_on_shared_inputs() {
+        let spec = BenchSpec {
+            backends: vec!["reference".into()],
+            kernels: vec!["auto".into()],
+            dtypes: vec![DType::F32],
+            shapes: vec![Shape::new(1, 2, 16, 16, 8)],
+            passes: vec![Pass::Bwd, Pass::FwdBwd],
+            ..Default::default()
+        };
+        let plan = build(std::slice::from_ref(&spec), &Overrides::default(), "t", true).expect("plan");
+        let passes: Vec<Pass> = plan.configs.iter().map(|c| c.case.pass).collect();
+        assert_eq!(passes, vec![Pass::Bwd, Pass::FwdBwd]);
+        assert_eq!(plan.configs[0].case.inputs_key(), plan.configs[1].case.inputs_key());
+        let over = Overrides { passes: vec![Pass::Fwd], ..Default::default() };
+        let plan = build(std::slice::from_ref(&spec), &over, "t", true).expect("plan");
+        assert!(plan.configs.iter().all(|c| c.case.pass == Pass::Fwd) && plan.configs.len() == 1);
+        let plain = BenchSpec { passes: Vec::new(), ..spec };
+        let plan = build(&[plain], &Overrides::default(), "t", true).expect("plan");
+        assert!(plan.configs.iter().all(|c| c.case.pass == Pass::Fwd));
     }
 }

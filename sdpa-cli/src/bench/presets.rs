@@ -7,7 +7,7 @@ use sdpa_core::record::BenchSpec;
 use sdpa_core::{DType, Shape};
 
 /// (name, what it is, spec file text).
-pub const PRESETS: [(&str, &str, &str); 7] = [
+pub const PRESETS: [(&str, &str, &str); 8] = [
     (
         "quick",
         "the default: CPU unfused vs fused at S = 256..1024 and a decode shape, plus a short GPU sweep when one is present",
@@ -38,6 +38,11 @@ pub const PRESETS: [(&str, &str, &str); 7] = [
         "serving",
         "issue 23's serving layouts: GPU bf16 ragged prefill (16 seqs, 64k tokens) and paged decode (B=32, 512..32k, page 16), CPU varlen and paged decode, each with its dense equal-work call",
         include_str!("../../../bench/presets/serving.json"),
+    ),
+    (
+        "backward",
+        "issue 24's backward, bwd and fwd+bwd: GPU bf16 on the fa2bench grid (B x S = 16k, hidden 2048, D 64/128, S 512..16k, causal and not), CPU f32/bf16 on the anchors' shapes (B=1 H=8 D=64 S=512..2048, H=16 D=128 S=4096; run with --threads 2)",
+        include_str!("../../../bench/presets/backward.json"),
     ),
 ];
 

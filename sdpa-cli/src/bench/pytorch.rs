@@ -5,7 +5,7 @@ use super::plan::{Case, Timing};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::record::{parse_results, BenchFile, Skipped};
-use sdpa_core::{AttentionCost, AttentionSpec, Layout, RaggedRequest};
+use sdpa_core::{AttentionCost, AttentionSpec, Layout, Pass, RaggedRequest};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -147,7 +147,10 @@ pub fn run(req: &Request<'_>, cases: &[(String, Case, Timing)], file: &mut Bench
                         mask: c.mask.name().into(),
                         layout: Some(c.layout.name().into()),
                         variants: c.spec().recorded_variants(),
-                        reason: why.clone(),
+                        reason: match c.pass {
+                            Pass::Fwd => why.clone(),
+                            p => format!("[{p}] {why}"),
+                        },
                         failed: true,
                     });
                 }
@@ -178,12 +181,15 @@ fn case_spec(c: &Case, t: &Timing) -> BenchSpec {
         variants: if c.variants.is_plain() { Vec::new() } else { vec![c.variants.clone()] },
         // The lengths and pages, resolved against the shape (whose Sq/Sk are their bounds) as ours were.
         batches: c.ragged.as_ref().map(RaggedRequest::of).into_iter().collect(),
+        // The forward names no pass, so the script's spec reads as before backward passes existed.
+        passes: if c.pass == Pass::Fwd { Vec::new() } else { vec![c.pass] },
         ..Default::default()
     }
 }
 
 /// Adds the script's records, with TFLOPS and GB/s recomputed by our cost model so both sides use the
-/// same FLOP and byte counts (a window counts the work it leaves), and the ceilings it measured when asked.
+/// same FLOP and byte counts (a window counts the work it leaves, a backward its own five products), and the
+/// ceilings it measured when asked.
 fn merge(file: &mut BenchFile, theirs: BenchFile, take_ceilings: bool) {
     if take_ceilings && file.ceilings.is_none() {
         file.ceilings = theirs.ceilings;
@@ -197,7 +203,7 @@ fn merge(file: &mut BenchFile, theirs: BenchFile, take_ceilings: bool) {
             };
             let spec = spec.with_mask(mask).with_variants(r.variants.clone());
             if spec.validate().is_ok() {
-                let cost = AttentionCost::of_spec(&spec);
+                let cost = AttentionCost::of_pass(&spec, r.pass);
                 r.tflops = cost.tflops(r.time_ms.median);
                 r.gbps = cost.gbps(r.time_ms.median);
             }

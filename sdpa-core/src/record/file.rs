@@ -300,6 +300,7 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             ragged: None,
             pass: Default::default(),
             deterministic: None,
+            grad_check: None,
             layout: text(r.get("layout")),
             f32_math: if dtype == DType::F32 { f32_math } else { None },
             threads: None,

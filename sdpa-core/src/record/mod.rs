@@ -105,9 +105,12 @@ pub struct BenchRecord {
     /// Minimal bytes / median time, in GB/s.
     #[serde(deserialize_with = "f64_or_nan")]
     pub gbps: f64,
-    /// Comparison with the f64 reference, when checked.
+    /// Comparison with the f64 reference, when checked (for a backward: the worst of the three gradients).
     #[serde(default)]
     pub check: Option<CheckReport>,
+    /// For a backward: each gradient's comparison with the reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_check: Option<crate::backward::GradCheckReport>,
     /// Peak extra memory of the call in bytes, when measured.
     #[serde(default)]
     pub peak_mem_bytes: Option<u64>,
@@ -156,6 +159,7 @@ impl BenchRecord {
             tflops: cost.tflops(time_ms.median),
             gbps: cost.gbps(time_ms.median),
             check,
+            grad_check: None,
             peak_mem_bytes: None,
             commit: None,
             date: None,

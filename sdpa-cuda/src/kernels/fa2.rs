@@ -158,7 +158,7 @@ impl HeadDims {
     }
 
     /// The entry name's head-dim part: `128`, `160p` (padded), `192_128`, `192_128p`.
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let dv = if self.dv == self.d { String::new() } else { format!("_{}", self.dv) };
         format!("{}{dv}{}", self.d, if self.pad { "p" } else { "" })
     }

@@ -8,7 +8,9 @@
 //! - [`fa2`]: FlashAttention-2 on tensor cores, f16/bf16.
 //! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
+//! - [`bwd`]: the backward pass on tensor cores, f16/bf16.
 
+pub mod bwd;
 pub mod fa1;
 pub mod fa2;
 pub mod paged_append;
@@ -46,6 +48,7 @@ pub fn all_programs() -> Vec<Program> {
     all.extend(fa2::programs());
     all.extend(splitkv::programs());
     all.extend(tf32::programs());
+    all.extend(bwd::programs());
     all
 }
 
@@ -54,12 +57,16 @@ pub fn all_programs() -> Vec<Program> {
 /// exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the same template
 /// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
 /// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter
-/// once more narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only).
+/// once more narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only). The
+/// backward's programs enter as [`bwd::compile_check_programs`] lists them (six of them).
 pub fn compile_check_programs() -> Vec<Program> {
+    let bwd_check = bwd::compile_check_programs();
     all_programs()
         .into_iter()
         .filter(|p| {
-            if is_fa2_ragged(p) {
+            if p.module.name == crate::sys::modules::BWD.name {
+                bwd_check.contains(p)
+            } else if is_fa2_ragged(p) {
                 p.name.starts_with("fa2_bf16_128_")
             } else {
                 !p.name.contains("_band") || p.name.contains("_bf16_128_")
@@ -132,7 +139,10 @@ mod tests {
     fn the_compile_check_takes_plain_programs_everywhere_and_variants_once_per_family() {
         let all = all_programs();
         let check = compile_check_programs();
-        let plain = all.iter().filter(|p| !p.name.contains("_band") && !is_fa2_ragged(p)).count();
+        let is_bwd = |p: &Program| p.module.name == crate::sys::modules::BWD.name;
+        let plain = all.iter().filter(|p| !p.name.contains("_band") && !is_fa2_ragged(p) && !is_bwd(p)).count();
+        let bwd = check.iter().filter(|p| is_bwd(p)).count();
+        assert_eq!(bwd, bwd::compile_check_programs().len());
         let splitkv_ragged = |p: &Program| p.name.starts_with("splitkv_ragged_");
         let dense = |p: &&Program| !is_fa2_ragged(p) && !splitkv_ragged(p);
         let variants: Vec<&str> =
@@ -142,7 +152,7 @@ mod tests {
         // the four variant maskings without an explicit mask, on its two ring depths.
         let skv: Vec<&str> = check.iter().filter(|p| splitkv_ragged(p)).map(|p| p.name.as_str()).collect();
         assert_eq!(skv.len(), 4 * 2, "{skv:?}");
-        assert_eq!(check.len() - variants.len() - ragged.len() - skv.len(), plain);
+        assert_eq!(check.len() - variants.len() - ragged.len() - skv.len() - bwd, plain);
         let per = Masking::variants().len();
         assert_eq!(variants.len(), per * (3 + 3 + 1), "{variants:?}");
         for name in ["fa2_bf16_128_band_softcap_alibi", "splitkv_tma_bf16_128_explicit_band", "fa1m_bf16_128_band"] {

@@ -130,6 +130,17 @@ pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<Te
     None
 }
 
+/// The backward's launcher for a requested kernel: `auto` and `fa2` run the tensor-core backward
+/// ([`super::bwd`]); the other kernels have no backward of their own.
+pub fn choose_backward(requested: Kernel) -> Result<()> {
+    match requested {
+        Kernel::Auto | Kernel::Fa2 => Ok(()),
+        k => Err(unsupported(format!(
+            "the backward pass of kernel {k} (the CUDA backward is fa2's; ask for fa2 or auto)"
+        ))),
+    }
+}
+
 /// Why `splitkv` cannot run this call on a device allowing `smem_optin` bytes of shared memory per block:
 /// what stops `fa2` ([`tensor_core_limit`]), head dims it has no class for ([`super::splitkv::HeadDims`]:
 /// the same as `fa2`'s, both at the larger class), or a class whose `cp.async` tile (the path every device

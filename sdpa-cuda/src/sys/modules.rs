@@ -79,6 +79,9 @@ pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../../kerne
 /// Split-KV (flash-decoding), f16/bf16, its partials merged inside the same launch (`crate::kernels::splitkv`).
 pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../../kernels/splitkv.cu"));
 
+/// The backward pass on tensor cores, f16/bf16 (`crate::kernels::bwd`).
+pub const BWD: ModuleSource = ModuleSource::new("bwd", include_str!("../../kernels/bwd.cu"));
+
 /// The read pass of the clean L2 flush before timed calls (`crate::backend::L2Flush::Clean`).
 pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!("../../kernels/l2_flush.cu"));
 
@@ -87,7 +90,8 @@ pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include
 
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
-pub const MODULES: &[ModuleSource] = &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND];
+pub const MODULES: &[ModuleSource] =
+    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The backward's GPU run (issue 24), from a folder holding the `backward` test binary, the `backward_timing`
+# example and this folder's Python: `run_gpu.sh [tests] [alt] [sanitize] [timing] [torch]`.
+#   tests     every test of tests/backward.rs on the default tiles
+#   alt       the ragged and deterministic tests again under each tile of $ALT_TILES (`;`-separated
+#             bm,kw,cw,mt,min_blocks, through SDPA_BWD_TILE)
+#   sanitize  memcheck and racecheck on the small calls
+#   timing    examples/backward_timing on the default tiles and the D:tile list $TIME_TILES
+#   torch     bench/studies/backward/torch_bwd.py (FLASH_ATTENTION and CUDNN_ATTENTION), joined with ours
+# Logs under $OUT/bwd, packed into $OUT/bwd.tgz; the last lines printed are the summary and the table.
+set -uo pipefail
+B="$(cd "$(dirname "$0")" && pwd)"
+OUT="${OUT:-$PWD/gpu-out}"
+R="$OUT/bwd"; mkdir -p "$R"
+export SDPA_REQUIRE_GPU=1 SDPA_CUDA_CACHE="${SDPA_CUDA_CACHE:-/tmp/sdpa-cuda-cache}" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export PYTHONUNBUFFERED=1
+stages="${*:-tests sanitize timing torch}"
+want() { [[ " $stages " == *" $1 "* ]]; }
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } > "$R/env.txt" 2>&1
+summary=()
+if want tests; then
+  t0=$(date +%s)
+  timeout 90 "$B/backward" --test-threads 6 > "$R/tests.log" 2>&1; rc=$?
+  summary+=("tests rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests.log" | tail -1)")
+fi
+if want alt; then
+  IFS=';' read -ra tiles <<< "${ALT_TILES:-}"
+  for t in "${tiles[@]}"; do
+    t0=$(date +%s)
+    SDPA_BWD_TILE="$t" timeout 40 "$B/backward" --test-threads 4 ragged deterministic > "$R/tests-$t.log" 2>&1; rc=$?
+    summary+=("tests SDPA_BWD_TILE=$t rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests-$t.log" | tail -1)")
+  done
+fi
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/backward" small_calls_for_the_sanitizer > "$R/sanitize-$tool.log" 2>&1; rc=$?
+    summary+=("$tool rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test result' "$R/sanitize-$tool.log" | tr '\n' ' ')")
+  done
+fi
+if want timing; then
+  t0=$(date +%s)
+  timeout 80 "$B/backward_timing" 10 atomic "${TIME_TILES:-}" > "$R/sdpa.txt" 2>&1; summary+=("sdpa timing rc=$? $(( $(date +%s) - t0 ))s")
+  grep '^{' "$R/sdpa.txt" > "$R/sdpa.jsonl"
+fi
+if want torch; then
+  t0=$(date +%s)
+  timeout 70 python3 "$B/torch_bwd.py" 10 > "$R/torch.jsonl" 2> "$R/torch.err"; summary+=("torch timing rc=$? $(( $(date +%s) - t0 ))s")
+fi
+[[ -s "$R/sdpa.jsonl" ]] && python3 "$B/join.py" "$R/sdpa.jsonl" "${TORCHFILE:-$R/torch.jsonl}" > "$R/table.txt" 2>&1
+tar czf "$OUT/bwd.tgz" -C "$OUT" bwd
+grep -hE "panicked at|over twice|FAIL" "$R"/tests*.log 2>/dev/null | head -12
+grep -v '^{' "$R/sdpa.txt" 2>/dev/null | grep -iE "error|unsupported" | head -5
+printf '%s\n' "${summary[@]}"
+cat "$R/table.txt" 2>/dev/null

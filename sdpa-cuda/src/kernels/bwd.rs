@@ -1,0 +1,449 @@
+//! The backward pass on tensor cores (`kernels/bwd.cu`, FlashAttention-2's algorithm, f16/bf16 with f32
+//! accumulation): dQ, dK and dV from Q, K, V, O, dO and the forward's LSE.
+//!
+//! Three launches per call: `_pre` (Delta = rowsum(dO o O) per row, into a workspace), the main kernel (one
+//! block per key tile, kv head and sequence: K/V loaded once, the query tiles of the band walked for every
+//! query head of the group, so dK/dV need no atomics; dQ added into an f32 workspace with atomics), and
+//! `_convert` (dQ into the dtype through Q's strides, and into the caller's f32 dQ when asked). The
+//! deterministic programs (`_det`) run the main kernel without dQ and then `_dq`, one block per query tile
+//! that recomputes P and dS over its band's key tiles and keeps dQ in registers: nothing depends on the
+//! order blocks run in, at the price of recomputing S and dP once more.
+//!
+//! Head dims run the forward's classes ([`HeadDims`]): multiples of 8 up to 256, each at the smallest class
+//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 128 take 8 warps of 16 keys (128
+//! keys per block), 64 query rows per step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
+//! (two blocks per SM; measured faster); the classes above take 4 warps of 16 keys with 2 warps splitting the
+//! dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the H100's
+//! shared memory with the next query tile in flight (about 155 KB at D = 128, 208 KB at D = 256).
+//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]).
+//!
+//! Refused here (`Unsupported`): f32 (no f32 backward on the GPU), paged KV caches (training has no cache),
+//! head dims the tensor-core classes do not take, a non-positive scale, operands not 16-byte aligned, and
+//! devices whose shared memory per block is smaller than the tile's.
+
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::AttnParams;
+use crate::error::unsupported;
+use crate::sys::modules::BWD;
+use crate::sys::program::{cuda_type, Program};
+use cudarc::driver::{DevicePtr, DeviceRepr};
+use sdpa_core::{AttentionSpec, DType, Mask, Result};
+
+pub use super::fa2::HeadDims;
+use super::fa2::HEAD_DIM_CLASSES;
+
+/// The launch argument of every backward entry, mirrored by `struct BwdParams` in `kernels/bwd.cu`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct BwdParams {
+    /// The forward's parameters: Q, K, V, O (`o`), mask, LSE (`lse`), strides, band, variants, ragged offsets.
+    pub attn: AttnParams,
+    /// dO (O's strides).
+    pub d_o: u64,
+    /// dQ (Q's strides).
+    pub dq: u64,
+    /// dK (K's strides).
+    pub dk: u64,
+    /// dV (V's strides).
+    pub dv: u64,
+    /// Delta per row (workspace; rows indexed as the LSE's).
+    pub delta: u64,
+    /// The f32 dQ accumulator `[rows][d]` (workspace of the atomic programs), 0 otherwise.
+    pub dq_acc: u64,
+    /// The caller's f32 dQ (Q's strides), 0 when not asked for.
+    pub dq_f32: u64,
+}
+
+/// Size checked against `static_assert(sizeof(BwdParams) == 384)` in bwd.cu.
+pub const BWD_PARAMS_SIZE: usize = 384;
+const _: () = assert!(std::mem::size_of::<BwdParams>() == BWD_PARAMS_SIZE);
+
+// SAFETY: plain-old-data with C layout and no padding (AttnParams is, and seven u64 follow; size asserted),
+// the layout the kernels declare.
+unsafe impl DeviceRepr for BwdParams {}
+
+/// Tile of the main kernel: `bm` query rows per step, `kw` warps of `16 * mt` keys, `cw` warps splitting the
+/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BwdTile {
+    /// Query rows per step.
+    pub bm: usize,
+    /// Warps along the keys.
+    pub kw: usize,
+    /// Warps along the dK/dV columns.
+    pub cw: usize,
+    /// m16 key tiles per warp (the block's key tile is `16 * mt * kw`).
+    pub mt: usize,
+    /// Blocks per SM the registers must allow.
+    pub min_blocks: usize,
+}
+
+impl BwdTile {
+    /// Keys per block.
+    pub fn bn(&self) -> usize {
+        16 * self.kw * self.mt
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> usize {
+        32 * self.kw * self.cw
+    }
+
+    /// Dynamic shared memory for classes `d`, `dv` (`BwdTile::SMEM` in bwd.cu): K, V, two Q and two dO
+    /// buffers, dS^T, two LSE and two Delta rows.
+    pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        let (bn, bm) = (self.bn(), self.bm);
+        (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + bn * (bm + 8)) * 2 + 2 * 2 * bm * 4
+    }
+
+    /// Whether the kernel's static asserts hold for classes `d`, `dv` (whole k16 steps and x4 column pairs
+    /// per warp for dK/dV and dQ).
+    pub fn fits(&self, d: usize, dv: usize) -> bool {
+        let nw = self.kw * self.cw;
+        let ok = |x: usize, by: usize| by > 0 && x.is_multiple_of(by);
+        if !(ok(self.bm, 16) && ok(d, 16) && ok(dv, 16) && ok(d / self.cw.max(1), 16) && ok(dv / self.cw.max(1), 16))
+            || nw == 0
+            || self.mt == 0
+            || nw > 16
+        {
+            return false;
+        }
+        // BwdTile::QPAIR / QR / DQC.
+        let pair = ok(self.bm, 32) && ok(nw, self.bm / 32) && ok(d / (nw / (self.bm / 32)), 16);
+        let qr = self.bm / if pair { 32 } else { 16 };
+        ok(nw, qr) && ok(d / (nw / qr), 16)
+    }
+}
+
+/// Tile of the deterministic dQ kernel: `bm` query rows on `warps` warps, key tiles of `bn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DqTile {
+    /// Query rows per block.
+    pub bm: usize,
+    /// Keys per tile.
+    pub bn: usize,
+    /// Warps.
+    pub warps: usize,
+}
+
+impl DqTile {
+    /// Dynamic shared memory: Q, dO, K, V.
+    pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        (self.bm * (d + 8) + self.bm * (dv + 8) + self.bn * (d + 8) + self.bn * (dv + 8)) * 2
+    }
+}
+
+/// The tiles for head-dim class `d` (see the module docs). D = 64 takes 4 warps of 32 keys and 32 query rows per
+/// step, two blocks per SM: each B fragment then serves two m16 key tiles, which measured 1.16x the 8-warp tile
+/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
+/// accumulators of 32 keys do not fit the registers.
+pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
+    if d == 64 {
+        (BwdTile { bm: 32, kw: 4, cw: 1, mt: 2, min_blocks: 2 }, DqTile { bm: 64, bn: 64, warps: 4 })
+    } else if d <= 128 {
+        (BwdTile { bm: 64, kw: 8, cw: 1, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 64, warps: 4 })
+    } else {
+        (BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 32, warps: 4 })
+    }
+}
+
+/// The main kernel's tile `SDPA_BWD_TILE=bm,kw,cw,mt,min_blocks` forces on every backward launch, for tuning
+/// runs (`examples/backward_timing.rs`); its programs are named `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}_*`
+/// and compiled on first use. `None` when unset; a value that is not a tile is an error.
+pub fn forced_tile() -> Result<Option<BwdTile>> {
+    let Ok(v) = std::env::var("SDPA_BWD_TILE") else { return Ok(None) };
+    let bad = || unsupported(format!("SDPA_BWD_TILE must be bm,kw,cw,mt,min_blocks (e.g. 64,4,1,1,2), got {v:?}"));
+    let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
+    let [bm, kw, cw, mt, min_blocks] = n[..] else { return Err(bad()) };
+    if !(1..=4).contains(&min_blocks) {
+        return Err(bad());
+    }
+    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks }))
+}
+
+/// The tiles a call with head-dim class `d` runs: [`forced_tile`] when set, else [`tile_for`]'s; and the
+/// program-name prefix that goes with them.
+fn tiles(d: usize) -> Result<(BwdTile, DqTile, String)> {
+    let (t, q) = tile_for(d);
+    Ok(match forced_tile()? {
+        Some(f) => (f, q, format!("bwd_tile{}x{}x{}x{}x{}", f.bm, f.kw, f.cw, f.mt, f.min_blocks)),
+        None => (t, q, "bwd".to_string()),
+    })
+}
+
+/// Score features a program compiles in: an explicit mask, softcap, ALiBi (causal masks and windows are the
+/// band, tested at run time on the tiles that cross it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Features {
+    /// Explicit additive mask.
+    pub explicit: bool,
+    /// Logit softcap.
+    pub softcap: bool,
+    /// ALiBi.
+    pub alibi: bool,
+}
+
+impl Features {
+    /// What a call needs.
+    pub fn of(spec: &AttentionSpec) -> Features {
+        Features {
+            explicit: matches!(spec.mask, Mask::Explicit(_)),
+            softcap: spec.softcap().is_some(),
+            alibi: spec.variants.alibi.is_some(),
+        }
+    }
+
+    /// All eight.
+    pub fn all() -> Vec<Features> {
+        (0..8).map(|i| Features { explicit: i & 1 != 0, softcap: i & 2 != 0, alibi: i & 4 != 0 }).collect()
+    }
+
+    /// Entry-name part: `plain`, or the features joined (`explicit_softcap_alibi`).
+    fn label(&self) -> String {
+        let names: Vec<&str> = [(self.explicit, "explicit"), (self.softcap, "softcap"), (self.alibi, "alibi")]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect();
+        if names.is_empty() {
+            "plain".into()
+        } else {
+            names.join("_")
+        }
+    }
+}
+
+/// The program `bwd_{dtype}_{head dims}_{features}[_det]`: the atomic program defines the entry of its name
+/// plus `_pre` and `_convert`; the deterministic one its name plus `_pre` and `_dq`.
+pub fn program(dtype: DType, dims: HeadDims, f: Features, deterministic: bool) -> Program {
+    let (tile, q) = tile_for(dims.d);
+    program_with("bwd", tile, q, dtype, dims, f, deterministic)
+}
+
+/// [`program`] with a given tile and name prefix.
+fn program_with(
+    prefix: &str,
+    tile: BwdTile,
+    q: DqTile,
+    dtype: DType,
+    dims: HeadDims,
+    f: Features,
+    deterministic: bool,
+) -> Program {
+    // Padded head dims run the same code (the kernels always read the call's columns only).
+    let dims = HeadDims { pad: false, ..dims };
+    let name =
+        format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), f.label(), if deterministic { "_det" } else { "" });
+    let (t, HeadDims { d, dv, .. }) = (cuda_type(dtype), dims);
+    let BwdTile { bm, kw, cw, mt, min_blocks } = tile;
+    let (e, s, a) = (f.explicit, f.softcap, f.alibi);
+    let line = if deterministic {
+        format!(
+            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a}, {}, {}, {})",
+            q.bm, q.bn, q.warps
+        )
+    } else {
+        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a})")
+    };
+    Program::entry(&BWD, name, line)
+}
+
+/// Every backward program: both dtypes, each class and class pair (exact and padded share a program: the
+/// kernels always read the call's columns only), every feature set, atomic and deterministic.
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for d in HEAD_DIM_CLASSES {
+            let pairs = super::fa2::DV_CLASS_PAIRS.iter().filter(|(pd, _)| *pd == d).map(|&(_, dv)| dv);
+            for dv in std::iter::once(d).chain(pairs) {
+                for f in Features::all() {
+                    for det in [false, true] {
+                        all.push(program(dtype, HeadDims { d, dv, pad: false }, f, det));
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The few backward programs the CI compile check builds: bf16 at 128 plain (atomic and deterministic), with
+/// every feature, f16 at 64, and the big-class tile at 256 and 192/128.
+pub fn compile_check_programs() -> Vec<Program> {
+    let hd = |d, dv| HeadDims { d, dv, pad: false };
+    let all = Features { explicit: true, softcap: true, alibi: true };
+    vec![
+        program(DType::BF16, hd(128, 128), Features::default(), false),
+        program(DType::BF16, hd(128, 128), Features::default(), true),
+        program(DType::BF16, hd(128, 128), all, false),
+        program(DType::F16, hd(64, 64), Features::default(), false),
+        program(DType::BF16, hd(256, 256), all, true),
+        program(DType::BF16, hd(192, 128), Features::default(), false),
+    ]
+}
+
+/// The program a backward call of `spec` launches (its entries `_pre`, the main kernel and `_convert` or
+/// `_dq`), as [`run`] plans it: for warm-ups.
+pub fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
+    let s = spec.shape;
+    let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| {
+        unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
+    })?;
+    let (tile, qtile, prefix) = tiles(dims.d)?;
+    Ok(program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic))
+}
+
+/// Why the backward cannot run a call on this device, or `None`.
+pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> Option<String> {
+    let s = spec.shape;
+    if spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()) {
+        return Some("backward of a paged KV cache".into());
+    }
+    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+        return Some(format!("the CUDA backward runs f16 and bf16 only, not {}", spec.dtype));
+    }
+    let Some(dims) = HeadDims::of(s.d, s.dv) else {
+        return Some(format!(
+            "the CUDA backward needs head dims that are multiples of 8 up to 256, got D = {}, Dv = {}",
+            s.d, s.dv
+        ));
+    };
+    if spec.scale() <= 0.0 {
+        return Some(format!("scale {} (the backward needs a positive scale)", spec.scale()));
+    }
+    let a = &params.attn;
+    let extra = [params.d_o, params.dq, params.dk, params.dv].iter().all(|&p| p % 16 == 0);
+    if !a.qkvo_aligned_8_elements() || !extra {
+        return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
+    }
+    let Ok((t, q, _)) = tiles(dims.d) else { return Some("SDPA_BWD_TILE is not a tile".into()) };
+    if !t.fits(dims.d, dims.dv) {
+        return Some(format!("the tile {t:?} does not divide head dims {} / {}", dims.d, dims.dv));
+    }
+    let needed = t.smem_bytes(dims.d, dims.dv).max(q.smem_bytes(dims.d, dims.dv));
+    (needed > smem_optin).then(|| format!("{needed} bytes of shared memory per block, the device allows {smem_optin}"))
+}
+
+/// Rows of the call's row space (the LSE's): `B * Hq * Sq`, or `Hq * total_q` for a ragged batch.
+fn rows(spec: &AttentionSpec) -> usize {
+    let s = spec.shape;
+    match &spec.ragged {
+        Some(r) => s.hq * r.total_q(),
+        None => s.b * s.hq * s.sq,
+    }
+}
+
+/// Runs the backward of `call` (its params hold Q, K, V, O, mask, LSE and the ragged offsets) with the
+/// backward's pointers in `ptrs` (`delta` and `dq_acc` are filled in here from stream-ordered scratch).
+/// Returns whether the run was deterministic (it is exactly when asked: the atomic path is not).
+pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool> {
+    let spec = call.spec;
+    let info = call.dev.info();
+    let optin = info.smem_per_block_optin.max(0) as usize;
+    let params = BwdParams { attn: call.params, ..ptrs };
+    if let Some(why) = refusal(spec, &params, optin) {
+        return Err(unsupported(why));
+    }
+    let s = spec.shape;
+    let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| unsupported("head dims"))?;
+    let (tile, qtile, _) = tiles(dims.d)?;
+    let program = program_for(spec, deterministic)?;
+    let n_rows = rows(spec);
+    let (max_q, max_k) = match &spec.ragged {
+        Some(r) => (r.max_q(), r.max_k()),
+        None => (s.sq, s.sk),
+    };
+    let too_many = |what: &str| unsupported(format!("backward: too many {what} for one launch"));
+    let u32_of = |x: usize, what: &str| u32::try_from(x).map_err(|_| too_many(what));
+    let y_z = |x: usize, what: &str| u32::try_from(x).ok().filter(|&v| v <= 65535).ok_or_else(|| too_many(what));
+
+    let delta = call.scratch::<f32>(n_rows, "the backward's Delta rows")?;
+    // The accumulator's rows are zeroed by `_pre`, before the main kernel adds into them.
+    let mut acc = if deterministic {
+        None
+    } else {
+        Some(call.scratch::<f32>(n_rows.saturating_mul(s.d), "the backward's f32 dQ accumulator")?)
+    };
+    let (delta_ptr, delta_guard) = delta.device_ptr(call.stream);
+    let acc_guard = acc.as_mut().map(|a| a.device_ptr(call.stream));
+    let params = BwdParams { delta: delta_ptr, dq_acc: acc_guard.as_ref().map_or(0, |g| g.0), ..params };
+
+    let row_blocks = u32_of(n_rows.div_ceil(8), "rows")?;
+    let per_row = |name: String| (name, LaunchDims { grid: (row_blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 });
+    let main = (
+        program.name.clone(),
+        LaunchDims {
+            grid: (u32_of(max_k.div_ceil(tile.bn()), "key tiles")?, y_z(s.hkv, "kv heads")?, y_z(s.b, "sequences")?),
+            block: (tile.threads() as u32, 1, 1),
+            smem_bytes: tile.smem_bytes(dims.d, dims.dv) as u32,
+        },
+    );
+    let mut launches = Vec::with_capacity(3);
+    if n_rows > 0 {
+        launches.push(per_row(format!("{}_pre", program.name)));
+    }
+    if max_k > 0 {
+        launches.push(main);
+    }
+    if n_rows > 0 {
+        if deterministic {
+            let dq = LaunchDims {
+                grid: (u32_of(max_q.div_ceil(qtile.bm), "query tiles")?, y_z(s.hq, "heads")?, y_z(s.b, "sequences")?),
+                block: (qtile.warps as u32 * 32, 1, 1),
+                smem_bytes: qtile.smem_bytes(dims.d, dims.dv) as u32,
+            };
+            launches.push((format!("{}_dq", program.name), dq));
+        } else {
+            launches.push(per_row(format!("{}_convert", program.name)));
+        }
+    }
+    let mut result = Ok(());
+    for (name, dims) in launches {
+        // SAFETY: the backend checked every buffer against the validated spec (Q, K, V, O, dO, dQ, dK, dV,
+        // the mask and the LSE cover every strided offset; ragged offsets uploaded and pointed at); Delta
+        // holds `rows` floats and the accumulator `rows * d` (zeroed by `_pre` first), both alive until the guards
+        // drop after the launches are queued. The kernels read rows inside each sequence's lengths only
+        // and write dQ/dK/dV rows of the spec (and Delta and the accumulator rows of the row space).
+        result = unsafe { launch(call.dev, call.stream, &program, &name, dims, &params) };
+        if result.is_err() {
+            break;
+        }
+    }
+    drop(acc_guard);
+    drop(delta_guard);
+    drop(acc);
+    drop(delta);
+    result.map(|()| deterministic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_fit_the_h100_and_programs_have_unique_names() {
+        const H100: usize = 227 * 1024;
+        for d in HEAD_DIM_CLASSES {
+            let (t, q) = tile_for(d);
+            assert!(t.smem_bytes(d, d) <= H100, "D = {d}: {}", t.smem_bytes(d, d));
+            assert!(q.smem_bytes(d, d) <= H100);
+            assert!(t.fits(d, d), "D = {d}");
+        }
+        let t = tile_for(192).0;
+        assert!(t.fits(192, 128));
+        // A tile whose dK columns per warp are not whole x4 pairs (32 / 2 = 16 is, 32 / 4 is not) is refused.
+        assert!(BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }.fits(32, 32));
+        assert!(!BwdTile { bm: 64, kw: 2, cw: 4, mt: 1, min_blocks: 1 }.fits(32, 32));
+        let all = programs();
+        let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        assert!(compile_check_programs().iter().all(|p| all.contains(p)));
+        let f = Features { explicit: false, softcap: true, alibi: true };
+        assert_eq!(
+            program(DType::BF16, HeadDims { d: 128, dv: 128, pad: true }, f, true).name,
+            "bwd_bf16_128_softcap_alibi_det"
+        );
+    }
+}
