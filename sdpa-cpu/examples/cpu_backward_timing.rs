@@ -1,11 +1,12 @@
-//! The CPU backward's speed beside its forward, on a few shapes: a table of milliseconds and GFLOP/s
+//! The CPU backward's speed beside its forward (named apart from sdpa-cuda's `backward_timing`: examples of
+//! one workspace share an output folder), on a few shapes: a table of milliseconds and GFLOP/s
 //! (the cost model's FLOPs: forward `2·pairs·(D + Dv)`, backward `2·pairs·(3D + 2Dv)`, causal pairs only),
 //! the backward's GFLOP/s as a fraction of the forward's, the backward against the machine's FMA peak
 //! measured in the same run, and the same rates per CPU-second of the process (what a shared machine's
 //! other jobs disturb least).
 //!
 //! ```text
-//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-cpu --example backward_timing -- \
+//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-cpu --example cpu_backward_timing -- \
 //!     [--threads N] [--reps N] [--dtypes f32,bf16] [--masks none,causal] [B,Hq,Hkv,Sq,Sk,D[,Dv] ...]
 //! ```
 //!
