@@ -117,9 +117,11 @@ pub(crate) fn ragged_call(q: &Tensor, k: &Tensor, v: &Tensor, rp: RaggedPlan, op
         variants: opts.variants()?,
         run: opts.run(),
         ragged: Some(rp),
+        saved: Default::default(),
+        bwd: opts.backward(),
     };
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
-    q.apply_op3_no_bwd(k, v, &op)
+    op.apply(q, k, v)
 }
 
 #[cfg(test)]

@@ -1,0 +1,638 @@
+//! Training through `sdpa`: a small transformer language model (random init, synthetic data, nothing
+//! downloaded) trained with AdamW twice from the same seed, once with candle's own attention (matmul +
+//! softmax + matmul under a causal mask, all of it kept for autograd) and once with `sdpa_candle::sdpa`
+//! (whose backward recomputes the probabilities from the forward's log-sum-exp). It prints both loss curves
+//! and fails if they part by more than the tolerance; then it measures one training step of each at a long
+//! sequence length: peak memory and step time.
+//!
+//! ```text
+//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 04-train-lm
+//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 04-train-lm -- --long-seq 2048
+//! cargo run --release -p sdpa-candle --features cuda --example 04-train-lm -- --device cuda --long-seq 8192
+//! ```
+//!
+//! The task: every sequence repeats a random block of `--period` tokens drawn from the first `--alphabet`
+//! of the 256 token ids, so a token is predictable from the one `period` places back once the first block
+//! has been seen. The loss is counted on those predictable positions only: it starts near ln 256 ≈ 5.5,
+//! falls quickly to ln(alphabet) (3.5 for 32) as the model learns which ids occur, and below that only as
+//! it learns to look back (an induction head or a positional one): no n-gram shortcut exists.
+//!
+//! How the curves are compared: both runs see bit-identical initial weights and batches (one seeded
+//! generator, not candle's device RNG). The attention outputs differ by rounding only (sdpa accumulates in
+//! f32 in another order), and AdamW's normalised steps amplify rounding a little each step, so the curves
+//! are compared point by point against `--tol` (absolute, in nats). Before training, the gradients of every
+//! parameter on one batch are compared too (relative L2, `--grad-tol`): that is the exact check.
+//!
+//! How the long-sequence step is measured: each path runs in a child process of its own (this program
+//! started again with `--measure`), so one path's freed memory cannot hide the other's peak. On the CPU
+//! the peak is the growth of the process's resident set over the step: `VmHWM` after the step minus
+//! `VmRSS` before it (from `/proc/self/status`; the high-water mark is reset through `/proc/self/clear_refs`
+//! first where the kernel allows it). On CUDA it is the growth of the device memory pool candle allocates
+//! from (cudarc's stream-ordered `cuMemAllocAsync`): `CU_MEMPOOL_ATTR_USED_MEM_HIGH` after the step
+//! (reset before it) minus `CU_MEMPOOL_ATTR_USED_MEM_CURRENT` before it; cuBLAS workspaces sit outside the
+//! pool and are not counted. Before the baseline, the child runs one short step (`--seq`), so thread
+//! pools, matmul scratch and GPU modules already exist. A step is forward + backward + the AdamW update,
+//! timed as the median of `--long-reps` steps after one warm-up step (the peak covers all of them). A child that fails (out of
+//! memory, say) is reported as failed, with its last error line; the other still runs.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use sdpa_candle::{sdpa, SdpaMask, SdpaOptions};
+use std::process::Command;
+use std::time::Instant;
+
+#[allow(dead_code)] // `tolerance` and `time_pair` are for the other examples
+mod common;
+
+/// Sizes of the model.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    vocab: usize,
+    d_model: usize,
+    heads: usize,
+    layers: usize,
+    /// Hidden width of the MLP.
+    ffn: usize,
+    /// Positions the learned position table covers.
+    max_seq: usize,
+}
+
+/// Which attention the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attention {
+    /// candle's own: `[B, H, S, S]` scores, additive causal mask, `candle_nn::ops::softmax`, all kept for
+    /// autograd (the composed softmax, since `softmax_last_dim` has no backward).
+    Candle,
+    /// One `sdpa_candle::sdpa` call on `[B, S, H, D]`, causal.
+    Sdpa,
+}
+
+impl Attention {
+    fn name(self) -> &'static str {
+        match self {
+            Attention::Candle => "candle",
+            Attention::Sdpa => "sdpa",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        match s {
+            "candle" => Ok(Attention::Candle),
+            "sdpa" => Ok(Attention::Sdpa),
+            other => bail!("unknown attention `{other}` (candle or sdpa)"),
+        }
+    }
+}
+
+/// splitmix64: one seeded stream for weights and data, so both runs start from bit-identical weights and
+/// see the same batches whatever candle's device RNGs do.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1).
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// A `rows x cols` weight drawn N(0, std²).
+fn weight(rng: &mut Rng, rows: usize, cols: usize, std: f64, dev: &Device) -> Result<Var> {
+    let w: Vec<f32> = (0..rows * cols).map(|_| (rng.normal() * std) as f32).collect();
+    Ok(Var::from_tensor(&Tensor::from_vec(w, (rows, cols), dev)?)?)
+}
+
+fn ones(n: usize, dev: &Device) -> Result<Var> {
+    Ok(Var::from_tensor(&Tensor::ones(n, DType::F32, dev)?)?)
+}
+
+/// One pre-norm transformer block.
+struct Block {
+    norm1: Var,
+    wq: Var,
+    wk: Var,
+    wv: Var,
+    wo: Var,
+    norm2: Var,
+    w1: Var,
+    w2: Var,
+}
+
+struct Model {
+    cfg: Config,
+    emb: Var,
+    pos: Var,
+    blocks: Vec<Block>,
+    norm_f: Var,
+    head: Var,
+}
+
+/// RMSNorm from candle ops that have a backward (`candle_nn::ops::rms_norm` has none).
+fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(x.broadcast_div(&(ms + 1e-5)?.sqrt()?)?.broadcast_mul(w)?)
+}
+
+/// `x · wᵀ` for `x` `[B, S, in]` and `w` `[out, in]`.
+fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(x.broadcast_matmul(&w.t()?)?)
+}
+
+impl Model {
+    fn new(cfg: Config, seed: u64, dev: &Device) -> Result<Self> {
+        let mut rng = Rng(seed);
+        let d = cfg.d_model;
+        let std = 1.0 / (d as f64).sqrt();
+        let mut blocks = Vec::with_capacity(cfg.layers);
+        for _ in 0..cfg.layers {
+            blocks.push(Block {
+                norm1: ones(d, dev)?,
+                wq: weight(&mut rng, d, d, std, dev)?,
+                wk: weight(&mut rng, d, d, std, dev)?,
+                wv: weight(&mut rng, d, d, std, dev)?,
+                // Residual branches start small (GPT-2's scaling), so the stack trains from step 0.
+                wo: weight(&mut rng, d, d, std / (2.0 * cfg.layers as f64).sqrt(), dev)?,
+                norm2: ones(d, dev)?,
+                w1: weight(&mut rng, cfg.ffn, d, std, dev)?,
+                w2: weight(&mut rng, d, cfg.ffn, 1.0 / (cfg.ffn as f64 * 2.0 * cfg.layers as f64).sqrt(), dev)?,
+            });
+        }
+        Ok(Model {
+            cfg,
+            emb: weight(&mut rng, cfg.vocab, d, 1.0, dev)?,
+            pos: weight(&mut rng, cfg.max_seq, d, 0.5, dev)?,
+            blocks,
+            norm_f: ones(d, dev)?,
+            head: weight(&mut rng, cfg.vocab, d, std, dev)?,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        let mut v = vec![self.emb.clone(), self.pos.clone(), self.norm_f.clone(), self.head.clone()];
+        for b in &self.blocks {
+            v.extend([&b.norm1, &b.wq, &b.wk, &b.wv, &b.wo, &b.norm2, &b.w1, &b.w2].map(|x| x.clone()));
+        }
+        v
+    }
+
+    /// Causal self-attention of `h` `[B, S, d_model]`, in `dtype`, before the output projection.
+    fn attention(&self, blk: &Block, h: &Tensor, how: &Run) -> Result<Tensor> {
+        let (b, s, d) = h.dims3()?;
+        let (nh, hd) = (self.cfg.heads, d / self.cfg.heads);
+        let proj = |w: &Var| -> Result<Tensor> { Ok(linear(h, w)?.reshape((b, s, nh, hd))?.to_dtype(how.dtype)?) };
+        let (q, k, v) = (proj(&blk.wq)?, proj(&blk.wk)?, proj(&blk.wv)?);
+        let y = match &how.mask {
+            // candle-transformers' way: BHSD copies, scores materialised, mask added, softmax, matmul.
+            Some(mask) => {
+                let bhsd = |t: Tensor| t.transpose(1, 2)?.contiguous();
+                let (q, k, v) = (bhsd(q)?, bhsd(k)?, bhsd(v)?);
+                let att = (q.matmul(&k.t()?)? * (1.0 / (hd as f64).sqrt()))?;
+                let att = att.broadcast_add(&mask.narrow(0, 0, s)?.narrow(1, 0, s)?)?;
+                let p = candle_nn::ops::softmax(&att, D::Minus1)?;
+                p.matmul(&v)?.transpose(1, 2)?
+            }
+            None => sdpa(&q, &k, &v, &SdpaOptions::bshd().with_mask(SdpaMask::CausalTopLeft))?,
+        };
+        Ok(y.to_dtype(DType::F32)?.reshape((b, s, d))?)
+    }
+
+    /// Logits `[B, S, vocab]` of token ids `[B, S]`.
+    fn forward(&self, tokens: &Tensor, how: &Run) -> Result<Tensor> {
+        let (b, s) = tokens.dims2()?;
+        let emb = self.emb.embedding(&tokens.flatten_all()?)?.reshape((b, s, self.cfg.d_model))?;
+        let mut x = emb.broadcast_add(&self.pos.narrow(0, 0, s)?)?;
+        for blk in &self.blocks {
+            let a = self.attention(blk, &rms_norm(&x, &blk.norm1)?, how)?;
+            x = (x + linear(&a, &blk.wo)?)?;
+            let h = rms_norm(&x, &blk.norm2)?;
+            x = (&x + linear(&linear(&h, &blk.w1)?.gelu_erf()?, &blk.w2)?)?;
+        }
+        linear(&rms_norm(&x, &self.norm_f)?, &self.head)
+    }
+
+    /// Mean cross-entropy over the predictable positions (`period - 1` onwards).
+    fn loss(&self, batch: &Batch, how: &Run) -> Result<Tensor> {
+        let logits = self.forward(&batch.inputs, how)?;
+        let (b, s, v) = logits.dims3()?;
+        let from = batch.period - 1;
+        let logits = logits.narrow(1, from, s - from)?.reshape((b * (s - from), v))?;
+        let targets = batch.targets.narrow(1, from, s - from)?.flatten_all()?;
+        Ok(candle_nn::loss::cross_entropy(&logits, &targets)?)
+    }
+}
+
+/// How attention runs: candle's (with its cached additive causal mask) or sdpa, in `dtype`.
+struct Run {
+    /// The additive causal mask `[max_seq, max_seq]` in `dtype` for candle's path, built once as
+    /// candle-transformers' models cache theirs (so no step is charged for building it).
+    mask: Option<Tensor>,
+    /// Dtype of q, k, v and the attention math (the rest of the model is f32).
+    dtype: DType,
+}
+
+impl Run {
+    fn new(attention: Attention, max_seq: usize, dtype: DType, dev: &Device) -> Result<Self> {
+        let mask = match attention {
+            Attention::Sdpa => None,
+            Attention::Candle => {
+                let m: Vec<f32> = (0..max_seq * max_seq)
+                    .map(|x| if x % max_seq > x / max_seq { f32::NEG_INFINITY } else { 0.0 })
+                    .collect();
+                Some(Tensor::from_vec(m, (max_seq, max_seq), dev)?.to_dtype(dtype)?)
+            }
+        };
+        Ok(Run { mask, dtype })
+    }
+}
+
+/// Token ids `[B, S]` and their next tokens.
+struct Batch {
+    inputs: Tensor,
+    targets: Tensor,
+    period: usize,
+}
+
+/// `batch` sequences of `seq + 1` tokens, each a random block of `period` ids below `alphabet` repeated.
+fn batch(rng: &mut Rng, batch: usize, seq: usize, period: usize, alphabet: usize, dev: &Device) -> Result<Batch> {
+    let mut ids = Vec::with_capacity(batch * (seq + 1));
+    for _ in 0..batch {
+        let block: Vec<u32> = (0..period).map(|_| (rng.next_u64() % alphabet as u64) as u32).collect();
+        ids.extend((0..=seq).map(|i| block[i % period]));
+    }
+    let all = Tensor::from_vec(ids, (batch, seq + 1), dev)?;
+    Ok(Batch { inputs: all.narrow(1, 0, seq)?, targets: all.narrow(1, 1, seq)?, period })
+}
+
+struct Args {
+    device: String,
+    /// Default f32 on the CPU, bf16 on CUDA (sdpa-cuda's backward runs f16 and bf16).
+    attn_dtype: DType,
+    seed: u64,
+    steps: usize,
+    every: usize,
+    batch: usize,
+    seq: usize,
+    period: usize,
+    alphabet: usize,
+    lr: f64,
+    /// Default by the attention dtype: f32 1e-2, f16/bf16 1e-1 (nats).
+    tol: f64,
+    /// `None`: by the attention dtype (f32 1e-4, f16 1e-2, bf16 5e-2).
+    grad_tol: Option<f64>,
+    long_seq: usize,
+    long_batch: usize,
+    long_reps: usize,
+    /// Set in a child process: measure one path at the long sequence length and print one line.
+    measure: Option<Attention>,
+}
+
+const USAGE: &str = "--device cpu|cuda, --attn-dtype f32|f16|bf16, --seed, --steps, --every, --batch, --seq, \
+                     --period, --alphabet, --lr, --tol, --grad-tol, --long-seq (0 skips), --long-batch, --long-reps";
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        device: "cpu".into(),
+        attn_dtype: DType::F32,
+        seed: 24,
+        steps: 300,
+        every: 25,
+        batch: 8,
+        seq: 64,
+        period: 16,
+        alphabet: 32,
+        lr: 3e-3,
+        tol: 0.0,
+        grad_tol: None,
+        long_seq: 4096,
+        long_batch: 1,
+        long_reps: 2,
+        measure: None,
+    };
+    let (mut attn_dtype, mut tol) = (None, None);
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--device" => a.device = val()?,
+            "--attn-dtype" => attn_dtype = Some(common::dtype(&val()?)?),
+            "--seed" => a.seed = val()?.parse().context("--seed")?,
+            "--steps" => a.steps = val()?.parse().context("--steps")?,
+            "--every" => a.every = val()?.parse().context("--every")?,
+            "--batch" => a.batch = val()?.parse().context("--batch")?,
+            "--seq" => a.seq = val()?.parse().context("--seq")?,
+            "--period" => a.period = val()?.parse().context("--period")?,
+            "--alphabet" => a.alphabet = val()?.parse().context("--alphabet")?,
+            "--lr" => a.lr = val()?.parse().context("--lr")?,
+            "--tol" => tol = Some(val()?.parse().context("--tol")?),
+            "--grad-tol" => a.grad_tol = Some(val()?.parse().context("--grad-tol")?),
+            "--long-seq" => a.long_seq = val()?.parse().context("--long-seq")?,
+            "--long-batch" => a.long_batch = val()?.parse().context("--long-batch")?,
+            "--long-reps" => a.long_reps = val()?.parse().context("--long-reps")?,
+            "--measure" => a.measure = Some(Attention::parse(&val()?)?),
+            other => bail!("unknown flag `{other}` ({USAGE})"),
+        }
+    }
+    if a.steps == 0 || a.every == 0 || a.batch == 0 || a.long_batch == 0 || a.long_reps == 0 {
+        bail!("--steps, --every, --batch, --long-batch and --long-reps must be at least 1");
+    }
+    a.attn_dtype = attn_dtype.unwrap_or(if a.device == "cuda" { DType::BF16 } else { DType::F32 });
+    a.tol = tol.unwrap_or(if a.attn_dtype == DType::F32 { 1e-2 } else { 1e-1 });
+    if !(2..=256).contains(&a.alphabet) {
+        bail!("--alphabet must be 2..=256 (token ids of the 256-word vocabulary), got {}", a.alphabet);
+    }
+    if a.period < 2 || a.seq <= a.period {
+        bail!("--period must be at least 2 and below --seq (got period {}, seq {})", a.period, a.seq);
+    }
+    Ok(a)
+}
+
+fn config(args: &Args) -> Config {
+    Config { vocab: 256, d_model: 128, heads: 4, layers: 2, ffn: 512, max_seq: args.seq.max(args.long_seq) }
+}
+
+/// The gradients of every parameter on one batch, candle's attention against sdpa's: the largest
+/// relative L2 difference.
+fn gradient_agreement(args: &Args, dev: &Device) -> Result<f64> {
+    let cfg = Config { max_seq: args.seq, ..config(args) };
+    let b = batch(&mut Rng(args.seed ^ 0x5eed), args.batch, args.seq, args.period, args.alphabet, dev)?;
+    let grads = |attention| -> Result<Vec<Tensor>> {
+        let model = Model::new(cfg, args.seed, dev)?;
+        let store = model.loss(&b, &Run::new(attention, cfg.max_seq, args.attn_dtype, dev)?)?.backward()?;
+        model
+            .vars()
+            .iter()
+            .map(|v| store.get(v).cloned().with_context(|| format!("no gradient for a {:?} parameter", v.dims())))
+            .collect()
+    };
+    let (theirs, ours) = (grads(Attention::Candle)?, grads(Attention::Sdpa)?);
+    let mut worst = 0f64;
+    for (a, b) in ours.iter().zip(&theirs) {
+        worst = worst.max(common::rel_l2(a, b)?);
+    }
+    Ok(worst)
+}
+
+/// Trains from `args.seed`; the loss of every step.
+fn train(args: &Args, attention: Attention, dev: &Device) -> Result<Vec<f32>> {
+    let cfg = Config { max_seq: args.seq, ..config(args) };
+    let model = Model::new(cfg, args.seed, dev)?;
+    let run = Run::new(attention, cfg.max_seq, args.attn_dtype, dev)?;
+    let params = ParamsAdamW { lr: args.lr, weight_decay: 0.01, ..Default::default() };
+    let mut opt = AdamW::new(model.vars(), params)?;
+    let mut data = Rng(args.seed ^ 0xda7a);
+    let mut losses = Vec::with_capacity(args.steps);
+    for _ in 0..args.steps {
+        let b = batch(&mut data, args.batch, args.seq, args.period, args.alphabet, dev)?;
+        let loss = model.loss(&b, &run)?;
+        opt.backward_step(&loss)?;
+        losses.push(loss.to_scalar::<f32>()?);
+    }
+    Ok(losses)
+}
+
+/// Child side of the long-sequence measurement: builds the model, runs warm-up + reps steps of one path,
+/// prints `MEASURED <peak bytes or -1> <median step ms>`.
+fn measure(args: &Args, attention: Attention, dev: &Device) -> Result<()> {
+    let cfg = config(args);
+    let model = Model::new(cfg, args.seed, dev)?;
+    let run = Run::new(attention, args.long_seq, args.attn_dtype, dev)?;
+    let params = ParamsAdamW { lr: args.lr, weight_decay: 0.01, ..Default::default() };
+    let mut opt = AdamW::new(model.vars(), params)?;
+    // A period of a quarter of the sequence keeps the task the same kind at any length.
+    let period = (args.long_seq / 4).max(2);
+    let b = batch(&mut Rng(args.seed), args.long_batch, args.long_seq, period, args.alphabet, dev)?;
+    // One short step first, so thread pools, matmul scratch and kernel modules exist before the baseline
+    // is read: the growth measured is what the long step itself needs.
+    let short = batch(&mut Rng(args.seed), 1, args.seq, args.period, args.alphabet, dev)?;
+    opt.backward_step(&model.loss(&short, &run)?)?;
+    dev.synchronize()?;
+    let peak = PeakMemory::start(dev)?;
+    let mut times = Vec::with_capacity(args.long_reps);
+    for i in 0..=args.long_reps {
+        let t = Instant::now();
+        let loss = model.loss(&b, &run)?;
+        opt.backward_step(&loss)?;
+        dev.synchronize()?;
+        if i > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let grown = peak.growth()?.map_or(-1, |b| b as i64);
+    println!("MEASURED {grown} {:.3}", times[times.len() / 2]);
+    Ok(())
+}
+
+/// The peak memory growth of the measured steps (see the module docs for how, per device).
+enum PeakMemory {
+    /// Resident set before the steps, in bytes; `None` where `/proc/self/status` is missing.
+    Cpu(Option<u64>),
+    #[cfg(feature = "cuda")]
+    Cuda(cuda_pool::Pool, u64),
+}
+
+impl PeakMemory {
+    fn start(dev: &Device) -> Result<Self> {
+        match dev {
+            Device::Cpu => {
+                // Reset the high-water mark to the current resident set (Linux ≥ 4.0); harmless if refused,
+                // since in a fresh child the mark before the step is only the model's build-up.
+                let _ = std::fs::write("/proc/self/clear_refs", "5");
+                Ok(PeakMemory::Cpu(proc_status_kib("VmRSS").map(|k| k * 1024)))
+            }
+            #[cfg(feature = "cuda")]
+            Device::Cuda(cd) => {
+                let pool = cuda_pool::Pool::of(cd)?;
+                pool.reset_high()?;
+                let before = pool.used_current()?;
+                Ok(PeakMemory::Cuda(pool, before))
+            }
+            other => bail!("no peak-memory measure for {other:?}"),
+        }
+    }
+
+    fn growth(&self) -> Result<Option<u64>> {
+        match self {
+            PeakMemory::Cpu(before) => {
+                Ok(before.zip(proc_status_kib("VmHWM")).map(|(b, hwm)| (hwm * 1024).saturating_sub(b)))
+            }
+            #[cfg(feature = "cuda")]
+            PeakMemory::Cuda(pool, before) => Ok(Some(pool.used_high()?.saturating_sub(*before))),
+        }
+    }
+}
+
+/// One `Vm*` line of `/proc/self/status`, in KiB.
+fn proc_status_kib(key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
+    line[key.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// The statistics of the device memory pool that candle's allocations come from.
+#[cfg(feature = "cuda")]
+mod cuda_pool {
+    use anyhow::{bail, Result};
+    use candle_core::cuda::cudarc::driver::sys;
+    use std::ffi::c_void;
+
+    #[derive(Debug)]
+    pub struct Pool(sys::CUmemoryPool);
+
+    impl Pool {
+        /// The current pool of the device of `cd`'s stream (the default pool unless someone set another):
+        /// where `cuMemAllocAsync` on that stream allocates.
+        pub fn of(cd: &candle_core::CudaDevice) -> Result<Self> {
+            let stream = cd.cuda_stream();
+            let ctx = stream.context();
+            if !ctx.has_async_alloc() {
+                bail!("this device has no stream-ordered allocator, so its pool statistics say nothing");
+            }
+            ctx.bind_to_thread()?;
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: a valid device handle from a live context and a valid out-pointer.
+            unsafe { sys::cuDeviceGetMemPool(&mut pool, ctx.cu_device()) }.result()?;
+            Ok(Pool(pool))
+        }
+
+        fn get(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
+            let mut v: u64 = 0;
+            // SAFETY: the two byte-count attributes read here are `cuuint64_t`, which `v` is.
+            unsafe { sys::cuMemPoolGetAttribute(self.0, attr, &mut v as *mut u64 as *mut c_void) }.result()?;
+            Ok(v)
+        }
+
+        pub fn used_current(&self) -> Result<u64> {
+            self.get(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+        }
+
+        pub fn used_high(&self) -> Result<u64> {
+            self.get(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+        }
+
+        /// Resets the high-water mark to the memory in use now (the driver accepts only 0 here).
+        pub fn reset_high(&self) -> Result<()> {
+            let mut zero: u64 = 0;
+            let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+            // SAFETY: as in `get`; the driver reads one `cuuint64_t`.
+            unsafe { sys::cuMemPoolSetAttribute(self.0, attr, &mut zero as *mut u64 as *mut c_void) }.result()?;
+            Ok(())
+        }
+    }
+}
+
+/// Parent side: runs one child per path and reads its line; a failed child is reported, not fatal.
+fn measure_in_child(args: &Args, attention: Attention) -> Result<std::result::Result<(Option<u64>, f64), String>> {
+    let exe = std::env::current_exe().context("finding this program to run the measurement")?;
+    let dtype = format!("{:?}", args.attn_dtype).to_lowercase();
+    let out = Command::new(exe)
+        .args(["--device", &args.device, "--attn-dtype", &dtype, "--measure", attention.name()])
+        .args(["--seed", &args.seed.to_string(), "--long-seq", &args.long_seq.to_string()])
+        .args(["--long-batch", &args.long_batch.to_string(), "--long-reps", &args.long_reps.to_string()])
+        .args(["--seq", &args.seq.to_string(), "--period", &args.period.to_string()])
+        .args(["--alphabet", &args.alphabet.to_string()])
+        .output()
+        .context("running the measurement child")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find_map(|l| l.strip_prefix("MEASURED "));
+    match (out.status.success(), line) {
+        (true, Some(line)) => {
+            let mut f = line.split_whitespace();
+            let peak: i64 = f.next().context("peak")?.parse().context("peak")?;
+            let ms: f64 = f.next().context("time")?.parse().context("time")?;
+            Ok(Ok((u64::try_from(peak).ok(), ms)))
+        }
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+            Ok(Err(format!("failed ({}): {last}", out.status)))
+        }
+    }
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("n/a".into(), |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)))
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    let dev = common::device(&args.device)?;
+    if let Some(attention) = args.measure {
+        return measure(&args, attention, &dev);
+    }
+    let cfg = config(&args);
+    println!(
+        "LM: {} layers, d_model {}, {} heads, MLP {}, vocab {}; batch {} x seq {}, period {}; attention in {:?} on {:?}",
+        cfg.layers, cfg.d_model, cfg.heads, cfg.ffn, cfg.vocab, args.batch, args.seq, args.period, args.attn_dtype, dev
+    );
+
+    let grad_tol = args.grad_tol.unwrap_or(match args.attn_dtype {
+        DType::F32 => 1e-4,
+        DType::F16 => 1e-2,
+        _ => 5e-2,
+    });
+    let grad_err = gradient_agreement(&args, &dev)?;
+    println!(
+        "gradients of all parameters on one batch, sdpa against candle: max relative L2 {grad_err:.2e} (tolerance {grad_tol:.0e})"
+    );
+
+    let t = Instant::now();
+    let theirs = train(&args, Attention::Candle, &dev)?;
+    let t_candle = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let ours = train(&args, Attention::Sdpa, &dev)?;
+    let t_sdpa = t.elapsed().as_secs_f64();
+    println!("{} AdamW steps (lr {}), loss on the predictable positions (nats):", args.steps, args.lr);
+    println!("  step    candle      sdpa      |diff|");
+    let mut worst = 0f64;
+    for i in (0..args.steps).filter(|i| i % args.every == 0 || i + 1 == args.steps) {
+        let d = (theirs[i] as f64 - ours[i] as f64).abs();
+        worst = worst.max(d);
+        println!("  {i:4}  {:8.4}  {:8.4}  {d:10.2e}", theirs[i], ours[i]);
+    }
+    let tail =
+        |l: &[f32]| l[l.len().saturating_sub(10)..].iter().map(|&x| x as f64).sum::<f64>() / 10f64.min(l.len() as f64);
+    println!(
+        "largest difference at the printed steps {worst:.2e} (tolerance {:.2e}); loss {:.3} -> {:.3} (candle), {:.3} -> {:.3} (sdpa, mean of the last 10 steps)",
+        args.tol, theirs[0], tail(&theirs), ours[0], tail(&ours)
+    );
+    println!("training time: candle {t_candle:.1} s, sdpa {t_sdpa:.1} s");
+
+    if args.long_seq > 0 {
+        println!(
+            "one training step (forward, backward, AdamW) at batch {} x seq {}, median of {} after a warm-up, each path in its own process:",
+            args.long_batch, args.long_seq, args.long_reps
+        );
+        for attention in [Attention::Candle, Attention::Sdpa] {
+            match measure_in_child(&args, attention)? {
+                Ok((peak, ms)) => {
+                    println!("  {:6}  peak memory growth {:>12}  step {ms:10.1} ms", attention.name(), mib(peak))
+                }
+                Err(why) => println!("  {:6}  {why}", attention.name()),
+            }
+        }
+    }
+
+    if grad_err > grad_tol {
+        bail!("the gradients through sdpa differ from candle's by {grad_err:.2e} (> {grad_tol:.0e})");
+    }
+    if worst > args.tol {
+        bail!("the loss curves part by {worst:.2e} nats (> {:.2e})", args.tol);
+    }
+    Ok(())
+}
