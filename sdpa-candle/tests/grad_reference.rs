@@ -8,95 +8,14 @@
 
 mod common;
 
-use candle_core::{Device, Tensor, Var};
-use common::{to_host, to_tensor};
-use sdpa_candle::{sdpa, sdpa_varlen, Diagonal, Layout, SdpaAlibi, SdpaMask, SdpaOptions, Window};
-use sdpa_core::backward::{check_gradients, unfused_error, BackwardRun, GradInputs, HostGradients};
-use sdpa_core::{
-    reference_attention, Alibi, AttentionSpec, DType, ExplicitMask, F32Math, HostBuffer, HostInputs, Kernel, Mask,
-    MaskValues, Operand, Ragged, Shape, Variants,
-};
+use candle_core::Device;
+use common::grad::check_against_reference;
+use sdpa_candle::{Diagonal, Layout, Window};
+use sdpa_core::{Alibi, AttentionSpec, DType, ExplicitMask, Mask, MaskValues, Ragged, Shape, Variants};
 
-const CPU: Device = Device::Cpu;
-
-/// The options that make `sdpa`/`sdpa_varlen` compute `spec` (explicit masks as additive f32 values).
-fn options_of(spec: &AttentionSpec, inputs: &HostInputs) -> SdpaOptions {
-    let layout = spec.layout().unwrap();
-    let mut o = SdpaOptions { layout, ..Default::default() };
-    o.mask = match spec.mask {
-        Mask::None => SdpaMask::None,
-        Mask::CausalTopLeft => SdpaMask::CausalTopLeft,
-        Mask::CausalBottomRight => SdpaMask::CausalBottomRight,
-        Mask::Explicit(m) => {
-            SdpaMask::Additive(Tensor::from_vec(inputs.mask.clone().unwrap(), m.dims.to_vec(), &CPU).unwrap())
-        }
-    };
-    o.scale = spec.scale;
-    o.window = spec.variants.window;
-    o.softcap = spec.variants.softcap;
-    o.diagonal = spec.variants.diagonal;
-    o.alibi = spec.alibi_slopes().unwrap().map(SdpaAlibi::Slopes);
-    o
-}
-
-/// Dims of Q, K, V and O as candle tensors: `[B, ·, ·, D]` dense, `[·, ·, D]` packed.
-fn operand_dims(spec: &AttentionSpec) -> [Vec<usize>; 4] {
-    let s = spec.shape;
-    let layout = spec.layout().unwrap();
-    let shape = |heads: usize, seq: usize, d: usize| match (&spec.ragged, layout) {
-        (None, Layout::Bhsd) => vec![s.b, heads, seq, d],
-        (None, Layout::Bshd) => vec![s.b, seq, heads, d],
-        (Some(_), Layout::Bhsd) => vec![heads, seq, d],
-        (Some(_), Layout::Bshd) => vec![seq, heads, d],
-    };
-    let (tq, tk) = match &spec.ragged {
-        None => (s.sq, s.sk),
-        Some(r) => (r.total_q(), r.total_k()),
-    };
-    [shape(s.hq, tq, s.d), shape(s.hkv, tk, s.d), shape(s.hkv, tk, s.dv), shape(s.hq, tq, s.dv)]
-}
-
-/// Runs `sum(sdpa(q, k, v) ∘ dO)` backward on `Var`s; the gradients (contiguous, so in the spec's default
-/// strides) and the forward's output.
-fn candle_backward(spec: &AttentionSpec, inputs: &HostInputs, d_o: &HostBuffer) -> (HostGradients, HostBuffer) {
-    let [qd, kd, vd, od] = operand_dims(spec);
-    let vars = [(&inputs.q, qd), (&inputs.k, kd), (&inputs.v, vd)]
-        .map(|(b, d)| Var::from_tensor(&to_tensor(b, &d, &CPU)).unwrap());
-    let opts = options_of(spec, inputs);
-    let o = match &spec.ragged {
-        None => sdpa(&vars[0], &vars[1], &vars[2], &opts).unwrap(),
-        Some(r) => {
-            let cu = |o: Vec<usize>| Tensor::new(o.iter().map(|&x| x as u32).collect::<Vec<_>>(), &CPU).unwrap();
-            sdpa_varlen(&vars[0], &vars[1], &vars[2], &cu(r.offsets_q()), &cu(r.offsets_k()), &opts).unwrap()
-        }
-    };
-    let d_o_t = to_tensor(d_o, &od, &CPU);
-    let store = (&o * &d_o_t).unwrap().sum_all().unwrap().backward().unwrap();
-    let [dq, dk, dv] = vars.map(|v| to_host(store.get(v.as_tensor()).unwrap(), spec.dtype));
-    // Which kernel ran is not visible through candle; the check reads only the gradients.
-    let run = BackwardRun { kernel: Kernel::Auto, deterministic: false };
-    (HostGradients { dq, dk, dv, dq_accum: None, run }, to_host(&o, spec.dtype))
-}
-
-/// One spec: gradients through candle against the reference.
+/// One spec on the CPU, `Var`s contiguous in the spec's order.
 fn check(label: &str, spec: &AttentionSpec, seed: u64) {
-    spec.validate().unwrap();
-    let inputs = HostInputs::random(spec, seed).unwrap();
-    let d_o = HostBuffer::random(spec.dtype, spec.required_len(Operand::O).unwrap(), seed ^ 0xd0);
-    let (got, o) = candle_backward(spec, &inputs, &d_o);
-    let lse = reference_attention(spec, &inputs).unwrap().lse.iter().map(|&x| x as f32).collect();
-    let grads = GradInputs { o, lse, d_o: d_o.clone() };
-    let report = check_gradients(spec, &inputs, &grads, &got, F32Math::Exact, None).unwrap();
-    match spec.dtype {
-        DType::F32 => assert!(report.pass, "{label}: {:?}", report.failure()),
-        _ => {
-            let unfused = unfused_error(spec, &inputs, &d_o).unwrap();
-            assert!(
-                report.within_unfused(&unfused, 2.0, 1e-4),
-                "{label}: {report:?} is not within twice the unfused same-dtype error {unfused:?}"
-            );
-        }
-    }
+    check_against_reference(label, spec, seed, &Device::Cpu, false);
 }
 
 fn dense(s: Shape, dtype: DType, layout: Layout, mask: Mask, variants: Variants) -> AttentionSpec {
