@@ -52,8 +52,6 @@
 
 mod append;
 mod backend;
-// Wired to the public entry once sdpa-core's backward types land.
-#[allow(dead_code)]
 mod backward;
 mod decode;
 mod element;
@@ -68,6 +66,7 @@ mod variants;
 
 pub use append::append_to_pages;
 pub use backend::CpuBackend;
+pub use backward::BackwardSlices;
 pub use element::CpuElement;
-pub use run::{attention, attention_ragged, MAX_HEAD_DIM};
+pub use run::{attention, attention_backward, attention_ragged, MAX_HEAD_DIM};
 pub use simd::{simd_paths, supported_paths, SimdPath, SIMD_ENV};

@@ -1,6 +1,6 @@
 //! The slice-level entry point: validation, thread pools, kernel choice (`auto`) and dispatch.
 
-use crate::backward::{self, BwdSlices};
+use crate::backward::{self, BackwardSlices};
 use crate::decode;
 use crate::element::CpuElement;
 use crate::fa2::{self, Tiles};
@@ -8,6 +8,7 @@ use crate::problem::Problem;
 use crate::simd::SimdPath;
 use crate::unfused;
 use rayon::ThreadPool;
+use sdpa_core::backward::{BackwardOptions, BackwardRun};
 use sdpa_core::{AttentionSpec, F32Math, Kernel, Operand, Result, RunOptions, SdpaError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -59,6 +60,25 @@ pub fn attention_ragged<T: CpuElement>(
 ) -> Result<Kernel> {
     let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
     attention_on(path, None, spec, opts, q, k, v, None, block_table, o, lse)
+}
+
+/// The backward of [`attention`] and [`attention_ragged`] on host slices, on the fastest SIMD path of this
+/// CPU (or the one `SDPA_CPU_SIMD` forces): dQ, dK, dV from Q, K, V (+ mask), the forward's O and LSE and
+/// the upstream gradient dO (sdpa-core's `backward` module defines the math). `x` holds the slices (see
+/// [`BackwardSlices`]); a ragged spec takes them packed, a paged cache is refused. Validates the spec, the
+/// element type, every length and that the gradients' strides do not alias, then runs `fa2`'s backward
+/// (`opts.kernel` `auto` or `fa2`) on `opts.threads` threads or the current rayon pool. f32 accumulation,
+/// one rounding per output; `bwd.dq_accum` requires `x.dq_accum`. The result is bitwise the same for any
+/// thread count, so the returned [`BackwardRun`] says `deterministic: true` whatever `bwd.deterministic`
+/// asked.
+pub fn attention_backward<T: CpuElement>(
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    bwd: &BackwardOptions,
+    x: BackwardSlices<'_, T>,
+) -> Result<BackwardRun> {
+    let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
+    backward_on(path, None, spec, opts, bwd, x)
 }
 
 /// [`attention`] on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins).
@@ -125,18 +145,19 @@ pub(crate) fn attention_on<T: CpuElement>(
 
 /// The backward on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins): checks
 /// everything the kernel trusts, then runs `fa2`'s backward (the only one; `auto` resolves to it).
-#[allow(dead_code)] // until the public entry is wired
 pub(crate) fn backward_on<T: CpuElement>(
     path: SimdPath,
     pool: Option<&ThreadPool>,
     spec: &AttentionSpec,
     opts: &RunOptions,
-    x: BwdSlices<'_, T>,
-) -> Result<Kernel> {
-    spec.validate()?;
+    bwd: &BackwardOptions,
+    x: BackwardSlices<'_, T>,
+) -> Result<BackwardRun> {
+    // Also refuses paged KV caches (training keeps no cache).
+    sdpa_core::backward::validate_backward(spec)?;
     let unsupported = |what: String| Err(SdpaError::Unsupported { backend: BACKEND, what });
-    if spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()) {
-        return unsupported("backward of a paged KV cache".to_string());
+    if bwd.dq_accum && x.dq_accum.is_none() {
+        return Err(SdpaError::InvalidSpec("dq_accum was asked for but no f32 dQ buffer was given".to_string()));
     }
     if spec.dtype != T::DTYPE {
         return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
@@ -180,7 +201,8 @@ pub(crate) fn backward_on<T: CpuElement>(
             body()
         }
     }
-    Ok(Kernel::Fa2)
+    // Every gradient element has one writer and sums in a fixed order: deterministic for any thread count.
+    Ok(BackwardRun { kernel: Kernel::Fa2, deterministic: true })
 }
 
 /// What `auto` runs: `splitkv` for decoding (a few query rows per kv head: it streams K and V in memory

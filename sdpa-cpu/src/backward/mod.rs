@@ -54,24 +54,41 @@ pub(crate) struct BwdPart<'a, T> {
     pub alibi_only: ScoreMods,
 }
 
-/// The operands of one backward call on host slices (laid out by the spec's strides).
-pub(crate) struct BwdSlices<'a, T> {
+/// The operands of one backward call on host slices ([`crate::attention_backward`]), each laid out by the
+/// spec's strides exactly as the forward's: `q`, `k`, `v`, `mask` as [`crate::attention`] takes them (for a
+/// ragged batch packed as [`crate::attention_ragged`] takes them), `o` and `d_o` at O's strides, `lse` the
+/// forward's f32 log-sum-exp (`[B, Hq, Sq]`, or `[Hq, total_q]` for a ragged batch). The gradients are
+/// written: `dq` at Q's strides, `dk` at K's, `dv` at V's, and `dq_accum` (f32, Q's strides) when given.
+/// Every element the strides address is written (zeros where no key or row reaches it); nothing else is.
+#[derive(Debug)]
+pub struct BackwardSlices<'a, T> {
+    /// Queries.
     pub q: &'a [T],
+    /// Keys.
     pub k: &'a [T],
+    /// Values.
     pub v: &'a [T],
+    /// The explicit additive f32 mask, when the spec has one.
     pub mask: Option<&'a [f32]>,
+    /// The forward's output.
     pub o: &'a [T],
+    /// The gradient of the loss with respect to O.
     pub d_o: &'a [T],
+    /// The forward's log-sum-exp.
     pub lse: &'a [f32],
+    /// Written: the gradient with respect to Q.
     pub dq: &'a mut [T],
+    /// Written: the gradient with respect to K (summed over the query heads of each kv head's group).
     pub dk: &'a mut [T],
+    /// Written: the gradient with respect to V (summed likewise).
     pub dv: &'a mut [T],
+    /// Written when given: dQ in f32 before rounding (Q's strides).
     pub dq_accum: Option<&'a mut [f32]>,
 }
 
 /// The parts of a validated call (lengths checked by the caller, K/V not paged) with their gradient
 /// pointers.
-pub(crate) fn parts<'a, T: CpuElement>(spec: &AttentionSpec, x: BwdSlices<'a, T>) -> Result<Vec<BwdPart<'a, T>>> {
+pub(crate) fn parts<'a, T: CpuElement>(spec: &AttentionSpec, x: BackwardSlices<'a, T>) -> Result<Vec<BwdPart<'a, T>>> {
     // The forward's output slots are not used: the backward reads O and writes dQ/dK/dV itself.
     let ps = Problem::parts(spec, x.q, x.k, x.v, x.mask, &mut [], None, None)?;
     let (dq, dk, dv) = (x.dq.as_mut_ptr(), x.dk.as_mut_ptr(), x.dv.as_mut_ptr());

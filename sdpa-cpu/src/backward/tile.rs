@@ -9,12 +9,11 @@ use crate::micro;
 use crate::problem::{round_up, MaskSel};
 use crate::simd::Simd;
 
-/// A packed query tile: `nr` rows (of `brp = nqv·LANES` lanes) of kv head `kvh`'s group in batch `b`, and
+/// A packed query tile: its rows (`scr.rows`, in `brp = nqv·LANES` lanes) of kv head `kvh`'s group in batch `b`, and
 /// the keys they see by position.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RowsTile {
     pub b: usize,
-    pub nr: usize,
     pub nqv: usize,
     pub brp: usize,
     pub span: KeySpan,
@@ -77,7 +76,7 @@ pub(crate) fn load_rows<S: Simd, T: CpuElement>(
         scr.delta[nr..brp].fill(0.0);
     }
     p.mods.row_consts(&scr.rows, &mut scr.neg_slope[..brp], &mut scr.diag[..brp]);
-    RowsTile { b, nr, nqv, brp, span }
+    RowsTile { b, nqv, brp, span }
 }
 
 /// Recomputes the pair's `Pᵀ` into `scr.st` and `dSᵀ` into `scr.dst` (`[key][row]`, row stride `brp`) for
