@@ -82,7 +82,7 @@ fn backward_typed<T: Element>(
     let cpu = sdpa_cpu::CpuBackend::new(None).map_err(sdpa_err)?;
     let caps = cpu.capabilities();
     let run = crate::backward::backward_run(&caps, &plan.run);
-    // SHIM caps.check_backward(cpu.name(), spec, &run).map_err(sdpa_err)?;
+    caps.check_backward(cpu.name(), spec, &run).map_err(sdpa_err)?;
     let need = |op| spec.required_len(op).map_err(sdpa_err);
     let (sq, sk, sv) = (qkv[0].storage_and_layout().0, qkv[1].storage_and_layout().0, qkv[2].storage_and_layout().0);
     let q = operand_slice("q", host::<T>("q", &sq, plan.q_offset)?, 0, need(Operand::Q)?)?;
@@ -104,7 +104,7 @@ fn backward_typed<T: Element>(
     let mut dq = vec![nan; qkv[0].elem_count()];
     let mut dk = vec![nan; qkv[1].elem_count()];
     let mut dv = vec![nan; qkv[2].elem_count()];
-    let slices = crate::shim::BackwardSlices {
+    let slices = sdpa_cpu::BackwardSlices {
         q,
         k,
         v,
@@ -117,7 +117,7 @@ fn backward_typed<T: Element>(
         dv: &mut dv,
         dq_accum: None,
     };
-    crate::shim::attention_backward(spec, &run, &op.bwd, slices).map_err(sdpa_err)?;
+    sdpa_cpu::attention_backward(spec, &run, &op.bwd, slices).map_err(sdpa_err)?;
     let wrap = |x: Vec<T>| Storage::Cpu(T::to_cpu_storage_owned(x));
     Ok((wrap(dq), wrap(dk), wrap(dv)))
 }

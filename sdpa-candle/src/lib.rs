@@ -149,7 +149,6 @@ mod op;
 mod options;
 mod plan;
 mod serving;
-mod shim; // SHIM
 mod tables;
 mod warmup;
 
