@@ -104,19 +104,8 @@ fn backward_typed<T: Element>(
     let mut dq = vec![nan; qkv[0].elem_count()];
     let mut dk = vec![nan; qkv[1].elem_count()];
     let mut dv = vec![nan; qkv[2].elem_count()];
-    let slices = sdpa_cpu::BackwardSlices {
-        q,
-        k,
-        v,
-        mask,
-        o,
-        d_o,
-        lse,
-        dq: &mut dq,
-        dk: &mut dk,
-        dv: &mut dv,
-        dq_accum: None,
-    };
+    let slices =
+        sdpa_cpu::BackwardSlices { q, k, v, mask, o, d_o, lse, dq: &mut dq, dk: &mut dk, dv: &mut dv, dq_accum: None };
     sdpa_cpu::attention_backward(spec, &run, &op.bwd, slices).map_err(sdpa_err)?;
     let wrap = |x: Vec<T>| Storage::Cpu(T::to_cpu_storage_owned(x));
     Ok((wrap(dq), wrap(dk), wrap(dv)))
