@@ -17,12 +17,17 @@
 //! falls quickly to ln(alphabet) (3.5 for 32) as the model learns which ids occur, and below that only as
 //! it learns to look back (an induction head or a positional one): no n-gram shortcut exists.
 //!
-//! How the curves are compared: both runs see bit-identical initial weights and batches (one seeded
-//! generator, not candle's device RNG). The attention outputs differ by rounding only (sdpa accumulates in
-//! f32 in another order), and AdamW's normalised steps amplify rounding a little each step, so the curves
-//! are compared point by point against `--tol` (absolute, in nats). Before training, the gradients of every
-//! parameter on one batch are compared too (relative L2, `--grad-tol`): that is the exact check.
-//!
+//! How the runs are compared: both see bit-identical initial weights and batches (one seeded generator,
+//! not candle's device RNG). First the gradients of every parameter on one batch, against candle's in
+//! f32 (relative L2 per parameter): with attention in f32, sdpa's within `--grad-tol` (1e-4); in f16/bf16
+//! (`--attn-dtype`, the default on CUDA, whose backward kernels are f16/bf16), at most twice candle's own
+//! error in that dtype plus `--grad-tol` (1e-3), FlashAttention's rule. Then the loss curves: in f32 they
+//! must agree at every printed step within `--tol` (1e-2 nats; they differ by rounding only, sdpa
+//! accumulating in another order, which AdamW's normalised steps amplify a little each step). In f16/bf16
+//! the two paths round differently (candle rounds scores and probabilities to the dtype, sdpa only its
+//! outputs), which can move the step where the model finds the look-back by a few steps, so there the
+//! bar is the final loss (mean of the last 10 steps) within `--tol` (1e-1 nats); the curves are printed.
+
 //! How the long-sequence step is measured: each path runs in a child process of its own (this program
 //! started again with `--measure`), so one path's freed memory cannot hide the other's peak. On the CPU
 //! the peak is the growth of the process's resident set over the step: `VmHWM` after the step minus
@@ -292,7 +297,7 @@ struct Args {
     lr: f64,
     /// Default by the attention dtype: f32 1e-2, f16/bf16 1e-1 (nats).
     tol: f64,
-    /// `None`: by the attention dtype (f32 1e-4, f16 1e-2, bf16 5e-2).
+    /// `None`: by the attention dtype (f32 1e-4; f16/bf16 1e-3 on top of twice candle's own error).
     grad_tol: Option<f64>,
     long_seq: usize,
     long_batch: usize,
@@ -366,26 +371,41 @@ fn config(args: &Args) -> Config {
     Config { vocab: 256, d_model: 128, heads: 4, layers: 2, ffn: 512, max_seq: args.seq.max(args.long_seq) }
 }
 
-/// The gradients of every parameter on one batch, candle's attention against sdpa's: the largest
-/// relative L2 difference.
-fn gradient_agreement(args: &Args, dev: &Device) -> Result<f64> {
+/// How far the gradients of every parameter on one batch are from candle's in f32 (largest relative L2
+/// over the parameters): sdpa's, and (when attention runs in f16/bf16) candle's own in that dtype.
+struct GradAgreement {
+    /// sdpa in the attention dtype against candle in f32.
+    sdpa: f64,
+    /// candle in the attention dtype against candle in f32 (`None` when that dtype is f32).
+    candle: Option<f64>,
+    /// Every parameter's sdpa error within the bar: `≤ grad_tol` (f32), or `≤ 2 ×` candle's own error in
+    /// that dtype `+ grad_tol` (f16/bf16, FlashAttention's rule).
+    pass: bool,
+}
+
+fn gradient_agreement(args: &Args, dev: &Device, grad_tol: f64) -> Result<GradAgreement> {
     let cfg = Config { max_seq: args.seq, ..config(args) };
     let b = batch(&mut Rng(args.seed ^ 0x5eed), args.batch, args.seq, args.period, args.alphabet, dev)?;
-    let grads = |attention| -> Result<Vec<Tensor>> {
+    let grads = |attention, dtype| -> Result<Vec<Tensor>> {
         let model = Model::new(cfg, args.seed, dev)?;
-        let store = model.loss(&b, &Run::new(attention, cfg.max_seq, args.attn_dtype, dev)?)?.backward()?;
+        let store = model.loss(&b, &Run::new(attention, cfg.max_seq, dtype, dev)?)?.backward()?;
         model
             .vars()
             .iter()
             .map(|v| store.get(v).cloned().with_context(|| format!("no gradient for a {:?} parameter", v.dims())))
             .collect()
     };
-    let (theirs, ours) = (grads(Attention::Candle)?, grads(Attention::Sdpa)?);
-    let mut worst = 0f64;
-    for (a, b) in ours.iter().zip(&theirs) {
-        worst = worst.max(common::rel_l2(a, b)?);
+    let exact = grads(Attention::Candle, DType::F32)?;
+    let errors =
+        |got: &[Tensor]| -> Result<Vec<f64>> { got.iter().zip(&exact).map(|(a, b)| common::rel_l2(a, b)).collect() };
+    let ours = errors(&grads(Attention::Sdpa, args.attn_dtype)?)?;
+    let max = |e: &[f64]| e.iter().copied().fold(0f64, f64::max);
+    if args.attn_dtype == DType::F32 {
+        return Ok(GradAgreement { sdpa: max(&ours), candle: None, pass: ours.iter().all(|&e| e <= grad_tol) });
     }
-    Ok(worst)
+    let theirs = errors(&grads(Attention::Candle, args.attn_dtype)?)?;
+    let pass = ours.iter().zip(&theirs).all(|(&o, &t)| o <= 2.0 * t + grad_tol);
+    Ok(GradAgreement { sdpa: max(&ours), candle: Some(max(&theirs)), pass })
 }
 
 /// Trains from `args.seed`; the loss of every step.
@@ -566,8 +586,8 @@ fn measure_in_child(args: &Args, attention: Attention) -> Result<std::result::Re
     }
 }
 
-/// Trains with each attention from the same seed and prints both loss curves; the largest difference at
-/// the printed steps.
+/// Trains with each attention from the same seed and prints both loss curves; the difference the
+/// tolerance applies to (see the comment at its end).
 fn compare_training(args: &Args, dev: &Device) -> Result<f64> {
     let t = Instant::now();
     let theirs = train(args, Attention::Candle, dev)?;
@@ -585,12 +605,25 @@ fn compare_training(args: &Args, dev: &Device) -> Result<f64> {
     }
     let tail =
         |l: &[f32]| l[l.len().saturating_sub(10)..].iter().map(|&x| x as f64).sum::<f64>() / 10f64.min(l.len() as f64);
+    let final_diff = (tail(&theirs) - tail(&ours)).abs();
     println!(
-        "largest difference at the printed steps {worst:.2e} (tolerance {:.2e}); loss {:.3} -> {:.3} (candle), {:.3} -> {:.3} (sdpa, mean of the last 10 steps)",
-        args.tol, theirs[0], tail(&theirs), ours[0], tail(&ours)
+        "largest difference at the printed steps {worst:.2e}; loss {:.3} -> {:.3} (candle), {:.3} -> {:.3} (sdpa, mean of \
+         the last 10 steps; difference {final_diff:.2e})",
+        theirs[0],
+        tail(&theirs),
+        ours[0],
+        tail(&ours)
     );
     println!("training time: candle {t_candle:.1} s, sdpa {t_sdpa:.1} s");
-    Ok(worst)
+    // f32: the curves agree step by step. f16/bf16: both paths round differently (candle rounds scores and
+    // probabilities to the dtype, sdpa only its outputs), which can move the step where the model finds the
+    // look-back by a few steps, so the bar there is the loss both reach.
+    let (measured, what) = match args.attn_dtype {
+        DType::F32 => (worst, "at the printed steps"),
+        _ => (final_diff, "in the final loss"),
+    };
+    println!("agreement {what}: {measured:.2e} nats (tolerance {:.2e})", args.tol);
+    Ok(measured)
 }
 
 fn mib(b: Option<u64>) -> String {
@@ -609,15 +642,19 @@ fn main() -> Result<()> {
         cfg.layers, cfg.d_model, cfg.heads, cfg.ffn, cfg.vocab, args.batch, args.seq, args.period, args.attn_dtype, dev
     );
 
-    let grad_tol = args.grad_tol.unwrap_or(match args.attn_dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 1e-2,
-        _ => 5e-2,
-    });
-    let grad_err = gradient_agreement(&args, &dev)?;
-    println!(
-        "gradients of all parameters on one batch, sdpa against candle: max relative L2 {grad_err:.2e} (tolerance {grad_tol:.0e})"
-    );
+    let grad_tol = args.grad_tol.unwrap_or(if args.attn_dtype == DType::F32 { 1e-4 } else { 1e-3 });
+    let grads = gradient_agreement(&args, &dev, grad_tol)?;
+    match grads.candle {
+        None => println!(
+            "gradients of all parameters on one batch, sdpa against candle: max relative L2 {:.2e} (tolerance {grad_tol:.0e})",
+            grads.sdpa
+        ),
+        Some(theirs) => println!(
+            "gradients of all parameters on one batch against candle in f32, max relative L2: sdpa {:.2e}, candle in {:?} \
+             {theirs:.2e} (bar: each parameter's sdpa error <= 2x candle's + {grad_tol:.0e})",
+            grads.sdpa, args.attn_dtype
+        ),
+    }
 
     let worst = if args.steps > 0 { compare_training(&args, &dev)? } else { 0.0 };
 
@@ -636,11 +673,11 @@ fn main() -> Result<()> {
         }
     }
 
-    if grad_err > grad_tol {
-        bail!("the gradients through sdpa differ from candle's by {grad_err:.2e} (> {grad_tol:.0e})");
+    if !grads.pass {
+        bail!("the gradients through sdpa are further from candle's f32 gradients than the bar (see above)");
     }
     if worst > args.tol {
-        bail!("the loss curves part by {worst:.2e} nats (> {:.2e})", args.tol);
+        bail!("the loss curves differ by {worst:.2e} nats (> {:.2e})", args.tol);
     }
     Ok(())
 }
