@@ -181,6 +181,10 @@ use sdpa_core::Mask;
 /// does not broadcast, a window or ALiBi without a named diagonal, ALiBi slopes not one per query head, a
 /// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
 /// offending values.
+///
+/// Gradients: when `q`, `k` or `v` tracks gradients (a `Var` or a tensor computed from one), the result
+/// does too, and `backward()` computes dQ, dK and dV with sdpa's fused backward (in the inputs' dtype, with
+/// their shapes; the mask gets none). Otherwise the call is plain inference and keeps nothing for autograd.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
     same_device_and_dtype(q, k, v)?;
     let qv = View::of("q", q.layout(), opts.layout)?;
