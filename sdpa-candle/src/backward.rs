@@ -6,8 +6,9 @@
 //! them (`[B, Hq, Sq]` or `[Hq, total_q]` f32: `4·B·Hq·Sq` bytes, a `1/D` fraction of Q's size in f32) into the
 //! op, and candle keeps the op, behind an `Arc`, in the graph node of the output until the backward runs:
 //! the same thing FlashAttention's autograd function saves. Recomputing would cost a whole forward pass
-//! (about 30% of the backward's work) to save memory that is already small; the output O, which the
-//! backward needs as well (`Delta = rowsum(dO ∘ O)`), is the graph node itself, so nothing else is kept.
+//! (40% of the backward's FLOPs, which are 2.5x the forward's) to save memory that is already small; the
+//! output O, which the backward needs as well (`Delta = rowsum(dO ∘ O)`), is the graph node itself, so
+//! nothing else is kept.
 //! A forward whose inputs track nothing (inference) keeps nothing and runs exactly as before.
 //!
 //! Where the gradients go: sdpa writes dQ through Q's strides (dK through K's, dV through V's). A fresh
