@@ -161,6 +161,8 @@ fn bits(g: &HostGradients) -> Vec<u8> {
     [&g.dq, &g.dk, &g.dv].iter().flat_map(|b| b.as_bytes().to_vec()).collect()
 }
 
+/// Also across the two schedules: 4 (batch, kv head) groups run fused on 1 and 2 threads (dQ accumulated
+/// with dK/dV) and split on 3 and 4 (dQ in a pass of its own).
 #[test]
 fn results_are_bitwise_the_same_for_any_thread_count() {
     let sh = shape(2, 8, 2, 150, 170, 40, 40);
@@ -168,7 +170,7 @@ fn results_are_bitwise_the_same_for_any_thread_count() {
         for (dtype, mask) in [(DType::F32, Mask::CausalTopLeft), (DType::BF16, Mask::None)] {
             let s = AttentionSpec::new(sh, dtype).with_layout(Layout::Bshd).with_mask(mask);
             let inputs = HostInputs::random(&s, 5).unwrap();
-            let runs: Vec<Vec<u8>> = [1, THREADS, 3]
+            let runs: Vec<Vec<u8>> = [1, THREADS, 3, 4]
                 .into_iter()
                 .map(|t| bits(&run(&CpuBackend::with_simd(path, Some(t)).unwrap(), &s, &inputs, Default::default()).1))
                 .collect();
@@ -234,4 +236,36 @@ fn paged_caches_and_other_kernels_are_refused() {
     let opts = RunOptions { kernel: Kernel::SplitKv, ..Default::default() };
     let e = be.run_backward_host(&s, &opts, &Default::default(), &inputs, &grads).unwrap_err();
     assert!(matches!(e, SdpaError::Unsupported { .. }), "{e}");
+}
+
+#[test]
+fn non_finite_inputs_reach_only_the_gradients_they_touch() {
+    // Causal, so every tile on the diagonal mixes pairs a row sees with pairs it does not: a NaN under a
+    // masked pair must not reach through `0 · NaN` in the tile products.
+    let sh = shape(1, 2, 1, 70, 70, 16, 16);
+    for be in backends() {
+        for (n, op) in [Operand::Q, Operand::K, Operand::V, Operand::O].into_iter().enumerate() {
+            let s = AttentionSpec::new(sh, DType::F32).with_mask(Mask::CausalTopLeft);
+            let mut inputs = HostInputs::random(&s, 9).unwrap();
+            let opts = RunOptions::default();
+            let mut grads = GradInputs::from_forward(&s, &be, &opts, &inputs, 29).unwrap();
+            let (row, val) = (40, if n % 2 == 0 { f32::NAN } else { f32::INFINITY });
+            match op {
+                Operand::Q => inputs.q.set_f32(s.q_strides.offset(0, 1, row) + 3, val),
+                Operand::K => inputs.k.set_f32(s.k_strides.offset(0, 0, row) + 3, val),
+                Operand::V => inputs.v.set_f32(s.v_strides.offset(0, 0, row) + 3, val),
+                Operand::O => grads.d_o.set_f32(s.o_strides.offset(0, 1, row) + 3, val),
+            }
+            if op != Operand::O {
+                grads = GradInputs {
+                    d_o: grads.d_o.clone(),
+                    ..GradInputs::from_forward(&s, &be, &opts, &inputs, 29).unwrap()
+                };
+            }
+            let got = be.run_backward_host(&s, &opts, &Default::default(), &inputs, &grads).unwrap();
+            let rep = check_gradients(&s, &inputs, &grads, &got, F32Math::Exact, None).unwrap();
+            let nan = |r: &sdpa_core::check::CheckReport| r.nan_mismatches;
+            assert!([nan(&rep.dq), nan(&rep.dk), nan(&rep.dv)] == [0, 0, 0], "{} {op:?} {val}: {rep:?}", be.simd());
+        }
+    }
 }

@@ -4,18 +4,28 @@
 //! Three passes over rayon, each writing only what it owns, so the result is bitwise the same for any
 //! thread count and schedule (the backend reports `deterministic: true` always):
 //! 1. `Delta = rowsum(dO ∘ O)` per query row (`delta`, O(B·Hq·Sq) f32 like the LSE);
-//! 2. one item per (batch, kv head, key tile) (`dkdv`): for every query tile whose rows see a key of the
-//!    tile (tiles outside the band of the causal mask and window are skipped; GQA: the query tiles of all
-//!    heads of the group), P is recomputed from the LSE, `dV += Pᵀ·dO`, `dP = dO·Vᵀ`,
-//!    `dS = P ∘ (dP − Delta)` (times the softcap's `1 − (s0/cap)²`), `dK += dSᵀ·Q·scale`; the key tile's
+//! 2. one item per (batch, kv head, block of key tiles) (`dkdv`): for every query tile whose rows see a key
+//!    of the block (packed once for the block), and every key tile of the block its rows see (pairs outside
+//!    the band of the causal mask and window are skipped; GQA: the query tiles of all heads of the group),
+//!    P is recomputed from the LSE, `dV += Pᵀ·dO`, `dP = dO·Vᵀ`,
+//!    `dS = P ∘ (dP − Delta)` (times the softcap's `1 − (s0/cap)²`), `dK += dSᵀ·Q·scale`; the block's
 //!    dK and dV accumulate in scratch and are written once;
 //! 3. one item per (batch, kv head, query tile) (`dq`): the same P and dS recomputed per key tile of the
 //!    band, `dQ += dS·K·scale`, written once (and in f32 to the `dq_accum` buffer when asked).
 //!
 //! Recomputing S and dP in pass 3 costs 7 products of 5 (the cost model counts 5), the price of a dQ with
-//! no write conflicts, no atomics and O(threads × tile) scratch. Every product is one of the forward's SIMD
-//! micro-kernels (`micro::scores` for Sᵀ and dPᵀ, `micro::pv` with transposed strides for the three
-//! gradient products); inputs are widened to f32 per tile, accumulation is f32, each output rounds once.
+//! no write conflicts, no atomics and O(threads × tile) scratch. When the (batch, kv head) groups fill the
+//! threads (two per thread), the fused schedule (`run_fused`) runs instead: one item per group walks all of
+//! its key blocks as in pass 2 and also accumulates `dQ += dS·K` into an f32 buffer of the group's rows
+//! (O(threads × Hq/Hkv·Sq·D), at most half of Q in f32), so 5 products, no pass 3. Each dQ element sums
+//! the same products in the same key order either way, so both schedules give the same bits.
+//!
+//! Every product is one of the forward's SIMD micro-kernels (`micro::scores` for Sᵀ and dPᵀ, `micro::pv`
+//! with transposed strides for the three gradient products: `micro::gemm_acc`, `dq::dq_product`); inputs
+//! are widened to f32 per tile, accumulation is f32, each output rounds once. A masked pair has P = 0 and
+//! dS = 0 exactly. Non-finite inputs: NaN/inf in V under a masked key stays out (dS is set to 0 where
+//! P = 0), but NaN/inf in Q, K or dO reaches the gradients of rows or keys that share a tile with it
+//! through `0 · NaN` in the tile products (there is no careful re-run as the forward has).
 
 mod dkdv;
 mod dq;
@@ -158,10 +168,13 @@ fn compute_delta<T: CpuElement>(parts: &mut [BwdPart<'_, T>]) {
     });
 }
 
+/// One (part, batch, kv head) and its row tiles (a range of [`all_row_tiles`]' list).
+type Group = (usize, usize, usize, std::ops::Range<usize>);
+
 /// The row tiles of one (part, batch, kv head): a range of the list [`all_row_tiles`] returns (it walks
 /// parts, batches and kv heads in order).
-fn tile_groups(rts: &[RowTile]) -> Vec<(usize, usize, usize, std::ops::Range<usize>)> {
-    let mut groups: Vec<(usize, usize, usize, std::ops::Range<usize>)> = Vec::new();
+fn tile_groups(rts: &[RowTile]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
     for (n, &(pi, b, kvh, ..)) in rts.iter().enumerate() {
         match groups.last_mut() {
             Some(g) if (g.0, g.1, g.2) == (pi, b, kvh) => g.3.end = n + 1,
@@ -174,7 +187,9 @@ fn tile_groups(rts: &[RowTile]) -> Vec<(usize, usize, usize, std::ops::Range<usi
 /// Runs the three passes on the current rayon pool.
 pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: SimdPath) {
     let Some(first) = parts.first() else { return };
-    let tiles = BwdTiles::for_path(path);
+    let base = BwdTiles::for_path(path);
+    let key_tiles: usize = parts.iter().map(|bp| bp.p.b * bp.p.hkv() * bp.p.sk.div_ceil(base.bc)).sum();
+    let tiles = base.for_threads(key_tiles, rayon::current_num_threads());
     let key = BwdKey { path, tiles, d: first.p.d, dv: first.p.dv };
     compute_delta(parts);
     let parts = &*parts;
@@ -182,12 +197,18 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     let rts = all_row_tiles(&problems, tiles.br);
     let groups = tile_groups(&rts);
 
-    // Pass 2: one item per key tile of every (part, batch, kv head), heaviest first (the query tiles it
-    // meets), so that causal calls end on light items.
+    if fused_fits(parts, &groups, rayon::current_num_threads()) {
+        run_fused(parts, path, key, &rts, &groups);
+        return;
+    }
+    // Pass 2: one item per block of key tiles of every (part, batch, kv head), heaviest first (the query
+    // tiles it meets), so that causal calls end on light items.
+    let block = tiles.bc * tiles.kblock;
     let mut items: Vec<(usize, usize, usize)> = Vec::new();
     for (g, (pi, ..)) in groups.iter().enumerate() {
-        for kt in 0..parts[*pi].p.sk.div_ceil(tiles.bc) {
-            let (j0, j1) = (kt * tiles.bc, ((kt + 1) * tiles.bc).min(parts[*pi].p.sk));
+        let sk = parts[*pi].p.sk;
+        for kt in (0..sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
+            let (j0, j1) = (kt * tiles.bc, (kt * tiles.bc + block).min(sk));
             let meets = rts[groups[g].3.clone()].iter().filter(|t| t.5.lo < j1 && t.5.hi > j0).count();
             items.push((meets, g, kt));
         }
@@ -195,7 +216,8 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     items.sort_by_key(|&(w, ..)| std::cmp::Reverse(w));
     items.par_iter().with_max_len(1).for_each(|&(_, g, kt)| {
         let (pi, b, kvh, range) = &groups[g];
-        let item = dkdv::KeyTile { bp: &parts[*pi], tiles, rts: &rts[range.clone()], b: *b, kvh: *kvh, kt };
+        let (bp, rts) = (&parts[*pi], &rts[range.clone()]);
+        let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: None, careful: false };
         with_scratch(key, |scr| dkdv::run(path, item, scr));
     });
 
@@ -206,6 +228,54 @@ pub(crate) fn run_backward<T: CpuElement>(parts: &mut [BwdPart<'_, T>], path: Si
     order.par_iter().with_max_len(1).for_each(|&(_, n)| {
         let rt = rts[n];
         with_scratch(key, |scr| dq::run(path, &parts[rt.0], tiles, rt, scr));
+    });
+}
+
+/// f32 dQ rows one fused item may hold (256 MiB at most, whatever the thread count).
+const FUSED_DQ_MAX: usize = 64 << 20;
+
+/// Whether the fused schedule runs: enough (batch, kv head) groups to keep every thread busy (two per
+/// thread; each is one item there), and each group's f32 dQ small enough to hold.
+fn fused_fits<T: CpuElement>(parts: &[BwdPart<'_, T>], groups: &[Group], threads: usize) -> bool {
+    let dq_len = |bp: &BwdPart<'_, T>| bp.p.group_rows() * (bp.p.d + 16);
+    groups.len() >= 2 * threads && parts.iter().all(|bp| dq_len(bp) <= FUSED_DQ_MAX)
+}
+
+/// The fused schedule: one item per (part, batch, kv head), heaviest first, running pass 2 over all its
+/// key blocks with dQ accumulated in an f32 buffer of the group's rows (O(threads × S) memory, 5 products
+/// instead of 7), then writing dQ. Each dQ element sums the same products in the same key order as pass 3
+/// (`dq::dq_product`, key tiles ascending), so the two schedules give the same bits.
+fn run_fused<T: CpuElement>(parts: &[BwdPart<'_, T>], path: SimdPath, key: BwdKey, rts: &[RowTile], groups: &[Group]) {
+    let tiles = key.tiles;
+    let dp = crate::problem::round_up(key.d, crate::fa2::lanes(path));
+    let mut order: Vec<(usize, usize)> = groups
+        .iter()
+        .enumerate()
+        .map(|(g, grp)| (rts[grp.3.clone()].iter().map(|t| t.4 * (t.5.len() + tiles.bc)).sum(), g))
+        .collect();
+    order.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
+    order.par_iter().with_max_len(1).for_each(|&(_, g)| {
+        let (pi, b, kvh, range) = &groups[g];
+        let (bp, rts) = (&parts[*pi], &rts[range.clone()]);
+        let mut dq = vec![0.0f32; bp.p.group_rows() * dp];
+        with_scratch(key, |scr| {
+            // Careful products for the whole group when the fast run left a gradient non-finite.
+            for careful in [false, true] {
+                dq.fill(0.0);
+                let sink = SharedMut(dq.as_mut_ptr());
+                let mut finite = true;
+                for kt in (0..bp.p.sk.div_ceil(tiles.bc)).step_by(tiles.kblock) {
+                    let item = dkdv::KeyTile { bp, tiles, rts, b: *b, kvh: *kvh, kt, dq: Some(sink), careful };
+                    finite &= dkdv::run(path, item, scr);
+                }
+                if finite && dq.iter().all(|x| x.is_finite()) {
+                    break;
+                }
+            }
+            scr.rows.clear();
+            scr.rows.extend((0..bp.p.group_rows()).map(|r| bp.p.row(*kvh, r)));
+            dq::finish_rows(bp, *b, &scr.rows, &mut dq, dp);
+        });
     });
 }
 

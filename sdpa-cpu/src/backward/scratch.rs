@@ -13,17 +13,26 @@ pub(crate) struct BwdTiles {
     pub br: usize,
     /// Keys per key tile; key tiles lie on one grid `kt·bc` in both passes.
     pub bc: usize,
+    /// Key tiles per pass-2 item: each query tile is packed once for all of them. Any value gives the same
+    /// bits (each key tile still sums the query tiles in their order), so it may follow the thread count.
+    pub kblock: usize,
 }
 
 impl BwdTiles {
-    /// Tiles for a path: the accumulators of a key tile (dK and dV, `bc` rows each) and the packed query
-    /// tile (Q and dO, both ways round) stay within L2 at head dim 128.
+    /// Tiles for a path: a pair's score tiles (`bc × br`) stay in L1; a pass-2 block's accumulators and
+    /// widened K/V (`kblock·bc` rows of dK, dV, K, V) and the packed query tile (Q and dO, both ways round)
+    /// stay within L2 at head dim 128.
     pub(crate) fn for_path(path: SimdPath) -> BwdTiles {
         match path {
-            SimdPath::Avx512 | SimdPath::Avx512Bf16 => BwdTiles { br: 64, bc: 64 },
-            SimdPath::Avx2 => BwdTiles { br: 32, bc: 64 },
-            SimdPath::Scalar => BwdTiles { br: 16, bc: 32 },
+            SimdPath::Avx512 | SimdPath::Avx512Bf16 => BwdTiles { br: 64, bc: 64, kblock: 4 },
+            SimdPath::Avx2 => BwdTiles { br: 32, bc: 64, kblock: 4 },
+            SimdPath::Scalar => BwdTiles { br: 16, bc: 32, kblock: 1 },
         }
+    }
+
+    /// The same tiles with pass-2 blocks no longer than leaves every thread four items of `key_tiles`.
+    pub(crate) fn for_threads(self, key_tiles: usize, threads: usize) -> BwdTiles {
+        BwdTiles { kblock: self.kblock.min(key_tiles / (4 * threads.max(1))).max(1), ..self }
     }
 }
 
@@ -54,10 +63,13 @@ pub(crate) struct BwdScratch {
     pub dst: Vec<f32>,
     /// The capped scores before ALiBi and the mask, `[bc][brp]` (softcap only).
     pub s0: Vec<f32>,
-    /// K and V tiles widened (or gathered) to f32, `[bc][dp]` and `[bc][dvp]`.
+    /// 1 where a pair is visible, `[bc][brp]` (careful re-runs only).
+    pub vis: Vec<f32>,
+    /// K and V rows widened to f32 (a pass-2 block or a key tile), `[kblock·bc][dp]` and `[kblock·bc][dvp]`.
     pub kp: Vec<f32>,
     pub vp: Vec<f32>,
-    /// Accumulators: dK and dV of a key tile (`[bc][dp]`, `[bc][dvp]`), or dQ of a row tile (`[brp][dp]`).
+    /// Accumulators: dK and dV of a pass-2 block (`[kblock·bc][dp]`, `[kblock·bc][dvp]`), or dQ of a row
+    /// tile (`[brp][dp]`).
     pub acc_k: Vec<f32>,
     pub acc_v: Vec<f32>,
     /// Per row of the query tile: the LSE to subtract (`+inf` for a row that sees no key, and for padding,
@@ -76,6 +88,7 @@ impl BwdScratch {
     fn new(key: BwdKey) -> BwdScratch {
         let l = lanes(key.path);
         let (d, dv, bc) = (key.d, key.dv, key.tiles.bc);
+        let block = bc * key.tiles.kblock;
         let (dp, dvp, brp) = (round_up(d, l), round_up(dv, l), round_up(key.tiles.br, l));
         BwdScratch {
             qt: vec![0.0; d * brp],
@@ -85,10 +98,11 @@ impl BwdScratch {
             st: vec![0.0; bc * brp],
             dst: vec![0.0; bc * brp],
             s0: vec![0.0; bc * brp],
-            kp: vec![0.0; bc * dp],
-            vp: vec![0.0; bc * dvp],
-            acc_k: vec![0.0; bc.max(brp) * dp],
-            acc_v: vec![0.0; bc * dvp],
+            vis: vec![0.0; bc * brp],
+            kp: vec![0.0; block * dp],
+            vp: vec![0.0; block * dvp],
+            acc_k: vec![0.0; block.max(brp) * dp],
+            acc_v: vec![0.0; block * dvp],
             lse: vec![0.0; brp],
             delta: vec![0.0; brp],
             neg_slope: vec![0.0; brp],

@@ -121,14 +121,16 @@ pub(crate) unsafe fn probs_and_dscores<S: Simd, T: CpuElement>(
             p.apply_mask(t.b, &scr.rows, j0, j0 + nk, st, brp, 1);
         }
         micro::scores(s, p.dv, v, vs, nk, scr.dot.as_ptr(), brp, nqv, dst, brp);
-        let (zero, one, tiny) = (s.zero(), s.splat(1.0), s.splat(f32::MIN_POSITIVE));
+        let (zero, one, tiny, lowest) = (s.zero(), s.splat(1.0), s.splat(f32::MIN_POSITIVE), s.splat(f32::MIN));
         let inv_cap = s.splat(cap.map_or(0.0, |c| 1.0 / c));
         for n in 0..nqv {
             let g = s.load(scr.lse.as_ptr().add(n * l));
             let dl = s.load(scr.delta.as_ptr().add(n * l));
             for j in 0..nk {
                 let off = j * brp + n * l;
-                let pr = s.exp(s.sub(s.load(st.add(off)), g));
+                let x = s.load(st.add(off));
+                // A masked score (-inf) gives P = 0 even where the row's LSE is NaN (a NaN it sees).
+                let pr = s.select_lt(x, lowest, zero, s.exp(s.sub(x, g)));
                 let ds = s.mul(pr, s.sub(s.load(dst.add(off)), dl));
                 // P = 0 (a masked key, a row without keys, padding): dS = 0 even where dP is not finite.
                 let mut ds = s.select_lt(pr, tiny, zero, ds);
@@ -143,10 +145,10 @@ pub(crate) unsafe fn probs_and_dscores<S: Simd, T: CpuElement>(
     }
 }
 
-/// A key tile's K and V rows as f32: in place for f32 inputs, else widened into `scr.kp`/`scr.vp`.
-/// Returns `(k, ks, v, vs)`.
+/// Keys `j0 .. j0 + nk` (at most a pass-2 block) of K and V as f32: in place for f32 inputs, else widened
+/// into `scr.kp`/`scr.vp`. Returns `(k, ks, v, vs)`: row `j0 + x` of K at `k + x·ks`.
 #[inline(always)]
-pub(crate) fn key_tile<T: CpuElement>(
+pub(crate) fn key_rows<T: CpuElement>(
     bp: &BwdPart<'_, T>,
     b: usize,
     kvh: usize,
@@ -175,4 +177,60 @@ pub(crate) fn key_tile<T: CpuElement>(
     let k = (k.0, if k.1 == 0 { p.k_st.s } else { k.1 });
     let v = (v.0, if v.1 == 0 { p.v_st.s } else { v.1 });
     (k.0, k.1, v.0, v.1)
+}
+
+/// The careful form of the tile products, for items whose fast run came out non-finite:
+/// `acc[r·accs + c] += Σ_x w[x·ws + r·wr] · m[x·ms + c]` for rows `r < rows`, columns `c < cols`, `x < n`,
+/// over the visible pairs only (`vis`, laid out like `w`, non-zero where the pair is visible), so a NaN or
+/// inf in `m` reaches only the rows whose pair with it is visible, as in the reference (the fast products
+/// multiply whole tiles, and `0 · NaN` is NaN). The same fused multiply-adds in the same order as the fast
+/// products where every pair is visible.
+///
+/// # Safety
+/// `w` and `vis` address every `x·ws + r·wr`; `m` `n` rows of `cols` f32 at stride `ms`; `acc` `rows` rows
+/// of `cols` f32 at stride `accs`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn careful_product(
+    n: usize,
+    w: *const f32,
+    vis: *const f32,
+    ws: usize,
+    wr: usize,
+    m: *const f32,
+    ms: usize,
+    rows: usize,
+    cols: usize,
+    acc: *mut f32,
+    accs: usize,
+) {
+    // SAFETY (whole body): indices inside the contract's extents.
+    unsafe {
+        for r in 0..rows {
+            for c in 0..cols {
+                let mut a = *acc.add(r * accs + c);
+                for x in 0..n {
+                    if *vis.add(x * ws + r * wr) != 0.0 {
+                        a = (*w.add(x * ws + r * wr)).mul_add(*m.add(x * ms + c), a);
+                    }
+                }
+                *acc.add(r * accs + c) = a;
+            }
+        }
+    }
+}
+
+/// Marks the visible pairs of the packed tile for keys `j0 .. j0 + nk` in `scr.vis` (`[key][row]`, row
+/// stride `t.brp`): 1 where row `r` sees key `j` (`Problem::visible`), else 0. Only careful runs ask.
+pub(crate) fn mark_visible<T: CpuElement>(
+    bp: &BwdPart<'_, T>,
+    t: &RowsTile,
+    scr: &mut BwdScratch,
+    j0: usize,
+    nk: usize,
+) {
+    for j in 0..nk {
+        for (r, &(h, i)) in scr.rows.iter().enumerate() {
+            scr.vis[j * t.brp + r] = if bp.p.visible(t.b, h, i, j0 + j) { 1.0 } else { 0.0 };
+        }
+    }
 }
