@@ -264,7 +264,7 @@ fn sdpa_grads(d: &Data, layout: Layout, view: View, opts: &SdpaOptions) -> [Tens
 }
 
 /// One case: sdpa's gradients against candle's eager autograd in f64 (f32: the f32 backward tolerance;
-/// f16/bf16: at most twice the error of the same eager backward run in the inputs' dtype).
+/// f16/bf16: at most twice the error of the same eager backward run in the inputs' dtype, plus 1e-4).
 fn check(case: Case, seed: u64) {
     let d = data(case, seed);
     let opts = SdpaOptions { layout: case.layout, mask: d.sdpa_mask.clone(), ..Default::default() };
@@ -281,8 +281,9 @@ fn check(case: Case, seed: u64) {
             None => assert!(err <= 1e-5, "{case:?} {name}: relative L2 {err:.3e} against candle's f64 autograd"),
             Some(u) => {
                 let theirs = rel_l2(&u[i], &exact[i]);
+                // Plus 1e-4 where candle's own error is near zero, as sdpa-core's `within_unfused` allows.
                 assert!(
-                    err <= 2.0 * theirs,
+                    err <= 2.0 * theirs + 1e-4,
                     "{case:?} {name}: relative L2 {err:.3e}, more than twice the {theirs:.3e} of candle's eager \
                      backward in {:?}",
                     case.dtype
