@@ -7,8 +7,9 @@
 //!
 //! ```text
 //! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 04-train-lm
-//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 04-train-lm -- --long-seq 2048
-//! cargo run --release -p sdpa-candle --features cuda --example 04-train-lm -- --device cuda --long-seq 8192
+//! RAYON_NUM_THREADS=2 cargo run --release -p sdpa-candle --example 04-train-lm -- --steps 40 --long-seq 1024
+//! cargo run --release -p sdpa-candle --features cuda --example 04-train-lm -- --device cuda
+//! cargo run --release -p sdpa-candle --features cuda --example 04-train-lm -- --device cuda --steps 0 --long-seq 16384
 //! ```
 //!
 //! The task: every sequence repeats a random block of `--period` tokens drawn from the first `--alphabet`
