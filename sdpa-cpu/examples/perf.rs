@@ -24,12 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => vec![Kernel::Fa2, Kernel::SplitKv, Kernel::Unfused],
     };
     for kernel in kernels {
-        let peak0 = fma_peak_gflops();
+        let peak0 = fma::peak_gflops();
         let opts = RunOptions { kernel, ..Default::default() };
-        let cpu0 = cpu_seconds();
+        let cpu0 = fma::cpu_seconds();
         let reps = std::env::var("REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
         let (mut t, k) = cpu.time_host(&spec, &opts, &inputs, 1, reps)?;
-        let cpu_s = (cpu_seconds() - cpu0) / 6.0;
+        let cpu_s = (fma::cpu_seconds() - cpu0) / 6.0;
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         println!(
@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             cost.bytes / med / 1e6,
             cost.flops / cpu_s / 1e9,
         );
-        let peak = (peak0 + fma_peak_gflops()) / 2.0;
+        let peak = (peak0 + fma::peak_gflops()) / 2.0;
         let best = t[0];
         println!(
             "    min {best:.3} ms = {:.1} GFLOP/s; single-thread FMA peak (min of trials, same run) {peak:.1} GFLOP/s: kernel at {:.0} % of {threads} x that",
@@ -49,36 +49,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
-}
-
-/// User + system CPU time of this process (Linux `/proc/self/stat`, 10 ms ticks); 0 elsewhere. Other
-/// jobs on a shared machine inflate wall time but not this.
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    (tick(11) + tick(12)) / 100.0
-}
-
-/// Single-thread f32 FMA rate right now: the fastest of 200 short trials of 12 independent 512-bit FMA
-/// chains (wall clock; the minimum is the trial nothing else interrupted).
-fn fma_peak_gflops() -> f64 {
-    if std::env::var_os("NOPEAK").is_some() {
-        return f64::NAN;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            let mut best = f64::INFINITY;
-            for _ in 0..200 {
-                let t = std::time::Instant::now();
-                // SAFETY: AVX-512F is present (checked above).
-                std::hint::black_box(unsafe { fma::fma_loop(20_000) });
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            return 20_000.0 * 12.0 * 32.0 / best / 1e9;
-        }
-    }
-    f64::NAN
 }

@@ -1,11 +1,14 @@
 //! `CpuBackend`: the CPU kernels behind sdpa-core's `Backend` trait, on host buffers.
 
-use crate::run::{attention_on, pool_of, BACKEND, MAX_HEAD_DIM};
+use crate::backward::BackwardSlices;
+use crate::element::CpuElement;
+use crate::run::{attention_on, backward_on, pool_of, BACKEND, MAX_HEAD_DIM};
 use crate::simd::SimdPath;
 use rayon::ThreadPool;
+use sdpa_core::backward::{BackwardOptions, BackwardRun};
 use sdpa_core::{
-    AttentionSpec, Backend, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, MaskKind, Result,
-    RunOptions, SdpaError, Serving, Variant,
+    AttentionSpec, Backend, BackwardArgs, Capabilities, DType, F32Math, ForwardArgs, HostBuffer, Kernel, MaskKind,
+    Result, RunOptions, SdpaError, Serving, Variant,
 };
 use std::sync::Arc;
 
@@ -58,6 +61,47 @@ fn mismatch(name: &'static str, expected: DType, found: &HostBuffer) -> SdpaErro
     SdpaError::DTypeMismatch { name, expected, found: found.dtype() }
 }
 
+/// The slice of a host buffer of element type `T`, or the mismatch naming it.
+fn typed<'a, T: CpuElement>(name: &'static str, b: &'a HostBuffer) -> Result<&'a [T]> {
+    T::of_host(b).ok_or_else(|| mismatch(name, T::DTYPE, b))
+}
+
+/// The mutable slice of a host buffer of element type `T`.
+fn typed_mut<'a, T: CpuElement>(name: &'static str, b: &'a mut HostBuffer) -> Result<&'a mut [T]> {
+    let found = b.dtype();
+    T::of_host_mut(b).ok_or(SdpaError::DTypeMismatch { name, expected: T::DTYPE, found })
+}
+
+/// An f32 host buffer (mask, LSE, f32 dQ).
+fn f32_buf<'a>(name: &'static str, b: &'a HostBuffer) -> Result<&'a [f32]> {
+    typed::<f32>(name, b)
+}
+
+impl CpuBackend {
+    fn backward_typed<T: CpuElement>(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        args: BackwardArgs<'_, HostBuffer>,
+    ) -> Result<BackwardRun> {
+        let x = BackwardSlices::<T> {
+            q: typed("q", args.q)?,
+            k: typed("k", args.k)?,
+            v: typed("v", args.v)?,
+            mask: args.mask.map(|m| f32_buf("mask", m)).transpose()?,
+            o: typed("o", args.o)?,
+            d_o: typed("d_o", args.d_o)?,
+            lse: f32_buf("lse", args.lse)?,
+            dq: typed_mut("dq", args.dq)?,
+            dk: typed_mut("dk", args.dk)?,
+            dv: typed_mut("dv", args.dv)?,
+            dq_accum: args.dq_accum.map(|a| typed_mut::<f32>("dq_accum", a)).transpose()?,
+        };
+        backward_on(self.simd, self.pool.as_deref(), spec, opts, bwd, x)
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = HostBuffer;
     type Index = Vec<u32>;
@@ -81,7 +125,8 @@ impl Backend for CpuBackend {
             // Every kernel honours all three (natively: no bias tensor, no tiles outside the band).
             variants: Variant::ALL.to_vec(),
             serving: Serving::ALL.to_vec(),
-            backward: vec![],
+            // The fused backward (FlashAttention-2 style); `auto` runs it.
+            backward: vec![Kernel::Fa2],
         }
     }
 
@@ -151,6 +196,20 @@ impl Backend for CpuBackend {
                     .map_or(("q", q.dtype()), |(n, b)| (n, b.dtype()));
                 Err(SdpaError::DTypeMismatch { name: bad.0, expected: dt, found: bad.1 })
             }
+        }
+    }
+
+    fn backward(
+        &self,
+        spec: &AttentionSpec,
+        opts: &RunOptions,
+        bwd: &BackwardOptions,
+        args: BackwardArgs<'_, HostBuffer>,
+    ) -> Result<BackwardRun> {
+        match spec.dtype {
+            DType::F32 => self.backward_typed::<f32>(spec, opts, bwd, args),
+            DType::F16 => self.backward_typed::<half::f16>(spec, opts, bwd, args),
+            DType::BF16 => self.backward_typed::<half::bf16>(spec, opts, bwd, args),
         }
     }
 }

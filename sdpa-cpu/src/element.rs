@@ -1,7 +1,7 @@
 //! Element types the CPU kernels read and write: f32, f16 and bf16, always computed in f32.
 
 use half::{bf16, f16};
-use sdpa_core::DType;
+use sdpa_core::{DType, HostBuffer};
 
 mod sealed {
     pub trait Sealed {}
@@ -29,6 +29,12 @@ pub trait CpuElement: sealed::Sealed + Copy + Send + Sync + 'static {
         None
     }
 
+    /// The elements of a host buffer of this type (`None` for another dtype).
+    fn of_host(b: &HostBuffer) -> Option<&[Self]>;
+
+    /// The elements of a host buffer of this type, mutably.
+    fn of_host_mut(b: &mut HostBuffer) -> Option<&mut [Self]>;
+
     /// Widens `src` into `dst` (same length).
     fn widen(src: &[Self], dst: &mut [f32]) {
         for (d, &s) in dst.iter_mut().zip(src) {
@@ -46,6 +52,18 @@ pub trait CpuElement: sealed::Sealed + Copy + Send + Sync + 'static {
 
 impl CpuElement for f32 {
     const DTYPE: DType = DType::F32;
+    fn of_host(b: &HostBuffer) -> Option<&[Self]> {
+        match b {
+            HostBuffer::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_host_mut(b: &mut HostBuffer) -> Option<&mut [Self]> {
+        match b {
+            HostBuffer::F32(v) => Some(v),
+            _ => None,
+        }
+    }
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -67,6 +85,18 @@ impl CpuElement for f32 {
 
 impl CpuElement for f16 {
     const DTYPE: DType = DType::F16;
+    fn of_host(b: &HostBuffer) -> Option<&[Self]> {
+        match b {
+            HostBuffer::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_host_mut(b: &mut HostBuffer) -> Option<&mut [Self]> {
+        match b {
+            HostBuffer::F16(v) => Some(v),
+            _ => None,
+        }
+    }
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
@@ -89,6 +119,18 @@ impl CpuElement for f16 {
 
 impl CpuElement for bf16 {
     const DTYPE: DType = DType::BF16;
+    fn of_host(b: &HostBuffer) -> Option<&[Self]> {
+        match b {
+            HostBuffer::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_host_mut(b: &mut HostBuffer) -> Option<&mut [Self]> {
+        match b {
+            HostBuffer::BF16(v) => Some(v),
+            _ => None,
+        }
+    }
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)

@@ -11,6 +11,13 @@
 //!   run, with software prefetch, on both layouts (`decode`); both split only the keys the band leaves;
 //! - `auto`: `splitkv` for decoding and when the query tiles cannot fill the threads, `fa2` otherwise.
 //!
+//! The backward pass (`fa2`'s, the only one; sdpa-core's `backward` module defines it): dQ, dK, dV from
+//! Q, K, V, O, dO and the forward's LSE in the FlashAttention-2 style, P recomputed per (query tile, key
+//! tile) on the forward's micro-kernels, dK/dV per key block and dQ per query tile (or beside dK/dV when
+//! the (batch, kv head) groups fill the threads), tiles outside the band skipped, bitwise deterministic for
+//! any thread count; dense and ragged batches, every mask and variant ([`attention_backward`],
+//! `Backend::backward`; paged caches are refused).
+//!
 //! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
 //! pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs the fastest
 //! path the CPU has; `SDPA_CPU_SIMD=avx2` (or `avx512`, `avx512-bf16`, `scalar`) forces one for every call
@@ -52,6 +59,7 @@
 
 mod append;
 mod backend;
+mod backward;
 mod decode;
 mod element;
 mod fa2;
@@ -65,6 +73,7 @@ mod variants;
 
 pub use append::append_to_pages;
 pub use backend::CpuBackend;
+pub use backward::BackwardSlices;
 pub use element::CpuElement;
-pub use run::{attention, attention_ragged, MAX_HEAD_DIM};
+pub use run::{attention, attention_backward, attention_ragged, MAX_HEAD_DIM};
 pub use simd::{simd_paths, supported_paths, SimdPath, SIMD_ENV};

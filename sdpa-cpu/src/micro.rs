@@ -558,6 +558,31 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
     }
 }
 
+/// `acc[r*accs + c] += Σ_x a[r*as_ + x] · b[x*bs + c]` for rows `r < rows`, columns `c < cols`, sums over
+/// `x < n`: a plain product `A·B` accumulated onto `acc`, with A read row by row (the backward's `Pᵀ·dO`
+/// and `dSᵀ·Q` read the `[key][row]` tiles as A; [`pv`] with a unit stride along the sum).
+///
+/// # Safety
+/// `a` addresses `rows` rows of `n` f32 at stride `as_`; `b` `n` rows of `cols` f32 at stride `bs`; `acc`
+/// `rows` rows of `round_up(cols, LANES)` f32 at stride `accs`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn gemm_acc<S: Simd>(
+    s: S,
+    n: usize,
+    a: *const f32,
+    as_: usize,
+    b: *const f32,
+    bs: usize,
+    rows: usize,
+    cols: usize,
+    acc: *mut f32,
+    accs: usize,
+) {
+    // SAFETY: the extents of `pv`'s contract, with keys = x, P = A (ps = 1, pr = as_), V = B.
+    unsafe { pv(s, n, a, 1, as_, b, bs, rows, cols, acc, accs, None, None) }
+}
+
 /// One register tile of [`pv`]: `MR` rows by `NV` vectors of columns; with `PART` the last vector reads
 /// only `tail` columns of V (the output row is padded, so it is stored whole).
 #[inline(always)]

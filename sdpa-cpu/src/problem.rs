@@ -70,6 +70,11 @@ pub(crate) struct Problem<'a, T> {
     pub lse_st: (usize, usize),
     /// K/V in pages (a part of a paged ragged batch): `k_st.b`/`v_st.b` step pages.
     pub pages: Option<Pages<'a>>,
+    /// First packed query row of the part (0 for a dense call): where its rows of Q-shaped and O-shaped
+    /// buffers start (the backward addresses dQ, dO and O from it).
+    pub q_row0: usize,
+    /// First packed key row of the part (0 for a dense call or a paged cache).
+    pub k_row0: usize,
 }
 
 /// One sequence's view of a paged KV cache.
@@ -120,6 +125,8 @@ impl<'a, T: CpuElement> Problem<'a, T> {
             lse,
             lse_st: (s.hq * s.sq, s.sq),
             pages: None,
+            q_row0: 0,
+            k_row0: 0,
         })
     }
 
@@ -181,6 +188,8 @@ impl<'a, T: CpuElement> Problem<'a, T> {
                 lse: whole.lse.map(|l| SharedMut(l.0.wrapping_add(seq.q_start))),
                 lse_st: (0, total_q),
                 pages,
+                q_row0: seq.q_start,
+                k_row0: if pages.is_some() { 0 } else { seq.k_start },
                 ..whole.clone()
             });
         }

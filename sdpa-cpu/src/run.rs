@@ -1,5 +1,6 @@
 //! The slice-level entry point: validation, thread pools, kernel choice (`auto`) and dispatch.
 
+use crate::backward::{self, BackwardSlices};
 use crate::decode;
 use crate::element::CpuElement;
 use crate::fa2::{self, Tiles};
@@ -7,7 +8,8 @@ use crate::problem::Problem;
 use crate::simd::SimdPath;
 use crate::unfused;
 use rayon::ThreadPool;
-use sdpa_core::{AttentionSpec, F32Math, Kernel, Result, RunOptions, SdpaError};
+use sdpa_core::backward::{BackwardOptions, BackwardRun};
+use sdpa_core::{AttentionSpec, F32Math, Kernel, Operand, Result, RunOptions, SdpaError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -58,6 +60,25 @@ pub fn attention_ragged<T: CpuElement>(
 ) -> Result<Kernel> {
     let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
     attention_on(path, None, spec, opts, q, k, v, None, block_table, o, lse)
+}
+
+/// The backward of [`attention`] and [`attention_ragged`] on host slices, on the fastest SIMD path of this
+/// CPU (or the one `SDPA_CPU_SIMD` forces): dQ, dK, dV from Q, K, V (+ mask), the forward's O and LSE and
+/// the upstream gradient dO (sdpa-core's `backward` module defines the math). `x` holds the slices (see
+/// [`BackwardSlices`]); a ragged spec takes them packed, a paged cache is refused. Validates the spec, the
+/// element type, every length and that the gradients' strides do not alias, then runs `fa2`'s backward
+/// (`opts.kernel` `auto` or `fa2`) on `opts.threads` threads or the current rayon pool. f32 accumulation,
+/// one rounding per output; `bwd.dq_accum` requires `x.dq_accum`. The result is bitwise the same for any
+/// thread count, so the returned [`BackwardRun`] says `deterministic: true` whatever `bwd.deterministic`
+/// asked.
+pub fn attention_backward<T: CpuElement>(
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    bwd: &BackwardOptions,
+    x: BackwardSlices<'_, T>,
+) -> Result<BackwardRun> {
+    let path = SimdPath::chosen().map_err(|what| SdpaError::Unsupported { backend: BACKEND, what })?;
+    backward_on(path, None, spec, opts, bwd, x)
 }
 
 /// [`attention`] on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins).
@@ -120,6 +141,68 @@ pub(crate) fn attention_on<T: CpuElement>(
         (None, Some(pool)) => pool.install(body),
         (None, None) => body(),
     })
+}
+
+/// The backward on a chosen SIMD path and, when given, a chosen pool (`opts.threads` still wins): checks
+/// everything the kernel trusts, then runs `fa2`'s backward (the only one; `auto` resolves to it).
+pub(crate) fn backward_on<T: CpuElement>(
+    path: SimdPath,
+    pool: Option<&ThreadPool>,
+    spec: &AttentionSpec,
+    opts: &RunOptions,
+    bwd: &BackwardOptions,
+    x: BackwardSlices<'_, T>,
+) -> Result<BackwardRun> {
+    // Also refuses paged KV caches (training keeps no cache).
+    sdpa_core::backward::validate_backward(spec)?;
+    let unsupported = |what: String| Err(SdpaError::Unsupported { backend: BACKEND, what });
+    if bwd.dq_accum && x.dq_accum.is_none() {
+        return Err(SdpaError::InvalidSpec("dq_accum was asked for but no f32 dQ buffer was given".to_string()));
+    }
+    if spec.dtype != T::DTYPE {
+        return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
+    }
+    spec.check_lengths(x.q.len(), x.k.len(), x.v.len(), x.o.len(), x.mask.map(<[f32]>::len))?;
+    let need = |op| spec.required_len(op);
+    let (nq, nk, nv, no) = (need(Operand::Q)?, need(Operand::K)?, need(Operand::V)?, need(Operand::O)?);
+    let lens = [
+        ("d_o", x.d_o.len(), no),
+        ("lse", x.lse.len(), spec.lse_len()?),
+        ("dq", x.dq.len(), nq),
+        ("dk", x.dk.len(), nk),
+        ("dv", x.dv.len(), nv),
+        ("dq_accum", x.dq_accum.as_ref().map_or(nq, |a| a.len()), nq),
+    ];
+    if let Some(&(name, len, needed)) = lens.iter().find(|(_, len, needed)| len < needed) {
+        return Err(SdpaError::BufferTooShort { name, len, needed });
+    }
+    backward::check_grads_do_not_alias(spec)?;
+    let hd = spec.shape.d.max(spec.shape.dv);
+    if hd > MAX_HEAD_DIM {
+        return unsupported(format!("head dim {hd} (at most {MAX_HEAD_DIM})"));
+    }
+    if spec.dtype == sdpa_core::DType::F32 && opts.f32_math != F32Math::Exact {
+        return unsupported(format!("f32 math {} (the CPU multiplies in exact f32)", opts.f32_math.name()));
+    }
+    if !matches!(opts.kernel, Kernel::Auto | Kernel::Fa2) {
+        return unsupported(format!("backward of kernel {} (the CPU's backward is fa2)", opts.kernel.name()));
+    }
+    if !path.is_supported() {
+        return unsupported(format!("simd path {path} on this CPU"));
+    }
+    backward::zero_keys_without_queries(spec, x.dk, x.dv);
+    let mut parts = backward::parts(spec, x)?;
+    let body = move || backward::run_backward(&mut parts, path);
+    match (opts.threads, pool) {
+        (Some(n), _) => pool_of(n)?.install(body),
+        (None, Some(pool)) => pool.install(body),
+        (None, None) => {
+            let mut body = body;
+            body()
+        }
+    }
+    // Every gradient element has one writer and sums in a fixed order: deterministic for any thread count.
+    Ok(BackwardRun { kernel: Kernel::Fa2, deterministic: true })
 }
 
 /// What `auto` runs: `splitkv` for decoding (a few query rows per kv head: it streams K and V in memory

@@ -501,7 +501,7 @@ fn tile_segment<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> usize {
 }
 
 /// The row tiles of a call: (batch, kv head, first row, rows).
-fn row_tiles<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> Vec<(usize, usize, usize, usize)> {
+pub(crate) fn row_tiles<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> Vec<(usize, usize, usize, usize)> {
     let (rows, seg) = (p.group_rows(), tile_segment(p, br));
     let mut v = Vec::with_capacity(row_tile_count(p, br));
     for b in 0..p.b {
@@ -541,10 +541,10 @@ fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> Tiles {
 }
 
 /// A row tile of some part with the keys its rows see: (part, batch, kv head, first row, rows, span).
-type RowTile = (usize, usize, usize, usize, usize, KeySpan);
+pub(crate) type RowTile = (usize, usize, usize, usize, usize, KeySpan);
 
 /// The row tiles of every part, each with its key span.
-fn all_row_tiles<T: CpuElement>(ps: &[Problem<'_, T>], br: usize) -> Vec<RowTile> {
+pub(crate) fn all_row_tiles<T: CpuElement>(ps: &[Problem<'_, T>], br: usize) -> Vec<RowTile> {
     let mut v = Vec::new();
     for (pi, p) in ps.iter().enumerate() {
         for (b, kvh, r0, nr) in row_tiles(p, br) {
