@@ -34,7 +34,28 @@
 //! multiple of the kv heads (query head `h` reads kv head `h / (Hq / Hkv)`, K and V never repeated);
 //! `Dv` may differ from `D`; both causal alignments are named ([`SdpaMask::CausalTopLeft`],
 //! [`SdpaMask::CausalBottomRight`]); a query row that sees no key is zeros (where candle's own
-//! softmax gives NaN). Accumulation is in f32 for every dtype. There is no backward pass.
+//! softmax gives NaN). Accumulation is in f32 for every dtype.
+//!
+//! Training: when Q, K or V is a `Var` (or depends on one), the call joins candle's autograd graph and
+//! `backward()` runs sdpa's fused backward (sdpa-cpu's on the CPU, sdpa-cuda's on candle's CUDA stream),
+//! which recomputes the probabilities from the forward's log-sum-exp instead of keeping a `[B, H, Sq, Sk]`
+//! matrix: the graph holds O and `B·Hq·Sq` f32 LSE values per call. The same holds for [`sdpa_varlen`]; a
+//! paged cache's backward is an error (training keeps no cache). Explicit masks and ALiBi slopes get no
+//! gradient. [`SdpaOptions::deterministic_backward`] asks for gradients that are bitwise the same run to run.
+//!
+//! ```
+//! use candle_core::{Device, Tensor, Var};
+//! use sdpa_candle::{sdpa, SdpaMask, SdpaOptions};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let q = Var::randn(0f32, 1.0, (1, 7, 4, 16), &Device::Cpu)?;
+//! let kv = Tensor::randn(0f32, 1.0, (1, 7, 2, 16), &Device::Cpu)?;
+//! let o = sdpa(&q, &kv, &kv, &SdpaOptions::bshd().with_mask(SdpaMask::CausalTopLeft))?;
+//! let grads = o.sqr()?.sum_all()?.backward()?;
+//! assert_eq!(grads.get(&q).map(|g| g.dims().to_vec()), Some(vec![1, 7, 4, 16]));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! What a view needs: rank 4, a contiguous last dim (stride 1). Anything else (a head dim that is not
 //! the innermost in memory) is an error that says to call `.contiguous()`.
@@ -117,6 +138,7 @@
 //! so a CUDA build must use a CUDA 13.0 toolkit.
 
 mod append;
+mod backward;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -159,6 +181,10 @@ use sdpa_core::Mask;
 /// does not broadcast, a window or ALiBi without a named diagonal, ALiBi slopes not one per query head, a
 /// variant the backend's kernels do not honour) are candle errors whose text starts with `sdpa:` and names the
 /// offending values.
+///
+/// Gradients: when `q`, `k` or `v` tracks gradients (a `Var` or a tensor computed from one), the result
+/// does too, and `backward()` computes dQ, dK and dV with sdpa's fused backward (in the inputs' dtype, with
+/// their shapes; the mask gets none). Otherwise the call is plain inference and keeps nothing for autograd.
 pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Tensor> {
     same_device_and_dtype(q, k, v)?;
     let qv = View::of("q", q.layout(), opts.layout)?;
@@ -177,11 +203,20 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Te
         SdpaMask::Additive(t) => explicit(t, MaskMeaning::Additive)?,
     };
     let variants = opts.variants()?;
-    let op =
-        SdpaOp { order: opts.layout, scale: opts.scale, mask, mask_tensor, variants, run: opts.run(), ragged: None };
+    let op = SdpaOp {
+        order: opts.layout,
+        scale: opts.scale,
+        mask,
+        mask_tensor,
+        variants,
+        run: opts.run(),
+        ragged: None,
+        saved: Default::default(),
+        bwd: opts.backward(),
+    };
     // Validate before candle takes the storage locks, so every shape error surfaces here.
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
-    q.apply_op3_no_bwd(k, v, &op)
+    op.apply(q, k, v)
 }
 
 /// Q, K and V on one device, in one dtype sdpa computes on.

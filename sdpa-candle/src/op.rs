@@ -1,9 +1,11 @@
 //! The candle `CustomOp3` over Q, K and V; the explicit mask (if any) travels inside the op.
 
+use crate::backward::{LseSlot, SavedLse};
 use crate::mask::PreparedMask;
 use crate::plan::{dtype_of, operand_slice, plan, plan_ragged, MaskPlan, Plan, RaggedPlan};
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, CustomOp3, Layout as CandleLayout, Result, Shape, Storage};
+use candle_core::{bail, CpuStorage, CustomOp3, Layout as CandleLayout, Result, Shape, Storage, Tensor};
+use sdpa_core::backward::BackwardOptions;
 use sdpa_core::{Layout, RunOptions, Variants};
 
 /// One attention call as a candle op. CustomOp3 has room for three tensors; the mask, already in the
@@ -16,7 +18,10 @@ use sdpa_core::{Layout, RunOptions, Variants};
 /// only clamp a bad entry, never report it. The CUDA path uploads the checked copy (one small copy on
 /// candle's stream, the same size as the table the caller made), so what the kernel reads is exactly what
 /// was checked, even if the caller's tensor changes later.
-#[derive(Debug, Clone)]
+///
+/// When the inputs track gradients, the op also carries the forward's log-sum-exp to its `bwd`
+/// (`backward.rs` says why it is kept rather than recomputed).
+#[derive(Debug)]
 pub(crate) struct SdpaOp {
     /// Dims order of Q, K, V and O.
     pub order: Layout,
@@ -32,6 +37,10 @@ pub(crate) struct SdpaOp {
     pub run: RunOptions,
     /// The ragged batch (and paged cache) of a varlen call; `None` for a dense one.
     pub ragged: Option<RaggedPlan>,
+    /// The forward's LSE, kept for the backward when the inputs track gradients.
+    pub saved: LseSlot,
+    /// Options of the backward (deterministic or not).
+    pub bwd: BackwardOptions,
 }
 
 impl SdpaOp {
@@ -54,6 +63,19 @@ impl SdpaOp {
                  apply per sequence"
             ),
         }
+    }
+
+    /// Runs the op on Q, K, V. When any of them tracks gradients the op goes into candle's graph with its
+    /// backward and keeps the forward's LSE for it (a paged call keeps none: its backward refuses, so that
+    /// the refusal is an error at `backward()` rather than gradients silently missing); otherwise it runs
+    /// as plain inference.
+    pub(crate) fn apply(mut self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        if !(q.track_op() || k.track_op() || v.track_op()) {
+            return q.apply_op3_no_bwd(k, v, &self);
+        }
+        self.saved = LseSlot::new(self.block_table().is_none());
+        self.run.lse = self.saved.keep;
+        q.apply_op3(k, v, self)
     }
 
     /// The checked block table of a paged call.
@@ -105,18 +127,26 @@ impl CustomOp3 for SdpaOp {
             },
         };
         let table = self.block_table();
-        match (s1, s2, s3) {
+        let mut lse = match self.saved.keep {
+            true => Some(vec![f32::NAN; plan.spec.lse_len().map_err(crate::error::sdpa_err)?]),
+            false => None,
+        };
+        let out = match (s1, s2, s3) {
             (CpuStorage::F32(q), CpuStorage::F32(k), CpuStorage::F32(v)) => {
-                crate::cpu::run(&plan, q, k, v, mask, table)
+                crate::cpu::run(&plan, q, k, v, mask, table, lse.as_deref_mut())
             }
             (CpuStorage::F16(q), CpuStorage::F16(k), CpuStorage::F16(v)) => {
-                crate::cpu::run(&plan, q, k, v, mask, table)
+                crate::cpu::run(&plan, q, k, v, mask, table, lse.as_deref_mut())
             }
             (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
-                crate::cpu::run(&plan, q, k, v, mask, table)
+                crate::cpu::run(&plan, q, k, v, mask, table, lse.as_deref_mut())
             }
             _ => bail!("sdpa: unsupported dtype {:?} (f32, f16 and bf16 are supported)", s1.dtype()),
+        }?;
+        if let Some(lse) = lse {
+            self.saved.put(SavedLse::Cpu(lse))?;
         }
+        Ok(out)
     }
 
     #[cfg(feature = "cuda")]
@@ -132,5 +162,17 @@ impl CustomOp3 for SdpaOp {
         same_dtypes(s1.dtype(), s2.dtype(), s3.dtype())?;
         let plan = self.plan(s1.dtype(), l1, l2, l3)?;
         crate::cuda::run(self, &plan, s1, s2, s3)
+    }
+
+    /// dQ, dK, dV through sdpa's fused backward (`backward.rs`); the mask gets none.
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        d_o: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        crate::backward::backward(self, q, k, v, o, d_o)
     }
 }

@@ -121,6 +121,10 @@ pub struct SdpaOptions {
     /// The diagonal windows and ALiBi measure from when the mask is not causal (with a causal mask it may be
     /// left `None`, or must agree with the mask's alignment).
     pub diagonal: Option<Diagonal>,
+    /// The backward (when the inputs are `Var`s or depend on one) runs deterministically: gradients
+    /// bitwise the same run to run, whatever the thread or atomic ordering (slower on CUDA, where dQ is
+    /// otherwise accumulated with atomics). Off by default.
+    pub deterministic_backward: bool,
 }
 
 impl Default for SdpaOptions {
@@ -136,6 +140,7 @@ impl Default for SdpaOptions {
             softcap: None,
             alibi: None,
             diagonal: None,
+            deterministic_backward: false,
         }
     }
 }
@@ -197,6 +202,17 @@ impl SdpaOptions {
     pub fn with_diagonal(mut self, diagonal: Diagonal) -> Self {
         self.diagonal = Some(diagonal);
         self
+    }
+
+    /// Asks for a deterministic backward ([`Self::deterministic_backward`]).
+    pub fn with_deterministic_backward(mut self, deterministic: bool) -> Self {
+        self.deterministic_backward = deterministic;
+        self
+    }
+
+    /// The backward's options (no f32 dQ copy: candle's gradient is dQ in the input's dtype).
+    pub(crate) fn backward(&self) -> sdpa_core::backward::BackwardOptions {
+        sdpa_core::backward::BackwardOptions { deterministic: self.deterministic_backward, dq_accum: false }
     }
 
     /// Kernel, threads and f32 math as sdpa-core's run options (no LSE: the candle calls return O only).

@@ -26,6 +26,8 @@ use sdpa_core::{Mask, Paging, Ragged};
 /// Every option of [`SdpaOptions`] applies per sequence except explicit masks, which are refused (their
 /// `[B, H, Sq, Sk]` shape has no meaning for sequences of different lengths): a causal mask or a window
 /// measures from each sequence's own diagonal (`i + Sk_b − Sq_b` for [`SdpaMask::CausalBottomRight`]).
+///
+/// Gradients flow as through [`crate::sdpa`]: dQ, dK and dV packed like Q, K and V.
 pub fn sdpa_varlen(
     q: &Tensor,
     k: &Tensor,
@@ -50,6 +52,9 @@ pub fn sdpa_varlen(
 /// any order; columns past a sequence's last page are never read and may hold anything (but not a
 /// negative number). Every page a sequence uses is checked against the pool on the host before any kernel
 /// runs.
+///
+/// There is no backward through a paged cache (training keeps none): when `q` or the pages track
+/// gradients, `backward()` fails with an error that says so, rather than leave them without gradients.
 pub fn sdpa_paged(
     q: &Tensor,
     k_pages: &Tensor,
@@ -117,9 +122,11 @@ pub(crate) fn ragged_call(q: &Tensor, k: &Tensor, v: &Tensor, rp: RaggedPlan, op
         variants: opts.variants()?,
         run: opts.run(),
         ragged: Some(rp),
+        saved: Default::default(),
+        bwd: opts.backward(),
     };
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
-    q.apply_op3_no_bwd(k, v, &op)
+    op.apply(q, k, v)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The CUDA half (feature `cuda`, run on a GPU machine): `sdpa` on candle CUDA tensors against the f64
 //! reference, every mask kind, GQA, both dims orders, transposed and narrowed views, each dtype; and the
-//! same call on the CPU and the GPU agreeing. CI builds the default (CPU) features only, so this file is
+//! same call on the CPU and the GPU agreeing; gradients through the op (`Var`s on the GPU) against the f64
+//! reference backward. CI builds the default (CPU) features only, so this file is
 //! compiled where the feature is on, and there a missing GPU is a failure, not a skip.
 #![cfg(feature = "cuda")]
 // Helpers of a test panic on failure: that is how a test fails.
@@ -284,5 +285,78 @@ fn windows_softcap_and_alibi_match_the_reference_on_the_gpu() {
                 assert!(rep.pass, "{label}: {rep:?}");
             }
         }
+    }
+}
+
+#[test]
+fn gradients_on_the_gpu_match_the_reference_for_every_mask_layout_and_view() {
+    // sdpa-cuda's backward runs f16 and bf16; GQA 4, Sq != Sk, lengths no multiple of a tile.
+    let dev = gpu();
+    let shapes = [
+        Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 64, dv: 64 },
+        Shape { b: 1, hq: 4, hkv: 1, sq: 150, sk: 61, d: 128, dv: 128 },
+    ];
+    let mut seed = 500;
+    for s in shapes {
+        let additive = Mask::Explicit(ExplicitMask { values: MaskValues::Additive, dims: [s.b, 1, s.sq, s.sk] });
+        for dtype in [DType::F16, DType::BF16] {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight, additive] {
+                    for transposed in [false, true] {
+                        seed += 1;
+                        let spec = AttentionSpec::new(s, dtype).with_layout(layout).with_mask(mask);
+                        let label = format!("{s:?} {dtype:?} {layout:?} {mask:?} transposed {transposed}");
+                        common::grad::check_against_reference(&label, &spec, seed, &dev, transposed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn varlen_gradients_on_the_gpu_match_the_reference() {
+    let dev = gpu();
+    let r = sdpa_core::Ragged::new(vec![5, 0, 1, 70, 33], vec![7, 0, 1, 70, 0]);
+    let shape = Shape { b: r.batch(), hq: 8, hkv: 2, sq: r.max_q(), sk: r.max_k(), d: 64, dv: 64 };
+    let mut seed = 700;
+    for mask in [Mask::None, Mask::CausalBottomRight] {
+        for layout in [Layout::Bshd, Layout::Bhsd] {
+            seed += 1;
+            let spec = AttentionSpec::new(shape, DType::BF16).with_mask(mask).with_ragged(r.clone(), layout);
+            common::grad::check_against_reference(&format!("varlen {mask:?} {layout:?}"), &spec, seed, &dev, false);
+        }
+    }
+}
+
+#[test]
+fn the_deterministic_backward_on_the_gpu_is_bitwise_reproducible() {
+    let dev = gpu();
+    let s = Shape { b: 2, hq: 8, hkv: 2, sq: 200, sk: 200, d: 64, dv: 64 };
+    let spec = AttentionSpec::new(s, DType::BF16).with_layout(Layout::Bshd).with_mask(Mask::CausalTopLeft);
+    let inputs = HostInputs::random(&spec, 9).unwrap();
+    let d_o = sdpa_core::HostBuffer::random(DType::BF16, spec.required_len(sdpa_core::Operand::O).unwrap(), 10);
+    let opts = common::grad::options_of(&spec, &inputs, &dev).with_deterministic_backward(true);
+    let run = || common::grad::candle_backward(&spec, &inputs, &d_o, &dev, &opts, false).0;
+    let (a, b) = (run(), run());
+    for (x, y) in [(&a.dq, &b.dq), (&a.dk, &b.dk), (&a.dv, &b.dv)] {
+        assert!((0..x.len()).all(|i| x.get_f64(i).to_bits() == y.get_f64(i).to_bits()));
+    }
+}
+
+#[test]
+fn an_f32_backward_on_the_gpu_is_either_right_or_a_clear_error() {
+    // sdpa-cuda's backward kernels are f16/bf16; f32 training on the GPU must not fail silently.
+    let dev = gpu();
+    let q = candle_core::Var::from_tensor(&Tensor::ones((1, 2, 16, 64), CDType::F32, &dev).unwrap()).unwrap();
+    let kv = Tensor::ones((1, 2, 16, 64), CDType::F32, &dev).unwrap();
+    let o = sdpa(&q, &kv, &kv, &SdpaOptions::bhsd()).unwrap();
+    match o.sum_all().unwrap().backward() {
+        Ok(grads) => {
+            // Equal keys: the softmax is uniform whatever q is, so dQ is exactly zero.
+            let dq = grads.get(&q).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+            assert_eq!(dq, 0.0);
+        }
+        Err(e) => assert!(e.to_string().contains("sdpa"), "{e}"),
     }
 }

@@ -25,3 +25,5 @@ pub fn to_host(t: &Tensor, dtype: DType) -> HostBuffer {
         DType::BF16 => HostBuffer::BF16(flat.to_vec1().unwrap()),
     }
 }
+
+pub mod grad;
