@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The backward's GPU run (issue 24), from a folder holding the `backward` test binary, the `backward_timing`
-# example and this folder's Python: `run_gpu.sh [tests] [alt] [sanitize] [timing] [torch]`.
+# example and this folder's Python: `run_gpu.sh [tests] [alt] [sanitize] [timing] [torch] [ncu]`.
 #   tests     every test of tests/backward.rs on the default tiles
-#   alt       the ragged and deterministic tests again under each tile of $ALT_TILES (`;`-separated
-#             bm,kw,cw,mt,min_blocks, through SDPA_BWD_TILE)
-#   sanitize  memcheck and racecheck on the small calls
+#   alt       the tests named by $ALT_FILTER (default: ragged deterministic; `all` for every test) again under
+#             each tile of $ALT_TILES (`;`-separated [D:]bm,kw,cw,mt,min_blocks[,s], through SDPA_BWD_TILE)
+#   sanitize  $SANITIZE_TOOLS (default memcheck racecheck) on the small calls
 #   timing    examples/backward_timing on the default tiles and the D:tile list $TIME_TILES
 #   torch     bench/studies/backward/torch_bwd.py (FLASH_ATTENTION and CUDNN_ATTENTION), joined with ours
 # Logs under $OUT/bwd, packed into $OUT/bwd.tgz; the last lines printed are the summary and the table.
@@ -27,12 +27,14 @@ if want alt; then
   IFS=';' read -ra tiles <<< "${ALT_TILES:-}"
   for t in "${tiles[@]}"; do
     t0=$(date +%s)
-    SDPA_BWD_TILE="$t" timeout 40 "$B/backward" --test-threads 4 ragged deterministic > "$R/tests-$t.log" 2>&1; rc=$?
-    summary+=("tests SDPA_BWD_TILE=$t rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests-$t.log" | tail -1)")
+    filter="${ALT_FILTER:-ragged deterministic}"; [[ "$filter" == all ]] && filter=""
+    # shellcheck disable=SC2086
+    SDPA_BWD_TILE="$t" timeout "${ALT_TIMEOUT:-40}" "$B/backward" --test-threads 6 $filter > "$R/tests-${t//[:,]/_}.log" 2>&1; rc=$?
+    summary+=("tests SDPA_BWD_TILE=$t rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests-${t//[:,]/_}.log" | tail -1)")
   done
 fi
 if want sanitize; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     t0=$(date +%s)
     timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/backward" small_calls_for_the_sanitizer > "$R/sanitize-$tool.log" 2>&1; rc=$?
     summary+=("$tool rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test result' "$R/sanitize-$tool.log" | tr '\n' ' ')")
@@ -40,12 +42,28 @@ if want sanitize; then
 fi
 if want timing; then
   t0=$(date +%s)
-  timeout 80 "$B/backward_timing" 10 atomic "${TIME_TILES:-}" > "$R/sdpa.txt" 2>&1; summary+=("sdpa timing rc=$? $(( $(date +%s) - t0 ))s")
+  timeout "${TIME_TIMEOUT:-80}" "$B/backward_timing" 10 atomic "${TIME_TILES:-}" > "$R/sdpa.txt" 2>&1; summary+=("sdpa timing rc=$? $(( $(date +%s) - t0 ))s")
   grep '^{' "$R/sdpa.txt" > "$R/sdpa.jsonl"
 fi
 if want torch; then
   t0=$(date +%s)
   timeout 70 python3 "$B/torch_bwd.py" 10 > "$R/torch.jsonl" 2> "$R/torch.err"; summary+=("torch timing rc=$? $(( $(date +%s) - t0 ))s")
+fi
+if want ncu; then
+  # One point ($NCU_POINT, D:S:causal) of the main kernel under each tile of $NCU_TILES (`;`-separated, `default`
+  # for the shipped tile), a few sections only.
+  IFS=';' read -ra tiles <<< "${NCU_TILES:-default}"
+  for t in "${tiles[@]}"; do
+    t0=$(date +%s); d="${NCU_POINT%%:*}"
+    if [[ "$t" == default ]]; then unset SDPA_BWD_TILE; name="bwd_bf16_${d}_plain"; else
+      export SDPA_BWD_TILE="$d:$t"; x="${t//,/x}"; name="bwd_tile${x/xs/s}_bf16_${d}_plain"; fi
+    SDPA_BWD_POINTS="$NCU_POINT" timeout "${NCU_TIMEOUT:-60}" ncu --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats -k "regex:^${name}\$" -c 1 \
+      "$B/backward_timing" 1 atomic > "$R/ncu-${t//,/_}.txt" 2>&1
+    summary+=("ncu $t ($name) rc=$? $(( $(date +%s) - t0 ))s")
+    unset SDPA_BWD_TILE
+  done
 fi
 [[ -s "$R/sdpa.jsonl" ]] && python3 "$B/join.py" "$R/sdpa.jsonl" "${TORCHFILE:-$R/torch.jsonl}" > "$R/table.txt" 2>&1
 tar czf "$OUT/bwd.tgz" -C "$OUT" bwd

@@ -64,7 +64,9 @@ const _: () = assert!(std::mem::size_of::<BwdParams>() == BWD_PARAMS_SIZE);
 unsafe impl DeviceRepr for BwdParams {}
 
 /// Tile of the main kernel: `bm` query rows per step, `kw` warps of `16 * mt` keys, `cw` warps splitting the
-/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`).
+/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`). With `split`
+/// (FlashAttention-2's layout) the `cw` warps of a key row also split the queries of S and dP, and P^T and dS^T
+/// go through shared memory; without it each of them computes S and dP for all `bm` queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BwdTile {
     /// Query rows per step.
@@ -77,6 +79,8 @@ pub struct BwdTile {
     pub mt: usize,
     /// Blocks per SM the registers must allow.
     pub min_blocks: usize,
+    /// S and dP split over the `cw` warps, P^T and dS^T through shared memory.
+    pub split: bool,
 }
 
 impl BwdTile {
@@ -91,10 +95,12 @@ impl BwdTile {
     }
 
     /// Dynamic shared memory for classes `d`, `dv` (`BwdTile::SMEM` in bwd.cu): K, V, two Q and two dO
-    /// buffers, dS^T, two LSE and two Delta rows.
+    /// buffers, dS^T (and P^T when split), two LSE and two Delta rows.
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (bn, bm) = (self.bn(), self.bm);
-        (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + bn * (bm + 8)) * 2 + 2 * 2 * bm * 4
+        let s_tiles = if self.split { 2 } else { 1 };
+        (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + s_tiles * bn * (bm + 8)) * 2
+            + 2 * 2 * bm * 4
     }
 
     /// Whether the kernel's static asserts hold for classes `d`, `dv` (whole k16 steps and x4 column pairs
@@ -106,6 +112,7 @@ impl BwdTile {
             || nw == 0
             || self.mt == 0
             || nw > 16
+            || (self.split && !ok(self.bm / self.cw.max(1), 16))
         {
             return false;
         }
@@ -139,35 +146,58 @@ impl DqTile {
 /// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
 /// accumulators of 32 keys do not fit the registers.
 pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
+    let t = |bm, kw, cw, mt, min_blocks| BwdTile { bm, kw, cw, mt, min_blocks, split: false };
     if d == 64 {
-        (BwdTile { bm: 32, kw: 4, cw: 1, mt: 2, min_blocks: 2 }, DqTile { bm: 64, bn: 64, warps: 4 })
+        (t(32, 4, 1, 2, 2), DqTile { bm: 64, bn: 64, warps: 4 })
+    } else if d == 128 {
+        (BwdTile { split: true, ..t(64, 4, 2, 2, 1) }, DqTile { bm: 64, bn: 64, warps: 4 })
     } else if d <= 128 {
-        (BwdTile { bm: 64, kw: 8, cw: 1, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 64, warps: 4 })
+        (t(64, 8, 1, 1, 1), DqTile { bm: 64, bn: 64, warps: 4 })
     } else {
-        (BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 32, warps: 4 })
+        (t(64, 4, 2, 1, 1), DqTile { bm: 64, bn: 32, warps: 4 })
     }
 }
 
-/// The main kernel's tile `SDPA_BWD_TILE=bm,kw,cw,mt,min_blocks` forces on every backward launch, for tuning
-/// runs (`examples/backward_timing.rs`); its programs are named `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}_*`
-/// and compiled on first use. `None` when unset; a value that is not a tile is an error.
-pub fn forced_tile() -> Result<Option<BwdTile>> {
+/// The main kernel's tile `SDPA_BWD_TILE=[D:]bm,kw,cw,mt,min_blocks[,s]` forces on backward launches of
+/// head-dim class `d`, for tuning runs (`examples/backward_timing.rs`): on every class, or only on class `D`
+/// when the prefix is there; a trailing `s` asks for the split layout. Its programs are named
+/// `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}[s]_*` and compiled on first use. `None` when unset or meant for
+/// another class; a value that is not a tile is an error.
+pub fn forced_tile(d: usize) -> Result<Option<BwdTile>> {
     let Ok(v) = std::env::var("SDPA_BWD_TILE") else { return Ok(None) };
-    let bad = || unsupported(format!("SDPA_BWD_TILE must be bm,kw,cw,mt,min_blocks (e.g. 64,4,1,1,2), got {v:?}"));
-    let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
+    let bad = || {
+        unsupported(format!("SDPA_BWD_TILE must be [D:]bm,kw,cw,mt,min_blocks[,s] (e.g. 128:64,4,2,2,1,s), got {v:?}"))
+    };
+    let tile = match v.trim().split_once(':') {
+        Some((only, tile)) => {
+            if only.trim().parse::<usize>().map_err(|_| bad())? != d {
+                return Ok(None);
+            }
+            tile
+        }
+        None => v.trim(),
+    };
+    let (nums, split) = match tile.strip_suffix(",s") {
+        Some(head) => (head, true),
+        None => (tile, false),
+    };
+    let n: Vec<usize> = nums.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
     let [bm, kw, cw, mt, min_blocks] = n[..] else { return Err(bad()) };
     if !(1..=4).contains(&min_blocks) {
         return Err(bad());
     }
-    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks }))
+    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks, split }))
 }
 
 /// The tiles a call with head-dim class `d` runs: [`forced_tile`] when set, else [`tile_for`]'s; and the
 /// program-name prefix that goes with them.
 fn tiles(d: usize) -> Result<(BwdTile, DqTile, String)> {
     let (t, q) = tile_for(d);
-    Ok(match forced_tile()? {
-        Some(f) => (f, q, format!("bwd_tile{}x{}x{}x{}x{}", f.bm, f.kw, f.cw, f.mt, f.min_blocks)),
+    Ok(match forced_tile(d)? {
+        Some(f) => {
+            let s = if f.split { "s" } else { "" };
+            (f, q, format!("bwd_tile{}x{}x{}x{}x{}{s}", f.bm, f.kw, f.cw, f.mt, f.min_blocks))
+        }
         None => (t, q, "bwd".to_string()),
     })
 }
@@ -235,15 +265,16 @@ fn program_with(
     let name =
         format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), f.label(), if deterministic { "_det" } else { "" });
     let (t, HeadDims { d, dv, .. }) = (cuda_type(dtype), dims);
-    let BwdTile { bm, kw, cw, mt, min_blocks } = tile;
+    let BwdTile { bm, kw, cw, mt, min_blocks, split } = tile;
     let (e, s, a) = (f.explicit, f.softcap, f.alibi);
     let line = if deterministic {
         format!(
-            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a}, {}, {}, {})",
+            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {split}, {min_blocks}, {e}, {s}, {a}, {}, {}, \
+             {})",
             q.bm, q.bn, q.warps
         )
     } else {
-        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a})")
+        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {split}, {min_blocks}, {e}, {s}, {a})")
     };
     Program::entry(&BWD, name, line)
 }
@@ -432,8 +463,12 @@ mod tests {
         let t = tile_for(192).0;
         assert!(t.fits(192, 128));
         // A tile whose dK columns per warp are not whole x4 pairs (32 / 2 = 16 is, 32 / 4 is not) is refused.
-        assert!(BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }.fits(32, 32));
-        assert!(!BwdTile { bm: 64, kw: 2, cw: 4, mt: 1, min_blocks: 1 }.fits(32, 32));
+        let t = |kw, cw, split| BwdTile { bm: 64, kw, cw, mt: 1, min_blocks: 1, split };
+        assert!(t(4, 2, false).fits(32, 32));
+        assert!(!t(2, 4, false).fits(32, 32));
+        // Split: each warp's queries of S must be whole x4 pairs (64 / 2 = 32 are, 64 / 8 are not).
+        assert!(t(4, 2, true).fits(128, 128));
+        assert!(!t(2, 8, true).fits(128, 128));
         let all = programs();
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
