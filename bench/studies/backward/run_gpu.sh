@@ -56,10 +56,10 @@ if want ncu; then
   for t in "${tiles[@]}"; do
     t0=$(date +%s); d="${NCU_POINT%%:*}"
     if [[ "$t" == default ]]; then unset SDPA_BWD_TILE; name="bwd_bf16_${d}_plain"; else
-      export SDPA_BWD_TILE="$d:$t"; x="${t//,/x}"; name="bwd_tile${x/xs/s}_bf16_${d}_plain"; fi
+      export SDPA_BWD_TILE="$d:$t"; x=$(sed -E "s/,([sf]+)$/\1/; s/,/x/g" <<< "$t"); name="bwd_tile${x}_bf16_${d}_plain"; fi
     SDPA_BWD_POINTS="$NCU_POINT" timeout "${NCU_TIMEOUT:-60}" ncu --section SpeedOfLight --section MemoryWorkloadAnalysis \
       --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats \
-      --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats -k "regex:^${name}\$" -c 1 \
+      --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats ${NCU_EXTRA:-} -k "regex:^${name}\$" -c 1 \
       "$B/backward_timing" 1 atomic > "$R/ncu-${t//,/_}.txt" 2>&1
     summary+=("ncu $t ($name) rc=$? $(( $(date +%s) - t0 ))s")
     unset SDPA_BWD_TILE

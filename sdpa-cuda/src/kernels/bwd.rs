@@ -66,7 +66,8 @@ unsafe impl DeviceRepr for BwdParams {}
 /// Tile of the main kernel: `bm` query rows per step, `kw` warps of `16 * mt` keys, `cw` warps splitting the
 /// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`). With `split`
 /// (FlashAttention-2's layout) the `cw` warps of a key row also split the queries of S and dP, and P^T and dS^T
-/// go through shared memory; without it each of them computes S and dP for all `bm` queries.
+/// go through shared memory; without it each of them computes S and dP for all `bm` queries. `fuse` interleaves
+/// the products of a phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BwdTile {
     /// Query rows per step.
@@ -81,6 +82,9 @@ pub struct BwdTile {
     pub min_blocks: usize,
     /// S and dP split over the `cw` warps, P^T and dS^T through shared memory.
     pub split: bool,
+    /// The two products of a phase interleaved in one loop (S with dP; with `split`, dV with dK too): two
+    /// independent chains of mma per warp. Needs D = Dv (ignored otherwise).
+    pub fuse: bool,
 }
 
 impl BwdTile {
@@ -146,7 +150,7 @@ impl DqTile {
 /// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
 /// accumulators of 32 keys do not fit the registers.
 pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
-    let t = |bm, kw, cw, mt, min_blocks| BwdTile { bm, kw, cw, mt, min_blocks, split: false };
+    let t = |bm, kw, cw, mt, min_blocks| BwdTile { bm, kw, cw, mt, min_blocks, split: false, fuse: false };
     if d == 64 {
         (t(32, 4, 1, 2, 2), DqTile { bm: 64, bn: 64, warps: 4 })
     } else if d == 128 {
@@ -158,10 +162,10 @@ pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
     }
 }
 
-/// The main kernel's tile `SDPA_BWD_TILE=[D:]bm,kw,cw,mt,min_blocks[,s]` forces on backward launches of
+/// The main kernel's tile `SDPA_BWD_TILE=[D:]bm,kw,cw,mt,min_blocks[,flags]` forces on backward launches of
 /// head-dim class `d`, for tuning runs (`examples/backward_timing.rs`): on every class, or only on class `D`
-/// when the prefix is there; a trailing `s` asks for the split layout. Its programs are named
-/// `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}[s]_*` and compiled on first use. `None` when unset or meant for
+/// when the prefix is there; flags `s` (split) and `f` (fuse). Its programs are named
+/// `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}{flags}_*` and compiled on first use. `None` when unset or meant for
 /// another class; a value that is not a tile is an error.
 pub fn forced_tile(d: usize) -> Result<Option<BwdTile>> {
     let Ok(v) = std::env::var("SDPA_BWD_TILE") else { return Ok(None) };
@@ -177,16 +181,17 @@ pub fn forced_tile(d: usize) -> Result<Option<BwdTile>> {
         }
         None => v.trim(),
     };
-    let (nums, split) = match tile.strip_suffix(",s") {
-        Some(head) => (head, true),
-        None => (tile, false),
+    let (nums, flags) = match tile.rsplit_once(',') {
+        Some((head, f)) if !f.is_empty() && f.chars().all(|c| c == 's' || c == 'f') => (head, f),
+        _ => (tile, ""),
     };
+    let (split, fuse) = (flags.contains('s'), flags.contains('f'));
     let n: Vec<usize> = nums.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
     let [bm, kw, cw, mt, min_blocks] = n[..] else { return Err(bad()) };
     if !(1..=4).contains(&min_blocks) {
         return Err(bad());
     }
-    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks, split }))
+    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks, split, fuse }))
 }
 
 /// The tiles a call with head-dim class `d` runs: [`forced_tile`] when set, else [`tile_for`]'s; and the
@@ -195,7 +200,7 @@ fn tiles(d: usize) -> Result<(BwdTile, DqTile, String)> {
     let (t, q) = tile_for(d);
     Ok(match forced_tile(d)? {
         Some(f) => {
-            let s = if f.split { "s" } else { "" };
+            let s = format!("{}{}", if f.split { "s" } else { "" }, if f.fuse { "f" } else { "" });
             (f, q, format!("bwd_tile{}x{}x{}x{}x{}{s}", f.bm, f.kw, f.cw, f.mt, f.min_blocks))
         }
         None => (t, q, "bwd".to_string()),
@@ -265,7 +270,8 @@ fn program_with(
     let name =
         format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), f.label(), if deterministic { "_det" } else { "" });
     let (t, HeadDims { d, dv, .. }) = (cuda_type(dtype), dims);
-    let BwdTile { bm, kw, cw, mt, min_blocks, split } = tile;
+    let BwdTile { bm, kw, cw, mt, min_blocks, split, fuse } = tile;
+    let split = u8::from(split) | u8::from(fuse) << 1;
     let (e, s, a) = (f.explicit, f.softcap, f.alibi);
     let line = if deterministic {
         format!(
@@ -463,7 +469,7 @@ mod tests {
         let t = tile_for(192).0;
         assert!(t.fits(192, 128));
         // A tile whose dK columns per warp are not whole x4 pairs (32 / 2 = 16 is, 32 / 4 is not) is refused.
-        let t = |kw, cw, split| BwdTile { bm: 64, kw, cw, mt: 1, min_blocks: 1, split };
+        let t = |kw, cw, split| BwdTile { bm: 64, kw, cw, mt: 1, min_blocks: 1, split, fuse: false };
         assert!(t(4, 2, false).fits(32, 32));
         assert!(!t(2, 4, false).fits(32, 32));
         // Split: each warp's queries of S must be whole x4 pairs (64 / 2 = 32 are, 64 / 8 are not).
