@@ -196,21 +196,18 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
 }
 
 // Tile geometry of the main kernel: KW warps along the keys (16 MT each, BN = 16 MT KW), CW along the dK/dV
-// columns. SPL & 1 (FlashAttention-2's layout): the CW warps of a key row also split the queries of S and dP
+// columns. SPL (FlashAttention-2's layout): the CW warps of a key row also split the queries of S and dP
 // (BM / CW each) instead of recomputing all of them, and P^T and dS^T go through shared memory, where dV and
 // dK read them back by ldmatrix; without SPL each warp computes S and dP for all BM queries and keeps P^T and
 // dS^T in registers. dQ (BM x D) is split over the warps in m16 tiles, two per warp where the columns allow (a B fragment
 // then serves two mma), else one.
-// SPL & 2 interleaves the two products of a phase in one loop, two independent chains of mma per warp (D == DV
-// only): S with dP, and (with SPL & 1) dV with dK.
-template <int D, int DV, int BM, int KW, int CW, int MT, int SPL>
+template <int D, int DV, int BM, int KW, int CW, int MT, bool SPL>
 struct BwdTile {
     static constexpr int NW = KW * CW;
     static constexpr int THREADS = NW * 32;
     static constexpr int BN = KW * 16 * MT;
     static constexpr int LD = D + 8, LDV = DV + 8, LDS = BM + 8;
-    static constexpr bool SPLIT = SPL & 1;
-    static constexpr int SQ = SPLIT ? BM / CW : BM;  // queries of a warp's S^T
+    static constexpr int SQ = SPL ? BM / CW : BM;  // queries of a warp's S^T
     static constexpr int NT = SQ / 8;              // n8 tiles of S^T (queries)
     static constexpr int DC = D / CW, DVC = DV / CW;
     static constexpr bool QPAIR = BM % 32 == 0 && NW % (BM / 32) == 0 && (D / (NW / (BM / 32))) % 16 == 0;
@@ -220,7 +217,7 @@ struct BwdTile {
     static constexpr unsigned K_BYTES = BN * LD * 2, V_BYTES = BN * LDV * 2;
     static constexpr unsigned Q_BYTES = BM * LD * 2, DO_BYTES = BM * LDV * 2;
     static constexpr unsigned S_BYTES = BN * LDS * 2;
-    static constexpr unsigned P_BYTES = SPLIT ? S_BYTES : 0;  // P^T (split)
+    static constexpr unsigned P_BYTES = SPL ? S_BYTES : 0;  // P^T (SPL)
     static constexpr unsigned SMEM = K_BYTES + V_BYTES + 2 * (Q_BYTES + DO_BYTES) + S_BYTES + P_BYTES + 2 * 2 * BM * 4;
     static_assert(D % 16 == 0 && DV % 16 == 0 && BM % 16 == 0 && SQ % 16 == 0, "k16 steps, x4 query pairs");
     static_assert(DC % 16 == 0 && DVC % 16 == 0, "whole x4 ldmatrix column pairs per warp");
@@ -265,83 +262,24 @@ __device__ __forceinline__ void bwd_mma_smem_a(float (&acc)[MT][DT][4], unsigned
     }
 }
 
-// Two products at once, c1 = A1 B1^T and c2 = A2 B2^T over KD (both A row-major with rows of LD elements,
-// both B by rows: S^T = K Q^T beside dP^T = V dO^T), interleaved so that a warp has two independent chains of
-// ldmatrix and mma in flight.
-template <typename T, int KD, int LD, int MT, int NT>
-__device__ __forceinline__ void bwd_mma2_abt(float (&c1)[MT][NT][4], unsigned a1_ld, unsigned b1_ld,
-                                             float (&c2)[MT][NT][4], unsigned a2_ld, unsigned b2_ld) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) c1[mt][j][c] = c2[mt][j][c] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < KD / 16; ++kk) {
-        unsigned a1[MT][4], a2[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            fa2_ldmatrix_x4(a1[mt], a1_ld + (mt * 16 * LD + kk * 16) * 2);
-            fa2_ldmatrix_x4(a2[mt], a2_ld + (mt * 16 * LD + kk * 16) * 2);
-        }
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned b1[4], b2[4];
-            fa2_ldmatrix_x4(b1, b1_ld + (np * 16 * LD + kk * 16) * 2);
-            fa2_ldmatrix_x4(b2, b2_ld + (np * 16 * LD + kk * 16) * 2);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                Fa2Type<T>::mma(c1[mt][2 * np], a1[mt], b1[0], b1[1]);
-                Fa2Type<T>::mma(c2[mt][2 * np], a2[mt], b2[0], b2[1]);
-                Fa2Type<T>::mma(c1[mt][2 * np + 1], a1[mt], b1[2], b1[3]);
-                Fa2Type<T>::mma(c2[mt][2 * np + 1], a2[mt], b2[2], b2[3]);
-            }
-        }
-    }
-}
-
-// acc1 += A1 B1 beside acc2 += A2 B2 (bwd_mma_smem_a's operands, same shapes and row lengths), interleaved.
-template <typename T, int LDA, int LDB, int MT, int KT, int DT>
-__device__ __forceinline__ void bwd_mma2_smem_a(float (&acc1)[MT][DT][4], unsigned a1_ld, unsigned b1_ld,
-                                                float (&acc2)[MT][DT][4], unsigned a2_ld, unsigned b2_ld) {
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-        unsigned a1[MT][4], a2[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            fa2_ldmatrix_x4(a1[mt], a1_ld + (mt * 16 * LDA + kk * 16) * 2);
-            fa2_ldmatrix_x4(a2[mt], a2_ld + (mt * 16 * LDA + kk * 16) * 2);
-        }
-#pragma unroll
-        for (int dp = 0; dp < DT / 2; ++dp) {
-            unsigned b1[4], b2[4];
-            fa2_ldmatrix_x4_trans(b1, b1_ld + (kk * 16 * LDB + dp * 16) * 2);
-            fa2_ldmatrix_x4_trans(b2, b2_ld + (kk * 16 * LDB + dp * 16) * 2);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                Fa2Type<T>::mma(acc1[mt][2 * dp], a1[mt], b1[0], b1[1]);
-                Fa2Type<T>::mma(acc2[mt][2 * dp], a2[mt], b2[0], b2[1]);
-                Fa2Type<T>::mma(acc1[mt][2 * dp + 1], a1[mt], b1[2], b1[3]);
-                Fa2Type<T>::mma(acc2[mt][2 * dp + 1], a2[mt], b2[2], b2[3]);
-            }
-        }
-    }
-}
-
 // dK and dV of one key tile (and, with DQ, its part of dQ through atomics).
-template <typename T, int D, int DV, int BM, int KW, int CW, int MT, int SPL, bool EXPL, bool SC, bool AL, bool DQ>
+template <typename T, int D, int DV, int BM, int KW, int CW, int MT, bool SPL, bool EXPL, bool SC, bool AL, bool HF,
+          bool DQ>
 __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* smem) {
     using Tl = BwdTile<D, DV, BM, KW, CW, MT, SPL>;
-    constexpr bool SPLIT = Tl::SPLIT, FUSE = (SPL & 2) && D == DV;
     constexpr int BN = Tl::BN, LD = Tl::LD, LDV = Tl::LDV, LDS = Tl::LDS, NT = Tl::NT, THREADS = Tl::THREADS;
     constexpr bool VARS = EXPL || SC || AL;
     const AttnParams& p = bp.p;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
     const int kw = warp % KW, cw = warp / KW;
-    const int b = blockIdx.z, kvh = blockIdx.y;
+    // Blocks start in the order of their linear index (x fastest). Under a causal mask the first key tiles of a
+    // head see the most query rows, so HF (heavy first) launches the grid as (kv heads, sequences, key tiles):
+    // every head's key tile 0 starts first, then tile 1, ..., and light tiles end the launch instead of a heavy
+    // one starting last. Otherwise (key tiles, kv heads, sequences): a head's tiles run together and share its
+    // Q and dO in L2.
+    const int tile = HF ? blockIdx.z : blockIdx.x, kvh = HF ? blockIdx.x : blockIdx.y, b = HF ? blockIdx.y : blockIdx.z;
     const SeqView s = seq_view(p, b);
-    const int n0 = blockIdx.x * BN;
+    const int n0 = tile * BN;
     if (n0 >= s.sk) return;  // ragged: past this sequence's keys
     const int n1 = min(n0 + BN, s.sk);
 
@@ -350,7 +288,7 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     const unsigned sQ = sV + Tl::V_BYTES;
     const unsigned sdO = sQ + 2 * Tl::Q_BYTES;
     const unsigned sdS = sdO + 2 * Tl::DO_BYTES;
-    const unsigned sP = sdS + Tl::S_BYTES;  // P^T (split)
+    const unsigned sP = sdS + Tl::S_BYTES;  // P^T (SPL)
     const unsigned sL = sP + Tl::P_BYTES;   // [2][BM] LSE, then [2][BM] Delta
     const float* fL = reinterpret_cast<const float*>(smem + (sL - sK));
     const float* fD = fL + 2 * BM;
@@ -359,10 +297,10 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     const int wrow = kw * 16 * MT;  // the warp's first key in the tile
     const unsigned k_a = sK + ((wrow + lane % 16) * LD + (lane / 16) * 8) * 2;
     const unsigned v_a = sV + ((wrow + lane % 16) * LDV + (lane / 16) * 8) * 2;
-    const int q_off = SPLIT ? cw * Tl::SQ : 0;  // the warp's first query of S^T in the tile
+    const int q_off = SPL ? cw * Tl::SQ : 0;  // the warp's first query of S^T in the tile
     const unsigned q_b = sQ + (((lane % 8) + (lane / 16) * 8 + q_off) * LD + ((lane / 8) % 2) * 8) * 2;
     const unsigned do_b = sdO + (((lane % 8) + (lane / 16) * 8 + q_off) * LDV + ((lane / 8) % 2) * 8) * 2;
-    // Split: the lane's ldmatrix base of the warp's keys in P^T and dS^T (A operands of dV and dK).
+    // SPL: the lane's ldmatrix base of the warp's keys in P^T and dS^T (A operands of dV and dK).
     const unsigned p_a = sP + ((wrow + lane % 16) * LDS + (lane / 16) * 8) * 2;
     const unsigned ds_ak = sdS + ((wrow + lane % 16) * LDS + (lane / 16) * 8) * 2;
     const unsigned q_t = sQ + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2 + cw * Tl::DC * 2;
@@ -424,11 +362,8 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
         const float* del_s = fD + buf * BM + q_off;
 
         // S^T = K Q^T: this warp's 16 MT keys x BM queries.
-        float st[MT][NT][4], dp[MT][NT][4];
-        if constexpr (FUSE)
-            bwd_mma2_abt<T, D, LD, MT, NT>(st, k_a, q_b + buf * Tl::Q_BYTES, dp, v_a, do_b + buf * Tl::DO_BYTES);
-        else
-            fa2_qk<T, D, LD, MT, NT>(st, k_a, q_b + buf * Tl::Q_BYTES);
+        float st[MT][NT][4];
+        fa2_qk<T, D, LD, MT, NT>(st, k_a, q_b + buf * Tl::Q_BYTES);
 
         // P^T (in st), softcap's derivative in dfac.
         const bool edge = n0 + BN > s.sk || m0 + BM > s.sq || (long long)n0 - (m0 + BM - 1) < s.band_lo ||
@@ -467,15 +402,16 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
                 }
         }
 
-        // dV += P^T dO (split: once every warp's P^T is in shared memory, below).
-        if constexpr (SPLIT)
+        // dV += P^T dO (SPL: once every warp's P^T is in shared memory, below).
+        if constexpr (SPL)
             bwd_store_st<T, MT, NT, LDS>(smem + (sP - sK), st, wrow, q_off, g, t4);
         else
             fa2_pv<T, LDV, MT, NT, Tl::DVC / 8>(dv, st, do_t + buf * Tl::DO_BYTES);
 
         // dP^T = V dO^T, then dS^T = P^T o (dP^T - Delta) (times softcap's derivative) in st.
         {
-            if constexpr (!FUSE) fa2_qk<T, DV, LDV, MT, NT>(dp, v_a, do_b + buf * Tl::DO_BYTES);
+            float dp[MT][NT][4];
+            fa2_qk<T, DV, LDV, MT, NT>(dp, v_a, do_b + buf * Tl::DO_BYTES);
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const float2 dl = *reinterpret_cast<const float2*>(del_s + j * 8 + t4 * 2);
@@ -492,17 +428,12 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
             }
         }
 
-        if constexpr (SPLIT) {
+        if constexpr (SPL) {
             // dS^T beside P^T; then dV += P^T dO and dK += dS^T Q over all BM queries, A from shared memory.
             bwd_store_st<T, MT, NT, LDS>(smem + (sdS - sK), st, wrow, q_off, g, t4);
             __syncthreads();
-            if constexpr (FUSE) {
-                bwd_mma2_smem_a<T, LDS, LD, MT, BM / 16, Tl::DC / 8>(dv, p_a, do_t + buf * Tl::DO_BYTES, dk, ds_ak,
-                                                                    q_t + buf * Tl::Q_BYTES);
-            } else {
-                bwd_mma_smem_a<T, LDS, LDV, MT, BM / 16, Tl::DVC / 8>(dv, p_a, do_t + buf * Tl::DO_BYTES);
-                bwd_mma_smem_a<T, LDS, LD, MT, BM / 16, Tl::DC / 8>(dk, ds_ak, q_t + buf * Tl::Q_BYTES);
-            }
+            bwd_mma_smem_a<T, LDS, LDV, MT, BM / 16, Tl::DVC / 8>(dv, p_a, do_t + buf * Tl::DO_BYTES);
+            bwd_mma_smem_a<T, LDS, LD, MT, BM / 16, Tl::DC / 8>(dk, ds_ak, q_t + buf * Tl::Q_BYTES);
         } else {
             // dK += dS^T Q.
             fa2_pv<T, LD, MT, NT, Tl::DC / 8>(dk, st, q_t + buf * Tl::Q_BYTES);
@@ -741,24 +672,24 @@ __device__ __forceinline__ void bwd_dq_rows(const BwdParams& bp, unsigned char* 
 
 // One program per (dtype, head-dim classes, score features): NAME (the main kernel with dQ atomics),
 // NAME_pre (Delta) and NAME_convert (dQ into the dtype). Tile: BM query rows per step, KW x CW warps of 16 MT
-// keys each, SPL the layout bits (BwdTile: 1 split, 2 interleaved), MINB blocks per SM for the register budget
-// (__launch_bounds__).
-#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL)                                                 \
+// keys each, SPL for FlashAttention-2's layout (BwdTile), MINB blocks per SM for the register budget
+// (__launch_bounds__), HF for the heavy-first grid of causal masks (bwd_dkdv).
+#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL, HF)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
     extern "C" __global__ void __launch_bounds__(256) NAME##_convert(const BwdParams bp) {                 \
         bwd_convert<T>(bp);                                                                                \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, true>(bp, bwd_smem);                              \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, HF, true>(bp, bwd_smem);                              \
     }
 // The deterministic program: NAME (main kernel without dQ), NAME_pre, NAME_dq (dQ by query tiles of QBM rows,
 // key tiles of QBN, QNW warps).
-#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL, QBM, QBN, QNW)                              \
+#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL, HF, QBM, QBN, QNW)                              \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
     extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, false>(bp, bwd_smem);                             \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, HF, false>(bp, bwd_smem);                             \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(QNW * 32) NAME##_dq(const BwdParams bp) {                  \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The backward's GPU run (issue 24), from a folder holding the `backward` test binary, the `backward_timing`
-# example and this folder's Python: `run_gpu.sh [tests] [alt] [sanitize] [timing] [torch] [ncu]`.
+# example and this folder's Python: `run_gpu.sh [tests] [alt] [nohf] [sanitize] [timing] [torch] [ncu]`.
 #   tests     every test of tests/backward.rs on the default tiles
 #   alt       the tests named by $ALT_FILTER (default: ragged deterministic; `all` for every test) again under
 #             each tile of $ALT_TILES (`;`-separated [D:]bm,kw,cw,mt,min_blocks[,s], through SDPA_BWD_TILE)
+#   nohf      every test, memcheck and racecheck with SDPA_BWD_HEAVY_FIRST=0 (causal masks on the launch-order grid)
 #   sanitize  $SANITIZE_TOOLS (default memcheck racecheck) on the small calls
-#   timing    examples/backward_timing on the default tiles and the D:tile list $TIME_TILES
+#   timing    examples/backward_timing on the default tiles and the D:tile list $TIME_TILES (with $TIME_NOHF set,
+#             the default tiles once more without the causal grid order)
 #   torch     bench/studies/backward/torch_bwd.py (FLASH_ATTENTION and CUDNN_ATTENTION), joined with ours
 # Logs under $OUT/bwd, packed into $OUT/bwd.tgz; the last lines printed are the summary and the table.
 set -uo pipefail
@@ -33,6 +35,16 @@ if want alt; then
     summary+=("tests SDPA_BWD_TILE=$t rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests-${t//[:,]/_}.log" | tail -1)")
   done
 fi
+if want nohf; then
+  # Every test, memcheck and racecheck again with causal masks on the launch-order grid (SDPA_BWD_HEAVY_FIRST=0).
+  t0=$(date +%s)
+  SDPA_BWD_HEAVY_FIRST=0 timeout 90 "$B/backward" --test-threads 6 > "$R/tests-nohf.log" 2>&1; rc=$?
+  summary+=("tests SDPA_BWD_HEAVY_FIRST=0 rc=$rc $(( $(date +%s) - t0 ))s: $(grep -E '^test result' "$R/tests-nohf.log" | tail -1)")
+  for tool in memcheck racecheck; do
+    SDPA_BWD_HEAVY_FIRST=0 timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/backward" small_calls_for_the_sanitizer > "$R/sanitize-$tool-nohf.log" 2>&1; rc=$?
+    summary+=("$tool SDPA_BWD_HEAVY_FIRST=0 rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test result' "$R/sanitize-$tool-nohf.log" | tr '\n' ' ')")
+  done
+fi
 if want sanitize; then
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     t0=$(date +%s)
@@ -44,6 +56,13 @@ if want timing; then
   t0=$(date +%s)
   timeout "${TIME_TIMEOUT:-80}" "$B/backward_timing" 10 atomic "${TIME_TILES:-}" > "$R/sdpa.txt" 2>&1; summary+=("sdpa timing rc=$? $(( $(date +%s) - t0 ))s")
   grep '^{' "$R/sdpa.txt" > "$R/sdpa.jsonl"
+  if [[ -n "${TIME_NOHF:-}" ]]; then
+    # The default tiles again with the grid in launch order under causal masks (SDPA_BWD_HEAVY_FIRST=0), as sdpa:launch-order.
+    t0=$(date +%s)
+    SDPA_BWD_HEAVY_FIRST=0 timeout "${TIME_TIMEOUT:-80}" "$B/backward_timing" 10 atomic > "$R/sdpa-nohf.txt" 2>&1
+    summary+=("sdpa timing (launch order) rc=$? $(( $(date +%s) - t0 ))s")
+    grep '^{' "$R/sdpa-nohf.txt" | sed 's/"impl":"sdpa"/"impl":"sdpa:launch-order"/' >> "$R/sdpa.jsonl"
+  fi
 fi
 if want torch; then
   t0=$(date +%s)
