@@ -5,14 +5,16 @@
 //  2. the main kernel: one block per (key tile of BN keys, kv head, sequence). It loads its K/V tile once and
 //     walks the query tiles of BM rows whose band reaches the tile (causal masks and windows skip the rest),
 //     for every query head of the kv head's group (GQA: dK/dV summed inside the block, no atomics on them).
-//     Warps own 16 key rows each (KW warps along the keys; CW warps split the dK/dV columns of the same rows
-//     for the big head dims, recomputing the same S and dP), so S^T = K Q^T and dP^T = V dO^T come out with a
-//     key per accumulator row, and P^T and dS^T feed dV += P^T dO and dK += dS^T Q straight from registers
-//     (the C layout of two n8 tiles is the A layout of one k16 step, as P in the forward). dQ += dS K needs
-//     dS with the queries as rows: dS^T goes through shared memory (ldmatrix.trans reads it back) and every
-//     warp adds its part of dQ into an f32 accumulator with atomics (`_convert` then rounds it into dQ
-//     through Q's strides). Q, dO, LSE and Delta of the next query tile load (cp.async) while this one is
-//     computed.
+//     Warps own 16 MT key rows each (KW warps along the keys; CW warps split the dK/dV columns of the same
+//     rows for the big head dims, recomputing the same S and dP), so S^T = K Q^T and dP^T = V dO^T come out
+//     with a key per accumulator row, and P^T and dS^T feed dV += P^T dO and dK += dS^T Q straight from
+//     registers (the C layout of two n8 tiles is the A layout of one k16 step, as P in the forward). The
+//     split layout (SPL, FlashAttention-2's, D = 128) has the CW warps split the queries of S and dP instead
+//     and passes P^T and dS^T through shared memory. dQ += dS K needs dS with the queries as rows: dS^T goes
+//     through shared memory (ldmatrix.trans reads it back) and every warp adds its part of dQ into an f32
+//     accumulator with 16-byte reductions (`_convert` then rounds it into dQ through Q's strides). Q, dO, LSE
+//     and Delta of the next query tile load (cp.async) while this one is computed. Causal masks launch the
+//     grid heavy-first (HF).
 //  3. `_convert`: dQ = scale * accumulator, in the dtype through Q's strides (and in f32 when asked).
 // Deterministic programs (`_det`) run the main kernel without dQ and then `_dq`: one block per (query tile,
 // query head, sequence) that walks its band's key tiles, recomputes P and dS and accumulates dQ in registers

@@ -10,12 +10,15 @@
 //! order blocks run in, at the price of recomputing S and dP once more.
 //!
 //! Head dims run the forward's classes ([`HeadDims`]): multiples of 8 up to 256, each at the smallest class
-//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 128 take 8 warps of 16 keys (128
+//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 96 take 8 warps of 16 keys (128
 //! keys per block), 64 query rows per step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
-//! (two blocks per SM; measured faster); the classes above take 4 warps of 16 keys with 2 warps splitting the
-//! dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the H100's
-//! shared memory with the next query tile in flight (about 155 KB at D = 128, 208 KB at D = 256).
-//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]).
+//! (two blocks per SM; measured faster); D = 128 takes FlashAttention-2's layout (8 warps: 4 along the keys, 32
+//! each, times 2 splitting the queries of S and dP and the columns of dK and dV, P^T and dS^T through shared
+//! memory; measured 1.05x the 8-warp tile); the classes above take 4 warps of 16 keys with 2 warps splitting
+//! the dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the
+//! H100's shared memory with the next query tile in flight (about 178 KB at D = 128, 208 KB at D = 256).
+//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]). Causal masks launch the main
+//! kernel's grid heavy-first ([`Features::heavy_first`]).
 //!
 //! Refused here (`Unsupported`): f32 (no f32 backward on the GPU), paged KV caches (training has no cache),
 //! head dims the tensor-core classes do not take, a non-positive scale, operands not 16-byte aligned, and
@@ -143,8 +146,10 @@ impl DqTile {
 
 /// The tiles for head-dim class `d` (see the module docs). D = 64 takes 4 warps of 32 keys and 32 query rows per
 /// step, two blocks per SM: each B fragment then serves two m16 key tiles, which measured 1.16x the 8-warp tile
-/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
-/// accumulators of 32 keys do not fit the registers.
+/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`; the split layout at
+/// D = 64 measured 0.85x or less). At D = 128 the dK/dV accumulators of 32 keys and all of a tile's queries do
+/// not fit the registers; the split layout (32 keys x 32 queries of S per warp, 32 keys x 64 columns of dK/dV)
+/// does, and measured 1.05x the 8-warp tile of 16 keys.
 pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
     let t = |bm, kw, cw, mt, min_blocks| BwdTile { bm, kw, cw, mt, min_blocks, split: false };
     if d == 64 {
