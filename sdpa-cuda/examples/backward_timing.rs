@@ -8,8 +8,9 @@
 //!
 //!     cargo run --release -p sdpa-cuda --example backward_timing -- [reps] [deterministic] [tiles]
 //!
-//! `tiles`: other main-kernel tiles to time beside the default, `D:bm,kw,cw,mt,min_blocks` separated by `;`
-//! (each run through `SDPA_BWD_TILE`, its lines named `sdpa:{tile}`).
+//! `tiles`: other main-kernel tiles to time beside the default, `D:bm,kw,cw,mt,min_blocks[,s]` separated by `;`
+//! (each run through `SDPA_BWD_TILE`, its lines named `sdpa:{tile}`). `SDPA_BWD_POINTS=D:S[:causal],...` times
+//! only those points (for a profiler).
 
 use sdpa_core::{
     AttentionCost, AttentionSpec, Backend, BackwardOptions, DType, HostBuffer, Kernel, Layout, Mask, Pass, PassBuffers,
@@ -27,6 +28,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (d, tile) = t.split_once(':').ok_or("a tile is D:bm,kw,cw,mt,min_blocks")?;
         variants.push((Some(d.parse()?), Some(tile.to_string())));
     }
+    let points: Vec<String> = std::env::var("SDPA_BWD_POINTS")
+        .map(|v| v.split(',').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+        .unwrap_or_default();
     let gpu = CudaBackend::new(0)?;
     const TOKENS: usize = 16384;
     const HIDDEN: usize = 2048;
@@ -56,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lines = Vec::new();
     for (only_d, tile) in &variants {
         match tile {
-            Some(t) => std::env::set_var("SDPA_BWD_TILE", t),
+            Some(t) => std::env::set_var("SDPA_BWD_TILE", format!("{}:{t}", only_d.unwrap_or(0))),
             None => std::env::remove_var("SDPA_BWD_TILE"),
         }
         let name = tile.as_ref().map_or("sdpa".to_string(), |t| format!("sdpa:{t}"));
@@ -67,6 +71,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let h = HIDDEN / d;
             for s in [512usize, 1024, 2048, 4096, 8192, 16384] {
                 for causal in [false, true] {
+                    if !points.is_empty() && !points.iter().any(|p| *p == format!("{d}:{s}:{causal}")) {
+                        continue;
+                    }
                     let shape = Shape { b: TOKENS / s, hq: h, hkv: h, sq: s, sk: s, d, dv: d };
                     let mask = if causal { Mask::CausalTopLeft } else { Mask::None };
                     let spec = AttentionSpec::new(shape, dtype).with_layout(Layout::Bshd).with_mask(mask);

@@ -5,14 +5,16 @@
 //  2. the main kernel: one block per (key tile of BN keys, kv head, sequence). It loads its K/V tile once and
 //     walks the query tiles of BM rows whose band reaches the tile (causal masks and windows skip the rest),
 //     for every query head of the kv head's group (GQA: dK/dV summed inside the block, no atomics on them).
-//     Warps own 16 key rows each (KW warps along the keys; CW warps split the dK/dV columns of the same rows
-//     for the big head dims, recomputing the same S and dP), so S^T = K Q^T and dP^T = V dO^T come out with a
-//     key per accumulator row, and P^T and dS^T feed dV += P^T dO and dK += dS^T Q straight from registers
-//     (the C layout of two n8 tiles is the A layout of one k16 step, as P in the forward). dQ += dS K needs
-//     dS with the queries as rows: dS^T goes through shared memory (ldmatrix.trans reads it back) and every
-//     warp adds its part of dQ into an f32 accumulator with atomics (`_convert` then rounds it into dQ
-//     through Q's strides). Q, dO, LSE and Delta of the next query tile load (cp.async) while this one is
-//     computed.
+//     Warps own 16 MT key rows each (KW warps along the keys; CW warps split the dK/dV columns of the same
+//     rows for the big head dims, recomputing the same S and dP), so S^T = K Q^T and dP^T = V dO^T come out
+//     with a key per accumulator row, and P^T and dS^T feed dV += P^T dO and dK += dS^T Q straight from
+//     registers (the C layout of two n8 tiles is the A layout of one k16 step, as P in the forward). The
+//     split layout (SPL, FlashAttention-2's, D = 128) has the CW warps split the queries of S and dP instead
+//     and passes P^T and dS^T through shared memory. dQ += dS K needs dS with the queries as rows: dS^T goes
+//     through shared memory (ldmatrix.trans reads it back) and every warp adds its part of dQ into an f32
+//     accumulator with 16-byte reductions (`_convert` then rounds it into dQ through Q's strides). Q, dO, LSE
+//     and Delta of the next query tile load (cp.async) while this one is computed. Causal masks launch the
+//     grid heavy-first (HF).
 //  3. `_convert`: dQ = scale * accumulator, in the dtype through Q's strides (and in f32 when asked).
 // Deterministic programs (`_det`) run the main kernel without dQ and then `_dq`: one block per (query tile,
 // query head, sequence) that walks its band's key tiles, recomputes P and dS and accumulates dQ in registers
@@ -125,6 +127,17 @@ __device__ __forceinline__ void bwd_red_add2(float* dst, float a, float b) {
 #endif
 }
 
+// Adds four consecutive floats (16-byte aligned) to global memory: one vector reduction on sm_90.
+__device__ __forceinline__ void bwd_red_add4(float* dst, float a, float b, float c, float d) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+#else
+    bwd_red_add2(dst, a, b);
+    bwd_red_add2(dst + 2, c, d);
+#endif
+}
+
 // 4-byte global->shared copy; `valid == false` writes zero.
 __device__ __forceinline__ void bwd_cp_async4(unsigned dst, const void* gmem, bool valid) {
     int src_bytes = valid ? 4 : 0;
@@ -185,15 +198,19 @@ __device__ __forceinline__ float bwd_lse2(float lse) {
 }
 
 // Tile geometry of the main kernel: KW warps along the keys (16 MT each, BN = 16 MT KW), CW along the dK/dV
-// columns. dQ (BM x D) is split over the warps in m16 tiles, two per warp where the columns allow (a B fragment
+// columns. SPL (FlashAttention-2's layout): the CW warps of a key row also split the queries of S and dP
+// (BM / CW each) instead of recomputing all of them, and P^T and dS^T go through shared memory, where dV and
+// dK read them back by ldmatrix; without SPL each warp computes S and dP for all BM queries and keeps P^T and
+// dS^T in registers. dQ (BM x D) is split over the warps in m16 tiles, two per warp where the columns allow (a B fragment
 // then serves two mma), else one.
-template <int D, int DV, int BM, int KW, int CW, int MT>
+template <int D, int DV, int BM, int KW, int CW, int MT, bool SPL>
 struct BwdTile {
     static constexpr int NW = KW * CW;
     static constexpr int THREADS = NW * 32;
     static constexpr int BN = KW * 16 * MT;
     static constexpr int LD = D + 8, LDV = DV + 8, LDS = BM + 8;
-    static constexpr int NT = BM / 8;          // n8 tiles of S^T (queries)
+    static constexpr int SQ = SPL ? BM / CW : BM;  // queries of a warp's S^T
+    static constexpr int NT = SQ / 8;              // n8 tiles of S^T (queries)
     static constexpr int DC = D / CW, DVC = DV / CW;
     static constexpr bool QPAIR = BM % 32 == 0 && NW % (BM / 32) == 0 && (D / (NW / (BM / 32))) % 16 == 0;
     static constexpr int QMT = QPAIR ? 2 : 1;  // dQ m16 tiles per warp
@@ -202,24 +219,69 @@ struct BwdTile {
     static constexpr unsigned K_BYTES = BN * LD * 2, V_BYTES = BN * LDV * 2;
     static constexpr unsigned Q_BYTES = BM * LD * 2, DO_BYTES = BM * LDV * 2;
     static constexpr unsigned S_BYTES = BN * LDS * 2;
-    static constexpr unsigned SMEM = K_BYTES + V_BYTES + 2 * (Q_BYTES + DO_BYTES) + S_BYTES + 2 * 2 * BM * 4;
-    static_assert(D % 16 == 0 && DV % 16 == 0 && BM % 16 == 0, "k16 steps");
+    static constexpr unsigned P_BYTES = SPL ? S_BYTES : 0;  // P^T (SPL)
+    static constexpr unsigned SMEM = K_BYTES + V_BYTES + 2 * (Q_BYTES + DO_BYTES) + S_BYTES + P_BYTES + 2 * 2 * BM * 4;
+    static_assert(D % 16 == 0 && DV % 16 == 0 && BM % 16 == 0 && SQ % 16 == 0, "k16 steps, x4 query pairs");
     static_assert(DC % 16 == 0 && DVC % 16 == 0, "whole x4 ldmatrix column pairs per warp");
     static_assert(NW % QR == 0 && DQC % 16 == 0, "dQ: whole m16 tiles and x4 column pairs per warp");
 };
 
+// A warp's P^T or dS^T (keys wrow + 16 mt + g + 8 hh, queries q_off + 8 j + 2 t4 + e) into the dtype in shared
+// memory, rows of LDS elements (LDS / 2 = 4 mod 32 words: the eight rows of a store hit distinct banks).
+template <typename T, int MT, int NT, int LDS>
+__device__ __forceinline__ void bwd_store_st(unsigned char* base, const float (&st)[MT][NT][4], int wrow, int q_off,
+                                             int g, int t4) {
+    T* dst = reinterpret_cast<T*>(base);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+                *reinterpret_cast<unsigned*>(dst + (wrow + mt * 16 + g + hh * 8) * LDS + q_off + j * 8 + t4 * 2) =
+                    Fa2Type<T>::pack(st[mt][j][hh * 2], st[mt][j][hh * 2 + 1]);
+}
+
+// acc (MT m16 tiles x DT n8 tiles) += A B over KT k16 steps: A row-major in shared memory (`a_ld`, the lane's
+// ldmatrix base, rows of LDA elements), B k-major (`b_ld`, the lane's ldmatrix.trans base, rows of LDB).
+template <typename T, int LDA, int LDB, int MT, int KT, int DT>
+__device__ __forceinline__ void bwd_mma_smem_a(float (&acc)[MT][DT][4], unsigned a_ld, unsigned b_ld) {
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+        unsigned a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) fa2_ldmatrix_x4(a[mt], a_ld + (mt * 16 * LDA + kk * 16) * 2);
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; ++dp) {
+            unsigned bv[4];
+            fa2_ldmatrix_x4_trans(bv, b_ld + (kk * 16 * LDB + dp * 16) * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                Fa2Type<T>::mma(acc[mt][2 * dp], a[mt], bv[0], bv[1]);
+                Fa2Type<T>::mma(acc[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+            }
+        }
+    }
+}
+
 // dK and dV of one key tile (and, with DQ, its part of dQ through atomics).
-template <typename T, int D, int DV, int BM, int KW, int CW, int MT, bool EXPL, bool SC, bool AL, bool DQ>
+template <typename T, int D, int DV, int BM, int KW, int CW, int MT, bool SPL, bool EXPL, bool SC, bool AL, bool HF,
+          bool DQ>
 __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* smem) {
-    using Tl = BwdTile<D, DV, BM, KW, CW, MT>;
+    using Tl = BwdTile<D, DV, BM, KW, CW, MT, SPL>;
     constexpr int BN = Tl::BN, LD = Tl::LD, LDV = Tl::LDV, LDS = Tl::LDS, NT = Tl::NT, THREADS = Tl::THREADS;
     constexpr bool VARS = EXPL || SC || AL;
     const AttnParams& p = bp.p;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
     const int kw = warp % KW, cw = warp / KW;
-    const int b = blockIdx.z, kvh = blockIdx.y;
+    // Blocks start in the order of their linear index (x fastest). Under a causal mask the first key tiles of a
+    // head see the most query rows, so HF (heavy first) launches the grid as (kv heads, sequences, key tiles):
+    // every head's key tile 0 starts first, then tile 1, ..., and light tiles end the launch instead of a heavy
+    // one starting last. Otherwise (key tiles, kv heads, sequences): a head's tiles run together and share its
+    // Q and dO in L2.
+    const int tile = HF ? blockIdx.z : blockIdx.x, kvh = HF ? blockIdx.x : blockIdx.y, b = HF ? blockIdx.y : blockIdx.z;
     const SeqView s = seq_view(p, b);
-    const int n0 = blockIdx.x * BN;
+    const int n0 = tile * BN;
     if (n0 >= s.sk) return;  // ragged: past this sequence's keys
     const int n1 = min(n0 + BN, s.sk);
 
@@ -228,7 +290,8 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     const unsigned sQ = sV + Tl::V_BYTES;
     const unsigned sdO = sQ + 2 * Tl::Q_BYTES;
     const unsigned sdS = sdO + 2 * Tl::DO_BYTES;
-    const unsigned sL = sdS + Tl::S_BYTES;  // [2][BM] LSE, then [2][BM] Delta
+    const unsigned sP = sdS + Tl::S_BYTES;  // P^T (SPL)
+    const unsigned sL = sP + Tl::P_BYTES;   // [2][BM] LSE, then [2][BM] Delta
     const float* fL = reinterpret_cast<const float*>(smem + (sL - sK));
     const float* fD = fL + 2 * BM;
 
@@ -236,8 +299,12 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
     const int wrow = kw * 16 * MT;  // the warp's first key in the tile
     const unsigned k_a = sK + ((wrow + lane % 16) * LD + (lane / 16) * 8) * 2;
     const unsigned v_a = sV + ((wrow + lane % 16) * LDV + (lane / 16) * 8) * 2;
-    const unsigned q_b = sQ + (((lane % 8) + (lane / 16) * 8) * LD + ((lane / 8) % 2) * 8) * 2;
-    const unsigned do_b = sdO + (((lane % 8) + (lane / 16) * 8) * LDV + ((lane / 8) % 2) * 8) * 2;
+    const int q_off = SPL ? cw * Tl::SQ : 0;  // the warp's first query of S^T in the tile
+    const unsigned q_b = sQ + (((lane % 8) + (lane / 16) * 8 + q_off) * LD + ((lane / 8) % 2) * 8) * 2;
+    const unsigned do_b = sdO + (((lane % 8) + (lane / 16) * 8 + q_off) * LDV + ((lane / 8) % 2) * 8) * 2;
+    // SPL: the lane's ldmatrix base of the warp's keys in P^T and dS^T (A operands of dV and dK).
+    const unsigned p_a = sP + ((wrow + lane % 16) * LDS + (lane / 16) * 8) * 2;
+    const unsigned ds_ak = sdS + ((wrow + lane % 16) * LDS + (lane / 16) * 8) * 2;
     const unsigned q_t = sQ + (((lane % 8) + ((lane / 8) % 2) * 8) * LD + (lane / 16) * 8) * 2 + cw * Tl::DC * 2;
     const unsigned do_t = sdO + (((lane % 8) + ((lane / 8) % 2) * 8) * LDV + (lane / 16) * 8) * 2 + cw * Tl::DVC * 2;
 
@@ -293,8 +360,8 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
 
         const int h = kvh * p.group + it / n_mt;
         const int m0 = (mt0 + it % n_mt) * BM;
-        const float* lse_s = fL + buf * BM;
-        const float* del_s = fD + buf * BM;
+        const float* lse_s = fL + buf * BM + q_off;
+        const float* del_s = fD + buf * BM + q_off;
 
         // S^T = K Q^T: this warp's 16 MT keys x BM queries.
         float st[MT][NT][4];
@@ -331,14 +398,17 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
                         for (int hh = 0; hh < 2; ++hh) {
                             float f = 1.f;
                             float& x = st[mt][j][hh * 2 + e];
-                            x = sc.prob(x, m0 + qi, key_r + mt * 16 + hh * 8, edge, l2, f);
+                            x = sc.prob(x, m0 + q_off + qi, key_r + mt * 16 + hh * 8, edge, l2, f);
                             if constexpr (SC) dfac[mt][j][hh * 2 + e] = f;
                         }
                 }
         }
 
-        // dV += P^T dO.
-        fa2_pv<T, LDV, MT, NT, Tl::DVC / 8>(dv, st, do_t + buf * Tl::DO_BYTES);
+        // dV += P^T dO (SPL: once every warp's P^T is in shared memory, below).
+        if constexpr (SPL)
+            bwd_store_st<T, MT, NT, LDS>(smem + (sP - sK), st, wrow, q_off, g, t4);
+        else
+            fa2_pv<T, LDV, MT, NT, Tl::DVC / 8>(dv, st, do_t + buf * Tl::DO_BYTES);
 
         // dP^T = V dO^T, then dS^T = P^T o (dP^T - Delta) (times softcap's derivative) in st.
         {
@@ -360,23 +430,33 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
             }
         }
 
-        // dK += dS^T Q.
-        fa2_pv<T, LD, MT, NT, Tl::DC / 8>(dk, st, q_t + buf * Tl::Q_BYTES);
+        if constexpr (SPL) {
+            // dS^T beside P^T; then dV += P^T dO and dK += dS^T Q over all BM queries, A from shared memory.
+            bwd_store_st<T, MT, NT, LDS>(smem + (sdS - sK), st, wrow, q_off, g, t4);
+            __syncthreads();
+            bwd_mma_smem_a<T, LDS, LDV, MT, BM / 16, Tl::DVC / 8>(dv, p_a, do_t + buf * Tl::DO_BYTES);
+            bwd_mma_smem_a<T, LDS, LD, MT, BM / 16, Tl::DC / 8>(dk, ds_ak, q_t + buf * Tl::Q_BYTES);
+        } else {
+            // dK += dS^T Q.
+            fa2_pv<T, LD, MT, NT, Tl::DC / 8>(dk, st, q_t + buf * Tl::Q_BYTES);
+            if constexpr (DQ) {
+                // dS^T into shared memory (the CW warps of a key row each write their share of the queries).
+                T* sds = reinterpret_cast<T*>(smem + (sdS - sK));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if (j % CW != cw) continue;
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int hh = 0; hh < 2; ++hh)
+                            *reinterpret_cast<unsigned*>(sds + (wrow + mt * 16 + g + hh * 8) * LDS + j * 8 + t4 * 2) =
+                                Fa2Type<T>::pack(st[mt][j][hh * 2], st[mt][j][hh * 2 + 1]);
+                }
+                __syncthreads();
+            }
+        }
 
         if constexpr (DQ) {
-            // dS^T into shared memory (the CW warps of a key row each write their share of the queries).
-            T* sds = reinterpret_cast<T*>(smem + (sdS - sK));
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                if (j % CW != cw) continue;
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int hh = 0; hh < 2; ++hh)
-                        *reinterpret_cast<unsigned*>(sds + (wrow + mt * 16 + g + hh * 8) * LDS + j * 8 + t4 * 2) =
-                            Fa2Type<T>::pack(st[mt][j][hh * 2], st[mt][j][hh * 2 + 1]);
-            }
-            __syncthreads();
             // dQ (BM x D) += dS K: warp (qm, qc) takes 16 QMT queries x DQC columns, summed over the BN keys.
             constexpr int QMT = Tl::QMT, QT = Tl::DQC / 8;
             const int qm = warp % Tl::QR, qc = warp / Tl::QR;
@@ -404,20 +484,28 @@ __device__ __forceinline__ void bwd_dkdv(const BwdParams& bp, unsigned char* sme
                     }
                 }
             }
+            // Lanes t4 and t4 ^ 1 swap halves so that each adds four consecutive columns of one row: the even
+            // lane row g, the odd lane row g + 8 (half the reductions of pairs).
             const i64 rb = bwd_row_base(p, s, b, h) + m0;
+            const bool odd = t4 & 1;
 #pragma unroll
-            for (int t = 0; t < QMT; ++t)
+            for (int t = 0; t < QMT; ++t) {
+                const int row = qm * 16 * QMT + t * 16 + g + (odd ? 8 : 0);
+                float* dst = bp.dq_acc + (rb + row) * p.d;
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int row = qm * 16 * QMT + t * 16 + g + hh * 8;
-                    if (m0 + row >= s.sq) continue;
-                    float* dst = bp.dq_acc + (rb + row) * p.d;
-#pragma unroll
-                    for (int j = 0; j < QT; ++j) {
-                        const int col = qc * Tl::DQC + j * 8 + t4 * 2;
-                        if (col < p.d) bwd_red_add2(dst + col, acc[t][j][hh * 2], acc[t][j][hh * 2 + 1]);
+                for (int j = 0; j < QT; ++j) {
+                    const float* c = acc[t][j];
+                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
+                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
+                    const int col = qc * Tl::DQC + j * 8 + (t4 & 2) * 2;
+                    if (m0 + row < s.sq && col < p.d) {
+                        if (odd)
+                            bwd_red_add4(dst + col, r0, r1, c[2], c[3]);
+                        else
+                            bwd_red_add4(dst + col, c[0], c[1], r0, r1);
                     }
                 }
+            }
         }
     }
     fa2_cp_async_wait<0>();
@@ -586,23 +674,24 @@ __device__ __forceinline__ void bwd_dq_rows(const BwdParams& bp, unsigned char* 
 
 // One program per (dtype, head-dim classes, score features): NAME (the main kernel with dQ atomics),
 // NAME_pre (Delta) and NAME_convert (dQ into the dtype). Tile: BM query rows per step, KW x CW warps of 16 MT
-// keys each, MINB blocks per SM for the register budget (__launch_bounds__).
-#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, MT, MINB, EXPL, SC, AL)                                                 \
+// keys each, SPL for FlashAttention-2's layout (BwdTile), MINB blocks per SM for the register budget
+// (__launch_bounds__), HF for the heavy-first grid of causal masks (bwd_dkdv).
+#define BWD_ENTRY(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL, HF)                                                 \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
     extern "C" __global__ void __launch_bounds__(256) NAME##_convert(const BwdParams bp) {                 \
         bwd_convert<T>(bp);                                                                                \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, MT, EXPL, SC, AL, true>(bp, bwd_smem);                              \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, HF, true>(bp, bwd_smem);                              \
     }
 // The deterministic program: NAME (main kernel without dQ), NAME_pre, NAME_dq (dQ by query tiles of QBM rows,
 // key tiles of QBN, QNW warps).
-#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, MT, MINB, EXPL, SC, AL, QBM, QBN, QNW)                              \
+#define BWD_ENTRY_DET(NAME, T, D, DV, BM, KW, CW, MT, SPL, MINB, EXPL, SC, AL, HF, QBM, QBN, QNW)                              \
     extern "C" __global__ void __launch_bounds__(256) NAME##_pre(const BwdParams bp) { bwd_pre<T>(bp); }   \
     extern "C" __global__ void __launch_bounds__(KW * CW * 32, MINB) NAME(const BwdParams bp) {            \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \
-        bwd_dkdv<T, D, DV, BM, KW, CW, MT, EXPL, SC, AL, false>(bp, bwd_smem);                             \
+        bwd_dkdv<T, D, DV, BM, KW, CW, MT, SPL, EXPL, SC, AL, HF, false>(bp, bwd_smem);                             \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(QNW * 32) NAME##_dq(const BwdParams bp) {                  \
         extern __shared__ __align__(16) unsigned char bwd_smem[];                                          \

@@ -236,7 +236,8 @@ fn f32_and_paged_caches_are_refused_with_a_reason() {
 }
 
 /// A few small calls for the sanitizer run (`run-gpu.sh sanitize`: memcheck and racecheck): a ragged batch with
-/// empty sequences, GQA with a causal mask at the small and the large tile, atomic and deterministic.
+/// empty sequences, GQA with a causal mask at the small and the large tile, and D = 128 (its own layout: P^T and
+/// dS^T through shared memory) with a window and softcap, atomic and deterministic.
 #[test]
 fn small_calls_for_the_sanitizer() {
     let Some(gpu) = gpu() else { return };
@@ -244,7 +245,11 @@ fn small_calls_for_the_sanitizer() {
         .with_ragged(Ragged::new(vec![0, 1, 70, 33], vec![9, 0, 40, 70]), Layout::Bshd)
         .with_mask(Mask::CausalBottomRight);
     let big = AttentionSpec::new(shape(1, 4, 1, 70, 90, 256, 256), DType::F16).with_mask(Mask::CausalTopLeft);
-    for spec in [ragged, big] {
+    let mid = AttentionSpec::new(shape(1, 4, 2, 100, 140, 128, 128), DType::BF16)
+        .with_mask(Mask::CausalBottomRight)
+        .with_window(Window::left(40))
+        .with_softcap(30.0);
+    for spec in [ragged, big, mid] {
         for deterministic in [false, true] {
             let (_, got) = run(&gpu, &spec, BackwardOptions { deterministic, dq_accum: true }, 9);
             for g in [&got.dq, &got.dk, &got.dv] {

@@ -10,12 +10,15 @@
 //! order blocks run in, at the price of recomputing S and dP once more.
 //!
 //! Head dims run the forward's classes ([`HeadDims`]): multiples of 8 up to 256, each at the smallest class
-//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 128 take 8 warps of 16 keys (128
+//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 96 take 8 warps of 16 keys (128
 //! keys per block), 64 query rows per step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
-//! (two blocks per SM; measured faster); the classes above take 4 warps of 16 keys with 2 warps splitting the
-//! dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the H100's
-//! shared memory with the next query tile in flight (about 155 KB at D = 128, 208 KB at D = 256).
-//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]).
+//! (two blocks per SM; measured faster); D = 128 takes FlashAttention-2's layout (8 warps: 4 along the keys, 32
+//! each, times 2 splitting the queries of S and dP and the columns of dK and dV, P^T and dS^T through shared
+//! memory; measured 1.05x the 8-warp tile); the classes above take 4 warps of 16 keys with 2 warps splitting
+//! the dK/dV columns of each (64 keys per block), which keeps the accumulators in registers; all fit the
+//! H100's shared memory with the next query tile in flight (about 178 KB at D = 128, 208 KB at D = 256).
+//! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]). Causal masks launch the main
+//! kernel's grid heavy-first ([`Features::heavy_first`]).
 //!
 //! Refused here (`Unsupported`): f32 (no f32 backward on the GPU), paged KV caches (training has no cache),
 //! head dims the tensor-core classes do not take, a non-positive scale, operands not 16-byte aligned, and
@@ -64,7 +67,9 @@ const _: () = assert!(std::mem::size_of::<BwdParams>() == BWD_PARAMS_SIZE);
 unsafe impl DeviceRepr for BwdParams {}
 
 /// Tile of the main kernel: `bm` query rows per step, `kw` warps of `16 * mt` keys, `cw` warps splitting the
-/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`).
+/// dK/dV columns of the same keys, `min_blocks` blocks per SM (`__launch_bounds__`). With `split`
+/// (FlashAttention-2's layout) the `cw` warps of a key row also split the queries of S and dP, and P^T and dS^T
+/// go through shared memory; without it each of them computes S and dP for all `bm` queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BwdTile {
     /// Query rows per step.
@@ -77,6 +82,8 @@ pub struct BwdTile {
     pub mt: usize,
     /// Blocks per SM the registers must allow.
     pub min_blocks: usize,
+    /// S and dP split over the `cw` warps, P^T and dS^T through shared memory.
+    pub split: bool,
 }
 
 impl BwdTile {
@@ -91,10 +98,12 @@ impl BwdTile {
     }
 
     /// Dynamic shared memory for classes `d`, `dv` (`BwdTile::SMEM` in bwd.cu): K, V, two Q and two dO
-    /// buffers, dS^T, two LSE and two Delta rows.
+    /// buffers, dS^T (and P^T when split), two LSE and two Delta rows.
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (bn, bm) = (self.bn(), self.bm);
-        (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + bn * (bm + 8)) * 2 + 2 * 2 * bm * 4
+        let s_tiles = if self.split { 2 } else { 1 };
+        (bn * (d + 8) + bn * (dv + 8) + 2 * bm * (d + 8) + 2 * bm * (dv + 8) + s_tiles * bn * (bm + 8)) * 2
+            + 2 * 2 * bm * 4
     }
 
     /// Whether the kernel's static asserts hold for classes `d`, `dv` (whole k16 steps and x4 column pairs
@@ -106,6 +115,7 @@ impl BwdTile {
             || nw == 0
             || self.mt == 0
             || nw > 16
+            || (self.split && !ok(self.bm / self.cw.max(1), 16))
         {
             return false;
         }
@@ -136,44 +146,69 @@ impl DqTile {
 
 /// The tiles for head-dim class `d` (see the module docs). D = 64 takes 4 warps of 32 keys and 32 query rows per
 /// step, two blocks per SM: each B fragment then serves two m16 key tiles, which measured 1.16x the 8-warp tile
-/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`); at D = 128 the dK/dV
-/// accumulators of 32 keys do not fit the registers.
+/// of 16 keys per warp on the fa2bench grid (H100, `bench/studies/backward/README.md`; the split layout at
+/// D = 64 measured 0.85x or less). At D = 128 the dK/dV accumulators of 32 keys and all of a tile's queries do
+/// not fit the registers; the split layout (32 keys x 32 queries of S per warp, 32 keys x 64 columns of dK/dV)
+/// does, and measured 1.05x the 8-warp tile of 16 keys.
 pub fn tile_for(d: usize) -> (BwdTile, DqTile) {
+    let t = |bm, kw, cw, mt, min_blocks| BwdTile { bm, kw, cw, mt, min_blocks, split: false };
     if d == 64 {
-        (BwdTile { bm: 32, kw: 4, cw: 1, mt: 2, min_blocks: 2 }, DqTile { bm: 64, bn: 64, warps: 4 })
+        (t(32, 4, 1, 2, 2), DqTile { bm: 64, bn: 64, warps: 4 })
+    } else if d == 128 {
+        (BwdTile { split: true, ..t(64, 4, 2, 2, 1) }, DqTile { bm: 64, bn: 64, warps: 4 })
     } else if d <= 128 {
-        (BwdTile { bm: 64, kw: 8, cw: 1, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 64, warps: 4 })
+        (t(64, 8, 1, 1, 1), DqTile { bm: 64, bn: 64, warps: 4 })
     } else {
-        (BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }, DqTile { bm: 64, bn: 32, warps: 4 })
+        (t(64, 4, 2, 1, 1), DqTile { bm: 64, bn: 32, warps: 4 })
     }
 }
 
-/// The main kernel's tile `SDPA_BWD_TILE=bm,kw,cw,mt,min_blocks` forces on every backward launch, for tuning
-/// runs (`examples/backward_timing.rs`); its programs are named `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}_*`
-/// and compiled on first use. `None` when unset; a value that is not a tile is an error.
-pub fn forced_tile() -> Result<Option<BwdTile>> {
+/// The main kernel's tile `SDPA_BWD_TILE=[D:]bm,kw,cw,mt,min_blocks[,s]` forces on backward launches of
+/// head-dim class `d`, for tuning runs (`examples/backward_timing.rs`): on every class, or only on class `D`
+/// when the prefix is there; a trailing `s` asks for the split layout. Its programs are named
+/// `bwd_tile{bm}x{kw}x{cw}x{mt}x{min_blocks}[s]_*` and compiled on first use. `None` when unset or meant for
+/// another class; a value that is not a tile is an error.
+pub fn forced_tile(d: usize) -> Result<Option<BwdTile>> {
     let Ok(v) = std::env::var("SDPA_BWD_TILE") else { return Ok(None) };
-    let bad = || unsupported(format!("SDPA_BWD_TILE must be bm,kw,cw,mt,min_blocks (e.g. 64,4,1,1,2), got {v:?}"));
-    let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
+    let bad = || {
+        unsupported(format!("SDPA_BWD_TILE must be [D:]bm,kw,cw,mt,min_blocks[,s] (e.g. 128:64,4,2,2,1,s), got {v:?}"))
+    };
+    let tile = match v.trim().split_once(':') {
+        Some((only, tile)) => {
+            if only.trim().parse::<usize>().map_err(|_| bad())? != d {
+                return Ok(None);
+            }
+            tile
+        }
+        None => v.trim(),
+    };
+    let (nums, split) = match tile.strip_suffix(",s") {
+        Some(head) => (head, true),
+        None => (tile, false),
+    };
+    let n: Vec<usize> = nums.split(',').map(|x| x.trim().parse().map_err(|_| bad())).collect::<Result<_>>()?;
     let [bm, kw, cw, mt, min_blocks] = n[..] else { return Err(bad()) };
     if !(1..=4).contains(&min_blocks) {
         return Err(bad());
     }
-    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks }))
+    Ok(Some(BwdTile { bm, kw, cw, mt, min_blocks, split }))
 }
 
 /// The tiles a call with head-dim class `d` runs: [`forced_tile`] when set, else [`tile_for`]'s; and the
 /// program-name prefix that goes with them.
 fn tiles(d: usize) -> Result<(BwdTile, DqTile, String)> {
     let (t, q) = tile_for(d);
-    Ok(match forced_tile()? {
-        Some(f) => (f, q, format!("bwd_tile{}x{}x{}x{}x{}", f.bm, f.kw, f.cw, f.mt, f.min_blocks)),
+    Ok(match forced_tile(d)? {
+        Some(f) => {
+            let s = if f.split { "s" } else { "" };
+            (f, q, format!("bwd_tile{}x{}x{}x{}x{}{s}", f.bm, f.kw, f.cw, f.mt, f.min_blocks))
+        }
         None => (t, q, "bwd".to_string()),
     })
 }
 
 /// Score features a program compiles in: an explicit mask, softcap, ALiBi (causal masks and windows are the
-/// band, tested at run time on the tiles that cross it).
+/// band, tested at run time on the tiles that cross it), and the grid order of causal masks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Features {
     /// Explicit additive mask.
@@ -182,6 +217,11 @@ pub struct Features {
     pub softcap: bool,
     /// ALiBi.
     pub alibi: bool,
+    /// The main kernel's grid heavy-first, (kv heads, sequences, key tiles): under a causal mask the first key
+    /// tiles of every head see the most query rows, and starting them first keeps a heavy block from starting
+    /// at the end of the launch. Causal masks (either alignment) take it unless `SDPA_BWD_HEAVY_FIRST=0` (for
+    /// timing runs).
+    pub heavy_first: bool,
 }
 
 impl Features {
@@ -191,20 +231,26 @@ impl Features {
             explicit: matches!(spec.mask, Mask::Explicit(_)),
             softcap: spec.softcap().is_some(),
             alibi: spec.variants.alibi.is_some(),
+            heavy_first: matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight)
+                && std::env::var("SDPA_BWD_HEAVY_FIRST").map_or(true, |v| v != "0"),
         }
     }
 
-    /// All eight.
+    /// All twelve (an explicit mask is never causal).
     pub fn all() -> Vec<Features> {
-        (0..8).map(|i| Features { explicit: i & 1 != 0, softcap: i & 2 != 0, alibi: i & 4 != 0 }).collect()
+        (0..16)
+            .map(|i| Features { explicit: i & 1 != 0, softcap: i & 2 != 0, alibi: i & 4 != 0, heavy_first: i & 8 != 0 })
+            .filter(|f| !(f.explicit && f.heavy_first))
+            .collect()
     }
 
-    /// Entry-name part: `plain`, or the features joined (`explicit_softcap_alibi`).
+    /// Entry-name part: `plain`, or the features joined (`explicit_softcap_alibi`, `softcap_hf`).
     fn label(&self) -> String {
-        let names: Vec<&str> = [(self.explicit, "explicit"), (self.softcap, "softcap"), (self.alibi, "alibi")]
-            .into_iter()
-            .filter_map(|(on, n)| on.then_some(n))
-            .collect();
+        let names: Vec<&str> =
+            [(self.explicit, "explicit"), (self.softcap, "softcap"), (self.alibi, "alibi"), (self.heavy_first, "hf")]
+                .into_iter()
+                .filter_map(|(on, n)| on.then_some(n))
+                .collect();
         if names.is_empty() {
             "plain".into()
         } else {
@@ -235,15 +281,13 @@ fn program_with(
     let name =
         format!("{prefix}_{}_{}_{}{}", dtype.name(), dims.label(), f.label(), if deterministic { "_det" } else { "" });
     let (t, HeadDims { d, dv, .. }) = (cuda_type(dtype), dims);
-    let BwdTile { bm, kw, cw, mt, min_blocks } = tile;
-    let (e, s, a) = (f.explicit, f.softcap, f.alibi);
+    let BwdTile { bm, kw, cw, mt, min_blocks, split } = tile;
+    let (e, s, a, hf) = (f.explicit, f.softcap, f.alibi, f.heavy_first);
+    let args = format!("{name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {split}, {min_blocks}, {e}, {s}, {a}, {hf}");
     let line = if deterministic {
-        format!(
-            "BWD_ENTRY_DET({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a}, {}, {}, {})",
-            q.bm, q.bn, q.warps
-        )
+        format!("BWD_ENTRY_DET({args}, {}, {}, {})", q.bm, q.bn, q.warps)
     } else {
-        format!("BWD_ENTRY({name}, {t}, {d}, {dv}, {bm}, {kw}, {cw}, {mt}, {min_blocks}, {e}, {s}, {a})")
+        format!("BWD_ENTRY({args})")
     };
     Program::entry(&BWD, name, line)
 }
@@ -268,15 +312,16 @@ pub fn programs() -> Vec<Program> {
 }
 
 /// The few backward programs the CI compile check builds: bf16 at 128 plain (atomic and deterministic), with
-/// every feature, f16 at 64, and the big-class tile at 256 and 192/128.
+/// every feature, f16 at 64 with the heavy-first grid, and the big-class tile at 256 and 192/128.
 pub fn compile_check_programs() -> Vec<Program> {
     let hd = |d, dv| HeadDims { d, dv, pad: false };
-    let all = Features { explicit: true, softcap: true, alibi: true };
+    let all = Features { explicit: true, softcap: true, alibi: true, heavy_first: false };
+    let hf = Features { heavy_first: true, ..Features::default() };
     vec![
         program(DType::BF16, hd(128, 128), Features::default(), false),
         program(DType::BF16, hd(128, 128), Features::default(), true),
         program(DType::BF16, hd(128, 128), all, false),
-        program(DType::F16, hd(64, 64), Features::default(), false),
+        program(DType::F16, hd(64, 64), hf, false),
         program(DType::BF16, hd(256, 256), all, true),
         program(DType::BF16, hd(192, 128), Features::default(), false),
     ]
@@ -370,13 +415,16 @@ pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool
 
     let row_blocks = u32_of(n_rows.div_ceil(8), "rows")?;
     let per_row = |name: String| (name, LaunchDims { grid: (row_blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 });
+    // bwd.cu's bwd_dkdv: (key tiles, kv heads, sequences), or heavy-first (kv heads, sequences, key tiles).
+    let key_tiles = max_k.div_ceil(tile.bn());
+    let grid = if Features::of(spec).heavy_first {
+        (u32_of(s.hkv, "kv heads")?, y_z(s.b, "sequences")?, y_z(key_tiles, "key tiles")?)
+    } else {
+        (u32_of(key_tiles, "key tiles")?, y_z(s.hkv, "kv heads")?, y_z(s.b, "sequences")?)
+    };
     let main = (
         program.name.clone(),
-        LaunchDims {
-            grid: (u32_of(max_k.div_ceil(tile.bn()), "key tiles")?, y_z(s.hkv, "kv heads")?, y_z(s.b, "sequences")?),
-            block: (tile.threads() as u32, 1, 1),
-            smem_bytes: tile.smem_bytes(dims.d, dims.dv) as u32,
-        },
+        LaunchDims { grid, block: (tile.threads() as u32, 1, 1), smem_bytes: tile.smem_bytes(dims.d, dims.dv) as u32 },
     );
     let mut launches = Vec::with_capacity(3);
     if n_rows > 0 {
@@ -432,15 +480,19 @@ mod tests {
         let t = tile_for(192).0;
         assert!(t.fits(192, 128));
         // A tile whose dK columns per warp are not whole x4 pairs (32 / 2 = 16 is, 32 / 4 is not) is refused.
-        assert!(BwdTile { bm: 64, kw: 4, cw: 2, mt: 1, min_blocks: 1 }.fits(32, 32));
-        assert!(!BwdTile { bm: 64, kw: 2, cw: 4, mt: 1, min_blocks: 1 }.fits(32, 32));
+        let t = |kw, cw, split| BwdTile { bm: 64, kw, cw, mt: 1, min_blocks: 1, split };
+        assert!(t(4, 2, false).fits(32, 32));
+        assert!(!t(2, 4, false).fits(32, 32));
+        // Split: each warp's queries of S must be whole x4 pairs (64 / 2 = 32 are, 64 / 8 are not).
+        assert!(t(4, 2, true).fits(128, 128));
+        assert!(!t(2, 8, true).fits(128, 128));
         let all = programs();
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len());
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
-        let f = Features { explicit: false, softcap: true, alibi: true };
+        let f = Features { explicit: false, softcap: true, alibi: true, heavy_first: false };
         assert_eq!(
             program(DType::BF16, HeadDims { d: 128, dv: 128, pad: true }, f, true).name,
             "bwd_bf16_128_softcap_alibi_det"
