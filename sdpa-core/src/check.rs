@@ -97,8 +97,7 @@ pub fn check_output(
     let s = spec.shape;
     let total = spec.lse_len()?;
     let n = max_rows.map_or(total, |m| m.clamp(1, total));
-    let rows: Vec<usize> =
-        if n == total { (0..total).collect() } else { (0..n).map(|k| k * (total - 1) / (n - 1).max(1)).collect() };
+    let rows = spread(n, total);
 
     let mut diff2 = 0.0;
     let mut ref2 = 0.0;
@@ -154,6 +153,16 @@ pub fn check_output(
         rows_checked: rows.len(),
         pass: rel_err <= tol && nan_mismatches == 0 && lse_ok,
     })
+}
+
+/// `n` evenly spread indices of `0..total`, first and last included (all of them when `n >= total`): the
+/// rows a sampled check compares.
+pub(crate) fn spread(n: usize, total: usize) -> Vec<usize> {
+    let n = n.min(total);
+    if n == total {
+        return (0..total).collect();
+    }
+    (0..n).map(|k| k * (total - 1) / (n - 1).max(1)).collect()
 }
 
 #[cfg(test)]

@@ -148,6 +148,14 @@ impl Ragged {
         self.seqlens_k.iter().copied().max().unwrap_or(0)
     }
 
+    /// The sequence that packed row `t` belongs to and the row's index within it, given the cumulative
+    /// `offsets` ([`Self::offsets_q`] or [`Self::offsets_k`]): the last sequence whose start is <= t, so
+    /// empty sequences that share that start are skipped.
+    pub(crate) fn locate(offsets: &[usize], t: usize) -> (usize, usize) {
+        let b = offsets.partition_point(|&o| o <= t).saturating_sub(1).min(offsets.len().saturating_sub(2));
+        (b, t - offsets[b])
+    }
+
     /// Cumulative offsets `[0, l0, l0 + l1, ...]` (B + 1 entries) of the query rows.
     pub fn offsets_q(&self) -> Vec<usize> {
         offsets(&self.seqlens_q)

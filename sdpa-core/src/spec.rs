@@ -455,10 +455,8 @@ impl AttentionSpec {
             Some(r) => {
                 let total = r.total_q().max(1);
                 let (h, t) = (row / total, row % total);
-                let offsets = r.offsets_q();
-                // The last sequence whose start is <= t (skipping empty sequences at the same start).
-                let b = offsets.partition_point(|&o| o <= t).saturating_sub(1).min(r.batch().saturating_sub(1));
-                (b, h, t - offsets[b])
+                let (b, i) = Ragged::locate(&r.offsets_q(), t);
+                (b, h, i)
             }
         }
     }

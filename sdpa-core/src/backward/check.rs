@@ -181,15 +181,6 @@ fn compare_full(spec: &AttentionSpec, want: &ReferenceGradients, got: &HostGradi
     GradCheckReport { pass: dq.pass && dk.pass && dv.pass, dq, dk, dv }
 }
 
-/// `n` evenly spread indices of `0..total`, first and last included.
-fn spread(n: usize, total: usize) -> Vec<usize> {
-    let n = n.min(total);
-    if n == total {
-        return (0..total).collect();
-    }
-    (0..n).map(|k| k * (total - 1) / (n - 1).max(1)).collect()
-}
-
 fn sampled(
     spec: &AttentionSpec,
     inputs: &HostInputs,
@@ -214,7 +205,7 @@ fn sampled(
 
     // dQ rows: exact, from the row's own full softmax.
     let mut dq_acc = Acc::default();
-    for row in spread(n, spec.lse_len()?) {
+    for row in crate::check::spread(n, spec.lse_len()?) {
         let (b, h, i) = spec.row_coords(row);
         let seq = &seqs[b];
         let g = s.kv_head(h);
@@ -252,7 +243,7 @@ fn sampled(
     // dK/dV rows: every query row of the group that sees the key, with its LSE and Δ from the forward.
     let (mut dk_acc, mut dv_acc) = (Acc::default(), Acc::default());
     let group = s.group_size();
-    for krow in spread(n, super::kv_rows(spec)?) {
+    for krow in crate::check::spread(n, super::kv_rows(spec)?) {
         let (b, g, j) = kv_row_coords(spec, krow);
         let seq = &seqs[b];
         let v = v_row(b, g, seq, j);
@@ -301,9 +292,8 @@ fn kv_row_coords(spec: &AttentionSpec, krow: usize) -> (usize, usize, usize) {
         Some(r) => {
             let total = r.total_k().max(1);
             let (g, t) = (krow / total, krow % total);
-            let offsets = r.offsets_k();
-            let b = offsets.partition_point(|&o| o <= t).saturating_sub(1).min(r.batch().saturating_sub(1));
-            (b, g, t - offsets[b])
+            let (b, j) = crate::ragged::Ragged::locate(&r.offsets_k(), t);
+            (b, g, j)
         }
     }
 }
