@@ -24,8 +24,9 @@
 //! with transposed strides for the three gradient products: `micro::gemm_acc`, `dq::dq_product`); inputs
 //! are widened to f32 per tile, accumulation is f32, each output rounds once. A masked pair has P = 0 and
 //! dS = 0 exactly. Non-finite inputs: NaN/inf in V under a masked key stays out (dS is set to 0 where
-//! P = 0), but NaN/inf in Q, K or dO reaches the gradients of rows or keys that share a tile with it
-//! through `0 · NaN` in the tile products (there is no careful re-run as the forward has).
+//! P = 0); NaN/inf in Q, K or dO would reach rows or keys that only share a tile with it through `0 · NaN`
+//! in the tile products, so an item whose gradients come out non-finite runs again with products over
+//! visible pairs only (`tile::careful_product`), as the forward's `nonfinite` re-run does.
 
 mod dkdv;
 mod dq;
