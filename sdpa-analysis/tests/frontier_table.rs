@@ -41,7 +41,9 @@ fn measured_table_matches_the_records() {
     assert_eq!(stored.series, derived, "data/frontier_measured.json is stale: regenerate it (see its `about`)");
     // What the records hold: PyTorch's cuDNN and flash forward, and the backward of all three backends, on the H100.
     let has = |kernel: &str, pass: &str, d: usize, mask: &str| {
-        derived.iter().any(|s| s.kernel == kernel && s.pass == pass && s.d == d && s.mask == mask && s.device == "h100-sxm")
+        derived
+            .iter()
+            .any(|s| s.kernel == kernel && s.pass == pass && s.d == d && s.mask == mask && s.device == "h100-sxm")
     };
     assert!(has("PyTorch cuDNN", "fwd", 64, "causal"));
     assert!(has("PyTorch flash (FlashAttention-2)", "fwd", 128, "causal"));

@@ -107,6 +107,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
     let mut missing: Vec<String> = Vec::new();
     let mut suspect: Vec<Suspect> = Vec::new();
     let mut cache_writes = Vec::new();
+    let mut decode_gaps = Vec::new();
     for e in &unreadable {
         missing.push(format!("{e} (this file is left out; the report covers the others)"));
     }
@@ -122,7 +123,9 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
             });
         }
         let tree = OpTree::build(t);
-        calls.extend(attention::detect(&tree));
+        let found = attention::detect(&tree);
+        decode_gaps.extend(crate::trace::decode::gaps(t, &found));
+        calls.extend(found);
         attention::cache_write::merge(&mut cache_writes, attention::cache_write::cache_writes(&tree));
         total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
         info.events += t.stats.events;
@@ -165,6 +168,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         opts,
     );
     report.unreadable = unreadable;
+    crate::trace::decode::attach_gaps(&mut report, decode_gaps);
     report
 }
 
@@ -232,6 +236,7 @@ pub(crate) fn build_report(
         suspect,
         unreadable: Vec::new(),
         trace: info,
+        decode_gaps: Vec::new(),
     }
 }
 

@@ -58,7 +58,8 @@ pub fn table() -> &'static [Series] {
     static TABLE: OnceLock<Vec<Series>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut all = Vec::new();
-        for text in [include_str!("../../data/frontier_published.json"), include_str!("../../data/frontier_measured.json")]
+        for text in
+            [include_str!("../../data/frontier_published.json"), include_str!("../../data/frontier_measured.json")]
         {
             // The files are ours and tested; a broken one leaves its part of the table empty, never a panic.
             if let Ok(f) = serde_json::from_str::<TableFile>(text) {
@@ -211,6 +212,82 @@ impl FrontierJudgement {
     }
 }
 
+/// The finding of a fused op with a frontier entry: info when at or near the best known rate, Path B with the
+/// gap, the time at stake and `checks` (what to look at) when below it.
+pub fn finding(
+    i: usize,
+    op: &crate::trace::report::AttentionOp,
+    fr: &FrontierJudgement,
+    checks: &[String],
+    replay: Option<crate::trace::replay::Replay>,
+) -> crate::trace::findings::Finding {
+    use crate::trace::findings::{rates, severity_for_share, shape_words, where_, Finding, Severity};
+    let own = fr
+        .same_kernel
+        .as_ref()
+        .filter(|r| r.kernel != fr.best.kernel)
+        .map(|r| {
+            format!(
+                " Its own implementation's best known rate here: {:.1} TFLOP/s ({}; {}).",
+                r.tflops, r.kernel, r.source
+            )
+        })
+        .unwrap_or_default();
+    let head = format!(
+        "{} calls, {}: {:.1} µs per call, {}. Compared at {}: {}.{own}",
+        op.count,
+        shape_words(op),
+        op.mean_us,
+        rates(op),
+        fr.compared_at,
+        fr.summary()
+    );
+    let title_tail =
+        format!("{:.0} % of the best known {:.0} TFLOP/s ({})", fr.ratio * 100.0, fr.best.tflops, fr.best.kernel);
+    if fr.verdict != Verdict::Below {
+        return Finding {
+            severity: Severity::Info,
+            path: "-",
+            title: format!(
+                "{} attention ({}) in {} is {}: {title_tail}",
+                op.backend.name(),
+                op.phase.name(),
+                where_(op),
+                fr.verdict.words()
+            ),
+            detail: format!(
+                "{head} No public kernel is known to do much better on this device and shape, so there is little                  to gain in the kernel; look at the rest of the step."
+            ),
+            time_us: Some(op.total_us),
+            expected_speedup: None,
+            replay,
+            replay_note: None,
+            op_index: Some(i),
+        };
+    }
+    let saved = op.total_us * (1.0 - fr.ratio).max(0.0);
+    Finding {
+        severity: severity_for_share(op.share_of_gpu),
+        path: "B",
+        title: format!(
+            "{} attention ({}) in {} is below the frontier: {title_tail}",
+            op.backend.name(),
+            op.phase.name(),
+            where_(op)
+        ),
+        detail: format!(
+            "{head} Running at the best known rate would save about {saved:.1} µs ({:.2} % of GPU time). What to              check: {}.",
+            op.share_of_gpu * (1.0 - fr.ratio).max(0.0) * 100.0,
+            checks.join("; ")
+        ),
+        time_us: Some(op.total_us),
+        expected_speedup: None,
+        replay,
+        replay_note: None,
+        op_index: Some(i),
+    }
+}
+
 /// The family of series an op's backend belongs to.
 pub fn family_of(backend: crate::trace::attention::AttnBackend) -> Option<&'static str> {
     use crate::trace::attention::AttnBackend as B;
@@ -300,7 +377,10 @@ pub fn backward_band(hw: Option<&HardwareSpec>, sk: usize) -> Option<Band> {
     let hw = hw?;
     let published = |family: &str| {
         table().iter().find(|s| {
-            s.device == hw.key && s.pass == "bwd" && s.family == family && s.source.starts_with("FlashAttention-3 paper")
+            s.device == hw.key
+                && s.pass == "bwd"
+                && s.family == family
+                && s.source.starts_with("FlashAttention-3 paper")
         })
     };
     let (lo_s, hi_s) = (published("flash")?, published("fa3")?);
@@ -369,7 +449,8 @@ pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
             if !(tflops.is_finite() && tflops > 0.0) {
                 continue;
             }
-            let key = (hw.key.to_string(), dtype.to_string(), pass.to_string(), s.d, mask.to_string(), kernel.to_string());
+            let key =
+                (hw.key.to_string(), dtype.to_string(), pass.to_string(), s.d, mask.to_string(), kernel.to_string());
             let e = acc.entry(key).or_insert_with(|| (BTreeMap::new(), Vec::new(), family));
             let t = (tflops * 10.0).round() / 10.0;
             let best = e.0.entry(s.sk).or_insert(t);
@@ -399,11 +480,8 @@ pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
 
 /// The measured table as written to `data/frontier_measured.json`.
 pub fn measured_json(series: &[Series]) -> String {
-    let body: Vec<String> = series
-        .iter()
-        .map(|s| serde_json::to_string(s).unwrap_or_default())
-        .map(|line| format!("    {line}"))
-        .collect();
+    let body: Vec<String> =
+        series.iter().map(|s| serde_json::to_string(s).unwrap_or_default()).map(|line| format!("    {line}")).collect();
     format!(
         "{{\n  \"about\": \"Derived from bench/results/gpu/*.json by sdpa_analysis::trace::frontier::derive_measured; \
          regenerate with SDPA_WRITE_FRONTIER=1 cargo test -p sdpa-analysis --test frontier_table\",\n  \"series\": [\n{}\n  ]\n}}\n",
@@ -420,7 +498,7 @@ mod tests {
     fn rates_interpolate_in_log_length_and_hold_beyond_the_last() {
         let pts = [(1024, 300.0), (4096, 500.0)];
         // 2048 is halfway between 1024 and 4096 in log2.
-        assert_eq!(rate_at(&pts, 2048).unwrap().0, 400.0);
+        assert!((rate_at(&pts, 2048).unwrap().0 - 400.0).abs() < 1e-9);
         assert_eq!(rate_at(&pts, 1024).unwrap().0, 300.0);
         assert_eq!(rate_at(&pts, 65536).unwrap().0, 500.0);
         assert!(rate_at(&pts, 65536).unwrap().1.contains("held"));

@@ -4,12 +4,14 @@
 //! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused (SDPA, flash-attn,
 //! FlexAttention, varlen and paged serving kernels) and unfused attention with its mask, window, softcap and
 //! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
-//! judges it against the best known rate ([`frontier`]) and in [`findings`], with a [`replay`] per finding as a `BenchSpec` and collects everything in a
+//! judges it against the best known rate ([`frontier`]), backward against forward ([`balance`]), decoding by bytes and launch gaps ([`decode`]) and in [`findings`], with a [`replay`] per finding as a `BenchSpec` and collects everything in a
 //! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
 
 pub mod analyze;
 pub mod attention;
+pub mod balance;
+pub mod decode;
 pub mod findings;
 pub mod frontier;
 pub mod kineto;

@@ -32,6 +32,10 @@ pub struct TraceReport {
     pub unreadable: Vec<String>,
     /// Parse and linking counters.
     pub trace: TraceInfo,
+    /// GPU idle time between consecutive decode attention calls, per input file that has a decode loop
+    /// ([`crate::trace::decode::gaps`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
 }
 
 /// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
@@ -248,6 +252,14 @@ pub struct AttentionOp {
     pub notes: Vec<String>,
     /// Why this op's shape or rates were left out as implausible (no efficiency, no replay), if they were.
     pub suspect: Option<String>,
+    /// The op against the best known rate for its device, dtype, pass, head dim, mask and length
+    /// ([`crate::trace::frontier`]); absent where no entry applies (the seed band judges it then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frontier: Option<crate::trace::frontier::FrontierJudgement>,
+    /// A decoding op judged by bytes ([`crate::trace::decode`]): K/V bytes with Hkv heads at the element
+    /// size the kernel reads, the cache's stored dtype, split-KV combine kernels' share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<crate::trace::decode::KvJudgement>,
 }
 
 impl AttentionOp {
@@ -395,7 +407,17 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             let mut suspect = members.iter().find_map(|c| c.suspect.clone());
             let variants = &first.variants.variants;
             let mut perf = shape.and_then(|s| {
-                perf::model(&s, &first.mask, variants, dtype.as_deref(), phase, mean, hw, ragged.as_ref())
+                perf::model(
+                    &s,
+                    &first.mask,
+                    variants,
+                    dtype.as_deref(),
+                    phase,
+                    mean,
+                    hw,
+                    ragged.as_ref(),
+                    first.kv.cache_dtype.as_deref(),
+                )
             });
             // A shape that passed its bounds can still be absurd against the time it took (a plausible
             // shape in 0.001 µs): such rates say the time or the shape is wrong, so neither is trusted.
@@ -404,6 +426,26 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 perf = None;
             }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
+            let dtype_label_ = dtype.as_deref().map(dtype_label);
+            let frontier = match (shape, perf.as_ref(), dtype_label_.as_deref()) {
+                (Some(shape), Some(p), Some(dt)) if p.work == WorkBound::Exact => crate::trace::frontier::judge(
+                    &crate::trace::frontier::OpFacts {
+                        kind,
+                        phase,
+                        backend,
+                        shape,
+                        dtype: dt,
+                        mask: &mask_label,
+                        has_variants: !variants_label.is_empty(),
+                        layout,
+                        tflops: p.tflops,
+                        mean_us: mean,
+                    },
+                    hw,
+                ),
+                _ => None,
+            };
+            let kv = crate::trace::decode::judge_kv(&members, shape, dtype.as_deref(), &kernels, total, decode);
             AttentionOp {
                 kind,
                 phase,
@@ -449,6 +491,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 parts,
                 notes,
                 suspect,
+                frontier,
+                kv,
             }
         })
         .collect();
