@@ -43,6 +43,31 @@ impl KvFacts {
     }
 }
 
+/// The shape a call is grouped by: a dense decode call's with its cache length left out (Sk = 0), so that a
+/// decode loop, whose cache grows by one token per step, is one op instead of one per step.
+pub fn loop_key(c: &AttentionCall) -> Option<Shape> {
+    match c.shape {
+        Some(s) if c.ragged.is_none() && crate::trace::perf::is_decode(&s) => Some(Shape { sk: 0, ..s }),
+        other => other,
+    }
+}
+
+/// The shape of a group keyed by [`loop_key`]: for a decode loop, Sk is the members' mean cache length
+/// (weighted by calls), with the shortest and longest.
+pub fn loop_shape(key: Option<Shape>, members: &[&AttentionCall]) -> (Option<Shape>, Option<(usize, usize)>) {
+    let Some(k) = key.filter(|k| k.sk == 0) else { return (key, None) };
+    let sks: Vec<(usize, f64)> =
+        members.iter().filter_map(|c| c.shape.map(|s| (s.sk, c.repeat.max(1) as f64))).collect();
+    let n: f64 = sks.iter().map(|x| x.1).sum();
+    if sks.is_empty() || n <= 0.0 {
+        return (key, None);
+    }
+    let mean = (sks.iter().map(|(s, w)| *s as f64 * w).sum::<f64>() / n).round() as usize;
+    let lo = sks.iter().map(|x| x.0).min().unwrap_or(mean);
+    let hi = sks.iter().map(|x| x.0).max().unwrap_or(mean);
+    (Some(Shape { sk: mean, ..k }), (lo != hi).then_some((lo, hi)))
+}
+
 /// vLLM's `kv_cache_dtype` values that store the cache in one byte per element.
 pub fn is_fp8_name(t: &str) -> bool {
     let l = t.to_ascii_lowercase();
@@ -81,7 +106,11 @@ pub struct KvJudgement {
 
 /// True for the kernels that merge split-KV partial results.
 pub fn is_combine_kernel(name: &str) -> bool {
-    name.contains("combine") || name.contains("reduce_kernel") || name.contains("MergeState")
+    // cuDNN's split-KV decode merges its partial results in `cudnn::fusion::lean_reduction_kernel`.
+    name.contains("combine")
+        || name.contains("reduce_kernel")
+        || name.contains("MergeState")
+        || name.contains("lean_reduction")
 }
 
 /// The byte judgement of a decoding op group (`decode`: Sq <= 16 against a longer cache), from its calls,
@@ -289,8 +318,8 @@ pub fn gap_finding(g: &DecodeGaps) -> Option<Finding> {
         detail: format!(
             "Over {} decode attention calls ({} gaps), the GPU had no kernel running for a median {:.1} µs between \
              one call's end and the next one's start, {:.1} µs in all (pauses longer than 10x the median period \
-             left out). Kernels are launched one by one from Python faster than they run only when they are \
-             large; a decode step's kernels are small, so the step waits on the CPU. Capture the decode step in \
+             left out). Launching kernels one at a time from Python keeps the GPU busy only when each kernel runs \
+             longer than its launch takes; a decode step's kernels are short, so the GPU waits on the CPU. Capture the decode step in \
              a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") with a static KV cache \
              (transformers: cache_implementation=\"static\"), or a server that replays CUDA graphs for decode \
              (vLLM, SGLang, TensorRT-LLM); the gap is what it can save.",

@@ -260,6 +260,10 @@ pub struct AttentionOp {
     /// size the kernel reads, the cache's stored dtype, split-KV combine kernels' share.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv: Option<crate::trace::decode::KvJudgement>,
+    /// For a dense decode loop grouped over its steps: the shortest and longest cache length (Sk above is
+    /// their mean, weighted by calls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sk_range: Option<(usize, usize)>,
 }
 
 impl AttentionOp {
@@ -340,6 +344,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         String,
         BatchLayout,
         Option<Ragged>,
+        Option<String>,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -353,12 +358,13 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.phase,
             c.backend,
             module,
-            c.shape,
+            crate::trace::decode::loop_key(c),
             c.dtype.clone(),
             c.mask.label(),
             c.variants.label(),
             c.layout,
             c.ragged,
+            c.kv.stored_dtype.clone(),
         );
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
@@ -366,7 +372,9 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _) = key;
+            // A dense decode loop is one op over its cache lengths: costed at their mean, the range kept.
+            let (shape, sk_range) = crate::trace::decode::loop_shape(shape, &members);
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
@@ -493,6 +501,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 suspect,
                 frontier,
                 kv,
+                sk_range,
             }
         })
         .collect();
