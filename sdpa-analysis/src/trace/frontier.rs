@@ -256,7 +256,13 @@ pub fn finding(
                 fr.verdict.words()
             ),
             detail: format!(
-                "{head} No public kernel is known to do much better on this device and shape, so there is little                  to gain in the kernel; look at the rest of the step."
+                "{head} No kernel is known to do much better on this device and shape, so there is little to gain \
+                 in the kernel; look at the rest of the step.{}",
+                checks
+                    .iter()
+                    .filter(|c| c.starts_with("measured on this shape"))
+                    .map(|c| format!(" Also {c}."))
+                    .collect::<String>()
             ),
             time_us: Some(op.total_us),
             expected_speedup: None,
@@ -276,7 +282,8 @@ pub fn finding(
             where_(op)
         ),
         detail: format!(
-            "{head} Running at the best known rate would save about {saved:.1} µs ({:.2} % of GPU time). What to              check: {}.",
+            "{head} Running at the best known rate would save about {saved:.1} µs ({:.2} % of GPU time). What to \
+             check: {}.",
             op.share_of_gpu * (1.0 - fr.ratio).max(0.0) * 100.0,
             checks.join("; ")
         ),
