@@ -27,7 +27,7 @@ fn meta(name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(name)).unwrap()).unwrap()
 }
 
-fn op<'a>(r: &'a TraceReport, backend: AttnBackend, phase: Phase, d: usize) -> &'a AttentionOp {
+fn op(r: &TraceReport, backend: AttnBackend, phase: Phase, d: usize) -> &AttentionOp {
     r.attention_ops
         .iter()
         .find(|o| o.backend == backend && o.phase == phase && o.d == Some(d))

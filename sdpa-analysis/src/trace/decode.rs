@@ -199,7 +199,7 @@ pub fn converted_kv(tree: &OpTree<'_>, root: u32, kv_dims: &[&[i64]]) -> Option<
         }
         let Some(args) = op.args.as_deref() else { continue };
         let (Some(ty), Some(dims)) = (args.ty(0), args.dim(0)) else { continue };
-        if is_fp8_name(ty) && kv_dims.iter().any(|d| *d == dims) {
+        if is_fp8_name(ty) && kv_dims.contains(&dims) {
             found.get_or_insert_with(|| ty.to_string());
             us += tree.incl_gpu_us[o as usize];
         }

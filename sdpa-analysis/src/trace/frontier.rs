@@ -425,8 +425,11 @@ fn measured_kernel(r: &BenchRecord) -> Option<(&'static str, &'static str)> {
 /// rate recomputed from the record's shape, mask, pass and median time with sdpa-core's cost model.
 /// `files` pairs each file's name (for the source) with its records.
 pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
+    /// Device, dtype, pass, D, mask, kernel.
     type Key = (String, String, String, usize, String, String);
-    let mut acc: BTreeMap<Key, (BTreeMap<usize, f64>, Vec<String>, &'static str)> = BTreeMap::new();
+    /// Best rate per S, the files it came from, the family.
+    type Acc = (BTreeMap<usize, f64>, Vec<String>, &'static str);
+    let mut acc: BTreeMap<Key, Acc> = BTreeMap::new();
     for (file, records) in files {
         for r in records {
             let Some((kernel, family)) = measured_kernel(r) else { continue };
@@ -445,7 +448,12 @@ pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
                 _ => continue,
             };
             let passed = r.check.as_ref().is_none_or(|c| c.pass);
-            if !plain || !passed || !(dtype == "bf16" || dtype == "f16") || !(r.time_ms.median > 0.0) {
+            if !plain
+                || !passed
+                || !(dtype == "bf16" || dtype == "f16")
+                || r.time_ms.median.is_nan()
+                || r.time_ms.median <= 0.0
+            {
                 continue;
             }
             // The rate from the record's own shape, mask and median, not its `tflops` field: the harness's flat
