@@ -244,17 +244,12 @@ pub fn finding(
     );
     let title_tail =
         format!("{:.0} % of the best known {:.0} TFLOP/s ({})", fr.ratio * 100.0, fr.best.tflops, fr.best.kernel);
+    let who = format!("{} attention ({}) in {}", op.backend.name(), op.phase.name(), where_(op));
     if fr.verdict != Verdict::Below {
         return Finding {
             severity: Severity::Info,
             path: "-",
-            title: format!(
-                "{} attention ({}) in {} is {}: {title_tail}",
-                op.backend.name(),
-                op.phase.name(),
-                where_(op),
-                fr.verdict.words()
-            ),
+            title: format!("{who} is {}: {title_tail}", fr.verdict.words()),
             detail: format!(
                 "{head} No kernel is known to do much better on this device and shape, so there is little to gain \
                  in the kernel; look at the rest of the step.{}",
@@ -275,12 +270,7 @@ pub fn finding(
     Finding {
         severity: severity_for_share(op.share_of_gpu),
         path: "B",
-        title: format!(
-            "{} attention ({}) in {} is below the frontier: {title_tail}",
-            op.backend.name(),
-            op.phase.name(),
-            where_(op)
-        ),
+        title: format!("{who} is below the frontier: {title_tail}"),
         detail: format!(
             "{head} Running at the best known rate would save about {saved:.1} µs ({:.2} % of GPU time). What to \
              check: {}.",
