@@ -63,6 +63,12 @@ fn training_step_is_judged_against_the_frontier_per_backend_and_pass() {
     let f = r.findings.iter().find(|f| f.op_index == Some(index(&r, cudnn64))).unwrap();
     assert_eq!((f.severity, f.path), (Severity::Info, "-"), "{}", f.title);
     assert!(f.title.contains("frontier") && f.detail.contains(&fr.best.kernel) && f.detail.contains(&fr.best.source));
+    let t = sdpa_analysis::trace::printers::text::render(&r);
+    assert!(
+        t.contains("cudnn fwd 2,32,32,2048,2048,64: near the frontier")
+            || t.contains("cudnn fwd 2,32,32,2048,2048,64: at the frontier"),
+        "{t}"
+    );
     // cuDNN's backward is at or near its frontier too; the memory-efficient backward far below it.
     for d in [64, 128] {
         let v = op(&r, AttnBackend::Cudnn, Phase::Bwd, d).frontier.as_ref().unwrap().verdict;
@@ -167,6 +173,11 @@ fn decode_loop_is_judged_by_bytes_combine_share_and_gaps() {
     assert!(g.median_idle_us > 0.0 && g.median_idle_us < g.median_period_us, "{g:?}");
     let cpu_bound = r.findings.iter().any(|f| f.title.starts_with("Decode loop is CPU-bound"));
     assert_eq!(cpu_bound, g.idle_share >= 0.2, "{g:?}");
+    // Both printers carry the judgement lines.
+    let t = sdpa_analysis::trace::printers::text::render(&r);
+    assert!(t.contains(&format!("(Sk {lo}..{hi}): K/V")) && t.contains("stored as Float8_e4m3fn"), "{t}");
+    let md = sdpa_analysis::trace::printers::markdown::render(&r);
+    assert!(md.contains("## Judgement") && md.contains("decode loop: 40 attention calls"), "{md}");
 }
 
 /// An SDPA decode call (B = 4, Hq = 32, Hkv = 8, D = 128) against `sk` cached keys on cuDNN.

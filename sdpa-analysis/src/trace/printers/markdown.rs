@@ -95,6 +95,10 @@ pub fn render(r: &TraceReport) -> String {
             );
         }
     }
+    let judged = super::judgement::lines(r);
+    if !judged.is_empty() {
+        let _ = writeln!(s, "\n## Judgement\n\n- {}", judged.join("\n- "));
+    }
     let _ = writeln!(s, "\n## Findings\n");
     for (i, f) in r.findings.iter().enumerate() {
         let path = match f.path {
