@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn published_table_parses_with_sources_and_ascending_points() {
         let published: TableFile = serde_json::from_str(include_str!("../../data/frontier_published.json")).unwrap();
-        assert!(published.series.len() >= 12);
+        assert!(published.series.len() >= 14);
         for s in &published.series {
             assert!(s.source.contains("arXiv:2407.08608"), "{}", s.source);
             assert!(s.points.windows(2).all(|w| w[0].0 < w[1].0), "{s:?}");
@@ -524,6 +524,10 @@ mod tests {
         let fa3 = refs.iter().find(|r| r.kernel == "FlashAttention-3").unwrap();
         assert_eq!(fa3.tflops, 371.0);
         assert!(refs[0].tflops >= 371.0, "the best is at least FlashAttention-3's");
+        // FP8 rates apply to FP8 inputs only.
+        let fp8 = Query { device: "h100-sxm", dtype: "Float8_e4m3fn", pass: "fwd", d: 256, causal: false, s: 16384 };
+        assert_eq!(references(&fp8)[0].tflops, 1171.0);
+        assert!(references(&Query { dtype: "bf16", ..fp8 }).iter().all(|r| r.tflops < 1000.0));
     }
 
     #[test]
