@@ -248,6 +248,10 @@ pub struct AttentionOp {
     pub notes: Vec<String>,
     /// Why this op's shape or rates were left out as implausible (no efficiency, no replay), if they were.
     pub suspect: Option<String>,
+    /// Whose code ran a fused op (FlashAttention-2 or -3, cuDNN, CUTLASS, ...), read from its kernel names;
+    /// absent for unfused ops and SDPA's math path, and for ops that launched no kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<crate::trace::attention::implementation::Implementation>,
 }
 
 impl AttentionOp {
@@ -305,6 +309,18 @@ pub struct TraceInfo {
     pub gpu_activities: u64,
     /// Kernel linking.
     pub links: LinkStats,
+}
+
+/// The implementation of a fused op with a fused kernel (not SDPA's math path), from its kernels.
+fn implementation_of(
+    kind: Kind,
+    backend: crate::trace::attention::AttnBackend,
+    kernels: &[KernelTime],
+) -> Option<crate::trace::attention::implementation::Implementation> {
+    if kind != Kind::Fused || backend == crate::trace::attention::AttnBackend::Math {
+        return None;
+    }
+    crate::trace::attention::implementation::of_kernels(kernels.iter().map(|k| (k.name.as_str(), k.total_us)))
 }
 
 /// Strips `_N` instance suffixes: `LlamaAttention_1` -> `LlamaAttention`.
@@ -404,6 +420,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 perf = None;
             }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
+            let implementation = implementation_of(kind, backend, &kernels);
             AttentionOp {
                 kind,
                 phase,
@@ -449,6 +466,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 parts,
                 notes,
                 suspect,
+                implementation,
             }
         })
         .collect();

@@ -81,6 +81,24 @@ pub fn render(r: &TraceReport) -> String {
             );
         }
     }
+    let implemented: Vec<_> = r.attention_ops.iter().filter(|o| o.implementation.is_some()).collect();
+    if !implemented.is_empty() {
+        let _ = writeln!(s, "\nImplementations (read from the kernel names):\n");
+        for o in implemented {
+            if let Some(i) = &o.implementation {
+                let _ = writeln!(
+                    s,
+                    "- {} {} {} {}: **{}**, from `{}`",
+                    o.phase.name(),
+                    o.backend.name(),
+                    o.shape_label(),
+                    o.dtype.as_deref().unwrap_or("-"),
+                    i.label(),
+                    i.kernel
+                );
+            }
+        }
+    }
     let bounded: Vec<_> = r.attention_ops.iter().filter(|o| o.work_why.is_some()).collect();
     if !bounded.is_empty() {
         let _ = writeln!(s, "\nWork of varlen and paged ops (`>=`: a lower bound, `<=`: an upper bound):\n");

@@ -83,6 +83,21 @@ pub fn render(r: &TraceReport) -> String {
                 band
             );
         }
+        // Whose kernels ran each fused op, as their names tell.
+        for o in &r.attention_ops {
+            if let Some(i) = &o.implementation {
+                let _ = writeln!(
+                    s,
+                    "  {} {} {} {}: {} [{}]",
+                    o.phase.name(),
+                    o.backend.name(),
+                    o.shape_label(),
+                    o.dtype.as_deref().unwrap_or("-"),
+                    i.label(),
+                    truncate(&i.kernel, 60)
+                );
+            }
+        }
         // Varlen and paged ops: what the trace recorded of their sequences, and how far their work is known.
         for o in r.attention_ops.iter().filter(|o| o.layout != BatchLayout::Dense) {
             let _ =
