@@ -32,6 +32,10 @@ pub struct TraceReport {
     pub unreadable: Vec<String>,
     /// Parse and linking counters.
     pub trace: TraceInfo,
+    /// Per-rank attention time, its imbalance and the collectives hidden under attention: with two or more
+    /// trace files, or collective kernels in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<crate::trace::ranks::RankReport>,
 }
 
 /// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
@@ -344,6 +348,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         String,
         BatchLayout,
         Option<Ragged>,
+        String,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -363,6 +368,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.variants.label(),
             c.layout,
             c.ragged,
+            // The entry point: a direct `aten::_flash_attention_forward` is not SDPA's call of the same shape.
+            c.op.clone(),
         );
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
@@ -370,7 +377,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op) = key;
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();

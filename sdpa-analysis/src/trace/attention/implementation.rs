@@ -10,7 +10,7 @@
 //! | FlashAttention-2, PyTorch's copy | `pytorch_flash::flash_fwd_kernel`, `..._splitkv_kernel`, `..._splitkv_combine_kernel`, `pytorch_flash::flash_bwd_*` (`aten/src/ATen/native/transformers/cuda/flash_attn/flash_{fwd,bwd}_launch_template.h`, namespace `pytorch_flash`) |
 //! | FlashAttention-2, flash-attn package | `flash::flash_fwd_kernel<Flash_fwd_kernel_traits<..>>` and the same family (`csrc/flash_attn/src/flash_fwd_launch_template.h`, namespace `FLASH_NAMESPACE` = `flash` since 2.7.3); unqualified `flash_fwd_kernel<Flash_fwd_kernel_traits<..>>` before it |
 //! | FlashAttention-3, flash-attn `hopper/` | `cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnFwdSm90<..>>>` (`enable_sm90_or_later` before 2026-03), `FlashAttnFwdSm80`, `FlashAttnBwdSm90`/`Sm80`, `FlashAttnFwdCombine`, `FlashAttnBwdPreprocess`, `FlashAttnBwdPostprocessConvertdQ` (`hopper/flash_{fwd,bwd,fwd_combine}_launch_template.h`); the 2024 beta's `flash::compute_attn_ws` and `flash::compute_dqkv*` (`hopper/flash_{fwd,bwd}_kernel.h`) |
-//! | cuDNN | `cudnn_generated_fort_native_sdpa_{sm80,sm90,sm100}_flash_{fprop,bprop}_{wmma,wgmma}_..._{M}x{N}x{D}_...` (seen in traces: `tests/data`, public reports), helpers `cudnn::fusion::{compute_dot_do_o_specialized, convert_dq_to_16bits, fmha_reduce_head}` |
+//! | cuDNN | `cudnn_generated_fort_native_sdpa_{sm80,sm90,sm100}_flash_{fprop,bprop}_{wmma,wgmma}_..._{M}x{N}x{D}_...` (seen in traces: `tests/data`, `tests/fixtures`, public reports), helpers `cudnn::fusion::{compute_dot_do_o_specialized, convert_dq_to_16bits, fmha_reduce_head}`, the decode split-KV reduction `cudnn::fusion::lean_reduction_kernel` |
 //! | CUTLASS memory-efficient | `fmha_cutlassF_{dtype}_{aligned}_{M}x{N}_{rf,gmem}_sm{XX}` forward, `fmha_cutlassB_..._k{maxD}_sm{XX}` backward; PyTorch's build takes `PyTorchMemEffAttention::AttentionKernel<..>::Params` (`mem_eff_attention/kernel_forward.h`, namespace `PyTorchMemEffAttention`), xFormers' takes `AttentionKernel<..>::Params` with no namespace (`xformers/csrc/attention/cuda/fmha/kernel_forward.h`) |
 //! | FlexAttention | Inductor's `triton_tem_fused_flex_attention*` / `flex_decoding` templates and their `triton_*` helpers |
 //! | FlashInfer | `flashinfer::{Single,Batch}{Decode,Prefill}With*KVCacheKernel`, `flashinfer::PrefillWithKVCacheKernel` (`attention/hopper/prefill_sm90.cuh`), MLA and POD kernels, `MergeState*` / `*VariableLengthMergeStates*` / `AttentionSum*` (`include/flashinfer/attention/*.cuh`) |
@@ -138,6 +138,10 @@ pub fn classify(kernel: &str) -> Option<KernelClass> {
         return class(ImplKind::Cudnn, Role::Main, cudnn_details(rest));
     }
     if let Some(rest) = name.strip_prefix("cudnn::fusion::") {
+        // cuDNN's split-KV reduction for decoding (seen in this crate's decode fixture).
+        if rest.starts_with("lean_reduction_kernel") {
+            return class(ImplKind::Cudnn, Role::Combine, vec!["split-KV reduction".into()]);
+        }
         let helper = ["compute_dot_do_o", "convert_dq_to_16bits", "fmha_reduce_head"];
         return helper.iter().any(|h| rest.starts_with(h)).then(|| KernelClass {
             kind: ImplKind::Cudnn,
@@ -441,13 +445,15 @@ impl Implementation {
 pub fn of_kernels<'a>(kernels: impl IntoIterator<Item = (&'a str, f64)>) -> Option<Implementation> {
     let mut best: Option<(u8, f64, &str, KernelClass)> = None;
     let mut longest: Option<(f64, &str)> = None;
-    let mut combine = false;
+    let mut combine: Option<KernelClass> = None;
     for (k, us) in kernels {
         if longest.is_none_or(|(t, _)| us > t) {
             longest = Some((us, k));
         }
         let Some(c) = classify(k) else { continue };
-        combine |= c.role == Role::Combine;
+        if c.role == Role::Combine && combine.is_none() {
+            combine = Some(c.clone());
+        }
         let rank = match c.role {
             Role::Main | Role::SplitKv => 2,
             Role::Combine => 1,
@@ -460,12 +466,16 @@ pub fn of_kernels<'a>(kernels: impl IntoIterator<Item = (&'a str, f64)>) -> Opti
     match best {
         Some((_, _, k, c)) => {
             let mut details = c.details;
-            if c.role == Role::SplitKv && combine {
-                if let Some(x) = details.iter_mut().find(|d| d.as_str() == "split-KV") {
-                    *x = "split-KV + combine".into();
-                } else {
-                    details.push("+ combine".into());
+            match (c.role, combine) {
+                (Role::SplitKv, Some(_)) => match details.iter_mut().find(|d| d.as_str() == "split-KV") {
+                    Some(x) => *x = "split-KV + combine".into(),
+                    None => details.push("+ combine".into()),
+                },
+                // A kernel whose name does not say split-KV, merged by a combine kernel that does (cuDNN decode).
+                (Role::Main, Some(m)) => {
+                    details.push(format!("+ {}", m.details.first().map_or("combine", String::as_str)))
                 }
+                _ => {}
             }
             Some(Implementation { id: c.kind, name: c.kind.label(), details, kernel: k.to_string() })
         }
@@ -639,5 +649,12 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cudnn.label(), "cuDNN SDPA · sm90 · bprop · wgmma · tile 64x64x64", "a longer helper does not win");
+        // The decode fixture: cuDNN's sm80 kernel with its split-KV reduction.
+        let decode = of_kernels([
+            ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x128_4x1x1_cga1x1x1_kernel0_0", 20.0),
+            ("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*)", 5.0),
+        ])
+        .unwrap();
+        assert_eq!(decode.label(), "cuDNN SDPA · sm80 · fprop · wmma · tile 16x128x128 · + split-KV reduction");
     }
 }

@@ -11,6 +11,7 @@ pub mod implementation;
 pub mod positions;
 pub mod ragged;
 pub mod signature;
+mod steps;
 pub mod unfused;
 
 pub use ragged::{BatchLayout, Ragged, WorkBound};

@@ -86,16 +86,7 @@ pub fn render(r: &TraceReport) -> String {
         let _ = writeln!(s, "\nImplementations (read from the kernel names):\n");
         for o in implemented {
             if let Some(i) = &o.implementation {
-                let _ = writeln!(
-                    s,
-                    "- {} {} {} {}: **{}**, from `{}`",
-                    o.phase.name(),
-                    o.backend.name(),
-                    o.shape_label(),
-                    o.dtype.as_deref().unwrap_or("-"),
-                    i.label(),
-                    i.kernel
-                );
+                let _ = writeln!(s, "- {}: **{}**, from `{}`", super::op_words(o), i.label(), i.kernel);
             }
         }
     }
@@ -112,6 +103,10 @@ pub fn render(r: &TraceReport) -> String {
                 o.work_why.as_deref().unwrap_or("")
             );
         }
+    }
+    if let Some(rk) = &r.ranks {
+        let _ = writeln!(s, "\n## Ranks\n");
+        let _ = writeln!(s, "```\n{}```", super::ranks_lines(rk));
     }
     let _ = writeln!(s, "\n## Findings\n");
     for (i, f) in r.findings.iter().enumerate() {

@@ -86,16 +86,7 @@ pub fn render(r: &TraceReport) -> String {
         // Whose kernels ran each fused op, as their names tell.
         for o in &r.attention_ops {
             if let Some(i) = &o.implementation {
-                let _ = writeln!(
-                    s,
-                    "  {} {} {} {}: {} [{}]",
-                    o.phase.name(),
-                    o.backend.name(),
-                    o.shape_label(),
-                    o.dtype.as_deref().unwrap_or("-"),
-                    i.label(),
-                    truncate(&i.kernel, 60)
-                );
+                let _ = writeln!(s, "  {}: {} [{}]", super::op_words(o), i.label(), truncate(&i.kernel, 60));
             }
         }
         // Varlen and paged ops: what the trace recorded of their sequences, and how far their work is known.
@@ -115,6 +106,10 @@ pub fn render(r: &TraceReport) -> String {
             r.summary.cache_write_time_us,
             truncate(&names.join(", "), 100)
         );
+    }
+    if let Some(rk) = &r.ranks {
+        let _ = writeln!(s);
+        let _ = write!(s, "{}", super::ranks_lines(rk));
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "findings:");
