@@ -452,6 +452,14 @@ pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
         return Some(backend);
     }
     let k = kernel.to_ascii_lowercase();
+    if k.contains("flash::") || k.contains("flash_fwd") || k.contains("flash_bwd") {
+        // The flash-attn package's FlashAttention-2 and -3 kernels are not PyTorch's copy: name their backend so
+        // a flash-attn op over them is not reported as contradicting its kernels.
+        use super::implementation::{classify, ImplKind};
+        if classify(kernel).is_some_and(|c| matches!(c.kind, ImplKind::Fa2FlashAttn | ImplKind::Fa3)) {
+            return Some(AttnBackend::FlashAttn);
+        }
+    }
     if k.contains("cudnn") && (k.contains("sdpa") || k.contains("fmha") || k.contains("flash") || k.contains("attn")) {
         Some(AttnBackend::Cudnn)
     } else if k.contains("flash_fwd") || k.contains("flash_bwd") || k.contains("flash::") || k.contains("flashattn") {
@@ -498,6 +506,15 @@ mod tests {
         assert_eq!(k("void flashinfer::BatchDecodeWithPagedKVCacheKernel<>"), Some(AttnBackend::FlashInfer));
         assert_eq!(kernel_layout("flashinfer::BatchPrefillWithRaggedKVCacheKernel<>"), Some(BatchLayout::Varlen));
         assert_eq!(kernel_layout("void flash::flash_fwd_splitkv_kernel<>"), None);
+        assert_eq!(
+            k("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, false>(flash::Flash_fwd_params)"),
+            Some(AttnBackend::FlashAttn),
+            "flash-attn's FlashAttention-2 is not PyTorch's copy"
+        );
+        assert_eq!(
+            k("void cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnFwdSm90<>>>()"),
+            Some(AttnBackend::FlashAttn)
+        );
         assert!(is_cache_write_kernel("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"));
         assert_eq!(k("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"), None, "writing is not attention");
     }
