@@ -384,7 +384,7 @@ fn aiter_name(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("_ZN5aiter")?;
     let digits = rest.bytes().take_while(|b| b.is_ascii_digit()).count();
     let len: usize = rest[..digits].parse().ok()?;
-    rest.get(digits..digits + len)
+    rest.get(digits..digits.checked_add(len)?)
 }
 
 /// The top-level arguments of the first template argument list opened by `open` (which ends in `<`).
@@ -627,7 +627,26 @@ mod tests {
         assert_eq!(kind("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT"), None);
         assert_eq!(kind("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"), None);
         assert_eq!(kind("_ZN5aiter24add_rmsnorm_quant_kernelIDF16bEEv"), None);
+        assert_eq!(kind("_ZN5aiter18446744073709551615fmha"), None, "a length past the name (or usize) is no name");
+        assert_eq!(kind("_ZN5aiter99999999999999999999999fmha"), None);
         assert_eq!(kind("my_lab::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>>"), None, "an unknown build");
+    }
+
+    proptest::proptest! {
+        /// Kernel names come from files: any text, and any tail after a known prefix, classifies without a panic.
+        #[test]
+        fn any_kernel_name_is_safe(
+            prefix in proptest::sample::select(vec![
+                "", "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<", "flash::FlashAttnFwdSm90",
+                "cudnn_generated_fort_native_sdpa_", "fmha_cutlassF_", "fmha_cutlassB_", "vllm::paged_attention_v2_kernel<",
+                "flashinfer::", "ck_tile::Fmha", "_ZN5aiter", "aiter::fmha_", "triton_tem_fused_flex_attention",
+            ]),
+            tail in ".{0,120}",
+        ) {
+            let name = format!("{prefix}{tail}");
+            let _ = classify(&name);
+            let _ = of_kernels([(name.as_str(), 1.0)]);
+        }
     }
 
     #[test]
