@@ -446,3 +446,30 @@ fn direct_library_calls_are_attention() {
     let i = r.attention_ops[0].implementation.as_ref().unwrap();
     assert_eq!((i.id, i.name, i.kernel.as_str()), (ImplKind::Unknown, "unknown", "my_lab_attention_fwd_kernel"));
 }
+
+/// Kernel-only attention: the training fixture with its CPU ops and runtime calls taken out (what a trace
+/// recorded with the CUDA activity alone holds). Every attention kernel is still attention, named by its
+/// implementation, and attention time is exactly those kernels' time.
+#[test]
+fn kernel_only_trace_keeps_its_attention() {
+    let ev = events(&fixture("train_backends_bf16_S2048.json.gz"));
+    let gpu: Vec<serde_json::Value> =
+        ev.into_iter().filter(|e| matches!(e["cat"].as_str(), Some("kernel" | "gpu_memcpy" | "gpu_memset"))).collect();
+    let attention = |n: &str| {
+        n.contains("pytorch_flash::")
+            || n.starts_with("fmha_cutlass")
+            || n.starts_with("cudnn_generated_fort_native_sdpa")
+    };
+    let expected: f64 = kernels(&gpu).iter().filter(|k| attention(&k.0)).map(|k| k.2).sum();
+    let count = kernels(&gpu).iter().filter(|k| attention(&k.0)).count();
+    let body: Vec<String> = gpu.iter().map(|e| e.to_string()).collect();
+    let r = common::analyze("kernel_only", &body.join(","));
+    assert!((r.summary.attention_time_us - expected).abs() < 1e-6, "{} vs {expected}", r.summary.attention_time_us);
+    assert_eq!(r.summary.attention_calls, count, "one call per attention kernel");
+    let mut ids: Vec<ImplKind> = r.attention_ops.iter().map(|o| o.implementation.as_ref().unwrap().id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, [ImplKind::Fa2Pytorch, ImplKind::Cudnn, ImplKind::MemEffPytorch]);
+    assert!(r.attention_ops.iter().all(|o| o.op == "(no launching op)" && o.shape().is_none()));
+    assert!(r.missing.iter().any(|m| m.contains("no CPU ops")));
+}
