@@ -473,3 +473,29 @@ fn kernel_only_trace_keeps_its_attention() {
     assert!(r.attention_ops.iter().all(|o| o.op == "(no launching op)" && o.shape().is_none()));
     assert!(r.missing.iter().any(|m| m.contains("no CPU ops")));
 }
+
+/// `distributedInfo` gives the rank, through the streaming scanner and the reference parser alike; a value of
+/// another form loses the rank, never the trace.
+#[test]
+fn distributed_info_gives_the_rank() {
+    use sdpa_analysis::trace::kineto::{parse_file_reference, DistributedInfo};
+    let p = fixture("cp_unbalanced/rank1.json.gz");
+    let want = Some(DistributedInfo { rank: Some(1), world_size: Some(2) });
+    assert_eq!(parse_file(&p).unwrap().distributed, want);
+    assert_eq!(parse_file_reference(&p).unwrap().distributed, want);
+    let dir = std::env::temp_dir().join(format!("sdpa-ident-dist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, v) in [r#""oops""#, r#"{"rank": "1", "world_size": 2}"#, "[1, 2]"].iter().enumerate() {
+        let f = dir.join(format!("t{i}.json"));
+        std::fs::write(
+            &f,
+            format!(r#"{{"distributedInfo": {v}, "traceEvents": [{{"ph": "X", "name": "x", "ts": 1}}]}}"#),
+        )
+        .unwrap();
+        for parsed in [parse_file(&f).unwrap(), parse_file_reference(&f).unwrap()] {
+            let d = parsed.distributed.unwrap();
+            assert_eq!(d.rank, None, "{v}");
+            assert_eq!(d.world_size, if i == 1 { Some(2) } else { None }, "{v}");
+        }
+    }
+}
