@@ -5,7 +5,9 @@
 //! FlexAttention, varlen and paged serving kernels) and unfused attention with its mask, window, softcap and
 //! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
-//! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
+//! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. A directory of per-rank
+//! traces adds each rank's attention time, the imbalance across ranks and the communication that attention
+//! kernels hide ([`ranks`]). [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
 
 pub mod analyze;
@@ -15,6 +17,7 @@ pub mod kineto;
 pub mod perf;
 pub mod plausible;
 pub mod printers;
+pub mod ranks;
 pub mod replay;
 pub mod report;
 pub mod tracelens;

@@ -32,6 +32,10 @@ pub struct TraceReport {
     pub unreadable: Vec<String>,
     /// Parse and linking counters.
     pub trace: TraceInfo,
+    /// Per-rank attention time, its imbalance and the collectives hidden under attention: with two or more
+    /// trace files, or collective kernels in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<crate::trace::ranks::RankReport>,
 }
 
 /// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
@@ -248,6 +252,10 @@ pub struct AttentionOp {
     pub notes: Vec<String>,
     /// Why this op's shape or rates were left out as implausible (no efficiency, no replay), if they were.
     pub suspect: Option<String>,
+    /// Whose code ran a fused op (FlashAttention-2 or -3, cuDNN, CUTLASS, ...), read from its kernel names;
+    /// absent for unfused ops and SDPA's math path, and for ops that launched no kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<crate::trace::attention::implementation::Implementation>,
 }
 
 impl AttentionOp {
@@ -307,6 +315,18 @@ pub struct TraceInfo {
     pub links: LinkStats,
 }
 
+/// The implementation of a fused op with a fused kernel (not SDPA's math path), from its kernels.
+fn implementation_of(
+    kind: Kind,
+    backend: crate::trace::attention::AttnBackend,
+    kernels: &[KernelTime],
+) -> Option<crate::trace::attention::implementation::Implementation> {
+    if kind != Kind::Fused || backend == crate::trace::attention::AttnBackend::Math {
+        return None;
+    }
+    crate::trace::attention::implementation::of_kernels(kernels.iter().map(|k| (k.name.as_str(), k.total_us)))
+}
+
 /// Strips `_N` instance suffixes: `LlamaAttention_1` -> `LlamaAttention`.
 pub fn module_class(name: &str) -> &str {
     match name.rsplit_once('_') {
@@ -328,6 +348,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         String,
         BatchLayout,
         Option<Ragged>,
+        String,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -347,6 +368,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.variants.label(),
             c.layout,
             c.ragged,
+            // The entry point: a direct `aten::_flash_attention_forward` is not SDPA's call of the same shape.
+            c.op.clone(),
         );
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
@@ -354,7 +377,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op) = key;
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
@@ -404,6 +427,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 perf = None;
             }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
+            let implementation = implementation_of(kind, backend, &kernels);
             AttentionOp {
                 kind,
                 phase,
@@ -449,6 +473,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 parts,
                 notes,
                 suspect,
+                implementation,
             }
         })
         .collect();
