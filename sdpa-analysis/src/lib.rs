@@ -52,6 +52,11 @@
 //!   sequence's length is unknown unless all are equal; their work is then a stated bound
 //!   (`trace::attention::ragged`). FlashAttention's `flash_attn_with_kvcache` and FlashInfer's ops show only
 //!   their kernels (no shapes); an FP8 KV cache is costed at the query's element size.
+//! - Many ranks: a rank's number comes from the trace's `distributedInfo`. A NCCL kernel's time includes the
+//!   time it waits for its peer, so "under attention" says how much of that span overlapped attention kernels,
+//!   not how much transfer was hidden; attention kernels are those whose names the analyzer knows.
+//! - Implementations are read from kernel names only: a build that renames its kernels (another namespace)
+//!   reads as `unknown`.
 
 pub mod error;
 pub mod results;

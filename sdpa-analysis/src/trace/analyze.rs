@@ -1,11 +1,13 @@
 //! The pipeline: parse each trace file, build its op tree, detect attention, then group, model and judge
-//! all calls together (a directory of per-rank files gives one report; a rank file that cannot be read is
-//! reported and the others analysed, unless [`Options::strict`]).
+//! all calls together (a directory of per-rank files gives one report, read one file at a time, with each
+//! rank's attention time and communication overlap in [`crate::trace::ranks`]; a rank file that cannot be
+//! read is reported and the others analysed, unless [`Options::strict`]).
 
 use crate::error::{AnalysisError, Result};
 use crate::trace::attention::{self, AttentionCall, Kind};
 use crate::trace::findings;
-use crate::trace::kineto::{parse_file_with_progress, Progress, Trace};
+use crate::trace::kineto::{parse_file_with_progress, DeviceProps, Progress, Trace};
+use crate::trace::ranks::{self, RankStats};
 use crate::trace::report::{self, DeviceInfo, KernelTime, Summary, Suspect, TraceInfo, TraceReport};
 use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
@@ -63,27 +65,28 @@ pub fn trace_files(path: &Path) -> Result<Vec<PathBuf>> {
 ///
 /// A single file that cannot be read is an error. In a directory, every file that can be read is analysed
 /// and each one that cannot is named in the report's `unreadable` and `missing`; it is an error only when
-/// no file could be read, or with [`Options::strict`].
+/// no file could be read, or with [`Options::strict`]. Files are read one at a time: each is parsed, analysed
+/// and dropped before the next, so a directory of large rank files needs the memory of one.
 pub fn analyze_path(path: &Path, opts: &Options) -> Result<TraceReport> {
     let files = trace_files(path)?;
     let is_dir = path.is_dir();
-    let mut traces = Vec::with_capacity(files.len());
+    let mut run = Run::default();
     let mut unreadable: Vec<AnalysisError> = Vec::new();
     for f in &files {
         match read_trace(f, opts) {
-            Ok(t) => traces.push(t),
+            Ok(t) => run.add(&t),
             Err(e) if is_dir && !opts.strict => unreadable.push(e),
             Err(e) => return Err(e),
         }
     }
-    if traces.is_empty() {
+    if run.inputs.is_empty() {
         let why: Vec<String> = unreadable.iter().map(|e| e.to_string()).collect();
         return Err(AnalysisError::invalid(
             path,
             format!("none of the {} trace files could be read: {}", files.len(), why.join("; ")),
         ));
     }
-    Ok(analyze_with(&traces, unreadable.iter().map(|e| e.to_string()).collect(), opts))
+    Ok(run.finish(unreadable.iter().map(|e| e.to_string()).collect(), opts))
 }
 
 fn read_trace(f: &Path, opts: &Options) -> Result<Trace> {
@@ -96,25 +99,36 @@ fn read_trace(f: &Path, opts: &Options) -> Result<Trace> {
 
 /// Analyses parsed traces as one run.
 pub fn analyze_traces(traces: &[Trace], opts: &Options) -> TraceReport {
-    analyze_with(traces, Vec::new(), opts)
+    let mut run = Run::default();
+    for t in traces {
+        run.add(t);
+    }
+    run.finish(Vec::new(), opts)
 }
 
-/// [`analyze_traces`], with the errors of the files of the same directory that could not be read.
-fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> TraceReport {
-    let mut calls: Vec<AttentionCall> = Vec::new();
-    let mut total_gpu = 0.0;
-    let mut info = TraceInfo::default();
-    let mut missing: Vec<String> = Vec::new();
-    let mut suspect: Vec<Suspect> = Vec::new();
-    let mut cache_writes = Vec::new();
-    let mut decode_gaps = Vec::new();
-    for e in &unreadable {
-        missing.push(format!("{e} (this file is left out; the report covers the others)"));
-    }
-    for t in traces {
+/// What the traces of one run add up to, gathered one trace at a time (nothing of a trace is kept but what
+/// its analysis found).
+#[derive(Default)]
+struct Run {
+    inputs: Vec<String>,
+    calls: Vec<AttentionCall>,
+    total_gpu: f64,
+    info: TraceInfo,
+    missing: Vec<String>,
+    suspect: Vec<Suspect>,
+    cache_writes: Vec<KernelTime>,
+    /// The first trace's first device (the one efficiency is measured against).
+    device: Option<DeviceProps>,
+    ranks: Vec<RankStats>,
+    /// Launch gaps of each trace's decode loop.
+    decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
+}
+
+impl Run {
+    fn add(&mut self, t: &Trace) {
         let name = t.path.display().to_string();
         for i in &t.implausible {
-            suspect.push(Suspect {
+            self.suspect.push(Suspect {
                 input: Some(name.clone()),
                 what: i.what.to_string(),
                 count: i.count,
@@ -123,11 +137,13 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
             });
         }
         let tree = OpTree::build(t);
-        let found = attention::detect(&tree);
-        decode_gaps.extend(crate::trace::decode::gaps(t, &found));
-        calls.extend(found);
-        attention::cache_write::merge(&mut cache_writes, attention::cache_write::cache_writes(&tree));
-        total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
+        let calls = attention::detect(&tree);
+        self.decode_gaps.extend(crate::trace::decode::gaps(t, &calls));
+        self.ranks.push(RankStats::of(t, &tree, &calls));
+        self.calls.extend(calls);
+        attention::cache_write::merge(&mut self.cache_writes, attention::cache_write::cache_writes(&tree));
+        self.total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
+        let info = &mut self.info;
         info.events += t.stats.events;
         info.bytes += t.stats.bytes;
         info.cpu_ops += t.ops.len() as u64;
@@ -138,38 +154,62 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         info.links.unlinked += tree.links.unlinked;
         info.links.graph_kernels += tree.links.graph_kernels;
         for m in missing_in(t, &tree) {
-            if !missing.contains(&m) {
-                missing.push(m);
+            if !self.missing.contains(&m) {
+                self.missing.push(m);
             }
         }
+        if self.inputs.is_empty() {
+            self.device = t.devices.first().cloned();
+        }
+        self.inputs.push(name);
     }
-    let first = traces.first();
-    let dev = first.and_then(|t| t.devices.first());
-    let device =
-        DeviceInfo::resolve(dev.map(|d| d.name.as_str()), dev.and_then(|d| d.num_sms), opts.device.as_deref(), "trace");
-    if device.key.is_none() {
-        let what = match (&opts.device, dev) {
-            (Some(k), _) => format!("--device `{k}` is not in the hardware table"),
-            (None, Some(d)) => format!("device `{}` is not in the hardware table", d.name),
-            (None, None) => "the trace has no deviceProperties".to_string(),
-        };
-        missing
-            .push(format!("{what}: efficiency and bound are not computed; pass --device (e.g. h100-sxm, a100-80gb)"));
+
+    /// The report, with the errors of the files of the same directory that could not be read.
+    fn finish(self, unreadable: Vec<String>, opts: &Options) -> TraceReport {
+        let mut missing: Vec<String> =
+            unreadable.iter().map(|e| format!("{e} (this file is left out; the report covers the others)")).collect();
+        missing.extend(self.missing);
+        let dev = self.device.as_ref();
+        let device = DeviceInfo::resolve(
+            dev.map(|d| d.name.as_str()),
+            dev.and_then(|d| d.num_sms),
+            opts.device.as_deref(),
+            "trace",
+        );
+        if device.key.is_none() {
+            let what = match (&opts.device, dev) {
+                (Some(k), _) => format!("--device `{k}` is not in the hardware table"),
+                (None, Some(d)) => format!("device `{}` is not in the hardware table", d.name),
+                (None, None) => "the trace has no deviceProperties".to_string(),
+            };
+            missing.push(format!(
+                "{what}: efficiency and bound are not computed; pass --device (e.g. h100-sxm, a100-80gb)"
+            ));
+        }
+        let causal = self.calls.iter().any(|c| c.mask.causal() == Some(true));
+        let mut report = build_report(
+            self.inputs,
+            device,
+            &self.calls,
+            self.total_gpu,
+            missing,
+            self.suspect,
+            self.info,
+            self.cache_writes,
+            opts,
+        );
+        report.unreadable = unreadable;
+        crate::trace::decode::attach_gaps(&mut report, self.decode_gaps);
+        if let Some(r) = ranks::report(self.ranks, causal) {
+            report.findings.extend(ranks::findings(&r));
+            // The same order as `findings::findings`: most severe first, then the most time at stake.
+            report.findings.sort_by(|a, b| {
+                a.severity.cmp(&b.severity).then(b.time_us.unwrap_or(0.0).total_cmp(&a.time_us.unwrap_or(0.0)))
+            });
+            report.ranks = Some(r);
+        }
+        report
     }
-    let mut report = build_report(
-        traces.iter().map(|t| t.path.display().to_string()).collect(),
-        device,
-        &calls,
-        total_gpu,
-        missing,
-        suspect,
-        info,
-        cache_writes,
-        opts,
-    );
-    report.unreadable = unreadable;
-    crate::trace::decode::attach_gaps(&mut report, decode_gaps);
-    report
 }
 
 #[allow(clippy::too_many_arguments)] // one call per input kind (traces, TraceLens); a struct would only rename them
@@ -236,6 +276,7 @@ pub(crate) fn build_report(
         suspect,
         unreadable: Vec::new(),
         trace: info,
+        ranks: None,
         decode_gaps: Vec::new(),
     }
 }

@@ -104,13 +104,12 @@ pub struct KvJudgement {
     pub combine_kernels: Vec<String>,
 }
 
-/// True for the kernels that merge split-KV partial results.
+/// True for the kernels that merge split-KV partial results, as the implementation rules classify them
+/// ([`crate::trace::attention::implementation`]: FlashAttention's combine, vLLM's v2 reduce, FlashInfer's merge,
+/// cuDNN's lean reduction, CK's split-KV combine).
 pub fn is_combine_kernel(name: &str) -> bool {
-    // cuDNN's split-KV decode merges its partial results in `cudnn::fusion::lean_reduction_kernel`.
-    name.contains("combine")
-        || name.contains("reduce_kernel")
-        || name.contains("MergeState")
-        || name.contains("lean_reduction")
+    use crate::trace::attention::implementation::{classify, Role};
+    classify(name).is_some_and(|c| c.role == Role::Combine)
 }
 
 /// The byte judgement of a decoding op group (`decode`: Sq <= 16 against a longer cache), from its calls,
@@ -416,9 +415,12 @@ mod tests {
 
     #[test]
     fn combine_kernels_are_named() {
-        assert!(is_combine_kernel("void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64>>"));
+        assert!(is_combine_kernel(
+            "void pytorch_flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64>>"
+        ));
         assert!(is_combine_kernel("void vllm::paged_attention_v2_reduce_kernel<c10::BFloat16, 128>"));
-        assert!(!is_combine_kernel("void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64>>"));
+        assert!(is_combine_kernel("void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*)"));
+        assert!(!is_combine_kernel("void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64>>"));
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub struct TraceReport {
     pub unreadable: Vec<String>,
     /// Parse and linking counters.
     pub trace: TraceInfo,
+    /// Per-rank attention time, its imbalance and the collectives hidden under attention: with two or more
+    /// trace files, or collective kernels in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<crate::trace::ranks::RankReport>,
     /// GPU idle time between consecutive decode attention calls, per input file that has a decode loop
     /// ([`crate::trace::decode::gaps`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -252,6 +256,10 @@ pub struct AttentionOp {
     pub notes: Vec<String>,
     /// Why this op's shape or rates were left out as implausible (no efficiency, no replay), if they were.
     pub suspect: Option<String>,
+    /// Whose code ran a fused op (FlashAttention-2 or -3, cuDNN, CUTLASS, ...), read from its kernel names;
+    /// absent for unfused ops and SDPA's math path, and for ops that launched no kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<crate::trace::attention::implementation::Implementation>,
     /// The op against the best known rate for its device, dtype, pass, head dim, mask and length
     /// ([`crate::trace::frontier`]); absent where no entry applies (the seed band judges it then).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -323,6 +331,18 @@ pub struct TraceInfo {
     pub links: LinkStats,
 }
 
+/// The implementation of a fused op with a fused kernel (not SDPA's math path), from its kernels.
+fn implementation_of(
+    kind: Kind,
+    backend: crate::trace::attention::AttnBackend,
+    kernels: &[KernelTime],
+) -> Option<crate::trace::attention::implementation::Implementation> {
+    if kind != Kind::Fused || backend == crate::trace::attention::AttnBackend::Math {
+        return None;
+    }
+    crate::trace::attention::implementation::of_kernels(kernels.iter().map(|k| (k.name.as_str(), k.total_us)))
+}
+
 /// Strips `_N` instance suffixes: `LlamaAttention_1` -> `LlamaAttention`.
 pub fn module_class(name: &str) -> &str {
     match name.rsplit_once('_') {
@@ -344,6 +364,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         String,
         BatchLayout,
         Option<Ragged>,
+        String,
         Option<String>,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
@@ -364,6 +385,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.variants.label(),
             c.layout,
             c.ragged,
+            // The entry point: a direct `aten::_flash_attention_forward` is not SDPA's call of the same shape.
+            c.op.clone(),
             c.kv.stored_dtype.clone(),
         );
         let k = format!("{key:?}");
@@ -372,7 +395,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op, _) = key;
             // A dense decode loop is one op over its cache lengths: costed at their mean, the range kept.
             let (shape, sk_range) = crate::trace::decode::loop_shape(shape, &members);
             let first = members[0];
@@ -434,6 +457,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 perf = None;
             }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
+            let implementation = implementation_of(kind, backend, &kernels);
             let dtype_label_ = dtype.as_deref().map(dtype_label);
             let frontier = match (shape, perf.as_ref(), dtype_label_.as_deref()) {
                 (Some(shape), Some(p), Some(dt)) if p.work == WorkBound::Exact => crate::trace::frontier::judge(
@@ -499,6 +523,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 parts,
                 notes,
                 suspect,
+                implementation,
                 frontier,
                 kv,
                 sk_range,

@@ -47,11 +47,15 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
         }
     }
 
+    // A context-parallel op holds one call per ring step: those are the calls.
+    let steps = super::steps::split(tree, roots, &mut sig_of);
+    let roots: Vec<u32> = steps.iter().map(|s| s.root).collect();
     let mut calls = Vec::with_capacity(roots.len());
     let mut call_of_root: HashMap<u32, usize> = HashMap::with_capacity(roots.len());
     let mut fwd_module_by_seq: HashMap<i64, Vec<String>> = HashMap::new();
-    for &root in &roots {
+    for (&root, step) in roots.iter().zip(&steps) {
         let mut call = describe(tree, root, &mut sig_of);
+        call.notes.extend(step.note.clone());
         if call.phase == Phase::Fwd {
             let seq = tree.subtree(root).map(|o| ops[o as usize].seq).find(|&s| s != NO_ID);
             if let Some(seq) = seq {

@@ -1,14 +1,17 @@
 //! Attention detection on an [`OpTree`]: fused calls ([`fused`], FlexAttention's Triton kernels refined by
 //! [`flex`]) and eager matmul-softmax-matmul chains ([`unfused`]), each as an [`AttentionCall`] with what the
 //! trace says about its shape, dtype, mask, variants (window, softcap, ALiBi: [`VariantsSeen`]), batch layout
-//! (dense, varlen or paged: [`ragged`]) and kernels. [`cache_write`] finds the paged cache's write step.
+//! (dense, varlen or paged: [`ragged`]) and kernels. [`cache_write`] finds the paged cache's write step;
+//! [`implementation`] names whose code ran from the kernel names.
 
 pub mod cache_write;
 pub mod flex;
 pub mod fused;
+pub mod implementation;
 pub mod positions;
 pub mod ragged;
 pub mod signature;
+mod steps;
 pub mod unfused;
 
 pub use ragged::{BatchLayout, Ragged, WorkBound};

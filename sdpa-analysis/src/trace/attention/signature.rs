@@ -296,6 +296,26 @@ pub fn signature(name: &str) -> Option<Signature> {
             ),
             9,
         ),
+        // FlashAttention-3's custom ops (`hopper/flash_attn_interface.py`): `_flash_attn_forward(q, k, v, k_new,
+        // v_new, qv, out_, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new, seqused_q, seqused_k, max_seqlen_q,
+        // max_seqlen_k, page_table, kv_batch_idx, leftpad_k, rotary_cos, rotary_sin, seqlens_rotary, q_descale,
+        // k_descale, v_descale, softmax_scale, causal, window_size_left, window_size_right, attention_chunk,
+        // softcap, ...)`, BSHD, varlen when `cu_seqlens_q` is passed; causal bottom-right as in FlashAttention-2.
+        "flash_attn_3::_flash_attn_forward" => Signature {
+            window: Some([25, 26]),
+            softcap: Some(28),
+            varlen_when_given: Some(ragged(7, 12, 13, Some(14))),
+            ..sig(Fwd, FlashAttn, Bshd, 0, None, None, BottomRight(24), Some(23))
+        },
+        // `_flash_attn_backward(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, sequed_q, sequed_k,
+        // max_seqlen_q, max_seqlen_k, dq, dk, dv, softmax_scale, is_causal, window_size_left, window_size_right,
+        // softcap, ...)`.
+        "flash_attn_3::_flash_attn_backward" => Signature {
+            window: Some([17, 18]),
+            softcap: Some(19),
+            varlen_when_given: Some(ragged(6, 10, 11, None)),
+            ..sig(Bwd, FlashAttn, Bshd, 1, None, None, BottomRight(16), Some(15))
+        },
         "aten::_scaled_dot_product_flash_attention_backward" => {
             sig(Bwd, Flash, Bhsd, 1, None, Some(10), TopLeft(11), Some(14))
         }
@@ -432,6 +452,14 @@ pub fn kernel_backend(kernel: &str) -> Option<AttnBackend> {
         return Some(backend);
     }
     let k = kernel.to_ascii_lowercase();
+    if k.contains("flash::") || k.contains("flash_fwd") || k.contains("flash_bwd") {
+        // The flash-attn package's FlashAttention-2 and -3 kernels are not PyTorch's copy: name their backend so
+        // a flash-attn op over them is not reported as contradicting its kernels.
+        use super::implementation::{classify, ImplKind};
+        if classify(kernel).is_some_and(|c| matches!(c.kind, ImplKind::Fa2FlashAttn | ImplKind::Fa3)) {
+            return Some(AttnBackend::FlashAttn);
+        }
+    }
     if k.contains("cudnn") && (k.contains("sdpa") || k.contains("fmha") || k.contains("flash") || k.contains("attn")) {
         Some(AttnBackend::Cudnn)
     } else if k.contains("flash_fwd") || k.contains("flash_bwd") || k.contains("flash::") || k.contains("flashattn") {
@@ -478,6 +506,15 @@ mod tests {
         assert_eq!(k("void flashinfer::BatchDecodeWithPagedKVCacheKernel<>"), Some(AttnBackend::FlashInfer));
         assert_eq!(kernel_layout("flashinfer::BatchPrefillWithRaggedKVCacheKernel<>"), Some(BatchLayout::Varlen));
         assert_eq!(kernel_layout("void flash::flash_fwd_splitkv_kernel<>"), None);
+        assert_eq!(
+            k("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, false>(flash::Flash_fwd_params)"),
+            Some(AttnBackend::FlashAttn),
+            "flash-attn's FlashAttention-2 is not PyTorch's copy"
+        );
+        assert_eq!(
+            k("void cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnFwdSm90<>>>()"),
+            Some(AttnBackend::FlashAttn)
+        );
         assert!(is_cache_write_kernel("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"));
         assert_eq!(k("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>"), None, "writing is not attention");
     }

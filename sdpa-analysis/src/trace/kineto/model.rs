@@ -195,6 +195,23 @@ pub struct RecordFlags {
     pub with_modules: Option<bool>,
 }
 
+/// The trace's `distributedInfo` (PyTorch writes it when a process group exists): which rank recorded it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DistributedInfo {
+    /// `rank`, when recorded as an integer.
+    pub rank: Option<i64>,
+    /// `world_size`, when recorded as an integer.
+    pub world_size: Option<i64>,
+}
+
+impl DistributedInfo {
+    /// Reads the field's JSON value; anything but an object with integer `rank` / `world_size` reads as unknown.
+    pub fn from_json(v: &serde_json::Value) -> Self {
+        let int = |k: &str| v.get(k).and_then(serde_json::Value::as_i64);
+        DistributedInfo { rank: int("rank"), world_size: int("world_size") }
+    }
+}
+
 /// Counters of the parse.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ParseStats {
@@ -246,6 +263,8 @@ pub struct Trace {
     pub devices: Vec<DeviceProps>,
     /// Top-level record flags.
     pub flags: RecordFlags,
+    /// `distributedInfo`, when the trace has one.
+    pub distributed: Option<DistributedInfo>,
     /// CPU ops that carried `Input Dims` (whether or not their args were kept): zero means the trace was
     /// recorded without shapes.
     pub ops_with_shapes: u64,

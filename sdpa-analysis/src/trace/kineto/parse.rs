@@ -396,6 +396,10 @@ impl<'de> Visitor<'de> for TopSeed<'_> {
                 TopField::RecordShapes => self.0.trace.flags.record_shapes = m.next_value::<Num>()?.0.map(|v| v != 0.0),
                 TopField::WithStack => self.0.trace.flags.with_stack = m.next_value::<Num>()?.0.map(|v| v != 0.0),
                 TopField::WithModules => self.0.trace.flags.with_modules = m.next_value::<Num>()?.0.map(|v| v != 0.0),
+                TopField::DistributedInfo => {
+                    let v: serde_json::Value = m.next_value()?;
+                    self.0.trace.distributed = Some(DistributedInfo::from_json(&v));
+                }
                 TopField::Other => {
                     m.next_value::<IgnoredAny>()?;
                 }
@@ -415,6 +419,7 @@ enum TopField {
     RecordShapes,
     WithStack,
     WithModules,
+    DistributedInfo,
     Other,
 }
 
@@ -433,6 +438,7 @@ impl<'de> de::Deserialize<'de> for TopField {
                     "record_shapes" => TopField::RecordShapes,
                     "with_stack" => TopField::WithStack,
                     "with_modules" => TopField::WithModules,
+                    "distributedInfo" => TopField::DistributedInfo,
                     _ => TopField::Other,
                 })
             }

@@ -7,6 +7,7 @@
 //! The scanner checks the outer structure itself (brackets match, strings close, commas separate) and
 //! reports problems with the byte offset, line and column in the decompressed document.
 
+use super::model::DistributedInfo;
 use super::parse::{Collector, DeviceList, EventSeed};
 use super::source::{ChunkReader, GzipFailure};
 use crate::error::{AnalysisError, Result};
@@ -336,7 +337,11 @@ impl Scanner {
                     Some(_) => return Err(self.error("expected traceEvents to be an array of events")),
                     None => return Err(self.eof_error("traceEvents")),
                 },
-                b"\"deviceProperties\"" | b"\"record_shapes\"" | b"\"with_stack\"" | b"\"with_modules\"" => {
+                b"\"deviceProperties\""
+                | b"\"record_shapes\""
+                | b"\"with_stack\""
+                | b"\"with_modules\""
+                | b"\"distributedInfo\"" => {
                     val.clear();
                     let at = self.offset();
                     self.value(Some(&mut val))?;
@@ -371,6 +376,11 @@ impl Scanner {
             }
             b"\"record_shapes\"" => c.trace.flags.record_shapes = num(val)?,
             b"\"with_stack\"" => c.trace.flags.with_stack = num(val)?,
+            b"\"distributedInfo\"" => {
+                // A malformed value loses only the rank, never the trace.
+                let v: serde_json::Value = serde_json::from_slice(val).map_err(wrap)?;
+                c.trace.distributed = Some(DistributedInfo::from_json(&v));
+            }
             _ => c.trace.flags.with_modules = num(val)?,
         }
         Ok(())

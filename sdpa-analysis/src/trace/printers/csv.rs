@@ -41,6 +41,9 @@ const HEADER: &[&str] = &[
     "total_q",
     "total_k",
     "page_size",
+    "implementation",
+    "implementation_details",
+    "implementation_kernel",
 ];
 
 /// Quotes a field when it holds a comma, quote or newline (RFC 4180).
@@ -100,6 +103,9 @@ pub fn render(r: &TraceReport) -> String {
             o(a.ragged.map(|r| r.total_q)),
             o(a.ragged.and_then(|r| r.total_k)),
             o(a.ragged.and_then(|r| r.page_size)),
+            a.implementation.as_ref().map(|i| i.id.label().to_string()).unwrap_or_default(),
+            a.implementation.as_ref().map(|i| i.details.join("; ")).unwrap_or_default(),
+            a.implementation.as_ref().map(|i| i.kernel.clone()).unwrap_or_default(),
         ];
         out.push_str(&row.iter().map(|f| field(f)).collect::<Vec<_>>().join(","));
         out.push('\n');

@@ -81,6 +81,15 @@ pub fn render(r: &TraceReport) -> String {
             );
         }
     }
+    let implemented: Vec<_> = r.attention_ops.iter().filter(|o| o.implementation.is_some()).collect();
+    if !implemented.is_empty() {
+        let _ = writeln!(s, "\nImplementations (read from the kernel names):\n");
+        for o in implemented {
+            if let Some(i) = &o.implementation {
+                let _ = writeln!(s, "- {}: **{}**, from `{}`", super::op_words(o), i.label(), i.kernel);
+            }
+        }
+    }
     let bounded: Vec<_> = r.attention_ops.iter().filter(|o| o.work_why.is_some()).collect();
     if !bounded.is_empty() {
         let _ = writeln!(s, "\nWork of varlen and paged ops (`>=`: a lower bound, `<=`: an upper bound):\n");
@@ -98,6 +107,10 @@ pub fn render(r: &TraceReport) -> String {
     let judged = super::judgement::lines(r);
     if !judged.is_empty() {
         let _ = writeln!(s, "\n## Judgement\n\n- {}", judged.join("\n- "));
+    }
+    if let Some(rk) = &r.ranks {
+        let _ = writeln!(s, "\n## Ranks\n");
+        let _ = writeln!(s, "```\n{}```", super::ranks_lines(rk));
     }
     let _ = writeln!(s, "\n## Findings\n");
     for (i, f) in r.findings.iter().enumerate() {

@@ -83,6 +83,12 @@ pub fn render(r: &TraceReport) -> String {
                 band
             );
         }
+        // Whose kernels ran each fused op, as their names tell.
+        for o in &r.attention_ops {
+            if let Some(i) = &o.implementation {
+                let _ = writeln!(s, "  {}: {} [{}]", super::op_words(o), i.label(), truncate(&i.kernel, 60));
+            }
+        }
         // Varlen and paged ops: what the trace recorded of their sequences, and how far their work is known.
         for o in r.attention_ops.iter().filter(|o| o.layout != BatchLayout::Dense) {
             let _ =
@@ -100,6 +106,10 @@ pub fn render(r: &TraceReport) -> String {
             r.summary.cache_write_time_us,
             truncate(&names.join(", "), 100)
         );
+    }
+    if let Some(rk) = &r.ranks {
+        let _ = writeln!(s);
+        let _ = write!(s, "{}", super::ranks_lines(rk));
     }
     let _ = writeln!(s);
     let judged = super::judgement::lines(r);
