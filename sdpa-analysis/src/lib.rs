@@ -4,7 +4,8 @@
 //!
 //! - [`trace`]: PyTorch profiler traces. Reads kineto Chrome traces (`.json` or `.json.gz`, one file or a
 //!   directory of per-rank files) in one streaming pass, ties GPU kernels to the ops that launched them,
-//!   finds fused and unfused attention, models each op against the device, and writes findings with Path A /
+//!   finds fused and unfused attention, models each op against the device and the best known rate for it, and
+//!   writes findings with Path A /
 //!   Path B advice and a replay ([`trace::TraceReport`], printed by [`trace::printers`]). `sdpa analyze`.
 //! - [`results`]: benchmark records (the file format and its reader live in `sdpa_core::record`). Builds
 //!   the tables and plots of `sdpa report` ([`results::ResultsReport`], printed by [`results::page`] and

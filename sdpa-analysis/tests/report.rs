@@ -195,7 +195,10 @@ fn path_b_quotes_benchmark_records_for_the_same_shape() {
     };
     let bench = vec![rec("cuda", "fa2", 0.060), rec("pytorch", "cudnn", 0.040), rec("cuda", "fa2", 0.1)];
     let r = analyze_path(&data("qwen2_sdpa_bf16_S2048.json.gz"), &Options { bench, ..Options::default() }).unwrap();
-    let f = r.findings.iter().find(|f| f.path == "B").unwrap();
+    // cuDNN at 29.5 % of peak on this shape is near the frontier (issue 27): the info finding that says so
+    // quotes the records too.
+    let f = r.findings.iter().find(|f| f.op_index == Some(0) && f.title.contains("near the frontier")).unwrap();
+    assert!(!r.findings.iter().any(|f| f.path == "B"), "not flagged below a band");
     let at = |s: &str| f.detail.find(s).unwrap_or_else(|| panic!("{s} in {}", f.detail));
     assert!(at("pytorch/cudnn 40.0 µs") < at("cuda/fa2 60.0 µs"), "fastest first");
 }

@@ -120,6 +120,8 @@ struct Run {
     /// The first trace's first device (the one efficiency is measured against).
     device: Option<DeviceProps>,
     ranks: Vec<RankStats>,
+    /// Launch gaps of each trace's decode loop.
+    decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
 }
 
 impl Run {
@@ -136,6 +138,7 @@ impl Run {
         }
         let tree = OpTree::build(t);
         let calls = attention::detect(&tree);
+        self.decode_gaps.extend(crate::trace::decode::gaps(t, &calls));
         self.ranks.push(RankStats::of(t, &tree, &calls));
         self.calls.extend(calls);
         attention::cache_write::merge(&mut self.cache_writes, attention::cache_write::cache_writes(&tree));
@@ -196,6 +199,7 @@ impl Run {
             opts,
         );
         report.unreadable = unreadable;
+        crate::trace::decode::attach_gaps(&mut report, self.decode_gaps);
         if let Some(r) = ranks::report(self.ranks, causal) {
             report.findings.extend(ranks::findings(&r));
             // The same order as `findings::findings`: most severe first, then the most time at stake.
@@ -273,6 +277,7 @@ pub(crate) fn build_report(
         unreadable: Vec::new(),
         trace: info,
         ranks: None,
+        decode_gaps: Vec::new(),
     }
 }
 

@@ -3,7 +3,10 @@
 //! Path A (model level): unfused attention, or SDPA's math fallback, should move to a fused kernel;
 //! the expected speedup is our own measured unfused/fused ratio on that shape when benchmark records are
 //! given, otherwise the seed's 3-10x range, labelled as such. Path B (kernel level): a fused kernel below
-//! the expected efficiency band for its sequence length, with what to check. Short sequences, where low
+//! the best known rate for its device, dtype, pass, head dim, mask and length ([`crate::trace::frontier`]; at
+//! or near it, an info finding that says so), or, where no frontier entry applies, below the expected
+//! efficiency band for its sequence length, with what to check. Backward ops out of balance with their
+//! forward ([`crate::trace::balance`]) and decode ops judged by bytes ([`crate::trace::decode`]) add theirs. Short sequences, where low
 //! efficiency is expected, are reported as such and not flagged. Every finding about an op carries a
 //! replay that runs the same shape on our backends.
 
@@ -106,6 +109,8 @@ pub fn findings(
     if let Some(f) = cache_write_finding(summary) {
         out.push(f);
     }
+    out.extend(crate::trace::balance::findings(ops));
+    out.extend(crate::trace::decode::findings(ops));
     let backends: Vec<&AttentionOp> = ops.iter().filter(|o| o.kind == Kind::Fused && o.fused_kernel).collect();
     if backends.iter().any(|o| o.backend == AttnBackend::Cudnn) {
         let k = backends
@@ -193,7 +198,7 @@ pub fn findings(
     out
 }
 
-fn severity_for_share(share: f64) -> Severity {
+pub(crate) fn severity_for_share(share: f64) -> Severity {
     if share >= 0.10 {
         Severity::High
     } else if share >= 0.02 {
@@ -203,7 +208,7 @@ fn severity_for_share(share: f64) -> Severity {
     }
 }
 
-fn where_(op: &AttentionOp) -> String {
+pub(crate) fn where_(op: &AttentionOp) -> String {
     if op.module != "-" {
         let layers = if op.layers.len() > 1 { format!(" ({} layers)", op.layers.len()) } else { String::new() };
         format!("{}{}", op.module.rsplit('/').next().unwrap_or(&op.module), layers)
@@ -326,7 +331,7 @@ fn replay_mask(label: &str) -> &'static str {
     }
 }
 
-fn shape_words(op: &AttentionOp) -> String {
+pub(crate) fn shape_words(op: &AttentionOp) -> String {
     let s = op.shape_label();
     let dtype = op.dtype.as_deref().unwrap_or("?");
     let variants = if op.variants.is_empty() { String::new() } else { format!(", {}", op.variants) };
@@ -356,7 +361,7 @@ fn softcapped(op: &AttentionOp) -> bool {
     op.variants.contains("softcap")
 }
 
-fn rates(op: &AttentionOp) -> String {
+pub(crate) fn rates(op: &AttentionOp) -> String {
     // Unfused chains are measured against the same minimal FLOPs and bytes as a fused kernel: how far
     // they are from what one fused call could do.
     let of = if op.kind == Kind::Unfused { "of a fused kernel's" } else { "of the" };
@@ -571,9 +576,6 @@ fn fused_finding(
             op_index: Some(i),
         });
     }
-    if eff >= band.low {
-        return None;
-    }
     let mut checks: Vec<String> = Vec::new();
     if let (Some(g), Some(sms)) = (op.grid_blocks, device.num_sms) {
         if g <= sms {
@@ -633,7 +635,7 @@ fn fused_finding(
             checks.push(format!("head dim {d} is off the fast paths (multiples of 8 up to 256)"));
         }
     }
-    if op.phase == crate::trace::attention::Phase::Bwd {
+    if op.phase == crate::trace::attention::Phase::Bwd && !band.label.starts_with("backward band") {
         checks.push("backward is judged against the forward band (it usually reaches somewhat less)".into());
     }
     if checks.is_empty() {
@@ -641,6 +643,13 @@ fn fused_finding(
     }
     if let Some(m) = measured_on_shape(op, bench) {
         checks.push(m);
+    }
+    // The primary judgement: the best known rate for this device, dtype, pass, head dim, mask and length.
+    if let Some(fr) = &op.frontier {
+        return Some(crate::trace::frontier::finding(i, op, fr, &checks, replay));
+    }
+    if eff >= band.low {
+        return None;
     }
     // A lower bound below the band does not show the call is below it: say "at least", and rank it low.
     let (at, severity) = match op.work {

@@ -4,15 +4,19 @@
 //! op tree and ties every GPU kernel to the op that launched it ([`tree`]), finds fused (SDPA, flash-attn,
 //! FlexAttention, varlen and paged serving kernels) and unfused attention with its mask, window, softcap and
 //! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
-//! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
-//! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. A directory of per-rank
-//! traces adds each rank's attention time, the imbalance across ranks and the communication that attention
-//! kernels hide ([`ranks`]). [`tracelens`] reads
+//! judges it against the best known rate ([`frontier`]), backward against forward ([`balance`]), decoding by
+//! bytes and launch gaps ([`decode`]) and in [`findings`], with a [`replay`] per finding as a `BenchSpec`, and
+//! collects everything in a [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. A
+//! directory of per-rank traces adds each rank's attention time, the imbalance across ranks and the
+//! communication that attention kernels hide ([`ranks`]). [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
 
 pub mod analyze;
 pub mod attention;
+pub mod balance;
+pub mod decode;
 pub mod findings;
+pub mod frontier;
 pub mod kineto;
 pub mod perf;
 pub mod plausible;

@@ -10,8 +10,11 @@
 //!
 //! Backward: FLOPs are 2.5x the forward (five matrix products instead of two: dV, dP, dS·K, dSᵀ·Q and the
 //! recomputed QKᵀ) and bytes 2x (Q, K, V, O, dO read; dQ, dK, dV written). Decoding (Sq <= 16 against a
-//! longer cache) is judged by bandwidth, with its own band; everything else by the seed table of
-//! [`sdpa_core::expected_band`] on the key length.
+//! longer cache) is judged by bandwidth, with its own band; a dense 16-bit backward, where published backward
+//! rates exist for the device, by [`crate::trace::frontier::backward_band`] (FlashAttention-2's to -3's rate);
+//! everything else by the seed table of [`sdpa_core::expected_band`] on the key length. The primary judgement
+//! of a fused op is its standing against the best known rate ([`crate::trace::frontier`]); these bands are
+//! the fallback.
 
 use crate::trace::attention::ragged::{Ragged, RowMask, Work, WorkBound};
 use crate::trace::attention::{core_dtype, elem_bytes, MaskInfo, Phase};
@@ -80,7 +83,8 @@ pub struct Perf {
 
 /// Computes the model for one call of `mean_us` microseconds under `mask` and `variants` (only the window
 /// changes the work: softcap and ALiBi cost no FLOPs the model counts). A varlen or paged call (`ragged`) is
-/// costed from its token totals, exactly or as a bound ([`Ragged::work`]).
+/// costed from its token totals, exactly or as a bound ([`Ragged::work`]). `kv_dtype`, when the keys and
+/// values are read in another type than Q (an FP8 cache), sets their bytes.
 #[allow(clippy::too_many_arguments)] // the call's facts, each from its own place in the trace
 pub fn model(
     shape: &Shape,
@@ -91,6 +95,7 @@ pub fn model(
     mean_us: f64,
     hw: Option<&HardwareSpec>,
     ragged: Option<&Ragged>,
+    kv_dtype: Option<&str>,
 ) -> Option<Perf> {
     if mean_us <= 0.0 {
         return None;
@@ -104,13 +109,18 @@ pub fn model(
             .band()
     };
     let keys = band_of(shape.sq, shape.sk);
-    let (fwd, work) = match ragged {
+    let (mut fwd, work) = match ragged {
         None => (AttentionCost::of_band(shape, &keys, eb), None),
         Some(r) => {
             let w = r.work(row_mask(mask), variants.window.is_some(), |sq, sk| band_of(sq, sk).pairs(sq, sk));
             (ragged_cost(shape, r, &w, eb), Some(w))
         }
     };
+    // K and V read at their own element size (an FP8 cache under bf16 queries: one byte each).
+    if let Some(kv_eb) = kv_dtype.map(elem_bytes).filter(|&k| k != eb) {
+        let key_tokens = work.as_ref().map(|w| w.key_tokens).unwrap_or((shape.b * shape.sk) as f64);
+        fwd.bytes += key_tokens * shape.hkv as f64 * (shape.d + shape.dv) as f64 * (kv_eb - eb);
+    }
     let cost = match phase {
         Phase::Fwd => fwd,
         Phase::Bwd => AttentionCost { flops: fwd.flops * 2.5, bytes: fwd.bytes * 2.0 },
@@ -125,6 +135,14 @@ pub fn model(
             b
         }
         _ => plain_band(shape, variants, &keys),
+    };
+    // A dense, unwindowed 16-bit backward has its own band where published backward rates exist.
+    let sixteen_bit = dtype.and_then(core_dtype).is_some_and(|d| d != DType::F32);
+    let band = match phase {
+        Phase::Bwd if ragged.is_none() && variants.window.is_none() && sixteen_bit && !is_decode(shape) => {
+            crate::trace::frontier::backward_band(hw, shape.sk).unwrap_or(band)
+        }
+        _ => band,
     };
     let (efficiency, bound) = match (hw, dtype.and_then(core_dtype)) {
         (Some(hw), Some(dt)) => {
@@ -195,7 +213,7 @@ mod tests {
 
     /// The model of a dense forward call of 10 µs with no device.
     fn fwd(s: &Shape, mask: &MaskInfo, v: &Variants, dtype: &str) -> Perf {
-        model(s, mask, v, Some(dtype), Phase::Fwd, 10.0, None, None).unwrap()
+        model(s, mask, v, Some(dtype), Phase::Fwd, 10.0, None, None, None).unwrap()
     }
 
     #[test]
@@ -217,9 +235,24 @@ mod tests {
             Phase::Fwd,
             1.0,
             None,
+            None,
             None
         )
         .is_some());
+    }
+
+    #[test]
+    fn an_fp8_cache_counts_one_byte_per_key_and_value() {
+        // GQA decode: B = 4, 32/8 heads, D = 128, 4096 cached tokens; K/V are 8 heads, not 32.
+        let s = Shape { b: 4, hq: 32, hkv: 8, sq: 1, sk: 4096, d: 128, dv: 128 };
+        let v = Variants::default();
+        let bf16 = model(&s, &MaskInfo::None, &v, Some("c10::BFloat16"), Phase::Fwd, 50.0, None, None, None).unwrap();
+        let kv = 4.0 * 8.0 * 4096.0 * 256.0;
+        let q_o = 4.0 * 32.0 * 256.0;
+        assert_eq!(bf16.bytes, (kv + q_o) * 2.0);
+        let fp8 = model(&s, &MaskInfo::None, &v, Some("c10::BFloat16"), Phase::Fwd, 50.0, None, None, Some("fp8_e4m3"))
+            .unwrap();
+        assert_eq!(fp8.bytes, kv + q_o * 2.0, "keys and values at one byte, Q and O at two");
     }
 
     #[test]
@@ -239,7 +272,7 @@ mod tests {
         assert!(p.band.label.contains("241 keys per row"), "{}", p.band.label);
         // A softcap alone changes nothing the model counts.
         let cap = Variants { softcap: Some(50.0), ..Variants::default() };
-        let c = model(&s, &MaskInfo::None, &cap, Some("c10::BFloat16"), Phase::Bwd, 10.0, None, None).unwrap();
+        let c = model(&s, &MaskInfo::None, &cap, Some("c10::BFloat16"), Phase::Bwd, 10.0, None, None, None).unwrap();
         assert_eq!(c.flops, 2.5 * 2.0 * 8.0 * 2048.0 * 2048.0 * 256.0);
     }
 
@@ -248,8 +281,9 @@ mod tests {
         let hw = HardwareSpec::find("h100-sxm");
         let s = Shape { b: 8, hq: 32, hkv: 32, sq: 1, sk: 4096, d: 128, dv: 128 };
         // ANCHORS: cuDNN decodes this shape in 190 µs, 2.8 TB/s.
-        let p = model(&s, &MaskInfo::None, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 190.0, hw, None)
-            .unwrap();
+        let p =
+            model(&s, &MaskInfo::None, &Variants::default(), Some("c10::BFloat16"), Phase::Fwd, 190.0, hw, None, None)
+                .unwrap();
         assert_eq!(p.bound, Some(Bound::Memory));
         assert!((p.tbps - 2.83).abs() < 0.05, "{}", p.tbps);
         assert_eq!(p.band_status, Some("within"));

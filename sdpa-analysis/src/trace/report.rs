@@ -36,6 +36,10 @@ pub struct TraceReport {
     /// trace files, or collective kernels in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<crate::trace::ranks::RankReport>,
+    /// GPU idle time between consecutive decode attention calls, per input file that has a decode loop
+    /// ([`crate::trace::decode::gaps`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
 }
 
 /// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
@@ -256,6 +260,18 @@ pub struct AttentionOp {
     /// absent for unfused ops and SDPA's math path, and for ops that launched no kernel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub implementation: Option<crate::trace::attention::implementation::Implementation>,
+    /// The op against the best known rate for its device, dtype, pass, head dim, mask and length
+    /// ([`crate::trace::frontier`]); absent where no entry applies (the seed band judges it then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frontier: Option<crate::trace::frontier::FrontierJudgement>,
+    /// A decoding op judged by bytes ([`crate::trace::decode`]): K/V bytes with Hkv heads at the element
+    /// size the kernel reads, the cache's stored dtype, split-KV combine kernels' share.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv: Option<crate::trace::decode::KvJudgement>,
+    /// For a dense decode loop grouped over its steps: the shortest and longest cache length (Sk above is
+    /// their mean, weighted by calls).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sk_range: Option<(usize, usize)>,
 }
 
 impl AttentionOp {
@@ -349,6 +365,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         BatchLayout,
         Option<Ragged>,
         String,
+        Option<String>,
     );
     let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
     for c in calls {
@@ -362,7 +379,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.phase,
             c.backend,
             module,
-            c.shape,
+            crate::trace::decode::loop_key(c),
             c.dtype.clone(),
             c.mask.label(),
             c.variants.label(),
@@ -370,6 +387,7 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.ragged,
             // The entry point: a direct `aten::_flash_attention_forward` is not SDPA's call of the same shape.
             c.op.clone(),
+            c.kv.stored_dtype.clone(),
         );
         let k = format!("{key:?}");
         groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
@@ -377,7 +395,9 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
     let mut out: Vec<AttentionOp> = groups
         .into_values()
         .map(|(key, members)| {
-            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op) = key;
+            let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op, _) = key;
+            // A dense decode loop is one op over its cache lengths: costed at their mean, the range kept.
+            let (shape, sk_range) = crate::trace::decode::loop_shape(shape, &members);
             let first = members[0];
             let count = members.iter().map(|c| c.repeat as usize).sum::<usize>().max(1);
             let total: f64 = members.iter().map(|c| c.gpu_us * c.repeat as f64).sum();
@@ -418,7 +438,17 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             let mut suspect = members.iter().find_map(|c| c.suspect.clone());
             let variants = &first.variants.variants;
             let mut perf = shape.and_then(|s| {
-                perf::model(&s, &first.mask, variants, dtype.as_deref(), phase, mean, hw, ragged.as_ref())
+                perf::model(
+                    &s,
+                    &first.mask,
+                    variants,
+                    dtype.as_deref(),
+                    phase,
+                    mean,
+                    hw,
+                    ragged.as_ref(),
+                    first.kv.cache_dtype.as_deref(),
+                )
             });
             // A shape that passed its bounds can still be absurd against the time it took (a plausible
             // shape in 0.001 µs): such rates say the time or the shape is wrong, so neither is trusted.
@@ -428,6 +458,26 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             }
             let decode = shape.is_some_and(|s| perf::is_decode(&s));
             let implementation = implementation_of(kind, backend, &kernels);
+            let dtype_label_ = dtype.as_deref().map(dtype_label);
+            let frontier = match (shape, perf.as_ref(), dtype_label_.as_deref()) {
+                (Some(shape), Some(p), Some(dt)) if p.work == WorkBound::Exact => crate::trace::frontier::judge(
+                    &crate::trace::frontier::OpFacts {
+                        kind,
+                        phase,
+                        backend,
+                        shape,
+                        dtype: dt,
+                        mask: &mask_label,
+                        has_variants: !variants_label.is_empty(),
+                        layout,
+                        tflops: p.tflops,
+                        mean_us: mean,
+                    },
+                    hw,
+                ),
+                _ => None,
+            };
+            let kv = crate::trace::decode::judge_kv(&members, shape, dtype.as_deref(), &kernels, total, decode);
             AttentionOp {
                 kind,
                 phase,
@@ -474,6 +524,9 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
                 notes,
                 suspect,
                 implementation,
+                frontier,
+                kv,
+                sk_range,
             }
         })
         .collect();

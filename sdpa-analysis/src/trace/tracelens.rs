@@ -188,6 +188,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
             repeat: count,
             at: (0, line as f64),
             seqs: Vec::new(),
+            kv: Default::default(),
         };
         refine_backend(&mut call);
         total_count += count;

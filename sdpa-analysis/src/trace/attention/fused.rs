@@ -98,6 +98,7 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
                 claimed[g] = true;
                 let call = &mut calls[c];
                 call.gpu_us += act.dur;
+                call.kv.widen(act.ts, act.ts + act.dur);
                 add_kernel(&mut call.kernels, name, act.dur);
                 if act.kind == GpuKind::Kernel && kernel_backend(name).is_some() && act.dur > main_kernel[c].0 {
                     main_kernel[c] = (act.dur, act.grid.map(grid_blocks));
@@ -123,6 +124,7 @@ pub fn detect(tree: &OpTree<'_>) -> FusedResult {
     }
     for (call, &root) in calls.iter_mut().zip(&roots) {
         note_windowed_mask(tree, root, &inside, call);
+        note_converted_kv(tree, root, call, &mut sig_of);
     }
     super::flex::refine(tree, &roots, &inside, &mut calls);
     for g in orphans {
@@ -202,6 +204,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
     let mut layout = BatchLayout::Dense;
     let mut ragged = None;
     let mut varlen_flash = false;
+    let mut kv_cache_dtype = None;
     let subtree: Vec<u32> = tree.subtree(root).collect();
     for &o in &subtree {
         let Some(sig) = sig_of(o) else { continue };
@@ -227,6 +230,7 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
                     // the same as PyTorch's top-left.
                     varlen_flash = layout != BatchLayout::Dense && sig.backend == AttnBackend::Flash;
                     dtype = args.ty(sig.qkv[0]).map(str::to_string);
+                    kv_cache_dtype = cache_dtype_of(&sig, args);
                     if let Some(n) = note {
                         notes.push(n);
                     }
@@ -280,6 +284,41 @@ fn describe(tree: &OpTree<'_>, root: u32, sig_of: &mut impl FnMut(u32) -> Option
         repeat: 1,
         at: (0, 0.0),
         seqs: Vec::new(),
+        kv: crate::trace::decode::KvFacts { cache_dtype: kv_cache_dtype, ..Default::default() },
+    }
+}
+
+/// The element type of the K/V a call reads when it is not Q's: K's own type (a 1-byte vLLM cache is
+/// `unsigned char`), or vLLM's `kv_cache_dtype` argument when it names FP8 (`fp8`, `fp8_e4m3`, `fp8_e5m2`).
+fn cache_dtype_of(sig: &Signature, args: &OpArgs) -> Option<String> {
+    if let QkvLayout::VllmPaged(v) = sig.layout {
+        // `kv_cache_dtype` follows `alibi_slopes`, ten places after the query (csrc/torch_bindings.cpp).
+        if let Some(t) = args.concrete(v.query + 10).filter(|t| crate::trace::decode::is_fp8_name(t)) {
+            return Some(t.trim_matches(|c| c == '"' || c == '\'').to_string());
+        }
+    }
+    let (q, k) = (args.ty(sig.qkv[0])?, args.ty(sig.qkv[1])?);
+    (q != k).then(|| k.to_string())
+}
+
+/// A dense decode call whose K or V was converted from an FP8 store right before it
+/// ([`crate::trace::decode::converted_kv`]).
+fn note_converted_kv(
+    tree: &OpTree<'_>,
+    root: u32,
+    call: &mut AttentionCall,
+    sig_of: &mut impl FnMut(u32) -> Option<Signature>,
+) {
+    if call.phase != Phase::Fwd || !call.shape.is_some_and(|s| crate::trace::perf::is_decode(&s)) {
+        return;
+    }
+    let Some(sig) = sig_of(root) else { return };
+    let Some(args) = tree.trace.ops[root as usize].args.as_deref() else { return };
+    let dims: Vec<&[i64]> = [sig.qkv[1], sig.qkv[2]].iter().filter_map(|&i| args.dim(i)).collect();
+    if let Some((stored, us)) = crate::trace::decode::converted_kv(tree, root, &dims) {
+        call.kv.stored_dtype = Some(stored);
+        call.kv.convert_us = us;
+        call.notes.push("K/V converted from an FP8 store right before the call".into());
     }
 }
 
@@ -336,6 +375,7 @@ fn orphan_call(tree: &OpTree<'_>, g: usize) -> AttentionCall {
         repeat: 1,
         at: (act.thread, act.ts),
         seqs: Vec::new(),
+        kv: Default::default(),
     }
 }
 

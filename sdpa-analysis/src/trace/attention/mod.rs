@@ -247,6 +247,10 @@ pub struct AttentionCall {
     /// Autograd sequence numbers of the call's forward ops (links an unfused chain to its backward).
     #[serde(skip)]
     pub seqs: Vec<i64>,
+    /// K/V facts for judging decoding by bytes (the element type read, an FP8 store converted before the
+    /// call) and the call's span on the GPU clock (launch gaps).
+    #[serde(skip)]
+    pub kv: crate::trace::decode::KvFacts,
 }
 
 /// Runs both detectors; calls come back in time order per thread.

@@ -356,6 +356,7 @@ fn finish(
         repeat: 1,
         at: (qk.thread, qk.ts),
         seqs,
+        kv: Default::default(),
     })
 }
 
@@ -456,6 +457,7 @@ pub fn backward_of(tree: &OpTree<'_>, forward: &[AttentionCall]) -> Vec<Attentio
             repeat: 1,
             at: (first.thread, first.ts),
             seqs: Vec::new(),
+            kv: Default::default(),
         });
     }
     out

@@ -104,6 +104,10 @@ pub fn render(r: &TraceReport) -> String {
             );
         }
     }
+    let judged = super::judgement::lines(r);
+    if !judged.is_empty() {
+        let _ = writeln!(s, "\n## Judgement\n\n- {}", judged.join("\n- "));
+    }
     if let Some(rk) = &r.ranks {
         let _ = writeln!(s, "\n## Ranks\n");
         let _ = writeln!(s, "```\n{}```", super::ranks_lines(rk));

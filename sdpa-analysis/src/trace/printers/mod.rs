@@ -1,7 +1,8 @@
-//! Printers for a [`super::report::TraceReport`]: a terminal summary, the findings markdown and one CSV row per
-//! attention op. JSON is `serde_json` on the report itself.
+//! Printers for a [`super::report::TraceReport`]: a terminal summary, the findings markdown (both with the
+//! [`judgement`] lines) and one CSV row per attention op. JSON is `serde_json` on the report itself.
 
 pub mod csv;
+pub mod judgement;
 pub mod markdown;
 pub mod text;
 

@@ -112,6 +112,10 @@ pub fn render(r: &TraceReport) -> String {
         let _ = write!(s, "{}", super::ranks_lines(rk));
     }
     let _ = writeln!(s);
+    let judged = super::judgement::lines(r);
+    if !judged.is_empty() {
+        let _ = writeln!(s, "judgement:\n  {}\n", judged.join("\n  "));
+    }
     let _ = writeln!(s, "findings:");
     for f in &r.findings {
         let _ = writeln!(s, "  [{}] path {}: {}", f.severity.name(), f.path, f.title);
