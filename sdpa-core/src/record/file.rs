@@ -327,6 +327,10 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
                 p.backend = "pytorch".to_string();
                 p.kernel = kernel.to_string();
                 p.time_ms = TimeStats { median: t, min: t, max: t, reps: 0 };
+                // The same call's work in PyTorch's time: the rates scale with 1 / time (the flat format
+                // records only our kernel's rates; copying them would give PyTorch our speed).
+                p.tflops = base.tflops * median / t;
+                p.gbps = base.gbps * median / t;
                 p.check = None;
                 f.records.push(p);
             }
@@ -432,5 +436,18 @@ mod tests {
             let f = parse_results(&text, "bom.json").unwrap_or_else(|e| panic!("{e}: {text}"));
             assert_eq!(f.records.len(), 1);
         }
+    }
+
+    /// Regression (issue 27): a flat harness file's PyTorch records carried our kernel's TFLOP/s and GB/s.
+    #[test]
+    fn flat_files_give_pytorch_its_own_rates() {
+        let text = r#"{"env":{"name":"h100"},"records":[{"kernel":"fa2","dtype":"bf16","b":1,"hq":8,"hkv":8,
+            "sq":1024,"sk":1024,"d":64,"median_ms":2.0,"tflops":100.0,"gbps":50.0,"torch_flash_ms":1.0,
+            "torch_default_ms":4.0}]}"#;
+        let f = parse_results(text, "flat.json").unwrap();
+        let rate = |k: &str| f.records.iter().find(|r| r.kernel == k).map(|r| (r.tflops, r.gbps)).unwrap();
+        assert_eq!(rate("fa2"), (100.0, 50.0));
+        assert_eq!(rate("flash"), (200.0, 100.0));
+        assert_eq!(rate("default"), (50.0, 25.0));
     }
 }
