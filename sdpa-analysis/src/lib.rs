@@ -53,6 +53,7 @@
 //!   their kernels (no shapes); an FP8 KV cache is costed at the query's element size.
 
 pub mod error;
+pub mod render;
 pub mod results;
 pub mod trace;
 
