@@ -5,6 +5,7 @@ use super::backward::PYTORCH_BACKWARDS;
 use super::model::{shape_label, Group, ResultsReport, Row, XAxis};
 use super::plots::{roofline_plot, seq_plot};
 use crate::render::html::{close_page, open_page, table};
+use crate::render::markdown as md;
 use crate::render::{esc, svg::color};
 use sdpa_core::record::Skipped;
 use sdpa_core::{BenchRecord, Bound};
@@ -348,19 +349,6 @@ fn backward_summary_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) 
     (head, rows)
 }
 
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
-}
-
-fn md_table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "| {} |", head.iter().map(|h| md_cell(h)).collect::<Vec<_>>().join(" | "));
-    let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
-    for r in rows {
-        let _ = writeln!(out, "| {} |", r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | "));
-    }
-    out.push('\n');
-}
-
 fn sources_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let head =
         ["file", "records", "skipped", "machine", "commit", "date", "command"].iter().map(|s| s.to_string()).collect();
@@ -429,7 +417,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {}\n", r.title);
     let (h, rows) = sources_table(r);
-    md_table(&mut out, &h, &rows);
+    md::table(&mut out, &h, &rows);
     let _ = writeln!(out, "{NOTES} {}.\n", r.peak_note);
     if r.groups.is_empty() {
         out.push_str("No measured records.\n\n");
@@ -437,29 +425,29 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         let (h, rows) = ratio_table(r);
         if !rows.is_empty() {
             out.push_str("## Speedup against the baseline (ratios of medians measured in the same run)\n\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         out.push_str("## Summary (TFLOP/s; speedup against the baseline in brackets)\n\n");
         let (h, rows) = summary(r);
-        md_table(&mut out, &h, &rows);
+        md::table(&mut out, &h, &rows);
         let (h, rows) = variants_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Variants against plain attention\n\n{VARIANTS_NOTE}\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         let (h, rows) = serving_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Serving layouts\n\n{SERVING_NOTE}\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         let (h, rows) = backward_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Backward\n\n{BACKWARD_NOTE}\n");
             let (sh, srows) = backward_summary_table(r);
             if !srows.is_empty() {
-                md_table(&mut out, &sh, &srows);
+                md::table(&mut out, &sh, &srows);
             }
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
     }
     if with_plots && !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
@@ -473,7 +461,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
                 })
                 .chain(r.rooflines.iter().map(|p| p.title.clone())),
         ) {
-            let _ = writeln!(out, "![{}]({path})\n", md_cell(&title));
+            let _ = writeln!(out, "![{}]({path})\n", md::cell(&title));
         }
     }
     if !r.groups.is_empty() {
@@ -485,7 +473,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
             }
             let head: Vec<String> = DETAIL_HEAD.iter().map(|s| s.to_string()).collect();
             let rows: Vec<Vec<String>> = g.rows.iter().map(detail_cells).collect();
-            md_table(&mut out, &head, &rows);
+            md::table(&mut out, &head, &rows);
         }
     }
     if !r.skipped.is_empty() {
@@ -498,7 +486,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
                 vec![bk, if failed { format!("FAILED: {reason}") } else { reason }, n.to_string(), ex]
             })
             .collect();
-        md_table(&mut out, &head, &rows);
+        md::table(&mut out, &head, &rows);
     }
     out
 }

@@ -7,6 +7,7 @@ use crate::trace::attention::{self, AttentionCall, Kind};
 use crate::trace::findings;
 use crate::trace::kineto::{parse_file_with_progress, Progress, Trace};
 use crate::trace::report::{self, DeviceInfo, KernelTime, Summary, Suspect, TraceInfo, TraceReport};
+use crate::trace::timeline::Timeline;
 use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
@@ -110,7 +111,8 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
     for e in &unreadable {
         missing.push(format!("{e} (this file is left out; the report covers the others)"));
     }
-    for t in traces {
+    let mut call_inputs: Vec<usize> = Vec::new();
+    for (input, t) in traces.iter().enumerate() {
         let name = t.path.display().to_string();
         for i in &t.implausible {
             suspect.push(Suspect {
@@ -123,6 +125,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         }
         let tree = OpTree::build(t);
         calls.extend(attention::detect(&tree));
+        call_inputs.resize(calls.len(), input);
         attention::cache_write::merge(&mut cache_writes, attention::cache_write::cache_writes(&tree));
         total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
         info.events += t.stats.events;
@@ -163,6 +166,7 @@ fn analyze_with(traces: &[Trace], unreadable: Vec<String>, opts: &Options) -> Tr
         info,
         cache_writes,
         opts,
+        &call_inputs,
     );
     report.unreadable = unreadable;
     report
@@ -179,6 +183,7 @@ pub(crate) fn build_report(
     info: TraceInfo,
     cache_writes: Vec<KernelTime>,
     opts: &Options,
+    call_inputs: &[usize],
 ) -> TraceReport {
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
     let time = |k: Kind| calls.iter().filter(|c| c.kind == k).fold(0.0, |a, c| a + c.gpu_us * c.repeat as f64);
@@ -196,7 +201,8 @@ pub(crate) fn build_report(
     } else {
         total_gpu
     };
-    let ops = report::group(calls, total_gpu, device.hardware());
+    let (ops, op_of_call) = report::group_indexed(calls, total_gpu, device.hardware());
+    let timeline = Timeline::build(calls, &op_of_call, call_inputs, &inputs);
     for c in calls {
         if let Some(why) = &c.suspect {
             let effect = "shape left out: no FLOPs, efficiency or replay";
@@ -232,6 +238,7 @@ pub(crate) fn build_report(
         suspect,
         unreadable: Vec::new(),
         trace: info,
+        timeline,
     }
 }
 

@@ -5,11 +5,13 @@
 //! FlexAttention, varlen and paged serving kernels) and unfused attention with its mask, window, softcap and
 //! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it ([`findings`], with a [`replay`] per finding as a `BenchSpec`) and collects everything in a
-//! [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. [`tracelens`] reads
+//! [`TraceReport`] ([`report`], with a per-layer [`timeline`] of the calls), which [`printers`] print as
+//! text, markdown, CSV and an HTML page; [`diff`] compares two reports (`sdpa analyze --diff`). [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
 
 pub mod analyze;
 pub mod attention;
+pub mod diff;
 pub mod findings;
 pub mod kineto;
 pub mod perf;
@@ -17,6 +19,7 @@ pub mod plausible;
 pub mod printers;
 pub mod replay;
 pub mod report;
+pub mod timeline;
 pub mod tracelens;
 pub mod tree;
 

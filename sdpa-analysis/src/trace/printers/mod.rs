@@ -2,6 +2,7 @@
 //! attention op. JSON is `serde_json` on the report itself.
 
 pub mod csv;
+pub mod diff;
 pub mod markdown;
 pub mod text;
 
