@@ -430,8 +430,8 @@ impl TraceDiff {
             ));
         }
         let path_a_realised = matches.iter().filter(|m| m.change == Change::Fused).count();
-        let regressed =
-            matches.iter().filter(|m| m.change == Change::Unfused).count() + appeared.iter().filter(|u| !u.fused).count();
+        let regressed = matches.iter().filter(|m| m.change == Change::Unfused).count()
+            + appeared.iter().filter(|u| !u.fused).count();
         TraceDiff {
             attention_delta_us: sa.attention_time_us - sb.attention_time_us,
             gpu_delta_us: sa.total_gpu_time_us - sb.total_gpu_time_us,

@@ -43,7 +43,8 @@ pub fn matched_rows(d: &TraceDiff) -> Vec<Vec<String>> {
     d.matched
         .iter()
         .map(|m| {
-            let side = |s: &crate::trace::diff::OpSet| format!("{} ({})", s.implementations.join(" + "), s.masks.join(", "));
+            let side =
+                |s: &crate::trace::diff::OpSet| format!("{} ({})", s.implementations.join(" + "), s.masks.join(", "));
             vec![
                 m.module.clone(),
                 m.phase.name().to_string(),
