@@ -99,16 +99,24 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         write(f, &printers::html::report(&report))?;
         eprintln!("sdpa: wrote {}", f.display());
     }
+    print(args.json, &report, || printers::text::render(&report))
+}
+
+/// Prints `value` as JSON, or the text `text` makes, to stdout.
+fn print<T: serde::Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, value).context("writing JSON")?;
         writeln!(stdout)?;
     } else {
-        stdout.write_all(printers::text::render(&report).as_bytes())?;
+        stdout.write_all(text().as_bytes())?;
     }
     stdout.flush()?;
     Ok(())
 }
+
+/// (bytes read, file size) of each of the two inputs of `--diff`, read at the same time.
+type BothRead = Arc<Mutex<[(u64, u64); 2]>>;
 
 /// A progress bar on a terminal (large traces take seconds); hidden when stderr is piped.
 fn progress_bar() -> ProgressBar {
@@ -124,7 +132,7 @@ fn progress_bar() -> ProgressBar {
 
 /// The bytes read so far, as the parser reports them, into the bar. With `slot`, one of two inputs read at the
 /// same time: the bar shows both together.
-fn progress_of(bar: &ProgressBar, slot: Option<(usize, Arc<Mutex<[(u64, u64); 2]>>)>) -> Option<Progress> {
+fn progress_of(bar: &ProgressBar, slot: Option<(usize, BothRead)>) -> Option<Progress> {
     if bar.is_hidden() {
         return None;
     }
@@ -147,7 +155,7 @@ fn progress_of(bar: &ProgressBar, slot: Option<(usize, Arc<Mutex<[(u64, u64); 2]
 /// `--diff BEFORE AFTER`: both inputs analysed at once (two threads), then compared.
 fn run_diff(args: &AnalyzeArgs, pair: &[PathBuf], bench: Vec<sdpa_core::BenchRecord>, bar: &ProgressBar) -> Result<()> {
     let [before, after] = pair else { bail!("--diff takes two inputs: BEFORE AFTER") };
-    let both = Arc::new(Mutex::new([(0, 0); 2]));
+    let both: BothRead = Arc::new(Mutex::new([(0, 0); 2]));
     let opts = |i: usize| Options {
         device: args.device.clone(),
         bench: bench.clone(),
@@ -170,15 +178,7 @@ fn run_diff(args: &AnalyzeArgs, pair: &[PathBuf], bench: Vec<sdpa_core::BenchRec
         write(f, &printers::html::diff(&d, &rb, &ra))?;
         eprintln!("sdpa: wrote {}", f.display());
     }
-    let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &d).context("writing JSON")?;
-        writeln!(stdout)?;
-    } else {
-        stdout.write_all(printers::diff::text(&d).as_bytes())?;
-    }
-    stdout.flush()?;
-    Ok(())
+    print(args.json, &d, || printers::diff::text(&d))
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

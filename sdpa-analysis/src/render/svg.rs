@@ -135,6 +135,31 @@ impl Canvas {
         );
     }
 
+    /// A vertical grid line at `px` across the plot area, labelled under it.
+    pub fn x_grid(&self, out: &mut String, px: f64, label: &str) {
+        let _ = write!(
+            out,
+            r##"<line x1="{px:.2}" y1="{}" x2="{px:.2}" y2="{}" stroke="#e4e4e4"/><text x="{px:.2}" y="{}" text-anchor="middle">{}</text>"##,
+            self.top,
+            self.h - self.bottom,
+            self.h - self.bottom + 16.0,
+            esc(label)
+        );
+    }
+
+    /// A horizontal grid line at `py` across the plot area, labelled left of it.
+    pub fn y_grid(&self, out: &mut String, py: f64, label: &str) {
+        let _ = write!(
+            out,
+            r##"<line x1="{}" y1="{py:.2}" x2="{}" y2="{py:.2}" stroke="#e4e4e4"/><text x="{}" y="{:.2}" text-anchor="end">{}</text>"##,
+            self.left,
+            self.w - self.right,
+            self.left - 6.0,
+            py + 4.0,
+            esc(label)
+        );
+    }
+
     /// A legend of (name, colour) lines with a dot, top to bottom in the right margin.
     pub fn legend(&self, out: &mut String, entries: &[(String, &str)]) {
         let x = self.w - self.right + 14.0;

@@ -49,26 +49,13 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
     let mut y = 0.0;
     while y <= ymax + step * 1e-9 {
         let py = sy(y);
-        let _ = write!(
-            out,
-            r##"<line x1="{LEFT}" y1="{py}" x2="{}" y2="{py}" stroke="#e4e4e4"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            num_label(y)
-        );
+        CANVAS.y_grid(&mut out, py, &num_label(y));
         y += step;
     }
     let stride = xs.len().div_ceil(12).max(1);
     for x in xs.iter().step_by(stride) {
         let px = sx(*x);
-        let _ = write!(
-            out,
-            r##"<line x1="{px}" y1="{TOP}" x2="{px}" y2="{}" stroke="#e4e4e4"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
-            x_label(*x)
-        );
+        CANVAS.x_grid(&mut out, px, &x_label(*x));
     }
     CANVAS.frame(&mut out, axis, "TFLOP/s");
     let mut entries = Vec::new();
@@ -122,25 +109,12 @@ pub fn roofline_plot(p: &RooflinePlot, index_of: &dyn Fn(&str) -> usize) -> Stri
     for e in lx0 as i32..=lx1 as i32 {
         let v = 10f64.powi(e);
         let px = sx(v);
-        let _ = write!(
-            out,
-            r##"<line x1="{px}" y1="{TOP}" x2="{px}" y2="{}" stroke="#e4e4e4"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
-            num_label(v)
-        );
+        CANVAS.x_grid(&mut out, px, &num_label(v));
     }
     for e in ly0 as i32..=ly1 as i32 {
         let v = 10f64.powi(e);
         let py = sy(v);
-        let _ = write!(
-            out,
-            r##"<line x1="{LEFT}" y1="{py}" x2="{}" y2="{py}" stroke="#e4e4e4"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            num_label(v)
-        );
+        CANVAS.y_grid(&mut out, py, &num_label(v));
     }
     CANVAS.frame(&mut out, "arithmetic intensity (FLOP / minimal byte)", "TFLOP/s");
     // Roofs: min(peak, intensity · bandwidth) over the x range.

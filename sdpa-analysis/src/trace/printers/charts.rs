@@ -120,14 +120,7 @@ pub fn timeline(r: &TraceReport, title: &str, span_us: Option<f64>) -> Option<St
     let mut x = 0.0;
     while x <= xmax + step * 1e-9 {
         let px = c.left + x / xmax * (c.w - c.left - c.right);
-        let _ = write!(
-            out,
-            r##"<line x1="{px:.2}" y1="{}" x2="{px:.2}" y2="{}" stroke="#e4e4e4"/><text x="{px:.2}" y="{}" text-anchor="middle">{}</text>"##,
-            c.top,
-            c.h - c.bottom,
-            c.h - c.bottom + 16.0,
-            num_label(x)
-        );
+        c.x_grid(&mut out, px, &num_label(x));
         x += step;
     }
     for (i, row) in t.rows.iter().enumerate() {
@@ -213,27 +206,12 @@ pub fn efficiency(r: &TraceReport, title: &str) -> Option<String> {
     let mut y = 0.0;
     while y <= ymax + step * 1e-9 {
         let py = sy(y);
-        let _ = write!(
-            out,
-            r##"<line x1="{}" y1="{py:.2}" x2="{}" y2="{py:.2}" stroke="#e4e4e4"/><text x="{}" y="{:.2}" text-anchor="end">{}</text>"##,
-            c.left,
-            c.w - c.right,
-            c.left - 6.0,
-            py + 4.0,
-            num_label(y)
-        );
+        c.y_grid(&mut out, py, &num_label(y));
         y += step;
     }
     for x in &xs {
         let px = sx(*x);
-        let _ = write!(
-            out,
-            r##"<line x1="{px:.2}" y1="{}" x2="{px:.2}" y2="{}" stroke="#e4e4e4"/><text x="{px:.2}" y="{}" text-anchor="middle">{}</text>"##,
-            c.top,
-            c.h - c.bottom,
-            c.h - c.bottom + 16.0,
-            len_label(*x)
-        );
+        c.x_grid(&mut out, px, &len_label(*x));
     }
     c.frame(&mut out, "key length (Sk, log scale)", "efficiency (% of the roofline)");
     // Bands first, behind the points; the same band at the same length is drawn once.
