@@ -217,3 +217,25 @@ fn ops_without_a_shape_match_only_the_same_backend() {
     let d = TraceDiff::new(&unknown, &other);
     assert!(d.matched.is_empty());
 }
+
+#[test]
+fn per_rank_directories_are_compared_as_wholes() {
+    // Context parallelism on two ranks, load balancing on and off: the same ops, other times.
+    let o = Options::default();
+    let (b, a) = analyze_both(&fixture("cp_balanced"), &fixture("cp_unbalanced"), [&o, &o]).unwrap();
+    assert_eq!((b.inputs.len(), a.inputs.len()), (2, 2));
+    let d = TraceDiff::new(&b, &a);
+    assert_eq!(d.before.inputs, b.inputs);
+    assert!(!d.matched.is_empty());
+    assert!(d.appeared.is_empty() && d.disappeared.is_empty(), "{d:#?}");
+    assert_eq!(d.matched.iter().map(|m| m.before.ops.len()).sum::<usize>(), b.attention_ops.len());
+    assert_eq!(d.matched.iter().map(|m| m.after.ops.len()).sum::<usize>(), a.attention_ops.len());
+    assert_eq!((d.path_a_realised, d.regressed), (0, 0));
+    for m in &d.matched {
+        assert!(m.before.fused && m.after.fused);
+        assert!(!matches!(m.change, Change::Fused | Change::Unfused));
+        assert_eq!(m.before.count, m.after.count);
+    }
+    let delta = a.summary.attention_time_us - b.summary.attention_time_us;
+    assert!(close(d.attention_delta_us, delta) && close(d.accounted_delta_us(), delta));
+}

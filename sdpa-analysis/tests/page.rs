@@ -177,6 +177,9 @@ fn pages_of_the_real_traces_hold_every_op_finding_call_and_band() {
         path("fixtures", "flex_bf16_S2048.json.gz"),
         path("fixtures", "varlen_bf16.json.gz"),
         path("fixtures", "diff_before_eager_bf16_S1024.json.gz"),
+        path("fixtures", "train_backends_bf16_S2048.json.gz"),
+        path("fixtures", "decode_gqa_bf16.json.gz"),
+        path("fixtures", "cp_unbalanced"),
     ];
     for t in &traces {
         let r = report(t);
@@ -203,6 +206,25 @@ fn the_training_trace_has_a_row_per_layer_with_forward_and_backward() {
     assert!((sum - r.summary.attention_time_us).abs() < 1e-6 * r.summary.attention_time_us);
     let page = check_page(&r);
     assert!(page.contains("class=\"span fused bwd\""));
+}
+
+#[test]
+fn a_directory_of_ranks_names_each_rank_on_its_rows() {
+    let r = report(&path("fixtures", "cp_balanced"));
+    assert_eq!(r.inputs.len(), 2);
+    for (i, input) in r.inputs.iter().enumerate() {
+        let file = Path::new(input).file_name().unwrap().to_string_lossy().into_owned();
+        let spans: Vec<_> = r.timeline.spans.iter().filter(|s| s.input == i).collect();
+        assert!(!spans.is_empty(), "{file}");
+        // Each rank's calls on rows of that rank, timed from that rank's first call.
+        assert!(
+            spans.iter().all(|s| r.timeline.rows[s.row].starts_with(&format!("{file}: "))),
+            "{:?}",
+            r.timeline.rows
+        );
+        assert!(spans.iter().any(|s| s.start_us == 0.0));
+    }
+    check_page(&r);
 }
 
 #[test]
