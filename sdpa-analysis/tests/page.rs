@@ -297,3 +297,21 @@ fn the_checker_refuses_crossed_tags() {
 fn the_checker_refuses_markup_in_attributes() {
     well_formed(r#"<svg><text x=<script>>a</text></svg>"#);
 }
+
+#[test]
+fn the_timeline_keeps_at_most_max_spans_and_counts_the_rest() {
+    use sdpa_analysis::trace::timeline::{Timeline, MAX_SPANS};
+    let trace = sdpa_analysis::trace::kineto::parse_file(&path("data", "bert_eager_fp16_S128.json.gz")).unwrap();
+    let tree = sdpa_analysis::trace::tree::OpTree::build(&trace);
+    let calls = sdpa_analysis::trace::attention::detect(&tree);
+    assert_eq!(calls.len(), 4);
+    let many: Vec<_> = calls.iter().cycle().take(MAX_SPANS + 5).cloned().collect();
+    let ops = vec![0; many.len()];
+    let inputs = vec![0; many.len()];
+    let t = Timeline::build(&many, &ops, &inputs, &["bert".to_string()]);
+    assert_eq!((t.spans.len(), t.left_out), (MAX_SPANS, 5));
+    // The four layers, once each, however many calls.
+    assert_eq!(t.rows.len(), 4);
+    // Lengths that disagree give no timeline rather than a wrong one.
+    assert!(Timeline::build(&many, &ops[1..], &inputs, &[]).is_empty());
+}

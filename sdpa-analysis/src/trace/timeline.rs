@@ -2,7 +2,8 @@
 //! it, for the page's timeline (`sdpa analyze --html`).
 //!
 //! A call is placed at its op's start on the CPU clock (the SDPA op, or the first matmul of an eager chain;
-//! backward calls on the autograd thread's op), measured from the first attention call of the same input file,
+//! backward calls on the autograd thread's op; a kernel found with no op above it at the kernel's own start,
+//! which kineto records on the same clock), measured from the first attention call of the same input file,
 //! and is as long as its GPU time: the trace ties kernels to ops, so the CPU start orders calls exactly while
 //! the GPU time says how much each cost. Rows are layers in the order they first ran; calls without module
 //! frames get one row per kind, pass and backend. At most [`MAX_SPANS`] spans are kept (the first in time);
