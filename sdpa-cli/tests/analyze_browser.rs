@@ -77,7 +77,7 @@ fn the_analysis_page_draws_calls_points_and_bands_in_chromium() {
     let n = |k: &str| r[k].as_u64().expect("probe field");
     // Summary and the ops table.
     assert_eq!(n("tables"), 2, "{r}");
-    assert_eq!(n("rows"), 5 + ops, "{r}");
+    assert_eq!(n("rows"), 6 + ops, "{r}");
     assert_eq!(n("svgs"), 2, "{r}");
     assert_eq!(n("drawn_svgs"), 2, "{r}");
     assert_eq!(calls, 4);

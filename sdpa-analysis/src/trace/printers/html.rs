@@ -28,9 +28,19 @@ fn device_words(r: &TraceReport) -> String {
     }
 }
 
+/// The input files for a title: all of them up to three, else the first and how many more (a directory of
+/// many ranks; the summary lists them all).
+fn inputs_words(inputs: &[String]) -> String {
+    match inputs {
+        [first, _, _, _, ..] => format!("{first} and {} more files", inputs.len() - 1),
+        _ => inputs.join(", "),
+    }
+}
+
 fn summary_rows(r: &TraceReport) -> Vec<Vec<String>> {
     let s = &r.summary;
     let mut rows = vec![
+        vec!["inputs".into(), r.inputs.join(", ")],
         vec!["GPU time".into(), format!("{:.1} µs", s.total_gpu_time_us)],
         vec!["attention".into(), format!("{:.1} µs ({} of GPU time)", s.attention_time_us, pct(s.attention_share))],
         vec!["fused / unfused".into(), format!("{:.1} µs / {:.1} µs", s.fused_time_us, s.unfused_time_us)],
@@ -97,7 +107,7 @@ fn timeline_figure(out: &mut String, r: &TraceReport, title: &str, span_us: Opti
 /// The page of one analysis.
 pub fn report(r: &TraceReport) -> String {
     let mut out = String::new();
-    let title = format!("Attention in {}", r.inputs.join(", "));
+    let title = format!("Attention in {}", inputs_words(&r.inputs));
     open_page(&mut out, &title, EXTRA_CSS);
     let _ = writeln!(out, "<h1>{}</h1>", esc(&title));
     let _ = writeln!(out, "<p class=\"note\">Device: {}.</p>", esc(&device_words(r)));
@@ -222,8 +232,8 @@ pub fn diff(d: &TraceDiff, before: &TraceReport, after: &TraceReport) -> String 
     }
     // One time scale for both, so the bars compare by eye.
     let span = Some(before.timeline.end_us().max(after.timeline.end_us()));
-    timeline_figure(&mut out, before, &format!("before: {}", before.inputs.join(", ")), span);
-    timeline_figure(&mut out, after, &format!("after: {}", after.inputs.join(", ")), span);
+    timeline_figure(&mut out, before, &format!("before: {}", inputs_words(&before.inputs)), span);
+    timeline_figure(&mut out, after, &format!("after: {}", inputs_words(&after.inputs)), span);
     close_page(&mut out);
     out
 }
