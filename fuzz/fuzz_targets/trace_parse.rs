@@ -41,6 +41,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = printers::text::render(&report);
         let _ = printers::markdown::render(&report);
         let _ = printers::csv::render(&report);
+        let _ = printers::html::report(&report);
+        let diff = sdpa_analysis::trace::diff::TraceDiff::new(&report, &report);
+        let _ = printers::html::diff(&diff, &report, &report);
+        let _ = printers::diff::text(&diff);
         if !data.starts_with(&[0x1f, 0x8b]) && data.len() < 1 << 16 {
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             gz.write_all(data).expect("gzip in memory");

@@ -4,12 +4,15 @@
 //!
 //! - [`trace`]: PyTorch profiler traces. Reads kineto Chrome traces (`.json` or `.json.gz`, one file or a
 //!   directory of per-rank files) in one streaming pass, ties GPU kernels to the ops that launched them,
-//!   finds fused and unfused attention, models each op against the device and the best known rate for it, and
-//!   writes findings with Path A /
-//!   Path B advice and a replay ([`trace::TraceReport`], printed by [`trace::printers`]). `sdpa analyze`.
+//!   finds fused and unfused attention, models each op against the device and the best known rate for it,
+//!   writes findings with Path A / Path B advice and a replay ([`trace::TraceReport`], printed by
+//!   [`trace::printers`] as text, markdown, CSV or an HTML page), and compares two runs op by op
+//!   ([`trace::diff`]). `sdpa analyze`, `sdpa analyze --diff`.
 //! - [`results`]: benchmark records (the file format and its reader live in `sdpa_core::record`). Builds
 //!   the tables and plots of `sdpa report` ([`results::ResultsReport`], printed by [`results::page`] and
 //!   [`results::plots`]), and lends records to the trace face as evidence ([`results::evidence`]).
+//!
+//! Both faces' pages draw with the same HTML, markdown and SVG pieces ([`render`]).
 //!
 //! **sdpa-analysis never launches a kernel**: it only reads traces and benchmark records.
 //!
@@ -59,6 +62,7 @@
 //!   reads as `unknown`.
 
 pub mod error;
+pub mod render;
 pub mod results;
 pub mod trace;
 

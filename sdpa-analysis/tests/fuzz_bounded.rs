@@ -33,6 +33,9 @@ fn check_trace(bytes: &[u8], name: &str) {
     match analyze_path(&p, &Options::default()) {
         Ok(r) => {
             let _ = (printers::text::render(&r), printers::markdown::render(&r), printers::csv::render(&r));
+            // The page and the comparison read every field too (timeline, bands, NaN-free axes).
+            let d = sdpa_analysis::trace::diff::TraceDiff::new(&r, &r);
+            let _ = (printers::html::report(&r), printers::html::diff(&d, &r, &r), printers::diff::markdown(&d));
         }
         Err(e) => assert!(e.to_string().contains(name), "the error names the file: {e}"),
     }

@@ -1,13 +1,17 @@
-//! `sdpa analyze`: attention findings from a PyTorch profiler trace (or a TraceLens output directory).
+//! `sdpa analyze`: attention findings from a PyTorch profiler trace (or a TraceLens output directory), as text,
+//! JSON, markdown, CSV or an HTML page; `--diff BEFORE AFTER` compares two analyses op by op.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use sdpa_analysis::trace::diff::{self, TraceDiff};
+use sdpa_analysis::trace::kineto::Progress;
 use sdpa_analysis::trace::printers;
 use sdpa_analysis::trace::tracelens;
 use sdpa_analysis::{analyze_path, Options};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Flags of `sdpa analyze`.
 #[derive(Debug, Args)]
@@ -39,6 +43,16 @@ pub struct AnalyzeArgs {
     /// (on stderr and in the report) and analysing the others.
     #[arg(long)]
     pub strict: bool,
+    /// Write one self-contained HTML page to FILE: the summary, a per-layer timeline of the attention calls,
+    /// efficiency against sequence length with each op's expected band, and the findings with their replays
+    /// (with --diff: the comparison and both timelines).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Compare two analyses: attention ops matched by module, pass, shape and dtype, with time and efficiency
+    /// deltas, and the ops that appeared or disappeared. Each of BEFORE and AFTER is a trace file or a
+    /// directory of per-rank traces; --json, --md and --html print the comparison.
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["path", "output_dir", "csv"])]
+    pub diff: Option<Vec<PathBuf>>,
 }
 
 /// Runs the command.
@@ -50,27 +64,11 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
         }
     }
     let bench = sdpa_analysis::results::evidence::load(&args.bench_results)?;
-    // A progress bar on a terminal (large traces take seconds); nothing when stderr is piped.
-    let bar = if std::io::stderr().is_terminal() {
-        let pb = ProgressBar::new(0);
-        if let Ok(style) =
-            ProgressStyle::with_template("{spinner} reading trace {bytes}/{total_bytes} {wide_bar} {eta}")
-        {
-            pb.set_style(style);
-        }
-        pb
-    } else {
-        ProgressBar::hidden()
-    };
-    let progress: Option<sdpa_analysis::trace::kineto::Progress> = if bar.is_hidden() {
-        None
-    } else {
-        let pb = bar.clone();
-        Some(std::sync::Arc::new(move |done, total| {
-            pb.set_length(total);
-            pb.set_position(done);
-        }))
-    };
+    let bar = progress_bar();
+    if let Some(pair) = &args.diff {
+        return run_diff(&args, pair, bench, &bar);
+    }
+    let progress = progress_of(&bar, None);
     let opts = Options { device: args.device.clone(), bench, progress, strict: args.strict };
     let report = match (&args.path, &args.output_dir) {
         (Some(p), _) => analyze_path(p, &opts)?,
@@ -97,15 +95,90 @@ pub fn run(args: AnalyzeArgs) -> Result<()> {
     if let Some(f) = &args.csv {
         write(f, &printers::csv::render(&report))?;
     }
+    if let Some(f) = &args.html {
+        write(f, &printers::html::report(&report))?;
+        eprintln!("sdpa: wrote {}", f.display());
+    }
+    print(args.json, &report, || printers::text::render(&report))
+}
+
+/// Prints `value` as JSON, or the text `text` makes, to stdout.
+fn print<T: serde::Serialize>(json: bool, value: &T, text: impl FnOnce() -> String) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut stdout, &report).context("writing JSON")?;
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, value).context("writing JSON")?;
         writeln!(stdout)?;
     } else {
-        stdout.write_all(printers::text::render(&report).as_bytes())?;
+        stdout.write_all(text().as_bytes())?;
     }
     stdout.flush()?;
     Ok(())
+}
+
+/// (bytes read, file size) of each of the two inputs of `--diff`, read at the same time.
+type BothRead = Arc<Mutex<[(u64, u64); 2]>>;
+
+/// A progress bar on a terminal (large traces take seconds); hidden when stderr is piped.
+fn progress_bar() -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} reading trace {bytes}/{total_bytes} {wide_bar} {eta}") {
+        pb.set_style(style);
+    }
+    pb
+}
+
+/// The bytes read so far, as the parser reports them, into the bar. With `slot`, one of two inputs read at the
+/// same time: the bar shows both together.
+fn progress_of(bar: &ProgressBar, slot: Option<(usize, BothRead)>) -> Option<Progress> {
+    if bar.is_hidden() {
+        return None;
+    }
+    let pb = bar.clone();
+    Some(Arc::new(move |done, total| match &slot {
+        None => {
+            pb.set_length(total);
+            pb.set_position(done);
+        }
+        Some((i, both)) => {
+            if let Ok(mut b) = both.lock() {
+                b[*i] = (done, total);
+                pb.set_length(b[0].1 + b[1].1);
+                pb.set_position(b[0].0 + b[1].0);
+            }
+        }
+    }))
+}
+
+/// `--diff BEFORE AFTER`: both inputs analysed at once (two threads), then compared.
+fn run_diff(args: &AnalyzeArgs, pair: &[PathBuf], bench: Vec<sdpa_core::BenchRecord>, bar: &ProgressBar) -> Result<()> {
+    let [before, after] = pair else { bail!("--diff takes two inputs: BEFORE AFTER") };
+    let both: BothRead = Arc::new(Mutex::new([(0, 0); 2]));
+    let opts = |i: usize| Options {
+        device: args.device.clone(),
+        bench: bench.clone(),
+        progress: progress_of(bar, Some((i, both.clone()))),
+        strict: args.strict,
+    };
+    let (ob, oa) = (opts(0), opts(1));
+    let (rb, ra) = diff::analyze_both(before, after, [&ob, &oa])?;
+    bar.finish_and_clear();
+    for (side, r) in [("before", &rb), ("after", &ra)] {
+        for u in &r.unreadable {
+            eprintln!("sdpa: warning: {side}: {u} (left out of the report)");
+        }
+    }
+    let d = TraceDiff::new(&rb, &ra);
+    if let Some(f) = &args.md {
+        write(f, &printers::diff::markdown(&d))?;
+    }
+    if let Some(f) = &args.html {
+        write(f, &printers::html::diff(&d, &rb, &ra))?;
+        eprintln!("sdpa: wrote {}", f.display());
+    }
+    print(args.json, &d, || printers::diff::text(&d))
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

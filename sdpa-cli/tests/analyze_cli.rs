@@ -133,3 +133,62 @@ fn non_trace_json_is_an_error_and_absurd_durations_are_suspect() {
     assert!(text.contains("suspect: 1 implausible values left out"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn fixture(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdpa-analysis/tests/fixtures").join(name);
+    p.to_str().expect("utf-8 path").to_string()
+}
+
+#[test]
+fn diff_of_the_eager_and_sdpa_traces_prints_path_a_realised_in_every_format() {
+    let dir = tmp("diff");
+    let (before, after) =
+        (fixture("diff_before_eager_bf16_S1024.json.gz"), fixture("diff_after_sdpa_bf16_S1024.json.gz"));
+    let out = sdpa(&["analyze", "--diff", &before, &after, "--json", "--md", "d.md", "--html", "d.html"], &dir);
+    let d = json(&out);
+    assert_eq!(d["path_a_realised"], 1);
+    assert_eq!(d["matched"][0]["change"], "fused");
+    assert_eq!(d["matched"][0]["before"]["count"], 4);
+    // The delta is the two analyses' attention times apart.
+    let single = |p: &str| {
+        json(&sdpa(&["analyze", p, "--json"], &dir))["summary"]["attention_time_us"]
+            .as_f64()
+            .expect("as the test set it up")
+    };
+    let delta = d["attention_delta_us"].as_f64().expect("as the test set it up");
+    assert!((delta - (single(&after) - single(&before))).abs() < 1e-6, "{delta}");
+    let md = std::fs::read_to_string(dir.join("d.md")).expect("as the test set it up");
+    assert!(md.contains("Path A realised (now fused)"), "{md}");
+    let page = std::fs::read_to_string(dir.join("d.html")).expect("as the test set it up");
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("class=\"plot timeline\""));
+    let text = sdpa(&["analyze", "--diff", &before, &after], &dir);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("Path A realised 1, regressed 0"));
+}
+
+#[test]
+fn diff_refuses_a_trace_path_beside_it_and_names_a_missing_input() {
+    let dir = tmp("diff-bad");
+    let before = fixture("diff_before_eager_bf16_S1024.json.gz");
+    let out = sdpa(&["analyze", &before, "--diff", &before, &before], &dir);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sdpa(&["analyze", "--diff", &before, "nope.json.gz"], &dir);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("sdpa: ") && err.contains("nope.json.gz"), "{err}");
+}
+
+#[test]
+fn html_writes_the_page_beside_the_summary() {
+    let dir = tmp("html");
+    let out = sdpa(&["analyze", bert_trace().to_str().expect("as the test set it up"), "--html", "page.html"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("findings:"));
+    let page = std::fs::read_to_string(dir.join("page.html")).expect("as the test set it up");
+    assert!(page.contains("BertSelfAttention") && page.contains("class=\"plot efficiency\""));
+}

@@ -3,24 +3,10 @@
 //! `SDPA_REQUIRE_BROWSER=1`, so there a missing browser fails the test; on a fresh machine without chromium the
 //! test skips with a printed reason, so the README's test command works anywhere.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn find_browser() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("SDPA_CHROMIUM") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH")?;
-    for name in ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"] {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join(name);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    None
-}
+use common::{browser_or_skip, probe_page};
+use std::process::Command;
 
 /// Measures the laid-out page from inside it and leaves the result in `<pre id="probe">` for --dump-dom.
 const PROBE: &str = r#"<script>
@@ -63,13 +49,7 @@ fn record(backend: &str, kernel: &str, s: usize, d: usize, ms: f64) -> serde_jso
 
 #[test]
 fn the_html_report_renders_tables_and_plots_in_chromium() {
-    let Some(browser) = find_browser() else {
-        if std::env::var("SDPA_REQUIRE_BROWSER").is_ok_and(|v| v == "1") {
-            panic!("chromium not found on PATH and SDPA_REQUIRE_BROWSER=1 (apt-get install chromium)");
-        }
-        eprintln!("skipping the browser test: no chromium on PATH (apt-get install chromium to run it)");
-        return;
-    };
+    let Some(browser) = browser_or_skip() else { return };
     let dir = std::env::temp_dir().join(format!("sdpa-browser-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -89,34 +69,7 @@ fn the_html_report_renders_tables_and_plots_in_chromium() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let html = std::fs::read_to_string(dir.join("rep/report.html")).unwrap();
-    let probed = html.replace("</body>", &format!("{PROBE}</body>"));
-    let page = dir.join("probed.html");
-    std::fs::write(&page, probed).unwrap();
-
-    let profile = dir.join("profile");
-    let out = Command::new(&browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--window-size=1280,2000",
-            &format!("--user-data-dir={}", profile.display()),
-            "--dump-dom",
-            &url(&page),
-        ])
-        .output()
-        .expect("chromium starts");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let probe = dom
-        .split_once("<pre id=\"probe\">")
-        .and_then(|(_, rest)| rest.split_once("</pre>"))
-        .map(|(json, _)| json.to_string())
-        .unwrap_or_else(|| panic!("the probe did not run; chromium stderr: {}", String::from_utf8_lossy(&out.stderr)));
-    let r: serde_json::Value = serde_json::from_str(&probe).unwrap();
+    let r = probe_page(&browser, &dir, &html, PROBE);
     let n = |k: &str| r[k].as_u64().unwrap();
     // Sources, speedup summary, summary, 6 detail tables.
     assert_eq!(n("tables"), 9, "{r}");
@@ -132,8 +85,4 @@ fn the_html_report_renders_tables_and_plots_in_chromium() {
     assert_eq!(n("points_inside"), 24, "{r}");
     assert!(n("texts") > 20, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn url(p: &Path) -> String {
-    format!("file://{}", p.display())
 }

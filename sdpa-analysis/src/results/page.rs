@@ -3,7 +3,10 @@
 
 use super::backward::PYTORCH_BACKWARDS;
 use super::model::{shape_label, Group, ResultsReport, Row, XAxis};
-use super::plots::{color, esc, roofline_plot, seq_plot};
+use super::plots::{roofline_plot, seq_plot};
+use crate::render::html::{close_page, open_page, table};
+use crate::render::markdown as md;
+use crate::render::{esc, svg::color};
 use sdpa_core::record::Skipped;
 use sdpa_core::{BenchRecord, Bound};
 use std::collections::BTreeMap;
@@ -346,19 +349,6 @@ fn backward_summary_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) 
     (head, rows)
 }
 
-fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
-}
-
-fn md_table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "| {} |", head.iter().map(|h| md_cell(h)).collect::<Vec<_>>().join(" | "));
-    let _ = writeln!(out, "|{}", " --- |".repeat(head.len()));
-    for r in rows {
-        let _ = writeln!(out, "| {} |", r.iter().map(|c| md_cell(c)).collect::<Vec<_>>().join(" | "));
-    }
-    out.push('\n');
-}
-
 fn sources_table(r: &ResultsReport) -> (Vec<String>, Vec<Vec<String>>) {
     let head =
         ["file", "records", "skipped", "machine", "commit", "date", "command"].iter().map(|s| s.to_string()).collect();
@@ -427,7 +417,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {}\n", r.title);
     let (h, rows) = sources_table(r);
-    md_table(&mut out, &h, &rows);
+    md::table(&mut out, &h, &rows);
     let _ = writeln!(out, "{NOTES} {}.\n", r.peak_note);
     if r.groups.is_empty() {
         out.push_str("No measured records.\n\n");
@@ -435,29 +425,29 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
         let (h, rows) = ratio_table(r);
         if !rows.is_empty() {
             out.push_str("## Speedup against the baseline (ratios of medians measured in the same run)\n\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         out.push_str("## Summary (TFLOP/s; speedup against the baseline in brackets)\n\n");
         let (h, rows) = summary(r);
-        md_table(&mut out, &h, &rows);
+        md::table(&mut out, &h, &rows);
         let (h, rows) = variants_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Variants against plain attention\n\n{VARIANTS_NOTE}\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         let (h, rows) = serving_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Serving layouts\n\n{SERVING_NOTE}\n");
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
         let (h, rows) = backward_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "## Backward\n\n{BACKWARD_NOTE}\n");
             let (sh, srows) = backward_summary_table(r);
             if !srows.is_empty() {
-                md_table(&mut out, &sh, &srows);
+                md::table(&mut out, &sh, &srows);
             }
-            md_table(&mut out, &h, &rows);
+            md::table(&mut out, &h, &rows);
         }
     }
     if with_plots && !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
@@ -471,7 +461,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
                 })
                 .chain(r.rooflines.iter().map(|p| p.title.clone())),
         ) {
-            let _ = writeln!(out, "![{}]({path})\n", md_cell(&title));
+            let _ = writeln!(out, "![{}]({path})\n", md::cell(&title));
         }
     }
     if !r.groups.is_empty() {
@@ -483,7 +473,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
             }
             let head: Vec<String> = DETAIL_HEAD.iter().map(|s| s.to_string()).collect();
             let rows: Vec<Vec<String>> = g.rows.iter().map(detail_cells).collect();
-            md_table(&mut out, &head, &rows);
+            md::table(&mut out, &head, &rows);
         }
     }
     if !r.skipped.is_empty() {
@@ -496,7 +486,7 @@ pub fn markdown(r: &ResultsReport, with_plots: bool) -> String {
                 vec![bk, if failed { format!("FAILED: {reason}") } else { reason }, n.to_string(), ex]
             })
             .collect();
-        md_table(&mut out, &head, &rows);
+        md::table(&mut out, &head, &rows);
     }
     out
 }
@@ -514,51 +504,14 @@ fn baseline_words(g: &Group) -> String {
     })
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1200px;padding:0 16px;color:#222}\
-.wide{overflow-x:auto}table{border-collapse:collapse;margin:8px 0 20px;font-size:13px}\
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}\
-th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}.fail{color:#b00020;font-weight:600}\
-.pass{color:#116611}figure{margin:12px 0 24px}figure svg{max-width:100%;height:auto;border:1px solid #ddd}\
-.note{color:#555;font-size:13px;max-width:900px}.plots{display:flex;flex-wrap:wrap;gap:8px}\
-.plots figure{flex:1 1 560px;max-width:720px;margin:0}table.sources td,table.skipped td{text-align:left;white-space:normal}h3{font-size:15px;margin-top:28px}.swatch{display:inline-block;width:10px;height:10px;margin-right:4px}";
-
-fn html_table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String>], status_col: Option<usize>) {
-    let _ = write!(out, r#"<div class="wide"><table class="{class}"><thead><tr>"#);
-    for h in head {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for r in rows {
-        out.push_str("<tr>");
-        for (i, c) in r.iter().enumerate() {
-            let cls = if Some(i) == status_col || c.ends_with(" FAIL") {
-                if c.starts_with("FAIL") || c.ends_with(" FAIL") {
-                    r#" class="fail""#
-                } else if c.starts_with("pass") {
-                    r#" class="pass""#
-                } else {
-                    ""
-                }
-            } else {
-                ""
-            };
-            let _ = write!(out, "<td{cls}>{}</td>", esc(c));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</tbody></table></div>\n");
-}
-
 /// The self-contained HTML page.
 pub fn html(r: &ResultsReport) -> String {
     let idx = |s: &str| r.series.iter().position(|x| x == s).unwrap_or(0);
     let mut out = String::new();
-    let _ = writeln!(out, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{CSS}</style></head><body>",
-        esc(&r.title)
-    );
+    open_page(&mut out, &r.title, "");
     let _ = writeln!(out, "<h1>{}</h1>", esc(&r.title));
     let (h, rows) = sources_table(r);
-    html_table(&mut out, "sources", &h, &rows, None);
+    table(&mut out, "sources", &h, &rows, None);
     let _ = writeln!(out, "<p class=\"note\">{} {}.</p>", esc(NOTES), esc(&r.peak_note));
     if r.groups.is_empty() {
         out.push_str("<p>No measured records.</p>\n");
@@ -566,30 +519,30 @@ pub fn html(r: &ResultsReport) -> String {
         let (h, rows) = ratio_table(r);
         if !rows.is_empty() {
             out.push_str("<h2>Speedup against the baseline</h2><p class=\"note\">Ratios of medians measured in the same run.</p>\n");
-            html_table(&mut out, "ratios", &h, &rows, None);
+            table(&mut out, "ratios", &h, &rows, None);
         }
         out.push_str("<h2>Summary</h2><p class=\"note\">TFLOP/s; speedup against the baseline in brackets.</p>\n");
         let (h, rows) = summary(r);
-        html_table(&mut out, "summary", &h, &rows, None);
+        table(&mut out, "summary", &h, &rows, None);
         let (h, rows) = variants_table(r);
         if !rows.is_empty() {
             let _ =
                 writeln!(out, "<h2>Variants against plain attention</h2><p class=\"note\">{}</p>", esc(VARIANTS_NOTE));
-            html_table(&mut out, "variants", &h, &rows, None);
+            table(&mut out, "variants", &h, &rows, None);
         }
         let (h, rows) = serving_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "<h2>Serving layouts</h2><p class=\"note\">{}</p>", esc(SERVING_NOTE));
-            html_table(&mut out, "serving", &h, &rows, None);
+            table(&mut out, "serving", &h, &rows, None);
         }
         let (h, rows) = backward_table(r);
         if !rows.is_empty() {
             let _ = writeln!(out, "<h2>Backward</h2><p class=\"note\">{}</p>", esc(BACKWARD_NOTE));
             let (sh, srows) = backward_summary_table(r);
             if !srows.is_empty() {
-                html_table(&mut out, "backward-summary", &sh, &srows, None);
+                table(&mut out, "backward-summary", &sh, &srows, None);
             }
-            html_table(&mut out, "backward", &h, &rows, Some(h.len() - 3));
+            table(&mut out, "backward", &h, &rows, Some(h.len() - 3));
         }
     }
     if !(r.seq_plots.is_empty() && r.rooflines.is_empty()) {
@@ -616,7 +569,7 @@ pub fn html(r: &ResultsReport) -> String {
             }
             let head: Vec<String> = DETAIL_HEAD.iter().map(|s| s.to_string()).collect();
             let rows: Vec<Vec<String>> = g.rows.iter().map(detail_cells).collect();
-            html_table(&mut out, "detail", &head, &rows, Some(DETAIL_HEAD.len() - 1));
+            table(&mut out, "detail", &head, &rows, Some(DETAIL_HEAD.len() - 1));
         }
     }
     if !r.skipped.is_empty() {
@@ -629,7 +582,7 @@ pub fn html(r: &ResultsReport) -> String {
                 vec![bk, if failed { format!("FAILED: {reason}") } else { reason }, n.to_string(), ex]
             })
             .collect();
-        html_table(&mut out, "skipped", &head, &rows, None);
+        table(&mut out, "skipped", &head, &rows, None);
     }
     let legend: Vec<String> = r
         .series
@@ -637,6 +590,7 @@ pub fn html(r: &ResultsReport) -> String {
         .enumerate()
         .map(|(i, s)| format!("<span class=\"swatch\" style=\"background:{}\"></span>{}", color(i), esc(s)))
         .collect();
-    let _ = writeln!(out, "<p class=\"note\">Series: {}</p>\n</body></html>", legend.join(" &nbsp; "));
+    let _ = writeln!(out, "<p class=\"note\">Series: {}</p>", legend.join(" &nbsp; "));
+    close_page(&mut out);
     out
 }

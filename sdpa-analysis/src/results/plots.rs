@@ -1,8 +1,11 @@
 //! Hand-written SVG plots (no dependency, no script): TFLOPS against sequence length or head dim, and the
 //! roofline.
-//! Every plot is a standalone `<svg>` element with a `viewBox`, so it scales in a page and opens on its own.
+//! Every plot is a standalone `<svg>` element on the shared canvas ([`crate::render::svg`]).
 
 use super::model::{RooflinePlot, SeqPlot, XAxis};
+pub use crate::render::esc;
+pub use crate::render::svg::{color, len_label};
+use crate::render::svg::{nice_step, num_label, Canvas};
 use std::fmt::Write;
 
 const W: f64 = 720.0;
@@ -12,137 +15,8 @@ const RIGHT: f64 = 190.0;
 const TOP: f64 = 34.0;
 const BOTTOM: f64 = 48.0;
 
-/// Colour-blind-friendly palette; a series keeps its colour in every plot of a report.
-const PALETTE: [&str; 10] =
-    ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#999999", "#f0e442", "#882255"];
-
-/// Colour of the `i`-th series of the report.
-pub fn color(i: usize) -> &'static str {
-    PALETTE[i % PALETTE.len()]
-}
-
-/// Escapes text for XML and HTML.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-/// 512 -> "512", 1024 -> "1k", 16384 -> "16k", 32768 -> "32k", 1536 -> "1.5k".
-pub fn len_label(x: f64) -> String {
-    if x >= 1024.0 {
-        let k = x / 1024.0;
-        if (k - k.round()).abs() < 1e-9 {
-            format!("{}k", k.round())
-        } else {
-            format!("{k:.1}k")
-        }
-    } else {
-        format!("{x}")
-    }
-}
-
-fn num_label(v: f64) -> String {
-    let a = v.abs();
-    if a == 0.0 {
-        "0".into()
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a < 1e-3 {
-        format!("{v:.1e}")
-    } else {
-        // Enough decimals for two significant digits, trailing zeros trimmed.
-        let decimals = ((-a.log10()).floor() as i64 + 2).clamp(0, 6) as usize;
-        let s = format!("{v:.decimals$}");
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    }
-}
-
-/// A "nice" step for about `n` ticks over `[0, max]`.
-fn nice_step(max: f64, n: f64) -> f64 {
-    let raw = max / n;
-    let mag = 10f64.powf(raw.log10().floor());
-    let f = raw / mag;
-    let nice = if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * mag
-}
-
-fn open(out: &mut String, class: &str, title: &str, aria: &str) {
-    let _ = write!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="{class}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}" font-family="system-ui, sans-serif" font-size="12">"#,
-        esc(aria)
-    );
-    let _ = write!(out, r##"<rect x="0" y="0" width="{W}" height="{H}" fill="#ffffff"/>"##);
-    // Long titles get a smaller font so they stay inside the picture.
-    let size = match title.chars().count() {
-        0..=70 => 13.0,
-        71..=90 => 11.0,
-        _ => 9.5,
-    };
-    let _ = write!(
-        out,
-        r#"<text x="{}" y="20" text-anchor="middle" font-size="{size}" font-weight="600">{}</text>"#,
-        W / 2.0,
-        esc(title)
-    );
-}
-
-fn frame(out: &mut String, x_label: &str, y_label: &str) {
-    let (x0, x1, y0, y1) = (LEFT, W - RIGHT, H - BOTTOM, TOP);
-    let _ = write!(
-        out,
-        r##"<rect x="{x0}" y="{y1}" width="{}" height="{}" fill="none" stroke="#444"/>"##,
-        x1 - x0,
-        y0 - y1
-    );
-    let _ =
-        write!(out, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, (x0 + x1) / 2.0, H - 10.0, esc(x_label));
-    let _ = write!(
-        out,
-        r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
-        (y0 + y1) / 2.0,
-        (y0 + y1) / 2.0,
-        esc(y_label)
-    );
-}
-
-fn legend(out: &mut String, entries: &[(String, &'static str)]) {
-    let x = W - RIGHT + 14.0;
-    for (i, (name, col)) in entries.iter().enumerate() {
-        let y = TOP + 8.0 + 18.0 * i as f64;
-        let _ = write!(
-            out,
-            r#"<g class="legend-entry"><line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{col}" stroke-width="3"/><circle cx="{}" cy="{y}" r="3.5" fill="{col}"/><text x="{}" y="{}">{}</text></g>"#,
-            x + 22.0,
-            x + 11.0,
-            x + 28.0,
-            y + 4.0,
-            esc(name)
-        );
-    }
-}
+/// The canvas of every plot of the benchmark report.
+const CANVAS: Canvas = Canvas { w: W, h: H, left: LEFT, right: RIGHT, top: TOP, bottom: BOTTOM };
 
 /// TFLOPS (linear) against sequence length or head dim (log2); `index_of` gives each series' report-wide
 /// colour index.
@@ -156,7 +30,7 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
         XAxis::SeqLen => len_label(x),
         XAxis::HeadDim => format!("{x:.0}"),
     };
-    open(&mut out, "plot seq-plot", &p.title, &format!("TFLOPS against {what}: {}", p.title));
+    CANVAS.open(&mut out, "plot seq-plot", &p.title, &format!("TFLOPS against {what}: {}", p.title));
     let xs: Vec<f64> = {
         let mut v: Vec<f64> = p.series.iter().flat_map(|(_, pts)| pts.iter().map(|q| q.0)).collect();
         v.sort_by(f64::total_cmp);
@@ -175,28 +49,15 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
     let mut y = 0.0;
     while y <= ymax + step * 1e-9 {
         let py = sy(y);
-        let _ = write!(
-            out,
-            r##"<line x1="{LEFT}" y1="{py}" x2="{}" y2="{py}" stroke="#e4e4e4"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            num_label(y)
-        );
+        CANVAS.y_grid(&mut out, py, &num_label(y));
         y += step;
     }
     let stride = xs.len().div_ceil(12).max(1);
     for x in xs.iter().step_by(stride) {
         let px = sx(*x);
-        let _ = write!(
-            out,
-            r##"<line x1="{px}" y1="{TOP}" x2="{px}" y2="{}" stroke="#e4e4e4"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
-            x_label(*x)
-        );
+        CANVAS.x_grid(&mut out, px, &x_label(*x));
     }
-    frame(&mut out, axis, "TFLOP/s");
+    CANVAS.frame(&mut out, axis, "TFLOP/s");
     let mut entries = Vec::new();
     for (name, pts) in &p.series {
         let col = color(index_of(name));
@@ -222,7 +83,7 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
         }
         out.push_str("</g>");
     }
-    legend(&mut out, &entries);
+    CANVAS.legend(&mut out, &entries);
     out.push_str("</svg>");
     out
 }
@@ -230,7 +91,7 @@ pub fn seq_plot(p: &SeqPlot, index_of: &dyn Fn(&str) -> usize) -> String {
 /// Achieved TFLOPS against arithmetic intensity, log-log, with the compute ceilings and the bandwidth roof.
 pub fn roofline_plot(p: &RooflinePlot, index_of: &dyn Fn(&str) -> usize) -> String {
     let mut out = String::new();
-    open(&mut out, "plot roofline", &p.title, &format!("roofline: {}", p.title));
+    CANVAS.open(&mut out, "plot roofline", &p.title, &format!("roofline: {}", p.title));
     let ai: Vec<f64> = p.points.iter().map(|q| q.1).collect();
     let tf: Vec<f64> = p.points.iter().map(|q| q.2).collect();
     let peak_max = p.ceilings.iter().map(|c| c.1).fold(0.0f64, f64::max);
@@ -248,27 +109,14 @@ pub fn roofline_plot(p: &RooflinePlot, index_of: &dyn Fn(&str) -> usize) -> Stri
     for e in lx0 as i32..=lx1 as i32 {
         let v = 10f64.powi(e);
         let px = sx(v);
-        let _ = write!(
-            out,
-            r##"<line x1="{px}" y1="{TOP}" x2="{px}" y2="{}" stroke="#e4e4e4"/><text x="{px}" y="{}" text-anchor="middle">{}</text>"##,
-            H - BOTTOM,
-            H - BOTTOM + 16.0,
-            num_label(v)
-        );
+        CANVAS.x_grid(&mut out, px, &num_label(v));
     }
     for e in ly0 as i32..=ly1 as i32 {
         let v = 10f64.powi(e);
         let py = sy(v);
-        let _ = write!(
-            out,
-            r##"<line x1="{LEFT}" y1="{py}" x2="{}" y2="{py}" stroke="#e4e4e4"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
-            W - RIGHT,
-            LEFT - 6.0,
-            py + 4.0,
-            num_label(v)
-        );
+        CANVAS.y_grid(&mut out, py, &num_label(v));
     }
-    frame(&mut out, "arithmetic intensity (FLOP / minimal byte)", "TFLOP/s");
+    CANVAS.frame(&mut out, "arithmetic intensity (FLOP / minimal byte)", "TFLOP/s");
     // Roofs: min(peak, intensity · bandwidth) over the x range.
     let (xa, xb) = (10f64.powf(lx0), 10f64.powf(lx1));
     for (label, peak) in &p.ceilings {
@@ -310,25 +158,7 @@ pub fn roofline_plot(p: &RooflinePlot, index_of: &dyn Fn(&str) -> usize) -> Stri
             esc(label)
         );
     }
-    legend(&mut out, &entries);
+    CANVAS.legend(&mut out, &entries);
     out.push_str("</svg>");
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_read_like_the_seed_tables() {
-        assert_eq!(len_label(512.0), "512");
-        assert_eq!(len_label(16384.0), "16k");
-        assert_eq!(len_label(1536.0), "1.5k");
-        assert_eq!(esc("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
-        assert_eq!(nice_step(7.3, 5.0), 2.0);
-        assert_eq!(num_label(0.05), "0.05");
-        assert_eq!(num_label(0.0125), "0.013");
-        assert_eq!(num_label(2.5), "2.5");
-        assert_eq!(num_label(4e-5), "4.0e-5");
-    }
 }

@@ -9,6 +9,7 @@ use crate::trace::findings;
 use crate::trace::kineto::{parse_file_with_progress, DeviceProps, Progress, Trace};
 use crate::trace::ranks::{self, RankStats};
 use crate::trace::report::{self, DeviceInfo, KernelTime, Summary, Suspect, TraceInfo, TraceReport};
+use crate::trace::timeline::Timeline;
 use crate::trace::tree::OpTree;
 use sdpa_core::BenchRecord;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,8 @@ struct Run {
     ranks: Vec<RankStats>,
     /// Launch gaps of each trace's decode loop.
     decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
+    /// The input (index into `inputs`) each call came from: the timeline's rows per file.
+    call_inputs: Vec<usize>,
 }
 
 impl Run {
@@ -141,6 +144,7 @@ impl Run {
         self.decode_gaps.extend(crate::trace::decode::gaps(t, &calls));
         self.ranks.push(RankStats::of(t, &tree, &calls));
         self.calls.extend(calls);
+        self.call_inputs.resize(self.calls.len(), self.inputs.len());
         attention::cache_write::merge(&mut self.cache_writes, attention::cache_write::cache_writes(&tree));
         self.total_gpu += t.gpu.iter().fold(0.0, |a, g| a + g.dur);
         let info = &mut self.info;
@@ -197,6 +201,7 @@ impl Run {
             self.info,
             self.cache_writes,
             opts,
+            &self.call_inputs,
         );
         report.unreadable = unreadable;
         crate::trace::decode::attach_gaps(&mut report, self.decode_gaps);
@@ -223,6 +228,7 @@ pub(crate) fn build_report(
     info: TraceInfo,
     cache_writes: Vec<KernelTime>,
     opts: &Options,
+    call_inputs: &[usize],
 ) -> TraceReport {
     // fold from +0.0: an empty float sum is -0.0, which prints as "-0.0".
     let time = |k: Kind| calls.iter().filter(|c| c.kind == k).fold(0.0, |a, c| a + c.gpu_us * c.repeat as f64);
@@ -240,7 +246,8 @@ pub(crate) fn build_report(
     } else {
         total_gpu
     };
-    let ops = report::group(calls, total_gpu, device.hardware());
+    let (ops, op_of_call) = report::group_indexed(calls, total_gpu, device.hardware());
+    let timeline = Timeline::build(calls, &op_of_call, call_inputs, &inputs);
     for c in calls {
         if let Some(why) = &c.suspect {
             let effect = "shape left out: no FLOPs, efficiency or replay";
@@ -278,6 +285,7 @@ pub(crate) fn build_report(
         trace: info,
         ranks: None,
         decode_gaps: Vec::new(),
+        timeline,
     }
 }
 

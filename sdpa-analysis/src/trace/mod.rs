@@ -6,15 +6,17 @@
 //! ALiBi ([`attention`]), models each op against the device ([`perf`], through `sdpa_core::cost`), leaves out values outside physical bounds ([`plausible`]),
 //! judges it against the best known rate ([`frontier`]), backward against forward ([`balance`]), decoding by
 //! bytes and launch gaps ([`decode`]) and in [`findings`], with a [`replay`] per finding as a `BenchSpec`, and
-//! collects everything in a [`TraceReport`] ([`report`]), which [`printers`] print as text, markdown and CSV. A
-//! directory of per-rank traces adds each rank's attention time, the imbalance across ranks and the
-//! communication that attention kernels hide ([`ranks`]). [`tracelens`] reads
+//! collects everything in a [`TraceReport`] ([`report`], with a per-layer [`timeline`] of the calls), which
+//! [`printers`] print as text, markdown, CSV and an HTML page; [`diff`] compares two reports
+//! (`sdpa analyze --diff`). A directory of per-rank traces adds each rank's attention time, the imbalance
+//! across ranks and the communication that attention kernels hide ([`ranks`]). [`tracelens`] reads
 //! and writes the TraceLens-style directory contract.
 
 pub mod analyze;
 pub mod attention;
 pub mod balance;
 pub mod decode;
+pub mod diff;
 pub mod findings;
 pub mod frontier;
 pub mod kineto;
@@ -24,6 +26,7 @@ pub mod printers;
 pub mod ranks;
 pub mod replay;
 pub mod report;
+pub mod timeline;
 pub mod tracelens;
 pub mod tree;
 

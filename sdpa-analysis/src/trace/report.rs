@@ -5,6 +5,7 @@
 use crate::trace::attention::{dtype_label, AttentionCall, BatchLayout, Kind, Part, Ragged, WorkBound};
 use crate::trace::findings::Finding;
 use crate::trace::perf::{self, Band};
+use crate::trace::timeline::Timeline;
 use crate::trace::tree::LinkStats;
 use sdpa_core::{HardwareSpec, Shape};
 use serde::Serialize;
@@ -40,6 +41,10 @@ pub struct TraceReport {
     /// ([`crate::trace::decode::gaps`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub decode_gaps: Vec<crate::trace::decode::DecodeGaps>,
+    /// Every attention call in time order, by layer ([`crate::trace::timeline`]); empty for the TraceLens
+    /// contract, whose rows are not calls in time.
+    #[serde(skip_serializing_if = "Timeline::is_empty")]
+    pub timeline: Timeline,
 }
 
 /// Events or calls whose values lie outside physical bounds: what they were, how many, the first one, and
@@ -353,6 +358,15 @@ pub fn module_class(name: &str) -> &str {
 
 /// Groups calls into ops and applies the performance model.
 pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpec>) -> Vec<AttentionOp> {
+    group_indexed(calls, total_gpu_us, hw).0
+}
+
+/// [`group`], with the index of each call's op in the returned list (the timeline's link from call to op).
+pub fn group_indexed(
+    calls: &[AttentionCall],
+    total_gpu_us: f64,
+    hw: Option<&HardwareSpec>,
+) -> (Vec<AttentionOp>, Vec<usize>) {
     type Key = (
         Kind,
         crate::trace::attention::Phase,
@@ -367,8 +381,8 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
         String,
         Option<String>,
     );
-    let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>)> = BTreeMap::new();
-    for c in calls {
+    let mut groups: BTreeMap<String, (Key, Vec<&AttentionCall>, Vec<usize>)> = BTreeMap::new();
+    for (i, c) in calls.iter().enumerate() {
         let module = if c.module.is_empty() {
             "-".to_string()
         } else {
@@ -390,11 +404,15 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             c.kv.stored_dtype.clone(),
         );
         let k = format!("{key:?}");
-        groups.entry(k).or_insert_with(|| (key, Vec::new())).1.push(c);
+        let g = groups.entry(k).or_insert_with(|| (key, Vec::new(), Vec::new()));
+        g.1.push(c);
+        g.2.push(i);
     }
-    let mut out: Vec<AttentionOp> = groups
+    let mut member_lists: Vec<Vec<usize>> = Vec::with_capacity(groups.len());
+    let out: Vec<AttentionOp> = groups
         .into_values()
-        .map(|(key, members)| {
+        .map(|(key, members, indices)| {
+            member_lists.push(indices);
             let (kind, phase, backend, module, shape, dtype, mask_label, variants_label, layout, ragged, _op, _) = key;
             // A dense decode loop is one op over its cache lengths: costed at their mean, the range kept.
             let (shape, sk_range) = crate::trace::decode::loop_shape(shape, &members);
@@ -530,8 +548,18 @@ pub fn group(calls: &[AttentionCall], total_gpu_us: f64, hw: Option<&HardwareSpe
             }
         })
         .collect();
-    out.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
-    out
+    // Largest first; the same permutation carries each group's call indices to its op's final place.
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by(|&a, &b| out[b].total_us.total_cmp(&out[a].total_us));
+    let mut op_of_call = vec![0; calls.len()];
+    for (place, &g) in order.iter().enumerate() {
+        for &c in &member_lists[g] {
+            op_of_call[c] = place;
+        }
+    }
+    let mut slots: Vec<Option<AttentionOp>> = out.into_iter().map(Some).collect();
+    let out = order.iter().filter_map(|&g| slots[g].take()).collect();
+    (out, op_of_call)
 }
 
 #[cfg(test)]

@@ -229,7 +229,7 @@ pub fn analyze_category(dir: &Path, category: &str, opts: &Options) -> Result<Tr
         missing.push("platform not in the hardware table: pass --device".into());
     }
     let inputs = vec![csv_path.display().to_string(), meta_path.display().to_string()];
-    Ok(build_report(inputs, device, &calls, total_gpu, missing, suspect, TraceInfo::default(), Vec::new(), opts))
+    Ok(build_report(inputs, device, &calls, total_gpu, missing, suspect, TraceInfo::default(), Vec::new(), opts, &[]))
 }
 
 /// Writes the findings markdown into `DIR/category_findings/sdpa_fwd_findings.md`; returns its path.

@@ -1,8 +1,58 @@
 //! The findings markdown (`--md FILE`, and the TraceLens contract's `sdpa_fwd_findings.md`).
 
 use super::{opt, pct};
-use crate::trace::report::TraceReport;
+use crate::render::markdown as md;
+use crate::trace::report::{AttentionOp, TraceReport};
 use std::fmt::Write;
+
+/// Columns of the attention-op table (markdown and the HTML page).
+pub const OPS_HEAD: [&str; 17] = [
+    "kind",
+    "pass",
+    "backend",
+    "module",
+    "B,Hq,Hkv,Sq,Sk,D",
+    "layout",
+    "dtype",
+    "mask",
+    "calls",
+    "total µs",
+    "mean µs",
+    "TFLOP/s",
+    "TB/s",
+    "efficiency",
+    "work",
+    "expected band",
+    "bound",
+];
+
+/// One op's cells, as [`OPS_HEAD`] names them.
+pub fn op_cells(o: &AttentionOp) -> Vec<String> {
+    let band = o
+        .expected_band
+        .as_ref()
+        .map(|b| format!("{:.0}-{:.0} % ({})", b.low * 100.0, b.high * 100.0, o.band_status.unwrap_or("?")))
+        .unwrap_or_else(|| "-".into());
+    vec![
+        o.kind.name().to_string(),
+        o.phase.name().to_string(),
+        o.backend.name().to_string(),
+        o.module.clone(),
+        o.shape_label(),
+        o.layout_label(),
+        o.dtype.as_deref().unwrap_or("-").to_string(),
+        o.mask_and_variants(),
+        o.count.to_string(),
+        format!("{:.1}", o.total_us),
+        format!("{:.1}", o.mean_us),
+        o.bounded(opt(o.tflops, 1)),
+        o.bounded(opt(o.tbps, 2)),
+        o.bounded(o.efficiency.map(pct).unwrap_or_else(|| "-".into())),
+        o.work.name().to_string(),
+        band,
+        o.bound.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_else(|| "-".into()),
+    ]
+}
 
 /// Renders the findings document.
 pub fn render(r: &TraceReport) -> String {
@@ -44,42 +94,7 @@ pub fn render(r: &TraceReport) -> String {
     if r.attention_ops.is_empty() {
         let _ = writeln!(s, "None found.");
     } else {
-        let _ = writeln!(
-            s,
-            "| kind | pass | backend | module | B,Hq,Hkv,Sq,Sk,D | layout | dtype | mask | calls | total µs | mean µs | TFLOP/s | TB/s | efficiency | work | expected band | bound |"
-        );
-        let _ = writeln!(
-            s,
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-        );
-        for o in &r.attention_ops {
-            let band = o
-                .expected_band
-                .as_ref()
-                .map(|b| format!("{:.0}-{:.0} % ({})", b.low * 100.0, b.high * 100.0, o.band_status.unwrap_or("?")))
-                .unwrap_or_else(|| "-".into());
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
-                o.kind.name(),
-                o.phase.name(),
-                o.backend.name(),
-                o.module,
-                o.shape_label(),
-                o.layout_label(),
-                o.dtype.as_deref().unwrap_or("-"),
-                o.mask_and_variants(),
-                o.count,
-                o.total_us,
-                o.mean_us,
-                o.bounded(opt(o.tflops, 1)),
-                o.bounded(opt(o.tbps, 2)),
-                o.bounded(o.efficiency.map(pct).unwrap_or_else(|| "-".into())),
-                o.work.name(),
-                band,
-                o.bound.map(|b| format!("{b:?}").to_lowercase()).unwrap_or_else(|| "-".into())
-            );
-        }
+        md::table(&mut s, &OPS_HEAD, &r.attention_ops.iter().map(op_cells).collect::<Vec<_>>());
     }
     let implemented: Vec<_> = r.attention_ops.iter().filter(|o| o.implementation.is_some()).collect();
     if !implemented.is_empty() {

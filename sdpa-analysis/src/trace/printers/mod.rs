@@ -1,7 +1,12 @@
 //! Printers for a [`super::report::TraceReport`]: a terminal summary, the findings markdown (both with the
-//! [`judgement`] lines) and one CSV row per attention op. JSON is `serde_json` on the report itself.
+//! [`judgement`] lines), one CSV row per attention op and a self-contained HTML page ([`html`], its figures in
+//! [`charts`]); and for a [`super::diff::TraceDiff`] the text and markdown of [`diff`]. JSON is `serde_json`
+//! on the report or diff.
 
+pub mod charts;
 pub mod csv;
+pub mod diff;
+pub mod html;
 pub mod judgement;
 pub mod markdown;
 pub mod text;
