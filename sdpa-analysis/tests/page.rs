@@ -228,6 +228,27 @@ fn a_directory_of_ranks_names_each_rank_on_its_rows() {
 }
 
 #[test]
+fn the_page_carries_the_judgement_implementations_and_ranks() {
+    // What the text and markdown say under the ops table is on the page too, escaped.
+    let r = report(&path("fixtures", "cp_unbalanced"));
+    let page = sdpa_analysis::trace::printers::html::report(&r);
+    let ranks = r.ranks.as_ref().expect("two rank files make a ranks section");
+    assert!(page.contains("<h2>Ranks</h2>"));
+    assert_eq!(ranks.ranks.len(), 2);
+    for o in r.attention_ops.iter().filter_map(|o| o.implementation.as_ref()) {
+        assert!(page.contains(&escaped(&o.label())), "{}", o.label());
+    }
+    let r = report(&path("fixtures", "decode_gqa_bf16.json.gz"));
+    let page = sdpa_analysis::trace::printers::html::report(&r);
+    let judged = sdpa_analysis::trace::printers::judgement::lines(&r);
+    assert!(!judged.is_empty());
+    assert!(page.contains("<h2>Judgement</h2>"));
+    for l in &judged {
+        assert!(page.contains(&escaped(l)), "{l}");
+    }
+}
+
+#[test]
 fn the_eager_pair_draws_one_row_per_block() {
     let r = report(&path("fixtures", "diff_before_eager_bf16_S1024.json.gz"));
     let rows: Vec<String> = r.timeline.rows.iter().map(|x| x.rsplit('/').next().unwrap().to_string()).collect();

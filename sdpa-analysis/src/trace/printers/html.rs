@@ -104,6 +104,46 @@ fn timeline_figure(out: &mut String, r: &TraceReport, title: &str, span_us: Opti
     }
 }
 
+/// What the markdown says under its ops table, as lists: the implementation each op's kernels name, the
+/// judgement lines (frontier, backward balance, decode bytes and gaps) and the ranks section.
+fn judged_sections(out: &mut String, r: &TraceReport) {
+    let implemented: Vec<String> = r
+        .attention_ops
+        .iter()
+        .filter_map(|o| o.implementation.as_ref().map(|i| (o, i)))
+        .map(|(o, i)| {
+            format!(
+                "{}: <strong>{}</strong>, from <code>{}</code>",
+                esc(&super::op_words(o)),
+                esc(&i.label()),
+                esc(&i.kernel)
+            )
+        })
+        .collect();
+    if !implemented.is_empty() {
+        out.push_str("<h3>Implementations (read from the kernel names)</h3>\n");
+        list(out, &implemented);
+    }
+    let judged: Vec<String> = super::judgement::lines(r).iter().map(|l| esc(l)).collect();
+    if !judged.is_empty() {
+        out.push_str("<h2>Judgement</h2>\n");
+        list(out, &judged);
+    }
+    if let Some(rk) = &r.ranks {
+        out.push_str("<h2>Ranks</h2>\n");
+        let _ = writeln!(out, "<pre>{}</pre>", esc(&super::ranks_lines(rk)));
+    }
+}
+
+/// A bulleted list of items that are already HTML.
+fn list(out: &mut String, items: &[String]) {
+    out.push_str("<ul>\n");
+    for i in items {
+        let _ = writeln!(out, "<li>{i}</li>");
+    }
+    out.push_str("</ul>\n");
+}
+
 /// The page of one analysis.
 pub fn report(r: &TraceReport) -> String {
     let mut out = String::new();
@@ -127,6 +167,7 @@ pub fn report(r: &TraceReport) -> String {
             .collect();
         table(&mut out, "ops", &head, &rows, None);
     }
+    judged_sections(&mut out, r);
     if !r.timeline.is_empty() || r.attention_ops.iter().any(|o| o.efficiency.is_some()) {
         out.push_str("<h2>Timeline and efficiency</h2>\n");
     }
