@@ -348,6 +348,11 @@ pub trait Backend {
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
 
+    /// Devices one call runs across (ring attention over several GPUs); 1 for every single-device backend.
+    fn gpus(&self) -> usize {
+        1
+    }
+
     /// Host bytes one [`HostBackend`] call needs besides the caller's inputs, for backends whose buffers
     /// live in host memory (uploads, output, download and workspace; see
     /// [`crate::memory::host_call_bytes`]). Checked against the host before anything is uploaded. Device
@@ -491,6 +496,8 @@ pub trait HostBackend {
     fn device_name(&self) -> String;
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
+    /// See [`Backend::gpus`].
+    fn gpus(&self) -> usize;
     /// Refuses, before anything is allocated, a call whose host memory (the caller's inputs plus what
     /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available,
     /// or whose buffers exceed the device's free memory ([`Backend::check_device_memory`]).
@@ -658,6 +665,9 @@ impl<T: Backend> HostBackend for T {
     }
     fn capabilities(&self) -> Capabilities {
         Backend::capabilities(self)
+    }
+    fn gpus(&self) -> usize {
+        Backend::gpus(self)
     }
 
     fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {
