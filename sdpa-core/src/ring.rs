@@ -330,8 +330,8 @@ mod tests {
         let short = RingCost::predict(&spec(1024, true), 8, 400.0, RingLink::NVLINK4, false).unwrap();
         assert!(short.efficiency() < 0.5, "{short:?}");
         // Perfect split of the work: the ring's compute sums to the single GPU's over N.
-        let c = RingCost::predict(&spec(65536, false), 4, 400.0, RingLink { gbs: 1e12, latency_us: 0.0 }, false)
-            .unwrap();
+        let c =
+            RingCost::predict(&spec(65536, false), 4, 400.0, RingLink { gbs: 1e12, latency_us: 0.0 }, false).unwrap();
         assert!((c.speedup() - 4.0).abs() < 1e-6, "{c:?}");
         let b = RingCost::predict(&spec(65536, true), 2, 400.0, RingLink::NVLINK4, true).unwrap();
         assert!(b.total_ms > 2.0 * c.total_ms / 4.0, "backward costs more: {b:?}");
