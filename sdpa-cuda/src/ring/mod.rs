@@ -350,6 +350,12 @@ impl Backend for RingBackend {
         self.ranks.len()
     }
 
+    fn timing_notes(&self) -> Vec<String> {
+        self.last_profile().map_or_else(Vec::new, |p| {
+            p.lines().into_iter().map(|l| format!("ring {} over {} GPUs, {l}", p.pass, self.ranks.len())).collect()
+        })
+    }
+
     fn check_device_memory(&self, spec: &AttentionSpec, _opts: &RunOptions) -> Result<()> {
         let g = self.geometry(spec)?;
         let s = &spec.shape;
