@@ -97,8 +97,15 @@ impl RingBackend {
         let mut ranks = Vec::with_capacity(gpus);
         for (r, ((gpu, kv_comm), grad_comm)) in devices.into_iter().zip(kv).zip(grad).enumerate() {
             let ctx = gpu.device().context().clone();
-            let kv_stream = ctx.new_stream().map_err(drv("cuStreamCreate", "a ring K/V stream"))?;
-            let grad_stream = ctx.new_stream().map_err(drv("cuStreamCreate", "a ring gradient stream"))?;
+            ctx.bind_to_thread().map_err(drv("cuCtxSetCurrent", "opening a ring rank"))?;
+            // The exchanges run at the highest stream priority: NCCL's kernels need a few SMs, and while the
+            // attention kernel's blocks fill the GPU they get the next free ones first instead of queuing
+            // behind the rest of its grid.
+            let (_, highest) = cudarc::driver::result::stream::get_priority_range()
+                .map_err(drv("cuCtxGetStreamPriorityRange", "opening a ring rank"))?;
+            let comm_stream = |what| ctx.new_stream_with_priority(highest).map_err(drv("cuStreamCreate", what));
+            let kv_stream = comm_stream("a ring K/V stream")?;
+            let grad_stream = comm_stream("a ring gradient stream")?;
             ranks.push(Rank { r, gpu, kv_comm, grad_comm, kv_stream, grad_stream });
         }
         Ok(RingBackend { ranks, profile: Mutex::new(None) })
@@ -391,9 +398,7 @@ impl Backend for RingBackend {
                 for t in 0..g.plan.ranks {
                     let src = g.plan.source(rank.r, t);
                     if let Some(w) = g.plan.work(rank.r, src, g.causal) {
-                        let mut s = spec.clone();
-                        s.mask = w.mask;
-                        steps.push((s, step_opts));
+                        steps.push((g.step_spec(rank.r, src, &w, false), step_opts));
                     }
                 }
                 let mut programs = rank.gpu.warm_up(&steps)?.loads;

@@ -104,7 +104,7 @@ impl Geometry {
     /// The spec of one step's call: local Q rows `w.rows` against the visiting K/V rows `w.keys`, Q and K/V
     /// addressed in their local layouts, O compact over the rows (`o_local`: in the local layout instead,
     /// as the backward reads it).
-    fn step_spec(&self, r: usize, src: usize, w: &StepWork, o_local: bool) -> AttentionSpec {
+    pub(crate) fn step_spec(&self, r: usize, src: usize, w: &StepWork, o_local: bool) -> AttentionSpec {
         let s = self.s();
         let (lr, ls) = (self.plan.local_len(r), self.plan.local_len(src));
         let shape = Shape { b: s.b, hq: s.hq, hkv: s.hkv, sq: w.rows.len(), sk: w.keys.len(), d: s.d, dv: s.dv };
