@@ -361,6 +361,36 @@ impl Rank {
         }
     }
 
+    /// The start of step `t`: the exchange that brings step `t + 1`'s K/V (after compute has freed the slot
+    /// it lands in, `freed`), then compute's wait for this step's K/V (`arrived`). Returns the event of the
+    /// next block's arrival.
+    fn begin_step(
+        &self,
+        g: &Geometry,
+        t: usize,
+        kv_t: (u64, u64),
+        ws: &Workspace,
+        (freed, arrived): (&Option<CudaEvent>, &Option<CudaEvent>),
+        marks: &mut Marks,
+    ) -> Result<Option<CudaEvent>> {
+        let (ks, cs) = (&self.kv_stream, self.gpu.device().stream());
+        let mut next_arrived = None;
+        if t + 1 < g.plan.ranks {
+            if let Some(e) = freed {
+                wait(ks, e)?;
+            }
+            Marks::mark(marks.on, &mut marks.c_begin[t], ks)?;
+            self.exchange_kv(g, t, kv_t, ws)?;
+            Marks::mark(marks.on, &mut marks.c_end[t], ks)?;
+            next_arrived = Some(event(ks)?);
+        }
+        if let Some(e) = arrived {
+            wait(cs, e)?;
+        }
+        Marks::mark(marks.on, &mut marks.k_begin[t], cs)?;
+        Ok(next_arrived)
+    }
+
     /// One forward layer: writes `io.o` and `io.lse` (the merged LSE). With `profile`, returns the per-step
     /// timings (after waiting for the layer).
     pub fn forward(
@@ -388,20 +418,7 @@ impl Rank {
         for t in 0..n {
             let src = g.plan.source(r, t);
             let kv_t = Self::kv_at(t, (io.k.ptr, io.v.ptr), ws);
-            let mut next_arrived = None;
-            if t + 1 < n {
-                if let Some(e) = &freed {
-                    wait(ks, e)?;
-                }
-                Marks::mark(marks.on, &mut marks.c_begin[t], ks)?;
-                self.exchange_kv(g, t, kv_t, ws)?;
-                Marks::mark(marks.on, &mut marks.c_end[t], ks)?;
-                next_arrived = Some(event(ks)?);
-            }
-            if let Some(e) = &arrived {
-                wait(cs, e)?;
-            }
-            Marks::mark(marks.on, &mut marks.k_begin[t], cs)?;
+            let next_arrived = self.begin_step(g, t, kv_t, ws, (&freed, &arrived), &mut marks)?;
             if let Some(w) = g.plan.work(r, src, g.causal) {
                 let spec = g.step_spec(r, src, &w, false);
                 let qp = io.q.ptr + (w.rows.start * s.d * es) as u64;
@@ -495,20 +512,7 @@ impl Rank {
             let src = g.plan.source(r, t);
             let ls = g.plan.local_len(src);
             let kv_t = Self::kv_at(t, (fwd.k.ptr, fwd.v.ptr), ws);
-            let mut next_arrived = None;
-            if t + 1 < n {
-                if let Some(e) = &freed {
-                    wait(ks, e)?;
-                }
-                Marks::mark(marks.on, &mut marks.c_begin[t], ks)?;
-                self.exchange_kv(g, t, kv_t, ws)?;
-                Marks::mark(marks.on, &mut marks.c_end[t], ks)?;
-                next_arrived = Some(event(ks)?);
-            }
-            if let Some(e) = &arrived {
-                wait(cs, e)?;
-            }
-            Marks::mark(marks.on, &mut marks.k_begin[t], cs)?;
+            let next_arrived = self.begin_step(g, t, kv_t, ws, (&freed, &arrived), &mut marks)?;
             let acc = &ws.dkv[t % 2];
             if let Some(w) = g.plan.work(r, src, g.causal) {
                 let spec = g.step_spec(r, src, &w, true);
