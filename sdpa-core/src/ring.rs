@@ -149,13 +149,17 @@ pub struct RingLink {
     pub gbs: f64,
     /// Fixed cost of one step's exchange (NCCL launch and handshake), microseconds.
     pub latency_us: f64,
+    /// Each GPU's own memory bandwidth, GB/s: the merge (forward) and gradient adds (backward) of a step
+    /// are passes over O or dQ/dK/dV at this rate.
+    pub hbm_gbs: f64,
 }
 
 impl RingLink {
     /// H100 SXM over NVLink 4: 18 links of 25 GB/s per direction (450 GB/s); NCCL's point-to-point
     /// send/recv reaches about 80 % of it in practice (NVIDIA's nccl-tests on DGX H100), and about 20 µs per
-    /// exchange of launch and handshake. A prior, to be replaced by the rate a run measures.
-    pub const NVLINK4: RingLink = RingLink { gbs: 360.0, latency_us: 20.0 };
+    /// exchange of launch and handshake; HBM3 at the 3.0 TB/s copy rate measured on the lent H100
+    /// (`../shared/ANCHORS.md`). A prior, to be replaced by the rates a run measures.
+    pub const NVLINK4: RingLink = RingLink { gbs: 360.0, latency_us: 20.0, hbm_gbs: 3000.0 };
 }
 
 /// The predicted time of one ring layer: per step, compute and transfer side by side.
@@ -188,9 +192,19 @@ impl RingCost {
         let es = spec.dtype.size_bytes() as f64;
         let mut compute_ms = Vec::with_capacity(ranks);
         let mut transfer_ms = Vec::with_capacity(ranks);
+        let rows_max = plan.max_local_len() as f64;
+        // A step's pass over memory besides attention: the forward's merge reads the running O and the part
+        // and writes the result (dtype); the backward adds dQ (f32 read and write, dtype part) and dK/dV.
+        let pass_bytes = if backward {
+            rows_max * (s.b * s.hq * s.d) as f64 * (8.0 + es)
+                + rows_max * (s.b * s.hkv * (s.d + s.dv)) as f64 * (8.0 + es)
+        } else {
+            rows_max * (s.b * s.hq * s.dv) as f64 * 3.0 * es
+        };
         for t in 0..ranks {
             let pairs = (0..ranks).map(|r| plan.step_pairs(r, t, causal)).max().unwrap_or(0) as f64;
-            compute_ms.push(pairs * flops_per_pair / rate * 1e3);
+            let pass_ms = if t > 0 || backward { pass_bytes / (link.hbm_gbs * 1e9) * 1e3 } else { 0.0 };
+            compute_ms.push(pairs * flops_per_pair / rate * 1e3 + pass_ms);
             // The K/V that travel during step t are those of step t + 1 (none after the last forward step);
             // the backward also sends the dK/dV accumulator (f32) of step t on.
             let rows = (0..ranks).map(|r| plan.local_len(plan.source(r, t))).max().unwrap_or(0) as f64;
@@ -330,9 +344,15 @@ mod tests {
         let short = RingCost::predict(&spec(1024, true), 8, 400.0, RingLink::NVLINK4, false).unwrap();
         assert!(short.efficiency() < 0.5, "{short:?}");
         // Perfect split of the work: the ring's compute sums to the single GPU's over N.
-        let c =
-            RingCost::predict(&spec(65536, false), 4, 400.0, RingLink { gbs: 1e12, latency_us: 0.0 }, false).unwrap();
-        assert!((c.speedup() - 4.0).abs() < 1e-6, "{c:?}");
+        let c = RingCost::predict(
+            &spec(65536, false),
+            4,
+            400.0,
+            RingLink { gbs: 1e12, latency_us: 0.0, hbm_gbs: 1e12 },
+            false,
+        )
+        .unwrap();
+        assert!((c.speedup() - 4.0).abs() < 1e-3, "{c:?}");
         let b = RingCost::predict(&spec(65536, true), 2, 400.0, RingLink::NVLINK4, true).unwrap();
         assert!(b.total_ms > 2.0 * c.total_ms / 4.0, "backward costs more: {b:?}");
     }
