@@ -4,7 +4,8 @@ with `gpus`), so the ring's speed is a ratio against PyTorch measured in the sam
 
 One process per GPU (torch.multiprocessing), NCCL, NCCL_NVLS_ENABLE=0. Q, K, V `[B, H, S, D]` are made on
 every rank from one seed, handed to `context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2])`
-(which keeps each rank's shard: with load balancing, chunks r and 2N-1-r as our ring does), and
+(which keeps each rank's shard: for causal calls with load balancing, chunks r and 2N-1-r as our ring
+does; PyTorch refuses load balancing without a causal mask, where contiguous halves are balanced anyway), and
 `F.scaled_dot_product_attention` is timed inside the context with CUDA events: warm-up calls, then timed
 calls; each call's time is the slowest rank's (all-reduce max). Backends: flash and cuDNN (whichever the CP
 dispatcher takes; a failure is recorded under `skipped`), K/V rotation all-to-all and all-gather.
@@ -50,29 +51,30 @@ def flops(b, h, s, d, causal, pass_):
 def time_case(args, rank, world, mesh, seq, mask, backend, rotate):
     context_parallel, opts, set_rotate_method = cp_api()
     set_rotate_method(rotate)
-    opts.enable_load_balance = True
+    causal = mask == "causal"
+    # PyTorch refuses load balancing without is_causal (non-causal work is even anyway).
+    opts.enable_load_balance = causal
     b, h, d = args.batch, args.heads, args.head_dim
     g = torch.Generator("cuda").manual_seed(0)
     q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
     do = torch.randn(b, h, seq, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    causal = mask == "causal"
     times = []
     with sdpa_kernel([BACKENDS[backend]]), context_parallel(mesh, buffers=[q, k, v, do], buffer_seq_dims=[2, 2, 2, 2]):
-        if args.pass_ == "fwd+bwd":
-            for t in (q, k, v):
-                t.requires_grad_(True)
+        # Leaves of their own: the context resizes its buffers back on exit, which PyTorch refuses for
+        # tensors that require grad.
+        qg, kg, vg = (t.detach().requires_grad_(args.pass_ == "fwd+bwd") for t in (q, k, v))
         for i in range(args.warmup + args.reps):
             dist.barrier()
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             if args.pass_ == "fwd+bwd":
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                q.grad = k.grad = v.grad = None
+                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                qg.grad = kg.grad = vg.grad = None
                 o.backward(do)
             else:
                 with torch.no_grad():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
             end.record()
             torch.cuda.synchronize()
             if i >= args.warmup:
