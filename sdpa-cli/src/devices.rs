@@ -38,7 +38,7 @@ struct Devices {
 pub fn run(args: DevicesArgs) -> Result<()> {
     let backends = BACKENDS
         .iter()
-        .map(|&name| match open_backend(name, None) {
+        .map(|&name| match open_backend(name, None, 1) {
             Ok(be) => BackendStatus { name, available: true, device: Some(be.device_name()), reason: None },
             Err(e) => BackendStatus { name, available: false, device: None, reason: Some(format!("{e:#}")) },
         })

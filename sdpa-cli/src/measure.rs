@@ -177,6 +177,7 @@ pub fn finish(be: &dyn HostBackend, spec: &AttentionSpec, opts: &RunOptions, rec
         rec.f32_math = Some(opts.f32_math.name().to_string());
     }
     rec.first_call = Some(first);
+    rec.gpus = Some(be.gpus()).filter(|&n| n > 1);
     provenance::stamp(rec);
 }
 

@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// CPU worker threads (default: RAYON_NUM_THREADS or all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// GPUs to run one call across (ring attention over NCCL, the sequence cut in zigzag chunks; cuda
+    /// only, f16/bf16, Sq = Sk, BHSD). 1 runs on GPU 0 alone.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus: u32,
     /// Compare the output (the backward: dQ, dK and dV) with the f64 reference.
     #[arg(long)]
     check: bool,
@@ -97,7 +101,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         spec = spec.with_variants(v);
     }
     spec.validate().with_context(|| format!("shape {}{}", args.shape, label(&spec)))?;
-    let backend = open_backend(&args.backend, args.threads)?;
+    let backend = open_backend(&args.backend, args.threads, args.gpus as usize)?;
     let opts = RunOptions { kernel: args.kernel, f32_math: args.f32_math, threads: args.threads, lse: args.check };
     if args.deterministic && !args.pass.has_backward() {
         bail!("--deterministic is an option of the backward: add --pass bwd or --pass fwd+bwd");
@@ -127,6 +131,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&rec)?);
     } else {
         print_human(&rec, grads.as_ref(), &*backend);
+        for line in backend.timing_notes() {
+            println!("  {line}");
+        }
     }
     if let Some(why) = grads.as_ref().and_then(GradCheckReport::failure) {
         bail!("check failed: {why}");

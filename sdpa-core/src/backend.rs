@@ -348,6 +348,17 @@ pub trait Backend {
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
 
+    /// Devices one call runs across (ring attention over several GPUs); 1 for every single-device backend.
+    fn gpus(&self) -> usize {
+        1
+    }
+
+    /// What the last timed call measured besides its times, one line each (a ring's per-step compute,
+    /// transfer and the fraction of the transfer hidden); empty for backends with nothing to add.
+    fn timing_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Host bytes one [`HostBackend`] call needs besides the caller's inputs, for backends whose buffers
     /// live in host memory (uploads, output, download and workspace; see
     /// [`crate::memory::host_call_bytes`]). Checked against the host before anything is uploaded. Device
@@ -491,6 +502,10 @@ pub trait HostBackend {
     fn device_name(&self) -> String;
     /// What it can run.
     fn capabilities(&self) -> Capabilities;
+    /// See [`Backend::gpus`].
+    fn gpus(&self) -> usize;
+    /// See [`Backend::timing_notes`].
+    fn timing_notes(&self) -> Vec<String>;
     /// Refuses, before anything is allocated, a call whose host memory (the caller's inputs plus what
     /// [`Backend::host_bytes_per_call`] says the call itself holds) exceeds what the host has available,
     /// or whose buffers exceed the device's free memory ([`Backend::check_device_memory`]).
@@ -658,6 +673,12 @@ impl<T: Backend> HostBackend for T {
     }
     fn capabilities(&self) -> Capabilities {
         Backend::capabilities(self)
+    }
+    fn gpus(&self) -> usize {
+        Backend::gpus(self)
+    }
+    fn timing_notes(&self) -> Vec<String> {
+        Backend::timing_notes(self)
     }
 
     fn check_host_memory(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<()> {

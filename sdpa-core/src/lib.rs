@@ -29,6 +29,7 @@ pub mod memory;
 pub mod ragged;
 pub mod record;
 pub mod reference;
+pub mod ring;
 pub mod softmax;
 pub mod spec;
 pub mod tensor;
@@ -51,6 +52,7 @@ pub use record::{
     Skipped, TimeStats, WarmUp, BENCH_FORMAT,
 };
 pub use reference::{reference_attention, ReferenceBackend, ReferenceOutput};
+pub use ring::{check_ring_spec, RingCost, RingLink, RingPlan, StepWork};
 pub use softmax::OnlineSoftmax;
 pub use spec::{AttentionSpec, ExplicitMask, Layout, Mask, MaskValues, Operand, Shape, Strides};
 pub use tensor::{mask_from_bool, HostBuffer, HostInputs, HostOutput};

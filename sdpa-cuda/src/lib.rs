@@ -105,6 +105,7 @@ pub mod backend;
 pub mod checked;
 pub mod error;
 pub mod kernels;
+pub mod ring;
 pub mod sys;
 
 // The modules by their names before the three layers had folders, so `sdpa_cuda::fa2::...`,
@@ -120,6 +121,7 @@ pub use checked::device::{Device, DeviceInfo};
 pub use checked::params::AttnParams;
 pub use error::CudaError;
 pub use kernels::dispatch;
+pub use ring::{RingBackend, RingProfile};
 
 /// Re-export of the cudarc version this crate is built against, so callers use the same types.
 pub use cudarc;

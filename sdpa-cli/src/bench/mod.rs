@@ -117,6 +117,10 @@ pub struct BenchArgs {
     /// CPU worker threads (default: RAYON_NUM_THREADS or all cores); also passed to PyTorch.
     #[arg(long)]
     threads: Option<usize>,
+    /// GPUs each cuda configuration runs across (ring attention over NCCL; records carry `gpus`); 1 runs
+    /// on GPU 0 alone. Other backends refuse more than 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus: u32,
     /// Backward passes: ask for results independent of thread and atomic ordering (records say whether
     /// each run was).
     #[arg(long)]
@@ -173,6 +177,7 @@ struct Settings {
     check: bool,
     check_rows: Option<usize>,
     threads: Option<usize>,
+    gpus: usize,
     seed: u64,
     bwd: BackwardOptions,
 }
@@ -220,6 +225,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         check: !args.no_check,
         check_rows: args.check_rows,
         threads: args.threads,
+        gpus: args.gpus as usize,
         seed: args.seed,
         bwd: BackwardOptions { deterministic: args.deterministic, dq_accum: false },
     };
@@ -398,7 +404,7 @@ fn sweep(
     for c in &plan.configs {
         pb.set_message(describe(c));
         if !backends.contains_key(&c.backend) {
-            let opened = open_backend(&c.backend, st.threads).map_err(|e| format!("{e:#}"));
+            let opened = open_backend(&c.backend, st.threads, st.gpus).map_err(|e| format!("{e:#}"));
             if let Ok(be) = &opened {
                 if let Some(w) = warm_up(&**be, plan, &c.backend, st.threads, &say) {
                     file.warm_ups.push(w);
@@ -462,6 +468,9 @@ fn sweep(
                     rec.tflops,
                     rec.gbps
                 ));
+                for line in be.timing_notes() {
+                    say(format!("  {line}"));
+                }
                 file.records.push(*rec);
             }
             Outcome::Skip(why) => {

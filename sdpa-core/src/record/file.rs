@@ -317,6 +317,7 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             commit: text(r.get("commit")),
             date: text(r.get("date")),
             first_call: None,
+            gpus: None,
             machine: None,
         };
         // PyTorch measured beside it in the same run: medians only.

@@ -127,6 +127,10 @@ pub struct BenchRecord {
     /// loaded (absent in records written before it existed and in PyTorch's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_call: Option<FirstCall>,
+    /// GPUs the call ran across (ring attention, `sdpa bench --gpus N`); absent for one device (records
+    /// written before it existed, and every single-device run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<usize>,
 }
 
 impl BenchRecord {
@@ -165,6 +169,7 @@ impl BenchRecord {
             date: None,
             machine: None,
             first_call: None,
+            gpus: None,
         }
     }
 }

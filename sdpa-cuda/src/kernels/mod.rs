@@ -43,7 +43,8 @@ pub fn l2_flush_program() -> Program {
 /// Every program any launch can ask for: each family's instantiations, the unfused path's module and the
 /// L2 flush. The compile check (CI) builds all of them; `sdpa warmup --all` loads all of them.
 pub fn all_programs() -> Vec<Program> {
-    let mut all = vec![unfused::program(), l2_flush_program(), paged_append::program()];
+    let mut all =
+        vec![unfused::program(), l2_flush_program(), paged_append::program(), crate::ring::kernels::program()];
     all.extend(fa1::programs());
     all.extend(fa2::programs());
     all.extend(splitkv::programs());

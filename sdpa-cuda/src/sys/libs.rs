@@ -40,7 +40,7 @@ pub fn cuda_roots() -> Vec<PathBuf> {
 }
 
 /// `site-packages` directories that may hold pip's `nvidia` packages.
-fn python_site_dirs() -> Vec<PathBuf> {
+pub(crate) fn python_site_dirs() -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
     if let Some(v) = std::env::var_os("VIRTUAL_ENV") {
         prefixes.push(PathBuf::from(v));

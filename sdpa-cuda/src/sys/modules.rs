@@ -88,10 +88,13 @@ pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!(".
 /// The "write to cache" step of a paged KV cache (`crate::kernels::paged_append`).
 pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include_str!("../../kernels/paged_append.cu"));
 
+/// Ring attention's merge, gradient accumulation and row gather (`crate::ring`).
+pub const RING: ModuleSource = ModuleSource::new("ring", include_str!("../../kernels/ring.cu"));
+
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
 pub const MODULES: &[ModuleSource] =
-    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD];
+    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD, RING];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {
