@@ -364,9 +364,15 @@ pub fn platform_of(rec: &BenchRecord) -> String {
 }
 
 fn series_of(rec: &BenchRecord) -> String {
-    match rec.f32_math.as_deref() {
+    let name = match rec.f32_math.as_deref() {
         Some(m) if m != "exact" && rec.dtype == DType::F32 => format!("{}:{}({m})", rec.backend, rec.kernel),
         _ => format!("{}:{}", rec.backend, rec.kernel),
+    };
+    // A call spread over several GPUs (ring attention, PyTorch's context parallelism) does the same work as
+    // the one-GPU call of its shape: the same group, its own row, so the two compare side by side.
+    match rec.gpus {
+        Some(n) if n > 1 => format!("{name} x{n} GPUs"),
+        _ => name,
     }
 }
 
@@ -910,5 +916,20 @@ mod tests {
         assert!(r.seq_plots.iter().all(|p| p.x == XAxis::HeadDim));
         let svg = crate::results::plots::seq_plot(plots[0], &|_| 0);
         assert!(svg.contains("head dim (D)") && svg.contains("at D=128"), "{svg}");
+    }
+
+    /// A ring call over two GPUs and the one-GPU call of the same shape land in one group as two rows (issue
+    /// 26's records: before, both were `cuda:auto` and one hid the other).
+    #[test]
+    fn calls_over_several_gpus_are_their_own_series() {
+        let mut file = BenchFile::new();
+        let one = rec("cuda", "NVIDIA H100 80GB HBM3");
+        let ring = BenchRecord { gpus: Some(2), ..one.clone() };
+        file.records.extend([one, ring]);
+        let r = ResultsReport::build(&[("r.json".into(), file)], &ReportOptions::default()).expect("report");
+        assert_eq!(r.groups.len(), 1);
+        let names: Vec<&str> = r.groups[0].rows.iter().map(|x| x.series.as_str()).collect();
+        assert_eq!(names.len(), 2);
+        assert!(names.contains(&"cuda:fa2") && names.contains(&"cuda:fa2 x2 GPUs"), "{names:?}");
     }
 }
