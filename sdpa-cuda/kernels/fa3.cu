@@ -149,18 +149,25 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                                   pol);
             }
         }
+        // The other 31 lanes of the issuing warp wait here, so that the warp meets the block-wide barrier of
+        // the repair below converged (those barriers are warp-aligned).
+        __syncwarp();
     } else {
         fa3_regs_inc<240>();
         const int ctid = tid - 128 * wgi;
         const int wrow = 64 * wgi + 16 * (warp % 4);  // this warp's first row in the block
         const unsigned aQw = aQ + wgi * L::Q_BYTES;
-        if (ctid == 0) {
+        // A warpgroup whose rows all lie past Sq (the last block of a short Sq) computes nothing: it loads no
+        // Q (a box wholly outside the tensor) and releases every K/V tile unread.
+        const bool has_rows = m0 + 64 * wgi < p.sq;
+        if (ctid == 0 && has_rows) {
             sm90_mbar_expect(q_full + 8 * wgi, L::Q_BYTES);
 #pragma unroll
             for (int c = 0; c < CB; ++c)
                 sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
                               sm90_l2_policy(0));
         }
+        __syncwarp();
         // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
         const int wg_last_key = m0 + 64 * wgi + 63 + p.causal_offset;
 
@@ -261,6 +268,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         // Tiles this warpgroup computes: 0 .. n_act - 1 (causal skips only trailing tiles).
         int n_act = n_tiles;
         if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
+        if (!has_rows) n_act = 0;
         // Turns (PP): each warpgroup takes exactly n_tiles + 1 turns (its issue steps, one empty turn per
         // skipped tile, then empty turns to make up the count); warpgroup 1 gives the first turn to
         // warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
@@ -274,7 +282,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             ++turn;
         };
         if (PP && wgi == 1 && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-        sm90_mbar_wait(q_full + 8 * wgi, 0);
+        if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, 0);
         if (n_act > 0) {
             sm90_mbar_wait(k_full, 0);
             turn_begin();
