@@ -342,25 +342,34 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             turn_end();
         }
 
-        // Epilogue: normalise and store straight from the accumulators, two elements (4 bytes) per store
-        // (rows g and g + 8, columns 2t, 2t + 1 of each n8 tile).
-        T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+        // Epilogue: normalise, round to T and stage the warpgroup's 64 x D tile of O in its own Q buffer (no
+        // longer read: every product has completed), then store it with 16-byte row chunks. Staged chunk c of
+        // row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp (8 rows x 4 lanes per
+        // chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit distinct banks.
+        unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
+        constexpr int ROW_BYTES = D * 2, CPR = D / 8;  // bytes and 16-byte chunks per row
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const float lsum = quad_sum(l[hh]);
             const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
-            const int row = m0 + wrow + g + hh * 8;
-            if (row >= p.sq) continue;
-            T* orow = out + (i64)row * p.o_stride[2];
+            const int r = 16 * (warp % 4) + g + hh * 8, row = m0 + 64 * wgi + r;
 #pragma unroll
             for (int j = 0; j < DT; ++j) {
-                const int col = j * 8 + 2 * t;
                 const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                bad |= !isfinite(x0) || !isfinite(x1);
-                *reinterpret_cast<unsigned*>(orow + col) = fa3_pack<T>(x0, x1);
+                if (row < p.sq) bad |= !isfinite(x0) || !isfinite(x1);
+                *reinterpret_cast<unsigned*>(sO + r * ROW_BYTES + ((j ^ (r & 7)) << 4) + 4 * t) = fa3_pack<T>(x0, x1);
             }
-            if (p.lse != nullptr && t == 0)
+            if (p.lse != nullptr && t == 0 && row < p.sq)
                 p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");  // the warpgroup's tile is staged
+        T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+#pragma unroll
+        for (int i = ctid; i < 64 * CPR; i += 128) {
+            const int r = i / CPR, c = i % CPR, row = m0 + 64 * wgi + r;
+            if (row < p.sq)
+                *reinterpret_cast<uint4*>(out + (i64)row * p.o_stride[2] + 8 * c) =
+                    *reinterpret_cast<const uint4*>(sO + r * ROW_BYTES + ((c ^ (r & 7)) << 4));
         }
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh). Every thread of
