@@ -43,7 +43,7 @@ log("ENV", json.dumps(res["env"]))
 runs = {}
 for name, kernel, env in [("fa3", "fa3", None), ("fa3_pp0", "fa3", {"SDPA_FA3_PINGPONG": "0"}), ("fa2", "fa2", None)]:
     log(f"timing {name} ...")
-    runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=10, reps=50, env=env,
+    runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
                             on_error="none") or []
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))

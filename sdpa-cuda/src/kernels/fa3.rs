@@ -237,6 +237,10 @@ mod tests {
         let plain = spec(64, 64, DType::BF16);
         let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
         assert!(refuses(&explicit).expect("refused").contains("explicit"));
+        let windowed = plain.clone().with_window(sdpa_core::variants::Window::left(64));
+        assert!(refuses(&windowed).expect("refused").contains("does not implement"));
+        assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
+        assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
     }
 
     #[test]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# fa3_run.sh: issue 25's device run, from a bundle built by `cargo xtask gpu-bundle --out DIR` (B=DIR; run from the
+# repository root, where sdpa-cuda/dev/sdpa_dev.py lives): the fa3 test binary (correctness against the f64
+# reference), compute-sanitizer memcheck, racecheck and synccheck on small shapes of both head dims, then
+# fa3_bench.py (fa3 with and without ping-pong, fa2, PyTorch's cuDNN and FLASH_ATTENTION on the fa2bench grid).
+# Everything lands in $OUT/fa3 and is packed into $OUT/fa3-run.tgz; the last lines printed are the tables.
+#   B=path/to/bundle OUT=dir bash sdpa-cuda/dev/fa3_run.sh
+set -uo pipefail
+B="${B:-target-fa3/gpu-bundle}"
+OUT="${OUT:-$PWD/gpu-out}"
+R="$OUT/fa3"
+mkdir -p "$R"
+export SDPA_REQUIRE_GPU=1 SDPA_CUDA_CACHE=/tmp/sdpa-fa3-cache CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
+export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
+pack() { tar czf "$OUT/fa3-run.tgz" -C "$OUT" fa3; }
+trap pack EXIT
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv;
+  python3 -c 'import torch; print("torch", torch.__version__)'; } > "$R/env.txt" 2>&1
+head -3 "$R/env.txt"
+
+timeout 80 "$B/tests/fa3" --test-threads 2 > "$R/tests.log" 2>&1
+rc=$?
+echo "tests rc=$rc"
+grep -E "^test |test result|^fa3:|panicked" "$R/tests.log" | head -20
+grep -E "failed|error" "$R/tests.log" | head -12
+[ $rc -eq 124 ] && { echo "the tests timed out (a hang?): stopping"; exit 1; }
+
+export SDPA_CUDA_LINEINFO=1
+for s in "bf16 1,4,1,70,200,128 causal" "f16 1,2,2,33,300,64 causal-br"; do
+  read -r dt shape mask <<< "$s"
+  cmd=("$B/sdpa" run --backend cuda --kernel fa3 --dtype "$dt" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check)
+  "${cmd[@]}" > "$R/run-$dt-$mask.txt" 2>&1
+  echo "run $s rc=$?"
+  for tool in memcheck racecheck synccheck; do
+    timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 3 "${cmd[@]}" > "$R/san-$tool-$dt-$mask.log" 2>&1
+    rc=$?
+    echo "$tool $s rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$R/san-$tool-$dt-$mask.log" | tail -1)"
+  done
+done
+unset SDPA_CUDA_LINEINFO
+
+PYTHONPATH=sdpa-cuda/dev timeout 150 python3 "$B/fa3_bench.py" --bench "$B/cuda_kernels" --out "$R" > "$R/bench.log" 2>&1
+echo "bench rc=$?"
+tail -32 "$R/bench.log"
