@@ -6,11 +6,12 @@ on a few rows): `fa3` with ping-pong (the default), `fa3` without it (`SDPA_FA3_
 with `triton.testing.do_bench` medians (as fa2_rust_bench.py): the default backend (cuDNN on the H100) and
 FLASH_ATTENTION. The bf16 8192^3 GEMM ceiling is measured in the same run.
 
-    python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels [--f16] [--out DIR]
+    python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels [--f16] [--tiles 128,3 176,2] [--out DIR]
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not), bf16
 (and f16 with --f16). Writes fa3_bench.json to --out ($OUT by default) and prints a table per point and the
-medians the issue asks about.
+medians the issue asks about. --tiles also times fa3 with each forced tile (`SDPA_FA3_TILE=bn,stages`) at
+S = 1k, 4k and 16k, against the default tile of the same run.
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ from sdpa_dev import bench, env_info, gemm_tflops, key, log, point, run_points, 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
+ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -34,8 +36,9 @@ shapes = [(dt, d, causal, s) for dt in dtypes for d in [64, 128] for causal in [
           for s in [512, 1024, 2048, 4096, 8192, 16384]]
 
 
-def grid(kernel):
-    return [point("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dt, causal, kernel) for (dt, d, causal, s) in shapes]
+def grid(kernel, seqs=None):
+    return [point("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dt, causal, kernel)
+            for (dt, d, causal, s) in shapes if seqs is None or s in seqs]
 
 
 res = dict(env=env_info(date=False), ceilings={}, records=[])
@@ -45,6 +48,12 @@ for name, kernel, env in [("fa3", "fa3", None), ("fa3_pp0", "fa3", {"SDPA_FA3_PI
     log(f"timing {name} ...")
     runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
                             on_error="none") or []
+tile_runs = {}
+for t in args.tiles:
+    log(f"timing fa3 with SDPA_FA3_TILE={t} ...")
+    tile_runs[t] = run_points(args.bench, grid("fa3", [1024, 4096, 16384]), f"fa3_tile_{t.replace(',', 'x')}_raw.json",
+                              warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
+res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
 
@@ -113,3 +122,19 @@ for name in runs:
             f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
     else:
         log(f"{name}: no timings")
+for t, recs in tile_runs.items():
+    base = by["fa3"]
+    lines = []
+    ratios = []
+    for r in recs:
+        b0 = base.get(key(r), {})
+        x = b0["median_ms"] / r["median_ms"] if (r.get("median_ms") and b0.get("median_ms")) else None
+        if x:
+            ratios.append(x)
+        lines.append(f"D={r['d']} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
+                     f"(x{fm(x, '.3f')} of the default tile){' check ' + str(r.get('check_pass')) if not r.get('check_pass') else ''}"
+                     f"{(' ' + r['error'][:50]) if r.get('error') else ''}")
+    ratios.sort()
+    log(f"tile {t}: median x{ratios[len(ratios) // 2]:.3f} of the default tile" if ratios else f"tile {t}: no timings")
+    for line in lines:
+        log("  " + line)

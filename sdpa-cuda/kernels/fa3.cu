@@ -38,16 +38,16 @@ struct Fa3Args {
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
-// Rows per block, consumer warpgroups, ring depth (mirrored by src/kernels/fa3.rs).
+// Rows per block and consumer warpgroups (mirrored by src/kernels/fa3.rs); the ring depth ST and the keys
+// per tile BN are the entries' parameters.
 #define FA3_BM 128
 #define FA3_NC 2
-#define FA3_ST 2
 #define FA3_THREADS (128 * (FA3_NC + 1))
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
-template <typename T, int D, int BN>
+template <typename T, int D, int BN, int ST>
 struct Fa3Smem {
     static constexpr int Q_BYTES = 64 * D * 2;    // one consumer's Q rows
     static constexpr int KV_BYTES = BN * D * 2;   // one K or V tile
@@ -55,11 +55,12 @@ struct Fa3Smem {
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = FA3_NC * Q_BYTES;
-    static constexpr int V_OFF = K_OFF + FA3_ST * KV_BYTES;
-    static constexpr int BAR_OFF = V_OFF + FA3_ST * KV_BYTES;
+    static constexpr int V_OFF = K_OFF + ST * KV_BYTES;
+    static constexpr int BAR_OFF = V_OFF + ST * KV_BYTES;
     // q_full[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
-    static constexpr int BYTES = BAR_OFF + 8 * (FA3_NC + 4 * FA3_ST);
+    static constexpr int BYTES = BAR_OFF + 8 * (FA3_NC + 4 * ST);
     static_assert(D % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
+    static_assert(KV_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
 };
 
 // Block -> (batch·head, query tile): the grid's first blocks take every head's last query tile, then the
@@ -84,9 +85,9 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
     return *reinterpret_cast<const unsigned*>(&v);
 }
 
-template <typename T, int D, int BN, int MASK, bool PP>
+template <typename T, int D, int BN, int ST, int MASK, bool PP>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
-    using L = Fa3Smem<T, D, BN>;
+    using L = Fa3Smem<T, D, BN, ST>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;   // n8 tiles of S
     constexpr int KT = BN / 16;  // k16 steps of P·V
@@ -105,8 +106,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     const unsigned base = smem_addr(smem);
     const unsigned aQ = base + L::Q_OFF, aK = base + L::K_OFF, aV = base + L::V_OFF;
     const unsigned bars = base + L::BAR_OFF;
-    const unsigned q_full = bars, k_full = bars + 8 * FA3_NC, k_empty = k_full + 8 * FA3_ST,
-                   v_full = k_empty + 8 * FA3_ST, v_empty = v_full + 8 * FA3_ST;
+    const unsigned q_full = bars, k_full = bars + 8 * FA3_NC, k_empty = k_full + 8 * ST,
+                   v_full = k_empty + 8 * ST, v_empty = v_full + 8 * ST;
 
     int n_keys = p.sk;
     if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
@@ -117,7 +118,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #pragma unroll
         for (int c = 0; c < FA3_NC; ++c) sm90_mbar_init(q_full + 8 * c, 1);
 #pragma unroll
-        for (int s = 0; s < FA3_ST; ++s) {
+        for (int s = 0; s < ST; ++s) {
             sm90_mbar_init(k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
             sm90_mbar_init(v_full + 8 * s, 1);
             sm90_mbar_init(k_empty + 8 * s, 128 * FA3_NC);  // every consumer thread
@@ -134,7 +135,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         if (tid == 128 * FA3_NC) {
             const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
             for (int j = 0; j < n_tiles; ++j) {
-                const int s = j % FA3_ST, use = j / FA3_ST;
+                const int s = j % ST, use = j / ST;
                 if (use > 0) sm90_mbar_wait(k_empty + 8 * s, (use - 1) & 1);
                 sm90_mbar_expect(k_full + 8 * s, L::KV_BYTES);
 #pragma unroll
@@ -296,9 +297,9 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             take_p();
         }
         for (int j = 1; j < n_act; ++j) {
-            const int sj = j % FA3_ST, sp = (j - 1) % FA3_ST;
-            sm90_mbar_wait(k_full + 8 * sj, (j / FA3_ST) & 1);
-            sm90_mbar_wait(v_full + 8 * sp, ((j - 1) / FA3_ST) & 1);
+            const int sj = j % ST, sp = (j - 1) % ST;
+            sm90_mbar_wait(k_full + 8 * sj, (j / ST) & 1);
+            sm90_mbar_wait(v_full + 8 * sp, ((j - 1) / ST) & 1);
             turn_begin();
             issue_qk(sj);
             fa3_pin(o);
@@ -316,8 +317,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             take_p();
         }
         if (n_act > 0) {
-            const int sp = (n_act - 1) % FA3_ST;
-            sm90_mbar_wait(v_full + 8 * sp, ((n_act - 1) / FA3_ST) & 1);
+            const int sp = (n_act - 1) % ST;
+            sm90_mbar_wait(v_full + 8 * sp, ((n_act - 1) / ST) & 1);
             turn_begin();
             fa3_pin(o);
             issue_pv(sp);
@@ -329,7 +330,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         // Tiles past this warpgroup's rows: released unread, after they landed, so that every release of
         // a slot answers exactly one fill of it.
         for (int j = n_act; j < n_tiles; ++j) {
-            const int sj = j % FA3_ST, ph = (j / FA3_ST) & 1;
+            const int sj = j % ST, ph = (j / ST) & 1;
             sm90_mbar_wait(k_full + 8 * sj, ph);
             sm90_mbar_arrive(k_empty + 8 * sj);
             sm90_mbar_wait(v_full + 8 * sj, ph);
@@ -376,17 +377,18 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     // the block calls this; every copy has landed by now (each fill was waited for by the consumers).
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
-#define FA3_BODY(T, D, BN, MASK, PP)                                                                   \
+#define FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, BN, MASK, PP>(a, fa3_smem);
+    fa3_forward<T, D, BN, ST, MASK, PP>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, BN, MASK, PP) asm volatile("trap;");
+#define FA3_BODY(T, D, BN, ST, MASK, PP) asm volatile("trap;");
 #endif
 
-// Entry fa3_{dtype}_{D}_{mask}[_pp0]: element type, head dim (D = Dv), keys per tile, mask, ping-pong.
-#define FA3_ENTRY(NAME, T, D, BN, MASK, PP)                                                             \
+// Entry fa3_{dtype}_{D}_{mask}[_pp0]: element type, head dim (D = Dv), keys per tile, ring depth, mask,
+// ping-pong.
+#define FA3_ENTRY(NAME, T, D, BN, ST, MASK, PP)                                                         \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS, 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, BN, MASK, PP)                                                                   \
+        FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
     }

@@ -31,19 +31,42 @@ pub const FA3_HEAD_DIMS: [usize; 2] = [64, 128];
 pub const BM: usize = 128;
 /// Threads per block: two consumer warpgroups and the producer (`FA3_THREADS`).
 pub const THREADS: usize = 384;
-/// K/V ring depth (`FA3_ST`).
-pub const STAGES: usize = 2;
 
-/// Keys per K/V tile for head dim `d`.
-pub fn block_keys(_d: usize) -> usize {
-    128
+/// The K/V tiling of an entry: keys per tile and ring depth (`BN`, `ST` of `FA3_ENTRY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fa3Tile {
+    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 128,
+    /// 176 or 192).
+    pub bn: usize,
+    /// K/V ring slots.
+    pub stages: usize,
 }
 
-/// Dynamic shared memory of a block (`Fa3Smem::BYTES`): Q of both consumers, the K and V rings, the
-/// mbarriers (one per consumer's Q, full and empty per K and per V slot).
-pub fn smem_bytes(d: usize) -> usize {
-    let bn = block_keys(d);
-    2 * 64 * d * 2 + 2 * STAGES * bn * d * 2 + 8 * (2 + 4 * STAGES)
+impl Fa3Tile {
+    /// Dynamic shared memory of a block at head dim `d` (`Fa3Smem::BYTES`): Q of both consumers, the K and V
+    /// rings, the mbarriers (one per consumer's Q, full and empty per K and per V slot).
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        2 * 64 * d * 2 + 2 * self.stages * self.bn * d * 2 + 8 * (2 + 4 * self.stages)
+    }
+}
+
+/// The tile of head dim `d`: 128 keys, a 2-deep ring (the first form; not tuned yet).
+pub fn tile_for(_d: usize) -> Fa3Tile {
+    Fa3Tile { bn: 128, stages: 2 }
+}
+
+/// The tile `SDPA_FA3_TILE=bn,stages` forces (tuning runs: `dev/fa3_bench.py --tiles`); its entries are named
+/// `fa3_t{bn}x{stages}_*` and compiled on first use (not listed in [`programs`]). `None` when unset; an
+/// unusable value is an error naming what is allowed.
+fn forced_tile() -> Result<Option<Fa3Tile>> {
+    let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
+    let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match parsed[..] {
+        [bn @ (64 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages })),
+        _ => Err(unsupported(format!(
+            "SDPA_FA3_TILE={v}: expected `bn,stages` with bn 64, 128, 176 or 192 and 1 to 4 stages"
+        ))),
+    }
 }
 
 /// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
@@ -75,16 +98,14 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
-/// The program of entry `fa3_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong).
-pub fn program(dtype: DType, d: usize, mask_kind: i32, pingpong: bool) -> Program {
+/// The program of entry `{prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong) with `tile`; the prefix is
+/// `fa3` for the table's tiles and `fa3_t{bn}x{stages}` for forced ones.
+pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
-    let name = format!("fa3_{}_{d}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
-    let line = format!(
-        "FA3_ENTRY({name}, {}, {d}, {}, {}, {pingpong})",
-        cuda_type(dtype),
-        block_keys(d),
-        super::mask_const("FA3", mask_kind)
-    );
+    let name = format!("{prefix}_{}_{d}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
+    let Fa3Tile { bn, stages } = tile;
+    let mask = super::mask_const("FA3", mask_kind);
+    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
     Program::entry(&FA3, name, line)
 }
 
@@ -95,7 +116,7 @@ pub fn programs() -> Vec<Program> {
         for d in FA3_HEAD_DIMS {
             for mask in [MASK_NONE, MASK_CAUSAL] {
                 for pp in [true, false] {
-                    all.push(program(dtype, d, mask, pp));
+                    all.push(program("fa3", dtype, d, tile_for(d), mask, pp));
                 }
             }
         }
@@ -105,7 +126,7 @@ pub fn programs() -> Vec<Program> {
 
 /// The one `fa3` program the CI compile check builds (the others differ in constants and dtype only).
 pub fn compile_check_program() -> Program {
-    program(DType::BF16, 128, MASK_CAUSAL, true)
+    program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, true)
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, padding to byte 384, then the Q, K and V
@@ -162,7 +183,11 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let s = spec.shape;
-    let smem = smem_bytes(s.d);
+    let (tile, prefix) = match forced_tile()? {
+        Some(t) => (t, format!("fa3_t{}x{}", t.bn, t.stages)),
+        None => (tile_for(s.d), "fa3".to_string()),
+    };
+    let smem = tile.smem_bytes(s.d);
     if smem > info.smem_per_block_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {}",
@@ -182,8 +207,8 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let op = |ptr, h, sl, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, s.d], strides: st };
     let maps = (
         kv_tensor_map(&op(p.q, s.hq, s.sq, p.q_stride), 64),
-        kv_tensor_map(&op(p.k, s.hkv, s.sk, p.k_stride), block_keys(s.d)),
-        kv_tensor_map(&op(p.v, s.hkv, s.sk, p.v_stride), block_keys(s.d)),
+        kv_tensor_map(&op(p.k, s.hkv, s.sk, p.k_stride), tile.bn),
+        kv_tensor_map(&op(p.v, s.hkv, s.sk, p.v_stride), tile.bn),
     );
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(
@@ -198,7 +223,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             .filter(|&x| x <= i32::MAX as u32)
             .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (THREADS as u32, 1, 1), smem_bytes: smem as u32 };
-    let program = program(spec.dtype, s.d, p.mask_kind, pingpong());
+    let program = program(&prefix, spec.dtype, s.d, tile, p.mask_kind, pingpong());
     Ok(Plan { program, dims, args: Fa3Args { p: *p, pad: [0; ARGS_PAD], q, k, v } })
 }
 
@@ -248,12 +273,16 @@ mod tests {
         let all = programs();
         assert_eq!(all.len(), 2 * 2 * 2 * 2);
         assert!(all.contains(&compile_check_program()));
-        let p = program(DType::F16, 64, MASK_NONE, false);
+        let p = program("fa3", DType::F16, 64, tile_for(64), MASK_NONE, false);
         assert_eq!(p.name, "fa3_f16_64_none_pp0");
-        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, FA3_MASK_NONE, false)");
-        // The block's shared memory fits the H100's 227 KB at both head dims.
-        assert!(FA3_HEAD_DIMS.iter().all(|&d| smem_bytes(d) <= 227 * 1024));
+        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false)");
+        // The block's shared memory fits the H100's 227 KB at both head dims, and so do the deepest forced
+        // tiles a tuning run tries.
+        assert!(FA3_HEAD_DIMS.iter().all(|&d| tile_for(d).smem_bytes(d) <= 227 * 1024));
+        assert!(Fa3Tile { bn: 128, stages: 3 }.smem_bytes(128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 176, stages: 2 }.smem_bytes(128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 4 }.smem_bytes(64) <= 227 * 1024);
         let src = FA3.source;
-        assert!(src.contains("#define FA3_BM 128") && src.contains("#define FA3_ST 2"), "block shape changed");
+        assert!(src.contains("#define FA3_BM 128") && src.contains("#define FA3_NC 2"), "block shape changed");
     }
 }
