@@ -15,6 +15,7 @@ R="$OUT/fa3"
 mkdir -p "$R"
 export SDPA_REQUIRE_GPU=1 SDPA_CUDA_CACHE=/tmp/sdpa-fa3-cache CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
+command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
 pack() { tar czf "$OUT/fa3-run.tgz" -C "$OUT" fa3; }
 trap pack EXIT
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv;
