@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fa3_run.sh: issue 25's device run, from a bundle built by `cargo xtask gpu-bundle --out DIR` (B=DIR; run from the
 # repository root, where sdpa-cuda/dev/sdpa_dev.py lives): the fa3 test binary (correctness against the f64
-# reference), compute-sanitizer memcheck, racecheck and synccheck on small shapes of both head dims, then
+# reference), compute-sanitizer memcheck, racecheck and synccheck on small calls of both head dims, then
 # fa3_bench.py (fa3 with and without ping-pong, fa2, PyTorch's cuDNN and FLASH_ATTENTION on the fa2bench grid).
 # Everything lands in $OUT/fa3 and is packed into $OUT/fa3-run.tgz; the last lines printed are the tables. The
 # stages share a budget of $BUDGET seconds (default 285, inside a 5-minute device call): the bench gets what the
@@ -30,17 +30,15 @@ grep -E "failed|error" "$R/tests.log" | head -12
 [ $rc -eq 124 ] && { echo "the tests timed out (a hang?): stopping"; exit 1; }
 
 export SDPA_CUDA_LINEINFO=1
-for s in "bf16 1,4,1,70,200,128 causal" "f16 1,2,2,33,300,64 causal-br"; do
-  read -r dt shape mask <<< "$s"
-  cmd=("$B/sdpa" run --backend cuda --kernel fa3 --dtype "$dt" --shape "$shape" --mask "$mask" --warmup 0 --reps 1 --check)
-  "${cmd[@]}" > "$R/run-$dt-$mask.txt" 2>&1
-  echo "run $s rc=$?"
-  for tool in memcheck racecheck synccheck; do
-    [ "$SECONDS" -gt 150 ] && { echo "$tool $s skipped (time)"; continue; }
-    timeout 25 compute-sanitizer --tool "$tool" --error-exitcode 3 "${cmd[@]}" > "$R/san-$tool-$dt-$mask.log" 2>&1
-    rc=$?
-    echo "$tool $s rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$R/san-$tool-$dt-$mask.log" | tail -1)"
-  done
+# tests/fa3.rs `small_calls_for_the_sanitizer`: D = 128 bf16 causal, D = 64 f16 causal-br (BSHD), D = 64 bf16 GQA
+# with a second block of two rows; warmed (compiled) outside the sanitizer first.
+san=("$B/tests/fa3" small_calls_for_the_sanitizer --exact)
+"${san[@]}" > "$R/san-warm.log" 2>&1
+echo "sanitizer calls rc=$?"
+for tool in memcheck racecheck synccheck; do
+  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 3 "${san[@]}" > "$R/san-$tool.log" 2>&1
+  rc=$?
+  echo "$tool rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$R/san-$tool.log" | tail -2 | tr '\n' ' ')"
 done
 unset SDPA_CUDA_LINEINFO
 

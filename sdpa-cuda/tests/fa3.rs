@@ -103,6 +103,30 @@ fn fa3_keeps_a_nan_query_in_its_row() {
     }
 }
 
+/// Small calls of both head dims, both dtypes and each mask kind (GQA, lengths off the tiles, a warpgroup with no
+/// rows), checked against the reference: what `fa3_run.sh` runs under compute-sanitizer memcheck, racecheck and
+/// synccheck.
+#[test]
+fn small_calls_for_the_sanitizer() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let calls = [
+        (sh(1, 4, 1, 70, 200, 128), DType::BF16, Mask::CausalTopLeft, Layout::Bhsd),
+        (sh(1, 2, 2, 33, 300, 64), DType::F16, Mask::CausalBottomRight, Layout::Bshd),
+        (sh(1, 2, 1, 130, 100, 64), DType::BF16, Mask::None, Layout::Bhsd),
+    ];
+    for (n, (shape, dtype, mask, layout)) in calls.into_iter().enumerate() {
+        let case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
+        let inputs = HostInputs::random(&case.spec(), 90 + n as u64).expect("valid");
+        let run = gpu.run_host(&case.spec(), &case.opts(), &inputs).expect("runs");
+        assert_eq!(run.kernel, Kernel::Fa3, "{}", case.label());
+        let r = check_output(&case.spec(), &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
 /// What `fa3` lacks is refused with the reason (never run on another kernel behind the caller's back).
 #[test]
 fn fa3_refuses_what_it_lacks() {
