@@ -27,6 +27,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
 ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
+ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
+                help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -44,7 +46,8 @@ def grid(kernel, seqs=None):
 res = dict(env=env_info(date=False), ceilings={}, records=[])
 log("ENV", json.dumps(res["env"]))
 runs = {}
-for name, kernel, env in [("fa3", "fa3", None), ("fa3_pp0", "fa3", {"SDPA_FA3_PINGPONG": "0"}), ("fa2", "fa2", None)]:
+variants = [(f"fa3_{v.split(':')[0]}", "fa3", dict([v.split(':', 1)[1].split('=', 1)])) for v in args.variants]
+for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", None)]:
     log(f"timing {name} ...")
     runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
                             on_error="none") or []
@@ -102,26 +105,32 @@ def fm(x, spec="6.1f"):
     return "    -" if x is None else format(x, spec)
 
 
-log(f"\n{'dt':4} {'D':>3} {'c':1} {'S':>5} | {'fa3 TF':>6} {'xcudnn':>6} {'xflash':>6} {'ok':2} | {'pp0 TF':>6} "
-    f"{'xcudnn':>6} | {'fa2 TF':>6} {'xcudnn':>6} | {'fa3/fa2':>7} {'gemm%':>5}")
+vnames = [v[0] for v in variants]
+log(f"\n{'dt':4} {'D':>3} {'c':1} {'S':>5} | {'fa3 TF':>6} {'xcudnn':>6} {'xflash':>6} {'ok':2} | "
+    + "".join(f"{n[4:]:>6} {'xcudnn':>6} {'ok':2} | " for n in vnames)
+    + f"{'fa2 TF':>6} {'xcudnn':>6} | {'fa3/fa2':>7} {'gemm%':>5}")
 for row in res["records"]:
     b, hq, hkv, sq, sk, d, dname, mask, dv = row["shape"]
-    a, p0, f2 = row["fa3"], row["fa3_pp0"], row["fa2"]
+    a, f2 = row["fa3"], row["fa2"]
     ratio = f2["ms"] / a["ms"] if (a["ms"] and f2["ms"]) else None
+    vcols = "".join(f"{fm(row[n]['tflops'])} {fm(row[n]['x_default'], '6.3f')} {'y' if row[n]['check'] else 'N'} | "
+                    for n in vnames)
     log(f"{dname:4} {d:>3} {int(mask == 'causal')} {sq:>5} | {fm(a['tflops'])} {fm(a['x_default'], '6.3f')} "
-        f"{fm(a['x_flash'], '6.3f')} {'y' if a['check'] else 'N'} | {fm(p0['tflops'])} {fm(p0['x_default'], '6.3f')} | "
+        f"{fm(a['x_flash'], '6.3f')} {'y' if a['check'] else 'N'} | {vcols}"
         f"{fm(f2['tflops'])} {fm(f2['x_default'], '6.3f')} | {fm(ratio, '7.3f')} "
         f"{fm(100 * a['frac_gemm'] if a['frac_gemm'] else None, '5.1f')}"
         f"{(' ' + a['error'][:60]) if a.get('error') else ''}")
 for name in runs:
-    xd = sorted(r[name]["x_default"] for r in res["records"] if r[name]["x_default"])
-    xf = sorted(r[name]["x_flash"] for r in res["records"] if r[name]["x_flash"])
-    ok = all(r[name]["check"] for r in res["records"])
-    if xd:
-        log(f"{name}: vs cuDNN (default) median {xd[len(xd) // 2]:.3f} min {xd[0]:.3f} | vs flash median "
-            f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
-    else:
-        log(f"{name}: no timings")
+    for dname in dtypes:
+        recs = [r for r in res["records"] if r["shape"][6] == dname]
+        xd = sorted(r[name]["x_default"] for r in recs if r[name]["x_default"])
+        xf = sorted(r[name]["x_flash"] for r in recs if r[name]["x_flash"])
+        ok = all(r[name]["check"] for r in recs)
+        if xd:
+            log(f"{name} {dname}: vs cuDNN (default) median {xd[len(xd) // 2]:.3f} min {xd[0]:.3f} | vs flash median "
+                f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
+        else:
+            log(f"{name} {dname}: no timings")
 for t, recs in tile_runs.items():
     base = by["fa3"]
     lines = []

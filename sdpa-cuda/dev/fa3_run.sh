@@ -22,12 +22,17 @@ trap pack EXIT
   python3 -c 'import torch; print("torch", torch.__version__)'; } > "$R/env.txt" 2>&1
 head -3 "$R/env.txt"
 
-timeout 60 "$B/tests/fa3" --test-threads 2 > "$R/tests.log" 2>&1
+timeout 60 "$B/tests/fa3" --test-threads 2 --nocapture > "$R/tests.log" 2>&1
 rc=$?
 echo "tests rc=$rc"
 grep -E "^test |test result|^fa3:|panicked" "$R/tests.log" | head -20
 grep -E "failed|error" "$R/tests.log" | head -12
 [ $rc -eq 124 ] && { echo "the tests timed out (a hang?): stopping"; exit 1; }
+# The opt-in variants against the reference too (FA3_TEST_ENV="VAR=value ...": each runs the reference test).
+for v in ${FA3_TEST_ENV:-}; do
+  env "$v" timeout 60 "$B/tests/fa3" fa3_matches_the_reference --nocapture > "$R/tests-$v.log" 2>&1
+  echo "tests with $v rc=$? $(grep -E '^fa3:|test result' "$R/tests-$v.log" | tr '\n' ' ')"
+done
 
 export SDPA_CUDA_LINEINFO=1
 # tests/fa3.rs `small_calls_for_the_sanitizer`: D = 128 bf16 causal, D = 64 f16 causal-br (BSHD), D = 64 bf16 GQA
