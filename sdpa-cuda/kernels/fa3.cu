@@ -86,22 +86,7 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
     return *reinterpret_cast<const unsigned*>(&v);
 }
 
-// 2^x for x <= 0 on the FMA pipe instead of the special-function unit (MUFU: 16 results per clock and SM
-// against 128 FMAs): round x to the nearest integer n with the 1.5·2^23 trick, 2^(x - n) by a cubic (relative
-// error 7.7e-5 on [-0.5, 0.5], below the rounding of P to f16 or bf16), n added to the exponent bits. x < -126
-// gives 0 (masked keys: -inf); NaN and +inf come back as they are (2^NaN, 2^inf). At D = 64 a tile's
-// exponentials take as long on MUFU as its two products on the tensor cores, so moving some of them to the
-// FMA pipe (EXPP: every other n8 tile) can shorten the softmax (opt-in while measured: SDPA_FA3_EXP=poly).
-__device__ __forceinline__ float fa3_exp2_poly(float x) {
-    const float xc = fmaxf(x, -126.f);
-    const float j = xc + 12582912.f;
-    const float f = xc - (j - 12582912.f);
-    const float p = fmaf(fmaf(fmaf(0.0550886838f, f, 0.242604051f), f, 0.693276242f), f, 0.99992894f);
-    const float r = __int_as_float(__float_as_int(p) + ((__float_as_int(j) - 0x4B400000) << 23));
-    return x < -126.f ? 0.f : (x <= 0.f ? r : x);
-}
-
-template <typename T, int D, int BN, int ST, int MASK, bool PP, bool EXPP>
+template <typename T, int D, int BN, int ST, int MASK, bool PP>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     using L = Fa3Smem<T, D, BN, ST>;
     const AttnParams& p = a.p;
@@ -256,8 +241,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& x = s[j * 4 + hh * 2 + e];
-                        const float y = fmaf(x, sl2, -m_use);
-                        x = (EXPP && (j & 1)) ? fa3_exp2_poly(y) : fast_exp2(y);
+                        x = fast_exp2(fmaf(x, sl2, -m_use));
                         sum += x;
                     }
                 l[hh] = l[hh] * al + sum;  // per-thread partial; the quad is summed at the end
@@ -394,18 +378,18 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     // the block calls this; every copy has landed by now (each fill was waited for by the consumers).
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
-#define FA3_BODY(T, D, BN, ST, MASK, PP, EXPP)                                                         \
+#define FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, BN, ST, MASK, PP, EXPP>(a, fa3_smem);
+    fa3_forward<T, D, BN, ST, MASK, PP>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, BN, ST, MASK, PP, EXPP) asm volatile("trap;");
+#define FA3_BODY(T, D, BN, ST, MASK, PP) asm volatile("trap;");
 #endif
 
-// Entry fa3_{dtype}_{D}_{mask}[_pp0][_pexp]: element type, head dim (D = Dv), keys per tile, ring depth, mask,
-// ping-pong, half the exponentials on the FMA pipe.
-#define FA3_ENTRY(NAME, T, D, BN, ST, MASK, PP, EXPP)                                                   \
+// Entry fa3_{dtype}_{D}_{mask}[_pp0]: element type, head dim (D = Dv), keys per tile, ring depth, mask,
+// ping-pong.
+#define FA3_ENTRY(NAME, T, D, BN, ST, MASK, PP)                                                         \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS, 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, BN, ST, MASK, PP, EXPP)                                                         \
+        FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
     }

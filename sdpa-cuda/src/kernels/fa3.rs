@@ -6,8 +6,7 @@
 //! heaviest query tiles first, GQA by index, any Sq and Sk (TMA zero-fills rows past the extents; the tail
 //! keys are masked). The consumers overlap their own softmax with their P·V (S(j+1) is issued before
 //! P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries without
-//! the turns, for comparisons, and `SDPA_FA3_EXP=poly` computes half the exponentials by a polynomial on the
-//! FMA pipe ([`Fa3Mode`]).
+//! the turns, for comparisons.
 //!
 //! What it takes today ([`refuses`]): f16/bf16, D = Dv = 64 or 128, no mask or a causal one, a positive
 //! scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O multiples
@@ -99,31 +98,14 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
-/// How an entry schedules its consumers and computes its exponentials (`PP`, `EXPP` of `FA3_ENTRY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fa3Mode {
-    /// The consumers take turns issuing their products (ping-pong); `SDPA_FA3_PINGPONG=0` turns it off.
-    pub pingpong: bool,
-    /// Every other n8 tile's exponentials by a polynomial on the FMA pipe (`fa3_exp2_poly`); opt-in while
-    /// measured: `SDPA_FA3_EXP=poly` (its programs are compiled on first use, not listed in [`programs`]).
-    pub exp_poly: bool,
-}
-
-impl Fa3Mode {
-    /// The default: ping-pong, every exponential on the special-function unit.
-    pub const DEFAULT: Fa3Mode = Fa3Mode { pingpong: true, exp_poly: false };
-}
-
-/// The program of entry `{prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong, `_pexp`: polynomial
-/// exponentials) with `tile`; the prefix is `fa3` for the table's tiles and `fa3_t{bn}x{stages}` for forced ones.
-pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, mode: Fa3Mode) -> Program {
-    let Fa3Mode { pingpong, exp_poly } = mode;
+/// The program of entry `{prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong) with `tile`; the prefix is
+/// `fa3` for the table's tiles and `fa3_t{bn}x{stages}` for forced ones.
+pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
-    let pexp = if exp_poly { "_pexp" } else { "" };
-    let name = format!("{prefix}_{}_{d}_{}{pp}{pexp}", dtype.name(), mask_suffix(mask_kind));
+    let name = format!("{prefix}_{}_{d}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
     let Fa3Tile { bn, stages } = tile;
     let mask = super::mask_const("FA3", mask_kind);
-    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong}, {exp_poly})", cuda_type(dtype));
+    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
     Program::entry(&FA3, name, line)
 }
 
@@ -133,8 +115,8 @@ pub fn programs() -> Vec<Program> {
     for dtype in [DType::F16, DType::BF16] {
         for d in FA3_HEAD_DIMS {
             for mask in [MASK_NONE, MASK_CAUSAL] {
-                for pingpong in [true, false] {
-                    all.push(program("fa3", dtype, d, tile_for(d), mask, Fa3Mode { pingpong, exp_poly: false }));
+                for pp in [true, false] {
+                    all.push(program("fa3", dtype, d, tile_for(d), mask, pp));
                 }
             }
         }
@@ -144,7 +126,7 @@ pub fn programs() -> Vec<Program> {
 
 /// The one `fa3` program the CI compile check builds (the others differ in constants and dtype only).
 pub fn compile_check_program() -> Program {
-    program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, Fa3Mode::DEFAULT)
+    program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, true)
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, padding to byte 384, then the Q, K and V
@@ -171,13 +153,9 @@ impl std::fmt::Debug for Fa3Args {
     }
 }
 
-/// The mode the environment asks for: `SDPA_FA3_PINGPONG=0` turns ping-pong off, `SDPA_FA3_EXP=poly` moves half
-/// the exponentials to the FMA pipe.
-fn mode_from_env() -> Fa3Mode {
-    Fa3Mode {
-        pingpong: std::env::var_os("SDPA_FA3_PINGPONG").is_none_or(|v| v != "0"),
-        exp_poly: std::env::var_os("SDPA_FA3_EXP").is_some_and(|v| v == "poly"),
-    }
+/// False when the environment sets `SDPA_FA3_PINGPONG=0` (the entries without ping-pong).
+fn pingpong() -> bool {
+    std::env::var_os("SDPA_FA3_PINGPONG").is_none_or(|v| v != "0")
 }
 
 /// One planned `fa3` launch.
@@ -245,7 +223,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             .filter(|&x| x <= i32::MAX as u32)
             .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (THREADS as u32, 1, 1), smem_bytes: smem as u32 };
-    let program = program(&prefix, spec.dtype, s.d, tile, p.mask_kind, mode_from_env());
+    let program = program(&prefix, spec.dtype, s.d, tile, p.mask_kind, pingpong());
     Ok(Plan { program, dims, args: Fa3Args { p: *p, pad: [0; ARGS_PAD], q, k, v } })
 }
 
@@ -295,12 +273,9 @@ mod tests {
         let all = programs();
         assert_eq!(all.len(), 2 * 2 * 2 * 2);
         assert!(all.contains(&compile_check_program()));
-        let p = program("fa3", DType::F16, 64, tile_for(64), MASK_NONE, Fa3Mode { pingpong: false, exp_poly: false });
+        let p = program("fa3", DType::F16, 64, tile_for(64), MASK_NONE, false);
         assert_eq!(p.name, "fa3_f16_64_none_pp0");
-        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false, false)");
-        let p =
-            program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, Fa3Mode { pingpong: true, exp_poly: true });
-        assert_eq!(p.name, "fa3_bf16_128_causal_pexp");
+        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false)");
         // The block's shared memory fits the H100's 227 KB at both head dims, and so do the deepest forced
         // tiles a tuning run tries.
         assert!(FA3_HEAD_DIMS.iter().all(|&d| tile_for(d).smem_bytes(d) <= 227 * 1024));
