@@ -23,10 +23,11 @@
 //!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
-//! - `fa3` (the Hopper forward, [`super::fa3`]) runs only when asked for by name: `auto` does not pick it
-//!   (not yet measured faster than `fa2` across the fa2bench grid), and what it cannot take (head dims,
-//!   masks, variants, ragged batches, devices other than sm_90) is refused with the reason, never sent
-//!   elsewhere.
+//! - `fa3` (the Hopper forward, [`super::fa3`]) runs only when asked for by name: `auto` does not pick it yet
+//!   (on the H100 it beats `fa2` at D = 128 and at D = 64 from S = 2k on, but stays below cuDNN, and choosing
+//!   it needs the device's compute capability here; `bench/results/gpu/fa3.md`), and what it cannot take
+//!   (head dims, masks, variants, ragged batches, devices other than sm_90) is refused with the reason, never
+//!   sent elsewhere.
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
