@@ -29,11 +29,14 @@ pub enum Kernel {
     SplitKv,
     /// The backend picks per spec; `forward` reports which kernel it ran.
     Auto,
+    /// The Hopper forward (CUDA, sm_90: TMA, `wgmma`, warp specialisation); asked for by name only.
+    Fa3,
 }
 
 impl Kernel {
     /// All kernel names.
-    pub const ALL: [Kernel; 5] = [Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Auto];
+    pub const ALL: [Kernel; 6] =
+        [Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Auto, Kernel::Fa3];
 
     /// Lowercase name.
     pub fn name(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Kernel {
             Kernel::Fa2 => "fa2",
             Kernel::SplitKv => "splitkv",
             Kernel::Auto => "auto",
+            Kernel::Fa3 => "fa3",
         }
     }
 }
@@ -62,7 +66,8 @@ impl FromStr for Kernel {
             "fa2" => Ok(Kernel::Fa2),
             "splitkv" | "split-kv" => Ok(Kernel::SplitKv),
             "auto" => Ok(Kernel::Auto),
-            other => Err(format!("unknown kernel `{other}` (expected unfused, fa1, fa2, splitkv or auto)")),
+            "fa3" => Ok(Kernel::Fa3),
+            other => Err(format!("unknown kernel `{other}` (expected unfused, fa1, fa2, splitkv, auto or fa3)")),
         }
     }
 }

@@ -587,7 +587,7 @@ impl Backend for CudaBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             dtypes: DType::ALL.to_vec(),
-            kernels: vec![Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv],
+            kernels: vec![Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Fa3],
             max_head_dim: MAX_HEAD_DIM,
             fast_head_dims: FA1_FAST_HEAD_DIMS.to_vec(),
             masks: MaskKind::ALL.to_vec(),

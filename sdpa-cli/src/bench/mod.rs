@@ -40,7 +40,7 @@ pub struct SweepArgs {
     /// Backends: reference, cpu, cuda (and pytorch to require the PyTorch comparison).
     #[arg(long, value_delimiter = ',')]
     backend: Vec<String>,
-    /// Kernels: unfused, fa1, fa2, splitkv, auto.
+    /// Kernels: unfused, fa1, fa2, splitkv, auto, fa3 (CUDA on sm_90 only).
     #[arg(long, value_delimiter = ',')]
     kernel: Vec<String>,
     /// Element types: f32, f16, bf16.

@@ -6,6 +6,7 @@
 //! - [`unfused`]: cuBLAS Q·Kᵀ, the softmax kernel, cuBLAS P·V.
 //! - [`fa1`]: FlashAttention-1, tensor cores for f16/bf16 where it can, SIMT otherwise.
 //! - [`fa2`]: FlashAttention-2 on tensor cores, f16/bf16.
+//! - [`fa3`]: the Hopper forward (sm_90a: TMA, `wgmma`, warp specialisation), f16/bf16.
 //! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
 //! - [`bwd`]: the backward pass on tensor cores, f16/bf16.
@@ -13,6 +14,7 @@
 pub mod bwd;
 pub mod fa1;
 pub mod fa2;
+pub mod fa3;
 pub mod paged_append;
 pub mod policy;
 pub mod splitkv;
@@ -47,6 +49,7 @@ pub fn all_programs() -> Vec<Program> {
         vec![unfused::program(), l2_flush_program(), paged_append::program(), crate::ring::kernels::program()];
     all.extend(fa1::programs());
     all.extend(fa2::programs());
+    all.extend(fa3::programs());
     all.extend(splitkv::programs());
     all.extend(tf32::programs());
     all.extend(bwd::programs());
@@ -59,14 +62,18 @@ pub fn all_programs() -> Vec<Program> {
 /// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
 /// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter
 /// once more narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only). The
-/// backward's programs enter as [`bwd::compile_check_programs`] lists them (six of them).
+/// backward's programs enter as [`bwd::compile_check_programs`] lists them (six of them), `fa3`'s as one
+/// ([`fa3::compile_check_program`]: its instantiations differ in constants and dtype only).
 pub fn compile_check_programs() -> Vec<Program> {
     let bwd_check = bwd::compile_check_programs();
+    let fa3_check = fa3::compile_check_program();
     all_programs()
         .into_iter()
         .filter(|p| {
             if p.module.name == crate::sys::modules::BWD.name {
                 bwd_check.contains(p)
+            } else if p.module.name == crate::sys::modules::FA3.name {
+                *p == fa3_check
             } else if is_fa2_ragged(p) {
                 p.name.starts_with("fa2_bf16_128_")
             } else {
@@ -93,6 +100,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
         Launcher::Tf32 => vec![tf32::plan(call)?.program],
         Launcher::Fa2 => vec![fa2::plan(call)?.program],
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
+        Launcher::Fa3 => vec![fa3::plan(call)?.program],
     })
 }
 
@@ -108,6 +116,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
         Launcher::Tf32 => tf32::run(call)?,
         Launcher::Fa2 => fa2::run(call)?,
         Launcher::SplitKv => splitkv::run(call)?,
+        Launcher::Fa3 => fa3::run(call)?,
     }
     Ok(launcher.kernel())
 }
@@ -141,8 +150,12 @@ mod tests {
         let all = all_programs();
         let check = compile_check_programs();
         let is_bwd = |p: &Program| p.module.name == crate::sys::modules::BWD.name;
-        let plain = all.iter().filter(|p| !p.name.contains("_band") && !is_fa2_ragged(p) && !is_bwd(p)).count();
+        let is_fa3 = |p: &Program| p.module.name == crate::sys::modules::FA3.name;
+        let plain =
+            all.iter().filter(|p| !p.name.contains("_band") && !is_fa2_ragged(p) && !is_bwd(p) && !is_fa3(p)).count();
         let bwd = check.iter().filter(|p| is_bwd(p)).count();
+        let fa3: Vec<&Program> = check.iter().filter(|p| is_fa3(p)).collect();
+        assert_eq!(fa3, [&fa3::compile_check_program()]);
         assert_eq!(bwd, bwd::compile_check_programs().len());
         let splitkv_ragged = |p: &Program| p.name.starts_with("splitkv_ragged_");
         let dense = |p: &&Program| !is_fa2_ragged(p) && !splitkv_ragged(p);
@@ -153,7 +166,7 @@ mod tests {
         // the four variant maskings without an explicit mask, on its two ring depths.
         let skv: Vec<&str> = check.iter().filter(|p| splitkv_ragged(p)).map(|p| p.name.as_str()).collect();
         assert_eq!(skv.len(), 4 * 2, "{skv:?}");
-        assert_eq!(check.len() - variants.len() - ragged.len() - skv.len() - bwd, plain);
+        assert_eq!(check.len() - variants.len() - ragged.len() - skv.len() - bwd - fa3.len(), plain);
         let per = Masking::variants().len();
         assert_eq!(variants.len(), per * (3 + 3 + 1), "{variants:?}");
         for name in ["fa2_bf16_128_band_softcap_alibi", "splitkv_tma_bf16_128_explicit_band", "fa1m_bf16_128_band"] {

@@ -23,6 +23,11 @@
 //!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
+//! - `fa3` (the Hopper forward, [`super::fa3`]) runs only when asked for by name: `auto` does not pick it yet
+//!   (on the H100 it beats `fa2` at D = 128 and at D = 64 from S = 2k on, but stays below cuDNN, and choosing
+//!   it needs the device's compute capability here; `bench/results/gpu/fa3.md`), and what it cannot take
+//!   (head dims, masks, variants, ragged batches, devices other than sm_90) is refused with the reason, never
+//!   sent elsewhere.
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
@@ -52,6 +57,8 @@ pub enum Launcher {
     Fa2,
     /// [`crate::kernels::splitkv`].
     SplitKv,
+    /// [`crate::kernels::fa3`].
+    Fa3,
 }
 
 impl Launcher {
@@ -62,6 +69,7 @@ impl Launcher {
             Launcher::Fa1 => Kernel::Fa1,
             Launcher::Tf32 | Launcher::Fa2 => Kernel::Fa2,
             Launcher::SplitKv => Kernel::SplitKv,
+            Launcher::Fa3 => Kernel::Fa3,
         }
     }
 }
@@ -246,7 +254,7 @@ pub fn ragged_decoding(spec: &AttentionSpec) -> bool {
 /// inputs, `fa1`, `unfused` and calls the tensor cores cannot take are errors naming what to use instead.
 pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -> Result<Launcher> {
     match requested {
-        Kernel::Fa1 | Kernel::Unfused => refuse_ragged(requested.name(), spec)?,
+        Kernel::Fa1 | Kernel::Unfused | Kernel::Fa3 => refuse_ragged(requested.name(), spec)?,
         _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,
         _ => {}
     }
@@ -280,6 +288,8 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
     let f32_math = if spec.dtype == DType::F32 && !auto_exact { opts.f32_math } else { F32Math::Exact };
     Ok(match (kernel, f32_math) {
         (Kernel::Unfused, _) => Launcher::Unfused,
+        // Asked for by name only; what it cannot take it refuses with the reason (no fallback).
+        (Kernel::Fa3, _) => Launcher::Fa3,
         (Kernel::Fa1, F32Math::Exact) => Launcher::Fa1,
         (Kernel::Fa1, m) => {
             return Err(unsupported(format!(

@@ -17,12 +17,14 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// - `fa2_mma.cuh`: the f16/bf16 tensor-core steps of `fa2`, `fa1_mma` and `splitkv` (cp.async, ldmatrix,
 ///   mma.sync m16n8k16, online softmax, the split-KV scratch layout).
 /// - `tf32_ops.cuh`: the f32 tensor-core helpers and epilogue of `tf32` and `tf32_wgmma`.
-/// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`).
+/// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`, `fa3`).
+/// - `fa3_wgmma.cuh`: f16/bf16 `wgmma` products and descriptors of `fa3`.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", COMMON_CUH),
     ("fa2_mma.cuh", include_str!("../../kernels/fa2_mma.cuh")),
     ("tf32_ops.cuh", include_str!("../../kernels/tf32_ops.cuh")),
     ("sm90_async.cuh", include_str!("../../kernels/sm90_async.cuh")),
+    ("fa3_wgmma.cuh", include_str!("../../kernels/fa3_wgmma.cuh")),
 ];
 
 /// One `.cu` source: a family of templates that its programs include, or a small module compiled whole.
@@ -74,6 +76,11 @@ pub const TF32_WGMMA: ModuleSource = ModuleSource {
     arch_specific: true,
 };
 
+/// The Hopper forward, f16/bf16: TMA, `wgmma`, warp specialisation (`crate::kernels::fa3`; sm_90a, its entries
+/// trap elsewhere).
+pub const FA3: ModuleSource =
+    ModuleSource { name: "fa3", source: include_str!("../../kernels/fa3.cu"), extra_options: &[], arch_specific: true };
+
 /// FlashAttention-2 on tensor cores, f16/bf16 (`crate::kernels::fa2`).
 pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../../kernels/fa2.cu"));
 /// Split-KV (flash-decoding), f16/bf16, its partials merged inside the same launch (`crate::kernels::splitkv`).
@@ -94,7 +101,7 @@ pub const RING: ModuleSource = ModuleSource::new("ring", include_str!("../../ker
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
 pub const MODULES: &[ModuleSource] =
-    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD, RING];
+    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, FA3, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD, RING];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

@@ -1,0 +1,288 @@
+//! `fa3`: the Hopper forward for f16/bf16 (`kernels/fa3.cu`, sm_90a): TMA tensor loads of Q, K and V
+//! through tensor maps built per call ([`crate::checked::tensor_map`]), `wgmma` for S = Q·Kᵀ (both operands
+//! in shared memory) and O += P·V (P from registers), a producer warpgroup feeding an mbarrier ring of K/V
+//! stages to two consumer warpgroups (`setmaxnreg` moves the producer's registers to them), online softmax
+//! in registers, LSE, causal masks of both alignments with the tiles past the diagonal never loaded and the
+//! heaviest query tiles first, GQA by index, any Sq and Sk (TMA zero-fills rows past the extents; the tail
+//! keys are masked). The consumers overlap their own softmax with their P·V (S(j+1) is issued before
+//! P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries without
+//! the turns, for comparisons.
+//!
+//! What it takes today ([`refuses`]): f16/bf16, D = Dv = 64 or 128, no mask or a causal one, a positive
+//! scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O multiples
+//! of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
+//! falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy; measured in
+//! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid).
+
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::{mask_suffix, AttnParams, MASK_CAUSAL, MASK_NONE};
+use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
+use crate::error::unsupported;
+use crate::sys::modules::FA3;
+use crate::sys::program::{cuda_type, Program};
+use cudarc::driver::sys::CUtensorMap;
+use cudarc::driver::DeviceRepr;
+use sdpa_core::{AttentionSpec, DType, Mask, Result};
+
+/// Head dims (D = Dv) `fa3` is instantiated for.
+pub const FA3_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Query rows per block: two consumer warpgroups of 64 rows (`FA3_BM`).
+pub const BM: usize = 128;
+/// Threads per block: two consumer warpgroups and the producer (`FA3_THREADS`).
+pub const THREADS: usize = 384;
+
+/// The K/V tiling of an entry: keys per tile and ring depth (`BN`, `ST` of `FA3_ENTRY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fa3Tile {
+    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 128,
+    /// 176 or 192).
+    pub bn: usize,
+    /// K/V ring slots.
+    pub stages: usize,
+}
+
+impl Fa3Tile {
+    /// Dynamic shared memory of a block at head dim `d` (`Fa3Smem::BYTES`): Q of both consumers, the K and V
+    /// rings, the mbarriers (one per consumer's Q, full and empty per K and per V slot).
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        2 * 64 * d * 2 + 2 * self.stages * self.bn * d * 2 + 8 * (2 + 4 * self.stages)
+    }
+}
+
+/// The tile of head dim `d`: 128 keys, a 2-deep ring (the first form; not tuned yet).
+pub fn tile_for(_d: usize) -> Fa3Tile {
+    Fa3Tile { bn: 128, stages: 2 }
+}
+
+/// The tile `SDPA_FA3_TILE=bn,stages` forces (tuning runs: `dev/fa3_bench.py --tiles`); its entries are named
+/// `fa3_t{bn}x{stages}_*` and compiled on first use (not listed in [`programs`]). `None` when unset; an
+/// unusable value is an error naming what is allowed.
+fn forced_tile() -> Result<Option<Fa3Tile>> {
+    let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
+    let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match parsed[..] {
+        [bn @ (64 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages })),
+        _ => Err(unsupported(format!(
+            "SDPA_FA3_TILE={v}: expected `bn,stages` with bn 64, 128, 176 or 192 and 1 to 4 stages"
+        ))),
+    }
+}
+
+/// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
+pub fn refuses(spec: &AttentionSpec) -> Option<String> {
+    let s = spec.shape;
+    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
+        return Some(format!("fa3 takes f16 and bf16 inputs, not {} (use fa2 or fa1)", spec.dtype));
+    }
+    if s.d != s.dv || !FA3_HEAD_DIMS.contains(&s.d) {
+        return Some(format!(
+            "fa3 has head dims D = Dv = 64 or 128 only (got D = {}, Dv = {}); fa2 takes the others",
+            s.d, s.dv
+        ));
+    }
+    let kinds = spec.variants.kinds();
+    if !kinds.is_empty() {
+        let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
+        return Some(format!("fa3 does not implement {} yet; fa2 does", names.join(", ")));
+    }
+    if matches!(spec.mask, Mask::Explicit(_)) {
+        return Some("fa3 does not take explicit masks yet (no mask or causal only); fa2 does".into());
+    }
+    if spec.ragged.is_some() {
+        return Some("fa3 does not run ragged (varlen) batches or paged KV caches yet; fa2 and splitkv do".into());
+    }
+    if spec.scale() <= 0.0 {
+        return Some(format!("fa3 needs a positive scale (got {})", spec.scale()));
+    }
+    None
+}
+
+/// The program of entry `{prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong) with `tile`; the prefix is
+/// `fa3` for the table's tiles and `fa3_t{bn}x{stages}` for forced ones.
+pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
+    let pp = if pingpong { "" } else { "_pp0" };
+    let name = format!("{prefix}_{}_{d}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
+    let Fa3Tile { bn, stages } = tile;
+    let mask = super::mask_const("FA3", mask_kind);
+    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
+    Program::entry(&FA3, name, line)
+}
+
+/// Every `fa3` instantiation a launch can ask for.
+pub fn programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for d in FA3_HEAD_DIMS {
+            for mask in [MASK_NONE, MASK_CAUSAL] {
+                for pp in [true, false] {
+                    all.push(program("fa3", dtype, d, tile_for(d), mask, pp));
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The one `fa3` program the CI compile check builds (the others differ in constants and dtype only).
+pub fn compile_check_program() -> Program {
+    program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, true)
+}
+
+/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, padding to byte 384, then the Q, K and V
+/// tensor maps; 768 bytes, asserted on both sides).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Fa3Args {
+    p: AttnParams,
+    pad: [u8; ARGS_PAD],
+    q: CUtensorMap,
+    k: CUtensorMap,
+    v: CUtensorMap,
+}
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE;
+const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
+// SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
+// AttnParams, padding to 384 and three opaque 128-byte tensor maps.
+unsafe impl DeviceRepr for Fa3Args {}
+
+impl std::fmt::Debug for Fa3Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The tensor maps are opaque bytes.
+        f.debug_struct("Fa3Args").field("p", &self.p).finish_non_exhaustive()
+    }
+}
+
+/// False when the environment sets `SDPA_FA3_PINGPONG=0` (the entries without ping-pong).
+fn pingpong() -> bool {
+    std::env::var_os("SDPA_FA3_PINGPONG").is_none_or(|v| v != "0")
+}
+
+/// One planned `fa3` launch.
+#[derive(Debug)]
+pub struct Plan {
+    /// The program (one entry point).
+    pub program: Program,
+    /// Grid, block and shared memory.
+    pub dims: LaunchDims,
+    /// The parameter with its tensor maps.
+    pub args: Fa3Args,
+}
+
+/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it.
+pub fn plan(call: &Call<'_>) -> Result<Plan> {
+    let spec = call.spec;
+    if let Some(why) = refuses(spec) {
+        return Err(unsupported(why));
+    }
+    let info = call.dev.info();
+    if info.compute_capability != (9, 0) {
+        let (major, minor) = info.compute_capability;
+        return Err(unsupported(format!(
+            "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor} (use fa2)"
+        )));
+    }
+    let s = spec.shape;
+    let (tile, prefix) = match forced_tile()? {
+        Some(t) => (t, format!("fa3_t{}x{}", t.bn, t.stages)),
+        None => (tile_for(s.d), "fa3".to_string()),
+    };
+    let smem = tile.smem_bytes(s.d);
+    if smem > info.smem_per_block_optin.max(0) as usize {
+        return Err(unsupported(format!(
+            "fa3 needs {smem} bytes of shared memory per block, the device allows {}",
+            info.smem_per_block_optin
+        )));
+    }
+    let p = &call.params;
+    if !p.qkvo_aligned_8_elements() {
+        return Err(unsupported(
+            "fa3 loads Q, K and V through TMA tensor maps: base pointers and strides of Q, K, V and O must be \
+             multiples of 8 elements (16 bytes); use fa2",
+        ));
+    }
+    if p.mask_kind != MASK_NONE && p.mask_kind != MASK_CAUSAL {
+        return Err(unsupported("fa3 takes no mask or a causal one"));
+    }
+    let op = |ptr, h, sl, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, s.d], strides: st };
+    let maps = (
+        kv_tensor_map(&op(p.q, s.hq, s.sq, p.q_stride), 64),
+        kv_tensor_map(&op(p.k, s.hkv, s.sk, p.k_stride), tile.bn),
+        kv_tensor_map(&op(p.v, s.hkv, s.sk, p.v_stride), tile.bn),
+    );
+    let (Some(q), Some(k), Some(v)) = maps else {
+        return Err(unsupported(
+            "fa3: a TMA tensor map cannot describe this Q, K or V layout (strides must be positive multiples of \
+             16 bytes below 2^40, extents below 2^32); use fa2",
+        ));
+    };
+    let blocks =
+        s.sq.div_ceil(BM)
+            .checked_mul(s.b * s.hq)
+            .and_then(|x| u32::try_from(x).ok())
+            .filter(|&x| x <= i32::MAX as u32)
+            .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
+    let dims = LaunchDims { grid: (blocks, 1, 1), block: (THREADS as u32, 1, 1), smem_bytes: smem as u32 };
+    let program = program(&prefix, spec.dtype, s.d, tile, p.mask_kind, pingpong());
+    Ok(Plan { program, dims, args: Fa3Args { p: *p, pad: [0; ARGS_PAD], q, k, v } })
+}
+
+/// Launches `fa3` on the call's stream.
+pub fn run(call: &Call<'_>) -> Result<()> {
+    let Plan { program, dims, args } = plan(call)?;
+    if call.spec.shape.sq == 0 {
+        return Ok(()); // no query row: nothing to write
+    }
+    // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
+    // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
+    // kernel writes O rows < Sq and columns < Dv with 4-byte stores that the 8-element alignment allows,
+    // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
+    // its program is built as sm_90a.
+    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sdpa_core::{ExplicitMask, MaskValues, Shape};
+
+    fn spec(d: usize, dv: usize, dtype: DType) -> AttentionSpec {
+        AttentionSpec::new(Shape { b: 1, hq: 8, hkv: 2, sq: 300, sk: 500, d, dv }, dtype)
+    }
+
+    #[test]
+    fn fa3_refuses_what_it_lacks_with_the_reason() {
+        assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
+        assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
+        for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128)] {
+            let why = refuses(&spec(d, dv, DType::BF16)).expect("refused");
+            assert!(why.contains("head dims"), "{why}");
+        }
+        assert!(refuses(&spec(128, 128, DType::F32)).expect("refused").contains("f16 and bf16"));
+        let plain = spec(64, 64, DType::BF16);
+        let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
+        assert!(refuses(&explicit).expect("refused").contains("explicit"));
+        let windowed = plain.clone().with_window(sdpa_core::variants::Window::left(64));
+        assert!(refuses(&windowed).expect("refused").contains("does not implement"));
+        assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
+        assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
+    }
+
+    #[test]
+    fn programs_are_named_by_dtype_head_dim_mask_and_turns() {
+        let all = programs();
+        assert_eq!(all.len(), 2 * 2 * 2 * 2);
+        assert!(all.contains(&compile_check_program()));
+        let p = program("fa3", DType::F16, 64, tile_for(64), MASK_NONE, false);
+        assert_eq!(p.name, "fa3_f16_64_none_pp0");
+        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false)");
+        // The block's shared memory fits the H100's 227 KB at both head dims, and so do the deepest forced
+        // tiles a tuning run tries.
+        assert!(FA3_HEAD_DIMS.iter().all(|&d| tile_for(d).smem_bytes(d) <= 227 * 1024));
+        assert!(Fa3Tile { bn: 128, stages: 3 }.smem_bytes(128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 176, stages: 2 }.smem_bytes(128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 4 }.smem_bytes(64) <= 227 * 1024);
+        let src = FA3.source;
+        assert!(src.contains("#define FA3_BM 128") && src.contains("#define FA3_NC 2"), "block shape changed");
+    }
+}

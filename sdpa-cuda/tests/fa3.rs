@@ -1,0 +1,153 @@
+//! `fa3` (the Hopper forward, kernels/fa3.cu) against the f64 reference on an sm_90 GPU: random data,
+//! NaN-poisoned outputs (`run_host` poisons them), lengths that are no multiple of any tile (64-row TMA
+//! boxes of Q, 128-key tiles), Sq != Sk both ways, several key tiles per block (the ring wraps), GQA 1/4/8,
+//! decoding rows, no mask and causal in both alignments (rows that see no key included), both layouts,
+//! f16 and bf16, with and without LSE; a NaN in one query stays in its row; what `fa3` lacks is refused with
+//! the reason. Every case must report `fa3` as the kernel that ran. Skips (printing why) without a GPU, and
+//! skips the kernel checks on a GPU other than compute capability 9.0 after checking that `fa3` refuses it.
+
+mod common;
+
+use common::{assert_nan_in_a_query_stays_in_its_row, gpu, rows_for, sh, Case};
+use sdpa_core::check::check_output;
+use sdpa_core::{
+    DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, SdpaError, Shape,
+};
+use sdpa_cuda::CudaBackend;
+
+/// Whether the GPU is an sm_90 part; otherwise `fa3` must refuse a call it would run there.
+fn hopper(gpu: &CudaBackend) -> bool {
+    if gpu.info().compute_capability == (9, 0) {
+        return true;
+    }
+    let case = Case::new(sh(1, 2, 2, 64, 64, 64), DType::BF16, Mask::None, Layout::Bhsd, Kernel::Fa3, F32Math::Exact);
+    let inputs = HostInputs::random(&case.spec(), 1).expect("valid");
+    match gpu.run_host(&case.spec(), &case.opts(), &inputs) {
+        Err(SdpaError::Unsupported { .. }) => eprintln!("skipping fa3 kernel checks: not a compute-capability 9.0 GPU"),
+        other => panic!("fa3 on a GPU other than sm_90 must be refused, got {other:?}"),
+    }
+    false
+}
+
+fn shapes() -> Vec<Shape> {
+    vec![
+        sh(1, 2, 2, 1, 1, 64),
+        sh(2, 4, 1, 77, 130, 64),     // GQA 4, Sq < Sk, one partial key tile and a second one
+        sh(1, 8, 1, 130, 77, 128),    // GQA 8, Sq > Sk: bottom-right rows that see no key
+        sh(1, 4, 4, 129, 257, 128),   // one row past a block, one key past two tiles
+        sh(2, 2, 2, 300, 300, 64),    // three query blocks
+        sh(1, 8, 2, 1000, 1000, 128), // GQA 4, eight key tiles: the 2-deep ring wraps
+        sh(1, 2, 2, 513, 2049, 64),   // 17 key tiles, the last of one key
+        sh(1, 2, 1, 65, 1, 128),      // one key
+        sh(2, 16, 2, 1, 1000, 64),    // decoding rows
+    ]
+}
+
+#[test]
+fn fa3_matches_the_reference() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let mut failures = Vec::new();
+    let (mut n, mut worst) = (0usize, 0.0f64);
+    for shape in shapes() {
+        for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+            for layout in [Layout::Bhsd, Layout::Bshd] {
+                for dtype in [DType::F16, DType::BF16] {
+                    let mut case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
+                    case.lse = n % 4 != 0; // every fourth without LSE (the null-pointer path)
+                    n += 1;
+                    let spec = case.spec();
+                    let inputs = HostInputs::random(&spec, 25_000 + n as u64).expect("valid spec");
+                    let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
+                        Ok(run) => run,
+                        Err(e) => {
+                            failures.push(format!("{}: error: {e}", case.label()));
+                            continue;
+                        }
+                    };
+                    if run.kernel != Kernel::Fa3 {
+                        failures.push(format!("{}: ran {}", case.label(), run.kernel));
+                    }
+                    if case.lse && run.output.lse.is_none() {
+                        failures.push(format!("{}: LSE asked for, none returned", case.label()));
+                    }
+                    match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)) {
+                        Ok(r) => {
+                            worst = worst.max(r.rel_err / r.tolerance);
+                            if !r.pass {
+                                failures.push(format!("{}: {r:?}", case.label()));
+                            }
+                        }
+                        Err(e) => failures.push(format!("{}: check: {e}", case.label())),
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("fa3: {n} cases, {} failed, worst error {worst:.3} of its tolerance", failures.len());
+    assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A NaN in one query poisons exactly its row, with and without a causal mask.
+#[test]
+fn fa3_keeps_a_nan_query_in_its_row() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    for mask in [Mask::None, Mask::CausalBottomRight] {
+        let case = Case::new(sh(1, 4, 2, 200, 300, 128), DType::BF16, mask, Layout::Bshd, Kernel::Fa3, F32Math::Exact);
+        assert_nan_in_a_query_stays_in_its_row(&gpu, &case);
+    }
+}
+
+/// Small calls of both head dims, both dtypes and each mask kind (GQA, lengths off the tiles, a warpgroup with no
+/// rows), checked against the reference: what `fa3_run.sh` runs under compute-sanitizer memcheck, racecheck and
+/// synccheck.
+#[test]
+fn small_calls_for_the_sanitizer() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let calls = [
+        (sh(1, 4, 1, 70, 200, 128), DType::BF16, Mask::CausalTopLeft, Layout::Bhsd),
+        (sh(1, 2, 2, 33, 300, 64), DType::F16, Mask::CausalBottomRight, Layout::Bshd),
+        (sh(1, 2, 1, 130, 100, 64), DType::BF16, Mask::None, Layout::Bhsd),
+    ];
+    for (n, (shape, dtype, mask, layout)) in calls.into_iter().enumerate() {
+        let case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
+        let inputs = HostInputs::random(&case.spec(), 90 + n as u64).expect("valid");
+        let run = gpu.run_host(&case.spec(), &case.opts(), &inputs).expect("runs");
+        assert_eq!(run.kernel, Kernel::Fa3, "{}", case.label());
+        let r = check_output(&case.spec(), &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
+/// What `fa3` lacks is refused with the reason (never run on another kernel behind the caller's back).
+#[test]
+fn fa3_refuses_what_it_lacks() {
+    let Some(gpu) = gpu() else { return };
+    let explicit = |s: Shape| Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &s));
+    let s64 = sh(1, 2, 2, 100, 100, 64);
+    let cases = [
+        (sh(1, 2, 2, 100, 100, 96), DType::BF16, Mask::None, "head dims"),
+        (sh(1, 2, 2, 100, 100, 256), DType::F16, Mask::None, "head dims"),
+        (Shape { dv: 128, ..s64 }, DType::BF16, Mask::None, "head dims"),
+        (s64, DType::F32, Mask::None, "f16 and bf16"),
+        (s64, DType::BF16, explicit(s64), "explicit"),
+    ];
+    for (shape, dtype, mask, why) in cases {
+        let case = Case::new(shape, dtype, mask, Layout::Bhsd, Kernel::Fa3, F32Math::Exact);
+        let inputs = HostInputs::random(&case.spec(), 3).expect("valid");
+        match gpu.run_host(&case.spec(), &case.opts(), &inputs) {
+            Err(e @ SdpaError::Unsupported { .. }) => {
+                assert!(e.to_string().contains(why), "{}: {e}", case.label());
+            }
+            other => panic!("{}: expected Unsupported ({why}), got {:?}", case.label(), other.map(|r| r.kernel)),
+        }
+    }
+}
