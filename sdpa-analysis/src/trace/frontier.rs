@@ -408,6 +408,7 @@ fn measured_kernel(r: &BenchRecord) -> Option<(&'static str, &'static str)> {
         ("pytorch", "cudnn") => Some(("PyTorch cuDNN", "cudnn")),
         ("pytorch", "efficient") => Some(("PyTorch memory-efficient", "efficient")),
         ("cuda", "fa2") => Some(("sdpa cuda fa2", "ours")),
+        ("cuda", "fa3") => Some(("sdpa cuda fa3", "ours")),
         _ => None,
     }
 }
@@ -440,7 +441,10 @@ pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
                 _ => continue,
             };
             let passed = r.check.as_ref().is_none_or(|c| c.pass);
+            // A call spread over several GPUs (ring attention) reports the rate of all of them together.
+            let one_gpu = r.gpus.is_none_or(|n| n <= 1);
             if !plain
+                || !one_gpu
                 || !passed
                 || !(dtype == "bf16" || dtype == "f16")
                 || r.time_ms.median.is_nan()
@@ -448,8 +452,8 @@ pub fn derive_measured(files: &[(String, Vec<BenchRecord>)]) -> Vec<Series> {
             {
                 continue;
             }
-            // The rate from the record's own shape, mask and median, not its `tflops` field: the harness's flat
-            // files give PyTorch's medians beside ours, and the reader copies our kernel's `tflops` into them.
+            // The rate from the record's own shape, mask and median, not its `tflops` field: one cost model for
+            // every file, whatever its writer counted.
             let Ok(core_mask) = r.mask.parse::<sdpa_core::Mask>() else { continue };
             let spec = sdpa_core::AttentionSpec::new(*s, r.dtype).with_mask(core_mask);
             let tflops = sdpa_core::AttentionCost::of_pass(&spec, r.pass).tflops(r.time_ms.median);
