@@ -614,16 +614,7 @@ impl Backend for CudaBackend {
             0
         };
         let needed = b.inputs().saturating_add(b.o).saturating_add(lse).saturating_add(scores);
-        let (free, _) = self.dev.context().mem_get_info().map_err(drv("cuMemGetInfo", "reading free GPU memory"))?;
-        if needed > free as u64 {
-            return Err(SdpaError::InsufficientMemory {
-                what: format!("a cuda {} call on shape {}", opts.kernel, spec.shape),
-                needed,
-                available: free as u64,
-                place: "the GPU",
-            });
-        }
-        Ok(())
+        self.dev.require_free(needed, || format!("a cuda {} call on shape {}", opts.kernel, spec.shape))
     }
 
     fn prepare_kernels(&self, calls: &[(AttentionSpec, RunOptions)]) -> Result<Vec<ProgramLoad>> {

@@ -272,6 +272,21 @@ impl Device {
         &self.ctx
     }
 
+    /// `InsufficientMemory` when the GPU has fewer than `needed` bytes free for `what` (a call), checked
+    /// before anything of the call is allocated.
+    pub fn require_free(&self, needed: u64, what: impl FnOnce() -> String) -> Result<()> {
+        let (free, _) = self.ctx.mem_get_info().map_err(drv("cuMemGetInfo", "reading free GPU memory"))?;
+        if needed > free as u64 {
+            return Err(SdpaError::InsufficientMemory {
+                what: what(),
+                needed,
+                available: free as u64,
+                place: "the GPU",
+            });
+        }
+        Ok(())
+    }
+
     /// The stream every launch of this device goes to.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream

@@ -373,16 +373,9 @@ impl Backend for RingBackend {
                 * l
                 * ((s.hq as u64) * (s.d + 2 * s.dv) as u64 * es + (s.hkv as u64) * (s.d + s.dv) as u64 * es);
             let needed = io + Workspace::bytes(&g, rank.r, false);
-            let (free, _) =
-                rank.gpu.device().context().mem_get_info().map_err(drv("cuMemGetInfo", "reading free GPU memory"))?;
-            if needed > free as u64 {
-                return Err(SdpaError::InsufficientMemory {
-                    what: format!("rank {} of a ring call on shape {}", rank.r, spec.shape),
-                    needed,
-                    available: free as u64,
-                    place: "the GPU",
-                });
-            }
+            rank.gpu
+                .device()
+                .require_free(needed, || format!("rank {} of a ring call on shape {}", rank.r, spec.shape))?;
         }
         Ok(())
     }
