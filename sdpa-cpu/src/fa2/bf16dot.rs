@@ -8,6 +8,7 @@
 //! Needs an even head dim (odd ones take the generic path).
 
 use super::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
+use crate::amx::pack::{drop_v_key, pack_v, INTERLEAVE};
 use crate::element::CpuElement;
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
@@ -17,18 +18,6 @@ use half::bf16;
 use std::arch::x86_64::*;
 
 const L: usize = 16;
-
-/// `vpermw` index that interleaves the two 16-element halves of a vector: lane 2i takes i, lane 2i+1
-/// takes 16 + i.
-static INTERLEAVE: [u16; 32] = {
-    let mut a = [0u16; 32];
-    let mut k = 0;
-    while k < 32 {
-        a[k] = if k % 2 == 0 { (k / 2) as u16 } else { 16 + (k / 2) as u16 };
-        k += 1;
-    }
-    a
-};
 
 #[inline(always)]
 fn bh(x: __m512i) -> __m512bh {
@@ -115,21 +104,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
             // V rows interleaved by key pairs, columns padded to dvp with zeros.
             let v2 = scr.v2.as_mut_ptr();
             let vs = p.v_st.s;
-            for jp in 0..np {
-                let ra = v.as_ptr().add(vbase + (j0 + 2 * jp) * vs);
-                let has_b = 2 * jp + 1 < nk;
-                let mut c = 0;
-                while c < dv {
-                    let n = (dv - c).min(L);
-                    let m = ((1u32 << n) - 1) as u16;
-                    let a = _mm256_maskz_loadu_epi16(m, ra.add(c).cast());
-                    let b =
-                        if has_b { _mm256_maskz_loadu_epi16(m, ra.add(vs + c).cast()) } else { _mm256_setzero_si256() };
-                    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-                    _mm512_storeu_si512(v2.add(jp * dvp + c).cast(), _mm512_permutexvar_epi16(idx, ab));
-                    c += L;
-                }
-            }
+            pack_v(v.as_ptr().add(vbase + j0 * vs).cast(), vs, nk, dv, v2, dvp);
             // Careful mode: V rows with NaN or inf leave the pair product and come back only where attended.
             let bad: Vec<usize> = if careful {
                 (0..nk).filter(|&j| v[vbase + (j0 + j) * vs..][..dv].iter().any(|x| !x.is_finite())).collect()
@@ -137,11 +112,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
                 Vec::new()
             };
             for &j in &bad {
-                // Pair `j / 2` keeps key `j` in the low (even j) or high (odd j) half of each u32.
-                let keep = if j % 2 == 0 { 0xFFFF_0000u32 } else { 0x0000_FFFF };
-                for c in 0..dv {
-                    *v2.add((j / 2) * dvp + c) &= keep;
-                }
+                drop_v_key(v2, dvp, j, dv);
             }
             let o = scr.o.as_mut_ptr();
             pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, o, dvp, scr.alpha.as_ptr());

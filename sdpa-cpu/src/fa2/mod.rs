@@ -42,16 +42,39 @@ impl Tiles {
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
+            SimdPath::Amx => amx_tiles(sk),
             SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
             SimdPath::Scalar => Tiles { br: 16, bc: 32 },
         }
     }
 }
 
+/// The AMX path's tiles (multiples of 32: two tiles of rows, one tile row of bf16 keys). Long key ranges
+/// take taller items, as on AVX-512, and more so: each item packs every key block of its range once for
+/// all of its rows. `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
+/// not two multiples of 32 in 32..=512 is reported on stderr and ignored).
+fn amx_tiles(sk: usize) -> Tiles {
+    static FORCED: std::sync::OnceLock<Option<Tiles>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let v = std::env::var("SDPA_CPU_AMX_TILES").ok()?;
+        let parsed = v.split_once('x').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        match parsed {
+            Some((br, bc)) if [br, bc].iter().all(|&x: &usize| x % 32 == 0 && (32..=512).contains(&x)) => {
+                Some(Tiles { br, bc })
+            }
+            _ => {
+                eprintln!("sdpa-cpu: SDPA_CPU_AMX_TILES={v} ignored (expected BRxBC, multiples of 32 in 32..=512)");
+                None
+            }
+        }
+    });
+    forced.unwrap_or(Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 })
+}
+
 /// f32 lanes of a path's vectors.
 pub(crate) fn lanes(path: SimdPath) -> usize {
     match path {
-        SimdPath::Avx512 | SimdPath::Avx512Bf16 => 16,
+        SimdPath::Amx | SimdPath::Avx512 | SimdPath::Avx512Bf16 => 16,
         SimdPath::Avx2 => 8,
         SimdPath::Scalar => 1,
     }
@@ -102,6 +125,9 @@ pub(crate) struct Scratch {
     pub(crate) qt2: Vec<u32>,
     pub(crate) pb: Vec<u32>,
     pub(crate) v2: Vec<u32>,
+    /// The AMX kernel's packed operands and aligned accumulator (path `Amx` only).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) amx: Option<Box<crate::amx::kernel::Buffers>>,
 }
 
 impl Scratch {
@@ -115,7 +141,10 @@ impl Scratch {
     /// `packs`: K/V tiles are widened to f32 (non-f32 inputs); `pairs`: the AVX512_BF16 kernel runs.
     pub(crate) fn new(path: SimdPath, tiles: Tiles, d: usize, dv: usize, packs: bool, pairs: bool) -> Scratch {
         let l = lanes(path);
-        let (dp, dvp, br) = (round_up(d, l), round_up(dv, l), round_up(tiles.br, l));
+        let (dp, br) = (round_up(d, l), round_up(tiles.br, l));
+        // The AMX kernel's accumulator rows are padded to whole tiles (32 columns, 32 rows).
+        let (dvp, br) =
+            if path == SimdPath::Amx { (round_up(dv, 32), round_up(br, 32)) } else { (round_up(dv, l), br) };
         Scratch {
             qt: vec![0.0; d * br],
             qrow: vec![0.0; 4 * dp],
@@ -133,6 +162,8 @@ impl Scratch {
             qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
             pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
             v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
+            #[cfg(target_arch = "x86_64")]
+            amx: (path == SimdPath::Amx).then(|| Box::new(crate::amx::kernel::Buffers::new(tiles, d, dv))),
         }
     }
 }
@@ -200,6 +231,20 @@ pub(crate) fn run_item<T: CpuElement>(
     sink: Sink,
 ) {
     #[cfg(target_arch = "x86_64")]
+    if uses_amx(p, path) && item.nr * 4 > 16 && scr.amx.is_some() {
+        if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
+            for careful in [false, true] {
+                // SAFETY: `uses_amx` checked the CPU and the permission (`amx::status`); the scratch was
+                // built for the AMX path with this call's tiles (its key), whose key blocks are multiples
+                // of 32 (`amx_tiles`).
+                if unsafe { crate::amx::kernel::process_hw(p, q, k, v, tiles, item, scr, sink, careful) } {
+                    return;
+                }
+            }
+            return;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     if uses_pairs(p, path) && item.nr * 4 > 16 {
         if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
             for careful in [false, true] {
@@ -227,6 +272,13 @@ pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> b
         && p.d.is_multiple_of(2)
         && p.pages.is_none()
         && path.is_supported()
+}
+
+/// Whether items of this call take the AMX kernel: bf16 inputs, K/V not in pages (key blocks are packed
+/// from rows in place), and the AMX path, supported here. Decoding items (a few rows) stay on the vector
+/// kernel, whose dot products suit them.
+pub(crate) fn uses_amx<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    path == SimdPath::Amx && T::as_bf16(p.q).is_some() && p.pages.is_none() && path.is_supported()
 }
 
 /// One work item. Returns false, having sent nothing, when not `careful` and an accumulator came out

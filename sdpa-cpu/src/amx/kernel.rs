@@ -1,0 +1,397 @@
+//! The `fa2` work item on AMX tiles: bf16 Q, K, V; f32 scores, softmax state and output.
+//!
+//! An item's query rows are packed once (bf16, head dim padded to 32 with zeros). Per key block of `bc`
+//! keys, K and V are packed into the B layout once ([`super::pack`]); then each group of 32 rows (two
+//! tiles) runs: S = Q·Kᵀ on tiles (2 × 2 product tiles, the head dim in steps of 32), S stored row-major;
+//! scale, softcap/ALiBi, mask and the online softmax on AVX-512 (the same code as the generic kernel's
+//! decoding layout, keys along the lanes); P rounded to bf16 (as the GPU kernels do); the group's output
+//! rows rescaled by the softmax correction; O += P·V on tiles, the output rows loaded into the product
+//! tiles and stored back. The tile configuration is loaded at the start of an item and released at its end,
+//! so no worker thread keeps tile state between calls.
+
+use super::pack::{drop_v_key, pack_k, pack_v};
+use super::tile::TileUnit;
+use crate::element::CpuElement;
+use crate::fa2::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
+use crate::micro;
+use crate::nonfinite::{self, ProbTile};
+use crate::problem::{round_up, Problem};
+use crate::simd::x86::Avx512;
+use crate::simd::Simd;
+use half::bf16;
+use std::arch::x86_64::*;
+
+/// Query rows per group: two tiles of 16.
+const GROUP: usize = 32;
+/// Head dims and key blocks are padded to a multiple of this: one tile row of bf16.
+pub(crate) const ALIGN: usize = 32;
+
+/// A zeroed buffer whose first element sits on a 64-byte boundary (a tile row never straddles two cache
+/// lines when its stride is a multiple of 64 bytes).
+#[derive(Debug)]
+pub(crate) struct Aligned<T> {
+    v: Vec<T>,
+    start: usize,
+    len: usize,
+}
+
+impl<T: Copy + Default> Aligned<T> {
+    fn new(len: usize) -> Aligned<T> {
+        let slack = 64 / std::mem::size_of::<T>();
+        let v = vec![T::default(); len + slack];
+        let start = v.as_ptr().align_offset(64).min(slack);
+        Aligned { v, start, len }
+    }
+
+    fn ptr(&mut self) -> *mut T {
+        self.v[self.start..].as_mut_ptr()
+    }
+
+    fn slice(&mut self) -> &mut [T] {
+        &mut self.v[self.start..self.start + self.len]
+    }
+}
+
+/// Per-worker buffers of the AMX kernel, sized by the tiles and head dims.
+#[derive(Debug)]
+pub(crate) struct Buffers {
+    /// Packed Q rows, `dp` bf16 each (pad dims stay zero).
+    q: Aligned<u16>,
+    /// K block in the B layout: `dp / 2` pair rows of `bc` keys (pad pairs stay zero).
+    kb: Aligned<u32>,
+    /// V block in the B layout: `bc / 2` key-pair rows of `dvp` columns (pad columns stay zero).
+    vb: Aligned<u32>,
+    /// One group's scores, then its probabilities in f32: 32 rows of `bc`.
+    s: Aligned<f32>,
+    /// The same probabilities in bf16: the A operand of P·V.
+    p: Aligned<u16>,
+    /// The item's output accumulator: rows of `dvp` f32.
+    o: Aligned<f32>,
+}
+
+impl Buffers {
+    /// Buffers for items of up to `tiles.br` rows and key blocks of `tiles.bc` keys (both multiples of 32).
+    pub(crate) fn new(tiles: Tiles, d: usize, dv: usize) -> Buffers {
+        let (dp, dvp, br, bc) = (round_up(d, ALIGN), round_up(dv, ALIGN), round_up(tiles.br, GROUP), tiles.bc);
+        Buffers {
+            q: Aligned::new(br * dp),
+            kb: Aligned::new(dp / 2 * bc),
+            vb: Aligned::new(bc / 2 * dvp),
+            s: Aligned::new(GROUP * bc),
+            p: Aligned::new(GROUP * bc),
+            o: Aligned::new(br * dvp),
+        }
+    }
+}
+
+/// Runs one work item on the AMX unit. Returns false, having sent nothing, when not `careful` and an
+/// accumulator came out non-finite (see `nonfinite`); true once its rows went to the sink.
+///
+/// # Safety
+/// [`super::status`] returned `Ok` (AMX-TILE, AMX-BF16, the tile permission, AVX-512 with AVX512_BF16);
+/// `q`, `k`, `v` are `p`'s operands (checked against the spec), K/V not paged; `scr` was built for the
+/// AMX path with these tiles and head dims (`scr.amx` present); `t.bc` is a multiple of 32.
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
+pub(crate) unsafe fn process_hw<T: CpuElement>(
+    p: &Problem<'_, T>,
+    q: &[bf16],
+    k: &[bf16],
+    v: &[bf16],
+    t: Tiles,
+    it: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+    careful: bool,
+) -> bool {
+    // SAFETY: the caller checked the CPU and the permission (`status`).
+    let mut u = unsafe { super::tile::Hardware::new() };
+    // SAFETY: the caller's contract, passed on.
+    unsafe { process(&mut u, p, q, k, v, t, it, scr, sink, careful) }
+}
+
+/// [`process_hw`] on the scalar model of the tile unit (tests on CPUs without AMX).
+///
+/// # Safety
+/// As [`process_hw`], except that only AVX-512 with AVX512_BF16 is required.
+#[cfg(test)]
+#[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
+pub(crate) unsafe fn process_emulated<T: CpuElement>(
+    p: &Problem<'_, T>,
+    q: &[bf16],
+    k: &[bf16],
+    v: &[bf16],
+    t: Tiles,
+    it: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+    careful: bool,
+) -> bool {
+    let mut u = super::tile::Emulated::new();
+    // SAFETY: the caller's contract, passed on.
+    unsafe { process(&mut u, p, q, k, v, t, it, scr, sink, careful) }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn process<U: TileUnit, T: CpuElement>(
+    u: &mut U,
+    p: &Problem<'_, T>,
+    q: &[bf16],
+    k: &[bf16],
+    v: &[bf16],
+    t: Tiles,
+    it: Item,
+    scr: &mut Scratch,
+    sink: Sink,
+    careful: bool,
+) -> bool {
+    // SAFETY: the caller guarantees AVX-512 F/VL/BW/DQ, AVX2 and FMA.
+    let s = unsafe { Avx512::new_unchecked() };
+    let (d, dv, bc) = (p.d, p.dv, t.bc);
+    let (dp, dvp) = (round_up(d, ALIGN), round_up(dv, ALIGN));
+    let nr = it.nr;
+    let nrp = round_up(nr, GROUP);
+    let Some(mut buf) = scr.amx.take() else {
+        // Not reachable: `run_item` only calls with AMX scratch. Run nothing and let the caller's second
+        // (careful) attempt meet the same answer rather than panic.
+        return false;
+    };
+
+    scr.rows.clear();
+    scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
+    let KeyLoop { span, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, nrp, 0);
+    {
+        let qb = buf.q.slice();
+        for (r, &(h, i)) in scr.rows.iter().enumerate() {
+            let src = &q[p.q_st.offset(it.b, h, i)..][..d];
+            for (x, y) in qb[r * dp..r * dp + d].iter_mut().zip(src) {
+                *x = y.to_bits();
+            }
+        }
+    }
+    buf.o.slice()[..nrp * dvp].fill(0.0);
+
+    let (ks, vs) = (p.k_st.s, p.v_st.s);
+    let (qb, kb, vb, sb, pb, ob) = (buf.q.ptr(), buf.kb.ptr(), buf.vb.ptr(), buf.s.ptr(), buf.p.ptr(), buf.o.ptr());
+    // SAFETY (whole loop): K and V rows j0..j1 of this kv head exist (validated spec, not paged); the
+    // buffers were sized for these tiles and head dims (`Buffers::new`): Q nrp rows of dp, K dp/2 pair rows
+    // of bc, V bc/2 pair rows of dvp, S and P 32 rows of bc, O nrp rows of dvp; the tile unit is configured
+    // between `configure` and `release`.
+    unsafe {
+        u.configure();
+        let mut j0 = span.lo;
+        while j0 < span.hi {
+            let j1 = (j0 + bc).min(span.hi);
+            let nk = j1 - j0;
+            let nkp = round_up(nk, ALIGN);
+            pack_k(k.as_ptr().add(kbase + j0 * ks).cast(), ks, nk, d, kb, bc);
+            pack_v(v.as_ptr().add(vbase + j0 * vs).cast(), vs, nk, dv, vb, dvp);
+            // Keys past nk up to the tile edge: zero (P is zero there, but 0 · NaN from an older block is not).
+            for jp in nk.div_ceil(2)..nkp / 2 {
+                std::ptr::write_bytes(vb.add(jp * dvp), 0, dvp);
+            }
+            // Careful mode: V rows with NaN or inf leave the product and come back only where attended.
+            let bad: Vec<usize> = if careful {
+                (0..nk).filter(|&j| v[vbase + (j0 + j) * vs..][..dv].iter().any(|x| !x.is_finite())).collect()
+            } else {
+                Vec::new()
+            };
+            for &j in &bad {
+                drop_v_key(vb, dvp, j, dv);
+            }
+            let vals =
+                if bad.is_empty() { Vec::new() } else { nonfinite::widen_rows(v, vbase + j0 * vs, vs, dv, &bad) };
+
+            let mut g = 0;
+            while g < nr {
+                let n = (nr - g).min(GROUP);
+                scores(u, qb.add(g * dp), dp, kb, bc, nkp, sb);
+                scale_rows(s, sb, bc, n, nk, p.scale);
+                if !p.mods.is_plain() {
+                    p.mods.apply(s, &scr.neg_slope[g..], &scr.diag[g..], j0, nk, n, sb, 1, bc);
+                }
+                let rows = &scr.rows[g..g + n];
+                if explicit || span.needs_mask(j0, j1) {
+                    p.apply_mask(it.b, rows, j0, j1, sb, 1, bc);
+                }
+                let (m, l, alpha) = (&mut scr.m[g..], &mut scr.l[g..], &mut scr.alpha[g..]);
+                micro::online_softmax_rows(s, sb, bc, nk, n, m, l, alpha);
+                to_bf16_rows(sb, pb, bc, n, nk, nkp);
+                let og = ob.add(g * dvp);
+                rescale_rows(s, og, dvp, n, &scr.alpha[g..]);
+                pv(u, pb, bc, vb, dvp, nkp, og);
+                if !bad.is_empty() {
+                    let prob = ProbTile { pt: sb, ps: 1, pr: bc };
+                    nonfinite::add_back(p, it.b, rows, j0, &bad, &vals, prob, og, dvp);
+                }
+                g += GROUP;
+            }
+            j0 = j1;
+        }
+        u.release();
+    }
+    scr.o[..nr * dvp].copy_from_slice(&buf.o.slice()[..nr * dvp]);
+    scr.amx = Some(buf);
+    end_item(s, p, it, scr, dvp, sink, careful)
+}
+
+/// `s[r·bc + j] = q[r] · k[j]` for the 32 rows of a group (`q`: rows of `dp` bf16) and keys `j < nkp`
+/// (`kb`: the packed block), two by two product tiles.
+///
+/// # Safety
+/// Inside `process`'s configured tile unit and buffers.
+#[inline(always)]
+pub(super) unsafe fn scores<U: TileUnit>(
+    u: &mut U,
+    q: *mut u16,
+    dp: usize,
+    kb: *mut u32,
+    bc: usize,
+    nkp: usize,
+    s: *mut f32,
+) {
+    let (qs, kbs, ss) = (dp * 2, bc * 4, bc * 4);
+    // SAFETY: offsets stay inside the group's Q rows, the K block and the group's S rows.
+    unsafe {
+        let mut jt = 0;
+        while jt < nkp {
+            u.zero::<0>();
+            u.zero::<1>();
+            u.zero::<2>();
+            u.zero::<3>();
+            for c in 0..dp / 32 {
+                u.load::<4>(q.add(c * 32).cast(), qs);
+                u.load::<5>(q.add(16 * dp + c * 32).cast(), qs);
+                u.load::<6>(kb.add(c * 16 * bc + jt).cast(), kbs);
+                u.load::<7>(kb.add(c * 16 * bc + jt + 16).cast(), kbs);
+                u.dp::<0, 4, 6>();
+                u.dp::<1, 4, 7>();
+                u.dp::<2, 5, 6>();
+                u.dp::<3, 5, 7>();
+            }
+            u.store::<0>(s.add(jt).cast(), ss);
+            u.store::<1>(s.add(jt + 16).cast(), ss);
+            u.store::<2>(s.add(16 * bc + jt).cast(), ss);
+            u.store::<3>(s.add(16 * bc + jt + 16).cast(), ss);
+            jt += 32;
+        }
+    }
+}
+
+/// `o[r·dvp + c] += Σ_j p[r·bc + j] · v[j][c]` for the 32 rows of a group, keys `j < nkp` (`vb`: the packed
+/// block), every column `c < dvp`.
+///
+/// # Safety
+/// Inside `process`'s configured tile unit and buffers.
+#[inline(always)]
+pub(super) unsafe fn pv<U: TileUnit>(
+    u: &mut U,
+    p: *mut u16,
+    bc: usize,
+    vb: *mut u32,
+    dvp: usize,
+    nkp: usize,
+    o: *mut f32,
+) {
+    let (ps, vbs, os) = (bc * 2, dvp * 4, dvp * 4);
+    // SAFETY: offsets stay inside the group's P rows, the V block and the group's O rows.
+    unsafe {
+        let mut ct = 0;
+        while ct < dvp {
+            u.load::<0>(o.add(ct).cast(), os);
+            u.load::<1>(o.add(ct + 16).cast(), os);
+            u.load::<2>(o.add(16 * dvp + ct).cast(), os);
+            u.load::<3>(o.add(16 * dvp + ct + 16).cast(), os);
+            for c in 0..nkp / 32 {
+                u.load::<4>(p.add(c * 32).cast(), ps);
+                u.load::<5>(p.add(16 * bc + c * 32).cast(), ps);
+                u.load::<6>(vb.add(c * 16 * dvp + ct).cast(), vbs);
+                u.load::<7>(vb.add(c * 16 * dvp + ct + 16).cast(), vbs);
+                u.dp::<0, 4, 6>();
+                u.dp::<1, 4, 7>();
+                u.dp::<2, 5, 6>();
+                u.dp::<3, 5, 7>();
+            }
+            u.store::<0>(o.add(ct).cast(), os);
+            u.store::<1>(o.add(ct + 16).cast(), os);
+            u.store::<2>(o.add(16 * dvp + ct).cast(), os);
+            u.store::<3>(o.add(16 * dvp + ct + 16).cast(), os);
+            ct += 32;
+        }
+    }
+}
+
+/// `s[r·bc + j] *= scale` for rows `r < n`, keys `j < nk`.
+///
+/// # Safety
+/// `s` holds `n` rows of `bc >= nk` f32.
+#[inline(always)]
+unsafe fn scale_rows(sd: Avx512, s: *mut f32, bc: usize, n: usize, nk: usize, scale: f32) {
+    let sv = sd.splat(scale);
+    let full = nk / 16 * 16;
+    // SAFETY: accesses stay inside row r's nk values.
+    unsafe {
+        for r in 0..n {
+            let row = s.add(r * bc);
+            let mut j = 0;
+            while j < full {
+                sd.store(row.add(j), sd.mul(sd.load(row.add(j)), sv));
+                j += 16;
+            }
+            for j in full..nk {
+                *row.add(j) *= scale;
+            }
+        }
+    }
+}
+
+/// `p[r·bc + j] = bf16(s[r·bc + j])` (round to nearest even) for rows `r < n`, keys `j < nk`, and 0 for
+/// keys `nk <= j < nkp`.
+///
+/// # Safety
+/// `s` and `p` hold `n` rows of `bc >= nkp` values; AVX-512 with AVX512_BF16 (the caller's features).
+#[inline(always)]
+unsafe fn to_bf16_rows(s: *const f32, p: *mut u16, bc: usize, n: usize, nk: usize, nkp: usize) {
+    // SAFETY: masked loads read only keys < nk; stores stay inside row r's nkp values.
+    unsafe {
+        for r in 0..n {
+            let (src, dst) = (s.add(r * bc), p.add(r * bc));
+            let mut j = 0;
+            while j < nkp {
+                let x = if j + 16 <= nk {
+                    _mm512_loadu_ps(src.add(j))
+                } else if j < nk {
+                    _mm512_maskz_loadu_ps(((1u32 << (nk - j)) - 1) as u16, src.add(j))
+                } else {
+                    _mm512_setzero_ps()
+                };
+                let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(x));
+                _mm256_storeu_si256(dst.add(j).cast(), h);
+                j += 16;
+            }
+        }
+    }
+}
+
+/// `o[r·dvp ..][..dvp] *= alpha[r]` for rows `r < n`.
+///
+/// # Safety
+/// `o` holds `n` rows of `dvp` (a multiple of 16) f32; `alpha` at least `n` values.
+#[inline(always)]
+unsafe fn rescale_rows(sd: Avx512, o: *mut f32, dvp: usize, n: usize, alpha: &[f32]) {
+    // SAFETY: accesses stay inside row r's dvp values.
+    unsafe {
+        for (r, &a) in alpha[..n].iter().enumerate() {
+            if a == 1.0 {
+                continue;
+            }
+            let av = sd.splat(a);
+            let row = o.add(r * dvp);
+            let mut c = 0;
+            while c < dvp {
+                sd.store(row.add(c), sd.mul(sd.load(row.add(c)), av));
+                c += 16;
+            }
+        }
+    }
+}
