@@ -172,6 +172,10 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
     buf.o.slice()[..nrp * dvp].fill(0.0);
 
     let (ks, vs) = (p.k_st.s, p.v_st.s);
+    // Unmasked tiles of a call without softcap or ALiBi take the fused softmax (scale, max, exp, sum and
+    // the rounding to bf16 in two passes over the scores); a positive scale keeps the row max unchanged by
+    // scaling it.
+    let plain = p.mods.is_plain() && p.scale > 0.0;
     let (qb, kb, vb, sb, pb, ob) = (buf.q.ptr(), buf.kb.ptr(), buf.vb.ptr(), buf.s.ptr(), buf.p.ptr(), buf.o.ptr());
     // SAFETY (whole loop): K and V rows j0..j1 of this kv head exist (validated spec, not paged); the
     // buffers were sized for these tiles and head dims (`Buffers::new`): Q nrp rows of dp, K dp/2 pair rows
@@ -206,17 +210,22 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
             while g < nr {
                 let n = (nr - g).min(GROUP);
                 scores(u, qb.add(g * dp), dp, kb, bc, nkp, sb);
-                scale_rows(s, sb, bc, n, nk, p.scale);
-                if !p.mods.is_plain() {
-                    p.mods.apply(s, &scr.neg_slope[g..], &scr.diag[g..], j0, nk, n, sb, 1, bc);
-                }
                 let rows = &scr.rows[g..g + n];
-                if explicit || span.needs_mask(j0, j1) {
-                    p.apply_mask(it.b, rows, j0, j1, sb, 1, bc);
-                }
+                let masked = explicit || span.needs_mask(j0, j1);
                 let (m, l, alpha) = (&mut scr.m[g..], &mut scr.l[g..], &mut scr.alpha[g..]);
-                micro::online_softmax_rows(s, sb, bc, nk, n, m, l, alpha);
-                to_bf16_rows(sb, pb, bc, n, nk, nkp);
+                if plain && !masked {
+                    softmax_to_bf16(s, sb, pb, bc, n, nk, nkp, p.scale, m, l, alpha, careful);
+                } else {
+                    scale_rows(s, sb, bc, n, nk, p.scale);
+                    if !p.mods.is_plain() {
+                        p.mods.apply(s, &scr.neg_slope[g..], &scr.diag[g..], j0, nk, n, sb, 1, bc);
+                    }
+                    if masked {
+                        p.apply_mask(it.b, rows, j0, j1, sb, 1, bc);
+                    }
+                    micro::online_softmax_rows(s, sb, bc, nk, n, m, l, alpha);
+                    to_bf16_rows(sb, pb, bc, n, nk, nkp);
+                }
                 let og = ob.add(g * dvp);
                 rescale_rows(s, og, dvp, n, &scr.alpha[g..]);
                 pv(u, pb, bc, vb, dvp, nkp, og);
@@ -317,6 +326,77 @@ pub(super) unsafe fn pv<U: TileUnit>(
             u.store::<2>(o.add(16 * dvp + ct).cast(), os);
             u.store::<3>(o.add(16 * dvp + ct + 16).cast(), os);
             ct += 32;
+        }
+    }
+}
+
+/// The online softmax of rows `r < n` of raw scores `s[r·bc + j]`, keys `j < nk`, scaled by `scale > 0` on
+/// the way (the same state update as `micro::online_softmax_rows` on scaled scores), written as bf16
+/// probabilities to `p` (0 for keys `nk <= j < nkp`) and, when `careful`, as f32 back into `s` (what the
+/// re-run's `add_back` reads).
+///
+/// # Safety
+/// `s` and `p` hold `n` rows of `bc >= nkp` values (`nkp` a multiple of 16); `m`, `l`, `alpha` at least
+/// `n` values; AVX-512 with AVX512_BF16 (the caller's features).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn softmax_to_bf16(
+    sd: Avx512,
+    s: *mut f32,
+    p: *mut u16,
+    bc: usize,
+    n: usize,
+    nk: usize,
+    nkp: usize,
+    scale: f32,
+    m: &mut [f32],
+    l: &mut [f32],
+    alpha: &mut [f32],
+    careful: bool,
+) {
+    // Lanes of keys `j..j + 16` below nk.
+    let lanes = |j: usize| -> u16 {
+        let k = nk.saturating_sub(j).min(16);
+        ((1u32 << k) - 1) as u16
+    };
+    // SAFETY: masked loads read only keys < nk of row r; stores stay inside row r's nkp values.
+    unsafe {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let sv = _mm512_set1_ps(scale);
+        for r in 0..n {
+            let (row, prow) = (s.add(r * bc), p.add(r * bc));
+            let mut mv = ninf;
+            let mut j = 0;
+            while j < nk {
+                mv = sd.max(mv, _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j)));
+                j += 16;
+            }
+            let mx = sd.reduce_max(mv) * scale;
+            let m_new = if m[r].is_nan() || m[r] > mx { m[r] } else { mx };
+            let g = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
+            let ng = _mm512_set1_ps(-g);
+            let mut sum = sd.zero();
+            let mut j = 0;
+            while j < nkp {
+                let e = if j < nk {
+                    // Lanes past nk load -inf: exp gives exactly 0 there.
+                    let x = _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j));
+                    let e = sd.exp(sd.fma(x, sv, ng));
+                    sum = sd.add(sum, e);
+                    if careful {
+                        sd.store(row.add(j), e);
+                    }
+                    e
+                } else {
+                    sd.zero()
+                };
+                let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
+                _mm256_storeu_si256(prow.add(j).cast(), h);
+                j += 16;
+            }
+            alpha[r] = (m[r] - g).exp();
+            l[r] = l[r] * alpha[r] + sd.reduce_sum(sum);
+            m[r] = m_new;
         }
     }
 }

@@ -148,7 +148,7 @@ pub(crate) unsafe fn pack_v(v: *const u16, vs: usize, nk: usize, dv: usize, out:
 /// `out` holds row `j / 2` of `cols` u32 at stride `os`.
 #[inline(always)]
 pub(crate) unsafe fn drop_v_key(out: *mut u32, os: usize, j: usize, cols: usize) {
-    let keep = if j % 2 == 0 { 0xFFFF_0000u32 } else { 0x0000_FFFF };
+    let keep = if j.is_multiple_of(2) { 0xFFFF_0000u32 } else { 0x0000_FFFF };
     for c in 0..cols {
         // SAFETY: the caller's contract.
         unsafe { *out.add((j / 2) * os + c) &= keep };
