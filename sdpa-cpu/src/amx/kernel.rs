@@ -61,9 +61,9 @@ pub(crate) struct Buffers {
     kb: Aligned<u32>,
     /// V block in the B layout: `bc / 2` key-pair rows of `dvp` columns (pad columns stay zero).
     vb: Aligned<u32>,
-    /// One group's scores, then its probabilities in f32: 32 rows of `bc`.
+    /// The block's scores, then its probabilities in f32: rows of `bc`.
     s: Aligned<f32>,
-    /// The same probabilities in bf16: the A operand of P·V.
+    /// The same probabilities in bf16, rows of `bc`: the A operand of P·V.
     p: Aligned<u16>,
     /// The item's output accumulator: rows of `dvp` f32.
     o: Aligned<f32>,
@@ -77,8 +77,8 @@ impl Buffers {
             q: Aligned::new(br * dp),
             kb: Aligned::new(dp / 2 * bc),
             vb: Aligned::new(bc / 2 * dvp),
-            s: Aligned::new(GROUP * bc),
-            p: Aligned::new(GROUP * bc),
+            s: Aligned::new(br * bc),
+            p: Aligned::new(br * bc),
             o: Aligned::new(br * dvp),
         }
     }
@@ -170,6 +170,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
         }
     }
     buf.o.slice()[..nrp * dvp].fill(0.0);
+    let groups: Vec<GroupKeys> = scr.rows.chunks(GROUP).map(|rows| GroupKeys::of(p, rows)).collect();
 
     let (ks, vs) = (p.k_st.s, p.v_st.s);
     // Unmasked tiles of a call without softcap or ALiBi take the fused softmax (scale, max, exp, sum and
@@ -206,34 +207,50 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
             let vals =
                 if bad.is_empty() { Vec::new() } else { nonfinite::widen_rows(v, vbase + j0 * vs, vs, dv, &bad) };
 
-            let mut g = 0;
-            while g < nr {
-                let n = (nr - g).min(GROUP);
-                scores(u, qb.add(g * dp), dp, kb, bc, nkp, sb);
-                let rows = &scr.rows[g..g + n];
-                let masked = explicit || span.needs_mask(j0, j1);
+            // Three phases over all row groups, so the tile unit and the vector code hand over twice per
+            // block rather than twice per group: scores, softmax (and the output rows' rescaling), P·V.
+            for (gi, grp) in groups.iter().enumerate() {
+                let nkg = grp.keys(j0, j1);
+                if nkg > 0 {
+                    scores(u, qb.add(gi * GROUP * dp), dp, kb, bc, round_up(nkg, ALIGN), sb.add(gi * GROUP * bc));
+                }
+            }
+            for (gi, grp) in groups.iter().enumerate() {
+                let nkg = grp.keys(j0, j1);
+                if nkg == 0 {
+                    continue;
+                }
+                let g = gi * GROUP;
+                let (n, sg, pg) = ((nr - g).min(GROUP), sb.add(g * bc), pb.add(g * bc));
+                let masked = explicit || grp.needs_mask(j0, j0 + nkg);
                 let (m, l, alpha) = (&mut scr.m[g..], &mut scr.l[g..], &mut scr.alpha[g..]);
                 if plain && !masked {
-                    softmax_to_bf16(s, sb, pb, bc, n, nk, nkp, p.scale, m, l, alpha, careful);
+                    softmax_to_bf16(s, sg, pg, bc, n, nkg, round_up(nkg, ALIGN), p.scale, m, l, alpha, careful);
                 } else {
-                    scale_rows(s, sb, bc, n, nk, p.scale);
+                    scale_rows(s, sg, bc, n, nkg, p.scale);
                     if !p.mods.is_plain() {
-                        p.mods.apply(s, &scr.neg_slope[g..], &scr.diag[g..], j0, nk, n, sb, 1, bc);
+                        p.mods.apply(s, &scr.neg_slope[g..], &scr.diag[g..], j0, nkg, n, sg, 1, bc);
                     }
                     if masked {
-                        p.apply_mask(it.b, rows, j0, j1, sb, 1, bc);
+                        p.apply_mask(it.b, &scr.rows[g..g + n], j0, j0 + nkg, sg, 1, bc);
                     }
-                    micro::online_softmax_rows(s, sb, bc, nk, n, m, l, alpha);
-                    to_bf16_rows(sb, pb, bc, n, nk, nkp);
+                    micro::online_softmax_rows(s, sg, bc, nkg, n, m, l, alpha);
+                    to_bf16_rows(sg, pg, bc, n, nkg, round_up(nkg, ALIGN));
                 }
-                let og = ob.add(g * dvp);
-                rescale_rows(s, og, dvp, n, &scr.alpha[g..]);
-                pv(u, pb, bc, vb, dvp, nkp, og);
+                rescale_rows(s, ob.add(g * dvp), dvp, n, &scr.alpha[g..]);
+            }
+            for (gi, grp) in groups.iter().enumerate() {
+                let nkg = grp.keys(j0, j1);
+                if nkg == 0 {
+                    continue;
+                }
+                let g = gi * GROUP;
+                pv(u, pb.add(g * bc), bc, vb, dvp, round_up(nkg, ALIGN), ob.add(g * dvp));
                 if !bad.is_empty() {
-                    let prob = ProbTile { pt: sb, ps: 1, pr: bc };
-                    nonfinite::add_back(p, it.b, rows, j0, &bad, &vals, prob, og, dvp);
+                    let prob = ProbTile { pt: sb.add(g * bc), ps: 1, pr: bc };
+                    let rows = &scr.rows[g..(g + GROUP).min(nr)];
+                    nonfinite::add_back(p, it.b, rows, j0, &bad, &vals, prob, ob.add(g * dvp), dvp);
                 }
-                g += GROUP;
             }
             j0 = j1;
         }
@@ -242,6 +259,50 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
     scr.o[..nr * dvp].copy_from_slice(&buf.o.slice()[..nr * dvp]);
     scr.amx = Some(buf);
     end_item(s, p, it, scr, dvp, sink, careful)
+}
+
+/// The keys a group of rows sees by position (the band: causal mask and window), so that each group
+/// multiplies only the keys of a block some row of it sees, and masks only where one of its rows does not
+/// see all of them.
+#[derive(Debug, Clone, Copy)]
+struct GroupKeys {
+    /// Smallest first key and largest end over the rows (keys outside are seen by none).
+    lo: usize,
+    hi: usize,
+    /// Largest first key and smallest end over the rows (keys inside are seen by all).
+    in_lo: usize,
+    in_hi: usize,
+}
+
+impl GroupKeys {
+    fn of<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)]) -> GroupKeys {
+        let mut k = GroupKeys { lo: usize::MAX, hi: 0, in_lo: 0, in_hi: usize::MAX };
+        for &(_, i) in rows {
+            let r = p.key_range(i);
+            k.in_lo = k.in_lo.max(r.start);
+            k.in_hi = k.in_hi.min(r.end);
+            if !r.is_empty() {
+                k.lo = k.lo.min(r.start);
+                k.hi = k.hi.max(r.end);
+            }
+        }
+        k
+    }
+
+    /// How many keys of block `j0..j1`, from `j0`, the group multiplies: up to its last visible key, none
+    /// when the block lies wholly outside its band.
+    fn keys(&self, j0: usize, j1: usize) -> usize {
+        if self.lo >= j1 || self.hi <= j0 {
+            0
+        } else {
+            self.hi.min(j1) - j0
+        }
+    }
+
+    /// Whether keys `j0..j1` hold one some row of the group does not see by position.
+    fn needs_mask(&self, j0: usize, j1: usize) -> bool {
+        j0 < self.in_lo || j1 > self.in_hi
+    }
 }
 
 /// `s[r·bc + j] = q[r] · k[j]` for the 32 rows of a group (`q`: rows of `dp` bf16) and keys `j < nkp`
@@ -337,7 +398,8 @@ pub(super) unsafe fn pv<U: TileUnit>(
 ///
 /// # Safety
 /// `s` and `p` hold `n` rows of `bc >= nkp` values (`nkp` a multiple of 16); `m`, `l`, `alpha` at least
-/// `n` values; AVX-512 with AVX512_BF16 (the caller's features).
+/// `round_up(n, 16)` values (rows past `n` get harmless updates); AVX-512 with AVX512_BF16 (the caller's
+/// features).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn softmax_to_bf16(
@@ -359,44 +421,68 @@ unsafe fn softmax_to_bf16(
         let k = nk.saturating_sub(j).min(16);
         ((1u32 << k) - 1) as u16
     };
-    // SAFETY: masked loads read only keys < nk of row r; stores stay inside row r's nkp values.
+    // SAFETY: masked loads read only keys < nk of row r; stores stay inside row r's nkp values; the
+    // statistics are read and written 16 rows at a time, inside their slices (callers pass at least the
+    // rows of a whole group, a multiple of 16).
     unsafe {
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let sv = _mm512_set1_ps(scale);
-        for r in 0..n {
-            let (row, prow) = (s.add(r * bc), p.add(r * bc));
-            let mut mv = ninf;
-            let mut j = 0;
-            while j < nk {
-                mv = sd.max(mv, _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j)));
-                j += 16;
+        let mut r0 = 0;
+        while r0 < n {
+            let rn = (n - r0).min(16);
+            // Each row's largest raw score, then the state update of 16 rows in vectors (as
+            // `micro::online_softmax_rows` does row by row): m' = m unless m < max (NaN in m stays), the
+            // shift g = m' (0 when m' = -inf), alpha = e^(m - g).
+            let mut mx = [f32::NEG_INFINITY; 16];
+            for (r, x) in mx.iter_mut().enumerate().take(rn) {
+                let row = s.add((r0 + r) * bc);
+                let mut mv = ninf;
+                let mut j = 0;
+                while j < nk {
+                    mv = sd.max(mv, _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j)));
+                    j += 16;
+                }
+                *x = sd.reduce_max(mv);
             }
-            let mx = sd.reduce_max(mv) * scale;
-            let m_new = if m[r].is_nan() || m[r] > mx { m[r] } else { mx };
-            let g = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
-            let ng = _mm512_set1_ps(-g);
-            let mut sum = sd.zero();
-            let mut j = 0;
-            while j < nkp {
-                let e = if j < nk {
-                    // Lanes past nk load -inf: exp gives exactly 0 there.
-                    let x = _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j));
-                    let e = sd.exp(sd.fma(x, sv, ng));
-                    sum = sd.add(sum, e);
-                    if careful {
-                        sd.store(row.add(j), e);
-                    }
-                    e
-                } else {
-                    sd.zero()
-                };
-                let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
-                _mm256_storeu_si256(prow.add(j).cast(), h);
-                j += 16;
+            let mxv = _mm512_mul_ps(_mm512_loadu_ps(mx.as_ptr()), sv);
+            let mo = _mm512_loadu_ps(m.as_ptr().add(r0));
+            let keep = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(mo, mxv) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(mo, mo);
+            let m_new = _mm512_mask_blend_ps(keep, mxv, mo);
+            let none = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(m_new, ninf);
+            let g = _mm512_mask_blend_ps(none, m_new, _mm512_setzero_ps());
+            let a = sd.exp(_mm512_sub_ps(mo, g));
+            let mut gs = [0f32; 16];
+            _mm512_storeu_ps(gs.as_mut_ptr(), g);
+            let mut sums = [0f32; 16];
+            for (r, total) in sums.iter_mut().enumerate().take(rn) {
+                let (row, prow) = (s.add((r0 + r) * bc), p.add((r0 + r) * bc));
+                let ng = _mm512_set1_ps(-gs[r]);
+                let mut sum = sd.zero();
+                let mut j = 0;
+                while j < nkp {
+                    let e = if j < nk {
+                        // Lanes past nk load -inf: exp gives exactly 0 there.
+                        let x = _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j));
+                        let e = sd.exp(sd.fma(x, sv, ng));
+                        sum = sd.add(sum, e);
+                        if careful {
+                            sd.store(row.add(j), e);
+                        }
+                        e
+                    } else {
+                        sd.zero()
+                    };
+                    let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
+                    _mm256_storeu_si256(prow.add(j).cast(), h);
+                    j += 16;
+                }
+                *total = sd.reduce_sum(sum);
             }
-            alpha[r] = (m[r] - g).exp();
-            l[r] = l[r] * alpha[r] + sd.reduce_sum(sum);
-            m[r] = m_new;
+            let lv = _mm512_loadu_ps(l.as_ptr().add(r0));
+            _mm512_storeu_ps(l.as_mut_ptr().add(r0), sd.fma(lv, a, _mm512_loadu_ps(sums.as_ptr())));
+            _mm512_storeu_ps(alpha.as_mut_ptr().add(r0), a);
+            _mm512_storeu_ps(m.as_mut_ptr().add(r0), m_new);
+            r0 += 16;
         }
     }
 }

@@ -50,8 +50,10 @@ impl Tiles {
 }
 
 /// The AMX path's tiles (multiples of 32: two tiles of rows, one tile row of bf16 keys). Long key ranges
-/// take taller items, as on AVX-512, and more so: each item packs every key block of its range once for
-/// all of its rows. `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
+/// take taller items, as on AVX-512: each item packs every key block of its range once for all of its
+/// rows. Key blocks are longer than AVX-512's: each block costs a fixed share (the output rows loaded into
+/// and stored from the product tiles, the hand-overs between tiles and vectors) that longer blocks spread
+/// (measured on the device host, `bench/results/cpu/amx.md`). `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
 /// not two multiples of 32 in 32..=512 is reported on stderr and ignored).
 fn amx_tiles(sk: usize) -> Tiles {
     static FORCED: std::sync::OnceLock<Option<Tiles>> = std::sync::OnceLock::new();
@@ -68,7 +70,7 @@ fn amx_tiles(sk: usize) -> Tiles {
             }
         }
     });
-    forced.unwrap_or(Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 })
+    forced.unwrap_or(Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 128 })
 }
 
 /// f32 lanes of a path's vectors.
