@@ -320,30 +320,10 @@ pub(super) unsafe fn scores<U: TileUnit>(
     nkp: usize,
     s: *mut f32,
 ) {
-    let (qs, kbs, ss) = (dp * 2, bc * 4, bc * 4);
-    // SAFETY: offsets stay inside the group's Q rows, the K block and the group's S rows.
+    // SAFETY: each 32-key column block stays inside the group's Q rows, the K block and the group's S rows.
     unsafe {
-        let mut jt = 0;
-        while jt < nkp {
-            u.zero::<0>();
-            u.zero::<1>();
-            u.zero::<2>();
-            u.zero::<3>();
-            for c in 0..dp / 32 {
-                u.load::<4>(q.add(c * 32).cast(), qs);
-                u.load::<5>(q.add(16 * dp + c * 32).cast(), qs);
-                u.load::<6>(kb.add(c * 16 * bc + jt).cast(), kbs);
-                u.load::<7>(kb.add(c * 16 * bc + jt + 16).cast(), kbs);
-                u.dp::<0, 4, 6>();
-                u.dp::<1, 4, 7>();
-                u.dp::<2, 5, 6>();
-                u.dp::<3, 5, 7>();
-            }
-            u.store::<0>(s.add(jt).cast(), ss);
-            u.store::<1>(s.add(jt + 16).cast(), ss);
-            u.store::<2>(s.add(16 * bc + jt).cast(), ss);
-            u.store::<3>(s.add(16 * bc + jt + 16).cast(), ss);
-            jt += 32;
+        for jt in (0..nkp).step_by(32) {
+            block_2x2(u, q.cast(), dp * 2, kb.add(jt).cast(), bc * 4, dp / 32, s.add(jt).cast(), bc * 4, false);
         }
     }
 }
@@ -363,31 +343,63 @@ pub(super) unsafe fn pv<U: TileUnit>(
     nkp: usize,
     o: *mut f32,
 ) {
-    let (ps, vbs, os) = (bc * 2, dvp * 4, dvp * 4);
-    // SAFETY: offsets stay inside the group's P rows, the V block and the group's O rows.
+    // SAFETY: each 32-column block stays inside the group's P rows, the V block and the group's O rows.
     unsafe {
-        let mut ct = 0;
-        while ct < dvp {
-            u.load::<0>(o.add(ct).cast(), os);
-            u.load::<1>(o.add(ct + 16).cast(), os);
-            u.load::<2>(o.add(16 * dvp + ct).cast(), os);
-            u.load::<3>(o.add(16 * dvp + ct + 16).cast(), os);
-            for c in 0..nkp / 32 {
-                u.load::<4>(p.add(c * 32).cast(), ps);
-                u.load::<5>(p.add(16 * bc + c * 32).cast(), ps);
-                u.load::<6>(vb.add(c * 16 * dvp + ct).cast(), vbs);
-                u.load::<7>(vb.add(c * 16 * dvp + ct + 16).cast(), vbs);
-                u.dp::<0, 4, 6>();
-                u.dp::<1, 4, 7>();
-                u.dp::<2, 5, 6>();
-                u.dp::<3, 5, 7>();
-            }
-            u.store::<0>(o.add(ct).cast(), os);
-            u.store::<1>(o.add(ct + 16).cast(), os);
-            u.store::<2>(o.add(16 * dvp + ct).cast(), os);
-            u.store::<3>(o.add(16 * dvp + ct + 16).cast(), os);
-            ct += 32;
+        for ct in (0..dvp).step_by(32) {
+            block_2x2(u, p.cast(), bc * 2, vb.add(ct).cast(), dvp * 4, nkp / 32, o.add(ct).cast(), dvp * 4, true);
         }
+    }
+}
+
+/// One 32 × 32 block of f32 products on four tiles: `C += A · B` over `steps` reductions of 32, where A
+/// is 32 rows of bf16 (`a_stride` bytes apart; step `k` at byte `64k` of each row), B the packed pair rows
+/// (`b_stride` bytes apart; step `k` starts 16 pair rows down, its second column tile 64 bytes right) and C
+/// 32 rows of f32 (`c_stride` bytes apart), loaded first when `accumulate`, else started at zero.
+///
+/// # Safety
+/// Inside `process`'s configured tile unit; every row named above is readable (A, B) or readable and
+/// writable (C).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn block_2x2<U: TileUnit>(
+    u: &mut U,
+    a: *const u8,
+    a_stride: usize,
+    b: *const u8,
+    b_stride: usize,
+    steps: usize,
+    c: *mut u8,
+    c_stride: usize,
+    accumulate: bool,
+) {
+    let c_lower = 16 * c_stride;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if accumulate {
+            u.load::<0>(c, c_stride);
+            u.load::<1>(c.add(64), c_stride);
+            u.load::<2>(c.add(c_lower), c_stride);
+            u.load::<3>(c.add(c_lower + 64), c_stride);
+        } else {
+            u.zero::<0>();
+            u.zero::<1>();
+            u.zero::<2>();
+            u.zero::<3>();
+        }
+        for k in 0..steps {
+            u.load::<4>(a.add(64 * k), a_stride);
+            u.load::<5>(a.add(16 * a_stride + 64 * k), a_stride);
+            u.load::<6>(b.add(16 * b_stride * k), b_stride);
+            u.load::<7>(b.add(16 * b_stride * k + 64), b_stride);
+            u.dp::<0, 4, 6>();
+            u.dp::<1, 4, 7>();
+            u.dp::<2, 5, 6>();
+            u.dp::<3, 5, 7>();
+        }
+        u.store::<0>(c, c_stride);
+        u.store::<1>(c.add(64), c_stride);
+        u.store::<2>(c.add(c_lower), c_stride);
+        u.store::<3>(c.add(c_lower + 64), c_stride);
     }
 }
 
