@@ -12,13 +12,12 @@
 use super::pack::{drop_v_key, pack_k, pack_v};
 use super::tile::TileUnit;
 use crate::element::CpuElement;
-use crate::fa2::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
+use crate::fa2::{end_item, Bf16Item, KeyLoop, Scratch, Tiles};
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, Problem};
 use crate::simd::x86::Avx512;
 use crate::simd::Simd;
-use half::bf16;
 use std::arch::x86_64::*;
 
 /// Query rows per group: two tiles of 16.
@@ -89,24 +88,15 @@ impl Buffers {
 ///
 /// # Safety
 /// [`super::status`] returned `Ok` (AMX-TILE, AMX-BF16, the tile permission, AVX-512 with AVX512_BF16);
-/// `q`, `k`, `v` are `p`'s operands (checked against the spec), K/V not paged; `scr` was built for the
-/// AMX path with these tiles and head dims (`scr.amx` present); `t.bc` is a multiple of 32.
+/// the job's `q`, `k`, `v` are its problem's operands (checked against the spec), K/V not paged; `scr` was
+/// built for the AMX path with the job's tiles and head dims (`scr.amx` present); `tiles.bc` is a multiple
+/// of 32.
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
-pub(crate) unsafe fn process_hw<T: CpuElement>(
-    p: &Problem<'_, T>,
-    q: &[bf16],
-    k: &[bf16],
-    v: &[bf16],
-    t: Tiles,
-    it: Item,
-    scr: &mut Scratch,
-    sink: Sink,
-    careful: bool,
-) -> bool {
+pub(crate) unsafe fn process_hw<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut Scratch, careful: bool) -> bool {
     // SAFETY: the caller checked the CPU and the permission (`status`).
     let mut u = unsafe { super::tile::Hardware::new() };
     // SAFETY: the caller's contract, passed on.
-    unsafe { process(&mut u, p, q, k, v, t, it, scr, sink, careful) }
+    unsafe { process(&mut u, job, scr, careful) }
 }
 
 /// [`process_hw`] on the scalar model of the tile unit (tests on CPUs without AMX).
@@ -116,35 +106,23 @@ pub(crate) unsafe fn process_hw<T: CpuElement>(
 #[cfg(test)]
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
 pub(crate) unsafe fn process_emulated<T: CpuElement>(
-    p: &Problem<'_, T>,
-    q: &[bf16],
-    k: &[bf16],
-    v: &[bf16],
-    t: Tiles,
-    it: Item,
+    job: Bf16Item<'_, '_, T>,
     scr: &mut Scratch,
-    sink: Sink,
     careful: bool,
 ) -> bool {
     let mut u = super::tile::Emulated::new();
     // SAFETY: the caller's contract, passed on.
-    unsafe { process(&mut u, p, q, k, v, t, it, scr, sink, careful) }
+    unsafe { process(&mut u, job, scr, careful) }
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn process<U: TileUnit, T: CpuElement>(
     u: &mut U,
-    p: &Problem<'_, T>,
-    q: &[bf16],
-    k: &[bf16],
-    v: &[bf16],
-    t: Tiles,
-    it: Item,
+    job: Bf16Item<'_, '_, T>,
     scr: &mut Scratch,
-    sink: Sink,
     careful: bool,
 ) -> bool {
+    let Bf16Item { p, q, k, v, tiles: t, item: it, sink } = job;
     // SAFETY: the caller guarantees AVX-512 F/VL/BW/DQ, AVX2 and FMA.
     let s = unsafe { Avx512::new_unchecked() };
     let (d, dv, bc) = (p.d, p.dv, t.bc);

@@ -6,7 +6,7 @@
 use super::kernel::{process_emulated, pv, scores, ALIGN};
 use super::pack::{pack_k, pack_v};
 use super::tile::{Emulated, TileUnit};
-use crate::fa2::{all_row_tiles, Item, Scratch, Sink, Tiles};
+use crate::fa2::{all_row_tiles, Bf16Item, Item, Scratch, Sink, Tiles};
 use crate::problem::{round_up, Problem};
 use crate::simd::{x86, SimdPath};
 use half::bf16;
@@ -122,7 +122,8 @@ fn run_emulated(spec: &AttentionSpec, inputs: &HostInputs, tiles: Tiles) -> Host
             for careful in [false, true] {
                 // SAFETY: AVX-512 with AVX512_BF16 is present (the caller checked); the scratch is the AMX
                 // path's for these tiles, whose key blocks are multiples of 32.
-                if unsafe { process_emulated(&ps[pi], &q, &k, &v, tiles, item, &mut scr, Sink::Output, careful) } {
+                let job = Bf16Item { p: &ps[pi], q: &q, k: &k, v: &v, tiles, item, sink: Sink::Output };
+                if unsafe { process_emulated(job, &mut scr, careful) } {
                     break;
                 }
             }
@@ -148,8 +149,10 @@ fn item_driver_matches_reference_on_emulated_tiles() {
     let mut gqa = Shape::new(1, 4, 45, 70, 40);
     gqa.hkv = 2;
     gqa.dv = 24;
-    let shapes = [Shape::new(2, 1, 33, 97, 64), gqa, Shape::new(1, 2, 20, 130, 33)];
-    let tiles = [Tiles { br: 32, bc: 32 }, Tiles { br: 64, bc: 64 }, Tiles { br: 96, bc: 128 }];
+    let shapes = [Shape::new(2, 1, 33, 97, 64), gqa, Shape::new(1, 2, 20, 130, 33), Shape::new(1, 1, 150, 600, 128)];
+    // The last is the default for long key ranges (`fa2::amx_tiles`): several 256-key blocks, 4 row groups.
+    let tiles =
+        [Tiles { br: 32, bc: 32 }, Tiles { br: 64, bc: 64 }, Tiles { br: 96, bc: 128 }, Tiles { br: 128, bc: 256 }];
     for (n, shape) in shapes.into_iter().enumerate() {
         for layout in [Layout::Bshd, Layout::Bhsd] {
             for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {

@@ -7,12 +7,12 @@
 //! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
 //! Needs an even head dim (odd ones take the generic path).
 
-use super::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
+use super::{end_item, Bf16Item, KeyLoop, Scratch};
 use crate::amx::pack::{drop_v_key, pack_v, INTERLEAVE};
 use crate::element::CpuElement;
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
-use crate::problem::{round_up, Problem};
+use crate::problem::round_up;
 use crate::simd::x86::Avx512;
 use half::bf16;
 use std::arch::x86_64::*;
@@ -30,20 +30,11 @@ fn bh(x: __m512i) -> __m512bh {
 /// its rows went to the sink.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; `q`, `k`, `v` are `p`'s operands (checked
-/// against the spec), `p.d` is even, and `scr` was built with `pairs = true` for these tiles.
+/// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; the job's `q`, `k`, `v` are its problem's
+/// operands (checked against the spec), `p.d` is even, and `scr` was built with `pairs = true` for its tiles.
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
-pub(crate) unsafe fn process<T: CpuElement>(
-    p: &Problem<'_, T>,
-    q: &[bf16],
-    k: &[bf16],
-    v: &[bf16],
-    t: Tiles,
-    it: Item,
-    scr: &mut Scratch,
-    sink: Sink,
-    careful: bool,
-) -> bool {
+pub(crate) unsafe fn process<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut Scratch, careful: bool) -> bool {
+    let Bf16Item { p, q, k, v, tiles: t, item: it, sink } = job;
     // SAFETY: the caller guarantees the CPU features.
     let s = unsafe { Avx512::new_unchecked() };
     let (d, dv) = (p.d, p.dv);

@@ -11,7 +11,8 @@
 //!
 //! One item kernel, [`process`], generic over the SIMD path; on CPUs with AVX512_BF16, bf16 inputs with an
 //! even head dim take its pair-product variant instead ([`bf16dot`], the same item structure with
-//! `vdpbf16ps`), sharing this module's tiles, scratch, key range and row finishing.
+//! `vdpbf16ps`), and on the AMX path bf16 inputs take the tile kernel (`crate::amx::kernel`), both sharing
+//! this module's tiles, scratch, key range and row finishing.
 
 use crate::element::CpuElement;
 use crate::micro;
@@ -52,8 +53,9 @@ impl Tiles {
 /// The AMX path's tiles (multiples of 32: two tiles of rows, one tile row of bf16 keys). Long key ranges
 /// take taller items, as on AVX-512: each item packs every key block of its range once for all of its
 /// rows. Key blocks are longer than AVX-512's: each block costs a fixed share (the output rows loaded into
-/// and stored from the product tiles, the hand-overs between tiles and vectors) that longer blocks spread
-/// (measured on the device host, `bench/results/cpu/amx.md`). `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
+/// and stored from the product tiles, the hand-overs between tiles and vectors, the per-row softmax
+/// state) that longer blocks spread. 128 × 256 was the fastest of six shapes at S = 4096 on the device
+/// host (`bench/results/cpu/amx.md`); shorter key ranges keep 64 × 128, unmeasured. `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
 /// not two multiples of 32 in 32..=512 is reported on stderr and ignored).
 fn amx_tiles(sk: usize) -> Tiles {
     static FORCED: std::sync::OnceLock<Option<Tiles>> = std::sync::OnceLock::new();
@@ -70,7 +72,7 @@ fn amx_tiles(sk: usize) -> Tiles {
             }
         }
     });
-    forced.unwrap_or(Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 128 })
+    forced.unwrap_or(if sk >= 2048 { Tiles { br: 128, bc: 256 } } else { Tiles { br: 64, bc: 128 } })
 }
 
 /// f32 lanes of a path's vectors.
@@ -80,6 +82,19 @@ pub(crate) fn lanes(path: SimdPath) -> usize {
         SimdPath::Avx2 => 8,
         SimdPath::Scalar => 1,
     }
+}
+
+/// One work item of a bf16 call for the kernels that read bf16 directly (`bf16dot`, the AMX kernel): the
+/// call, its operands, the tiles, the item and where its rows go.
+#[derive(Clone, Copy)]
+pub(crate) struct Bf16Item<'p, 'a, T> {
+    pub p: &'p Problem<'a, T>,
+    pub q: &'p [half::bf16],
+    pub k: &'p [half::bf16],
+    pub v: &'p [half::bf16],
+    pub tiles: Tiles,
+    pub item: Item,
+    pub sink: Sink,
 }
 
 /// Rows `r0 .. r0 + nr` of kv head `kvh`'s group in batch `b` of part `pi` (a sequence of a ragged
@@ -233,29 +248,28 @@ pub(crate) fn run_item<T: CpuElement>(
     sink: Sink,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if uses_amx(p, path) && item.nr * 4 > 16 && scr.amx.is_some() {
+    if item.nr * 4 > 16 {
         if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
-            for careful in [false, true] {
-                // SAFETY: `uses_amx` checked the CPU and the permission (`amx::status`); the scratch was
-                // built for the AMX path with this call's tiles (its key), whose key blocks are multiples
-                // of 32 (`amx_tiles`).
-                if unsafe { crate::amx::kernel::process_hw(p, q, k, v, tiles, item, scr, sink, careful) } {
-                    return;
+            let job = Bf16Item { p, q, k, v, tiles, item, sink };
+            let amx = uses_amx(p, path) && scr.amx.is_some();
+            if amx || uses_pairs(p, path) {
+                for careful in [false, true] {
+                    // SAFETY: `uses_amx` checked the CPU and the permission (`amx::status`), and the scratch
+                    // was built for the AMX path with this call's tiles (its key), whose key blocks are
+                    // multiples of 32 (`amx_tiles`); `uses_pairs` checked AVX-512 with AVX512_BF16.
+                    let done = unsafe {
+                        if amx {
+                            crate::amx::kernel::process_hw(job, scr, careful)
+                        } else {
+                            bf16dot::process(job, scr, careful)
+                        }
+                    };
+                    if done {
+                        return;
+                    }
                 }
+                return;
             }
-            return;
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if uses_pairs(p, path) && item.nr * 4 > 16 {
-        if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
-            for careful in [false, true] {
-                // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
-                if unsafe { bf16dot::process(p, q, k, v, tiles, item, scr, sink, careful) } {
-                    return;
-                }
-            }
-            return;
         }
     }
     for careful in [false, true] {
