@@ -605,7 +605,21 @@ fn scratch_key<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, tiles: Tile
 
 /// Tiles for all parts of a call (sized by the longest key range of any of them).
 fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> Tiles {
-    Tiles::for_path(path, ps.iter().map(Problem::row_keys).max().unwrap_or(0))
+    match ps.first() {
+        Some(p) => call_tiles(p, path, ps.iter().map(Problem::row_keys).max().unwrap_or(0)),
+        None => Tiles::for_path(path, 0),
+    }
+}
+
+/// The tiles of a call on `path` for key ranges of `sk`: the AMX path's only where its items take the tile
+/// kernel (bf16, not paged: [`uses_amx`]); its f32, f16 and paged calls run the AVX-512 kernels with their
+/// own tiles, as on `avx512-bf16`.
+pub(crate) fn call_tiles<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, sk: usize) -> Tiles {
+    if path == SimdPath::Amx && !uses_amx(p, path) {
+        Tiles::for_path(SimdPath::Avx512Bf16, sk)
+    } else {
+        Tiles::for_path(path, sk)
+    }
 }
 
 /// A row tile of some part with the keys its rows see: (part, batch, kv head, first row, rows, span).
