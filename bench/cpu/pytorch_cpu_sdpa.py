@@ -287,6 +287,37 @@ def render_md(records, meta):
     return "\n".join(lines) + "\n"
 
 
+def render_sweep(records, meta):
+    """The head-dim sweep as issue 21 judges it: per dtype and mask, our GFLOP/s at each head dim, as a fraction of
+    the better of D = 64 and D = 128 (the bar: within 15 %), its fraction of the FMA peak measured in the same run,
+    and the ratio to PyTorch's fused kernel (median times)."""
+    peak = meta.get("fma_gflops_threads_median") or (2 * meta["fma_gflops_1t_median"]
+                                                     if meta.get("fma_gflops_1t_median") else None)
+    ours, torch = {}, {}
+    for r in records:
+        sh = r["shape"]
+        key = (r["dtype"], r["mask"])
+        dim = (sh["d"], sh.get("dv", sh["d"]))
+        if r["backend"] == "cpu":
+            ours.setdefault(key, {})[dim] = r
+        elif r["kernel"] == "fused":
+            torch.setdefault(key, {})[dim] = r
+    lines = ["| dtype | mask | D (Dv) | GFLOP/s | of best(D=64, 128) | % of FMA peak | x PyTorch fused |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for key, by in ours.items():
+        refs = [by[d]["tflops"] for d in ((64, 64), (128, 128)) if d in by]
+        ref = max(refs) if refs else None
+        for dim, r in sorted(by.items()):
+            g = r["tflops"] * 1e3
+            t = torch.get(key, {}).get(dim)
+            x = f"{t['time_ms']['median'] / r['time_ms']['median']:.2f}" if t else "-"
+            rel = f"{r['tflops'] / ref:.2f}" if ref else "-"
+            eff = f"{100 * g / peak:.0f} %" if peak else "-"
+            name = f"{dim[0]}" if dim[0] == dim[1] else f"{dim[0]} ({dim[1]})"
+            lines.append(f"| {key[0]} | {key[1]} | {name} | {g:.0f} | {rel} | {eff} | {x} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ours", help="path to sdpa-cpu's cpu_bench example binary")
@@ -303,12 +334,15 @@ def main():
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu/cpu-<date>.json)")
     ap.add_argument("--render", metavar="JSON", help="only print the markdown table of an earlier run")
+    ap.add_argument("--render-sweep", metavar="JSON", help="only print an earlier headdims run as the head-dim sweep")
     args = ap.parse_args()
-    if args.render:
-        with open(args.render) as f:
+    if args.render or args.render_sweep:
+        path = args.render or args.render_sweep
+        with open(path) as f:
             recs = json.load(f)
-        with open(args.render.replace(".json", "-meta.json")) as f:
-            print(render_md(recs, json.load(f)))
+        with open(path.replace(".json", "-meta.json")) as f:
+            meta = json.load(f)
+        print(render_sweep(recs, meta) if args.render_sweep else render_md(recs, meta))
         return
 
     simd = args.simd.strip().lower()
