@@ -39,7 +39,7 @@ impl Tiles {
     /// that traffic (from L3 or memory, where other work on a shared machine competes), at a few percent of
     /// in-cache speed. A window keeps its keys in cache, and there a shorter tile wastes less: an item
     /// visits the window plus its own height. AVX2 takes 48 rows whatever the keys, a multiple of its P·V
-    /// tile's 6 rows and of its 8 lanes: 96 rows at Sk = 4096 ran 11-24 % slower on the device host's Xeon
+    /// tile's 6 rows and of its 8 lanes: 96 rows at Sk = 4096 took 13-31 % longer on the device host's Xeon
     /// (bench/results/cpu/avx2.md).
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
