@@ -376,7 +376,8 @@ def main():
             out = subprocess.run([args.ours, "--fma-peak", "--threads", str(args.threads)], capture_output=True,
                                  text=True, check=True).stdout
             fma = json.loads(out)
-            ceilings["fma_gflops_1t"].append(fma["fma_peak_gflops_1t"])
+            if fma.get("fma_peak_gflops_1t") is not None:  # null on the scalar path: no vector ceiling
+                ceilings["fma_gflops_1t"].append(fma["fma_peak_gflops_1t"])
             if "fma_peak_gflops_threads" in fma:
                 ceilings["fma_gflops_threads"].append(fma["fma_peak_gflops_threads"])
                 fma_info = {"simd": fma.get("simd"), "fma_bits": fma.get("fma_bits")}

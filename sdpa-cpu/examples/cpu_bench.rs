@@ -85,7 +85,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if a.fma_peak {
         let path = sdpa_cpu::SimdPath::chosen()?;
-        let width = fma::Width::of_path(path.name()).ok_or_else(|| format!("no FMA probe for simd path {path}"))?;
+        let Some(width) = fma::Width::of_path(path.name()) else {
+            // The scalar path has no vector width to probe: no ceiling, not an error.
+            println!("{{\"fma_peak_gflops_1t\": null, \"simd\": \"{path}\"}}");
+            return Ok(());
+        };
         let all = fma::peak_gflops_threads(width, a.threads, 100);
         println!(
             "{{\"fma_peak_gflops_1t\": {:.2}, \"fma_peak_gflops_threads\": {all:.2}, \"threads\": {}, \"simd\": \"{path}\", \"fma_bits\": {}}}",
