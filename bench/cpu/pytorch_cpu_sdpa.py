@@ -6,10 +6,13 @@ on the CPU issue's shapes, interleaved in the same run with sdpa-cpu's kernels, 
     cargo build --release -p sdpa-cpu --example cpu_bench
     python3 bench/cpu/pytorch_cpu_sdpa.py --ours target/release/examples/cpu_bench --threads 2 --rounds 3
 
-Without --ours only PyTorch is timed. Each round runs every case once on each side (PyTorch fused,
+Without --ours only PyTorch is timed. `--simd avx2` (or SDPA_CPU_SIMD in the environment) forces one SIMD path on
+both sides: ours through SDPA_CPU_SIMD, PyTorch's through the instruction-set caps of ATen, oneDNN and MKL
+(bench/pytorch_sdpa.py's ISA_CAPS, set before torch is imported); the records say which capability ATen ran. Each round runs every case once on each side (PyTorch fused,
 PyTorch unfused, ours), so background load hits both sides alike; the record's median is the median of
 the per-round medians, min and max are over all samples. The same run also measures the machine's
-ceilings: single-thread f32 FMA rate (ours --fma-peak), read bandwidth (torch sum over 1 GiB) and, with
+ceilings: the f32 FMA rate at the forced path's vector width on one thread and on --threads threads at once
+(ours --fma-peak), read bandwidth (torch sum over 1 GiB) and, with
 --ours, the read bandwidth of a Rust streaming sum with 512-bit loads (ours --read-bw, best of 6 passes).
 """
 
@@ -27,9 +30,13 @@ import time
 # sdpa-cuda/dev); its folder goes on sys.path here, which also serves the peak-memory child that imports this file.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from sdpa_common import TOLERANCE as TOL, cost, cpu_model  # noqa: E402
+from pytorch_sdpa import ISA_CAPS  # noqa: E402
 
 
 def git_commit():
+    # A copy run away from its checkout (the device machine runs /work/main's tree) names its commit here.
+    if os.environ.get("SDPA_BENCH_COMMIT"):
+        return os.environ["SDPA_BENCH_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -60,7 +67,10 @@ class Torch:
         self.torch = torch
         torch.set_num_threads(threads)
         self.F = torch.nn.functional
-        self.device = f"{cpu_model()} (pytorch {torch.__version__}, {threads} threads)"
+        # The instruction set ATen's CPU kernels dispatch to (ATEN_CPU_CAPABILITY may have lowered it).
+        self.capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
+        cap = f", ATen {self.capability}" if self.capability else ""
+        self.device = f"{cpu_model()} (pytorch {torch.__version__}{cap}, {threads} threads)"
 
     def inputs(self, shape, dtype, seed=0):
         t = self.torch
@@ -154,6 +164,21 @@ def cases(preset):
             for s in (shp(1, 4, 4, 512, 512, 64), shp(1, 2, 2, 512, 512, 128)):
                 for mask in ("none", "causal"):
                     out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ["fa2"]})
+    if preset == "prefill":
+        # Issue 21's AVX2 grid: the three prefill shapes, f32 and bf16, causal and not, fa2 only.
+        for dtype in ("f32", "bf16"):
+            for s in prefill:
+                for mask in ("none", "causal"):
+                    out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ["fa2"]})
+    if preset == "headdims":
+        # Issue 21's CPU head-dim sweep at B = 1, H = 8, S = 1024 (bench/presets/headdims.json's headdims-cpu),
+        # with D = 64 and 128 as the references the other head dims are held to.
+        for dtype in ("f32", "bf16"):
+            for d, dv in ((32, 32), (40, 40), (64, 64), (80, 80), (96, 96), (128, 128), (160, 160), (192, 192),
+                          (256, 256), (192, 128), (512, 512)):
+                for mask in ("none", "causal"):
+                    out.append({"shape": shp(1, 8, 8, 1024, 1024, d, dv), "mask": mask, "dtype": dtype,
+                                "ours": ["fa2"]})
     if preset == "decode":
         for dtype in ("f32", "bf16"):
             out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
@@ -211,14 +236,16 @@ def render_md(records, meta):
             continue
         by.setdefault(key(r), {})[(r["backend"], r["kernel"])] = r
     peak2 = 2 * meta["fma_gflops_1t_median"] if meta.get("fma_gflops_1t_median") else None
+    # The ceiling of all threads together, measured at once (newer runs), else twice the one-thread rate.
+    peak = meta.get("fma_gflops_threads_median") or peak2
     lines = [
-        "| dtype | B,Hq,Hkv,Sq,Sk,D | mask | ours | ours ms (min) | GFLOP/s | GB/s | PyTorch fused ms (min) | "
-        "PyTorch unfused ms (min) | x fused (median / min) | x best PyTorch (median / min) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| dtype | B,Hq,Hkv,Sq,Sk,D(,Dv) | mask | ours | ours ms (min) | GFLOP/s | % of FMA peak | PyTorch fused ms "
+        "(min) | PyTorch GFLOP/s | PyTorch unfused ms (min) | x fused (median / min) | x best PyTorch (median / min) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for k, rs in by.items():
         pf, pu = rs.get(("pytorch", "fused")), rs.get(("pytorch", "unfused"))
-        if not (pf and pu):
+        if not pf:
             continue
         for (be, kern), r in sorted(rs.items()):
             if be != "cpu":
@@ -227,11 +254,15 @@ def render_md(records, meta):
             t, tmin = r["time_ms"]["median"], r["time_ms"]["min"]
             best = min([x for x in (pf, pu) if x], key=lambda x: x["time_ms"]["median"])
             bestmin = min(x["time_ms"]["min"] for x in (pf, pu) if x)
+            dims = f"{sh['b']},{sh['hq']},{sh['hkv']},{sh['sq']},{sh['sk']},{sh['d']}"
+            if sh.get("dv", sh["d"]) != sh["d"]:
+                dims += f",{sh['dv']}"
+            eff = f"{100 * r['tflops'] * 1e3 / peak:.0f} %" if peak else "-"
+            unf = f"{pu['time_ms']['median']:.2f} ({pu['time_ms']['min']:.2f})" if pu else "-"
             lines.append(
-                f"| {r['dtype']} | {sh['b']},{sh['hq']},{sh['hkv']},{sh['sq']},{sh['sk']},{sh['d']} | {r['mask']} | "
-                f"{kern} | {t:.2f} ({tmin:.2f}) | {r['tflops'] * 1e3:.0f} | {r['gbps']:.1f} | "
-                f"{pf['time_ms']['median']:.2f} ({pf['time_ms']['min']:.2f}) | "
-                f"{pu['time_ms']['median']:.2f} ({pu['time_ms']['min']:.2f}) | "
+                f"| {r['dtype']} | {dims} | {r['mask']} | "
+                f"{kern} | {t:.2f} ({tmin:.2f}) | {r['tflops'] * 1e3:.0f} | {eff} | "
+                f"{pf['time_ms']['median']:.2f} ({pf['time_ms']['min']:.2f}) | {pf['tflops'] * 1e3:.0f} | {unf} | "
                 f"{pf['time_ms']['median'] / t:.2f} / {pf['time_ms']['min'] / tmin:.2f} | "
                 f"{best['time_ms']['median'] / t:.2f} / {bestmin / tmin:.2f} |")
     mem = [r for r in records if r.get("peak_mem_bytes")]
@@ -241,13 +272,49 @@ def render_md(records, meta):
                   "| backend | kernel | peak RSS (MiB) |", "| --- | --- | --- |"]
         for r in mem:
             lines.append(f"| {r['backend']} | {r['kernel']} | {r['peak_mem_bytes'] / 2**20:.0f} |")
-    lines += ["", f"Ceilings measured in the same run: single-thread f32 FMA {meta.get('fma_gflops_1t_median')} GFLOP/s "
-              f"(2 threads: {peak2}), read bandwidth (torch sum over 1 GiB, 2 threads) "
-              f"{meta['read_gbps_median']:.1f} GB/s"
+    simd = f" ({meta['simd']} path, {meta.get('fma_bits')}-bit FMAs)" if meta.get("simd") else ""
+    both = (f"; {meta.get('threads')} threads at once {meta['fma_gflops_threads_median']:.1f}"
+            if meta.get("fma_gflops_threads_median") else f" (2 threads: {peak2})")
+    lines += ["", f"Ceilings measured in the same run{simd}: single-thread f32 FMA {meta.get('fma_gflops_1t_median')} "
+              f"GFLOP/s{both}"
+              + (f", read bandwidth (torch sum over 1 GiB, 2 threads) {meta['read_gbps_median']:.1f} GB/s"
+                 if meta.get("read_gbps_median") else "")
               + (f", read bandwidth (Rust 512-bit streaming sum, best of 6 passes, same threads) "
                  f"{meta['read_gbps_rust_median']:.1f} GB/s" if meta.get("read_gbps_rust_median") else "")
+              + (f"; ATen CPU capability {meta['aten_cpu_capability']}" if meta.get("aten_cpu_capability") else "")
               + f"; 1-minute load average at the start of each round: "
               f"{', '.join(f'{x:.1f}' for x in meta['loadavg_1min_per_round'])}."]
+    return "\n".join(lines) + "\n"
+
+
+def render_sweep(records, meta):
+    """The head-dim sweep as issue 21 judges it: per dtype and mask, our GFLOP/s at each head dim, as a fraction of
+    the better of D = 64 and D = 128 (the bar: within 15 %), its fraction of the FMA peak measured in the same run,
+    and the ratio to PyTorch's fused kernel (median times)."""
+    peak = meta.get("fma_gflops_threads_median") or (2 * meta["fma_gflops_1t_median"]
+                                                     if meta.get("fma_gflops_1t_median") else None)
+    ours, torch = {}, {}
+    for r in records:
+        sh = r["shape"]
+        key = (r["dtype"], r["mask"])
+        dim = (sh["d"], sh.get("dv", sh["d"]))
+        if r["backend"] == "cpu":
+            ours.setdefault(key, {})[dim] = r
+        elif r["kernel"] == "fused":
+            torch.setdefault(key, {})[dim] = r
+    lines = ["| dtype | mask | D (Dv) | GFLOP/s | of best(D=64, 128) | % of FMA peak | x PyTorch fused |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for key, by in ours.items():
+        refs = [by[d]["tflops"] for d in ((64, 64), (128, 128)) if d in by]
+        ref = max(refs) if refs else None
+        for dim, r in sorted(by.items()):
+            g = r["tflops"] * 1e3
+            t = torch.get(key, {}).get(dim)
+            x = f"{t['time_ms']['median'] / r['time_ms']['median']:.2f}" if t else "-"
+            rel = f"{r['tflops'] / ref:.2f}" if ref else "-"
+            eff = f"{100 * g / peak:.0f} %" if peak else "-"
+            name = f"{dim[0]}" if dim[0] == dim[1] else f"{dim[0]} ({dim[1]})"
+            lines.append(f"| {key[0]} | {key[1]} | {name} | {g:.0f} | {rel} | {eff} | {x} |")
     return "\n".join(lines) + "\n"
 
 
@@ -258,18 +325,37 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode"])
+    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode", "prefill", "headdims"])
+    ap.add_argument("--simd", default=os.environ.get("SDPA_CPU_SIMD", ""),
+                    help="force one SIMD path on both sides (avx2, avx512, avx512-bf16, scalar)")
+    ap.add_argument("--torch-kernels", default="fused,unfused",
+                    help="PyTorch's sides to time: fused (F.scaled_dot_product_attention), unfused, or both")
+    ap.add_argument("--no-read-bw", action="store_true", help="skip the read-bandwidth ceilings (compute-bound presets)")
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu/cpu-<date>.json)")
     ap.add_argument("--render", metavar="JSON", help="only print the markdown table of an earlier run")
+    ap.add_argument("--render-sweep", metavar="JSON", help="only print an earlier headdims run as the head-dim sweep")
     args = ap.parse_args()
-    if args.render:
-        with open(args.render) as f:
+    if args.render or args.render_sweep:
+        path = args.render or args.render_sweep
+        with open(path) as f:
             recs = json.load(f)
-        with open(args.render.replace(".json", "-meta.json")) as f:
-            print(render_md(recs, json.load(f)))
+        with open(path.replace(".json", "-meta.json")) as f:
+            meta = json.load(f)
+        print(render_sweep(recs, meta) if args.render_sweep else render_md(recs, meta))
         return
 
+    simd = args.simd.strip().lower()
+    if simd:
+        if simd not in ISA_CAPS:
+            raise SystemExit(f"pytorch_cpu_sdpa.py: --simd {simd} is not a path ({', '.join(sorted(ISA_CAPS))})")
+        # Ours reads SDPA_CPU_SIMD (the child inherits it); PyTorch's caps must be set before torch is imported.
+        os.environ["SDPA_CPU_SIMD"] = simd
+        for var, cap in ISA_CAPS[simd].items():
+            os.environ.setdefault(var, cap)
+    torch_kernels = [k for k in args.torch_kernels.split(",") if k]
+    if not torch_kernels or any(k not in ("fused", "unfused") for k in torch_kernels):
+        raise SystemExit("pytorch_cpu_sdpa.py: --torch-kernels takes fused, unfused or both")
     torch_side = Torch(args.threads)
     machine = cpu_model()
     print(f"pytorch {torch_side.torch.__version__}, {args.threads} threads, machine {machine}", file=sys.stderr)
@@ -282,21 +368,30 @@ def main():
         pr.append(statistics.median(times))
 
     ours_meta = {}
-    ceilings = {"fma_gflops_1t": [], "read_gbps": [], "read_gbps_rust": [], "loadavg": []}
+    ceilings = {"fma_gflops_1t": [], "fma_gflops_threads": [], "read_gbps": [], "read_gbps_rust": [], "loadavg": []}
+    fma_info = {}
     for rnd in range(args.rounds):
         ceilings["loadavg"].append(os.getloadavg()[0])
         if args.ours:
-            out = subprocess.run([args.ours, "--fma-peak"], capture_output=True, text=True, check=True).stdout
-            ceilings["fma_gflops_1t"].append(json.loads(out)["fma_peak_gflops_1t"])
-            out = subprocess.run([args.ours, "--read-bw", "--threads", str(args.threads)], capture_output=True,
+            out = subprocess.run([args.ours, "--fma-peak", "--threads", str(args.threads)], capture_output=True,
                                  text=True, check=True).stdout
-            ceilings["read_gbps_rust"].append(json.loads(out)["read_gbps"])
-        ceilings["read_gbps"].append(torch_side.read_bandwidth())
+            fma = json.loads(out)
+            if fma.get("fma_peak_gflops_1t") is not None:  # null on the scalar path: no vector ceiling
+                ceilings["fma_gflops_1t"].append(fma["fma_peak_gflops_1t"])
+            if "fma_peak_gflops_threads" in fma:
+                ceilings["fma_gflops_threads"].append(fma["fma_peak_gflops_threads"])
+                fma_info = {"simd": fma.get("simd"), "fma_bits": fma.get("fma_bits")}
+            if not args.no_read_bw:
+                out = subprocess.run([args.ours, "--read-bw", "--threads", str(args.threads)], capture_output=True,
+                                     text=True, check=True).stdout
+                ceilings["read_gbps_rust"].append(json.loads(out)["read_gbps"])
+        if not args.no_read_bw:
+            ceilings["read_gbps"].append(torch_side.read_bandwidth())
         for c in cs:
             big = c["shape"]["sq"] * c["shape"]["sk"] * c["shape"]["hq"] >= 16 * 4096 * 4096
             reps = max(2, args.reps // 2) if big else args.reps
             key = (json.dumps(c["shape"], sort_keys=True), c["mask"], c["dtype"])
-            for kernel in ("fused", "unfused"):
+            for kernel in torch_kernels:
                 add(("pytorch", kernel) + key, torch_side.time(kernel, c["shape"], c["mask"], c["dtype"],
                                                               args.warmup, reps))
             if args.ours:
@@ -314,7 +409,7 @@ def main():
     records = []
     for c in cs:
         key = (json.dumps(c["shape"], sort_keys=True), c["mask"], c["dtype"])
-        for kernel in ("fused", "unfused"):
+        for kernel in torch_kernels:
             a, pr = samples[("pytorch", kernel) + key]
             chk = torch_side.check(kernel, c["shape"], c["mask"], c["dtype"]) if c["shape"]["sq"] * c["shape"]["sk"] \
                 <= 4096 * 4096 else None
@@ -344,7 +439,13 @@ def main():
 
     meta = {
         "fma_gflops_1t_median": statistics.median(ceilings["fma_gflops_1t"]) if ceilings["fma_gflops_1t"] else None,
-        "read_gbps_median": statistics.median(ceilings["read_gbps"]),
+        "fma_gflops_1t_per_round": ceilings["fma_gflops_1t"],
+        "fma_gflops_threads_median": statistics.median(ceilings["fma_gflops_threads"])
+        if ceilings["fma_gflops_threads"] else None,
+        "fma_gflops_threads_per_round": ceilings["fma_gflops_threads"],
+        **fma_info,
+        "aten_cpu_capability": torch_side.capability,
+        "read_gbps_median": statistics.median(ceilings["read_gbps"]) if ceilings["read_gbps"] else None,
         "read_gbps_per_round": ceilings["read_gbps"],
         "read_gbps_rust_per_round": ceilings["read_gbps_rust"],
         "read_gbps_rust_median": statistics.median(ceilings["read_gbps_rust"]) if ceilings["read_gbps_rust"] else None,

@@ -5,8 +5,9 @@
 //! `cargo run --release -p sdpa-cpu --example cpu_bench -- --shape 1,8,8,1024,1024,64 --mask causal
 //!  --dtype f32 --kernels fa2,unfused --threads 2 --reps 10 [--check 64] [--peak-mem] [--fma-peak] [--read-bw]`
 //!
-//! `--fma-peak` and `--read-bw` only measure a ceiling and print it as JSON: the single-thread f32 FMA rate,
-//! and the read bandwidth of `--threads` threads streaming 1 GiB with 512-bit loads (best of 3 plain and
+//! `--fma-peak` and `--read-bw` only measure a ceiling and print it as JSON: the f32 FMA rate at the vector
+//! width of the SIMD path the backend runs (`SDPA_CPU_SIMD` or the fastest: 512-bit for AVX-512, 256-bit for
+//! AVX2), on one thread and on `--threads` threads at once, and the read bandwidth of `--threads` threads streaming 1 GiB with 512-bit loads (best of 3 plain and
 //! 3 software-prefetching passes).
 
 #[path = "support/fma.rs"]
@@ -83,7 +84,19 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Ok(());
     }
     if a.fma_peak {
-        println!("{{\"fma_peak_gflops_1t\": {:.2}}}", fma_peak_gflops());
+        let path = sdpa_cpu::SimdPath::chosen()?;
+        let Some(width) = fma::Width::of_path(path.name()) else {
+            // The scalar path has no vector width to probe: no ceiling, not an error.
+            println!("{{\"fma_peak_gflops_1t\": null, \"simd\": \"{path}\"}}");
+            return Ok(());
+        };
+        let all = fma::peak_gflops_threads(width, a.threads, 100);
+        println!(
+            "{{\"fma_peak_gflops_1t\": {:.2}, \"fma_peak_gflops_threads\": {all:.2}, \"threads\": {}, \"simd\": \"{path}\", \"fma_bits\": {}}}",
+            fma_peak_gflops(width),
+            a.threads,
+            if width == fma::Width::W512 { 512 } else { 256 },
+        );
         return Ok(());
     }
     let spec = AttentionSpec::new(a.shape, a.dtype).with_layout(a.layout).with_mask(a.mask);
@@ -126,20 +139,31 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Single-thread f32 FMA rate per CPU-second right now: 12 independent 512-bit (or 256-bit) FMA chains.
-/// The machine's real ceiling, measured in the same run as the kernels.
-fn fma_peak_gflops() -> f64 {
+/// Single-thread f32 FMA rate per CPU-second right now: 12 independent FMA chains of `width` (512-bit for
+/// the AVX-512 paths, 256-bit for AVX2), 1.2e9 FMAs. The machine's real ceiling, measured in the same run
+/// as the kernels.
+fn fma_peak_gflops(width: fma::Width) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
+        let (rounds, flops) = (100_000_000u64, if width == fma::Width::W512 { 384.0 } else { 192.0 });
+        if width == fma::Width::W512 && is_x86_feature_detected!("avx512f") {
             let c0 = thread_cpu_seconds();
             // SAFETY: AVX-512F is present (checked above).
-            let x = unsafe { fma::fma_loop(100_000_000) };
+            let x = unsafe { fma::fma_loop(rounds) };
             let t = thread_cpu_seconds() - c0;
             std::hint::black_box(x);
-            return 100e6 * 12.0 * 32.0 / t / 1e9;
+            return rounds as f64 * flops / t / 1e9;
+        }
+        if width == fma::Width::W256 && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            let c0 = thread_cpu_seconds();
+            // SAFETY: AVX2 and FMA are present (checked above).
+            let x = unsafe { fma::fma_loop_256(rounds) };
+            let t = thread_cpu_seconds() - c0;
+            std::hint::black_box(x);
+            return rounds as f64 * flops / t / 1e9;
         }
     }
+    let _ = width;
     f64::NAN
 }
 

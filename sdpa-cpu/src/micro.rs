@@ -89,11 +89,25 @@ pub(crate) unsafe fn scores<S: Simd>(
     // SAFETY (whole body): every pointer offset stays inside the extents stated in the contract.
     unsafe {
         while n < nqv {
-            let nq = if nqv - n >= S::QK_QVECS { S::QK_QVECS } else { 1 };
+            let nq = if nqv - n >= S::QK_QVECS {
+                S::QK_QVECS
+            } else if nqv - n >= 2 {
+                2
+            } else {
+                1
+            };
             let (qt_n, out_n) = (qt.add(n * l), out.add(n * l));
             let mut j = 0;
             while j < nk {
-                let mr = if nk - j >= S::QK_KEYS { S::QK_KEYS } else { 1 };
+                // A tile's last few keys take a 4-key tile where they can: a single key leaves only `nq`
+                // accumulators, too few independent chains to cover the FMA latency.
+                let mr = if nk - j >= S::QK_KEYS {
+                    S::QK_KEYS
+                } else if nk - j >= 4 {
+                    4
+                } else {
+                    1
+                };
                 let (kj, oj) = (k.add(j * ks), out_n.add(j * os));
                 macro_rules! tile {
                     ($mr:literal, $nq:literal) => {
@@ -108,6 +122,7 @@ pub(crate) unsafe fn scores<S: Simd>(
                     (6, 2) => tile!(6, 2),
                     (6, 1) => tile!(6, 1),
                     (4, 4) => tile!(4, 4),
+                    (4, 2) => tile!(4, 2),
                     (4, 1) => tile!(4, 1),
                     (1, 4) => tile!(1, 4),
                     (1, 2) => tile!(1, 2),
@@ -340,39 +355,53 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
     alpha: &mut [f32],
 ) {
     let lanes = S::LANES;
+    // Four independent chains for the maximum and for the sum: one chain would serialise a tile's keys on
+    // the latency of `max`/`add` (a 64-key tile: 64 dependent steps per query vector), and with 8 lanes
+    // (AVX2) a tile has twice the query vectors, so that latency cost twice the share it costs AVX-512.
     // SAFETY (whole body): every access is inside `st`'s extent or the slices (length nqv·LANES).
     unsafe {
         for n in 0..nqv {
             let off = n * lanes;
-            let mut mx = s.load(m.as_ptr().add(off));
-            for j in 0..nk {
-                mx = s.max(mx, s.load(st.add(j * sts + off)));
+            let m_old = s.load(m.as_ptr().add(off));
+            let mut mx = [m_old; 4];
+            let mut j = 0;
+            while j + 4 <= nk {
+                for (u, x) in mx.iter_mut().enumerate() {
+                    *x = s.max(*x, s.load(st.add((j + u) * sts + off)));
+                }
+                j += 4;
             }
+            while j < nk {
+                mx[0] = s.max(mx[0], s.load(st.add(j * sts + off)));
+                j += 1;
+            }
+            let mx = s.max(s.max(mx[0], mx[1]), s.max(mx[2], mx[3]));
             // The subtrahend: the new maximum, or 0 where it is still -inf (so e^(-inf - 0) = 0, not NaN).
             let g = s.neg_inf_to_zero(mx);
-            let m_old = s.load(m.as_ptr().add(off));
             s.store(alpha.as_mut_ptr().add(off), s.exp(s.sub(m_old, g)));
             s.store(m.as_mut_ptr().add(off), mx);
-            let mut sum0 = s.zero();
-            let mut sum1 = s.zero();
+            let mut sum = [s.zero(); 4];
             let mut j = 0;
-            while j + 2 <= nk {
-                let p0 = s.exp(s.sub(s.load(st.add(j * sts + off)), g));
-                let p1 = s.exp(s.sub(s.load(st.add((j + 1) * sts + off)), g));
-                s.store(st.add(j * sts + off), p0);
-                s.store(st.add((j + 1) * sts + off), p1);
-                sum0 = s.add(sum0, p0);
-                sum1 = s.add(sum1, p1);
-                j += 2;
+            while j + 4 <= nk {
+                for (u, acc) in sum.iter_mut().enumerate() {
+                    let pj = st.add((j + u) * sts + off);
+                    let p = s.exp(s.sub(s.load(pj), g));
+                    s.store(pj, p);
+                    *acc = s.add(*acc, p);
+                }
+                j += 4;
             }
-            if j < nk {
-                let p0 = s.exp(s.sub(s.load(st.add(j * sts + off)), g));
-                s.store(st.add(j * sts + off), p0);
-                sum0 = s.add(sum0, p0);
+            while j < nk {
+                let pj = st.add(j * sts + off);
+                let p = s.exp(s.sub(s.load(pj), g));
+                s.store(pj, p);
+                sum[0] = s.add(sum[0], p);
+                j += 1;
             }
+            let total = s.add(s.add(sum[0], sum[1]), s.add(sum[2], sum[3]));
             let lv = s.load(l.as_ptr().add(off));
             let av = s.load(alpha.as_ptr().add(off));
-            s.store(l.as_mut_ptr().add(off), s.fma(lv, av, s.add(sum0, sum1)));
+            s.store(l.as_mut_ptr().add(off), s.fma(lv, av, total));
         }
     }
 }
@@ -501,6 +530,9 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
                 match (nr, nv, part) {
                     (1, 8, false) => tile!(1, 8, false),
                     (8, 2, false) => tile!(8, 2, false),
+                    (6, 2, false) => tile!(6, 2, false),
+                    (6, 1, false) => tile!(6, 1, false),
+                    (6, 1, true) => tile!(6, 1, true),
                     (8, 1, false) => tile!(8, 1, false),
                     (8, 1, true) => tile!(8, 1, true),
                     (4, 4, false) => tile!(4, 4, false),

@@ -40,6 +40,12 @@ fn awkward_shapes() {
         Shape { b: 1, hq: 1, hkv: 1, sq: 100, sk: 100, d: 96, dv: 96 },
         // Long keys (taller query tiles on AVX-512) with a group spanning tiles.
         Shape { b: 1, hq: 2, hkv: 1, sq: 70, sk: 2050, d: 8, dv: 8 },
+        // AVX2's tiles (48-row items, 6-row P·V tiles, 6-key score tiles with a 4-key edge): a group of
+        // 159 rows (three items and a 15-row rest: 6 + 6 + 3), MLA's 192/128, key tiles of 64 = 10 x 6 + 4
+        // and 6; then D = 256 with Dv = 41 (two 2-vector chunks, a whole and a partial last vector) and
+        // 58 keys (9 x 6 + 4).
+        Shape { b: 1, hq: 3, hkv: 1, sq: 53, sk: 70, d: 192, dv: 128 },
+        Shape { b: 1, hq: 1, hkv: 1, sq: 50, sk: 58, d: 256, dv: 41 },
         // Decoding: one query against many keys, with GQA (the split-KV and dot-product paths).
         Shape { b: 1, hq: 8, hkv: 2, sq: 1, sk: 1000, d: 128, dv: 128 },
         Shape { b: 2, hq: 4, hkv: 4, sq: 3, sk: 517, d: 80, dv: 80 },

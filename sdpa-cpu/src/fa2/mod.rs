@@ -39,12 +39,14 @@ impl Tiles {
     /// tiles on AVX-512: each query tile streams all of its kv head's K and V once, so taller tiles halve
     /// that traffic (from L3 or memory, where other work on a shared machine competes), at a few percent of
     /// in-cache speed. A window keeps its keys in cache, and there a shorter tile wastes less: an item
-    /// visits the window plus its own height.
+    /// visits the window plus its own height. AVX2 takes 48 rows whatever the keys, a multiple of its P·V
+    /// tile's 6 rows and of its 8 lanes: 96 rows at Sk = 4096 took 13-31 % longer on the device host's Xeon
+    /// (bench/results/cpu/avx2.md).
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
             SimdPath::Amx => amx_tiles(sk),
-            SimdPath::Avx2 => Tiles { br: 32, bc: 64 },
+            SimdPath::Avx2 => Tiles { br: 48, bc: 64 },
             SimdPath::Scalar => Tiles { br: 16, bc: 32 },
         }
     }

@@ -227,11 +227,15 @@ impl Simd for Avx512 {
     }
 }
 
+// AVX2's tiles fit 16 ymm registers: scores 6 keys x 2 query vectors (12 accumulators, 2 Q vectors, 1
+// broadcast) and P·V 6 rows x 2 value vectors (12 accumulators, 2 V vectors, 1 broadcast). Twelve chains
+// cover the FMA latency on two units; 4 x 3 tiles (16 registers with no spare) spilled and ran 30 % slower,
+// and the 4-row P·V tile (8 chains) ran a few percent slower (bench/studies/cpu-avx2/).
 impl Simd for Avx2 {
     const LANES: usize = 8;
     const QK_KEYS: usize = 6;
     const QK_QVECS: usize = 2;
-    const PV_ROWS: usize = 4;
+    const PV_ROWS: usize = 6;
     const PV_VECS: usize = 2;
     type V = __m256;
 
