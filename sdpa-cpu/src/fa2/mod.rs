@@ -88,6 +88,7 @@ pub(crate) fn lanes(path: SimdPath) -> usize {
 
 /// One work item of a bf16 call for the kernels that read bf16 directly (`bf16dot`, the AMX kernel): the
 /// call, its operands, the tiles, the item and where its rows go.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) struct Bf16Item<'p, 'a, T> {
     pub p: &'p Problem<'a, T>,
