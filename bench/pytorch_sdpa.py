@@ -750,6 +750,7 @@ def time_calls(torch, dev, fn, warmup, max_reps, budget):
 # and of MKL (MKL_ENABLE_INSTRUCTIONS), so that PyTorch's CPU kernels run on the same instruction set when a
 # path is measured on its own. All are read when torch is imported; a cap already set in the environment wins.
 ISA_CAPS = {
+    "amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
     "avx512-bf16": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
                     "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
     "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},

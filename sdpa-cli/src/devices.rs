@@ -32,6 +32,8 @@ struct Devices {
     cpu_simd_path: String,
     /// Whether `SDPA_CPU_SIMD` chose it.
     cpu_simd_forced: bool,
+    /// The AMX path: "ready", or why it cannot run here (the CPU, or the OS's tile permission).
+    cpu_amx: String,
     backends: Vec<BackendStatus>,
 }
 
@@ -50,6 +52,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         cpu_simd_paths: sdpa_cpu::simd_paths(),
         cpu_simd_path: sdpa_cpu::SimdPath::chosen().map_or_else(|e| format!("error: {e}"), |p| p.name().to_string()),
         cpu_simd_forced: sdpa_cpu::SimdPath::forced(),
+        cpu_amx: amx_line(),
         backends,
     };
     if args.json {
@@ -60,6 +63,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
     println!("cpu simd: {}", if d.cpu_simd.is_empty() { "none detected".to_string() } else { d.cpu_simd.join(" ") });
     let how = if d.cpu_simd_forced { format!(" (forced by {})", sdpa_cpu::SIMD_ENV) } else { String::new() };
     println!("cpu backend simd path: {}{how}; paths here: {}", d.cpu_simd_path, d.cpu_simd_paths.join(", "));
+    println!("cpu amx: {}", d.cpu_amx);
     for b in &d.backends {
         match (&b.device, &b.reason) {
             (Some(dev), _) => println!("backend {:<9} available: {dev}", b.name),
@@ -68,6 +72,17 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The AMX path's state: ready (bf16 on tiles; f16 stays on AVX-512) or the reason it is not.
+fn amx_line() -> String {
+    match sdpa_cpu::amx_status() {
+        Ok(()) => {
+            let fp16 = if sdpa_cpu::has_amx_fp16() { "AMX-FP16 present, unused" } else { "no AMX-FP16" };
+            format!("ready (bf16 on AMX tiles; f16 and f32 on AVX-512: {fp16})")
+        }
+        Err(why) => format!("unavailable: {why}"),
+    }
 }
 
 /// SIMD features detected at run time (not compile time).

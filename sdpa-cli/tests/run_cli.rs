@@ -130,6 +130,9 @@ fn the_cpu_simd_path_can_be_forced_and_a_wrong_one_is_refused() {
     let out = with("scalar", &["devices"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("simd path: scalar (forced by SDPA_CPU_SIMD)"), "{text}");
+    // The AMX path's state is always printed: ready, or the reason it cannot run here.
+    let amx = text.lines().find(|l| l.starts_with("cpu amx: ")).unwrap_or_else(|| panic!("no amx line: {text}"));
+    assert!(amx.starts_with("cpu amx: ready") || amx.starts_with("cpu amx: unavailable: "), "{amx}");
     let out = with("avx9000", &run);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -18,9 +18,11 @@
 //! any thread count; dense and ragged batches, every mask and variant ([`attention_backward`],
 //! `Backend::backward`; paged caches are refused).
 //!
-//! SIMD is chosen at run time ([`SimdPath::detect`]): AVX-512 with AVX512_BF16 (bf16 inputs multiply
-//! pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs the fastest
-//! path the CPU has; `SDPA_CPU_SIMD=avx2` (or `avx512`, `avx512-bf16`, `scalar`) forces one for every call
+//! SIMD is chosen at run time ([`SimdPath::detect`]): AMX (bf16 Q·Kᵀ and P·V on tiles, where the CPU has
+//! AMX-BF16 and the OS grants the tile state: [`amx_status`] says why not), AVX-512 with AVX512_BF16 (bf16
+//! inputs multiply pairs with `vdpbf16ps`), AVX-512, AVX2 + FMA, or a scalar fallback; a generic build runs
+//! the fastest path the CPU has; `SDPA_CPU_SIMD=avx2` (or `amx`, `avx512`, `avx512-bf16`, `scalar`) forces
+//! one for every call
 //! ([`SimdPath::chosen`]: `sdpa devices` shows it, records name it in the device), and
 //! [`CpuBackend::with_simd`] forces one per backend (the tests run every supported path).
 //! f32, f16 and bf16 in and out, f32 accumulation; head dims up to [`MAX_HEAD_DIM`], with no special
@@ -57,6 +59,7 @@
 //! assert!(check_output(&spec, &inputs, &run.output, Default::default(), None).unwrap().pass);
 //! ```
 
+mod amx;
 mod append;
 mod backend;
 mod backward;
@@ -71,6 +74,7 @@ mod simd;
 mod unfused;
 mod variants;
 
+pub use amx::{has_amx_fp16, status as amx_status};
 pub use append::append_to_pages;
 pub use backend::CpuBackend;
 pub use backward::BackwardSlices;

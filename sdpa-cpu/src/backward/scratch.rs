@@ -24,7 +24,7 @@ impl BwdTiles {
     /// stay within L2 at head dim 128.
     pub(crate) fn for_path(path: SimdPath) -> BwdTiles {
         match path {
-            SimdPath::Avx512 | SimdPath::Avx512Bf16 => BwdTiles { br: 64, bc: 64, kblock: 4 },
+            SimdPath::Amx | SimdPath::Avx512 | SimdPath::Avx512Bf16 => BwdTiles { br: 64, bc: 64, kblock: 4 },
             SimdPath::Avx2 => BwdTiles { br: 32, bc: 64, kblock: 4 },
             SimdPath::Scalar => BwdTiles { br: 16, bc: 32, kblock: 1 },
         }

@@ -7,28 +7,17 @@
 //! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
 //! Needs an even head dim (odd ones take the generic path).
 
-use super::{end_item, Item, KeyLoop, Scratch, Sink, Tiles};
+use super::{end_item, Bf16Item, KeyLoop, Scratch};
+use crate::amx::pack::{drop_v_key, pack_v, INTERLEAVE};
 use crate::element::CpuElement;
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
-use crate::problem::{round_up, Problem};
+use crate::problem::round_up;
 use crate::simd::x86::Avx512;
 use half::bf16;
 use std::arch::x86_64::*;
 
 const L: usize = 16;
-
-/// `vpermw` index that interleaves the two 16-element halves of a vector: lane 2i takes i, lane 2i+1
-/// takes 16 + i.
-static INTERLEAVE: [u16; 32] = {
-    let mut a = [0u16; 32];
-    let mut k = 0;
-    while k < 32 {
-        a[k] = if k % 2 == 0 { (k / 2) as u16 } else { 16 + (k / 2) as u16 };
-        k += 1;
-    }
-    a
-};
 
 #[inline(always)]
 fn bh(x: __m512i) -> __m512bh {
@@ -41,20 +30,11 @@ fn bh(x: __m512i) -> __m512bh {
 /// its rows went to the sink.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; `q`, `k`, `v` are `p`'s operands (checked
-/// against the spec), `p.d` is even, and `scr` was built with `pairs = true` for these tiles.
+/// The CPU must support AVX-512 F/VL/BW/DQ and AVX512_BF16; the job's `q`, `k`, `v` are its problem's
+/// operands (checked against the spec), `p.d` is even, and `scr` was built with `pairs = true` for its tiles.
 #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,avx512bf16")]
-pub(crate) unsafe fn process<T: CpuElement>(
-    p: &Problem<'_, T>,
-    q: &[bf16],
-    k: &[bf16],
-    v: &[bf16],
-    t: Tiles,
-    it: Item,
-    scr: &mut Scratch,
-    sink: Sink,
-    careful: bool,
-) -> bool {
+pub(crate) unsafe fn process<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut Scratch, careful: bool) -> bool {
+    let Bf16Item { p, q, k, v, tiles: t, item: it, sink } = job;
     // SAFETY: the caller guarantees the CPU features.
     let s = unsafe { Avx512::new_unchecked() };
     let (d, dv) = (p.d, p.dv);
@@ -115,21 +95,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
             // V rows interleaved by key pairs, columns padded to dvp with zeros.
             let v2 = scr.v2.as_mut_ptr();
             let vs = p.v_st.s;
-            for jp in 0..np {
-                let ra = v.as_ptr().add(vbase + (j0 + 2 * jp) * vs);
-                let has_b = 2 * jp + 1 < nk;
-                let mut c = 0;
-                while c < dv {
-                    let n = (dv - c).min(L);
-                    let m = ((1u32 << n) - 1) as u16;
-                    let a = _mm256_maskz_loadu_epi16(m, ra.add(c).cast());
-                    let b =
-                        if has_b { _mm256_maskz_loadu_epi16(m, ra.add(vs + c).cast()) } else { _mm256_setzero_si256() };
-                    let ab = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-                    _mm512_storeu_si512(v2.add(jp * dvp + c).cast(), _mm512_permutexvar_epi16(idx, ab));
-                    c += L;
-                }
-            }
+            pack_v(v.as_ptr().add(vbase + j0 * vs).cast(), vs, nk, dv, v2, dvp);
             // Careful mode: V rows with NaN or inf leave the pair product and come back only where attended.
             let bad: Vec<usize> = if careful {
                 (0..nk).filter(|&j| v[vbase + (j0 + j) * vs..][..dv].iter().any(|x| !x.is_finite())).collect()
@@ -137,11 +103,7 @@ pub(crate) unsafe fn process<T: CpuElement>(
                 Vec::new()
             };
             for &j in &bad {
-                // Pair `j / 2` keeps key `j` in the low (even j) or high (odd j) half of each u32.
-                let keep = if j % 2 == 0 { 0xFFFF_0000u32 } else { 0x0000_FFFF };
-                for c in 0..dv {
-                    *v2.add((j / 2) * dvp + c) &= keep;
-                }
+                drop_v_key(v2, dvp, j, dv);
             }
             let o = scr.o.as_mut_ptr();
             pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, o, dvp, scr.alpha.as_ptr());

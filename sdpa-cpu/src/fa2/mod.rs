@@ -11,7 +11,8 @@
 //!
 //! One item kernel, [`process`], generic over the SIMD path; on CPUs with AVX512_BF16, bf16 inputs with an
 //! even head dim take its pair-product variant instead ([`bf16dot`], the same item structure with
-//! `vdpbf16ps`), sharing this module's tiles, scratch, key range and row finishing.
+//! `vdpbf16ps`), and on the AMX path bf16 inputs take the tile kernel (`crate::amx::kernel`), both sharing
+//! this module's tiles, scratch, key range and row finishing.
 
 use crate::element::CpuElement;
 use crate::micro;
@@ -44,19 +45,59 @@ impl Tiles {
     pub(crate) fn for_path(path: SimdPath, sk: usize) -> Tiles {
         match path {
             SimdPath::Avx512 | SimdPath::Avx512Bf16 => Tiles { br: if sk >= 2048 { 128 } else { 64 }, bc: 64 },
+            SimdPath::Amx => amx_tiles(sk),
             SimdPath::Avx2 => Tiles { br: 48, bc: 64 },
             SimdPath::Scalar => Tiles { br: 16, bc: 32 },
         }
     }
 }
 
+/// The AMX path's tiles (multiples of 32: two tiles of rows, one tile row of bf16 keys). Long key ranges
+/// take taller items, as on AVX-512: each item packs every key block of its range once for all of its
+/// rows. Key blocks are longer than AVX-512's: each block costs a fixed share (the output rows loaded into
+/// and stored from the product tiles, the hand-overs between tiles and vectors, the per-row softmax
+/// state) that longer blocks spread. 128 × 256 was the fastest of six shapes at S = 4096 on the device
+/// host (`bench/results/cpu/amx.md`); shorter key ranges keep 64 × 128, unmeasured. `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
+/// not two multiples of 32 in 32..=512 is reported on stderr and ignored).
+fn amx_tiles(sk: usize) -> Tiles {
+    static FORCED: std::sync::OnceLock<Option<Tiles>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let v = std::env::var("SDPA_CPU_AMX_TILES").ok()?;
+        let parsed = v.split_once('x').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        match parsed {
+            Some((br, bc)) if [br, bc].iter().all(|&x: &usize| x % 32 == 0 && (32..=512).contains(&x)) => {
+                Some(Tiles { br, bc })
+            }
+            _ => {
+                eprintln!("sdpa-cpu: SDPA_CPU_AMX_TILES={v} ignored (expected BRxBC, multiples of 32 in 32..=512)");
+                None
+            }
+        }
+    });
+    forced.unwrap_or(if sk >= 2048 { Tiles { br: 128, bc: 256 } } else { Tiles { br: 64, bc: 128 } })
+}
+
 /// f32 lanes of a path's vectors.
 pub(crate) fn lanes(path: SimdPath) -> usize {
     match path {
-        SimdPath::Avx512 | SimdPath::Avx512Bf16 => 16,
+        SimdPath::Amx | SimdPath::Avx512 | SimdPath::Avx512Bf16 => 16,
         SimdPath::Avx2 => 8,
         SimdPath::Scalar => 1,
     }
+}
+
+/// One work item of a bf16 call for the kernels that read bf16 directly (`bf16dot`, the AMX kernel): the
+/// call, its operands, the tiles, the item and where its rows go.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(crate) struct Bf16Item<'p, 'a, T> {
+    pub p: &'p Problem<'a, T>,
+    pub q: &'p [half::bf16],
+    pub k: &'p [half::bf16],
+    pub v: &'p [half::bf16],
+    pub tiles: Tiles,
+    pub item: Item,
+    pub sink: Sink,
 }
 
 /// Rows `r0 .. r0 + nr` of kv head `kvh`'s group in batch `b` of part `pi` (a sequence of a ragged
@@ -104,6 +145,9 @@ pub(crate) struct Scratch {
     pub(crate) qt2: Vec<u32>,
     pub(crate) pb: Vec<u32>,
     pub(crate) v2: Vec<u32>,
+    /// The AMX kernel's packed operands and aligned accumulator (path `Amx` only).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) amx: Option<Box<crate::amx::kernel::Buffers>>,
 }
 
 impl Scratch {
@@ -117,7 +161,10 @@ impl Scratch {
     /// `packs`: K/V tiles are widened to f32 (non-f32 inputs); `pairs`: the AVX512_BF16 kernel runs.
     pub(crate) fn new(path: SimdPath, tiles: Tiles, d: usize, dv: usize, packs: bool, pairs: bool) -> Scratch {
         let l = lanes(path);
-        let (dp, dvp, br) = (round_up(d, l), round_up(dv, l), round_up(tiles.br, l));
+        let (dp, br) = (round_up(d, l), round_up(tiles.br, l));
+        // The AMX kernel's accumulator rows are padded to whole tiles (32 columns, 32 rows).
+        let (dvp, br) =
+            if path == SimdPath::Amx { (round_up(dv, 32), round_up(br, 32)) } else { (round_up(dv, l), br) };
         Scratch {
             qt: vec![0.0; d * br],
             qrow: vec![0.0; 4 * dp],
@@ -135,6 +182,8 @@ impl Scratch {
             qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
             pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
             v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
+            #[cfg(target_arch = "x86_64")]
+            amx: (path == SimdPath::Amx).then(|| Box::new(crate::amx::kernel::Buffers::new(tiles, d, dv))),
         }
     }
 }
@@ -202,15 +251,28 @@ pub(crate) fn run_item<T: CpuElement>(
     sink: Sink,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if uses_pairs(p, path) && item.nr * 4 > 16 {
+    if item.nr * 4 > 16 {
         if let (Some(q), Some(k), Some(v)) = (T::as_bf16(p.q), T::as_bf16(p.k), T::as_bf16(p.v)) {
-            for careful in [false, true] {
-                // SAFETY: `uses_pairs` checked that the CPU has AVX-512 and AVX512_BF16.
-                if unsafe { bf16dot::process(p, q, k, v, tiles, item, scr, sink, careful) } {
-                    return;
+            let job = Bf16Item { p, q, k, v, tiles, item, sink };
+            let amx = uses_amx(p, path) && scr.amx.is_some();
+            if amx || uses_pairs(p, path) {
+                for careful in [false, true] {
+                    // SAFETY: `uses_amx` checked the CPU and the permission (`amx::status`), and the scratch
+                    // was built for the AMX path with this call's tiles (its key), whose key blocks are
+                    // multiples of 32 (`amx_tiles`); `uses_pairs` checked AVX-512 with AVX512_BF16.
+                    let done = unsafe {
+                        if amx {
+                            crate::amx::kernel::process_hw(job, scr, careful)
+                        } else {
+                            bf16dot::process(job, scr, careful)
+                        }
+                    };
+                    if done {
+                        return;
+                    }
                 }
+                return;
             }
-            return;
         }
     }
     for careful in [false, true] {
@@ -229,6 +291,13 @@ pub(crate) fn uses_pairs<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> b
         && p.d.is_multiple_of(2)
         && p.pages.is_none()
         && path.is_supported()
+}
+
+/// Whether items of this call take the AMX kernel: bf16 inputs, K/V not in pages (key blocks are packed
+/// from rows in place), and the AMX path, supported here. Decoding items (a few rows) stay on the vector
+/// kernel, whose dot products suit them.
+pub(crate) fn uses_amx<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    path == SimdPath::Amx && T::as_bf16(p.q).is_some() && p.pages.is_none() && path.is_supported()
 }
 
 /// One work item. Returns false, having sent nothing, when not `careful` and an accumulator came out
@@ -539,7 +608,21 @@ fn scratch_key<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, tiles: Tile
 
 /// Tiles for all parts of a call (sized by the longest key range of any of them).
 fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> Tiles {
-    Tiles::for_path(path, ps.iter().map(Problem::row_keys).max().unwrap_or(0))
+    match ps.first() {
+        Some(p) => call_tiles(p, path, ps.iter().map(Problem::row_keys).max().unwrap_or(0)),
+        None => Tiles::for_path(path, 0),
+    }
+}
+
+/// The tiles of a call on `path` for key ranges of `sk`: the AMX path's only where its items take the tile
+/// kernel (bf16, not paged: [`uses_amx`]); its f32, f16 and paged calls run the AVX-512 kernels with their
+/// own tiles, as on `avx512-bf16`.
+pub(crate) fn call_tiles<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, sk: usize) -> Tiles {
+    if path == SimdPath::Amx && !uses_amx(p, path) {
+        Tiles::for_path(SimdPath::Avx512Bf16, sk)
+    } else {
+        Tiles::for_path(path, sk)
+    }
 }
 
 /// A row tile of some part with the keys its rows see: (part, batch, kv head, first row, rows, span).

@@ -16,6 +16,9 @@ use std::str::FromStr;
 /// One way of running the micro-kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SimdPath {
+    /// AMX (AMX-TILE, AMX-BF16, the OS's tile-data permission) on top of `Avx512Bf16`: bf16 Q·Kᵀ and P·V
+    /// on tiles with `TDPBF16PS`, softmax on AVX-512; other dtypes run as `Avx512Bf16` (see `amx`).
+    Amx,
     /// AVX-512 plus AVX512_BF16: bf16 inputs multiply pairs with `vdpbf16ps` (twice the products per
     /// instruction, P rounded to bf16 before P·V as GPU kernels do); other dtypes run as `Avx512`.
     Avx512Bf16,
@@ -29,11 +32,13 @@ pub enum SimdPath {
 
 impl SimdPath {
     /// Every path, fastest first.
-    pub const ALL: [SimdPath; 4] = [SimdPath::Avx512Bf16, SimdPath::Avx512, SimdPath::Avx2, SimdPath::Scalar];
+    pub const ALL: [SimdPath; 5] =
+        [SimdPath::Amx, SimdPath::Avx512Bf16, SimdPath::Avx512, SimdPath::Avx2, SimdPath::Scalar];
 
     /// Lowercase name as shown by `sdpa devices` and in `device_name()`.
     pub fn name(self) -> &'static str {
         match self {
+            SimdPath::Amx => "amx",
             SimdPath::Avx512Bf16 => "avx512-bf16",
             SimdPath::Avx512 => "avx512",
             SimdPath::Avx2 => "avx2",
@@ -45,6 +50,7 @@ impl SimdPath {
     pub fn is_supported(self) -> bool {
         match self {
             SimdPath::Scalar => true,
+            SimdPath::Amx => crate::amx::status().is_ok(),
             #[cfg(target_arch = "x86_64")]
             SimdPath::Avx512Bf16 => x86::avx512_supported() && x86::avx512bf16_supported(),
             #[cfg(target_arch = "x86_64")]
@@ -73,7 +79,11 @@ impl SimdPath {
                 if path.is_supported() {
                     Ok(path)
                 } else {
-                    Err(format!("{SIMD_ENV}={v}: this CPU has {} only", simd_paths().join(", ")))
+                    let why = match path {
+                        SimdPath::Amx => crate::amx::status().err().map(|e| format!(" ({e})")).unwrap_or_default(),
+                        _ => String::new(),
+                    };
+                    Err(format!("{SIMD_ENV}={v}: this CPU has {} only{why}", simd_paths().join(", ")))
                 }
             }
         }
@@ -98,11 +108,12 @@ impl FromStr for SimdPath {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
+            "amx" => Ok(SimdPath::Amx),
             "avx512-bf16" | "avx512bf16" => Ok(SimdPath::Avx512Bf16),
             "avx512" | "avx-512" => Ok(SimdPath::Avx512),
             "avx2" => Ok(SimdPath::Avx2),
             "scalar" => Ok(SimdPath::Scalar),
-            other => Err(format!("unknown simd path `{other}` (expected avx512-bf16, avx512, avx2 or scalar)")),
+            other => Err(format!("unknown simd path `{other}` (expected amx, avx512-bf16, avx512, avx2 or scalar)")),
         }
     }
 }
@@ -206,7 +217,7 @@ pub(crate) trait SimdKernel {
 pub(crate) fn dispatch<K: SimdKernel>(path: SimdPath, k: K) -> K::Output {
     match path {
         #[cfg(target_arch = "x86_64")]
-        SimdPath::Avx512 | SimdPath::Avx512Bf16 if x86::avx512_supported() => {
+        SimdPath::Avx512 | SimdPath::Avx512Bf16 | SimdPath::Amx if x86::avx512_supported() => {
             // SAFETY: the CPU supports the features `run_avx512` enables (checked just above).
             unsafe { x86::run_avx512(k) }
         }
