@@ -40,9 +40,12 @@ export SDPA_CUDA_LINEINFO=1
 # one head per section (SDPA_FA3_GRID, default 2,1): each block walks several tiles, so the ring and Q
 # barriers change phase across tiles under the checkers.
 # FA3_SAN_TILES="bn,stages,consumers ...": the same calls again with each forced tile (e.g. three consumers).
+# FA3_SKIP_SAN=1 skips this stage (a run whose kernel code the sanitizers already saw).
 export SDPA_FA3_GRID="${FA3_SAN_GRID:-2,1}"
 san=("$B/tests/fa3" small_calls_for_the_sanitizer --exact)
-for tile in default ${FA3_SAN_TILES:-}; do
+san_tiles="default ${FA3_SAN_TILES:-}"
+[ -n "${FA3_SKIP_SAN:-}" ] && { san_tiles=""; echo "sanitizers skipped (FA3_SKIP_SAN)"; }
+for tile in $san_tiles; do
   if [ "$tile" = default ]; then unset SDPA_FA3_TILE; else export SDPA_FA3_TILE="$tile"; fi
   "${san[@]}" > "$R/san-warm-$tile.log" 2>&1
   echo "sanitizer calls (tile $tile) rc=$?"

@@ -2,27 +2,32 @@
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
 // src/kernels/fa3.rs plans and launches it (head dims D = Dv = 64 or 128, no mask or causal).
 //
-// Block: query tile of BM = 128 rows of one (batch, query head): consumer warpgroups 0 and 1 own rows
-// 0..63 and 64..127, warpgroup 2 is the producer. One thread of the producer issues every K and V copy
-// (TMA, one box of [BN keys][64 columns] per 64 columns of the head) into an ST-deep ring; each slot has a
-// `full` barrier (the copy's bytes arrive on it) and an `empty` one (every consumer thread arrives once
-// it no longer reads the slot). Each consumer loads its 64 Q rows by TMA once, then per key tile:
+// Work tile: BM = 64 NC query rows of one (batch, query head); consumer warpgroups 0 .. NC - 1 (NC = 2, or
+// 3 at D = 64 without a mask) own 64 rows each, warpgroup NC is the producer. Blocks are persistent: each
+// walks its share of the work tiles (fa3_work: a snake over them, head by head, each head's heaviest query
+// tiles first), the ring position and the Q-load counts carried from tile to tile; the launcher may also
+// run one block per tile (causal calls with many tiles per head, where the static share cannot balance).
+// One thread of the producer issues every copy: each consumer's Q (64 rows, once that consumer released
+// its previous Q: `q_empty`, after its last S = Q·Kᵀ of the previous tile), and the K and V tiles (one box
+// of [BN keys][64 columns] per 64 columns of the head) into an ST-deep ring; each slot has a `full` barrier
+// (the copy's bytes arrive on it) and an `empty` one (every consumer thread arrives once it no longer
+// reads the slot). So the next tile's Q and first K/V land while the consumers finish the current one.
+// Per key tile a consumer runs:
 //   S = Q·Kᵀ (wgmma m64nBNk16, both operands in shared memory, K-major),
 //   mask (only tiles crossing the end of the keys or the causal diagonal), online softmax in registers
 //   (exp2 with the scale folded in), P converted in registers to the A fragment,
 //   O += P·V (wgmma m64nDk16, A = P from registers, B = V read transposed from its [keys][d] rows).
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
-// runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the two consumers take turns issuing
-// their products (named barriers), so one's softmax runs under the other's GEMMs.
+// runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the consumers take turns issuing
+// their products (named barriers, round robin), so one's softmax runs under the others' GEMMs. O leaves
+// from registers (the Q buffer already holds the next tile's Q).
 //
-// Causal: key tiles past the block's last visible key are never loaded; a consumer whose rows end before
-// a loaded tile releases it unread. The grid runs head by head, each head's heaviest query tiles (the last
-// ones) first. Rows
-// past Sq and keys past Sk arrive as zeros from TMA (the tensor maps know the extents); keys past Sk are
-// masked. GQA: the K/V head is h / group.
+// Causal: key tiles past the work tile's last visible key are never loaded; a consumer whose rows end
+// before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
+// tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [2][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [D/64][BN][128 B] | mbarriers.
+//   Q [NC][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [D/64][BN][128 B] | mbarriers.
 #include "common.cuh"
 #include "sm90_async.cuh"
 

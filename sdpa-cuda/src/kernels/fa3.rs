@@ -1,18 +1,23 @@
 //! `fa3`: the Hopper forward for f16/bf16 (`kernels/fa3.cu`, sm_90a): TMA tensor loads of Q, K and V
 //! through tensor maps built per call ([`crate::checked::tensor_map`]), `wgmma` for S = Q·Kᵀ (both operands
 //! in shared memory) and O += P·V (P from registers), a producer warpgroup feeding an mbarrier ring of K/V
-//! stages to two consumer warpgroups (`setmaxnreg` moves the producer's registers to them), online softmax
-//! in registers, LSE, causal masks of both alignments with the tiles past the diagonal never loaded and the
-//! heaviest query tiles first, GQA by index, any Sq and Sk (TMA zero-fills rows past the extents; the tail
-//! keys are masked). The consumers overlap their own softmax with their P·V (S(j+1) is issued before
-//! P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries without
-//! the turns, for comparisons.
+//! stages to two or three consumer warpgroups (`setmaxnreg` moves the producer's registers to them), online
+//! softmax in registers, LSE, causal masks of both alignments with the tiles past the diagonal never loaded
+//! and the heaviest query tiles first, GQA by index, any Sq and Sk (TMA zero-fills rows past the extents;
+//! the tail keys are masked). The consumers overlap their own softmax with their P·V (S(j+1) is issued
+//! before P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries
+//! without the turns, for comparisons.
+//!
+//! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next
+//! tile's Q and K/V loaded while the current one finishes) except for causal calls with many tiles per
+//! head; the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen by head dim and
+//! mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
 //! What it takes today ([`refuses`]): f16/bf16, D = Dv = 64 or 128, no mask or a causal one, a positive
 //! scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O multiples
 //! of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
-//! falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy; measured in
-//! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid).
+//! falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
+//! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
@@ -66,9 +71,14 @@ impl Fa3Tile {
     }
 }
 
-/// The tile of a call by head dim `d`, mask and key count `sk` (measured: bench/results/gpu/fa3.md).
-pub fn tile_for(_d: usize, _causal: bool, _sk: usize) -> Fa3Tile {
-    Fa3Tile { bn: 128, stages: 2, consumers: 2 }
+/// The tile of a call by head dim `d`, mask and key count `sk` (measured on the H100,
+/// bench/results/gpu/fa3.md): 128 keys in a 2-deep ring, with three consumer warpgroups (192 query rows a
+/// block) at D = 64 without a mask (1.05-1.21x two consumers), two otherwise (three lost 2-15 % at D = 64
+/// causal from 8k on and below 2k; D = 128 needs the 240 registers of two). Longer key tiles (176, 192)
+/// were within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x).
+pub fn tile_for(d: usize, causal: bool, _sk: usize) -> Fa3Tile {
+    let consumers = if d == 64 && !causal { 3 } else { 2 };
+    Fa3Tile { bn: 128, stages: 2, consumers }
 }
 
 /// The tiles [`tile_for`] can choose at head dim `d` under a causal mask or none (each compiled in
@@ -251,11 +261,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             .filter(|&x| x <= i32::MAX as usize)
             .ok_or_else(|| unsupported("fa3: more than 2^31 query tiles"))?;
     let (blocks, section) = match forced_schedule()? {
-        Some((blocks, section)) => (blocks.min(work), section),
-        None => (work.min(sms(info.sm_count)), None),
+        Some((blocks, section)) => (blocks.min(work), section.unwrap_or(1)),
+        None => (grid_blocks(work, s.sq.div_ceil(tile.rows()), causal, info.sm_count), 1),
     };
     let blocks = blocks.max(1); // no tile (an empty batch): one block that finds no work
-    let section = section.unwrap_or_else(|| section_heads(s.b * s.hq, s.sk, s.d, s.hq / s.hkv.max(1)));
     let dims = LaunchDims {
         // work <= i32::MAX, checked above
         grid: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
@@ -267,8 +276,25 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v } })
 }
 
-/// Blocks of the persistent grid: one per multiprocessor (a block fills one: 384 threads at up to 240
-/// registers); never more than there are query tiles. Each block walks its share of the tiles.
+/// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per
+/// multiprocessor, each walking its share of the tiles head by head, `fa3_work`) except under a causal
+/// mask with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles per head: there the static share cannot
+/// balance the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth over the heads) and one block per
+/// tile, which the hardware hands out as blocks finish, runs faster (H100, fa2bench causal at S = 16k,
+/// D = 128: 604 TFLOPS against 431 persistent; at 8k persistent wins, 598 against 575;
+/// bench/results/gpu/fa3.md).
+pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, sm_count: i32) -> usize {
+    if causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
+        work
+    } else {
+        work.min(sms(sm_count))
+    }
+}
+
+/// Most query tiles per head for which a causal call runs on the persistent grid ([`grid_blocks`]).
+pub const PERSISTENT_CAUSAL_MAX_MBLOCKS: usize = 64;
+
+/// One block per multiprocessor (a block fills one: all its registers).
 fn sms(sm_count: i32) -> usize {
     usize::try_from(sm_count).unwrap_or(1).max(1)
 }
@@ -286,17 +312,6 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
             "SDPA_FA3_GRID={v}: expected `blocks` or `blocks,section` (positive counts of blocks and query heads)"
         ))),
     }
-}
-
-/// K and V bytes a scheduling section may hold in L2 (half the H100's 50 MB): the blocks running at once
-/// then read each K/V tile from DRAM about once.
-const SECTION_L2_BYTES: usize = 24 << 20;
-
-/// Query heads (b·h) per scheduling section (`fa3_tile_of`): as many as keep their K and V (2-byte elements,
-/// shared by a GQA group of `group` query heads) within [`SECTION_L2_BYTES`], at least 1, at most `n_bh`.
-pub fn section_heads(n_bh: usize, sk: usize, d: usize, group: usize) -> usize {
-    let per_head = (2 * sk.saturating_mul(d) * 2 / group.max(1)).max(1);
-    (SECTION_L2_BYTES / per_head).clamp(1, n_bh.max(1))
 }
 
 /// Launches `fa3` on the call's stream.
@@ -341,18 +356,14 @@ mod tests {
     }
 
     #[test]
-    fn sections_keep_their_k_and_v_within_half_the_l2() {
-        // fa2bench at D = 128: 16k keys are 8 MB of K and V per head (3 heads a section), 512 keys 256 KB
-        // (96 heads, fewer when the call has fewer).
-        assert_eq!(section_heads(16, 16384, 128, 1), 3);
-        assert_eq!(section_heads(512, 512, 128, 1), 96);
-        assert_eq!(section_heads(8, 512, 128, 1), 8);
-        // GQA: a group of 8 query heads shares one K/V head.
-        assert_eq!(section_heads(64, 16384, 128, 8), 24);
-        // Never below one head, whatever the length.
-        assert_eq!(section_heads(4, 1 << 24, 256, 1), 1);
-        assert_eq!(sms(132), 132);
-        assert_eq!(sms(0), 1);
+    fn causal_calls_with_many_tiles_per_head_get_one_block_per_tile() {
+        // fa2bench at S = 16k (128 tiles per head): persistent without a mask, a block per tile with one.
+        assert_eq!(grid_blocks(2048, 128, false, 132), 132);
+        assert_eq!(grid_blocks(2048, 128, true, 132), 2048);
+        // Up to 8k (64 tiles per head): persistent both ways; never more blocks than tiles.
+        assert_eq!(grid_blocks(2048, 64, true, 132), 132);
+        assert_eq!(grid_blocks(40, 1, true, 132), 40);
+        assert_eq!(grid_blocks(40, 1, false, 0), 1);
     }
 
     #[test]
