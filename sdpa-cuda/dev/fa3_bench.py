@@ -11,7 +11,7 @@ FLASH_ATTENTION. The bf16 8192^3 GEMM ceiling is measured in the same run.
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not), bf16
 (and f16 with --f16). Writes fa3_bench.json to --out ($OUT by default) and prints a table per point and the
 medians the issue asks about. --tiles also times fa3 with each forced tile (`SDPA_FA3_TILE=bn,stages`) at
-S = 1k, 4k and 16k, against the default tile of the same run.
+S = 1k, 4k and 16k (or --tile-seqs), against the default tile of the same run.
 """
 import argparse
 import json
@@ -27,6 +27,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
 ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
+ap.add_argument("--tile-seqs", nargs="*", type=int, default=[1024, 4096, 16384],
+                help="sequence lengths the forced tiles are timed at (default 1k, 4k, 16k)")
 ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
@@ -54,7 +56,7 @@ for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", Non
 tile_runs = {}
 for t in args.tiles:
     log(f"timing fa3 with SDPA_FA3_TILE={t} ...")
-    tile_runs[t] = run_points(args.bench, grid("fa3", [1024, 4096, 16384]), f"fa3_tile_{t.replace(',', 'x')}_raw.json",
+    tile_runs[t] = run_points(args.bench, grid("fa3", args.tile_seqs), f"fa3_tile_{t.replace(',', 'x')}_raw.json",
                               warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)

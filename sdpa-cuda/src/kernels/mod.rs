@@ -89,11 +89,22 @@ pub fn is_fa2_ragged(p: &Program) -> bool {
     p.module.name == crate::sys::modules::FA2.name && (p.name.ends_with("_varlen") || p.name.ends_with("_paged"))
 }
 
+/// Whether `fa3` takes the call on its device (only asked when `auto` may pick it: f16/bf16 with the default
+/// kernel, `SDPA_AUTO_FA3=1`; [`fa3::plan`] checks the device, the spec and the operands' tensor maps).
+fn fa3_takes(call: &Call<'_>) -> bool {
+    call.opts.kernel == Kernel::Auto
+        && policy::auto_fa3_enabled()
+        && policy::fa3_measured_faster(call.spec)
+        && call.dev.info().compute_capability == (9, 0)
+        && fa3::refuses(call.spec).is_none()
+        && fa3::plan(call).is_ok()
+}
+
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
 /// the same planning as [`dispatch`], without launching.
 pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
-    let tc = policy::TensorCores::of(call.spec, &call.params, optin);
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin).with_fa3(fa3_takes(call));
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
@@ -108,7 +119,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
 /// fallbacks); returns the kernel that ran.
 pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
-    let tc = policy::TensorCores::of(call.spec, &call.params, optin);
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin).with_fa3(fa3_takes(call));
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,

@@ -23,11 +23,12 @@
 //!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
-//! - `fa3` (the Hopper forward, [`super::fa3`]) runs only when asked for by name: `auto` does not pick it yet
-//!   (on the H100 it beats `fa2` at D = 128 and at D = 64 from S = 2k on, but stays below cuDNN, and choosing
-//!   it needs the device's compute capability here; `bench/results/gpu/fa3.md`), and what it cannot take
-//!   (head dims, masks, variants, ragged batches, devices other than sm_90) is refused with the reason, never
-//!   sent elsewhere.
+//! - `fa3` (the Hopper forward, [`super::fa3`]): with `SDPA_AUTO_FA3=1` ([`auto_fa3_enabled`]; off by default
+//!   until the whole GPU suite has passed with it on), `auto` picks it for a dense f16/bf16 call that `fa2`
+//!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
+//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]). Asked for by name,
+//!   what it cannot take (head dims, masks, variants, ragged batches, devices other than sm_90) is refused
+//!   with the reason, never sent elsewhere.
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
@@ -173,6 +174,9 @@ pub struct TensorCores {
     pub fa2: bool,
     /// `splitkv` does ([`splitkv_limit`] is `None`).
     pub splitkv: bool,
+    /// `fa3` does on this device (compute capability 9.0 and [`super::fa3::plan`] accepts the call); false
+    /// where no device is known ([`TensorCores::of`]).
+    pub fa3: bool,
 }
 
 impl TensorCores {
@@ -182,7 +186,13 @@ impl TensorCores {
         TensorCores {
             fa2: tensor_core_limit(spec, params).is_none(),
             splitkv: splitkv_limit(spec, params, smem_optin).is_none(),
+            fa3: false,
         }
+    }
+
+    /// The same verdicts with `fa3`'s for the device (whether [`super::fa3::plan`] accepts the call there).
+    pub fn with_fa3(self, fa3: bool) -> Self {
+        TensorCores { fa3, ..self }
     }
 }
 
@@ -209,10 +219,38 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
     }
 }
 
+/// Whether `fa3` is measured faster than `fa2` for a call it takes (`bench/results/gpu/fa3.md`: the
+/// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not, where `fa3` ran
+/// 1.04-1.87x `fa2`): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys, and at least
+/// [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over the batch and heads (every measured point had 2048).
+/// Shorter or smaller calls (decoding-like rows, a few keys, a handful of heads) were not measured against
+/// `fa2` and stay there.
+pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
+    let s = spec.shape;
+    let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
+    s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES
+}
+
+/// Fewest query rows and keys for which `auto` picks `fa3` over `fa2`: the shortest length of the measured
+/// grid (there `fa3` ran 1.04x `fa2` at D = 64 causal, 1.10-1.37x elsewhere).
+pub const AUTO_FA3_MIN_ROWS: usize = 512;
+/// Fewest query tiles (128 rows of one head) for which `auto` picks `fa3`: a wave of the H100's 132
+/// multiprocessors, rounded down (the measured calls had 16x that).
+pub const AUTO_FA3_MIN_TILES: usize = 128;
+
+/// Whether `auto` may pick `fa3` (`SDPA_AUTO_FA3=1`). Off by default until the whole GPU suite has passed
+/// with it on (the run with it on: every test binary passed but `fa2_kernels`, whose kernel-choice test
+/// expected `fa2` for one-head calls the tile count now keeps there, and which did not finish in the time
+/// the run had; bench/results/gpu/fa3.md).
+pub fn auto_fa3_enabled() -> bool {
+    std::env::var_os("SDPA_AUTO_FA3").is_some_and(|v| v == "1")
+}
+
 /// What `auto` runs: for f16/bf16 calls `fa2` takes, `splitkv` when few query rows share each kv head
 /// (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too few blocks
 /// fill the GPU), the keys are long enough to split ([`AUTO_SPLITKV_MIN_KEYS`]) and `splitkv` takes the
-/// head dims, `fa2` otherwise; everything else as [`foundation_auto`] decides.
+/// head dims; `fa3` where it takes the call on this device and is measured faster than `fa2`
+/// ([`fa3_measured_faster`]); `fa2` otherwise; everything else as [`foundation_auto`] decides.
 pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) -> Kernel {
     if !tc.fa2 {
         return foundation_auto(spec, opts);
@@ -220,6 +258,8 @@ pub fn resolve_auto(spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) ->
     let s = spec.shape;
     if tc.splitkv && s.group_size() * s.sq <= 64 && s.sk >= AUTO_SPLITKV_MIN_KEYS {
         Kernel::SplitKv
+    } else if tc.fa3 && fa3_measured_faster(spec) {
+        Kernel::Fa3
     } else {
         Kernel::Fa2
     }
@@ -441,6 +481,33 @@ mod tests {
     }
 
     #[test]
+    fn auto_takes_fa3_where_it_runs_and_was_measured_faster() {
+        let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
+        let auto = |spec: &AttentionSpec, fa3: bool| {
+            let tc = TensorCores::of(spec, &params(spec), H100_OPTIN).with_fa3(fa3);
+            choose(Kernel::Auto, spec, &opts, tc).expect("auto")
+        };
+        let prefill = gqa(2, 16, 16, 4096, 4096, 128, DType::BF16);
+        assert_eq!(auto(&prefill, true), Launcher::Fa3);
+        // Not on this device (or a call fa3 refuses): fa2, as before.
+        assert_eq!(auto(&prefill, false), Launcher::Fa2);
+        // Decoding still splits the keys.
+        assert_eq!(auto(&gqa(1, 32, 8, 1, 32768, 128, DType::BF16), true), Launcher::SplitKv);
+        // Below the measured lengths, or fewer query tiles than a wave: fa2.
+        let short = |d, n| gqa(8, 16, 16, n, n, d, DType::F16);
+        assert_eq!(auto(&short(128, AUTO_FA3_MIN_ROWS), true), Launcher::Fa3);
+        assert_eq!(auto(&short(128, AUTO_FA3_MIN_ROWS - 1), true), Launcher::Fa2);
+        assert_eq!(auto(&short(64, AUTO_FA3_MIN_ROWS), true), Launcher::Fa3);
+        let one_head = gqa(1, 1, 1, 512, 512, 64, DType::BF16);
+        assert_eq!(auto(&one_head, true), Launcher::Fa2);
+        let wave = gqa(1, 32, 8, 512, 512, 64, DType::BF16); // 4 tiles x 32 heads = 128
+        assert_eq!(auto(&wave, true), Launcher::Fa3);
+        // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
+        let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
+        assert_eq!(auto(&causal, true), Launcher::Fa3);
+    }
+
+    #[test]
     fn auto_outside_the_tensor_core_kernels_is_fa1_or_the_tf32_path() {
         let decoding = |d, dtype| gqa(1, 32, 8, 1, 32768, d, dtype);
         // f32: exact on fa1; TF32 and split TF32 on the tensor-core f32 path (kernel fa2).
@@ -455,7 +522,7 @@ mod tests {
         assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
         // Were splitkv to refuse a call fa2 takes, fa2 runs it (decoding included).
         let spec = decoding(80, DType::BF16);
-        let only_fa2 = TensorCores { fa2: true, splitkv: false };
+        let only_fa2 = TensorCores { fa2: true, splitkv: false, fa3: false };
         let opts = RunOptions { kernel: Kernel::SplitKv, ..Default::default() };
         assert_eq!(choose(Kernel::SplitKv, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
         assert_eq!(choose(Kernel::Auto, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
@@ -487,7 +554,7 @@ mod tests {
             let p = AttnParams { k: 520, ..params(&ok) };
             assert_eq!(tensor_core_limit(&ok, &p), Some(TensorCoreLimit::Unaligned));
             let opts = RunOptions { kernel, ..Default::default() };
-            let none = TensorCores { fa2: false, splitkv: false };
+            let none = TensorCores { fa2: false, splitkv: false, fa3: false };
             assert_eq!(choose(kernel, &ok, &opts, none).expect("choice"), Launcher::Fa1);
         }
         // splitkv with f32 inputs runs fa1 (exact), whatever the f32 math.
@@ -531,7 +598,8 @@ mod tests {
             let tc = TensorCores::of(&big, &params(&big), optin);
             let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
             assert_eq!(choose(Kernel::Auto, &big, &opts, tc).expect("auto"), Launcher::Fa2);
-            assert_eq!(TensorCores::of(&spec, &params(&spec), optin), TensorCores { fa2: true, splitkv: true });
+            let all_but_fa3 = TensorCores { fa2: true, splitkv: true, fa3: false };
+            assert_eq!(TensorCores::of(&spec, &params(&spec), optin), all_but_fa3);
         }
         let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 44, dv: 44 }));
