@@ -7,11 +7,16 @@ with `triton.testing.do_bench` medians (as fa2_rust_bench.py): the default backe
 FLASH_ATTENTION. The bf16 8192^3 GEMM ceiling is measured in the same run.
 
     python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels [--f16] [--tiles 128,3 176,2] [--out DIR]
+    python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels --headdims [--seqs 1024 4096 16384] --variants
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not), bf16
 (and f16 with --f16). Writes fa3_bench.json to --out ($OUT by default) and prints a table per point and the
 medians the issue asks about. --tiles also times fa3 with each forced tile (`SDPA_FA3_TILE=bn,stages`) at
 S = 1k, 4k and 16k, against the default tile of the same run.
+
+--headdims: issue 21's head-dim grid instead (bf16, D = 32, 40, 80, 96, 160, 192, 224, 256 and the MLA pair
+192/128, 16k tokens, H = 2048 / D where D divides 2048, else 16, S = 1k..16k or --seqs, causal and not), with a
+summary per head dim: fa3 against PyTorch's FLASH_ATTENTION and default backends and against our fa2.
 """
 import argparse
 import json
@@ -29,18 +34,28 @@ ap.add_argument("--f16", action="store_true", help="the f16 grid too")
 ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
 ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
+ap.add_argument("--headdims", action="store_true", help="issue 21's head-dim grid instead of fa2bench")
+ap.add_argument("--seqs", nargs="*", type=int, default=None, help="sequence lengths (default: the grid's)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
 dtypes = ["bf16", "f16"] if args.f16 else ["bf16"]
-shapes = [(dt, d, causal, s) for dt in dtypes for d in [64, 128] for causal in [False, True]
-          for s in [512, 1024, 2048, 4096, 8192, 16384]]
+# (tag, dtype, D, Dv, heads, causal, S)
+if args.headdims:
+    seqs = args.seqs or [1024, 2048, 4096, 8192, 16384]
+    dims = [(d, d, 2048 // d if 2048 % d == 0 else 16) for d in [32, 40, 80, 96, 160, 192, 224, 256]] + [(192, 128, 16)]
+    shapes = [("headdim" if d == dv else "mla", dt, d, dv, h, causal, s) for dt in dtypes for (d, dv, h) in dims
+              for causal in [False, True] for s in seqs]
+else:
+    seqs = args.seqs or [512, 1024, 2048, 4096, 8192, 16384]
+    shapes = [("fa2bench", dt, d, d, 2048 // d, causal, s) for dt in dtypes for d in [64, 128]
+              for causal in [False, True] for s in seqs]
 
 
 def grid(kernel, seqs=None):
-    return [point("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dt, causal, kernel)
-            for (dt, d, causal, s) in shapes if seqs is None or s in seqs]
+    return [point(tag, 16384 // s, h, h, s, s, d, dt, causal, kernel, dv=dv)
+            for (tag, dt, d, dv, h, causal, s) in shapes if seqs is None or s in seqs]
 
 
 res = dict(env=env_info(date=False), ceilings={}, records=[])
@@ -115,7 +130,8 @@ for row in res["records"]:
     ratio = f2["ms"] / a["ms"] if (a["ms"] and f2["ms"]) else None
     vcols = "".join(f"{fm(row[n]['tflops'])} {fm(row[n]['x_default'], '6.3f')} {'y' if row[n]['check'] else 'N'} | "
                     for n in vnames)
-    log(f"{dname:4} {d:>3} {int(mask == 'causal')} {sq:>5} | {fm(a['tflops'])} {fm(a['x_default'], '6.3f')} "
+    dd = str(d) if d == dv else f"{d}/{dv}"
+    log(f"{dname:4} {dd:>3} {int(mask == 'causal')} {sq:>5} | {fm(a['tflops'])} {fm(a['x_default'], '6.3f')} "
         f"{fm(a['x_flash'], '6.3f')} {'y' if a['check'] else 'N'} | {vcols}"
         f"{fm(f2['tflops'])} {fm(f2['x_default'], '6.3f')} | {fm(ratio, '7.3f')} "
         f"{fm(100 * a['frac_gemm'] if a['frac_gemm'] else None, '5.1f')}"
@@ -131,6 +147,24 @@ for name in runs:
                 f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
         else:
             log(f"{name} {dname}: no timings")
+
+
+def med_min(xs):
+    xs = sorted(x for x in xs if x)
+    return f"{xs[len(xs) // 2]:.3f} / {xs[0]:.3f}" if xs else "-"
+
+
+if args.headdims:
+    log("\nper head dim (median / min over S and causal): fa3 x flash | fa3 x default | fa3 / fa2 | fa3 TFLOPS")
+    for dname in dtypes:
+        for (d, dv) in dict.fromkeys((r["shape"][5], r["shape"][8]) for r in res["records"]):
+            recs = [r for r in res["records"] if r["shape"][6] == dname and (r["shape"][5], r["shape"][8]) == (d, dv)]
+            a = [r["fa3"] for r in recs]
+            f2 = [r["fa2"]["ms"] / r["fa3"]["ms"] if (r["fa3"]["ms"] and r["fa2"]["ms"]) else None for r in recs]
+            tf = sorted(x["tflops"] for x in a if x["tflops"])
+            log(f"{dname} D={d}/{dv}: {med_min(x['x_flash'] for x in a)} | {med_min(x['x_default'] for x in a)} | "
+                f"{med_min(f2)} | {tf[0] if tf else 0:.0f}-{tf[-1] if tf else 0:.0f} | checks pass: "
+                f"{all(x['check'] for x in a)}")
 for t, recs in tile_runs.items():
     base = by["fa3"]
     lines = []

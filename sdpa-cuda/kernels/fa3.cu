@@ -1,6 +1,11 @@
 // `fa3`: attention forward for f16/bf16 on Hopper (sm_90a): TMA tensor loads, `wgmma` for both products,
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
-// src/kernels/fa3.rs plans and launches it (head dims D = Dv = 64 or 128, no mask or causal).
+// src/kernels/fa3.rs plans and launches it (no mask or causal) at a head-dim class (D, DV): the Q/K width D
+// and the V/O width DV, multiples of 64 with DV <= D (64/64, 128/128, 192/128, 192/192, 256/256). A call's
+// own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps carry the true
+// widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks wholly past them are
+// not loaded (K's and Q's are zeroed once, V's only feed columns of O that are never stored), and O is
+// stored up to p.dv only.
 //
 // Block: query tile of BM = 128 rows of one (batch, query head): consumer warpgroups 0 and 1 own rows
 // 0..63 and 64..127, warpgroup 2 is the producer. One thread of the producer issues every K and V copy
@@ -10,7 +15,7 @@
 //   S = Q·Kᵀ (wgmma m64nBNk16, both operands in shared memory, K-major),
 //   mask (only tiles crossing the end of the keys or the causal diagonal), online softmax in registers
 //   (exp2 with the scale folded in), P converted in registers to the A fragment,
-//   O += P·V (wgmma m64nDk16, A = P from registers, B = V read transposed from its [keys][d] rows).
+//   O += P·V (wgmma m64nDVk16, A = P from registers, B = V read transposed from its [keys][dv] rows).
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
 // runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the two consumers take turns issuing
 // their products (named barriers), so one's softmax runs under the other's GEMMs.
@@ -22,7 +27,7 @@
 // masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [2][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [D/64][BN][128 B] | mbarriers.
+//   Q [2][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [DV/64][BN][128 B] | mbarriers.
 #include "common.cuh"
 #include "sm90_async.cuh"
 
@@ -48,21 +53,36 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
-template <typename T, int D, int BN, int ST>
+template <typename T, int D, int DV, int BN, int ST>
 struct Fa3Smem {
-    static constexpr int Q_BYTES = 64 * D * 2;    // one consumer's Q rows
-    static constexpr int KV_BYTES = BN * D * 2;   // one K or V tile
+    static constexpr int Q_BYTES = 64 * D * 2;    // one consumer's Q rows (and, at the end, its O rows)
+    static constexpr int K_BYTES = BN * D * 2;    // one K tile
+    static constexpr int V_BYTES = BN * DV * 2;   // one V tile
     static constexpr int BLOCK_Q = 64 * 128;      // one 64-column block of a Q tile
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = FA3_NC * Q_BYTES;
-    static constexpr int V_OFF = K_OFF + ST * KV_BYTES;
-    static constexpr int BAR_OFF = V_OFF + ST * KV_BYTES;
+    static constexpr int V_OFF = K_OFF + ST * K_BYTES;
+    static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
     // q_full[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
     static constexpr int BYTES = BAR_OFF + 8 * (FA3_NC + 4 * ST);
-    static_assert(D % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
-    static_assert(KV_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
+    static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
+    static_assert(DV <= D, "O is staged in the consumer's Q buffer");
+    static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
 };
+
+// Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
+// long) from `base` with the threads `i0`, `i0 + step`, ..., then publishes the stores to the async proxy
+// (wgmma reads them). The caller orders them before the reads with a barrier.
+__device__ __forceinline__ void fa3_zero_blocks(unsigned char* base, int tiles, int tile_bytes, int blocks,
+                                                int live, int block_bytes, int i0, int step) {
+    const int per_tile = (blocks - live) * block_bytes / 16;
+    for (int i = i0; i < tiles * per_tile; i += step) {
+        const int tile = i / per_tile, x = i % per_tile;
+        *reinterpret_cast<uint4*>(base + tile * tile_bytes + live * block_bytes + 16 * x) = make_uint4(0, 0, 0, 0);
+    }
+    sm90_proxy_fence();
+}
 
 // Block -> (batch·head, query tile): head-major, so that the blocks running at once share few heads' K/V
 // (at S = 16k and D = 128 one head's K and V are 8 MB: every head's at once would not stay in the 50 MB L2),
@@ -86,14 +106,17 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
     return *reinterpret_cast<const unsigned*>(&v);
 }
 
-template <typename T, int D, int BN, int ST, int MASK, bool PP>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
-    using L = Fa3Smem<T, D, BN, ST>;
+    using L = Fa3Smem<T, D, DV, BN, ST>;
     const AttnParams& p = a.p;
-    constexpr int NT = BN / 8;   // n8 tiles of S
-    constexpr int KT = BN / 16;  // k16 steps of P·V
-    constexpr int DT = D / 8;    // n8 tiles of O
-    constexpr int CB = D / 64;   // 64-column blocks of a row
+    constexpr int NT = BN / 8;    // n8 tiles of S
+    constexpr int KT = BN / 16;   // k16 steps of P·V
+    constexpr int DT = DV / 8;    // n8 tiles of O
+    constexpr int CB = D / 64;    // 64-column blocks of a Q or K row
+    constexpr int CBV = DV / 64;  // 64-column blocks of a V row
+    // Blocks holding some of the call's columns (the others are never loaded).
+    const int qb = min(CB, (p.d + 63) / 64), vb = min(CBV, (p.dv + 63) / 64);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, t = lane & 3;
     const int wgi = warp / 4;  // warpgroup; FA3_NC is the producer
@@ -127,6 +150,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         }
         sm90_mbar_init_fence();
     }
+    // K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing there.
+    if (qb < CB) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, CB, qb, L::BLOCK_KV, tid, FA3_THREADS);
     __syncthreads();
 
     bool bad = false;
@@ -138,17 +163,19 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             for (int j = 0; j < n_tiles; ++j) {
                 const int s = j % ST, use = j / ST;
                 if (use > 0) sm90_mbar_wait(k_empty + 8 * s, (use - 1) & 1);
-                sm90_mbar_expect(k_full + 8 * s, L::KV_BYTES);
+                sm90_mbar_expect(k_full + 8 * s, qb * L::BLOCK_KV);
 #pragma unroll
                 for (int c = 0; c < CB; ++c)
-                    sm90_tma_load(aK + s * L::KV_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, k_full + 8 * s,
-                                  pol);
+                    if (c < qb)
+                        sm90_tma_load(aK + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b,
+                                      k_full + 8 * s, pol);
                 if (use > 0) sm90_mbar_wait(v_empty + 8 * s, (use - 1) & 1);
-                sm90_mbar_expect(v_full + 8 * s, L::KV_BYTES);
+                sm90_mbar_expect(v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
-                for (int c = 0; c < CB; ++c)
-                    sm90_tma_load(aV + s * L::KV_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, v_full + 8 * s,
-                                  pol);
+                for (int c = 0; c < CBV; ++c)
+                    if (c < vb)
+                        sm90_tma_load(aV + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b,
+                                      v_full + 8 * s, pol);
             }
         }
         // The other 31 lanes of the issuing warp wait here, so that the warp meets the block-wide barrier of
@@ -162,12 +189,19 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         // A warpgroup whose rows all lie past Sq (the last block of a short Sq) computes nothing: it loads no
         // Q (a box wholly outside the tensor) and releases every K/V tile unread.
         const bool has_rows = m0 + 64 * wgi < p.sq;
+        if (qb < CB && has_rows) {
+            // Q blocks wholly past the call's D are not loaded: zeroed here, before every Q tile (the
+            // epilogue stages O over this buffer).
+            fa3_zero_blocks(smem + L::Q_OFF + wgi * L::Q_BYTES, 1, L::Q_BYTES, CB, qb, L::BLOCK_Q, ctid, 128);
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
+        }
         if (ctid == 0 && has_rows) {
-            sm90_mbar_expect(q_full + 8 * wgi, L::Q_BYTES);
+            sm90_mbar_expect(q_full + 8 * wgi, qb * L::BLOCK_Q);
 #pragma unroll
             for (int c = 0; c < CB; ++c)
-                sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
-                              sm90_l2_policy(0));
+                if (c < qb)
+                    sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
+                                  sm90_l2_policy(0));
         }
         __syncwarp();
         // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
@@ -189,7 +223,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                 // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
                 const int off = (kk % 4) * 32;
                 fa3_ss(s, fa3_desc_k(aQw + (kk / 4) * L::BLOCK_Q + off),
-                       fa3_desc_k(aK + sj * L::KV_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
+                       fa3_desc_k(aK + sj * L::K_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
             }
             fa3_commit();
         };
@@ -198,7 +232,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             fa3_fence();
 #pragma unroll
             for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-                fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::KV_BYTES + kk * 2048, L::BLOCK_KV), T());
+                fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV), T());
             fa3_commit();
         };
         // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
@@ -344,12 +378,14 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             turn_end();
         }
 
-        // Epilogue: normalise, round to T and stage the warpgroup's 64 x D tile of O in its own Q buffer (no
-        // longer read: every product has completed), then store it with 16-byte row chunks. Staged chunk c of
-        // row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp (8 rows x 4 lanes per
-        // chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit distinct banks.
+        // Epilogue: normalise, round to T and stage the warpgroup's 64 x DV tile of O in its own Q buffer (no
+        // longer read: every product has completed), then store its first p.dv columns with 16-byte row
+        // chunks. Staged chunk c of row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp
+        // (8 rows x 4 lanes per chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit
+        // distinct banks. Columns past p.dv are staged but never stored nor checked.
         unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
-        constexpr int ROW_BYTES = D * 2, CPR = D / 8;  // bytes and 16-byte chunks per row
+        constexpr int ROW_BYTES = DV * 2;  // bytes per staged row
+        const int cpr = p.dv / 8;          // 16-byte chunks of a stored row (the launcher checks p.dv % 8 == 0)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const float lsum = quad_sum(l[hh]);
@@ -358,7 +394,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #pragma unroll
             for (int j = 0; j < DT; ++j) {
                 const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                if (row < p.sq) bad |= !isfinite(x0) || !isfinite(x1);
+                if (row < p.sq && 8 * j + 2 * t < p.dv) bad |= !isfinite(x0) || !isfinite(x1);
                 *reinterpret_cast<unsigned*>(sO + r * ROW_BYTES + ((j ^ (r & 7)) << 4) + 4 * t) = fa3_pack<T>(x0, x1);
             }
             if (p.lse != nullptr && t == 0 && row < p.sq)
@@ -367,8 +403,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");  // the warpgroup's tile is staged
         T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
-        for (int i = ctid; i < 64 * CPR; i += 128) {
-            const int r = i / CPR, c = i % CPR, row = m0 + 64 * wgi + r;
+        for (int i = ctid; i < 64 * cpr; i += 128) {
+            const int r = i / cpr, c = i % cpr, row = m0 + 64 * wgi + r;
             if (row < p.sq)
                 *reinterpret_cast<uint4*>(out + (i64)row * p.o_stride[2] + 8 * c) =
                     *reinterpret_cast<const uint4*>(sO + r * ROW_BYTES + ((c ^ (r & 7)) << 4));
@@ -378,18 +414,18 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     // the block calls this; every copy has landed by now (each fill was waited for by the consumers).
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
-#define FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP)                                                           \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, BN, ST, MASK, PP>(a, fa3_smem);
+    fa3_forward<T, D, DV, BN, ST, MASK, PP>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, BN, ST, MASK, PP) asm volatile("trap;");
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP) asm volatile("trap;");
 #endif
 
-// Entry fa3_{dtype}_{D}_{mask}[_pp0]: element type, head dim (D = Dv), keys per tile, ring depth, mask,
-// ping-pong.
-#define FA3_ENTRY(NAME, T, D, BN, ST, MASK, PP)                                                         \
+// Entry fa3_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width DV), keys
+// per tile, ring depth, mask, ping-pong.
+#define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP)                                                     \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS, 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, BN, ST, MASK, PP)                                                               \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP)                                                           \
     }

@@ -8,16 +8,20 @@
 //! P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries without
 //! the turns, for comparisons.
 //!
-//! What it takes today ([`refuses`]): f16/bf16, D = Dv = 64 or 128, no mask or a causal one, a positive
-//! scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O multiples
-//! of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
+//! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
+//! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
+//! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
+//!
+//! What it takes today ([`refuses`]): f16/bf16, D and Dv multiples of 8 up to 256, no mask or a causal one,
+//! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
+//! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
 //! falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy; measured in
 //! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid).
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{mask_suffix, AttnParams, MASK_CAUSAL, MASK_NONE};
-use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
+use crate::checked::tensor_map::{padded_tensor_map, KvOperand};
 use crate::error::unsupported;
 use crate::sys::modules::FA3;
 use crate::sys::program::{cuda_type, Program};
@@ -25,8 +29,20 @@ use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::DeviceRepr;
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
 
-/// Head dims (D = Dv) `fa3` is instantiated for.
-pub const FA3_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O (multiples
+/// of 64, the TMA box; Dv <= D, since O is staged in Q's buffer). 192/128 is MLA prefill (DeepSeek-V2/V3);
+/// other unequal head dims run the first class that holds both.
+pub const FA3_CLASSES: [(usize, usize); 5] = [(64, 64), (128, 128), (192, 128), (192, 192), (256, 256)];
+
+/// The class (D, Dv) a call with head dims `d`, `dv` runs: the first of [`FA3_CLASSES`] at or above both, or
+/// `None` when one is 0, not a multiple of 8 (rows of whole 16-byte chunks, for the tensor maps and the
+/// stores of O) or above 256.
+pub fn head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
+    if d == 0 || dv == 0 || !d.is_multiple_of(8) || !dv.is_multiple_of(8) {
+        return None;
+    }
+    FA3_CLASSES.into_iter().find(|&(cd, cdv)| d <= cd && dv <= cdv)
+}
 /// Query rows per block: two consumer warpgroups of 64 rows (`FA3_BM`).
 pub const BM: usize = 128;
 /// Threads per block: two consumer warpgroups and the producer (`FA3_THREADS`).
@@ -35,24 +51,31 @@ pub const THREADS: usize = 384;
 /// The K/V tiling of an entry: keys per tile and ring depth (`BN`, `ST` of `FA3_ENTRY`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fa3Tile {
-    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 128,
-    /// 176 or 192).
+    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 80,
+    /// 96, 112, 128, 176 or 192).
     pub bn: usize,
     /// K/V ring slots.
     pub stages: usize,
 }
 
 impl Fa3Tile {
-    /// Dynamic shared memory of a block at head dim `d` (`Fa3Smem::BYTES`): Q of both consumers, the K and V
-    /// rings, the mbarriers (one per consumer's Q, full and empty per K and per V slot).
-    pub fn smem_bytes(&self, d: usize) -> usize {
-        2 * 64 * d * 2 + 2 * self.stages * self.bn * d * 2 + 8 * (2 + 4 * self.stages)
+    /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of both
+    /// consumers, the K and V rings, the mbarriers (one per consumer's Q, full and empty per K and per V slot).
+    pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        2 * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 + 4 * self.stages)
     }
 }
 
-/// The tile of head dim `d`: 128 keys, a 2-deep ring (the first form; not tuned yet).
-pub fn tile_for(_d: usize) -> Fa3Tile {
-    Fa3Tile { bn: 128, stages: 2 }
+/// The tile of head-dim class (`d`, `dv`), a 2-deep ring of: 128 keys up to D = 192 with Dv = 128; 112 at
+/// 192/192 and 80 at 256 (the widest that fit the 227 KB of shared memory with two stages; FlashAttention-3
+/// takes the same, `hopper/tile_size.h`).
+pub fn tile_for(d: usize, dv: usize) -> Fa3Tile {
+    let bn = match (d, dv) {
+        (256, _) => 80,
+        (192, 192) => 112,
+        _ => 128,
+    };
+    Fa3Tile { bn, stages: 2 }
 }
 
 /// The tile `SDPA_FA3_TILE=bn,stages` forces (tuning runs: `dev/fa3_bench.py --tiles`); its entries are named
@@ -62,9 +85,9 @@ fn forced_tile() -> Result<Option<Fa3Tile>> {
     let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
     let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
     match parsed[..] {
-        [bn @ (64 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages })),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages })),
         _ => Err(unsupported(format!(
-            "SDPA_FA3_TILE={v}: expected `bn,stages` with bn 64, 128, 176 or 192 and 1 to 4 stages"
+            "SDPA_FA3_TILE={v}: expected `bn,stages` with bn 64, 80, 96, 112, 128, 176 or 192 and 1 to 4 stages"
         ))),
     }
 }
@@ -75,9 +98,10 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(format!("fa3 takes f16 and bf16 inputs, not {} (use fa2 or fa1)", spec.dtype));
     }
-    if s.d != s.dv || !FA3_HEAD_DIMS.contains(&s.d) {
+    if head_dim_class(s.d, s.dv).is_none() {
         return Some(format!(
-            "fa3 has head dims D = Dv = 64 or 128 only (got D = {}, Dv = {}); fa2 takes the others",
+            "fa3 takes head dims D and Dv that are multiples of 8 up to 256 (TMA rows of whole 16-byte chunks; got \
+             D = {}, Dv = {}); fa2 or fa1 takes the others",
             s.d, s.dv
         ));
     }
@@ -98,25 +122,38 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
-/// The program of entry `{prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong) with `tile`; the prefix is
-/// `fa3` for the table's tiles and `fa3_t{bn}x{stages}` for forced ones.
-pub fn program(prefix: &str, dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
+/// The program of entry `{prefix}_{dtype}_{d}[_{dv}]_{mask}` (`_{dv}` for unequal classes, `_pp0`: without
+/// ping-pong) at head-dim class (`d`, `dv`) with `tile`; the prefix is `fa3` for the table's tiles and
+/// `fa3_t{bn}x{stages}` for forced ones.
+pub fn program(
+    prefix: &str,
+    dtype: DType,
+    (d, dv): (usize, usize),
+    tile: Fa3Tile,
+    mask_kind: i32,
+    pingpong: bool,
+) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
-    let name = format!("{prefix}_{}_{d}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
+    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
+    let name = format!("{prefix}_{}_{dims}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
     let Fa3Tile { bn, stages } = tile;
     let mask = super::mask_const("FA3", mask_kind);
-    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
+    let line = format!("FA3_ENTRY({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
     Program::entry(&FA3, name, line)
 }
 
-/// Every `fa3` instantiation a launch can ask for.
+/// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype and mask with
+/// ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
+/// without ping-pong of the other classes are compiled on first use, as forced tiles are.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
-        for d in FA3_HEAD_DIMS {
+        for class in FA3_CLASSES {
             for mask in [MASK_NONE, MASK_CAUSAL] {
                 for pp in [true, false] {
-                    all.push(program("fa3", dtype, d, tile_for(d), mask, pp));
+                    if pp || matches!(class, (64, 64) | (128, 128)) {
+                        all.push(program("fa3", dtype, class, tile_for(class.0, class.1), mask, pp));
+                    }
                 }
             }
         }
@@ -124,9 +161,10 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// The one `fa3` program the CI compile check builds (the others differ in constants and dtype only).
-pub fn compile_check_program() -> Program {
-    program("fa3", DType::BF16, 128, tile_for(128), MASK_CAUSAL, true)
+/// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong; each
+/// class has its own wgmma widths and shared-memory layout, the dtypes and masks differ in constants only).
+pub fn compile_check_programs() -> Vec<Program> {
+    FA3_CLASSES.into_iter().map(|c| program("fa3", DType::BF16, c, tile_for(c.0, c.1), MASK_CAUSAL, true)).collect()
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, padding to byte 384, then the Q, K and V
@@ -183,11 +221,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let s = spec.shape;
+    let class = head_dim_class(s.d, s.dv).ok_or_else(|| unsupported("fa3: no head-dim class"))?;
     let (tile, prefix) = match forced_tile()? {
         Some(t) => (t, format!("fa3_t{}x{}", t.bn, t.stages)),
-        None => (tile_for(s.d), "fa3".to_string()),
+        None => (tile_for(class.0, class.1), "fa3".to_string()),
     };
-    let smem = tile.smem_bytes(s.d);
+    let smem = tile.smem_bytes(class.0, class.1);
     if smem > info.smem_per_block_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {}",
@@ -204,11 +243,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if p.mask_kind != MASK_NONE && p.mask_kind != MASK_CAUSAL {
         return Err(unsupported("fa3 takes no mask or a causal one"));
     }
-    let op = |ptr, h, sl, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, s.d], strides: st };
+    // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
+    let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
     let maps = (
-        kv_tensor_map(&op(p.q, s.hq, s.sq, p.q_stride), 64),
-        kv_tensor_map(&op(p.k, s.hkv, s.sk, p.k_stride), tile.bn),
-        kv_tensor_map(&op(p.v, s.hkv, s.sk, p.v_stride), tile.bn),
+        padded_tensor_map(&op(p.q, s.hq, s.sq, s.d, p.q_stride), 64),
+        padded_tensor_map(&op(p.k, s.hkv, s.sk, s.d, p.k_stride), tile.bn),
+        padded_tensor_map(&op(p.v, s.hkv, s.sk, s.dv, p.v_stride), tile.bn),
     );
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(
@@ -223,7 +263,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             .filter(|&x| x <= i32::MAX as u32)
             .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (THREADS as u32, 1, 1), smem_bytes: smem as u32 };
-    let program = program(&prefix, spec.dtype, s.d, tile, p.mask_kind, pingpong());
+    let program = program(&prefix, spec.dtype, class, tile, p.mask_kind, pingpong());
     Ok(Plan { program, dims, args: Fa3Args { p: *p, pad: [0; ARGS_PAD], q, k, v } })
 }
 
@@ -235,7 +275,8 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     }
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
-    // kernel writes O rows < Sq and columns < Dv with 4-byte stores that the 8-element alignment allows,
+    // kernel writes O rows < Sq and columns < Dv (a multiple of 8) with 16-byte stores that the 8-element
+    // alignment allows,
     // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
     // its program is built as sm_90a.
     unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &args) }
@@ -251,10 +292,33 @@ mod tests {
     }
 
     #[test]
+    fn head_dims_run_the_first_class_at_or_above_both() {
+        let c = head_dim_class;
+        assert_eq!(c(32, 32), Some((64, 64)));
+        assert_eq!(c(64, 64), Some((64, 64)));
+        assert_eq!(c(80, 80), Some((128, 128)));
+        assert_eq!(c(96, 96), Some((128, 128)));
+        assert_eq!(c(160, 160), Some((192, 192)));
+        assert_eq!(c(192, 128), Some((192, 128)));
+        assert_eq!(c(136, 104), Some((192, 128)));
+        assert_eq!(c(128, 192), Some((192, 192)));
+        assert_eq!(c(64, 128), Some((128, 128)));
+        assert_eq!(c(224, 224), Some((256, 256)));
+        assert_eq!(c(256, 128), Some((256, 256)));
+        assert_eq!(c(256, 256), Some((256, 256)));
+        for (d, dv) in [(36, 36), (64, 4), (264, 264), (0, 0)] {
+            assert_eq!(c(d, dv), None, "{d}/{dv}");
+        }
+    }
+
+    #[test]
     fn fa3_refuses_what_it_lacks_with_the_reason() {
         assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
         assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
-        for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128)] {
+        for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
+            assert_eq!(refuses(&spec(d, dv, DType::BF16)), None, "{d}/{dv}");
+        }
+        for (d, dv) in [(36, 36), (64, 60), (264, 264), (128, 320), (0, 64)] {
             let why = refuses(&spec(d, dv, DType::BF16)).expect("refused");
             assert!(why.contains("head dims"), "{why}");
         }
@@ -271,17 +335,23 @@ mod tests {
     #[test]
     fn programs_are_named_by_dtype_head_dim_mask_and_turns() {
         let all = programs();
-        assert_eq!(all.len(), 2 * 2 * 2 * 2);
-        assert!(all.contains(&compile_check_program()));
-        let p = program("fa3", DType::F16, 64, tile_for(64), MASK_NONE, false);
+        // Five classes x two dtypes x two masks with ping-pong, and without it at 64 and 128.
+        assert_eq!(all.len(), 5 * 2 * 2 + 2 * 2 * 2);
+        assert!(compile_check_programs().iter().all(|p| all.contains(p)));
+        let p = program("fa3", DType::F16, (64, 64), tile_for(64, 64), MASK_NONE, false);
         assert_eq!(p.name, "fa3_f16_64_none_pp0");
-        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false)");
-        // The block's shared memory fits the H100's 227 KB at both head dims, and so do the deepest forced
+        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 64, 128, 2, FA3_MASK_NONE, false)");
+        let p = program("fa3", DType::BF16, (192, 128), tile_for(192, 128), MASK_CAUSAL, true);
+        assert_eq!(p.name, "fa3_bf16_192_128_causal");
+        assert!(p.instantiation.contains(", 192, 128, 128, 2, FA3_MASK_CAUSAL, true)"), "{}", p.instantiation);
+        // The block's shared memory fits the H100's 227 KB at every class, and so do the deepest forced
         // tiles a tuning run tries.
-        assert!(FA3_HEAD_DIMS.iter().all(|&d| tile_for(d).smem_bytes(d) <= 227 * 1024));
-        assert!(Fa3Tile { bn: 128, stages: 3 }.smem_bytes(128) <= 227 * 1024);
-        assert!(Fa3Tile { bn: 176, stages: 2 }.smem_bytes(128) <= 227 * 1024);
-        assert!(Fa3Tile { bn: 192, stages: 4 }.smem_bytes(64) <= 227 * 1024);
+        assert!(FA3_CLASSES.iter().all(|&(d, dv)| tile_for(d, dv).smem_bytes(d, dv) <= 227 * 1024));
+        assert!(Fa3Tile { bn: 128, stages: 3 }.smem_bytes(128, 128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 176, stages: 2 }.smem_bytes(128, 128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 4 }.smem_bytes(64, 64) <= 227 * 1024);
+        // The wider tiles would not fit at 256 (why it takes 80 keys).
+        assert!(Fa3Tile { bn: 96, stages: 2 }.smem_bytes(256, 256) > 227 * 1024);
         let src = FA3.source;
         assert!(src.contains("#define FA3_BM 128") && src.contains("#define FA3_NC 2"), "block shape changed");
     }
