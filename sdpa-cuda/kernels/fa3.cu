@@ -4,8 +4,8 @@
 // and the V/O width DV, multiples of 64 with DV <= D (64/64, 128/128, 192/128, 192/192, 256/256). A call's
 // own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps carry the true
 // widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks wholly past them are
-// not loaded (K's and Q's are zeroed once, V's only feed columns of O that are never stored), and O is
-// stored up to p.dv only.
+// not loaded (K's and Q's are zeroed, V's only feed columns of O that are never stored), and O is stored up
+// to p.dv only.
 //
 // Block: query tile of BM = 128 rows of one (batch, query head): consumer warpgroups 0 and 1 own rows
 // 0..63 and 64..127, warpgroup 2 is the producer. One thread of the producer issues every K and V copy
@@ -69,7 +69,15 @@ struct Fa3Smem {
     static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
     static_assert(DV <= D, "O is staged in the consumer's Q buffer");
     static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
+    static constexpr int ST_ = ST;
 };
+
+// 64-column blocks of a Q/K row (`D`) or a V row (`DV`) that hold some of the call's `cols` columns: the
+// ones TMA loads (blocks wholly past them are not loaded).
+template <int W>
+__device__ __forceinline__ int fa3_live_blocks(int cols) {
+    return min(W / 64, (cols + 63) / 64);
+}
 
 // Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
 // long) from `base` with the threads `i0`, `i0 + step`, ..., then publishes the stores to the async proxy
@@ -106,19 +114,321 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
     return *reinterpret_cast<const unsigned*>(&v);
 }
 
+// Shared-memory addresses of a block's buffers and barriers (Fa3Smem's layout).
+struct Fa3Ring {
+    unsigned q, k, v;                                       // Q of consumer 0, the K ring, the V ring
+    unsigned q_full, k_full, k_empty, v_full, v_empty;      // barrier arrays, 8 bytes per entry
+};
+template <typename L>
+__device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
+    Fa3Ring r;
+    r.q = base + L::Q_OFF;
+    r.k = base + L::K_OFF;
+    r.v = base + L::V_OFF;
+    r.q_full = base + L::BAR_OFF;
+    r.k_full = r.q_full + 8 * FA3_NC;
+    r.k_empty = r.k_full + 8 * L::ST_;
+    r.v_full = r.k_empty + 8 * L::ST_;
+    r.v_empty = r.v_full + 8 * L::ST_;
+    return r;
+}
+
+// K/V tiles a query tile [m0, m_end) loads: all of them, or under a causal mask those up to its last
+// visible key.
+template <int BN, int MASK>
+__device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m_end) {
+    int n_keys = p.sk;
+    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
+    return (n_keys + BN - 1) / BN;
+}
+
+// The producer's work for one query tile, by its issuing thread: the n_tiles K and V tiles of (batch b,
+// K/V head kvh) into the ring. `ring` is how many tiles went through the ring before this query tile (tile
+// j of it takes slot (ring + j) % ST, in that slot's use (ring + j) / ST).
+template <int D, int DV, int BN, int ST>
+__device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int kvh, int n_tiles,
+                                                 int ring) {
+    using L = Fa3Smem<__half, D, DV, BN, ST>;  // the layout depends on the element size only (2 bytes)
+    constexpr int CB = D / 64, CBV = DV / 64;  // 64-column blocks of a K row and of a V row
+    const int kb = fa3_live_blocks<D>(a.p.d), vb = fa3_live_blocks<DV>(a.p.dv);
+    const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
+    for (int j = 0; j < n_tiles; ++j) {
+        const int s = (ring + j) % ST, use = (ring + j) / ST;
+        if (use > 0) sm90_mbar_wait(r.k_empty + 8 * s, (use - 1) & 1);
+        sm90_mbar_expect(r.k_full + 8 * s, kb * L::BLOCK_KV);
+#pragma unroll
+        for (int c = 0; c < CB; ++c)
+            if (c < kb)
+                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, r.k_full + 8 * s,
+                              pol);
+        if (use > 0) sm90_mbar_wait(r.v_empty + 8 * s, (use - 1) & 1);
+        sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
+#pragma unroll
+        for (int c = 0; c < CBV; ++c)
+            if (c < vb)
+                sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, r.v_full + 8 * s,
+                              pol);
+    }
+}
+
+// One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of batch b, head h; this warpgroup's
+// are m0 + 64 wgi ..): load its Q, run the n_tiles K/V tiles the producer fills from ring position `ring`,
+// write O (and LSE). `q_phase` is the parity of this warpgroup's Q barrier for this tile. Returns whether
+// this thread wrote a non-finite value (the caller repairs).
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP>
+__device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
+                                                 int m0, int n_tiles, int ring, int q_phase) {
+    using L = Fa3Smem<T, D, DV, BN, ST>;
+    const AttnParams& p = a.p;
+    constexpr int NT = BN / 8;   // n8 tiles of S
+    constexpr int KT = BN / 16;  // k16 steps of P·V
+    constexpr int DT = DV / 8;   // n8 tiles of O
+    constexpr int CB = D / 64;   // 64-column blocks of a Q row
+    const int qb = fa3_live_blocks<D>(p.d);  // those TMA loads
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int wgi = warp / 4;
+    bool bad = false;
+
+    const int ctid = tid - 128 * wgi;
+    const int wrow = 64 * wgi + 16 * (warp % 4);  // this warp's first row in the block
+    const unsigned aQw = r.q + wgi * L::Q_BYTES, aK = r.k, aV = r.v;
+    const unsigned q_full = r.q_full, k_full = r.k_full, k_empty = r.k_empty, v_full = r.v_full,
+                   v_empty = r.v_empty;
+    // Slot and parity of tile j of this query tile.
+    auto slot = [&](int j) { return (ring + j) % ST; };
+    auto phase = [&](int j) { return ((ring + j) / ST) & 1; };
+    // A warpgroup whose rows all lie past Sq (the last block of a short Sq) computes nothing: it loads no
+    // Q (a box wholly outside the tensor) and releases every K/V tile unread.
+    const bool has_rows = m0 + 64 * wgi < p.sq;
+    if (qb < CB && has_rows) {
+        // Q blocks wholly past the call's D are not loaded: zeroed here, before every Q tile (the epilogue
+        // stages O over this buffer).
+        fa3_zero_blocks(smem + L::Q_OFF + wgi * L::Q_BYTES, 1, L::Q_BYTES, CB, qb, L::BLOCK_Q, ctid, 128);
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
+    }
+    if (ctid == 0 && has_rows) {
+        sm90_mbar_expect(q_full + 8 * wgi, qb * L::BLOCK_Q);
+#pragma unroll
+        for (int c = 0; c < CB; ++c)
+            if (c < qb)
+                sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
+                              sm90_l2_policy(0));
+    }
+    __syncwarp();
+    // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
+    const int wg_last_key = m0 + 64 * wgi + 63 + p.causal_offset;
+
+    float o[DT * 4];
+#pragma unroll
+    for (int i = 0; i < DT * 4; ++i) o[i] = 0.f;
+    float m[2] = {SDPA_NEG_INF, SDPA_NEG_INF}, l[2] = {0.f, 0.f};
+    const float sl2 = p.scale_log2;
+    float s[NT * 4];
+    unsigned pa[KT][4];
+
+    // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for.
+    auto issue_qk = [&](int sj) {
+        fa3_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
+            const int off = (kk % 4) * 32;
+            fa3_ss(s, fa3_desc_k(aQw + (kk / 4) * L::BLOCK_Q + off),
+                   fa3_desc_k(aK + sj * L::K_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
+        }
+        fa3_commit();
+    };
+    // O += P·V of the tile in slot sj, issued and committed.
+    auto issue_pv = [&](int sj) {
+        fa3_fence();
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
+            fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV), T());
+        fa3_commit();
+    };
+    // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
+    // maximum changed, with the factors in alpha. O is not touched (it may be in flight).
+    auto softmax = [&](int n0, float (&alpha)[2]) {
+        const bool edge =
+            (n0 + BN > p.sk) || (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + p.causal_offset);
+        if (edge) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int row = m0 + wrow + g + hh * 8;
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int key = n0 + j * 8 + 2 * t + e;
+                        bool vis = key < p.sk;
+                        if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                        if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
+                    }
+            }
+        }
+        bool rescale = false;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = SDPA_NEG_INF;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
+            mx = quad_max(mx);
+            const float m_old = m[hh];
+            const float m_new = fmaxf(m_old, mx * sl2);
+            const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
+            const float al = fast_exp2(m_old - m_use);
+            alpha[hh] = al;
+            rescale |= al != 1.f;
+            m[hh] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[j * 4 + hh * 2 + e];
+                    x = fast_exp2(fmaf(x, sl2, -m_use));
+                    sum += x;
+                }
+            l[hh] = l[hh] * al + sum;  // per-thread partial; the quad is summed at the end
+        }
+        return __any_sync(0xffffffffu, rescale);
+    };
+    auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+            o[j * 4 + 0] *= alpha[0];
+            o[j * 4 + 1] *= alpha[0];
+            o[j * 4 + 2] *= alpha[1];
+            o[j * 4 + 3] *= alpha[1];
+        }
+    };
+    // P in the A-fragment order of k16 step kk: the C fragments of n8 tiles 2kk and 2kk + 1.
+    auto take_p = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) {
+            pa[kk][0] = fa3_pack<T>(s[8 * kk + 0], s[8 * kk + 1]);
+            pa[kk][1] = fa3_pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = fa3_pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = fa3_pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+    };
+    // Tiles this warpgroup computes: 0 .. n_act - 1 (causal skips only trailing tiles).
+    int n_act = n_tiles;
+    if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
+    if (!has_rows) n_act = 0;
+    // Turns (PP): each warpgroup takes exactly n_tiles + 1 turns (its issue steps, one empty turn per
+    // skipped tile, then empty turns to make up the count); warpgroup 1 gives the first turn to
+    // warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
+    const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
+    };
+    auto turn_end = [&]() {
+        if (PP && !(wgi == 1 && turn == turns - 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wgi) : "memory");
+        ++turn;
+    };
+    if (PP && wgi == 1 && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
+    if (n_act > 0) {
+        sm90_mbar_wait(k_full + 8 * slot(0), phase(0));
+        turn_begin();
+        issue_qk(slot(0));
+        turn_end();
+        fa3_wait<0>();
+        fa3_pin(s);
+        sm90_mbar_arrive(k_empty + 8 * slot(0));
+        float alpha[2];
+        softmax(0, alpha);  // O is still zero: no rescale needed
+        take_p();
+    }
+    for (int j = 1; j < n_act; ++j) {
+        const int sj = slot(j), sp = slot(j - 1);
+        sm90_mbar_wait(k_full + 8 * sj, phase(j));
+        sm90_mbar_wait(v_full + 8 * sp, phase(j - 1));
+        turn_begin();
+        issue_qk(sj);
+        fa3_pin(o);
+        issue_pv(sp);
+        turn_end();
+        fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
+        fa3_pin(s);
+        sm90_mbar_arrive(k_empty + 8 * sj);
+        float alpha[2];
+        const bool rs = softmax(j * BN, alpha);
+        fa3_wait<0>();
+        fa3_pin(o);
+        sm90_mbar_arrive(v_empty + 8 * sp);
+        if (rs) rescale_o(alpha);
+        take_p();
+    }
+    if (n_act > 0) {
+        const int sp = slot(n_act - 1);
+        sm90_mbar_wait(v_full + 8 * sp, phase(n_act - 1));
+        turn_begin();
+        fa3_pin(o);
+        issue_pv(sp);
+        turn_end();
+        fa3_wait<0>();
+        fa3_pin(o);
+        sm90_mbar_arrive(v_empty + 8 * sp);
+    }
+    // Tiles past this warpgroup's rows: released unread, after they landed, so that every release of
+    // a slot answers exactly one fill of it.
+    for (int j = n_act; j < n_tiles; ++j) {
+        const int sj = slot(j), ph = phase(j);
+        sm90_mbar_wait(k_full + 8 * sj, ph);
+        sm90_mbar_arrive(k_empty + 8 * sj);
+        sm90_mbar_wait(v_full + 8 * sj, ph);
+        sm90_mbar_arrive(v_empty + 8 * sj);
+        turn_begin();
+        turn_end();
+    }
+    while (turn < turns) {
+        turn_begin();
+        turn_end();
+    }
+
+    // Epilogue: normalise, round to T and stage the warpgroup's 64 x DV tile of O in its own Q buffer (no
+    // longer read: every product has completed), then store its first p.dv columns with 16-byte row
+    // chunks. Staged chunk c of row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp
+    // (8 rows x 4 lanes per chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit
+    // distinct banks. Columns past p.dv are staged but neither stored nor checked.
+    unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
+    constexpr int ROW_BYTES = DV * 2;  // bytes per staged row
+    const int cpr = p.dv / 8;          // 16-byte chunks of a stored row (the launcher checks p.dv % 8 == 0)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float lsum = quad_sum(l[hh]);
+        const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
+        const int rr = 16 * (warp % 4) + g + hh * 8, row = m0 + 64 * wgi + rr;
+#pragma unroll
+        for (int j = 0; j < DT; ++j) {
+            const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+            if (row < p.sq && 8 * j + 2 * t < p.dv) bad |= !isfinite(x0) || !isfinite(x1);
+            *reinterpret_cast<unsigned*>(sO + rr * ROW_BYTES + ((j ^ (rr & 7)) << 4) + 4 * t) = fa3_pack<T>(x0, x1);
+        }
+        if (p.lse != nullptr && t == 0 && row < p.sq)
+            p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+    }
+    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");  // the warpgroup's tile is staged
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+#pragma unroll
+    for (int i = ctid; i < 64 * cpr; i += 128) {
+        const int rr = i / cpr, c = i % cpr, row = m0 + 64 * wgi + rr;
+        if (row < p.sq)
+            *reinterpret_cast<uint4*>(out + (i64)row * p.o_stride[2] + 8 * c) =
+                *reinterpret_cast<const uint4*>(sO + rr * ROW_BYTES + ((c ^ (rr & 7)) << 4));
+    }
+    return bad;
+}
+
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     using L = Fa3Smem<T, D, DV, BN, ST>;
     const AttnParams& p = a.p;
-    constexpr int NT = BN / 8;    // n8 tiles of S
-    constexpr int KT = BN / 16;   // k16 steps of P·V
-    constexpr int DT = DV / 8;    // n8 tiles of O
-    constexpr int CB = D / 64;    // 64-column blocks of a Q or K row
-    constexpr int CBV = DV / 64;  // 64-column blocks of a V row
-    // Blocks holding some of the call's columns (the others are never loaded).
-    const int qb = min(CB, (p.d + 63) / 64), vb = min(CBV, (p.dv + 63) / 64);
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, warp = tid / 32;
     const int wgi = warp / 4;  // warpgroup; FA3_NC is the producer
 
     const int n_mblocks = (p.sq + FA3_BM - 1) / FA3_BM;
@@ -126,294 +436,45 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     fa3_block(n_mblocks, bh, m_block);
     const int b = bh / p.hq, h = bh % p.hq, kvh = h / p.group;
     const int m0 = m_block * FA3_BM, m_end = min(m0 + FA3_BM, p.sq);
+    const int n_tiles = fa3_kv_tiles<BN, MASK>(p, m_end);
 
     const unsigned base = smem_addr(smem);
-    const unsigned aQ = base + L::Q_OFF, aK = base + L::K_OFF, aV = base + L::V_OFF;
-    const unsigned bars = base + L::BAR_OFF;
-    const unsigned q_full = bars, k_full = bars + 8 * FA3_NC, k_empty = k_full + 8 * ST,
-                   v_full = k_empty + 8 * ST, v_empty = v_full + 8 * ST;
-
-    int n_keys = p.sk;
-    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
-    const int n_tiles = (n_keys + BN - 1) / BN;
-
+    const Fa3Ring r = fa3_ring<L>(base);
     if ((base & 1023) != 0) __trap();  // the swizzled layout needs 1024-byte aligned tiles
     if (tid == 0) {
 #pragma unroll
-        for (int c = 0; c < FA3_NC; ++c) sm90_mbar_init(q_full + 8 * c, 1);
+        for (int c = 0; c < FA3_NC; ++c) sm90_mbar_init(r.q_full + 8 * c, 1);
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
-            sm90_mbar_init(k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
-            sm90_mbar_init(v_full + 8 * s, 1);
-            sm90_mbar_init(k_empty + 8 * s, 128 * FA3_NC);  // every consumer thread
-            sm90_mbar_init(v_empty + 8 * s, 128 * FA3_NC);
+            sm90_mbar_init(r.k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
+            sm90_mbar_init(r.v_full + 8 * s, 1);
+            sm90_mbar_init(r.k_empty + 8 * s, 128 * FA3_NC);  // every consumer thread
+            sm90_mbar_init(r.v_empty + 8 * s, 128 * FA3_NC);
         }
         sm90_mbar_init_fence();
     }
     // K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing there.
-    if (qb < CB) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, CB, qb, L::BLOCK_KV, tid, FA3_THREADS);
+    const int kb = fa3_live_blocks<D>(p.d);
+    if (kb < D / 64) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, D / 64, kb, L::BLOCK_KV, tid, FA3_THREADS);
     __syncthreads();
 
     bool bad = false;
     if (wgi == FA3_NC) {
         // Producer: its registers go to the consumers; one thread issues the copies.
         fa3_regs_dec<24>();
-        if (tid == 128 * FA3_NC) {
-            const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
-            for (int j = 0; j < n_tiles; ++j) {
-                const int s = j % ST, use = j / ST;
-                if (use > 0) sm90_mbar_wait(k_empty + 8 * s, (use - 1) & 1);
-                sm90_mbar_expect(k_full + 8 * s, qb * L::BLOCK_KV);
-#pragma unroll
-                for (int c = 0; c < CB; ++c)
-                    if (c < qb)
-                        sm90_tma_load(aK + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b,
-                                      k_full + 8 * s, pol);
-                if (use > 0) sm90_mbar_wait(v_empty + 8 * s, (use - 1) & 1);
-                sm90_mbar_expect(v_full + 8 * s, vb * L::BLOCK_KV);
-#pragma unroll
-                for (int c = 0; c < CBV; ++c)
-                    if (c < vb)
-                        sm90_tma_load(aV + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b,
-                                      v_full + 8 * s, pol);
-            }
-        }
+        if (tid == 128 * FA3_NC) fa3_produce_tile<D, DV, BN, ST>(a, r, b, kvh, n_tiles, 0);
         // The other 31 lanes of the issuing warp wait here, so that the warp meets the block-wide barrier of
         // the repair below converged (those barriers are warp-aligned).
         __syncwarp();
     } else {
         fa3_regs_inc<240>();
-        const int ctid = tid - 128 * wgi;
-        const int wrow = 64 * wgi + 16 * (warp % 4);  // this warp's first row in the block
-        const unsigned aQw = aQ + wgi * L::Q_BYTES;
-        // A warpgroup whose rows all lie past Sq (the last block of a short Sq) computes nothing: it loads no
-        // Q (a box wholly outside the tensor) and releases every K/V tile unread.
-        const bool has_rows = m0 + 64 * wgi < p.sq;
-        if (qb < CB && has_rows) {
-            // Q blocks wholly past the call's D are not loaded: zeroed here, before every Q tile (the
-            // epilogue stages O over this buffer).
-            fa3_zero_blocks(smem + L::Q_OFF + wgi * L::Q_BYTES, 1, L::Q_BYTES, CB, qb, L::BLOCK_Q, ctid, 128);
-            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
-        }
-        if (ctid == 0 && has_rows) {
-            sm90_mbar_expect(q_full + 8 * wgi, qb * L::BLOCK_Q);
-#pragma unroll
-            for (int c = 0; c < CB; ++c)
-                if (c < qb)
-                    sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
-                                  sm90_l2_policy(0));
-        }
-        __syncwarp();
-        // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
-        const int wg_last_key = m0 + 64 * wgi + 63 + p.causal_offset;
-
-        float o[DT * 4];
-#pragma unroll
-        for (int i = 0; i < DT * 4; ++i) o[i] = 0.f;
-        float m[2] = {SDPA_NEG_INF, SDPA_NEG_INF}, l[2] = {0.f, 0.f};
-        const float sl2 = p.scale_log2;
-        float s[NT * 4];
-        unsigned pa[KT][4];
-
-        // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for.
-        auto issue_qk = [&](int sj) {
-            fa3_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
-                const int off = (kk % 4) * 32;
-                fa3_ss(s, fa3_desc_k(aQw + (kk / 4) * L::BLOCK_Q + off),
-                       fa3_desc_k(aK + sj * L::K_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
-            }
-            fa3_commit();
-        };
-        // O += P·V of the tile in slot sj, issued and committed.
-        auto issue_pv = [&](int sj) {
-            fa3_fence();
-#pragma unroll
-            for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-                fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV), T());
-            fa3_commit();
-        };
-        // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
-        // maximum changed, with the factors in alpha. O is not touched (it may be in flight).
-        auto softmax = [&](int n0, float (&alpha)[2]) {
-            const bool edge =
-                (n0 + BN > p.sk) || (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + p.causal_offset);
-            if (edge) {
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int row = m0 + wrow + g + hh * 8;
-#pragma unroll
-                    for (int j = 0; j < NT; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int key = n0 + j * 8 + 2 * t + e;
-                            bool vis = key < p.sk;
-                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
-                            if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
-                        }
-                }
-            }
-            bool rescale = false;
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                float mx = SDPA_NEG_INF;
-#pragma unroll
-                for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
-                mx = quad_max(mx);
-                const float m_old = m[hh];
-                const float m_new = fmaxf(m_old, mx * sl2);
-                const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
-                const float al = fast_exp2(m_old - m_use);
-                alpha[hh] = al;
-                rescale |= al != 1.f;
-                m[hh] = m_new;
-                float sum = 0.f;
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& x = s[j * 4 + hh * 2 + e];
-                        x = fast_exp2(fmaf(x, sl2, -m_use));
-                        sum += x;
-                    }
-                l[hh] = l[hh] * al + sum;  // per-thread partial; the quad is summed at the end
-            }
-            return __any_sync(0xffffffffu, rescale);
-        };
-        auto rescale_o = [&](const float (&alpha)[2]) {
-#pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                o[j * 4 + 0] *= alpha[0];
-                o[j * 4 + 1] *= alpha[0];
-                o[j * 4 + 2] *= alpha[1];
-                o[j * 4 + 3] *= alpha[1];
-            }
-        };
-        // P in the A-fragment order of k16 step kk: the C fragments of n8 tiles 2kk and 2kk + 1.
-        auto take_p = [&]() {
-#pragma unroll
-            for (int kk = 0; kk < KT; ++kk) {
-                pa[kk][0] = fa3_pack<T>(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = fa3_pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = fa3_pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = fa3_pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-        };
-        // Tiles this warpgroup computes: 0 .. n_act - 1 (causal skips only trailing tiles).
-        int n_act = n_tiles;
-        if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
-        if (!has_rows) n_act = 0;
-        // Turns (PP): each warpgroup takes exactly n_tiles + 1 turns (its issue steps, one empty turn per
-        // skipped tile, then empty turns to make up the count); warpgroup 1 gives the first turn to
-        // warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
-        const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
-        int turn = 0;
-        auto turn_begin = [&]() {
-            if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
-        };
-        auto turn_end = [&]() {
-            if (PP && !(wgi == 1 && turn == turns - 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wgi) : "memory");
-            ++turn;
-        };
-        if (PP && wgi == 1 && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-        if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, 0);
-        if (n_act > 0) {
-            sm90_mbar_wait(k_full, 0);
-            turn_begin();
-            issue_qk(0);
-            turn_end();
-            fa3_wait<0>();
-            fa3_pin(s);
-            sm90_mbar_arrive(k_empty);
-            float alpha[2];
-            softmax(0, alpha);  // O is still zero: no rescale needed
-            take_p();
-        }
-        for (int j = 1; j < n_act; ++j) {
-            const int sj = j % ST, sp = (j - 1) % ST;
-            sm90_mbar_wait(k_full + 8 * sj, (j / ST) & 1);
-            sm90_mbar_wait(v_full + 8 * sp, ((j - 1) / ST) & 1);
-            turn_begin();
-            issue_qk(sj);
-            fa3_pin(o);
-            issue_pv(sp);
-            turn_end();
-            fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
-            fa3_pin(s);
-            sm90_mbar_arrive(k_empty + 8 * sj);
-            float alpha[2];
-            const bool rs = softmax(j * BN, alpha);
-            fa3_wait<0>();
-            fa3_pin(o);
-            sm90_mbar_arrive(v_empty + 8 * sp);
-            if (rs) rescale_o(alpha);
-            take_p();
-        }
-        if (n_act > 0) {
-            const int sp = (n_act - 1) % ST;
-            sm90_mbar_wait(v_full + 8 * sp, ((n_act - 1) / ST) & 1);
-            turn_begin();
-            fa3_pin(o);
-            issue_pv(sp);
-            turn_end();
-            fa3_wait<0>();
-            fa3_pin(o);
-            sm90_mbar_arrive(v_empty + 8 * sp);
-        }
-        // Tiles past this warpgroup's rows: released unread, after they landed, so that every release of
-        // a slot answers exactly one fill of it.
-        for (int j = n_act; j < n_tiles; ++j) {
-            const int sj = j % ST, ph = (j / ST) & 1;
-            sm90_mbar_wait(k_full + 8 * sj, ph);
-            sm90_mbar_arrive(k_empty + 8 * sj);
-            sm90_mbar_wait(v_full + 8 * sj, ph);
-            sm90_mbar_arrive(v_empty + 8 * sj);
-            turn_begin();
-            turn_end();
-        }
-        while (turn < turns) {
-            turn_begin();
-            turn_end();
-        }
-
-        // Epilogue: normalise, round to T and stage the warpgroup's 64 x DV tile of O in its own Q buffer (no
-        // longer read: every product has completed), then store its first p.dv columns with 16-byte row
-        // chunks. Staged chunk c of row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp
-        // (8 rows x 4 lanes per chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit
-        // distinct banks. Columns past p.dv are staged but never stored nor checked.
-        unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
-        constexpr int ROW_BYTES = DV * 2;  // bytes per staged row
-        const int cpr = p.dv / 8;          // 16-byte chunks of a stored row (the launcher checks p.dv % 8 == 0)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const float lsum = quad_sum(l[hh]);
-            const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
-            const int r = 16 * (warp % 4) + g + hh * 8, row = m0 + 64 * wgi + r;
-#pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                if (row < p.sq && 8 * j + 2 * t < p.dv) bad |= !isfinite(x0) || !isfinite(x1);
-                *reinterpret_cast<unsigned*>(sO + r * ROW_BYTES + ((j ^ (r & 7)) << 4) + 4 * t) = fa3_pack<T>(x0, x1);
-            }
-            if (p.lse != nullptr && t == 0 && row < p.sq)
-                p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
-        }
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");  // the warpgroup's tile is staged
-        T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-#pragma unroll
-        for (int i = ctid; i < 64 * cpr; i += 128) {
-            const int r = i / cpr, c = i % cpr, row = m0 + 64 * wgi + r;
-            if (row < p.sq)
-                *reinterpret_cast<uint4*>(out + (i64)row * p.o_stride[2] + 8 * c) =
-                    *reinterpret_cast<const uint4*>(sO + r * ROW_BYTES + ((c ^ (r & 7)) << 4));
-        }
+        bad = fa3_consume_tile<T, D, DV, BN, ST, MASK, PP>(a, smem, r, b, h, m0, n_tiles, 0, 0);
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh). Every thread of
     // the block calls this; every copy has landed by now (each fill was waited for by the consumers).
     repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
 }
+
 #define FA3_BODY(T, D, DV, BN, ST, MASK, PP)                                                           \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
     fa3_forward<T, D, DV, BN, ST, MASK, PP>(a, fa3_smem);
