@@ -31,7 +31,8 @@ from sdpa_dev import bench, env_info, gemm_tflops, key, log, point, run_points, 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
-ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
+ap.add_argument("--tiles", nargs="*", default=[],
+                help="forced fa3 tiles `bn,stages` to time as well; `bn,stages@D` or `@D/Dv` at that head dim only")
 ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
 ap.add_argument("--headdims", action="store_true", help="issue 21's head-dim grid instead of fa2bench")
@@ -53,9 +54,22 @@ else:
               for causal in [False, True] for s in seqs]
 
 
-def grid(kernel, seqs=None):
+def grid(kernel, seqs=None, dims=None):
     return [point(tag, 16384 // s, h, h, s, s, d, dt, causal, kernel, dv=dv)
-            for (tag, dt, d, dv, h, causal, s) in shapes if seqs is None or s in seqs]
+            for (tag, dt, d, dv, h, causal, s) in shapes
+            if (seqs is None or s in seqs) and (dims is None or (d, dv) in dims)]
+
+
+def tile_dims(spec):
+    """The forced tile `bn,stages` of a --tiles entry and the (D, Dv) it is limited to (None: every one)."""
+    tile, _, at = spec.partition("@")
+    if not at:
+        return tile, None
+    dims = []
+    for x in at.split(","):
+        d, _, dv = x.partition("/")
+        dims.append((int(d), int(dv or d)))
+    return tile, dims
 
 
 res = dict(env=env_info(date=False), ceilings={}, records=[])
@@ -67,10 +81,12 @@ for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", Non
     runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
                             on_error="none") or []
 tile_runs = {}
-for t in args.tiles:
-    log(f"timing fa3 with SDPA_FA3_TILE={t} ...")
-    tile_runs[t] = run_points(args.bench, grid("fa3", [1024, 4096, 16384]), f"fa3_tile_{t.replace(',', 'x')}_raw.json",
-                              warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
+for spec in args.tiles:
+    t, only = tile_dims(spec)
+    log(f"timing fa3 with SDPA_FA3_TILE={t}{' at ' + str(only) if only else ''} ...")
+    name = spec.replace(",", "x").replace("@", "_at").replace("/", "-")
+    tile_runs[spec] = run_points(args.bench, grid("fa3", [1024, 4096, 16384], only), f"fa3_tile_{name}_raw.json",
+                                 warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
@@ -174,7 +190,7 @@ for t, recs in tile_runs.items():
         x = b0["median_ms"] / r["median_ms"] if (r.get("median_ms") and b0.get("median_ms")) else None
         if x:
             ratios.append(x)
-        lines.append(f"D={r['d']} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
+        lines.append(f"D={r['d']}/{r.get('dv', r['d'])} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
                      f"(x{fm(x, '.3f')} of the default tile){' check ' + str(r.get('check_pass')) if not r.get('check_pass') else ''}"
                      f"{(' ' + r['error'][:50]) if r.get('error') else ''}")
     ratios.sort()

@@ -22,7 +22,7 @@ trap pack EXIT
   python3 -c 'import torch; print("torch", torch.__version__)'; } > "$R/env.txt" 2>&1
 head -3 "$R/env.txt"
 
-timeout 60 "$B/tests/fa3" --test-threads 2 --nocapture > "$R/tests.log" 2>&1
+timeout "${TEST_TIMEOUT:-120}" "$B/tests/fa3" --test-threads 2 --nocapture > "$R/tests.log" 2>&1
 rc=$?
 echo "tests rc=$rc"
 grep -E "^test |test result|^fa3:|panicked" "$R/tests.log" | head -20
