@@ -78,7 +78,7 @@ runs = {}
 variants = [(f"fa3_{v.split(':')[0]}", "fa3", dict([v.split(':', 1)[1].split('=', 1)])) for v in args.variants]
 for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", None)]:
     log(f"timing {name} ...")
-    runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
+    runs[name] = run_points(args.bench, grid(kernel), os.path.join(args.out, f"fa3_{name}_raw.json"), warmup=5, reps=30, env=env,
                             on_error="none") or []
 tile_runs = {}
 for spec in args.tiles:

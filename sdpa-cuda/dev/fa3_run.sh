@@ -25,7 +25,7 @@ head -3 "$R/env.txt"
 timeout "${TEST_TIMEOUT:-120}" "$B/tests/fa3" --test-threads 2 --nocapture > "$R/tests.log" 2>&1
 rc=$?
 echo "tests rc=$rc"
-grep -E "^test |test result|^fa3:|panicked" "$R/tests.log" | head -20
+grep -E "^test |test result|^fa3[ :]|panicked" "$R/tests.log" | head -20
 grep -E "failed|error" "$R/tests.log" | head -12
 [ $rc -eq 124 ] && { echo "the tests timed out (a hang?): stopping"; exit 1; }
 # The opt-in variants against the reference too (FA3_TEST_ENV="VAR=value ...": each runs the reference test).

@@ -1,11 +1,12 @@
 // `fa3`: attention forward for f16/bf16 on Hopper (sm_90a): TMA tensor loads, `wgmma` for both products,
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
 // src/kernels/fa3.rs plans and launches it (no mask or causal) at a head-dim class (D, DV): the Q/K width D
-// and the V/O width DV, multiples of 64 with DV <= D (64/64, 128/128, 192/128, 192/192, 256/256). A call's
-// own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps carry the true
-// widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks wholly past them are
-// not loaded (K's and Q's are zeroed, V's only feed columns of O that are never stored), and O is stored up
-// to p.dv only.
+// and the V/O width DV the products compute, multiples of 32 with DV <= D (64, 96, 128, 192/128, 160, 192,
+// 224, 256), stored in shared memory as whole 64-column blocks (DS, DVS: a 96 class keeps 128 columns, the
+// last 32 zero). A call's own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor
+// maps carry the true widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks
+// wholly past them are not loaded (K's and Q's are zeroed, V's only feed columns of O that are never
+// stored), and O is stored up to p.dv only.
 //
 // Block: query tile of BM = 128 rows of one (batch, query head): consumer warpgroups 0 and 1 own rows
 // 0..63 and 64..127, warpgroup 2 is the producer. One thread of the producer issues every K and V copy
@@ -16,6 +17,8 @@
 //   mask (only tiles crossing the end of the keys or the causal diagonal), online softmax in registers
 //   (exp2 with the scale folded in), P converted in registers to the A fragment,
 //   O += P·V (wgmma m64nDVk16, A = P from registers, B = V read transposed from its [keys][dv] rows).
+// (A DV that is not whole 64-column blocks runs P·V as two products: N = DV - 32, then N = 32 from the
+// last block; their accumulators are the n8 tiles of O in order, as one product would have them.)
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
 // runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the two consumers take turns issuing
 // their products (named barriers), so one's softmax runs under the other's GEMMs.
@@ -27,7 +30,7 @@
 // masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [2][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [DV/64][BN][128 B] | mbarriers.
+//   Q [2][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers.
 #include "common.cuh"
 #include "sm90_async.cuh"
 
@@ -55,9 +58,11 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
 template <typename T, int D, int DV, int BN, int ST>
 struct Fa3Smem {
-    static constexpr int Q_BYTES = 64 * D * 2;    // one consumer's Q rows (and, at the end, its O rows)
-    static constexpr int K_BYTES = BN * D * 2;    // one K tile
-    static constexpr int V_BYTES = BN * DV * 2;   // one V tile
+    static constexpr int DS = (D + 63) / 64 * 64;    // stored columns of a Q or K row: whole TMA boxes
+    static constexpr int DVS = (DV + 63) / 64 * 64;  // of a V row (and of a staged O row)
+    static constexpr int Q_BYTES = 64 * DS * 2;   // one consumer's Q rows (and, at the end, its O rows)
+    static constexpr int K_BYTES = BN * DS * 2;   // one K tile
+    static constexpr int V_BYTES = BN * DVS * 2;  // one V tile
     static constexpr int BLOCK_Q = 64 * 128;      // one 64-column block of a Q tile
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
@@ -66,17 +71,33 @@ struct Fa3Smem {
     static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
     // q_full[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
     static constexpr int BYTES = BAR_OFF + 8 * (FA3_NC + 4 * ST);
-    static_assert(D % 64 == 0 && DV % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
+    static_assert(D % 32 == 0 && DV % 32 == 0 && BN % 16 == 0 && BN <= 256, "k16 steps, n32 products");
     static_assert(DV <= D, "O is staged in the consumer's Q buffer");
     static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
     static constexpr int ST_ = ST;
 };
 
-// 64-column blocks of a Q/K row (`D`) or a V row (`DV`) that hold some of the call's `cols` columns: the
-// ones TMA loads (blocks wholly past them are not loaded).
+// 64-column blocks of a stored Q/K row (`W` = DS) or V row (DVS) that hold some of the call's `cols`
+// columns: the ones TMA loads (blocks wholly past them are not loaded).
 template <int W>
 __device__ __forceinline__ int fa3_live_blocks(int cols) {
     return min(W / 64, (cols + 63) / 64);
+}
+
+// O (64 x DV) += P·V for one k16 step, V's rows at `v` (blocks of `block_bytes`): one product when DV is
+// whole 64-column blocks, else N = DV - 32 and then N = 32 from the last block, whose accumulators are the
+// last DV/8 - (DV - 32)/8 n8 tiles of O (the register order of one N = DV product).
+template <int DV, typename T>
+__device__ __forceinline__ void fa3_pv_step(float (&o)[DV / 2], const unsigned (&pa)[4], unsigned v,
+                                            unsigned block_bytes) {
+    if constexpr (DV % 64 == 0) {
+        fa3_rs(o, pa, fa3_desc_mn(v, block_bytes), T());
+    } else {
+        constexpr int LO = DV - 32;
+        fa3_rs(*reinterpret_cast<float(*)[LO / 2]>(&o[0]), pa, fa3_desc_mn(v, block_bytes), T());
+        fa3_rs(*reinterpret_cast<float(*)[16]>(&o[LO / 2]), pa, fa3_desc_mn(v + (LO / 64) * block_bytes, block_bytes),
+               T());
+    }
 }
 
 // Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
@@ -149,8 +170,8 @@ template <int D, int DV, int BN, int ST>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int kvh, int n_tiles,
                                                  int ring) {
     using L = Fa3Smem<__half, D, DV, BN, ST>;  // the layout depends on the element size only (2 bytes)
-    constexpr int CB = D / 64, CBV = DV / 64;  // 64-column blocks of a K row and of a V row
-    const int kb = fa3_live_blocks<D>(a.p.d), vb = fa3_live_blocks<DV>(a.p.dv);
+    constexpr int CB = L::DS / 64, CBV = L::DVS / 64;  // 64-column blocks of a K row and of a V row
+    const int kb = fa3_live_blocks<L::DS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
     const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
     for (int j = 0; j < n_tiles; ++j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
@@ -183,8 +204,8 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
     constexpr int NT = BN / 8;   // n8 tiles of S
     constexpr int KT = BN / 16;  // k16 steps of P·V
     constexpr int DT = DV / 8;   // n8 tiles of O
-    constexpr int CB = D / 64;   // 64-column blocks of a Q row
-    const int qb = fa3_live_blocks<D>(p.d);  // those TMA loads
+    constexpr int CB = L::DS / 64;  // 64-column blocks of a Q row
+    const int qb = fa3_live_blocks<L::DS>(p.d);  // those TMA loads
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, t = lane & 3;
     const int wgi = warp / 4;
@@ -244,7 +265,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-            fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV), T());
+            fa3_pv_step<DV, T>(o, pa[kk], aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV);
         fa3_commit();
     };
     // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
@@ -396,7 +417,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
     // (8 rows x 4 lanes per chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit
     // distinct banks. Columns past p.dv are staged but neither stored nor checked.
     unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
-    constexpr int ROW_BYTES = DV * 2;  // bytes per staged row
+    constexpr int ROW_BYTES = L::DVS * 2;  // bytes per staged row (whole groups of 8 chunks for the XOR)
     const int cpr = p.dv / 8;          // 16-byte chunks of a stored row (the launcher checks p.dv % 8 == 0)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -454,8 +475,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         sm90_mbar_init_fence();
     }
     // K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing there.
-    const int kb = fa3_live_blocks<D>(p.d);
-    if (kb < D / 64) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, D / 64, kb, L::BLOCK_KV, tid, FA3_THREADS);
+    const int kb = fa3_live_blocks<L::DS>(p.d);
+    if (kb < L::DS / 64) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / 64, kb, L::BLOCK_KV, tid, FA3_THREADS);
     __syncthreads();
 
     bool bad = false;

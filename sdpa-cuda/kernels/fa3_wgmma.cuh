@@ -374,7 +374,8 @@ __device__ __forceinline__ void fa3_rs(float (&d)[96], const unsigned (&a)[4], u
 }
 
 
-// Widths added for the head-dim classes: key tiles of 80, 96 and 112 (S at D = 256 and 192) and O at Dv = 256.
+// Widths added for the head-dim classes: key tiles of 80, 96 and 112 (S at D = 256 and 192), O at Dv = 256,
+// and the last 32 columns of O at Dv = 96, 160 and 224 (fa3.cu fa3_pv_step).
 // S (m64 x n80, f32) = A (m64 x k16, descriptor, K-major) * B (k16 x n80, descriptor, K-major);
 // scale_d = 0 starts from zero.
 __device__ __forceinline__ void fa3_ss(float (&d)[40], unsigned long long a, unsigned long long b, int scale_d, __nv_bfloat16) {
@@ -537,5 +538,23 @@ __device__ __forceinline__ void fa3_rs(float (&d)[128], const unsigned (&a)[4], 
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+// O (m64 x n32, f32) += A (m64 x k16, registers) * B (k16 x n32, descriptor, MN-major: transposed).
+__device__ __forceinline__ void fa3_rs(float (&d)[16], const unsigned (&a)[4], unsigned long long b, __nv_bfloat16) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+// O (m64 x n32, f32) += A (m64 x k16, registers) * B (k16 x n32, descriptor, MN-major: transposed).
+__device__ __forceinline__ void fa3_rs(float (&d)[16], const unsigned (&a)[4], unsigned long long b, __half) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }

@@ -3,8 +3,8 @@
 //! boxes of Q, 128-key tiles), Sq != Sk both ways, several key tiles per block (the ring wraps), GQA 1/4/8,
 //! decoding rows, no mask and causal in both alignments (rows that see no key included), both layouts,
 //! f16 and bf16, with and without LSE; a NaN in one query stays in its row; what `fa3` lacks is refused with
-//! the reason. Every head-dim class (64, 128, 192/128, 192, 256), exact and padded (D or Dv below the class,
-//! 64-column blocks wholly past them), Dv != D, on the same kinds of shapes. Every case must report `fa3` as the kernel that ran. Skips (printing why) without a GPU, and
+//! the reason. Every head-dim class (64, 96, 128, 192/128, 160, 192, 224, 256), exact and padded (D or Dv
+//! below the class, 64-column blocks wholly past them), Dv != D, on the same kinds of shapes. Every case must report `fa3` as the kernel that ran. Skips (printing why) without a GPU, and
 //! skips the kernel checks on a GPU other than compute capability 9.0 after checking that `fa3` refuses it.
 
 mod common;
@@ -100,22 +100,28 @@ fn check_case(gpu: &CudaBackend, case: &Case, seed: u64, failures: &mut Vec<Stri
     }
 }
 
-/// (D, Dv) pairs covering every head-dim class, exact and padded: 32 and 40 run class 64, 80 and 96 class
-/// 128, 192/128 (MLA) its own class, 136/104 the same class padded, 160 and 192 class 192, 224 and 256 class
-/// 256; 64/128 and 256/128 leave whole 64-column blocks of Q/K or of V unloaded.
-const HEAD_DIM_PAIRS: [(usize, usize); 12] = [
+/// (D, Dv) pairs covering every head-dim class, exact and padded: 32 and 40 run class 64, 80 (padded) and
+/// 96 class 96, 112 class 128, 192/128 (MLA) its own class, 136/104 the same class padded, 160 class 160,
+/// 176 and 192 class 192, 224 class 224, 240 and 256 class 256; 64/128 and 256/128 leave whole 64-column
+/// blocks of Q/K or of V unloaded, 96/64 a V block of the 96 class.
+const HEAD_DIM_PAIRS: [(usize, usize); 17] = [
     (32, 32),
     (40, 40),
     (80, 80),
     (96, 96),
+    (112, 112),
     (192, 128),
     (136, 104),
     (160, 160),
+    (176, 176),
     (192, 192),
     (224, 224),
+    (240, 240),
     (256, 256),
     (64, 128),
     (256, 128),
+    (96, 64),
+    (128, 128),
 ];
 
 /// Every head-dim class, exact and padded, with Dv != D: GQA, lengths off the tiles (several key tiles, the
@@ -146,8 +152,8 @@ fn fa3_head_dim_classes_match_the_reference() {
             }
         }
     }
-    // A long one per class: the 2-deep ring wraps many times (D = 256 runs 80-key tiles).
-    for (d, dv) in [(256, 256), (192, 128), (160, 160), (80, 80)] {
+    // Long ones: the 2-deep ring wraps many times (D = 256 and 224 run 80-key tiles, 160 and 192 112).
+    for (d, dv) in [(256, 256), (224, 224), (192, 128), (160, 160), (96, 96)] {
         let case = Case::new(
             Shape { d, dv, ..sh(1, 4, 2, 600, 1100, d) },
             DType::BF16,

@@ -29,10 +29,18 @@ use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::DeviceRepr;
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
 
-/// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O (multiples
-/// of 64, the TMA box; Dv <= D, since O is staged in Q's buffer). 192/128 is MLA prefill (DeepSeek-V2/V3);
-/// other unequal head dims run the first class that holds both.
-pub const FA3_CLASSES: [(usize, usize); 5] = [(64, 64), (128, 128), (192, 128), (192, 192), (256, 256)];
+/// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O that the
+/// products compute (multiples of 32; Dv <= D, since O is staged in Q's buffer). Shared memory holds whole
+/// 64-column TMA boxes ([`stored`]), so 96, 160 and 224 take the tiles of 128, 192 and 256 and compute a
+/// quarter, a sixth and an eighth less. 192/128 is MLA prefill (DeepSeek-V2/V3); other unequal head dims
+/// run the first class that holds both.
+pub const FA3_CLASSES: [(usize, usize); 8] =
+    [(64, 64), (96, 96), (128, 128), (192, 128), (160, 160), (192, 192), (224, 224), (256, 256)];
+
+/// Columns a row of head dim class `w` takes in shared memory: whole 64-column TMA boxes (`Fa3Smem::DS`).
+pub fn stored(w: usize) -> usize {
+    w.div_ceil(64) * 64
+}
 
 /// The class (D, Dv) a call with head dims `d`, `dv` runs: the first of [`FA3_CLASSES`] at or above both, or
 /// `None` when one is 0, not a multiple of 8 (rows of whole 16-byte chunks, for the tensor maps and the
@@ -60,17 +68,20 @@ pub struct Fa3Tile {
 
 impl Fa3Tile {
     /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of both
-    /// consumers, the K and V rings, the mbarriers (one per consumer's Q, full and empty per K and per V slot).
+    /// consumers, the K and V rings (rows of [`stored`] columns), the mbarriers (one per consumer's Q, full
+    /// and empty per K and per V slot).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        let (d, dv) = (stored(d), stored(dv));
         2 * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 + 4 * self.stages)
     }
 }
 
-/// The tile of head-dim class (`d`, `dv`), a 2-deep ring of: 128 keys up to D = 192 with Dv = 128; 112 at
-/// 192/192 and 80 at 256 (the widest that fit the 227 KB of shared memory with two stages; FlashAttention-3
-/// takes the same, `hopper/tile_size.h`).
+/// The tile of head-dim class (`d`, `dv`), a 2-deep ring of: 128 keys up to 192/128 (stored widths); 112
+/// keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
+/// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`). Measured against 64 keys at 256, 96 at
+/// 192 and 112 at 192/128 (0.95-0.98x median, `bench/results/gpu/fa3.md`).
 pub fn tile_for(d: usize, dv: usize) -> Fa3Tile {
-    let bn = match (d, dv) {
+    let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,
         (192, 192) => 112,
         _ => 128,
@@ -296,16 +307,25 @@ mod tests {
         let c = head_dim_class;
         assert_eq!(c(32, 32), Some((64, 64)));
         assert_eq!(c(64, 64), Some((64, 64)));
-        assert_eq!(c(80, 80), Some((128, 128)));
-        assert_eq!(c(96, 96), Some((128, 128)));
-        assert_eq!(c(160, 160), Some((192, 192)));
+        assert_eq!(c(80, 80), Some((96, 96)));
+        assert_eq!(c(96, 96), Some((96, 96)));
+        assert_eq!(c(112, 112), Some((128, 128)));
+        assert_eq!(c(160, 160), Some((160, 160)));
+        assert_eq!(c(176, 176), Some((192, 192)));
         assert_eq!(c(192, 128), Some((192, 128)));
+        assert_eq!(c(160, 128), Some((192, 128)));
         assert_eq!(c(136, 104), Some((192, 128)));
         assert_eq!(c(128, 192), Some((192, 192)));
         assert_eq!(c(64, 128), Some((128, 128)));
-        assert_eq!(c(224, 224), Some((256, 256)));
+        assert_eq!(c(224, 224), Some((224, 224)));
+        assert_eq!(c(240, 240), Some((256, 256)));
         assert_eq!(c(256, 128), Some((256, 256)));
         assert_eq!(c(256, 256), Some((256, 256)));
+        // The narrow classes are stored as whole 64-column boxes, and take those widths' tiles.
+        assert_eq!((stored(96), stored(160), stored(224), stored(64)), (128, 192, 256, 64));
+        assert_eq!(tile_for(96, 96), tile_for(128, 128));
+        assert_eq!(tile_for(160, 160), tile_for(192, 192));
+        assert_eq!(tile_for(224, 224), tile_for(256, 256));
         for (d, dv) in [(36, 36), (64, 4), (264, 264), (0, 0)] {
             assert_eq!(c(d, dv), None, "{d}/{dv}");
         }
@@ -335,8 +355,8 @@ mod tests {
     #[test]
     fn programs_are_named_by_dtype_head_dim_mask_and_turns() {
         let all = programs();
-        // Five classes x two dtypes x two masks with ping-pong, and without it at 64 and 128.
-        assert_eq!(all.len(), 5 * 2 * 2 + 2 * 2 * 2);
+        // Eight classes x two dtypes x two masks with ping-pong, and without it at 64 and 128.
+        assert_eq!(all.len(), 8 * 2 * 2 + 2 * 2 * 2);
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let p = program("fa3", DType::F16, (64, 64), tile_for(64, 64), MASK_NONE, false);
         assert_eq!(p.name, "fa3_f16_64_none_pp0");
