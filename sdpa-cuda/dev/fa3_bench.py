@@ -78,8 +78,9 @@ runs = {}
 variants = [(f"fa3_{v.split(':')[0]}", "fa3", dict([v.split(':', 1)[1].split('=', 1)])) for v in args.variants]
 for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", None)]:
     log(f"timing {name} ...")
-    runs[name] = run_points(args.bench, grid(kernel), os.path.join(args.out, f"fa3_{name}_raw.json"), warmup=5, reps=30, env=env,
-                            on_error="none") or []
+    # Kept in --out, so that a run stopped in the PyTorch part still brings ours back.
+    runs[name] = run_points(args.bench, grid(kernel), os.path.join(args.out, f"fa3_{name}_raw.json"), warmup=5,
+                            reps=30, env=env, on_error="none") or []
 tile_runs = {}
 for spec in args.tiles:
     t, only = tile_dims(spec)
@@ -190,7 +191,8 @@ for t, recs in tile_runs.items():
         x = b0["median_ms"] / r["median_ms"] if (r.get("median_ms") and b0.get("median_ms")) else None
         if x:
             ratios.append(x)
-        lines.append(f"D={r['d']}/{r.get('dv', r['d'])} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
+        dims = f"{r['d']}/{r.get('dv', r['d'])}"
+        lines.append(f"D={dims} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
                      f"(x{fm(x, '.3f')} of the default tile){' check ' + str(r.get('check_pass')) if not r.get('check_pass') else ''}"
                      f"{(' ' + r['error'][:50]) if r.get('error') else ''}")
     ratios.sort()
