@@ -16,7 +16,8 @@
 //! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
 //! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
 //! falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy; measured in
-//! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid).
+//! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid; on issue 21's
+//! head-dim grid 1.55-2.17x `fa2` median from D = 80 to 256 and 192/128, below it at D = 32).
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
