@@ -12,7 +12,7 @@ FLASH_ATTENTION. The bf16 8192^3 GEMM ceiling is measured in the same run.
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not), bf16
 (and f16 with --f16). Writes fa3_bench.json to --out ($OUT by default) and prints a table per point and the
 medians the issue asks about. --tiles also times fa3 with each forced tile (`SDPA_FA3_TILE=bn,stages`) at
-S = 1k, 4k and 16k, against the default tile of the same run.
+S = 1k, 4k and 16k (or --tile-seqs), against the default tile of the same run.
 
 --headdims: issue 21's head-dim grid instead (bf16, D = 32, 40, 80, 96, 160, 192, 224, 256 and the MLA pair
 192/128, 16k tokens, H = 2048 / D where D divides 2048, else 16, S = 1k..16k or --seqs, causal and not), with a
@@ -33,6 +33,8 @@ ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchma
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
 ap.add_argument("--tiles", nargs="*", default=[],
                 help="forced fa3 tiles `bn,stages` to time as well; `bn,stages@D` or `@D/Dv` at that head dim only")
+ap.add_argument("--tile-seqs", nargs="*", type=int, default=[1024, 4096, 16384],
+                help="sequence lengths the forced tiles are timed at (default 1k, 4k, 16k)")
 ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
 ap.add_argument("--headdims", action="store_true", help="issue 21's head-dim grid instead of fa2bench")
@@ -86,7 +88,7 @@ for spec in args.tiles:
     t, only = tile_dims(spec)
     log(f"timing fa3 with SDPA_FA3_TILE={t}{' at ' + str(only) if only else ''} ...")
     name = spec.replace(",", "x").replace("@", "_at").replace("/", "-")
-    tile_runs[spec] = run_points(args.bench, grid("fa3", [1024, 4096, 16384], only), f"fa3_tile_{name}_raw.json",
+    tile_runs[spec] = run_points(args.bench, grid("fa3", args.tile_seqs, only), f"fa3_tile_{name}_raw.json",
                                  warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)

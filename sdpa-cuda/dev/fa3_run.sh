@@ -38,19 +38,25 @@ done
 export SDPA_CUDA_LINEINFO=1
 # tests/fa3.rs `small_calls_for_the_sanitizer`: D = 128 bf16 causal, D = 64 f16 causal-br (BSHD), D = 64 bf16 GQA
 # with a second block of two rows, and one call per other head-dim class (most padded); warmed (compiled) outside
-# the sanitizer first.
+# the sanitizer first. Two persistent blocks and one head per section (SDPA_FA3_GRID, default 2,1): each block
+# walks several tiles, so the ring and Q barriers change phase across tiles under the checkers.
+# FA3_SAN_TILES="bn,stages,consumers ...": the same calls again with each forced tile (e.g. three consumers).
+export SDPA_FA3_GRID="${FA3_SAN_GRID:-2,1}"
 san=("$B/tests/fa3" small_calls_for_the_sanitizer --exact)
-"${san[@]}" > "$R/san-warm.log" 2>&1
-echo "sanitizer calls rc=$?"
-for tool in memcheck racecheck synccheck; do
-  timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 3 "${san[@]}" > "$R/san-$tool.log" 2>&1
-  rc=$?
-  echo "$tool rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$R/san-$tool.log" | tail -2 | tr '\n' ' ')"
+for tile in default ${FA3_SAN_TILES:-}; do
+  if [ "$tile" = default ]; then unset SDPA_FA3_TILE; else export SDPA_FA3_TILE="$tile"; fi
+  "${san[@]}" > "$R/san-warm-$tile.log" 2>&1
+  echo "sanitizer calls (tile $tile) rc=$?"
+  for tool in memcheck racecheck synccheck; do
+    timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 3 "${san[@]}" > "$R/san-$tool-$tile.log" 2>&1
+    rc=$?
+    echo "$tool rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test result' "$R/san-$tool-$tile.log" | tail -2 | tr '\n' ' ')"
+  done
 done
-unset SDPA_CUDA_LINEINFO
+unset SDPA_CUDA_LINEINFO SDPA_FA3_GRID SDPA_FA3_TILE
 
 left=$((BUDGET - SECONDS))
 echo "bench: $left s left"
-PYTHONPATH=sdpa-cuda/dev timeout "$left" python3 "$B/fa3_bench.py" --bench "$B/cuda_kernels" --out "$R" "$@" > "$R/bench.log" 2>&1
+PYTHONPATH="$B:sdpa-cuda/dev" timeout "$left" python3 "$B/fa3_bench.py" --bench "$B/cuda_kernels" --out "$R" "$@" > "$R/bench.log" 2>&1
 echo "bench rc=$?"
 grep -vE "^(timing|ENV|CEILINGS)" "$R/bench.log" | tail -75

@@ -1,12 +1,12 @@
 // `fa3`: attention forward for f16/bf16 on Hopper (sm_90a): TMA tensor loads, `wgmma` for both products,
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
 // src/kernels/fa3.rs plans and launches it (no mask or causal) at a head-dim class (D, DV): the Q/K width D
-// and the V/O width DV the products compute, multiples of 32 with DV <= D (64, 96, 128, 192/128, 160, 192,
-// 224, 256), stored in shared memory as whole 64-column blocks (DS, DVS: a 96 class keeps 128 columns, the
-// last 32 zero). A call's own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor
-// maps carry the true widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks
-// wholly past them are not loaded (K's and Q's are zeroed, V's only feed columns of O that are never
-// stored), and O is stored up to p.dv only.
+// and the V/O width DV the products compute, multiples of 32 (64, 96, 128, 192/128, 160, 192, 224, 256),
+// stored in shared memory as whole 64-column blocks (DS, DVS: a 96 class keeps 128 columns, the last 32
+// zero). A call's own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps
+// carry the true widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks wholly
+// past them are not loaded (Q's and K's are zeroed once, V's only feed columns of O that are never stored),
+// and O is stored up to p.dv only.
 //
 // Block: query tile of BM = 128 rows of one (batch, query head): consumer warpgroups 0 and 1 own rows
 // 0..63 and 64..127, warpgroup 2 is the producer. One thread of the producer issues every K and V copy
@@ -16,9 +16,8 @@
 //   S = Q·Kᵀ (wgmma m64nBNk16, both operands in shared memory, K-major),
 //   mask (only tiles crossing the end of the keys or the causal diagonal), online softmax in registers
 //   (exp2 with the scale folded in), P converted in registers to the A fragment,
-//   O += P·V (wgmma m64nDVk16, A = P from registers, B = V read transposed from its [keys][dv] rows).
-// (A DV that is not whole 64-column blocks runs P·V as two products: N = DV - 32, then N = 32 from the
-// last block; their accumulators are the n8 tiles of O in order, as one product would have them.)
+//   O += P·V (wgmma m64nDVk16, A = P from registers, B = V read transposed from its [keys][dv] rows; a DV
+//   that is not whole 64-column blocks runs as N = DV - 32 and N = 32, fa3_pv_step).
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
 // runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the two consumers take turns issuing
 // their products (named barriers), so one's softmax runs under the other's GEMMs.
@@ -30,7 +29,7 @@
 // masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [2][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers.
+//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers.
 #include "common.cuh"
 #include "sm90_async.cuh"
 
@@ -42,39 +41,38 @@
 // sides).
 struct Fa3Args {
     AttnParams p;
-    unsigned char pad[384 - sizeof(AttnParams)];
+    int section;  // query heads (b·h) per scheduling section (fa3_tile_of)
+    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int)];
     Sm90TensorMap q, k, v;
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
-// Rows per block and consumer warpgroups (mirrored by src/kernels/fa3.rs); the ring depth ST and the keys
-// per tile BN are the entries' parameters.
-#define FA3_BM 128
-#define FA3_NC 2
-#define FA3_THREADS (128 * (FA3_NC + 1))
+// Consumer warpgroups NC (2, or 3 at D = 64), 64 query rows each, and the producer warpgroup: a block is
+// 128 (NC + 1) threads over BM = 64 NC rows. NC, the ring depth ST and the keys per tile BN are the
+// entries' parameters (src/kernels/fa3.rs `Fa3Tile`).
+#define FA3_THREADS(NC) (128 * ((NC) + 1))
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
-template <typename T, int D, int DV, int BN, int ST>
+template <typename T, int D, int DV, int BN, int ST, int NC>
 struct Fa3Smem {
     static constexpr int DS = (D + 63) / 64 * 64;    // stored columns of a Q or K row: whole TMA boxes
-    static constexpr int DVS = (DV + 63) / 64 * 64;  // of a V row (and of a staged O row)
-    static constexpr int Q_BYTES = 64 * DS * 2;   // one consumer's Q rows (and, at the end, its O rows)
+    static constexpr int DVS = (DV + 63) / 64 * 64;  // of a V row
+    static constexpr int Q_BYTES = 64 * DS * 2;   // one consumer's Q rows
     static constexpr int K_BYTES = BN * DS * 2;   // one K tile
     static constexpr int V_BYTES = BN * DVS * 2;  // one V tile
     static constexpr int BLOCK_Q = 64 * 128;      // one 64-column block of a Q tile
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
-    static constexpr int K_OFF = FA3_NC * Q_BYTES;
+    static constexpr int K_OFF = NC * Q_BYTES;
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
     static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
-    // q_full[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
-    static constexpr int BYTES = BAR_OFF + 8 * (FA3_NC + 4 * ST);
+    // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
+    static constexpr int BYTES = BAR_OFF + 8 * (2 * NC + 4 * ST);
     static_assert(D % 32 == 0 && DV % 32 == 0 && BN % 16 == 0 && BN <= 256, "k16 steps, n32 products");
-    static_assert(DV <= D, "O is staged in the consumer's Q buffer");
     static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
-    static constexpr int ST_ = ST;
+    static constexpr int ST_ = ST, NC_ = NC;
 };
 
 // 64-column blocks of a stored Q/K row (`W` = DS) or V row (DVS) that hold some of the call's `cols`
@@ -82,6 +80,19 @@ struct Fa3Smem {
 template <int W>
 __device__ __forceinline__ int fa3_live_blocks(int cols) {
     return min(W / 64, (cols + 63) / 64);
+}
+
+// Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
+// long) from `base` with the threads `i0`, `i0 + step`, ..., then publishes the stores to the async proxy
+// (wgmma reads them). The caller orders them before the reads with a barrier.
+__device__ __forceinline__ void fa3_zero_blocks(unsigned char* base, int tiles, int tile_bytes, int blocks,
+                                                int live, int block_bytes, int i0, int step) {
+    const int per_tile = (blocks - live) * block_bytes / 16;
+    for (int i = i0; i < tiles * per_tile; i += step) {
+        const int tile = i / per_tile, x = i % per_tile;
+        *reinterpret_cast<uint4*>(base + tile * tile_bytes + live * block_bytes + 16 * x) = make_uint4(0, 0, 0, 0);
+    }
+    sm90_proxy_fence();
 }
 
 // O (64 x DV) += P·V for one k16 step, V's rows at `v` (blocks of `block_bytes`): one product when DV is
@@ -100,25 +111,27 @@ __device__ __forceinline__ void fa3_pv_step(float (&o)[DV / 2], const unsigned (
     }
 }
 
-// Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
-// long) from `base` with the threads `i0`, `i0 + step`, ..., then publishes the stores to the async proxy
-// (wgmma reads them). The caller orders them before the reads with a barrier.
-__device__ __forceinline__ void fa3_zero_blocks(unsigned char* base, int tiles, int tile_bytes, int blocks,
-                                                int live, int block_bytes, int i0, int step) {
-    const int per_tile = (blocks - live) * block_bytes / 16;
-    for (int i = i0; i < tiles * per_tile; i += step) {
-        const int tile = i / per_tile, x = i % per_tile;
-        *reinterpret_cast<uint4*>(base + tile * tile_bytes + live * block_bytes + 16 * x) = make_uint4(0, 0, 0, 0);
-    }
-    sm90_proxy_fence();
+// Work tile w (0 .. n_bh·n_mblocks - 1) -> (batch·head, query tile). The heads go in sections of `section`
+// (chosen by the launcher so that a section's K/V stays in L2: at S = 16k and D = 128 one head's K and V are
+// 8 MB, every head's at once would not fit the 50 MB L2); within a section, query tiles from the last (under
+// a causal mask the heaviest) to the first, each across the section's heads, so that tiles of one weight
+// run side by side.
+__device__ __forceinline__ void fa3_tile_of(int w, int n_mblocks, int n_bh, int section, int& bh, int& m_block) {
+    const int per = section * n_mblocks;
+    const int sec = w / per, within = w - sec * per;
+    const int h0 = sec * section, hn = min(section, n_bh - h0);
+    m_block = n_mblocks - 1 - within / hn;
+    bh = h0 + within % hn;
 }
 
-// Block -> (batch·head, query tile): head-major, so that the blocks running at once share few heads' K/V
-// (at S = 16k and D = 128 one head's K and V are 8 MB: every head's at once would not stay in the 50 MB L2),
-// and within a head the last query tile first, so that under a causal mask the grid ends on light tiles.
-__device__ __forceinline__ void fa3_block(int n_mblocks, int& bh, int& m_block) {
-    bh = blockIdx.x / n_mblocks;
-    m_block = n_mblocks - 1 - blockIdx.x % n_mblocks;
+// The k-th work tile of this block (persistent grid of gridDim.x blocks): a snake over the tiles (block c
+// takes c in even rounds, gridDim.x - 1 - c in odd ones), so that with the heavy tiles first the blocks'
+// sums of work stay close under a causal mask. Negative once no tile is left.
+__device__ __forceinline__ int fa3_work(int k, int n_work) {
+    const int g = gridDim.x, c = blockIdx.x;
+    if (k * g >= n_work) return -1;
+    const int w = k * g + ((k & 1) ? g - 1 - c : c);
+    return w < n_work ? w : n_work;  // n_work: this block sits this round out
 }
 
 // Two f32 values rounded to T and packed (lo in the low half), as an A fragment register or one O store.
@@ -138,7 +151,7 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
 // Shared-memory addresses of a block's buffers and barriers (Fa3Smem's layout).
 struct Fa3Ring {
     unsigned q, k, v;                                       // Q of consumer 0, the K ring, the V ring
-    unsigned q_full, k_full, k_empty, v_full, v_empty;      // barrier arrays, 8 bytes per entry
+    unsigned q_full, q_empty, k_full, k_empty, v_full, v_empty;  // barrier arrays, 8 bytes per entry
 };
 template <typename L>
 __device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
@@ -147,7 +160,8 @@ __device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
     r.k = base + L::K_OFF;
     r.v = base + L::V_OFF;
     r.q_full = base + L::BAR_OFF;
-    r.k_full = r.q_full + 8 * FA3_NC;
+    r.q_empty = r.q_full + 8 * L::NC_;
+    r.k_full = r.q_empty + 8 * L::NC_;
     r.k_empty = r.k_full + 8 * L::ST_;
     r.v_full = r.k_empty + 8 * L::ST_;
     r.v_empty = r.v_full + 8 * L::ST_;
@@ -163,17 +177,25 @@ __device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m_end) {
     return (n_keys + BN - 1) / BN;
 }
 
-// The producer's work for one query tile, by its issuing thread: the n_tiles K and V tiles of (batch b,
-// K/V head kvh) into the ring. `ring` is how many tiles went through the ring before this query tile (tile
-// j of it takes slot (ring + j) % ST, in that slot's use (ring + j) / ST).
-template <int D, int DV, int BN, int ST>
-__device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int kvh, int n_tiles,
-                                                 int ring) {
-    using L = Fa3Smem<__half, D, DV, BN, ST>;  // the layout depends on the element size only (2 bytes)
-    constexpr int CB = L::DS / 64, CBV = L::DVS / 64;  // 64-column blocks of a K row and of a V row
+// Whether consumer c has rows in the query tile at m0: a warpgroup whose rows all lie past Sq (the last tile
+// of a short Sq) gets no Q (a box wholly outside the tensor), computes nothing and releases every K/V tile
+// unread. The producer and the consumer decide it alike, so their counts of Q loads agree.
+__device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, int m0, int c) { return m0 + 64 * c < p.sq; }
+
+// The producer's work for one query tile, by its issuing thread: each consumer's Q (rows m0 + 64c.. of batch
+// b, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (b, kvh) into
+// the ring. `ring` is how many tiles went through the ring before this query tile (tile j of it takes slot
+// (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c] counts consumer c's Q loads so far. The first
+// K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
+template <int D, int DV, int BN, int ST, int NC>
+__device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int h, int kvh, int m0,
+                                                 int n_tiles, int ring, int (&nq)[NC]) {
+    using L = Fa3Smem<__half, D, DV, BN, ST, NC>;  // the layout depends on the element size only (2 bytes)
+    constexpr int CB = L::DS / 64, CBV = L::DVS / 64;  // 64-column blocks of a Q/K row and of a V row
+    // Blocks holding some of the call's columns: the others are never loaded.
     const int kb = fa3_live_blocks<L::DS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
     const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
-    for (int j = 0; j < n_tiles; ++j) {
+    auto load_k = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.k_empty + 8 * s, (use - 1) & 1);
         sm90_mbar_expect(r.k_full + 8 * s, kb * L::BLOCK_KV);
@@ -182,6 +204,9 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
             if (c < kb)
                 sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, r.k_full + 8 * s,
                               pol);
+    };
+    auto load_v = [&](int j) {
+        const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.v_empty + 8 * s, (use - 1) & 1);
         sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
@@ -189,54 +214,53 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
             if (c < vb)
                 sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, r.v_full + 8 * s,
                               pol);
+    };
+    if (n_tiles > 0) load_k(0);
+#pragma unroll
+    for (int w = 0; w < NC; ++w) {
+        if (!fa3_has_rows(a.p, m0, w)) continue;
+        if (nq[w] > 0) sm90_mbar_wait(r.q_empty + 8 * w, (nq[w] - 1) & 1);
+        sm90_mbar_expect(r.q_full + 8 * w, kb * L::BLOCK_Q);
+        const unsigned dst = r.q + w * L::Q_BYTES;
+#pragma unroll
+        for (int c = 0; c < CB; ++c)
+            if (c < kb)
+                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * w, h, b, r.q_full + 8 * w,
+                              sm90_l2_policy(0));
+        ++nq[w];
+    }
+    for (int j = 0; j < n_tiles; ++j) {
+        if (j > 0) load_k(j);
+        load_v(j);
     }
 }
 
 // One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of batch b, head h; this warpgroup's
-// are m0 + 64 wgi ..): load its Q, run the n_tiles K/V tiles the producer fills from ring position `ring`,
-// write O (and LSE). `q_phase` is the parity of this warpgroup's Q barrier for this tile. Returns whether
-// this thread wrote a non-finite value (the caller repairs).
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP>
+// are m0 + 64 wgi ..): wait for its Q (`q_phase`: the parity of its Q barrier for this tile), run the n_tiles
+// K/V tiles the producer fills from ring position `ring`, release Q once its last S = Q·Kᵀ completed (the
+// producer loads the next tile's Q meanwhile), write O (and LSE). Returns whether this thread wrote a
+// non-finite value (the caller repairs).
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
                                                  int m0, int n_tiles, int ring, int q_phase) {
-    using L = Fa3Smem<T, D, DV, BN, ST>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;   // n8 tiles of S
     constexpr int KT = BN / 16;  // k16 steps of P·V
     constexpr int DT = DV / 8;   // n8 tiles of O
-    constexpr int CB = L::DS / 64;  // 64-column blocks of a Q row
-    const int qb = fa3_live_blocks<L::DS>(p.d);  // those TMA loads
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, t = lane & 3;
     const int wgi = warp / 4;
     bool bad = false;
 
-    const int ctid = tid - 128 * wgi;
     const int wrow = 64 * wgi + 16 * (warp % 4);  // this warp's first row in the block
     const unsigned aQw = r.q + wgi * L::Q_BYTES, aK = r.k, aV = r.v;
-    const unsigned q_full = r.q_full, k_full = r.k_full, k_empty = r.k_empty, v_full = r.v_full,
-                   v_empty = r.v_empty;
+    const unsigned q_full = r.q_full, q_empty = r.q_empty, k_full = r.k_full, k_empty = r.k_empty,
+                   v_full = r.v_full, v_empty = r.v_empty;
     // Slot and parity of tile j of this query tile.
     auto slot = [&](int j) { return (ring + j) % ST; };
     auto phase = [&](int j) { return ((ring + j) / ST) & 1; };
-    // A warpgroup whose rows all lie past Sq (the last block of a short Sq) computes nothing: it loads no
-    // Q (a box wholly outside the tensor) and releases every K/V tile unread.
-    const bool has_rows = m0 + 64 * wgi < p.sq;
-    if (qb < CB && has_rows) {
-        // Q blocks wholly past the call's D are not loaded: zeroed here, before every Q tile (the epilogue
-        // stages O over this buffer).
-        fa3_zero_blocks(smem + L::Q_OFF + wgi * L::Q_BYTES, 1, L::Q_BYTES, CB, qb, L::BLOCK_Q, ctid, 128);
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");
-    }
-    if (ctid == 0 && has_rows) {
-        sm90_mbar_expect(q_full + 8 * wgi, qb * L::BLOCK_Q);
-#pragma unroll
-        for (int c = 0; c < CB; ++c)
-            if (c < qb)
-                sm90_tma_load(aQw + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * wgi, h, b, q_full + 8 * wgi,
-                              sm90_l2_policy(0));
-    }
-    __syncwarp();
+    const bool has_rows = fa3_has_rows(p, m0, wgi);
     // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
     const int wg_last_key = m0 + 64 * wgi + 63 + p.causal_offset;
 
@@ -338,20 +362,26 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
     int n_act = n_tiles;
     if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
     if (!has_rows) n_act = 0;
-    // Turns (PP): each warpgroup takes exactly n_tiles + 1 turns (its issue steps, one empty turn per
-    // skipped tile, then empty turns to make up the count); warpgroup 1 gives the first turn to
-    // warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
+    // Turns (PP): the consumers issue their products in turn, warpgroup w waiting on named barrier 3 + w
+    // and handing the turn to the next one's. Each takes exactly n_tiles + 1 turns (its issue steps, one
+    // empty turn per skipped tile, then empty turns to make up the count); the last warpgroup gives the
+    // first turn to warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
     const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
     int turn = 0;
+    const bool last_wg = wgi == NC - 1;
     auto turn_begin = [&]() {
         if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
     };
     auto turn_end = [&]() {
-        if (PP && !(wgi == 1 && turn == turns - 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wgi) : "memory");
+        if (PP && !(last_wg && turn == turns - 1))
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
         ++turn;
     };
-    if (PP && wgi == 1 && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    if (PP && last_wg && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
+    // Q is free for the next tile's once every thread's last S = Q·Kᵀ completed (or at once: no tile).
+    auto release_q = [&]() { sm90_mbar_arrive(q_empty + 8 * wgi); };
+    if (has_rows && n_act == 0) release_q();
     if (n_act > 0) {
         sm90_mbar_wait(k_full + 8 * slot(0), phase(0));
         turn_begin();
@@ -359,6 +389,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
         fa3_wait<0>();
         fa3_pin(s);
+        if (n_act == 1) release_q();
         sm90_mbar_arrive(k_empty + 8 * slot(0));
         float alpha[2];
         softmax(0, alpha);  // O is still zero: no rescale needed
@@ -375,6 +406,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
         fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
         fa3_pin(s);
+        if (j == n_act - 1) release_q();
         sm90_mbar_arrive(k_empty + 8 * sj);
         float alpha[2];
         const bool rs = softmax(j * BN, alpha);
@@ -411,103 +443,145 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
     }
 
-    // Epilogue: normalise, round to T and stage the warpgroup's 64 x DV tile of O in its own Q buffer (no
-    // longer read: every product has completed), then store its first p.dv columns with 16-byte row
-    // chunks. Staged chunk c of row r sits at chunk c ^ (r % 8) of its row: the 4-byte writes of a warp
-    // (8 rows x 4 lanes per chunk) and the 16-byte reads of a quarter warp (8 chunks of one row) each hit
-    // distinct banks. Columns past p.dv are staged but neither stored nor checked.
-    unsigned char* sO = smem + L::Q_OFF + wgi * L::Q_BYTES;
-    constexpr int ROW_BYTES = L::DVS * 2;  // bytes per staged row (whole groups of 8 chunks for the XOR)
-    const int cpr = p.dv / 8;          // 16-byte chunks of a stored row (the launcher checks p.dv % 8 == 0)
+    // Epilogue: normalise, round to T and store from registers (4 bytes: two columns of a row per thread),
+    // the columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding).
+    // No staging through shared memory: the Q buffer already takes the next tile's Q, and the stores drain
+    // while the next tile runs.
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
         const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
-        const int rr = 16 * (warp % 4) + g + hh * 8, row = m0 + 64 * wgi + rr;
+        const int row = m0 + wrow + g + hh * 8;
+        if (row < p.sq) {
+            T* orow = out + (i64)row * p.o_stride[2] + 2 * t;
 #pragma unroll
-        for (int j = 0; j < DT; ++j) {
-            const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-            if (row < p.sq && 8 * j + 2 * t < p.dv) bad |= !isfinite(x0) || !isfinite(x1);
-            *reinterpret_cast<unsigned*>(sO + rr * ROW_BYTES + ((j ^ (rr & 7)) << 4) + 4 * t) = fa3_pack<T>(x0, x1);
+            for (int j = 0; j < DT; ++j) {
+                if (8 * j < p.dv) {
+                    const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+                    bad |= !isfinite(x0) || !isfinite(x1);
+                    *reinterpret_cast<unsigned*>(orow + 8 * j) = fa3_pack<T>(x0, x1);
+                }
+            }
+            if (p.lse != nullptr && t == 0)
+                p.lse[((i64)b * p.hq + h) * p.sq + row] =
+                    lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
         }
-        if (p.lse != nullptr && t == 0 && row < p.sq)
-            p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
-    }
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory");  // the warpgroup's tile is staged
-    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
-#pragma unroll
-    for (int i = ctid; i < 64 * cpr; i += 128) {
-        const int rr = i / cpr, c = i % cpr, row = m0 + 64 * wgi + rr;
-        if (row < p.sq)
-            *reinterpret_cast<uint4*>(out + (i64)row * p.o_stride[2] + 8 * c) =
-                *reinterpret_cast<const uint4*>(sO + rr * ROW_BYTES + ((c ^ (rr & 7)) << 4));
     }
     return bad;
 }
 
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP>
+// The persistent block: producer and consumers walk the same work tiles (fa3_work), the ring position and
+// the Q-load counts carried from one tile to the next, so the producer fills the next tile's Q and K/V while
+// the consumers finish the current one.
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
-    using L = Fa3Smem<T, D, DV, BN, ST>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
+    constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
     const int tid = threadIdx.x, warp = tid / 32;
-    const int wgi = warp / 4;  // warpgroup; FA3_NC is the producer
+    const int wgi = warp / 4;  // warpgroup; NC is the producer
 
-    const int n_mblocks = (p.sq + FA3_BM - 1) / FA3_BM;
-    int bh, m_block;
-    fa3_block(n_mblocks, bh, m_block);
-    const int b = bh / p.hq, h = bh % p.hq, kvh = h / p.group;
-    const int m0 = m_block * FA3_BM, m_end = min(m0 + FA3_BM, p.sq);
-    const int n_tiles = fa3_kv_tiles<BN, MASK>(p, m_end);
+    const int n_mblocks = (p.sq + BM - 1) / BM;
+    const int n_bh = p.b * p.hq, n_work = n_bh * n_mblocks;
+    // Work tile w: batch, head, first row, K/V tiles.
+    auto tile = [&](int w, int& b, int& h, int& m0, int& n_tiles) {
+        int bh, m_block;
+        fa3_tile_of(w, n_mblocks, n_bh, a.section, bh, m_block);
+        b = bh / p.hq;
+        h = bh % p.hq;
+        m0 = m_block * BM;
+        n_tiles = fa3_kv_tiles<BN, MASK>(p, min(m0 + BM, p.sq));
+    };
 
     const unsigned base = smem_addr(smem);
     const Fa3Ring r = fa3_ring<L>(base);
     if ((base & 1023) != 0) __trap();  // the swizzled layout needs 1024-byte aligned tiles
     if (tid == 0) {
 #pragma unroll
-        for (int c = 0; c < FA3_NC; ++c) sm90_mbar_init(r.q_full + 8 * c, 1);
+        for (int c = 0; c < NC; ++c) {
+            sm90_mbar_init(r.q_full + 8 * c, 1);
+            sm90_mbar_init(r.q_empty + 8 * c, 128);  // every thread of the consumer
+        }
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
             sm90_mbar_init(r.k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
             sm90_mbar_init(r.v_full + 8 * s, 1);
-            sm90_mbar_init(r.k_empty + 8 * s, 128 * FA3_NC);  // every consumer thread
-            sm90_mbar_init(r.v_empty + 8 * s, 128 * FA3_NC);
+            sm90_mbar_init(r.k_empty + 8 * s, 128 * NC);  // every consumer thread
+            sm90_mbar_init(r.v_empty + 8 * s, 128 * NC);
         }
         sm90_mbar_init_fence();
     }
-    // K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing there.
+    // Q and K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing
+    // there (nothing else writes those buffers: O is stored from registers).
     const int kb = fa3_live_blocks<L::DS>(p.d);
-    if (kb < L::DS / 64) fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / 64, kb, L::BLOCK_KV, tid, FA3_THREADS);
+    if (kb < L::DS / 64) {
+        fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / 64, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
+        fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / 64, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
+    }
     __syncthreads();
 
     bool bad = false;
-    if (wgi == FA3_NC) {
+    if (wgi == NC) {
         // Producer: its registers go to the consumers; one thread issues the copies.
         fa3_regs_dec<24>();
-        if (tid == 128 * FA3_NC) fa3_produce_tile<D, DV, BN, ST>(a, r, b, kvh, n_tiles, 0);
+        if (tid == 128 * NC) {
+            int ring = 0, nq[NC] = {};
+            for (int k = 0;; ++k) {
+                const int w = fa3_work(k, n_work);
+                if (w < 0) break;
+                if (w == n_work) continue;
+                int b, h, m0, n_tiles;
+                tile(w, b, h, m0, n_tiles);
+                fa3_produce_tile<D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
+                ring += n_tiles;
+            }
+        }
         // The other 31 lanes of the issuing warp wait here, so that the warp meets the block-wide barrier of
         // the repair below converged (those barriers are warp-aligned).
         __syncwarp();
     } else {
-        fa3_regs_inc<240>();
-        bad = fa3_consume_tile<T, D, DV, BN, ST, MASK, PP>(a, smem, r, b, h, m0, n_tiles, 0, 0);
+        // The launch gives every thread 65536 / (128 (NC + 1)) registers (168 or 128); the producer's 24
+        // leave the consumers 240 (NC = 2) or 160 (NC = 3).
+        fa3_regs_inc<NC == 2 ? 240 : 160>();
+        int ring = 0, nq = 0;
+        for (int k = 0;; ++k) {
+            const int w = fa3_work(k, n_work);
+            if (w < 0) break;
+            if (w == n_work) continue;
+            int b, h, m0, n_tiles;
+            tile(w, b, h, m0, n_tiles);
+            bad |= fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1);
+            ring += n_tiles;
+            nq += fa3_has_rows(p, m0, wgi);
+        }
     }
-    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh). Every thread of
-    // the block calls this; every copy has landed by now (each fill was waited for by the consumers).
-    repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);
+    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh): when any thread
+    // wrote a non-finite value, the block checks the rows of every tile it ran. Every thread of the block
+    // gets here; every copy has landed by now (each fill was waited for by the consumers).
+    if (!__syncthreads_or(bad)) return;
+    for (int k = 0;; ++k) {
+        const int w = fa3_work(k, n_work);
+        if (w < 0) break;
+        if (w == n_work) continue;
+        int b, h, m0, n_tiles;
+        tile(w, b, h, m0, n_tiles);
+        repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, min(BM, p.sq - m0), 0, p.dv, true, true);
+    }
 }
 
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP)                                                           \
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, DV, BN, ST, MASK, PP>(a, fa3_smem);
+    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP) asm volatile("trap;");
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC) asm volatile("trap;");
 #endif
 
-// Entry fa3_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width DV), keys
-// per tile, ring depth, mask, ping-pong.
-#define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP)                                                     \
-    extern "C" __global__ void __launch_bounds__(FA3_THREADS, 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, DV, BN, ST, MASK, PP)                                                           \
+// Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
+// DV), keys per tile, ring depth, mask, ping-pong, consumer warpgroups.
+#define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC)                                                \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
     }

@@ -2,10 +2,13 @@
 //! NaN-poisoned outputs (`run_host` poisons them), lengths that are no multiple of any tile (64-row TMA
 //! boxes of Q, 128-key tiles), Sq != Sk both ways, several key tiles per block (the ring wraps), GQA 1/4/8,
 //! decoding rows, no mask and causal in both alignments (rows that see no key included), both layouts,
-//! f16 and bf16, with and without LSE; a NaN in one query stays in its row; what `fa3` lacks is refused with
-//! the reason. Every head-dim class (64, 96, 128, 192/128, 160, 192, 224, 256), exact and padded (D or Dv
-//! below the class, 64-column blocks wholly past them), Dv != D, on the same kinds of shapes. Every case must report `fa3` as the kernel that ran. Skips (printing why) without a GPU, and
-//! skips the kernel checks on a GPU other than compute capability 9.0 after checking that `fa3` refuses it.
+//! f16 and bf16, with and without LSE, more query tiles than multiprocessors (each persistent block walks
+//! several; `fa3_run.sh` reruns the reference test with `SDPA_FA3_GRID` forcing a few blocks and short
+//! sections); a NaN in one query stays in its row; what `fa3` lacks is refused with the reason. Every
+//! head-dim class (64, 96, 128, 192/128, 160, 192, 224, 256), exact and padded (D or Dv below the class,
+//! 64-column blocks wholly past them), Dv != D, on the same kinds of shapes. Every case must report `fa3` as
+//! the kernel that ran. Skips (printing why) without a GPU, and skips the kernel checks on a GPU other than
+//! compute capability 9.0 after checking that `fa3` refuses it.
 
 mod common;
 
@@ -41,6 +44,11 @@ fn shapes() -> Vec<Shape> {
         sh(1, 2, 2, 513, 2049, 64),   // 17 key tiles, the last of one key
         sh(1, 2, 1, 65, 1, 128),      // one key
         sh(2, 16, 2, 1, 1000, 64),    // decoding rows
+        // More query tiles than an H100 has multiprocessors: persistent blocks walk several tiles each, the
+        // ring position and the Q loads carried across tiles of different key counts (causal), last tiles
+        // whose second warpgroup has no rows (300 = 2·128 + 44, 700 = 5·128 + 60) among them.
+        sh(3, 24, 6, 300, 400, 64),
+        sh(2, 20, 4, 700, 650, 128),
     ]
 }
 

@@ -14,10 +14,10 @@
 //!
 //! What it takes today ([`refuses`]): f16/bf16, D and Dv multiples of 8 up to 256, no mask or a causal one,
 //! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
-//! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
-//! falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy; measured in
-//! `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid; on issue 21's
-//! head-dim grid 1.55-2.17x `fa2` median from D = 80 to 256 and 192/128, below it at D = 32).
+//! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
+//! (it never falls back silently): `fa2` runs those calls. `auto` does not pick `fa3` yet (see the policy;
+//! measured in `bench/results/gpu/fa3.md`: 1.12-1.64x `fa2`, 0.80x cuDNN median on the fa2bench grid; on
+//! issue 21's head-dim grid 1.55-2.17x `fa2` median from D = 80 to 256 and 192/128, below it at D = 32).
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
@@ -31,10 +31,9 @@ use cudarc::driver::DeviceRepr;
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
 
 /// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O that the
-/// products compute (multiples of 32; Dv <= D, since O is staged in Q's buffer). Shared memory holds whole
-/// 64-column TMA boxes ([`stored`]), so 96, 160 and 224 take the tiles of 128, 192 and 256 and compute a
-/// quarter, a sixth and an eighth less. 192/128 is MLA prefill (DeepSeek-V2/V3); other unequal head dims
-/// run the first class that holds both.
+/// products compute (multiples of 32). Shared memory holds whole 64-column TMA boxes ([`stored`]), so 96,
+/// 160 and 224 take the tiles of 128, 192 and 256 and compute a quarter, a sixth and an eighth less.
+/// 192/128 is MLA prefill (DeepSeek-V2/V3); other unequal head dims run the first class that holds both.
 pub const FA3_CLASSES: [(usize, usize); 8] =
     [(64, 64), (96, 96), (128, 128), (192, 128), (160, 160), (192, 192), (224, 224), (256, 256)];
 
@@ -52,12 +51,8 @@ pub fn head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
     }
     FA3_CLASSES.into_iter().find(|&(cd, cdv)| d <= cd && dv <= cdv)
 }
-/// Query rows per block: two consumer warpgroups of 64 rows (`FA3_BM`).
-pub const BM: usize = 128;
-/// Threads per block: two consumer warpgroups and the producer (`FA3_THREADS`).
-pub const THREADS: usize = 384;
-
-/// The K/V tiling of an entry: keys per tile and ring depth (`BN`, `ST` of `FA3_ENTRY`).
+/// The tiling of an entry: keys per tile, ring depth and consumer warpgroups (`BN`, `ST`, `NC` of
+/// `FA3_ENTRY`); a block runs 64 query rows per consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fa3Tile {
     /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 80,
@@ -65,41 +60,75 @@ pub struct Fa3Tile {
     pub bn: usize,
     /// K/V ring slots.
     pub stages: usize,
+    /// Consumer warpgroups (2, or 3: 160 registers each instead of 240).
+    pub consumers: usize,
 }
 
 impl Fa3Tile {
-    /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of both
-    /// consumers, the K and V rings (rows of [`stored`] columns), the mbarriers (one per consumer's Q, full
-    /// and empty per K and per V slot).
+    /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of every
+    /// consumer, the K and V rings (rows of [`stored`] columns), the mbarriers (full and empty per consumer's
+    /// Q, per K and per V slot).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
-        2 * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 + 4 * self.stages)
+        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 * self.consumers + 4 * self.stages)
+    }
+
+    /// Query rows per block (a work tile): 64 per consumer warpgroup.
+    pub fn rows(&self) -> usize {
+        64 * self.consumers
+    }
+
+    /// Threads per block: the consumers and the producer warpgroup (`FA3_THREADS`).
+    pub fn threads(&self) -> usize {
+        128 * (self.consumers + 1)
     }
 }
 
-/// The tile of head-dim class (`d`, `dv`), a 2-deep ring of: 128 keys up to 192/128 (stored widths); 112
-/// keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
-/// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`). Measured against 64 keys at 256, 96 at
-/// 192 and 112 at 192/128 (0.95-0.98x median, `bench/results/gpu/fa3.md`).
-pub fn tile_for(d: usize, dv: usize) -> Fa3Tile {
+impl Fa3Tile {
+    /// The prefix of this tile's entry names: `fa3_t{bn}x{stages}`, with `w3` for three consumers.
+    pub fn prefix(&self) -> String {
+        let w = if self.consumers == 2 { String::new() } else { format!("w{}", self.consumers) };
+        format!("fa3_t{}x{}{w}", self.bn, self.stages)
+    }
+}
+
+/// The tile of a call by head-dim class (`d`, `dv`), mask and key count `sk` (measured:
+/// bench/results/gpu/fa3.md): two consumers and a 2-deep ring of 128 keys up to 192/128 (stored widths);
+/// 112 keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
+/// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`; 64 keys at 256, 96 at 192 and 112 at
+/// 192/128 measured 0.95-0.98x median).
+pub fn tile_for(d: usize, dv: usize, _causal: bool, _sk: usize) -> Fa3Tile {
     let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,
         (192, 192) => 112,
         _ => 128,
     };
-    Fa3Tile { bn, stages: 2 }
+    Fa3Tile { bn, stages: 2, consumers: 2 }
 }
 
-/// The tile `SDPA_FA3_TILE=bn,stages` forces (tuning runs: `dev/fa3_bench.py --tiles`); its entries are named
-/// `fa3_t{bn}x{stages}_*` and compiled on first use (not listed in [`programs`]). `None` when unset; an
-/// unusable value is an error naming what is allowed.
+/// The tiles [`tile_for`] can choose at head-dim class (`d`, `dv`) under a causal mask or none (each compiled
+/// in [`programs`]): the table changes tiles by length at most once, below 4k keys or from it on.
+fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
+    let mut tiles: Vec<Fa3Tile> = [1, 4096, 1 << 20].into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
+    tiles.sort_by_key(|t| (t.bn, t.stages, t.consumers));
+    tiles.dedup();
+    tiles
+}
+
+/// The tile `SDPA_FA3_TILE=bn,stages[,consumers]` forces (tuning runs: `dev/fa3_bench.py --tiles`); entries of
+/// tiles the table does not use are compiled on first use (not listed in [`programs`]). `None` when unset;
+/// an unusable value is an error naming what is allowed.
 fn forced_tile() -> Result<Option<Fa3Tile>> {
     let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
     let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
     match parsed[..] {
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages })),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages, consumers: 2 })),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
+            Ok(Some(Fa3Tile { bn, stages, consumers }))
+        }
         _ => Err(unsupported(format!(
-            "SDPA_FA3_TILE={v}: expected `bn,stages` with bn 64, 80, 96, 112, 128, 176 or 192 and 1 to 4 stages"
+            "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 80, 96, 112, 128, 176 or 192, 1 to 4 \
+             stages and 2 or 3 consumer warpgroups"
         ))),
     }
 }
@@ -134,28 +163,21 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
-/// The program of entry `{prefix}_{dtype}_{d}[_{dv}]_{mask}` (`_{dv}` for unequal classes, `_pp0`: without
-/// ping-pong) at head-dim class (`d`, `dv`) with `tile`; the prefix is `fa3` for the table's tiles and
-/// `fa3_t{bn}x{stages}` for forced ones.
-pub fn program(
-    prefix: &str,
-    dtype: DType,
-    (d, dv): (usize, usize),
-    tile: Fa3Tile,
-    mask_kind: i32,
-    pingpong: bool,
-) -> Program {
+/// The program of entry `{tile prefix}_{dtype}_{d}[_{dv}]_{mask}` (`_{dv}` for unequal classes, `_pp0`:
+/// without ping-pong) at head-dim class (`d`, `dv`) with `tile`.
+pub fn program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
     let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
-    let name = format!("{prefix}_{}_{dims}_{}{pp}", dtype.name(), mask_suffix(mask_kind));
-    let Fa3Tile { bn, stages } = tile;
+    let name = format!("{}_{}_{dims}_{}{pp}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
+    let Fa3Tile { bn, stages, consumers } = tile;
     let mask = super::mask_const("FA3", mask_kind);
-    let line = format!("FA3_ENTRY({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong})", cuda_type(dtype));
+    let line =
+        format!("FA3_ENTRY({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers})", cuda_type(dtype));
     Program::entry(&FA3, name, line)
 }
 
-/// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype and mask with
-/// ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
+/// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and tile
+/// with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
 /// without ping-pong of the other classes are compiled on first use, as forced tiles are.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
@@ -163,8 +185,11 @@ pub fn programs() -> Vec<Program> {
         for class in FA3_CLASSES {
             for mask in [MASK_NONE, MASK_CAUSAL] {
                 for pp in [true, false] {
-                    if pp || matches!(class, (64, 64) | (128, 128)) {
-                        all.push(program("fa3", dtype, class, tile_for(class.0, class.1), mask, pp));
+                    if !pp && !matches!(class, (64, 64) | (128, 128)) {
+                        continue;
+                    }
+                    for tile in table_tiles(class.0, class.1, mask == MASK_CAUSAL) {
+                        all.push(program(dtype, class, tile, mask, pp));
                     }
                 }
             }
@@ -173,24 +198,29 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong; each
-/// class has its own wgmma widths and shared-memory layout, the dtypes and masks differ in constants only).
+/// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
+/// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
+/// in constants only).
 pub fn compile_check_programs() -> Vec<Program> {
-    FA3_CLASSES.into_iter().map(|c| program("fa3", DType::BF16, c, tile_for(c.0, c.1), MASK_CAUSAL, true)).collect()
+    FA3_CLASSES
+        .into_iter()
+        .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
+        .collect()
 }
 
-/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, padding to byte 384, then the Q, K and V
-/// tensor maps; 768 bytes, asserted on both sides).
+/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, padding to byte 384,
+/// then the Q, K and V tensor maps; 768 bytes, asserted on both sides).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Fa3Args {
     p: AttnParams,
+    section: i32,
     pad: [u8; ARGS_PAD],
     q: CUtensorMap,
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE;
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 4;
 const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
 // SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
 // AttnParams, padding to 384 and three opaque 128-byte tensor maps.
@@ -234,10 +264,8 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     }
     let s = spec.shape;
     let class = head_dim_class(s.d, s.dv).ok_or_else(|| unsupported("fa3: no head-dim class"))?;
-    let (tile, prefix) = match forced_tile()? {
-        Some(t) => (t, format!("fa3_t{}x{}", t.bn, t.stages)),
-        None => (tile_for(class.0, class.1), "fa3".to_string()),
-    };
+    let causal = call.params.mask_kind == MASK_CAUSAL;
+    let tile = forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk));
     let smem = tile.smem_bytes(class.0, class.1);
     if smem > info.smem_per_block_optin.max(0) as usize {
         return Err(unsupported(format!(
@@ -268,15 +296,60 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
              16 bytes below 2^40, extents below 2^32); use fa2",
         ));
     };
-    let blocks =
-        s.sq.div_ceil(BM)
+    let work =
+        s.sq.div_ceil(tile.rows())
             .checked_mul(s.b * s.hq)
-            .and_then(|x| u32::try_from(x).ok())
-            .filter(|&x| x <= i32::MAX as u32)
-            .ok_or_else(|| unsupported("grid exceeds 2^31 blocks"))?;
-    let dims = LaunchDims { grid: (blocks, 1, 1), block: (THREADS as u32, 1, 1), smem_bytes: smem as u32 };
-    let program = program(&prefix, spec.dtype, class, tile, p.mask_kind, pingpong());
-    Ok(Plan { program, dims, args: Fa3Args { p: *p, pad: [0; ARGS_PAD], q, k, v } })
+            .filter(|&x| x <= i32::MAX as usize)
+            .ok_or_else(|| unsupported("fa3: more than 2^31 query tiles"))?;
+    let (blocks, section) = match forced_schedule()? {
+        Some((blocks, section)) => (blocks.min(work), section),
+        None => (work.min(sms(info.sm_count)), None),
+    };
+    let blocks = blocks.max(1); // no tile (an empty batch): one block that finds no work
+                                // K and V of a head take Sk (D + Dv) elements: the mean of D and Dv counts them.
+    let d_kv = (s.d + s.dv).div_ceil(2);
+    let section = section.unwrap_or_else(|| section_heads(s.b * s.hq, s.sk, d_kv, s.hq / s.hkv.max(1)));
+    let dims = LaunchDims {
+        // work <= i32::MAX, checked above
+        grid: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
+        block: (tile.threads() as u32, 1, 1),
+        smem_bytes: smem as u32,
+    };
+    let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
+    let program = program(spec.dtype, class, tile, p.mask_kind, pingpong());
+    Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v } })
+}
+
+/// Blocks of the persistent grid: one per multiprocessor (a block fills one: 384 threads at up to 240
+/// registers); never more than there are query tiles. Each block walks its share of the tiles.
+fn sms(sm_count: i32) -> usize {
+    usize::try_from(sm_count).unwrap_or(1).max(1)
+}
+
+/// The schedule `SDPA_FA3_GRID=blocks[,section]` forces (tests: many tiles per block on small calls, and
+/// sections shorter than the heads; sweeps): the persistent grid's block count and, when given, the query
+/// heads per section. `None` when unset; an unusable value is an error naming what is allowed.
+fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
+    let Ok(v) = std::env::var("SDPA_FA3_GRID") else { return Ok(None) };
+    let parsed: Vec<Option<usize>> = v.split(',').map(|x| x.trim().parse().ok().filter(|&n| n > 0)).collect();
+    match parsed[..] {
+        [Some(blocks)] => Ok(Some((blocks, None))),
+        [Some(blocks), Some(section)] => Ok(Some((blocks, Some(section)))),
+        _ => Err(unsupported(format!(
+            "SDPA_FA3_GRID={v}: expected `blocks` or `blocks,section` (positive counts of blocks and query heads)"
+        ))),
+    }
+}
+
+/// K and V bytes a scheduling section may hold in L2 (half the H100's 50 MB): the blocks running at once
+/// then read each K/V tile from DRAM about once.
+const SECTION_L2_BYTES: usize = 24 << 20;
+
+/// Query heads (b·h) per scheduling section (`fa3_tile_of`): as many as keep their K and V (2-byte elements,
+/// shared by a GQA group of `group` query heads) within [`SECTION_L2_BYTES`], at least 1, at most `n_bh`.
+pub fn section_heads(n_bh: usize, sk: usize, d: usize, group: usize) -> usize {
+    let per_head = (2 * sk.saturating_mul(d) * 2 / group.max(1)).max(1);
+    (SECTION_L2_BYTES / per_head).clamp(1, n_bh.max(1))
 }
 
 /// Launches `fa3` on the call's stream.
@@ -287,8 +360,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     }
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
-    // kernel writes O rows < Sq and columns < Dv (a multiple of 8) with 16-byte stores that the 8-element
-    // alignment allows,
+    // kernel writes O rows < Sq and columns < Dv with 4-byte stores that the 8-element alignment allows,
     // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
     // its program is built as sm_90a.
     unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &args) }
@@ -322,14 +394,14 @@ mod tests {
         assert_eq!(c(240, 240), Some((256, 256)));
         assert_eq!(c(256, 128), Some((256, 256)));
         assert_eq!(c(256, 256), Some((256, 256)));
-        // The narrow classes are stored as whole 64-column boxes, and take those widths' tiles.
-        assert_eq!((stored(96), stored(160), stored(224), stored(64)), (128, 192, 256, 64));
-        assert_eq!(tile_for(96, 96), tile_for(128, 128));
-        assert_eq!(tile_for(160, 160), tile_for(192, 192));
-        assert_eq!(tile_for(224, 224), tile_for(256, 256));
         for (d, dv) in [(36, 36), (64, 4), (264, 264), (0, 0)] {
             assert_eq!(c(d, dv), None, "{d}/{dv}");
         }
+        // The narrow classes are stored as whole 64-column boxes, and take those widths' tiles.
+        assert_eq!((stored(96), stored(160), stored(224), stored(64)), (128, 192, 256, 64));
+        assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
+        assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
+        assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
     }
 
     #[test]
@@ -354,26 +426,57 @@ mod tests {
     }
 
     #[test]
-    fn programs_are_named_by_dtype_head_dim_mask_and_turns() {
+    fn sections_keep_their_k_and_v_within_half_the_l2() {
+        // fa2bench at D = 128: 16k keys are 8 MB of K and V per head (3 heads a section), 512 keys 256 KB
+        // (96 heads, fewer when the call has fewer).
+        assert_eq!(section_heads(16, 16384, 128, 1), 3);
+        assert_eq!(section_heads(512, 512, 128, 1), 96);
+        assert_eq!(section_heads(8, 512, 128, 1), 8);
+        // GQA: a group of 8 query heads shares one K/V head.
+        assert_eq!(section_heads(64, 16384, 128, 8), 24);
+        // Never below one head, whatever the length.
+        assert_eq!(section_heads(4, 1 << 24, 256, 1), 1);
+        assert_eq!(sms(132), 132);
+        assert_eq!(sms(0), 1);
+    }
+
+    #[test]
+    fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
         let all = programs();
-        // Eight classes x two dtypes x two masks with ping-pong, and without it at 64 and 128.
-        assert_eq!(all.len(), 8 * 2 * 2 + 2 * 2 * 2);
+        // Per dtype: every class's table tiles with ping-pong, and again without it at 64 and 128.
+        let tiles = |(d, dv): (usize, usize)| table_tiles(d, dv, false).len() + table_tiles(d, dv, true).len();
+        let with_pp: usize = FA3_CLASSES.into_iter().map(tiles).sum();
+        assert_eq!(all.len(), 2 * (with_pp + tiles((64, 64)) + tiles((128, 128))));
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
-        let p = program("fa3", DType::F16, (64, 64), tile_for(64, 64), MASK_NONE, false);
-        assert_eq!(p.name, "fa3_f16_64_none_pp0");
-        assert_eq!(p.instantiation, "FA3_ENTRY(fa3_f16_64_none_pp0, __half, 64, 64, 128, 2, FA3_MASK_NONE, false)");
-        let p = program("fa3", DType::BF16, (192, 128), tile_for(192, 128), MASK_CAUSAL, true);
-        assert_eq!(p.name, "fa3_bf16_192_128_causal");
-        assert!(p.instantiation.contains(", 192, 128, 128, 2, FA3_MASK_CAUSAL, true)"), "{}", p.instantiation);
-        // The block's shared memory fits the H100's 227 KB at every class, and so do the deepest forced
+        let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len(), "two programs share a name");
+        let p = program(DType::F16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 2 }, MASK_NONE, false);
+        assert_eq!(p.name, "fa3_t128x2_f16_64_none_pp0");
+        assert_eq!(
+            p.instantiation,
+            "FA3_ENTRY(fa3_t128x2_f16_64_none_pp0, __half, 64, 64, 128, 2, FA3_MASK_NONE, false, 2)"
+        );
+        let p = program(DType::BF16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 3 }, MASK_CAUSAL, true);
+        assert_eq!(p.name, "fa3_t128x2w3_bf16_64_causal");
+        let p = program(DType::BF16, (192, 128), tile_for(192, 128, true, 4096), MASK_CAUSAL, true);
+        assert_eq!(p.name, "fa3_t128x2_bf16_192_128_causal");
+        assert!(p.instantiation.contains(", 192, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
+        // Every tile the table picks fits the H100's 227 KB of shared memory, and so do the deepest forced
         // tiles a tuning run tries.
-        assert!(FA3_CLASSES.iter().all(|&(d, dv)| tile_for(d, dv).smem_bytes(d, dv) <= 227 * 1024));
-        assert!(Fa3Tile { bn: 128, stages: 3 }.smem_bytes(128, 128) <= 227 * 1024);
-        assert!(Fa3Tile { bn: 176, stages: 2 }.smem_bytes(128, 128) <= 227 * 1024);
-        assert!(Fa3Tile { bn: 192, stages: 4 }.smem_bytes(64, 64) <= 227 * 1024);
+        for (d, dv) in FA3_CLASSES {
+            for causal in [false, true] {
+                for t in table_tiles(d, dv, causal) {
+                    assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at D = {d}, Dv = {dv}");
+                    assert!(t.rows() == 64 * t.consumers && t.threads() <= 512);
+                }
+            }
+        }
+        assert!(Fa3Tile { bn: 192, stages: 2, consumers: 2 }.smem_bytes(128, 128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 4, consumers: 3 }.smem_bytes(64, 64) <= 227 * 1024);
         // The wider tiles would not fit at 256 (why it takes 80 keys).
-        assert!(Fa3Tile { bn: 96, stages: 2 }.smem_bytes(256, 256) > 227 * 1024);
-        let src = FA3.source;
-        assert!(src.contains("#define FA3_BM 128") && src.contains("#define FA3_NC 2"), "block shape changed");
+        assert!(Fa3Tile { bn: 96, stages: 2, consumers: 2 }.smem_bytes(256, 256) > 227 * 1024);
+        assert!(FA3.source.contains("#define FA3_THREADS(NC) (128 * ((NC) + 1))"), "block shape changed");
     }
 }
