@@ -346,7 +346,7 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
 const SECTION_L2_BYTES: usize = 24 << 20;
 
 /// Query heads (b·h) per scheduling section (`fa3_tile_of`): as many as keep their K and V (2-byte elements,
-/// shared by a GQA group of `group` query heads) within [`SECTION_L2_BYTES`], at least 1, at most `n_bh`.
+/// shared by a GQA group of `group` query heads) within `SECTION_L2_BYTES`, at least 1, at most `n_bh`.
 pub fn section_heads(n_bh: usize, sk: usize, d: usize, group: usize) -> usize {
     let per_head = (2 * sk.saturating_mul(d) * 2 / group.max(1)).max(1);
     (SECTION_L2_BYTES / per_head).clamp(1, n_bh.max(1))
