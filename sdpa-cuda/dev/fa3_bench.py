@@ -7,11 +7,16 @@ with `triton.testing.do_bench` medians (as fa2_rust_bench.py): the default backe
 FLASH_ATTENTION. The bf16 8192^3 GEMM ceiling is measured in the same run.
 
     python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels [--f16] [--tiles 128,3 176,2] [--out DIR]
+    python3 sdpa-cuda/dev/fa3_bench.py --bench path/to/cuda_kernels --headdims [--seqs 1024 4096 16384] --variants
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not), bf16
 (and f16 with --f16). Writes fa3_bench.json to --out ($OUT by default) and prints a table per point and the
 medians the issue asks about. --tiles also times fa3 with each forced tile (`SDPA_FA3_TILE=bn,stages`) at
 S = 1k, 4k and 16k (or --tile-seqs), against the default tile of the same run.
+
+--headdims: issue 21's head-dim grid instead (bf16, D = 32, 40, 80, 96, 160, 192, 224, 256 and the MLA pair
+192/128, 16k tokens, H = 2048 / D where D divides 2048, else 16, S = 1k..16k or --seqs, causal and not), with a
+summary per head dim: fa3 against PyTorch's FLASH_ATTENTION and default backends and against our fa2.
 """
 import argparse
 import json
@@ -26,23 +31,47 @@ from sdpa_dev import bench, env_info, gemm_tflops, key, log, point, run_points, 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--f16", action="store_true", help="the f16 grid too")
-ap.add_argument("--tiles", nargs="*", default=[], help="forced fa3 tiles `bn,stages` to time as well")
+ap.add_argument("--tiles", nargs="*", default=[],
+                help="forced fa3 tiles `bn,stages` to time as well; `bn,stages@D` or `@D/Dv` at that head dim only")
 ap.add_argument("--tile-seqs", nargs="*", type=int, default=[1024, 4096, 16384],
                 help="sequence lengths the forced tiles are timed at (default 1k, 4k, 16k)")
 ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
+ap.add_argument("--headdims", action="store_true", help="issue 21's head-dim grid instead of fa2bench")
+ap.add_argument("--seqs", nargs="*", type=int, default=None, help="sequence lengths (default: the grid's)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
 dtypes = ["bf16", "f16"] if args.f16 else ["bf16"]
-shapes = [(dt, d, causal, s) for dt in dtypes for d in [64, 128] for causal in [False, True]
-          for s in [512, 1024, 2048, 4096, 8192, 16384]]
+# (tag, dtype, D, Dv, heads, causal, S)
+if args.headdims:
+    seqs = args.seqs or [1024, 2048, 4096, 8192, 16384]
+    dims = [(d, d, 2048 // d if 2048 % d == 0 else 16) for d in [32, 40, 80, 96, 160, 192, 224, 256]] + [(192, 128, 16)]
+    shapes = [("headdim" if d == dv else "mla", dt, d, dv, h, causal, s) for dt in dtypes for (d, dv, h) in dims
+              for causal in [False, True] for s in seqs]
+else:
+    seqs = args.seqs or [512, 1024, 2048, 4096, 8192, 16384]
+    shapes = [("fa2bench", dt, d, d, 2048 // d, causal, s) for dt in dtypes for d in [64, 128]
+              for causal in [False, True] for s in seqs]
 
 
-def grid(kernel, seqs=None):
-    return [point("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dt, causal, kernel)
-            for (dt, d, causal, s) in shapes if seqs is None or s in seqs]
+def grid(kernel, seqs=None, dims=None):
+    return [point(tag, 16384 // s, h, h, s, s, d, dt, causal, kernel, dv=dv)
+            for (tag, dt, d, dv, h, causal, s) in shapes
+            if (seqs is None or s in seqs) and (dims is None or (d, dv) in dims)]
+
+
+def tile_dims(spec):
+    """The forced tile `bn,stages` of a --tiles entry and the (D, Dv) it is limited to (None: every one)."""
+    tile, _, at = spec.partition("@")
+    if not at:
+        return tile, None
+    dims = []
+    for x in at.split(","):
+        d, _, dv = x.partition("/")
+        dims.append((int(d), int(dv or d)))
+    return tile, dims
 
 
 res = dict(env=env_info(date=False), ceilings={}, records=[])
@@ -51,13 +80,16 @@ runs = {}
 variants = [(f"fa3_{v.split(':')[0]}", "fa3", dict([v.split(':', 1)[1].split('=', 1)])) for v in args.variants]
 for name, kernel, env in [("fa3", "fa3", None)] + variants + [("fa2", "fa2", None)]:
     log(f"timing {name} ...")
-    runs[name] = run_points(args.bench, grid(kernel), f"fa3_{name}_raw.json", warmup=5, reps=30, env=env,
-                            on_error="none") or []
+    # Kept in --out, so that a run stopped in the PyTorch part still brings ours back.
+    runs[name] = run_points(args.bench, grid(kernel), os.path.join(args.out, f"fa3_{name}_raw.json"), warmup=5,
+                            reps=30, env=env, on_error="none") or []
 tile_runs = {}
-for t in args.tiles:
-    log(f"timing fa3 with SDPA_FA3_TILE={t} ...")
-    tile_runs[t] = run_points(args.bench, grid("fa3", args.tile_seqs), f"fa3_tile_{t.replace(',', 'x')}_raw.json",
-                              warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
+for spec in args.tiles:
+    t, only = tile_dims(spec)
+    log(f"timing fa3 with SDPA_FA3_TILE={t}{' at ' + str(only) if only else ''} ...")
+    name = spec.replace(",", "x").replace("@", "_at").replace("/", "-")
+    tile_runs[spec] = run_points(args.bench, grid("fa3", args.tile_seqs, only), f"fa3_tile_{name}_raw.json",
+                                 warmup=5, reps=30, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
@@ -117,7 +149,8 @@ for row in res["records"]:
     ratio = f2["ms"] / a["ms"] if (a["ms"] and f2["ms"]) else None
     vcols = "".join(f"{fm(row[n]['tflops'])} {fm(row[n]['x_default'], '6.3f')} {'y' if row[n]['check'] else 'N'} | "
                     for n in vnames)
-    log(f"{dname:4} {d:>3} {int(mask == 'causal')} {sq:>5} | {fm(a['tflops'])} {fm(a['x_default'], '6.3f')} "
+    dd = str(d) if d == dv else f"{d}/{dv}"
+    log(f"{dname:4} {dd:>3} {int(mask == 'causal')} {sq:>5} | {fm(a['tflops'])} {fm(a['x_default'], '6.3f')} "
         f"{fm(a['x_flash'], '6.3f')} {'y' if a['check'] else 'N'} | {vcols}"
         f"{fm(f2['tflops'])} {fm(f2['x_default'], '6.3f')} | {fm(ratio, '7.3f')} "
         f"{fm(100 * a['frac_gemm'] if a['frac_gemm'] else None, '5.1f')}"
@@ -133,6 +166,24 @@ for name in runs:
                 f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
         else:
             log(f"{name} {dname}: no timings")
+
+
+def med_min(xs):
+    xs = sorted(x for x in xs if x)
+    return f"{xs[len(xs) // 2]:.3f} / {xs[0]:.3f}" if xs else "-"
+
+
+if args.headdims:
+    log("\nper head dim (median / min over S and causal): fa3 x flash | fa3 x default | fa3 / fa2 | fa3 TFLOPS")
+    for dname in dtypes:
+        for (d, dv) in dict.fromkeys((r["shape"][5], r["shape"][8]) for r in res["records"]):
+            recs = [r for r in res["records"] if r["shape"][6] == dname and (r["shape"][5], r["shape"][8]) == (d, dv)]
+            a = [r["fa3"] for r in recs]
+            f2 = [r["fa2"]["ms"] / r["fa3"]["ms"] if (r["fa3"]["ms"] and r["fa2"]["ms"]) else None for r in recs]
+            tf = sorted(x["tflops"] for x in a if x["tflops"])
+            log(f"{dname} D={d}/{dv}: {med_min(x['x_flash'] for x in a)} | {med_min(x['x_default'] for x in a)} | "
+                f"{med_min(f2)} | {tf[0] if tf else 0:.0f}-{tf[-1] if tf else 0:.0f} | checks pass: "
+                f"{all(x['check'] for x in a)}")
 for t, recs in tile_runs.items():
     base = by["fa3"]
     lines = []
@@ -142,7 +193,8 @@ for t, recs in tile_runs.items():
         x = b0["median_ms"] / r["median_ms"] if (r.get("median_ms") and b0.get("median_ms")) else None
         if x:
             ratios.append(x)
-        lines.append(f"D={r['d']} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
+        dims = f"{r['d']}/{r.get('dv', r['d'])}"
+        lines.append(f"D={dims} c={int(r['mask'] == 'causal')} S={r['sq']}: {fm(r.get('tflops'))} TFLOPS "
                      f"(x{fm(x, '.3f')} of the default tile){' check ' + str(r.get('check_pass')) if not r.get('check_pass') else ''}"
                      f"{(' ' + r['error'][:50]) if r.get('error') else ''}")
     ratios.sort()

@@ -1,6 +1,12 @@
 // `fa3`: attention forward for f16/bf16 on Hopper (sm_90a): TMA tensor loads, `wgmma` for both products,
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
-// src/kernels/fa3.rs plans and launches it (head dims D = Dv = 64 or 128, no mask or causal).
+// src/kernels/fa3.rs plans and launches it (no mask or causal) at a head-dim class (D, DV): the Q/K width D
+// and the V/O width DV the products compute, multiples of 32 (64, 96, 128, 192/128, 160, 192, 224, 256),
+// stored in shared memory as whole 64-column blocks (DS, DVS: a 96 class keeps 128 columns, the last 32
+// zero). A call's own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps
+// carry the true widths, so TMA fills the columns past them with zeros inside a box; 64-column blocks wholly
+// past them are not loaded (Q's and K's are zeroed once, V's only feed columns of O that are never stored),
+// and O is stored up to p.dv only.
 //
 // Work tile: BM = 64 NC query rows of one (batch, query head); consumer warpgroups 0 .. NC - 1 (NC = 2, or
 // 3 at D = 64 without a mask) own 64 rows each, warpgroup NC is the producer. Blocks are persistent: each
@@ -16,7 +22,8 @@
 //   S = Q·Kᵀ (wgmma m64nBNk16, both operands in shared memory, K-major),
 //   mask (only tiles crossing the end of the keys or the causal diagonal), online softmax in registers
 //   (exp2 with the scale folded in), P converted in registers to the A fragment,
-//   O += P·V (wgmma m64nDk16, A = P from registers, B = V read transposed from its [keys][d] rows).
+//   O += P·V (wgmma m64nDVk16, A = P from registers, B = V read transposed from its [keys][dv] rows; a DV
+//   that is not whole 64-column blocks runs as N = DV - 32 and N = 32, fa3_pv_step).
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
 // runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the consumers take turns issuing
 // their products (named barriers, round robin), so one's softmax runs under the others' GEMMs. O leaves
@@ -27,7 +34,7 @@
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [NC][D/64][64][128 B] | K ring ST x [D/64][BN][128 B] | V ring ST x [D/64][BN][128 B] | mbarriers.
+//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers.
 #include "common.cuh"
 #include "sm90_async.cuh"
 
@@ -53,22 +60,61 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
-template <typename T, int D, int BN, int ST, int NC>
+template <typename T, int D, int DV, int BN, int ST, int NC>
 struct Fa3Smem {
-    static constexpr int Q_BYTES = 64 * D * 2;    // one consumer's Q rows
-    static constexpr int KV_BYTES = BN * D * 2;   // one K or V tile
+    static constexpr int DS = (D + 63) / 64 * 64;    // stored columns of a Q or K row: whole TMA boxes
+    static constexpr int DVS = (DV + 63) / 64 * 64;  // of a V row
+    static constexpr int Q_BYTES = 64 * DS * 2;   // one consumer's Q rows
+    static constexpr int K_BYTES = BN * DS * 2;   // one K tile
+    static constexpr int V_BYTES = BN * DVS * 2;  // one V tile
     static constexpr int BLOCK_Q = 64 * 128;      // one 64-column block of a Q tile
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = NC * Q_BYTES;
-    static constexpr int V_OFF = K_OFF + ST * KV_BYTES;
-    static constexpr int BAR_OFF = V_OFF + ST * KV_BYTES;
+    static constexpr int V_OFF = K_OFF + ST * K_BYTES;
+    static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
     // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
     static constexpr int BYTES = BAR_OFF + 8 * (2 * NC + 4 * ST);
-    static_assert(D % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole TMA boxes and k16 steps");
-    static_assert(KV_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
+    static_assert(D % 32 == 0 && DV % 32 == 0 && BN % 16 == 0 && BN <= 256, "k16 steps, n32 products");
+    static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
     static constexpr int ST_ = ST, NC_ = NC;
 };
+
+// 64-column blocks of a stored Q/K row (`W` = DS) or V row (DVS) that hold some of the call's `cols`
+// columns: the ones TMA loads (blocks wholly past them are not loaded).
+template <int W>
+__device__ __forceinline__ int fa3_live_blocks(int cols) {
+    return min(W / 64, (cols + 63) / 64);
+}
+
+// Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
+// long) from `base` with the threads `i0`, `i0 + step`, ..., then publishes the stores to the async proxy
+// (wgmma reads them). The caller orders them before the reads with a barrier.
+__device__ __forceinline__ void fa3_zero_blocks(unsigned char* base, int tiles, int tile_bytes, int blocks,
+                                                int live, int block_bytes, int i0, int step) {
+    const int per_tile = (blocks - live) * block_bytes / 16;
+    for (int i = i0; i < tiles * per_tile; i += step) {
+        const int tile = i / per_tile, x = i % per_tile;
+        *reinterpret_cast<uint4*>(base + tile * tile_bytes + live * block_bytes + 16 * x) = make_uint4(0, 0, 0, 0);
+    }
+    sm90_proxy_fence();
+}
+
+// O (64 x DV) += P·V for one k16 step, V's rows at `v` (blocks of `block_bytes`): one product when DV is
+// whole 64-column blocks, else N = DV - 32 and then N = 32 from the last block, whose accumulators are the
+// last DV/8 - (DV - 32)/8 n8 tiles of O (the register order of one N = DV product).
+template <int DV, typename T>
+__device__ __forceinline__ void fa3_pv_step(float (&o)[DV / 2], const unsigned (&pa)[4], unsigned v,
+                                            unsigned block_bytes) {
+    if constexpr (DV % 64 == 0) {
+        fa3_rs(o, pa, fa3_desc_mn(v, block_bytes), T());
+    } else {
+        constexpr int LO = DV - 32;
+        fa3_rs(*reinterpret_cast<float(*)[LO / 2]>(&o[0]), pa, fa3_desc_mn(v, block_bytes), T());
+        fa3_rs(*reinterpret_cast<float(*)[16]>(&o[LO / 2]), pa, fa3_desc_mn(v + (LO / 64) * block_bytes, block_bytes),
+               T());
+    }
+}
 
 // Work tile w (0 .. n_bh·n_mblocks - 1) -> (batch·head, query tile). The heads go in sections of `section`
 // (chosen by the launcher so that a section's K/V stays in L2: at S = 16k and D = 128 one head's K and V are
@@ -146,38 +192,46 @@ __device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, int m0, int c)
 // the ring. `ring` is how many tiles went through the ring before this query tile (tile j of it takes slot
 // (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c] counts consumer c's Q loads so far. The first
 // K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
-template <int D, int BN, int ST, int NC>
+template <int D, int DV, int BN, int ST, int NC>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int h, int kvh, int m0,
                                                  int n_tiles, int ring, int (&nq)[NC]) {
-    using L = Fa3Smem<__half, D, BN, ST, NC>;  // the layout depends on the element size only (2 bytes)
-    constexpr int CB = D / 64;             // 64-column blocks of a row
+    using L = Fa3Smem<__half, D, DV, BN, ST, NC>;  // the layout depends on the element size only (2 bytes)
+    constexpr int CB = L::DS / 64, CBV = L::DVS / 64;  // 64-column blocks of a Q/K row and of a V row
+    // Blocks holding some of the call's columns: the others are never loaded.
+    const int kb = fa3_live_blocks<L::DS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
     const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
     auto load_k = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.k_empty + 8 * s, (use - 1) & 1);
-        sm90_mbar_expect(r.k_full + 8 * s, L::KV_BYTES);
+        sm90_mbar_expect(r.k_full + 8 * s, kb * L::BLOCK_KV);
 #pragma unroll
         for (int c = 0; c < CB; ++c)
-            sm90_tma_load(r.k + s * L::KV_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, r.k_full + 8 * s, pol);
+            if (c < kb)
+                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, r.k_full + 8 * s,
+                              pol);
     };
     auto load_v = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.v_empty + 8 * s, (use - 1) & 1);
-        sm90_mbar_expect(r.v_full + 8 * s, L::KV_BYTES);
+        sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
-        for (int c = 0; c < CB; ++c)
-            sm90_tma_load(r.v + s * L::KV_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, r.v_full + 8 * s, pol);
+        for (int c = 0; c < CBV; ++c)
+            if (c < vb)
+                sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, r.v_full + 8 * s,
+                              pol);
     };
     if (n_tiles > 0) load_k(0);
 #pragma unroll
     for (int w = 0; w < NC; ++w) {
         if (!fa3_has_rows(a.p, m0, w)) continue;
         if (nq[w] > 0) sm90_mbar_wait(r.q_empty + 8 * w, (nq[w] - 1) & 1);
-        sm90_mbar_expect(r.q_full + 8 * w, L::Q_BYTES);
+        sm90_mbar_expect(r.q_full + 8 * w, kb * L::BLOCK_Q);
         const unsigned dst = r.q + w * L::Q_BYTES;
 #pragma unroll
         for (int c = 0; c < CB; ++c)
-            sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * w, h, b, r.q_full + 8 * w, sm90_l2_policy(0));
+            if (c < kb)
+                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * w, h, b, r.q_full + 8 * w,
+                              sm90_l2_policy(0));
         ++nq[w];
     }
     for (int j = 0; j < n_tiles; ++j) {
@@ -191,14 +245,14 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 // K/V tiles the producer fills from ring position `ring`, release Q once its last S = Q·Kᵀ completed (the
 // producer loads the next tile's Q meanwhile), write O (and LSE). Returns whether this thread wrote a
 // non-finite value (the caller repairs).
-template <typename T, int D, int BN, int ST, int MASK, bool PP, int NC>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
                                                  int m0, int n_tiles, int ring, int q_phase) {
-    using L = Fa3Smem<T, D, BN, ST, NC>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;   // n8 tiles of S
     constexpr int KT = BN / 16;  // k16 steps of P·V
-    constexpr int DT = D / 8;    // n8 tiles of O
+    constexpr int DT = DV / 8;   // n8 tiles of O
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, t = lane & 3;
     const int wgi = warp / 4;
@@ -231,7 +285,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
             // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
             const int off = (kk % 4) * 32;
             fa3_ss(s, fa3_desc_k(aQw + (kk / 4) * L::BLOCK_Q + off),
-                   fa3_desc_k(aK + sj * L::KV_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
+                   fa3_desc_k(aK + sj * L::K_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
         }
         fa3_commit();
     };
@@ -240,7 +294,7 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-            fa3_rs(o, pa[kk], fa3_desc_mn(aV + sj * L::KV_BYTES + kk * 2048, L::BLOCK_KV), T());
+            fa3_pv_step<DV, T>(o, pa[kk], aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV);
         fa3_commit();
     };
     // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
@@ -394,7 +448,8 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
     }
 
-    // Epilogue: normalise, round to T and store from registers (4 bytes: two columns of a row per thread).
+    // Epilogue: normalise, round to T and store from registers (4 bytes: two columns of a row per thread),
+    // the columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding).
     // No staging through shared memory: the Q buffer already takes the next tile's Q, and the stores drain
     // while the next tile runs.
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
@@ -407,9 +462,11 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
             T* orow = out + (i64)row * p.o_stride[2] + 2 * t;
 #pragma unroll
             for (int j = 0; j < DT; ++j) {
-                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                bad |= !isfinite(x0) || !isfinite(x1);
-                *reinterpret_cast<unsigned*>(orow + 8 * j) = fa3_pack<T>(x0, x1);
+                if (8 * j < p.dv) {
+                    const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+                    bad |= !isfinite(x0) || !isfinite(x1);
+                    *reinterpret_cast<unsigned*>(orow + 8 * j) = fa3_pack<T>(x0, x1);
+                }
             }
             if (p.lse != nullptr && t == 0)
                 p.lse[((i64)b * p.hq + h) * p.sq + row] =
@@ -422,9 +479,9 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
 // The persistent block: producer and consumers walk the same work tiles (fa3_work), the ring position and
 // the Q-load counts carried from one tile to the next, so the producer fills the next tile's Q and K/V while
 // the consumers finish the current one.
-template <typename T, int D, int BN, int ST, int MASK, bool PP, int NC>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
-    using L = Fa3Smem<T, D, BN, ST, NC>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
     const int tid = threadIdx.x, warp = tid / 32;
@@ -460,6 +517,13 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         }
         sm90_mbar_init_fence();
     }
+    // Q and K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing
+    // there (nothing else writes those buffers: O is stored from registers).
+    const int kb = fa3_live_blocks<L::DS>(p.d);
+    if (kb < L::DS / 64) {
+        fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / 64, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
+        fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / 64, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
+    }
     __syncthreads();
 
     bool bad = false;
@@ -474,7 +538,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                 if (w == n_work) continue;
                 int b, h, m0, n_tiles;
                 tile(w, b, h, m0, n_tiles);
-                fa3_produce_tile<D, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
+                fa3_produce_tile<D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
                 ring += n_tiles;
             }
         }
@@ -492,7 +556,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             if (w == n_work) continue;
             int b, h, m0, n_tiles;
             tile(w, b, h, m0, n_tiles);
-            bad |= fa3_consume_tile<T, D, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1);
+            bad |= fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1);
             ring += n_tiles;
             nq += fa3_has_rows(p, m0, wgi);
         }
@@ -511,18 +575,18 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     }
 }
 
-#define FA3_BODY(T, D, BN, ST, MASK, PP, NC)                                                           \
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, BN, ST, MASK, PP, NC>(a, fa3_smem);
+    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, BN, ST, MASK, PP, NC) asm volatile("trap;");
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC) asm volatile("trap;");
 #endif
 
-// Entry fa3_{dtype}_{D}_{mask}[_pp0]: element type, head dim (D = Dv), keys per tile, ring depth, mask,
-// ping-pong, consumer warpgroups.
-#define FA3_ENTRY(NAME, T, D, BN, ST, MASK, PP, NC)                                                    \
+// Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
+// DV), keys per tile, ring depth, mask, ping-pong, consumer warpgroups.
+#define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC)                                                \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, BN, ST, MASK, PP, NC)                                                           \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
     }

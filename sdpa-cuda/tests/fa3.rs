@@ -4,9 +4,12 @@
 //! decoding rows, no mask and causal in both alignments (rows that see no key included), both layouts,
 //! f16 and bf16, with and without LSE, more query tiles than multiprocessors (each persistent block walks
 //! several; `fa3_run.sh` reruns the reference test with `SDPA_FA3_GRID` forcing a few blocks and short
-//! sections); a NaN in one query stays in its row; what `fa3` lacks is refused with the reason. Every case
-//! must report `fa3` as the kernel that ran. Skips (printing why) without a GPU, and skips the kernel checks
-//! on a GPU other than compute capability 9.0 after checking that `fa3` refuses it.
+//! sections); a NaN in one query stays in its row; what `fa3` lacks is refused with the reason. Every
+//! head-dim class (64, 96, 128, 192/128, 160, 192, 224, 256), exact and padded (D or Dv below the class,
+//! 64-column blocks wholly past them), Dv != D, on the same kinds of shapes. Every case must report `fa3` as
+//! the kernel that ran. Skips (printing why) without a GPU, and skips the kernel checks on a GPU other than
+//! compute capability 9.0 after checking that `fa3` refuses it.
+
 mod common;
 
 use common::{assert_nan_in_a_query_stays_in_its_row, gpu, rows_for, sh, Case};
@@ -64,35 +67,113 @@ fn fa3_matches_the_reference() {
                     let mut case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
                     case.lse = n % 4 != 0; // every fourth without LSE (the null-pointer path)
                     n += 1;
-                    let spec = case.spec();
-                    let inputs = HostInputs::random(&spec, 25_000 + n as u64).expect("valid spec");
-                    let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
-                        Ok(run) => run,
-                        Err(e) => {
-                            failures.push(format!("{}: error: {e}", case.label()));
-                            continue;
-                        }
-                    };
-                    if run.kernel != Kernel::Fa3 {
-                        failures.push(format!("{}: ran {}", case.label(), run.kernel));
-                    }
-                    if case.lse && run.output.lse.is_none() {
-                        failures.push(format!("{}: LSE asked for, none returned", case.label()));
-                    }
-                    match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)) {
-                        Ok(r) => {
-                            worst = worst.max(r.rel_err / r.tolerance);
-                            if !r.pass {
-                                failures.push(format!("{}: {r:?}", case.label()));
-                            }
-                        }
-                        Err(e) => failures.push(format!("{}: check: {e}", case.label())),
-                    }
+                    worst = worst.max(check_case(&gpu, &case, 25_000 + n as u64, &mut failures));
                 }
             }
         }
     }
     eprintln!("fa3: {n} cases, {} failed, worst error {worst:.3} of its tolerance", failures.len());
+    assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Runs `case` against the f64 reference (LSE asked for or not), pushing what went wrong onto `failures`;
+/// returns the error as a fraction of the tolerance.
+fn check_case(gpu: &CudaBackend, case: &Case, seed: u64, failures: &mut Vec<String>) -> f64 {
+    let spec = case.spec();
+    let inputs = HostInputs::random(&spec, seed).expect("valid spec");
+    let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
+        Ok(run) => run,
+        Err(e) => {
+            failures.push(format!("{}: error: {e}", case.label()));
+            return 0.0;
+        }
+    };
+    if run.kernel != Kernel::Fa3 {
+        failures.push(format!("{}: ran {}", case.label(), run.kernel));
+    }
+    if case.lse && run.output.lse.is_none() {
+        failures.push(format!("{}: LSE asked for, none returned", case.label()));
+    }
+    match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&case.shape)) {
+        Ok(r) => {
+            if !r.pass {
+                failures.push(format!("{}: {r:?}", case.label()));
+            }
+            r.rel_err / r.tolerance
+        }
+        Err(e) => {
+            failures.push(format!("{}: check: {e}", case.label()));
+            0.0
+        }
+    }
+}
+
+/// (D, Dv) pairs covering every head-dim class, exact and padded: 32 and 40 run class 64, 80 (padded) and
+/// 96 class 96, 112 class 128, 192/128 (MLA) its own class, 136/104 the same class padded, 160 class 160,
+/// 176 and 192 class 192, 224 class 224, 240 and 256 class 256; 64/128 and 256/128 leave whole 64-column
+/// blocks of Q/K or of V unloaded, 96/64 a V block of the 96 class.
+const HEAD_DIM_PAIRS: [(usize, usize); 17] = [
+    (32, 32),
+    (40, 40),
+    (80, 80),
+    (96, 96),
+    (112, 112),
+    (192, 128),
+    (136, 104),
+    (160, 160),
+    (176, 176),
+    (192, 192),
+    (224, 224),
+    (240, 240),
+    (256, 256),
+    (64, 128),
+    (256, 128),
+    (96, 64),
+    (128, 128),
+];
+
+/// Every head-dim class, exact and padded, with Dv != D: GQA, lengths off the tiles (several key tiles, the
+/// ring wrapping, Sq > Sk with rows that see no key), no mask and causal in both alignments, both layouts,
+/// f16 and bf16 taking turns, LSE on three cases in four.
+#[test]
+fn fa3_head_dim_classes_match_the_reference() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let mut failures = Vec::new();
+    let (mut n, mut worst) = (0usize, 0.0f64);
+    for (d, dv) in HEAD_DIM_PAIRS {
+        let shapes = [
+            Shape { d, dv, ..sh(1, 4, 1, 77, 300, d) }, // GQA 4, Sq < Sk, three key tiles at every tile width
+            Shape { d, dv, ..sh(2, 2, 2, 200, 130, d) }, // Sq > Sk: bottom-right rows that see no key
+        ];
+        for shape in shapes {
+            for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+                for layout in [Layout::Bhsd, Layout::Bshd] {
+                    let dtype = if n % 2 == 0 { DType::BF16 } else { DType::F16 };
+                    let mut case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
+                    case.lse = n % 4 != 3;
+                    n += 1;
+                    worst = worst.max(check_case(&gpu, &case, 26_000 + n as u64, &mut failures));
+                }
+            }
+        }
+    }
+    // Long ones: the 2-deep ring wraps many times (D = 256 and 224 run 80-key tiles, 160 and 192 112).
+    for (d, dv) in [(256, 256), (224, 224), (192, 128), (160, 160), (96, 96)] {
+        let case = Case::new(
+            Shape { d, dv, ..sh(1, 4, 2, 600, 1100, d) },
+            DType::BF16,
+            Mask::CausalBottomRight,
+            Layout::Bshd,
+            Kernel::Fa3,
+            F32Math::Exact,
+        );
+        n += 1;
+        worst = worst.max(check_case(&gpu, &case, 26_000 + n as u64, &mut failures));
+    }
+    eprintln!("fa3 head dims: {n} cases, {} failed, worst error {worst:.3} of its tolerance", failures.len());
     assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -122,6 +203,14 @@ fn small_calls_for_the_sanitizer() {
         (sh(1, 4, 1, 70, 200, 128), DType::BF16, Mask::CausalTopLeft, Layout::Bhsd),
         (sh(1, 2, 2, 33, 300, 64), DType::F16, Mask::CausalBottomRight, Layout::Bshd),
         (sh(1, 2, 1, 130, 100, 64), DType::BF16, Mask::None, Layout::Bhsd),
+        // One per new class, each padded somewhere: 192/128 exact, 160 in 192, 224 in 256, 40 in 64, 80 in
+        // 128, and 64/128 (Q/K blocks never loaded, zeroed).
+        (Shape { dv: 128, ..sh(1, 2, 1, 70, 200, 192) }, DType::BF16, Mask::CausalBottomRight, Layout::Bshd),
+        (sh(1, 2, 2, 70, 150, 160), DType::F16, Mask::None, Layout::Bhsd),
+        (sh(1, 2, 1, 70, 170, 224), DType::BF16, Mask::CausalTopLeft, Layout::Bhsd),
+        (sh(1, 2, 2, 70, 150, 40), DType::BF16, Mask::None, Layout::Bshd),
+        (sh(1, 2, 2, 70, 150, 80), DType::F16, Mask::CausalTopLeft, Layout::Bhsd),
+        (Shape { dv: 128, ..sh(1, 2, 1, 70, 150, 64) }, DType::BF16, Mask::None, Layout::Bhsd),
     ];
     for (n, (shape, dtype, mask, layout)) in calls.into_iter().enumerate() {
         let case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
@@ -140,9 +229,9 @@ fn fa3_refuses_what_it_lacks() {
     let explicit = |s: Shape| Mask::Explicit(ExplicitMask::full(MaskValues::Additive, &s));
     let s64 = sh(1, 2, 2, 100, 100, 64);
     let cases = [
-        (sh(1, 2, 2, 100, 100, 96), DType::BF16, Mask::None, "head dims"),
-        (sh(1, 2, 2, 100, 100, 256), DType::F16, Mask::None, "head dims"),
-        (Shape { dv: 128, ..s64 }, DType::BF16, Mask::None, "head dims"),
+        (sh(1, 2, 2, 100, 100, 36), DType::BF16, Mask::None, "head dims"),
+        (sh(1, 2, 2, 100, 100, 264), DType::F16, Mask::None, "head dims"),
+        (Shape { dv: 60, ..s64 }, DType::BF16, Mask::None, "head dims"),
         (s64, DType::F32, Mask::None, "f16 and bf16"),
         (s64, DType::BF16, explicit(s64), "explicit"),
     ];

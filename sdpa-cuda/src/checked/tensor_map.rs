@@ -6,6 +6,8 @@
 //! swizzle: the layout the kernels' `ldmatrix` addressing expects (`kernels/splitkv.cu`). Rows past `S`
 //! arrive as zeros. Layouts a tensor map cannot describe (a base or a stride not a multiple of 16 bytes,
 //! a head dim that is not whole boxes) get `None`, and the caller takes a path without tensor copies.
+//! [`padded_tensor_map`] takes head dims that end inside a box too: the map records the true width, and
+//! TMA fills the box's columns past it with zeros (how `fa3` runs a head dim below its class).
 
 use cudarc::driver::sys;
 use sdpa_core::DType;
@@ -29,13 +31,30 @@ pub struct KvOperand {
 /// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns, or `None` when the
 /// layout cannot be described or the driver refuses it.
 pub fn kv_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
+    if !op.dims[3].is_multiple_of(BOX_COLS) {
+        return None;
+    }
+    encode(op, box_keys)
+}
+
+/// Like [`kv_tensor_map`], for a head dim `D` that need not be whole boxes: boxes reaching past `D` get
+/// zeros in the columns past it. `D` must be a multiple of 8 elements (rows of whole 16-byte chunks, what
+/// the callers' stores need), else `None`.
+pub fn padded_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
+    if !op.dims[3].is_multiple_of(8) {
+        return None;
+    }
+    encode(op, box_keys)
+}
+
+fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
     let data_type = match op.dtype {
         DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         _ => return None,
     };
     let [b, h, s, d] = op.dims;
-    if !op.ptr.is_multiple_of(16) || !d.is_multiple_of(BOX_COLS) || !(1..=256).contains(&box_keys) {
+    if !op.ptr.is_multiple_of(16) || !(1..=256).contains(&box_keys) {
         return None;
     }
     // Innermost first: (D, S, H, B) and the byte strides of S, H, B.
@@ -110,5 +129,9 @@ mod tests {
         assert!(kv_tensor_map(&op(256, DType::BF16, 128, ok), 257).is_none());
         // A negative stride.
         assert!(kv_tensor_map(&op(256, DType::BF16, 128, [-(4 * 100 * 128), 100 * 128, 128]), 32).is_none());
+        // Padded maps: head dims that are not whole 16-byte rows, and the same refusals as above.
+        assert!(padded_tensor_map(&op(256, DType::BF16, 36, [4 * 100 * 40, 100 * 40, 40]), 32).is_none());
+        assert!(padded_tensor_map(&op(8, DType::BF16, 80, [4 * 100 * 80, 100 * 80, 80]), 32).is_none());
+        assert!(padded_tensor_map(&op(256, DType::F32, 80, [4 * 100 * 80, 100 * 80, 80]), 32).is_none());
     }
 }

@@ -13,16 +13,20 @@
 //! head; the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen by head dim and
 //! mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
-//! What it takes today ([`refuses`]): f16/bf16, D = Dv = 64 or 128, no mask or a causal one, a positive
-//! scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O multiples
-//! of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks (it never
-//! falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
+//! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
+//! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
+//! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
+//!
+//! What it takes today ([`refuses`]): f16/bf16, D and Dv multiples of 8 up to 256, no mask or a causal one,
+//! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
+//! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
+//! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{mask_suffix, AttnParams, MASK_CAUSAL, MASK_NONE};
-use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
+use crate::checked::tensor_map::{padded_tensor_map, KvOperand};
 use crate::error::unsupported;
 use crate::sys::modules::FA3;
 use crate::sys::program::{cuda_type, Program};
@@ -30,14 +34,33 @@ use cudarc::driver::sys::CUtensorMap;
 use cudarc::driver::DeviceRepr;
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
 
-/// Head dims (D = Dv) `fa3` is instantiated for.
-pub const FA3_HEAD_DIMS: [usize; 2] = [64, 128];
+/// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O that the
+/// products compute (multiples of 32). Shared memory holds whole 64-column TMA boxes ([`stored`]), so 96,
+/// 160 and 224 take the tiles of 128, 192 and 256 and compute a quarter, a sixth and an eighth less.
+/// 192/128 is MLA prefill (DeepSeek-V2/V3); other unequal head dims run the first class that holds both.
+pub const FA3_CLASSES: [(usize, usize); 8] =
+    [(64, 64), (96, 96), (128, 128), (192, 128), (160, 160), (192, 192), (224, 224), (256, 256)];
+
+/// Columns a row of head dim class `w` takes in shared memory: whole 64-column TMA boxes (`Fa3Smem::DS`).
+pub fn stored(w: usize) -> usize {
+    w.div_ceil(64) * 64
+}
+
+/// The class (D, Dv) a call with head dims `d`, `dv` runs: the first of [`FA3_CLASSES`] at or above both, or
+/// `None` when one is 0, not a multiple of 8 (rows of whole 16-byte chunks, for the tensor maps and the
+/// stores of O) or above 256.
+pub fn head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
+    if d == 0 || dv == 0 || !d.is_multiple_of(8) || !dv.is_multiple_of(8) {
+        return None;
+    }
+    FA3_CLASSES.into_iter().find(|&(cd, cdv)| d <= cd && dv <= cdv)
+}
 /// The tiling of an entry: keys per tile, ring depth and consumer warpgroups (`BN`, `ST`, `NC` of
 /// `FA3_ENTRY`); a block runs 64 query rows per consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fa3Tile {
-    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 128,
-    /// 176 or 192).
+    /// Keys per K/V tile (a multiple of 16 up to 256 with a `wgmma` width for it in fa3_wgmma.cuh: 64, 80,
+    /// 96, 112, 128, 176 or 192).
     pub bn: usize,
     /// K/V ring slots.
     pub stages: usize,
@@ -46,10 +69,12 @@ pub struct Fa3Tile {
 }
 
 impl Fa3Tile {
-    /// Dynamic shared memory of a block at head dim `d` (`Fa3Smem::BYTES`): Q of every consumer, the K and V
-    /// rings, the mbarriers (full and empty per consumer's Q, per K and per V slot).
-    pub fn smem_bytes(&self, d: usize) -> usize {
-        self.consumers * 64 * d * 2 + 2 * self.stages * self.bn * d * 2 + 8 * (2 * self.consumers + 4 * self.stages)
+    /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of every
+    /// consumer, the K and V rings (rows of [`stored`] columns), the mbarriers (full and empty per consumer's
+    /// Q, per K and per V slot).
+    pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        let (d, dv) = (stored(d), stored(dv));
+        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 * self.consumers + 4 * self.stages)
     }
 
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
@@ -71,20 +96,28 @@ impl Fa3Tile {
     }
 }
 
-/// The tile of a call by head dim `d`, mask and key count `sk` (measured on the H100,
-/// bench/results/gpu/fa3.md): 128 keys in a 2-deep ring, with three consumer warpgroups (192 query rows a
-/// block) at D = 64 without a mask (1.05-1.21x two consumers), two otherwise (three lost 2-15 % at D = 64
-/// causal from 8k on and below 2k; D = 128 needs the 240 registers of two). Longer key tiles (176, 192)
-/// were within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x).
-pub fn tile_for(d: usize, causal: bool, _sk: usize) -> Fa3Tile {
-    let consumers = if d == 64 && !causal { 3 } else { 2 };
-    Fa3Tile { bn: 128, stages: 2, consumers }
+/// The tile of a call by head-dim class (`d`, `dv`), mask and key count `sk` (measured on the H100,
+/// bench/results/gpu/fa3.md). Keys per tile: a 2-deep ring of 128 keys up to 192/128 (stored widths), 112
+/// keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
+/// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`; 64 keys at 256, 96 at 192 and 112 at
+/// 192/128 measured 0.95-0.98x median). Consumers: three warpgroups (192 query rows a block) at the class
+/// 64 without a mask (1.05-1.21x two consumers), two otherwise (three lost 2-15 % at D = 64 causal from 8k
+/// on and below 2k; wider classes need the 240 registers of two). Longer key tiles (176, 192) at 64/128 were
+/// within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x).
+pub fn tile_for(d: usize, dv: usize, causal: bool, _sk: usize) -> Fa3Tile {
+    let bn = match (stored(d), stored(dv)) {
+        (256, _) => 80,
+        (192, 192) => 112,
+        _ => 128,
+    };
+    let consumers = if (stored(d), stored(dv)) == (64, 64) && !causal { 3 } else { 2 };
+    Fa3Tile { bn, stages: 2, consumers }
 }
 
-/// The tiles [`tile_for`] can choose at head dim `d` under a causal mask or none (each compiled in
-/// [`programs`]): the table changes tiles by length at most once, below 4k keys or from it on.
-fn table_tiles(d: usize, causal: bool) -> Vec<Fa3Tile> {
-    let mut tiles: Vec<Fa3Tile> = [1, 4096, 1 << 20].into_iter().map(|sk| tile_for(d, causal, sk)).collect();
+/// The tiles [`tile_for`] can choose at head-dim class (`d`, `dv`) under a causal mask or none (each compiled
+/// in [`programs`]): the table changes tiles by length at most once, below 4k keys or from it on.
+fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
+    let mut tiles: Vec<Fa3Tile> = [1, 4096, 1 << 20].into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
     tiles.sort_by_key(|t| (t.bn, t.stages, t.consumers));
     tiles.dedup();
     tiles
@@ -97,13 +130,13 @@ fn forced_tile() -> Result<Option<Fa3Tile>> {
     let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
     let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
     match parsed[..] {
-        [bn @ (64 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages, consumers: 2 })),
-        [bn @ (64 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages, consumers: 2 })),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
             Ok(Some(Fa3Tile { bn, stages, consumers }))
         }
         _ => Err(unsupported(format!(
-            "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 128, 176 or 192, 1 to 4 stages and 2 \
-             or 3 consumer warpgroups"
+            "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 80, 96, 112, 128, 176 or 192, 1 to 4 \
+             stages and 2 or 3 consumer warpgroups"
         ))),
     }
 }
@@ -114,9 +147,10 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(format!("fa3 takes f16 and bf16 inputs, not {} (use fa2 or fa1)", spec.dtype));
     }
-    if s.d != s.dv || !FA3_HEAD_DIMS.contains(&s.d) {
+    if head_dim_class(s.d, s.dv).is_none() {
         return Some(format!(
-            "fa3 has head dims D = Dv = 64 or 128 only (got D = {}, Dv = {}); fa2 takes the others",
+            "fa3 takes head dims D and Dv that are multiples of 8 up to 256 (TMA rows of whole 16-byte chunks; got \
+             D = {}, Dv = {}); fa2 or fa1 takes the others",
             s.d, s.dv
         ));
     }
@@ -137,25 +171,33 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
-/// The program of entry `{tile prefix}_{dtype}_{d}_{mask}` (`_pp0`: without ping-pong) with `tile`.
-pub fn program(dtype: DType, d: usize, tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
+/// The program of entry `{tile prefix}_{dtype}_{d}[_{dv}]_{mask}` (`_{dv}` for unequal classes, `_pp0`:
+/// without ping-pong) at head-dim class (`d`, `dv`) with `tile`.
+pub fn program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
-    let name = format!("{}_{}_{d}_{}{pp}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
+    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
+    let name = format!("{}_{}_{dims}_{}{pp}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
     let Fa3Tile { bn, stages, consumers } = tile;
     let mask = super::mask_const("FA3", mask_kind);
-    let line = format!("FA3_ENTRY({name}, {}, {d}, {bn}, {stages}, {mask}, {pingpong}, {consumers})", cuda_type(dtype));
+    let line =
+        format!("FA3_ENTRY({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers})", cuda_type(dtype));
     Program::entry(&FA3, name, line)
 }
 
-/// Every `fa3` instantiation a launch can ask for.
+/// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and tile
+/// with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
+/// without ping-pong of the other classes are compiled on first use, as forced tiles are.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
-        for d in FA3_HEAD_DIMS {
+        for class in FA3_CLASSES {
             for mask in [MASK_NONE, MASK_CAUSAL] {
                 for pp in [true, false] {
-                    for tile in table_tiles(d, mask == MASK_CAUSAL) {
-                        all.push(program(dtype, d, tile, mask, pp));
+                    if !pp && !matches!(class, (64, 64) | (128, 128)) {
+                        continue;
+                    }
+                    for tile in table_tiles(class.0, class.1, mask == MASK_CAUSAL) {
+                        all.push(program(dtype, class, tile, mask, pp));
                     }
                 }
             }
@@ -164,9 +206,14 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// The one `fa3` program the CI compile check builds (the others differ in constants and dtype only).
-pub fn compile_check_program() -> Program {
-    program(DType::BF16, 128, tile_for(128, true, 4096), MASK_CAUSAL, true)
+/// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
+/// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
+/// in constants only).
+pub fn compile_check_programs() -> Vec<Program> {
+    FA3_CLASSES
+        .into_iter()
+        .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
+        .collect()
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, padding to byte 384,
@@ -224,9 +271,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         )));
     }
     let s = spec.shape;
+    let class = head_dim_class(s.d, s.dv).ok_or_else(|| unsupported("fa3: no head-dim class"))?;
     let causal = call.params.mask_kind == MASK_CAUSAL;
-    let tile = forced_tile()?.unwrap_or_else(|| tile_for(s.d, causal, s.sk));
-    let smem = tile.smem_bytes(s.d);
+    let tile = forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk));
+    let smem = tile.smem_bytes(class.0, class.1);
     if smem > info.smem_per_block_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {}",
@@ -243,11 +291,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if p.mask_kind != MASK_NONE && p.mask_kind != MASK_CAUSAL {
         return Err(unsupported("fa3 takes no mask or a causal one"));
     }
-    let op = |ptr, h, sl, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, s.d], strides: st };
+    // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
+    let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
     let maps = (
-        kv_tensor_map(&op(p.q, s.hq, s.sq, p.q_stride), 64),
-        kv_tensor_map(&op(p.k, s.hkv, s.sk, p.k_stride), tile.bn),
-        kv_tensor_map(&op(p.v, s.hkv, s.sk, p.v_stride), tile.bn),
+        padded_tensor_map(&op(p.q, s.hq, s.sq, s.d, p.q_stride), 64),
+        padded_tensor_map(&op(p.k, s.hkv, s.sk, s.d, p.k_stride), tile.bn),
+        padded_tensor_map(&op(p.v, s.hkv, s.sk, s.dv, p.v_stride), tile.bn),
     );
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(
@@ -272,7 +321,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    let program = program(spec.dtype, s.d, tile, p.mask_kind, pingpong());
+    let program = program(spec.dtype, class, tile, p.mask_kind, pingpong());
     Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v } })
 }
 
@@ -338,10 +387,42 @@ mod tests {
     }
 
     #[test]
+    fn head_dims_run_the_first_class_at_or_above_both() {
+        let c = head_dim_class;
+        assert_eq!(c(32, 32), Some((64, 64)));
+        assert_eq!(c(64, 64), Some((64, 64)));
+        assert_eq!(c(80, 80), Some((96, 96)));
+        assert_eq!(c(96, 96), Some((96, 96)));
+        assert_eq!(c(112, 112), Some((128, 128)));
+        assert_eq!(c(160, 160), Some((160, 160)));
+        assert_eq!(c(176, 176), Some((192, 192)));
+        assert_eq!(c(192, 128), Some((192, 128)));
+        assert_eq!(c(160, 128), Some((192, 128)));
+        assert_eq!(c(136, 104), Some((192, 128)));
+        assert_eq!(c(128, 192), Some((192, 192)));
+        assert_eq!(c(64, 128), Some((128, 128)));
+        assert_eq!(c(224, 224), Some((224, 224)));
+        assert_eq!(c(240, 240), Some((256, 256)));
+        assert_eq!(c(256, 128), Some((256, 256)));
+        assert_eq!(c(256, 256), Some((256, 256)));
+        for (d, dv) in [(36, 36), (64, 4), (264, 264), (0, 0)] {
+            assert_eq!(c(d, dv), None, "{d}/{dv}");
+        }
+        // The narrow classes are stored as whole 64-column boxes, and take those widths' tiles.
+        assert_eq!((stored(96), stored(160), stored(224), stored(64)), (128, 192, 256, 64));
+        assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
+        assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
+        assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
+    }
+
+    #[test]
     fn fa3_refuses_what_it_lacks_with_the_reason() {
         assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
         assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
-        for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128)] {
+        for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
+            assert_eq!(refuses(&spec(d, dv, DType::BF16)), None, "{d}/{dv}");
+        }
+        for (d, dv) in [(36, 36), (64, 60), (264, 264), (128, 320), (0, 64)] {
             let why = refuses(&spec(d, dv, DType::BF16)).expect("refused");
             assert!(why.contains("head dims"), "{why}");
         }
@@ -369,34 +450,40 @@ mod tests {
     #[test]
     fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
         let all = programs();
-        let tiles: usize =
-            FA3_HEAD_DIMS.iter().map(|&d| table_tiles(d, false).len() + table_tiles(d, true).len()).sum();
-        assert_eq!(all.len(), 2 * 2 * tiles);
-        assert!(all.contains(&compile_check_program()));
+        // Per dtype: every class's table tiles with ping-pong, and again without it at 64 and 128.
+        let tiles = |(d, dv): (usize, usize)| table_tiles(d, dv, false).len() + table_tiles(d, dv, true).len();
+        let with_pp: usize = FA3_CLASSES.into_iter().map(tiles).sum();
+        assert_eq!(all.len(), 2 * (with_pp + tiles((64, 64)) + tiles((128, 128))));
+        assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len(), "two programs share a name");
-        let p = program(DType::F16, 64, Fa3Tile { bn: 128, stages: 2, consumers: 2 }, MASK_NONE, false);
+        let p = program(DType::F16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 2 }, MASK_NONE, false);
         assert_eq!(p.name, "fa3_t128x2_f16_64_none_pp0");
         assert_eq!(
             p.instantiation,
-            "FA3_ENTRY(fa3_t128x2_f16_64_none_pp0, __half, 64, 128, 2, FA3_MASK_NONE, false, 2)"
+            "FA3_ENTRY(fa3_t128x2_f16_64_none_pp0, __half, 64, 64, 128, 2, FA3_MASK_NONE, false, 2)"
         );
-        let p = program(DType::BF16, 64, Fa3Tile { bn: 128, stages: 2, consumers: 3 }, MASK_CAUSAL, true);
+        let p = program(DType::BF16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 3 }, MASK_CAUSAL, true);
         assert_eq!(p.name, "fa3_t128x2w3_bf16_64_causal");
+        let p = program(DType::BF16, (192, 128), tile_for(192, 128, true, 4096), MASK_CAUSAL, true);
+        assert_eq!(p.name, "fa3_t128x2_bf16_192_128_causal");
+        assert!(p.instantiation.contains(", 192, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
         // Every tile the table picks fits the H100's 227 KB of shared memory, and so do the deepest forced
         // tiles a tuning run tries.
-        for d in FA3_HEAD_DIMS {
+        for (d, dv) in FA3_CLASSES {
             for causal in [false, true] {
-                for t in table_tiles(d, causal) {
-                    assert!(t.smem_bytes(d) <= 227 * 1024, "{t:?} at D = {d}");
+                for t in table_tiles(d, dv, causal) {
+                    assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at D = {d}, Dv = {dv}");
                     assert!(t.rows() == 64 * t.consumers && t.threads() <= 512);
                 }
             }
         }
-        assert!(Fa3Tile { bn: 192, stages: 2, consumers: 2 }.smem_bytes(128) <= 227 * 1024);
-        assert!(Fa3Tile { bn: 192, stages: 4, consumers: 3 }.smem_bytes(64) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 2, consumers: 2 }.smem_bytes(128, 128) <= 227 * 1024);
+        assert!(Fa3Tile { bn: 192, stages: 4, consumers: 3 }.smem_bytes(64, 64) <= 227 * 1024);
+        // The wider tiles would not fit at 256 (why it takes 80 keys).
+        assert!(Fa3Tile { bn: 96, stages: 2, consumers: 2 }.smem_bytes(256, 256) > 227 * 1024);
         assert!(FA3.source.contains("#define FA3_THREADS(NC) (128 * ((NC) + 1))"), "block shape changed");
     }
 }
