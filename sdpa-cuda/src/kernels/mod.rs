@@ -90,7 +90,7 @@ pub fn is_fa2_ragged(p: &Program) -> bool {
 }
 
 /// Whether `fa3` takes the call on its device (only asked when `auto` may pick it: f16/bf16 with the default
-/// kernel, `SDPA_AUTO_FA3=1`; [`fa3::plan`] checks the device, the spec and the operands' tensor maps).
+/// kernel, unless `SDPA_AUTO_FA3=0`; [`fa3::plan`] checks the device, the spec and the operands' tensor maps).
 fn fa3_takes(call: &Call<'_>) -> bool {
     call.opts.kernel == Kernel::Auto
         && policy::auto_fa3_enabled()

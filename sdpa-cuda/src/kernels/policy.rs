@@ -23,8 +23,7 @@
 //!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
-//! - `fa3` (the Hopper forward, [`super::fa3`]): with `SDPA_AUTO_FA3=1` ([`auto_fa3_enabled`]; off by default
-//!   until the whole GPU suite has passed with it on), `auto` picks it for a dense f16/bf16 call that `fa2`
+//! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for a dense f16/bf16 call that `fa2`
 //!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
 //!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]). Asked for by name,
 //!   what it cannot take (head dims, masks, variants, ragged batches, devices other than sm_90) is refused
@@ -246,12 +245,11 @@ pub const AUTO_FA3_MIN_ROWS: usize = 512;
 /// multiprocessors, rounded down (the measured calls had 16x that).
 pub const AUTO_FA3_MIN_TILES: usize = 128;
 
-/// Whether `auto` may pick `fa3` (`SDPA_AUTO_FA3=1`). Off by default until the whole GPU suite has passed
-/// with it on (the run with it on: every test binary passed but `fa2_kernels`, whose kernel-choice test
-/// expected `fa2` for one-head calls the tile count now keeps there, and which did not finish in the time
-/// the run had; bench/results/gpu/fa3.md).
+/// Whether `auto` may pick `fa3`: yes unless `SDPA_AUTO_FA3=0` (a switch for measuring `auto` without it).
+/// On by default since the whole GPU suite passed with `auto` taking `fa3` on the H100 (every test binary
+/// of `run-gpu.sh tests`, session 7's verification call; bench/results/gpu/fa3.md).
 pub fn auto_fa3_enabled() -> bool {
-    std::env::var_os("SDPA_AUTO_FA3").is_some_and(|v| v == "1")
+    std::env::var_os("SDPA_AUTO_FA3").is_none_or(|v| v != "0")
 }
 
 /// What `auto` runs: for f16/bf16 calls `fa2` takes, `splitkv` when few query rows share each kv head
@@ -513,6 +511,13 @@ mod tests {
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
         assert_eq!(auto(&causal, true), Launcher::Fa3);
+        // Head dims (issue 21's grid): fa2 at D <= 32 and at D 33..63 below 2k keys, fa3 above.
+        let dims = |d, dv, n| AttentionSpec::new(Shape { dv, ..Shape::new(2, 16, n, n, d) }, DType::BF16);
+        assert_eq!(auto(&dims(32, 32, 4096), true), Launcher::Fa2);
+        assert_eq!(auto(&dims(40, 40, AUTO_FA3_NARROW_MIN_KEYS - 1), true), Launcher::Fa2);
+        assert_eq!(auto(&dims(40, 40, AUTO_FA3_NARROW_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&dims(256, 256, 1024), true), Launcher::Fa3);
+        assert_eq!(auto(&dims(192, 128, 1024), true), Launcher::Fa3);
     }
 
     #[test]
