@@ -66,6 +66,8 @@ pub struct Geometry {
     pub plan: RingPlan,
     /// Causal (either alignment: with Sq = Sk they are the same mask).
     pub causal: bool,
+    /// The kernel the forward steps ask dispatch for ([`super::step_kernel::choose`]).
+    pub step_kernel: Kernel,
 }
 
 impl Geometry {
@@ -82,9 +84,13 @@ impl Geometry {
     }
 
     /// Checks every step's call of every rank before any rank starts (a rank that failed halfway would leave
-    /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable.
-    pub fn check_steps(&self) -> Result<()> {
+    /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable; then chooses the
+    /// forward steps' kernel for `requested` on GPUs of compute capability `cc` ([`super::step_kernel`]),
+    /// stored in `step_kernel`. The parameters use aligned stand-in addresses: the real ones are allocations
+    /// plus whole rows of D or Dv elements (multiples of 8 wherever the strides are).
+    pub fn check_steps(&mut self, requested: Kernel, cc: (i32, i32), smem_optin: usize) -> Result<()> {
         let n = self.plan.ranks;
+        let mut forward_steps = Vec::new();
         for r in 0..n {
             for t in 0..n {
                 let src = self.plan.source(r, t);
@@ -92,12 +98,16 @@ impl Geometry {
                     for o_local in [false, true] {
                         let spec = self.step_spec(r, src, &w, o_local);
                         spec.validate()?;
-                        // Aligned stand-in addresses: building the parameters checks sizes and the band only.
-                        AttnParams::new(&spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)?;
+                        let p = AttnParams::new(&spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)?;
+                        if !o_local {
+                            forward_steps.push((format!("rank {r} step {t}"), spec, p));
+                        }
                     }
                 }
             }
         }
+        let steps = forward_steps.iter().map(|(label, spec, p)| (label.clone(), spec, *p));
+        self.step_kernel = super::step_kernel::choose(requested, steps, cc, smem_optin)?;
         Ok(())
     }
 
@@ -414,7 +424,7 @@ impl Rank {
         let mut freed: Option<CudaEvent> = None;
         let mut arrived: Option<CudaEvent> = None;
         let mut ran = Kernel::Fa2;
-        let step_opts = RunOptions { lse: true, ..*opts };
+        let step_opts = RunOptions { lse: true, kernel: g.step_kernel, ..*opts };
         for t in 0..n {
             let src = g.plan.source(r, t);
             let kv_t = Self::kv_at(t, (io.k.ptr, io.v.ptr), ws);
