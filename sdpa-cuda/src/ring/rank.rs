@@ -588,24 +588,45 @@ impl Rank {
             arrived = next_arrived;
             if n > 1 {
                 // Step t's dK/dV accumulator goes on to the next rank; the one for step t + 1 comes in (at
-                // the last step: this rank's own, home).
+                // the last step: this rank's own, home). The last hop carries finished sums: they are
+                // rounded into the dtype before it (the same rounding as at home, so the same result) and
+                // land in the outputs, half the bytes on the hop no compute hides.
+                let last = t + 1 == n;
+                let nxt = g.plan.source(r, t + 1);
+                let into = &ws.dkv[(t + 1) % 2];
+                let (send, recv, elem) = if last {
+                    let kv_len = |width: usize| (s.b * s.hkv * ls * width) as u64;
+                    // SAFETY: `acc` holds the visiting block's [B*Hkv, ls, width] f32 sums, the step buffers
+                    // room for `max_local_len` rows in the dtype (no longer read this step); queued on `cs`
+                    // after the adds.
+                    unsafe {
+                        kernels::convert(dev, cs, dt, acc.0.ptr, ws.dk_step.ptr, kv_len(s.d))?;
+                        kernels::convert(dev, cs, dt, acc.1.ptr, ws.dv_step.ptr, kv_len(s.dv))?;
+                    }
+                    freed = Some(event(cs)?);
+                    ((ws.dk_step.ptr, ws.dv_step.ptr), (bio.dk.ptr, bio.dv.ptr), es)
+                } else {
+                    ((acc.0.ptr, acc.1.ptr), (into.0.ptr, into.1.ptr), 4)
+                };
                 if let Some(e) = &freed {
                     wait(gs, e)?;
                 }
-                let nxt = g.plan.source(r, t + 1);
-                let into = &ws.dkv[(t + 1) % 2];
                 let sends = [
-                    Transfer { ptr: acc.0.ptr, bytes: g.kv_bytes(src, s.d, 4), peer: self.next(n) },
-                    Transfer { ptr: acc.1.ptr, bytes: g.kv_bytes(src, s.dv, 4), peer: self.next(n) },
+                    Transfer { ptr: send.0, bytes: g.kv_bytes(src, s.d, elem), peer: self.next(n) },
+                    Transfer { ptr: send.1, bytes: g.kv_bytes(src, s.dv, elem), peer: self.next(n) },
                 ];
                 let recvs = [
-                    Transfer { ptr: into.0.ptr, bytes: g.kv_bytes(nxt, s.d, 4), peer: self.prev(n) },
-                    Transfer { ptr: into.1.ptr, bytes: g.kv_bytes(nxt, s.dv, 4), peer: self.prev(n) },
+                    Transfer { ptr: recv.0, bytes: g.kv_bytes(nxt, s.d, elem), peer: self.prev(n) },
+                    Transfer { ptr: recv.1, bytes: g.kv_bytes(nxt, s.dv, elem), peer: self.prev(n) },
                 ];
                 Marks::mark(marks.on, &mut marks.g_begin[t], gs)?;
-                // SAFETY: the accumulators hold `max_local_len` rows in f32; the send waits for compute to
-                // finish adding step t (event above), the receive writes the other slot, whose last send was
-                // queued earlier on the same stream; the neighbours queue the matching calls.
+                // SAFETY: the accumulators hold `max_local_len` rows in f32 and the step buffers as many in
+                // the dtype; the send waits for compute to finish adding (and at the last hop rounding) step
+                // t (event above). The receive writes the other accumulator slot, whose last send was queued
+                // earlier on the same stream, or at the last hop this rank's dK/dV outputs ([B*Hkv, lr,
+                // width] in the dtype, the size of the block that comes home), which nothing reads during
+                // the layer; the next layer's compute waits for this stream before it writes the step
+                // buffers again. The neighbours queue the matching calls.
                 unsafe { self.grad_comm.exchange(gs.cu_stream() as _, &sends, &recvs) }?;
                 Marks::mark(marks.on, &mut marks.g_end[t], gs)?;
                 grads_arrived = Some(event(gs)?);
@@ -616,14 +637,16 @@ impl Rank {
             wait(cs, e)?;
             Marks::mark(marks.on, &mut marks.w_end[n], cs)?;
         }
-        // Rank r's own accumulator came home into the slot after the last step's (no hop with one GPU).
-        let home = &ws.dkv[if n == 1 { 0 } else { n % 2 }];
+        // With one GPU the accumulator never left; with more, rank r's own dK/dV came home rounded, into
+        // the outputs.
         let kv_len = |width: usize| (s.b * s.hkv * lr * width) as u64;
         // SAFETY: the f32 sources and dtype outputs hold the counts given (rank r's rows); queued on `cs`.
         unsafe {
             kernels::convert(dev, cs, dt, ws.dq_acc.ptr, bio.dq.ptr, (s.b * s.hq * lr * s.d) as u64)?;
-            kernels::convert(dev, cs, dt, home.0.ptr, bio.dk.ptr, kv_len(s.d))?;
-            kernels::convert(dev, cs, dt, home.1.ptr, bio.dv.ptr, kv_len(s.dv))?;
+            if n == 1 {
+                kernels::convert(dev, cs, dt, ws.dkv[0].0.ptr, bio.dk.ptr, kv_len(s.d))?;
+                kernels::convert(dev, cs, dt, ws.dkv[0].1.ptr, bio.dv.ptr, kv_len(s.dv))?;
+            }
         }
         wait(cs, &event(ks)?)?;
         wait(cs, &event(gs)?)?;
