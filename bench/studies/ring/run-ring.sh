@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-ring.sh: issue 26's runs on the two-H100 machine (session 7: fa3 steps, resident shards), from a GPU
 # bundle (`cargo xtask gpu-bundle`) with this script and bench/gpu/ring_cp.py beside `sdpa`:
-#   run-ring.sh [tests] [sanitize] [fwd] [long] [bwd]     (in that order; default: tests sanitize fwd long)
+#   run-ring.sh [tests] [fwd] [long] [sanitize] [bwd]     (in that order; default: tests fwd long sanitize)
 # tests:    the ring test binary (reference with the steps on auto/fa2/fa3, single-GPU kernel, backward,
 #           resident shards), SDPA_REQUIRE_RING=1
 # sanitize: compute-sanitizer on a tiny ring call, each with a time guard: memcheck over both GPUs with API
@@ -24,7 +24,7 @@ export NCCL_NVLS_ENABLE=0 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" SDPA_CUDA_CA
 NCCL_LIB="$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)/lib"
 export LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}"
 SAN="$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")"
-stages="${*:-tests sanitize fwd long}"
+stages="${*:-tests fwd long sanitize}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 SEQS="${SEQS:-32768,65536,131072}"; LONG_SEQS="${LONG_SEQS:-262144}"; BWD_SEQS="${BWD_SEQS:-32768}"
 shapes() { local s out=(); for s in ${1//,/ }; do out+=(--shape "1,32,32,$s,$s,128"); done; echo "${out[@]}"; }
@@ -38,24 +38,6 @@ log_rc() { echo "$1 rc=$2 at $((SECONDS - T0)) s" >> "$R/rc.txt"; }
 if want tests; then
   SDPA_REQUIRE_RING=1 timeout "$(left 130)" "$B/tests/ring" --test-threads=1 > "$R/tests.log" 2>&1
   log_rc tests $?
-fi
-if want sanitize; then
-  tiny=(--shape 1,4,2,203,203,64 --dtype bf16 --mask causal --pass fwd+bwd --check --warmup 0 --reps 1)
-  exclude=(); "$SAN" --help 2>&1 | grep -q -- --kernel-name-exclude && exclude=(--kernel-name-exclude kns=nccl)
-  echo "memcheck over 2 GPUs, NCCL kernels excluded: ${exclude[*]:-(option missing)}" > "$R/sanitizer.log"
-  timeout "$(left 45)" "$SAN" --tool memcheck --report-api-errors no "${exclude[@]}" --error-exitcode 9 \
-    "$B/sdpa" run --backend cuda --gpus 2 --kernel auto "${tiny[@]}" >> "$R/sanitizer.log" 2>&1
-  log_rc sanitize-2gpu $?
-  # One rank: the ring of one GPU runs every step kernel (fa3 and fa2 forward, the backward, the adds and
-  # conversions) with no NCCL transfer; the f64 checks of the test fail if anything is wrong.
-  CUDA_VISIBLE_DEVICES=0 timeout "$(left 70)" "$SAN" --tool memcheck --report-api-errors no "${exclude[@]}" \
-    --error-exitcode 9 "$B/tests/ring" --test-threads=1 ring_forward_matches_the_reference \
-    ring_backward_matches_the_reference > "$R/sanitizer-1gpu.log" 2>&1
-  log_rc sanitize-1gpu $?
-  # ring.cu's own kernels (merge, add, convert, rows) for shared-memory hazards, over both GPUs.
-  timeout "$(left 40)" "$SAN" --tool racecheck --kernel-name kns=ring_ --error-exitcode 9 \
-    "$B/sdpa" run --backend cuda --gpus 2 --kernel auto "${tiny[@]}" > "$R/racecheck.log" 2>&1
-  log_rc racecheck-ring-kernels $?
 fi
 bench() { # name pass seqs gpus kernels cap [masks]
   timeout "$(left "$6")" "$B/sdpa" bench --backend cuda --kernel "$5" --dtype bf16 --layout bhsd --mask "${7:-causal,none}" \
@@ -73,6 +55,24 @@ fi
 if want long; then
   bench ring2-long fwd "$LONG_SEQS" 2 fa3 60; bench single-long fwd "$LONG_SEQS" 1 fa3 60
   cp_bench cp-long fwd "$LONG_SEQS" 60; bench ring2-long-fa2 fwd "$LONG_SEQS" 2 fa2 45
+fi
+if want sanitize; then
+  tiny=(--shape 1,4,2,203,203,64 --dtype bf16 --mask causal --pass fwd+bwd --check --warmup 0 --reps 1)
+  exclude=(); "$SAN" --help 2>&1 | grep -q -- --kernel-name-exclude && exclude=(--kernel-name-exclude kns=nccl)
+  echo "memcheck over 2 GPUs, NCCL kernels excluded: ${exclude[*]:-(option missing)}" > "$R/sanitizer.log"
+  timeout "$(left 40)" "$SAN" --tool memcheck --report-api-errors no "${exclude[@]}" --error-exitcode 9 \
+    "$B/sdpa" run --backend cuda --gpus 2 --kernel auto "${tiny[@]}" >> "$R/sanitizer.log" 2>&1
+  log_rc sanitize-2gpu $?
+  # One rank: the ring of one GPU runs every step kernel (fa3 and fa2 forward, the backward, the adds and
+  # conversions) with no NCCL transfer; the f64 checks of the test fail if anything is wrong.
+  CUDA_VISIBLE_DEVICES=0 timeout "$(left 60)" "$SAN" --tool memcheck --report-api-errors no "${exclude[@]}" \
+    --error-exitcode 9 "$B/tests/ring" --test-threads=1 ring_forward_matches_the_reference \
+    ring_backward_matches_the_reference > "$R/sanitizer-1gpu.log" 2>&1
+  log_rc sanitize-1gpu $?
+  # ring.cu's own kernels (merge, add, convert, rows) for shared-memory hazards, over both GPUs.
+  timeout "$(left 30)" "$SAN" --tool racecheck --kernel-name kns=ring_ --error-exitcode 9 \
+    "$B/sdpa" run --backend cuda --gpus 2 --kernel auto "${tiny[@]}" > "$R/racecheck.log" 2>&1
+  log_rc racecheck-ring-kernels $?
 fi
 if want bwd; then
   bench ring2-bwd fwd+bwd "$BWD_SEQS" 2 fa3,fa2 60; bench single-bwd fwd+bwd "$BWD_SEQS" 1 fa2 30
