@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-ring.sh: issue 26's runs on the two-H100 machine (session 7: fa3 steps, resident shards), from a GPU
 # bundle (`cargo xtask gpu-bundle`) with this script and bench/gpu/ring_cp.py beside `sdpa`:
-#   run-ring.sh [tests] [fwd] [long] [sanitize] [bwd]     (in that order; default: tests fwd long sanitize)
+#   run-ring.sh [tests] [fwd] [long] [bwd1] [sanitize] [bwd]  (in that order; default: tests fwd long bwd1 sanitize)
 # tests:    the ring test binary (reference with the steps on auto/fa2/fa3, single-GPU kernel, backward,
 #           resident shards), SDPA_REQUIRE_RING=1
 # sanitize: compute-sanitizer on a tiny ring call, each with a time guard: memcheck over both GPUs with API
@@ -11,20 +11,21 @@
 #           on fa3 and on fa2 (sdpa bench --gpus 2 --kernel fa3,fa2), our one-GPU fa3, PyTorch's
 #           context_parallel (flash and cuDNN rings, all-to-all rotation)
 # long:     the same at S = $LONG_SEQS (default 256k)
+# bwd1:     the ring's fwd+bwd at 32k (forward steps on fa3), for the backward's per-step hidden fractions
 # bwd:      fwd+bwd at S = $BWD_SEQS (default 32k): the ring (forward steps fa3 and fa2), one GPU, PyTorch
-# Every stage's timeout is cut to what is left before $DEADLINE_S seconds from the start (default 395), so
+# Every stage's timeout is cut to what is left before $DEADLINE_S seconds from the start (default 400), so
 # the tarball and the table always come back. Everything lands in $OUT/ring (default ./ring-out), tarred into
 # $OUT/ring.tgz; the last lines are a table (bench/studies/ring/ring_table.py).
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$PWD/ring-out}"
 R="$OUT/ring"; mkdir -p "$R"
-T0=$SECONDS; DEADLINE_S="${DEADLINE_S:-395}"
+T0=$SECONDS; DEADLINE_S="${DEADLINE_S:-400}"
 export NCCL_NVLS_ENABLE=0 CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" SDPA_CUDA_CACHE=/tmp/sdpa-cuda-cache PYTHONUNBUFFERED=1
 NCCL_LIB="$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)/lib"
 export LD_LIBRARY_PATH="$NCCL_LIB:${LD_LIBRARY_PATH:-}"
 SAN="$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")"
-stages="${*:-tests fwd long sanitize}"
+stages="${*:-tests fwd long bwd1 sanitize}"
 want() { [[ " $stages " == *" $1 "* ]]; }
 SEQS="${SEQS:-32768,65536,131072}"; LONG_SEQS="${LONG_SEQS:-262144}"; BWD_SEQS="${BWD_SEQS:-32768}"
 shapes() { local s out=(); for s in ${1//,/ }; do out+=(--shape "1,32,32,$s,$s,128"); done; echo "${out[@]}"; }
@@ -39,9 +40,9 @@ if want tests; then
   SDPA_REQUIRE_RING=1 timeout "$(left 130)" "$B/tests/ring" --test-threads=1 > "$R/tests.log" 2>&1
   log_rc tests $?
 fi
-bench() { # name pass seqs gpus kernels cap [masks]
+bench() { # name pass seqs gpus kernels cap [masks] [warmup]
   timeout "$(left "$6")" "$B/sdpa" bench --backend cuda --kernel "$5" --dtype bf16 --layout bhsd --mask "${7:-causal,none}" \
-    --pass "$2" $(shapes "$3") --gpus "$4" --no-pytorch --max-time 1 --reps 3 --warmup 1 --out "$R/$1.json" > "$R/$1.log" 2>&1
+    --pass "$2" $(shapes "$3") --gpus "$4" --no-pytorch --max-time 1 --reps 3 --warmup "${8:-1}" --out "$R/$1.json" > "$R/$1.log" 2>&1
   log_rc "$1" $?
 }
 cp_bench() { # name pass seqs cap [masks]
@@ -52,9 +53,12 @@ cp_bench() { # name pass seqs cap [masks]
 if want fwd; then
   bench ring2-fwd fwd "$SEQS" 2 fa3,fa2 90; bench single-fwd fwd "$SEQS" 1 fa3 50; cp_bench cp-fwd fwd "$SEQS" 70
 fi
-if want long; then
-  bench ring2-long fwd "$LONG_SEQS" 2 fa3 60; bench single-long fwd "$LONG_SEQS" 1 fa3 60
-  cp_bench cp-long fwd "$LONG_SEQS" 60; bench ring2-long-fa2 fwd "$LONG_SEQS" 2 fa2 45
+if want long; then # no extra warm-up: the bench's untimed call before the timed ones is one already
+  bench ring2-long fwd "$LONG_SEQS" 2 fa3,fa2 100 causal,none 0; bench single-long fwd "$LONG_SEQS" 1 fa3 70 causal,none 0
+  cp_bench cp-long fwd "$LONG_SEQS" 60
+fi
+if want bwd1; then # the ring's forward + backward at 32k, fa3 forward steps (the dK/dV hop's hidden fraction)
+  bench ring2-bwd1 fwd+bwd 32768 2 fa3 30
 fi
 if want sanitize; then
   tiny=(--shape 1,4,2,203,203,64 --dtype bf16 --mask causal --pass fwd+bwd --check --warmup 0 --reps 1)
