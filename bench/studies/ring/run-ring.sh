@@ -15,7 +15,7 @@
 # bwd:      fwd+bwd at S = $BWD_SEQS (default 32k): the ring (forward steps fa3 and fa2), one GPU, PyTorch
 # Every stage's timeout is cut to what is left before $DEADLINE_S seconds from the start (default 400), so
 # the tarball and the table always come back. Everything lands in $OUT/ring (default ./ring-out), tarred into
-# $OUT/ring.tgz; the last lines are a table (bench/studies/ring/ring_table.py).
+# $TGZ after every stage; the last lines are a table (bench/studies/ring/ring_table.py, also table.md).
 set -uo pipefail
 B="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$PWD/ring-out}"
@@ -31,7 +31,10 @@ SEQS="${SEQS:-32768,65536,131072}"; LONG_SEQS="${LONG_SEQS:-262144}"; BWD_SEQS="
 shapes() { local s out=(); for s in ${1//,/ }; do out+=(--shape "1,32,32,$s,$s,128"); done; echo "${out[@]}"; }
 # left CAP: CAP, or the seconds left before the deadline less 8 for the tarball, whichever is smaller (>= 1).
 left() { local l=$((DEADLINE_S - (SECONDS - T0) - 8)); ((l > $1)) && l=$1; ((l < 1)) && l=1; echo $l; }
-log_rc() { echo "$1 rc=$2 at $((SECONDS - T0)) s" >> "$R/rc.txt"; }
+# After every stage the folder is tarred again into $TGZ (default $OUT/ring.tgz): a call cut short still
+# brings back what ran.
+TGZ="${TGZ:-$OUT/ring.tgz}"
+log_rc() { echo "$1 rc=$2 at $((SECONDS - T0)) s" >> "$R/rc.txt"; tar czf "$TGZ" -C "$OUT" ring 2>/dev/null; }
 
 { date -u; nvidia-smi -L; nvidia-smi topo -m; echo "NCCL_LIB=$NCCL_LIB"; "$SAN" --version 2>&1 | tail -1
   python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'; } > "$R/env.txt" 2>&1
@@ -82,8 +85,9 @@ if want bwd; then
   bench ring2-bwd fwd+bwd "$BWD_SEQS" 2 fa3,fa2 60; bench single-bwd fwd+bwd "$BWD_SEQS" 1 fa2 30
   cp_bench cp-bwd fwd+bwd "$BWD_SEQS" 40
 fi
-tar czf "$OUT/ring.tgz" -C "$OUT" ring
+python3 "$B/ring_table.py" "$R" > "$R/table.md" 2>&1
+tar czf "$TGZ" -C "$OUT" ring
 cat "$R/rc.txt"
 grep -E "test result|FAILED|panicked" "$R/tests.log" 2>/dev/null | head -8
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|check |test result" "$R"/sanitizer*.log "$R/racecheck.log" 2>/dev/null | head -8
-python3 "$B/ring_table.py" "$R"
+cat "$R/table.md"
