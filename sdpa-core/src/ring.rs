@@ -179,7 +179,8 @@ pub struct RingCost {
 }
 
 impl RingCost {
-    /// Predicts a forward (or backward, `backward`: 2.5x the FLOPs, and dK/dV in f32 travel beside K/V)
+    /// Predicts a forward (or backward, `backward`: 2.5x the FLOPs, and dK/dV travel beside K/V: in f32,
+    /// the last hop home in the dtype)
     /// ring layer of `spec` (the whole sequence) over `ranks` GPUs whose attention kernel runs at
     /// `tflops` on calls of this size, linked by `link`. Step `t`'s compute needs the K/V that the transfer
     /// of step `t - 1` brought, so each step lasts the longer of its compute and that transfer.
@@ -206,12 +207,13 @@ impl RingCost {
             let pass_ms = if t > 0 || backward { pass_bytes / (link.hbm_gbs * 1e9) * 1e3 } else { 0.0 };
             compute_ms.push(pairs * flops_per_pair / rate * 1e3 + pass_ms);
             // The K/V that travel during step t are those of step t + 1 (none after the last forward step);
-            // the backward also sends the dK/dV accumulator (f32) of step t on.
+            // the backward also sends the dK/dV accumulator of step t on.
             let rows = (0..ranks).map(|r| plan.local_len(plan.source(r, t))).max().unwrap_or(0) as f64;
             let kv = rows * (s.b * s.hkv) as f64 * (s.d + s.dv) as f64;
             let mut bytes = if t + 1 < ranks { kv * es } else { 0.0 };
             if backward && ranks > 1 {
-                bytes += kv * 4.0;
+                // Accumulators in f32, except on the last hop home, which carries finished sums in the dtype.
+                bytes += kv * if t + 1 < ranks { 4.0 } else { es };
             }
             let ms = if bytes > 0.0 { bytes / (link.gbs * 1e9) * 1e3 + link.latency_us * 1e-3 } else { 0.0 };
             transfer_ms.push(ms);

@@ -66,6 +66,8 @@ pub struct Geometry {
     pub plan: RingPlan,
     /// Causal (either alignment: with Sq = Sk they are the same mask).
     pub causal: bool,
+    /// The kernel the forward steps ask dispatch for ([`super::step_kernel::choose`]).
+    pub step_kernel: Kernel,
 }
 
 impl Geometry {
@@ -82,9 +84,13 @@ impl Geometry {
     }
 
     /// Checks every step's call of every rank before any rank starts (a rank that failed halfway would leave
-    /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable.
-    pub fn check_steps(&self) -> Result<()> {
+    /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable; then chooses the
+    /// forward steps' kernel for `requested` on GPUs of compute capability `cc` ([`super::step_kernel`]),
+    /// stored in `step_kernel`. The parameters use aligned stand-in addresses: the real ones are allocations
+    /// plus whole rows of D or Dv elements (multiples of 8 wherever the strides are).
+    pub fn check_steps(&mut self, requested: Kernel, cc: (i32, i32), smem_optin: usize) -> Result<()> {
         let n = self.plan.ranks;
+        let mut forward_steps = Vec::new();
         for r in 0..n {
             for t in 0..n {
                 let src = self.plan.source(r, t);
@@ -92,12 +98,16 @@ impl Geometry {
                     for o_local in [false, true] {
                         let spec = self.step_spec(r, src, &w, o_local);
                         spec.validate()?;
-                        // Aligned stand-in addresses: building the parameters checks sizes and the band only.
-                        AttnParams::new(&spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)?;
+                        let p = AttnParams::new(&spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)?;
+                        if !o_local {
+                            forward_steps.push((format!("rank {r} step {t}"), spec, p));
+                        }
                     }
                 }
             }
         }
+        let steps = forward_steps.iter().map(|(label, spec, p)| (label.clone(), spec, *p));
+        self.step_kernel = super::step_kernel::choose(requested, steps, cc, smem_optin)?;
         Ok(())
     }
 
@@ -414,7 +424,7 @@ impl Rank {
         let mut freed: Option<CudaEvent> = None;
         let mut arrived: Option<CudaEvent> = None;
         let mut ran = Kernel::Fa2;
-        let step_opts = RunOptions { lse: true, ..*opts };
+        let step_opts = RunOptions { lse: true, kernel: g.step_kernel, ..*opts };
         for t in 0..n {
             let src = g.plan.source(r, t);
             let kv_t = Self::kv_at(t, (io.k.ptr, io.v.ptr), ws);
@@ -578,24 +588,45 @@ impl Rank {
             arrived = next_arrived;
             if n > 1 {
                 // Step t's dK/dV accumulator goes on to the next rank; the one for step t + 1 comes in (at
-                // the last step: this rank's own, home).
+                // the last step: this rank's own, home). The last hop carries finished sums: they are
+                // rounded into the dtype before it (the same rounding as at home, so the same result) and
+                // land in the outputs, half the bytes on the hop no compute hides.
+                let last = t + 1 == n;
+                let nxt = g.plan.source(r, t + 1);
+                let into = &ws.dkv[(t + 1) % 2];
+                let (send, recv, elem) = if last {
+                    let kv_len = |width: usize| (s.b * s.hkv * ls * width) as u64;
+                    // SAFETY: `acc` holds the visiting block's [B*Hkv, ls, width] f32 sums, the step buffers
+                    // room for `max_local_len` rows in the dtype (no longer read this step); queued on `cs`
+                    // after the adds.
+                    unsafe {
+                        kernels::convert(dev, cs, dt, acc.0.ptr, ws.dk_step.ptr, kv_len(s.d))?;
+                        kernels::convert(dev, cs, dt, acc.1.ptr, ws.dv_step.ptr, kv_len(s.dv))?;
+                    }
+                    freed = Some(event(cs)?);
+                    ((ws.dk_step.ptr, ws.dv_step.ptr), (bio.dk.ptr, bio.dv.ptr), es)
+                } else {
+                    ((acc.0.ptr, acc.1.ptr), (into.0.ptr, into.1.ptr), 4)
+                };
                 if let Some(e) = &freed {
                     wait(gs, e)?;
                 }
-                let nxt = g.plan.source(r, t + 1);
-                let into = &ws.dkv[(t + 1) % 2];
                 let sends = [
-                    Transfer { ptr: acc.0.ptr, bytes: g.kv_bytes(src, s.d, 4), peer: self.next(n) },
-                    Transfer { ptr: acc.1.ptr, bytes: g.kv_bytes(src, s.dv, 4), peer: self.next(n) },
+                    Transfer { ptr: send.0, bytes: g.kv_bytes(src, s.d, elem), peer: self.next(n) },
+                    Transfer { ptr: send.1, bytes: g.kv_bytes(src, s.dv, elem), peer: self.next(n) },
                 ];
                 let recvs = [
-                    Transfer { ptr: into.0.ptr, bytes: g.kv_bytes(nxt, s.d, 4), peer: self.prev(n) },
-                    Transfer { ptr: into.1.ptr, bytes: g.kv_bytes(nxt, s.dv, 4), peer: self.prev(n) },
+                    Transfer { ptr: recv.0, bytes: g.kv_bytes(nxt, s.d, elem), peer: self.prev(n) },
+                    Transfer { ptr: recv.1, bytes: g.kv_bytes(nxt, s.dv, elem), peer: self.prev(n) },
                 ];
                 Marks::mark(marks.on, &mut marks.g_begin[t], gs)?;
-                // SAFETY: the accumulators hold `max_local_len` rows in f32; the send waits for compute to
-                // finish adding step t (event above), the receive writes the other slot, whose last send was
-                // queued earlier on the same stream; the neighbours queue the matching calls.
+                // SAFETY: the accumulators hold `max_local_len` rows in f32 and the step buffers as many in
+                // the dtype; the send waits for compute to finish adding (and at the last hop rounding) step
+                // t (event above). The receive writes the other accumulator slot, whose last send was queued
+                // earlier on the same stream, or at the last hop this rank's dK/dV outputs ([B*Hkv, lr,
+                // width] in the dtype, the size of the block that comes home), which nothing reads during
+                // the layer; the next layer's compute waits for this stream before it writes the step
+                // buffers again. The neighbours queue the matching calls.
                 unsafe { self.grad_comm.exchange(gs.cu_stream() as _, &sends, &recvs) }?;
                 Marks::mark(marks.on, &mut marks.g_end[t], gs)?;
                 grads_arrived = Some(event(gs)?);
@@ -606,14 +637,16 @@ impl Rank {
             wait(cs, e)?;
             Marks::mark(marks.on, &mut marks.w_end[n], cs)?;
         }
-        // Rank r's own accumulator came home into the slot after the last step's (no hop with one GPU).
-        let home = &ws.dkv[if n == 1 { 0 } else { n % 2 }];
+        // With one GPU the accumulator never left; with more, rank r's own dK/dV came home rounded, into
+        // the outputs.
         let kv_len = |width: usize| (s.b * s.hkv * lr * width) as u64;
         // SAFETY: the f32 sources and dtype outputs hold the counts given (rank r's rows); queued on `cs`.
         unsafe {
             kernels::convert(dev, cs, dt, ws.dq_acc.ptr, bio.dq.ptr, (s.b * s.hq * lr * s.d) as u64)?;
-            kernels::convert(dev, cs, dt, home.0.ptr, bio.dk.ptr, kv_len(s.d))?;
-            kernels::convert(dev, cs, dt, home.1.ptr, bio.dv.ptr, kv_len(s.dv))?;
+            if n == 1 {
+                kernels::convert(dev, cs, dt, ws.dkv[0].0.ptr, bio.dk.ptr, kv_len(s.d))?;
+                kernels::convert(dev, cs, dt, ws.dkv[0].1.ptr, bio.dv.ptr, kv_len(s.dv))?;
+            }
         }
         wait(cs, &event(ks)?)?;
         wait(cs, &event(gs)?)?;
