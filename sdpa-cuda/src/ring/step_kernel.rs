@@ -13,7 +13,7 @@
 //! The backward is not chosen here: its steps run the tensor-core backward (`fa2`'s) whatever the forward
 //! ran.
 
-use crate::checked::params::AttnParams;
+use crate::checked::params::{AttnParams, MASK_CAUSAL};
 use crate::error::unsupported;
 use crate::kernels::fa3;
 use sdpa_core::{AttentionSpec, Kernel, Result};
@@ -28,7 +28,12 @@ pub fn fa3_refusal(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), sm
     if cc != (9, 0) {
         return Some(format!("fa3 runs on compute capability 9.0 only; this ring's GPUs are {}.{}", cc.0, cc.1));
     }
-    let smem = fa3::tile_for(spec.shape.d).smem_bytes(spec.shape.d);
+    let s = spec.shape;
+    // `refuses` took the head dims, so a class exists; the tile is the one `fa3::plan` would pick.
+    let Some((d, dv)) = fa3::head_dim_class(s.d, s.dv) else {
+        return Some(format!("fa3 has no head-dim class for D = {}, Dv = {}", s.d, s.dv));
+    };
+    let smem = fa3::tile_for(d, dv, params.mask_kind == MASK_CAUSAL, s.sk).smem_bytes(d, dv);
     if smem > smem_optin {
         return Some(format!("fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"));
     }
