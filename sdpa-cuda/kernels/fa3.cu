@@ -117,8 +117,8 @@ __device__ __forceinline__ void fa3_pv_step(float (&o)[DV / 2], const unsigned (
 }
 
 // Work tile w (0 .. n_bh·n_mblocks - 1) -> (batch·head, query tile). The heads go in sections of `section`
-// (chosen by the launcher so that a section's K/V stays in L2: at S = 16k and D = 128 one head's K and V are
-// 8 MB, every head's at once would not fit the 50 MB L2); within a section, query tiles from the last (under
+// (one head unless `SDPA_FA3_GRID` sets more: sections sized to keep their K/V in L2 measured slower, and
+// one head per section was best; bench/results/gpu/fa3.md); within a section, query tiles from the last (under
 // a causal mask the heaviest) to the first, each across the section's heads, so that tiles of one weight
 // run side by side.
 __device__ __forceinline__ void fa3_tile_of(int w, int n_mblocks, int n_bh, int section, int& bh, int& m_block) {

@@ -65,9 +65,12 @@ impl Hardware {
 }
 
 // SAFETY (every asm! block below): the token exists only after the CPU and OS checks (`Hardware::new`); the
-// tile registers are named in the instruction text (Rust has no register class for them) and nothing else
-// in the program uses them: they are caller-saved state the compiler never allocates; memory operands are
-// the caller's contract on the trait's methods; no stack is touched and no flags change.
+// tile registers are named in the instruction text (the tile number is a const generic, so the blocks do not
+// declare them as `tmm` clobbers) and nothing else in the program uses them: the compiler never allocates
+// them, and no code outside this module issues AMX instructions, so neither the tile data nor the tile
+// configuration loaded by `configure` is disturbed by the ordinary calls made between `configure` and
+// `release` (the psABI makes tile state caller-saved; that holds because none of those callees use AMX);
+// memory operands are the caller's contract on the trait's methods; no stack is touched and no flags change.
 impl TileUnit for Hardware {
     #[inline(always)]
     unsafe fn configure(&mut self) {

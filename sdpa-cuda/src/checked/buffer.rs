@@ -42,6 +42,15 @@ impl CudaBuffer {
         self.len() == 0
     }
 
+    /// The ordinal of the GPU the buffer lives on.
+    pub fn ordinal(&self) -> usize {
+        match self {
+            CudaBuffer::F32(s) => s.ordinal(),
+            CudaBuffer::F16(s) => s.ordinal(),
+            CudaBuffer::BF16(s) => s.ordinal(),
+        }
+    }
+
     /// Uninitialised-free allocation: zero-filled buffer of `len` elements.
     pub fn zeros(stream: &Arc<CudaStream>, dtype: DType, len: usize) -> Result<Self> {
         let bytes = len.saturating_mul(dtype.size_bytes());

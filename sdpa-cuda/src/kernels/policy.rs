@@ -227,12 +227,17 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
+    fa3_head_dims_pay(spec) && s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES
+}
+
+/// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
+/// grid (16k tokens, S = 1k..16k; bench/results/gpu/fa3.md, Head dims): fa3 ran 0.70-0.88x fa2 at D = 32
+/// (a class-64 tile half empty, where fa2 has a class 32) and 0.88-0.94x at D = 40 below 2k keys; 1.18x and
+/// more from D = 72 to 256 and at 192/128. Ring attention's steps ask this too.
+pub fn fa3_head_dims_pay(spec: &AttentionSpec) -> bool {
+    let s = spec.shape;
     let width = s.d.max(s.dv);
-    // Issue 21's head-dim grid (16k tokens, S = 1k..16k; bench/results/gpu/fa3.md, Head dims): fa3 ran
-    // 0.70-0.88x fa2 at D = 32 (a class-64 tile half empty, where fa2 has a class 32) and 0.88-0.94x at
-    // D = 40 below 2k keys; 1.18x and more from D = 72 to 256 and at 192/128.
-    let head_dims_pay = width > 32 && (width >= 64 || s.sk >= AUTO_FA3_NARROW_MIN_KEYS);
-    head_dims_pay && s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES
+    width > 32 && (width >= 64 || s.sk >= AUTO_FA3_NARROW_MIN_KEYS)
 }
 
 /// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64).

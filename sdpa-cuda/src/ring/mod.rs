@@ -150,9 +150,15 @@ impl RingBackend {
             return Err(unsupported(format!("{} ring attention (f16 and bf16 only)", spec.dtype)));
         }
         let plan = check_ring_spec(spec, self.ranks.len())?;
-        // Every rank's GPU must take the kernel: the lowest capability and shared memory decide.
+        // Every rank's GPU must take the kernel: the lowest shared memory decides, and a capability only
+        // when every GPU has it (fa3 needs exactly 9.0: a 9.0 and a 10.0 GPU together take no fa3 step).
         let infos: Vec<_> = self.ranks.iter().map(|r| r.gpu.device().info()).collect();
-        let cc = infos.iter().map(|i| i.compute_capability).min().unwrap_or((0, 0));
+        let cc = match infos.split_first() {
+            Some((first, rest)) if rest.iter().all(|i| i.compute_capability == first.compute_capability) => {
+                first.compute_capability
+            }
+            _ => (0, 0),
+        };
         let optin = infos.iter().map(|i| i.smem_per_block_optin.max(0) as usize).min().unwrap_or(0);
         let mut g = Geometry { spec: spec.clone(), plan, causal: spec.mask.is_causal(), step_kernel: requested };
         g.check_steps(requested, cc, optin)?;

@@ -33,13 +33,15 @@ pub struct Rank {
     pub(crate) grad_stream: Arc<CudaStream>,
 }
 
-/// A device buffer and its address, taken once (the ring orders its uses with its own events).
+/// A device buffer and its address, taken once (the ring orders its uses with its own events). The fields
+/// are the crate's: a `Buf` is only built by [`Buf::zeros`] or [`Buf::wrap`], so the address the kernels and
+/// NCCL use is always the buffer's own.
 #[derive(Debug)]
 pub struct Buf {
     /// The allocation.
-    pub buf: CudaBuffer,
+    pub(crate) buf: CudaBuffer,
     /// Its device address.
-    pub ptr: u64,
+    pub(crate) ptr: u64,
 }
 
 impl Buf {
@@ -54,6 +56,11 @@ impl Buf {
         let (ptr, guard) = buf.ptr(stream);
         drop(guard);
         Buf { buf, ptr }
+    }
+
+    /// The allocation.
+    pub fn buffer(&self) -> &CudaBuffer {
+        &self.buf
     }
 }
 

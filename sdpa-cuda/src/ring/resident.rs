@@ -59,7 +59,14 @@ impl RingBackend {
             )));
         }
         let dt = g.spec.dtype;
-        let check = |what: &'static str, buf: &Buf, dtype: DType, needed: usize| -> Result<()> {
+        let check = |r: usize, what: &'static str, buf: &Buf, dtype: DType, needed: usize| -> Result<()> {
+            let gpu = self.ranks[r].gpu.info().ordinal;
+            if buf.buf.ordinal() != gpu {
+                return Err(SdpaError::InvalidSpec(format!(
+                    "{what} of ring rank {r} lives on GPU {}, the rank runs on GPU {gpu}",
+                    buf.buf.ordinal()
+                )));
+            }
             if buf.buf.dtype() != dtype {
                 return Err(SdpaError::DTypeMismatch { name: what, expected: dtype, found: buf.buf.dtype() });
             }
@@ -70,16 +77,16 @@ impl RingBackend {
         };
         for (r, f) in io.iter().enumerate() {
             let [q, k, v, o, lse] = Self::local_lens(g, r);
-            check("ring Q shard", &f.q, dt, q)?;
-            check("ring K shard", &f.k, dt, k)?;
-            check("ring V shard", &f.v, dt, v)?;
-            check("ring O shard", &f.o, dt, o)?;
-            check("ring LSE shard", &f.lse, DType::F32, lse)?;
+            check(r, "ring Q shard", &f.q, dt, q)?;
+            check(r, "ring K shard", &f.k, dt, k)?;
+            check(r, "ring V shard", &f.v, dt, v)?;
+            check(r, "ring O shard", &f.o, dt, o)?;
+            check(r, "ring LSE shard", &f.lse, DType::F32, lse)?;
             if let Some(b) = b {
-                check("ring dO shard", &b[r].d_o, dt, o)?;
-                check("ring dQ shard", &b[r].dq, dt, q)?;
-                check("ring dK shard", &b[r].dk, dt, k)?;
-                check("ring dV shard", &b[r].dv, dt, v)?;
+                check(r, "ring dO shard", &b[r].d_o, dt, o)?;
+                check(r, "ring dQ shard", &b[r].dq, dt, q)?;
+                check(r, "ring dK shard", &b[r].dk, dt, k)?;
+                check(r, "ring dV shard", &b[r].dv, dt, v)?;
             }
         }
         Ok(())
@@ -129,6 +136,23 @@ impl RingBackend {
 
     /// Downloads each rank's shard (in parallel) and pastes it into the gathered `dst`.
     fn download_paste(&self, g: &Geometry, parts: &[&Buf], dst: &mut HostBuffer, e: Extent) -> Result<()> {
+        let n = self.ranks.len();
+        if parts.len() != n {
+            return Err(SdpaError::InvalidSpec(format!(
+                "ring attention over {n} GPUs gathers one shard per GPU (got {})",
+                parts.len()
+            )));
+        }
+        for (rank, part) in self.ranks.iter().zip(parts) {
+            let gpu = rank.gpu.info().ordinal;
+            if part.buf.ordinal() != gpu {
+                return Err(SdpaError::InvalidSpec(format!(
+                    "the shard of ring rank {} lives on GPU {}, the rank runs on GPU {gpu}",
+                    rank.r,
+                    part.buf.ordinal()
+                )));
+            }
+        }
         let hosts = self.on_ranks(|rank| parts[rank.r].buf.download(rank.gpu.device().stream()))?;
         for (r, host) in hosts.iter().enumerate() {
             shard::unshard(dst, host, &g.plan, r, e)?;

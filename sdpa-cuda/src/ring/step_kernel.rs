@@ -5,7 +5,8 @@
 //! (one causal top-left diagonal and non-causal blocks of a few thousand to a hundred thousand rows, D = Dv,
 //! dense, 16-byte aligned) are the ones `fa3` takes, and on the H100 `fa3` runs D = 128 at 1.3-1.6x `fa2`
 //! (`bench/results/gpu/fa3.md`). So:
-//! - `auto`: `fa3` where it takes every step ([`fa3_refusal`] is `None` for all of them); otherwise `auto`
+//! - `auto`: `fa3` where it takes every step ([`fa3_refusal`] is `None` for all of them) and was measured
+//!   faster than `fa2` at their head dims ([`crate::kernels::policy::fa3_head_dims_pay`]); otherwise `auto`
 //!   is passed through to the policy unchanged, so whatever the policy's `auto` picks runs there.
 //! - `fa3`: `fa3` on every step, or a refusal naming the step and what `fa3` lacks (never a silent fallback).
 //! - any other kernel: passed through as asked.
@@ -55,6 +56,10 @@ pub fn choose<'a>(
         return Ok(requested);
     }
     for (label, spec, params) in steps {
+        // `auto` leaves to the policy the head dims where fa3 was measured slower than fa2.
+        if requested == Kernel::Auto && !crate::kernels::policy::fa3_head_dims_pay(spec) {
+            return Ok(Kernel::Auto);
+        }
         if let Some(why) = fa3_refusal(spec, &params, cc, smem_optin) {
             if requested == Kernel::Fa3 {
                 return Err(unsupported(format!("ring attention with kernel fa3 ({label}): {why}")));
@@ -95,9 +100,10 @@ mod tests {
 
     #[test]
     fn a_step_fa3_cannot_take_sends_auto_to_the_policy_and_refuses_fa3_naming_the_step() {
-        let (d96, p96) = step(96, DType::F16, Mask::None);
+        // D = 36: not a multiple of 8, which fa3's tensor maps cannot describe.
+        let (d36, p36) = step(36, DType::F16, Mask::None);
         let (ok, pok) = step(64, DType::F16, Mask::CausalTopLeft);
-        let steps = || [("rank 0 step 0".to_string(), &ok, pok), ("rank 1 step 1".to_string(), &d96, p96)];
+        let steps = || [("rank 0 step 0".to_string(), &ok, pok), ("rank 1 step 1".to_string(), &d36, p36)];
         assert_eq!(choose(Kernel::Auto, steps(), H100, OPTIN).expect("auto"), Kernel::Auto);
         let why = choose(Kernel::Fa3, steps(), H100, OPTIN).expect_err("refused").to_string();
         assert!(why.contains("rank 1 step 1") && why.contains("head dims"), "{why}");
@@ -107,5 +113,10 @@ mod tests {
         assert!(fa3_refusal(&s, &odd, H100, OPTIN).is_some_and(|w| w.contains("multiples of 8")));
         assert!(fa3_refusal(&s, &p, H100, 48 * 1024).is_some_and(|w| w.contains("shared memory")));
         assert_eq!(fa3_refusal(&s, &p, H100, OPTIN), None);
+        // D = 32: fa3 takes it but ran slower than fa2, so `auto` leaves it to the policy; asked for, it runs.
+        let (d32, p32) = step(32, DType::BF16, Mask::None);
+        let one = || [("rank 0 step 0".to_string(), &d32, p32)];
+        assert_eq!(choose(Kernel::Auto, one(), H100, OPTIN).expect("auto"), Kernel::Auto);
+        assert_eq!(choose(Kernel::Fa3, one(), H100, OPTIN).expect("fa3"), Kernel::Fa3);
     }
 }
