@@ -18,7 +18,7 @@ pub struct RunArgs {
     /// Backend: reference, cpu or cuda.
     #[arg(long, default_value = "reference")]
     backend: String,
-    /// Kernel: unfused, fa1, fa2, splitkv, auto or fa3 (CUDA on sm_90 only, asked for by name).
+    /// Kernel: unfused, fa1, fa2, splitkv, auto or fa3 (CUDA on sm_90 only; `auto` picks it there where measured faster).
     #[arg(long, default_value = "auto")]
     kernel: Kernel,
     /// Element type: f32, f16 or bf16.

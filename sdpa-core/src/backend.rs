@@ -29,7 +29,8 @@ pub enum Kernel {
     SplitKv,
     /// The backend picks per spec; `forward` reports which kernel it ran.
     Auto,
-    /// The Hopper forward (CUDA, sm_90: TMA, `wgmma`, warp specialisation); asked for by name only.
+    /// The Hopper forward (CUDA, sm_90: TMA, `wgmma`, warp specialisation); `auto` picks it there where it was
+    /// measured faster than `fa2`.
     Fa3,
 }
 

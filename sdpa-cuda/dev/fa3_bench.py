@@ -21,6 +21,7 @@ summary per head dim: fa3 against PyTorch's FLASH_ATTENTION and default backends
 import argparse
 import json
 import os
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -162,15 +163,15 @@ for name in runs:
         xf = sorted(r[name]["x_flash"] for r in recs if r[name]["x_flash"])
         ok = all(r[name]["check"] for r in recs)
         if xd:
-            log(f"{name} {dname}: vs cuDNN (default) median {xd[len(xd) // 2]:.3f} min {xd[0]:.3f} | vs flash median "
-                f"{xf[len(xf) // 2]:.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
+            log(f"{name} {dname}: vs cuDNN (default) median {statistics.median(xd):.3f} min {xd[0]:.3f} | vs flash "
+                f"median {statistics.median(xf):.3f} min {xf[0]:.3f} | {len(xd)} points, all checks pass: {ok}")
         else:
             log(f"{name} {dname}: no timings")
 
 
 def med_min(xs):
     xs = sorted(x for x in xs if x)
-    return f"{xs[len(xs) // 2]:.3f} / {xs[0]:.3f}" if xs else "-"
+    return f"{statistics.median(xs):.3f} / {xs[0]:.3f}" if xs else "-"
 
 
 if args.headdims:
@@ -198,6 +199,6 @@ for t, recs in tile_runs.items():
                      f"(x{fm(x, '.3f')} of the default tile){' check ' + str(r.get('check_pass')) if not r.get('check_pass') else ''}"
                      f"{(' ' + r['error'][:50]) if r.get('error') else ''}")
     ratios.sort()
-    log(f"tile {t}: median x{ratios[len(ratios) // 2]:.3f} of the default tile" if ratios else f"tile {t}: no timings")
+    log(f"tile {t}: median x{statistics.median(ratios):.3f} of the default tile" if ratios else f"tile {t}: no timings")
     for line in lines:
         log("  " + line)

@@ -339,7 +339,8 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
     let f32_math = if spec.dtype == DType::F32 && !auto_exact { opts.f32_math } else { F32Math::Exact };
     Ok(match (kernel, f32_math) {
         (Kernel::Unfused, _) => Launcher::Unfused,
-        // Asked for by name only; what it cannot take it refuses with the reason (no fallback).
+        // Asked for by name (or chosen by `resolve_auto` above): what it cannot take it refuses with the
+        // reason (no fallback).
         (Kernel::Fa3, _) => Launcher::Fa3,
         (Kernel::Fa1, F32Math::Exact) => Launcher::Fa1,
         (Kernel::Fa1, m) => {
