@@ -257,31 +257,34 @@ pub struct Plan {
     pub args: Fa3Args,
 }
 
-/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it.
-pub fn plan(call: &Call<'_>) -> Result<Plan> {
-    let spec = call.spec;
+/// The part of [`plan`] that needs no tensor map: the head-dim class and tile of a call with parameters `p`
+/// on GPUs of compute capability `cc` whose blocks may use `smem_optin` bytes of shared memory, or why `fa3`
+/// cannot run it. Ring attention asks this for every step of every rank before any of them starts.
+pub fn check(
+    spec: &AttentionSpec,
+    p: &AttnParams,
+    cc: (i32, i32),
+    smem_optin: i32,
+) -> Result<((usize, usize), Fa3Tile)> {
     if let Some(why) = refuses(spec) {
         return Err(unsupported(why));
     }
-    let info = call.dev.info();
-    if info.compute_capability != (9, 0) {
-        let (major, minor) = info.compute_capability;
+    if cc != (9, 0) {
+        let (major, minor) = cc;
         return Err(unsupported(format!(
             "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor} (use fa2)"
         )));
     }
     let s = spec.shape;
     let class = head_dim_class(s.d, s.dv).ok_or_else(|| unsupported("fa3: no head-dim class"))?;
-    let causal = call.params.mask_kind == MASK_CAUSAL;
+    let causal = p.mask_kind == MASK_CAUSAL;
     let tile = forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk));
     let smem = tile.smem_bytes(class.0, class.1);
-    if smem > info.smem_per_block_optin.max(0) as usize {
+    if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
-            "fa3 needs {smem} bytes of shared memory per block, the device allows {}",
-            info.smem_per_block_optin
+            "fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"
         )));
     }
-    let p = &call.params;
     if !p.qkvo_aligned_8_elements() {
         return Err(unsupported(
             "fa3 loads Q, K and V through TMA tensor maps: base pointers and strides of Q, K, V and O must be \
@@ -291,6 +294,18 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if p.mask_kind != MASK_NONE && p.mask_kind != MASK_CAUSAL {
         return Err(unsupported("fa3 takes no mask or a causal one"));
     }
+    Ok((class, tile))
+}
+
+/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it.
+pub fn plan(call: &Call<'_>) -> Result<Plan> {
+    let spec = call.spec;
+    let info = call.dev.info();
+    let p = &call.params;
+    let (class, tile) = check(spec, p, info.compute_capability, info.smem_per_block_optin)?;
+    let smem = tile.smem_bytes(class.0, class.1);
+    let s = spec.shape;
+    let causal = p.mask_kind == MASK_CAUSAL;
     // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
     let maps = (

@@ -47,6 +47,19 @@ impl RingBackend {
         [eq, ek, ev, eo, el].map(|e: Extent| e.heads * l * e.width)
     }
 
+    /// Refuses a shard of rank `r` that lives on another GPU than the rank's (its kernels and NCCL would reach
+    /// across devices).
+    fn on_its_gpu(&self, r: usize, what: &str, buf: &Buf) -> Result<()> {
+        let gpu = self.ranks[r].gpu.info().ordinal;
+        if buf.buf.ordinal() == gpu {
+            return Ok(());
+        }
+        Err(SdpaError::InvalidSpec(format!(
+            "{what} of ring rank {r} lives on GPU {}, the rank runs on GPU {gpu}",
+            buf.buf.ordinal()
+        )))
+    }
+
     /// Refuses shards that do not fit `spec`'s cut: one per rank, each buffer of its dtype and at least its
     /// rank's length (rank `r` holds `plan.local_len(r)` rows per head).
     fn check_shards(&self, g: &Geometry, io: &[FwdIo], b: Option<&[BwdIo]>) -> Result<()> {
@@ -60,13 +73,7 @@ impl RingBackend {
         }
         let dt = g.spec.dtype;
         let check = |r: usize, what: &'static str, buf: &Buf, dtype: DType, needed: usize| -> Result<()> {
-            let gpu = self.ranks[r].gpu.info().ordinal;
-            if buf.buf.ordinal() != gpu {
-                return Err(SdpaError::InvalidSpec(format!(
-                    "{what} of ring rank {r} lives on GPU {}, the rank runs on GPU {gpu}",
-                    buf.buf.ordinal()
-                )));
-            }
+            self.on_its_gpu(r, what, buf)?;
             if buf.buf.dtype() != dtype {
                 return Err(SdpaError::DTypeMismatch { name: what, expected: dtype, found: buf.buf.dtype() });
             }
@@ -143,15 +150,8 @@ impl RingBackend {
                 parts.len()
             )));
         }
-        for (rank, part) in self.ranks.iter().zip(parts) {
-            let gpu = rank.gpu.info().ordinal;
-            if part.buf.ordinal() != gpu {
-                return Err(SdpaError::InvalidSpec(format!(
-                    "the shard of ring rank {} lives on GPU {}, the rank runs on GPU {gpu}",
-                    rank.r,
-                    part.buf.ordinal()
-                )));
-            }
+        for (r, part) in parts.iter().enumerate() {
+            self.on_its_gpu(r, "ring shard", part)?;
         }
         let hosts = self.on_ranks(|rank| parts[rank.r].buf.download(rank.gpu.device().stream()))?;
         for (r, host) in hosts.iter().enumerate() {

@@ -14,34 +14,20 @@
 //! The backward is not chosen here: its steps run the tensor-core backward (`fa2`'s) whatever the forward
 //! ran.
 
-use crate::checked::params::{AttnParams, MASK_CAUSAL};
+use crate::checked::params::AttnParams;
 use crate::error::unsupported;
 use crate::kernels::fa3;
-use sdpa_core::{AttentionSpec, Kernel, Result};
+use sdpa_core::{AttentionSpec, Kernel, Result, SdpaError};
 
 /// Why `fa3` cannot run one step's call on devices of compute capability `cc` whose blocks may use
 /// `smem_optin` bytes of shared memory, with the step's parameters `params` (addresses and strides), or
-/// `None`. The same conditions as [`fa3::plan`], without building tensor maps.
+/// `None`: [`fa3::check`], the conditions of [`fa3::plan`] without building tensor maps.
 pub fn fa3_refusal(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), smem_optin: usize) -> Option<String> {
-    if let Some(why) = fa3::refuses(spec) {
-        return Some(why);
-    }
-    if cc != (9, 0) {
-        return Some(format!("fa3 runs on compute capability 9.0 only; this ring's GPUs are {}.{}", cc.0, cc.1));
-    }
-    let s = spec.shape;
-    // `refuses` took the head dims, so a class exists; the tile is the one `fa3::plan` would pick.
-    let Some((d, dv)) = fa3::head_dim_class(s.d, s.dv) else {
-        return Some(format!("fa3 has no head-dim class for D = {}, Dv = {}", s.d, s.dv));
-    };
-    let smem = fa3::tile_for(d, dv, params.mask_kind == MASK_CAUSAL, s.sk).smem_bytes(d, dv);
-    if smem > smem_optin {
-        return Some(format!("fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"));
-    }
-    if !params.qkvo_aligned_8_elements() {
-        return Some("fa3 needs Q, K, V and O addresses and strides in multiples of 8 elements".into());
-    }
-    None
+    let optin = i32::try_from(smem_optin).unwrap_or(i32::MAX);
+    fa3::check(spec, params, cc, optin).err().map(|e| match e {
+        SdpaError::Unsupported { what, .. } => what,
+        other => other.to_string(),
+    })
 }
 
 /// The kernel every forward step asks [`crate::kernels::dispatch`] for, given the requested kernel and each
