@@ -59,6 +59,7 @@
 //! assert!(check_output(&spec, &inputs, &run.output, Default::default(), None).unwrap().pass);
 //! ```
 
+mod aligned;
 mod amx;
 mod append;
 mod backend;

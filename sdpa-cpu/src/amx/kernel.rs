@@ -10,7 +10,9 @@
 //! so no worker thread keeps tile state between calls.
 
 use super::pack::{drop_v_key, pack_k, pack_v};
+use super::profile::{Laps, Phase};
 use super::tile::TileUnit;
+use crate::aligned::Aligned;
 use crate::element::CpuElement;
 use crate::fa2::{end_item, Bf16Item, KeyLoop, Scratch, Tiles};
 use crate::micro;
@@ -24,32 +26,6 @@ use std::arch::x86_64::*;
 const GROUP: usize = 32;
 /// Head dims and key blocks are padded to a multiple of this: one tile row of bf16.
 pub(crate) const ALIGN: usize = 32;
-
-/// A zeroed buffer whose first element sits on a 64-byte boundary (a tile row never straddles two cache
-/// lines when its stride is a multiple of 64 bytes).
-#[derive(Debug)]
-pub(crate) struct Aligned<T> {
-    v: Vec<T>,
-    start: usize,
-    len: usize,
-}
-
-impl<T: Copy + Default> Aligned<T> {
-    fn new(len: usize) -> Aligned<T> {
-        let slack = 64 / std::mem::size_of::<T>();
-        let v = vec![T::default(); len + slack];
-        let start = v.as_ptr().align_offset(64).min(slack);
-        Aligned { v, start, len }
-    }
-
-    fn ptr(&mut self) -> *mut T {
-        self.v[self.start..].as_mut_ptr()
-    }
-
-    fn slice(&mut self) -> &mut [T] {
-        &mut self.v[self.start..self.start + self.len]
-    }
-}
 
 /// Per-worker buffers of the AMX kernel, sized by the tiles and head dims.
 #[derive(Debug)]
@@ -139,7 +115,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
     scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
     let KeyLoop { span, explicit, kbase, vbase } = KeyLoop::start(p, it, scr, nrp, 0);
     {
-        let qb = buf.q.slice();
+        let qb = &mut buf.q[..];
         for (r, &(h, i)) in scr.rows.iter().enumerate() {
             let src = &q[p.q_st.offset(it.b, h, i)..][..d];
             for (x, y) in qb[r * dp..r * dp + d].iter_mut().zip(src) {
@@ -147,7 +123,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
             }
         }
     }
-    buf.o.slice()[..nrp * dvp].fill(0.0);
+    buf.o[..nrp * dvp].fill(0.0);
     let groups: Vec<GroupKeys> = scr.rows.chunks(GROUP).map(|rows| GroupKeys::of(p, rows)).collect();
 
     let (ks, vs) = (p.k_st.s, p.v_st.s);
@@ -162,6 +138,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
     // between `configure` and `release`.
     unsafe {
         u.configure();
+        let mut laps = Laps::start();
         let mut j0 = span.lo;
         while j0 < span.hi {
             let j1 = (j0 + bc).min(span.hi);
@@ -184,6 +161,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
             }
             let vals =
                 if bad.is_empty() { Vec::new() } else { nonfinite::widen_rows(v, vbase + j0 * vs, vs, dv, &bad) };
+            laps.lap(Phase::Pack);
 
             // Three phases over all row groups, so the tile unit and the vector code hand over twice per
             // block rather than twice per group: scores, softmax (and the output rows' rescaling), P·V.
@@ -193,6 +171,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
                     scores(u, qb.add(gi * GROUP * dp), dp, kb, bc, round_up(nkg, ALIGN), sb.add(gi * GROUP * bc));
                 }
             }
+            laps.lap(Phase::Scores);
             for (gi, grp) in groups.iter().enumerate() {
                 let nkg = grp.keys(j0, j1);
                 if nkg == 0 {
@@ -217,6 +196,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
                 }
                 rescale_rows(s, ob.add(g * dvp), dvp, n, &scr.alpha[g..]);
             }
+            laps.lap(Phase::Softmax);
             for (gi, grp) in groups.iter().enumerate() {
                 let nkg = grp.keys(j0, j1);
                 if nkg == 0 {
@@ -230,11 +210,12 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
                     nonfinite::add_back(p, it.b, rows, j0, &bad, &vals, prob, ob.add(g * dvp), dvp);
                 }
             }
+            laps.lap(Phase::Pv);
             j0 = j1;
         }
         u.release();
     }
-    scr.o[..nr * dvp].copy_from_slice(&buf.o.slice()[..nr * dvp]);
+    scr.o[..nr * dvp].copy_from_slice(&buf.o[..nr * dvp]);
     scr.amx = Some(buf);
     end_item(s, p, it, scr, dvp, sink, careful)
 }
@@ -381,10 +362,40 @@ unsafe fn block_2x2<U: TileUnit>(
     }
 }
 
+/// `2^t` for `t <= 0` to about 3e-6 relative (degree-4 polynomial on the fraction, `vscalefps` for the
+/// integer part): enough for probabilities that are rounded to bf16 (2^-9) on their way to the P·V tiles,
+/// and two FMAs, a multiply and a clamp fewer than [`Simd::exp`]'s f32-accurate one. Lanes below -150
+/// (masked keys: -inf) give exactly 0; NaN passes through.
+///
+/// # Safety
+/// AVX-512 F (the caller's features).
+#[inline(always)]
+unsafe fn exp2_short(t: __m512) -> __m512 {
+    // Minimax coefficients of 2^f on [-1/2, 1/2] with the constant term held at 1 (so the row maximum's
+    // probability is exactly 1), fitted by iterated weighted least squares on the relative error.
+    const E1: f32 = 0.693_124_2;
+    const E2: f32 = 0.240_241;
+    const E3: f32 = 0.055_906_43;
+    const E4: f32 = 0.009_582_851;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        // The constant goes first so a NaN `t` passes through; -inf becomes -150, which scalef takes to 0.
+        let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+        let f = _mm512_sub_ps(t, n);
+        let mut p = _mm512_fmadd_ps(_mm512_set1_ps(E4), f, _mm512_set1_ps(E3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E1));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
+        _mm512_scalef_ps(p, n)
+    }
+}
+
 /// The online softmax of rows `r < n` of raw scores `s[r·bc + j]`, keys `j < nk`, scaled by `scale > 0` on
 /// the way (the same state update as `micro::online_softmax_rows` on scaled scores), written as bf16
 /// probabilities to `p` (0 for keys `nk <= j < nkp`) and, when `careful`, as f32 back into `s` (what the
-/// re-run's `add_back` reads).
+/// re-run's `add_back` reads). The exponential runs in base 2 with `log2 e` folded into the scale, so one
+/// FMA turns a raw score into its exponent ([`exp2_short`]); the state (`m`, `alpha`) stays in base e.
 ///
 /// # Safety
 /// `s` and `p` hold `n` rows of `bc >= nkp` values (`nkp` a multiple of 16); `m`, `l`, `alpha` at least
@@ -406,33 +417,41 @@ unsafe fn softmax_to_bf16(
     alpha: &mut [f32],
     careful: bool,
 ) {
-    // Lanes of keys `j..j + 16` below nk.
-    let lanes = |j: usize| -> u16 {
-        let k = nk.saturating_sub(j).min(16);
-        ((1u32 << k) - 1) as u16
-    };
-    // SAFETY: masked loads read only keys < nk of row r; stores stay inside row r's nkp values; the
-    // statistics are read and written 16 rows at a time, inside their slices (callers pass at least the
-    // rows of a whole group, a multiple of 16).
+    let log2e = std::f32::consts::LOG2_E;
+    // Whole vectors of keys below nk, then the lanes of the one that straddles it.
+    let full = nk / 16 * 16;
+    let tail = ((1u32 << (nk - full)) - 1) as u16;
+    // SAFETY: loads read only keys < nk of row r (the straddling vector masked); stores stay inside row r's
+    // nkp values; the statistics are read and written 16 rows at a time, inside their slices (callers pass
+    // at least the rows of a whole group, a multiple of 16).
     unsafe {
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let sv = _mm512_set1_ps(scale);
+        let sl = _mm512_set1_ps(scale * log2e);
         let mut r0 = 0;
         while r0 < n {
             let rn = (n - r0).min(16);
-            // Each row's largest raw score, then the state update of 16 rows in vectors (as
-            // `micro::online_softmax_rows` does row by row): m' = m unless m < max (NaN in m stays), the
-            // shift g = m' (0 when m' = -inf), alpha = e^(m - g).
+            // Each row's largest raw score (two chains: one would wait on max's latency at every vector),
+            // then the state update of 16 rows in vectors (as `micro::online_softmax_rows` does row by
+            // row): m' = m unless m < max (NaN in m stays), the shift g = m' (0 when m' = -inf),
+            // alpha = e^(m - g).
             let mut mx = [f32::NEG_INFINITY; 16];
             for (r, x) in mx.iter_mut().enumerate().take(rn) {
                 let row = s.add((r0 + r) * bc);
-                let mut mv = ninf;
+                let (mut m0, mut m1) = (ninf, ninf);
                 let mut j = 0;
-                while j < nk {
-                    mv = sd.max(mv, _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j)));
-                    j += 16;
+                while j + 32 <= full {
+                    m0 = sd.max(m0, _mm512_loadu_ps(row.add(j)));
+                    m1 = sd.max(m1, _mm512_loadu_ps(row.add(j + 16)));
+                    j += 32;
                 }
-                *x = sd.reduce_max(mv);
+                if j < full {
+                    m0 = sd.max(m0, _mm512_loadu_ps(row.add(j)));
+                }
+                if full < nk {
+                    m1 = sd.max(m1, _mm512_mask_loadu_ps(ninf, tail, row.add(full)));
+                }
+                *x = sd.reduce_max(sd.max(m0, m1));
             }
             let mxv = _mm512_mul_ps(_mm512_loadu_ps(mx.as_ptr()), sv);
             let mo = _mm512_loadu_ps(m.as_ptr().add(r0));
@@ -446,24 +465,36 @@ unsafe fn softmax_to_bf16(
             let mut sums = [0f32; 16];
             for (r, total) in sums.iter_mut().enumerate().take(rn) {
                 let (row, prow) = (s.add((r0 + r) * bc), p.add((r0 + r) * bc));
-                let ng = _mm512_set1_ps(-gs[r]);
+                // e^(x·scale - g) = 2^(x·scale·log2 e - g·log2 e).
+                let ng = _mm512_set1_ps(-gs[r] * log2e);
                 let mut sum = sd.zero();
-                let mut j = 0;
-                while j < nkp {
-                    let e = if j < nk {
-                        // Lanes past nk load -inf: exp gives exactly 0 there.
-                        let x = _mm512_mask_loadu_ps(ninf, lanes(j), row.add(j));
-                        let e = sd.exp(sd.fma(x, sv, ng));
-                        sum = sd.add(sum, e);
+                // A macro, not a closure: a closure would not inherit the caller's target features.
+                macro_rules! put {
+                    ($j:expr, $e:expr) => {{
                         if careful {
-                            sd.store(row.add(j), e);
+                            sd.store(row.add($j), $e);
                         }
-                        e
-                    } else {
-                        sd.zero()
-                    };
-                    let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e));
-                    _mm256_storeu_si256(prow.add(j).cast(), h);
+                        let h = std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh($e));
+                        _mm256_storeu_si256(prow.add($j).cast(), h);
+                    }};
+                }
+                let mut j = 0;
+                while j < full {
+                    let e = exp2_short(_mm512_fmadd_ps(_mm512_loadu_ps(row.add(j)), sl, ng));
+                    sum = sd.add(sum, e);
+                    put!(j, e);
+                    j += 16;
+                }
+                if full < nk {
+                    // Lanes past nk load -inf: the exponential gives exactly 0 there.
+                    let x = _mm512_mask_loadu_ps(ninf, tail, row.add(full));
+                    let e = exp2_short(_mm512_fmadd_ps(x, sl, ng));
+                    sum = sd.add(sum, e);
+                    put!(full, e);
+                    j += 16;
+                }
+                while j < nkp {
+                    _mm256_storeu_si256(prow.add(j).cast(), _mm256_setzero_si256());
                     j += 16;
                 }
                 *total = sd.reduce_sum(sum);

@@ -6,7 +6,8 @@
 //!   without AMX;
 //! - `pack`: K and V of a key block into the VNNI pair layout of the B operand (once per key block of an
 //!   item, shared by all of its query rows);
-//! - `kernel`: the item driver, the same work items, key loop, scratch and row finishing as `fa2`.
+//! - `kernel`: the item driver, the same work items, key loop, scratch and row finishing as `fa2`;
+//! - `profile`: optional phase counters of the item driver (`SDPA_CPU_AMX_PROFILE=1`), for measurement.
 //!
 //! Detection ([`status`]): CPUID's AMX-TILE and AMX-BF16, the OS's XCR0 bits for the tile state, and on
 //! Linux the permission every process must ask for before touching tile data
@@ -19,6 +20,8 @@
 pub(crate) mod kernel;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod pack;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod profile;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 #[cfg(target_arch = "x86_64")]

@@ -14,6 +14,7 @@
 //! `vdpbf16ps`), and on the AMX path bf16 inputs take the tile kernel (`crate::amx::kernel`), both sharing
 //! this module's tiles, scratch, key range and row finishing.
 
+use crate::aligned::Aligned;
 use crate::element::CpuElement;
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
@@ -124,15 +125,16 @@ pub(crate) enum Sink {
     Partial { o: SharedMut<f32>, lse: SharedMut<f32> },
 }
 
-/// Per-worker scratch, sized by the tile (O(threads × tile) in total).
+/// Per-worker scratch, sized by the tile (O(threads × tile) in total); the vector tiles start on a cache
+/// line ([`Aligned`]).
 #[derive(Debug)]
 pub(crate) struct Scratch {
-    pub(crate) qt: Vec<f32>,
-    pub(crate) qrow: Vec<f32>,
-    pub(crate) st: Vec<f32>,
-    pub(crate) kp: Vec<f32>,
-    pub(crate) vp: Vec<f32>,
-    pub(crate) o: Vec<f32>,
+    pub(crate) qt: Aligned<f32>,
+    pub(crate) qrow: Aligned<f32>,
+    pub(crate) st: Aligned<f32>,
+    pub(crate) kp: Aligned<f32>,
+    pub(crate) vp: Aligned<f32>,
+    pub(crate) o: Aligned<f32>,
     pub(crate) m: Vec<f32>,
     pub(crate) l: Vec<f32>,
     pub(crate) alpha: Vec<f32>,
@@ -166,12 +168,12 @@ impl Scratch {
         let (dvp, br) =
             if path == SimdPath::Amx { (round_up(dv, 32), round_up(br, 32)) } else { (round_up(dv, l), br) };
         Scratch {
-            qt: vec![0.0; d * br],
-            qrow: vec![0.0; 4 * dp],
-            st: vec![0.0; tiles.bc * br],
-            kp: if packs { vec![0.0; tiles.bc * dp] } else { Vec::new() },
-            vp: if packs { vec![0.0; tiles.bc * dvp] } else { Vec::new() },
-            o: vec![0.0; br * dvp],
+            qt: Aligned::new(d * br),
+            qrow: Aligned::new(4 * dp),
+            st: Aligned::new(tiles.bc * br),
+            kp: Aligned::new(if packs { tiles.bc * dp } else { 0 }),
+            vp: Aligned::new(if packs { tiles.bc * dvp } else { 0 }),
+            o: Aligned::new(br * dvp),
             m: vec![0.0; br],
             l: vec![0.0; br],
             alpha: vec![0.0; br],
@@ -657,6 +659,17 @@ pub(crate) fn run_fa2<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) {
     items.par_iter().with_max_len(1).for_each(|&(_, item)| {
         with_scratch(key, |scr| run_item(path, &ps[item.pi], tiles, item, scr, Sink::Output));
     });
+    amx_report(path);
+}
+
+/// The AMX kernel's phase shares of the call just run, when asked for (`amx::profile`).
+fn amx_report(path: SimdPath) {
+    #[cfg(target_arch = "x86_64")]
+    if path == SimdPath::Amx {
+        crate::amx::profile::report();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = path;
 }
 
 /// How many key chunks `splitkv` cuts each row tile into: enough items to keep every thread busy, each
@@ -701,6 +714,7 @@ pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, 
     items.par_iter().with_max_len(1).for_each(|&item| {
         with_scratch(key, |scr| run_item(path, &ps[item.pi], tiles, item, scr, sink));
     });
+    amx_report(path);
     let (part_o, part_lse) = (&part_o, &part_lse);
     rt.par_iter().zip(&layout).for_each_init(
         || (vec![0.0f32; dv], Vec::new()),
