@@ -61,12 +61,18 @@ $P timeout 85 python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --sim
   --rounds 2 --reps 3 --torch-kernels fused --no-read-bw --out $R/avx2-prefill.json > $R/prefill.md 2> $R/prefill.log
 el "avx2 prefill rc=$?"; tail -16 $R/prefill.md; save
 
-# 6. Head dims: AVX2 against PyTorch (S = 1024, one round), then AMX at 16 threads against PyTorch.
-$P timeout 45 python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --simd avx2 --threads 2 --preset headdims \
-  --rounds 1 --reps 3 --torch-kernels fused --no-read-bw --out $R/avx2-headdims.json > $R/headdims.md 2> $R/headdims.log
-el "avx2 headdims rc=$?"; python3 $D/bench/cpu/pytorch_cpu_sdpa.py --render-sweep $R/avx2-headdims.json > $R/headdims-sweep.md 2>&1; save
-SDPA_CPU_SIMD=amx timeout 30 $B --spec $D/amx-headdims.json --threads 16 --with-pytorch --out $R/amx-headdims-16t.json > $R/ahd.log 2>&1
-el "amx headdims rc=$?"; python3 $D/amx_table.py $R/amx-headdims-16t.json > $R/amx-headdims.md 2>&1; save
+# 6. Head dims, as far as the call's 240 s allow (each runner writes its file only at its end): AVX2 against
+# PyTorch (S = 1024, one round), then AMX at 16 threads against PyTorch.
+left() { echo $(( 228 - ($(date +%s) - T0) )); }
+if [ $(left) -ge 45 ]; then
+  $P timeout $(( $(left) - 12 )) python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --simd avx2 --threads 2 --preset headdims \
+    --rounds 1 --reps 3 --torch-kernels fused --no-read-bw --out $R/avx2-headdims.json > $R/headdims.md 2> $R/headdims.log
+  el "avx2 headdims rc=$?"; python3 $D/bench/cpu/pytorch_cpu_sdpa.py --render-sweep $R/avx2-headdims.json > $R/headdims-sweep.md 2>&1; save
+else el "avx2 headdims skipped"; fi
+if [ $(left) -ge 20 ]; then
+  SDPA_CPU_SIMD=amx timeout $(( $(left) - 4 )) $B --spec $D/amx-headdims.json --threads 16 --with-pytorch --out $R/amx-headdims-16t.json > $R/ahd.log 2>&1
+  el "amx headdims rc=$?"; python3 $D/amx_table.py $R/amx-headdims-16t.json > $R/amx-headdims.md 2>&1; save
+else el "amx headdims skipped"; fi
 
 # 7. The table.
 echo "== tests"; cat $R/tests.txt | cut -c1-100
