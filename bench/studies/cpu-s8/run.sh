@@ -54,7 +54,7 @@ SDPA_CPU_SIMD=amx $P timeout 45 $B --spec $D/amx-cpu.json --threads 2 --with-pyt
 if [ -n "$BEST" ] && [ "$BEST" != 128x256 ]; then
   SDPA_CPU_AMX_TILES=$BEST SDPA_CPU_SIMD=amx $P timeout 45 $B --spec $D/amx-cpu.json --threads 2 --with-pytorch --out $R/amx-2t-$BEST.json > $R/a2b.log 2>&1; el "amx 2t $BEST rc=$?"
 fi
-python3 $D/amx_table.py $R/amx-16t.json $R/amx-2t*.json | tee $R/amx-table.md; save
+python3 $D/amx_table.py $R/amx-16t.json $R/amx-2t.json $(ls $R/amx-2t-*x*.json 2>/dev/null | grep -v pytorch) | tee $R/amx-table.md; save
 
 # 5. AVX2 prefill grid against PyTorch capped to AVX2, both pinned to cores 0,1, with the FMA peak probe.
 $P timeout 85 python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --simd avx2 --threads 2 --preset prefill \
