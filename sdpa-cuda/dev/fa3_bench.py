@@ -174,6 +174,17 @@ def med_min(xs):
     return f"{statistics.median(xs):.3f} / {xs[0]:.3f}" if xs else "-"
 
 
+if not args.headdims:
+    # The table: median / min x cuDNN per dtype, head dim and mask, for every fa3 run and fa2.
+    log("\nx cuDNN (median / min over S) per dtype, D and mask: " + " | ".join(runs))
+    for dname in dtypes:
+        for d in [64, 128]:
+            for causal in ["none", "causal"]:
+                recs = [r for r in res["records"] if r["shape"][6] == dname and r["shape"][5] == d
+                        and (r["shape"][7] == "causal") == (causal == "causal")]
+                log(f"{dname} D={d} {causal:6}: " + " | ".join(med_min(r[n]["x_default"] for r in recs) for n in runs))
+
+
 if args.headdims:
     log("\nper head dim (median / min over S and causal): fa3 x flash | fa3 x default | fa3 / fa2 | fa3 TFLOPS")
     for dname in dtypes:
