@@ -180,6 +180,24 @@ struct Fa3TileSource {
     }
 };
 
+// The 4 x 4 transpose inside a quad (lanes 4g .. 4g + 3, this one `t`): lane s holds v[e] = columns 2s, 2s + 1
+// of n8 tile e (packed pairs); returns the four pairs of n8 tile t (from lanes 0..3, in column order). Round
+// r exchanges with lane t ^ r; the register each side sends or keeps is picked by selects (an index that
+// varies by lane would put v in local memory). Every lane of the warp must call it.
+__device__ __forceinline__ uint4 fa3_quad_take(const unsigned (&v)[4], int t) {
+    auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+    unsigned w[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int s = t ^ r;  // the partner lane of the quad: it sends its pair of tile t, we send ours of s
+        const unsigned got = r == 0 ? pick(t) : __shfl_xor_sync(0xffffffffu, pick(s), r);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (k == s) w[k] = got;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // A compile-time flag as a value (for generic lambdas: `decltype(f)::value`).
 template <bool B>
 struct Fa3Flag {
@@ -331,7 +349,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 // repairs its rows (fa3_repair_warp_rows).
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
-                                                 int m0, int n_tiles, int ring, int q_phase) {
+                                                 int m0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;   // n8 tiles of S
@@ -458,22 +476,23 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     int n_act = n_tiles;
     if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
     if (!has_rows) n_act = 0;
-    // Turns (PP): the consumers issue their products in turn, warpgroup w waiting on named barrier 3 + w
-    // and handing the turn to the next one's. Each takes exactly n_tiles + 1 turns (its issue steps, one
-    // empty turn per skipped tile, then empty turns to make up the count); the last warpgroup gives the
-    // first turn to warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
+    // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
+    // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and
+    // hands the turn to the next one's. Each takes exactly n_tiles + 1 turns per tile (its issue steps, one
+    // empty turn per skipped tile, then empty turns to make up the count), so the order holds across tiles:
+    // the next tile's first products follow the current tile's last ones at once, while the other
+    // warpgroups still finish theirs and store O. Warpgroup 0 takes its very first turn without waiting;
+    // the last warpgroup's last hand-over is taken by fa3_forward (fa3_end_turns).
     const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
-    int turn = 0;
+    const int turns_end = turn + turns;
     const bool last_wg = wgi == NC - 1;
     auto turn_begin = [&]() {
-        if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
+        if (PP && (wgi != 0 || turn > 0)) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
     };
     auto turn_end = [&]() {
-        if (PP && !(last_wg && turn == turns - 1))
-            asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
+        if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
         ++turn;
     };
-    if (PP && last_wg && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
     // Q is free for the next tile's once every thread's last S = Q·Kᵀ completed (or at once: no tile).
     auto release_q = [&]() { sm90_mbar_arrive(q_empty + 8 * wgi); };
@@ -543,35 +562,41 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_begin();
         turn_end();
     }
-    while (turn < turns) {
+    while (turn < turns_end) {
         turn_begin();
         turn_end();
     }
 
-    // Epilogue: normalise, round to T and store from registers (4 bytes: two columns of a row per thread),
-    // the columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding).
-    // No staging through shared memory: the Q buffer already takes the next tile's Q, and the stores drain
-    // while the next tile runs.
+    // Epilogue: normalise, round to T and store from registers, the columns below p.dv (a multiple of 8:
+    // whole n8 tiles; the others are padding, and may hold garbage from V blocks never loaded). A thread
+    // holds two columns of each n8 tile of its rows; per four n8 tiles the quad swaps them (a 4 x 4
+    // transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile of its row: 16-byte
+    // stores filling whole 32-byte sectors (4-byte ones left half of every sector to a second transaction:
+    // ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through shared memory: the Q
+    // buffer already takes the next tile's Q, and the stores drain while the next tile runs.
+    static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
         const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
         const int row = m0 + wrow + g + hh * 8;
-        if (row < p.sq) {
-            T* orow = out + (i64)row * p.o_stride[2] + 2 * t;
+        T* orow = out + (i64)row * p.o_stride[2];
 #pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                if (8 * j < p.dv) {
-                    const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                    bad |= !isfinite(x0) || !isfinite(x1);
-                    *reinterpret_cast<unsigned*>(orow + 8 * j) = fa3_pack<T>(x0, x1);
-                }
+        for (int j0 = 0; j0 < DT; j0 += 4) {
+            unsigned v[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = j0 + e;
+                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+                bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
+                v[e] = fa3_pack<T>(x0, x1);
             }
-            if (p.lse != nullptr && t == 0)
-                p.lse[((i64)b * p.hq + h) * p.sq + row] =
-                    lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+            const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
+            if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
         }
+        if (row < p.sq && p.lse != nullptr && t == 0)
+            p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
     }
     // The warp's own stores are read back by its lanes: __syncwarp orders them.
     if (__any_sync(0xffffffffu, bad)) {
@@ -656,16 +681,19 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         // The launch gives every thread 65536 / (128 (NC + 1)) registers (168 or 128); the producer's 24
         // leave the consumers 240 (NC = 2) or 160 (NC = 3).
         fa3_regs_inc<NC == 2 ? 240 : 160>();
-        int ring = 0, nq = 0;
+        int ring = 0, nq = 0, turn = 0;
         for (int n = 0;; ++n) {
             const int w = fa3_take_tile(r, n);
             if (w < 0) break;
             int b, h, m0, n_tiles;
             tile(w, b, h, m0, n_tiles);
-            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1);
+            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1, turn);
             ring += n_tiles;
             nq += fa3_has_rows(p, m0, wgi);
         }
+        // fa3_end_turns: every warpgroup took the same number of turns; the last one's last hand-over to
+        // warpgroup 0 is taken here, so that every named-barrier arrival meets one wait.
+        if (PP && wgi == 0 && turn > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
     }
 }
 

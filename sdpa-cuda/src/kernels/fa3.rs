@@ -109,23 +109,30 @@ impl Fa3Tile {
 /// keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
 /// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`; 64 keys at 256, 96 at 192 and 112 at
 /// 192/128 measured 0.95-0.98x median). Consumers: three warpgroups (192 query rows a block) at the class
-/// 64 without a mask (1.05-1.21x two consumers), two otherwise (three lost 2-15 % at D = 64 causal from 8k
-/// on and below 2k; wider classes need the 240 registers of two). Longer key tiles (176, 192) at 64/128 were
-/// within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x).
-pub fn tile_for(d: usize, dv: usize, causal: bool, _sk: usize) -> Fa3Tile {
+/// 64 without a mask (1.05-1.21x two consumers) and with a causal one from [`CAUSAL_64_THREE_FROM_KEYS`]
+/// keys on, two otherwise (wider classes need the 240 registers of two). Three at D = 64 causal lost 2-15 %
+/// in session 7, when their unmasked tiles spilled; with the unmasked tiles in their own loop and the
+/// dynamic schedule (session 8, call 1) they ran 1.077x / 1.089x two at 4k / 16k and 0.904x at 1k. Longer
+/// key tiles (176, 192) at 64/128 were within the card's run-to-run spread, or slower (causal D = 128:
+/// 0.67-0.87x).
+pub fn tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
     let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,
         (192, 192) => 112,
         _ => 128,
     };
-    let consumers = if (stored(d), stored(dv)) == (64, 64) && !causal { 3 } else { 2 };
-    Fa3Tile { bn, stages: 2, consumers }
+    let three = (stored(d), stored(dv)) == (64, 64) && (!causal || sk >= CAUSAL_64_THREE_FROM_KEYS);
+    Fa3Tile { bn, stages: 2, consumers: if three { 3 } else { 2 } }
 }
 
+/// Keys from which a causal call at the class 64 runs three consumer warpgroups ([`tile_for`]).
+pub const CAUSAL_64_THREE_FROM_KEYS: usize = 4096;
+
 /// The tiles [`tile_for`] can choose at head-dim class (`d`, `dv`) under a causal mask or none (each compiled
-/// in [`programs`]): the table changes tiles by length at most once, below 4k keys or from it on.
+/// in [`programs`]): the table changes tiles by length at most once, at [`CAUSAL_64_THREE_FROM_KEYS`].
 fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
-    let mut tiles: Vec<Fa3Tile> = [1, 4096, 1 << 20].into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
+    let lengths = [1, CAUSAL_64_THREE_FROM_KEYS - 1, CAUSAL_64_THREE_FROM_KEYS, 1 << 20];
+    let mut tiles: Vec<Fa3Tile> = lengths.into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
     tiles.sort_by_key(|t| (t.bn, t.stages, t.consumers));
     tiles.dedup();
     tiles
@@ -491,6 +498,12 @@ mod tests {
         assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
         assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
         assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
+        // Class 64: three consumers without a mask, and with a causal one from 4k keys on.
+        assert_eq!(tile_for(64, 64, false, 512).consumers, 3);
+        assert_eq!(tile_for(64, 64, true, 2048).consumers, 2);
+        assert_eq!(tile_for(40, 40, true, 4096).consumers, 3);
+        assert_eq!(tile_for(128, 128, true, 16384).consumers, 2);
+        assert_eq!(table_tiles(64, 64, true).len(), 2);
     }
 
     #[test]
