@@ -426,6 +426,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         return Ok(()); // no query row: nothing to write
     }
     if schedule == Schedule::Static {
+        args.p.workspace = 0; // no counter: the kernel's static schedule
         return launch_with(call, &program, dims, &args);
     }
     // The work-tile counter: zero when the launch starts, left zero by it (fa3.cu `Fa3TileSource`). On the
