@@ -40,6 +40,8 @@ ap.add_argument("--variants", nargs="*", default=["pp0:SDPA_FA3_PINGPONG=0"],
                 help="fa3 runs besides the default, `name:VAR=value` (default: pp0, without ping-pong)")
 ap.add_argument("--headdims", action="store_true", help="issue 21's head-dim grid instead of fa2bench")
 ap.add_argument("--seqs", nargs="*", type=int, default=None, help="sequence lengths (default: the grid's)")
+ap.add_argument("--dims", nargs="*", default=None,
+                help="with --headdims, only these head dims (`D` or `D/Dv`, e.g. 256 192/128)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -49,6 +51,8 @@ dtypes = ["bf16", "f16"] if args.f16 else ["bf16"]
 if args.headdims:
     seqs = args.seqs or [1024, 2048, 4096, 8192, 16384]
     dims = [(d, d, 2048 // d if 2048 % d == 0 else 16) for d in [32, 40, 80, 96, 160, 192, 224, 256]] + [(192, 128, 16)]
+    if args.dims:
+        dims = [x for x in dims if f"{x[0]}" in args.dims and x[0] == x[1] or f"{x[0]}/{x[1]}" in args.dims]
     shapes = [("headdim" if d == dv else "mla", dt, d, dv, h, causal, s) for dt in dtypes for (d, dv, h) in dims
               for causal in [False, True] for s in seqs]
 else:
@@ -172,6 +176,17 @@ for name in runs:
 def med_min(xs):
     xs = sorted(x for x in xs if x)
     return f"{statistics.median(xs):.3f} / {xs[0]:.3f}" if xs else "-"
+
+
+if not args.headdims:
+    # The issue's table: median / min x cuDNN per dtype, head dim and mask, for every fa3 run and fa2.
+    log("\nx cuDNN (median / min over S) per dtype, D and mask: " + " | ".join(runs))
+    for dname in dtypes:
+        for d in [64, 128]:
+            for causal in ["none", "causal"]:
+                recs = [r for r in res["records"] if r["shape"][6] == dname and r["shape"][5] == d
+                        and (r["shape"][7] == "causal") == (causal == "causal")]
+                log(f"{dname} D={d} {causal:6}: " + " | ".join(med_min(r[n]["x_default"] for r in recs) for n in runs))
 
 
 if args.headdims:

@@ -10,9 +10,11 @@
 //
 // Work tile: BM = 64 NC query rows of one (batch, query head); consumer warpgroups 0 .. NC - 1 (NC = 2, or
 // 3 at D = 64 without a mask) own 64 rows each, warpgroup NC is the producer. Blocks are persistent: each
-// walks its share of the work tiles (fa3_work: a snake over them, head by head, each head's heaviest query
-// tiles first), the ring position and the Q-load counts carried from tile to tile; the launcher may also
-// run one block per tile (causal calls with many tiles per head, where the static share cannot balance).
+// walks work tiles (head by head, each head's heaviest query tiles first) that the producer takes one at a
+// time from an atomic counter (Fa3TileSource: a block takes a tile when it is ready for one, so unequal
+// causal tiles balance) and hands to the consumers through a small ring in shared memory; the ring
+// position and the Q-load counts carry from tile to tile. `SDPA_FA3_SCHED=static` runs the earlier static
+// snake instead (fa3_work; with one block per tile for causal calls with many tiles per head).
 // One thread of the producer issues every copy: each consumer's Q (64 rows, once that consumer released
 // its previous Q: `q_empty`, after its last S = Q·Kᵀ of the previous tile), and the K and V tiles (one box
 // of [BN keys][64 columns] per 64 columns of the head) into an ST-deep ring; each slot has a `full` barrier
@@ -34,7 +36,8 @@
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers.
+//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers
+//   | the work-tile ring (FA3_SCHED mbarrier pairs and tiles).
 #include "common.cuh"
 #include "sm90_async.cuh"
 
@@ -57,6 +60,9 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 // entries' parameters (src/kernels/fa3.rs `Fa3Tile`).
 #define FA3_THREADS(NC) (128 * ((NC) + 1))
 
+// Depth of the work-tile ring through which the producer hands each tile it takes to the consumers.
+#define FA3_SCHED 4
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
@@ -74,7 +80,10 @@ struct Fa3Smem {
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
     static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
     // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
-    static constexpr int BYTES = BAR_OFF + 8 * (2 * NC + 4 * ST);
+    static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);
+    // The work-tile ring (fa3_next_tile): sched_full[FA3_SCHED], sched_empty[FA3_SCHED], then the tiles.
+    static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;
+    static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;
     static_assert(D % 32 == 0 && DV % 32 == 0 && BN % 16 == 0 && BN <= 256, "k16 steps, n32 products");
     static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
     static constexpr int ST_ = ST, NC_ = NC;
@@ -129,14 +138,76 @@ __device__ __forceinline__ void fa3_tile_of(int w, int n_mblocks, int n_bh, int 
     bh = h0 + within % hn;
 }
 
-// The k-th work tile of this block (persistent grid of gridDim.x blocks): a snake over the tiles (block c
-// takes c in even rounds, gridDim.x - 1 - c in odd ones), so that with the heavy tiles first the blocks'
-// sums of work stay close under a causal mask. Negative once no tile is left.
+// The static schedule (`SDPA_FA3_SCHED=static`): the k-th work tile of this block on a persistent grid of
+// gridDim.x blocks, a snake over the tiles (block c takes c in even rounds, gridDim.x - 1 - c in odd ones),
+// so that with the heavy tiles first the blocks' sums of work stay close. Negative once no tile is left;
+// n_work when this block sits round k out.
 __device__ __forceinline__ int fa3_work(int k, int n_work) {
     const int g = gridDim.x, c = blockIdx.x;
     if (k * g >= n_work) return -1;
     const int w = k * g + ((k & 1) ? g - 1 - c : c);
-    return w < n_work ? w : n_work;  // n_work: this block sits this round out
+    return w < n_work ? w : n_work;
+}
+
+// The producer's source of work tiles, in the order fa3_tile_of numbers them (each head's heaviest tiles
+// first). Dynamic (`counter` set, the default): block c starts with tile c, and each next tile is
+// gridDim.x + the value an atomic increment of the launch's counter returns, so a block takes a new tile
+// when it is ready for one and the tiles' unequal weights (causal) balance by themselves. Static
+// (`counter` null): fa3_work's snake.
+// The counter is zero when the launch starts and is left zero: with g' = min(gridDim.x, n_work) blocks
+// starting on a tile, every one of them increments until it draws a value v with v + gridDim.x >= n_work,
+// which happens exactly once per block, so the increments of a launch number max(0, n_work - gridDim.x)
+// + g' = n_work, and the one that draws n_work - 1 is the last: that block writes the zero back. No
+// launch or memset resets it (src/kernels/fa3.rs keeps one counter per device stream).
+struct Fa3TileSource {
+    unsigned* counter;
+    int n_work, k;
+    __device__ __forceinline__ int first() {
+        if (counter != nullptr) return blockIdx.x < n_work ? (int)blockIdx.x : -1;
+        k = 0;
+        return next();
+    }
+    __device__ __forceinline__ int next() {
+        if (counter != nullptr) {
+            const unsigned v = atomicAdd(counter, 1u);
+            if (v == (unsigned)n_work - 1u) atomicExch(counter, 0u);
+            return (long long)v + gridDim.x < n_work ? (int)(v + gridDim.x) : -1;
+        }
+        for (;;) {
+            const int w = fa3_work(k++, n_work);
+            if (w != n_work) return w;
+        }
+    }
+};
+
+// The 4 x 4 transpose inside a quad (lanes 4g .. 4g + 3, this one `t`): lane s holds v[e] = columns 2s, 2s + 1
+// of n8 tile e (packed pairs); returns the four pairs of n8 tile t (from lanes 0..3, in column order). Round
+// r exchanges with lane t ^ r; the register each side sends or keeps is picked by selects (an index that
+// varies by lane would put v in local memory). Every lane of the warp must call it.
+__device__ __forceinline__ uint4 fa3_quad_take(const unsigned (&v)[4], int t) {
+    auto pick = [&](int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; };
+    unsigned w[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int s = t ^ r;  // the partner lane of the quad: it sends its pair of tile t, we send ours of s
+        const unsigned got = r == 0 ? pick(t) : __shfl_xor_sync(0xffffffffu, pick(s), r);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (k == s) w[k] = got;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// A compile-time flag as a value (for generic lambdas: `decltype(f)::value`).
+template <bool B>
+struct Fa3Flag {
+    static constexpr bool value = B;
+};
+
+// `x`, unknown to the optimiser from here on: what is derived from it is computed where it is used.
+__device__ __forceinline__ unsigned fa3_opaque(unsigned x) {
+    asm volatile("" : "+r"(x));
+    return x;
 }
 
 // Two f32 values rounded to T and packed (lo in the low half), as an A fragment register or one O store.
@@ -157,6 +228,8 @@ __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
 struct Fa3Ring {
     unsigned q, k, v;                                       // Q of consumer 0, the K ring, the V ring
     unsigned q_full, q_empty, k_full, k_empty, v_full, v_empty;  // barrier arrays, 8 bytes per entry
+    unsigned sched_full, sched_empty;                       // the work-tile ring's barriers
+    volatile int* sched;                                    // its FA3_SCHED tiles
 };
 template <typename L>
 __device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
@@ -170,7 +243,36 @@ __device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
     r.k_empty = r.k_full + 8 * L::ST_;
     r.v_full = r.k_empty + 8 * L::ST_;
     r.v_empty = r.v_full + 8 * L::ST_;
+    r.sched_full = base + L::SCHED_BAR_OFF;
+    r.sched_empty = r.sched_full + 8 * FA3_SCHED;
     return r;
+}
+
+// The work-tile ring between the producer's issuing thread and the consumers: entry n (the n-th tile this
+// block runs, -1 after the last) sits in slot n % FA3_SCHED; `full` completes when the producer wrote it,
+// `empty` once every consumer thread read it. The mbarriers' release/acquire order the plain shared-memory
+// store and loads.
+__device__ __forceinline__ void fa3_publish_tile(const Fa3Ring& r, int n, int w) {
+    const int s = n % FA3_SCHED, use = n / FA3_SCHED;
+    if (use > 0) sm90_mbar_wait(r.sched_empty + 8 * s, (use - 1) & 1);
+    r.sched[s] = w;
+    sm90_mbar_arrive(r.sched_full + 8 * s);
+}
+__device__ __forceinline__ int fa3_take_tile(const Fa3Ring& r, int n) {
+    const int s = n % FA3_SCHED;
+    sm90_mbar_wait(r.sched_full + 8 * s, (n / FA3_SCHED) & 1);
+    const int w = r.sched[s];
+    sm90_mbar_arrive(r.sched_empty + 8 * s);
+    return w;
+}
+
+// By one warp, after its O stores: recomputes those of its rows [row0, row0 + 16) below Sq (of batch b,
+// head h) that hold a non-finite value (common.cuh's careful path: NaN or inf under a masked key must not
+// reach rows that do not see it). Out of line, off the consumer's main loop; `p` is the kernel's
+// __grid_constant__ parameter, read in place.
+template <typename T>
+__device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, int h, int row0) {
+    for (int i = row0; i < min(row0 + 16, p->sq); ++i) repair_row_if_nonfinite<T>(*p, b, h, i, 0, p->dv, true);
 }
 
 // K/V tiles a query tile [m0, m_end) loads: all of them, or under a causal mask those up to its last
@@ -243,11 +345,11 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 // One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of batch b, head h; this warpgroup's
 // are m0 + 64 wgi ..): wait for its Q (`q_phase`: the parity of its Q barrier for this tile), run the n_tiles
 // K/V tiles the producer fills from ring position `ring`, release Q once its last S = Q·Kᵀ completed (the
-// producer loads the next tile's Q meanwhile), write O (and LSE). Returns whether this thread wrote a
-// non-finite value (the caller repairs).
+// producer loads the next tile's Q meanwhile), write O (and LSE); a warp that wrote a non-finite value
+// repairs its rows (fa3_repair_warp_rows).
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
-__device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
-                                                 int m0, int n_tiles, int ring, int q_phase) {
+__device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
+                                                 int m0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;   // n8 tiles of S
@@ -277,31 +379,38 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
     float s[NT * 4];
     unsigned pa[KT][4];
 
-    // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for.
+    // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for. The descriptors are the bases'
+    // plus each step's offset / 16 (the address field is bits 0-13 of the descriptor, and every address
+    // stays below 2^18); the bases pass through fa3_opaque so that the steps' descriptors are formed here,
+    // not hoisted out of the tile loop and held (two 64-bit registers per k16 step; the wide classes
+    // spilled for them).
     auto issue_qk = [&](int sj) {
+        const unsigned long long dq = fa3_desc_k(fa3_opaque(aQw)), dk = fa3_desc_k(fa3_opaque(aK + sj * L::K_BYTES));
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
             const int off = (kk % 4) * 32;
-            fa3_ss(s, fa3_desc_k(aQw + (kk / 4) * L::BLOCK_Q + off),
-                   fa3_desc_k(aK + sj * L::K_BYTES + (kk / 4) * L::BLOCK_KV + off), kk > 0, T());
+            fa3_ss(s, dq + ((kk / 4) * L::BLOCK_Q + off) / 16, dk + ((kk / 4) * L::BLOCK_KV + off) / 16, kk > 0, T());
         }
         fa3_commit();
     };
     // O += P·V of the tile in slot sj, issued and committed.
     auto issue_pv = [&](int sj) {
+        const unsigned v0 = fa3_opaque(aV + sj * L::V_BYTES);
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-            fa3_pv_step<DV, T>(o, pa[kk], aV + sj * L::V_BYTES + kk * 2048, L::BLOCK_KV);
+            fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * 2048, L::BLOCK_KV);
         fa3_commit();
     };
-    // Mask and online softmax of S (tile starting at key n0); P into pa; returns whether some row's
-    // maximum changed, with the factors in alpha. O is not touched (it may be in flight).
-    auto softmax = [&](int n0, float (&alpha)[2]) {
-        const bool edge =
-            (n0 + BN > p.sk) || (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + p.causal_offset);
+    // Mask and online softmax of S (tile starting at key n0); returns whether some row's maximum changed,
+    // with the factors in alpha. O is not touched (it may be in flight). `masked` (Fa3Flag) says whether
+    // the tile may need a mask: the tiles before the warpgroup's first one that does run a copy of the
+    // loop without the mask code (fewer live registers: three consumers at 160 each spilled there).
+    auto softmax = [&](int n0, float (&alpha)[2], auto masked) {
+        const bool edge = decltype(masked)::value && ((n0 + BN > p.sk) || (MASK == FA3_MASK_CAUSAL &&
+                                                                           n0 + BN - 1 > m0 + wrow + p.causal_offset));
         if (edge) {
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
@@ -367,22 +476,23 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
     int n_act = n_tiles;
     if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
     if (!has_rows) n_act = 0;
-    // Turns (PP): the consumers issue their products in turn, warpgroup w waiting on named barrier 3 + w
-    // and handing the turn to the next one's. Each takes exactly n_tiles + 1 turns (its issue steps, one
-    // empty turn per skipped tile, then empty turns to make up the count); the last warpgroup gives the
-    // first turn to warpgroup 0 and keeps its own last one, so every named-barrier arrival meets one wait.
+    // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
+    // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and
+    // hands the turn to the next one's. Each takes exactly n_tiles + 1 turns per tile (its issue steps, one
+    // empty turn per skipped tile, then empty turns to make up the count), so the order holds across tiles:
+    // the next tile's first products follow the current tile's last ones at once, while the other
+    // warpgroups still finish theirs and store O. Warpgroup 0 takes its very first turn without waiting;
+    // the last warpgroup's last hand-over is taken by fa3_forward (fa3_end_turns).
     const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
-    int turn = 0;
+    const int turns_end = turn + turns;
     const bool last_wg = wgi == NC - 1;
     auto turn_begin = [&]() {
-        if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
+        if (PP && (wgi != 0 || turn > 0)) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
     };
     auto turn_end = [&]() {
-        if (PP && !(last_wg && turn == turns - 1))
-            asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
+        if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
         ++turn;
     };
-    if (PP && last_wg && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
     // Q is free for the next tile's once every thread's last S = Q·Kᵀ completed (or at once: no tile).
     auto release_q = [&]() { sm90_mbar_arrive(q_empty + 8 * wgi); };
@@ -397,10 +507,11 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         if (n_act == 1) release_q();
         sm90_mbar_arrive(k_empty + 8 * slot(0));
         float alpha[2];
-        softmax(0, alpha);  // O is still zero: no rescale needed
+        softmax(0, alpha, Fa3Flag<true>());  // O is still zero: no rescale needed
         take_p();
     }
-    for (int j = 1; j < n_act; ++j) {
+    // Key tiles 1 .. n_act - 1: S(j) issued before P(j-1)·V(j-1), the softmax of j under that product.
+    auto step = [&](int j, auto masked) {
         const int sj = slot(j), sp = slot(j - 1);
         sm90_mbar_wait(k_full + 8 * sj, phase(j));
         sm90_mbar_wait(v_full + 8 * sp, phase(j - 1));
@@ -414,13 +525,21 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         if (j == n_act - 1) release_q();
         sm90_mbar_arrive(k_empty + 8 * sj);
         float alpha[2];
-        const bool rs = softmax(j * BN, alpha);
+        const bool rs = softmax(j * BN, alpha, masked);
         fa3_wait<0>();
         fa3_pin(o);
         sm90_mbar_arrive(v_empty + 8 * sp);
         if (rs) rescale_o(alpha);
         take_p();
-    }
+    };
+    // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the products
+    // are the warpgroup's): the partial last tile of the keys, or under a causal mask the first crossing the
+    // diagonal of the warpgroup's first row.
+    int j_mask = p.sk / BN;
+    if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + p.causal_offset + 1) / BN));
+    const int j_plain = max(1, min(j_mask, n_act));
+    for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
+    for (int j = j_plain; j < n_act; ++j) step(j, Fa3Flag<true>());
     if (n_act > 0) {
         const int sp = slot(n_act - 1);
         sm90_mbar_wait(v_full + 8 * sp, phase(n_act - 1));
@@ -443,42 +562,53 @@ __device__ __forceinline__ bool fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_begin();
         turn_end();
     }
-    while (turn < turns) {
+    while (turn < turns_end) {
         turn_begin();
         turn_end();
     }
 
-    // Epilogue: normalise, round to T and store from registers (4 bytes: two columns of a row per thread),
-    // the columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding).
-    // No staging through shared memory: the Q buffer already takes the next tile's Q, and the stores drain
-    // while the next tile runs.
+    // Epilogue: normalise, round to T and store from registers, the columns below p.dv (a multiple of 8:
+    // whole n8 tiles; the others are padding, and may hold garbage from V blocks never loaded). A thread
+    // holds two columns of each n8 tile of its rows; per four n8 tiles the quad swaps them (a 4 x 4
+    // transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile of its row: 16-byte
+    // stores filling whole 32-byte sectors (4-byte ones left half of every sector to a second transaction:
+    // ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through shared memory: the Q
+    // buffer already takes the next tile's Q, and the stores drain while the next tile runs.
+    static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
         const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
         const int row = m0 + wrow + g + hh * 8;
-        if (row < p.sq) {
-            T* orow = out + (i64)row * p.o_stride[2] + 2 * t;
+        T* orow = out + (i64)row * p.o_stride[2];
 #pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                if (8 * j < p.dv) {
-                    const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                    bad |= !isfinite(x0) || !isfinite(x1);
-                    *reinterpret_cast<unsigned*>(orow + 8 * j) = fa3_pack<T>(x0, x1);
-                }
+        for (int j0 = 0; j0 < DT; j0 += 4) {
+            unsigned v[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = j0 + e;
+                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
+                bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
+                v[e] = fa3_pack<T>(x0, x1);
             }
-            if (p.lse != nullptr && t == 0)
-                p.lse[((i64)b * p.hq + h) * p.sq + row] =
-                    lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+            const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
+            if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
         }
+        if (row < p.sq && p.lse != nullptr && t == 0)
+            p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
     }
-    return bad;
+    // The warp's own stores are read back by its lanes: __syncwarp orders them.
+    if (__any_sync(0xffffffffu, bad)) {
+        __syncwarp();
+        fa3_repair_warp_rows<T>(&p, b, h, m0 + wrow);
+    }
 }
 
-// The persistent block: producer and consumers walk the same work tiles (fa3_work), the ring position and
-// the Q-load counts carried from one tile to the next, so the producer fills the next tile's Q and K/V while
-// the consumers finish the current one.
+// The persistent block: the producer's issuing thread takes the work tiles (Fa3TileSource) and hands each
+// to the consumers through the work-tile ring before loading it; the ring position and the Q-load counts
+// carry from one tile to the next, so the producer fills the next tile's Q and K/V while the consumers
+// finish the current one.
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
@@ -500,7 +630,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     };
 
     const unsigned base = smem_addr(smem);
-    const Fa3Ring r = fa3_ring<L>(base);
+    Fa3Ring r = fa3_ring<L>(base);
+    r.sched = reinterpret_cast<volatile int*>(smem + L::SCHED_OFF);
     if ((base & 1023) != 0) __trap();  // the swizzled layout needs 1024-byte aligned tiles
     if (tid == 0) {
 #pragma unroll
@@ -515,6 +646,11 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             sm90_mbar_init(r.k_empty + 8 * s, 128 * NC);  // every consumer thread
             sm90_mbar_init(r.v_empty + 8 * s, 128 * NC);
         }
+#pragma unroll
+        for (int s = 0; s < FA3_SCHED; ++s) {
+            sm90_mbar_init(r.sched_full + 8 * s, 1);  // the producer's store
+            sm90_mbar_init(r.sched_empty + 8 * s, 128 * NC);
+        }
         sm90_mbar_init_fence();
     }
     // Q and K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing
@@ -526,52 +662,38 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     }
     __syncthreads();
 
-    bool bad = false;
     if (wgi == NC) {
-        // Producer: its registers go to the consumers; one thread issues the copies.
+        // Producer: its registers go to the consumers; one thread takes the tiles and issues the copies.
         fa3_regs_dec<24>();
         if (tid == 128 * NC) {
-            int ring = 0, nq[NC] = {};
-            for (int k = 0;; ++k) {
-                const int w = fa3_work(k, n_work);
+            Fa3TileSource src{static_cast<unsigned*>(p.workspace), n_work, 0};
+            int ring = 0, nq[NC] = {}, n = 0;
+            for (int w = src.first();; w = src.next()) {
+                fa3_publish_tile(r, n++, w);
                 if (w < 0) break;
-                if (w == n_work) continue;
                 int b, h, m0, n_tiles;
                 tile(w, b, h, m0, n_tiles);
                 fa3_produce_tile<D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
                 ring += n_tiles;
             }
         }
-        // The other 31 lanes of the issuing warp wait here, so that the warp meets the block-wide barrier of
-        // the repair below converged (those barriers are warp-aligned).
-        __syncwarp();
     } else {
         // The launch gives every thread 65536 / (128 (NC + 1)) registers (168 or 128); the producer's 24
         // leave the consumers 240 (NC = 2) or 160 (NC = 3).
         fa3_regs_inc<NC == 2 ? 240 : 160>();
-        int ring = 0, nq = 0;
-        for (int k = 0;; ++k) {
-            const int w = fa3_work(k, n_work);
+        int ring = 0, nq = 0, turn = 0;
+        for (int n = 0;; ++n) {
+            const int w = fa3_take_tile(r, n);
             if (w < 0) break;
-            if (w == n_work) continue;
             int b, h, m0, n_tiles;
             tile(w, b, h, m0, n_tiles);
-            bad |= fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1);
+            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1, turn);
             ring += n_tiles;
             nq += fa3_has_rows(p, m0, wgi);
         }
-    }
-    // NaN or inf under a masked key must not reach rows that do not see it (common.cuh): when any thread
-    // wrote a non-finite value, the block checks the rows of every tile it ran. Every thread of the block
-    // gets here; every copy has landed by now (each fill was waited for by the consumers).
-    if (!__syncthreads_or(bad)) return;
-    for (int k = 0;; ++k) {
-        const int w = fa3_work(k, n_work);
-        if (w < 0) break;
-        if (w == n_work) continue;
-        int b, h, m0, n_tiles;
-        tile(w, b, h, m0, n_tiles);
-        repair_nonfinite_rows<T>(p, b, h, m0, SDPA_ONE_HEAD, min(BM, p.sq - m0), 0, p.dv, true, true);
+        // fa3_end_turns: every warpgroup took the same number of turns; the last one's last hand-over to
+        // warpgroup 0 is taken here, so that every named-barrier arrival meets one wait.
+        if (PP && wgi == 0 && turn > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
     }
 }
 

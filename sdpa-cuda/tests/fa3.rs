@@ -15,7 +15,8 @@ mod common;
 use common::{assert_nan_in_a_query_stays_in_its_row, gpu, rows_for, sh, Case};
 use sdpa_core::check::check_output;
 use sdpa_core::{
-    DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, SdpaError, Shape,
+    AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostBuffer, HostInputs, HostOutput, Kernel, Layout, Mask,
+    MaskValues, Operand, RunOptions, SdpaError, Shape,
 };
 use sdpa_cuda::CudaBackend;
 
@@ -219,6 +220,46 @@ fn small_calls_for_the_sanitizer() {
         assert_eq!(run.kernel, Kernel::Fa3, "{}", case.label());
         let r = check_output(&case.spec(), &inputs, &run.output, F32Math::Exact, None).expect("checks");
         assert!(r.pass, "{}: {r:?}", case.label());
+    }
+}
+
+/// On a caller's stream (`forward_on_stream`) fa3 takes a work-tile counter zeroed for that call; on the
+/// device's own stream it reuses one kept zero between calls, which every launch must leave zero. Calls of
+/// different tile counts alternate between the two streams, each checked against the reference: a counter
+/// left nonzero would make the next call on its stream skip tiles (the poisoned output would show it).
+#[test]
+fn fa3_on_a_callers_stream_and_the_devices_in_turn() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let stream = gpu.device().context().new_stream().expect("a second stream");
+    let shapes = [sh(2, 20, 4, 700, 650, 64), sh(1, 4, 2, 300, 500, 128), sh(3, 24, 6, 300, 400, 64)];
+    for (n, shape) in shapes.into_iter().enumerate() {
+        let spec = AttentionSpec::new(shape, DType::BF16).with_mask(Mask::CausalBottomRight);
+        let inputs = HostInputs::random(&spec, 700 + n as u64).expect("valid");
+        let opts = RunOptions { kernel: Kernel::Fa3, f32_math: F32Math::Exact, threads: None, lse: true };
+        // The device's stream first, then the caller's.
+        let run = gpu.run_host(&spec, &opts, &inputs).expect("runs");
+        let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+        assert!(run.kernel == Kernel::Fa3 && r.pass, "device stream, {shape:?}: {r:?}");
+        let up = |b: &HostBuffer| match b {
+            HostBuffer::BF16(v) => stream.clone_htod(v).expect("upload"),
+            _ => unreachable!("bf16 spec"),
+        };
+        let (q, k, v) = (up(&inputs.q), up(&inputs.k), up(&inputs.v));
+        let o_len = spec.required_len(Operand::O).expect("len");
+        let mut o = stream.clone_htod(&vec![half::bf16::NAN; o_len]).expect("poisoned output");
+        let mut lse = stream.clone_htod(&vec![f32::NAN; spec.lse_len().expect("len")]).expect("poisoned lse");
+        let ran = gpu
+            .forward_on_stream(&stream, &spec, &opts, &q, &k, &v, None, &mut o, Some(&mut lse), None)
+            .expect("runs on the stream");
+        let out = HostOutput {
+            o: HostBuffer::BF16(stream.clone_dtoh(&o).expect("download")),
+            lse: Some(stream.clone_dtoh(&lse).expect("download")),
+        };
+        let r = check_output(&spec, &inputs, &out, F32Math::Exact, None).expect("checks");
+        assert!(ran == Kernel::Fa3 && r.pass, "caller's stream, {shape:?}: {r:?}");
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Device {
     loads: Mutex<Vec<ProgramLoad>>,
     blas: Mutex<Option<CudaBlas>>,
     kept_scratch: Mutex<KeptScratch>,
+    /// One u32 kept zero between calls on the device's stream ([`Device::kept_counter`]).
+    kept_counter: Mutex<Option<CudaSlice<u32>>>,
     /// ALiBi slopes uploaded once per distinct set (by bit pattern): a model's layers share one.
     alibi: Mutex<HashMap<Vec<u32>, Arc<CudaSlice<f32>>>>,
     /// Small i32 tables uploaded once per distinct content: a ragged batch's offsets and lengths, kernel
@@ -163,6 +165,7 @@ impl Device {
             loads: Mutex::default(),
             blas: Mutex::default(),
             kept_scratch: Mutex::default(),
+            kept_counter: Mutex::default(),
             alibi: Mutex::default(),
             tables: Mutex::default(),
         }
@@ -241,6 +244,21 @@ impl Device {
                 len.saturating_sub(zero_from).saturating_mul(4),
             ))?;
             *slot = KeptScratch { buf: Some(buf), len, zero_from };
+        }
+        Ok(slot)
+    }
+
+    /// One u32 on the device's stream that is zero when the work queued next on the stream starts, kept
+    /// between calls (zeroed once, when first asked for): for kernels that leave it zero when they finish
+    /// (fa3's work-tile counter, whose last increment writes the zero back). The caller must queue only
+    /// such work, hold the guard until it is queued, and never hand the counter to work on another stream.
+    /// The guard always holds the buffer.
+    pub fn kept_counter(&self, what: &str) -> Result<MutexGuard<'_, Option<CudaSlice<u32>>>> {
+        let mut slot = self.kept_counter.lock().map_err(|_| poisoned())?;
+        if slot.is_none() {
+            // alloc_zeros queues the memset on the stream, before any work queued after this call.
+            let buf = self.stream.alloc_zeros::<u32>(1).map_err(crate::error::driver("cuMemAllocAsync", what, 4))?;
+            *slot = Some(buf);
         }
         Ok(slot)
     }

@@ -9,8 +9,9 @@
 //! without the turns, for comparisons.
 //!
 //! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next
-//! tile's Q and K/V loaded while the current one finishes) except for causal calls with many tiles per
-//! head; the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen by head dim and
+//! tile's Q and K/V loaded while the current one finishes); each block takes its next tile from an atomic
+//! counter when it is ready for one ([`Schedule::Dynamic`]; the counter is kept zero between calls, see
+//! [`run`]), or follows session 7's static share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen by head dim and
 //! mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
 //! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
@@ -27,12 +28,13 @@ use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{mask_suffix, AttnParams, MASK_CAUSAL, MASK_NONE};
 use crate::checked::tensor_map::{padded_tensor_map, KvOperand};
-use crate::error::unsupported;
+use crate::error::{driver, unsupported};
 use crate::sys::modules::FA3;
 use crate::sys::program::{cuda_type, Program};
 use cudarc::driver::sys::CUtensorMap;
-use cudarc::driver::DeviceRepr;
+use cudarc::driver::{DevicePtr, DeviceRepr};
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
+use std::sync::Arc;
 
 /// Head-dim classes (D, Dv) `fa3` is compiled for, cheapest first: the widths of Q/K and of V/O that the
 /// products compute (multiples of 32). Shared memory holds whole 64-column TMA boxes ([`stored`]), so 96,
@@ -55,6 +57,9 @@ pub fn head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
     }
     FA3_CLASSES.into_iter().find(|&(cd, cdv)| d <= cd && dv <= cdv)
 }
+/// Depth of the kernel's work-tile ring (`FA3_SCHED`): an mbarrier pair (16 bytes) and a tile (4) each.
+const SCHED_RING: usize = 4;
+
 /// The tiling of an entry: keys per tile, ring depth and consumer warpgroups (`BN`, `ST`, `NC` of
 /// `FA3_ENTRY`); a block runs 64 query rows per consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +79,10 @@ impl Fa3Tile {
     /// Q, per K and per V slot).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
-        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + 8 * (2 * self.consumers + 4 * self.stages)
+        self.consumers * 64 * d * 2
+            + self.stages * self.bn * (d + dv) * 2
+            + 8 * (2 * self.consumers + 4 * self.stages)
+            + 20 * SCHED_RING
     }
 
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
@@ -101,23 +109,30 @@ impl Fa3Tile {
 /// keys when both are stored as 192, 80 at 256 (the widest that fit the 227 KB of shared memory with two
 /// stages; FlashAttention-3 takes the same, `hopper/tile_size.h`; 64 keys at 256, 96 at 192 and 112 at
 /// 192/128 measured 0.95-0.98x median). Consumers: three warpgroups (192 query rows a block) at the class
-/// 64 without a mask (1.05-1.21x two consumers), two otherwise (three lost 2-15 % at D = 64 causal from 8k
-/// on and below 2k; wider classes need the 240 registers of two). Longer key tiles (176, 192) at 64/128 were
-/// within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x).
-pub fn tile_for(d: usize, dv: usize, causal: bool, _sk: usize) -> Fa3Tile {
+/// 64 without a mask (1.05-1.21x two consumers) and with a causal one from [`CAUSAL_64_THREE_FROM_KEYS`]
+/// keys on, two otherwise (wider classes need the 240 registers of two). Three at D = 64 causal lost 2-15 %
+/// in session 7, when their unmasked tiles spilled; with the unmasked tiles in their own loop and the
+/// dynamic schedule (session 8, call 1) they ran 1.077x / 1.089x two at 4k / 16k and 0.904x at 1k. Longer
+/// key tiles (176, 192) at 64/128 were within the card's run-to-run spread, or slower (causal D = 128:
+/// 0.67-0.87x).
+pub fn tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
     let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,
         (192, 192) => 112,
         _ => 128,
     };
-    let consumers = if (stored(d), stored(dv)) == (64, 64) && !causal { 3 } else { 2 };
-    Fa3Tile { bn, stages: 2, consumers }
+    let three = (stored(d), stored(dv)) == (64, 64) && (!causal || sk >= CAUSAL_64_THREE_FROM_KEYS);
+    Fa3Tile { bn, stages: 2, consumers: if three { 3 } else { 2 } }
 }
 
+/// Keys from which a causal call at the class 64 runs three consumer warpgroups ([`tile_for`]).
+pub const CAUSAL_64_THREE_FROM_KEYS: usize = 4096;
+
 /// The tiles [`tile_for`] can choose at head-dim class (`d`, `dv`) under a causal mask or none (each compiled
-/// in [`programs`]): the table changes tiles by length at most once, below 4k keys or from it on.
+/// in [`programs`]): the table changes tiles by length at most once, at [`CAUSAL_64_THREE_FROM_KEYS`].
 fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
-    let mut tiles: Vec<Fa3Tile> = [1, 4096, 1 << 20].into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
+    let lengths = [1, CAUSAL_64_THREE_FROM_KEYS - 1, CAUSAL_64_THREE_FROM_KEYS, 1 << 20];
+    let mut tiles: Vec<Fa3Tile> = lengths.into_iter().map(|sk| tile_for(d, dv, causal, sk)).collect();
     tiles.sort_by_key(|t| (t.bn, t.stages, t.consumers));
     tiles.dedup();
     tiles
@@ -253,8 +268,33 @@ pub struct Plan {
     pub program: Program,
     /// Grid, block and shared memory.
     pub dims: LaunchDims,
-    /// The parameter with its tensor maps.
+    /// The parameter with its tensor maps (`p.workspace` is set at launch: the work-tile counter).
     pub args: Fa3Args,
+    /// How the blocks take their work tiles.
+    pub schedule: Schedule,
+}
+
+/// How `fa3`'s blocks take their work tiles (`SDPA_FA3_SCHED`; each head's heaviest query tiles first
+/// either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// The default: a persistent grid whose blocks take the next tile from an atomic counter when they are
+    /// ready for one (`Fa3TileSource` in fa3.cu), so causal tiles of unequal weight balance by themselves.
+    Dynamic,
+    /// Session 7's schedule (`SDPA_FA3_SCHED=static`, for comparisons): a static snake over the persistent
+    /// grid, and one block per tile for causal calls with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles
+    /// per head.
+    Static,
+}
+
+/// The schedule the environment asks for: `SDPA_FA3_SCHED=static` or `dynamic` (the default when unset);
+/// anything else is an error naming both.
+fn schedule() -> Result<Schedule> {
+    match std::env::var("SDPA_FA3_SCHED").as_deref() {
+        Err(_) | Ok("dynamic") => Ok(Schedule::Dynamic),
+        Ok("static") => Ok(Schedule::Static),
+        Ok(v) => Err(unsupported(format!("SDPA_FA3_SCHED={v}: expected `dynamic` or `static`"))),
+    }
 }
 
 /// The part of [`plan`] that needs no tensor map: the head-dim class and tile of a call with parameters `p`
@@ -324,9 +364,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             .checked_mul(s.b * s.hq)
             .filter(|&x| x <= i32::MAX as usize)
             .ok_or_else(|| unsupported("fa3: more than 2^31 query tiles"))?;
+    let schedule = schedule()?;
     let (blocks, section) = match forced_schedule()? {
         Some((blocks, section)) => (blocks.min(work), section.unwrap_or(1)),
-        None => (grid_blocks(work, s.sq.div_ceil(tile.rows()), causal, info.sm_count), 1),
+        None => (grid_blocks(work, s.sq.div_ceil(tile.rows()), causal, schedule, info.sm_count), 1),
     };
     let blocks = blocks.max(1); // no tile (an empty batch): one block that finds no work
     let dims = LaunchDims {
@@ -337,25 +378,25 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
     let program = program(spec.dtype, class, tile, p.mask_kind, pingpong());
-    Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v } })
+    Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v }, schedule })
 }
 
 /// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per
-/// multiprocessor, each walking its share of the tiles head by head, `fa3_work`) except under a causal
-/// mask with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles per head: there the static share cannot
-/// balance the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth over the heads) and one block per
-/// tile, which the hardware hands out as blocks finish, runs faster (H100, fa2bench causal at S = 16k,
-/// D = 128: 604 TFLOPS against 431 persistent; at 8k persistent wins, 598 against 575;
-/// bench/results/gpu/fa3.md).
-pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, sm_count: i32) -> usize {
-    if causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
+/// multiprocessor, each walking tiles head by head) except, on the static schedule, under a causal mask
+/// with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles per head: there the static share cannot balance
+/// the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth over the heads) and one block per tile,
+/// which the hardware hands out as blocks finish, ran faster (H100, fa2bench causal at S = 16k, D = 128:
+/// 604 TFLOPS against 431 persistent; bench/results/gpu/fa3.md). The dynamic schedule balances by itself.
+pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedule, sm_count: i32) -> usize {
+    if schedule == Schedule::Static && causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
         work
     } else {
         work.min(sms(sm_count))
     }
 }
 
-/// Most query tiles per head for which a causal call runs on the persistent grid ([`grid_blocks`]).
+/// Most query tiles per head for which a causal call runs on the persistent grid on the static schedule
+/// ([`grid_blocks`]).
 pub const PERSISTENT_CAUSAL_MAX_MBLOCKS: usize = 64;
 
 /// One block per multiprocessor (a block fills one: all its registers).
@@ -380,16 +421,46 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
 
 /// Launches `fa3` on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, args } = plan(call)?;
+    let Plan { program, dims, mut args, schedule } = plan(call)?;
     if call.spec.shape.sq == 0 {
         return Ok(()); // no query row: nothing to write
     }
+    if schedule == Schedule::Static {
+        args.p.workspace = 0; // no counter: the kernel's static schedule
+        return launch_with(call, &program, dims, &args);
+    }
+    // The work-tile counter: zero when the launch starts, left zero by it (fa3.cu `Fa3TileSource`). On the
+    // device's own stream the kept one (no memset per call); on another stream one per call, zeroed on it.
+    const WHAT: &str = "fa3's work-tile counter";
+    if Arc::ptr_eq(call.stream, call.dev.stream()) {
+        let kept = call.dev.kept_counter(WHAT)?;
+        let counter = kept.as_ref().ok_or_else(|| unsupported("internal: fa3's kept counter is missing"))?;
+        let (ptr, guard) = counter.device_ptr(call.stream);
+        args.p.workspace = ptr;
+        // The lock is held until the launch is queued, so no other call on this device queues between.
+        let r = launch_with(call, &program, dims, &args);
+        drop(guard);
+        drop(kept);
+        return r;
+    }
+    let counter = call.stream.alloc_zeros::<u32>(1).map_err(driver("cuMemAllocAsync", WHAT, 4))?;
+    let (ptr, guard) = counter.device_ptr(call.stream);
+    args.p.workspace = ptr;
+    let r = launch_with(call, &program, dims, &args);
+    // Freed stream-ordered after the launch.
+    drop(guard);
+    drop(counter);
+    r
+}
+
+fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3Args) -> Result<()> {
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
     // kernel writes O rows < Sq and columns < Dv with 4-byte stores that the 8-element alignment allows,
     // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
-    // its program is built as sm_90a.
-    unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &args) }
+    // its program is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
+    // launch, which the kernel only increments and writes back to zero.
+    unsafe { launch(call.dev, call.stream, program, &program.name, dims, args) }
 }
 
 #[cfg(test)]
@@ -428,6 +499,12 @@ mod tests {
         assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
         assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
         assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
+        // Class 64: three consumers without a mask, and with a causal one from 4k keys on.
+        assert_eq!(tile_for(64, 64, false, 512).consumers, 3);
+        assert_eq!(tile_for(64, 64, true, 2048).consumers, 2);
+        assert_eq!(tile_for(40, 40, true, 4096).consumers, 3);
+        assert_eq!(tile_for(128, 128, true, 16384).consumers, 2);
+        assert_eq!(table_tiles(64, 64, true).len(), 2);
     }
 
     #[test]
@@ -452,14 +529,18 @@ mod tests {
     }
 
     #[test]
-    fn causal_calls_with_many_tiles_per_head_get_one_block_per_tile() {
+    fn the_grid_is_persistent_except_static_long_causal_calls() {
         // fa2bench at S = 16k (128 tiles per head): persistent without a mask, a block per tile with one.
-        assert_eq!(grid_blocks(2048, 128, false, 132), 132);
-        assert_eq!(grid_blocks(2048, 128, true, 132), 2048);
+        let st = Schedule::Static;
+        assert_eq!(grid_blocks(2048, 128, false, st, 132), 132);
+        assert_eq!(grid_blocks(2048, 128, true, st, 132), 2048);
         // Up to 8k (64 tiles per head): persistent both ways; never more blocks than tiles.
-        assert_eq!(grid_blocks(2048, 64, true, 132), 132);
-        assert_eq!(grid_blocks(40, 1, true, 132), 40);
-        assert_eq!(grid_blocks(40, 1, false, 0), 1);
+        assert_eq!(grid_blocks(2048, 64, true, st, 132), 132);
+        assert_eq!(grid_blocks(40, 1, true, st, 132), 40);
+        assert_eq!(grid_blocks(40, 1, false, st, 0), 1);
+        // The dynamic schedule stays persistent: its blocks balance the causal tiles themselves.
+        assert_eq!(grid_blocks(2048, 128, true, Schedule::Dynamic, 132), 132);
+        assert_eq!(grid_blocks(40, 1, true, Schedule::Dynamic, 132), 40);
     }
 
     #[test]

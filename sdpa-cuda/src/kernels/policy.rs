@@ -31,7 +31,7 @@
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
-use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions, Serving};
+use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Mask, Result, RunOptions, Serving};
 use std::fmt;
 
 /// Head dims (D = Dv) whose `fa2` and `splitkv` tiles (and splitkv's sm_90 copy paths) were chosen by
@@ -219,15 +219,22 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 }
 
 /// Whether `fa3` is measured faster than `fa2` for a call it takes (`bench/results/gpu/fa3.md`: the
-/// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not, where `fa3` ran
-/// 1.04-1.87x `fa2`): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys, and at least
-/// [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over the batch and heads (every measured point had 2048).
-/// Shorter or smaller calls (decoding-like rows, a few keys, a handful of heads) were not measured against
-/// `fa2` and stay there.
+/// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not; session 8's last
+/// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
+/// and f16): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query
+/// tiles of 128 rows over the batch and heads (every measured point had 2048), and not a causal call of
+/// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys. Shorter or smaller calls (decoding-like
+/// rows, a few keys, a handful of heads) were not measured against `fa2` and stay there.
 pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
-    fa3_head_dims_pay(spec) && s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES
+    let causal = matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight);
+    let short_causal_64 = causal && s.d.max(s.dv) <= 64 && s.sk < AUTO_FA3_NARROW_MIN_KEYS;
+    fa3_head_dims_pay(spec)
+        && !short_causal_64
+        && s.sq >= AUTO_FA3_MIN_ROWS
+        && s.sk >= AUTO_FA3_MIN_ROWS
+        && tiles >= AUTO_FA3_MIN_TILES
 }
 
 /// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
@@ -240,7 +247,8 @@ pub fn fa3_head_dims_pay(spec: &AttentionSpec) -> bool {
     width > 32 && (width >= 64 || s.sk >= AUTO_FA3_NARROW_MIN_KEYS)
 }
 
-/// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64).
+/// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64), and for causal
+/// calls up to head dim 64.
 pub const AUTO_FA3_NARROW_MIN_KEYS: usize = 2048;
 
 /// Fewest query rows and keys for which `auto` picks `fa3` over `fa2`: the shortest length of the measured
@@ -514,6 +522,11 @@ mod tests {
         assert_eq!(auto(&one_head, true), Launcher::Fa2);
         let wave = gqa(1, 32, 8, 512, 512, 64, DType::BF16); // 4 tiles x 32 heads = 128
         assert_eq!(auto(&wave, true), Launcher::Fa3);
+        // Causal at D <= 64 below 2k keys: fa2 (fa3 ran 0.90-0.98x there); from 2k on, and at D = 128, fa3.
+        let causal_at = |d, n| short(d, n).with_mask(Mask::CausalTopLeft);
+        assert_eq!(auto(&causal_at(64, 1024), true), Launcher::Fa2);
+        assert_eq!(auto(&causal_at(64, AUTO_FA3_NARROW_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&causal_at(128, 512), true), Launcher::Fa3);
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
         assert_eq!(auto(&causal, true), Launcher::Fa3);
