@@ -74,8 +74,12 @@ fn one(
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
     let cost = AttentionCost::of(&shape, mask, dtype);
+    // The entry points the call runs (e.g. which splitkv load path and head-dim class the plan chose).
+    let programs: Vec<String> =
+        gpu.programs_for(spec, opts).map_err(|e| e.to_string())?.iter().map(|p| p.name.clone()).collect();
     Ok(json!({
         "kernel_ran": ran.name(),
+        "programs": programs,
         "median_ms": median,
         "min_ms": times[0],
         "max_ms": times[times.len() - 1],
