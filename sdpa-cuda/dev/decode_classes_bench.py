@@ -33,10 +33,10 @@ ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
-# Issue 21's decoding points: D = 80 (Hkv = Hq at B = 8, GQA 4 at B = 1), MLA 192/128, and D = 128 for the
-# exact TMA path.
+# Issue 21's decoding points: D = 80 (Hkv = Hq at B = 8, GQA 4 at B = 1), MLA 192/128, D = 96 (exact, but not
+# whole TMA boxes) and D = 128 for the exact TMA path.
 SHAPES = [(8, 32, 32, 4096), (1, 32, 8, 32768)]
-DIMS = [(80, 80), (192, 128), (128, 128)]
+DIMS = [(80, 80), (192, 128), (96, 96), (128, 128)]
 points = [point(f"decode{d}" + (f"_{dv}" if dv != d else ""), b, hq, hkv, 1, sk, d, "bf16", False, "auto", dv=dv)
           for (d, dv) in DIMS for (b, hq, hkv, sk) in SHAPES]
 

@@ -224,8 +224,8 @@ fn larger_shapes_sampled() {
 }
 
 /// splitkv decoding at every head-dim class. On sm_90 these run the TMA path, the classes that are not
-/// whole 64-column boxes at the next multiple of 64 with the tensor maps at the call's D and Dv (80 in 128,
-/// 40 and 32 in 64, 160 in 192, 224 and 248 in 256, MLA's 192/128 with V's third box never loaded), and
+/// whole 64-column boxes at the next multiple of 64 with the tensor maps at the call's D and Dv (80 and 96
+/// in 128, 40 and 32 in 64, 160 in 192, 224 and 248 in 256, MLA's 192/128 with V's third box never loaded), and
 /// exact 192 on its own TMA tile; elsewhere (or with `SDPA_SPLITKV_LOAD=cp.async`) the cp.async path. Query
 /// rows 1..3, GQA 1/4/8, keys off every step, chunk and split (one block per row tile up to tens), the
 /// causal mask in both alignments, both layouts, LSE on and off, f16 and bf16; against the f64 reference
@@ -248,6 +248,7 @@ fn splitkv_decodes_every_head_dim_class() {
         s(1, 4, 1, 1, 5003, 224, 224),
         s(1, 4, 1, 3, 6000, 248, 248),
         s(1, 4, 4, 1, 31, 80, 80),
+        s(1, 16, 2, 2, 3000, 96, 96),
     ];
     for (n, shape) in shapes.into_iter().enumerate() {
         for (m, mask) in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight].into_iter().enumerate() {
