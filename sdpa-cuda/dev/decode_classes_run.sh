@@ -28,8 +28,8 @@ shapes="$shapes;1,16,2,2,3000,96;8,32,32,1,4096,96;1,32,8,1,32768,96"
 # The three warm-ups side by side (each compiles on every core).
 ( timeout $(cap 60) $B/sdpa warmup --backend cuda --kernel splitkv --dtype f16,bf16 --mask none,causal --shape "$shapes" \
   > "$OUT/t/warmup.log" 2>&1; echo "warmup rc=$?" >> "$OUT/t/rc" ) &
-( SDPA_SPLITKV_LOAD=cp.async timeout $(cap 60) $B/sdpa warmup --backend cuda --kernel splitkv --dtype bf16 --mask none \
-  --shape "8,32,32,1,4096,80;8,32,32,1,4096,192,128;8,32,32,1,4096,96" > "$OUT/t/warmup-cpasync.log" 2>&1
+( SDPA_SPLITKV_LOAD=cp.async timeout $(cap 60) $B/sdpa warmup --backend cuda --kernel splitkv --dtype f16,bf16 \
+  --mask none,causal --shape "$shapes" > "$OUT/t/warmup-cpasync.log" 2>&1
   echo "warmup cp.async rc=$?" >> "$OUT/t/rc" ) &
 ( SDPA_SPLITKV_LOAD=bulk timeout $(cap 60) $B/sdpa warmup --backend cuda --kernel splitkv --dtype bf16 --mask none \
   --shape "1,32,8,1,32768,96" > "$OUT/t/warmup-bulk.log" 2>&1; echo "warmup bulk rc=$?" >> "$OUT/t/rc" ) &
@@ -40,18 +40,21 @@ stamp "warm"
 # Tests and sanitizers side by side (correctness only; the timings run alone afterwards).
 ( timeout $(cap 80) $B/tests/fa2_kernels splitkv_decodes_every_head_dim_class tma_maps_describe_both_layouts \
     repeated_splitkv_calls_reuse_the_kept_scratch > "$OUT/t/tests.log" 2>&1; echo "fa2_kernels (decode) rc=$?" >> "$OUT/t/rc" ) &
-san() {  # tool, shape, mask
-  local log="$OUT/t/san-$1-${2//,/x}-$3.log"
-  timeout $(cap 80) compute-sanitizer --tool "$1" --error-exitcode 3 $B/sdpa run --backend cuda --kernel splitkv --dtype bf16 \
-    --shape "$2" --mask "$3" --warmup 0 --reps 1 --check > "$log" 2>&1
-  echo "$1 $2 $3 rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" >> "$OUT/t/rc"
+( SDPA_SPLITKV_LOAD=cp.async timeout $(cap 80) $B/tests/fa2_kernels splitkv_decodes_every_head_dim_class \
+    > "$OUT/t/tests-cpasync.log" 2>&1; echo "fa2_kernels (decode, cp.async) rc=$?" >> "$OUT/t/rc" ) &
+san() {  # tool, shape, mask[, load path forced]
+  local log="$OUT/t/san-$1-${2//,/x}-$3${4:+-$4}.log"
+  SDPA_SPLITKV_LOAD="${4:-tma}" timeout $(cap 80) compute-sanitizer --tool "$1" --error-exitcode 3 $B/sdpa run \
+    --backend cuda --kernel splitkv --dtype bf16 --shape "$2" --mask "$3" --warmup 0 --reps 1 --check > "$log" 2>&1
+  echo "$1 $2 $3 ${4:-} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" >> "$OUT/t/rc"
 }
 for tool in memcheck racecheck; do
   san $tool 1,32,8,1,5000,80 none &
   san $tool 1,16,4,1,3000,192,128 causal-br &
+  san $tool 1,32,8,1,5000,80 none cp.async &
 done
 wait
-cat "$OUT/t/rc"; grep -h "^test result\|panicked\|FAILED" "$OUT/t/tests.log" | head -20
+cat "$OUT/t/rc"; grep -h "^test result\|panicked\|FAILED" "$OUT"/t/tests*.log | head -20
 stamp "checks"
 
 timeout $(cap 100) python3 "$B/decode_classes_bench.py" --bench "$B/cuda_kernels" --out "$OUT" \
