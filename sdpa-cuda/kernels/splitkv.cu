@@ -438,11 +438,6 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const Fa2Softcap cap = fa2_softcap_consts(p);
     constexpr int UPDATE = VAR != 0 ? Fa2Scaled<MASK, VAR>::UPDATE : MASK;
 
-    // PAD: the products stop at the call's own columns, rounded up to the 16 of one k16 step of Q·Kᵀ and
-    // one pair of n8 tiles of P·V (D = 80 in its 128-wide TMA ring computes 80 columns, not 128; MLA's
-    // 192/128 computes P·V over 128); the rest of o stays zero.
-    const int qk_steps = PAD ? min(D / 16, (p.d + 15) / 16) : D / 16;
-    const int pv_pairs = PAD ? min(DT / 2, (p.dv + 15) / 16) : DT / 2;
     for (int step = 0; step < n_steps; ++step) {
         if constexpr (BULK) {
             sm90_mbar_wait(bars + (step % STAGES) * 8, (step / STAGES) & 1);
@@ -486,7 +481,6 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            if (kk >= qk_steps) break;  // columns past the call's D: zeros on both sides
             unsigned a[4];
             fa2_ldmatrix_x4(a, q_ld + kk * 32);
 #pragma unroll
@@ -568,7 +562,6 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             a[3] = Fa2Type<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
             for (int dp = 0; dp < DT / 2; ++dp) {
-                if (dp >= pv_pairs) break;  // output columns past the call's Dv: never stored
                 unsigned bv[4];
                 fa2_ldmatrix_x4_trans(bv, v_ld + buf + kk * 16 * ROW_BYTES + v_off(dp));
                 Fa2Type<T>::mma(o[2 * dp], a, bv[0], bv[1]);
