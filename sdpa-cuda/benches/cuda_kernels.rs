@@ -1,6 +1,7 @@
 //! Times CUDA kernels on a list of points with device events (L2 flushed before each call, median of the
 //! reps), checking each output against the f64 reference on a few rows, and writes one JSON record per
-//! (point, kernel). `bench/gpu/bench_cuda.py` drives it and times PyTorch on the same points in the same
+//! (point, kernel), naming the kernel that ran and its entry points (`programs`: e.g. which splitkv load
+//! path and head-dim class the plan chose). `bench/gpu/bench_cuda.py` drives it and times PyTorch on the same points in the same
 //! run; run alone (`cargo bench -p sdpa-cuda --bench cuda_kernels`) it times a small default grid.
 //!
 //! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]
@@ -74,8 +75,12 @@ fn one(
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
     let cost = AttentionCost::of(&shape, mask, dtype);
+    // The entry points the call runs (e.g. which splitkv load path and head-dim class the plan chose).
+    let programs: Vec<String> =
+        gpu.programs_for(spec, opts).map_err(|e| e.to_string())?.iter().map(|p| p.name.clone()).collect();
     Ok(json!({
         "kernel_ran": ran.name(),
+        "programs": programs,
         "median_ms": median,
         "min_ms": times[0],
         "max_ms": times[times.len() - 1],

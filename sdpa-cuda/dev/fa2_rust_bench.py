@@ -17,9 +17,8 @@ import os
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sdpa_dev import bench, copy_gbps, env_info, gemm_tflops, key, log, point, run_points, unique_keys
+from sdpa_dev import copy_gbps, env_info, gemm_tflops, key, log, point, run_points, torch_sdpa_ms, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -85,18 +84,7 @@ for shape in unique_keys(ours):
     v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
     causal = mask == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
-    out = {}
-    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
-        try:
-            if be is None:
-                out[name] = bench(fn)
-            else:
-                with sdpa_kernel([be]):
-                    out[name] = bench(fn)
-        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
-            out[name] = None
-            log("torch", name, "failed:", repr(e)[:80])
-    torch_ms[shape] = out
+    torch_ms[shape] = torch_sdpa_ms(fn, lambda name, e: log("torch", name, "failed:", repr(e)[:80]))
     del q, k, v
     torch.cuda.empty_cache()
 

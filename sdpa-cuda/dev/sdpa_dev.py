@@ -36,7 +36,8 @@ __all__ = [
     # correctness
     "reference", "rel_err", "lse_err",
     # timing, ceilings, run description
-    "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info", "kv_bytes",
+    "bench", "torch_sdpa_ms", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info",
+    "kv_bytes",
     "harness_parser", "save", "log",
     # PyTorch's side
     "uniform", "f64_err", "cuda_kernel_names",
@@ -243,6 +244,26 @@ def bench(fn, warmup=10, rep=50):
     """triton's do_bench median (ms): it writes 256 MB before each call (L2 flushed, left dirty)."""
     from triton.testing import do_bench
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def torch_sdpa_ms(fn, log_refusal=None):
+    """`bench` medians of `fn` (a call of F.scaled_dot_product_attention) under PyTorch's FLASH_ATTENTION
+    backend and its default choice (cuDNN on the H100): {"flash": ms, "default": ms}, None where a backend
+    refuses the call (a data point, passed to `log_refusal` when given)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    out = {}
+    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
+        try:
+            if be is None:
+                out[name] = bench(fn)
+            else:
+                with sdpa_kernel([be]):
+                    out[name] = bench(fn)
+        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+            out[name] = None
+            if log_refusal:
+                log_refusal(name, e)
+    return out
 
 
 FLUSHES = ["dirty", "clean"]

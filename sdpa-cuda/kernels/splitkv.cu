@@ -7,6 +7,8 @@
 //  - on sm_90 by TMA (SKV_TMA, the default there): one thread issues 2-D tensor copies of the block's whole
 //    chunk of NW·KS keys into a STAGES-deep ring the warps share, completing on a `full` mbarrier per stage;
 //    each warp computes its KS-key slice and releases the stage on an `empty` mbarrier;
+//    head-dim classes run there too, at the class rounded up to whole 64-column boxes, the maps carrying
+//    the call's widths so that TMA zero-fills the columns past them (PAD);
 //  - on sm_90 where no tensor map fits the layout, by 1-D bulk copies (SKV_BULK: one `cp.async.bulk` per K
 //    or V row into each warp's private ring);
 //  - elsewhere with 16-byte `cp.async` per lane (SKV_CP_ASYNC), each warp through its private ring.
@@ -185,8 +187,8 @@ __device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
 // driver; bench/results/gpu/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
 // (interleaving measured nothing there).
 // `maps` (K then V) is read by the TMA path only; null otherwise. PAD: D is a head-dim class at or above the
-// call's D and Dv (cp.async path only): columns past p.d (Q, K) and p.dv (V) are zero-filled in shared memory
-// and O is stored to p.dv only.
+// call's D and Dv (cp.async path), or that class rounded up to whole 64-column boxes (TMA path): columns past
+// p.d (Q, K) and p.dv (V) are zero-filled in shared memory and O is stored to p.dv only.
 // RAGGED: a ragged batch's block (splitkv_ragged_forward): `p` holds its sequence's lengths and band, Q/O
 // (and packed K/V) pointers moved to its first row, so batch strides are not applied; paged K/V rows come
 // through the block table. `u` says what the block computes (SkvUnit).
@@ -194,7 +196,7 @@ template <typename T, int D, int NW, int STAGES, int KS, int MASK, int LOAD, boo
           int VAR = 0, bool RAGGED = false>
 __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, const Sm90TensorMap* kmap,
                                                 const Sm90TensorMap* vmap, const SkvUnit& u) {
-    static_assert(!PAD || LOAD == SKV_CP_ASYNC, "padded head dims take the cp.async path");
+    static_assert(!PAD || LOAD != SKV_BULK, "padded head dims take the TMA or the cp.async path");
     static_assert(!RAGGED || LOAD == SKV_CP_ASYNC, "ragged batches take the cp.async path");
     using Tile = SplitKvTile<D, STAGES, KS, LOAD>;
     constexpr bool BULK = LOAD != SKV_CP_ASYNC;  // bulk or TMA: mbarrier-completed copies
@@ -314,22 +316,42 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         sm90_mbar_init_fence();
         __syncwarp();
     }
-    // TMA: thread 0 issues the chunk's D/64 K boxes and D/64 V boxes; keys past Sk arrive as zeros, keys
-    // past the block's end but before Sk are the next block's (score -inf; their V rows are zeroed on
-    // arrival).
+    // TMA: thread 0 issues the chunk's K boxes and V boxes; keys past Sk arrive as zeros, keys past the
+    // block's end but before Sk are the next block's (score -inf; their V rows are zeroed on arrival).
+    // PAD: the maps carry the call's widths p.d and p.dv, so TMA zero-fills a box's columns past them;
+    // boxes wholly past them (k_boxes, v_boxes) are never loaded and were zeroed once below.
+    const int k_boxes = PAD ? min(D / 64, (p.d + 63) / 64) : D / 64;
+    const int v_boxes = PAD ? min(D / 64, (p.dv + 63) / 64) : D / 64;
     auto load_tma = [&](int step) {
         const int s = step % STAGES;
         const unsigned sK = sKV + s * STAGE_BYTES;
         const int key0 = k_first + step * k_step;
         if (threadIdx.x == 0) {
-            sm90_mbar_expect(bars + s * 8, STAGE_BYTES);
+            sm90_mbar_expect(bars + s * 8, (k_boxes + v_boxes) * BOX_ROWS * 128);
 #pragma unroll
             for (int j = 0; j < D / 64; ++j) {
-                sm90_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
-                sm90_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                if (j < k_boxes)
+                    sm90_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                if (j < v_boxes)
+                    sm90_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
             }
         }
     };
+    if constexpr (TMA && PAD) {
+        // Boxes no copy writes hold zeros in every stage, so that Q·Kᵀ adds nothing there and the unstored
+        // columns of O stay finite (the non-finite vote reads every column). Ordered before the first
+        // read by the block barrier after Q landed; no copy writes these bytes, so no proxy fence.
+        constexpr int BOX_BYTES = BOX_ROWS * 128;
+        const int dead_k = D / 64 - k_boxes, dead = dead_k + D / 64 - v_boxes;
+        for (int x = threadIdx.x; x < STAGES * dead * (BOX_BYTES / 16); x += NW * 32) {
+            const int s = x / (dead * (BOX_BYTES / 16)), y = x % (dead * (BOX_BYTES / 16));
+            const int box = y / (BOX_BYTES / 16), c = y % (BOX_BYTES / 16);
+            const unsigned at = sKV + s * STAGE_BYTES +
+                                (box < dead_k ? (k_boxes + box) * BOX_BYTES
+                                              : TILE_BYTES + (v_boxes + box - dead_k) * BOX_BYTES) + c * 16;
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0u) : "memory");
+        }
+    }
     auto load_bulk = [&](int step) {
         if constexpr (TMA) {
             load_tma(step);
@@ -693,16 +715,22 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 // parameter space). Compiled for an architecture without TMA they trap; the host launches them on
 // compute capability 9.0 or newer only.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, PAD)                                          \
     extern __shared__ __align__(16) unsigned char splitkv_smem[];                                       \
-    splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true, false, VAR>(                             \
+    splitkv_forward<T, D, NW, STAGES, KS, MASK, SKV_TMA, true, PAD, VAR>(                               \
         a.p, reinterpret_cast<T*>(splitkv_smem), &a.k, &a.v, splitkv_dense_unit(a.p, NW));
 #else
-#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR) asm volatile("trap;");
+#define SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, PAD) asm volatile("trap;");
 #endif
 #define SPLITKV_TMA_ENTRY(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                        \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
-        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR)                                               \
+        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, false)                                        \
+    }
+// Head-dim classes on TMA (src/kernels/splitkv.rs `HeadDims::for_tma`): D is the class rounded up to whole
+// 64-column boxes; the maps carry the call's D and Dv, so TMA zero-fills the columns past them.
+#define SPLITKV_TMA_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                    \
+    extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
+        SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, true)                                         \
     }
 
 // ---- ragged batches and paged caches ----------------------------------------------------------------------

@@ -223,6 +223,51 @@ fn larger_shapes_sampled() {
     }
 }
 
+/// splitkv decoding at every head-dim class. On sm_90 these run the TMA path, the classes that are not
+/// whole 64-column boxes at the next multiple of 64 with the tensor maps at the call's D and Dv (80 and 96
+/// in 128, 40 and 32 in 64, 160 in 192, 224 and 248 in 256, MLA's 192/128 with V's third box never loaded), and
+/// exact 192 on its own TMA tile; elsewhere (or with `SDPA_SPLITKV_LOAD=cp.async`) the cp.async path. Query
+/// rows 1..3, GQA 1/4/8, keys off every step, chunk and split (one block per row tile up to tens), the
+/// causal mask in both alignments, both layouts, LSE on and off, f16 and bf16; against the f64 reference
+/// with the output poisoned first.
+#[test]
+fn splitkv_decodes_every_head_dim_class() {
+    let Some(gpu) = gpu() else { return };
+    // The TMA path is the one these calls take on sm_90 unless a comparison run forces another.
+    let tma = gpu.info().compute_capability.0 >= 9 && std::env::var_os("SDPA_SPLITKV_LOAD").is_none();
+    let s = |b, hq, hkv, sq, sk, d, dv| Shape { b, hq, hkv, sq, sk, d, dv };
+    let shapes = [
+        s(2, 32, 8, 1, 4097, 80, 80),
+        s(1, 8, 1, 3, 1000, 80, 80),
+        s(3, 4, 4, 1, 777, 40, 40),
+        s(1, 8, 8, 2, 2500, 32, 32),
+        s(1, 32, 8, 1, 20011, 192, 128),
+        s(2, 16, 16, 1, 3001, 192, 128),
+        s(2, 8, 2, 1, 4000, 192, 192),
+        s(1, 8, 2, 2, 9000, 160, 160),
+        s(1, 4, 1, 1, 5003, 224, 224),
+        s(1, 4, 1, 3, 6000, 248, 248),
+        s(1, 4, 4, 1, 31, 80, 80),
+        s(1, 16, 2, 2, 3000, 96, 96),
+    ];
+    for (n, shape) in shapes.into_iter().enumerate() {
+        for (m, mask) in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight].into_iter().enumerate() {
+            for dtype in HALF {
+                let layout = if (n + m) % 2 == 0 { Layout::Bhsd } else { Layout::Bshd };
+                let case = Case {
+                    lse: (n + m) % 3 != 2,
+                    ..Case::new(shape, dtype, mask, layout, Kernel::SplitKv, F32Math::Exact)
+                };
+                if tma {
+                    let programs = gpu.programs_for(&case.spec(), &case.opts()).expect("plans");
+                    assert!(programs.iter().any(|p| p.name.starts_with("splitkv_tma_")), "{}", case.label());
+                }
+                assert_passes(&gpu, &case, 2100 + n as u64, None);
+            }
+        }
+    }
+}
+
 /// A NaN in one query poisons exactly that row (NaN is never turned into a number).
 #[test]
 fn nan_in_a_query_propagates_to_its_row_only() {
@@ -254,27 +299,33 @@ fn misaligned_strides_fall_back() {
 }
 
 /// splitkv's TMA path needs a tensor map of K and V; on an sm_90 GPU both layouts at every head dim it
-/// has a tile for must get one (otherwise the calls above would have quietly taken the bulk path).
+/// has a tile for must get one (otherwise the calls above would have quietly taken the bulk or cp.async path).
 #[test]
 fn tma_maps_describe_both_layouts() {
-    use sdpa_cuda::tensor_map::{kv_tensor_map, KvOperand};
+    use sdpa_cuda::tensor_map::{kv_tensor_map, padded_tensor_map, KvOperand};
     let Some(gpu) = gpu() else { return };
     if gpu.info().compute_capability.0 < 9 {
         eprintln!("skipping: TMA needs compute capability 9.0, this GPU is {:?}", gpu.info().compute_capability);
         return;
     }
     for layout in [Layout::Bhsd, Layout::Bshd] {
-        for d in [64, 128, 256] {
-            for dtype in HALF {
+        for dtype in HALF {
+            let op = |d| {
                 let st = layout.strides(4, 777, d);
                 // Only recorded by the driver, never read here: any 16-byte-aligned address will do.
-                let op = KvOperand {
+                KvOperand {
                     ptr: 1 << 30,
                     dtype,
                     dims: [2, 4, 777, d],
                     strides: [st.b as i64, st.h as i64, st.s as i64],
-                };
-                assert!(kv_tensor_map(&op, 32).is_some(), "{layout:?} D = {d} {dtype:?}");
+                }
+            };
+            for d in [64, 128, 256] {
+                assert!(kv_tensor_map(&op(d), 32).is_some(), "{layout:?} D = {d} {dtype:?}");
+            }
+            // The head-dim classes' maps at the call's own widths (splitkv_decodes_every_head_dim_class).
+            for d in [32, 40, 80, 128, 160, 192, 224, 248] {
+                assert!(padded_tensor_map(&op(d), 64).is_some(), "{layout:?} D = {d} {dtype:?}");
             }
         }
     }

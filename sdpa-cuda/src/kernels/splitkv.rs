@@ -14,7 +14,8 @@
 //! `[s·Sk/n, (s+1)·Sk/n)`; with windows (issue 22) the splits share the keys of the row tile's band
 //! instead ([`band_keys`] plans their number from it), so a decode step through a 4096-key window over 32k
 //! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
-//! `cp.async` path. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
+//! `cp.async` path; on TMA every class runs at whole 64-column boxes ([`HeadDims::for_tma`]: D = 80 at
+//! 128, MLA's 192/128 at 192), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
 //!
@@ -31,7 +32,7 @@ use super::policy::splitkv_limit;
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{AttnParams, Masking, MASK_NONE, VAR_BAND};
-use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
+use crate::checked::tensor_map::{kv_tensor_map, padded_tensor_map, KvOperand, BOX_COLS};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::SPLITKV;
 use crate::sys::program::{cuda_type, Program};
@@ -100,14 +101,17 @@ impl SplitKvTile {
 
 /// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
-/// takes whole 64-column boxes, so D = 96 has no TMA tile. The head-dim classes beyond the four measured
-/// dims ([`HeadDims`]) take the cp.async path only, with the keys per step of their neighbours.
+/// takes whole 64-column boxes, so D = 96 has no TMA tile: the head-dim classes that are not whole boxes
+/// run TMA at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes
+/// the keys per step of its neighbour 256 with a third stage (151 KB). The other head-dim classes take the
+/// cp.async path only where TMA cannot run, with the keys per step of their neighbours.
 pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
     let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step, load });
     match (d, load) {
         (32 | 64 | 96 | 128, SplitKvLoad::CpAsync) => t(2, 32),
         (160 | 192 | 224, SplitKvLoad::CpAsync) => t(2, 16),
         (64 | 96 | 128, SplitKvLoad::Bulk) | (64 | 128, SplitKvLoad::Tma) => t(3, 32),
+        (192, SplitKvLoad::Tma) => t(3, 16),
         (256, _) => t(2, 16),
         _ => None,
     }
@@ -131,17 +135,29 @@ impl HeadDims {
         let c = cd.max(cdv);
         Some(HeadDims { d: c, pad: d != c || dv != c })
     }
+
+    /// The head dims the TMA path runs this class at: whole 64-column boxes (the 128-byte swizzle's rows),
+    /// padded when that is above the call's D or Dv (TMA zero-fills a box's columns past the widths the
+    /// tensor maps carry, and never loads boxes wholly past them).
+    pub fn for_tma(self) -> Self {
+        let d = self.d.next_multiple_of(BOX_COLS);
+        HeadDims { d, pad: self.pad || d != self.d }
+    }
 }
 
 /// The program of entry `{prefix}_{dtype}_{d}[p]_{mask}` with `tile` (its load path names the prefix; `p`
-/// for a padded class, which takes the cp.async path).
+/// for a padded class, which takes the cp.async or the TMA path).
 pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: Masking) -> Program {
     let d = dims.d;
     let pad = if dims.pad { "p" } else { "" };
     let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), masking.suffix());
     let (t, mask, var) = (cuda_type(dtype), super::mask_const("FA2", masking.kind), masking.var_const());
     let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
-    debug_assert!(!dims.pad || load == SplitKvLoad::CpAsync, "padded classes take the cp.async path only");
+    debug_assert!(!dims.pad || load != SplitKvLoad::Bulk, "padded classes take the cp.async or the TMA path");
+    if dims.pad && load == SplitKvLoad::Tma {
+        let line = format!("SPLITKV_TMA_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, {var})");
+        return Program::entry(&SPLITKV, name, line);
+    }
     if dims.pad {
         let line = format!("SPLITKV_ENTRY_PAD({name}, {t}, {d}, {warps}, {stages}, {ks}, {mask}, {var})");
         return Program::entry(&SPLITKV, name, line);
@@ -209,9 +225,10 @@ pub fn ragged_program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: 
     Program::entry(&SPLITKV, name, line)
 }
 
-/// Every `splitkv` instantiation a launch can ask for: each class on every load path it has, and padded on
-/// the cp.async path; the ragged entries of each class (padded and not) for the maskings a ragged call
-/// takes. Their names hold `_band`, so the CI compile check takes them for bf16 at D = 128 only.
+/// Every `splitkv` instantiation a launch can ask for: each class on every load path it has, padded on the
+/// cp.async path, and padded on TMA at each class rounded up to whole boxes ([`HeadDims::for_tma`]); the
+/// ragged entries of each class (padded and not) for the maskings a ragged call takes. Their names hold
+/// `_band`, so the CI compile check takes them for bf16 at D = 128 only.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -227,6 +244,13 @@ pub fn programs() -> Vec<Program> {
                 let pads: &[bool] = if load == SplitKvLoad::CpAsync { &[false, true] } else { &[false] };
                 for &pad in pads {
                     all.extend(Masking::all().into_iter().map(|m| program(dtype, HeadDims { d, pad }, tile, m)));
+                }
+            }
+            // Padded on TMA: once per box-rounded dim (classes 32 and 64 share 64p).
+            let tma = HeadDims { d, pad: true }.for_tma();
+            if d == tma.d {
+                if let Some(tile) = tile_for(d, SplitKvLoad::Tma) {
+                    all.extend(Masking::all().into_iter().map(|m| program(dtype, tma, tile, m)));
                 }
             }
         }
@@ -415,7 +439,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // The keys the splits share: all of them, or (variants) the union of the rows' bands, so that the split
     // count and length follow a window, not Sk.
     let keys = band_keys(call.spec);
-    let plan_for = |tile: SplitKvTile| {
+    let plan_for = |tile: SplitKvTile, d: usize| {
         plan_splits(
             s.b,
             s.hkv,
@@ -428,42 +452,55 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             d,
         )
     };
-    let no_tile = || unsupported(format!("splitkv has no tile for D = {d}"));
-    // The sm_90 copy paths exist for the four measured head dims at their exact size only.
-    let mut load = if hd.pad || tile_for(d, SplitKvLoad::Bulk).is_none() {
-        SplitKvLoad::CpAsync
-    } else {
-        choose_load(info.compute_capability.0)?
-    };
-    // TMA: both tensor maps, or the bulk path when a layout (or the head dim) has none.
+    let no_tile = |d: usize| unsupported(format!("splitkv has no tile for D = {d}"));
+    // The bulk path exists for the measured head dims at their exact size only; TMA takes every class, at
+    // whole 64-column boxes (padded where that is above the call's head dims).
+    let bulk_tile = !hd.pad && tile_for(d, SplitKvLoad::Bulk).is_some();
+    let mut load = choose_load(info.compute_capability.0)?;
+    if load == SplitKvLoad::Bulk && !bulk_tile {
+        load = SplitKvLoad::CpAsync;
+    }
+    // The head dims the kernel runs: the class, or on TMA the class at whole boxes.
+    let mut kd = hd;
+    // TMA: both tensor maps (carrying the call's D and Dv when padded), or else the bulk path where it has a
+    // tile, cp.async otherwise.
     let mut maps = None;
     if load == SplitKvLoad::Tma {
-        if let Some(t) = tile_for(d, load) {
+        let td = hd.for_tma();
+        if let Some(t) = tile_for(td.d, load) {
             let p = &call.params;
-            let op = |ptr, st| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, s.d], strides: st };
+            let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
             // One box row per key of the block's chunk: every warp's step.
             let chunk = t.warps * t.keys_per_step;
-            maps = kv_tensor_map(&op(p.k, p.k_stride), chunk).zip(kv_tensor_map(&op(p.v, p.v_stride), chunk));
+            let (k, v) = (op(p.k, p.k_stride, s.d), op(p.v, p.v_stride, s.dv));
+            maps = if td.pad {
+                padded_tensor_map(&k, chunk).zip(padded_tensor_map(&v, chunk))
+            } else {
+                kv_tensor_map(&k, chunk).zip(kv_tensor_map(&v, chunk))
+            };
         }
-        if maps.is_none() {
-            load = SplitKvLoad::Bulk;
+        if maps.is_some() {
+            kd = td;
+        } else {
+            load = if bulk_tile { SplitKvLoad::Bulk } else { SplitKvLoad::CpAsync };
         }
     }
-    let mut tile = tile_for(d, load).ok_or_else(no_tile)?;
+    let mut tile = tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?;
     // The sm_90 rings are deeper than cp.async's: where the device's shared memory cannot hold them (an
     // sm_90 part capped below the H100's 227 KB, `SDPA_CUDA_SMEM_OPTIN`), cp.async runs (the policy checked it fits).
-    if tile.smem_bytes(d) > optin && load != SplitKvLoad::CpAsync {
-        (load, maps) = (SplitKvLoad::CpAsync, None);
-        tile = tile_for(d, load).ok_or_else(no_tile)?;
+    if tile.smem_bytes(kd.d) > optin && load != SplitKvLoad::CpAsync {
+        (load, maps, kd) = (SplitKvLoad::CpAsync, None, hd);
+        tile = tile_for(d, load).ok_or_else(|| no_tile(d))?;
     }
-    let mut plan = plan_for(tile);
+    let d = kd.d;
+    let mut plan = plan_for(tile, d);
     // Long splits stream better through cp.async than through per-row bulk copies (measured, see
     // BULK_MAX_KEYS_PER_SPLIT); unless the bulk path was asked for by name.
     let bulk_forced = std::env::var("SDPA_SPLITKV_LOAD").is_ok_and(|v| v == "bulk");
     if load == SplitKvLoad::Bulk && plan.keys_per_split > BULK_MAX_KEYS_PER_SPLIT && !bulk_forced {
         load = SplitKvLoad::CpAsync;
-        tile = tile_for(d, load).ok_or_else(no_tile)?;
-        plan = plan_for(tile);
+        tile = tile_for(d, load).ok_or_else(|| no_tile(d))?;
+        plan = plan_for(tile, d);
     }
     // `SDPA_SPLITKV_SPLITS` forces the split count (for tuning runs; at most one split per key).
     if let Ok(v) = std::env::var("SDPA_SPLITKV_SPLITS") {
@@ -490,7 +527,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         block: (tile.warps as u32 * 32, 1, 1),
         smem_bytes: tile.smem_bytes(d) as u32,
     };
-    let program = program(call.spec.dtype, hd, tile, Masking::of(call.spec));
+    let program = program(call.spec.dtype, kd, tile, Masking::of(call.spec));
     Ok(Plan { program, dims, params, splits: plan, head_dim: d, maps, ragged: None })
 }
 
@@ -795,6 +832,31 @@ mod tests {
         assert!(t.smem_bytes(128) <= 227 * 1024);
         assert_eq!(tile_for(96, SplitKvLoad::Tma), None);
         assert!(tile_for(256, SplitKvLoad::Tma).is_some_and(|t| t.smem_bytes(256) <= 227 * 1024));
+    }
+
+    /// Every class has a TMA tile at whole boxes that fits an H100's 227 KB, padded where the class (or the
+    /// call) is narrower; the programs list each padded TMA entry once.
+    #[test]
+    fn every_class_runs_tma_at_whole_boxes() {
+        for d in crate::kernels::fa2::HEAD_DIM_CLASSES {
+            let exact = HeadDims { d, pad: false }.for_tma();
+            assert_eq!(exact, HeadDims { d: d.next_multiple_of(64), pad: d % 64 != 0 }, "class {d}");
+            assert_eq!(HeadDims { d, pad: true }.for_tma(), HeadDims { d: exact.d, pad: true });
+            let t = tile_for(exact.d, SplitKvLoad::Tma).expect("a TMA tile");
+            assert!(t.smem_bytes(exact.d) <= 227 * 1024, "class {d}: {} bytes", t.smem_bytes(exact.d));
+        }
+        assert_eq!(HeadDims::of(80, 80).map(HeadDims::for_tma), Some(HeadDims { d: 128, pad: true }));
+        assert_eq!(HeadDims::of(192, 128).map(HeadDims::for_tma), Some(HeadDims { d: 192, pad: true }));
+        assert_eq!(HeadDims::of(128, 128).map(HeadDims::for_tma), Some(HeadDims { d: 128, pad: false }));
+        let names: Vec<String> = programs().into_iter().map(|p| p.name).collect();
+        for d in [64, 128, 192, 256] {
+            let n = names.iter().filter(|n| *n == &format!("splitkv_tma_bf16_{d}p_none")).count();
+            assert_eq!(n, 1, "D = {d}");
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "program names are unique");
     }
 
     #[test]
