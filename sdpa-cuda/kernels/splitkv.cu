@@ -170,12 +170,13 @@ __device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, fl
     return mx + logf(total);
 }
 
-template <typename T>
-__device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
+// Four output columns from `dst`; PAD: only the first `left` of them (the call's Dv need not be a multiple of 4).
+template <bool PAD, typename T>
+__device__ __forceinline__ void splitkv_store4(T* dst, float4 v, int left) {
     dst[0] = T(v.x);
-    dst[1] = T(v.y);
-    dst[2] = T(v.z);
-    dst[3] = T(v.w);
+    if (!PAD || left > 1) dst[1] = T(v.y);
+    if (!PAD || left > 2) dst[2] = T(v.z);
+    if (!PAD || left > 3) dst[3] = T(v.w);
 }
 
 // INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads
@@ -286,15 +287,23 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const T* kbase = static_cast<const T*>(p.k) + (paged ? 0 : bb * p.k_stride[0]) + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + (paged ? 0 : bb * p.v_stride[0]) + kvh * p.v_stride[1];
 
+    // Copy width of the call's rows (fa2_row_bytes): padded instantiations load (and store) rows that are not
+    // 16-byte aligned in narrower chunks; exact ones are launched with 16-byte rows only.
+    const int rb = PAD ? fa2_row_bytes(p) : 16;
     // Q tile: 16 packed rows, zero rows past the group (TMA: one tile for the block, loaded by all warps).
-    for (int c = TMA ? threadIdx.x : lane; c < 16 * CHUNKS; c += TMA ? NW * 32 : 32) {
-        const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, r = r0 + rr;
-        int hq = 0, i = 0;
-        const bool ok = r < rows && (!PAD || col < p.d);
-        if (ok) splitkv_row(p, kvh, r, hq, i);
-        const T* src = static_cast<const T*>(p.q) + bb * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
-        fa2_cp_async16(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
-    }
+    auto load_q = [&](auto w) {
+        constexpr int E = decltype(w)::value, QCH = D / E;
+        for (int c = TMA ? threadIdx.x : lane; c < 16 * QCH; c += TMA ? NW * 32 : 32) {
+            const int rr = c / QCH, col = (c % QCH) * E, r = r0 + rr;
+            int hq = 0, i = 0;
+            const bool ok = r < rows && (!PAD || col < p.d);
+            if (ok) splitkv_row(p, kvh, r, hq, i);
+            const T* src = static_cast<const T*>(p.q) + bb * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
+            fa2_copy_chunk<E>(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
+        }
+    };
+    if constexpr (PAD) fa2_with_width(rb, load_q);
+    else load_q(Fa2Width<8>{});
     fa2_cp_async_commit();
 
     // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
@@ -363,24 +372,32 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             }
         }
     };
-    auto load_cp_async = [&](int step) {
-        const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
-        const unsigned sV = sK + TILE_BYTES;
-        const int key0 = k_begin + step * k_step;
-#pragma unroll
-        for (int c = lane; c < KS * CHUNKS; c += 32) {
-            const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
+    // K/V rows of E-element chunks (E = 8: 16-byte copies; narrower for padded calls whose rows are not
+    // 16-byte aligned, fa2_copy_chunk).
+    auto load_kv_chunks = [&](auto w, unsigned sK, unsigned sV, int key0) {
+        constexpr int E = decltype(w)::value, KCH = D / E;
+        constexpr int UNROLL = E == 8 ? KS * KCH / 32 : 4;
+#pragma unroll UNROLL
+        for (int c = lane; c < KS * KCH; c += 32) {
+            const int rr = c / KCH, col = (c % KCH) * E, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
             long long ko = kk * p.k_stride[2], vo = kk * p.v_stride[2];
-            if (paged) {  // every lane runs the same iterations (KS·CHUNKS is a multiple of 32)
+            if (paged) {  // every lane runs the same iterations (KS·KCH is a multiple of 32)
                 ko = __shfl_sync(0xffffffffu, pk, rr);
                 vo = __shfl_sync(0xffffffffu, pv, rr);
             }
             const bool okk = ok && (!PAD || col < p.d), okv = ok && (!PAD || col < p.dv);
-            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
-            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
+            fa2_copy_chunk<E, true>(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
+            fa2_copy_chunk<E, true>(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
         }
+    };
+    auto load_cp_async = [&](int step) {
+        const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
+        const unsigned sV = sK + TILE_BYTES;
+        const int key0 = k_begin + step * k_step;
+        if constexpr (PAD) fa2_with_width(rb, [&](auto w) { load_kv_chunks(w, sK, sV, key0); });
+        else load_kv_chunks(Fa2Width<8>{}, sK, sV, key0);
         page_offsets(step + 1);  // the next step any load call takes
     };
     if constexpr (BULK) {
@@ -600,7 +617,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             v);
         if (nblk == 1) {
             if (!PAD || c < p.dv)
-                splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+                splitkv_store4<PAD>(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, p.dv - c);
             if (p.lse != nullptr && c == 0) p.lse[row] = lse;
             bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
         } else {
@@ -666,7 +683,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             nblk, [&](int s) { return staged ? s_lse[rr * nblk + s] : __ldcg(plse + s); },
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
         if (!PAD || c < p.dv)
-            splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+            splitkv_store4<PAD>(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, p.dv - c);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;
         bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
