@@ -312,13 +312,9 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
     constexpr int CHUNKS = DV / 8;
     if (PAD && rb != 16) {
-        fa2_with_width(rb, [&](auto w) {
-            constexpr int E = decltype(w)::value;
-            if constexpr (E != 8)
-                fa2_store_rows_narrow<T, DV, Tile::ROWS_PER_WARP, LDV, E>(out + (long long)(m0 + warp_row0) * p.o_stride[2],
-                                                                          p.o_stride[2], sO, p.sq - m0 - warp_row0, p.dv,
-                                                                          lane, 32);
-        });
+        fa2_store_rows_narrow_any<T, DV, Tile::ROWS_PER_WARP, LDV>(out + (long long)(m0 + warp_row0) * p.o_stride[2],
+                                                                   p.o_stride[2], sO, p.sq - m0 - warp_row0, p.dv,
+                                                                   lane, 32, rb);
     } else {
 #pragma unroll
         for (int c = lane; c < Tile::ROWS_PER_WARP * CHUNKS; c += 32) {

@@ -156,19 +156,69 @@ __device__ __forceinline__ void fa2_with_width(int row_bytes, F&& f) {
     }
 }
 
-// fa2_load_tile for rows of any alignment: chunks of E elements (fa2_copy_chunk), columns at or past `cols`
-// and rows at or past `valid` zero-filled (`cols` a multiple of E: fa2_row_bytes divides the row length).
+// The 2-byte copies of elements first, first + STEP, ... below TOTAL: element c from `src(c)` (null: zero)
+// to the shared address `dst(c)`. Loads go out in batches of up to 8 before their stores: one load and store
+// at a time (fa2_copy_chunk<1>) would wait a whole memory latency per element, the stores being ordered
+// after the loads they follow.
+template <int TOTAL, int STEP, typename Src, typename Dst>
+__device__ __forceinline__ void fa2_copy_elements(int first, const Src& src, const Dst& dst) {
+    constexpr int N = (TOTAL + STEP - 1) / STEP;
+    constexpr int BATCH = N < 8 ? N : 8;
+#pragma unroll 1
+    for (int i0 = 0; i0 < N; i0 += BATCH) {
+        unsigned short x[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = first + (i0 + j) * STEP;
+            const unsigned short* p = c < TOTAL ? src(c) : nullptr;
+            x[j] = p != nullptr ? __ldg(p) : (unsigned short)0;
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = first + (i0 + j) * STEP;
+            if (c < TOTAL) asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst(c)), "h"(x[j]));
+        }
+    }
+}
+
+// fa2_load_tile for rows of any alignment: chunks of E elements (fa2_copy_chunk; E = 1 batched,
+// fa2_copy_elements), columns at or past `cols` and rows at or past `valid` zero-filled (`cols` a multiple of
+// E: fa2_row_bytes divides the row length).
 template <typename T, int D, int ROWS, int THREADS, int E, bool STREAM = false>
 __device__ __forceinline__ void fa2_load_tile_narrow(unsigned dst, const T* base, long long stride, int valid, int tid,
                                                      int cols) {
     constexpr int CHUNKS = D / E;
     constexpr int LD = D + 8;
     static_assert(D % E == 0, "whole chunks per class row");
-#pragma unroll 8
-    for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * E;
-        const bool ok = r < valid && col < cols;
-        fa2_copy_chunk<E, STREAM>(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+    if constexpr (E == 1) {
+        fa2_copy_elements<ROWS * CHUNKS, THREADS>(
+            tid,
+            [&](int c) -> const unsigned short* {
+                const int r = c / CHUNKS, col = c % CHUNKS;
+                return r < valid && col < cols ? reinterpret_cast<const unsigned short*>(base + r * stride + col)
+                                               : nullptr;
+            },
+            [&](int c) { return dst + ((c / CHUNKS) * LD + c % CHUNKS) * 2; });
+    } else {
+#pragma unroll 2
+        for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * E;
+            const bool ok = r < valid && col < cols;
+            fa2_copy_chunk<E, STREAM>(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+        }
+    }
+}
+
+// The narrow copies of a tile (fa2_load_tile with row_bytes below 16: 8, 4 or 2), out of line: one body per
+// tile shape however many load sites call it, so a padded program carries each narrow path once instead of
+// once per site (NVRTC time and image size); the 16-byte path stays inline.
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __noinline__ void fa2_load_tile_narrow_any(unsigned dst, const T* base, long long stride, int valid,
+                                                      int tid, int cols, int row_bytes) {
+    switch (row_bytes) {
+        case 8: fa2_load_tile_narrow<T, D, ROWS, THREADS, 4>(dst, base, stride, valid, tid, cols); break;
+        case 4: fa2_load_tile_narrow<T, D, ROWS, THREADS, 2>(dst, base, stride, valid, tid, cols); break;
+        default: fa2_load_tile_narrow<T, D, ROWS, THREADS, 1>(dst, base, stride, valid, tid, cols); break;
     }
 }
 
@@ -183,10 +233,7 @@ __device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long 
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     constexpr int LD = D + 8;
     if (PAD && row_bytes != 16) {
-        fa2_with_width(row_bytes, [&](auto w) {
-            constexpr int E = decltype(w)::value;
-            if constexpr (E != 8) fa2_load_tile_narrow<T, D, ROWS, THREADS, E>(dst, base, stride, valid, tid, cols);
-        });
+        fa2_load_tile_narrow_any<T, D, ROWS, THREADS>(dst, base, stride, valid, tid, cols, row_bytes);
         return;
     }
     if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
@@ -239,6 +286,17 @@ __device__ __forceinline__ void fa2_store_rows_narrow(T* out, long long stride, 
         const int r = c / CHUNKS, col = (c % CHUNKS) * E;
         if (r < rows && col < cols)
             *reinterpret_cast<W*>(out + (long long)r * stride + col) = *reinterpret_cast<const W*>(src + r * LDS + col);
+    }
+}
+
+// fa2_store_rows_narrow for the width of `row_bytes` (8, 4 or 2), out of line (as fa2_load_tile_narrow_any).
+template <typename T, int DV, int ROWS, int LDS>
+__device__ __noinline__ void fa2_store_rows_narrow_any(T* out, long long stride, const T* src, int rows, int cols,
+                                                       int lane, int n, int row_bytes) {
+    switch (row_bytes) {
+        case 8: fa2_store_rows_narrow<T, DV, ROWS, LDS, 4>(out, stride, src, rows, cols, lane, n); break;
+        case 4: fa2_store_rows_narrow<T, DV, ROWS, LDS, 2>(out, stride, src, rows, cols, lane, n); break;
+        default: fa2_store_rows_narrow<T, DV, ROWS, LDS, 1>(out, stride, src, rows, cols, lane, n); break;
     }
 }
 

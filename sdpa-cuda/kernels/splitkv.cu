@@ -170,6 +170,47 @@ __device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, fl
     return mx + logf(total);
 }
 
+// One step's K and V tiles (KS keys from key0, keys at or past k_stop and columns past d / dv zero-filled) of a
+// padded call whose rows are not 16-byte aligned, in chunks of row_bytes (8, 4 or 2; fa2_row_bytes), by the 32
+// lanes of a warp. Out of line: one body however many load sites the ring has. Never paged (the policy keeps
+// paged caches on 16-byte rows).
+template <typename T, int D, int KS, int LD, int E>
+__device__ __forceinline__ void splitkv_load_kv_width(unsigned sK, unsigned sV, const T* kbase, const T* vbase,
+                                                      long long ks, long long vs, int key0, int k_stop, int d, int dv,
+                                                      int lane) {
+    constexpr int KCH = D / E;
+    if constexpr (E == 1) {
+        auto at = [&](int c, const T* base, long long st, int cols) -> const unsigned short* {
+            const int rr = c / KCH, col = c % KCH, key = key0 + rr;
+            return key < k_stop && col < cols ? reinterpret_cast<const unsigned short*>(base + (long long)key * st + col)
+                                              : nullptr;
+        };
+        auto to = [&](unsigned s0) { return [=](int c) { return s0 + ((c / KCH) * LD + c % KCH) * 2; }; };
+        fa2_copy_elements<KS * KCH, 32>(lane, [&](int c) { return at(c, kbase, ks, d); }, to(sK));
+        fa2_copy_elements<KS * KCH, 32>(lane, [&](int c) { return at(c, vbase, vs, dv); }, to(sV));
+    } else {
+#pragma unroll 4
+        for (int c = lane; c < KS * KCH; c += 32) {
+            const int rr = c / KCH, col = (c % KCH) * E, key = key0 + rr;
+            const bool ok = key < k_stop;
+            const long long kk = ok ? key : 0;
+            const bool okk = ok && col < d, okv = ok && col < dv;
+            fa2_copy_chunk<E, true>(sK + (rr * LD + col) * 2, okk ? kbase + kk * ks + col : kbase, okk);
+            fa2_copy_chunk<E, true>(sV + (rr * LD + col) * 2, okv ? vbase + kk * vs + col : vbase, okv);
+        }
+    }
+}
+template <typename T, int D, int KS, int LD>
+__device__ __noinline__ void splitkv_load_kv_narrow(unsigned sK, unsigned sV, const T* kbase, const T* vbase,
+                                                    long long ks, long long vs, int key0, int k_stop, int d, int dv,
+                                                    int lane, int row_bytes) {
+    switch (row_bytes) {
+        case 8: splitkv_load_kv_width<T, D, KS, LD, 4>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+        case 4: splitkv_load_kv_width<T, D, KS, LD, 2>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+        default: splitkv_load_kv_width<T, D, KS, LD, 1>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+    }
+}
+
 // Four output columns from `dst`; PAD: only the first `left` of them (the call's Dv need not be a multiple of 4).
 template <bool PAD, typename T>
 __device__ __forceinline__ void splitkv_store4(T* dst, float4 v, int left) {
@@ -293,6 +334,20 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // Q tile: 16 packed rows, zero rows past the group (TMA: one tile for the block, loaded by all warps).
     auto load_q = [&](auto w) {
         constexpr int E = decltype(w)::value, QCH = D / E;
+        if constexpr (E == 1) {  // 2-byte rows (padded cp.async instantiations only), batched loads
+            fa2_copy_elements<16 * QCH, 32>(
+                lane,
+                [&](int c) -> const unsigned short* {
+                    const int rr = c / QCH, col = c % QCH, r = r0 + rr;
+                    if (r >= rows || col >= p.d) return nullptr;
+                    int hq, i;
+                    splitkv_row(p, kvh, r, hq, i);
+                    return reinterpret_cast<const unsigned short*>(static_cast<const T*>(p.q) + bb * p.q_stride[0] +
+                                                                   hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col);
+                },
+                [&](int c) { return sQ + ((c / QCH) * QLD + c % QCH) * 2; });
+            return;
+        }
         for (int c = TMA ? threadIdx.x : lane; c < 16 * QCH; c += TMA ? NW * 32 : 32) {
             const int rr = c / QCH, col = (c % QCH) * E, r = r0 + rr;
             int hq = 0, i = 0;
@@ -372,14 +427,13 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             }
         }
     };
-    // K/V rows of E-element chunks (E = 8: 16-byte copies; narrower for padded calls whose rows are not
-    // 16-byte aligned, fa2_copy_chunk).
-    auto load_kv_chunks = [&](auto w, unsigned sK, unsigned sV, int key0) {
-        constexpr int E = decltype(w)::value, KCH = D / E;
-        constexpr int UNROLL = E == 8 ? KS * KCH / 32 : 4;
-#pragma unroll UNROLL
+    // K/V rows of 16-byte chunks; padded calls whose rows are not 16-byte aligned copy narrower chunks out of
+    // line (splitkv_load_kv_narrow).
+    auto load_kv_chunks = [&](unsigned sK, unsigned sV, int key0) {
+        constexpr int KCH = D / 8;
+#pragma unroll
         for (int c = lane; c < KS * KCH; c += 32) {
-            const int rr = c / KCH, col = (c % KCH) * E, key = key0 + rr;
+            const int rr = c / KCH, col = (c % KCH) * 8, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
             long long ko = kk * p.k_stride[2], vo = kk * p.v_stride[2];
@@ -388,16 +442,19 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
                 vo = __shfl_sync(0xffffffffu, pv, rr);
             }
             const bool okk = ok && (!PAD || col < p.d), okv = ok && (!PAD || col < p.dv);
-            fa2_copy_chunk<E, true>(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
-            fa2_copy_chunk<E, true>(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
+            fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
+            fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
         }
     };
     auto load_cp_async = [&](int step) {
         const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
         const unsigned sV = sK + TILE_BYTES;
         const int key0 = k_begin + step * k_step;
-        if constexpr (PAD) fa2_with_width(rb, [&](auto w) { load_kv_chunks(w, sK, sV, key0); });
-        else load_kv_chunks(Fa2Width<8>{}, sK, sV, key0);
+        if (PAD && rb != 16)
+            splitkv_load_kv_narrow<T, D, KS, LD>(sK, sV, kbase, vbase, p.k_stride[2], p.v_stride[2], key0, k_stop,
+                                                 p.d, p.dv, lane, rb);
+        else
+            load_kv_chunks(sK, sV, key0);
         page_offsets(step + 1);  // the next step any load call takes
     };
     if constexpr (BULK) {
