@@ -16,7 +16,7 @@ nvidia-smi -L
 
 # 1. Speed: D = 33, 65, 100, 127 (auto) against fa2 at 40, 72, 104, 128 and PyTorch, same run.
 s=$(date +%s)
-timeout "${BENCH_S:-75}" python3 "$B/odd/fa2_rust_bench.py" --bench "$B/cuda_kernels" --odd --out "$OUT" \
+timeout "${BENCH_S:-70}" python3 "$B/odd/fa2_rust_bench.py" --bench "$B/cuda_kernels" --odd --out "$OUT" \
   > "$OUT/logs/bench.log" 2>&1
 table+=("bench rc=$? $(( $(date +%s) - s )) s")
 [[ -f "$OUT/fa2_rust_bench.json" ]] && python3 "$B/odd/to_records.py" "$OUT/fa2_rust_bench.json" \
@@ -24,13 +24,17 @@ table+=("bench rc=$? $(( $(date +%s) - s )) s")
 
 # 2. Tests, in parallel with the sanitizers below (correctness only; each compiles what it needs, the disk
 # cache is shared).
-names=(odd_head_dims fa2_kernels tf32_kernels gpu_kernels variant_kernels ragged_prefill paged_decode unit_sdpa_cuda
+# The whole of the binaries the change reaches most (odd_head_dims, fa2_kernels, tf32_kernels, the unit tests);
+# of the others the tests that run padded instantiations or the changed refusals.
+names=(odd_head_dims fa2_kernels tf32_kernels unit_sdpa_cuda "gpu_kernels unsupported_requests_say_so"
+       "variant_kernels fa2_honours_variants_in_every_head_dim_class splitkv_decodes_long_keys"
+       "ragged_prefill every_head_dim_class refusals_name" "paged_decode every_head_dim_class"
        "backward f32_and_paged_caches_are_refused_with_a_reason")
 for n in "${names[@]}"; do
   read -r bin filter <<< "$n"
   (
     s=$(date +%s)
-    timeout "${TEST_S:-130}" "$B/tests/$bin" $filter > "$OUT/logs/test-$bin.log" 2>&1
+    timeout "${TEST_S:-140}" "$B/tests/$bin" $filter > "$OUT/logs/test-$bin.log" 2>&1
     echo "$? $(( $(date +%s) - s ))" > "$OUT/logs/test-$bin.rc"
   ) &
 done
