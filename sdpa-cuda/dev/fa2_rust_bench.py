@@ -28,6 +28,10 @@ ap.add_argument("--tiny", action="store_true", help="also issue 4's tiny shapes 
 ap.add_argument("--headdims", action="store_true",
                 help="only issue 21's head-dim grid: fa2 at D = 32..256 (16k tokens, H = 2048/D or 16), MLA 192/128, "
                      "decoding at D = 80 and 192/128")
+ap.add_argument("--odd", action="store_true",
+                help="only issue 21's head dims that are not multiples of 8: D = 33, 65, 100, 127 (auto) against fa2 at "
+                     "the next multiple of 8 (40, 72, 104, 128), B = 4, H = 16, S = 4k, causal and not, bf16; PyTorch's "
+                     "default backend named by the kernels it launched")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -43,20 +47,25 @@ for d in ([32, 40, 64, 80, 96, 128, 160, 192, 224, 256] if args.headdims else []
     for causal in [False, True]:
         for s in ([1024, 4096, 16384] if args.quick else [1024, 2048, 4096, 8192, 16384]):
             points.append(pt("headdim", 16384 // s, h, h, s, s, d, "bf16", causal, "auto"))
+ODD = {33: 40, 65: 72, 100: 104, 127: 128}
+for d in (sorted(ODD) if args.odd else []):
+    for causal in [False, True]:
+        points.append(pt("odd", 4, 16, 16, 4096, 4096, d, "bf16", causal, "auto"))
+        points.append(pt("odd_next8", 4, 16, 16, 4096, 4096, ODD[d], "bf16", causal, "fa2"))
 for s in ([1024, 4096, 16384] if args.headdims else []):
     points.append(pt("mla", 16384 // s, 16, 16, s, s, 192, "bf16", True, "auto", dv=128))
 for (b, hq, hkv, sk) in ([(8, 32, 32, 4096), (1, 32, 8, 32768)] if args.headdims else []):
     points.append(pt("decode80", b, hq, hkv, 1, sk, 80, "bf16", False, "auto"))
     points.append(pt("decode_mla", b, hq, hkv, 1, sk, 192, "bf16", False, "auto", dv=128))
-for dtype in ([] if args.decode_only or args.headdims else ["bf16"] if args.quick else ["bf16", "f16"]):
+for dtype in ([] if args.decode_only or args.headdims or args.odd else ["bf16"] if args.quick else ["bf16", "f16"]):
     for d in [64, 128]:
         for causal in [False, True]:
             for s in seqs:
                 points.append(pt("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dtype, causal, "fa2"))
-for (b, hq, hkv, sk) in ([] if args.headdims else [(8, 32, 32, 4096), (1, 32, 8, 32768)]):
+for (b, hq, hkv, sk) in ([] if args.headdims or args.odd else [(8, 32, 32, 4096), (1, 32, 8, 32768)]):
     for k in ["splitkv", "auto", "fa2"]:
         points.append(pt("decode", b, hq, hkv, 1, sk, 128, "bf16", False, k))
-if not args.headdims:
+if not (args.headdims or args.odd):
     points.append(pt("gqa_prefill", 1, 32, 8, 4096, 4096, 128, "bf16", True, "fa2"))
 for s in ([64, 128, 512] if args.tiny else []):
     for k in ["auto", "fa2", "splitkv"]:
@@ -76,6 +85,28 @@ log("CEILINGS", json.dumps(res["ceilings"]))
 
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}
 torch_ms = {}
+
+
+def torch_kernels(fn):
+    """The CUDA kernels one call of `fn` launches (names cut to 60 characters), from the profiler: which backend
+    PyTorch's default picked, and whether it padded the head dim first (extra copy or pad kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted({e.name[:60] for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
+
+
+def backend_of(kernels):
+    """A short name for what PyTorch ran: flash, cudnn, efficient (CUTLASS memory-efficient), or math."""
+    text = " ".join(kernels).lower()
+    for name, marks in [("cudnn", ["cudnn", "sdpa_sm90", "fort_native"]), ("flash", ["flash"]),
+                        ("efficient", ["fmha", "cutlass", "efficient"])]:
+        if any(m in text for m in marks):
+            return name
+    return "math"
 for shape in unique_keys(ours):
     b, hq, hkv, sq, sk, d, dname, mask, dv = shape
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -85,6 +116,19 @@ for shape in unique_keys(ours):
     causal = mask == "causal"
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
     torch_ms[shape] = torch_sdpa_ms(fn, lambda name, e: log("torch", name, "failed:", repr(e)[:80]))
+    if args.odd:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
+            try:
+                if be is None:
+                    ks = torch_kernels(fn)
+                else:
+                    with sdpa_kernel([be]):
+                        ks = torch_kernels(fn)
+                torch_ms[shape][name + "_kernels"] = ks
+            except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+                torch_ms[shape][name + "_kernels"] = [f"failed: {e!r}"[:80]]
     del q, k, v
     torch.cuda.empty_cache()
 
@@ -92,6 +136,9 @@ gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
 for rec in ours:
     t = torch_ms[key(rec)]
     rec["torch_flash_ms"], rec["torch_default_ms"] = t["flash"], t["default"]
+    if args.odd:
+        rec["torch_flash_kernels"], rec["torch_default_kernels"] = t.get("flash_kernels"), t.get("default_kernels")
+        rec["torch_default_backend"] = backend_of(t.get("default_kernels") or [])
     ms = rec.get("median_ms")
     rec["x_flash"] = t["flash"] / ms if (ms and t["flash"]) else None
     rec["x_default"] = t["default"] / ms if (ms and t["default"]) else None
@@ -126,6 +173,18 @@ for d in sorted({r["d"] for r in hd}):
 xf = sorted(r["x_flash"] for r in hd if r["x_flash"])
 if xf:
     log(f"headdim grid: vs flash median {xf[len(xf) // 2]:.3f} (>= 1.0) min {xf[0]:.3f} (>= 0.9)")
+odd = {(r["d"], r["mask"]): r for r in res["records"] if r["tag"] == "odd"}
+nxt = {(r["d"], r["mask"]): r for r in res["records"] if r["tag"] == "odd_next8"}
+if odd:
+    log(f"\n{'D':>3} {'c':1} {'ran':7} {'ms':>7} {'TFLOPS':>6} | {'next8':>5} {'fa2 ms':>7} {'x':>5} | "
+        f"{'flash ms':>8} {'x':>5} | {'default':9} {'ms':>7} {'x':>5} | check")
+for (d, mask), r in sorted(odd.items()):
+    n = nxt.get((ODD[d], mask), {})
+    ms, nms = r.get("median_ms"), n.get("median_ms")
+    log(f"{d:>3} {int(mask == 'causal')} {r.get('kernel_ran', 'ERR'):7} {fm(ms, '7.3f')} {fm(r.get('tflops'))} | "
+        f"{ODD[d]:>5} {fm(nms, '7.3f')} {fm(nms / ms if ms and nms else None, '5.2f')} | "
+        f"{fm(r['torch_flash_ms'], '8.3f')} {fm(r['x_flash'], '5.2f')} | {r.get('torch_default_backend', '-'):9} "
+        f"{fm(r['torch_default_ms'], '7.3f')} {fm(r['x_default'], '5.2f')} | {r.get('check_pass')}/{n.get('check_pass')}")
 for r in res["records"]:
     if r["tag"] in ("mla", "decode80", "decode_mla"):
         log(f"{r['tag']} B={r['b']} S={r['sq']}/{r['sk']} D={r['d']}/{r.get('dv', r['d'])} ran {r.get('kernel_ran', 'ERR')}: "

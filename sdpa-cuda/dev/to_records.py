@@ -20,13 +20,14 @@ machine = f"{device}, torch {data['env'].get('torch')}, CUDA {data['env'].get('c
 
 out = []
 for r in data["records"]:
-    shape = dict(b=r["b"], hq=r["hq"], hkv=r["hkv"], sq=r["sq"], sk=r["sk"], d=r["d"], dv=r["d"])
+    shape = dict(b=r["b"], hq=r["hq"], hkv=r["hkv"], sq=r["sq"], sk=r["sk"], d=r["d"], dv=r.get("dv", r["d"]))
     base = dict(device=device, dtype=r["dtype"], shape=shape, mask=r["mask"], layout="bhsd", machine=machine)
     if r.get("median_ms"):
         out.append(dict(base, backend="cuda", kernel=r["kernel_ran"],
                         time_ms=dict(median=r["median_ms"], min=r["min_ms"], max=r["max_ms"], reps=50),
                         tflops=r["tflops"], gbps=r["gbps"]))
-    for name, key in (("flash", "torch_flash_ms"), ("cudnn", "torch_default_ms")):
+    # PyTorch's default is cuDNN on the H100 where cuDNN takes the call; `--odd` runs name what ran instead.
+    for name, key in (("flash", "torch_flash_ms"), (r.get("torch_default_backend", "cudnn"), "torch_default_ms")):
         ms = r.get(key)
         if not ms:
             continue

@@ -43,11 +43,14 @@
 // Loads the K or V tile of ROWS keys from key0 of the head whose key 0 is at `head` (rows `stride[2]` apart;
 // paged: `head` is the pool's first page of that head, pages `stride[0]` apart, each key through the
 // sequence's block-table row `p.block_table`). Keys at or past p.sk are zero-filled.
+// `row_bytes`: fa2_row_bytes of the call (16 for exact instantiations and paged K/V, which the launcher
+// sends here only with 16-byte aligned rows).
 template <typename T, int D, int ROWS, int THREADS, bool PAD, int SERVE>
 __device__ __forceinline__ void fa2_load_keys(unsigned dst, const T* head, const i64* stride, const AttnParams& p,
-                                              int key0, int tid, int cols) {
+                                              int key0, int tid, int cols, int row_bytes) {
     if constexpr (SERVE != FA2_SERVE_PAGED) {
-        fa2_load_tile<T, D, ROWS, THREADS, PAD>(dst, head + (i64)key0 * stride[2], stride[2], p.sk - key0, tid, cols);
+        fa2_load_tile<T, D, ROWS, THREADS, PAD>(dst, head + (i64)key0 * stride[2], stride[2], p.sk - key0, tid, cols,
+                                                row_bytes);
     } else {
         constexpr int CHUNKS = D / 8;
         constexpr int LD = D + 8;
@@ -166,6 +169,8 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
     // Paged: the pool has no batch (its batch stride steps pages).
     const T* k = static_cast<const T*>(p.k) + (SERVE == FA2_SERVE_PAGED ? 0 : b * p.k_stride[0]) + kvh * p.k_stride[1];
     const T* v = static_cast<const T*>(p.v) + (SERVE == FA2_SERVE_PAGED ? 0 : b * p.v_stride[0]) + kvh * p.v_stride[1];
+    // Copy width of the call's rows (padded instantiations; 16 for exact ones, which need aligned rows).
+    const int rb = PAD ? fa2_row_bytes(p) : 16;
     // Row stride of the LSE: [B, Hq, Sq] dense, [Hq, total_q] ragged.
     const i64 lse_ld = SERVE == FA2_SERVE_DENSE ? p.sq : p.total_q;
 
@@ -176,10 +181,11 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
     auto load_kv = [&](int t) {
         const int n1 = (t0 + t) * BN;
         const unsigned slot = STAGES == 1 ? 0u : t % STAGES;
-        fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK + slot * K_BYTES, k, p.k_stride, p, n1, tid, p.d);
-        if (STAGES > 1) fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV + slot * V_BYTES, v, p.v_stride, p, n1, tid, p.dv);
+        fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK + slot * K_BYTES, k, p.k_stride, p, n1, tid, p.d, rb);
+        if (STAGES > 1)
+            fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV + slot * V_BYTES, v, p.v_stride, p, n1, tid, p.dv, rb);
     };
-    fa2_load_tile<T, D, BM, THREADS, PAD>(sQ, q, p.q_stride[2], m_end - m0, tid, p.d);
+    fa2_load_tile<T, D, BM, THREADS, PAD>(sQ, q, p.q_stride[2], m_end - m0, tid, p.d, rb);
     if (n_tiles > 0) load_kv(0);
     fa2_cp_async_commit();
     // The ring's other leading tiles, one group each (empty groups past the last tile keep the count).
@@ -221,7 +227,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
         __syncthreads();  // this tile's K (and Q) landed for everyone; everyone is done with the last tile
         if (STAGES == 1) {
             // FA2 order: V[tile] loads while S = Q K^T runs.
-            fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV, v, p.v_stride, p, n0, tid, p.dv);
+            fa2_load_keys<T, DV, BN, THREADS, PAD, SERVE>(sV, v, p.v_stride, p, n0, tid, p.dv, rb);
         } else if (tile + STAGES - 1 < n_tiles) {
             // Ring: tile + STAGES - 1 loads into the slot the last tile freed while this one is computed.
             load_kv(tile + STAGES - 1);
@@ -249,7 +255,7 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
             __syncthreads();  // V[tile] landed; everyone is done reading K[tile]
             if (tile + 1 < n_tiles) {
                 const int n1 = n0 + BN;
-                fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK, k, p.k_stride, p, n1, tid, p.d);
+                fa2_load_keys<T, D, BN, THREADS, PAD, SERVE>(sK, k, p.k_stride, p, n1, tid, p.d, rb);
             }
             fa2_cp_async_commit();  // the next K loads during softmax and P V
         }
@@ -305,13 +311,19 @@ __device__ __forceinline__ void fa2_forward(const AttnParams& p, T* smem, int m_
     __syncwarp();
     T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
     constexpr int CHUNKS = DV / 8;
+    if (PAD && rb != 16) {
+        fa2_store_rows_narrow_any<T, DV, Tile::ROWS_PER_WARP, LDV>(out + (long long)(m0 + warp_row0) * p.o_stride[2],
+                                                                   p.o_stride[2], sO, p.sq - m0 - warp_row0, p.dv,
+                                                                   lane, 32, rb);
+    } else {
 #pragma unroll
-    for (int c = lane; c < Tile::ROWS_PER_WARP * CHUNKS; c += 32) {
-        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        const int row = m0 + warp_row0 + r;
-        if (row < p.sq && (!PAD || col < p.dv))
-            *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) =
-                *reinterpret_cast<const uint4*>(sO + r * LDV + col);
+        for (int c = lane; c < Tile::ROWS_PER_WARP * CHUNKS; c += 32) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+            const int row = m0 + warp_row0 + r;
+            if (row < p.sq && (!PAD || col < p.dv))
+                *reinterpret_cast<uint4*>(out + (long long)row * p.o_stride[2] + col) =
+                    *reinterpret_cast<const uint4*>(sO + r * LDV + col);
+        }
     }
     // NaN or inf under a masked key must not reach rows that do not see it (common.cuh).
     repair_nonfinite_rows<T>(call, call_b, h, m0, SDPA_ONE_HEAD, m_end - m0, 0, p.dv, true, bad);

@@ -105,15 +105,137 @@ struct Fa2Type<__nv_bfloat16> {
     }
 };
 
+// Rows that are not 16-byte aligned (issue 21: head dims that are not multiples of 8, and views whose base
+// pointers or strides are not): the widest copy, in bytes (16, 8, 4 or 2), that divides every base pointer and
+// stride of Q, K, V and O and both row lengths (D and Dv, in bytes), so that every row start and every row end
+// of the call falls on a copy boundary and no copy reads past a row. Warp-uniform; padded (PAD) instantiations
+// pick their load and store path with it per call, and the exact ones are launched only when it is 16.
+__device__ __forceinline__ int fa2_row_bytes(const AttnParams& p) {
+    unsigned long long x = (unsigned long long)p.q | (unsigned long long)p.k | (unsigned long long)p.v |
+                           (unsigned long long)p.o | (unsigned long long)(p.d * 2) | (unsigned long long)(p.dv * 2);
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+        x |= (unsigned long long)(p.q_stride[i] | p.k_stride[i] | p.v_stride[i] | p.o_stride[i]) * 2ull;
+    return (x & 15ull) == 0 ? 16 : (x & 7ull) == 0 ? 8 : (x & 3ull) == 0 ? 4 : 2;
+}
+
+// One chunk of E elements (2E bytes) global -> shared, zeros (and no read) when `valid` is false: 16-, 8- and
+// 4-byte cp.async (the narrow ones through L1, `.ca`: `.cg` takes 16 bytes only); E = 1 has no cp.async form,
+// so a 2-byte load and store (visible to the block after the same barrier that publishes the cp.async
+// copies). STREAM: the 16-byte copy asks L2 for the whole 256-byte group (split-KV's streamed K/V).
+template <int E, bool STREAM = false>
+__device__ __forceinline__ void fa2_copy_chunk(unsigned dst, const void* gmem, bool valid) {
+    static_assert(E == 8 || E == 4 || E == 2 || E == 1, "16-, 8-, 4- or 2-byte chunks");
+    if constexpr (E == 8) {
+        if constexpr (STREAM) fa2_cp_async16_stream(dst, gmem, valid);
+        else fa2_cp_async16(dst, gmem, valid);
+    } else if constexpr (E == 1) {
+        unsigned short x = 0;
+        if (valid) x = __ldg(static_cast<const unsigned short*>(gmem));
+        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(x));
+    } else {
+        const int src_bytes = valid ? E * 2 : 0;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(E * 2),
+                     "r"(src_bytes));
+    }
+}
+
+// Runs `f(Fa2Width<E>{})` with the chunk width E (elements) of `row_bytes` (fa2_row_bytes): one instantiation
+// of the caller's loop per width, chosen once per call.
+template <int E>
+struct Fa2Width {
+    static constexpr int value = E;
+};
+template <typename F>
+__device__ __forceinline__ void fa2_with_width(int row_bytes, F&& f) {
+    switch (row_bytes) {
+        case 16: f(Fa2Width<8>{}); break;
+        case 8: f(Fa2Width<4>{}); break;
+        case 4: f(Fa2Width<2>{}); break;
+        default: f(Fa2Width<1>{}); break;
+    }
+}
+
+// The 2-byte copies of elements first, first + STEP, ... below TOTAL: element c from `src(c)` (null: zero)
+// to the shared address `dst(c)`. Loads go out in batches of up to 8 before their stores: one load and store
+// at a time (fa2_copy_chunk<1>) would wait a whole memory latency per element, the stores being ordered
+// after the loads they follow.
+template <int TOTAL, int STEP, typename Src, typename Dst>
+__device__ __forceinline__ void fa2_copy_elements(int first, const Src& src, const Dst& dst) {
+    constexpr int N = (TOTAL + STEP - 1) / STEP;
+    constexpr int BATCH = N < 8 ? N : 8;
+#pragma unroll 1
+    for (int i0 = 0; i0 < N; i0 += BATCH) {
+        unsigned short x[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = first + (i0 + j) * STEP;
+            const unsigned short* p = c < TOTAL ? src(c) : nullptr;
+            x[j] = p != nullptr ? __ldg(p) : (unsigned short)0;
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = first + (i0 + j) * STEP;
+            if (c < TOTAL) asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst(c)), "h"(x[j]));
+        }
+    }
+}
+
+// fa2_load_tile for rows of any alignment: chunks of E elements (fa2_copy_chunk; E = 1 batched,
+// fa2_copy_elements), columns at or past `cols` and rows at or past `valid` zero-filled (`cols` a multiple of
+// E: fa2_row_bytes divides the row length).
+template <typename T, int D, int ROWS, int THREADS, int E, bool STREAM = false>
+__device__ __forceinline__ void fa2_load_tile_narrow(unsigned dst, const T* base, long long stride, int valid, int tid,
+                                                     int cols) {
+    constexpr int CHUNKS = D / E;
+    constexpr int LD = D + 8;
+    static_assert(D % E == 0, "whole chunks per class row");
+    if constexpr (E == 1) {
+        fa2_copy_elements<ROWS * CHUNKS, THREADS>(
+            tid,
+            [&](int c) -> const unsigned short* {
+                const int r = c / CHUNKS, col = c % CHUNKS;
+                return r < valid && col < cols ? reinterpret_cast<const unsigned short*>(base + r * stride + col)
+                                               : nullptr;
+            },
+            [&](int c) { return dst + ((c / CHUNKS) * LD + c % CHUNKS) * 2; });
+    } else {
+#pragma unroll 2
+        for (int c = tid; c < ROWS * CHUNKS; c += THREADS) {
+            const int r = c / CHUNKS, col = (c % CHUNKS) * E;
+            const bool ok = r < valid && col < cols;
+            fa2_copy_chunk<E, STREAM>(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
+        }
+    }
+}
+
+// The narrow copies of a tile (fa2_load_tile with row_bytes below 16: 8, 4 or 2), out of line: one body per
+// tile shape however many load sites call it, so a padded program carries each narrow path once instead of
+// once per site (NVRTC time and image size); the 16-byte path stays inline.
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __noinline__ void fa2_load_tile_narrow_any(unsigned dst, const T* base, long long stride, int valid,
+                                                      int tid, int cols, int row_bytes) {
+    switch (row_bytes) {
+        case 8: fa2_load_tile_narrow<T, D, ROWS, THREADS, 4>(dst, base, stride, valid, tid, cols); break;
+        case 4: fa2_load_tile_narrow<T, D, ROWS, THREADS, 2>(dst, base, stride, valid, tid, cols); break;
+        default: fa2_load_tile_narrow<T, D, ROWS, THREADS, 1>(dst, base, stride, valid, tid, cols); break;
+    }
+}
+
 // Copies rows [0, ROWS) of a tile (row r at `base + r * stride`) into shared memory (32-bit address `dst`)
 // with LD-element rows; rows at or past `valid` are zero-filled so masked keys never meet garbage (0 * NaN
 // would poison P·V). With PAD, D is a head-dim class and only the first `cols` columns (a multiple of 8) are
 // read; the rest are zero-filled, so they add nothing to Q·Kᵀ and give O columns that are never stored.
+// With PAD, `row_bytes` (fa2_row_bytes) below 16 takes fa2_load_tile_narrow: `cols` is then any column count.
 template <typename T, int D, int ROWS, int THREADS, bool PAD = false>
 __device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long long stride, int valid, int tid,
-                                              int cols = D) {
+                                              int cols = D, int row_bytes = 16) {
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     constexpr int LD = D + 8;
+    if (PAD && row_bytes != 16) {
+        fa2_load_tile_narrow_any<T, D, ROWS, THREADS>(dst, base, stride, valid, tid, cols, row_bytes);
+        return;
+    }
     if constexpr (THREADS % CHUNKS == 0 && ROWS % (THREADS / CHUNKS) == 0) {
         // Each thread always copies the same column of rows r0, r0 + RSTEP, ...: no divisions in the loop.
         constexpr int RSTEP = THREADS / CHUNKS;
@@ -133,6 +255,48 @@ __device__ __forceinline__ void fa2_load_tile(unsigned dst, const T* base, long 
             const bool ok = r < valid && (!PAD || col < cols);
             fa2_cp_async16(dst + (r * LD + col) * 2, ok ? base + r * stride + col : base, ok);
         }
+    }
+}
+
+// The word of E 2-byte elements (E = 4, 2, 1).
+template <int E>
+struct Fa2Word;
+template <>
+struct Fa2Word<4> {
+    using type = uint2;
+};
+template <>
+struct Fa2Word<2> {
+    using type = unsigned;
+};
+template <>
+struct Fa2Word<1> {
+    using type = unsigned short;
+};
+
+// Stores ROWS staged rows of a tile (shared `src`, LDS-element rows) to global rows `out + r * stride` for
+// r < `rows`, columns below `cols`, in chunks of E elements (E = row_bytes / 2, fa2_row_bytes) by `n` threads
+// from `lane`: the epilogue of the padded instantiations for rows that are not 16-byte aligned.
+template <typename T, int DV, int ROWS, int LDS, int E>
+__device__ __forceinline__ void fa2_store_rows_narrow(T* out, long long stride, const T* src, int rows, int cols,
+                                                      int lane, int n) {
+    constexpr int CHUNKS = DV / E;
+    using W = typename Fa2Word<E>::type;
+    for (int c = lane; c < ROWS * CHUNKS; c += n) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * E;
+        if (r < rows && col < cols)
+            *reinterpret_cast<W*>(out + (long long)r * stride + col) = *reinterpret_cast<const W*>(src + r * LDS + col);
+    }
+}
+
+// fa2_store_rows_narrow for the width of `row_bytes` (8, 4 or 2), out of line (as fa2_load_tile_narrow_any).
+template <typename T, int DV, int ROWS, int LDS>
+__device__ __noinline__ void fa2_store_rows_narrow_any(T* out, long long stride, const T* src, int rows, int cols,
+                                                       int lane, int n, int row_bytes) {
+    switch (row_bytes) {
+        case 8: fa2_store_rows_narrow<T, DV, ROWS, LDS, 4>(out, stride, src, rows, cols, lane, n); break;
+        case 4: fa2_store_rows_narrow<T, DV, ROWS, LDS, 2>(out, stride, src, rows, cols, lane, n); break;
+        default: fa2_store_rows_narrow<T, DV, ROWS, LDS, 1>(out, stride, src, rows, cols, lane, n); break;
     }
 }
 

@@ -172,12 +172,54 @@ __device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, fl
     return mx + logf(total);
 }
 
-template <typename T>
-__device__ __forceinline__ void splitkv_store4(T* dst, float4 v) {
+// One step's K and V tiles (KS keys from key0, keys at or past k_stop and columns past d / dv zero-filled) of a
+// padded call whose rows are not 16-byte aligned, in chunks of row_bytes (8, 4 or 2; fa2_row_bytes), by the 32
+// lanes of a warp. Out of line: one body however many load sites the ring has. Never paged (the policy keeps
+// paged caches on 16-byte rows).
+template <typename T, int D, int KS, int LD, int E>
+__device__ __forceinline__ void splitkv_load_kv_width(unsigned sK, unsigned sV, const T* kbase, const T* vbase,
+                                                      long long ks, long long vs, int key0, int k_stop, int d, int dv,
+                                                      int lane) {
+    constexpr int KCH = D / E;
+    if constexpr (E == 1) {
+        auto at = [&](int c, const T* base, long long st, int cols) -> const unsigned short* {
+            const int rr = c / KCH, col = c % KCH, key = key0 + rr;
+            return key < k_stop && col < cols ? reinterpret_cast<const unsigned short*>(base + (long long)key * st + col)
+                                              : nullptr;
+        };
+        auto to = [&](unsigned s0) { return [=](int c) { return s0 + ((c / KCH) * LD + c % KCH) * 2; }; };
+        fa2_copy_elements<KS * KCH, 32>(lane, [&](int c) { return at(c, kbase, ks, d); }, to(sK));
+        fa2_copy_elements<KS * KCH, 32>(lane, [&](int c) { return at(c, vbase, vs, dv); }, to(sV));
+    } else {
+#pragma unroll 4
+        for (int c = lane; c < KS * KCH; c += 32) {
+            const int rr = c / KCH, col = (c % KCH) * E, key = key0 + rr;
+            const bool ok = key < k_stop;
+            const long long kk = ok ? key : 0;
+            const bool okk = ok && col < d, okv = ok && col < dv;
+            fa2_copy_chunk<E, true>(sK + (rr * LD + col) * 2, okk ? kbase + kk * ks + col : kbase, okk);
+            fa2_copy_chunk<E, true>(sV + (rr * LD + col) * 2, okv ? vbase + kk * vs + col : vbase, okv);
+        }
+    }
+}
+template <typename T, int D, int KS, int LD>
+__device__ __noinline__ void splitkv_load_kv_narrow(unsigned sK, unsigned sV, const T* kbase, const T* vbase,
+                                                    long long ks, long long vs, int key0, int k_stop, int d, int dv,
+                                                    int lane, int row_bytes) {
+    switch (row_bytes) {
+        case 8: splitkv_load_kv_width<T, D, KS, LD, 4>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+        case 4: splitkv_load_kv_width<T, D, KS, LD, 2>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+        default: splitkv_load_kv_width<T, D, KS, LD, 1>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
+    }
+}
+
+// Four output columns from `dst`; PAD: only the first `left` of them (the call's Dv need not be a multiple of 4).
+template <bool PAD, typename T>
+__device__ __forceinline__ void splitkv_store4(T* dst, float4 v, int left) {
     dst[0] = T(v.x);
-    dst[1] = T(v.y);
-    dst[2] = T(v.z);
-    dst[3] = T(v.w);
+    if (!PAD || left > 1) dst[1] = T(v.y);
+    if (!PAD || left > 2) dst[2] = T(v.z);
+    if (!PAD || left > 3) dst[3] = T(v.w);
 }
 
 // INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads
@@ -288,15 +330,37 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const T* kbase = static_cast<const T*>(p.k) + (paged ? 0 : bb * p.k_stride[0]) + kvh * p.k_stride[1];
     const T* vbase = static_cast<const T*>(p.v) + (paged ? 0 : bb * p.v_stride[0]) + kvh * p.v_stride[1];
 
+    // Copy width of the call's rows (fa2_row_bytes): padded instantiations load (and store) rows that are not
+    // 16-byte aligned in narrower chunks; exact ones are launched with 16-byte rows only.
+    const int rb = PAD ? fa2_row_bytes(p) : 16;
     // Q tile: 16 packed rows, zero rows past the group (TMA: one tile for the block, loaded by all warps).
-    for (int c = TMA ? threadIdx.x : lane; c < 16 * CHUNKS; c += TMA ? NW * 32 : 32) {
-        const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, r = r0 + rr;
-        int hq = 0, i = 0;
-        const bool ok = r < rows && (!PAD || col < p.d);
-        if (ok) splitkv_row(p, kvh, r, hq, i);
-        const T* src = static_cast<const T*>(p.q) + bb * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
-        fa2_cp_async16(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
-    }
+    auto load_q = [&](auto w) {
+        constexpr int E = decltype(w)::value, QCH = D / E;
+        if constexpr (E == 1) {  // 2-byte rows (padded cp.async instantiations only), batched loads
+            fa2_copy_elements<16 * QCH, 32>(
+                lane,
+                [&](int c) -> const unsigned short* {
+                    const int rr = c / QCH, col = c % QCH, r = r0 + rr;
+                    if (r >= rows || col >= p.d) return nullptr;
+                    int hq, i;
+                    splitkv_row(p, kvh, r, hq, i);
+                    return reinterpret_cast<const unsigned short*>(static_cast<const T*>(p.q) + bb * p.q_stride[0] +
+                                                                   hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col);
+                },
+                [&](int c) { return sQ + ((c / QCH) * QLD + c % QCH) * 2; });
+            return;
+        }
+        for (int c = TMA ? threadIdx.x : lane; c < 16 * QCH; c += TMA ? NW * 32 : 32) {
+            const int rr = c / QCH, col = (c % QCH) * E, r = r0 + rr;
+            int hq = 0, i = 0;
+            const bool ok = r < rows && (!PAD || col < p.d);
+            if (ok) splitkv_row(p, kvh, r, hq, i);
+            const T* src = static_cast<const T*>(p.q) + bb * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
+            fa2_copy_chunk<E>(sQ + (rr * QLD + col) * 2, ok ? src : static_cast<const T*>(p.q), ok);
+        }
+    };
+    if constexpr (PAD) fa2_with_width(rb, load_q);
+    else load_q(Fa2Width<8>{});
     fa2_cp_async_commit();
 
     // Bulk path: one mbarrier per stage of this warp, after every warp's region. Keys past the split's end copy its
@@ -385,17 +449,17 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             }
         }
     };
-    auto load_cp_async = [&](int step) {
-        const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
-        const unsigned sV = sK + TILE_BYTES;
-        const int key0 = k_begin + step * k_step;
+    // K/V rows of 16-byte chunks; padded calls whose rows are not 16-byte aligned copy narrower chunks out of
+    // line (splitkv_load_kv_narrow).
+    auto load_kv_chunks = [&](unsigned sK, unsigned sV, int key0) {
+        constexpr int KCH = D / 8;
 #pragma unroll
-        for (int c = lane; c < KS * CHUNKS; c += 32) {
-            const int rr = c / CHUNKS, col = (c % CHUNKS) * 8, key = key0 + rr;
+        for (int c = lane; c < KS * KCH; c += 32) {
+            const int rr = c / KCH, col = (c % KCH) * 8, key = key0 + rr;
             const bool ok = key < k_stop;
             const long long kk = ok ? key : 0;
             long long ko = kk * p.k_stride[2], vo = kk * p.v_stride[2];
-            if (paged) {  // every lane runs the same iterations (KS·CHUNKS is a multiple of 32)
+            if (paged) {  // every lane runs the same iterations (KS·KCH is a multiple of 32)
                 ko = __shfl_sync(0xffffffffu, pk, rr);
                 vo = __shfl_sync(0xffffffffu, pv, rr);
             }
@@ -403,6 +467,16 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             fa2_cp_async16_stream(sK + (rr * LD + col) * 2, okk ? kbase + ko + col : kbase, okk);
             fa2_cp_async16_stream(sV + (rr * LD + col) * 2, okv ? vbase + vo + col : vbase, okv);
         }
+    };
+    auto load_cp_async = [&](int step) {
+        const unsigned sK = sKV + (step % STAGES) * 2 * TILE_BYTES;
+        const unsigned sV = sK + TILE_BYTES;
+        const int key0 = k_begin + step * k_step;
+        if (PAD && rb != 16)
+            splitkv_load_kv_narrow<T, D, KS, LD>(sK, sV, kbase, vbase, p.k_stride[2], p.v_stride[2], key0, k_stop,
+                                                 p.d, p.dv, lane, rb);
+        else
+            load_kv_chunks(sK, sV, key0);
         page_offsets(step + 1);  // the next step any load call takes
     };
     if constexpr (BULK) {
@@ -622,7 +696,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             v);
         if (nblk == 1) {
             if (!PAD || c < p.dv)
-                splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+                splitkv_store4<PAD>(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, p.dv - c);
             if (p.lse != nullptr && c == 0) p.lse[row] = lse;
             bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
         } else {
@@ -688,7 +762,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
             nblk, [&](int s) { return staged ? s_lse[rr * nblk + s] : __ldcg(plse + s); },
             [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * D)); }, v);
         if (!PAD || c < p.dv)
-            splitkv_store4(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v);
+            splitkv_store4<PAD>(static_cast<T*>(p.o) + bb * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, p.dv - c);
         if (p.lse != nullptr && c == 0) p.lse[row] = lse;
         bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }

@@ -25,12 +25,14 @@
 //! - `fa1`: FlashAttention-1 structure, f32/f16/bf16: on tensor cores for f16/bf16 at D = Dv in
 //!   [`fa1::FA1_MMA_HEAD_DIMS`], in SIMT arithmetic otherwise (fast variants for [`FA1_FAST_HEAD_DIMS`]
 //!   and a generic variant for any D and Dv up to [`MAX_HEAD_DIM`]); f32 stays exact.
-//! - `fa2`: FlashAttention-2 on tensor cores for f16/bf16 at any D and Dv that are multiples of 8 up to 256
-//!   (compiled head-dim classes, [`fa2::HEAD_DIM_CLASSES`], the extra columns zero-filled); with f32
+//! - `fa2`: FlashAttention-2 on tensor cores for f16/bf16 at any D and Dv from 1 to 256 (compiled
+//!   head-dim classes, [`fa2::HEAD_DIM_CLASSES`], the extra columns zero-filled; rows that are not 16-byte
+//!   aligned copied in narrower chunks); with f32
 //!   inputs the opt-in tensor-core path ([`tf32`]), `F32Math::Tf32` (one TF32 product) or
 //!   `F32Math::SplitTf32` (three TF32 products, near-f32 accuracy).
 //! - `splitkv`: flash-decoding on tensor cores for f16/bf16, the keys split across warps and blocks.
-//! - `auto`: see [`kernels::policy`]; `fa2` and `splitkv` fall back to `fa1` where the tensor cores cannot run.
+//! - `auto`: see [`kernels::policy`]; `fa2` and `splitkv` fall back to `fa1` where the tensor cores cannot run
+//!   (head dims above 256, f32 without TF32).
 //!
 //! All kernels: every mask kind, GQA by index, `Sq != Sk`, any strides (BHSD and BSHD), optional LSE.
 //!

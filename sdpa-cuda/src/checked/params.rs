@@ -262,6 +262,20 @@ impl AttnParams {
         ptrs_ok && strides_ok
     }
 
+    /// Whether a 2-byte-element call's rows are whole 16-byte chunks that start 16 bytes aligned
+    /// ([`Self::qkvo_aligned_8_elements`], and head dims `d` and `dv` multiples of 8): the condition of the
+    /// tensor-core kernels' exact instantiations and of their sm_90 copy paths. Other rows take the padded
+    /// instantiations' narrow copies (`fa2_row_bytes` in kernels/fa2_mma.cuh).
+    pub fn rows_16_byte_aligned(&self, d: usize, dv: usize) -> bool {
+        self.qkvo_aligned_8_elements() && d.is_multiple_of(8) && dv.is_multiple_of(8)
+    }
+
+    /// Whether the base pointers of Q, K, V and O are multiples of 2 bytes, as every 2-byte element needs
+    /// (the narrowest copy of the tensor-core kernels moves one element).
+    pub fn qkvo_aligned_2_bytes(&self) -> bool {
+        [self.q, self.k, self.v, self.o].iter().all(|&a| a % 2 == 0)
+    }
+
     /// The i32 table a ragged call's kernels read (`[cu_q (B + 1) | cu_k (B + 1) | seqlens_k (B)]`), to be
     /// uploaded ([`crate::checked::device::Device::table_i32`]) and pointed at by [`Self::point_at_ragged`];
     /// `None` for a dense batch. Lengths fit i32 (checked when the parameters were built).

@@ -331,9 +331,10 @@ pub fn compile_check_programs() -> Vec<Program> {
 /// `_dq`), as [`run`] plans it: for warm-ups.
 pub fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
     let s = spec.shape;
-    let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| {
-        unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
-    })?;
+    let dims =
+        HeadDims::of(s.d, s.dv).filter(|_| s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)).ok_or_else(|| {
+            unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
+        })?;
     let (tile, qtile, prefix) = tiles(dims.d)?;
     Ok(program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic))
 }
@@ -347,7 +348,8 @@ pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> O
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(format!("the CUDA backward runs f16 and bf16 only, not {}", spec.dtype));
     }
-    let Some(dims) = HeadDims::of(s.d, s.dv) else {
+    // The backward's loads copy whole 16-byte chunks (no narrow path as the forward has, issue 21).
+    let Some(dims) = HeadDims::of(s.d, s.dv).filter(|_| s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)) else {
         return Some(format!(
             "the CUDA backward needs head dims that are multiples of 8 up to 256, got D = {}, Dv = {}",
             s.d, s.dv

@@ -50,10 +50,11 @@ pub const HEAD_DIM_CLASSES: [usize; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 /// 192/128 is MLA prefill (DeepSeek-V2/V3: 128 + 64 rotary dims for Q and K, 128 for V).
 pub const DV_CLASS_PAIRS: [(usize, usize); 1] = [(192, 128)];
 
-/// The (D, Dv) classes `fa2` runs head dims `d`, `dv` with, or `None` when it cannot: each a multiple of 8
-/// (a row of 16-byte chunks; others run `fa1`) and at most 256.
+/// The (D, Dv) classes `fa2` runs head dims `d`, `dv` with, or `None` when it cannot: each from 1 to 256.
+/// Head dims that are not multiples of 8 (rows that are not whole 16-byte chunks) run the padded
+/// instantiation of their class with narrower copies (issue 21; `fa2_row_bytes` in kernels/fa2_mma.cuh).
 pub fn head_dim_classes(d: usize, dv: usize) -> Option<(usize, usize)> {
-    if d == 0 || dv == 0 || !d.is_multiple_of(8) || !dv.is_multiple_of(8) {
+    if d == 0 || dv == 0 {
         return None;
     }
     let class = |x: usize| HEAD_DIM_CLASSES.into_iter().find(|&c| x <= c);
@@ -152,9 +153,17 @@ pub struct HeadDims {
 }
 
 impl HeadDims {
-    /// The classes a call with head dims `d`, `dv` runs ([`head_dim_classes`]).
+    /// The classes a call with head dims `d`, `dv` runs ([`head_dim_classes`]), with rows of whole 16-byte
+    /// chunks that start 16-byte aligned.
     pub fn of(d: usize, dv: usize) -> Option<Self> {
         head_dim_classes(d, dv).map(|(cd, cdv)| HeadDims { d: cd, dv: cdv, pad: cd != d || cdv != dv })
+    }
+
+    /// The classes of a call whose rows are 16-byte aligned or not (`aligned`,
+    /// [`AttnParams::rows_16_byte_aligned`]): rows that are not run the padded instantiation, which picks
+    /// its copy width per call (`fa2_row_bytes`), even at a head dim that is exactly a class.
+    pub fn of_rows(d: usize, dv: usize, aligned: bool) -> Option<Self> {
+        Self::of(d, dv).map(|h| HeadDims { pad: h.pad || !aligned, ..h })
     }
 
     /// The entry name's head-dim part: `128`, `160p` (padded), `192_128`, `192_128p`.
@@ -354,7 +363,7 @@ pub fn plan(call: &Call<'_>) -> Result<Fa2Plan> {
     let s = call.spec.shape;
     let info = call.dev.info();
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
-    let dims = HeadDims::of(s.d, s.dv)
+    let dims = HeadDims::of_rows(s.d, s.dv, call.params.rows_16_byte_aligned(s.d, s.dv))
         .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
     let (tile, prefix) = match forced_tile()? {
         Some(t) => (t, format!("fa2_tile{}x{}x{}x{}", t.bm, t.bn, t.warps, t.stages)),
@@ -479,10 +488,21 @@ mod tests {
         assert_eq!(c(184, 112), Some((192, 128)));
         assert_eq!(c(64, 128), Some((128, 128)));
         assert_eq!(c(128, 64), Some((128, 128)));
-        // Not a row of 16-byte chunks, or above 256: fa1's.
-        for (d, dv) in [(36, 36), (64, 60), (264, 264), (512, 512), (0, 64)] {
+        // Head dims that are not multiples of 8 run their class too (padded, narrow copies; issue 21).
+        assert_eq!(c(1, 1), Some((32, 32)));
+        assert_eq!(c(33, 33), Some((64, 64)));
+        assert_eq!(c(127, 127), Some((128, 128)));
+        assert_eq!(c(255, 255), Some((256, 256)));
+        assert_eq!(c(65, 31), Some((96, 96)));
+        assert_eq!(c(190, 127), Some((192, 128)));
+        // Above 256, or empty: not fa2's.
+        for (d, dv) in [(264, 264), (257, 64), (512, 512), (0, 64), (64, 0)] {
             assert_eq!(c(d, dv), None, "D = {d}, Dv = {dv}");
         }
+        // Rows that are not 16-byte aligned run the padded instantiation even at an exact class.
+        let unaligned = |d, dv| HeadDims::of_rows(d, dv, false).map(|h| h.label());
+        assert_eq!((unaligned(128, 128), unaligned(100, 100)), (Some("128p".into()), Some("128p".into())));
+        assert_eq!(HeadDims::of_rows(128, 128, true).map(|h| h.pad), Some(false));
         let of = |d, dv| HeadDims::of(d, dv).map(|h| h.label());
         assert_eq!(
             (of(128, 128), of(80, 80), of(192, 128), of(184, 128)),

@@ -5,7 +5,8 @@
 //!
 //! The rules, in order:
 //! - `auto` ([`resolve_auto`]): where `fa2` takes the call ([`tensor_core_limit`] is `None`: f16/bf16, D
-//!   and Dv multiples of 8 up to 256, a positive scale, 16-byte aligned rows), `splitkv` for decoding
+//!   and Dv from 1 to 256, a positive scale, element-aligned base pointers; rows that are not 16-byte
+//!   aligned take the padded instantiations' narrow copies, issue 21), `splitkv` for decoding
 //!   (`group·Sq <= 64` and `Sk >= `[`AUTO_SPLITKV_MIN_KEYS`]) where `splitkv` takes it too
 //!   ([`splitkv_limit`]), and `fa2` otherwise; elsewhere `fa2` for f32 inputs
 //!   with TF32 or split-TF32 math (the tensor-core f32 path) and `fa1` for the rest.
@@ -79,7 +80,7 @@ impl Launcher {
 pub enum TensorCoreLimit {
     /// They take f16 and bf16 only.
     DType(DType),
-    /// The tensor-core kernels take D and Dv multiples of 8 up to 256.
+    /// The tensor-core kernels take D and Dv from 1 to 256.
     HeadDims {
         /// Head dim of Q and K.
         d: usize,
@@ -88,7 +89,9 @@ pub enum TensorCoreLimit {
     },
     /// The running max is taken before scaling, so the scale must be positive.
     Scale(f64),
-    /// `cp.async` moves 16 bytes: base pointers and strides must be multiples of 8 elements.
+    /// A base pointer is not a multiple of 2 bytes, or a paged KV cache's rows are not 16-byte aligned
+    /// (its block-table loads copy whole 16-byte chunks): D, Dv, base pointers and strides multiples of 8
+    /// elements.
     Unaligned,
     /// The kernel's tile needs more shared memory per block than the device gives.
     SharedMemory {
@@ -104,23 +107,26 @@ impl fmt::Display for TensorCoreLimit {
         match self {
             TensorCoreLimit::DType(dt) => write!(f, "dtype {dt} (tensor-core fa2 takes f16 and bf16)"),
             TensorCoreLimit::HeadDims { d, dv } => {
-                write!(f, "head dims D = {d}, Dv = {dv} (the tensor-core kernels take multiples of 8 up to 256)")
+                write!(f, "head dims D = {d}, Dv = {dv} (the tensor-core kernels take 1 to 256)")
             }
             TensorCoreLimit::Scale(s) => write!(f, "scale {s} (the tensor-core kernels need a positive scale)"),
             TensorCoreLimit::SharedMemory { needed, available } => {
                 write!(f, "{needed} bytes of shared memory per block, the device allows {available}")
             }
-            TensorCoreLimit::Unaligned => {
-                f.write_str("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)")
-            }
+            TensorCoreLimit::Unaligned => f.write_str(
+                "operands not aligned (base pointers must be 2-byte aligned; a paged KV cache needs D, Dv, base \
+                     pointers and strides that are multiples of 8 elements)",
+            ),
         }
     }
 }
 
-/// Why the tensor-core `fa2` cannot run this call, or `None` when it can: f16/bf16, D and Dv multiples of
-/// 8 up to 256 (its head-dim classes, [`super::fa2::head_dim_classes`]), a positive scale (the running max
-/// is taken before scaling), and every row start 16-byte aligned (`cp.async` moves 16 bytes), i.e. base
-/// pointers and all strides of Q, K, V and O multiples of 8 elements.
+/// Why the tensor-core `fa2` cannot run this call, or `None` when it can: f16/bf16, D and Dv from 1 to 256
+/// (its head-dim classes, [`super::fa2::head_dim_classes`]), a positive scale (the running max is taken
+/// before scaling) and element-aligned base pointers. Rows that are not whole 16-byte chunks starting
+/// 16-byte aligned (head dims that are not multiples of 8, views with odd strides or offsets) run the padded
+/// instantiations with 8-, 4- or 2-byte copies chosen per call (issue 21), except in a paged KV cache, whose
+/// rows must be 16-byte aligned.
 pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<TensorCoreLimit> {
     let s = spec.shape;
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
@@ -132,7 +138,8 @@ pub fn tensor_core_limit(spec: &AttentionSpec, params: &AttnParams) -> Option<Te
     if spec.scale() <= 0.0 {
         return Some(TensorCoreLimit::Scale(spec.scale()));
     }
-    if !params.qkvo_aligned_8_elements() {
+    let paged = matches!(Serving::of(spec), Some(Serving::Paged));
+    if !params.qkvo_aligned_2_bytes() || (paged && !params.rows_16_byte_aligned(s.d, s.dv)) {
         return Some(TensorCoreLimit::Unaligned);
     }
     None
@@ -196,8 +203,16 @@ impl TensorCores {
 }
 
 /// Why the f32 tensor-core path (TF32 and split TF32) cannot run `spec`, or `None`: it implements no
-/// variant (windows, softcap, ALiBi; issue 22 left it plain).
+/// variant (windows, softcap, ALiBi; issue 22 left it plain), and its classes end at head dim 256 (any D
+/// and Dv up to there, equal or not: [`super::tf32::padded_head_dim`]).
 pub fn tf32_refuses(spec: &AttentionSpec) -> Option<String> {
+    let s = spec.shape;
+    if super::tf32::padded_head_dim(s.d.max(s.dv)).is_none() {
+        return Some(format!(
+            "the TF32 kernels take head dims up to 256 (got D = {}, Dv = {}); run f32 with exact math (fa1)",
+            s.d, s.dv
+        ));
+    }
     let kinds = spec.variants.kinds();
     (!kinds.is_empty()).then(|| {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
@@ -320,8 +335,8 @@ pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -
     if !tc.fa2 {
         return Err(unsupported(
             "ragged batches and paged KV caches run on the tensor-core kernels only (fa2, splitkv), which cannot \
-             take this call: they need f16/bf16, D and Dv multiples of 8 up to 256, a positive scale and \
-             16-byte aligned rows",
+             take this call: they need f16/bf16, D and Dv from 1 to 256, a positive scale, element-aligned \
+             pointers and (paged caches) 16-byte aligned rows",
         ));
     }
     Ok(match requested {
@@ -477,10 +492,13 @@ mod tests {
                 assert!(e.contains("f16/bf16"), "{kernel} {math:?}: {e}");
             }
         }
-        // What the tensor cores cannot take (a head dim not a multiple of 8) is refused, not sent to fa1.
+        // A head dim that is not a multiple of 8 runs packed K/V (narrow copies, issue 21); in a paged
+        // cache (whose block-table loads copy whole 16-byte chunks) it is refused, not sent to fa1.
         let odd = AttentionSpec { shape: Shape { d: 36, dv: 36, ..prefill.shape }, ..prefill.clone() };
+        assert_eq!(pick(Kernel::Fa2, &odd, F32Math::Exact).expect("fa2"), Launcher::Fa2);
+        let odd_paged = AttentionSpec { shape: Shape { d: 36, dv: 36, ..paged.shape }, ..paged.clone() };
         for kernel in [Kernel::Auto, Kernel::Fa2, Kernel::SplitKv] {
-            let e = pick(kernel, &odd, F32Math::Exact).expect_err("refused").to_string();
+            let e = pick(kernel, &odd_paged, F32Math::Exact).expect_err("refused").to_string();
             assert!(e.contains("tensor-core"), "{e}");
         }
         assert!(refuse_ragged("fa1", &gqa(1, 8, 8, 64, 64, 64, DType::BF16)).is_ok(), "dense calls pass");
@@ -550,7 +568,14 @@ mod tests {
         }
         // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says; head-dim
         // classes decode on splitkv.
-        assert_eq!(pick(Kernel::Auto, &decoding(36, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        assert_eq!(pick(Kernel::Auto, &decoding(264, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        // Head dims that are not multiples of 8 decode on splitkv too (issue 21), and f32 with TF32 takes
+        // its path at any D and Dv up to 256, unequal included; above, exact fa1.
+        assert_eq!(pick(Kernel::Auto, &decoding(36, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
+        let mla_odd = AttentionSpec::new(Shape { dv: 31, ..Shape::new(1, 8, 128, 2048, 65) }, DType::F32);
+        assert_eq!(pick(Kernel::Auto, &mla_odd, F32Math::Tf32).expect("auto"), Launcher::Tf32);
+        assert_eq!(pick(Kernel::Auto, &decoding(264, DType::F32), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        assert!(pick(Kernel::Fa2, &decoding(264, DType::F32), F32Math::Tf32).is_err());
         assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
         // Were splitkv to refuse a call fa2 takes, fa2 runs it (decoding included).
         let spec = decoding(80, DType::BF16);
@@ -568,22 +593,30 @@ mod tests {
         for (kernel, launcher) in [(Kernel::Fa2, Launcher::Fa2), (Kernel::SplitKv, Launcher::SplitKv)] {
             assert_eq!(pick(kernel, &ok, F32Math::Exact).expect("choice"), launcher);
             for spec in [
-                gqa(1, 8, 8, 128, 2048, 36, DType::BF16),  // head dim not a multiple of 8
                 gqa(1, 8, 8, 128, 2048, 264, DType::BF16), // head dim above 256
-                AttentionSpec::new(Shape { dv: 60, ..Shape::new(1, 8, 128, 2048, 128) }, DType::F16), // Dv
+                AttentionSpec::new(Shape { dv: 260, ..Shape::new(1, 8, 128, 2048, 128) }, DType::F16), // Dv
                 ok.clone().with_scale(0.0),                // scale
             ] {
                 assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), Launcher::Fa1, "{spec:?}");
             }
-            // Head-dim classes (D = 80, D != Dv): the kernel asked for runs.
+            // Head-dim classes (D = 80, D != Dv) and head dims that are not multiples of 8 (issue 21): the
+            // kernel asked for runs.
             for spec in [
                 gqa(1, 8, 8, 128, 2048, 80, DType::BF16),
                 AttentionSpec::new(Shape { dv: 128, ..Shape::new(1, 8, 128, 2048, 192) }, DType::F16),
+                gqa(1, 8, 8, 128, 2048, 36, DType::BF16),
+                gqa(1, 8, 8, 128, 2048, 1, DType::F16),
+                AttentionSpec::new(Shape { dv: 31, ..Shape::new(1, 8, 128, 2048, 65) }, DType::BF16),
             ] {
                 assert_eq!(pick(kernel, &spec, F32Math::Exact).expect("choice"), launcher, "{spec:?}");
             }
-            // Unaligned operands (a pointer 8 bytes off): the same fallback.
+            // Operands that are not 16-byte aligned (a pointer 8 bytes off, odd strides) run the narrow copies;
+            // a pointer that is not even element-aligned falls back.
             let p = AttnParams { k: 520, ..params(&ok) };
+            assert_eq!(tensor_core_limit(&ok, &p), None);
+            let p = AttnParams { q_stride: [2048 * 8 * 127, 2048 * 127, 127], ..params(&ok) };
+            assert_eq!(tensor_core_limit(&ok, &p), None);
+            let p = AttnParams { k: 521, ..params(&ok) };
             assert_eq!(tensor_core_limit(&ok, &p), Some(TensorCoreLimit::Unaligned));
             let opts = RunOptions { kernel, ..Default::default() };
             let none = TensorCores { fa2: false, splitkv: false, fa3: false };
@@ -634,10 +667,14 @@ mod tests {
             assert_eq!(TensorCores::of(&spec, &params(&spec), optin), all_but_fa3);
         }
         let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);
-        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 44, dv: 44 }));
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
+        let spec = gqa(1, 8, 8, 64, 64, 300, DType::BF16);
+        assert_eq!(tensor_core_limit(&spec, &params(&spec)), Some(TensorCoreLimit::HeadDims { d: 300, dv: 300 }));
         let spec = gqa(1, 8, 8, 64, 64, 256, DType::BF16);
         assert_eq!(tensor_core_limit(&spec, &params(&spec)), None);
         let p = AttnParams { q_stride: [256 * 64, 64, 4], ..params(&spec) };
+        assert_eq!(tensor_core_limit(&spec, &p), None, "narrow copies take rows 4 elements apart");
+        let p = AttnParams { o: 1025, ..params(&spec) };
         assert_eq!(tensor_core_limit(&spec, &p), Some(TensorCoreLimit::Unaligned));
     }
 }

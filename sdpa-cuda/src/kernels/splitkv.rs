@@ -432,6 +432,8 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let info = call.dev.info();
     let hd = HeadDims::of(s.d, s.dv)
         .ok_or_else(|| unsupported(format!("splitkv has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
+    // Rows that are not 16-byte aligned take the padded cp.async instantiation's narrow copies (issue 21).
+    let hd = HeadDims { pad: hd.pad || !call.params.rows_16_byte_aligned(s.d, s.dv), ..hd };
     let d = hd.d;
     if call.spec.ragged.is_some() {
         return plan_ragged(call, hd);

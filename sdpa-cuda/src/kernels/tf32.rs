@@ -3,9 +3,11 @@
 //! products per k-step, each group rounded once into an f32 sum: about f32 accuracy). Every result record
 //! carries the `F32Math` it ran with.
 //!
-//! Head dims: D = Dv up to 256, padded with zeros to 16, 32, 64, 128 or 256 inside the kernel; larger or
-//! unequal head dims are `Unsupported` (the exact `fa1` path covers them). Any strides work: 16-byte
-//! `cp.async` loads when D and every Q/K/V stride allow, scalar loads otherwise.
+//! Head dims: any D and Dv from 1 to 256, equal or not (issue 21), both padded with zeros to the class
+//! (16, 32, 64, 128 or 256) of the larger inside the kernel: Q and K columns past D and V columns past Dv
+//! are zero in shared memory and O is stored to Dv. Larger head dims are `Unsupported` (the exact `fa1`
+//! path covers them; [`super::policy::tf32_refuses`]). Any strides work: 16-byte `cp.async` loads when D,
+//! Dv and every Q/K/V stride allow, scalar loads otherwise.
 //!
 //! On a compute-capability 9.0 device, plain TF32 with a head dim of 65..=128 on the 16-byte path runs
 //! `kernels/tf32_wgmma.cu` (Hopper warpgroup MMA) instead of the `mma.sync` kernel; setting the environment
@@ -182,20 +184,20 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         F32Math::SplitTf32 => true,
         F32Math::Exact => return Err(unsupported("the tensor-core f32 kernel needs f32 math tf32 or split-tf32")),
     };
-    let dp = match padded_head_dim(s.d) {
-        Some(dp) if s.d == s.dv => dp,
-        _ => {
-            return Err(unsupported(format!(
-                "f32 tensor-core path needs D = Dv <= 256 (got D = {}, Dv = {}); use fa1 for exact f32",
-                s.d, s.dv
-            )))
-        }
-    };
+    // One class for both head dims: the kernel's Q·Kᵀ and P·V run DP columns, with Q/K zero past D and V
+    // zero past Dv (Dv != D at no extra class).
+    let dp = padded_head_dim(s.d.max(s.dv)).ok_or_else(|| {
+        unsupported(format!(
+            "f32 tensor-core path needs D and Dv <= 256 (got D = {}, Dv = {}); use fa1 for exact f32",
+            s.d, s.dv
+        ))
+    })?;
     let p = &call.params;
     // `extra` is the kernel's flag word: bit 0, 16-byte loads (every Q/K/V row start 16-byte aligned);
     // bit 1, 8-byte output stores (every O row start 8-byte aligned, Dv even).
     let loads16 = [p.q, p.k, p.v].iter().all(|&a| a % 16 == 0)
         && s.d.is_multiple_of(4)
+        && s.dv.is_multiple_of(4)
         && [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 4 == 0);
     let stores8 = p.o.is_multiple_of(8) && s.dv.is_multiple_of(2) && p.o_stride.iter().all(|&st| st % 2 == 0);
     let params = AttnParams { extra: i32::from(loads16) | (i32::from(stores8) << 1), ..*p };
