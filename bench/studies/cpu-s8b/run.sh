@@ -29,24 +29,27 @@ el tests; cat $R/tests.txt; save
 # 2. AMX against PyTorch (oneDNN on AMX), interleaved per case in each round (PyTorch, ours by the rule,
 # ours with the other tile shape), 3 rounds. 2 threads pinned: the rule takes 256 x 256; the variant is the
 # old default 128 x 256. 16 threads: the rule keeps 128 x 256; the variant forces 256 x 256.
-$P timeout 75 $PY --threads 2 --rounds 3 --reps 3 --ours-variant 128x256:SDPA_CPU_AMX_TILES=128x256 \
+$P timeout 90 $PY --threads 2 --rounds 3 --reps 6 --ours-variant 128x256:SDPA_CPU_AMX_TILES=128x256 \
   --out $R/amx-2t.json > $R/amx-2t.md 2> $R/amx-2t.log
 el "amx 2t rc=$?"; save
-timeout 45 $PY --threads 16 --rounds 3 --reps 5 --ours-variant 256x256:SDPA_CPU_AMX_TILES=256x256 \
+timeout 40 $PY --threads 16 --rounds 3 --reps 10 --ours-variant 256x256:SDPA_CPU_AMX_TILES=256x256 \
   --out $R/amx-16t.json > $R/amx-16t.md 2> $R/amx-16t.log
 el "amx 16t rc=$?"; save
 python3 $D/table.py $R/amx-2t.json $R/amx-16t.json | tee $R/amx-table.md; save
 
-# 3. Head dims on AVX-512 (f32 and bf16, B = 1, H = 8, S = 1024) against PyTorch on the same ISA, 2 threads
-# pinned, one round, as far as the call's time allows (the runner writes its file only at its end).
-if [ $(left) -ge 40 ]; then
-  $P timeout $(( $(left) - 5 )) python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --simd avx512 --threads 2 \
-    --preset headdims --rounds 1 --reps 3 --torch-kernels fused --no-read-bw --out $R/avx512-headdims.json \
-    > $R/headdims.md 2> $R/headdims.log
-  el "avx512 headdims rc=$?"
-  python3 $D/bench/cpu/pytorch_cpu_sdpa.py --render-sweep $R/avx512-headdims.json > $R/headdims-sweep.md 2>&1; save
-else el "avx512 headdims skipped"; fi
+# 3. Head dims (B = 1, H = 8, S = 1024, f32 and bf16) against PyTorch on the same ISA, 2 threads pinned, one
+# round each, as far as the call's time allows (the runner writes its file only at its end): the AMX path
+# (bf16 on tiles, f32 on the AVX-512 kernels), then forced AVX2.
+hd() { if [ $(left) -ge 35 ]; then
+  $P timeout $(( $(left) - 4 )) python3 $D/bench/cpu/pytorch_cpu_sdpa.py --ours $D/cpu_bench --simd $1 --threads 2 \
+    --preset headdims --rounds 1 --reps 3 --torch-kernels fused --no-read-bw --out $R/$1-headdims.json \
+    > $R/$1-headdims.md 2> $R/$1-headdims.log
+  el "$1 headdims rc=$?"
+  python3 $D/bench/cpu/pytorch_cpu_sdpa.py --render-sweep $R/$1-headdims.json > $R/$1-headdims-sweep.md 2>&1; save
+else el "$1 headdims skipped"; fi; }
+hd amx; hd avx2
 
 echo "== tests"; cut -c1-110 $R/tests.txt
 echo "== amx"; cat $R/amx-table.md
+for f in amx-headdims-sweep avx2-headdims-sweep; do echo "== $f"; cat $R/$f.md 2>/dev/null | cut -c1-90; done
 el done; save
