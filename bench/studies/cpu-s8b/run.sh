@@ -5,7 +5,7 @@
 D=$(cd "$(dirname "$0")" && pwd)
 R=/tmp/r; mkdir -p $R
 export PYTHONUNBUFFERED=1 SDPA_BENCH_COMMIT=$(cat $D/COMMIT)
-chmod +x $D/cpu_bench $D/t_* 2>/dev/null
+chmod +x $D/cpu_bench $D/cpu_bench_base $D/t_* 2>/dev/null
 T0=$(date +%s)
 save() { tar czf $OUT/cpu2.tgz -C /tmp r; }
 el() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $R/stages.txt; }
@@ -25,6 +25,16 @@ tst() { s=$(date +%s); env SDPA_REQUIRE_AMX=1 SDPA_CPU_SIMD=amx $3 timeout $2 $D
 tst amx 30 SDPA_CPU_AMX_TILES=256x256 -256x256
 for t in sdpa_cpu correctness nonfinite ragged_kernels semantics regression backward; do tst $t 25; done
 el tests; cat $R/tests.txt; save
+
+# 1b. Before/after of the AVX2 V copy (V rows 512 bytes apart read from an aligned copy), ours only, 2 threads
+# pinned, interleaved: base = the binary of 3892807 (in place), new = this bundle's.
+ab() { for rep in 1 2 3; do for b in base new; do
+  bin=$D/cpu_bench; [ $b = base ] && bin=$D/cpu_bench_base
+  env SDPA_CPU_SIMD=$1 $P timeout 20 $bin --shape $2 --mask none --dtype f32 --threads 2 --warmup 1 --reps 5 \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(sys.argv[1], round(r["time_ms"]["median"],3), round(r["time_ms"]["min"],3), round(r["tflops"]*1e3,1), "GFLOP/s")' "$1 $b $2"
+done; done; }
+{ ab avx2 1,8,8,1024,1024,128; ab avx2 1,8,8,1024,1024,120; } > $R/ab.txt 2>&1
+el ab; cat $R/ab.txt; save
 
 # 2. AMX against PyTorch (oneDNN on AMX), interleaved per case in each round (PyTorch, ours by the rule,
 # ours with the other tile shape), 3 rounds. 2 threads pinned: the rule takes 256 x 256; the variant is the
@@ -50,6 +60,7 @@ else el "$1 headdims skipped"; fi; }
 hd amx; hd avx2
 
 echo "== tests"; cut -c1-110 $R/tests.txt
+echo "== before/after (median ms, min ms, GFLOP/s)"; cat $R/ab.txt
 echo "== amx"; cat $R/amx-table.md
 for f in amx-headdims-sweep avx2-headdims-sweep; do echo "== $f"; cat $R/$f.md 2>/dev/null | cut -c1-90; done
 el done; save

@@ -427,7 +427,9 @@ fn process<S: Simd, T: CpuElement>(
             }
         }
         let (vptr, vs) = match vf {
-            Some(vf) if in_place => (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s),
+            Some(vf) if in_place && !(S::PV_COPIES_ALIASED_V && aliased_rows(p.v_st.s)) => {
+                (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
+            }
             _ => {
                 for j in 0..nk {
                     let off = p.v_row(it.b, it.kvh, j0 + j);
@@ -631,8 +633,19 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
 /// pages a tile may cross).
 fn scratch_key<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, tiles: Tiles) -> Option<ScratchKey> {
     let p = ps.first()?;
-    let packs = T::as_f32(p.k).is_none() || p.pages.is_some();
+    let packs = T::as_f32(p.k).is_none() || p.pages.is_some() || copies_v(p, path);
     Some(ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) })
+}
+
+/// Whether rows `stride` f32 apart fall a multiple of 512 bytes apart (power-of-two head dims, packed).
+fn aliased_rows(stride: usize) -> bool {
+    (stride * 4).is_multiple_of(512)
+}
+
+/// Whether `fa2` items copy their f32 V tiles into scratch on this path (`Simd::PV_COPIES_ALIASED_V`: AVX2,
+/// V rows a multiple of 512 bytes apart) rather than reading them in place; the scratch then holds a V tile.
+fn copies_v<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    path == SimdPath::Avx2 && T::as_f32(p.v).is_some() && aliased_rows(p.v_st.s)
 }
 
 /// Tiles for all parts of a call on `threads` threads (sized by the longest key range of any of them). The
