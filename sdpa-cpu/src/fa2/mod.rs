@@ -90,8 +90,8 @@ const AMX_TALL_ITEMS_PER_THREAD: usize = 32;
 /// of 256 rows per thread), 256-row items. Each item packs every key block of its kv head (K and V read
 /// from L3 or memory, 11-17 % of a 2-thread call at S = 4096), so taller items halve that repeat; with
 /// many threads per head the blocks are already in the shared cache and the shorter items balance better.
-/// Measured at 2 threads (taller 3 % ahead over four points, ours only) and 16 (5 % behind) in
-/// `bench/results/cpu/amx.md`.
+/// Measured at 2 threads (taller 3 % ahead over four points, ours only) and 16 (5 % behind), one noisy pass
+/// each, in `bench/results/cpu/amx.md`; the threshold between them (4 and 8 threads) is unmeasured.
 fn amx_call_tiles<T: CpuElement>(ps: &[Problem<'_, T>], sk: usize, threads: usize) -> Tiles {
     let t = amx_tiles(sk);
     if t.br != 128 || forced_amx_tiles().is_some() {
