@@ -6,7 +6,9 @@ on the CPU issue's shapes, interleaved in the same run with sdpa-cpu's kernels, 
     cargo build --release -p sdpa-cpu --example cpu_bench
     python3 bench/cpu/pytorch_cpu_sdpa.py --ours target/release/examples/cpu_bench --threads 2 --rounds 3
 
-Without --ours only PyTorch is timed. `--simd avx2` (or SDPA_CPU_SIMD in the environment) forces one SIMD path on
+Without --ours only PyTorch is timed. `--ours-variant LABEL:VAR=VALUE` (repeatable) also times ours with VAR=VALUE
+in its environment right after its plain run of each case (records name the kernel `fa2@LABEL`), e.g. AMX tile
+shapes against the tile rule with `--simd amx --preset amx`; records keep each round's median. `--simd avx2` (or SDPA_CPU_SIMD in the environment) forces one SIMD path on
 both sides: ours through SDPA_CPU_SIMD, PyTorch's through the instruction-set caps of ATen, oneDNN and MKL
 (bench/pytorch_sdpa.py's ISA_CAPS, set before torch is imported); the records say which capability ATen ran. Each round runs every case once on each side (PyTorch fused,
 PyTorch unfused, ours), so background load hits both sides alike; the record's median is the median of
