@@ -6,7 +6,9 @@ on the CPU issue's shapes, interleaved in the same run with sdpa-cpu's kernels, 
     cargo build --release -p sdpa-cpu --example cpu_bench
     python3 bench/cpu/pytorch_cpu_sdpa.py --ours target/release/examples/cpu_bench --threads 2 --rounds 3
 
-Without --ours only PyTorch is timed. `--simd avx2` (or SDPA_CPU_SIMD in the environment) forces one SIMD path on
+Without --ours only PyTorch is timed. `--ours-variant LABEL:VAR=VALUE` (repeatable) also times ours with VAR=VALUE
+in its environment right after its plain run of each case (records name the kernel `fa2@LABEL`), e.g. AMX tile
+shapes against the tile rule with `--simd amx --preset amx`; records keep each round's median. `--simd avx2` (or SDPA_CPU_SIMD in the environment) forces one SIMD path on
 both sides: ours through SDPA_CPU_SIMD, PyTorch's through the instruction-set caps of ATen, oneDNN and MKL
 (bench/pytorch_sdpa.py's ISA_CAPS, set before torch is imported); the records say which capability ATen ran. Each round runs every case once on each side (PyTorch fused,
 PyTorch unfused, ours), so background load hits both sides alike; the record's median is the median of
@@ -51,6 +53,8 @@ def record(backend, kernel, device, dtype, shape, mask, threads, samples, per_ro
         "backend": backend, "kernel": kernel, "device": device, "dtype": dtype, "shape": shape, "mask": mask,
         "layout": "bhsd", "threads": threads,
         "time_ms": {"median": med, "min": min(samples), "max": max(samples), "reps": len(samples)},
+        # The spread across rounds (each round's median), so a noisy host shows as such in the record.
+        "round_medians_ms": list(per_round),
         "tflops": flops / (med * 1e-3) / 1e12, "gbps": byts / (med * 1e-3) / 1e9,
         "check": check, "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -179,6 +183,11 @@ def cases(preset):
                 for mask in ("none", "causal"):
                     out.append({"shape": shp(1, 8, 8, 1024, 1024, d, dv), "mask": mask, "dtype": dtype,
                                 "ours": ["fa2"]})
+    if preset == "amx":
+        # Issue 21's AMX points: bf16, B = 1, H = 16, S = 4096, D = 128 and 64, causal and not.
+        for d in (128, 64):
+            for mask in ("none", "causal"):
+                out.append({"shape": shp(1, 16, 16, 4096, 4096, d), "mask": mask, "dtype": "bf16", "ours": ["fa2"]})
     if preset == "decode":
         for dtype in ("f32", "bf16"):
             out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
@@ -195,7 +204,7 @@ def cases(preset):
     return out
 
 
-def run_ours(binary, case, threads, warmup, reps, check_rows=None, peak_mem=False):
+def run_ours(binary, case, threads, warmup, reps, check_rows=None, peak_mem=False, env=None):
     s = case["shape"]
     shape = ",".join(str(s[k]) for k in ("b", "hq", "hkv", "sq", "sk", "d", "dv"))
     cmd = [binary, "--shape", shape, "--mask", case["mask"], "--dtype", case["dtype"], "--kernels",
@@ -204,7 +213,7 @@ def run_ours(binary, case, threads, warmup, reps, check_rows=None, peak_mem=Fals
         cmd += ["--check", str(check_rows)]
     if peak_mem:
         cmd += ["--peak-mem"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {res.stderr.strip()}")
     return json.loads(res.stdout)
@@ -325,11 +334,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode", "prefill", "headdims"])
+    ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode", "prefill", "headdims", "amx"])
     ap.add_argument("--simd", default=os.environ.get("SDPA_CPU_SIMD", ""),
                     help="force one SIMD path on both sides (avx2, avx512, avx512-bf16, scalar)")
     ap.add_argument("--torch-kernels", default="fused,unfused",
                     help="PyTorch's sides to time: fused (F.scaled_dot_product_attention), unfused, or both")
+    ap.add_argument("--ours-variant", action="append", default=[], metavar="LABEL:VAR=VALUE",
+                    help="also time ours with VAR=VALUE in its environment, right after the plain run of each case "
+                         "(records name the kernel KERNEL@LABEL); repeatable")
     ap.add_argument("--no-read-bw", action="store_true", help="skip the read-bandwidth ceilings (compute-bound presets)")
     ap.add_argument("--peak-mem", action="store_true", help="also measure peak memory at Sq = Sk = 16384")
     ap.add_argument("--out", default=None, help="JSON output (default bench/results/cpu/cpu-<date>.json)")
@@ -356,6 +368,13 @@ def main():
     torch_kernels = [k for k in args.torch_kernels.split(",") if k]
     if not torch_kernels or any(k not in ("fused", "unfused") for k in torch_kernels):
         raise SystemExit("pytorch_cpu_sdpa.py: --torch-kernels takes fused, unfused or both")
+    variants = []
+    for v in args.ours_variant:
+        label, _, assign = v.partition(":")
+        var, eq, val = assign.partition("=")
+        if not label or not var or not eq:
+            raise SystemExit(f"pytorch_cpu_sdpa.py: --ours-variant {v!r} is not LABEL:VAR=VALUE")
+        variants.append((label, {var: val}))
     torch_side = Torch(args.threads)
     machine = cpu_model()
     print(f"pytorch {torch_side.torch.__version__}, {args.threads} threads, machine {machine}", file=sys.stderr)
@@ -394,10 +413,10 @@ def main():
             for kernel in torch_kernels:
                 add(("pytorch", kernel) + key, torch_side.time(kernel, c["shape"], c["mask"], c["dtype"],
                                                               args.warmup, reps))
-            if args.ours:
+            for label, env in ([(None, None)] + variants) if args.ours else []:
                 for r in run_ours(args.ours, c, args.threads, args.warmup, reps,
-                                  check_rows=64 if rnd == 0 else None):
-                    k2 = ("cpu", r["kernel"]) + key
+                                  check_rows=64 if rnd == 0 else None, env=env):
+                    k2 = ("cpu", r["kernel"] + (f"@{label}" if label else "")) + key
                     # The runner reports per-rep times only as stats: use its median as this round's sample.
                     add(k2, [r["time_ms"]["median"]])
                     samples[k2][0].extend([r["time_ms"]["min"], r["time_ms"]["max"]])

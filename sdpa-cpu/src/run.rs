@@ -220,7 +220,7 @@ fn resolve<T: CpuElement>(
         (Kernel::Auto, _) if decode::applies(ps, path) => Kernel::SplitKv,
         (Kernel::Auto, _) if ragged => Kernel::Fa2,
         (Kernel::Auto, Some(p)) => {
-            let tiles = fa2::call_tiles(p, path, p.row_keys());
+            let tiles = fa2::tiles_of(std::slice::from_ref(p), path, threads);
             let items = fa2::row_tile_count(p, tiles.br);
             if items < 2 * threads && fa2::split_count(items, p.sk, tiles.bc, threads) > 1 {
                 Kernel::SplitKv

@@ -149,10 +149,22 @@ fn item_driver_matches_reference_on_emulated_tiles() {
     let mut gqa = Shape::new(1, 4, 45, 70, 40);
     gqa.hkv = 2;
     gqa.dv = 24;
-    let shapes = [Shape::new(2, 1, 33, 97, 64), gqa, Shape::new(1, 2, 20, 130, 33), Shape::new(1, 1, 150, 600, 128)];
-    // The last is the default for long key ranges (`fa2::amx_tiles`): several 256-key blocks, 4 row groups.
-    let tiles =
-        [Tiles { br: 32, bc: 32 }, Tiles { br: 64, bc: 64 }, Tiles { br: 96, bc: 128 }, Tiles { br: 128, bc: 256 }];
+    let shapes = [
+        Shape::new(2, 1, 33, 97, 64),
+        gqa,
+        Shape::new(1, 2, 20, 130, 33),
+        Shape::new(1, 1, 150, 600, 128),
+        Shape::new(1, 1, 270, 530, 64),
+    ];
+    // The last two are the long key ranges' tiles (`fa2::amx_call_tiles`): several 256-key blocks, 4 and 8
+    // row groups (the 256-row items taken with few threads for the work), both ending short.
+    let tiles = [
+        Tiles { br: 32, bc: 32 },
+        Tiles { br: 64, bc: 64 },
+        Tiles { br: 96, bc: 128 },
+        Tiles { br: 128, bc: 256 },
+        Tiles { br: 256, bc: 256 },
+    ];
     for (n, shape) in shapes.into_iter().enumerate() {
         for layout in [Layout::Bshd, Layout::Bhsd] {
             for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {

@@ -57,12 +57,18 @@ impl Tiles {
 /// take taller items, as on AVX-512: each item packs every key block of its range once for all of its
 /// rows. Key blocks are longer than AVX-512's: each block costs a fixed share (the output rows loaded into
 /// and stored from the product tiles, the hand-overs between tiles and vectors, the per-row softmax
-/// state) that longer blocks spread. 128 × 256 was the fastest of six shapes at S = 4096 on the device
-/// host (`bench/results/cpu/amx.md`); shorter key ranges keep 64 × 128, unmeasured. `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is
-/// not two multiples of 32 in 32..=512 is reported on stderr and ignored).
+/// state) that longer blocks spread. 128 × 256 was the fastest of six shapes at S = 4096 and 16 threads on
+/// the device host (`bench/results/cpu/amx.md`); shorter key ranges keep 64 × 128, unmeasured.
+/// `SDPA_CPU_AMX_TILES=BRxBC` replaces them (for measurement; read once; a value that is not two multiples
+/// of 32 in 32..=512 is reported on stderr and ignored).
 fn amx_tiles(sk: usize) -> Tiles {
+    forced_amx_tiles().unwrap_or(if sk >= 2048 { Tiles { br: 128, bc: 256 } } else { Tiles { br: 64, bc: 128 } })
+}
+
+/// The tiles `SDPA_CPU_AMX_TILES` names, if it does (then no rule of the call changes them).
+fn forced_amx_tiles() -> Option<Tiles> {
     static FORCED: std::sync::OnceLock<Option<Tiles>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| {
+    *FORCED.get_or_init(|| {
         let v = std::env::var("SDPA_CPU_AMX_TILES").ok()?;
         let parsed = v.split_once('x').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
         match parsed {
@@ -74,8 +80,29 @@ fn amx_tiles(sk: usize) -> Tiles {
                 None
             }
         }
-    });
-    forced.unwrap_or(if sk >= 2048 { Tiles { br: 128, bc: 256 } } else { Tiles { br: 64, bc: 128 } })
+    })
+}
+
+/// Items per thread from which the AMX path takes 256-row items instead of 128 at long key ranges.
+const AMX_TALL_ITEMS_PER_THREAD: usize = 32;
+
+/// The AMX rule of the call: with few threads for the work (at least [`AMX_TALL_ITEMS_PER_THREAD`] items
+/// of 256 rows per thread), 256-row items. Each item packs every key block of its kv head (K and V read
+/// from L3 or memory, 11-17 % of a 2-thread call at S = 4096), so taller items halve that repeat; with
+/// many threads per head the blocks are already in the shared cache and the shorter items balance better.
+/// Measured at 2 threads (taller 3 % ahead over four points, ours only) and 16 (5 % behind), one noisy pass
+/// each, in `bench/results/cpu/amx.md`; the threshold between them (4 and 8 threads) is unmeasured.
+fn amx_call_tiles<T: CpuElement>(ps: &[Problem<'_, T>], sk: usize, threads: usize) -> Tiles {
+    let t = amx_tiles(sk);
+    if t.br != 128 || forced_amx_tiles().is_some() {
+        return t;
+    }
+    let tall: usize = ps.iter().map(|p| row_tile_count(p, 256)).sum();
+    if tall >= AMX_TALL_ITEMS_PER_THREAD * threads.max(1) {
+        Tiles { br: 256, ..t }
+    } else {
+        t
+    }
 }
 
 /// f32 lanes of a path's vectors.
@@ -400,7 +427,9 @@ fn process<S: Simd, T: CpuElement>(
             }
         }
         let (vptr, vs) = match vf {
-            Some(vf) if in_place => (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s),
+            Some(vf) if in_place && !(S::PV_COPIES_ALIASED_V && aliased_rows(p.v_st.s)) => {
+                (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
+            }
             _ => {
                 for j in 0..nk {
                     let off = p.v_row(it.b, it.kvh, j0 + j);
@@ -604,26 +633,33 @@ pub(crate) fn row_tile_count<T: CpuElement>(p: &Problem<'_, T>, br: usize) -> us
 /// pages a tile may cross).
 fn scratch_key<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, tiles: Tiles) -> Option<ScratchKey> {
     let p = ps.first()?;
-    let packs = T::as_f32(p.k).is_none() || p.pages.is_some();
+    let packs = T::as_f32(p.k).is_none() || p.pages.is_some() || copies_v(p, path);
     Some(ScratchKey { path, tiles, d: p.d, dv: p.dv, packs, pairs: uses_pairs(p, path) })
 }
 
-/// Tiles for all parts of a call (sized by the longest key range of any of them).
-fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) -> Tiles {
-    match ps.first() {
-        Some(p) => call_tiles(p, path, ps.iter().map(Problem::row_keys).max().unwrap_or(0)),
-        None => Tiles::for_path(path, 0),
-    }
+/// Whether rows `stride` f32 apart fall a multiple of 512 bytes apart (power-of-two head dims, packed).
+fn aliased_rows(stride: usize) -> bool {
+    (stride * 4).is_multiple_of(512)
 }
 
-/// The tiles of a call on `path` for key ranges of `sk`: the AMX path's only where its items take the tile
-/// kernel (bf16, not paged: [`uses_amx`]); its f32, f16 and paged calls run the AVX-512 kernels with their
-/// own tiles, as on `avx512-bf16`.
-pub(crate) fn call_tiles<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath, sk: usize) -> Tiles {
-    if path == SimdPath::Amx && !uses_amx(p, path) {
+/// Whether `fa2` items copy their f32 V tiles into scratch on this path (`Simd::PV_COPIES_ALIASED_V`: AVX2,
+/// V rows a multiple of 512 bytes apart) rather than reading them in place; the scratch then holds a V tile.
+fn copies_v<T: CpuElement>(p: &Problem<'_, T>, path: SimdPath) -> bool {
+    path == SimdPath::Avx2 && T::as_f32(p.v).is_some() && aliased_rows(p.v_st.s)
+}
+
+/// Tiles for all parts of a call on `threads` threads (sized by the longest key range of any of them). The
+/// AMX path's only where its items take the tile kernel (bf16, not paged: [`uses_amx`]); its f32, f16 and
+/// paged calls run the AVX-512 kernels with their own tiles, as on `avx512-bf16`.
+pub(crate) fn tiles_of<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) -> Tiles {
+    let Some(p) = ps.first() else { return Tiles::for_path(path, 0) };
+    let sk = ps.iter().map(Problem::row_keys).max().unwrap_or(0);
+    if path != SimdPath::Amx {
+        Tiles::for_path(path, sk)
+    } else if !uses_amx(p, path) {
         Tiles::for_path(SimdPath::Avx512Bf16, sk)
     } else {
-        Tiles::for_path(path, sk)
+        amx_call_tiles(ps, sk, threads)
     }
 }
 
@@ -645,7 +681,7 @@ pub(crate) fn all_row_tiles<T: CpuElement>(ps: &[Problem<'_, T>], br: usize) -> 
 /// `fa2`: one work item per row tile of every part, over the current rayon pool. A ragged batch's items
 /// go heaviest first (rows × keys visited), so long sequences start early and short ones fill the gaps.
 pub(crate) fn run_fa2<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) {
-    let tiles = tiles_of(ps, path);
+    let tiles = tiles_of(ps, path, rayon::current_num_threads());
     let Some(key) = scratch_key(ps, path, tiles) else { return };
     let mut items: Vec<(usize, Item)> = all_row_tiles(ps, tiles.br)
         .into_iter()
@@ -686,7 +722,7 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
 /// thread, each at least two key tiles), so a ragged batch splits its long sequences more than its short
 /// ones and the items stay balanced.
 pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) {
-    let tiles = tiles_of(ps, path);
+    let tiles = tiles_of(ps, path, threads);
     let Some(key) = scratch_key(ps, path, tiles) else { return };
     let rt = all_row_tiles(ps, tiles.br);
     let total: usize = rt.iter().map(|t| t.5.len()).sum();

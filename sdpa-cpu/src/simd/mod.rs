@@ -144,6 +144,9 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     const PV_ROWS: usize;
     /// Value vectors per P·V micro-tile.
     const PV_VECS: usize;
+    /// Whether `fa2` copies f32 V tiles whose rows lie a multiple of 512 bytes apart into its aligned
+    /// scratch instead of reading them in place (`fa2::copies_v`).
+    const PV_COPIES_ALIASED_V: bool = false;
     /// A vector of `LANES` f32.
     type V: Copy;
 
