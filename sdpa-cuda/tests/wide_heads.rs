@@ -1,0 +1,129 @@
+//! The wide-head path (`kernels/wide.rs`: head dims above 256 on tensor cores in query slabs) against the f64
+//! reference on the GPU: random data, poisoned outputs, lengths off every tile, Sq != Sk both ways, D = 264,
+//! 320, 512, 576/512 (MLA, decoding and a few speculative rows), 1024 and 4096, Dv != D both ways, GQA 1/2/8
+//! and 16 heads on one kv head, every mask in both causal alignments, both layouts, with and without LSE,
+//! f16 and bf16, each within twice the unfused kernel's error on the same inputs; windows, softcap and ALiBi;
+//! a NaN in one query; a call large enough to run in several slabs. `auto` must report the wide path
+//! (`unfused`), never `fa1`. Run it once more with `SDPA_WIDE_SLAB_MB=1` to cut every call into many slabs
+//! (and GEMM batches; the device script does). Skips (printing why) without a GPU.
+
+mod common;
+
+use common::{assert_nan_in_a_query_stays_in_its_row, check_inputs, gpu, masks, rows_for, run_spec, sh, Case};
+use sdpa_core::check::check_output;
+use sdpa_core::{Alibi, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Shape, Window};
+
+const HALF: [DType; 2] = [DType::F16, DType::BF16];
+
+fn shapes() -> Vec<Shape> {
+    vec![
+        sh(1, 4, 2, 77, 130, 264),
+        sh(2, 2, 2, 130, 77, 320),
+        sh(1, 8, 1, 65, 200, 512),
+        Shape { dv: 512, ..sh(2, 16, 1, 1, 1000, 576) },
+        Shape { dv: 512, ..sh(1, 16, 1, 3, 300, 576) },
+        sh(2, 4, 4, 1, 700, 512),
+        sh(1, 2, 2, 33, 47, 1024),
+        sh(1, 2, 1, 17, 40, 4096),
+        Shape { dv: 64, ..sh(1, 2, 2, 50, 60, 512) },
+        Shape { dv: 320, ..sh(1, 4, 2, 50, 60, 64) },
+    ]
+}
+
+#[test]
+fn wide_heads_match_the_reference_and_the_unfused_error() {
+    let Some(gpu) = gpu() else { return };
+    let cases = common::table(shapes(), masks, Kernel::Auto, F32Math::Exact, &HALF);
+    let mut failures = Vec::new();
+    let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
+    for (n, case) in cases.iter().enumerate() {
+        let spec = case.spec();
+        let inputs = HostInputs::random(&spec, 7000 + n as u64).expect("valid spec");
+        let rows = rows_for(&case.shape);
+        let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
+            Ok(run) => run,
+            Err(e) => {
+                failures.push(format!("{}: error: {e}", case.label()));
+                continue;
+            }
+        };
+        if run.kernel != Kernel::Unfused || run.output.lse.is_some() != case.lse {
+            failures.push(format!(
+                "{}: auto ran {} (LSE returned: {})",
+                case.label(),
+                run.kernel,
+                run.output.lse.is_some()
+            ));
+            continue;
+        }
+        let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, rows).expect("checks");
+        worst = worst.max(r.rel_err / r.tolerance);
+        if !r.pass {
+            failures.push(format!("{}: {r:?}", case.label()));
+            continue;
+        }
+        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
+        match check_inputs(&gpu, &base, &inputs, rows) {
+            Ok(u) => {
+                let floor = u.rel_err.max(case.dtype.unit_roundoff());
+                worst_vs_unfused = worst_vs_unfused.max(r.rel_err / floor);
+                if r.rel_err > 2.0 * floor {
+                    failures.push(format!(
+                        "{}: rel_err {:.3e} > 2 x unfused {:.3e}",
+                        case.label(),
+                        r.rel_err,
+                        u.rel_err
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{}: unfused baseline error: {e}", case.label())),
+        }
+    }
+    eprintln!(
+        "wide: {} cases, {} failed, worst rel_err/tolerance {worst:.3}, worst rel_err/unfused {worst_vs_unfused:.2}",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// Windows, softcap and ALiBi (the softmax applies them per score) at D = 512 and the MLA pair.
+#[test]
+fn wide_heads_take_the_variants() {
+    let Some(gpu) = gpu() else { return };
+    for shape in [sh(1, 4, 2, 77, 130, 512), Shape { dv: 512, ..sh(1, 16, 1, 1, 900, 576) }] {
+        let case = Case::new(shape, DType::BF16, Mask::CausalBottomRight, Layout::Bshd, Kernel::Auto, F32Math::Exact);
+        let base = case.spec();
+        for spec in [
+            base.clone().with_window(Window::left(40)),
+            base.clone().with_softcap(30.0),
+            base.clone().with_alibi(Alibi::Standard),
+        ] {
+            let (kernel, r) = run_spec(&gpu, &case, &spec, 11);
+            assert_eq!(kernel, Kernel::Unfused, "{spec:?}");
+            assert!(r.pass, "{spec:?}: {r:?}");
+        }
+    }
+}
+
+/// A NaN in one query poisons that row only.
+#[test]
+fn a_nan_in_a_query_stays_in_its_row() {
+    let Some(gpu) = gpu() else { return };
+    for mask in [Mask::None, Mask::CausalTopLeft] {
+        let case = Case::new(sh(1, 2, 1, 50, 70, 512), DType::F16, mask, Layout::Bhsd, Kernel::Auto, F32Math::Exact);
+        assert_nan_in_a_query_stays_in_its_row(&gpu, &case);
+    }
+}
+
+/// A call whose scores exceed the default slab (256 MiB): 8 heads x 2000 rows x 4096 keys x 6 bytes runs in
+/// two slabs of rows; sampled rows against the reference, causal (slabs with different key ranges).
+#[test]
+fn a_large_call_runs_in_slabs() {
+    let Some(gpu) = gpu() else { return };
+    let shape = sh(1, 8, 8, 2000, 4096, 512);
+    let case = Case::new(shape, DType::BF16, Mask::CausalBottomRight, Layout::Bshd, Kernel::Auto, F32Math::Exact);
+    let (kernel, r) = run_spec(&gpu, &case, &case.spec(), 3);
+    assert_eq!(kernel, Kernel::Unfused);
+    assert!(r.pass, "{r:?}");
+}
