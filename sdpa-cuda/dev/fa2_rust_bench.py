@@ -16,10 +16,9 @@ import json
 import os
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from sdpa_dev import bench, copy_gbps, env_info, gemm_tflops, key, log, point, run_points, unique_keys
+from sdpa_dev import copy_gbps, env_info, gemm_tflops, key, log, point, run_points, torch_sdpa_ms, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -75,30 +74,8 @@ res["ceilings"]["d2d_GBps"] = copy_gbps()
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
 
+torch_ms = torch_sdpa_ms(unique_keys(ours), [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)])
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}
-torch_ms = {}
-for shape in unique_keys(ours):
-    b, hq, hkv, sq, sk, d, dname, mask, dv = shape
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
-    k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
-    v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
-    causal = mask == "causal"
-    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
-    out = {}
-    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
-        try:
-            if be is None:
-                out[name] = bench(fn)
-            else:
-                with sdpa_kernel([be]):
-                    out[name] = bench(fn)
-        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
-            out[name] = None
-            log("torch", name, "failed:", repr(e)[:80])
-    torch_ms[shape] = out
-    del q, k, v
-    torch.cuda.empty_cache()
 
 gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
 for rec in ours:

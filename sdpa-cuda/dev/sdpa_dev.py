@@ -39,7 +39,7 @@ __all__ = [
     "bench", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info", "kv_bytes",
     "harness_parser", "save", "log",
     # PyTorch's side
-    "uniform", "f64_err", "cuda_kernel_names",
+    "torch_sdpa_ms", "uniform", "f64_err", "cuda_kernel_names",
 ]
 
 LOG2E = 1.4426950408889634
@@ -281,6 +281,44 @@ def time_events(fn, flush_fn, reps=100, warmup=10, queue_ahead=True):
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def torch_sdpa_ms(shapes, backends):
+    """do_bench medians (ms) of PyTorch's SDPA on each shape `key` (bench/gpu/cuda_driver.py: b, hq, hkv, sq, sk, d,
+    dtype, mask, dv) under each (name, backend) of `backends` (an SDPBackend, or None for PyTorch's own choice):
+    {shape: {name: ms or None}}, None where the backend refuses the call or runs out of memory. Inputs are
+    torch.randn in [B, H, S, D], seeded 0; "causal" is PyTorch's is_causal (top-left); GQA through enable_gqa."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}
+    out = {}
+    for shape in shapes:
+        b, hq, hkv, sq, sk, d, dname, mask, dv = shape
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
+        k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
+        v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
+        causal = mask == "causal"
+
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+        ms = {}
+        for name, be in backends:
+            try:
+                if be is None:
+                    ms[name] = bench(fn)
+                else:
+                    with sdpa_kernel([be]):
+                        ms[name] = bench(fn)
+            except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+                ms[name] = None
+                log("torch", name, shape, "failed:", repr(e)[:100])
+            torch.cuda.empty_cache()
+        out[shape] = ms
+        del q, k, v
+        torch.cuda.empty_cache()
+    return out
 
 
 def copy_gbps(timer=bench, nbytes=2**30):

@@ -58,49 +58,7 @@ fn table(kernel: Kernel) -> Vec<Case> {
 
 /// Runs every case, comparing with the reference and with the unfused kernel's error on the same inputs.
 fn run_table(name: &str, cases: Vec<Case>) {
-    let Some(gpu) = gpu() else { return };
-    let mut failures = Vec::new();
-    let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
-    for (n, case) in cases.iter().enumerate() {
-        let spec = case.spec();
-        let inputs = HostInputs::random(&spec, 5000 + n as u64).expect("valid spec");
-        let rows = rows_for(&case.shape);
-        let r = match check_inputs(&gpu, case, &inputs, rows) {
-            Ok(r) => r,
-            Err(e) => {
-                failures.push(format!("{}: error: {e}", case.label()));
-                continue;
-            }
-        };
-        worst = worst.max(r.rel_err / r.tolerance);
-        if !r.pass {
-            failures.push(format!("{}: {r:?}", case.label()));
-            continue;
-        }
-        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
-        match check_inputs(&gpu, &base, &inputs, rows) {
-            Ok(u) => {
-                // Both at the output dtype's rounding floor counts as equal (2x of a near-zero error is noise).
-                let floor = u.rel_err.max(case.dtype.unit_roundoff());
-                worst_vs_unfused = worst_vs_unfused.max(r.rel_err / floor);
-                if r.rel_err > 2.0 * floor {
-                    failures.push(format!(
-                        "{}: rel_err {:.3e} > 2 x unfused {:.3e}",
-                        case.label(),
-                        r.rel_err,
-                        u.rel_err
-                    ));
-                }
-            }
-            Err(e) => failures.push(format!("{}: unfused baseline error: {e}", case.label())),
-        }
-    }
-    eprintln!(
-        "{name}: {} cases, {} failed, worst rel_err/tolerance {worst:.3}, worst rel_err/unfused {worst_vs_unfused:.2}",
-        cases.len(),
-        failures.len()
-    );
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    common::run_table_vs_unfused(name, &cases, 5000, None);
 }
 
 #[test]

@@ -9,9 +9,8 @@
 
 mod common;
 
-use common::{assert_nan_in_a_query_stays_in_its_row, check_inputs, gpu, masks, rows_for, run_spec, sh, Case};
-use sdpa_core::check::check_output;
-use sdpa_core::{Alibi, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Shape, Window};
+use common::{assert_nan_in_a_query_stays_in_its_row, gpu, masks, run_spec, sh, Case};
+use sdpa_core::{Alibi, DType, F32Math, Kernel, Layout, Mask, Shape, Window};
 
 const HALF: [DType; 2] = [DType::F16, DType::BF16];
 
@@ -32,59 +31,8 @@ fn shapes() -> Vec<Shape> {
 
 #[test]
 fn wide_heads_match_the_reference_and_the_unfused_error() {
-    let Some(gpu) = gpu() else { return };
     let cases = common::table(shapes(), masks, Kernel::Auto, F32Math::Exact, &HALF);
-    let mut failures = Vec::new();
-    let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
-    for (n, case) in cases.iter().enumerate() {
-        let spec = case.spec();
-        let inputs = HostInputs::random(&spec, 7000 + n as u64).expect("valid spec");
-        let rows = rows_for(&case.shape);
-        let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
-            Ok(run) => run,
-            Err(e) => {
-                failures.push(format!("{}: error: {e}", case.label()));
-                continue;
-            }
-        };
-        if run.kernel != Kernel::Unfused || run.output.lse.is_some() != case.lse {
-            failures.push(format!(
-                "{}: auto ran {} (LSE returned: {})",
-                case.label(),
-                run.kernel,
-                run.output.lse.is_some()
-            ));
-            continue;
-        }
-        let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, rows).expect("checks");
-        worst = worst.max(r.rel_err / r.tolerance);
-        if !r.pass {
-            failures.push(format!("{}: {r:?}", case.label()));
-            continue;
-        }
-        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
-        match check_inputs(&gpu, &base, &inputs, rows) {
-            Ok(u) => {
-                let floor = u.rel_err.max(case.dtype.unit_roundoff());
-                worst_vs_unfused = worst_vs_unfused.max(r.rel_err / floor);
-                if r.rel_err > 2.0 * floor {
-                    failures.push(format!(
-                        "{}: rel_err {:.3e} > 2 x unfused {:.3e}",
-                        case.label(),
-                        r.rel_err,
-                        u.rel_err
-                    ));
-                }
-            }
-            Err(e) => failures.push(format!("{}: unfused baseline error: {e}", case.label())),
-        }
-    }
-    eprintln!(
-        "wide: {} cases, {} failed, worst rel_err/tolerance {worst:.3}, worst rel_err/unfused {worst_vs_unfused:.2}",
-        cases.len(),
-        failures.len()
-    );
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    common::run_table_vs_unfused("wide", &cases, 7000, Some(Kernel::Unfused));
 }
 
 /// Windows, softcap and ALiBi (the softmax applies them per score) at D = 512 and the MLA pair.

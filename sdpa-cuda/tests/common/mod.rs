@@ -187,6 +187,62 @@ pub fn table(
     out
 }
 
+/// Runs every case on inputs seeded `seed0 + n` (outputs poisoned), comparing with the reference and with the
+/// unfused kernel's error on the same inputs (within twice it; both at the dtype's rounding floor count as
+/// equal); with `expect`, the kernel that ran must be that one. Skips without a GPU; fails listing every case
+/// that did not pass.
+pub fn run_table_vs_unfused(name: &str, cases: &[Case], seed0: u64, expect: Option<Kernel>) {
+    let Some(gpu) = gpu() else { return };
+    let mut failures = Vec::new();
+    let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
+    for (n, case) in cases.iter().enumerate() {
+        let spec = case.spec();
+        let inputs = HostInputs::random(&spec, seed0 + n as u64).expect("valid spec");
+        let rows = rows_for(&case.shape);
+        let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
+            Ok(run) => run,
+            Err(e) => {
+                failures.push(format!("{}: error: {e}", case.label()));
+                continue;
+            }
+        };
+        if expect.is_some_and(|k| k != run.kernel) || run.output.lse.is_some() != case.lse {
+            let lse = run.output.lse.is_some();
+            failures.push(format!("{}: ran {} (LSE returned: {lse}), expected {expect:?}", case.label(), run.kernel));
+            continue;
+        }
+        let r = check_output(&spec, &inputs, &run.output, case.f32_math, rows).expect("checks");
+        worst = worst.max(r.rel_err / r.tolerance);
+        if !r.pass {
+            failures.push(format!("{}: {r:?}", case.label()));
+            continue;
+        }
+        let base = Case { kernel: Kernel::Unfused, ..case.clone() };
+        match check_inputs(&gpu, &base, &inputs, rows) {
+            Ok(u) => {
+                // Both at the output dtype's rounding floor counts as equal (2x of a near-zero error is noise).
+                let floor = u.rel_err.max(case.dtype.unit_roundoff());
+                worst_vs_unfused = worst_vs_unfused.max(r.rel_err / floor);
+                if r.rel_err > 2.0 * floor {
+                    failures.push(format!(
+                        "{}: rel_err {:.3e} > 2 x unfused {:.3e}",
+                        case.label(),
+                        r.rel_err,
+                        u.rel_err
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{}: unfused baseline error: {e}", case.label())),
+        }
+    }
+    eprintln!(
+        "{name}: {} cases, {} failed, worst rel_err/tolerance {worst:.3}, worst rel_err/unfused {worst_vs_unfused:.2}",
+        cases.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
 /// Rows compared against the reference: all for small cases, a spread sample for big ones.
 pub fn rows_for(shape: &Shape) -> Option<usize> {
     let work = shape.b * shape.hq * shape.sq * shape.sk * (shape.d + shape.dv);
