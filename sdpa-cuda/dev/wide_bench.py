@@ -35,8 +35,9 @@ ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchma
 ap.add_argument("--quick", action="store_true", help="fewer lengths")
 ap.add_argument("--decode-only", action="store_true")
 ap.add_argument("--reps", type=int, default=20)
-ap.add_argument("--slab-sweep", default="", help="comma-separated SDPA_WIDE_SLAB_MB values to time on a few "
-                                                  "prefill points first (the slab budget's measurement)")
+ap.add_argument("--sweep", default="", help="settings to time a few points under first, e.g. "
+                                             "'SDPA_WIDE_SLAB_MB=64,1024;SDPA_WIDE_PV_PARTS=1,8' (the slab budget's "
+                                             "and the P·V split's measurements; the main grid runs the defaults)")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -54,21 +55,25 @@ for hq in [16, 128]:
     for (b, sk) in [(8, 4096), (1, 32768)]:
         points.append(point("decode_mla", b, hq, 1, 1, sk, 576, "bf16", False, "auto", dv=512))
 
-res = dict(env=env_info(date=False), ceilings={}, records=[], slab_sweep=[])
+res = dict(env=env_info(date=False), ceilings={}, records=[], sweep=[])
 log("ENV", json.dumps(res["env"]))
 sweep_points = [point("sweep", 16384 // s, max(1, 2048 // d), max(1, 2048 // d), s, s, d, "bf16", c, "auto")
-                for (d, s) in [(512, 4096), (512, 16384), (1024, 4096)] for c in [False, True]]
-sweep_points.append(point("sweep", 8, 128, 1, 1, 4096, 576, "bf16", False, "auto", dv=512))
-for mb in [m for m in args.slab_sweep.split(",") if m]:
-    recs = run_points(args.bench, sweep_points, f"wide_sweep_{mb}.json", warmup=3, reps=args.reps,
-                      env={"SDPA_WIDE_SLAB_MB": mb}, on_error="none") or []
-    for r in recs:
-        r["slab_mb"] = int(mb)
-        res["slab_sweep"].append(r)
-        log(f"slab {mb:>5} MB  D={r['d']:4} S={r['sk']:5} {r['mask']:6} {r.get('median_ms') or 0:9.4f} ms "
-            f"{r.get('tflops') or 0:6.1f} TFLOPS check {r.get('check_pass')}")
+                for (d, s, c) in [(512, 4096, False), (512, 4096, True), (1024, 4096, False)]]
+sweep_points += [point("sweep", b, hq, 1, 1, sk, 576, "bf16", False, "auto", dv=512)
+                 for (b, hq, sk) in [(8, 128, 4096), (1, 128, 32768), (1, 16, 32768)]]
+for setting in [x for x in args.sweep.split(";") if x]:
+    var, values = setting.split("=")
+    for val in values.split(","):
+        recs = run_points(args.bench, sweep_points, f"wide_sweep_{var}_{val}.json", warmup=3, reps=args.reps,
+                          env={var: val}, on_error="none") or []
+        for r in recs:
+            r["setting"] = f"{var}={val}"
+            res["sweep"].append(r)
+            log(f"sweep {var}={val:>5}  B={r['b']:2} H={r['hq']:3}/{r['hkv']:<3} S={r['sq']:5}/{r['sk']:5} "
+                f"D={r['d']:4} {r['mask']:6} {r.get('median_ms') or 0:9.4f} ms {r.get('tflops') or 0:6.1f} TFLOPS "
+                f"{r.get('gbps') or 0:6.0f} GB/s check {r.get('check_pass')}")
 log(f"timing {len(points)} points of ours through the Rust backend ...")
-ours = run_points(args.bench, points, "wide_raw.json", warmup=3, reps=args.reps)
+ours = run_points(args.bench, points, os.path.join(args.out, "wide_raw.json"), warmup=3, reps=args.reps)
 
 res["ceilings"]["d2d_GBps"] = copy_gbps()
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)

@@ -1,7 +1,7 @@
 //! The wide-head path (`kernels/wide.rs`: head dims above 256 on tensor cores in query slabs) against the f64
 //! reference on the GPU: random data, poisoned outputs, lengths off every tile, Sq != Sk both ways, D = 264,
-//! 320, 512, 576/512 (MLA, decoding and a few speculative rows), 1024 and 4096, Dv != D both ways, GQA 1/2/8
-//! and 16 heads on one kv head, every mask in both causal alignments, both layouts, with and without LSE,
+//! 320, 512, 576/512 (MLA, decoding, one long sequence with P·V split over the keys, and a few speculative
+//! rows), 1024 and 4096, Dv != D both ways, GQA 1/2/8 and 16 heads on one kv head, every mask in both causal alignments, both layouts, with and without LSE,
 //! f16 and bf16, each within twice the unfused kernel's error on the same inputs; windows, softcap and ALiBi;
 //! a NaN in one query; a call large enough to run in several slabs. `auto` must report the wide path
 //! (`unfused`), never `fa1`. Run it once more with `SDPA_WIDE_SLAB_MB=1` to cut every call into many slabs
@@ -21,6 +21,8 @@ fn shapes() -> Vec<Shape> {
         sh(1, 8, 1, 65, 200, 512),
         Shape { dv: 512, ..sh(2, 16, 1, 1, 1000, 576) },
         Shape { dv: 512, ..sh(1, 16, 1, 3, 300, 576) },
+        // One long sequence: P·V split over the keys (5 parts, the last one shorter).
+        Shape { dv: 512, ..sh(1, 16, 1, 1, 3000, 576) },
         sh(2, 4, 4, 1, 700, 512),
         sh(1, 2, 2, 33, 47, 1024),
         sh(1, 2, 1, 17, 40, 4096),

@@ -24,12 +24,13 @@
 //! below [`MIN_SLAB_ROWS`] rows of one GEMM batch (O(Sk) bytes); the free GPU memory is checked before the
 //! slab is allocated, and a slab that cannot fit is an `InsufficientMemory` error.
 
-use super::unfused::{c_int, data_type, handle_on_stream, launch_softmax, repair, Gemm, SoftmaxParams};
+use super::unfused::{c_int, data_type, handle_on_stream, launch_softmax, program, repair, Gemm, SoftmaxParams};
 use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::DevicePtr;
+use cudarc::driver::{DevicePtr, DeviceRepr};
 use sdpa_core::{AttentionSpec, DType, Result};
 
 /// The widest head dim the fused tensor-core kernels (`fa2`, `splitkv`, `fa3`) take; wider calls run here.
@@ -56,6 +57,52 @@ pub fn slab_budget() -> Result<usize> {
         _ => Err(unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}"))),
     }
 }
+
+/// Fewest keys per part when P·V is split over the keys ([`pv_parts`]).
+pub const MIN_PART_KEYS: usize = 512;
+
+/// `SDPA_WIDE_PV_PARTS` (a positive count: 1 never splits) when set, for measurement.
+pub fn forced_pv_parts() -> Result<Option<usize>> {
+    let Ok(v) = std::env::var("SDPA_WIDE_PV_PARTS") else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(unsupported(format!("SDPA_WIDE_PV_PARTS must be a positive count, got {v:?}"))),
+    }
+}
+
+/// The parts of a slab's `w` keys its P·V product is split into, or 1: only for a slab of one GEMM batch
+/// (`nz == 1`: decoding one long sequence); `forced` when given (capped at one part per key); else when the
+/// product (`dv` x `n` outputs) has fewer 128 x 128 tiles than a quarter of the `sm_count` SMs, as many
+/// parts of at least [`MIN_PART_KEYS`] keys as give every SM a tile. A split product writes f32 partial outputs that one
+/// pass sums into O (P is normalised over all keys before the product, so the sum is exact).
+pub fn pv_parts(nz: usize, n: usize, dv: usize, w: usize, sm_count: usize, forced: Option<usize>) -> usize {
+    if nz != 1 {
+        return 1;
+    }
+    if let Some(f) = forced {
+        return f.clamp(1, w.max(1));
+    }
+    let tiles = dv.div_ceil(128) * n.div_ceil(128);
+    if 4 * tiles >= sm_count || w < 2 * MIN_PART_KEYS {
+        return 1;
+    }
+    sm_count.div_ceil(tiles).clamp(1, w / MIN_PART_KEYS)
+}
+
+/// Launch argument of `unfused_part_sum_*` (mirrors `PartSumParams` in unfused.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct PartSumParams {
+    partial: u64,
+    o: u64,
+    o_row_stride: i64,
+    parts: i32,
+    rows: i32,
+    dv: i32,
+    reserved: i32,
+}
+// SAFETY: C layout of plain integers (two u64, one i64, four i32: no padding).
+unsafe impl DeviceRepr for PartSumParams {}
 
 /// How a call's GEMMs are batched (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +223,8 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     let (qh, oh) = (p.q_stride[1], p.o_stride[1]);
     let (ks, vs) = (p.k_stride[2], p.v_stride[2]);
     let compute = cublasComputeType_t::CUBLAS_COMPUTE_32F;
+    let forced_parts = forced_pv_parts()?;
+    let sm_count = call.dev.info().sm_count.max(1) as usize;
     for ob in 0..bt.outer_b {
         let ob = ob as i64;
         for r in 0..bt.passes as i64 {
@@ -247,6 +296,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
                         rows: c_int("rows of a slab", n as i64)?,
                         reserved: 0,
                     };
+                    let parts = pv_parts(nz, n, s.dv, w, sm_count, forced_parts);
                     // SAFETY: Q, K, V and O cover every addressed element (validated strides; the slab's rows,
                     // keys and GEMM batches lie inside the call's), the slab buffers hold n·w·nz scores and
                     // probabilities (n <= rows_per_slab, w <= Sk, nz <= z_per_slab), and the guards keep
@@ -255,7 +305,11 @@ pub fn run(call: &Call<'_>) -> Result<()> {
                     unsafe {
                         call.dev.with_blas(|blas| scores_gemm.run(handle_on_stream(call, blas)?))?;
                         launch_softmax(call, &sp, nz)?;
-                        call.dev.with_blas(|blas| output_gemm.run(handle_on_stream(call, blas)?))?;
+                        if parts > 1 {
+                            split_output(call, &output_gemm, parts, ro)?;
+                        } else {
+                            call.dev.with_blas(|blas| output_gemm.run(handle_on_stream(call, blas)?))?;
+                        }
                     }
                 }
             }
@@ -263,6 +317,64 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     }
     // SAFETY: every row of O was written by the products above on this stream.
     unsafe { repair(call) }
+}
+
+/// Runs `output` (the P·V product of a slab of one GEMM batch: O^T = V^T · P^T over its `k` keys) as
+/// `parts` products over consecutive parts of the keys into f32 partial outputs, then sums them into O
+/// (rows `o_row_stride` elements apart).
+///
+/// # Safety
+/// As for running `output` itself: V, P and O cover what it addresses, and P was written before on the
+/// call's stream.
+unsafe fn split_output(call: &Call<'_>, output: &Gemm, parts: usize, o_row_stride: i64) -> Result<()> {
+    let (dv, n, w) = (output.m as usize, output.n as usize, output.k as usize);
+    // Parts of equal length, a multiple of 64 keys; the last one takes the rest.
+    let part = w.div_ceil(parts).next_multiple_of(64).min(w);
+    let parts = w.div_ceil(part);
+    let partial = call.scratch::<f32>(parts * n * dv, "the wide-head partial outputs")?;
+    let (c_ptr, _gc) = partial.device_ptr(call.stream);
+    let es = call.spec.dtype.size_bytes() as u64;
+    let full = if w.is_multiple_of(part) { parts } else { parts - 1 };
+    let piece = |first: usize, count: usize, keys: usize| -> Result<Gemm> {
+        Ok(Gemm {
+            k: c_int("keys of a part", keys as i64)?,
+            a: output.a + (first * part) as u64 * output.lda as u64 * es,
+            stride_a: (part as i64) * output.lda as i64,
+            b: output.b + (first * part) as u64 * es,
+            stride_b: part as i64,
+            c: c_ptr + (first * n * dv * 4) as u64,
+            c_type: cudaDataType::CUDA_R_32F,
+            ldc: c_int("Dv", dv as i64)?,
+            stride_c: (n * dv) as i64,
+            batch: c_int("parts", count as i64)?,
+            ..*output
+        })
+    };
+    let mut gemms = vec![piece(0, full, part)?];
+    if full < parts {
+        gemms.push(piece(full, 1, w - full * part)?);
+    }
+    // SAFETY: the parts tile the product's keys (V rows and P columns it addresses); the partial buffer holds
+    // parts·n·dv f32; see the function's contract for the rest.
+    call.dev.with_blas(|blas| {
+        let handle = handle_on_stream(call, blas)?;
+        gemms.iter().try_for_each(|g| unsafe { g.run(handle) })
+    })?;
+    let sp = PartSumParams {
+        partial: c_ptr,
+        o: output.c,
+        o_row_stride,
+        parts: c_int("parts", parts as i64)?,
+        rows: c_int("rows of a slab", n as i64)?,
+        dv: c_int("Dv", dv as i64)?,
+        reserved: 0,
+    };
+    let dims =
+        LaunchDims { grid: (c_int("rows of a slab", n as i64)? as u32, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+    let name = format!("unfused_part_sum_{}", call.spec.dtype.name());
+    // SAFETY: the partial outputs were written above on this stream; O's n rows of dv elements at
+    // `o_row_stride` are the product's own output rows.
+    unsafe { launch(call.dev, call.stream, &program(), &name, dims, &sp) }
 }
 
 #[cfg(test)]
@@ -328,6 +440,22 @@ mod tests {
         assert_eq!(slab_shape(4096, 4, 1 << 22, 2, MB), (64, 1));
         // Fewer rows than the minimum.
         assert_eq!(slab_shape(3, 4096, 1 << 22, 2, MB), (3, 1));
+    }
+
+    #[test]
+    fn decoding_one_long_sequence_splits_p_v_over_the_keys() {
+        // MLA decoding, B = 1, 32k keys: 512 x 128 outputs are 4 tiles: 33 parts for 132 SMs.
+        assert_eq!(pv_parts(1, 128, 512, 32768, 132, None), 33);
+        // Few keys: at least 512 per part.
+        assert_eq!(pv_parts(1, 16, 512, 1500, 132, None), 2);
+        assert_eq!(pv_parts(1, 16, 512, 1000, 132, None), 1);
+        // Several GEMM batches, or enough tiles: no split.
+        assert_eq!(pv_parts(8, 128, 512, 4096, 132, None), 1);
+        assert_eq!(pv_parts(1, 4096, 512, 4096, 132, None), 1);
+        // Forced (one GEMM batch only), capped at a part per key.
+        assert_eq!(pv_parts(1, 128, 512, 4096, 132, Some(4)), 4);
+        assert_eq!(pv_parts(8, 128, 512, 4096, 132, Some(4)), 1);
+        assert_eq!(pv_parts(1, 1, 512, 3, 132, Some(8)), 3);
     }
 
     #[test]
