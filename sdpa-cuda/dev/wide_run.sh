@@ -51,8 +51,8 @@ while read -r kernel dtype shape mask; do
   done
 done <<'SHAPES'
 auto bf16 1,4,2,77,130,512 causal-br
-auto f16 2,16,1,1,1000,576,512 none
 auto bf16 1,16,1,1,3000,576,512 none
+auto f16 2,16,1,1,1000,576,512 none
 unfused bf16 1,4,2,77,130,64 causal
 SHAPES
 san memcheck SDPA_WIDE_SLAB_MB=1 --kernel auto --dtype bf16 --shape 2,4,2,300,1500,1024 --mask causal
