@@ -168,31 +168,3 @@ extern "C" __global__ void __launch_bounds__(REPAIR_WARPS * 32) unfused_repair_f
 extern "C" __global__ void __launch_bounds__(REPAIR_WARPS * 32) unfused_repair_bf16(const AttnParams p) {
     unfused_repair<__nv_bfloat16>(p);
 }
-
-// The wide path's P·V split over the keys (src/kernels/wide.rs, `pv_parts`): cuBLAS wrote `parts` f32
-// partial outputs [part][row][Dv] of one GEMM batch, each over its own keys of rows whose P is already
-// normalised over all keys, so O is their plain sum. One block per row; threads over the columns.
-struct PartSumParams {
-    const float* partial;  // [parts][rows][dv] f32
-    void* o;               // the row x of O at o + x * o_row_stride (elements)
-    long long o_row_stride;
-    int parts, rows, dv, reserved;
-};
-
-template <typename T>
-__device__ void part_sum(const PartSumParams& sp) {
-    const int x = blockIdx.x;
-    const long long part_stride = (long long)sp.rows * sp.dv;
-    T* orow = static_cast<T*>(sp.o) + x * sp.o_row_stride;
-    for (int c = threadIdx.x; c < sp.dv; c += blockDim.x) {
-        const float* src = sp.partial + (long long)x * sp.dv + c;
-        float acc = 0.f;
-        for (int p = 0; p < sp.parts; ++p) acc += src[p * part_stride];
-        orow[c] = from_f32<T>(acc);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256) unfused_part_sum_f16(const PartSumParams sp) { part_sum<__half>(sp); }
-extern "C" __global__ void __launch_bounds__(256) unfused_part_sum_bf16(const PartSumParams sp) {
-    part_sum<__nv_bfloat16>(sp);
-}

@@ -1,16 +1,17 @@
 //! The wide-head path (`kernels/wide.rs`: head dims above 256 on tensor cores in query slabs) against the f64
 //! reference on the GPU: random data, poisoned outputs, lengths off every tile, Sq != Sk both ways, D = 264,
-//! 320, 512, 576/512 (MLA, decoding, one long sequence with P·V split over the keys, and a few speculative
-//! rows), 1024 and 4096, Dv != D both ways, GQA 1/2/8 and 16 heads on one kv head, every mask in both causal alignments, both layouts, with and without LSE,
-//! f16 and bf16, each within twice the unfused kernel's error on the same inputs; windows, softcap and ALiBi;
-//! a NaN in one query; a call large enough to run in several slabs. `auto` must report the wide path
+//! 320, 512, 576/512 (MLA: decoding, one longer sequence and a few speculative rows), 1024 and 4096, Dv != D
+//! both ways, GQA 1/2/8 and 16 heads on one kv head, every mask in both causal alignments, both layouts, with
+//! and without LSE, f16 and bf16, each within twice the unfused kernel's error on the same inputs; windows,
+//! softcap and ALiBi; a NaN in one query; a causal call in several slabs. `auto` must report the wide path
 //! (`unfused`), never `fa1`. Run it once more with `SDPA_WIDE_SLAB_MB=1` to cut every call into many slabs
 //! (and GEMM batches; the device script does). Skips (printing why) without a GPU.
 
 mod common;
 
-use common::{assert_nan_in_a_query_stays_in_its_row, gpu, masks, run_spec, sh, Case};
-use sdpa_core::{Alibi, DType, F32Math, Kernel, Layout, Mask, Shape, Window};
+use common::{assert_nan_in_a_query_stays_in_its_row, gpu, masks, rows_for, run_spec, sh, Case};
+use sdpa_core::check::check_output;
+use sdpa_core::{Alibi, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Shape, Window};
 
 const HALF: [DType; 2] = [DType::F16, DType::BF16];
 
@@ -21,7 +22,7 @@ fn shapes() -> Vec<Shape> {
         sh(1, 8, 1, 65, 200, 512),
         Shape { dv: 512, ..sh(2, 16, 1, 1, 1000, 576) },
         Shape { dv: 512, ..sh(1, 16, 1, 3, 300, 576) },
-        // One long sequence: P·V split over the keys (5 parts, the last one shorter).
+        // One longer sequence: a single GEMM batch of 16 rows.
         Shape { dv: 512, ..sh(1, 16, 1, 1, 3000, 576) },
         sh(2, 4, 4, 1, 700, 512),
         sh(1, 2, 2, 33, 47, 1024),
@@ -66,14 +67,17 @@ fn a_nan_in_a_query_stays_in_its_row() {
     }
 }
 
-/// A call whose scores exceed the default slab (256 MiB): 8 heads x 2000 rows x 4096 keys x 6 bytes runs in
-/// two slabs of rows; sampled rows against the reference, causal (slabs with different key ranges).
+/// A causal call of 8 heads x 2000 rows x 4096 keys: slabs of 512 rows (an eighth of the keys), each over
+/// the keys its rows see; sampled rows against the reference.
 #[test]
 fn a_large_call_runs_in_slabs() {
     let Some(gpu) = gpu() else { return };
     let shape = sh(1, 8, 8, 2000, 4096, 512);
     let case = Case::new(shape, DType::BF16, Mask::CausalBottomRight, Layout::Bshd, Kernel::Auto, F32Math::Exact);
-    let (kernel, r) = run_spec(&gpu, &case, &case.spec(), 3);
-    assert_eq!(kernel, Kernel::Unfused);
+    let spec = case.spec();
+    let inputs = HostInputs::random(&spec, 3).expect("valid spec");
+    let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
+    assert_eq!(run.kernel, Kernel::Unfused);
+    let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)).expect("checks");
     assert!(r.pass, "{r:?}");
 }

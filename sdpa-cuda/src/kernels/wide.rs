@@ -20,24 +20,28 @@
 //! (always with one kv head), else one launch set per batch. Query heads of a kv head run one group
 //! position at a time, except when decoding (Sq = 1): then a group's query heads are the slab's rows
 //! (`fold`), so MLA decoding (576/512, 128 query heads on one kv head) is one GEMM pair over the batch.
-//! The slab's size ([`slab_shape`]) keeps scores and probabilities within [`slab_budget`] bytes, and never
-//! below [`MIN_SLAB_ROWS`] rows of one GEMM batch (O(Sk) bytes); the free GPU memory is checked before the
-//! slab is allocated, and a slab that cannot fit is an `InsufficientMemory` error.
+//! The slab's size ([`slab_shape`]) keeps scores and probabilities within [`slab_budget`] bytes (1 GiB, at
+//! most a quarter of the free memory), and never below [`MIN_SLAB_ROWS`] rows of one GEMM batch (O(Sk)
+//! bytes); causal and windowed calls take slabs of at most an eighth of the keys ([`banded_rows`]); the free
+//! GPU memory is checked before the slab is allocated, and a slab that cannot fit is an `InsufficientMemory`
+//! error.
 
-use super::unfused::{c_int, data_type, handle_on_stream, launch_softmax, program, repair, Gemm, SoftmaxParams};
+use super::unfused::{c_int, data_type, handle_on_stream, launch_softmax, repair, Gemm, SoftmaxParams};
 use crate::checked::call::Call;
-use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{DevicePtr, DeviceRepr};
+use cudarc::driver::DevicePtr;
 use sdpa_core::{AttentionSpec, DType, Result};
 
 /// The widest head dim the fused tensor-core kernels (`fa2`, `splitkv`, `fa3`) take; wider calls run here.
 pub const FUSED_MAX_HEAD_DIM: usize = 256;
 
-/// Default bytes of one slab's scores and probabilities (`SDPA_WIDE_SLAB_MB` overrides it for measurement).
-pub const DEFAULT_SLAB_BYTES: usize = 256 << 20;
+/// Default bytes of one slab's scores and probabilities, capped at a quarter of the free GPU memory
+/// (`SDPA_WIDE_SLAB_MB` overrides both for measurement). Measured on the H100 (`bench/results/gpu/headdims.md`,
+/// "Head dims above 256"): 1 GiB ran D = 512 at 4k 8 % faster than 256 MiB and 1.6x faster than 64 MiB
+/// (larger slabs are larger GEMMs; keeping a slab in L2 did not pay).
+pub const DEFAULT_SLAB_BYTES: usize = 1 << 30;
 
 /// Fewest query rows of a slab (unless the call has fewer): below it the GEMMs lose their tensor-core rate.
 pub const MIN_SLAB_ROWS: usize = 64;
@@ -49,60 +53,15 @@ pub fn takes(spec: &AttentionSpec) -> bool {
         && spec.shape.d.max(spec.shape.dv) > FUSED_MAX_HEAD_DIM
 }
 
-/// The slab budget in bytes: `SDPA_WIDE_SLAB_MB` (MiB, at least 1) when set, else [`DEFAULT_SLAB_BYTES`].
-pub fn slab_budget() -> Result<usize> {
-    let Ok(v) = std::env::var("SDPA_WIDE_SLAB_MB") else { return Ok(DEFAULT_SLAB_BYTES) };
+/// The slab budget in bytes: `SDPA_WIDE_SLAB_MB` (MiB, at least 1) when set, else [`DEFAULT_SLAB_BYTES`] or a
+/// quarter of `free` bytes, whichever is less.
+pub fn slab_budget(free: usize) -> Result<usize> {
+    let Ok(v) = std::env::var("SDPA_WIDE_SLAB_MB") else { return Ok(DEFAULT_SLAB_BYTES.min(free / 4)) };
     match v.trim().parse::<usize>() {
         Ok(mb) if mb >= 1 => Ok(mb << 20),
         _ => Err(unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}"))),
     }
 }
-
-/// Fewest keys per part when P·V is split over the keys ([`pv_parts`]).
-pub const MIN_PART_KEYS: usize = 512;
-
-/// `SDPA_WIDE_PV_PARTS` (a positive count: 1 never splits) when set, for measurement.
-pub fn forced_pv_parts() -> Result<Option<usize>> {
-    let Ok(v) = std::env::var("SDPA_WIDE_PV_PARTS") else { return Ok(None) };
-    match v.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(Some(n)),
-        _ => Err(unsupported(format!("SDPA_WIDE_PV_PARTS must be a positive count, got {v:?}"))),
-    }
-}
-
-/// The parts of a slab's `w` keys its P·V product is split into, or 1: only for a slab of one GEMM batch
-/// (`nz == 1`: decoding one long sequence); `forced` when given (capped at one part per key); else when the
-/// product (`dv` x `n` outputs) has fewer 128 x 128 tiles than a quarter of the `sm_count` SMs, as many
-/// parts of at least [`MIN_PART_KEYS`] keys as give every SM a tile. A split product writes f32 partial outputs that one
-/// pass sums into O (P is normalised over all keys before the product, so the sum is exact).
-pub fn pv_parts(nz: usize, n: usize, dv: usize, w: usize, sm_count: usize, forced: Option<usize>) -> usize {
-    if nz != 1 {
-        return 1;
-    }
-    if let Some(f) = forced {
-        return f.clamp(1, w.max(1));
-    }
-    let tiles = dv.div_ceil(128) * n.div_ceil(128);
-    if 4 * tiles >= sm_count || w < 2 * MIN_PART_KEYS {
-        return 1;
-    }
-    sm_count.div_ceil(tiles).clamp(1, w / MIN_PART_KEYS)
-}
-
-/// Launch argument of `unfused_part_sum_*` (mirrors `PartSumParams` in unfused.cu).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct PartSumParams {
-    partial: u64,
-    o: u64,
-    o_row_stride: i64,
-    parts: i32,
-    rows: i32,
-    dv: i32,
-    reserved: i32,
-}
-// SAFETY: C layout of plain integers (two u64, one i64, four i32: no padding).
-unsafe impl DeviceRepr for PartSumParams {}
 
 /// How a call's GEMMs are batched (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +125,16 @@ pub fn slab_shape(rows: usize, n_z: usize, sk: usize, elem: usize, budget: usize
     (c, (fit / c).clamp(1, n_z.max(1)))
 }
 
+/// Rows of a slab when its rows' bands end before the last key (causal masks, windows): at most an eighth of
+/// the keys (in whole [`MIN_SLAB_ROWS`]), so the keys a slab computes past its rows' diagonals stay about a
+/// sixteenth of the call's scores instead of up to half of them; `rows` otherwise.
+pub fn banded_rows(rows: usize, sk: usize, banded: bool) -> usize {
+    if !banded {
+        return rows;
+    }
+    rows.min((sk / 8 / MIN_SLAB_ROWS * MIN_SLAB_ROWS).max(MIN_SLAB_ROWS))
+}
+
 /// The keys `[k0, k0 + w)` a slab's query rows `[i0, i1)` can see under the call's band (`band_lo`,
 /// `band_hi` of its parameters, clamped to the keys); an empty band gives one key, which the softmax masks
 /// (its rows are zeros with LSE -inf). `sk >= 1`.
@@ -197,7 +166,15 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     let p = &call.params;
     let bt = Batching::of(spec, p);
     let es = spec.dtype.size_bytes();
-    let (rows_per_slab, z_per_slab) = slab_shape(bt.rows, bt.n_z, s.sk, es, slab_budget()?);
+    let (free, _) = call
+        .dev
+        .context()
+        .mem_get_info()
+        .map_err(|e| unsupported(format!("the wide-head path could not read the free GPU memory: {e:?}")))?;
+    let (rows_per_slab, z_per_slab) = slab_shape(bt.rows, bt.n_z, s.sk, es, slab_budget(free)?);
+    // Causal masks and windows: rows whose bands end before the last key (the softmax masks the rest).
+    let banded = !bt.fold && (p.band_hi as i64) < s.sk as i64 - 1;
+    let rows_per_slab = banded_rows(rows_per_slab, s.sk, banded);
     // Scores and probabilities of the largest slab.
     let n_scores = rows_per_slab
         .checked_mul(z_per_slab)
@@ -223,8 +200,6 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     let (qh, oh) = (p.q_stride[1], p.o_stride[1]);
     let (ks, vs) = (p.k_stride[2], p.v_stride[2]);
     let compute = cublasComputeType_t::CUBLAS_COMPUTE_32F;
-    let forced_parts = forced_pv_parts()?;
-    let sm_count = call.dev.info().sm_count.max(1) as usize;
     for ob in 0..bt.outer_b {
         let ob = ob as i64;
         for r in 0..bt.passes as i64 {
@@ -296,7 +271,6 @@ pub fn run(call: &Call<'_>) -> Result<()> {
                         rows: c_int("rows of a slab", n as i64)?,
                         reserved: 0,
                     };
-                    let parts = pv_parts(nz, n, s.dv, w, sm_count, forced_parts);
                     // SAFETY: Q, K, V and O cover every addressed element (validated strides; the slab's rows,
                     // keys and GEMM batches lie inside the call's), the slab buffers hold n·w·nz scores and
                     // probabilities (n <= rows_per_slab, w <= Sk, nz <= z_per_slab), and the guards keep
@@ -305,11 +279,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
                     unsafe {
                         call.dev.with_blas(|blas| scores_gemm.run(handle_on_stream(call, blas)?))?;
                         launch_softmax(call, &sp, nz)?;
-                        if parts > 1 {
-                            split_output(call, &output_gemm, parts, ro)?;
-                        } else {
-                            call.dev.with_blas(|blas| output_gemm.run(handle_on_stream(call, blas)?))?;
-                        }
+                        call.dev.with_blas(|blas| output_gemm.run(handle_on_stream(call, blas)?))?;
                     }
                 }
             }
@@ -317,64 +287,6 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     }
     // SAFETY: every row of O was written by the products above on this stream.
     unsafe { repair(call) }
-}
-
-/// Runs `output` (the P·V product of a slab of one GEMM batch: O^T = V^T · P^T over its `k` keys) as
-/// `parts` products over consecutive parts of the keys into f32 partial outputs, then sums them into O
-/// (rows `o_row_stride` elements apart).
-///
-/// # Safety
-/// As for running `output` itself: V, P and O cover what it addresses, and P was written before on the
-/// call's stream.
-unsafe fn split_output(call: &Call<'_>, output: &Gemm, parts: usize, o_row_stride: i64) -> Result<()> {
-    let (dv, n, w) = (output.m as usize, output.n as usize, output.k as usize);
-    // Parts of equal length, a multiple of 64 keys; the last one takes the rest.
-    let part = w.div_ceil(parts).next_multiple_of(64).min(w);
-    let parts = w.div_ceil(part);
-    let partial = call.scratch::<f32>(parts * n * dv, "the wide-head partial outputs")?;
-    let (c_ptr, _gc) = partial.device_ptr(call.stream);
-    let es = call.spec.dtype.size_bytes() as u64;
-    let full = if w.is_multiple_of(part) { parts } else { parts - 1 };
-    let piece = |first: usize, count: usize, keys: usize| -> Result<Gemm> {
-        Ok(Gemm {
-            k: c_int("keys of a part", keys as i64)?,
-            a: output.a + (first * part) as u64 * output.lda as u64 * es,
-            stride_a: (part as i64) * output.lda as i64,
-            b: output.b + (first * part) as u64 * es,
-            stride_b: part as i64,
-            c: c_ptr + (first * n * dv * 4) as u64,
-            c_type: cudaDataType::CUDA_R_32F,
-            ldc: c_int("Dv", dv as i64)?,
-            stride_c: (n * dv) as i64,
-            batch: c_int("parts", count as i64)?,
-            ..*output
-        })
-    };
-    let mut gemms = vec![piece(0, full, part)?];
-    if full < parts {
-        gemms.push(piece(full, 1, w - full * part)?);
-    }
-    // SAFETY: the parts tile the product's keys (V rows and P columns it addresses); the partial buffer holds
-    // parts·n·dv f32; see the function's contract for the rest.
-    call.dev.with_blas(|blas| {
-        let handle = handle_on_stream(call, blas)?;
-        gemms.iter().try_for_each(|g| unsafe { g.run(handle) })
-    })?;
-    let sp = PartSumParams {
-        partial: c_ptr,
-        o: output.c,
-        o_row_stride,
-        parts: c_int("parts", parts as i64)?,
-        rows: c_int("rows of a slab", n as i64)?,
-        dv: c_int("Dv", dv as i64)?,
-        reserved: 0,
-    };
-    let dims =
-        LaunchDims { grid: (c_int("rows of a slab", n as i64)? as u32, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
-    let name = format!("unfused_part_sum_{}", call.spec.dtype.name());
-    // SAFETY: the partial outputs were written above on this stream; O's n rows of dv elements at
-    // `o_row_stride` are the product's own output rows.
-    unsafe { launch(call.dev, call.stream, &program(), &name, dims, &sp) }
 }
 
 #[cfg(test)]
@@ -443,19 +355,12 @@ mod tests {
     }
 
     #[test]
-    fn decoding_one_long_sequence_splits_p_v_over_the_keys() {
-        // MLA decoding, B = 1, 32k keys: 512 x 128 outputs are 4 tiles: 33 parts for 132 SMs.
-        assert_eq!(pv_parts(1, 128, 512, 32768, 132, None), 33);
-        // Few keys: at least 512 per part.
-        assert_eq!(pv_parts(1, 16, 512, 1500, 132, None), 2);
-        assert_eq!(pv_parts(1, 16, 512, 1000, 132, None), 1);
-        // Several GEMM batches, or enough tiles: no split.
-        assert_eq!(pv_parts(8, 128, 512, 4096, 132, None), 1);
-        assert_eq!(pv_parts(1, 4096, 512, 4096, 132, None), 1);
-        // Forced (one GEMM batch only), capped at a part per key.
-        assert_eq!(pv_parts(1, 128, 512, 4096, 132, Some(4)), 4);
-        assert_eq!(pv_parts(8, 128, 512, 4096, 132, Some(4)), 1);
-        assert_eq!(pv_parts(1, 1, 512, 3, 132, Some(8)), 3);
+    fn banded_slabs_take_an_eighth_of_the_keys() {
+        assert_eq!(banded_rows(4096, 4096, false), 4096);
+        assert_eq!(banded_rows(2688, 4096, true), 512);
+        assert_eq!(banded_rows(1024, 1024, true), 128);
+        assert_eq!(banded_rows(300, 300, true), 64);
+        assert_eq!(banded_rows(40, 300, true), 40);
     }
 
     #[test]
