@@ -67,8 +67,8 @@ fn a_nan_in_a_query_stays_in_its_row() {
     }
 }
 
-/// A causal call of 8 heads x 2000 rows x 4096 keys: slabs of 512 rows (an eighth of the keys), each over
-/// the keys its rows see; sampled rows against the reference.
+/// A causal call of 8 heads x 2000 rows x 4096 keys: two slabs of rows (at most 1024), each over the keys
+/// its rows see; sampled rows against the reference.
 #[test]
 fn a_large_call_runs_in_slabs() {
     let Some(gpu) = gpu() else { return };
