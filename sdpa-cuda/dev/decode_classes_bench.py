@@ -20,7 +20,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from sdpa_dev import copy_gbps, env_info, key, log, point, run_points, torch_sdpa_ms, unique_keys
+from sdpa_dev import copy_gbps, env_info, key, log, point, run_points, torch_call_ms, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -80,7 +80,7 @@ for shape in unique_keys(points):
     k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=torch.bfloat16)
     v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=torch.bfloat16)
     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=hq != hkv)  # noqa: E731
-    torch_ms[shape] = torch_sdpa_ms(fn, lambda name, e: log("torch", name, "refused", shape, repr(e)[:60]))
+    torch_ms[shape] = torch_call_ms(fn, lambda name, e: log("torch", name, "refused", shape, repr(e)[:60]))
     del q, k, v
     torch.cuda.empty_cache()
 

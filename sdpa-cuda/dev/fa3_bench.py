@@ -24,10 +24,9 @@ import os
 import statistics
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from sdpa_dev import bench, env_info, gemm_tflops, key, log, point, run_points, unique_keys
+from sdpa_dev import env_info, gemm_tflops, key, log, point, run_points, torch_sdpa_ms, unique_keys
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
@@ -99,30 +98,7 @@ res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
 
-dt = {"bf16": torch.bfloat16, "f16": torch.float16}
-torch_ms = {}
-for shape in unique_keys(runs["fa2"] or runs["fa3"]):
-    b, hq, hkv, sq, sk, d, dname, mask, dv = shape
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
-    k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
-    v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
-    causal = mask == "causal"
-    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    out = {}
-    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
-        try:
-            if be is None:
-                out[name] = bench(fn)
-            else:
-                with sdpa_kernel([be]):
-                    out[name] = bench(fn)
-        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
-            out[name] = None
-            log("torch", name, "failed:", repr(e)[:80])
-    torch_ms[shape] = out
-    del q, k, v
-    torch.cuda.empty_cache()
+torch_ms = torch_sdpa_ms(unique_keys(runs["fa2"] or runs["fa3"]), [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)])
 
 gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
 by = {name: {key(r): r for r in recs} for name, recs in runs.items()}

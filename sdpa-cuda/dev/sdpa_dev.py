@@ -36,11 +36,11 @@ __all__ = [
     # correctness
     "reference", "rel_err", "lse_err",
     # timing, ceilings, run description
-    "bench", "torch_sdpa_ms", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info",
+    "bench", "torch_call_ms", "FLUSHES", "flush", "time_events", "copy_gbps", "gemm_tflops", "exact_f32", "env_info",
     "kv_bytes",
     "harness_parser", "save", "log",
     # PyTorch's side
-    "uniform", "f64_err", "cuda_kernel_names",
+    "torch_sdpa_ms", "uniform", "f64_err", "cuda_kernel_names",
 ]
 
 LOG2E = 1.4426950408889634
@@ -246,13 +246,15 @@ def bench(fn, warmup=10, rep=50):
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-def torch_sdpa_ms(fn, log_refusal=None):
-    """`bench` medians of `fn` (a call of F.scaled_dot_product_attention) under PyTorch's FLASH_ATTENTION
-    backend and its default choice (cuDNN on the H100): {"flash": ms, "default": ms}, None where a backend
-    refuses the call (a data point, passed to `log_refusal` when given)."""
+def torch_call_ms(fn, log_refusal=None, backends=None):
+    """`bench` medians of `fn` (a call of F.scaled_dot_product_attention) under each (name, backend) of `backends`
+    (an SDPBackend, or None for PyTorch's own choice; default: FLASH_ATTENTION and the default choice, which is
+    cuDNN on the H100): {name: ms}, None where a backend refuses the call (a data point, passed to
+    `log_refusal(name, exception)` when given)."""
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     out = {}
-    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
+    for name, be in backends or [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
         try:
             if be is None:
                 out[name] = bench(fn)
@@ -263,6 +265,7 @@ def torch_sdpa_ms(fn, log_refusal=None):
             out[name] = None
             if log_refusal:
                 log_refusal(name, e)
+        torch.cuda.empty_cache()
     return out
 
 
@@ -302,6 +305,32 @@ def time_events(fn, flush_fn, reps=100, warmup=10, queue_ahead=True):
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def torch_sdpa_ms(shapes, backends):
+    """do_bench medians (ms) of PyTorch's SDPA on each shape `key` (bench/gpu/cuda_driver.py: b, hq, hkv, sq, sk, d,
+    dtype, mask, dv) under each (name, backend) of `backends` (an SDPBackend, or None for PyTorch's own choice):
+    {shape: {name: ms or None}}, None where the backend refuses the call or runs out of memory. Inputs are
+    torch.randn in [B, H, S, D], seeded 0; "causal" is PyTorch's is_causal (top-left); GQA through enable_gqa."""
+    import torch
+    import torch.nn.functional as F
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}
+    out = {}
+    for shape in shapes:
+        b, hq, hkv, sq, sk, d, dname, mask, dv = shape
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
+        k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
+        v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
+        causal = mask == "causal"
+
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+        ms = torch_call_ms(fn, lambda name, e: log("torch", name, shape, "failed:", repr(e)[:100]), backends)
+        out[shape] = ms
+        del q, k, v
+        torch.cuda.empty_cache()
+    return out
 
 
 def copy_gbps(timer=bench, nbytes=2**30):

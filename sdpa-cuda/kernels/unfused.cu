@@ -1,24 +1,32 @@
-// The softmax step of the unfused baseline: scores S (f32, [B*Hq, Sq, Sk] contiguous, written by cuBLAS
-// without the scale) -> P = softmax(S * scale + mask) in the input dtype, plus the LSE per row.
+// The softmax step of the unfused baseline and of the wide-head path (src/kernels/wide.rs): scores S (f32, written
+// by cuBLAS without the scale) -> P = softmax(S * scale + mask) in the input dtype, plus the LSE per row.
 // One block per query row; pass 1 keeps a running (max, sum) per thread and merges them across the block,
 // pass 2 writes P. Masked keys get P = 0; a row that sees no key is all zeros with LSE = -inf. After cuBLAS's
 // P·V, `unfused_repair_*` recomputes the rows that NaN or inf under a masked key reached through P = 0.
+//
+// The scores are a slab: `n_z` GEMM batches of `rows` rows of `w` columns each ([z][row][w] contiguous), column c
+// being key k0 + c. Row x of batch z is query row i of head h in batch b (see SoftmaxParams). The unfused
+// kernel's slab is the whole call (every head, every row, every key); the wide path's is one query chunk of
+// some heads and only the keys its rows' bands reach.
 #include "common.cuh"
 
 struct SoftmaxParams {
     AttnParams a;
-    const float* s;  // scores
-    void* p;         // probabilities, input dtype
+    const float* s;  // scores of the slab
+    void* p;         // probabilities, input dtype, same layout
+    // Row x of GEMM batch z (z counted from z0): b = z / zb, h = (z % zb) * hz + h0 + x * fold,
+    // i = q0 + x * (1 - fold) (fold: the rows are the query heads of a group at one query position).
+    int z0, zb, hz, h0, fold, q0;
+    int k0, w, rows, reserved;
 };
 
 constexpr int SOFTMAX_THREADS = 256;
 
-// Score j of row (b, h, i) after scale, softcap, ALiBi and mask; -inf when the key takes no part (outside
-// the row's band, or an explicit -inf).
-__device__ __forceinline__ float masked_score(const AttnParams& a, const float* srow, const float* mrow, int h, int i,
-                                              int j) {
+// Score of key j (raw score `sx`) of row (b, h, i) after scale, softcap, ALiBi and mask; -inf when the key
+// takes no part (outside the row's band, or an explicit -inf).
+__device__ __forceinline__ float masked_score(const AttnParams& a, float sx, const float* mrow, int h, int i, int j) {
     if (!band_visible(a, i, j)) return SDPA_NEG_INF;
-    float x = srow[j] * a.scale;
+    float x = sx * a.scale;
     if (has_score_variants(a)) x = variant_score(a, x, h, i, j);
     if (mrow != nullptr) {
         float add = mrow[j * a.mask_stride[3]];
@@ -39,21 +47,23 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float m2, float 
 template <typename T>
 __device__ void softmax_row(const SoftmaxParams& sp) {
     const AttnParams& a = sp.a;
-    const long long row = blockIdx.x;  // (b * Hq + h) * Sq + i
-    const int i = (int)(row % a.sq);
-    const int bh = (int)(row / a.sq);
-    const int h = bh % a.hq, b = bh / a.hq;
-    const float* srow = sp.s + row * a.sk;
-    T* prow = static_cast<T*>(sp.p) + row * a.sk;
+    const long long idx = blockIdx.x;  // z * rows + x in the slab
+    const int x = (int)(idx % sp.rows);
+    const int z = sp.z0 + (int)(idx / sp.rows);
+    const int b = z / sp.zb;
+    const int h = (z % sp.zb) * sp.hz + sp.h0 + x * sp.fold;
+    const int i = sp.q0 + x * (1 - sp.fold);
+    const float* srow = sp.s + idx * sp.w;
+    T* prow = static_cast<T*>(sp.p) + idx * sp.w;
     const float* mrow = a.mask_kind == SDPA_MASK_EXPLICIT ? mask_row(a, b, h, i) : nullptr;
     // Pass 1 reads the row's band only (causal masks and windows); pass 2 writes every P (zeros outside).
-    const int first = band_first(a, i), end = band_end(a, i);
+    const int first = max(band_first(a, i), sp.k0), end = min(band_end(a, i), sp.k0 + sp.w);
 
     float m = SDPA_NEG_INF, l = 0.f;
     for (int j = first + threadIdx.x; j < end; j += SOFTMAX_THREADS) {
-        float x = masked_score(a, srow, mrow, h, i, j);
-        if (x == SDPA_NEG_INF) continue;
-        merge_state(m, l, x, 1.f);
+        const float y = masked_score(a, srow[j - sp.k0], mrow, h, i, j);
+        if (y == SDPA_NEG_INF) continue;
+        merge_state(m, l, y, 1.f);
     }
     // Warp, then block merge of (m, l).
 #pragma unroll
@@ -75,12 +85,12 @@ __device__ void softmax_row(const SoftmaxParams& sp) {
     for (int w = 1; w < SOFTMAX_THREADS / 32; ++w) merge_state(m, l, sm[w], sl[w]);
 
     const float inv = row_inv_l(l);
-    for (int j = threadIdx.x; j < a.sk; j += SOFTMAX_THREADS) {
-        float x = masked_score(a, srow, mrow, h, i, j);
-        float pj = (x == SDPA_NEG_INF || m == SDPA_NEG_INF) ? 0.f : expf(x - m) * inv;
-        prow[j] = from_f32<T>(pj);
+    for (int c = threadIdx.x; c < sp.w; c += SOFTMAX_THREADS) {
+        const float y = masked_score(a, srow[c], mrow, h, i, sp.k0 + c);
+        const float pj = (y == SDPA_NEG_INF || m == SDPA_NEG_INF) ? 0.f : expf(y - m) * inv;
+        prow[c] = from_f32<T>(pj);
     }
-    if (a.lse != nullptr && threadIdx.x == 0) a.lse[row] = row_lse(m, l);
+    if (a.lse != nullptr && threadIdx.x == 0) a.lse[((long long)b * a.hq + h) * a.sq + i] = row_lse(m, l);
 }
 
 extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS) unfused_softmax_f32(const SoftmaxParams sp) {

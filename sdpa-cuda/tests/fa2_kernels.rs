@@ -56,10 +56,9 @@ fn table(kernel: Kernel) -> Vec<Case> {
     common::table(table_shapes(), masks, kernel, F32Math::Exact, &HALF)
 }
 
-/// Runs every case against the reference and the unfused kernel's error ([`common::run_table`]).
+/// Runs every case against the reference and the unfused kernel's error ([`common::run_table_vs_unfused`]).
 fn run_table(name: &str, cases: Vec<Case>) {
-    let Some(gpu) = gpu() else { return };
-    common::run_table(&gpu, name, &cases);
+    common::run_table_vs_unfused(name, &cases, 5000, None);
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
 //! - [`bwd`]: the backward pass on tensor cores, f16/bf16.
+//! - [`wide`]: f16/bf16 at head dims above 256, query slabs of cuBLAS products around unfused's softmax.
 
 pub mod bwd;
 pub mod fa1;
@@ -20,6 +21,7 @@ pub mod policy;
 pub mod splitkv;
 pub mod tf32;
 pub mod unfused;
+pub mod wide;
 
 use crate::checked::call::Call;
 use crate::checked::params::{mask_suffix, MASK_CAUSAL, MASK_EXPLICIT, MASK_NONE};
@@ -106,7 +108,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
     let tc = policy::TensorCores::of(call.spec, &call.params, optin).with_fa3(fa3_takes(call));
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
-        Launcher::Unfused => vec![unfused::program()],
+        Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
         Launcher::Tf32 => vec![tf32::plan(call)?.program],
         Launcher::Fa2 => vec![fa2::plan(call)?.program],
@@ -123,6 +125,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,
+        Launcher::Wide => wide::run(call)?,
         Launcher::Fa1 => fa1::run(call)?,
         Launcher::Tf32 => tf32::run(call)?,
         Launcher::Fa2 => fa2::run(call)?,

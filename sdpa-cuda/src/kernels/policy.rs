@@ -24,6 +24,10 @@
 //!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
+//! - Head dims above 256 (issue 21): `auto` runs dense f16/bf16 calls with D or Dv above 256 on the wide-head
+//!   path ([`Launcher::Wide`], [`super::wide`]: query slabs of tensor-core GEMMs around unfused's softmax,
+//!   reported as kernel `unfused`) instead of the SIMT `fa1`; `fa2` and `splitkv` asked for such calls still
+//!   fall back to `fa1`.
 //! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for a dense f16/bf16 call that `fa2`
 //!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
 //!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]). Asked for by name,
@@ -60,13 +64,16 @@ pub enum Launcher {
     SplitKv,
     /// [`crate::kernels::fa3`].
     Fa3,
+    /// [`crate::kernels::wide`]: head dims above 256 in query slabs; the unfused structure, reported as
+    /// kernel `unfused`.
+    Wide,
 }
 
 impl Launcher {
     /// The kernel a call on this launcher reports as run.
     pub fn kernel(self) -> Kernel {
         match self {
-            Launcher::Unfused => Kernel::Unfused,
+            Launcher::Unfused | Launcher::Wide => Kernel::Unfused,
             Launcher::Fa1 => Kernel::Fa1,
             Launcher::Tf32 | Launcher::Fa2 => Kernel::Fa2,
             Launcher::SplitKv => Kernel::SplitKv,
@@ -353,6 +360,9 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
     if spec.ragged.is_some() {
         return choose_ragged(requested, spec, tc);
     }
+    if requested == Kernel::Auto && !tc.fa2 && super::wide::takes(spec) {
+        return Ok(Launcher::Wide);
+    }
     let kernel = match requested {
         Kernel::Auto => resolve_auto(spec, opts, tc),
         k => k,
@@ -585,6 +595,26 @@ mod tests {
         assert_eq!(choose(Kernel::Auto, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
         let negative = decoding(128, DType::F16).with_scale(-0.5);
         assert_eq!(pick(Kernel::Auto, &negative, F32Math::Exact).expect("auto"), Launcher::Fa1);
+    }
+
+    /// Head dims above 256 in f16/bf16: `auto` runs the wide-head path (reported as `unfused`), prefill and
+    /// MLA decoding alike, any mask; f32 and the kernels asked for by name keep their rules.
+    #[test]
+    fn auto_runs_head_dims_above_256_on_the_wide_path() {
+        let mla = AttentionSpec::new(Shape { dv: 512, ..gqa(8, 128, 1, 1, 4096, 576, DType::BF16).shape }, DType::BF16);
+        let prefill = gqa(2, 4, 4, 4096, 4096, 512, DType::F16).with_mask(Mask::CausalBottomRight);
+        for spec in [mla, prefill.clone(), gqa(1, 8, 2, 100, 300, 4096, DType::BF16)] {
+            let l = pick(Kernel::Auto, &spec, F32Math::Exact).expect("auto");
+            assert_eq!((l, l.kernel()), (Launcher::Wide, Kernel::Unfused), "{spec:?}");
+        }
+        assert_eq!(pick(Kernel::Fa2, &prefill, F32Math::Exact).expect("fa2"), Launcher::Fa1);
+        assert_eq!(pick(Kernel::Unfused, &prefill, F32Math::Exact).expect("unfused"), Launcher::Unfused);
+        let f32_spec = gqa(1, 4, 4, 64, 64, 512, DType::F32);
+        assert_eq!(pick(Kernel::Auto, &f32_spec, F32Math::Exact).expect("auto"), Launcher::Fa1);
+        assert_eq!(
+            pick(Kernel::Auto, &gqa(1, 4, 4, 64, 64, 256, DType::BF16), F32Math::Exact).expect("auto"),
+            Launcher::Fa2
+        );
     }
 
     #[test]

@@ -23,18 +23,47 @@ pub fn program() -> Program {
     Program::whole(&UNFUSED)
 }
 
-/// Launch argument of `unfused_softmax_*` (mirrors `SoftmaxParams` in unfused.cu).
+/// Launch argument of `unfused_softmax_*` (mirrors `SoftmaxParams` in unfused.cu): the call's parameters and
+/// a slab of scores, `rows` rows of `w` keys (from key `k0`) in each of the slab's GEMM batches. Row `x` of
+/// batch `z` (counted from `z0`) is query row `q0 + x` (or `q0` when `fold`) of head
+/// `(z % zb) * hz + h0` (plus `x` when `fold`: the rows are a group's query heads) in batch `z / zb`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct SoftmaxParams {
-    a: AttnParams,
-    s: u64,
-    p: u64,
+pub(crate) struct SoftmaxParams {
+    pub a: AttnParams,
+    pub s: u64,
+    pub p: u64,
+    pub z0: i32,
+    pub zb: i32,
+    pub hz: i32,
+    pub h0: i32,
+    pub fold: i32,
+    pub q0: i32,
+    pub k0: i32,
+    pub w: i32,
+    pub rows: i32,
+    pub reserved: i32,
 }
-// SAFETY: C layout of plain integers and floats (AttnParams is DeviceRepr; two u64 follow, no padding).
+// SAFETY: C layout of plain integers and floats (AttnParams is DeviceRepr; two u64 and ten i32 follow, no
+// padding: AttnParams is a multiple of 8 bytes).
 unsafe impl DeviceRepr for SoftmaxParams {}
 
-fn data_type(dtype: DType) -> cudaDataType {
+/// Launches the softmax over the slab `sp` describes, one block per row of its `n_z` GEMM batches.
+///
+/// # Safety
+/// `sp.s` must hold `n_z · rows · w` f32 scores written before on `call.stream`, `sp.p` as many elements of
+/// the dtype; every row the slab names must be a row of the call (its LSE entry and mask row exist).
+pub(crate) unsafe fn launch_softmax(call: &Call<'_>, sp: &SoftmaxParams, n_z: usize) -> Result<()> {
+    let blocks = n_z.checked_mul(sp.rows as usize).and_then(|n| u32::try_from(n).ok());
+    let blocks = blocks.ok_or_else(|| unsupported("more than 2^32 query rows in one softmax launch"))?;
+    let dims = LaunchDims { grid: (blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+    let name = format!("unfused_softmax_{}", call.spec.dtype.name());
+    // SAFETY: see the function's contract.
+    unsafe { launch(call.dev, call.stream, &program(), &name, dims, sp) }
+}
+
+/// The cuBLAS data type of `dtype`.
+pub(crate) fn data_type(dtype: DType) -> cudaDataType {
     match dtype {
         DType::F32 => cudaDataType::CUDA_R_32F,
         DType::F16 => cudaDataType::CUDA_R_16F,
@@ -42,37 +71,38 @@ fn data_type(dtype: DType) -> cudaDataType {
     }
 }
 
-fn c_int(name: &str, v: i64) -> Result<i32> {
+/// `v` as cuBLAS's 32-bit int, or an error naming `name`.
+pub(crate) fn c_int(name: &str, v: i64) -> Result<i32> {
     i32::try_from(v).map_err(|_| unsupported(format!("{name} = {v} exceeds cuBLAS's 32-bit sizes")))
 }
 
 /// One strided-batched GEMM in cuBLAS's column-major terms; pointers are byte addresses.
-struct Gemm {
-    transa: cublasOperation_t,
-    m: i32,
-    n: i32,
-    k: i32,
-    a: u64,
-    a_type: cudaDataType,
-    lda: i32,
-    stride_a: i64,
-    b: u64,
-    b_type: cudaDataType,
-    ldb: i32,
-    stride_b: i64,
-    c: u64,
-    c_type: cudaDataType,
-    ldc: i32,
-    stride_c: i64,
-    batch: i32,
-    compute: cublasComputeType_t,
+pub(crate) struct Gemm {
+    pub transa: cublasOperation_t,
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: u64,
+    pub a_type: cudaDataType,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: u64,
+    pub b_type: cudaDataType,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub c: u64,
+    pub c_type: cudaDataType,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+    pub compute: cublasComputeType_t,
 }
 
 impl Gemm {
     /// # Safety
     /// Every address must point to device memory covering the matrices the sizes, leading dimensions and
     /// strides describe, alive until the stream runs the GEMM.
-    unsafe fn run(&self, handle: cudarc::cublas::sys::cublasHandle_t) -> Result<()> {
+    pub(crate) unsafe fn run(&self, handle: cudarc::cublas::sys::cublasHandle_t) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: see the function's contract; alpha/beta are host f32 matching the f32 compute type.
         unsafe {
@@ -106,6 +136,18 @@ impl Gemm {
             CudaError::Cublas { call: "cublasGemmStridedBatchedEx", message: format!("{e:?}") }.into_sdpa("unfused")
         })
     }
+}
+
+/// The cuBLAS handle of `blas` (locked by the caller through `Device::with_blas`) set to the call's stream.
+pub(crate) fn handle_on_stream(
+    call: &Call<'_>,
+    blas: &cudarc::cublas::CudaBlas,
+) -> Result<cudarc::cublas::sys::cublasHandle_t> {
+    let handle = *blas.handle();
+    // SAFETY: the handle is live and locked for the caller's closure; the stream belongs to its context.
+    unsafe { cudarc::cublas::result::set_stream(handle, call.stream.cu_stream() as _) }
+        .map_err(|e| CudaError::Cublas { call: "cublasSetStream", message: format!("{e:?}") }.into_sdpa("unfused"))?;
+    Ok(handle)
 }
 
 /// Runs the three steps on the call's stream.
@@ -149,11 +191,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     let inner_r = if uniform { 1 } else { g };
 
     call.dev.with_blas(|blas| {
-        let handle = *blas.handle();
-        // SAFETY: the handle is live and locked for this closure; the stream belongs to its context.
-        unsafe { cudarc::cublas::result::set_stream(handle, call.stream.cu_stream() as _) }.map_err(|e| {
-            CudaError::Cublas { call: "cublasSetStream", message: format!("{e:?}") }.into_sdpa("unfused")
-        })?;
+        let handle = handle_on_stream(call, blas)?;
         for b in 0..outer_b {
             for r in 0..inner_r {
                 let srow0 = (b * s.hq as i64 + r) * sq * sk; // first score of (b, head r)
@@ -186,22 +224,28 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         Ok(())
     })?;
 
-    let sp = SoftmaxParams { a: *p, s: s_ptr, p: p_ptr };
-    let dims = LaunchDims {
-        grid: (u32::try_from(rows).map_err(|_| unsupported("more than 2^32 query rows"))?, 1, 1),
-        block: (256, 1, 1),
-        smem_bytes: 0,
+    // The whole call is one slab: batch z = b·Hq + h, every row, every key.
+    let sp = SoftmaxParams {
+        a: *p,
+        s: s_ptr,
+        p: p_ptr,
+        z0: 0,
+        zb: c_int("Hq", s.hq as i64)?,
+        hz: 1,
+        h0: 0,
+        fold: 0,
+        q0: 0,
+        k0: 0,
+        w: c_int("Sk", sk)?,
+        rows: c_int("Sq", sq)?,
+        reserved: 0,
     };
     // SAFETY: the scores were written above on this stream; P has B·Hq·Sq·Sk elements of the dtype; LSE
     // (if any) has B·Hq·Sq f32; the explicit mask covers its dims.
-    unsafe { launch(call.dev, call.stream, &program(), &format!("unfused_softmax_{}", spec.dtype.name()), dims, &sp)? };
+    unsafe { launch_softmax(call, &sp, s.b * s.hq)? };
 
     call.dev.with_blas(|blas| {
-        let handle = *blas.handle();
-        // SAFETY: as above.
-        unsafe { cudarc::cublas::result::set_stream(handle, call.stream.cu_stream() as _) }.map_err(|e| {
-            CudaError::Cublas { call: "cublasSetStream", message: format!("{e:?}") }.into_sdpa("unfused")
-        })?;
+        let handle = handle_on_stream(call, blas)?;
         for b in 0..outer_b {
             for r in 0..inner_r {
                 let prow0 = (b * s.hq as i64 + r) * sq * sk;
@@ -233,17 +277,28 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         Ok(())
     })?;
 
-    // cuBLAS multiplies a masked key's P = 0 by its V row, so NaN or inf there would reach rows that never
-    // see the key. A grid-stride pass checks the output in 16-byte chunks and recomputes a row without
-    // masked keys when it is not finite (kernels/unfused.cu); rows with finite output cost one read.
+    // SAFETY: O was written by the product above on this stream.
+    unsafe { repair(call) }
+}
+
+/// cuBLAS multiplies a masked key's P = 0 by its V row, so NaN or inf there would reach rows that never see
+/// the key. A grid-stride pass checks the output in 16-byte chunks and recomputes a row without masked keys
+/// when it is not finite (kernels/unfused.cu); rows with finite output cost one read.
+///
+/// # Safety
+/// Every row of O must have been written on `call.stream` before.
+pub(crate) unsafe fn repair(call: &Call<'_>) -> Result<()> {
+    let s = call.spec.shape;
+    let rows = s.b * s.hq * s.sq;
     let dims = LaunchDims {
-        grid: (repair_blocks(rows, s.dv, spec.dtype.size_bytes(), call.dev.info().sm_count), 1, 1),
+        grid: (repair_blocks(rows, s.dv, call.spec.dtype.size_bytes(), call.dev.info().sm_count), 1, 1),
         block: (REPAIR_WARPS as u32 * 32, 1, 1),
         smem_bytes: 0,
     };
-    // SAFETY: O was written by the product above on this stream; Q, K, V, O, the mask and the LSE cover the
-    // elements the parameters address (validated strides).
-    unsafe { launch(call.dev, call.stream, &program(), &format!("unfused_repair_{}", spec.dtype.name()), dims, p) }
+    let name = format!("unfused_repair_{}", call.spec.dtype.name());
+    // SAFETY: Q, K, V, O, the mask and the LSE cover the elements the parameters address (validated strides);
+    // O was written before on this stream (the contract).
+    unsafe { launch(call.dev, call.stream, &program(), &name, dims, &call.params) }
 }
 
 /// Warps per block of `unfused_repair_*`; mirrors `REPAIR_WARPS` in unfused.cu.

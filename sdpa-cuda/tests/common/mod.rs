@@ -187,33 +187,36 @@ pub fn table(
     out
 }
 
-/// Rows compared against the reference: all for small cases, a spread sample for big ones.
-pub fn rows_for(shape: &Shape) -> Option<usize> {
-    let work = shape.b * shape.hq * shape.sq * shape.sk * (shape.d + shape.dv);
-    if work > 50_000_000 {
-        Some(96)
-    } else {
-        None
-    }
+/// Runs every case on inputs seeded `seed0 + n` (outputs poisoned), comparing with the reference and with the
+/// unfused kernel's error on the same inputs (within twice it; both at the dtype's rounding floor count as
+/// equal); with `expect`, the kernel that ran must be that one. Skips without a GPU; fails listing every case
+/// that did not pass.
+pub fn run_table_vs_unfused(name: &str, cases: &[Case], seed0: u64, expect: Option<Kernel>) {
+    let Some(gpu) = gpu() else { return };
+    run_table_on(&gpu, name, cases, seed0, expect);
 }
 
-/// Runs every case on random inputs (seeded by its index) with the output poisoned, comparing with the
-/// reference and with the unfused kernel's error on the same inputs (at most twice it, or twice the dtype's
-/// rounding floor); asserts that every case passes, listing the failures.
-pub fn run_table(gpu: &CudaBackend, name: &str, cases: &[Case]) {
+/// [`run_table_vs_unfused`] on an open backend.
+pub fn run_table_on(gpu: &CudaBackend, name: &str, cases: &[Case], seed0: u64, expect: Option<Kernel>) {
     let mut failures = Vec::new();
     let (mut worst, mut worst_vs_unfused): (f64, f64) = (0.0, 0.0);
     for (n, case) in cases.iter().enumerate() {
         let spec = case.spec();
-        let inputs = HostInputs::random(&spec, 5000 + n as u64).expect("valid spec");
+        let inputs = HostInputs::random(&spec, seed0 + n as u64).expect("valid spec");
         let rows = rows_for(&case.shape);
-        let r = match check_inputs(gpu, case, &inputs, rows) {
-            Ok(r) => r,
+        let run = match gpu.run_host(&spec, &case.opts(), &inputs) {
+            Ok(run) => run,
             Err(e) => {
                 failures.push(format!("{}: error: {e}", case.label()));
                 continue;
             }
         };
+        if expect.is_some_and(|k| k != run.kernel) || run.output.lse.is_some() != case.lse {
+            let lse = run.output.lse.is_some();
+            failures.push(format!("{}: ran {} (LSE returned: {lse}), expected {expect:?}", case.label(), run.kernel));
+            continue;
+        }
+        let r = check_output(&spec, &inputs, &run.output, case.f32_math, rows).expect("checks");
         worst = worst.max(r.rel_err / r.tolerance);
         if !r.pass {
             failures.push(format!("{}: {r:?}", case.label()));
@@ -243,4 +246,19 @@ pub fn run_table(gpu: &CudaBackend, name: &str, cases: &[Case]) {
         failures.len()
     );
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+/// Rows compared against the reference: all for small cases, a spread sample for big ones.
+pub fn rows_for(shape: &Shape) -> Option<usize> {
+    let work = shape.b * shape.hq * shape.sq * shape.sk * (shape.d + shape.dv);
+    if work > 50_000_000 {
+        Some(96)
+    } else {
+        None
+    }
+}
+
+/// [`run_table_vs_unfused`] on an open backend, seeds from 5000, any kernel.
+pub fn run_table(gpu: &CudaBackend, name: &str, cases: &[Case]) {
+    run_table_on(gpu, name, cases, 5000, None);
 }
