@@ -1,0 +1,371 @@
+//! `fa2`'s pad-copy path (issue 21, `kernels/pad_copy.cu`): a dense f16/bf16 prefill call whose rows are not
+//! 16-byte aligned (a head dim that is not a multiple of 8, or a misaligned view) copies Q, K and V once
+//! into zero-filled scratch of `[B, H, S, D8]` (D8 = D rounded up to 8, likewise Dv8), runs `fa2` there on
+//! whole 16-byte rows, and copies O's own Dv columns back into the caller's view. The narrow path (2-byte
+//! copies inside the kernel) ran these calls at 0.17-0.22x of aligned `fa2` at the next multiple of 8
+//! (`bench/results/gpu/headdims.md`); PyTorch pads the same way.
+//!
+//! What stays the caller's: the softmax scale (the parameters' `scale` and `scale_log2`, computed from the
+//! call's own D, are carried over unchanged; zero columns add nothing to Q·Kᵀ), the mask and its strides,
+//! the ALiBi slopes and the LSE (per row, written in place by the kernel). Which calls ([`pays`]): prefill
+//! large enough that the copies are small against the attention; decoding and `splitkv` keep the narrow path,
+//! as do ragged and paged calls. Memory ([`fits`]): the scratch must leave headroom in what the device has
+//! free, else, or if its allocation fails, the call runs the narrow path (never an error). The scratch is
+//! stream-ordered pool memory, freed stream-ordered after the last copy, so repeated calls reuse the pool's
+//! blocks; the device's kept scratch (`Device::kept_scratch`) is splitkv's (zeroed tail, one layout, the
+//! device's stream only) and does not fit here. `SDPA_FA2_PAD_COPY=0` forces the narrow path, `=1` takes
+//! this one for every call it can take whatever its size (tests and A/B timing).
+
+use super::fa2::{self, HeadDims, Serve};
+use crate::checked::call::Call;
+use crate::checked::launch::{launch, LaunchDims};
+use crate::checked::params::AttnParams;
+use crate::error::unsupported;
+use crate::sys::modules::PAD_COPY;
+use crate::sys::program::Program;
+use cudarc::driver::{DevicePtr, DeviceRepr};
+use sdpa_core::{DType, Result, Shape};
+
+/// The environment variable that chooses the path: `0` narrow always, `1` pad-copy wherever it can run,
+/// unset (or anything else) by [`pays`].
+pub const ENV: &str = "SDPA_FA2_PAD_COPY";
+
+/// The module, compiled whole (entry `pad_copy_2`: one 2-byte element per thread).
+pub fn program() -> Program {
+    Program::whole(&PAD_COPY)
+}
+
+/// What [`ENV`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// By [`pays`] (unset).
+    Rule,
+    /// Never (`0`).
+    Off,
+    /// Wherever the call can take it (`1`).
+    Always,
+}
+
+impl Mode {
+    /// The mode of [`ENV`]'s value.
+    pub fn parse(v: Option<&str>) -> Mode {
+        match v.map(str::trim) {
+            Some("0") => Mode::Off,
+            Some("1") => Mode::Always,
+            _ => Mode::Rule,
+        }
+    }
+
+    /// The mode the environment sets now (read per call, as `SDPA_FA2_TILE` is).
+    pub fn from_env() -> Mode {
+        Mode::parse(std::env::var(ENV).ok().as_deref())
+    }
+}
+
+/// `x` rounded up to a multiple of 8 (a whole number of 16-byte chunks of 2-byte elements).
+pub fn round8(x: usize) -> usize {
+    x.div_ceil(8) * 8
+}
+
+/// Whether the copies pay for themselves at Sq, Sk, D and Dv. The copies move each row of Q, K, V and O
+/// twice (read and write, `D8 + Dv8` columns of 2 bytes per query and per key); the attention does about
+/// `2·Sq·Sk·(cD + cDv)` flops per query head at its class widths cD, cDv (the kernel's math runs the whole
+/// class). On an H100 (3 TB/s copy, ~250 TFLOPS for aligned fa2) copies over attention come to about
+/// `170·(1/Sq + 1/Sk)·(D8 + Dv8)/(cD + cDv)`, twice that when causal; the narrow path measured 3.5-6x the
+/// aligned one's time, so the copies pay while they stay near the attention's own time. The rule: the
+/// harmonic term `Sq·Sk/(Sq + Sk)` times `(cD + cDv)/(D8 + Dv8)` at least 128 (copies at most ~1.3x the
+/// attention, ~2.6x causal). Decoding (a few query rows) never passes: copying a whole KV cache per step
+/// costs more than the narrow loads it saves. Four extra launches (a few microseconds) are small against
+/// any call that passes (at least ~128 query and key rows per head).
+pub fn pays(sq: usize, sk: usize, d: usize, dv: usize) -> bool {
+    let Some((cd, cdv)) = fa2::head_dim_classes(d, dv) else { return false };
+    if sq == 0 || sk == 0 {
+        return false;
+    }
+    // Sq·Sk·(cD + cDv) >= 128·(Sq + Sk)·(D8 + Dv8), in u128 (no overflow at any usize length).
+    let (sq, sk) = (sq as u128, sk as u128);
+    sq * sk * (cd + cdv) as u128 >= 128 * (sq + sk) * (round8(d) + round8(dv)) as u128
+}
+
+/// Whether `call` runs the pad-copy path under `mode` (before the memory check): a dense f16/bf16 call
+/// (ragged and paged ones keep the narrow path) whose rows are not 16-byte aligned, whose elements are
+/// (every 2-byte element is, for the narrow path too), and that [`pays`] (or `mode` is [`Mode::Always`]).
+pub fn wanted(call: &Call<'_>, mode: Mode) -> bool {
+    let s = call.spec.shape;
+    let p = &call.params;
+    let candidate = matches!(call.spec.dtype, DType::F16 | DType::BF16)
+        && Serve::of(call.spec) == Serve::Dense
+        && !p.rows_16_byte_aligned(s.d, s.dv)
+        && p.qkvo_aligned_2_bytes()
+        && fa2::head_dim_classes(s.d, s.dv).is_some();
+    candidate
+        && match mode {
+            Mode::Off => false,
+            Mode::Always => true,
+            Mode::Rule => pays(s.sq, s.sk, s.d, s.dv),
+        }
+}
+
+/// Elements of the scratch: offsets of padded Q, K, V and O in one buffer, and its length. Each part is a
+/// multiple of 8 elements, so each starts 16-byte aligned after the allocation's own alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scratch {
+    /// Offsets of Q, K, V, O.
+    pub at: [usize; 4],
+    /// Total elements.
+    pub len: usize,
+}
+
+impl Scratch {
+    /// The layout for `s`; `None` when its size overflows.
+    pub fn of(s: &Shape) -> Option<Scratch> {
+        let part =
+            |heads: usize, rows: usize, cols: usize| s.b.checked_mul(heads)?.checked_mul(rows)?.checked_mul(cols);
+        let (d8, dv8) = (round8(s.d), round8(s.dv));
+        let sizes = [part(s.hq, s.sq, d8)?, part(s.hkv, s.sk, d8)?, part(s.hkv, s.sk, dv8)?, part(s.hq, s.sq, dv8)?];
+        let mut at = [0; 4];
+        let mut len = 0usize;
+        for (a, n) in at.iter_mut().zip(sizes) {
+            *a = len;
+            len = len.checked_add(n)?;
+        }
+        Some(Scratch { at, len })
+    }
+
+    /// Bytes (2-byte elements).
+    pub fn bytes(&self) -> u64 {
+        (self.len as u64).saturating_mul(2)
+    }
+}
+
+/// Free device memory the scratch leaves untouched: what the call's own launches, cuBLAS and other streams
+/// may still need (the backend checked the operands before the call; this is on top of them).
+pub const HEADROOM_BYTES: u64 = 256 << 20;
+
+/// Whether scratch of `needed` bytes fits in `free` with [`HEADROOM_BYTES`] to spare.
+pub fn fits(needed: u64, free: u64) -> bool {
+    needed.checked_add(HEADROOM_BYTES).is_some_and(|n| n <= free)
+}
+
+/// Contiguous `[B, H, S, cols]` strides (batch, head, row), elements.
+fn dense_strides(heads: usize, rows: usize, cols: usize) -> [i64; 3] {
+    [(heads * rows * cols) as i64, (rows * cols) as i64, cols as i64]
+}
+
+/// The parameters of the padded call: the caller's (scale, mask, LSE, band, ALiBi, lengths) with Q, K, V
+/// and O pointing into the scratch at `base`, contiguous strides and the padded head dims.
+pub fn padded_params(p: &AttnParams, s: &Shape, layout: &Scratch, base: u64) -> AttnParams {
+    let (d8, dv8) = (round8(s.d), round8(s.dv));
+    let at = |i: usize| base + 2 * layout.at[i] as u64;
+    AttnParams {
+        q: at(0),
+        k: at(1),
+        v: at(2),
+        o: at(3),
+        q_stride: dense_strides(s.hq, s.sq, d8),
+        k_stride: dense_strides(s.hkv, s.sk, d8),
+        v_stride: dense_strides(s.hkv, s.sk, dv8),
+        o_stride: dense_strides(s.hq, s.sq, dv8),
+        d: d8 as i32,
+        dv: dv8 as i32,
+        ..*p
+    }
+}
+
+/// The kernel's parameter: `PadCopyArgs` in pad_copy.cu (strides in elements).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct PadCopyArgs {
+    src: u64,
+    dst: u64,
+    src_stride: [i64; 3],
+    dst_stride: [i64; 3],
+    total: i64,
+    h: i32,
+    s: i32,
+    n_src: i32,
+    n_dst: i32,
+}
+const _: () = assert!(std::mem::size_of::<PadCopyArgs>() == 88);
+// SAFETY: plain data with C layout matching the kernel's `PadCopyArgs`.
+unsafe impl DeviceRepr for PadCopyArgs {}
+
+/// One strided operand: base pointer and (batch, head, row) strides, elements.
+#[derive(Debug, Clone, Copy)]
+struct Rows {
+    ptr: u64,
+    stride: [i64; 3],
+}
+
+/// Copies `[b, h, s]` rows of `n_src` columns from `src` to rows of `n_dst` columns at `dst`, zeros past
+/// `n_src`.
+///
+/// # Safety
+/// Both views must address live device memory on the call's stream for every (batch < b, head < h,
+/// row < s) and column below `n_src` (src) and `n_dst` (dst).
+unsafe fn copy(
+    call: &Call<'_>,
+    src: Rows,
+    dst: Rows,
+    (b, h, s): (usize, usize, usize),
+    n_src: usize,
+    n_dst: usize,
+) -> Result<()> {
+    let total = [b, h, s, n_dst].iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    let int = |v: usize| i32::try_from(v).map_err(|_| unsupported("fa2 pad-copy: a size exceeds i32"));
+    let total =
+        total.and_then(|t| i64::try_from(t).ok()).ok_or_else(|| unsupported("fa2 pad-copy: too many elements"))?;
+    if total == 0 {
+        return Ok(());
+    }
+    let args = PadCopyArgs {
+        src: src.ptr,
+        dst: dst.ptr,
+        src_stride: src.stride,
+        dst_stride: dst.stride,
+        total,
+        h: int(h)?,
+        s: int(s)?,
+        n_src: int(n_src)?,
+        n_dst: int(n_dst)?,
+    };
+    // Enough blocks for several waves on any GPU; the grid-stride loop takes the rest.
+    let blocks = (total as u64).div_ceil(256).clamp(1, 16384) as u32;
+    let dims = LaunchDims { grid: (blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+    // SAFETY: the caller guarantees both views (see # Safety); each thread reads column < n_src of one row
+    // of `src` and writes column < n_dst of the same row of `dst`.
+    unsafe { launch(call.dev, call.stream, &program(), "pad_copy_2", dims, &args) }
+}
+
+/// The programs the pad-copy path launches for `call` (the copy and `fa2` at the padded head dims), or
+/// `None` when it does not take the call under `mode` (warm-ups then compile the narrow plan).
+pub fn programs_for(call: &Call<'_>, mode: Mode) -> Result<Option<Vec<Program>>> {
+    if !wanted(call, mode) {
+        return Ok(None);
+    }
+    let s = call.spec.shape;
+    let plan = fa2::plan_at(call, padded_dims(&s)?)?;
+    Ok(Some(vec![program(), plan.program]))
+}
+
+/// The aligned classes of the padded head dims (16-byte rows).
+fn padded_dims(s: &Shape) -> Result<HeadDims> {
+    HeadDims::of(round8(s.d), round8(s.dv))
+        .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))
+}
+
+/// Runs `call` through the padded scratch when it takes the path (see the module docs); `Ok(false)` when
+/// it does not (not [`wanted`], or the scratch does not fit or cannot be allocated): the caller runs the
+/// narrow path then.
+pub fn run(call: &Call<'_>) -> Result<bool> {
+    if !wanted(call, Mode::from_env()) {
+        return Ok(false);
+    }
+    let s = call.spec.shape;
+    let Some(layout) = Scratch::of(&s) else { return Ok(false) };
+    // A failed query of free memory is no reason to fail the call: the narrow path needs nothing more.
+    let Ok((free, _)) = call.dev.context().mem_get_info() else { return Ok(false) };
+    if !fits(layout.bytes(), free as u64) {
+        return Ok(false);
+    }
+    let plan = fa2::plan_at(call, padded_dims(&s)?)?;
+    let Ok(buf) = call.scratch::<u16>(layout.len, "fa2 pad-copy scratch") else { return Ok(false) };
+    // The guard orders the scratch's later reuse after this call's last copy; held until it is queued.
+    let (base, guard) = buf.device_ptr(call.stream);
+    let padded = padded_params(&call.params, &s, &layout, base);
+    let p = &call.params;
+    let (d8, dv8) = (round8(s.d), round8(s.dv));
+    let from = |ptr, stride| Rows { ptr, stride };
+    // SAFETY: the caller's views were checked by the backend against the validated spec (every strided
+    // offset of [B, H, S, D] inside its buffer); the scratch holds [B, H, S, D8 or Dv8] of each operand
+    // contiguously at `padded`'s pointers (Scratch::of), alive until `buf` drops after the last launch.
+    unsafe {
+        copy(call, from(p.q, p.q_stride), from(padded.q, padded.q_stride), (s.b, s.hq, s.sq), s.d, d8)?;
+        copy(call, from(p.k, p.k_stride), from(padded.k, padded.k_stride), (s.b, s.hkv, s.sk), s.d, d8)?;
+        copy(call, from(p.v, p.v_stride), from(padded.v, padded.v_stride), (s.b, s.hkv, s.sk), s.dv, dv8)?;
+    }
+    // Every row of padded Q, K, V written above (zeros past D and Dv), contiguous and 16-byte aligned.
+    fa2::launch_dense(call, &plan, &padded)?;
+    // SAFETY: as above; O's own Dv columns of each row go back, nothing else of the caller's view is written.
+    unsafe { copy(call, from(padded.o, padded.o_stride), from(p.o, p.o_stride), (s.b, s.hq, s.sq), dv8, s.dv)? };
+    drop(guard);
+    drop(buf);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_takes_prefill_and_leaves_decoding_narrow() {
+        // Decoding: a few query rows against any cache never pays.
+        for sk in [1, 128, 4096, 1 << 20] {
+            for d in [1, 33, 100, 127, 255] {
+                assert!(!pays(1, sk, d, d), "Sq = 1, Sk = {sk}, D = {d}");
+                assert!(!pays(8, sk, d, d), "Sq = 8, Sk = {sk}, D = {d}");
+            }
+        }
+        // Long prefill at every odd head dim of issue 21 pays, with unequal pairs.
+        for d in [1, 3, 7, 33, 65, 100, 127, 130, 250, 255] {
+            assert!(pays(1024, 1024, d, d), "D = {d}");
+            assert!(pays(300, 400, d, d), "D = {d}");
+        }
+        assert!(pays(512, 512, 190, 127) && pays(512, 512, 65, 31));
+        // The boundary at D8 == class (127 -> 128): Sq·Sk/(Sq + Sk) >= 128 exactly at Sq = Sk = 256.
+        assert!(pays(256, 256, 127, 127) && !pays(255, 255, 127, 127));
+        // D = 33 copies 40 columns of a 64-wide class: pays from a shorter call (Sq = Sk = 160).
+        assert!(pays(160, 160, 33, 33) && !pays(159, 159, 33, 33));
+        // Short prefill (issue 21's test shapes) stays narrow; so do empty calls and head dims fa2 lacks.
+        assert!(!pays(77, 130, 33, 33) && !pays(130, 77, 127, 127));
+        assert!(!pays(0, 4096, 33, 33) && !pays(4096, 0, 33, 33) && !pays(4096, 4096, 300, 300));
+    }
+
+    #[test]
+    fn the_variable_parses_to_a_mode() {
+        assert_eq!(Mode::parse(None), Mode::Rule);
+        assert_eq!(Mode::parse(Some("0")), Mode::Off);
+        assert_eq!(Mode::parse(Some(" 1 ")), Mode::Always);
+        assert_eq!(Mode::parse(Some("yes")), Mode::Rule);
+    }
+
+    #[test]
+    fn scratch_parts_are_padded_contiguous_and_16_byte_aligned() {
+        let s = Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 33, dv: 31 };
+        let l = Scratch::of(&s).expect("fits");
+        let (q, k, v, o) = (2 * 8 * 77 * 40, 2 * 2 * 130 * 40, 2 * 2 * 130 * 32, 2 * 8 * 77 * 32);
+        assert_eq!(l.at, [0, q, q + k, q + k + v]);
+        assert_eq!((l.len, l.bytes()), (q + k + v + o, 2 * (q + k + v + o) as u64));
+        assert!(l.at.iter().all(|a| a % 8 == 0));
+        let huge = Shape { b: usize::MAX / 2, ..s };
+        assert_eq!(Scratch::of(&huge), None);
+        // Memory: the scratch plus the headroom must be free.
+        assert!(fits(1 << 30, (1 << 30) + HEADROOM_BYTES) && !fits(1 << 30, (1 << 30) + HEADROOM_BYTES - 1));
+        assert!(!fits(u64::MAX, u64::MAX));
+    }
+
+    /// The padded call keeps the caller's scale (from D, never from D8), mask, LSE, band and lengths, and
+    /// runs 16-byte rows at the padded head dims.
+    #[test]
+    fn the_padded_call_keeps_the_callers_scale_and_runs_aligned_rows() {
+        use sdpa_core::{AttentionSpec, Mask};
+        let s = Shape { b: 2, hq: 4, hkv: 2, sq: 300, sk: 400, d: 33, dv: 65 };
+        let spec = AttentionSpec::new(s, DType::BF16).with_mask(Mask::CausalBottomRight);
+        // A BSHD-like misaligned view of the caller.
+        let p = AttnParams::new(&spec, 2, 4098, 8194, 12290, 0, 64).expect("params");
+        assert!(!p.rows_16_byte_aligned(s.d, s.dv) && p.qkvo_aligned_2_bytes());
+        let l = Scratch::of(&s).expect("fits");
+        let q = padded_params(&p, &s, &l, 1 << 20);
+        assert_eq!((q.scale, q.scale_log2), (p.scale, p.scale_log2));
+        assert!((q.scale - 1.0 / 33f32.sqrt()).abs() < 1e-6, "scale {} is not 1/sqrt(33)", q.scale);
+        assert_eq!((q.d, q.dv, q.lse, q.mask, q.causal_offset), (40, 72, 64, 0, 100));
+        assert_eq!((q.band_lo, q.band_hi, q.sq, q.sk, q.hq, q.hkv), (p.band_lo, p.band_hi, 300, 400, 4, 2));
+        assert_eq!(q.q_stride, [4 * 300 * 40, 300 * 40, 40]);
+        assert_eq!(q.v_stride, [2 * 400 * 72, 400 * 72, 72]);
+        assert_eq!(q.o, (1 << 20) + 2 * l.at[3] as u64);
+        assert!(q.rows_16_byte_aligned(40, 72));
+        assert_eq!(padded_dims(&s).map(|h| h.label()).ok(), Some("96p".into()));
+        let exact = Shape { d: 127, dv: 127, ..s };
+        assert_eq!(padded_dims(&exact).map(|h| h.label()).ok(), Some("128".into()));
+    }
+}
