@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::odd::{cases, head_dims, masks_for, HALF};
+use common::odd::{cases, head_dims, masks_for, misaligned, HALF};
 use common::{check_inputs, gpu, run_spec, run_table, Case};
 use sdpa_core::{
     AttentionSpec, BackwardOptions, DType, F32Math, GradInputs, HostBackend, HostInputs, Kernel, Layout, Mask,
@@ -122,20 +122,7 @@ fn misaligned_views_run_the_narrow_copies() {
             for dtype in HALF {
                 let shape = Shape { b: 2, hq: 4, hkv: 2, sq, sk, d, dv: d };
                 let case = Case::new(shape, dtype, Mask::CausalBottomRight, Layout::Bhsd, kernel, F32Math::Exact);
-                let mut spec = case.spec();
-                // Heads `step` elements more than their rows apart, `step` the row stride's own alignment (so
-                // that the call's copy width stays the row's): every head's base is off 16 bytes too.
-                let step = 1usize << row.trailing_zeros().min(3);
-                for (st, rows, heads) in [
-                    (&mut spec.q_strides, sq, 4),
-                    (&mut spec.k_strides, sk, 2),
-                    (&mut spec.v_strides, sk, 2),
-                    (&mut spec.o_strides, sq, 4),
-                ] {
-                    st.s = row;
-                    st.h = row * rows + step;
-                    st.b = (row * rows + step) * heads + step;
-                }
+                let spec = misaligned(&case, row);
                 let (ran, r) = run_spec(&gpu, &case, &spec, 11);
                 assert!(matches!(ran, Kernel::Fa2 | Kernel::SplitKv), "{} row {row}: ran {ran}", case.label());
                 assert!(r.pass, "{} row {row}: {r:?}", case.label());

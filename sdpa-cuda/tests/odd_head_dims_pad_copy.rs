@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::odd::{cases, head_dims, HALF};
+use common::odd::{cases, head_dims, misaligned, HALF};
 use common::{check_inputs, gpu, run_table, Case};
 use sdpa_core::check::check_output;
 use sdpa_core::{AttentionSpec, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape};
@@ -131,18 +131,7 @@ fn misaligned_and_strided_views_through_the_pad_copy_path() {
         let mask = if i % 2 == 0 { Mask::CausalBottomRight } else { Mask::CausalTopLeft };
         let case = Case::new(shape, HALF[i % 2], mask, Layout::Bhsd, Kernel::Fa2, F32Math::Exact);
         let case = Case { lse: true, ..case };
-        let mut spec = case.spec();
-        let step = 1usize << row.trailing_zeros().min(3);
-        for (st, rows, heads) in [
-            (&mut spec.q_strides, sq, 4),
-            (&mut spec.k_strides, sk, 2),
-            (&mut spec.v_strides, sk, 2),
-            (&mut spec.o_strides, sq, 4),
-        ] {
-            st.s = row;
-            st.h = row * rows + step;
-            st.b = (row * rows + step) * heads + step;
-        }
+        let spec = misaligned(&case, row);
         with_mode(Some("1"), || assert_view_written_exactly(&gpu, &case, &spec, 11 + i as u64));
     }
 }

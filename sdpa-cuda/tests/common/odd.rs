@@ -2,7 +2,7 @@
 //! narrow copies) and `odd_head_dims_pad_copy` (the same cases through fa2's pad-copy path).
 
 use super::Case;
-use sdpa_core::{DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Shape};
+use sdpa_core::{AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Shape};
 
 /// The head dims (Dv = D), then unequal pairs (the larger sets the class; 190/127 is the MLA class
 /// pair 192/128).
@@ -54,4 +54,24 @@ pub fn cases(kernel: Kernel) -> Vec<Case> {
         }
     }
     out
+}
+
+/// `case`'s spec (BHSD) with every operand's rows `row` elements apart and its heads `step` elements more
+/// than their rows apart, `step` the row stride's own alignment (so that the call's copy width stays the
+/// row's): every head's base is off 16 bytes too.
+pub fn misaligned(case: &Case, row: usize) -> AttentionSpec {
+    let s = case.shape;
+    let mut spec = case.spec();
+    let step = 1usize << row.trailing_zeros().min(3);
+    for (st, rows, heads) in [
+        (&mut spec.q_strides, s.sq, s.hq),
+        (&mut spec.k_strides, s.sk, s.hkv),
+        (&mut spec.v_strides, s.sk, s.hkv),
+        (&mut spec.o_strides, s.sq, s.hq),
+    ] {
+        st.s = row;
+        st.h = row * rows + step;
+        st.b = (row * rows + step) * heads + step;
+    }
+    spec
 }
