@@ -30,7 +30,7 @@ use sdpa_core::{DType, Result, Shape};
 /// unset (or anything else) by [`pays`].
 pub const ENV: &str = "SDPA_FA2_PAD_COPY";
 
-/// The module, compiled whole (entry `pad_copy_2`: one 2-byte element per thread).
+/// The module, compiled whole (entry `pad_copy_2`: 2-byte elements, one warp per row).
 pub fn program() -> Program {
     Program::whole(&PAD_COPY)
 }
@@ -97,7 +97,11 @@ pub fn wanted(call: &Call<'_>, mode: Mode) -> bool {
         && Serve::of(call.spec) == Serve::Dense
         && !p.rows_16_byte_aligned(s.d, s.dv)
         && p.qkvo_aligned_2_bytes()
-        && fa2::head_dim_classes(s.d, s.dv).is_some();
+        && fa2::head_dim_classes(s.d, s.dv).is_some()
+        && s.b > 0
+        && s.hq > 0
+        && s.sq > 0
+        && s.sk > 0;
     candidate
         && match mode {
             Mode::Off => false,
@@ -180,7 +184,7 @@ struct PadCopyArgs {
     dst: u64,
     src_stride: [i64; 3],
     dst_stride: [i64; 3],
-    total: i64,
+    rows: i64,
     h: i32,
     s: i32,
     n_src: i32,
@@ -211,11 +215,10 @@ unsafe fn copy(
     n_src: usize,
     n_dst: usize,
 ) -> Result<()> {
-    let total = [b, h, s, n_dst].iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    let rows = b.checked_mul(h).and_then(|x| x.checked_mul(s));
     let int = |v: usize| i32::try_from(v).map_err(|_| unsupported("fa2 pad-copy: a size exceeds i32"));
-    let total =
-        total.and_then(|t| i64::try_from(t).ok()).ok_or_else(|| unsupported("fa2 pad-copy: too many elements"))?;
-    if total == 0 {
+    let rows = rows.and_then(|t| i64::try_from(t).ok()).ok_or_else(|| unsupported("fa2 pad-copy: too many rows"))?;
+    if rows == 0 || n_dst == 0 {
         return Ok(());
     }
     let args = PadCopyArgs {
@@ -223,17 +226,18 @@ unsafe fn copy(
         dst: dst.ptr,
         src_stride: src.stride,
         dst_stride: dst.stride,
-        total,
+        rows,
         h: int(h)?,
         s: int(s)?,
         n_src: int(n_src)?,
         n_dst: int(n_dst)?,
     };
-    // Enough blocks for several waves on any GPU; the grid-stride loop takes the rest.
-    let blocks = (total as u64).div_ceil(256).clamp(1, 16384) as u32;
+    // One warp per row, 8 per block; enough blocks for several waves on any GPU, the grid-stride loop takes
+    // the rest.
+    let blocks = (rows as u64).div_ceil(8).clamp(1, 16384) as u32;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
-    // SAFETY: the caller guarantees both views (see # Safety); each thread reads column < n_src of one row
-    // of `src` and writes column < n_dst of the same row of `dst`.
+    // SAFETY: the caller guarantees both views (see # Safety); each warp reads columns < n_src of one row
+    // (batch < b, head < h, row < s) of `src` and writes columns < n_dst of the same row of `dst`.
     unsafe { launch(call.dev, call.stream, &program(), "pad_copy_2", dims, &args) }
 }
 
