@@ -409,23 +409,20 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         return Ok(());
     }
     let plan = plan(call)?;
-    if plan.schedule.is_none() {
-        return launch_dense(call, &plan, &call.params);
-    }
-    let Fa2Plan { program, dims, schedule } = plan;
-    let Some(schedule) = schedule else { return Ok(()) };
+    let Some(schedule) = &plan.schedule else { return launch_dense(call, &plan, &call.params) };
     if schedule.is_empty() {
         return Ok(()); // no sequence has a query row: nothing to write
     }
-    let table = call.dev.table_i32(&schedule, "fa2's schedule of query tiles")?;
+    let table = call.dev.table_i32(schedule, "fa2's schedule of query tiles")?;
     let (ptr, guard) = table.device_ptr(call.stream);
     let params = AttnParams { workspace: ptr, ..call.params };
-    // SAFETY: as above, per sequence: the backend checked the packed (or paged) operands against the
+    let Fa2Plan { program, dims, .. } = &plan;
+    // SAFETY: as for a dense call (`launch_dense`), per sequence: the backend checked the packed (or paged) operands against the
     // validated ragged spec and pointed `params` at the uploaded offsets and block table; the schedule
     // (`workspace`, one int2 per block of the grid's x) names sequences < B and query tiles inside them;
     // each block reads Q/O rows of its sequence, keys < its Sk_b (paged: through its block-table row, page
     // indices clamped into the pool), and writes O rows and [Hq, total_q] LSE entries of its own rows.
-    let r = unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &params) };
+    let r = unsafe { launch(call.dev, call.stream, program, &program.name, *dims, &params) };
     drop(guard);
     r
 }
