@@ -5,7 +5,10 @@
 //! LSE, f16 and bf16, within twice the unfused kernel's error) with `SDPA_FA2_PAD_COPY=1`; long prefill by
 //! the default rule and with `SDPA_FA2_PAD_COPY=0` (the narrow path) alike; misaligned and strided views,
 //! whose elements outside the O view stay poisoned. Every test sets the variable under one lock (it is read
-//! per call, and the tests of a binary share the process). Skips (printing why) without a GPU.
+//! per call, and the tests of a binary share the process) and opens the GPU under it too (no driver call
+//! reads the environment while another test writes it). Which path ran is not observable from here: the
+//! rule and the choice are unit tests (`kernels::pad_copy`), the timings of `fa2_rust_bench.py --odd` tell
+//! the paths apart. Skips (printing why) without a GPU.
 
 mod common;
 
@@ -47,19 +50,20 @@ fn warm(gpu: &CudaBackend) {
 
 #[test]
 fn pad_copy_at_every_head_dim_matches_the_reference_and_the_unfused_error() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = with_mode(None, gpu) else { return };
     warm(&gpu);
     with_mode(Some("1"), || run_table(&gpu, "fa2 pad-copy odd head dims", &cases(Kernel::Fa2)));
 }
 
-/// Long prefill (past the rule's threshold) at every head dim and pair: the default (pad-copy by the rule)
-/// and `SDPA_FA2_PAD_COPY=0` (narrow) both match the reference on sampled rows, with LSE.
+/// Long prefill (past the rule's threshold for 2-byte rows, causal or not) at every head dim and pair: the
+/// default (pad-copy by the rule; D = 100's 8-byte rows stay narrow) and `SDPA_FA2_PAD_COPY=0` (narrow)
+/// both match the reference on sampled rows, with LSE.
 #[test]
 fn long_prefill_by_the_rule_and_narrow_match_the_reference() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = with_mode(None, gpu) else { return };
     let masks = [Mask::CausalBottomRight, Mask::None, Mask::CausalTopLeft];
     for (i, (d, dv)) in head_dims().into_iter().enumerate() {
-        let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 260, sk: 300, d, dv };
+        let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 1024, sk: 1024, d, dv };
         let layout = if i % 2 == 0 { Layout::Bshd } else { Layout::Bhsd };
         let case = Case::new(shape, HALF[i % 2], masks[i % 3], layout, Kernel::Fa2, F32Math::Exact);
         let case = Case { lse: true, ..case };
@@ -74,7 +78,7 @@ fn long_prefill_by_the_rule_and_narrow_match_the_reference() {
 /// Full grids on both paths (sampled rows): the shapes `odd_head_dims` runs at scale.
 #[test]
 fn larger_shapes_on_both_paths() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = with_mode(None, gpu) else { return };
     let s = |b, hq, hkv, sq, sk, d, dv| Shape { b, hq, hkv, sq, sk, d, dv };
     for (n, shape) in [
         s(2, 16, 4, 1000, 1500, 65, 65),
@@ -124,7 +128,7 @@ fn assert_view_written_exactly(gpu: &CudaBackend, case: &Case, spec: &AttentionS
 /// the pad-copy path they match the reference and write nothing outside the O view.
 #[test]
 fn misaligned_and_strided_views_through_the_pad_copy_path() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = with_mode(None, gpu) else { return };
     for (i, (d, row)) in [(64, 68usize), (64, 66), (64, 65), (33, 40), (100, 101), (128, 132)].into_iter().enumerate() {
         let (sq, sk) = (70, 90);
         let shape = Shape { b: 2, hq: 4, hkv: 2, sq, sk, d, dv: d };
@@ -140,7 +144,7 @@ fn misaligned_and_strided_views_through_the_pad_copy_path() {
 /// 130 and Dv != D (65/31), and a strided BSHD view.
 #[test]
 fn small_pad_copy_calls_for_the_sanitizer() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = with_mode(None, gpu) else { return };
     with_mode(Some("1"), || {
         for (d, dv) in [(33, 33), (100, 100), (130, 130), (65, 31)] {
             let shape = Shape { b: 1, hq: 2, hkv: 1, sq: 70, sk: 90, d, dv };

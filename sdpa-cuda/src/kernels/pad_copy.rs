@@ -8,7 +8,7 @@
 //! What stays the caller's: the softmax scale (the parameters' `scale` and `scale_log2`, computed from the
 //! call's own D, are carried over unchanged; zero columns add nothing to Q·Kᵀ), the mask and its strides,
 //! the ALiBi slopes and the LSE (per row, written in place by the kernel). Which calls ([`pays`]): prefill
-//! large enough that the copies are small against the attention; decoding and `splitkv` keep the narrow path,
+//! large enough that the copies cost well under what the narrow copies lose; decoding and `splitkv` keep the narrow path,
 //! as do ragged and paged calls. Memory ([`fits`]): the scratch must leave headroom in what the device has
 //! free, else, or if its allocation fails, the call runs the narrow path (never an error). The scratch is
 //! stream-ordered pool memory, freed stream-ordered after the last copy, so repeated calls reuse the pool's
@@ -67,24 +67,68 @@ pub fn round8(x: usize) -> usize {
     x.div_ceil(8) * 8
 }
 
-/// Whether the copies pay for themselves at Sq, Sk, D and Dv. The copies move each row of Q, K, V and O
-/// twice (read and write, `D8 + Dv8` columns of 2 bytes per query and per key); the attention does about
-/// `2·Sq·Sk·(cD + cDv)` flops per query head at its class widths cD, cDv (the kernel's math runs the whole
-/// class). On an H100 (3 TB/s copy, ~250 TFLOPS for aligned fa2) copies over attention come to about
-/// `170·(1/Sq + 1/Sk)·(D8 + Dv8)/(cD + cDv)`, twice that when causal; the narrow path measured 3.5-6x the
-/// aligned one's time, so the copies pay while they stay near the attention's own time. The rule: the
-/// harmonic term `Sq·Sk/(Sq + Sk)` times `(cD + cDv)/(D8 + Dv8)` at least 128 (copies at most ~1.3x the
-/// attention, ~2.6x causal). Decoding (a few query rows) never passes: copying a whole KV cache per step
-/// costs more than the narrow loads it saves. Four extra launches (a few microseconds) are small against
-/// any call that passes (at least ~128 query and key rows per head).
-pub fn pays(sq: usize, sk: usize, d: usize, dv: usize) -> bool {
+/// The copy width (bytes) of the narrow path for `p`: the widest of 16, 8, 4 and 2 that divides every base
+/// pointer, stride and row length of Q, K, V and O (`fa2_row_bytes` in kernels/fa2_mma.cuh, the same rule).
+pub fn narrow_row_bytes(p: &AttnParams) -> usize {
+    let mut x = p.q | p.k | p.v | p.o | (p.d as u64 * 2) | (p.dv as u64 * 2);
+    for st in [p.q_stride, p.k_stride, p.v_stride, p.o_stride].iter().flatten() {
+        x |= (*st as u64).wrapping_mul(2);
+    }
+    [16, 8, 4].into_iter().find(|&w| x.is_multiple_of(w as u64)).unwrap_or(2)
+}
+
+/// Time of the narrow path over aligned `fa2` at the next multiple of 8, by its copy width: measured on the
+/// H100 (`bench/results/gpu/headdims.md`, B = 4, H = 16, S = 4k): 2-byte rows 4.5-5.9x (0.17-0.22x), 8-byte
+/// rows 1.6-1.7x (0.60-0.62x); 4-byte rows were not measured and take a value between (2.5).
+fn narrow_penalty(row_bytes: usize) -> f64 {
+    match row_bytes {
+        2 => 4.5,
+        4 => 2.5,
+        8 => 1.6,
+        _ => 1.0,
+    }
+}
+
+/// Bytes-for-flops constant of the rule: the copies move 4 bytes per element (2-byte read and write) at about
+/// 2 TB/s, the aligned attention does 2 flops per element product at about 350 TFLOPS (fa2 at D = 104, 4k
+/// tokens, on its class width): (4 / 2e12) / (2 / 3.5e14) = 350.
+const COPY_FLOP_RATIO: f64 = 350.0;
+
+/// Whether the copies pay for themselves. Per query head, the copies move `(Sq + Sk)·(D8 + Dv8)` elements
+/// (Q and O per query, K and V per key; fewer under GQA, which the rule ignores) and the attention does
+/// `Sq·keys·(cD + cDv)` element products at the class widths cD, cDv (the kernel computes the whole class),
+/// `keys` the visible keys per query row on average (Sk without a mask, about half causal). Their time ratio
+/// is about [`COPY_FLOP_RATIO`] times the element ratio; the pad-copy path saves `(penalty − 1)` times the
+/// attention ([`narrow_penalty`] of the narrow copy width `row_bytes`); the rule takes it where the copies
+/// cost at most half of that saving (a margin for the estimates and the four extra launches). So decoding
+/// (a few query rows: copying a whole KV cache per step) never pays, long prefill with 2-byte rows pays from
+/// about 700 tokens causal at D = 127 (fewer at smaller D, whose class has more zero columns), and 8-byte
+/// rows (a cheaper narrow path) need several thousand tokens.
+pub fn pays(sq: usize, sk: usize, keys: f64, d: usize, dv: usize, row_bytes: usize) -> bool {
     let Some((cd, cdv)) = fa2::head_dim_classes(d, dv) else { return false };
-    if sq == 0 || sk == 0 {
+    if sq == 0 || sk == 0 || keys <= 0.0 {
         return false;
     }
-    // Sq·Sk·(cD + cDv) >= 128·(Sq + Sk)·(D8 + Dv8), in u128 (no overflow at any usize length).
-    let (sq, sk) = (sq as u128, sk as u128);
-    sq * sk * (cd + cdv) as u128 >= 128 * (sq + sk) * (round8(d) + round8(dv)) as u128
+    let copies = (sq as f64 + sk as f64) * (round8(d) + round8(dv)) as f64;
+    let attention = sq as f64 * keys * (cd + cdv) as f64;
+    COPY_FLOP_RATIO * copies / attention <= (narrow_penalty(row_bytes) - 1.0) / 2.0
+}
+
+/// Visible keys per query row of `p` on average (its key band, `band_lo..=band_hi` around each row, clamped
+/// to the keys), estimated from five rows spread over Sq: exact where the count is linear in the row (no
+/// mask, causal without clamping), close enough for [`pays`] elsewhere.
+pub fn mean_keys(p: &AttnParams) -> f64 {
+    let (sq, sk) = (i64::from(p.sq.max(0)), i64::from(p.sk.max(0)));
+    if sq == 0 {
+        return 0.0;
+    }
+    let keys = |i: i64| {
+        let lo = (i + i64::from(p.band_lo)).clamp(0, sk);
+        let hi = (i + i64::from(p.band_hi) + 1).clamp(0, sk);
+        (hi - lo).max(0) as f64
+    };
+    let rows = [0, sq / 4, sq / 2, 3 * sq / 4, sq - 1];
+    rows.iter().map(|&i| keys(i)).sum::<f64>() / rows.len() as f64
 }
 
 /// Whether `call` runs the pad-copy path under `mode` (before the memory check): a dense f16/bf16 call
@@ -106,7 +150,7 @@ pub fn wanted(call: &Call<'_>, mode: Mode) -> bool {
         && match mode {
             Mode::Off => false,
             Mode::Always => true,
-            Mode::Rule => pays(s.sq, s.sk, s.d, s.dv),
+            Mode::Rule => pays(s.sq, s.sk, mean_keys(p), s.d, s.dv, narrow_row_bytes(p)),
         }
 }
 
@@ -303,26 +347,54 @@ mod tests {
 
     #[test]
     fn the_rule_takes_prefill_and_leaves_decoding_narrow() {
-        // Decoding: a few query rows against any cache never pays.
+        let full = |_sq: usize, sk: usize| sk as f64;
+        let causal = |sq: usize, sk: usize| sk as f64 - sq as f64 / 2.0;
+        // Decoding: a few query rows against any cache never pays, whatever the copy width.
         for sk in [1, 128, 4096, 1 << 20] {
             for d in [1, 33, 100, 127, 255] {
-                assert!(!pays(1, sk, d, d), "Sq = 1, Sk = {sk}, D = {d}");
-                assert!(!pays(8, sk, d, d), "Sq = 8, Sk = {sk}, D = {d}");
+                for w in [2, 4, 8] {
+                    assert!(!pays(1, sk, full(1, sk), d, d, w), "Sq = 1, Sk = {sk}, D = {d}, {w}-byte rows");
+                    assert!(!pays(8, sk, causal(8, sk), d, d, w), "Sq = 8, Sk = {sk}, D = {d}, {w}-byte rows");
+                }
             }
         }
-        // Long prefill at every odd head dim of issue 21 pays, with unequal pairs.
-        for d in [1, 3, 7, 33, 65, 100, 127, 130, 250, 255] {
-            assert!(pays(1024, 1024, d, d), "D = {d}");
-            assert!(pays(300, 400, d, d), "D = {d}");
+        // Long prefill on 2-byte rows pays at every odd head dim of issue 21, with unequal pairs, causal too.
+        for d in [1, 3, 7, 33, 65, 127, 255] {
+            assert!(pays(4096, 4096, causal(4096, 4096), d, d, 2), "D = {d}");
+            assert!(pays(1024, 1024, causal(1024, 1024), d, d, 2), "D = {d}");
         }
-        assert!(pays(512, 512, 190, 127) && pays(512, 512, 65, 31));
-        // The boundary at D8 == class (127 -> 128): Sq·Sk/(Sq + Sk) >= 128 exactly at Sq = Sk = 256.
-        assert!(pays(256, 256, 127, 127) && !pays(255, 255, 127, 127));
-        // D = 33 copies 40 columns of a 64-wide class: pays from a shorter call (Sq = Sk = 160).
-        assert!(pays(160, 160, 33, 33) && !pays(159, 159, 33, 33));
-        // Short prefill (issue 21's test shapes) stays narrow; so do empty calls and head dims fa2 lacks.
-        assert!(!pays(77, 130, 33, 33) && !pays(130, 77, 127, 127));
-        assert!(!pays(0, 4096, 33, 33) && !pays(4096, 0, 33, 33) && !pays(4096, 4096, 300, 300));
+        assert!(pays(2048, 2048, 2048.0, 190, 127, 2) && pays(2048, 2048, 2048.0, 65, 31, 2));
+        // The boundary at D8 == class (127 -> 128), causal: 350 · 2S / (S · S/2) · 1 <= 1.75 from S = 800.
+        assert!(pays(800, 800, 400.0, 127, 127, 2) && !pays(799, 799, 399.5, 127, 127, 2));
+        // D = 33 copies 40 columns of a 64-wide class: pays from shorter calls (S = 512 causal).
+        assert!(pays(512, 512, 256.0, 33, 33, 2) && !pays(256, 256, 128.0, 33, 33, 2));
+        // 8-byte rows (D = 100) lose only 1.6x on the narrow path: 4k tokens pay, 512 do not.
+        assert!(pays(4096, 4096, causal(4096, 4096), 100, 100, 8) && !pays(512, 512, 256.0, 100, 100, 8));
+        // Issue 21's short test shapes stay narrow; so do empty calls, no visible key, head dims fa2 lacks,
+        // and aligned rows (nothing to gain).
+        assert!(!pays(77, 130, 130.0, 33, 33, 2) && !pays(130, 77, 77.0, 127, 127, 2));
+        assert!(!pays(0, 4096, 1.0, 33, 33, 2) && !pays(4096, 0, 1.0, 33, 33, 2) && !pays(4096, 4096, 0.0, 33, 33, 2));
+        assert!(!pays(4096, 4096, 4096.0, 300, 300, 2) && !pays(1 << 16, 1 << 16, 65536.0, 128, 128, 16));
+    }
+
+    #[test]
+    fn the_narrow_width_and_the_mean_keys_follow_the_parameters() {
+        use sdpa_core::{AttentionSpec, Mask, Window};
+        let s = Shape { b: 1, hq: 2, hkv: 2, sq: 400, sk: 1000, d: 100, dv: 100 };
+        let spec = AttentionSpec::new(s, DType::BF16);
+        let p = |d| AttnParams::new(&AttentionSpec::new(Shape { d, dv: d, ..s }, DType::BF16), 0, 0, 0, 0, 0, 0);
+        let width = |d| p(d).map(|p| narrow_row_bytes(&p)).ok();
+        assert_eq!((width(128), width(100), width(66), width(33)), (Some(16), Some(8), Some(4), Some(2)));
+        let mut q = p(128).expect("params");
+        q.q = 2; // a base pointer off 4 bytes
+        assert_eq!(narrow_row_bytes(&q), 2);
+        let keys = |spec: &AttentionSpec| AttnParams::new(spec, 0, 0, 0, 0, 0, 0).map(|p| mean_keys(&p)).ok();
+        assert_eq!(keys(&spec), Some(1000.0));
+        // Bottom-right causal: row i sees 601 + i keys; the five rows average 601 + (0+100+200+300+399)/5.
+        assert_eq!(keys(&spec.clone().with_mask(Mask::CausalBottomRight)), Some(601.0 + 999.0 / 5.0));
+        // A window of 64 back (and the diagonal) on top-left causal: at most 65 keys a row.
+        let w = spec.with_mask(Mask::CausalTopLeft).with_window(Window::left(64));
+        assert!(keys(&w).is_some_and(|k| k <= 65.0 && k > 40.0), "{:?}", keys(&w));
     }
 
     #[test]
