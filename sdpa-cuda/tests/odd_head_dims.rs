@@ -82,8 +82,9 @@ fn auto_at_every_head_dim_matches_the_reference_and_runs_tensor_cores() {
 }
 
 /// Big enough to fill the GPU (full-grid tiles, races and tile-boundary bugs), and long decoding whose rows
-/// spread over many blocks, sampled rows. The `fa2` shapes pass the pad-copy rule (`kernels::pad_copy::pays`),
-/// so here they run through aligned scratch; `odd_head_dims_pad_copy` runs them on the narrow path too.
+/// spread over many blocks, sampled rows. The `fa2` shapes with 2-byte rows pass the pad-copy rule
+/// (`kernels::pad_copy::pays`), so here they run through aligned scratch (D = 100's 8-byte rows stay narrow);
+/// `odd_head_dims_pad_copy` runs them on both paths.
 #[test]
 fn larger_shapes_sampled() {
     let Some(gpu) = gpu() else { return };
