@@ -81,7 +81,7 @@ pub fn narrow_row_bytes(p: &AttnParams) -> usize {
 /// Time of the narrow path over aligned `fa2` at the next multiple of 8, by its copy width: measured on the
 /// H100 (`bench/results/gpu/headdims.md`, B = 4, H = 16, S = 4k): 2-byte rows 4.5-5.9x (0.17-0.22x), 8-byte
 /// rows 1.6-1.7x (0.60-0.62x); 4-byte rows were not measured and take a value between (2.5).
-fn narrow_penalty(row_bytes: usize) -> f64 {
+pub fn narrow_penalty(row_bytes: usize) -> f64 {
     match row_bytes {
         2 => 4.5,
         4 => 2.5,
@@ -93,7 +93,7 @@ fn narrow_penalty(row_bytes: usize) -> f64 {
 /// Bytes-for-flops constant of the rule: the copies move 4 bytes per element (2-byte read and write) at about
 /// 2 TB/s, the aligned attention does 2 flops per element product at about 350 TFLOPS (fa2 at D = 104, 4k
 /// tokens, on its class width): (4 / 2e12) / (2 / 3.5e14) = 350.
-const COPY_FLOP_RATIO: f64 = 350.0;
+pub const COPY_FLOP_RATIO: f64 = 350.0;
 
 /// Whether the copies pay for themselves. Per query head, the copies move `(Sq + Sk)·(D8 + Dv8)` elements
 /// (Q and O per query, K and V per key; fewer under GQA, which the rule ignores) and the attention does
