@@ -30,9 +30,10 @@ ap.add_argument("--headdims", action="store_true",
                 help="only issue 21's head-dim grid: fa2 at D = 32..256 (16k tokens, H = 2048/D or 16), MLA 192/128, "
                      "decoding at D = 80 and 192/128")
 ap.add_argument("--odd", action="store_true",
-                help="only issue 21's head dims that are not multiples of 8: D = 33, 65, 100, 127 (auto) against fa2 at "
-                     "the next multiple of 8 (40, 72, 104, 128), B = 4, H = 16, S = 4k, causal and not, bf16; PyTorch's "
-                     "default backend named by the kernels it launched")
+                help="only issue 21's head dims that are not multiples of 8: D = 33, 65, 100, 127 (auto: fa2's pad-copy "
+                     "path by its rule) against the same calls with SDPA_FA2_PAD_COPY=0 (the narrow path), fa2 at the "
+                     "next multiple of 8 (40, 72, 104, 128) and PyTorch; B = 4, H = 16, S = 4k, causal and not, and "
+                     "B = 32, S = 512 causal; bf16; PyTorch's default backend named by the kernels it launched")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -50,9 +51,9 @@ for d in ([32, 40, 64, 80, 96, 128, 160, 192, 224, 256] if args.headdims else []
             points.append(pt("headdim", 16384 // s, h, h, s, s, d, "bf16", causal, "auto"))
 ODD = {33: 40, 65: 72, 100: 104, 127: 128}
 for d in (sorted(ODD) if args.odd else []):
-    for causal in [False, True]:
-        points.append(pt("odd", 4, 16, 16, 4096, 4096, d, "bf16", causal, "auto"))
-        points.append(pt("odd_next8", 4, 16, 16, 4096, 4096, ODD[d], "bf16", causal, "fa2"))
+    for (b, s, causal) in [(4, 4096, False), (4, 4096, True), (32, 512, True)]:
+        points.append(pt("odd", b, 16, 16, s, s, d, "bf16", causal, "auto"))
+        points.append(pt("odd_next8", b, 16, 16, s, s, ODD[d], "bf16", causal, "fa2"))
 for s in ([1024, 4096, 16384] if args.headdims else []):
     points.append(pt("mla", 16384 // s, 16, 16, s, s, 192, "bf16", True, "auto", dv=128))
 for (b, hq, hkv, sk) in ([(8, 32, 32, 4096), (1, 32, 8, 32768)] if args.headdims else []):
@@ -78,6 +79,12 @@ log("ENV", json.dumps(res["env"]))
 
 log(f"timing {len(points)} points of ours through the Rust backend ...")
 ours = run_points(args.bench, points, "fa2_rust_raw.json", warmup=10, reps=50)
+if args.odd:
+    # The same odd calls on the narrow path (2-byte copies inside fa2), in the same run: the pad-copy A/B.
+    narrow = [dict(p, tag="odd_narrow") for p in points if p["tag"] == "odd"]
+    log(f"timing {len(narrow)} odd points with SDPA_FA2_PAD_COPY=0 ...")
+    ours += run_points(args.bench, narrow, "fa2_rust_raw_narrow.json", warmup=10, reps=50,
+                       env={"SDPA_FA2_PAD_COPY": "0"})
 
 # Ceilings, in the same run.
 res["ceilings"]["d2d_GBps"] = copy_gbps()
@@ -173,18 +180,23 @@ for d in sorted({r["d"] for r in hd}):
 xf = sorted(r["x_flash"] for r in hd if r["x_flash"])
 if xf:
     log(f"headdim grid: vs flash median {xf[len(xf) // 2]:.3f} (>= 1.0) min {xf[0]:.3f} (>= 0.9)")
-odd = {(r["d"], r["mask"]): r for r in res["records"] if r["tag"] == "odd"}
-nxt = {(r["d"], r["mask"]): r for r in res["records"] if r["tag"] == "odd_next8"}
+odd = {(r["d"], r["mask"], r["sq"]): r for r in res["records"] if r["tag"] == "odd"}
+nxt = {(r["d"], r["mask"], r["sq"]): r for r in res["records"] if r["tag"] == "odd_next8"}
+nar = {(r["d"], r["mask"], r["sq"]): r for r in res["records"] if r["tag"] == "odd_narrow"}
 if odd:
-    log(f"\n{'D':>3} {'c':1} {'ran':7} {'ms':>7} {'TFLOPS':>6} | {'next8':>5} {'fa2 ms':>7} {'x':>5} | "
-        f"{'flash ms':>8} {'x':>5} | {'default':9} {'ms':>7} {'x':>5} | check")
-for (d, mask), r in sorted(odd.items()):
-    n = nxt.get((ODD[d], mask), {})
-    ms, nms = r.get("median_ms"), n.get("median_ms")
-    log(f"{d:>3} {int(mask == 'causal')} {r.get('kernel_ran', 'ERR'):7} {fm(ms, '7.3f')} {fm(r.get('tflops'))} | "
+    # x: the other time over this row's (pad-copy by the rule); > 1: the pad-copy call is faster.
+    log(f"\n{'D':>3} {'c':1} {'S':>5} {'ran':7} {'ms':>7} {'TFLOPS':>6} | {'narrow':>7} {'x':>5} | {'next8':>5} "
+        f"{'fa2 ms':>7} {'x':>5} | {'flash ms':>8} {'x':>5} | {'default':9} {'ms':>7} {'x':>5} | check")
+for (d, mask, sq), r in sorted(odd.items()):
+    n = nxt.get((ODD[d], mask, sq), {})
+    w = nar.get((d, mask, sq), {})
+    ms, nms, wms = r.get("median_ms"), n.get("median_ms"), w.get("median_ms")
+    log(f"{d:>3} {int(mask == 'causal')} {sq:>5} {r.get('kernel_ran', 'ERR'):7} {fm(ms, '7.3f')} {fm(r.get('tflops'))} | "
+        f"{fm(wms, '7.3f')} {fm(wms / ms if ms and wms else None, '5.2f')} | "
         f"{ODD[d]:>5} {fm(nms, '7.3f')} {fm(nms / ms if ms and nms else None, '5.2f')} | "
         f"{fm(r['torch_flash_ms'], '8.3f')} {fm(r['x_flash'], '5.2f')} | {r.get('torch_default_backend', '-'):9} "
-        f"{fm(r['torch_default_ms'], '7.3f')} {fm(r['x_default'], '5.2f')} | {r.get('check_pass')}/{n.get('check_pass')}")
+        f"{fm(r['torch_default_ms'], '7.3f')} {fm(r['x_default'], '5.2f')} | "
+        f"{r.get('check_pass')}/{w.get('check_pass')}/{n.get('check_pass')}")
 for r in res["records"]:
     if r["tag"] in ("mla", "decode80", "decode_mla"):
         log(f"{r['tag']} B={r['b']} S={r['sq']}/{r['sk']} D={r['d']}/{r.get('dv', r['d'])} ran {r.get('kernel_ran', 'ERR')}: "

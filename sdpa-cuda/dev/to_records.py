@@ -23,7 +23,9 @@ for r in data["records"]:
     shape = dict(b=r["b"], hq=r["hq"], hkv=r["hkv"], sq=r["sq"], sk=r["sk"], d=r["d"], dv=r.get("dv", r["d"]))
     base = dict(device=device, dtype=r["dtype"], shape=shape, mask=r["mask"], layout="bhsd", machine=machine)
     if r.get("median_ms"):
-        out.append(dict(base, backend="cuda", kernel=r["kernel_ran"],
+        # `--odd`'s A/B: the same call with SDPA_FA2_PAD_COPY=0 is named apart from the pad-copy one.
+        kernel = r["kernel_ran"] + ("-narrow" if r.get("tag") == "odd_narrow" else "")
+        out.append(dict(base, backend="cuda", kernel=kernel,
                         time_ms=dict(median=r["median_ms"], min=r["min_ms"], max=r["max_ms"], reps=50),
                         tflops=r["tflops"], gbps=r["gbps"]))
     # PyTorch's default is cuDNN on the H100 where cuDNN takes the call; `--odd` runs name what ran instead.

@@ -27,7 +27,8 @@
 //!   and a generic variant for any D and Dv up to [`MAX_HEAD_DIM`]); f32 stays exact.
 //! - `fa2`: FlashAttention-2 on tensor cores for f16/bf16 at any D and Dv from 1 to 256 (compiled
 //!   head-dim classes, [`fa2::HEAD_DIM_CLASSES`], the extra columns zero-filled; rows that are not 16-byte
-//!   aligned copied in narrower chunks); with f32
+//!   aligned copied in narrower chunks, or, in prefill long enough to repay it, copied once into aligned
+//!   scratch, [`kernels::pad_copy`]); with f32
 //!   inputs the opt-in tensor-core path ([`tf32`]), `F32Math::Tf32` (one TF32 product) or
 //!   `F32Math::SplitTf32` (three TF32 products, near-f32 accuracy).
 //! - `splitkv`: flash-decoding on tensor cores for f16/bf16, the keys split across warps and blocks.

@@ -6,68 +6,20 @@
 //! both causal alignments and an explicit mask, GQA, both layouts, with and without LSE, f16 and bf16 each
 //! within twice the unfused kernel's error; misaligned views at every copy width; the kernel that ran (never
 //! `fa1` for these), `fa3` and the backward refusing them with the reason; and f32 on the TF32 and split-TF32
-//! path at Dv != D. Skips (printing why) without a GPU.
+//! path at Dv != D. The prefill cases are short enough that `fa2`'s pad-copy rule (`kernels::pad_copy::pays`)
+//! leaves them on the narrow copies; `odd_head_dims_pad_copy` runs the same cases through aligned scratch.
+//! Skips (printing why) without a GPU.
 
 mod common;
 
+use common::odd::{cases, head_dims, masks_for, misaligned, HALF};
 use common::{check_inputs, gpu, run_spec, run_table, Case};
 use sdpa_core::{
-    AttentionSpec, BackwardOptions, DType, ExplicitMask, F32Math, GradInputs, HostBackend, HostInputs, Kernel, Layout,
-    Mask, MaskValues, RunOptions, Shape,
+    AttentionSpec, BackwardOptions, DType, F32Math, GradInputs, HostBackend, HostInputs, Kernel, Layout, Mask,
+    RunOptions, Shape,
 };
 use sdpa_cuda::CudaBackend;
 use std::sync::OnceLock;
-
-/// The head dims (Dv = D), then unequal pairs (the larger sets the class; 190/127 is the MLA class
-/// pair 192/128).
-fn head_dims() -> Vec<(usize, usize)> {
-    let mut v: Vec<(usize, usize)> = [1, 3, 7, 33, 65, 100, 127, 130, 250, 255].map(|d| (d, d)).to_vec();
-    v.extend([(65, 31), (33, 100), (127, 130), (250, 3), (1, 255), (190, 127)]);
-    v
-}
-
-const HALF: [DType; 2] = [DType::F16, DType::BF16];
-
-/// The masks of the `i`-th head-dim pair: none and causal in both alignments always, an explicit additive
-/// mask on every third pair (each costs programs of its own).
-fn masks_for(i: usize, shape: &Shape) -> Vec<Mask> {
-    let mut m = vec![Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight];
-    if i.is_multiple_of(3) {
-        m.push(Mask::Explicit(ExplicitMask::full(MaskValues::Additive, shape)));
-    }
-    m
-}
-
-/// Every case of `kernel`: prefill shapes (lengths off every tile, Sq > Sk and Sq < Sk, GQA 2 and 4) for
-/// `fa2` and `auto`, decoding shapes (a few query rows, keys split over blocks, GQA 4) for `splitkv` and
-/// `auto`; both layouts; one dtype per pair, alternating, and both for the first two pairs and the last;
-/// LSE on three cases of four.
-fn cases(kernel: Kernel) -> Vec<Case> {
-    let dims = head_dims();
-    let mut out = Vec::new();
-    for (i, &(d, dv)) in dims.iter().enumerate() {
-        let s = |b, hq, hkv, sq, sk| Shape { b, hq, hkv, sq, sk, d, dv };
-        let prefill = [s(2, 4, 2, 77, 130), s(1, 8, 2, 130, 77)];
-        let decode = [s(2, 8, 2, 2, 3000)];
-        let shapes: Vec<Shape> = match kernel {
-            Kernel::Fa2 => prefill.to_vec(),
-            Kernel::SplitKv => decode.to_vec(),
-            _ => vec![prefill[0], decode[0]],
-        };
-        let dtypes: &[DType] = if i < 2 || i + 1 == dims.len() { &HALF } else { &HALF[i % 2..i % 2 + 1] };
-        for shape in shapes {
-            for mask in masks_for(i, &shape) {
-                for layout in [Layout::Bhsd, Layout::Bshd] {
-                    for &dtype in dtypes {
-                        let lse = out.len() % 4 != 3;
-                        out.push(Case { lse, ..Case::new(shape, dtype, mask, layout, kernel, F32Math::Exact) });
-                    }
-                }
-            }
-        }
-    }
-    out
-}
 
 /// Compiles, on parallel threads, the programs of every case of this file (and of its unfused baselines)
 /// once per process, instead of one at a time as the cases first meet them.
@@ -130,7 +82,9 @@ fn auto_at_every_head_dim_matches_the_reference_and_runs_tensor_cores() {
 }
 
 /// Big enough to fill the GPU (full-grid tiles, races and tile-boundary bugs), and long decoding whose rows
-/// spread over many blocks, sampled rows.
+/// spread over many blocks, sampled rows. The `fa2` shapes with 2-byte rows pass the pad-copy rule
+/// (`kernels::pad_copy::pays`), so here they run through aligned scratch (D = 100's 8-byte rows stay narrow);
+/// `odd_head_dims_pad_copy` runs them on both paths.
 #[test]
 fn larger_shapes_sampled() {
     let Some(gpu) = gpu() else { return };
@@ -169,20 +123,7 @@ fn misaligned_views_run_the_narrow_copies() {
             for dtype in HALF {
                 let shape = Shape { b: 2, hq: 4, hkv: 2, sq, sk, d, dv: d };
                 let case = Case::new(shape, dtype, Mask::CausalBottomRight, Layout::Bhsd, kernel, F32Math::Exact);
-                let mut spec = case.spec();
-                // Heads `step` elements more than their rows apart, `step` the row stride's own alignment (so
-                // that the call's copy width stays the row's): every head's base is off 16 bytes too.
-                let step = 1usize << row.trailing_zeros().min(3);
-                for (st, rows, heads) in [
-                    (&mut spec.q_strides, sq, 4),
-                    (&mut spec.k_strides, sk, 2),
-                    (&mut spec.v_strides, sk, 2),
-                    (&mut spec.o_strides, sq, 4),
-                ] {
-                    st.s = row;
-                    st.h = row * rows + step;
-                    st.b = (row * rows + step) * heads + step;
-                }
+                let spec = misaligned(&case, row);
                 let (ran, r) = run_spec(&gpu, &case, &spec, 11);
                 assert!(matches!(ran, Kernel::Fa2 | Kernel::SplitKv), "{} row {row}: ran {ran}", case.label());
                 assert!(r.pass, "{} row {row}: {r:?}", case.label());

@@ -358,13 +358,20 @@ pub struct Fa2Plan {
     pub schedule: Option<Vec<i32>>,
 }
 
-/// Program (one entry point) and launch shape of `fa2` for a supported call.
+/// Program (one entry point) and launch shape of `fa2` for a supported call, on the call's own rows.
 pub fn plan(call: &Call<'_>) -> Result<Fa2Plan> {
+    let s = call.spec.shape;
+    let dims = HeadDims::of_rows(s.d, s.dv, call.params.rows_16_byte_aligned(s.d, s.dv))
+        .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
+    plan_at(call, dims)
+}
+
+/// As [`plan`] with the instantiation's head dims given: the call's own, or the padded ones of the
+/// pad-copy path ([`super::pad_copy`]), whose scratch rows are whole 16-byte chunks.
+pub fn plan_at(call: &Call<'_>, dims: HeadDims) -> Result<Fa2Plan> {
     let s = call.spec.shape;
     let info = call.dev.info();
     let (sm_count, optin) = (info.sm_count.max(1) as usize, info.smem_per_block_optin.max(0) as usize);
-    let dims = HeadDims::of_rows(s.d, s.dv, call.params.rows_16_byte_aligned(s.d, s.dv))
-        .ok_or_else(|| unsupported(format!("fa2 has no head-dim class for D = {}, Dv = {}", s.d, s.dv)))?;
     let (tile, prefix) = match forced_tile()? {
         Some(t) => (t, format!("fa2_tile{}x{}x{}x{}", t.bm, t.bn, t.warps, t.stages)),
         None => choose_tile(dims.d, dims.dv, &|bm| blocks_of(call.spec, bm), sm_count, optin)
@@ -392,32 +399,41 @@ pub fn plan(call: &Call<'_>) -> Result<Fa2Plan> {
 
 /// Launches `fa2` on the call's stream. A call the tensor-core kernels cannot take
 /// ([`policy::tensor_core_limit`](super::policy::tensor_core_limit)) is an error here; the policy sends
-/// such calls to `fa1` before they get here.
+/// such calls to `fa1` before they get here. Dense prefill whose rows are not 16-byte aligned runs through
+/// aligned scratch where that pays and fits ([`super::pad_copy`]), else on its own rows.
 pub fn run(call: &Call<'_>) -> Result<()> {
     if let Some(limit) = tensor_core_limit(call.spec, &call.params) {
         return Err(unsupported(format!("fa2 cannot take this call: {limit}")));
     }
-    let Fa2Plan { program, dims, schedule } = plan(call)?;
-    let Some(schedule) = schedule else {
-        // SAFETY: `call.params` holds pointers the backend checked against the validated spec (lengths cover
-        // every strided offset); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and
-        // the mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
-        return unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &call.params) };
-    };
+    if super::pad_copy::run(call)? {
+        return Ok(());
+    }
+    let plan = plan(call)?;
+    let Some(schedule) = &plan.schedule else { return launch_dense(call, &plan, &call.params) };
     if schedule.is_empty() {
         return Ok(()); // no sequence has a query row: nothing to write
     }
-    let table = call.dev.table_i32(&schedule, "fa2's schedule of query tiles")?;
+    let table = call.dev.table_i32(schedule, "fa2's schedule of query tiles")?;
     let (ptr, guard) = table.device_ptr(call.stream);
     let params = AttnParams { workspace: ptr, ..call.params };
-    // SAFETY: as above, per sequence: the backend checked the packed (or paged) operands against the
+    let Fa2Plan { program, dims, .. } = &plan;
+    // SAFETY: as for a dense call (`launch_dense`), per sequence: the backend checked the packed (or paged) operands against the
     // validated ragged spec and pointed `params` at the uploaded offsets and block table; the schedule
     // (`workspace`, one int2 per block of the grid's x) names sequences < B and query tiles inside them;
     // each block reads Q/O rows of its sequence, keys < its Sk_b (paged: through its block-table row, page
     // indices clamped into the pool), and writes O rows and [Hq, total_q] LSE entries of its own rows.
-    let r = unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &params) };
+    let r = unsafe { launch(call.dev, call.stream, program, &program.name, *dims, &params) };
     drop(guard);
     r
+}
+
+/// Launches a dense call's `plan` with `params`: the call's own, or the padded ones of the pad-copy path.
+pub fn launch_dense(call: &Call<'_>, plan: &Fa2Plan, params: &AttnParams) -> Result<()> {
+    // SAFETY: `params` holds pointers the backend checked against the validated spec (lengths cover every
+    // strided offset), or the pad-copy path's scratch laid out for the same spec at the padded head dims
+    // (pad_copy::Scratch); the kernel reads Q/K/V rows < Sq/Sk (others are zero-filled, not read) and the
+    // mask within its strides, and writes O rows < Sq and LSE entries < B·Hq·Sq only.
+    unsafe { launch(call.dev, call.stream, &plan.program, &plan.program.name, plan.dims, params) }
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //!
 //! - [`unfused`]: cuBLAS Q·Kᵀ, the softmax kernel, cuBLAS P·V.
 //! - [`fa1`]: FlashAttention-1, tensor cores for f16/bf16 where it can, SIMT otherwise.
-//! - [`fa2`]: FlashAttention-2 on tensor cores, f16/bf16.
+//! - [`fa2`]: FlashAttention-2 on tensor cores, f16/bf16 ([`pad_copy`]: its odd head dims through aligned
+//!   scratch).
 //! - [`fa3`]: the Hopper forward (sm_90a: TMA, `wgmma`, warp specialisation), f16/bf16.
 //! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
@@ -16,6 +17,7 @@ pub mod bwd;
 pub mod fa1;
 pub mod fa2;
 pub mod fa3;
+pub mod pad_copy;
 pub mod paged_append;
 pub mod policy;
 pub mod splitkv;
@@ -47,8 +49,13 @@ pub fn l2_flush_program() -> Program {
 /// Every program any launch can ask for: each family's instantiations, the unfused path's module and the
 /// L2 flush. The compile check (CI) builds all of them; `sdpa warmup --all` loads all of them.
 pub fn all_programs() -> Vec<Program> {
-    let mut all =
-        vec![unfused::program(), l2_flush_program(), paged_append::program(), crate::ring::kernels::program()];
+    let mut all = vec![
+        unfused::program(),
+        l2_flush_program(),
+        paged_append::program(),
+        pad_copy::program(),
+        crate::ring::kernels::program(),
+    ];
     all.extend(fa1::programs());
     all.extend(fa2::programs());
     all.extend(fa3::programs());
@@ -111,7 +118,10 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
         Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
         Launcher::Tf32 => vec![tf32::plan(call)?.program],
-        Launcher::Fa2 => vec![fa2::plan(call)?.program],
+        Launcher::Fa2 => match pad_copy::programs_for(call, pad_copy::Mode::from_env())? {
+            Some(programs) => programs,
+            None => vec![fa2::plan(call)?.program],
+        },
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
         Launcher::Fa3 => vec![fa3::plan(call)?.program],
     })

@@ -95,13 +95,16 @@ pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!(".
 /// The "write to cache" step of a paged KV cache (`crate::kernels::paged_append`).
 pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include_str!("../../kernels/paged_append.cu"));
 
+/// Strided 2-byte copies between head-dim widths: `fa2`'s pad-copy path (`crate::kernels::pad_copy`).
+pub const PAD_COPY: ModuleSource = ModuleSource::new("pad_copy", include_str!("../../kernels/pad_copy.cu"));
+
 /// Ring attention's merge, gradient accumulation and row gather (`crate::ring`).
 pub const RING: ModuleSource = ModuleSource::new("ring", include_str!("../../kernels/ring.cu"));
 
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
 pub const MODULES: &[ModuleSource] =
-    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, FA3, SPLITKV, L2_FLUSH, PAGED_APPEND, BWD, RING];
+    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, FA3, SPLITKV, L2_FLUSH, PAGED_APPEND, PAD_COPY, BWD, RING];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod odd;
+
 use sdpa_core::check::{check_output, CheckReport};
 use sdpa_core::{
     AttentionSpec, DType, ExplicitMask, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, MaskValues, RunOptions,
