@@ -111,7 +111,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
         Launcher::Tf32 => vec![tf32::plan(call)?.program],
         Launcher::Fa2 => vec![fa2::plan(call)?.program],
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
-        Launcher::Fa3 => vec![fa3::plan(call)?.program],
+        Launcher::Fa3 => fa3::programs_for(call)?,
     })
 }
 
