@@ -16,7 +16,7 @@ pub enum DType {
     BF16,
     /// OCP FP8 E4M3 (`e4m3fn`: 4-bit exponent with bias 7, 3-bit mantissa, no infinities, NaN = `S.1111.111`,
     /// largest finite 448). An input type only: Q, K and V are stored in it with one f32 descale factor per
-    /// tensor (`value = stored × descale`, [`crate::spec::Descale`]); O is written in bf16
+    /// tensor (`value = stored × descale`, [`crate::fp8::Descale`]); O is written in bf16
     /// ([`DType::output`]), LSE in f32 as always. See [`crate::fp8`].
     F8E4M3,
 }

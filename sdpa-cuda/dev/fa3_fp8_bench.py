@@ -30,6 +30,9 @@ ap.add_argument("--seqs", nargs="*", type=int, default=[512, 1024, 2048, 4096, 8
 ap.add_argument("--dims", nargs="*", type=int, default=[64, 128])
 ap.add_argument("--reps", type=int, default=20)
 ap.add_argument("--no-torch", action="store_true")
+ap.add_argument("--tiles", nargs="*", default=[],
+                help="forced FP8 tiles `128,stages[,consumers]` (SDPA_FA3_TILE) timed at --tile-seqs against the default")
+ap.add_argument("--tile-seqs", nargs="*", type=int, default=[4096, 16384])
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -48,6 +51,13 @@ for name, dtype in [("bf16", "bf16"), ("fp8", "f8e4m3")]:
     log(f"timing fa3 {name} ...")
     runs[name] = run_points(args.bench, grid(dtype), os.path.join(args.out, f"fa3_{name}_raw.json"), warmup=3,
                             reps=args.reps, on_error="none") or []
+tile_runs = {}
+for t in args.tiles:
+    log(f"timing fa3 fp8 with SDPA_FA3_TILE={t} ...")
+    pts = [p for p in grid("f8e4m3") if p["sq"] in args.tile_seqs]
+    tile_runs[t] = run_points(args.bench, pts, os.path.join(args.out, f"fa3_fp8_tile_{t.replace(',', 'x')}_raw.json"),
+                              warmup=3, reps=args.reps, env={"SDPA_FA3_TILE": t}, on_error="none") or []
+res["tiles"] = tile_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 
 
@@ -109,4 +119,12 @@ sp = sorted(r["speedup"] for r in res["rows"] if r["speedup"])
 if sp:
     log(f"fp8 / bf16 fa3: median {statistics.median(sp):.3f} min {sp[0]:.3f} max {sp[-1]:.3f} over {len(sp)} points; "
         f"all checks pass: {all(r['fp8'].get('check_pass') and r['bf16'].get('check_pass') for r in res['rows'])}")
+for t, recs in tile_runs.items():
+    parts = []
+    for r in recs:
+        base = by["fp8"].get(shape_key(r), {})
+        x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
+        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
+                     f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
+    log(f"tile {t} vs default: " + ", ".join(parts))
 log(f"gemm bf16 ceiling {res['ceilings']['gemm_bf16_TFLOPs']:.0f} TFLOPS")

@@ -5,17 +5,18 @@
 # reference test (the switch points in fa3.cu must leave bf16 alone), compute-sanitizer memcheck, racecheck and
 # synccheck on small FP8 calls of every class, then fa3_fp8_bench.py (FP8 against bf16 fa3 and PyTorch's default
 # on the fa2bench grid). Everything lands in $OUT/fp8 and is packed into $OUT/fp8-run.tgz; the last lines
-# printed are the tables. The stages share $BUDGET seconds (default 280): the bench gets what is left.
+# printed are the tables (logs and records under $WORK, default /tmp/fp8-work). The stages share $BUDGET seconds (default 280): the bench gets what is left.
 #   B=path/to/bundle OUT=dir bash fa3_fp8_run.sh [bench args]
 set -uo pipefail
 B="${B:-target-fp8/gpu-bundle}"
 BUDGET="${BUDGET:-280}"
 OUT="${OUT:-$PWD/gpu-out}"
-R="$OUT/fp8"
-mkdir -p "$R"
+W="${WORK:-/tmp/fp8-work}"  # logs and records; only the packed archive goes to $OUT (few files come back)
+R="$W/fp8"
+mkdir -p "$R" "$OUT"
 export SDPA_REQUIRE_GPU=1 SDPA_CUDA_CACHE=/tmp/sdpa-fp8-cache CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" PYTHONUNBUFFERED=1
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
-pack() { tar czf "$OUT/fp8-run.tgz" -C "$OUT" fp8; }
+pack() { tar czf "$OUT/fp8-run.tgz" -C "$W" fp8; }
 trap pack EXIT
 { date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__)'; } > "$R/env.txt" 2>&1
 head -2 "$R/env.txt"

@@ -19,11 +19,11 @@ use sdpa_core::{
 };
 use sdpa_cuda::CudaBackend;
 
-/// Descales that map the draws (uniform, |x| < sqrt(3)) onto most of the E4M3 range, different per tensor so
-/// that a factor applied to the wrong operand shows.
+/// Descales that map the draws (uniform, |x| < sqrt(3)) onto most of the E4M3 range without saturating any,
+/// different per tensor so that a factor applied to the wrong operand shows.
 fn descales() -> Descale {
     let full = Descale::for_amax(3f32.sqrt());
-    Descale { q: full, k: 2.0 * full, v: 0.5 * full }
+    Descale { q: full, k: 2.0 * full, v: 1.5 * full }
 }
 
 fn fp8_spec(case: &Case) -> AttentionSpec {
@@ -169,9 +169,11 @@ fn fp8_accuracy_against_bf16() {
             mask.name()
         );
         assert!(e8_own <= 8e-2, "fp8 against its own reference: {e8_own}");
-        // E4M3 inputs: relative error up to 2^-4 per element in Q, K and V on top of P's; 0.2 is far above
-        // what that gives on random data and far below a wrong descale or key order (errors of order 1).
-        assert!(e8 <= 0.2, "fp8 against the bf16 inputs' reference: {e8}");
+        // E4M3 inputs: relative error up to 2^-4 per element of Q, K and V (RMS about 2^-4/sqrt(3) = 3.6e-2
+        // each, V's and the scores' adding up) on top of P's; 0.15 is well above what that gives on random
+        // data and far below a wrong descale or key order (errors of order 1). A descale that saturates
+        // (values past 448) breaks it: the first device run, with V's factor at half the range, measured 0.35.
+        assert!(e8 <= 0.15, "fp8 against the bf16 inputs' reference: {e8}");
         assert!(e16 <= 1.6e-2, "bf16: {e16}");
     }
 }

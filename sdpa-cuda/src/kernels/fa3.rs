@@ -17,11 +17,19 @@
 //! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
-//! What it takes today ([`refuses`]): f16/bf16, D and Dv multiples of 8 up to 256, no mask or a causal one,
+//! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
 //! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
 //! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
+//!
+//! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
+//! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
+//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so [`run`] first writes Vᵀ into a workspace
+//! (the `fa3_fp8_vt` pre-pass, keys permuted within groups of 16 to match P's registers) and the kernel loads
+//! that. Q's and K's descales are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
+//! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
+//! Speed and accuracy: `bench/results/gpu/fp8.md`.
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
@@ -207,6 +215,24 @@ pub fn fp8_head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
 /// The FP8 tile: 128 keys (a Vᵀ tile row is one 128-byte box row), a 2-deep ring, two consumers.
 pub const FP8_TILE: Fa3Tile = Fa3Tile { bn: 128, stages: 2, consumers: 2 };
 
+/// The FP8 tile of a call at class (`d`, `dv`): [`FP8_TILE`], with three consumers at the class 64 without a
+/// mask as bf16 takes them there ([`tile_for`]: 1.05-1.21x two consumers for bf16; FP8 at 64 ran 0.93-0.99x
+/// bf16 with two, bench/results/gpu/fp8.md).
+pub fn fp8_tile_for(d: usize, dv: usize, causal: bool) -> Fa3Tile {
+    let consumers = if (d, dv) == (64, 64) && !causal { 3 } else { 2 };
+    Fa3Tile { consumers, ..FP8_TILE }
+}
+
+/// An FP8 tile forced by `SDPA_FA3_TILE` (tuning runs): the keys per tile must stay 128.
+fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
+    match forced_tile()? {
+        Some(t) if t.bn != FP8_TILE.bn => {
+            Err(unsupported(format!("SDPA_FA3_TILE: f8e4m3 takes {} keys per tile, not {}", FP8_TILE.bn, t.bn)))
+        }
+        t => Ok(t),
+    }
+}
+
 /// Shared memory of an FP8 block at class (`d`, `dv`): Q and K rows of whole 128-column boxes, Vᵀ tiles of
 /// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
 pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
@@ -222,12 +248,13 @@ pub fn vt_program() -> Program {
     Program::entry(&FA3, "fa3_fp8_vt", format!("FA3_FP8_VT_ENTRY(fa3_fp8_vt, {VT_THREADS})"))
 }
 
-/// The FP8 programs: each class and mask with ping-pong, and the Vᵀ pre-pass (7).
+/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), and the Vᵀ
+/// pre-pass (7).
 pub fn fp8_programs() -> Vec<Program> {
     let mut all = vec![vt_program()];
     for class in FA3_FP8_CLASSES {
         for mask in [MASK_NONE, MASK_CAUSAL] {
-            all.push(program(DType::F8E4M3, class, FP8_TILE, mask, true));
+            all.push(program(DType::F8E4M3, class, fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL), mask, true));
         }
     }
     all
@@ -334,7 +361,11 @@ pub fn check(
     let class = if fp8 { fp8_head_dim_class(s.d, s.dv) } else { head_dim_class(s.d, s.dv) }
         .ok_or_else(|| unsupported("fa3: no head-dim class"))?;
     let causal = p.mask_kind == MASK_CAUSAL;
-    let tile = if fp8 { FP8_TILE } else { forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk)) };
+    let tile = if fp8 {
+        forced_fp8_tile()?.unwrap_or_else(|| fp8_tile_for(class.0, class.1, causal))
+    } else {
+        forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk))
+    };
     let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
     if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
@@ -630,6 +661,11 @@ mod tests {
             assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
         }
         assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12);
+        assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
+        assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
+        assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);
+        assert!(fp8_smem_bytes(fp8_tile_for(64, 64, false), 64, 64) <= 227 * 1024);
+        assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256) <= 227 * 1024);
         let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
         assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
         assert!(
