@@ -29,6 +29,7 @@ fn host(t: &candle_core::Tensor, dtype: DType) -> Result<HostBuffer> {
         DType::F32 => HostBuffer::F32(flat.to_vec1()?),
         DType::F16 => HostBuffer::F16(flat.to_vec1()?),
         DType::BF16 => HostBuffer::BF16(flat.to_vec1()?),
+        DType::F8E4M3 => HostBuffer::from_f32(DType::F8E4M3, &flat.to_dtype(candle_core::DType::F32)?.to_vec1()?),
     })
 }
 

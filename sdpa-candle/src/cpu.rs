@@ -68,6 +68,7 @@ pub(crate) fn backward(
         sdpa_core::DType::F32 => backward_typed::<f32>(op, plan, qkv, g, lse),
         sdpa_core::DType::F16 => backward_typed::<half::f16>(op, plan, qkv, g, lse),
         sdpa_core::DType::BF16 => backward_typed::<half::bf16>(op, plan, qkv, g, lse),
+        sdpa_core::DType::F8E4M3 => bail!("sdpa: the backward of f8e4m3 inputs: FP8 attention is forward only"),
     }
 }
 

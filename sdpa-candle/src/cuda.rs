@@ -10,7 +10,7 @@ use crate::error::sdpa_err;
 use crate::op::SdpaOp;
 use crate::plan::Plan;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, CudaView};
-use candle_core::cuda::CudaDType;
+use candle_core::cuda::{CudaDType, CudaStorageSlice};
 use candle_core::{bail, CudaStorage, Result, Shape, Storage, Tensor};
 use sdpa_core::Backend;
 use sdpa_cuda::{CudaBackend, CudaElement};
@@ -123,7 +123,41 @@ pub(crate) fn run(
         sdpa_core::DType::F32 => run_typed::<f32>(op, plan, &stream, &backend, s1, s2, s3),
         sdpa_core::DType::F16 => run_typed::<half::f16>(op, plan, &stream, &backend, s1, s2, s3),
         sdpa_core::DType::BF16 => run_typed::<half::bf16>(op, plan, &stream, &backend, s1, s2, s3),
+        sdpa_core::DType::F8E4M3 => run_fp8(plan, &stream, &backend, s1, s2, s3),
     }
+}
+
+/// The E4M3 bytes of an f8e4m3 storage from an operand's start offset, as sdpa-cuda takes them (`u8`).
+fn fp8_view<'a>(s: &'a CudaStorage, off: usize, name: &str) -> Result<CudaView<'a, u8>> {
+    let CudaStorageSlice::F8E4M3(slice) = &s.slice else { bail!("sdpa: internal: {name} should be f8e4m3") };
+    if off > slice.len() {
+        bail!("sdpa: {name} starts at offset {off} past the end of its storage ({} elements)", slice.len());
+    }
+    let part = slice.slice(off..);
+    // SAFETY: float8::F8E4M3 is one byte (`repr(transparent)` over u8), so the view covers the same bytes.
+    unsafe { part.transmute::<u8>(part.len()) }
+        .ok_or_else(|| candle_core::Error::Msg(format!("sdpa: internal: {name} cannot be read as bytes")))
+}
+
+/// FP8 inputs (with the plan's descales) on `fa3`: O is a new bf16 allocation. Forward only: the op keeps no
+/// LSE (the backward refuses FP8), and FP8 takes no explicit mask or ragged batch (`fa3` refuses them).
+fn run_fp8(
+    plan: &Plan,
+    stream: &Arc<CudaStream>,
+    backend: &CudaBackend,
+    s1: &CudaStorage,
+    s2: &CudaStorage,
+    s3: &CudaStorage,
+) -> Result<(CudaStorage, Shape)> {
+    let q = fp8_view(s1, plan.q_offset, "q")?;
+    let k = fp8_view(s2, plan.k_offset, "k")?;
+    let v = fp8_view(s3, plan.v_offset, "v")?;
+    let device = s1.device.clone();
+    // SAFETY: fa3 writes every element of O before anything reads it (sdpa-cuda's FP8 tests poison O and
+    // compare every element with the reference); candle never reads it before this call is queued.
+    let mut o = unsafe { device.alloc::<half::bf16>(plan.out_len.max(1)) }?;
+    backend.forward_on_stream(stream, &plan.spec, &plan.run, &q, &k, &v, None, &mut o, None, None).map_err(sdpa_err)?;
+    Ok((CudaStorage::wrap_cuda_slice(o, device), Shape::from_dims(&plan.out_dims)))
 }
 
 /// The CUDA storage under a tensor, from a read guard.
@@ -158,6 +192,7 @@ pub(crate) fn backward(
         sdpa_core::DType::F32 => backward_typed::<f32>(op, plan, &s, lse),
         sdpa_core::DType::F16 => backward_typed::<half::f16>(op, plan, &s, lse),
         sdpa_core::DType::BF16 => backward_typed::<half::bf16>(op, plan, &s, lse),
+        sdpa_core::DType::F8E4M3 => bail!("sdpa: the backward of f8e4m3 inputs: FP8 attention is forward only"),
     }
 }
 

@@ -213,6 +213,7 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, opts: &SdpaOptions) -> Result<Te
         ragged: None,
         saved: Default::default(),
         bwd: opts.backward(),
+        descale: opts.descale,
     };
     // Validate before candle takes the storage locks, so every shape error surfaces here.
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;

@@ -6,7 +6,7 @@ use crate::plan::{dtype_of, operand_slice, plan, plan_ragged, MaskPlan, Plan, Ra
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp3, Layout as CandleLayout, Result, Shape, Storage, Tensor};
 use sdpa_core::backward::BackwardOptions;
-use sdpa_core::{Layout, RunOptions, Variants};
+use sdpa_core::{Descale, Layout, RunOptions, Variants};
 
 /// One attention call as a candle op. CustomOp3 has room for three tensors; the mask, already in the
 /// backends' additive f32 form, is held by the op and read from its storage in the forward pass.
@@ -41,6 +41,8 @@ pub(crate) struct SdpaOp {
     pub saved: LseSlot,
     /// Options of the backward (deterministic or not).
     pub bwd: BackwardOptions,
+    /// FP8 descale factors (f8e4m3 inputs only; the spec refuses them with any other dtype).
+    pub descale: Option<Descale>,
 }
 
 impl SdpaOp {
@@ -53,7 +55,7 @@ impl SdpaOp {
         l3: &CandleLayout,
     ) -> Result<Plan> {
         let dtype = dtype_of(dtype)?;
-        match (&self.ragged, self.mask) {
+        let mut p = match (&self.ragged, self.mask) {
             (None, mask) => plan(dtype, self.order, self.scale, mask, &self.variants, self.run, l1, l2, l3),
             (Some(r), MaskPlan::Position(mask)) => {
                 plan_ragged(dtype, self.order, self.scale, mask, &self.variants, self.run, r, l1, l2, l3)
@@ -62,7 +64,12 @@ impl SdpaOp {
                 "sdpa: an explicit mask does not combine with a ragged batch; use a causal mask or a window, which \
                  apply per sequence"
             ),
+        }?;
+        if let Some(d) = self.descale {
+            p.spec.descale = Some(d);
+            p.spec.validate().map_err(crate::error::sdpa_err)?;
         }
+        Ok(p)
     }
 
     /// Runs the op on Q, K, V. When any of them tracks gradients the op goes into candle's graph with its
@@ -140,6 +147,13 @@ impl CustomOp3 for SdpaOp {
             }
             (CpuStorage::BF16(q), CpuStorage::BF16(k), CpuStorage::BF16(v)) => {
                 crate::cpu::run(&plan, q, k, v, mask, table, lse.as_deref_mut())
+            }
+            // sdpa-cpu refuses FP8 (no FP8 arithmetic on the CPU): its error says why and where FP8 runs.
+            (CpuStorage::F8E4M3(_), _, _) => {
+                use sdpa_core::Backend as _;
+                let cpu = sdpa_cpu::CpuBackend::new(None).map_err(crate::error::sdpa_err)?;
+                cpu.capabilities().check(cpu.name(), &plan.spec, &plan.run).map_err(crate::error::sdpa_err)?;
+                bail!("sdpa: f8e4m3 inputs run on the CUDA backend only (fa3 on sm_90)")
             }
             _ => bail!("sdpa: unsupported dtype {:?} (f32, f16 and bf16 are supported)", s1.dtype()),
         }?;

@@ -2,7 +2,7 @@
 //! ALiBi) and kernel choice.
 
 use candle_core::{bail, DType, Result, Tensor};
-use sdpa_core::{Alibi, Diagonal, F32Math, Kernel, Layout, Variants, Window};
+use sdpa_core::{Alibi, Descale, Diagonal, F32Math, Kernel, Layout, Variants, Window};
 
 /// Which keys each query row sees.
 ///
@@ -125,6 +125,10 @@ pub struct SdpaOptions {
     /// bitwise the same run to run, whatever the thread or atomic ordering (slower on CUDA, where dQ is
     /// otherwise accumulated with atomics). Off by default.
     pub deterministic_backward: bool,
+    /// Per-tensor descale factors of FP8 inputs (candle's `DType::F8E4M3`): the value an element stands for
+    /// is its stored E4M3 value times its tensor's factor. `None` means 1 for all three; other dtypes take
+    /// none. FP8 runs on the CUDA backend's `fa3` (sm_90) and returns bf16; the CPU refuses it.
+    pub descale: Option<Descale>,
 }
 
 impl Default for SdpaOptions {
@@ -141,6 +145,7 @@ impl Default for SdpaOptions {
             alibi: None,
             diagonal: None,
             deterministic_backward: false,
+            descale: None,
         }
     }
 }
@@ -201,6 +206,12 @@ impl SdpaOptions {
     /// Names the diagonal windows and ALiBi measure from.
     pub fn with_diagonal(mut self, diagonal: Diagonal) -> Self {
         self.diagonal = Some(diagonal);
+        self
+    }
+
+    /// Sets the FP8 descale factors ([`Self::descale`]).
+    pub fn with_descale(mut self, descale: Descale) -> Self {
+        self.descale = Some(descale);
         self
     }
 

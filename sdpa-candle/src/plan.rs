@@ -110,13 +110,14 @@ pub(crate) enum MaskPlan {
     Explicit(ExplicitMask),
 }
 
-/// Maps candle's dtype to sdpa's; sdpa kernels run f32, f16 and bf16.
+/// Maps candle's dtype to sdpa's; sdpa kernels run f32, f16 and bf16, and f8e4m3 inputs (CUDA fa3 only).
 pub(crate) fn dtype_of(dt: candle_core::DType) -> Result<DType> {
     match dt {
         candle_core::DType::F32 => Ok(DType::F32),
         candle_core::DType::F16 => Ok(DType::F16),
         candle_core::DType::BF16 => Ok(DType::BF16),
-        other => bail!("sdpa: unsupported dtype {other:?} for q, k and v (f32, f16 and bf16 are supported)"),
+        candle_core::DType::F8E4M3 => Ok(DType::F8E4M3),
+        other => bail!("sdpa: unsupported dtype {other:?} for q, k and v (f32, f16, bf16 and f8e4m3 are supported)"),
     }
 }
 

@@ -124,6 +124,7 @@ pub(crate) fn ragged_call(q: &Tensor, k: &Tensor, v: &Tensor, rp: RaggedPlan, op
         ragged: Some(rp),
         saved: Default::default(),
         bwd: opts.backward(),
+        descale: opts.descale,
     };
     op.plan(q.dtype(), q.layout(), k.layout(), v.layout())?;
     op.apply(q, k, v)

@@ -57,6 +57,7 @@ fn candle_dtype(dtype: DType) -> CDType {
         DType::F32 => CDType::F32,
         DType::F16 => CDType::F16,
         DType::BF16 => CDType::BF16,
+        DType::F8E4M3 => CDType::F8E4M3,
     }
 }
 

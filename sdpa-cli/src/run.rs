@@ -8,8 +8,8 @@ use crate::variants::{check_alignment, VariantArgs};
 use anyhow::{bail, Context, Result};
 use sdpa_core::backward::GradCheckReport;
 use sdpa_core::{
-    AttentionSpec, BackwardOptions, BenchRecord, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Pass,
-    RunOptions, Shape,
+    AttentionSpec, BackwardOptions, BenchRecord, DType, Descale, F32Math, HostBackend, HostInputs, Kernel, Layout,
+    Mask, Pass, RunOptions, Shape,
 };
 
 /// Flags of `sdpa run` (shared by every backend).
@@ -21,9 +21,14 @@ pub struct RunArgs {
     /// Kernel: unfused, fa1, fa2, splitkv, auto or fa3 (CUDA on sm_90 only; `auto` picks it there where measured faster).
     #[arg(long, default_value = "auto")]
     kernel: Kernel,
-    /// Element type: f32, f16 or bf16.
+    /// Element type: f32, f16, bf16 or f8e4m3 (FP8 inputs with per-tensor descales and a bf16 output; cuda
+    /// fa3 on sm_90 and the reference only).
     #[arg(long, default_value = "bf16")]
     dtype: DType,
+    /// FP8 descale factors, `x` or `q,k,v` (value = stored × factor; f8e4m3 only). Default sqrt(3)/448 for all
+    /// three: the random inputs spread over the E4M3 range.
+    #[arg(long)]
+    descale: Option<Descale>,
     /// B,Hq,Hkv,Sq,Sk,D[,Dv].
     #[arg(long, default_value = "1,8,8,512,512,64")]
     shape: Shape,
@@ -95,6 +100,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     .with_mask(args.mask);
     if let Some(s) = args.scale {
         spec = spec.with_scale(s);
+    }
+    match (args.dtype, args.descale) {
+        (DType::F8E4M3, d) => spec = spec.with_descale(d.unwrap_or_else(Descale::for_random_inputs)),
+        (_, Some(_)) => bail!("--descale applies to --dtype f8e4m3 only"),
+        (_, None) => {}
     }
     if let Some(v) = args.variants.variants()? {
         check_alignment(&args.mask, &v, "--window/--alibi")?;

@@ -661,7 +661,7 @@ fn upload_all<T: Backend + ?Sized>(
         k: be.upload(&inputs.k)?,
         v: be.upload(&inputs.v)?,
         mask,
-        o: be.upload(&HostBuffer::poisoned(spec.dtype, spec.required_len(Operand::O)?))?,
+        o: be.upload(&HostBuffer::poisoned(spec.out_dtype(), spec.required_len(Operand::O)?))?,
         lse,
         block_table: match &inputs.block_table {
             Some(t) => Some(be.upload_index(t)?),

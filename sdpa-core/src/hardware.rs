@@ -31,7 +31,7 @@ pub struct HardwareSpec {
 }
 
 impl HardwareSpec {
-    /// Peak TFLOP/s that applies to a dtype; f32 uses the tensor-core TF32 rate when the kernel multiplies
+    /// Peak TFLOP/s that applies to a dtype (FP8: its inputs' products); f32 uses the tensor-core TF32 rate when the kernel multiplies
     /// in TF32, and a third of it for split TF32 (three products per f32 product).
     pub fn peak_tflops(&self, dtype: DType, f32_math: F32Math) -> f64 {
         match (dtype, f32_math) {
@@ -40,6 +40,9 @@ impl HardwareSpec {
             (DType::F32, F32Math::Exact) => self.fp32_tflops,
             (DType::F32, F32Math::Tf32) => self.tf32_tflops,
             (DType::F32, F32Math::SplitTf32) => self.tf32_tflops / 3.0,
+            // Dense FP8 runs at twice the bf16 rate on every GPU with FP8 tensor cores (Ada, Hopper); no
+            // backend runs FP8 on a GPU without them.
+            (DType::F8E4M3, _) => 2.0 * self.bf16_tflops,
         }
     }
 

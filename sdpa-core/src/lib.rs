@@ -24,6 +24,7 @@ pub mod check;
 pub mod cost;
 pub mod dtype;
 pub mod error;
+pub mod fp8;
 pub mod hardware;
 pub mod memory;
 pub mod ragged;
@@ -43,6 +44,7 @@ pub use backward::{BackwardOptions, BackwardRun, GradInputs, HostGradients, Pass
 pub use cost::{expected_band, AttentionCost, Bound, EfficiencyBand, Roofline};
 pub use dtype::DType;
 pub use error::{Result, SdpaError};
+pub use fp8::Descale;
 pub use hardware::{HardwareSpec, HARDWARE};
 pub use ragged::{
     append_to_pages, sequence_as_dense, AppendSpec, Paging, Ragged, RaggedRequest, Seq, Serving, MAX_PAGE_SIZE,

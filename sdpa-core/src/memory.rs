@@ -90,10 +90,11 @@ pub struct OperandBytes {
 impl OperandBytes {
     /// The sizes for `spec` (checked arithmetic; the spec need not be validated first).
     pub fn of(spec: &AttentionSpec) -> Result<Self> {
-        let elem = spec.dtype.size_bytes() as u64;
         let bytes = |op: Operand| -> Result<u64> {
+            // O is stored in the output dtype (bf16 for FP8 inputs).
+            let dtype = if op == Operand::O { spec.out_dtype() } else { spec.dtype };
             (spec.required_len(op)? as u64)
-                .checked_mul(elem)
+                .checked_mul(dtype.size_bytes() as u64)
                 .ok_or_else(|| SdpaError::overflow(format!("bytes of {}", op.name())))
         };
         let f32_bytes = |n: usize, what: &str| (n as u64).checked_mul(4).ok_or_else(|| SdpaError::overflow(what));

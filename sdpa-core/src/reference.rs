@@ -99,7 +99,9 @@ impl<'a> RowScorer<'a> {
             }
             _ => None,
         };
-        let q = (0..spec.shape.d).map(|c| inputs.q.get_f64(q_off + c)).collect();
+        // FP8 inputs stand for stored × descale (crate::fp8); 1 for every other dtype.
+        let (qd, kd) = (f64::from(spec.descales().q), f64::from(spec.descales().k));
+        let q = (0..spec.shape.d).map(|c| inputs.q.get_f64(q_off + c) * qd * kd).collect();
         RowScorer { spec, inputs, seq, b, kvh: spec.shape.kv_head(h), q, explicit, alibi }
     }
 
@@ -154,12 +156,13 @@ pub fn reference_row_in(
     let table = inputs.block_table.as_deref();
     let kvh = spec.shape.kv_head(h);
     let mut l = 0.0;
+    let vd = f64::from(spec.descales().v);
     for key in &scored {
         let p = (key.s - m).exp();
         l += p;
         let v_off = spec.kv_offset(Operand::V, table, seq, b, kvh, key.j);
         for (c, o) in out.iter_mut().enumerate() {
-            *o += p * inputs.v.get_f64(v_off + c);
+            *o += p * (inputs.v.get_f64(v_off + c) * vd);
         }
     }
     out.iter_mut().for_each(|o| *o /= l);
@@ -211,7 +214,7 @@ impl Backend for ReferenceBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            dtypes: DType::ALL.to_vec(),
+            dtypes: [DType::ALL.as_slice(), &[DType::F8E4M3]].concat(),
             kernels: vec![Kernel::Unfused],
             max_head_dim: usize::MAX,
             fast_head_dims: vec![],
@@ -259,7 +262,7 @@ impl Backend for ReferenceBackend {
         let r = reference_attention(spec, &inputs)?;
         let dv = spec.shape.dv;
         let o_len = spec.required_len(Operand::O)?;
-        if args.o.len() < o_len || args.o.dtype() != spec.dtype {
+        if args.o.len() < o_len || args.o.dtype() != spec.out_dtype() {
             return Err(SdpaError::BufferTooShort { name: "o", len: args.o.len(), needed: o_len });
         }
         let seqs = spec.seqs();
@@ -352,6 +355,37 @@ mod tests {
     use super::*;
     use crate::spec::{ExplicitMask, Layout, MaskValues, Shape};
     use crate::tensor::mask_from_bool;
+
+    /// FP8 inputs mean stored × descale: the reference of an FP8 call equals the reference of f32 inputs
+    /// holding those products (exact in f32: the descales are powers of two), for distinct factors per tensor,
+    /// and the descales really enter (other factors give other outputs).
+    #[test]
+    fn fp8_inputs_are_their_decoded_values_times_the_descales() {
+        let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 9, sk: 13, d: 16, dv: 8 };
+        let ds = crate::fp8::Descale { q: 0.25, k: 0.0625, v: 2.0 };
+        let spec = AttentionSpec::new(shape, DType::F8E4M3).with_descale(ds).with_mask(Mask::CausalBottomRight);
+        let fp8 = HostInputs::random(&spec, 5).unwrap();
+        let widen = |b: &HostBuffer, f: f32| HostBuffer::F32(b.to_f32_vec().iter().map(|x| x * f).collect());
+        let f32_in =
+            HostInputs { q: widen(&fp8.q, ds.q), k: widen(&fp8.k, ds.k), v: widen(&fp8.v, ds.v), ..fp8.clone() };
+        let f32_spec = AttentionSpec::new(shape, DType::F32).with_mask(Mask::CausalBottomRight);
+        let a = reference_attention(&spec, &fp8).unwrap();
+        let b = reference_attention(&f32_spec, &f32_in).unwrap();
+        assert!(a.o.iter().zip(&b.o).all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs().max(1.0)));
+        assert!(a.lse.iter().zip(&b.lse).all(|(x, y)| (x - y).abs() <= 1e-12 * y.abs().max(1.0)));
+        // The stored codes spread over the E4M3 range (the descales are not 1), and none is NaN.
+        let codes = match &fp8.q {
+            HostBuffer::F8E4M3(c) => c.clone(),
+            other => panic!("q is {:?}", other.dtype()),
+        };
+        assert!(codes.iter().all(|&c| c & 0x7f != 0x7f));
+        let other = reference_attention(&spec.clone().with_descale(crate::fp8::Descale::uniform(1.0)), &fp8).unwrap();
+        assert!(other.o.iter().zip(&a.o).any(|(x, y)| (x - y).abs() > 1e-3));
+        // Descales belong to FP8 inputs only; the backward refuses FP8.
+        assert!(f32_spec.clone().with_descale(ds).validate().is_err());
+        assert!(crate::backward::validate_backward(&spec).is_err());
+        assert_eq!(spec.out_dtype(), DType::BF16);
+    }
 
     fn inputs(q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> HostInputs {
         HostInputs {

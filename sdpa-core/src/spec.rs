@@ -7,6 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::fp8::Descale;
 use crate::ragged::{Ragged, Seq};
 use crate::variants::{Diagonal, KeyBand, Variants, Window};
 use serde::{Deserialize, Serialize};
@@ -301,7 +302,7 @@ impl Operand {
 pub struct AttentionSpec {
     /// Logical sizes.
     pub shape: Shape,
-    /// Element type of Q, K, V and O.
+    /// Element type of Q, K and V, and of O unless the inputs are FP8 (O is then bf16: [`DType::output`]).
     pub dtype: DType,
     /// Multiplier of `Q·Kᵀ`; `None` means `1/sqrt(D)`.
     pub scale: Option<f64>,
@@ -324,6 +325,10 @@ pub struct AttentionSpec {
     /// pages. `shape.b` is the number of sequences and `shape.sq`/`shape.sk` bound their lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ragged: Option<Ragged>,
+    /// Per-tensor descale factors of FP8 inputs (`crate::fp8`): only with [`DType::F8E4M3`], where `None`
+    /// means 1 for all three.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descale: Option<Descale>,
 }
 
 impl AttentionSpec {
@@ -365,6 +370,7 @@ impl AttentionSpec {
             o_strides: st(shape.hq, q_rows, shape.dv),
             variants: Variants::default(),
             ragged,
+            descale: None,
         }
     }
 
@@ -373,7 +379,7 @@ impl AttentionSpec {
     /// and HND pages).
     pub fn with_layout(self, layout: Layout) -> Self {
         let fresh = Self::with_layout_ragged(self.shape, self.dtype, layout, self.ragged);
-        AttentionSpec { scale: self.scale, mask: self.mask, variants: self.variants, ..fresh }
+        AttentionSpec { scale: self.scale, mask: self.mask, variants: self.variants, descale: self.descale, ..fresh }
     }
 
     /// Makes the batch ragged (and, with pages, the cache paged) in contiguous strides of `layout`.
@@ -644,9 +650,35 @@ impl AttentionSpec {
         s.b.checked_mul(s.hq).and_then(|x| x.checked_mul(s.sq)).ok_or_else(|| SdpaError::overflow("length of lse"))
     }
 
+    /// Sets the FP8 descale factors (the spec's dtype must be [`DType::F8E4M3`]; `validate` checks it).
+    pub fn with_descale(mut self, descale: Descale) -> Self {
+        self.descale = Some(descale);
+        self
+    }
+
+    /// The descale factors a kernel applies: the spec's for FP8 inputs (1 where unset), 1 for every other
+    /// dtype.
+    pub fn descales(&self) -> Descale {
+        self.descale.unwrap_or_default()
+    }
+
+    /// Element type of O: [`DType::output`] of the input dtype.
+    pub fn out_dtype(&self) -> DType {
+        self.dtype.output()
+    }
+
     /// Checks everything a kernel relies on. Never panics; returns the first problem found.
     pub fn validate(&self) -> Result<()> {
         let s = &self.shape;
+        if let Some(d) = &self.descale {
+            if self.dtype != DType::F8E4M3 {
+                return Err(SdpaError::invalid(format!(
+                    "descale factors apply to f8e4m3 inputs only, not {}",
+                    self.dtype
+                )));
+            }
+            d.validate()?;
+        }
         for (name, v) in
             [("B", s.b), ("Hq", s.hq), ("Hkv", s.hkv), ("Sq", s.sq), ("Sk", s.sk), ("D", s.d), ("Dv", s.dv)]
         {

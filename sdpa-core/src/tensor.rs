@@ -4,6 +4,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Result, SdpaError};
+use crate::fp8::{e4m3_to_f32, f32_to_e4m3};
 use crate::memory::{check_host, try_filled, OperandBytes};
 use crate::spec::{AttentionSpec, Mask, MaskValues, Operand};
 use half::{bf16, f16};
@@ -19,6 +20,8 @@ pub enum HostBuffer {
     F16(Vec<f16>),
     /// bf16 elements.
     BF16(Vec<bf16>),
+    /// FP8 E4M3 codes (`crate::fp8`), stored values before their tensor's descale factor.
+    F8E4M3(Vec<u8>),
 }
 
 impl HostBuffer {
@@ -38,6 +41,7 @@ impl HostBuffer {
             DType::F32 => HostBuffer::F32(vec![x; len]),
             DType::F16 => HostBuffer::F16(vec![f16::from_f32(x); len]),
             DType::BF16 => HostBuffer::BF16(vec![bf16::from_f32(x); len]),
+            DType::F8E4M3 => HostBuffer::F8E4M3(vec![f32_to_e4m3(x); len]),
         }
     }
 
@@ -72,7 +76,19 @@ impl HostBuffer {
                 v.iter_mut().for_each(|x| *x = bf16::from_f32(next()));
                 HostBuffer::BF16(v)
             }
+            DType::F8E4M3 => return Self::try_random_e4m3(len, seed, 1.0, what),
         })
+    }
+
+    /// The draws of [`HostBuffer::try_random`] quantized to E4M3 with a descale factor: element = the code
+    /// nearest to `draw / descale`, so that `stored × descale` approximates the draw (a descale of
+    /// `sqrt(3) / 448` spreads the draws over the whole E4M3 range, as a per-tensor quantizer does).
+    pub fn try_random_e4m3(len: usize, seed: u64, descale: f32, what: &str) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let amp = 3f32.sqrt();
+        let mut v = try_filled(len, 0u8, what)?;
+        v.iter_mut().for_each(|x| *x = f32_to_e4m3(rng.gen_range(-amp..amp) / descale));
+        Ok(HostBuffer::F8E4M3(v))
     }
 
     /// Rounds f32 values into a buffer of `dtype`.
@@ -81,6 +97,7 @@ impl HostBuffer {
             DType::F32 => HostBuffer::F32(vals.to_vec()),
             DType::F16 => HostBuffer::F16(vals.iter().map(|&x| f16::from_f32(x)).collect()),
             DType::BF16 => HostBuffer::BF16(vals.iter().map(|&x| bf16::from_f32(x)).collect()),
+            DType::F8E4M3 => HostBuffer::F8E4M3(vals.iter().map(|&x| f32_to_e4m3(x)).collect()),
         }
     }
 
@@ -91,6 +108,8 @@ impl HostBuffer {
             DType::F32 => HostBuffer::F32(vals.iter().map(|&x| x as f32).collect()),
             DType::F16 => HostBuffer::F16(vals.iter().map(|&x| f16::from_f64(x)).collect()),
             DType::BF16 => HostBuffer::BF16(vals.iter().map(|&x| bf16::from_f64(x)).collect()),
+            // Through f32: every E4M3 midpoint is exact in f32, so the double rounding cannot change a tie.
+            DType::F8E4M3 => HostBuffer::F8E4M3(vals.iter().map(|&x| f32_to_e4m3(x as f32)).collect()),
         }
     }
 
@@ -100,6 +119,7 @@ impl HostBuffer {
             HostBuffer::F32(_) => DType::F32,
             HostBuffer::F16(_) => DType::F16,
             HostBuffer::BF16(_) => DType::BF16,
+            HostBuffer::F8E4M3(_) => DType::F8E4M3,
         }
     }
 
@@ -109,6 +129,7 @@ impl HostBuffer {
             HostBuffer::F32(v) => v.len(),
             HostBuffer::F16(v) => v.len(),
             HostBuffer::BF16(v) => v.len(),
+            HostBuffer::F8E4M3(v) => v.len(),
         }
     }
 
@@ -124,6 +145,7 @@ impl HostBuffer {
             HostBuffer::F32(v) => v[i] as f64,
             HostBuffer::F16(v) => v[i].to_f64(),
             HostBuffer::BF16(v) => v[i].to_f64(),
+            HostBuffer::F8E4M3(v) => f64::from(e4m3_to_f32(v[i])),
         }
     }
 
@@ -134,6 +156,7 @@ impl HostBuffer {
             HostBuffer::F32(v) => v[i],
             HostBuffer::F16(v) => v[i].to_f32(),
             HostBuffer::BF16(v) => v[i].to_f32(),
+            HostBuffer::F8E4M3(v) => e4m3_to_f32(v[i]),
         }
     }
 
@@ -149,6 +172,7 @@ impl HostBuffer {
             HostBuffer::F32(v) => v[i] = x,
             HostBuffer::F16(v) => v[i] = f16::from_f32(x),
             HostBuffer::BF16(v) => v[i] = bf16::from_f32(x),
+            HostBuffer::F8E4M3(v) => v[i] = f32_to_e4m3(x),
         }
     }
 
@@ -168,6 +192,7 @@ impl HostBuffer {
             HostBuffer::F32(v) => bytes(v),
             HostBuffer::F16(v) => bytes(v),
             HostBuffer::BF16(v) => bytes(v),
+            HostBuffer::F8E4M3(v) => v,
         }
     }
 
@@ -213,9 +238,18 @@ impl HostInputs {
             bytes.inputs(),
             &format!("the inputs (Q, K, V{}) of shape {}", if bytes.mask > 0 { ", mask" } else { "" }, spec.shape),
         )?;
-        let q = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::Q)?, seed, "Q")?;
-        let k = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::K)?, seed.wrapping_add(1), "K")?;
-        let v = HostBuffer::try_random(spec.dtype, spec.required_len(Operand::V)?, seed.wrapping_add(2), "V")?;
+        let random = |op: Operand, seed: u64, descale: f32, what: &str| -> Result<HostBuffer> {
+            let len = spec.required_len(op)?;
+            match spec.dtype {
+                // FP8: the same draws, quantized with the spec's descale factors.
+                DType::F8E4M3 => HostBuffer::try_random_e4m3(len, seed, descale, what),
+                dt => HostBuffer::try_random(dt, len, seed, what),
+            }
+        };
+        let ds = spec.descales();
+        let q = random(Operand::Q, seed, ds.q, "Q")?;
+        let k = random(Operand::K, seed.wrapping_add(1), ds.k, "K")?;
+        let v = random(Operand::V, seed.wrapping_add(2), ds.v, "V")?;
         let mask = match &spec.mask {
             Mask::Explicit(m) => {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(3));

@@ -166,6 +166,9 @@ impl Backend for CpuBackend {
     }
 
     fn forward(&self, spec: &AttentionSpec, opts: &RunOptions, args: ForwardArgs<'_, HostBuffer>) -> Result<Kernel> {
+        if spec.dtype == DType::F8E4M3 {
+            return Err(fp8_refused());
+        }
         let mask = match args.mask {
             Some(HostBuffer::F32(m)) => Some(m.as_slice()),
             Some(other) => return Err(mismatch("mask", DType::F32, other)),
@@ -210,6 +213,16 @@ impl Backend for CpuBackend {
             DType::F32 => self.backward_typed::<f32>(spec, opts, bwd, args),
             DType::F16 => self.backward_typed::<half::f16>(spec, opts, bwd, args),
             DType::BF16 => self.backward_typed::<half::bf16>(spec, opts, bwd, args),
+            DType::F8E4M3 => Err(fp8_refused()),
         }
+    }
+}
+
+/// The CPU refuses FP8 inputs: it has no FP8 arithmetic, so a per-tile dequantization would only be the
+/// bf16 kernel behind an extra pass, which a caller gets by dequantizing once; FP8 is the CUDA `fa3` path.
+fn fp8_refused() -> SdpaError {
+    SdpaError::Unsupported {
+        backend: BACKEND,
+        what: "f8e4m3 inputs (FP8 runs on the CUDA backend's fa3 kernel; dequantize to bf16 for the CPU)".into(),
     }
 }

@@ -6,14 +6,17 @@
 //!
 //! Usage: `cuda_kernels [--points points.json] [--out records.json] [--warmup N] [--reps N]
 //! [--flush dirty|clean]`, where a point is `{"tag", "b", "hq", "hkv", "sq", "sk", "d", ["dv",] "dtype",
-//! "mask", "kernel", "f32_math"}` (`dv` defaults to `d`). `--flush` picks how L2 is emptied before each timed call (`sdpa_cuda::L2Flush`:
+//! "mask", "kernel", "f32_math"[, "descale"]}` (`dv` defaults to `d`; `descale`, for `f8e4m3` points only, is one
+//! factor or `q,k,v` and defaults to `sqrt(3) / 448`, which spreads the random draws over the E4M3 range). `--flush` picks how L2 is emptied before each timed call (`sdpa_cuda::L2Flush`:
 //! `dirty`, the default, writes 256 MB as `do_bench` does; `clean` reads 256 MB). With
 //! `SDPA_SPLITKV_TRACE=1` in the environment and `--trace DIR`, the per-block timeline of each point's last
 //! `splitkv` launch goes to `DIR/trace-{n}.json` (n = the point's index; `sdpa_cuda::splitkv::TRACE_FIELDS`
 //! says what the words are).
 
 use sdpa_core::check::check_output;
-use sdpa_core::{AttentionCost, AttentionSpec, F32Math, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
+use sdpa_core::{
+    AttentionCost, AttentionSpec, DType, Descale, F32Math, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape,
+};
 use sdpa_cuda::{CudaBackend, L2Flush};
 use serde_json::{json, Value};
 use std::process::ExitCode;
@@ -56,7 +59,14 @@ fn call_of(p: &Value) -> Result<(AttentionSpec, RunOptions), String> {
     let mask: Mask = str_of(p, "mask")?.parse()?;
     let kernel: Kernel = str_of(p, "kernel")?.parse()?;
     let f32_math: F32Math = str_of(p, "f32_math")?.parse()?;
-    let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
+    let mut spec = AttentionSpec::new(shape, dtype).with_mask(mask);
+    if dtype == DType::F8E4M3 {
+        let descale: Descale = match p.get("descale") {
+            Some(v) => v.as_str().ok_or_else(|| format!("`descale` of {p} is not a string"))?.parse()?,
+            None => Descale::for_random_inputs(),
+        };
+        spec = spec.with_descale(descale);
+    }
     Ok((spec, RunOptions { kernel, f32_math, threads: None, lse: false }))
 }
 
@@ -88,6 +98,7 @@ fn one(
         "gbps": cost.bytes / median / 1e6,
         "rel_err": check.rel_err,
         "check_pass": check.pass,
+        "descale": spec.descale,
     }))
 }
 

@@ -40,6 +40,7 @@
 //   | the work-tile ring (FA3_SCHED mbarrier pairs and tiles).
 #include "common.cuh"
 #include "sm90_async.cuh"
+#include "fa3_fp8.cuh"  // T = sdpa_e4m3: E4M3 inputs, bf16 O (the `Fa3Elem<T>::FP8` switch points below)
 
 #define FA3_MASK_NONE 0
 #define FA3_MASK_CAUSAL 1
@@ -49,8 +50,9 @@
 // sides).
 struct Fa3Args {
     AttnParams p;
-    int section;  // query heads (b·h) per scheduling section (fa3_tile_of)
-    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int)];
+    int section;    // query heads (b·h) per scheduling section (fa3_tile_of)
+    float o_scale;  // multiplies O at the end: V's descale for FP8 inputs, 1 otherwise
+    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - sizeof(float)];
     Sm90TensorMap q, k, v;
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
@@ -68,11 +70,14 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
 template <typename T, int D, int DV, int BN, int ST, int NC>
 struct Fa3Smem {
-    static constexpr int DS = (D + 63) / 64 * 64;    // stored columns of a Q or K row: whole TMA boxes
-    static constexpr int DVS = (DV + 63) / 64 * 64;  // of a V row
-    static constexpr int Q_BYTES = 64 * DS * 2;   // one consumer's Q rows
-    static constexpr int K_BYTES = BN * DS * 2;   // one K tile
-    static constexpr int V_BYTES = BN * DVS * 2;  // one V tile
+    static constexpr int ES = sizeof(T);            // element bytes: 2, or 1 for E4M3
+    static constexpr int COLS = 128 / ES;            // columns of one 128-byte TMA box row
+    static constexpr int DS = (D + COLS - 1) / COLS * COLS;  // stored columns of a Q or K row: whole boxes
+    // Of a V row; FP8 stores Vᵀ instead: DV rows of BN = 128 keys (one box row each).
+    static constexpr int DVS = Fa3Elem<T>::FP8 ? DV : (DV + 63) / 64 * 64;
+    static constexpr int Q_BYTES = 64 * DS * ES;   // one consumer's Q rows
+    static constexpr int K_BYTES = BN * DS * ES;   // one K tile
+    static constexpr int V_BYTES = BN * DVS * ES;  // one V (FP8: Vᵀ) tile
     static constexpr int BLOCK_Q = 64 * 128;      // one 64-column block of a Q tile
     static constexpr int BLOCK_KV = BN * 128;     // one 64-column block of a K or V tile
     static constexpr int Q_OFF = 0;
@@ -86,14 +91,16 @@ struct Fa3Smem {
     static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;
     static_assert(D % 32 == 0 && DV % 32 == 0 && BN % 16 == 0 && BN <= 256, "k16 steps, n32 products");
     static_assert(K_BYTES % 1024 == 0 && V_BYTES % 1024 == 0, "every tile on a 1024-byte boundary");
+    static_assert(!Fa3Elem<T>::FP8 || BN == 128, "FP8: a Vᵀ tile row is one 128-byte box row of keys");
     static constexpr int ST_ = ST, NC_ = NC;
 };
 
-// 64-column blocks of a stored Q/K row (`W` = DS) or V row (DVS) that hold some of the call's `cols`
-// columns: the ones TMA loads (blocks wholly past them are not loaded).
-template <int W>
+// Blocks of `C` columns (one 128-byte box row: 64, or 128 for FP8) of a stored Q/K row (`W` = DS) or V row
+// (DVS) that hold some of the call's `cols` columns: the ones TMA loads (blocks wholly past them are not
+// loaded).
+template <int W, int C = 64>
 __device__ __forceinline__ int fa3_live_blocks(int cols) {
-    return min(W / 64, (cols + 63) / 64);
+    return min(W / C, (cols + C - 1) / C);
 }
 
 // Zeroes the 64-column blocks `live`..`blocks - 1` of `tiles` tiles (`tile_bytes` apart, blocks `block_bytes`
@@ -294,13 +301,13 @@ __device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, int m0, int c)
 // the ring. `ring` is how many tiles went through the ring before this query tile (tile j of it takes slot
 // (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c] counts consumer c's Q loads so far. The first
 // K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
-template <int D, int DV, int BN, int ST, int NC>
+template <typename T, int D, int DV, int BN, int ST, int NC>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int h, int kvh, int m0,
                                                  int n_tiles, int ring, int (&nq)[NC]) {
-    using L = Fa3Smem<__half, D, DV, BN, ST, NC>;  // the layout depends on the element size only (2 bytes)
-    constexpr int CB = L::DS / 64, CBV = L::DVS / 64;  // 64-column blocks of a Q/K row and of a V row
+    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
+    constexpr int CB = L::DS / L::COLS, CBV = L::DVS / 64;  // box blocks of a Q/K row and of a V row
     // Blocks holding some of the call's columns: the others are never loaded.
-    const int kb = fa3_live_blocks<L::DS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
+    const int kb = fa3_live_blocks<L::DS, L::COLS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
     const unsigned long long pol = sm90_l2_policy(2);  // K/V are read by every query tile of the head
     auto load_k = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
@@ -309,18 +316,24 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, 64 * c, j * BN, kvh, b, r.k_full + 8 * s,
-                              pol);
+                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, j * BN, kvh, b,
+                              r.k_full + 8 * s, pol);
     };
     auto load_v = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.v_empty + 8 * s, (use - 1) & 1);
-        sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
+        if constexpr (Fa3Elem<T>::FP8) {
+            // One box of Vᵀ: keys j·BN.. (128 bytes) of its DV rows (zeros past the call's dv).
+            sm90_mbar_expect(r.v_full + 8 * s, L::V_BYTES);
+            sm90_tma_load(r.v + s * L::V_BYTES, &a.v, j * BN, 0, kvh, b, r.v_full + 8 * s, pol);
+        } else {
+            sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
-        for (int c = 0; c < CBV; ++c)
-            if (c < vb)
-                sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b, r.v_full + 8 * s,
-                              pol);
+            for (int c = 0; c < CBV; ++c)
+                if (c < vb)
+                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b,
+                                  r.v_full + 8 * s, pol);
+        }
     };
     if (n_tiles > 0) load_k(0);
 #pragma unroll
@@ -332,7 +345,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, 64 * c, m0 + 64 * w, h, b, r.q_full + 8 * w,
+                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, L::COLS * c, m0 + 64 * w, h, b, r.q_full + 8 * w,
                               sm90_l2_policy(0));
         ++nq[w];
     }
@@ -352,8 +365,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                                                  int m0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
-    constexpr int NT = BN / 8;   // n8 tiles of S
-    constexpr int KT = BN / 16;  // k16 steps of P·V
+    constexpr int NT = BN / 8;                      // n8 tiles of S
+    constexpr int KS = Fa3Elem<T>::KSTEP;           // k of one wgmma step: 16, or 32 for FP8
+    constexpr int KT = BN / KS;                     // k steps of P·V
     constexpr int DT = DV / 8;   // n8 tiles of O
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane >> 2, t = lane & 3;
@@ -388,8 +402,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         const unsigned long long dq = fa3_desc_k(fa3_opaque(aQw)), dk = fa3_desc_k(fa3_opaque(aK + sj * L::K_BYTES));
         fa3_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            // k16 step kk: column block kk / 4, 32 bytes per step into its 128-byte rows.
+        for (int kk = 0; kk < D / KS; ++kk) {
+            // k step kk: column block kk / 4, 32 bytes per step into its 128-byte rows (k16 of 2-byte
+            // elements or k32 of E4M3).
             const int off = (kk % 4) * 32;
             fa3_ss(s, dq + ((kk / 4) * L::BLOCK_Q + off) / 16, dk + ((kk / 4) * L::BLOCK_KV + off) / 16, kk > 0, T());
         }
@@ -397,11 +412,15 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     };
     // O += P·V of the tile in slot sj, issued and committed.
     auto issue_pv = [&](int sj) {
-        const unsigned v0 = fa3_opaque(aV + sj * L::V_BYTES);
         fa3_fence();
+        if constexpr (Fa3Elem<T>::FP8) {
+            fa3_fp8_pv<DV, KT>(o, pa, aV + sj * L::V_BYTES);  // Vᵀ, K-major (fa3_fp8.cuh)
+        } else {
+            const unsigned v0 = fa3_opaque(aV + sj * L::V_BYTES);
 #pragma unroll
-        for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-            fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * 2048, L::BLOCK_KV);
+            for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
+                fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * 2048, L::BLOCK_KV);
+        }
         fa3_commit();
     };
     // Mask and online softmax of S (tile starting at key n0); returns whether some row's maximum changed,
@@ -464,12 +483,16 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     };
     // P in the A-fragment order of k16 step kk: the C fragments of n8 tiles 2kk and 2kk + 1.
     auto take_p = [&]() {
+        if constexpr (Fa3Elem<T>::FP8) {
+            fa3_fp8_take_p(pa, s);  // E4M3 fragments, keys in Vᵀ's order (fa3_fp8.cuh)
+        } else {
 #pragma unroll
-        for (int kk = 0; kk < KT; ++kk) {
-            pa[kk][0] = fa3_pack<T>(s[8 * kk + 0], s[8 * kk + 1]);
-            pa[kk][1] = fa3_pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = fa3_pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = fa3_pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
+            for (int kk = 0; kk < KT; ++kk) {
+                pa[kk][0] = fa3_pack<T>(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = fa3_pack<T>(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = fa3_pack<T>(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = fa3_pack<T>(s[8 * kk + 6], s[8 * kk + 7]);
+            }
         }
     };
     // Tiles this warpgroup computes: 0 .. n_act - 1 (causal skips only trailing tiles).
@@ -567,21 +590,24 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
     }
 
-    // Epilogue: normalise, round to T and store from registers, the columns below p.dv (a multiple of 8:
-    // whole n8 tiles; the others are padding, and may hold garbage from V blocks never loaded). A thread
-    // holds two columns of each n8 tile of its rows; per four n8 tiles the quad swaps them (a 4 x 4
-    // transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile of its row: 16-byte
-    // stores filling whole 32-byte sectors (4-byte ones left half of every sector to a second transaction:
-    // ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through shared memory: the Q
-    // buffer already takes the next tile's Q, and the stores drain while the next tile runs.
+    // Epilogue: normalise, round to the output type (T, or bf16 for FP8 inputs) and store from registers, the
+    // columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding, and may hold garbage from V
+    // blocks never loaded). A thread holds two columns of each n8 tile of its rows; per four n8 tiles the quad
+    // swaps them (a 4 x 4 transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile
+    // of its row: 16-byte stores filling whole 32-byte sectors (4-byte ones left half of every sector to a
+    // second transaction: ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through
+    // shared memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile
+    // runs.
     static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
-    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    using TO = typename Fa3Elem<T>::Out;
+    TO* out = static_cast<TO*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
-        const float inv = lsum == 0.f ? 0.f : 1.f / lsum;  // NaN stays NaN; no key seen: zeros
+        // NaN stays NaN; no key seen: zeros. o_scale: V's FP8 descale (1 otherwise, exactly 1 / lsum).
+        const float inv = lsum == 0.f ? 0.f : a.o_scale / lsum;
         const int row = m0 + wrow + g + hh * 8;
-        T* orow = out + (i64)row * p.o_stride[2];
+        TO* orow = out + (i64)row * p.o_stride[2];
 #pragma unroll
         for (int j0 = 0; j0 < DT; j0 += 4) {
             unsigned v[4];
@@ -590,7 +616,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 const int j = j0 + e;
                 const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
                 bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
-                v[e] = fa3_pack<T>(x0, x1);
+                v[e] = fa3_pack<TO>(x0, x1);
             }
             const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
             if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
@@ -598,10 +624,14 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         if (row < p.sq && p.lse != nullptr && t == 0)
             p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
     }
-    // The warp's own stores are read back by its lanes: __syncwarp orders them.
-    if (__any_sync(0xffffffffu, bad)) {
-        __syncwarp();
-        fa3_repair_warp_rows<T>(&p, b, h, m0 + wrow);
+    // The warp's own stores are read back by its lanes: __syncwarp orders them. FP8 has no repair yet
+    // (careful_row reads the inputs as the output type): a NaN code in V under a masked key of a loaded tile
+    // reaches the tile's rows (src/kernels/fa3.rs documents it).
+    if constexpr (!Fa3Elem<T>::FP8) {
+        if (__any_sync(0xffffffffu, bad)) {
+            __syncwarp();
+            fa3_repair_warp_rows<T>(&p, b, h, m0 + wrow);
+        }
     }
 }
 
@@ -655,10 +685,10 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     }
     // Q and K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing
     // there (nothing else writes those buffers: O is stored from registers).
-    const int kb = fa3_live_blocks<L::DS>(p.d);
-    if (kb < L::DS / 64) {
-        fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / 64, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
-        fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / 64, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
+    const int kb = fa3_live_blocks<L::DS, L::COLS>(p.d);
+    if (kb < L::DS / L::COLS) {
+        fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / L::COLS, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
+        fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / L::COLS, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
     }
     __syncthreads();
 
@@ -673,7 +703,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                 if (w < 0) break;
                 int b, h, m0, n_tiles;
                 tile(w, b, h, m0, n_tiles);
-                fa3_produce_tile<D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
+                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
                 ring += n_tiles;
             }
         }

@@ -38,6 +38,10 @@ impl CudaElement for f16 {
 impl CudaElement for bf16 {
     const DTYPE: DType = DType::BF16;
 }
+/// E4M3 codes, one byte each: the FP8 inputs of `fa3` (candle's `float8::F8E4M3` storage viewed as bytes).
+impl CudaElement for u8 {
+    const DTYPE: DType = DType::F8E4M3;
+}
 
 /// How [`CudaBackend`]'s timed calls ([`Backend::time_forward`]) empty L2 before each call. Either way
 /// the call starts with none of its inputs in L2, and host launch overhead hides behind the flush.
@@ -190,9 +194,10 @@ impl CudaBackend {
     /// Runs one forward call on caller-owned device memory, queued on `stream` (which must belong to
     /// this backend's context). `mask` is the explicit mask as additive f32 over its dims (required iff the
     /// spec's mask is explicit); `lse` receives `[B, Hq, Sq]` f32 when given. Lengths are checked against
-    /// the spec's strides. Returns the kernel that ran.
+    /// the spec's strides. O's element type `U` is the spec's output dtype (`T` itself, bf16 for FP8 inputs
+    /// `T = u8`). Returns the kernel that ran.
     #[allow(clippy::too_many_arguments)]
-    pub fn forward_on_stream<T: CudaElement>(
+    pub fn forward_on_stream<T: CudaElement, U: CudaElement>(
         &self,
         stream: &Arc<CudaStream>,
         spec: &AttentionSpec,
@@ -201,7 +206,7 @@ impl CudaBackend {
         k: &impl DevicePtr<T>,
         v: &impl DevicePtr<T>,
         mask: Option<&CudaSlice<f32>>,
-        o: &mut impl DevicePtrMut<T>,
+        o: &mut impl DevicePtrMut<U>,
         lse: Option<&mut CudaSlice<f32>>,
         block_table: Option<&CudaSlice<u32>>,
     ) -> Result<Kernel> {
@@ -210,6 +215,9 @@ impl CudaBackend {
         }
         if T::DTYPE != spec.dtype {
             return Err(SdpaError::DTypeMismatch { name: "q", expected: spec.dtype, found: T::DTYPE });
+        }
+        if U::DTYPE != spec.out_dtype() {
+            return Err(SdpaError::DTypeMismatch { name: "o", expected: spec.out_dtype(), found: U::DTYPE });
         }
         self.prepare(
             spec,
@@ -586,7 +594,8 @@ impl Backend for CudaBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            dtypes: DType::ALL.to_vec(),
+            // f8e4m3 on fa3 only (sm_90); every other kernel refuses it (kernels::policy).
+            dtypes: [DType::ALL.as_slice(), &[DType::F8E4M3]].concat(),
             kernels: vec![Kernel::Unfused, Kernel::Fa1, Kernel::Fa2, Kernel::SplitKv, Kernel::Fa3],
             max_head_dim: MAX_HEAD_DIM,
             fast_head_dims: FA1_FAST_HEAD_DIMS.to_vec(),
@@ -654,9 +663,14 @@ impl Backend for CudaBackend {
         opts: &RunOptions,
         args: ForwardArgs<'_, CudaBuffer, CudaSlice<u32>>,
     ) -> Result<Kernel> {
-        for (name, b) in [("q", args.q), ("k", args.k), ("v", args.v), ("o", &*args.o)] {
-            if b.dtype() != spec.dtype {
-                return Err(SdpaError::DTypeMismatch { name, expected: spec.dtype, found: b.dtype() });
+        for (name, b, expected) in [
+            ("q", args.q, spec.dtype),
+            ("k", args.k, spec.dtype),
+            ("v", args.v, spec.dtype),
+            ("o", &*args.o, spec.out_dtype()),
+        ] {
+            if b.dtype() != expected {
+                return Err(SdpaError::DTypeMismatch { name, expected, found: b.dtype() });
             }
         }
         for (name, b) in [("mask", args.mask), ("lse", args.lse.as_deref())] {

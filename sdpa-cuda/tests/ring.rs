@@ -113,11 +113,7 @@ fn ring_forward_matches_the_reference() {
 }
 
 fn halves(b: &HostBuffer) -> Vec<f32> {
-    match b {
-        HostBuffer::F32(v) => v.clone(),
-        HostBuffer::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
-        HostBuffer::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
-    }
+    b.to_f32_vec()
 }
 
 /// Largest difference between two outputs, relative to the largest magnitude.

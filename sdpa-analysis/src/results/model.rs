@@ -406,6 +406,7 @@ fn dtype_rank(d: DType) -> u8 {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
+        DType::F8E4M3 => 3,
     }
 }
 

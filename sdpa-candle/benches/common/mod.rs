@@ -58,6 +58,10 @@ fn tensor(buf: &HostBuffer, dims: (usize, usize, usize, usize), dev: &Device) ->
         HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &cpu),
         HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
         HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
+        // E4M3 codes through their exact values (candle's E4M3 conversion keeps them: tests/fp8.rs).
+        HostBuffer::F8E4M3(_) => {
+            Tensor::from_vec(buf.to_f32_vec(), dims, &cpu).and_then(|t| t.to_dtype(candle_core::DType::F8E4M3))
+        }
     }?
     .to_device(dev)
 }

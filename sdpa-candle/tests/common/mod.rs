@@ -10,6 +10,10 @@ pub fn to_tensor(buf: &HostBuffer, dims: &[usize], dev: &Device) -> Tensor {
         HostBuffer::F32(v) => Tensor::from_vec(v.clone(), dims, &cpu),
         HostBuffer::F16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
         HostBuffer::BF16(v) => Tensor::from_vec(v.clone(), dims, &cpu),
+        // E4M3 codes through their exact values (candle's E4M3 conversion keeps them: tests/fp8.rs).
+        HostBuffer::F8E4M3(_) => {
+            Tensor::from_vec(buf.to_f32_vec(), dims, &cpu).and_then(|t| t.to_dtype(candle_core::DType::F8E4M3))
+        }
     }
     .unwrap()
     .to_device(dev)
@@ -23,6 +27,10 @@ pub fn to_host(t: &Tensor, dtype: DType) -> HostBuffer {
         DType::F32 => HostBuffer::F32(flat.to_vec1().unwrap()),
         DType::F16 => HostBuffer::F16(flat.to_vec1().unwrap()),
         DType::BF16 => HostBuffer::BF16(flat.to_vec1().unwrap()),
+        DType::F8E4M3 => {
+            let vals: Vec<f32> = flat.to_dtype(candle_core::DType::F32).unwrap().to_vec1().unwrap();
+            HostBuffer::from_f32(DType::F8E4M3, &vals)
+        }
     }
 }
 

@@ -7,8 +7,8 @@ use crate::measure::{MAX_REPS, MAX_WARMUP};
 use anyhow::{bail, Context, Result};
 use sdpa_core::record::BenchSpec;
 use sdpa_core::{
-    AttentionSpec, DType, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Pass, Ragged, RaggedRequest,
-    RunOptions, Shape, Variants,
+    AttentionSpec, DType, Descale, ExplicitMask, F32Math, Kernel, Layout, Mask, MaskValues, Pass, Ragged,
+    RaggedRequest, RunOptions, Shape, Variants,
 };
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -79,12 +79,18 @@ impl Case {
     /// The attention spec of the case.
     pub fn spec(&self) -> AttentionSpec {
         let spec = AttentionSpec::new(self.shape, self.dtype);
-        match &self.ragged {
+        let spec = match &self.ragged {
             Some(r) => spec.with_ragged(r.clone(), self.layout),
             None => spec.with_layout(self.layout),
         }
         .with_mask(self.mask)
-        .with_variants(self.variants.clone())
+        .with_variants(self.variants.clone());
+        // FP8 cases: the random inputs spread over the E4M3 range (Descale::for_random_inputs).
+        if self.dtype == DType::F8E4M3 {
+            spec.with_descale(Descale::for_random_inputs())
+        } else {
+            spec
+        }
     }
 
     /// What the random inputs depend on: cases that differ only in their variants or pass share them.

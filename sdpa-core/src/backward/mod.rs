@@ -177,6 +177,11 @@ pub struct HostGradients {
 /// [`crate::Capabilities::check_backward`] after the spec's own validation.
 pub fn validate_backward(spec: &AttentionSpec) -> Result<()> {
     spec.validate()?;
+    if spec.dtype == DType::F8E4M3 {
+        return Err(SdpaError::invalid(
+            "the backward pass of f8e4m3 inputs: FP8 attention is a forward (inference) path; train in bf16",
+        ));
+    }
     if spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()) {
         return Err(SdpaError::invalid(
             "the backward pass of a paged KV cache: training keeps no cache; pack K/V (varlen) instead",
@@ -210,5 +215,6 @@ pub(crate) fn round_to(dtype: DType, x: f64) -> f64 {
         DType::F32 => x as f32 as f64,
         DType::F16 => half::f16::from_f64(x).to_f64(),
         DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::F8E4M3 => f64::from(crate::fp8::e4m3_to_f32(crate::fp8::f32_to_e4m3(x as f32))),
     }
 }

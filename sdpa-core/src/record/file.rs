@@ -105,6 +105,7 @@ impl MeasuredPeak {
                         DType::F32 => self.f32_tflops = x,
                         DType::F16 => self.f16_tflops = x,
                         DType::BF16 => self.bf16_tflops = x,
+                        DType::F8E4M3 => return Err("no measured peak is kept for f8e4m3 (f32, f16, bf16)".into()),
                     }
                 }
             }
@@ -118,6 +119,7 @@ impl MeasuredPeak {
             DType::F32 => self.f32_tflops,
             DType::F16 => self.f16_tflops,
             DType::BF16 => self.bf16_tflops,
+            DType::F8E4M3 => None,
         }
     }
 }

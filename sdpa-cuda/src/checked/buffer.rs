@@ -16,6 +16,8 @@ pub enum CudaBuffer {
     F16(CudaSlice<f16>),
     /// bf16 elements.
     BF16(CudaSlice<bf16>),
+    /// E4M3 codes (inputs of `fa3` only).
+    F8E4M3(CudaSlice<u8>),
 }
 
 impl CudaBuffer {
@@ -25,6 +27,7 @@ impl CudaBuffer {
             CudaBuffer::F32(_) => DType::F32,
             CudaBuffer::F16(_) => DType::F16,
             CudaBuffer::BF16(_) => DType::BF16,
+            CudaBuffer::F8E4M3(_) => DType::F8E4M3,
         }
     }
 
@@ -34,6 +37,7 @@ impl CudaBuffer {
             CudaBuffer::F32(s) => s.len(),
             CudaBuffer::F16(s) => s.len(),
             CudaBuffer::BF16(s) => s.len(),
+            CudaBuffer::F8E4M3(s) => s.len(),
         }
     }
 
@@ -48,6 +52,7 @@ impl CudaBuffer {
             CudaBuffer::F32(s) => s.ordinal(),
             CudaBuffer::F16(s) => s.ordinal(),
             CudaBuffer::BF16(s) => s.ordinal(),
+            CudaBuffer::F8E4M3(s) => s.ordinal(),
         }
     }
 
@@ -59,6 +64,7 @@ impl CudaBuffer {
             DType::F32 => CudaBuffer::F32(stream.alloc_zeros::<f32>(len).map_err(err)?),
             DType::F16 => CudaBuffer::F16(stream.alloc_zeros::<f16>(len).map_err(err)?),
             DType::BF16 => CudaBuffer::BF16(stream.alloc_zeros::<bf16>(len).map_err(err)?),
+            DType::F8E4M3 => CudaBuffer::F8E4M3(stream.alloc_zeros::<u8>(len).map_err(err)?),
         })
     }
 
@@ -70,6 +76,7 @@ impl CudaBuffer {
             HostBuffer::F32(v) => CudaBuffer::F32(stream.clone_htod(v).map_err(err)?),
             HostBuffer::F16(v) => CudaBuffer::F16(stream.clone_htod(v).map_err(err)?),
             HostBuffer::BF16(v) => CudaBuffer::BF16(stream.clone_htod(v).map_err(err)?),
+            HostBuffer::F8E4M3(v) => CudaBuffer::F8E4M3(stream.clone_htod(v).map_err(err)?),
         })
     }
 
@@ -80,6 +87,7 @@ impl CudaBuffer {
             CudaBuffer::F32(s) => HostBuffer::F32(stream.clone_dtoh(s).map_err(err)?),
             CudaBuffer::F16(s) => HostBuffer::F16(stream.clone_dtoh(s).map_err(err)?),
             CudaBuffer::BF16(s) => HostBuffer::BF16(stream.clone_dtoh(s).map_err(err)?),
+            CudaBuffer::F8E4M3(s) => HostBuffer::F8E4M3(stream.clone_dtoh(s).map_err(err)?),
         })
     }
 
@@ -89,6 +97,7 @@ impl CudaBuffer {
             CudaBuffer::F32(s) => s.device_ptr(stream),
             CudaBuffer::F16(s) => s.device_ptr(stream),
             CudaBuffer::BF16(s) => s.device_ptr(stream),
+            CudaBuffer::F8E4M3(s) => s.device_ptr(stream),
         }
     }
 
@@ -98,6 +107,7 @@ impl CudaBuffer {
             CudaBuffer::F32(s) => s.device_ptr_mut(stream),
             CudaBuffer::F16(s) => s.device_ptr_mut(stream),
             CudaBuffer::BF16(s) => s.device_ptr_mut(stream),
+            CudaBuffer::F8E4M3(s) => s.device_ptr_mut(stream),
         }
     }
 }

@@ -12,15 +12,21 @@
 use cudarc::driver::sys;
 use sdpa_core::DType;
 
-/// Columns of one box: 64 two-byte elements = 128 bytes, the widest row the 128-byte swizzle takes.
+/// Columns of one box: 64 two-byte elements = 128 bytes, the widest row the 128-byte swizzle takes (an
+/// E4M3 operand's boxes are 128 one-byte columns: [`box_cols`]).
 pub const BOX_COLS: usize = 64;
+
+/// Columns of one 128-byte box row of `dtype`: 64 for f16/bf16, 128 for E4M3.
+pub fn box_cols(dtype: DType) -> usize {
+    128 / dtype.size_bytes().max(1)
+}
 
 /// One K or V operand as the kernel sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct KvOperand {
     /// Device address of element (0, 0, 0, 0).
     pub ptr: u64,
-    /// Element type (f16 or bf16; others have no map).
+    /// Element type (f16, bf16 or E4M3; others have no map).
     pub dtype: DType,
     /// (B, H, S, D).
     pub dims: [usize; 4],
@@ -51,8 +57,11 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
     let data_type = match op.dtype {
         DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        _ => return None,
+        // TMA only moves bytes: E4M3 travels as u8.
+        DType::F8E4M3 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        DType::F32 => return None,
     };
+    let elem = op.dtype.size_bytes() as u64;
     let [b, h, s, d] = op.dims;
     if !op.ptr.is_multiple_of(16) || !(1..=256).contains(&box_keys) {
         return None;
@@ -61,7 +70,7 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
     let dims = [d, s, h, b];
     let mut strides = [0u64; 3];
     for (i, (&st, &extent)) in [op.strides[2], op.strides[1], op.strides[0]].iter().zip(&dims[1..]).enumerate() {
-        let bytes = u64::try_from(st).ok()?.checked_mul(2)?;
+        let bytes = u64::try_from(st).ok()?.checked_mul(elem)?;
         // A dimension of extent 1 is only ever read at index 0, so its stride does not matter; tensor maps
         // want a positive multiple of 16 bytes (broadcast views often carry 0 there).
         strides[i] = if extent == 1 && (bytes == 0 || !bytes.is_multiple_of(16)) { 16 } else { bytes };
@@ -76,7 +85,7 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
         }
         *g = x as u64;
     }
-    let box_dim = [BOX_COLS as u32, box_keys as u32, 1, 1];
+    let box_dim = [box_cols(op.dtype) as u32, box_keys as u32, 1, 1];
     let element_strides = [1u32; 4];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every pointer refers to a live local array of the length the rank (4) implies; the map is

@@ -18,11 +18,19 @@
 //! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
-//! What it takes today ([`refuses`]): f16/bf16, D and Dv multiples of 8 up to 256, no mask or a causal one,
+//! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
 //! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
 //! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
+//!
+//! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
+//! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
+//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so [`run`] first writes Vᵀ into a workspace
+//! (the `fa3_fp8_vt` pre-pass, keys permuted within groups of 16 to match P's registers) and the kernel loads
+//! that. Q's and K's descales are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
+//! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
+//! Speed and accuracy: `bench/results/gpu/fp8.md`.
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
@@ -159,8 +167,15 @@ fn forced_tile() -> Result<Option<Fa3Tile>> {
 /// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let s = spec.shape;
-    if !matches!(spec.dtype, DType::F16 | DType::BF16) {
-        return Some(format!("fa3 takes f16 and bf16 inputs, not {} (use fa2 or fa1)", spec.dtype));
+    if !matches!(spec.dtype, DType::F16 | DType::BF16 | DType::F8E4M3) {
+        return Some(format!("fa3 takes f16, bf16 and f8e4m3 inputs, not {} (use fa2 or fa1)", spec.dtype));
+    }
+    if spec.dtype == DType::F8E4M3 && fp8_head_dim_class(s.d, s.dv).is_none() {
+        return Some(format!(
+            "fa3 takes f8e4m3 head dims D and Dv that are multiples of 16 up to 256 (classes 64, 128 and 256; \
+             TMA rows of whole 16-byte chunks; got D = {}, Dv = {}); no other kernel takes f8e4m3",
+            s.d, s.dv
+        ));
     }
     if head_dim_class(s.d, s.dv).is_none() {
         return Some(format!(
@@ -199,6 +214,67 @@ pub fn program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, mask_kind: 
     Program::entry(&FA3, name, line)
 }
 
+/// Head-dim classes (D = Dv) of FP8 inputs: a 128-byte box row holds 128 E4M3 columns, so 64 takes half a box
+/// (zeros past it from TMA) and 128 and 256 whole ones.
+pub const FA3_FP8_CLASSES: [(usize, usize); 3] = [(64, 64), (128, 128), (256, 256)];
+
+/// The FP8 class of a call: the first of [`FA3_FP8_CLASSES`] at or above both head dims, which must be
+/// multiples of 16 (E4M3 rows of whole 16-byte chunks, TMA's stride unit).
+pub fn fp8_head_dim_class(d: usize, dv: usize) -> Option<(usize, usize)> {
+    if d == 0 || dv == 0 || !d.is_multiple_of(16) || !dv.is_multiple_of(16) {
+        return None;
+    }
+    FA3_FP8_CLASSES.into_iter().find(|&(cd, cdv)| d <= cd && dv <= cdv)
+}
+
+/// The FP8 tile: 128 keys (a Vᵀ tile row is one 128-byte box row), a 2-deep ring, two consumers.
+pub const FP8_TILE: Fa3Tile = Fa3Tile { bn: 128, stages: 2, consumers: 2 };
+
+/// The FP8 tile of a call at class (`d`, `dv`): [`FP8_TILE`], with three consumers at the class 64 without a
+/// mask as bf16 takes them there ([`tile_for`]: 1.05-1.21x two consumers for bf16; FP8 at 64 ran 0.93-0.99x
+/// bf16 with two, bench/results/gpu/fp8.md).
+pub fn fp8_tile_for(d: usize, dv: usize, causal: bool) -> Fa3Tile {
+    let consumers = if (d, dv) == (64, 64) && !causal { 3 } else { 2 };
+    Fa3Tile { consumers, ..FP8_TILE }
+}
+
+/// An FP8 tile forced by `SDPA_FA3_TILE` (tuning runs): the keys per tile must stay 128.
+fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
+    match forced_tile()? {
+        Some(t) if t.bn != FP8_TILE.bn => {
+            Err(unsupported(format!("SDPA_FA3_TILE: f8e4m3 takes {} keys per tile, not {}", FP8_TILE.bn, t.bn)))
+        }
+        t => Ok(t),
+    }
+}
+
+/// Shared memory of an FP8 block at class (`d`, `dv`): Q and K rows of whole 128-column boxes, Vᵀ tiles of
+/// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
+pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
+    let ds = d.div_ceil(128) * 128;
+    t.consumers * 64 * ds + t.stages * t.bn * (ds + dv) + 8 * (2 * t.consumers + 4 * t.stages)
+}
+
+/// Threads of a Vᵀ pre-pass block (a 64-key x 64-column tile, one 16-byte load and store each).
+const VT_THREADS: u32 = 256;
+
+/// The Vᵀ pre-pass of FP8 calls (`FA3_FP8_VT_ENTRY` in kernels/fa3_fp8.cuh).
+pub fn vt_program() -> Program {
+    Program::entry(&FA3, "fa3_fp8_vt", format!("FA3_FP8_VT_ENTRY(fa3_fp8_vt, {VT_THREADS})"))
+}
+
+/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), and the Vᵀ
+/// pre-pass (7).
+pub fn fp8_programs() -> Vec<Program> {
+    let mut all = vec![vt_program()];
+    for class in FA3_FP8_CLASSES {
+        for mask in [MASK_NONE, MASK_CAUSAL] {
+            all.push(program(DType::F8E4M3, class, fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL), mask, true));
+        }
+    }
+    all
+}
+
 /// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and tile
 /// with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
 /// without ping-pong of the other classes are compiled on first use, as forced tiles are.
@@ -218,6 +294,7 @@ pub fn programs() -> Vec<Program> {
             }
         }
     }
+    all.extend(fp8_programs());
     all
 }
 
@@ -225,10 +302,13 @@ pub fn programs() -> Vec<Program> {
 /// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
 /// in constants only).
 pub fn compile_check_programs() -> Vec<Program> {
-    FA3_CLASSES
+    let mut all: Vec<Program> = FA3_CLASSES
         .into_iter()
         .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
-        .collect()
+        .collect();
+    // FP8: its own products and layout per class, and the pre-pass.
+    all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
+    all
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, padding to byte 384,
@@ -238,15 +318,16 @@ pub fn compile_check_programs() -> Vec<Program> {
 pub struct Fa3Args {
     p: AttnParams,
     section: i32,
+    o_scale: f32,
     pad: [u8; ARGS_PAD],
     q: CUtensorMap,
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 4;
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 8;
 const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
 // SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
-// AttnParams, padding to 384 and three opaque 128-byte tensor maps.
+// AttnParams, the section, O's scale, padding to 384 and three opaque 128-byte tensor maps.
 unsafe impl DeviceRepr for Fa3Args {}
 
 impl std::fmt::Debug for Fa3Args {
@@ -316,16 +397,28 @@ pub fn check(
         )));
     }
     let s = spec.shape;
-    let class = head_dim_class(s.d, s.dv).ok_or_else(|| unsupported("fa3: no head-dim class"))?;
+    let fp8 = spec.dtype == DType::F8E4M3;
+    let class = if fp8 { fp8_head_dim_class(s.d, s.dv) } else { head_dim_class(s.d, s.dv) }
+        .ok_or_else(|| unsupported("fa3: no head-dim class"))?;
     let causal = p.mask_kind == MASK_CAUSAL;
-    let tile = forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk));
-    let smem = tile.smem_bytes(class.0, class.1);
+    let tile = if fp8 {
+        forced_fp8_tile()?.unwrap_or_else(|| fp8_tile_for(class.0, class.1, causal))
+    } else {
+        forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk))
+    };
+    let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
     if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"
         )));
     }
-    if !p.qkvo_aligned_8_elements() {
+    if fp8 && !fp8_aligned(p) {
+        return Err(unsupported(
+            "fa3 loads f8e4m3 Q, K and V through TMA tensor maps: their base pointers and strides must be \
+             multiples of 16 elements (16 bytes), O's (bf16) multiples of 8",
+        ));
+    }
+    if !fp8 && !p.qkvo_aligned_8_elements() {
         return Err(unsupported(
             "fa3 loads Q, K and V through TMA tensor maps: base pointers and strides of Q, K, V and O must be \
              multiples of 8 elements (16 bytes); use fa2",
@@ -337,21 +430,50 @@ pub fn check(
     Ok((class, tile))
 }
 
-/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it.
+/// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
+fn fp8_aligned(p: &AttnParams) -> bool {
+    let ptrs = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
+    let inputs = [p.q_stride, p.k_stride, p.v_stride].iter().flatten().all(|&st| st % 16 == 0);
+    ptrs && inputs && p.o_stride.iter().all(|&st| st % 8 == 0)
+}
+
+/// Keys of a Vᵀ row in the FP8 workspace: Sk rounded up to whole 16-key groups (the pre-pass's unit, and
+/// 16-byte rows for the tensor map).
+pub fn vt_keys(sk: usize) -> usize {
+    sk.div_ceil(16) * 16
+}
+
+/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it. FP8 calls get V's
+/// map over V itself here (the checks only); [`run`] plans them over the Vᵀ workspace ([`plan_with`]).
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
+    plan_with(call, None)
+}
+
+/// [`plan`], with FP8's V map over the Vᵀ workspace at `vt` (`[B, Hkv, Dv, vt_keys(Sk)]` bytes) when given.
+pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let spec = call.spec;
     let info = call.dev.info();
     let p = &call.params;
     let (class, tile) = check(spec, p, info.compute_capability, info.smem_per_block_optin)?;
-    let smem = tile.smem_bytes(class.0, class.1);
+    let fp8 = spec.dtype == DType::F8E4M3;
+    let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
     let causal = p.mask_kind == MASK_CAUSAL;
     // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
+    let v_map = if fp8 {
+        // Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
+        let kp = vt_keys(s.sk) as i64;
+        let dv = s.dv as i64;
+        let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
+        padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
+    } else {
+        padded_tensor_map(&op(p.v, s.hkv, s.sk, s.dv, p.v_stride), tile.bn)
+    };
     let maps = (
         padded_tensor_map(&op(p.q, s.hq, s.sq, s.d, p.q_stride), 64),
         padded_tensor_map(&op(p.k, s.hkv, s.sk, s.d, p.k_stride), tile.bn),
-        padded_tensor_map(&op(p.v, s.hkv, s.sk, s.dv, p.v_stride), tile.bn),
+        v_map,
     );
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(
@@ -377,8 +499,76 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    let program = program(spec.dtype, class, tile, p.mask_kind, pingpong());
-    Ok(Plan { program, dims, args: Fa3Args { p: *p, section, pad: [0; ARGS_PAD], q, k, v }, schedule })
+    let program = program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong());
+    // FP8: Q's and K's descales scale the scores (folded into the softmax scale), V's scales O at the end.
+    let ds = spec.descales();
+    let mut p = *p;
+    p.scale *= ds.q * ds.k;
+    p.scale_log2 *= ds.q * ds.k;
+    let o_scale = ds.v;
+    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, pad: [0; ARGS_PAD], q, k, v }, schedule })
+}
+
+/// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs.
+pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
+    let main = plan(call)?.program;
+    Ok(if call.spec.dtype == DType::F8E4M3 { vec![vt_program(), main] } else { vec![main] })
+}
+
+/// `Fa3VtArgs` of kernels/fa3_fp8.cuh (56 bytes on both sides).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct VtArgs {
+    v: u64,
+    vt: u64,
+    v_stride: [i64; 3],
+    hkv: i32,
+    sk: i32,
+    dv: i32,
+    sk_pad: i32,
+}
+const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
+// SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
+unsafe impl DeviceRepr for VtArgs {}
+
+/// FP8: writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted within groups of 16, zeros past Sk) into a
+/// workspace on the call's stream, then runs `fa3` reading it. The workspace is freed stream-ordered after
+/// both kernels; timing a call times both.
+fn run_fp8(call: &Call<'_>) -> Result<()> {
+    use cudarc::driver::DevicePtrMut;
+    let s = call.spec.shape;
+    let kp = vt_keys(s.sk);
+    plan(call)?; // refuse before allocating
+    if s.sq == 0 {
+        return Ok(()); // no query row: nothing to write
+    }
+    let len = [s.b, s.hkv, s.dv, kp].iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+    let len = len.ok_or_else(|| unsupported("fa3: the f8e4m3 Vᵀ workspace overflows"))?;
+    let mut vt = call.scratch::<u8>(len, "the f8e4m3 Vᵀ workspace of fa3")?;
+    let (vt_ptr, guard) = vt.device_ptr_mut(call.stream);
+    let p = &call.params;
+    let args = VtArgs {
+        v: p.v,
+        vt: vt_ptr,
+        v_stride: p.v_stride,
+        hkv: p.hkv,
+        sk: p.sk,
+        dv: p.dv,
+        sk_pad: i32::try_from(kp).map_err(|_| unsupported("fa3: Sk too long for f8e4m3"))?,
+    };
+    let blocks = |n: usize| u32::try_from(n.div_ceil(64)).map_err(|_| unsupported("fa3: f8e4m3 grid too large"));
+    let bh = u32::try_from(s.b * s.hkv).map_err(|_| unsupported("fa3: f8e4m3 grid too large"))?;
+    let dims = LaunchDims { grid: (blocks(kp)?, blocks(s.dv)?, bh), block: (VT_THREADS, 1, 1), smem_bytes: 0 };
+    let vt_prog = vt_program();
+    // SAFETY: V is read through the validated spec's strides at keys < Sk and columns < Dv with 16-byte loads
+    // (bases and strides 16-byte aligned, checked by `plan`); the workspace holds B·Hkv·Dv·Sk_pad bytes and
+    // the pre-pass writes rows < Dv and keys < Sk_pad of it with 16-byte stores.
+    unsafe { launch(call.dev, call.stream, &vt_prog, &vt_prog.name, dims, &args)? };
+    // The V map describes the workspace just written on the same stream.
+    let Plan { program, dims, args, schedule } = plan_with(call, Some(vt_ptr))?;
+    let r = launch_scheduled(call, &program, dims, args, schedule);
+    drop(guard);
+    r
 }
 
 /// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per
@@ -421,13 +611,27 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
 
 /// Launches `fa3` on the call's stream.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, mut args, schedule } = plan(call)?;
+    if call.spec.dtype == DType::F8E4M3 {
+        return run_fp8(call);
+    }
+    let Plan { program, dims, args, schedule } = plan(call)?;
     if call.spec.shape.sq == 0 {
         return Ok(()); // no query row: nothing to write
     }
+    launch_scheduled(call, &program, dims, args, schedule)
+}
+
+/// Launches a planned `fa3` call with its work-tile counter (none for the static schedule).
+fn launch_scheduled(
+    call: &Call<'_>,
+    program: &Program,
+    dims: LaunchDims,
+    mut args: Fa3Args,
+    schedule: Schedule,
+) -> Result<()> {
     if schedule == Schedule::Static {
         args.p.workspace = 0; // no counter: the kernel's static schedule
-        return launch_with(call, &program, dims, &args);
+        return launch_with(call, program, dims, &args);
     }
     // The work-tile counter: zero when the launch starts, left zero by it (fa3.cu `Fa3TileSource`). On the
     // device's own stream the kept one (no memset per call); on another stream one per call, zeroed on it.
@@ -438,7 +642,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         let (ptr, guard) = counter.device_ptr(call.stream);
         args.p.workspace = ptr;
         // The lock is held until the launch is queued, so no other call on this device queues between.
-        let r = launch_with(call, &program, dims, &args);
+        let r = launch_with(call, program, dims, &args);
         drop(guard);
         drop(kept);
         return r;
@@ -446,7 +650,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     let counter = call.stream.alloc_zeros::<u32>(1).map_err(driver("cuMemAllocAsync", WHAT, 4))?;
     let (ptr, guard) = counter.device_ptr(call.stream);
     args.p.workspace = ptr;
-    let r = launch_with(call, &program, dims, &args);
+    let r = launch_with(call, program, dims, &args);
     // Freed stream-ordered after the launch.
     drop(guard);
     drop(counter);
@@ -456,7 +660,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
 fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3Args) -> Result<()> {
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
-    // kernel writes O rows < Sq and columns < Dv with 4-byte stores that the 8-element alignment allows,
+    // kernel writes O rows < Sq and columns < Dv with 16-byte stores that the 8-element alignment allows,
     // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
     // its program is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
     // launch, which the kernel only increments and writes back to zero.
@@ -518,7 +722,7 @@ mod tests {
             let why = refuses(&spec(d, dv, DType::BF16)).expect("refused");
             assert!(why.contains("head dims"), "{why}");
         }
-        assert!(refuses(&spec(128, 128, DType::F32)).expect("refused").contains("f16 and bf16"));
+        assert!(refuses(&spec(128, 128, DType::F32)).expect("refused").contains("f16, bf16 and f8e4m3"));
         let plain = spec(64, 64, DType::BF16);
         let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
         assert!(refuses(&explicit).expect("refused").contains("explicit"));
@@ -526,6 +730,44 @@ mod tests {
         assert!(refuses(&windowed).expect("refused").contains("does not implement"));
         assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
         assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
+    }
+
+    #[test]
+    fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
+        let c = fp8_head_dim_class;
+        assert_eq!(c(32, 32), Some((64, 64)));
+        assert_eq!(c(64, 64), Some((64, 64)));
+        assert_eq!(c(96, 96), Some((128, 128)));
+        assert_eq!(c(128, 128), Some((128, 128)));
+        assert_eq!(c(192, 128), Some((256, 256)));
+        assert_eq!(c(256, 256), Some((256, 256)));
+        for (d, dv) in [(40, 40), (64, 72), (272, 272), (0, 64)] {
+            assert_eq!(c(d, dv), None, "{d}/{dv}");
+            let why = refuses(&spec(d, dv, DType::F8E4M3)).expect("refused");
+            assert!(why.contains("multiples of 16"), "{why}");
+        }
+        assert_eq!(refuses(&spec(128, 128, DType::F8E4M3).with_mask(Mask::CausalTopLeft)), None);
+        // Every class fits the H100's 227 KB with the FP8 tile; the programs are named by dtype.
+        for (d, dv) in FA3_FP8_CLASSES {
+            assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
+        }
+        assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12);
+        assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
+        assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
+        assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);
+        assert!(fp8_smem_bytes(fp8_tile_for(64, 64, false), 64, 64) <= 227 * 1024);
+        assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256) <= 227 * 1024);
+        let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
+        assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
+        assert!(
+            p.instantiation.contains("sdpa_e4m3, 128, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"),
+            "{}",
+            p.instantiation
+        );
+        assert_eq!(fp8_programs().len(), 7);
+        assert_eq!(vt_keys(1), 16);
+        assert_eq!(vt_keys(32), 32);
+        assert_eq!(vt_keys(33), 48);
     }
 
     #[test]
@@ -549,7 +791,7 @@ mod tests {
         // Per dtype: every class's table tiles with ping-pong, and again without it at 64 and 128.
         let tiles = |(d, dv): (usize, usize)| table_tiles(d, dv, false).len() + table_tiles(d, dv, true).len();
         let with_pp: usize = FA3_CLASSES.into_iter().map(tiles).sum();
-        assert_eq!(all.len(), 2 * (with_pp + tiles((64, 64)) + tiles((128, 128))));
+        assert_eq!(all.len(), 2 * (with_pp + tiles((64, 64)) + tiles((128, 128))) + fp8_programs().len());
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();

@@ -123,7 +123,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
             None => vec![fa2::plan(call)?.program],
         },
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
-        Launcher::Fa3 => vec![fa3::plan(call)?.program],
+        Launcher::Fa3 => fa3::programs_for(call)?,
     })
 }
 

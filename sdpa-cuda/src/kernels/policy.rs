@@ -357,6 +357,15 @@ pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -
 /// which tensor-core kernels take the call. Unsupported combinations (f32 math the kernel does not run)
 /// are errors; see the module docs for the rules.
 pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: TensorCores) -> Result<Launcher> {
+    // FP8 inputs run on `fa3` only (which refuses, with the reason, a GPU or call it cannot take).
+    if spec.dtype == DType::F8E4M3 {
+        return match requested {
+            Kernel::Auto | Kernel::Fa3 => Ok(Launcher::Fa3),
+            k => Err(unsupported(format!(
+                "kernel {k} does not take f8e4m3 inputs: fa3 (Hopper, sm_90) is the FP8 path (or auto)"
+            ))),
+        };
+    }
     if spec.ragged.is_some() {
         return choose_ragged(requested, spec, tc);
     }
@@ -422,6 +431,20 @@ mod tests {
 
     fn gqa(b: usize, hq: usize, hkv: usize, sq: usize, sk: usize, d: usize, dtype: DType) -> AttentionSpec {
         AttentionSpec::new(Shape { hkv, ..Shape::new(b, hq, sq, sk, d) }, dtype)
+    }
+
+    /// FP8 inputs go to fa3 (asked for or through auto) and nowhere else: every other kernel refuses them
+    /// with the reason.
+    #[test]
+    fn fp8_calls_run_on_fa3_only() {
+        let spec = gqa(1, 8, 2, 300, 300, 128, DType::F8E4M3);
+        for k in [Kernel::Auto, Kernel::Fa3] {
+            assert_eq!(pick(k, &spec, F32Math::Exact).expect("fa3"), Launcher::Fa3, "{k}");
+        }
+        for k in [Kernel::Fa2, Kernel::Fa1, Kernel::Unfused, Kernel::SplitKv] {
+            let e = pick(k, &spec, F32Math::Exact).expect_err("refused");
+            assert!(e.to_string().contains("f8e4m3"), "{k}: {e}");
+        }
     }
 
     /// Variant calls never reach the TF32 launcher: `fa2` asked for with TF32 math refuses them with the

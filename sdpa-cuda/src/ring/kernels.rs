@@ -81,6 +81,7 @@ fn suffix(dtype: DType) -> Result<&'static str> {
         DType::F16 => Ok("f16"),
         DType::BF16 => Ok("bf16"),
         DType::F32 => Err(unsupported("f32 ring attention (the ring runs f16 and bf16)")),
+        DType::F8E4M3 => Err(unsupported("f8e4m3 ring attention (the ring runs f16 and bf16)")),
     }
 }
 

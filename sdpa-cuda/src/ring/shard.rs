@@ -53,6 +53,7 @@ pub fn shard(src: &HostBuffer, plan: &RingPlan, r: usize, e: Extent) -> Result<H
         HostBuffer::F32(v) => HostBuffer::F32(cut(v, plan, r, e)),
         HostBuffer::F16(v) => HostBuffer::F16(cut(v, plan, r, e)),
         HostBuffer::BF16(v) => HostBuffer::BF16(cut(v, plan, r, e)),
+        HostBuffer::F8E4M3(v) => HostBuffer::F8E4M3(cut(v, plan, r, e)),
     })
 }
 
@@ -64,6 +65,7 @@ pub fn unshard(dst: &mut HostBuffer, part: &HostBuffer, plan: &RingPlan, r: usiz
         (HostBuffer::F32(d), HostBuffer::F32(p)) => paste(d, p, plan, r, e),
         (HostBuffer::F16(d), HostBuffer::F16(p)) => paste(d, p, plan, r, e),
         (HostBuffer::BF16(d), HostBuffer::BF16(p)) => paste(d, p, plan, r, e),
+        (HostBuffer::F8E4M3(d), HostBuffer::F8E4M3(p)) => paste(d, p, plan, r, e),
         (d, p) => return Err(SdpaError::DTypeMismatch { name: "ring output", expected: d.dtype(), found: p.dtype() }),
     }
     Ok(())
@@ -78,6 +80,7 @@ pub fn fingerprint(buf: &HostBuffer) -> u64 {
         HostBuffer::F32(v) => chain_parallel(v, |x| u64::from(x.to_bits()), 2, 0x32),
         HostBuffer::F16(v) => chain_parallel(v, |x| u64::from(x.to_bits()), 4, 0x16),
         HostBuffer::BF16(v) => chain_parallel(v, |x| u64::from(x.to_bits()), 4, 0xb16),
+        HostBuffer::F8E4M3(v) => chain_parallel(v, u64::from, 8, 0xe4),
     }
 }
 

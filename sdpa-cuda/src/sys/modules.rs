@@ -19,12 +19,14 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// - `tf32_ops.cuh`: the f32 tensor-core helpers and epilogue of `tf32` and `tf32_wgmma`.
 /// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`, `fa3`).
 /// - `fa3_wgmma.cuh`: f16/bf16 `wgmma` products and descriptors of `fa3`.
+/// - `fa3_fp8.cuh`: `fa3`'s E4M3 element, its k32 products, P's conversion and the Vᵀ pre-pass.
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", COMMON_CUH),
     ("fa2_mma.cuh", include_str!("../../kernels/fa2_mma.cuh")),
     ("tf32_ops.cuh", include_str!("../../kernels/tf32_ops.cuh")),
     ("sm90_async.cuh", include_str!("../../kernels/sm90_async.cuh")),
     ("fa3_wgmma.cuh", include_str!("../../kernels/fa3_wgmma.cuh")),
+    ("fa3_fp8.cuh", include_str!("../../kernels/fa3_fp8.cuh")),
 ];
 
 /// One `.cu` source: a family of templates that its programs include, or a small module compiled whole.

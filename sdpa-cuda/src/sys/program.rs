@@ -64,6 +64,8 @@ pub fn cuda_type(dtype: DType) -> &'static str {
         DType::F32 => "float",
         DType::F16 => "__half",
         DType::BF16 => "__nv_bfloat16",
+        // The E4M3 tag of `fa3` (kernels/fa3_fp8.cuh), the one family that takes FP8 inputs.
+        DType::F8E4M3 => "sdpa_e4m3",
     }
 }
 
