@@ -273,7 +273,7 @@ fn fa3_refuses_what_it_lacks() {
         (sh(1, 2, 2, 100, 100, 36), DType::BF16, Mask::None, "head dims"),
         (sh(1, 2, 2, 100, 100, 264), DType::F16, Mask::None, "head dims"),
         (Shape { dv: 60, ..s64 }, DType::BF16, Mask::None, "head dims"),
-        (s64, DType::F32, Mask::None, "f16 and bf16"),
+        (s64, DType::F32, Mask::None, "not f32"),
         (s64, DType::BF16, explicit(s64), "explicit"),
     ];
     for (shape, dtype, mask, why) in cases {

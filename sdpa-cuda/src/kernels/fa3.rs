@@ -87,10 +87,7 @@ impl Fa3Tile {
     /// Q, per K and per V slot).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
-        self.consumers * 64 * d * 2
-            + self.stages * self.bn * (d + dv) * 2
-            + 8 * (2 * self.consumers + 4 * self.stages)
-            + 20 * SCHED_RING
+        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + barrier_bytes(*self)
     }
 
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
@@ -252,7 +249,13 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
 /// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
 pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
     let ds = d.div_ceil(128) * 128;
-    t.consumers * 64 * ds + t.stages * t.bn * (ds + dv) + 8 * (2 * t.consumers + 4 * t.stages)
+    t.consumers * 64 * ds + t.stages * t.bn * (ds + dv) + barrier_bytes(t)
+}
+
+/// The shared memory after the tiles, for every element type (fa3.cu `Fa3Smem`): the Q and K/V ring
+/// mbarriers, 8 bytes each, then the work-tile ring (an mbarrier pair and a tile index per slot).
+fn barrier_bytes(t: Fa3Tile) -> usize {
+    8 * (2 * t.consumers + 4 * t.stages) + 20 * SCHED_RING
 }
 
 /// Threads of a Vᵀ pre-pass block (a 64-key x 64-column tile, one 16-byte load and store each).
@@ -751,7 +754,7 @@ mod tests {
         for (d, dv) in FA3_FP8_CLASSES {
             assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
         }
-        assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12);
+        assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12 + 20 * SCHED_RING);
         assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
         assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
         assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);

@@ -79,21 +79,23 @@ pub fn narrow_row_bytes(p: &AttnParams) -> usize {
 }
 
 /// Time of the narrow path over aligned `fa2` at the next multiple of 8, by its copy width: measured on the
-/// H100 (`bench/results/gpu/headdims.md`, B = 4, H = 16, S = 4k): 2-byte rows 4.5-5.9x (0.17-0.22x), 8-byte
-/// rows 1.6-1.7x (0.60-0.62x); 4-byte rows were not measured and take a value between (2.5).
+/// H100 (`bench/results/gpu/headdims.md`): 2-byte rows 4.5-5.9x at B = 4, H = 16, S = 4k and 4.9-6.1x at
+/// B = 32, S = 512 causal (5 taken), 8-byte rows 1.6-1.7x (0.60-0.62x); 4-byte rows were not measured and
+/// take a value between (2.5).
 pub fn narrow_penalty(row_bytes: usize) -> f64 {
     match row_bytes {
-        2 => 4.5,
+        2 => 5.0,
         4 => 2.5,
         8 => 1.6,
         _ => 1.0,
     }
 }
 
-/// Bytes-for-flops constant of the rule: the copies move 4 bytes per element (2-byte read and write) at about
-/// 2 TB/s, the aligned attention does 2 flops per element product at about 350 TFLOPS (fa2 at D = 104, 4k
-/// tokens, on its class width): (4 / 2e12) / (2 / 3.5e14) = 350.
-pub const COPY_FLOP_RATIO: f64 = 350.0;
+/// Time of one copied element over one element product of the aligned attention, measured on the H100 in
+/// session 8's verification call (`bench/results/gpu/headdims.md`, pad-copy against fa2 at the next multiple
+/// of 8, same run): the copies ran 194 G elements/s at D = 33 (B = 32, S = 512) and 383 G/s at D = 127 (4k),
+/// the attention 85 and 160 T element products/s there: 438 and 418.
+pub const COPY_FLOP_RATIO: f64 = 430.0;
 
 /// Whether the copies pay for themselves. Per query head, the copies move `(Sq + Sk)·(D8 + Dv8)` elements
 /// (Q and O per query, K and V per key; fewer under GQA, which the rule ignores) and the attention does
@@ -101,10 +103,11 @@ pub const COPY_FLOP_RATIO: f64 = 350.0;
 /// `keys` the visible keys per query row on average (Sk without a mask, about half causal). Their time ratio
 /// is about [`COPY_FLOP_RATIO`] times the element ratio; the pad-copy path saves `(penalty − 1)` times the
 /// attention ([`narrow_penalty`] of the narrow copy width `row_bytes`); the rule takes it where the copies
-/// cost at most half of that saving (a margin for the estimates and the four extra launches). So decoding
-/// (a few query rows: copying a whole KV cache per step) never pays, long prefill with 2-byte rows pays from
-/// about 700 tokens causal at D = 127 (fewer at smaller D, whose class has more zero columns), and 8-byte
-/// rows (a cheaper narrow path) need several thousand tokens.
+/// cost at most that saving (both constants were measured; a first rule with half the saving as margin and
+/// cheaper copies left B = 32, S = 512 causal at D = 65 and 127 on the narrow path, 2-5x slower than
+/// padding). So decoding (a few query rows: copying a whole KV cache per step) never pays, prefill with
+/// 2-byte rows pays from about 430 tokens causal at D = 127 (fewer at smaller D, whose class has more zero
+/// columns), and 8-byte rows (a cheaper narrow path) need a few thousand tokens.
 pub fn pays(sq: usize, sk: usize, keys: f64, d: usize, dv: usize, row_bytes: usize) -> bool {
     let Some((cd, cdv)) = fa2::head_dim_classes(d, dv) else { return false };
     if sq == 0 || sk == 0 || keys <= 0.0 {
@@ -112,7 +115,7 @@ pub fn pays(sq: usize, sk: usize, keys: f64, d: usize, dv: usize, row_bytes: usi
     }
     let copies = (sq as f64 + sk as f64) * (round8(d) + round8(dv)) as f64;
     let attention = sq as f64 * keys * (cd + cdv) as f64;
-    COPY_FLOP_RATIO * copies / attention <= (narrow_penalty(row_bytes) - 1.0) / 2.0
+    COPY_FLOP_RATIO * copies / attention <= narrow_penalty(row_bytes) - 1.0
 }
 
 /// Visible keys per query row of `p` on average (its key band, `band_lo..=band_hi` around each row, clamped
@@ -365,9 +368,11 @@ mod tests {
             assert!(pays(1024, 1024, causal(1024, 1024), d, d, 2), "D = {d}");
         }
         assert!(pays(2048, 2048, 2048.0, 190, 127, 2) && pays(2048, 2048, 2048.0, 65, 31, 2));
-        // The boundary at D8 == class (127 -> 128), causal: 350 · 2S / (S · S/2) · 1 <= 1.75 from S = 800.
-        assert!(pays(800, 800, 400.0, 127, 127, 2) && !pays(799, 799, 399.5, 127, 127, 2));
-        // D = 33 copies 40 columns of a 64-wide class: pays from shorter calls (S = 512 causal).
+        // The boundary at D8 == class (127 -> 128), causal: 430 · 2S / (S · S/2) <= 4 from S = 430; the
+        // measured B = 32, S = 512 causal point (pad-copy 2x faster than narrow) is inside.
+        assert!(pays(430, 430, 215.0, 127, 127, 2) && !pays(429, 429, 214.5, 127, 127, 2));
+        assert!(pays(512, 512, 256.0, 127, 127, 2) && pays(512, 512, 256.0, 65, 65, 2));
+        // D = 33 copies 40 columns of a 64-wide class: pays from shorter calls (S = 269 causal).
         assert!(pays(512, 512, 256.0, 33, 33, 2) && !pays(256, 256, 128.0, 33, 33, 2));
         // 8-byte rows (D = 100) lose only 1.6x on the narrow path: 4k tokens pay, 512 do not.
         assert!(pays(4096, 4096, causal(4096, 4096), 100, 100, 8) && !pays(512, 512, 256.0, 100, 100, 8));

@@ -599,9 +599,9 @@ mod tests {
             let l = pick(Kernel::Auto, &decoding(128, DType::F32), math).expect("auto");
             assert_eq!((l, l.kernel()), (Launcher::Tf32, Kernel::Fa2));
         }
-        // f16/bf16 that the tensor-core kernels do not take run fa1, whatever the f32 math says; head-dim
-        // classes decode on splitkv.
-        assert_eq!(pick(Kernel::Auto, &decoding(264, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Fa1);
+        // f16/bf16 above 256 run `wide` (cuBLAS slabs), whatever the f32 math says; head-dim classes decode on
+        // splitkv.
+        assert_eq!(pick(Kernel::Auto, &decoding(264, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::Wide);
         // Head dims that are not multiples of 8 decode on splitkv too (issue 21), and f32 with TF32 takes
         // its path at any D and Dv up to 256, unequal included; above, exact fa1.
         assert_eq!(pick(Kernel::Auto, &decoding(36, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
