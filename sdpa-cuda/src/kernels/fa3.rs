@@ -84,7 +84,7 @@ pub struct Fa3Tile {
 impl Fa3Tile {
     /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of every
     /// consumer, the K and V rings (rows of [`stored`] columns), the mbarriers (full and empty per consumer's
-    /// Q, per K and per V slot).
+    /// Q, per K and per V slot) and the work-tile ring (`barrier_bytes`).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
         self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + barrier_bytes(*self)
@@ -826,5 +826,7 @@ mod tests {
         // The wider tiles would not fit at 256 (why it takes 80 keys).
         assert!(Fa3Tile { bn: 96, stages: 2, consumers: 2 }.smem_bytes(256, 256) > 227 * 1024);
         assert!(FA3.source.contains("#define FA3_THREADS(NC) (128 * ((NC) + 1))"), "block shape changed");
+        // The host's shared-memory sizes count the kernel's work-tile ring (`barrier_bytes`).
+        assert!(FA3.source.contains(&format!("#define FA3_SCHED {SCHED_RING}\n")), "work-tile ring changed");
     }
 }

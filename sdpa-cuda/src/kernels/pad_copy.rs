@@ -8,7 +8,7 @@
 //! What stays the caller's: the softmax scale (the parameters' `scale` and `scale_log2`, computed from the
 //! call's own D, are carried over unchanged; zero columns add nothing to Q·Kᵀ), the mask and its strides,
 //! the ALiBi slopes and the LSE (per row, written in place by the kernel). Which calls ([`pays`]): prefill
-//! large enough that the copies cost well under what the narrow copies lose (which depends on their width:
+//! large enough that the copies cost at most what the narrow copies lose (which depends on their width:
 //! 0.17-0.22x at 2-byte rows, 0.6x at 8-byte ones); decoding and `splitkv` keep the narrow path, as do
 //! ragged and paged calls. Memory ([`fits`]): the scratch must leave headroom in what the device has
 //! free, else, or if its allocation fails, the call runs the narrow path (never an error). The scratch is

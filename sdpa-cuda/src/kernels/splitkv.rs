@@ -462,6 +462,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     if load == SplitKvLoad::Bulk && !bulk_tile {
         load = SplitKvLoad::CpAsync;
     }
+    // Rows of Q or O that are only 2-byte aligned take cp.async: the 2-byte row copy of Q (splitkv.cu
+    // `load_q`) is written for the one warp of a cp.async block, where the TMA entry loads one Q tile with
+    // the whole block (the TMA maps themselves check K and V).
+    if load == SplitKvLoad::Tma && hd.pad && super::pad_copy::narrow_row_bytes(&call.params) < 4 {
+        load = SplitKvLoad::CpAsync;
+    }
     // The head dims the kernel runs: the class, or on TMA the class at whole boxes.
     let mut kd = hd;
     // TMA: both tensor maps (carrying the call's D and Dv when padded), or else the bulk path where it has a
