@@ -3,7 +3,7 @@
 # this script: FP8's shared-memory size lacked the work-tile ring of the merged scheduler; three tests still
 # expected what other merged branches changed): tests/fa3_fp8 whole with the sanitizers on its small calls,
 # tests/fa3's refusal test, the fa2_kernels binary on its four load paths (unfinished in final8.sh's shared
-# deadline), the unit tests; then, with what is left, the FP8 and odd-head-dim timings.
+# deadline), odd_head_dims (after the review's splitkv fix: 2-byte Q/O rows leave the TMA path), the unit tests; then, with what is left, the FP8 and odd-head-dim timings.
 #   DEADLINE=300 bash bench/studies/session8/final8b.sh
 set -uo pipefail
 B=gpu-bundle
@@ -15,7 +15,7 @@ trap pack EXIT
 export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 SDPA_CUDA_CACHE=/tmp/sdpa-cache8b
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
 nvidia-smi -L
-runs=("fa3_fp8" "fa3 fa3_refuses_what_it_lacks" "unit_sdpa_cuda" "fa2_kernels" "fa2_kernels-99k" "fa2_kernels-bulk" "fa2_kernels-cpasync")
+runs=("fa3_fp8" "fa3 fa3_refuses_what_it_lacks" "unit_sdpa_cuda" "odd_head_dims" "fa2_kernels" "fa2_kernels-99k" "fa2_kernels-bulk" "fa2_kernels-cpasync")
 for r in "${runs[@]}"; do
   read -r name filter <<< "$r"
   (
