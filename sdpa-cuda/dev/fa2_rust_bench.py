@@ -16,7 +16,6 @@ import json
 import os
 
 import torch
-import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sdpa_dev import copy_gbps, env_info, gemm_tflops, key, log, point, run_points, torch_sdpa_ms, unique_keys
@@ -91,7 +90,6 @@ res["ceilings"]["d2d_GBps"] = copy_gbps()
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 log("CEILINGS", json.dumps(res["ceilings"]))
 
-torch_ms = torch_sdpa_ms(unique_keys(ours), [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)])
 dt = {"bf16": torch.bfloat16, "f16": torch.float16}
 
 
@@ -117,27 +115,23 @@ def backend_of(kernels):
     return "math"
 
 
-if args.odd:
-    for shape in unique_keys(ours):
-        b, hq, hkv, sq, sk, d, dname, mask, dv = shape
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(b, hq, sq, d, device="cuda", generator=g, dtype=dt[dname])
-        k = torch.randn(b, hkv, sk, d, device="cuda", generator=g, dtype=dt[dname])
-        v = torch.randn(b, hkv, sk, dv, device="cuda", generator=g, dtype=dt[dname])
-        causal = mask == "causal"
-        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
-        for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
-            try:
-                if be is None:
-                    ks = torch_kernels(fn)
-                else:
-                    with sdpa_kernel([be]):
-                        ks = torch_kernels(fn)
-                torch_ms[shape][name + "_kernels"] = ks
-            except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
-                torch_ms[shape][name + "_kernels"] = [f"failed: {e!r}"[:80]]
-        del q, k, v
-        torch.cuda.empty_cache()
+def kernels_of(shape, fn):
+    """--odd: the kernels PyTorch's FLASH backend and its default choice launch for the call `fn`."""
+    out = {}
+    for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)]:
+        try:
+            if be is None:
+                out[name + "_kernels"] = torch_kernels(fn)
+            else:
+                with sdpa_kernel([be]):
+                    out[name + "_kernels"] = torch_kernels(fn)
+        except Exception as e:  # noqa: BLE001 - a backend refusing a shape is a data point
+            out[name + "_kernels"] = [f"failed: {e!r}"[:80]]
+    return out
+
+
+torch_ms = torch_sdpa_ms(unique_keys(ours), [("flash", SDPBackend.FLASH_ATTENTION), ("default", None)],
+                         also=kernels_of if args.odd else None)
 
 gemm = res["ceilings"]["gemm_bf16_TFLOPs"]
 for rec in ours:

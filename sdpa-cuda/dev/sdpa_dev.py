@@ -307,11 +307,13 @@ def time_events(fn, flush_fn, reps=100, warmup=10, queue_ahead=True):
     return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
-def torch_sdpa_ms(shapes, backends):
+def torch_sdpa_ms(shapes, backends, also=None):
     """do_bench medians (ms) of PyTorch's SDPA on each shape `key` (bench/gpu/cuda_driver.py: b, hq, hkv, sq, sk, d,
     dtype, mask, dv) under each (name, backend) of `backends` (an SDPBackend, or None for PyTorch's own choice):
     {shape: {name: ms or None}}, None where the backend refuses the call or runs out of memory. Inputs are
-    torch.randn in [B, H, S, D], seeded 0; "causal" is PyTorch's is_causal (top-left); GQA through enable_gqa."""
+    torch.randn in [B, H, S, D], seeded 0; "causal" is PyTorch's is_causal (top-left); GQA through enable_gqa.
+    `also(shape, fn)`, when given, returns more entries for the shape's dict from the same call `fn` (on the
+    same inputs, e.g. the kernels it launches)."""
     import torch
     import torch.nn.functional as F
     dt = {"bf16": torch.bfloat16, "f16": torch.float16}
@@ -327,6 +329,8 @@ def torch_sdpa_ms(shapes, backends):
         def fn():
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
         ms = torch_call_ms(fn, lambda name, e: log("torch", name, shape, "failed:", repr(e)[:100]), backends)
+        if also:
+            ms.update(also(shape, fn))
         out[shape] = ms
         del q, k, v
         torch.cuda.empty_cache()
