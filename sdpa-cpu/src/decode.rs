@@ -20,7 +20,7 @@
 //! f32 rows of 1 KiB stream at about 80 % of the read ceiling, 512-byte rows at about 70 %, 128-byte bf16
 //! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 
-use crate::element::CpuElement;
+use crate::element::{widen_with as widen, CpuElement};
 use crate::fa2::{key_span, lanes, normalize_row, KeySpan};
 use crate::micro::{self, Shadow};
 use crate::nonfinite::{self, ProbTile};
@@ -473,19 +473,4 @@ fn shadow<T: CpuElement>(
         stride: stride * esize,
         lines: (width * esize).div_ceil(64),
     })
-}
-
-/// Widens `dst.len()` elements of `src` from `off` into `dst`: bf16 with the path's vectors (a shift), f16
-/// through `half` (F16C when present).
-#[inline(always)]
-fn widen<S: Simd, T: CpuElement>(s: S, src: &[T], off: usize, dst: &mut [f32]) {
-    let n = dst.len();
-    match T::as_bf16(src) {
-        Some(b) => {
-            let row = &b[off..off + n];
-            // SAFETY: `row` and `dst` both hold n values.
-            unsafe { s.widen_bf16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
-        }
-        None => T::widen(&src[off..off + n], dst),
-    }
 }

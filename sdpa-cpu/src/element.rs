@@ -152,3 +152,20 @@ impl CpuElement for bf16 {
         }
     }
 }
+
+/// Widens `dst.len()` elements of `src` from `off` into `dst` inside a kernel compiled for SIMD path `S`:
+/// bf16 with the path's vectors (a shift, inlined into the kernel's loop), f32 as a copy, f16 through
+/// `half` (F16C when present). [`CpuElement::widen`] is compiled for the baseline x86-64 target wherever it
+/// is not inlined, so a kernel widening K/V tiles row by row spends more on it than on a vector shift.
+#[inline(always)]
+pub(crate) fn widen_with<S: crate::simd::Simd, T: CpuElement>(s: S, src: &[T], off: usize, dst: &mut [f32]) {
+    let n = dst.len();
+    match T::as_bf16(src) {
+        Some(b) => {
+            let row = &b[off..off + n];
+            // SAFETY: `row` and `dst` both hold n values.
+            unsafe { s.widen_bf16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
+        }
+        None => T::widen(&src[off..off + n], dst),
+    }
+}

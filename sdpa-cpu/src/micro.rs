@@ -378,14 +378,14 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             let mx = s.max(s.max(mx[0], mx[1]), s.max(mx[2], mx[3]));
             // The subtrahend: the new maximum, or 0 where it is still -inf (so e^(-inf - 0) = 0, not NaN).
             let g = s.neg_inf_to_zero(mx);
-            s.store(alpha.as_mut_ptr().add(off), s.exp(s.sub(m_old, g)));
+            s.store(alpha.as_mut_ptr().add(off), s.exp_nonpositive(s.sub(m_old, g)));
             s.store(m.as_mut_ptr().add(off), mx);
             let mut sum = [s.zero(); 4];
             let mut j = 0;
             while j + 4 <= nk {
                 for (u, acc) in sum.iter_mut().enumerate() {
                     let pj = st.add((j + u) * sts + off);
-                    let p = s.exp(s.sub(s.load(pj), g));
+                    let p = s.exp_nonpositive(s.sub(s.load(pj), g));
                     s.store(pj, p);
                     *acc = s.add(*acc, p);
                 }
@@ -393,7 +393,7 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             }
             while j < nk {
                 let pj = st.add(j * sts + off);
-                let p = s.exp(s.sub(s.load(pj), g));
+                let p = s.exp_nonpositive(s.sub(s.load(pj), g));
                 s.store(pj, p);
                 sum[0] = s.add(sum[0], p);
                 j += 1;
@@ -447,7 +447,7 @@ pub(crate) unsafe fn online_softmax_rows<S: Simd>(
             let mut sum = s.zero();
             let mut j = 0;
             while j < full {
-                let e = s.exp(s.sub(s.load(row.add(j)), gv));
+                let e = s.exp_nonpositive(s.sub(s.load(row.add(j)), gv));
                 s.store(row.add(j), e);
                 sum = s.add(sum, e);
                 j += lanes;

@@ -15,7 +15,7 @@
 //! this module's tiles, scratch, key range and row finishing.
 
 use crate::aligned::Aligned;
-use crate::element::CpuElement;
+use crate::element::{widen_with, CpuElement};
 use crate::micro;
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
@@ -356,7 +356,7 @@ fn process<S: Simd, T: CpuElement>(
     // Q tile, scaled once here so the scores need no multiply.
     for (r, &(h, i)) in scr.rows.iter().enumerate() {
         let off = p.q_st.offset(it.b, h, i);
-        T::widen(&p.q[off..off + d], &mut scr.rowbuf[..d]);
+        widen_with(s, p.q, off, &mut scr.rowbuf[..d]);
         if dot {
             let dst = &mut scr.qrow[r * dp..(r + 1) * dp];
             for (x, &y) in dst.iter_mut().zip(&scr.rowbuf[..d]) {
@@ -389,7 +389,7 @@ fn process<S: Simd, T: CpuElement>(
             _ => {
                 for j in 0..nk {
                     let off = p.k_row(it.b, it.kvh, j0 + j);
-                    T::widen(&p.k[off..off + d], &mut scr.kp[j * dp..j * dp + d]);
+                    widen_with(s, p.k, off, &mut scr.kp[j * dp..j * dp + d]);
                 }
                 (scr.kp.as_ptr(), dp)
             }
@@ -433,7 +433,7 @@ fn process<S: Simd, T: CpuElement>(
             _ => {
                 for j in 0..nk {
                     let off = p.v_row(it.b, it.kvh, j0 + j);
-                    T::widen(&p.v[off..off + dv], &mut scr.vp[j * dvp..j * dvp + dv]);
+                    widen_with(s, p.v, off, &mut scr.vp[j * dvp..j * dvp + dv]);
                 }
                 (scr.vp.as_ptr(), dvp)
             }

@@ -180,6 +180,13 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     /// `e^x` lane-wise: relative error about 2e-7, exactly 0 for `-inf` and very negative `x`, NaN stays
     /// NaN.
     fn exp(self, x: Self::V) -> Self::V;
+    /// [`Simd::exp`] for arguments known to be `<= 0` (or `-inf`, or NaN): the online softmax's
+    /// `x - max`. The vector paths skip the upper clamp and round more cheaply there; same accuracy, same
+    /// exact 0 for very negative `x`, NaN stays NaN.
+    #[inline(always)]
+    fn exp_nonpositive(self, x: Self::V) -> Self::V {
+        self.exp(x)
+    }
     /// Lanes equal to `-inf` become 0, others pass unchanged (NaN included).
     fn neg_inf_to_zero(self, v: Self::V) -> Self::V;
     /// Sum of the lanes.
@@ -249,4 +256,74 @@ pub(crate) fn prefetch_l2<T>(p: *const T) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Evaluates `exp` and `exp_nonpositive` lane by lane over `xs` (a multiple of 16 long) on one path.
+    struct Exps<'a> {
+        xs: &'a [f32],
+    }
+    impl SimdKernel for Exps<'_> {
+        type Output = (Vec<f32>, Vec<f32>);
+        #[inline(always)]
+        fn run<S: Simd>(self, s: S) -> Self::Output {
+            let (mut a, mut b) = (vec![0.0; self.xs.len()], vec![0.0; self.xs.len()]);
+            for i in (0..self.xs.len()).step_by(S::LANES) {
+                // SAFETY: i + LANES <= len (the length is a multiple of 16, every path's lanes divide it).
+                unsafe {
+                    let v = s.load(self.xs.as_ptr().add(i));
+                    s.store(a.as_mut_ptr().add(i), s.exp(v));
+                    s.store(b.as_mut_ptr().add(i), s.exp_nonpositive(v));
+                }
+            }
+            (a, b)
+        }
+    }
+
+    /// The softmax's exponential on every path this CPU has: as close to f64's as `exp` over the range
+    /// the online softmax feeds it (x - max <= 0), the same values as `exp` up to rounding, exactly 0 at -inf
+    /// and far below the normal range (a masked key's weight), exactly 1 at 0 (the row maximum's weight), and
+    /// NaN kept.
+    #[test]
+    fn exp_nonpositive_matches_f64_on_every_path() {
+        let mut xs: Vec<f32> = (0..4000).map(|i| -(i as f32) * 0.0291).collect(); // 0 down to -116.3
+        xs.extend([0.0, -0.0, -1e-30, -87.3, -87.4, -88.0, -88.7, -103.0, -104.0, -200.0, f32::NEG_INFINITY]);
+        xs.extend([f32::NAN, -f32::MIN_POSITIVE, -0.5 * std::f32::consts::LN_2, -1.5 * std::f32::consts::LN_2]);
+        while !xs.len().is_multiple_of(16) {
+            xs.push(-3.25);
+        }
+        for path in supported_paths() {
+            let (plain, fast) = dispatch(path, Exps { xs: &xs });
+            for (i, &x) in xs.iter().enumerate() {
+                let (e, f) = (plain[i], fast[i]);
+                if x.is_nan() {
+                    assert!(e.is_nan() && f.is_nan(), "{path}: exp(NaN) = {e}, {f}");
+                    continue;
+                }
+                let want = (x as f64).exp();
+                if want < f32::MIN_POSITIVE as f64 {
+                    // Below the normal range both are 0 or a value as small as the true one (never more).
+                    assert!(f >= 0.0 && (f as f64) <= 2.0 * want + 1e-45, "{path}: exp({x}) = {f}, want {want}");
+                    if x < -104.0 {
+                        assert_eq!(f, 0.0, "{path}: exp({x}) must be exactly 0");
+                    }
+                    continue;
+                }
+                // The polynomial's 2e-7, plus the rounding of x·log2(e) to f32 (relative 6e-8 of the exponent,
+                // about 6e-8 |x| of the result).
+                let tol = 3e-7 + 1e-7 * (x as f64).abs();
+                let rel = ((f as f64) - want).abs() / want;
+                assert!(rel < tol, "{path}: exp_nonpositive({x}) = {f}, want {want} (rel {rel:.2e})");
+                let rel_plain = ((e as f64) - want).abs() / want;
+                assert!(rel_plain < tol, "{path}: exp({x}) = {e}, want {want} (rel {rel_plain:.2e})");
+                assert!((f - e).abs() <= 4.0 * f32::EPSILON * e, "{path}: exp({x}): {f} against {e}");
+            }
+            let at = |v: f32| xs.iter().position(|&x| x == v || (x.is_nan() && v.is_nan())).map(|i| fast[i]);
+            assert_eq!(at(0.0), Some(1.0), "{path}: e^0 must be exactly 1");
+            assert_eq!(at(f32::NEG_INFINITY), Some(0.0), "{path}: e^-inf must be exactly 0");
+        }
+    }
 }

@@ -67,6 +67,40 @@ const C5: f32 = 0.001_333_355_8;
 const C6: f32 = 0.000_154_035_3;
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 
+/// `2^f` for the fraction `f` in [-1/2, 1/2] (degree 6, the coefficients above), 16 lanes.
+/// # Safety
+/// AVX-512 F and FMA (the token's features; inlined into its kernels).
+#[inline(always)]
+unsafe fn exp2_fraction_512(f: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        let mut p = _mm512_set1_ps(C6);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C5));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C4));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C1));
+        _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0))
+    }
+}
+
+/// [`exp2_fraction_512`] on 8 lanes.
+/// # Safety
+/// AVX and FMA (the token's features; inlined into its kernels).
+#[inline(always)]
+unsafe fn exp2_fraction_256(f: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        let mut p = _mm256_set1_ps(C6);
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
+        _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0))
+    }
+}
+
 // SAFETY (for every `unsafe` block in the two impls below): the token types are only constructed inside
 // `run_avx512` / `run_avx2`, which are only called after the matching `*_supported()` check, so the
 // intrinsics' target features are present; pointer validity is the caller's contract on the `unsafe fn`s.
@@ -180,15 +214,20 @@ impl Simd for Avx512 {
             let t = _mm512_min_ps(_mm512_set1_ps(128.0), t);
             let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
             let f = _mm512_sub_ps(t, n);
-            let mut p = _mm512_set1_ps(C6);
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C5));
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C4));
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C3));
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C2));
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C1));
-            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
             // p * 2^n, rounding to 0 below the denormal range (2^-150 -> 0).
-            _mm512_scalef_ps(p, n)
+            _mm512_scalef_ps(exp2_fraction_512(f), n)
+        }
+    }
+    #[inline(always)]
+    fn exp_nonpositive(self, x: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            // As `exp` without the upper clamp: x <= 0 keeps t <= 0.
+            let t = _mm512_mul_ps(x, _mm512_set1_ps(LOG2E));
+            let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
+            let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+            let f = _mm512_sub_ps(t, n);
+            _mm512_scalef_ps(exp2_fraction_512(f), n)
         }
     }
     #[inline(always)]
@@ -343,15 +382,27 @@ impl Simd for Avx2 {
             let t = _mm256_min_ps(_mm256_set1_ps(127.0), t);
             let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
             let f = _mm256_sub_ps(t, n);
-            let mut p = _mm256_set1_ps(C6);
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0));
+            let p = exp2_fraction_256(f);
             let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
             _mm256_mul_ps(p, _mm256_castsi256_ps(bits))
+        }
+    }
+    #[inline(always)]
+    fn exp_nonpositive(self, x: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            // x <= 0 keeps t in [-127, 0] after the lower clamp, so no upper clamp, and the rounding is one
+            // add of ROUND_BIAS = 1.5·2^23 + 127: the sum's low mantissa bits hold n + 127 (0..=127), which a
+            // shift moves into the exponent field (the bits above it shift out), giving 2^n, or exactly 0 at
+            // n = -127; subtracting the bias again gives n itself. Two operations fewer than `exp`.
+            const ROUND_BIAS: f32 = 12_583_039.0;
+            let t = _mm256_mul_ps(x, _mm256_set1_ps(LOG2E));
+            let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
+            let y = _mm256_add_ps(t, _mm256_set1_ps(ROUND_BIAS));
+            let n = _mm256_sub_ps(y, _mm256_set1_ps(ROUND_BIAS));
+            let f = _mm256_sub_ps(t, n);
+            let scale = _mm256_slli_epi32::<23>(_mm256_castps_si256(y));
+            _mm256_mul_ps(exp2_fraction_256(f), _mm256_castsi256_ps(scale))
         }
     }
     #[inline(always)]
