@@ -161,6 +161,17 @@ fn forced_tile() -> Result<Option<Fa3Tile>> {
     }
 }
 
+/// Where a call `fa3` refuses can run instead: `fa2`-family advice for f16/bf16 (`for_16_bit`), and for
+/// f8e4m3 inputs, which no other kernel takes, that there is no such kernel (pointing an FP8 caller at
+/// `fa2` would only earn a second refusal).
+fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
+    if spec.dtype == DType::F8E4M3 {
+        "no other kernel takes f8e4m3 inputs (dequantize to bf16 for fa2)".into()
+    } else {
+        for_16_bit.into()
+    }
+}
+
 /// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let s = spec.shape;
@@ -184,13 +195,19 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let kinds = spec.variants.kinds();
     if !kinds.is_empty() {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
-        return Some(format!("fa3 does not implement {} yet; fa2 does", names.join(", ")));
+        return Some(format!("fa3 does not implement {} yet; {}", names.join(", "), elsewhere(spec, "fa2 does")));
     }
     if matches!(spec.mask, Mask::Explicit(_)) {
-        return Some("fa3 does not take explicit masks yet (no mask or causal only); fa2 does".into());
+        return Some(format!(
+            "fa3 does not take explicit masks yet (no mask or causal only); {}",
+            elsewhere(spec, "fa2 does")
+        ));
     }
     if spec.ragged.is_some() {
-        return Some("fa3 does not run ragged (varlen) batches or paged KV caches yet; fa2 and splitkv do".into());
+        return Some(format!(
+            "fa3 does not run ragged (varlen) batches or paged KV caches yet; {}",
+            elsewhere(spec, "fa2 and splitkv do")
+        ));
     }
     if spec.scale() <= 0.0 {
         return Some(format!("fa3 needs a positive scale (got {})", spec.scale()));
@@ -396,7 +413,8 @@ pub fn check(
     if cc != (9, 0) {
         let (major, minor) = cc;
         return Err(unsupported(format!(
-            "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor} (use fa2)"
+            "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor}; {}",
+            elsewhere(spec, "use fa2")
         )));
     }
     let s = spec.shape;
@@ -479,10 +497,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         v_map,
     );
     let (Some(q), Some(k), Some(v)) = maps else {
-        return Err(unsupported(
+        return Err(unsupported(format!(
             "fa3: a TMA tensor map cannot describe this Q, K or V layout (strides must be positive multiples of \
-             16 bytes below 2^40, extents below 2^32); use fa2",
-        ));
+             16 bytes below 2^40, extents below 2^32); {}",
+            elsewhere(spec, "use fa2")
+        )));
     };
     let work =
         s.sq.div_ceil(tile.rows())
@@ -771,6 +790,39 @@ mod tests {
         assert_eq!(vt_keys(1), 16);
         assert_eq!(vt_keys(32), 32);
         assert_eq!(vt_keys(33), 48);
+    }
+
+    /// Regression: FP8 calls that `fa3` refuses (variants, explicit masks, ragged batches, a GPU other than
+    /// sm_90) were told that `fa2` takes them, which then refuses f8e4m3 too; f16/bf16 keep the advice.
+    #[test]
+    fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
+        let fp8 = spec(128, 128, DType::F8E4M3).with_descale(sdpa_core::Descale::uniform(0.5));
+        let explicit = fp8.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &fp8.shape)));
+        let ragged = {
+            let r = sdpa_core::Ragged::new(vec![100, 200], vec![200, 300]);
+            let s = Shape { b: 2, sq: 200, sk: 300, ..fp8.shape };
+            AttentionSpec { shape: s, ..fp8.clone() }.with_ragged(r, sdpa_core::Layout::Bshd)
+        };
+        let cases = [
+            fp8.clone().with_window(sdpa_core::variants::Window::left(64)),
+            fp8.clone().with_softcap(30.0),
+            explicit,
+            ragged,
+        ];
+        for s in &cases {
+            let why = refuses(s).expect("refused");
+            assert!(!why.contains("fa2 does") && !why.contains("splitkv do"), "{why}");
+            assert!(why.contains("no other kernel takes f8e4m3"), "{why}");
+        }
+        // The device check: a GPU other than sm_90.
+        let p = AttnParams::new(&fp8, 256, 512, 768, 1024, 0, 0).expect("params");
+        let why = check(&fp8, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string();
+        assert!(!why.contains("use fa2") && why.contains("f8e4m3"), "{why}");
+        // f16/bf16 calls are still sent to fa2.
+        let bf16 = spec(128, 128, DType::BF16);
+        assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
+        let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
+        assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
     }
 
     #[test]
