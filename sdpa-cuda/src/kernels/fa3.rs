@@ -148,16 +148,24 @@ fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
 /// an unusable value is an error naming what is allowed.
 fn forced_tile() -> Result<Option<Fa3Tile>> {
     let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
-    let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match parsed[..] {
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages, consumers: 2 })),
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
-            Ok(Some(Fa3Tile { bn, stages, consumers }))
-        }
-        _ => Err(unsupported(format!(
+    parse_tile(&v).map(Some).ok_or_else(|| {
+        unsupported(format!(
             "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 80, 96, 112, 128, 176 or 192, 1 to 4 \
              stages and 2 or 3 consumer warpgroups"
-        ))),
+        ))
+    })
+}
+
+/// The tile `bn,stages[,consumers]` names, or `None` when a part is not a number (every part must be one: a
+/// part left out would shift the others into other meanings) or a value is not one the kernel takes.
+fn parse_tile(v: &str) -> Option<Fa3Tile> {
+    let parsed: Vec<usize> = v.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+    match parsed[..] {
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Some(Fa3Tile { bn, stages, consumers: 2 }),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
+            Some(Fa3Tile { bn, stages, consumers })
+        }
+        _ => None,
     }
 }
 
@@ -823,6 +831,17 @@ mod tests {
         assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
         let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
         assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
+    }
+
+    /// Regression: `SDPA_FA3_TILE` dropped the parts that were not numbers, so `128,x,2` ran 128 keys in two
+    /// stages instead of being refused.
+    #[test]
+    fn forced_tiles_refuse_parts_that_are_not_numbers() {
+        assert_eq!(parse_tile("128, 2"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 2 }));
+        assert_eq!(parse_tile("64,4,3"), Some(Fa3Tile { bn: 64, stages: 4, consumers: 3 }));
+        for bad in ["128,x,2", "x,128,2", "128,2,", "128", "100,2", "128,5", "128,2,4", ""] {
+            assert_eq!(parse_tile(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
