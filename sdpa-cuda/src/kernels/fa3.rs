@@ -833,6 +833,85 @@ mod tests {
         assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
     }
 
+    /// `Fa3Smem<T, D, DV, BN, ST, NC>::BYTES` of fa3.cu, transcribed term by term from its definition (the
+    /// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
+    /// with its static_asserts; `None` where one of them would fail to compile.
+    fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
+        let inner = instantiation.strip_prefix("FA3_ENTRY(")?.strip_suffix(')')?;
+        let f: Vec<&str> = inner.split(", ").collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
+        let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
+        let fp8 = *f.get(1)? == "sdpa_e4m3";
+        let es = if fp8 { 1 } else { 2 };
+        let cols = 128 / es;
+        let ds = d.div_ceil(cols) * cols;
+        let dvs = if fp8 { dv } else { dv.div_ceil(64) * 64 };
+        let (q_bytes, k_bytes, v_bytes) = (64 * ds * es, bn * ds * es, bn * dvs * es);
+        let bar_off = nc * q_bytes + st * k_bytes + st * v_bytes;
+        let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st);
+        let sched_off = sched_bar_off + 16 * SCHED_RING;
+        let ok = d % 32 == 0 && dv % 32 == 0 && bn % 16 == 0 && bn <= 256;
+        let aligned = k_bytes % 1024 == 0 && v_bytes % 1024 == 0 && (!fp8 || bn == 128);
+        (ok && aligned).then_some(sched_off + 4 * SCHED_RING)
+    }
+
+    /// Every entry the planner can launch (the table's tiles and FP8's, each class, mask and dtype; the forced
+    /// tiles a tuning run may ask for) gets the shared memory the kernel lays out: the host's count equals
+    /// `Fa3Smem::BYTES` recomputed from fa3.cu's definition, which the static_asserts accept, within the
+    /// H100's 227 KB where the planner launches it. (The merge of FP8 once left the work-tile ring out of
+    /// the host's count; the kernel then wrote past its shared memory.)
+    #[test]
+    fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
+        for line in [
+            "static constexpr int DS = (D + COLS - 1) / COLS * COLS;",
+            "static constexpr int DVS = Fa3Elem<T>::FP8 ? DV : (DV + 63) / 64 * 64;",
+            "static constexpr int Q_BYTES = 64 * DS * ES;",
+            "static constexpr int K_BYTES = BN * DS * ES;",
+            "static constexpr int V_BYTES = BN * DVS * ES;",
+            "static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;",
+            "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);",
+            "static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;",
+            "static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;",
+        ] {
+            assert!(FA3.source.contains(line), "fa3.cu's Fa3Smem changed ({line}): update kernel_smem_bytes");
+        }
+        let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
+            let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
+            let host = if fp8 { fp8_smem_bytes(tile, d, dv) } else { tile.smem_bytes(d, dv) };
+            assert_eq!(host, kernel, "{}", p.name);
+            host
+        };
+        // Every listed program: each class, dtype, mask and table tile (with and without ping-pong), and FP8's.
+        let mut n = 0;
+        for p in programs().iter().filter(|p| p.name != vt_program().name) {
+            let args = p.instantiation.trim_end_matches(')');
+            let f: Vec<usize> = args.split(", ").filter_map(|x| x.parse().ok()).collect();
+            let [d, dv, bn, stages, consumers] = f[..] else { panic!("{}: {}", p.name, p.instantiation) };
+            let tile = Fa3Tile { bn, stages, consumers };
+            let fp8 = p.instantiation.contains("sdpa_e4m3");
+            assert_eq!(fp8, p.name.contains("_f8e4m3_"), "{}", p.name);
+            assert!(host(p, tile, (d, dv), fp8) <= 227 * 1024, "{}", p.name);
+            n += 1;
+        }
+        assert_eq!(n, programs().len() - 1);
+        // Forced tiles: the count agrees wherever the kernel compiles (the planner compares it with the
+        // device's limit before launching).
+        for class in FA3_CLASSES {
+            for bn in [64, 80, 96, 112, 128, 176, 192] {
+                for (stages, consumers) in [(1, 2), (2, 2), (3, 3), (4, 2), (4, 3)] {
+                    let tile = Fa3Tile { bn, stages, consumers };
+                    host(&program(DType::BF16, class, tile, MASK_CAUSAL, true), tile, class, false);
+                }
+            }
+        }
+        for class in FA3_FP8_CLASSES {
+            for (stages, consumers) in [(1, 2), (3, 2), (4, 3)] {
+                let tile = Fa3Tile { stages, consumers, ..FP8_TILE };
+                host(&program(DType::F8E4M3, class, tile, MASK_NONE, true), tile, class, true);
+            }
+        }
+    }
+
     /// Regression: `SDPA_FA3_TILE` dropped the parts that were not numbers, so `128,x,2` ran 128 keys in two
     /// stages instead of being refused.
     #[test]
