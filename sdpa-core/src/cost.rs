@@ -83,7 +83,7 @@ impl AttentionCost {
         let out = spec.out_dtype().size_bytes() as f64;
         if out != elem {
             let s = &spec.shape;
-            let q_rows = spec.ragged.as_ref().map_or((s.b * s.sq) as f64, |r| r.total_q() as f64);
+            let q_rows = spec.ragged.as_ref().map_or(s.b as f64 * s.sq as f64, |r| r.total_q() as f64);
             cost.bytes += q_rows * s.hq as f64 * s.dv as f64 * (out - elem);
         }
         cost
