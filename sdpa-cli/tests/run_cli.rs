@@ -138,3 +138,28 @@ fn the_cpu_simd_path_can_be_forced_and_a_wrong_one_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.starts_with("sdpa: ") && err.contains("unknown simd path `avx9000`"), "{err}");
 }
+
+/// Regression: an f8e4m3 run's record lacked the descale factors it ran with (`--descale`, or the default for
+/// random inputs), so records of runs at different factors could not be told apart.
+#[test]
+fn fp8_records_carry_their_descales() {
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["run", "--backend", "reference", "--shape", "1,2,2,16,24,32", "--dtype", "f8e4m3", "--json"];
+        args.extend_from_slice(extra);
+        let out = sdpa(&args);
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("stdout is one JSON object")
+    };
+    let v = run(&["--descale", "0.5,0.25,0.125"]);
+    assert_eq!(v["dtype"], "f8e4m3");
+    assert_eq!(v["descale"], serde_json::json!({"q": 0.5, "k": 0.25, "v": 0.125}));
+    // The default factors are recorded too (sqrt(3)/448 for all three).
+    let d = run(&[])["descale"].clone();
+    let q = d["q"].as_f64().expect("a factor");
+    assert!((q - 3f64.sqrt() / 448.0).abs() < 1e-6 && d["k"] == d["q"] && d["v"] == d["q"], "{d}");
+    // Other dtypes write no descale.
+    let out = sdpa(&["run", "--backend", "reference", "--shape", "1,2,2,16,24,32", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    assert!(v.get("descale").is_none(), "{v}");
+}

@@ -75,10 +75,18 @@ impl AttentionCost {
     /// Cost of a spec: the pairs its causal mask and window leave (explicit masks count every pair).
     pub fn of_spec(spec: &AttentionSpec) -> Self {
         let elem = spec.dtype.size_bytes() as f64;
-        match &spec.ragged {
+        let mut cost = match &spec.ragged {
             None => Self::of_band(&spec.shape, &spec.band(), elem),
             Some(r) => Self::of_ragged(spec, r, elem),
+        };
+        // O is written at its own type (`DType::output`: bf16 for f8e4m3 inputs), not the inputs'.
+        let out = spec.out_dtype().size_bytes() as f64;
+        if out != elem {
+            let s = &spec.shape;
+            let q_rows = spec.ragged.as_ref().map_or(s.b as f64 * s.sq as f64, |r| r.total_q() as f64);
+            cost.bytes += q_rows * s.hq as f64 * s.dv as f64 * (out - elem);
         }
+        cost
     }
 
     /// A ragged batch: each sequence's band over its own lengths, and each token read or written once
@@ -269,6 +277,24 @@ mod tests {
         assert!((win.flops / full.flops - expect).abs() < 1e-12, "{}", win.flops / full.flops);
         let tl = spec.with_mask(Mask::None).with_window(Window { left: Some(0), right: Some(0) });
         assert_eq!(AttentionCost::of_spec(&tl.with_diagonal(Diagonal::TopLeft)).flops, 2.0 * 16.0 * 32768.0 * 256.0);
+    }
+
+    /// Regression: an f8e4m3 call's minimal bytes counted O at one byte per element, though O is written in
+    /// bf16 (`DType::output`), so FP8 records understated their GB/s; Q, K and V stay at one byte.
+    #[test]
+    fn fp8_calls_count_o_at_its_bf16_size() {
+        let shape = Shape { hkv: 2, dv: 32, ..Shape::new(2, 8, 100, 300, 64) };
+        let fp8 = AttentionCost::of_spec(&AttentionSpec::new(shape, DType::F8E4M3));
+        let (q, k, v, o) =
+            (2.0 * 8.0 * 100.0 * 64.0, 2.0 * 2.0 * 300.0 * 64.0, 2.0 * 2.0 * 300.0 * 32.0, 2.0 * 8.0 * 100.0 * 32.0);
+        assert_eq!(fp8.bytes, q + k + v + 2.0 * o);
+        let bf16 = AttentionCost::of_spec(&AttentionSpec::new(shape, DType::BF16));
+        assert_eq!((bf16.bytes, fp8.flops), (2.0 * (q + k + v + o), bf16.flops));
+        // A ragged batch: O's rows are its query tokens.
+        let r = crate::Ragged::new(vec![10, 90], vec![100, 300]);
+        let ragged = AttentionSpec::new(Shape { sq: 90, ..shape }, DType::F8E4M3).with_ragged(r, crate::Layout::Bshd);
+        let c = AttentionCost::of_spec(&ragged);
+        assert_eq!(c.bytes, 100.0 * 8.0 * 96.0 + 400.0 * 2.0 * 96.0 + 100.0 * 8.0 * 32.0);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use super::ReportError;
 use sdpa_core::record::{BenchFile, MeasuredPeak, Skipped};
 use sdpa_core::{
-    AttentionCost, AttentionSpec, BenchRecord, Bound, DType, ExplicitMask, F32Math, HardwareSpec, Mask, MaskValues,
-    Pass, Ragged, Shape, Variants,
+    AttentionCost, AttentionSpec, BenchRecord, Bound, DType, Descale, ExplicitMask, F32Math, HardwareSpec, Mask,
+    MaskValues, Pass, Ragged, Shape, Variants,
 };
 use std::collections::BTreeMap;
 
@@ -123,6 +123,9 @@ pub struct Group {
     pub pass: Pass,
     /// Element type.
     pub dtype: DType,
+    /// FP8 inputs: the descale factors every row ran with (records with other factors form their own group);
+    /// `None` for other dtypes and for FP8 records that do not carry them.
+    pub descale: Option<Descale>,
     /// Mask name.
     pub mask: String,
     /// The variants as records carry them (plain attention when none is set).
@@ -144,12 +147,13 @@ pub struct Group {
 
 impl Group {
     /// A one-line title: `cpu · bf16 · causal · B=1 Hq=8 Hkv=8 Sq=512 Sk=512 D=64 · bhsd`, with the variants
-    /// after the mask (`causal + window 4096,0 tl`) and a pass other than the forward after the platform
-    /// (`cpu · bwd · ...`).
+    /// after the mask (`causal + window 4096,0 tl`), a pass other than the forward after the platform
+    /// (`cpu · bwd · ...`) and FP8's descales after the dtype (`f8e4m3 descale 0.5,0.25,0.125`).
     pub fn title(&self) -> String {
         let batch = self.ragged.as_ref().map(|r| format!(" · {}", batch_label(r))).unwrap_or_default();
+        let descale = self.descale.map(|d| format!(" {}", descale_label(&d))).unwrap_or_default();
         format!(
-            "{} · {} · {} · {} · {}{batch}",
+            "{} · {}{descale} · {} · {} · {}{batch}",
             platform_and_pass(&self.platform, self.pass),
             self.dtype,
             mask_and_variants(&self.mask, &self.variants_label),
@@ -165,6 +169,16 @@ pub fn platform_and_pass(platform: &str, pass: Pass) -> String {
     match pass {
         Pass::Fwd => platform.to_string(),
         p => format!("{platform} · {p}"),
+    }
+}
+
+/// `descale 0.5,0.25,0.125` (Q, K, V), or `descale 0.00387` when the three are equal: the form `--descale`
+/// takes.
+pub fn descale_label(d: &Descale) -> String {
+    if d.q == d.k && d.k == d.v {
+        format!("descale {}", d.q)
+    } else {
+        format!("descale {},{},{}", d.q, d.k, d.v)
     }
 }
 
@@ -378,7 +392,7 @@ fn series_of(rec: &BenchRecord) -> String {
 
 /// Platform, pass, dtype rank, mask, variants (as JSON: exact, so two slope lists never merge), sizes, layout,
 /// the ragged batch (as JSON; empty for dense calls, which sort first).
-type GroupKey = (String, u8, u8, String, String, [usize; 7], String, String);
+type GroupKey = (String, u8, u8, String, String, String, [usize; 7], String, String);
 
 fn pass_rank(p: Pass) -> u8 {
     match p {
@@ -458,6 +472,7 @@ impl ResultsReport {
                     platform_of(rec),
                     pass_rank(rec.pass),
                     dtype_rank(rec.dtype),
+                    rec.descale.map(|d| descale_label(&d)).unwrap_or_default(),
                     rec.mask.clone(),
                     variants_key(rec),
                     [s.d, s.dv, s.hq, s.hkv, s.sq, s.sk, s.b],
@@ -470,6 +485,7 @@ impl ResultsReport {
                         platform: platform_of(rec),
                         pass: rec.pass,
                         dtype: rec.dtype,
+                        descale: rec.descale,
                         mask: rec.mask.clone(),
                         variants: rec.variants.clone(),
                         variants_label: label,
@@ -917,6 +933,28 @@ mod tests {
         assert!(r.seq_plots.iter().all(|p| p.x == XAxis::HeadDim));
         let svg = crate::results::plots::seq_plot(plots[0], &|_| 0);
         assert!(svg.contains("head dim (D)") && svg.contains("at D=128"), "{svg}");
+    }
+
+    /// FP8 records name their descales in the group's title, and records at other factors form their own group
+    /// (the factors set the inputs' range and so the error each row reports); older FP8 records without them
+    /// still group, untitled.
+    #[test]
+    fn fp8_groups_name_their_descales() {
+        let mut file = BenchFile::new();
+        let fp8 = AttentionSpec::new(Shape::new(1, 8, 512, 512, 64), DType::F8E4M3);
+        let t = TimeStats { median: 1.0, min: 1.0, max: 1.0, reps: 1 };
+        let at = |d: Descale| BenchRecord::new("cuda", "fa3", "H100", &fp8.clone().with_descale(d), t, None);
+        let old = BenchRecord { descale: None, ..at(Descale::uniform(1.0)) };
+        file.records.extend([at(Descale { q: 0.5, k: 0.25, v: 0.125 }), at(Descale::uniform(0.5)), old]);
+        let r = ResultsReport::build(&[("f.json".into(), file)], &ReportOptions::default()).expect("report");
+        let mut titles: Vec<String> = r.groups.iter().map(|g| g.title()).collect();
+        titles.sort();
+        assert_eq!(titles.len(), 3, "{titles:?}");
+        assert!(titles.iter().any(|t| t.contains("f8e4m3 descale 0.5,0.25,0.125 · none")), "{titles:?}");
+        assert!(titles.iter().any(|t| t.contains("f8e4m3 descale 0.5 · none")), "{titles:?}");
+        assert!(titles.iter().any(|t| t.contains("· f8e4m3 · none")), "{titles:?}");
+        // Other dtypes' titles are unchanged.
+        assert!(!Group { descale: None, ..r.groups[0].clone() }.title().contains("descale"));
     }
 
     /// A ring call over two GPUs and the one-GPU call of the same shape land in one group as two rows (issue

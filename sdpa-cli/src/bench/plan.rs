@@ -380,9 +380,12 @@ fn plan_case(
     sw: &BenchSpec,
     timing: Timing,
 ) {
+    // PyTorch's SDPA takes no f8e4m3 inputs, and bench/pytorch_sdpa.py rejects the dtype for its whole spec:
+    // one FP8 case would cost every case of its device the comparison.
+    let torch_takes = case.dtype != DType::F8E4M3;
     for b in backends.iter().filter(|b| *b != PYTORCH) {
         let device = if b == "cuda" { "cuda" } else { "cpu" };
-        if b != "reference" && pytorch_seen.insert((device.to_string(), case.clone())) {
+        if torch_takes && b != "reference" && pytorch_seen.insert((device.to_string(), case.clone())) {
             plan.pytorch_cases.push((device.to_string(), case.clone(), timing));
         }
         for &kernel in kernels {
@@ -402,7 +405,7 @@ fn plan_case(
     }
     let only_pytorch = backends.iter().all(|b| b == PYTORCH);
     let any_device = ["cpu", "cuda"].iter().any(|d| pytorch_seen.contains(&(d.to_string(), case.clone())));
-    if only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case.clone())) {
+    if torch_takes && only_pytorch && !any_device && pytorch_seen.insert(("cpu".to_string(), case.clone())) {
         plan.pytorch_cases.push(("cpu".to_string(), case, timing));
     }
 }
@@ -441,6 +444,27 @@ mod tests {
         // Identical cases from overlapping sweeps run once; the same case with other variants does not merge.
         let plan = build(&[spec.clone(), spec], &Overrides::default(), "t", true).expect("plan");
         assert_eq!(plan.configs.len(), 12);
+    }
+
+    /// Regression: f8e4m3 cases were handed to bench/pytorch_sdpa.py, which rejects the dtype for its whole
+    /// spec, so one FP8 case failed the PyTorch comparison (and the bench) for every case of its device.
+    #[test]
+    fn fp8_cases_are_not_sent_to_pytorch() {
+        let spec = BenchSpec {
+            backends: vec!["cuda".into(), "pytorch".into()],
+            kernels: vec!["auto".into()],
+            dtypes: vec![DType::BF16, DType::F8E4M3],
+            shapes: vec![Shape::new(1, 2, 64, 64, 64)],
+            ..Default::default()
+        };
+        let plan = build(std::slice::from_ref(&spec), &Overrides::default(), "t", true).expect("plan");
+        assert_eq!(plan.configs.len(), 2, "our backend times both dtypes");
+        let torch: Vec<DType> = plan.pytorch_cases.iter().map(|(_, c, _)| c.dtype).collect();
+        assert_eq!(torch, vec![DType::BF16]);
+        // Asked of PyTorch alone, an FP8 case is not sent either.
+        let only = BenchSpec { backends: vec!["pytorch".into()], dtypes: vec![DType::F8E4M3], ..spec };
+        let plan = build(&[only], &Overrides::default(), "t", true).expect("plan");
+        assert!(plan.pytorch_cases.is_empty());
     }
 
     /// Passes multiply the sweep and share the inputs of their case; the flag's list replaces the spec's,

@@ -305,6 +305,8 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
             grad_check: None,
             layout: text(r.get("layout")),
             f32_math: if dtype == DType::F32 { f32_math } else { None },
+            // The FP8 helper's records carry `{q, k, v}` (sdpa-cuda/dev/fa3_fp8_bench.py).
+            descale: if dtype == DType::F8E4M3 { r.get("descale").and_then(descale_of) } else { None },
             threads: None,
             time_ms: TimeStats {
                 median,
@@ -341,6 +343,12 @@ fn from_flat(v: &serde_json::Value) -> Result<BenchFile, String> {
         f.records.push(base);
     }
     Ok(f)
+}
+
+/// A flat record's `descale` (`{"q": .., "k": .., "v": ..}`), when it holds three valid factors.
+fn descale_of(v: &serde_json::Value) -> Option<crate::fp8::Descale> {
+    let d: crate::fp8::Descale = serde_json::from_value(v.clone()).ok()?;
+    d.validate().is_ok().then_some(d)
 }
 
 /// `text` with every NaN / Infinity / -Infinity outside strings replaced by null, or `None` when it has none.
@@ -439,6 +447,22 @@ mod tests {
             let f = parse_results(&text, "bom.json").unwrap_or_else(|e| panic!("{e}: {text}"));
             assert_eq!(f.records.len(), 1);
         }
+    }
+
+    /// The FP8 helper's flat records (bench/results/gpu/fp8-h100.json) carry their descales; a malformed
+    /// or non-FP8 one is dropped, not an error.
+    #[test]
+    fn flat_fp8_records_keep_their_descales() {
+        let text = r#"{"env":{"name":"h100"},"records":[
+            {"kernel":"fa3","dtype":"f8e4m3","b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"median_ms":1.0,
+             "descale":{"k":0.25,"q":0.5,"v":0.125}},
+            {"kernel":"fa3","dtype":"f8e4m3","b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"median_ms":1.0,
+             "descale":{"q":0.5,"k":-1.0,"v":0.125}},
+            {"kernel":"fa3","dtype":"bf16","b":1,"hq":8,"hkv":8,"sq":512,"sk":512,"d":64,"median_ms":1.0,
+             "descale":{"q":0.5,"k":0.25,"v":0.125}}]}"#;
+        let f = parse_results(text, "fp8.json").unwrap();
+        let ds: Vec<_> = f.records.iter().map(|r| r.descale).collect();
+        assert_eq!(ds, vec![Some(crate::fp8::Descale { q: 0.5, k: 0.25, v: 0.125 }), None, None]);
     }
 
     /// Regression (issue 27): a flat harness file's PyTorch records carried our kernel's TFLOP/s and GB/s.

@@ -94,6 +94,11 @@ pub struct BenchRecord {
     /// f32 multiplication mode when dtype is f32 ("exact", "tf32", "split-tf32").
     #[serde(default)]
     pub f32_math: Option<String>,
+    /// For f8e4m3 inputs: the per-tensor descale factors the call ran with (`value = stored × factor`),
+    /// which set the inputs' range and so the error in `check`; absent for other dtypes and in records
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub descale: Option<crate::fp8::Descale>,
     /// CPU worker threads, when relevant.
     #[serde(default)]
     pub threads: Option<usize>,
@@ -158,6 +163,7 @@ impl BenchRecord {
             pass: crate::backward::Pass::Fwd,
             deterministic: None,
             f32_math: None,
+            descale: spec.descale,
             threads: None,
             time_ms,
             tflops: cost.tflops(time_ms.median),
@@ -306,6 +312,31 @@ mod tests {
             "check":{"max_abs_err":0.001,"rel_err":0.002,"tolerance":0.016,"pass":true}}"#;
         let r: BenchRecord = serde_json::from_str(py).unwrap();
         assert!(r.check.unwrap().pass);
+    }
+
+    /// Regression: FP8 records lacked the descale factors their call ran with (the inputs' range, which
+    /// sets the error in `check`), so two runs at different factors could not be told apart. Records of
+    /// other dtypes, and FP8 records written before, stay as they were.
+    #[test]
+    fn fp8_records_carry_their_descales_and_older_records_still_read() {
+        let t = TimeStats::from_samples(&[1.0]).unwrap();
+        let ds = crate::fp8::Descale { q: 0.5, k: 0.25, v: 0.125 };
+        let spec = AttentionSpec::new(Shape::new(1, 8, 256, 256, 64), DType::F8E4M3).with_descale(ds);
+        let r = BenchRecord::new("cuda", "fa3", "test", &spec, t, None);
+        assert_eq!(r.descale, Some(ds));
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""descale":{"q":0.5,"k":0.25,"v":0.125}"#), "{text}");
+        let back: BenchRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        // bf16: no descale, and the key is not written.
+        let plain = AttentionSpec::new(Shape::new(1, 8, 256, 256, 64), DType::BF16);
+        let r16 = BenchRecord::new("cuda", "fa2", "test", &plain, t, None);
+        assert_eq!(r16.descale, None);
+        assert!(!serde_json::to_string(&r16).unwrap().contains("descale"));
+        // An FP8 record written before the field existed reads, without factors.
+        let old = text.replace(r#","descale":{"q":0.5,"k":0.25,"v":0.125}"#, "");
+        assert!(!old.contains("descale"));
+        assert_eq!(serde_json::from_str::<BenchRecord>(&old).unwrap().descale, None);
     }
 
     #[test]

@@ -148,16 +148,35 @@ fn table_tiles(d: usize, dv: usize, causal: bool) -> Vec<Fa3Tile> {
 /// an unusable value is an error naming what is allowed.
 fn forced_tile() -> Result<Option<Fa3Tile>> {
     let Ok(v) = std::env::var("SDPA_FA3_TILE") else { return Ok(None) };
-    let parsed: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match parsed[..] {
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Ok(Some(Fa3Tile { bn, stages, consumers: 2 })),
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
-            Ok(Some(Fa3Tile { bn, stages, consumers }))
-        }
-        _ => Err(unsupported(format!(
+    parse_tile(&v).map(Some).ok_or_else(|| {
+        unsupported(format!(
             "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 80, 96, 112, 128, 176 or 192, 1 to 4 \
              stages and 2 or 3 consumer warpgroups"
-        ))),
+        ))
+    })
+}
+
+/// The tile `bn,stages[,consumers]` names, or `None` when a part is not a number (every part must be one: a
+/// part left out would shift the others into other meanings) or a value is not one the kernel takes.
+fn parse_tile(v: &str) -> Option<Fa3Tile> {
+    let parsed: Vec<usize> = v.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+    match parsed[..] {
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Some(Fa3Tile { bn, stages, consumers: 2 }),
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
+            Some(Fa3Tile { bn, stages, consumers })
+        }
+        _ => None,
+    }
+}
+
+/// Where a call `fa3` refuses can run instead: `fa2`-family advice for f16/bf16 (`for_16_bit`), and for
+/// f8e4m3 inputs, which no other kernel takes, that there is no such kernel (pointing an FP8 caller at
+/// `fa2` would only earn a second refusal).
+fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
+    if spec.dtype == DType::F8E4M3 {
+        "no other kernel takes f8e4m3 inputs (dequantize to bf16 for fa2)".into()
+    } else {
+        for_16_bit.into()
     }
 }
 
@@ -184,13 +203,19 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let kinds = spec.variants.kinds();
     if !kinds.is_empty() {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
-        return Some(format!("fa3 does not implement {} yet; fa2 does", names.join(", ")));
+        return Some(format!("fa3 does not implement {} yet; {}", names.join(", "), elsewhere(spec, "fa2 does")));
     }
     if matches!(spec.mask, Mask::Explicit(_)) {
-        return Some("fa3 does not take explicit masks yet (no mask or causal only); fa2 does".into());
+        return Some(format!(
+            "fa3 does not take explicit masks yet (no mask or causal only); {}",
+            elsewhere(spec, "fa2 does")
+        ));
     }
     if spec.ragged.is_some() {
-        return Some("fa3 does not run ragged (varlen) batches or paged KV caches yet; fa2 and splitkv do".into());
+        return Some(format!(
+            "fa3 does not run ragged (varlen) batches or paged KV caches yet; {}",
+            elsewhere(spec, "fa2 and splitkv do")
+        ));
     }
     if spec.scale() <= 0.0 {
         return Some(format!("fa3 needs a positive scale (got {})", spec.scale()));
@@ -396,7 +421,8 @@ pub fn check(
     if cc != (9, 0) {
         let (major, minor) = cc;
         return Err(unsupported(format!(
-            "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor} (use fa2)"
+            "fa3 runs on compute capability 9.0 (H100/H200: wgmma, TMA) only; this GPU is {major}.{minor}; {}",
+            elsewhere(spec, "use fa2")
         )));
     }
     let s = spec.shape;
@@ -479,10 +505,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         v_map,
     );
     let (Some(q), Some(k), Some(v)) = maps else {
-        return Err(unsupported(
+        return Err(unsupported(format!(
             "fa3: a TMA tensor map cannot describe this Q, K or V layout (strides must be positive multiples of \
-             16 bytes below 2^40, extents below 2^32); use fa2",
-        ));
+             16 bytes below 2^40, extents below 2^32); {}",
+            elsewhere(spec, "use fa2")
+        )));
     };
     let work =
         s.sq.div_ceil(tile.rows())
@@ -771,6 +798,129 @@ mod tests {
         assert_eq!(vt_keys(1), 16);
         assert_eq!(vt_keys(32), 32);
         assert_eq!(vt_keys(33), 48);
+    }
+
+    /// Regression: FP8 calls that `fa3` refuses (variants, explicit masks, ragged batches, a GPU other than
+    /// sm_90) were told that `fa2` takes them, which then refuses f8e4m3 too; f16/bf16 keep the advice.
+    #[test]
+    fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
+        let fp8 = spec(128, 128, DType::F8E4M3).with_descale(sdpa_core::Descale::uniform(0.5));
+        let explicit = fp8.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &fp8.shape)));
+        let ragged = {
+            let r = sdpa_core::Ragged::new(vec![100, 200], vec![200, 300]);
+            let s = Shape { b: 2, sq: 200, sk: 300, ..fp8.shape };
+            AttentionSpec { shape: s, ..fp8.clone() }.with_ragged(r, sdpa_core::Layout::Bshd)
+        };
+        let cases = [
+            fp8.clone().with_window(sdpa_core::variants::Window::left(64)),
+            fp8.clone().with_softcap(30.0),
+            explicit,
+            ragged,
+        ];
+        for s in &cases {
+            let why = refuses(s).expect("refused");
+            assert!(!why.contains("fa2 does") && !why.contains("splitkv do"), "{why}");
+            assert!(why.contains("no other kernel takes f8e4m3"), "{why}");
+        }
+        // The device check: a GPU other than sm_90.
+        let p = AttnParams::new(&fp8, 256, 512, 768, 1024, 0, 0).expect("params");
+        let why = check(&fp8, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string();
+        assert!(!why.contains("use fa2") && why.contains("f8e4m3"), "{why}");
+        // f16/bf16 calls are still sent to fa2.
+        let bf16 = spec(128, 128, DType::BF16);
+        assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
+        let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
+        assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
+    }
+
+    /// `Fa3Smem<T, D, DV, BN, ST, NC>::BYTES` of fa3.cu, transcribed term by term from its definition (the
+    /// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
+    /// with its static_asserts; `None` where one of them would fail to compile.
+    fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
+        let inner = instantiation.strip_prefix("FA3_ENTRY(")?.strip_suffix(')')?;
+        let f: Vec<&str> = inner.split(", ").collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
+        let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
+        let fp8 = *f.get(1)? == "sdpa_e4m3";
+        let es = if fp8 { 1 } else { 2 };
+        let cols = 128 / es;
+        let ds = d.div_ceil(cols) * cols;
+        let dvs = if fp8 { dv } else { dv.div_ceil(64) * 64 };
+        let (q_bytes, k_bytes, v_bytes) = (64 * ds * es, bn * ds * es, bn * dvs * es);
+        let bar_off = nc * q_bytes + st * k_bytes + st * v_bytes;
+        let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st);
+        let sched_off = sched_bar_off + 16 * SCHED_RING;
+        let ok = d % 32 == 0 && dv % 32 == 0 && bn % 16 == 0 && bn <= 256;
+        let aligned = k_bytes % 1024 == 0 && v_bytes % 1024 == 0 && (!fp8 || bn == 128);
+        (ok && aligned).then_some(sched_off + 4 * SCHED_RING)
+    }
+
+    /// Every entry the planner can launch (the table's tiles and FP8's, each class, mask and dtype; the forced
+    /// tiles a tuning run may ask for) gets the shared memory the kernel lays out: the host's count equals
+    /// `Fa3Smem::BYTES` recomputed from fa3.cu's definition, which the static_asserts accept, within the
+    /// H100's 227 KB where the planner launches it. (The merge of FP8 once left the work-tile ring out of
+    /// the host's count; the kernel then wrote past its shared memory.)
+    #[test]
+    fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
+        for line in [
+            "static constexpr int DS = (D + COLS - 1) / COLS * COLS;",
+            "static constexpr int DVS = Fa3Elem<T>::FP8 ? DV : (DV + 63) / 64 * 64;",
+            "static constexpr int Q_BYTES = 64 * DS * ES;",
+            "static constexpr int K_BYTES = BN * DS * ES;",
+            "static constexpr int V_BYTES = BN * DVS * ES;",
+            "static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;",
+            "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);",
+            "static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;",
+            "static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;",
+        ] {
+            assert!(FA3.source.contains(line), "fa3.cu's Fa3Smem changed ({line}): update kernel_smem_bytes");
+        }
+        let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
+            let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
+            let host = if fp8 { fp8_smem_bytes(tile, d, dv) } else { tile.smem_bytes(d, dv) };
+            assert_eq!(host, kernel, "{}", p.name);
+            host
+        };
+        // Every listed program: each class, dtype, mask and table tile (with and without ping-pong), and FP8's.
+        let mut n = 0;
+        for p in programs().iter().filter(|p| p.name != vt_program().name) {
+            let args = p.instantiation.trim_end_matches(')');
+            let f: Vec<usize> = args.split(", ").filter_map(|x| x.parse().ok()).collect();
+            let [d, dv, bn, stages, consumers] = f[..] else { panic!("{}: {}", p.name, p.instantiation) };
+            let tile = Fa3Tile { bn, stages, consumers };
+            let fp8 = p.instantiation.contains("sdpa_e4m3");
+            assert_eq!(fp8, p.name.contains("_f8e4m3_"), "{}", p.name);
+            assert!(host(p, tile, (d, dv), fp8) <= 227 * 1024, "{}", p.name);
+            n += 1;
+        }
+        assert_eq!(n, programs().len() - 1);
+        // Forced tiles: the count agrees wherever the kernel compiles (the planner compares it with the
+        // device's limit before launching).
+        for class in FA3_CLASSES {
+            for bn in [64, 80, 96, 112, 128, 176, 192] {
+                for (stages, consumers) in [(1, 2), (2, 2), (3, 3), (4, 2), (4, 3)] {
+                    let tile = Fa3Tile { bn, stages, consumers };
+                    host(&program(DType::BF16, class, tile, MASK_CAUSAL, true), tile, class, false);
+                }
+            }
+        }
+        for class in FA3_FP8_CLASSES {
+            for (stages, consumers) in [(1, 2), (3, 2), (4, 3)] {
+                let tile = Fa3Tile { stages, consumers, ..FP8_TILE };
+                host(&program(DType::F8E4M3, class, tile, MASK_NONE, true), tile, class, true);
+            }
+        }
+    }
+
+    /// Regression: `SDPA_FA3_TILE` dropped the parts that were not numbers, so `128,x,2` ran 128 keys in two
+    /// stages instead of being refused.
+    #[test]
+    fn forced_tiles_refuse_parts_that_are_not_numbers() {
+        assert_eq!(parse_tile("128, 2"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 2 }));
+        assert_eq!(parse_tile("64,4,3"), Some(Fa3Tile { bn: 64, stages: 4, consumers: 3 }));
+        for bad in ["128,x,2", "x,128,2", "128,2,", "128", "100,2", "128,5", "128,2,4", ""] {
+            assert_eq!(parse_tile(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -57,10 +57,14 @@ pub fn takes(spec: &AttentionSpec) -> bool {
 /// quarter of `free` bytes, whichever is less.
 pub fn slab_budget(free: usize) -> Result<usize> {
     let Ok(v) = std::env::var("SDPA_WIDE_SLAB_MB") else { return Ok(DEFAULT_SLAB_BYTES.min(free / 4)) };
-    match v.trim().parse::<usize>() {
-        Ok(mb) if mb >= 1 => Ok(mb << 20),
-        _ => Err(unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}"))),
-    }
+    slab_mb_bytes(&v)
+        .ok_or_else(|| unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}")))
+}
+
+/// The bytes of `SDPA_WIDE_SLAB_MB`'s value, or `None` when it is not a whole number of MiB from 1 to what
+/// a `usize` of bytes holds (a shift would drop the high bits of a larger one and slab by a wrapped size).
+fn slab_mb_bytes(v: &str) -> Option<usize> {
+    v.trim().parse::<usize>().ok().filter(|&mb| mb >= 1)?.checked_mul(1 << 20)
 }
 
 /// How a call's GEMMs are batched (see the module docs).
@@ -358,6 +362,17 @@ mod tests {
         assert_eq!(slab_shape(4096, 4, 1 << 22, 2, MB), (64, 1));
         // Fewer rows than the minimum.
         assert_eq!(slab_shape(3, 4096, 1 << 22, 2, MB), (3, 1));
+    }
+
+    /// Regression: `SDPA_WIDE_SLAB_MB` above 2^44 MiB wrapped when shifted into bytes (2^44 gave a budget of 0)
+    /// instead of being refused.
+    #[test]
+    fn the_slab_variable_refuses_sizes_that_overflow() {
+        assert_eq!(slab_mb_bytes(" 64 "), Some(64 << 20));
+        assert_eq!(slab_mb_bytes(&(usize::MAX >> 20).to_string()), Some((usize::MAX >> 20) << 20));
+        for bad in [(1usize << 44).to_string(), usize::MAX.to_string(), "0".into(), "-1".into(), "1.5".into()] {
+            assert_eq!(slab_mb_bytes(&bad), None, "{bad}");
+        }
     }
 
     #[test]
