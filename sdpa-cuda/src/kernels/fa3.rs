@@ -180,6 +180,12 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
     }
 }
 
+/// Most (batch, kv head) pairs of an FP8 call: the Vᵀ pre-pass launches one grid row (`gridDim.z`) per pair,
+/// and CUDA caps that dimension at 65535. Refused up front, before the workspace is allocated, rather than
+/// failing at launch (launching the pre-pass in chunks of pairs would lift it; not written without a GPU to
+/// run it on).
+pub const VT_MAX_BATCH_HEADS: usize = 65535;
+
 /// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let s = spec.shape;
@@ -191,6 +197,13 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
             "fa3 takes f8e4m3 head dims D and Dv that are multiples of 16 up to 256 (classes 64, 128 and 256; \
              TMA rows of whole 16-byte chunks; got D = {}, Dv = {}); no other kernel takes f8e4m3",
             s.d, s.dv
+        ));
+    }
+    if spec.dtype == DType::F8E4M3 && s.b.saturating_mul(s.hkv) > VT_MAX_BATCH_HEADS {
+        return Some(format!(
+            "fa3 takes f8e4m3 calls of at most {VT_MAX_BATCH_HEADS} (batch, kv head) pairs (its Vᵀ pre-pass \
+             runs one grid row per pair; got B = {} x Hkv = {}); no other kernel takes f8e4m3",
+            s.b, s.hkv
         ));
     }
     if head_dim_class(s.d, s.dv).is_none() {
@@ -802,6 +815,20 @@ mod tests {
 
     /// Regression: FP8 calls that `fa3` refuses (variants, explicit masks, ragged batches, a GPU other than
     /// sm_90) were told that `fa2` takes them, which then refuses f8e4m3 too; f16/bf16 keep the advice.
+    #[test]
+    fn fp8_calls_past_the_pre_pass_grid_are_refused_up_front() {
+        let at = |b: usize, hkv: usize| {
+            let shape = Shape { b, hq: hkv, hkv, sq: 16, sk: 16, d: 64, dv: 64 };
+            refuses(&AttentionSpec::new(shape, DType::F8E4M3))
+        };
+        assert_eq!(at(1, VT_MAX_BATCH_HEADS), None);
+        let why = at(2, 40_000).expect("refused");
+        assert!(why.contains("65535") && why.contains("B = 2 x Hkv = 40000"), "{why}");
+        // bf16 has no pre-pass: the same shape is not refused for it.
+        let shape = Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16, sk: 16, d: 64, dv: 64 };
+        assert_eq!(refuses(&AttentionSpec::new(shape, DType::BF16)), None);
+    }
+
     #[test]
     fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
         let fp8 = spec(128, 128, DType::F8E4M3).with_descale(sdpa_core::Descale::uniform(0.5));
