@@ -36,7 +36,8 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
     let all = std::env::var_os("SDPA_NVRTC_ALL").is_some_and(|v| v == "1");
     let set = if all {
         let mut every = kernels::all_programs();
-        every.extend(kernels::fa3::variant_programs().into_iter().filter(|p| !every.contains(p)));
+        let more: Vec<Program> = kernels::fa3::variant_programs().into_iter().filter(|p| !every.contains(p)).collect();
+        every.extend(more);
         every
     } else {
         kernels::compile_check_programs()
