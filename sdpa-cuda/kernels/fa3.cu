@@ -67,7 +67,12 @@ struct Fa3Args {
     AttnParams p;
     int section;    // query heads (b·h) per scheduling section (fa3_tile_of)
     float o_scale;  // multiplies O at the end: V's descale for FP8 inputs, 1 otherwise
-    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - sizeof(float)];
+    // The softcap in log2 units (fa3_variant_score): c1 + c2 / (1 + 2^(x kc)) = cap log2(e) tanh(x scale / cap)
+    // for a raw score x, so kc = 2 scale log2(e) / cap, c1 = cap log2(e), c2 = -2 cap log2(e); 0 without a
+    // softcap. Computed by the host so that the consumers read them from the parameter bank: held in
+    // registers, they made ptxas spill in the main loop (47 spill instructions at D = 128, none this way).
+    float softcap_kc, softcap_c1, softcap_c2;
+    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - 4 * sizeof(float)];
     Sm90TensorMap q, k, v;
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
@@ -390,30 +395,21 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
     }
 }
 
-// The per-thread constants of a variant instantiation's score transform (fa3_variant_score) for query head h:
-// the softcap's, in the form of fa2_mma.cuh's Fa2Softcap (c1 + c2 / (1 + 2^(x kc)) = cap log2(e) tanh(x scale
-// / cap) for a raw score x: one ex2 and one rcp on the special-function unit, tanh's absolute error about
-// 1e-6, saturating exactly, NaN stays NaN; its note says why not tanh.approx.f32 or tanhf), and the head's
-// ALiBi slope in log2 units (0 without ALiBi).
-struct Fa3Variant {
-    float kc, c1, c2, a2;
-};
+// One raw score x (Q·Kᵀ, unscaled) of a variant instantiation in log2 units: scaled, softcapped (SOFTCAP,
+// the constants of Fa3Args), minus a2 |j - diag(i)| (ALIBI: `a2` the head's slope times log2(e), `dist` =
+// j - diag(i), exact in f32 below 2^24): sdpa_core's order, softcap on the scaled natural-unit score and then
+// the bias (common.cuh variant_score_at). The softcap takes fa2_mma.cuh's form (Fa2Softcap: one ex2 and one
+// rcp on the special-function unit, tanh's absolute error about 1e-6, saturating exactly, NaN stays NaN; its
+// note says why not tanh.approx.f32 or tanhf).
 template <int VAR>
-__device__ __forceinline__ Fa3Variant fa3_variant_consts(const AttnParams& p, int h) {
-    const float cap = p.softcap > 0.f ? p.softcap : 1.f;
-    const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
-    return {2.f * p.scale_log2 / cap, cap * SDPA_LOG2E, -2.f * cap * SDPA_LOG2E, a2};
-}
-
-// One raw score x (Q·Kᵀ, unscaled) of a variant instantiation in log2 units: scaled, softcapped (SOFTCAP),
-// minus slope log2(e) |j - diag(i)| (ALIBI; `dist` = j - diag(i), exact in f32 below 2^24): sdpa_core's
-// order, softcap on the scaled natural-unit score and then the bias (common.cuh variant_score_at).
-template <int VAR>
-__device__ __forceinline__ float fa3_variant_score(float x, float sl2, const Fa3Variant& c, float dist) {
+__device__ __forceinline__ float fa3_variant_score(const Fa3Args& a, float x, float a2, float dist) {
     float y;
-    if constexpr ((VAR & FA3_VAR_SOFTCAP) != 0) y = fmaf(c.c2, fast_rcp(1.f + fast_exp2(x * c.kc)), c.c1);
-    else y = x * sl2;
-    if constexpr ((VAR & FA3_VAR_ALIBI) != 0) y = fmaf(-c.a2, fabsf(dist), y);
+    if constexpr ((VAR & FA3_VAR_SOFTCAP) != 0) {
+        y = fmaf(a.softcap_c2, fast_rcp(1.f + fast_exp2(x * a.softcap_kc)), a.softcap_c1);
+    } else {
+        y = x * a.p.scale_log2;
+    }
+    if constexpr ((VAR & FA3_VAR_ALIBI) != 0) y = fmaf(-a2, fabsf(dist), y);
     return y;
 }
 
@@ -456,8 +452,6 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // them as they are (sc = 1); otherwise it folds the scale into its exp2 (sc = sl2), as the plain kernel.
     constexpr bool PRE = (VAR & (FA3_VAR_SOFTCAP | FA3_VAR_ALIBI)) != 0;
     const float sc = PRE ? 1.f : sl2;
-    Fa3Variant vc{};
-    if constexpr (PRE) vc = fa3_variant_consts<VAR>(p, h);
     float s[NT * 4];
     unsigned pa[KT][4];
 
@@ -523,6 +517,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             const bool edge = decltype(masked)::value &&
                               (n0 + BN > p.sk || (long long)n0 < (long long)r0 + 15 + p.band_lo ||
                                (long long)n0 + BN - 1 > (long long)r0 + p.band_hi);
+            // The head's ALiBi slope in log2 units, read per key tile (an L1 hit): held across the loop it
+            // cost spills there (33 spill instructions at D = 128 against 13).
+            const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
             auto pass = [&](auto band) {
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
@@ -534,7 +531,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             float& x = s[j * 4 + hh * 2 + e];
-                            if constexpr (PRE) x = fa3_variant_score<VAR>(x, sl2, vc, dist0 + (float)(j * 8 + e));
+                            if constexpr (PRE) x = fa3_variant_score<VAR>(a, x, a2, dist0 + (float)(j * 8 + e));
                             if constexpr (decltype(band)::value) {
                                 const int key = n0 + j * 8 + 2 * t + e;
                                 const long long rel = (long long)key - row;

@@ -412,7 +412,8 @@ pub fn compile_check_programs() -> Vec<Program> {
     all
 }
 
-/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, padding to byte 384,
+/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, O's scale, the softcap's
+/// constants ([`softcap_consts`]), padding to byte 384,
 /// then the Q, K and V tensor maps; 768 bytes, asserted on both sides).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -420,15 +421,17 @@ pub struct Fa3Args {
     p: AttnParams,
     section: i32,
     o_scale: f32,
+    softcap: [f32; 3],
     pad: [u8; ARGS_PAD],
     q: CUtensorMap,
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 8;
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 20;
 const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
 // SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
-// AttnParams, the section, O's scale, padding to 384 and three opaque 128-byte tensor maps.
+// AttnParams, the section, O's scale, the softcap's three constants, padding to 384 and three opaque
+// 128-byte tensor maps.
 unsafe impl DeviceRepr for Fa3Args {}
 
 impl std::fmt::Debug for Fa3Args {
@@ -615,7 +618,20 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     p.scale *= ds.q * ds.k;
     p.scale_log2 *= ds.q * ds.k;
     let o_scale = ds.v;
-    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, pad: [0; ARGS_PAD], q, k, v }, schedule })
+    let softcap = softcap_consts(p.softcap, p.scale_log2);
+    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, softcap, pad: [0; ARGS_PAD], q, k, v }, schedule })
+}
+
+/// The softcap in log2 units as the variant entries take it (`Fa3Args::softcap_kc, softcap_c1, softcap_c2`
+/// in fa3.cu): `c1 + c2 / (1 + 2^(x·kc)) = cap·log2(e)·tanh(x·scale / cap)` for a raw score `x`, so
+/// `[kc, c1, c2] = [2·scale·log2(e) / cap, cap·log2(e), −2·cap·log2(e)]` from the cap and
+/// `scale_log2 = scale·log2(e)`, in f32 as the kernel would compute them; zeros without a cap (`cap <= 0`).
+pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
+    if cap <= 0.0 {
+        return [0.0; 3];
+    }
+    let log2e = std::f32::consts::LOG2_E;
+    [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
 /// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs.
@@ -875,6 +891,25 @@ mod tests {
         let explicit = explicit.with_window(Window::left(8));
         assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
         assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+    }
+
+    /// The host's softcap constants reproduce cap·tanh(scaled score / cap) in log2 units as the kernel
+    /// evaluates them (exactly here; the kernel's ex2 and rcp are approximate), and the parameter layout
+    /// keeps the tensor maps at byte 384 with them.
+    #[test]
+    fn softcap_constants_give_the_capped_score_in_log2_units() {
+        assert_eq!(softcap_consts(0.0, 1.0), [0.0; 3]);
+        for (cap, scale) in [(30.0f32, 0.125f32), (50.0, 0.088), (1.0, 1.0)] {
+            let sl2 = scale * std::f32::consts::LOG2_E;
+            let [kc, c1, c2] = softcap_consts(cap, sl2);
+            for x in [-1e4f32, -40.0, -1.0, 0.0, 0.5, 3.0, 100.0, 1e4] {
+                let got = c1 + c2 / (1.0 + (x * kc).exp2());
+                let want = cap * (x * scale / cap).tanh() * std::f32::consts::LOG2_E;
+                assert!((got - want).abs() <= 1e-4 * cap, "cap {cap} x {x}: {got} vs {want}");
+            }
+        }
+        assert_eq!(std::mem::offset_of!(Fa3Args, q), 384);
+        assert!(FA3.source.contains("float softcap_kc, softcap_c1, softcap_c2;"));
     }
 
     #[test]
