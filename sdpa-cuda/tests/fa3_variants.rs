@@ -228,3 +228,38 @@ fn fa3_nonfinite_values_outside_the_window_stay_outside() {
         assert!(r.pass, "{dtype}: {r:?}");
     }
 }
+
+/// Small calls for compute-sanitizer (`bench/studies/fa3/variants9/run.sh` runs this test alone under
+/// memcheck, racecheck and synccheck with `SDPA_FA3_GRID=2,1`: two persistent blocks walking several work
+/// tiles each, so the ring and the turns carry across tiles whose key ranges start at different tiles):
+/// classes 64, 128, 192/128 and 256, a window on a causal mask with softcap and ALiBi, a symmetric window and
+/// a left window with ALiBi, each checked against the reference.
+#[test]
+fn small_variant_calls_for_the_sanitizer() {
+    let Some(gpu) = hopper_with_variants() else { return };
+    let mut failures = Vec::new();
+    let mut n = 0u64;
+    let mla = Shape { dv: 128, ..sh(1, 2, 2, 160, 200, 192) };
+    for shape in [sh(1, 2, 1, 300, 420, 64), sh(1, 2, 2, 200, 300, 128), mla, sh(1, 2, 1, 150, 250, 256)] {
+        let specs = [
+            AttentionSpec::new(shape, DType::BF16)
+                .with_mask(Mask::CausalBottomRight)
+                .with_window(Window::left(40))
+                .with_softcap(30.0)
+                .with_alibi(Alibi::Standard),
+            AttentionSpec::new(shape, DType::F16)
+                .with_window(Window { left: Some(64), right: Some(64) })
+                .with_diagonal(Diagonal::TopLeft),
+            AttentionSpec::new(shape, DType::BF16)
+                .with_layout(Layout::Bshd)
+                .with_window(Window::left(100))
+                .with_alibi(Alibi::Standard)
+                .with_diagonal(Diagonal::TopLeft),
+        ];
+        for spec in specs {
+            n += 1;
+            check_case(&gpu, &spec, true, 92_000 + n, &mut failures);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
