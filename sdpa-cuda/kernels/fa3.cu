@@ -512,11 +512,13 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         } else {
             // Variants: softcap and ALiBi on every score (PRE), and the band test only where the tile crosses a
             // band edge of one of this warp's 16 rows or the end of the keys (`edge`; a warp-uniform branch, so
-            // the two passes are separate code and the common one carries no test).
+            // the two passes are separate code and the common one carries no test). 32-bit arithmetic: the
+            // host refuses variant calls with Sq + Sk near 2^31 (fa3.rs `check`), so keys minus band bounds and
+            // distances fit; 64-bit compares here made ptxas spill in the main loop (17 spill instructions at
+            // D = 256 band, 40 at 192 softcap; none in 32 bits).
             const int r0 = m0 + wrow;
             const bool edge = decltype(masked)::value &&
-                              (n0 + BN > p.sk || (long long)n0 < (long long)r0 + 15 + p.band_lo ||
-                               (long long)n0 + BN - 1 > (long long)r0 + p.band_hi);
+                              (n0 + BN > p.sk || n0 - p.band_lo < r0 + 15 || n0 + BN - 1 - p.band_hi > r0);
             // The head's ALiBi slope in log2 units, read per key tile (an L1 hit): held across the loop it
             // cost spills there (33 spill instructions at D = 128 against 13).
             const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
@@ -525,7 +527,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 for (int hh = 0; hh < 2; ++hh) {
                     const int row = r0 + g + hh * 8;
                     // This thread's first key's distance from the row's diagonal, j - diag(i).
-                    const float dist0 = (float)((long long)n0 + 2 * t - row - p.diag_offset);
+                    const float dist0 = (float)(n0 + 2 * t - row - p.diag_offset);
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -534,7 +536,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                             if constexpr (PRE) x = fa3_variant_score<VAR>(a, x, a2, dist0 + (float)(j * 8 + e));
                             if constexpr (decltype(band)::value) {
                                 const int key = n0 + j * 8 + 2 * t + e;
-                                const long long rel = (long long)key - row;
+                                const int rel = key - row;
                                 if (!(key < p.sk && rel >= p.band_lo && rel <= p.band_hi)) x = SDPA_NEG_INF;
                             }
                         }

@@ -179,6 +179,11 @@ pub fn variants_enabled() -> bool {
     std::env::var_os("SDPA_FA3_VARIANTS").is_some_and(|v| v == "1")
 }
 
+/// Bound on Sq + Sk of the calls `fa3` takes with variants: the kernel's band tests and ALiBi distances
+/// (keys minus band bounds, keys minus rows and diagonals) are 32-bit, which 64 Ki below 2^31 leaves room for
+/// (64-bit ones made ptxas spill in the main loop).
+pub const VARIANT_MAX_TOKENS: usize = (1 << 31) - (1 << 16);
+
 /// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`; variants as
 /// [`variants_enabled`] says.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
@@ -219,6 +224,13 @@ pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
             return Some(format!(
                 "fa3 does not implement {names} yet (its kernel for them has not run on a GPU; \
                  SDPA_FA3_VARIANTS=1 turns it on for verification); fa2 does"
+            ));
+        }
+        if s.sq.saturating_add(s.sk) >= VARIANT_MAX_TOKENS {
+            return Some(format!(
+                "fa3 takes {names} for Sq + Sk below {VARIANT_MAX_TOKENS} (its band arithmetic is 32-bit; got Sq = \
+                 {}, Sk = {}); fa2 does",
+                s.sq, s.sk
             ));
         }
     }
@@ -891,6 +903,15 @@ mod tests {
         let explicit = explicit.with_window(Window::left(8));
         assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
         assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+        // Sq + Sk within the kernel's 32-bit band arithmetic.
+        let long = |sq: usize, sk: usize| {
+            AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::BF16)
+                .with_mask(Mask::CausalBottomRight)
+                .with_window(Window::left(4096))
+        };
+        assert_eq!(refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1), true), None);
+        let why = refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20)), true).expect("refused");
+        assert!(why.contains("Sq + Sk below"), "{why}");
     }
 
     /// The host's softcap constants reproduce cap·tanh(scaled score / cap) in log2 units as the kernel
