@@ -692,18 +692,19 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         if (rs) rescale_o(alpha);
         take_p();
     };
-    // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the products
-    // are the warpgroup's): the partial last tile of the keys, or under a causal mask the first crossing the
-    // diagonal of the warpgroup's first row.
-    // Under a band: a masked run (tiles crossing the rows' first keys), the plain run, a masked run (the rows'
-    // last keys and the end of the keys); each loop is its own copy of `step`.
+    // The tiles that need no mask code run in their own loop (each loop is its own copy of `step`).
     if constexpr (VAR == 0) {
+        // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the
+        // products are the warpgroup's): the partial last tile of the keys, or under a causal mask the first
+        // crossing the diagonal of the warpgroup's first row.
         int j_mask = p.sk / BN;
         if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + p.causal_offset + 1) / BN));
         const int j_plain = max(1, min(j_mask, je));
         for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
         for (int j = j_plain; j < je; ++j) step(j, Fa3Flag<true>());
     } else {
+        // Under a band: a masked run (tiles crossing the rows' first keys), the plain run jp0 .. jp1 - 1, a
+        // masked run (the rows' last keys and the end of the keys).
         const int a1 = min(max(ja + 1, jp0), je), a2 = min(max(a1, jp1), je);
         for (int j = ja + 1; j < a1; ++j) step(j, Fa3Flag<true>());
         for (int j = a1; j < a2; ++j) step(j, Fa3Flag<false>());
