@@ -155,23 +155,43 @@ fn check_case(gpu: &CudaBackend, spec: &AttentionSpec, lse: bool, seed: u64, fai
 }
 
 /// Every configuration on every shape, layouts and dtypes taking turns, every fourth case without LSE.
-#[test]
-fn fa3_variants_match_the_reference() {
-    let Some(gpu) = hopper_with_variants() else { return };
-    let mut failures = Vec::new();
-    let (mut n, mut worst) = (0usize, 0.0f64);
+fn table() -> Vec<(AttentionSpec, bool)> {
+    let mut out = Vec::new();
     for shape in shapes() {
-        for (mask, variants, big) in configs(&shape, n) {
+        for (mask, variants, big) in configs(&shape, out.len()) {
+            let n = out.len();
             let layout = if n % 2 == 0 { Layout::Bhsd } else { Layout::Bshd };
             let dtype = if (n / 2) % 2 == 0 { DType::BF16 } else { DType::F16 };
             let mut spec = AttentionSpec::new(shape, dtype).with_layout(layout).with_mask(mask).with_variants(variants);
             if big {
                 spec = spec.with_scale(big_scale(shape.d));
             }
-            let lse = n % 4 != 3;
-            n += 1;
-            worst = worst.max(check_case(&gpu, &spec, lse, 90_000 + n as u64, &mut failures));
+            out.push((spec, n % 4 != 3));
         }
+    }
+    out
+}
+
+/// The table's specs are valid and are variant calls `fa3` takes with its switch on (and only then): checked
+/// without a GPU, so the GPU run cannot fail on a malformed case.
+#[test]
+fn the_cases_are_valid_variant_calls() {
+    for (spec, _) in table() {
+        spec.validate().unwrap_or_else(|e| panic!("{}: {e}", spec.variants.label(spec.diagonal())));
+        assert!(!spec.variants.is_plain());
+        assert_eq!(sdpa_cuda::kernels::fa3::refuses_with(&spec, true), None, "{}", spec.shape);
+        assert!(sdpa_cuda::kernels::fa3::refuses_with(&spec, false).is_some());
+    }
+}
+
+#[test]
+fn fa3_variants_match_the_reference() {
+    let Some(gpu) = hopper_with_variants() else { return };
+    let mut failures = Vec::new();
+    let (mut n, mut worst) = (0usize, 0.0f64);
+    for (spec, lse) in table() {
+        n += 1;
+        worst = worst.max(check_case(&gpu, &spec, lse, 90_000 + n as u64, &mut failures));
     }
     eprintln!("fa3 variants: {n} cases, {} failed, worst error {worst:.3} of its tolerance", failures.len());
     assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
