@@ -1022,6 +1022,291 @@ mod tests {
         assert!(checked > 1000, "{checked}");
     }
 
+    /// A work tile of the model: its first key tile, its key-tile count, and per consumer the tiles it
+    /// computes (`None`: no rows).
+    type ModelTile = (i64, i64, [Option<(i64, i64)>; 2]);
+
+    /// The work tile at `m0` under the kernel's band ranges (the model of
+    /// `the_kernels_band_tile_ranges_hold_every_visible_key`): its key tiles `t0`, `n`, and per consumer of the
+    /// two the tiles `ja .. je` it computes, `None` when it has no rows (`fa3_has_rows`).
+    fn model_tile(lo: i64, hi: i64, sq: i64, sk: i64, bn: i64, m0: i64) -> ModelTile {
+        let keys = |r_first: i64, r_last: i64| ((r_first + lo).clamp(0, sk), (r_last + hi + 1).clamp(0, sk));
+        let (first, end) = keys(m0, (m0 + 128).min(sq) - 1);
+        let (t0, n) = if end <= first { (0, 0) } else { (first / bn, (end + bn - 1) / bn - first / bn) };
+        let wg = |w: i64| {
+            let r0 = m0 + 64 * w;
+            (r0 < sq).then(|| {
+                let (first, end) = keys(r0, (r0 + 63).min(sq - 1));
+                let ja = if end > first { n.min((first / bn - t0).max(0)) } else { 0 };
+                let je = if end > first { ja.max(n.min((end + bn - 1) / bn - t0)) } else { 0 };
+                (ja, je)
+            })
+        };
+        (t0, n, [wg(0), wg(1)])
+    }
+
+    /// One step of the ring protocol between the producer's thread and the two consumer warpgroups, as
+    /// fa3.cu issues them (barrier arrivals and waits only; what the copies and products do is not modelled).
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        /// Producer: wait until the consumers released use `u` of K (0) or V (1) slot `s`, or of consumer
+        /// `s`'s Q buffer (kind 2).
+        WaitEmpty(usize, usize, usize),
+        /// Producer: fill use `u` of a slot (its `full` barrier completes).
+        Fill(usize, usize, usize),
+        /// Consumer: wait until use `u` of a slot landed.
+        WaitFull(usize, usize, usize),
+        /// Consumer: arrive on the `empty` barrier of use `u` of a slot.
+        Release(usize, usize, usize),
+        /// `bar.sync b` (a turn begins) and `bar.arrive b` (a turn is handed on).
+        Sync(usize),
+        Arrive(usize),
+    }
+
+    /// The ops of one block running `tiles` (t0 unused: the protocol depends on the counts) with ring depth
+    /// `st`, ping-pong or not: the producer's, then each consumer's, in program order.
+    fn protocol(tiles: &[ModelTile], st: usize, pp: bool) -> [Vec<Op>; 3] {
+        let (mut prod, mut cons) = (Vec::new(), [Vec::new(), Vec::new()]);
+        let (mut ring, mut nq) = (0usize, [0usize; 2]);
+        let mut turn = [0usize; 2];
+        for &(_, n, wgs) in tiles {
+            let n = n as usize;
+            let at = |j: usize| ((ring + j) % st, (ring + j) / st);
+            // fa3_produce_tile: K0, each consumer's Q, then V0, K1, V1, ...
+            let load = |prod: &mut Vec<Op>, kind: usize, j: usize| {
+                let (s, u) = at(j);
+                if u > 0 {
+                    prod.push(Op::WaitEmpty(kind, s, u - 1));
+                }
+                prod.push(Op::Fill(kind, s, u));
+            };
+            if n > 0 {
+                load(&mut prod, 0, 0);
+            }
+            for (w, wg) in wgs.iter().enumerate() {
+                if wg.is_some() {
+                    if nq[w] > 0 {
+                        prod.push(Op::WaitEmpty(2, w, nq[w] - 1));
+                    }
+                    prod.push(Op::Fill(2, w, nq[w]));
+                }
+            }
+            for j in 0..n {
+                if j > 0 {
+                    load(&mut prod, 0, j);
+                }
+                load(&mut prod, 1, j);
+            }
+            // fa3_consume_tile, per warpgroup.
+            for (w, wg) in wgs.iter().enumerate() {
+                let ops = &mut cons[w];
+                // turn_begin / turn_end; `turns_before` is this warpgroup's turn count before this work tile.
+                let turns_before = turn[w];
+                let taken = std::cell::Cell::new(0usize);
+                let take_turn = |ops: &mut Vec<Op>| {
+                    if pp && (w != 0 || turns_before + taken.get() > 0) {
+                        ops.push(Op::Sync(3 + w));
+                    }
+                    if pp {
+                        ops.push(Op::Arrive(3 + (w + 1) % 2));
+                    }
+                    taken.set(taken.get() + 1);
+                };
+                let turns = if n > 0 { n + 1 } else { 0 };
+                let (ja, je) = wg.map_or((0, 0), |(a, e)| (a as usize, e as usize));
+                if wg.is_some() {
+                    ops.push(Op::WaitFull(2, w, nq[w]));
+                    if je == ja {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                }
+                let skip = |ops: &mut Vec<Op>, j: usize, take_turn: &dyn Fn(&mut Vec<Op>)| {
+                    let (s, u) = at(j);
+                    ops.extend([
+                        Op::WaitFull(0, s, u),
+                        Op::Release(0, s, u),
+                        Op::WaitFull(1, s, u),
+                        Op::Release(1, s, u),
+                    ]);
+                    take_turn(ops);
+                };
+                for j in 0..ja {
+                    skip(ops, j, &take_turn);
+                }
+                if je > ja {
+                    let (s, u) = at(ja);
+                    ops.push(Op::WaitFull(0, s, u));
+                    take_turn(ops);
+                    if je - ja == 1 {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                    ops.push(Op::Release(0, s, u));
+                }
+                for j in ja + 1..je {
+                    let ((s, u), (sp, up)) = (at(j), at(j - 1));
+                    ops.extend([Op::WaitFull(0, s, u), Op::WaitFull(1, sp, up)]);
+                    take_turn(ops);
+                    if j == je - 1 {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                    ops.extend([Op::Release(0, s, u), Op::Release(1, sp, up)]);
+                }
+                if je > ja {
+                    let (s, u) = at(je - 1);
+                    ops.push(Op::WaitFull(1, s, u));
+                    take_turn(ops);
+                    ops.push(Op::Release(1, s, u));
+                }
+                for j in je..n {
+                    skip(ops, j, &take_turn);
+                }
+                while taken.get() < turns {
+                    take_turn(ops);
+                }
+                assert_eq!(taken.get(), turns, "consumer {w} took more turns than n + 1");
+                turn[w] += turns;
+            }
+            ring += n;
+            for (w, wg) in wgs.iter().enumerate() {
+                nq[w] += usize::from(wg.is_some());
+            }
+        }
+        // fa3_end_turns: warpgroup 0 takes the last hand-over.
+        if pp && turn[0] > 0 {
+            cons[0].push(Op::Sync(3));
+        }
+        let [c0, c1] = cons;
+        [prod, c0, c1]
+    }
+
+    /// Runs the three agents' ops under a random interleaving (`seed`): each step, one agent whose next op
+    /// can proceed takes it. Fails on a deadlock, on a wait that could see a barrier two phases ahead, on an
+    /// `empty` arrival for a phase other than the current one or twice in one phase, on a fill out of order,
+    /// and on a named-barrier arrival while an earlier one is unconsumed; at the end every fill was released
+    /// and every hand-over taken.
+    fn run_protocol(ops: &[Vec<Op>; 3], st: usize, mut seed: u64) -> Result<(), String> {
+        let slots = |k: usize| if k == 2 { 2 } else { st };
+        let mut full: Vec<Vec<usize>> = (0..3).map(|k| vec![0; slots(k)]).collect();
+        let mut empty = full.clone();
+        let mut pending: Vec<Vec<[bool; 2]>> = (0..3).map(|k| vec![[false; 2]; slots(k)]).collect();
+        let (mut arrivals, mut syncs) = ([0usize; 8], [0usize; 8]);
+        let mut pc = [0usize; 3];
+        loop {
+            let ready = |a: usize,
+                         full: &Vec<Vec<usize>>,
+                         empty: &Vec<Vec<usize>>,
+                         arrivals: &[usize; 8],
+                         syncs: &[usize; 8]| {
+                match ops[a].get(pc[a]) {
+                    None => false,
+                    Some(Op::WaitEmpty(k, s, u)) => empty[*k][*s] > *u,
+                    Some(Op::WaitFull(k, s, u)) => full[*k][*s] > *u,
+                    Some(Op::Sync(b)) => arrivals[*b] > syncs[*b],
+                    Some(_) => true,
+                }
+            };
+            let runnable: Vec<usize> = (0..3).filter(|&a| ready(a, &full, &empty, &arrivals, &syncs)).collect();
+            if runnable.is_empty() {
+                if (0..3).all(|a| pc[a] == ops[a].len()) {
+                    break;
+                }
+                let at: Vec<String> = (0..3).map(|a| format!("{:?}", ops[a].get(pc[a]))).collect();
+                return Err(format!("deadlock: producer at {}, consumers at {} and {}", at[0], at[1], at[2]));
+            }
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let a = runnable[(seed >> 33) as usize % runnable.len()];
+            let op = ops[a][pc[a]];
+            pc[a] += 1;
+            match op {
+                Op::WaitEmpty(k, s, u) if empty[k][s] > u + 1 => return Err(format!("{op:?}: two phases ahead")),
+                Op::WaitFull(k, s, u) if full[k][s] > u + 1 => return Err(format!("{op:?}: two phases ahead")),
+                Op::Fill(k, s, u) => {
+                    if full[k][s] != u {
+                        return Err(format!("{op:?}: fill out of order"));
+                    }
+                    full[k][s] += 1;
+                }
+                Op::Release(k, s, u) => {
+                    let w = a - 1;
+                    // The Q buffers have one consumer each; the K/V slots take both.
+                    let need = if k == 2 { 1 } else { 2 };
+                    if empty[k][s] != u || pending[k][s][w] || full[k][s] <= u {
+                        return Err(format!("consumer {w} {op:?}: empty at {}, full at {}", empty[k][s], full[k][s]));
+                    }
+                    pending[k][s][w] = true;
+                    if pending[k][s].iter().filter(|&&x| x).count() == need {
+                        pending[k][s] = [false; 2];
+                        empty[k][s] += 1;
+                    }
+                }
+                Op::Sync(b) => syncs[b] += 1,
+                Op::Arrive(b) => {
+                    if arrivals[b] != syncs[b] {
+                        return Err(format!("consumer {} arrives on {b} before its last arrival was taken", a - 1));
+                    }
+                    arrivals[b] += 1;
+                }
+                _ => {}
+            }
+        }
+        for k in 0..3 {
+            if full[k] != empty[k] {
+                return Err(format!("kind {k}: fills {:?}, releases {:?}", full[k], empty[k]));
+            }
+        }
+        if arrivals != syncs {
+            return Err(format!("named barriers: arrivals {arrivals:?}, syncs {syncs:?}"));
+        }
+        Ok(())
+    }
+
+    /// The ring and turn accounting of the variant entries, simulated: a block running a sequence of work tiles
+    /// whose key ranges start and end at different tiles (windows of several widths, both diagonals, causal
+    /// bands, rows with no key, consumers with no rows), ring depths 1 to 3, with and without ping-pong, under
+    /// many random interleavings, never deadlocks, releases every slot use once per fill after it landed, and
+    /// hands every turn over exactly once (`run_protocol`).
+    #[test]
+    fn the_variant_ring_and_turns_neither_deadlock_nor_miscount() {
+        use sdpa_core::variants::{Diagonal, Window};
+        let mut runs = 0;
+        for (sq, sk) in [(77, 300), (300, 77), (513, 1000), (700, 650), (1000, 2500)] {
+            for (left, right, mask) in [
+                (Some(5), Some(0), Mask::CausalBottomRight),
+                (Some(150), Some(0), Mask::None),
+                (Some(64), Some(64), Mask::None),
+                (None, Some(3), Mask::None),
+                (Some(300), None, Mask::CausalTopLeft),
+                (Some(2), Some(0), Mask::None),
+                (Some(1 << 20), Some(1 << 20), Mask::None),
+            ] {
+                let spec = AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 64, dv: 64 }, DType::BF16)
+                    .with_mask(mask)
+                    .with_window(Window { left, right })
+                    .with_diagonal(if sq > sk { Diagonal::BottomRight } else { Diagonal::TopLeft });
+                let (lo, hi) = spec.band().clamped(sq, sk);
+                for bn in [80i64, 128] {
+                    // One block walking every work tile, heaviest-first order as fa3_tile_of has it.
+                    let tiles: Vec<_> = (0..(sq as i64 + 127) / 128)
+                        .rev()
+                        .map(|mb| model_tile(lo, hi, sq as i64, sk as i64, bn, 128 * mb))
+                        .collect();
+                    for st in 1..=3 {
+                        for pp in [true, false] {
+                            let ops = protocol(&tiles, st, pp);
+                            for seed in 0..12 {
+                                if let Err(e) = run_protocol(&ops, st, seed) {
+                                    panic!("Sq {sq} Sk {sk} window {left:?},{right:?} {mask:?} BN {bn} ST {st} pp {pp}: {e}");
+                                }
+                                runs += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(runs > 5000, "{runs}");
+    }
+
     /// One call's work tiles (two consumers, 128 rows) under the model; returns the tiles checked.
     fn model_check(
         band: &sdpa_core::KeyBand,
