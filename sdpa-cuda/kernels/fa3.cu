@@ -1,6 +1,6 @@
 // `fa3`: attention forward for f16/bf16 on Hopper (sm_90a): TMA tensor loads, `wgmma` for both products,
 // a producer warpgroup and consumer warpgroups on an mbarrier ring, register reallocation (`setmaxnreg`).
-// src/kernels/fa3.rs plans and launches it (no mask or causal) at a head-dim class (D, DV): the Q/K width D
+// src/kernels/fa3.rs plans and launches it (no mask, causal, band) at a head-dim class (D, DV): the Q/K width D
 // and the V/O width DV the products compute, multiples of 32 (64, 96, 128, 192/128, 160, 192, 224, 256),
 // stored in shared memory as whole 64-column blocks (DS, DVS: a 96 class keeps 128 columns, the last 32
 // zero). A call's own head dims p.d <= D and p.dv <= DV may be smaller (multiples of 8): the tensor maps
@@ -35,6 +35,12 @@
 // before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
+// Variants (FA3_ENTRY_VAR, f16/bf16; written in session 9, not yet run on a GPU): a key band per row
+// (windows, causal masks as its special case) loads only the tiles from the work tile's first row's first
+// key to its last row's last one; each consumer computes the tiles its own rows see and releases the others,
+// leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn
+// every score into log2 units before the online max (fa3_variant_score).
+//
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
 //   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers
 //   | the work-tile ring (FA3_SCHED mbarrier pairs and tiles).
@@ -45,6 +51,15 @@
 #define FA3_MASK_NONE 0
 #define FA3_MASK_CAUSAL 1
 
+// Variant bits of an FA3_ENTRY_VAR instantiation (VAR; the values of src/checked/params.rs `VAR_*`, as
+// fa2_mma.cuh's FA2_VAR_*): BAND is always set, and the keys of row i are then i + band_lo ..= i + band_hi
+// (windows and causal masks alike; unbounded sides come clamped so that they restrict nothing), MASK is
+// FA3_MASK_NONE (the causal mask is part of the band); SOFTCAP and ALIBI transform every score before the
+// online max. VAR = 0 is the plain kernel, whose code the variant paths leave untouched (`if constexpr`).
+#define FA3_VAR_BAND 1
+#define FA3_VAR_SOFTCAP 2
+#define FA3_VAR_ALIBI 4
+
 // The entries' parameter: AttnParams, padding to byte 384, then the Q, K and V tensor maps over
 // (D, S, H, B) (src/kernels/fa3.rs `Fa3Args` mirrors it; explicit padding so the maps sit at 384 on both
 // sides).
@@ -52,7 +67,12 @@ struct Fa3Args {
     AttnParams p;
     int section;    // query heads (b·h) per scheduling section (fa3_tile_of)
     float o_scale;  // multiplies O at the end: V's descale for FP8 inputs, 1 otherwise
-    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - sizeof(float)];
+    // The softcap in log2 units (fa3_variant_score): c1 + c2 / (1 + 2^(x kc)) = cap log2(e) tanh(x scale / cap)
+    // for a raw score x, so kc = 2 scale log2(e) / cap, c1 = cap log2(e), c2 = -2 cap log2(e); 0 without a
+    // softcap. Computed by the host so that the consumers read them from the parameter bank: held in
+    // registers, they made ptxas spill in the main loop (47 spill instructions at D = 128, none this way).
+    float softcap_kc, softcap_c1, softcap_c2;
+    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - 4 * sizeof(float)];
     Sm90TensorMap q, k, v;
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
@@ -282,10 +302,29 @@ __device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, in
     for (int i = row0; i < min(row0 + 16, p->sq); ++i) repair_row_if_nonfinite<T>(*p, b, h, i, 0, p->dv, true);
 }
 
-// K/V tiles a query tile [m0, m_end) loads: all of them, or under a causal mask those up to its last
-// visible key.
-template <int BN, int MASK>
-__device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m_end) {
+// First key and one past the last key that some row of [r_first, r_last] sees under the band: the union of
+// the rows' bands (each row's band is the previous one shifted by a key, so the union is one range), clamped
+// to [0, Sk]; empty when end <= first.
+__device__ __forceinline__ void fa3_band_keys(const AttnParams& p, int r_first, int r_last, int& first, int& end) {
+    first = band_first(p, r_first);
+    const long long e = (long long)r_last + p.band_hi + 1;
+    end = e < 0 ? 0 : (e > p.sk ? p.sk : (int)e);
+}
+
+// K/V tiles a query tile [m0, m_end) loads: tiles t0 .. t0 + n_tiles - 1 (of BN keys; the count is returned).
+// All of them, or under a causal mask those up to its last visible key (t0 = 0); under a band (VAR) those
+// holding a key some row sees, from the first row's first key to the last row's last one, so that tiles
+// wholly before or after every row's window are never loaded.
+template <int BN, int MASK, int VAR>
+__device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m0, int m_end, int& t0) {
+    t0 = 0;
+    if constexpr (VAR != 0) {
+        int first, end;
+        fa3_band_keys(p, m0, m_end - 1, first, end);
+        if (end <= first) return 0;
+        t0 = first / BN;
+        return (end + BN - 1) / BN - t0;
+    }
     int n_keys = p.sk;
     if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
     return (n_keys + BN - 1) / BN;
@@ -297,13 +336,14 @@ __device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m_end) {
 __device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, int m0, int c) { return m0 + 64 * c < p.sq; }
 
 // The producer's work for one query tile, by its issuing thread: each consumer's Q (rows m0 + 64c.. of batch
-// b, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (b, kvh) into
-// the ring. `ring` is how many tiles went through the ring before this query tile (tile j of it takes slot
-// (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c] counts consumer c's Q loads so far. The first
+// b, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (b, kvh) from
+// key tile t0 on (keys (t0 + j) BN..) into the ring. `ring` is how many tiles went through the ring before
+// this query tile (tile j of it takes slot (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c]
+// counts consumer c's Q loads so far. The first
 // K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
 template <typename T, int D, int DV, int BN, int ST, int NC>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int h, int kvh, int m0,
-                                                 int n_tiles, int ring, int (&nq)[NC]) {
+                                                 int t0, int n_tiles, int ring, int (&nq)[NC]) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int CB = L::DS / L::COLS, CBV = L::DVS / 64;  // box blocks of a Q/K row and of a V row
     // Blocks holding some of the call's columns: the others are never loaded.
@@ -316,7 +356,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, j * BN, kvh, b,
+                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, (t0 + j) * BN, kvh, b,
                               r.k_full + 8 * s, pol);
     };
     auto load_v = [&](int j) {
@@ -325,13 +365,13 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
         if constexpr (Fa3Elem<T>::FP8) {
             // One box of Vᵀ: keys j·BN.. (128 bytes) of its DV rows (zeros past the call's dv).
             sm90_mbar_expect(r.v_full + 8 * s, L::V_BYTES);
-            sm90_tma_load(r.v + s * L::V_BYTES, &a.v, j * BN, 0, kvh, b, r.v_full + 8 * s, pol);
+            sm90_tma_load(r.v + s * L::V_BYTES, &a.v, (t0 + j) * BN, 0, kvh, b, r.v_full + 8 * s, pol);
         } else {
             sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
             for (int c = 0; c < CBV; ++c)
                 if (c < vb)
-                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j * BN, kvh, b,
+                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, (t0 + j) * BN, kvh, b,
                                   r.v_full + 8 * s, pol);
         }
     };
@@ -355,14 +395,32 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
     }
 }
 
+// One raw score x (Q·Kᵀ, unscaled) of a variant instantiation in log2 units: scaled, softcapped (SOFTCAP,
+// the constants of Fa3Args), minus a2 |j - diag(i)| (ALIBI: `a2` the head's slope times log2(e), `dist` =
+// j - diag(i), exact in f32 below 2^24): sdpa_core's order, softcap on the scaled natural-unit score and then
+// the bias (common.cuh variant_score_at). The softcap takes fa2_mma.cuh's form (Fa2Softcap: one ex2 and one
+// rcp on the special-function unit, tanh's absolute error about 1e-6, saturating exactly, NaN stays NaN; its
+// note says why not tanh.approx.f32 or tanhf).
+template <int VAR>
+__device__ __forceinline__ float fa3_variant_score(const Fa3Args& a, float x, float a2, float dist) {
+    float y;
+    if constexpr ((VAR & FA3_VAR_SOFTCAP) != 0) {
+        y = fmaf(a.softcap_c2, fast_rcp(1.f + fast_exp2(x * a.softcap_kc)), a.softcap_c1);
+    } else {
+        y = x * a.p.scale_log2;
+    }
+    if constexpr ((VAR & FA3_VAR_ALIBI) != 0) y = fmaf(-a2, fabsf(dist), y);
+    return y;
+}
+
 // One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of batch b, head h; this warpgroup's
 // are m0 + 64 wgi ..): wait for its Q (`q_phase`: the parity of its Q barrier for this tile), run the n_tiles
-// K/V tiles the producer fills from ring position `ring`, release Q once its last S = Q·Kᵀ completed (the
-// producer loads the next tile's Q meanwhile), write O (and LSE); a warp that wrote a non-finite value
-// repairs its rows (fa3_repair_warp_rows).
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
+// K/V tiles the producer fills from ring position `ring` (key tiles t0.., fa3_kv_tiles), release Q once its
+// last S = Q·Kᵀ completed (the producer loads the next tile's Q meanwhile), write O (and LSE); a warp that
+// wrote a non-finite value repairs its rows (fa3_repair_warp_rows).
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR>
 __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
-                                                 int m0, int n_tiles, int ring, int q_phase, int& turn) {
+                                                 int m0, int t0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
     constexpr int NT = BN / 8;                      // n8 tiles of S
@@ -390,6 +448,10 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     for (int i = 0; i < DT * 4; ++i) o[i] = 0.f;
     float m[2] = {SDPA_NEG_INF, SDPA_NEG_INF}, l[2] = {0.f, 0.f};
     const float sl2 = p.scale_log2;
+    // Softcap and ALiBi (PRE) turn every score into log2 units before the max, so the softmax then takes
+    // them as they are (sc = 1); otherwise it folds the scale into its exp2 (sc = sl2), as the plain kernel.
+    constexpr bool PRE = (VAR & (FA3_VAR_SOFTCAP | FA3_VAR_ALIBI)) != 0;
+    const float sc = PRE ? 1.f : sl2;
     float s[NT * 4];
     unsigned pa[KT][4];
 
@@ -428,22 +490,60 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // the tile may need a mask: the tiles before the warpgroup's first one that does run a copy of the
     // loop without the mask code (fewer live registers: three consumers at 160 each spilled there).
     auto softmax = [&](int n0, float (&alpha)[2], auto masked) {
-        const bool edge = decltype(masked)::value && ((n0 + BN > p.sk) || (MASK == FA3_MASK_CAUSAL &&
-                                                                           n0 + BN - 1 > m0 + wrow + p.causal_offset));
-        if (edge) {
+        if constexpr (VAR == 0) {
+            const bool edge = decltype(masked)::value &&
+                              ((n0 + BN > p.sk) ||
+                               (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + p.causal_offset));
+            if (edge) {
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int row = m0 + wrow + g + hh * 8;
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = m0 + wrow + g + hh * 8;
 #pragma unroll
-                for (int j = 0; j < NT; ++j)
+                    for (int j = 0; j < NT; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int key = n0 + j * 8 + 2 * t + e;
-                        bool vis = key < p.sk;
-                        if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
-                        if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
-                    }
+                        for (int e = 0; e < 2; ++e) {
+                            const int key = n0 + j * 8 + 2 * t + e;
+                            bool vis = key < p.sk;
+                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                            if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
+                        }
+                }
             }
+        } else {
+            // Variants: softcap and ALiBi on every score (PRE), and the band test only where the tile crosses a
+            // band edge of one of this warp's 16 rows or the end of the keys (`edge`; a warp-uniform branch, so
+            // the two passes are separate code and the common one carries no test). 32-bit arithmetic: the
+            // host refuses variant calls with Sq + Sk near 2^31 (fa3.rs `check`), so keys minus band bounds and
+            // distances fit; 64-bit compares here made ptxas spill in the main loop (17 spill instructions at
+            // D = 256 band, 40 at 192 softcap; none in 32 bits).
+            const int r0 = m0 + wrow;
+            const bool edge = decltype(masked)::value &&
+                              (n0 + BN > p.sk || n0 - p.band_lo < r0 + 15 || n0 + BN - 1 - p.band_hi > r0);
+            // The head's ALiBi slope in log2 units, read per key tile (an L1 hit): held across the loop it
+            // cost spills there (33 spill instructions at D = 128 against 13).
+            const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
+            auto pass = [&](auto band) {
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int row = r0 + g + hh * 8;
+                    // This thread's first key's distance from the row's diagonal, j - diag(i).
+                    const float dist0 = (float)(n0 + 2 * t - row - p.diag_offset);
+#pragma unroll
+                    for (int j = 0; j < NT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            float& x = s[j * 4 + hh * 2 + e];
+                            if constexpr (PRE) x = fa3_variant_score<VAR>(a, x, a2, dist0 + (float)(j * 8 + e));
+                            if constexpr (decltype(band)::value) {
+                                const int key = n0 + j * 8 + 2 * t + e;
+                                const int rel = key - row;
+                                if (!(key < p.sk && rel >= p.band_lo && rel <= p.band_hi)) x = SDPA_NEG_INF;
+                            }
+                        }
+                }
+            };
+            if (edge) pass(Fa3Flag<true>());
+            else if constexpr (PRE) pass(Fa3Flag<false>());
         }
         bool rescale = false;
 #pragma unroll
@@ -453,7 +553,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
             mx = quad_max(mx);
             const float m_old = m[hh];
-            const float m_new = fmaxf(m_old, mx * sl2);
+            const float m_new = fmaxf(m_old, mx * sc);
             const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
             const float al = fast_exp2(m_old - m_use);
             alpha[hh] = al;
@@ -465,7 +565,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[j * 4 + hh * 2 + e];
-                    x = fast_exp2(fmaf(x, sl2, -m_use));
+                    x = fast_exp2(fmaf(x, sc, -m_use));
                     sum += x;
                 }
             l[hh] = l[hh] * al + sum;  // per-thread partial; the quad is summed at the end
@@ -495,10 +595,31 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             }
         }
     };
-    // Tiles this warpgroup computes: 0 .. n_act - 1 (causal skips only trailing tiles).
-    int n_act = n_tiles;
-    if (MASK == FA3_MASK_CAUSAL) n_act = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
-    if (!has_rows) n_act = 0;
+    // Tiles this warpgroup computes: ja .. je - 1 of the query tile's 0 .. n_tiles - 1. A causal mask skips
+    // only trailing tiles (ja = 0); a band (VAR) also the leading ones before its first row's first key. The
+    // others are released unread (`skip`).
+    int ja = 0, je = n_tiles;
+    if (MASK == FA3_MASK_CAUSAL) je = wg_last_key < 0 ? 0 : min(n_tiles, wg_last_key / BN + 1);
+    // Under a band, tiles jp0 .. jp1 - 1 need no mask for any row of this warpgroup (warpgroup-uniform: the
+    // products are the warpgroup's): every row sees all of their keys.
+    int jp0 = 1, jp1 = 0;
+    if constexpr (VAR != 0) {
+        const int r0 = m0 + 64 * wgi, r1 = min(r0 + 63, p.sq - 1);
+        int first, end;
+        fa3_band_keys(p, r0, r1, first, end);
+        ja = end > first ? min(n_tiles, max(0, first / BN - t0)) : 0;
+        je = end > first ? max(ja, min(n_tiles, (end + BN - 1) / BN - t0)) : 0;
+        // Keys [k0, k0 + BN) lie in every row's band when k0 is at or past the last row's first key and
+        // k0 + BN at or before one past the first row's last key (and Sk).
+        const long long lo_key = (long long)r1 + p.band_lo;
+        const long long hi_end = min((long long)r0 + p.band_hi + 1, (long long)p.sk);
+        jp0 = (int)(lo_key <= 0 ? 0 : (lo_key + BN - 1) / BN) - t0;
+        jp1 = (int)(hi_end <= 0 ? 0 : hi_end / BN) - t0;
+    }
+    if (!has_rows) {
+        ja = 0;
+        je = 0;
+    }
     // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
     // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and
     // hands the turn to the next one's. Each takes exactly n_tiles + 1 turns per tile (its issue steps, one
@@ -519,21 +640,37 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
     // Q is free for the next tile's once every thread's last S = Q·Kᵀ completed (or at once: no tile).
     auto release_q = [&]() { sm90_mbar_arrive(q_empty + 8 * wgi); };
-    if (has_rows && n_act == 0) release_q();
-    if (n_act > 0) {
-        sm90_mbar_wait(k_full + 8 * slot(0), phase(0));
+    if (has_rows && je == ja) release_q();
+    // A tile this warpgroup does not compute: released unread, after it landed, so that every release of a
+    // slot answers exactly one fill of it; it takes one empty turn (the count stays n_tiles + 1).
+    auto skip = [&](int j) {
+        const int sj = slot(j), ph = phase(j);
+        sm90_mbar_wait(k_full + 8 * sj, ph);
+        sm90_mbar_arrive(k_empty + 8 * sj);
+        sm90_mbar_wait(v_full + 8 * sj, ph);
+        sm90_mbar_arrive(v_empty + 8 * sj);
         turn_begin();
-        issue_qk(slot(0));
+        turn_end();
+    };
+    // Tiles before this warpgroup's first key (a band only): the ring fills them in order, so they are
+    // released before this warpgroup waits for its own.
+    if constexpr (VAR != 0) {
+        for (int j = 0; j < ja; ++j) skip(j);
+    }
+    if (je > ja) {
+        sm90_mbar_wait(k_full + 8 * slot(ja), phase(ja));
+        turn_begin();
+        issue_qk(slot(ja));
         turn_end();
         fa3_wait<0>();
         fa3_pin(s);
-        if (n_act == 1) release_q();
-        sm90_mbar_arrive(k_empty + 8 * slot(0));
+        if (je - ja == 1) release_q();
+        sm90_mbar_arrive(k_empty + 8 * slot(ja));
         float alpha[2];
-        softmax(0, alpha, Fa3Flag<true>());  // O is still zero: no rescale needed
+        softmax((t0 + ja) * BN, alpha, Fa3Flag<true>());  // O is still zero: no rescale needed
         take_p();
     }
-    // Key tiles 1 .. n_act - 1: S(j) issued before P(j-1)·V(j-1), the softmax of j under that product.
+    // Key tiles ja + 1 .. je - 1: S(j) issued before P(j-1)·V(j-1), the softmax of j under that product.
     auto step = [&](int j, auto masked) {
         const int sj = slot(j), sp = slot(j - 1);
         sm90_mbar_wait(k_full + 8 * sj, phase(j));
@@ -545,27 +682,37 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
         fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
         fa3_pin(s);
-        if (j == n_act - 1) release_q();
+        if (j == je - 1) release_q();
         sm90_mbar_arrive(k_empty + 8 * sj);
         float alpha[2];
-        const bool rs = softmax(j * BN, alpha, masked);
+        const bool rs = softmax((t0 + j) * BN, alpha, masked);
         fa3_wait<0>();
         fa3_pin(o);
         sm90_mbar_arrive(v_empty + 8 * sp);
         if (rs) rescale_o(alpha);
         take_p();
     };
-    // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the products
-    // are the warpgroup's): the partial last tile of the keys, or under a causal mask the first crossing the
-    // diagonal of the warpgroup's first row.
-    int j_mask = p.sk / BN;
-    if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + p.causal_offset + 1) / BN));
-    const int j_plain = max(1, min(j_mask, n_act));
-    for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
-    for (int j = j_plain; j < n_act; ++j) step(j, Fa3Flag<true>());
-    if (n_act > 0) {
-        const int sp = slot(n_act - 1);
-        sm90_mbar_wait(v_full + 8 * sp, phase(n_act - 1));
+    // The tiles that need no mask code run in their own loop (each loop is its own copy of `step`).
+    if constexpr (VAR == 0) {
+        // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the
+        // products are the warpgroup's): the partial last tile of the keys, or under a causal mask the first
+        // crossing the diagonal of the warpgroup's first row.
+        int j_mask = p.sk / BN;
+        if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + p.causal_offset + 1) / BN));
+        const int j_plain = max(1, min(j_mask, je));
+        for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
+        for (int j = j_plain; j < je; ++j) step(j, Fa3Flag<true>());
+    } else {
+        // Under a band: a masked run (tiles crossing the rows' first keys), the plain run jp0 .. jp1 - 1, a
+        // masked run (the rows' last keys and the end of the keys).
+        const int a1 = min(max(ja + 1, jp0), je), a2 = min(max(a1, jp1), je);
+        for (int j = ja + 1; j < a1; ++j) step(j, Fa3Flag<true>());
+        for (int j = a1; j < a2; ++j) step(j, Fa3Flag<false>());
+        for (int j = a2; j < je; ++j) step(j, Fa3Flag<true>());
+    }
+    if (je > ja) {
+        const int sp = slot(je - 1);
+        sm90_mbar_wait(v_full + 8 * sp, phase(je - 1));
         turn_begin();
         fa3_pin(o);
         issue_pv(sp);
@@ -574,17 +721,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         fa3_pin(o);
         sm90_mbar_arrive(v_empty + 8 * sp);
     }
-    // Tiles past this warpgroup's rows: released unread, after they landed, so that every release of
-    // a slot answers exactly one fill of it.
-    for (int j = n_act; j < n_tiles; ++j) {
-        const int sj = slot(j), ph = phase(j);
-        sm90_mbar_wait(k_full + 8 * sj, ph);
-        sm90_mbar_arrive(k_empty + 8 * sj);
-        sm90_mbar_wait(v_full + 8 * sj, ph);
-        sm90_mbar_arrive(v_empty + 8 * sj);
-        turn_begin();
-        turn_end();
-    }
+    // Tiles past this warpgroup's rows (causal) or last keys (band).
+    for (int j = je; j < n_tiles; ++j) skip(j);
     while (turn < turns_end) {
         turn_begin();
         turn_end();
@@ -639,8 +777,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 // to the consumers through the work-tile ring before loading it; the ring position and the Q-load counts
 // carry from one tile to the next, so the producer fills the next tile's Q and K/V while the consumers
 // finish the current one.
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
+    static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
@@ -649,14 +788,14 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 
     const int n_mblocks = (p.sq + BM - 1) / BM;
     const int n_bh = p.b * p.hq, n_work = n_bh * n_mblocks;
-    // Work tile w: batch, head, first row, K/V tiles.
-    auto tile = [&](int w, int& b, int& h, int& m0, int& n_tiles) {
+    // Work tile w: batch, head, first row, K/V tiles (t0 ..).
+    auto tile = [&](int w, int& b, int& h, int& m0, int& t0, int& n_tiles) {
         int bh, m_block;
         fa3_tile_of(w, n_mblocks, n_bh, a.section, bh, m_block);
         b = bh / p.hq;
         h = bh % p.hq;
         m0 = m_block * BM;
-        n_tiles = fa3_kv_tiles<BN, MASK>(p, min(m0 + BM, p.sq));
+        n_tiles = fa3_kv_tiles<BN, MASK, VAR>(p, m0, min(m0 + BM, p.sq), t0);
     };
 
     const unsigned base = smem_addr(smem);
@@ -701,9 +840,9 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             for (int w = src.first();; w = src.next()) {
                 fa3_publish_tile(r, n++, w);
                 if (w < 0) break;
-                int b, h, m0, n_tiles;
-                tile(w, b, h, m0, n_tiles);
-                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, n_tiles, ring, nq);
+                int b, h, m0, t0, n_tiles;
+                tile(w, b, h, m0, t0, n_tiles);
+                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, t0, n_tiles, ring, nq);
                 ring += n_tiles;
             }
         }
@@ -715,9 +854,10 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         for (int n = 0;; ++n) {
             const int w = fa3_take_tile(r, n);
             if (w < 0) break;
-            int b, h, m0, n_tiles;
-            tile(w, b, h, m0, n_tiles);
-            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC>(a, smem, r, b, h, m0, n_tiles, ring, nq & 1, turn);
+            int b, h, m0, t0, n_tiles;
+            tile(w, b, h, m0, t0, n_tiles);
+            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR>(a, smem, r, b, h, m0, t0, n_tiles, ring, nq & 1,
+                                                                  turn);
             ring += n_tiles;
             nq += fa3_has_rows(p, m0, wgi);
         }
@@ -727,18 +867,25 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     }
 }
 
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR)                                                  \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC>(a, fa3_smem);
+    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC, VAR>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC) asm volatile("trap;");
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR) asm volatile("trap;");
 #endif
 
 // Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
 // DV), keys per tile, ring depth, mask, ping-pong, consumer warpgroups.
 #define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC)                                                \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC)                                                       \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0)                                                    \
+    }
+// Variant entry {tile prefix}_{dtype}_{D}[_{DV}]_band[_softcap][_alibi][_pp0] (f16/bf16): VAR a set of
+// FA3_VAR_* with FA3_VAR_BAND, the band in place of a mask; its own instantiation, so that the plain
+// entries' code and registers stay as they were.
+#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)                                             \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+        FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR)                                         \
     }

@@ -24,6 +24,14 @@
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
 //!
+//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]) are written but have not
+//! run on a GPU yet: they are taken only when `SDPA_FA3_VARIANTS=1` ([`variants_enabled`], the
+//! verification switch), and refused with that reason otherwise. A variant entry restricts the keys to the
+//! call's band (windows, causal masks as a special case): only the key tiles some row of the work tile sees
+//! are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask
+//! code; softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at
+//! every class ([`variant_tile_for`]).
+//!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
 //! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so [`run`] first writes Vᵀ into a workspace
@@ -34,7 +42,7 @@
 
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::{mask_suffix, AttnParams, MASK_CAUSAL, MASK_NONE};
+use crate::checked::params::{mask_suffix, AttnParams, Masking, MASK_CAUSAL, MASK_NONE, VAR_ALIBI, VAR_SOFTCAP};
 use crate::checked::tensor_map::{padded_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::FA3;
@@ -186,8 +194,30 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 /// run it on).
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
-/// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
+/// Whether `SDPA_FA3_VARIANTS=1` is set: the verification switch of `fa3`'s windows, softcap and ALiBi
+/// (`FA3_ENTRY_VAR` in kernels/fa3.cu). They were written in session 9 on a machine without a GPU and have
+/// not run on an H100 yet, so without the switch [`refuses`] refuses variant calls (they run on `fa2`) and
+/// `auto` never sends them here ([`super::policy::fa3_measured_faster`]); the GPU tests
+/// (`tests/fa3_variants.rs`) and `bench/studies/fa3/variants9/run.sh` set it. Once those pass on an H100,
+/// this switch goes and variants become part of what `fa3` takes.
+pub fn variants_enabled() -> bool {
+    std::env::var_os("SDPA_FA3_VARIANTS").is_some_and(|v| v == "1")
+}
+
+/// Bound on Sq + Sk of the calls `fa3` takes with variants: the kernel's band tests and ALiBi distances
+/// (keys minus band bounds, keys minus rows and diagonals) are 32-bit, which 64 Ki below 2^31 leaves room for
+/// (64-bit ones made ptxas spill in the main loop).
+pub const VARIANT_MAX_TOKENS: usize = (1 << 31) - (1 << 16);
+
+/// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`; variants as
+/// [`variants_enabled`] says.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
+    refuses_with(spec, variants_enabled())
+}
+
+/// [`refuses`] with the variant switch given: `variants` says whether windows, softcap and ALiBi are taken
+/// (f16/bf16 only; f8e4m3 refuses them either way).
+pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
     let s = spec.shape;
     if !matches!(spec.dtype, DType::F16 | DType::BF16 | DType::F8E4M3) {
         return Some(format!("fa3 takes f16, bf16 and f8e4m3 inputs, not {} (use fa2 or fa1)", spec.dtype));
@@ -216,7 +246,26 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     let kinds = spec.variants.kinds();
     if !kinds.is_empty() {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
-        return Some(format!("fa3 does not implement {} yet; {}", names.join(", "), elsewhere(spec, "fa2 does")));
+        let names = names.join(", ");
+        if spec.dtype == DType::F8E4M3 {
+            return Some(format!(
+                "fa3 does not implement {names} for f8e4m3 inputs (f16 and bf16 only); {}",
+                elsewhere(spec, "")
+            ));
+        }
+        if !variants {
+            return Some(format!(
+                "fa3 does not implement {names} yet (its kernel for them has not run on a GPU; \
+                 SDPA_FA3_VARIANTS=1 turns it on for verification); fa2 does"
+            ));
+        }
+        if s.sq.saturating_add(s.sk) >= VARIANT_MAX_TOKENS {
+            return Some(format!(
+                "fa3 takes {names} for Sq + Sk below {VARIANT_MAX_TOKENS} (its band arithmetic is 32-bit; got Sq = \
+                 {}, Sk = {}); fa2 does",
+                s.sq, s.sk
+            ));
+        }
     }
     if matches!(spec.mask, Mask::Explicit(_)) {
         return Some(format!(
@@ -304,6 +353,65 @@ pub fn vt_program() -> Program {
     Program::entry(&FA3, "fa3_fp8_vt", format!("FA3_FP8_VT_ENTRY(fa3_fp8_vt, {VT_THREADS})"))
 }
 
+/// The tile of a variant call (a band, maybe softcap and ALiBi) at head-dim class (`d`, `dv`): the causal
+/// table's tile with two consumer warpgroups everywhere (at the class 64 too, where three would have 160
+/// registers each for the variant code as well; not measured), whatever the key count.
+pub fn variant_tile_for(d: usize, dv: usize) -> Fa3Tile {
+    Fa3Tile { consumers: 2, ..tile_for(d, dv, true, 1) }
+}
+
+/// The program of variant entry `{tile prefix}_{dtype}_{d}[_{dv}]_band[_softcap][_alibi][_pp0]`
+/// (`FA3_ENTRY_VAR`): `var` is a [`Masking`] variant set (`VAR_BAND` with softcap and ALiBi bits) over no
+/// mask; f16/bf16 only.
+pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var: i32, pingpong: bool) -> Program {
+    let pp = if pingpong { "" } else { "_pp0" };
+    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
+    let suffix = Masking { kind: MASK_NONE, var }.suffix();
+    let name = format!("{}_{}_{dims}_{suffix}{pp}", tile.prefix(), dtype.name());
+    let Fa3Tile { bn, stages, consumers } = tile;
+    let mut bits = vec!["FA3_VAR_BAND"];
+    if var & VAR_SOFTCAP != 0 {
+        bits.push("FA3_VAR_SOFTCAP");
+    }
+    if var & VAR_ALIBI != 0 {
+        bits.push("FA3_VAR_ALIBI");
+    }
+    let line = format!(
+        "FA3_ENTRY_VAR({name}, {}, {d}, {dv}, {bn}, {stages}, {}, {pingpong}, {consumers})",
+        cuda_type(dtype),
+        bits.join(" | ")
+    );
+    Program::entry(&FA3, name, line)
+}
+
+/// Every variant entry a launch can ask for (with the table's tiles and ping-pong): each dtype (f16, bf16),
+/// class and variant set (band; with softcap, ALiBi, both), 64 programs. Not in [`programs`] (the
+/// compile check and `warm_up_all` build those) while the variants are behind [`variants_enabled`]: they
+/// compile on first use, except [`compile_check_variant_programs`]. `SDPA_NVRTC_ALL=1` compiles them all
+/// in `tests/nvrtc_compile.rs`.
+pub fn variant_programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for (d, dv) in FA3_CLASSES {
+            for m in Masking::variants().into_iter().filter(|m| m.kind == MASK_NONE) {
+                all.push(variant_program(dtype, (d, dv), variant_tile_for(d, dv), m.var, true));
+            }
+        }
+    }
+    all
+}
+
+/// The variant entries the CI compile check builds (and [`programs`] lists): bf16 with every variant bit at
+/// the class 128 and at 256 (the widest accumulators, where registers are tightest). Within a class the
+/// variant sets differ by code that the full set contains; the classes differ in constants.
+pub fn compile_check_variant_programs() -> Vec<Program> {
+    let all = crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI;
+    [(128, 128), (256, 256)]
+        .into_iter()
+        .map(|(d, dv)| variant_program(DType::BF16, (d, dv), variant_tile_for(d, dv), all, true))
+        .collect()
+}
+
 /// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), and the Vᵀ
 /// pre-pass (7).
 pub fn fp8_programs() -> Vec<Program> {
@@ -316,9 +424,10 @@ pub fn fp8_programs() -> Vec<Program> {
     all
 }
 
-/// Every `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and tile
-/// with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the entries
-/// without ping-pong of the other classes are compiled on first use, as forced tiles are.
+/// Every plain `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and
+/// tile with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the
+/// entries without ping-pong of the other classes are compiled on first use, as forced tiles are. Of the
+/// variant entries, behind [`variants_enabled`], only [`compile_check_variant_programs`] (2).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -336,6 +445,7 @@ pub fn programs() -> Vec<Program> {
         }
     }
     all.extend(fp8_programs());
+    all.extend(compile_check_variant_programs());
     all
 }
 
@@ -349,10 +459,12 @@ pub fn compile_check_programs() -> Vec<Program> {
         .collect();
     // FP8: its own products and layout per class, and the pre-pass.
     all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
+    all.extend(compile_check_variant_programs());
     all
 }
 
-/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, padding to byte 384,
+/// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, O's scale, the softcap's
+/// constants ([`softcap_consts`]), padding to byte 384,
 /// then the Q, K and V tensor maps; 768 bytes, asserted on both sides).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -360,15 +472,17 @@ pub struct Fa3Args {
     p: AttnParams,
     section: i32,
     o_scale: f32,
+    softcap: [f32; 3],
     pad: [u8; ARGS_PAD],
     q: CUtensorMap,
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 8;
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 20;
 const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
 // SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
-// AttnParams, the section, O's scale, padding to 384 and three opaque 128-byte tensor maps.
+// AttnParams, the section, O's scale, the softcap's three constants, padding to 384 and three opaque
+// 128-byte tensor maps.
 unsafe impl DeviceRepr for Fa3Args {}
 
 impl std::fmt::Debug for Fa3Args {
@@ -445,6 +559,8 @@ pub fn check(
     let causal = p.mask_kind == MASK_CAUSAL;
     let tile = if fp8 {
         forced_fp8_tile()?.unwrap_or_else(|| fp8_tile_for(class.0, class.1, causal))
+    } else if !spec.variants.is_plain() {
+        forced_tile()?.unwrap_or_else(|| variant_tile_for(class.0, class.1))
     } else {
         forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk))
     };
@@ -500,7 +616,9 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let fp8 = spec.dtype == DType::F8E4M3;
     let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
-    let causal = p.mask_kind == MASK_CAUSAL;
+    let masking = Masking::of(spec);
+    // A band (variants) weighs query tiles unequally as a causal mask does (the static schedule's grid).
+    let causal = p.mask_kind == MASK_CAUSAL || masking.var != 0;
     // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
     let v_map = if fp8 {
@@ -542,14 +660,31 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    let program = program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong());
+    let program = if masking.var != 0 {
+        variant_program(spec.dtype, class, tile, masking.var, pingpong())
+    } else {
+        program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong())
+    };
     // FP8: Q's and K's descales scale the scores (folded into the softmax scale), V's scales O at the end.
     let ds = spec.descales();
     let mut p = *p;
     p.scale *= ds.q * ds.k;
     p.scale_log2 *= ds.q * ds.k;
     let o_scale = ds.v;
-    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, pad: [0; ARGS_PAD], q, k, v }, schedule })
+    let softcap = softcap_consts(p.softcap, p.scale_log2);
+    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, softcap, pad: [0; ARGS_PAD], q, k, v }, schedule })
+}
+
+/// The softcap in log2 units as the variant entries take it (`Fa3Args::softcap_kc, softcap_c1, softcap_c2`
+/// in fa3.cu): `c1 + c2 / (1 + 2^(x·kc)) = cap·log2(e)·tanh(x·scale / cap)` for a raw score `x`, so
+/// `[kc, c1, c2] = [2·scale·log2(e) / cap, cap·log2(e), −2·cap·log2(e)]` from the cap and
+/// `scale_log2 = scale·log2(e)`, in f32 as the kernel would compute them; zeros without a cap (`cap <= 0`).
+pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
+    if cap <= 0.0 {
+        return [0.0; 3];
+    }
+    let log2e = std::f32::consts::LOG2_E;
+    [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
 /// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs.
@@ -756,6 +891,7 @@ mod tests {
 
     #[test]
     fn fa3_refuses_what_it_lacks_with_the_reason() {
+        let refuses = |spec: &AttentionSpec| refuses_with(spec, false);
         assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
         assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
         for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
@@ -773,6 +909,512 @@ mod tests {
         assert!(refuses(&windowed).expect("refused").contains("does not implement"));
         assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
         assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
+    }
+
+    /// Windows, softcap and ALiBi: refused, naming the verification switch, unless it is on; f8e4m3 refuses
+    /// them either way; what fa3 lacks besides stays refused with the switch on.
+    #[test]
+    fn variants_are_taken_only_behind_the_verification_switch() {
+        use sdpa_core::variants::{Alibi, Diagonal, Window};
+        let plain = spec(128, 128, DType::BF16);
+        let cases = [
+            plain.clone().with_window(Window::left(64)),
+            plain.clone().with_window(Window { left: Some(32), right: Some(32) }).with_diagonal(Diagonal::TopLeft),
+            plain.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(100)),
+            plain.clone().with_softcap(30.0),
+            plain.clone().with_alibi(Alibi::Standard).with_diagonal(Diagonal::BottomRight),
+            plain.clone().with_mask(Mask::CausalTopLeft).with_alibi(Alibi::Standard).with_softcap(50.0),
+        ];
+        for v in &cases {
+            let why = refuses_with(v, false).expect("refused without the switch");
+            assert!(why.contains("does not implement") && why.contains("SDPA_FA3_VARIANTS=1"), "{why}");
+            assert!(why.contains("fa2 does"), "{why}");
+            assert_eq!(refuses_with(v, true), None, "{why}");
+            let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
+            assert_eq!(refuses_with(&f16, true), None);
+            let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
+            for on in [false, true] {
+                let why = refuses_with(&fp8, on).expect("f8e4m3 refuses variants");
+                assert!(why.contains("f8e4m3"), "{why}");
+            }
+        }
+        let named = refuses_with(&cases[5], false).expect("refused");
+        assert!(named.contains("softcap") && named.contains("alibi"), "{named}");
+        let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
+        let explicit = explicit.with_window(Window::left(8));
+        assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
+        assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+        // Sq + Sk within the kernel's 32-bit band arithmetic.
+        let long = |sq: usize, sk: usize| {
+            AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::BF16)
+                .with_mask(Mask::CausalBottomRight)
+                .with_window(Window::left(4096))
+        };
+        assert_eq!(refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1), true), None);
+        let why = refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20)), true).expect("refused");
+        assert!(why.contains("Sq + Sk below"), "{why}");
+    }
+
+    /// The host's softcap constants reproduce cap·tanh(scaled score / cap) in log2 units as the kernel
+    /// evaluates them (exactly here; the kernel's ex2 and rcp are approximate), and the parameter layout
+    /// keeps the tensor maps at byte 384 with them.
+    #[test]
+    fn softcap_constants_give_the_capped_score_in_log2_units() {
+        assert_eq!(softcap_consts(0.0, 1.0), [0.0; 3]);
+        for (cap, scale) in [(30.0f32, 0.125f32), (50.0, 0.088), (1.0, 1.0)] {
+            let sl2 = scale * std::f32::consts::LOG2_E;
+            let [kc, c1, c2] = softcap_consts(cap, sl2);
+            for x in [-1e4f32, -40.0, -1.0, 0.0, 0.5, 3.0, 100.0, 1e4] {
+                let got = c1 + c2 / (1.0 + (x * kc).exp2());
+                let want = cap * (x * scale / cap).tanh() * std::f32::consts::LOG2_E;
+                assert!((got - want).abs() <= 1e-4 * cap, "cap {cap} x {x}: {got} vs {want}");
+            }
+        }
+        assert_eq!(std::mem::offset_of!(Fa3Args, q), 384);
+        assert!(FA3.source.contains("float softcap_kc, softcap_c1, softcap_c2;"));
+    }
+
+    #[test]
+    fn variant_programs_are_named_by_their_variant_bits() {
+        use crate::checked::params::VAR_BAND;
+        let t = variant_tile_for(128, 128);
+        assert_eq!(t, Fa3Tile { bn: 128, stages: 2, consumers: 2 });
+        let p = variant_program(DType::BF16, (128, 128), t, VAR_BAND | VAR_SOFTCAP | VAR_ALIBI, true);
+        assert_eq!(p.name, "fa3_t128x2_bf16_128_band_softcap_alibi");
+        assert_eq!(
+            p.instantiation,
+            "FA3_ENTRY_VAR(fa3_t128x2_bf16_128_band_softcap_alibi, __nv_bfloat16, 128, 128, 128, 2, \
+             FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI, true, 2)"
+        );
+        let p = variant_program(DType::F16, (192, 128), variant_tile_for(192, 128), VAR_BAND, false);
+        assert_eq!(p.name, "fa3_t128x2_f16_192_128_band_pp0");
+        assert!(p.instantiation.ends_with(", 192, 128, 128, 2, FA3_VAR_BAND, false, 2)"), "{}", p.instantiation);
+        // Every variant entry: two consumers (240 registers each), the tile fits, names unique and apart
+        // from the plain ones; only the compile check's two are in `programs`.
+        let all = variant_programs();
+        assert_eq!(all.len(), 2 * FA3_CLASSES.len() * 4);
+        let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+        assert!(all.iter().all(|p| p.name.contains("_band") && p.instantiation.starts_with("FA3_ENTRY_VAR(")));
+        for (d, dv) in FA3_CLASSES {
+            let t = variant_tile_for(d, dv);
+            assert_eq!(t.consumers, 2);
+            assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at {d}/{dv}");
+        }
+        let listed = programs();
+        let check = compile_check_variant_programs();
+        assert_eq!(check.len(), 2);
+        assert!(check.iter().all(|p| all.contains(p) && listed.contains(p) && compile_check_programs().contains(p)));
+        assert_eq!(listed.iter().filter(|p| p.name.contains("_band")).count(), check.len());
+        // The kernel side has the entry macro and the variant bits the names stand for.
+        assert!(FA3.source.contains("#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)"));
+        assert!(FA3.source.contains("#define FA3_VAR_SOFTCAP 2\n") && FA3.source.contains("#define FA3_VAR_ALIBI 4\n"));
+        assert_eq!((VAR_BAND, VAR_SOFTCAP, VAR_ALIBI), (1, 2, 4));
+    }
+
+    /// A model of the kernel's key-tile ranges under a band, line by line as fa3.cu computes them
+    /// (`fa3_kv_tiles` with VAR, and `fa3_consume_tile`'s ja, je, jp0, jp1 and its loops' bounds a1, a2), checked
+    /// against sdpa-core's band by brute force: every key a row sees lies in a tile its warpgroup computes, the
+    /// loaded tiles lie inside the keys, each warpgroup's tiles inside the work tile's, and the tiles its plain
+    /// loop runs without the mask code are wholly visible to every row of the warpgroup (and those a warp's
+    /// `edge` test passes to every row of the warp).
+    #[test]
+    fn the_kernels_band_tile_ranges_hold_every_visible_key() {
+        use sdpa_core::variants::{Diagonal, Window};
+        // fa3.cu fa3_band_keys.
+        let band_keys = |lo: i64, hi: i64, sk: i64, r_first: i64, r_last: i64| {
+            let first = (r_first + lo).clamp(0, sk);
+            let end = (r_last + hi + 1).clamp(0, sk);
+            (first, end)
+        };
+        let mut checked = 0usize;
+        for (sq, sk) in [(1, 1), (77, 300), (300, 77), (129, 257), (200, 130), (513, 1000), (64, 4096)] {
+            let windows = [
+                (None, Some(0)),
+                (Some(0), Some(0)),
+                (Some(5), Some(0)),
+                (Some(100), Some(0)),
+                (Some(130), Some(3)),
+                (Some(40), None),
+                (None, Some(17)),
+                (Some(1), Some(1)),
+                (Some(300), Some(300)),
+                (Some(1 << 20), Some(1 << 20)),
+            ];
+            for (left, right) in windows {
+                for diag in [Diagonal::TopLeft, Diagonal::BottomRight] {
+                    for mask in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight] {
+                        let spec =
+                            AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 64, dv: 64 }, DType::BF16)
+                                .with_mask(mask)
+                                .with_window(Window { left, right })
+                                .with_diagonal(diag);
+                        let band = spec.band();
+                        let (lo, hi) = band.clamped(sq, sk);
+                        for bn in [64i64, 80, 128] {
+                            checked += model_check(&band, lo, hi, sq as i64, sk as i64, bn, &band_keys);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
+
+    /// A work tile of the model: its first key tile, its key-tile count, and per consumer the tiles it
+    /// computes (`None`: no rows).
+    type ModelTile = (i64, i64, [Option<(i64, i64)>; 2]);
+
+    /// The work tile at `m0` under the kernel's band ranges (the model of
+    /// `the_kernels_band_tile_ranges_hold_every_visible_key`): its key tiles `t0`, `n`, and per consumer of the
+    /// two the tiles `ja .. je` it computes, `None` when it has no rows (`fa3_has_rows`).
+    fn model_tile(lo: i64, hi: i64, sq: i64, sk: i64, bn: i64, m0: i64) -> ModelTile {
+        let keys = |r_first: i64, r_last: i64| ((r_first + lo).clamp(0, sk), (r_last + hi + 1).clamp(0, sk));
+        let (first, end) = keys(m0, (m0 + 128).min(sq) - 1);
+        let (t0, n) = if end <= first { (0, 0) } else { (first / bn, (end + bn - 1) / bn - first / bn) };
+        let wg = |w: i64| {
+            let r0 = m0 + 64 * w;
+            (r0 < sq).then(|| {
+                let (first, end) = keys(r0, (r0 + 63).min(sq - 1));
+                let ja = if end > first { n.min((first / bn - t0).max(0)) } else { 0 };
+                let je = if end > first { ja.max(n.min((end + bn - 1) / bn - t0)) } else { 0 };
+                (ja, je)
+            })
+        };
+        (t0, n, [wg(0), wg(1)])
+    }
+
+    /// One step of the ring protocol between the producer's thread and the two consumer warpgroups, as
+    /// fa3.cu issues them (barrier arrivals and waits only; what the copies and products do is not modelled).
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        /// Producer: wait until the consumers released use `u` of K (0) or V (1) slot `s`, or of consumer
+        /// `s`'s Q buffer (kind 2).
+        WaitEmpty(usize, usize, usize),
+        /// Producer: fill use `u` of a slot (its `full` barrier completes).
+        Fill(usize, usize, usize),
+        /// Consumer: wait until use `u` of a slot landed.
+        WaitFull(usize, usize, usize),
+        /// Consumer: arrive on the `empty` barrier of use `u` of a slot.
+        Release(usize, usize, usize),
+        /// `bar.sync b` (a turn begins) and `bar.arrive b` (a turn is handed on).
+        Sync(usize),
+        Arrive(usize),
+    }
+
+    /// The ops of one block running `tiles` (t0 unused: the protocol depends on the counts) with ring depth
+    /// `st`, ping-pong or not: the producer's, then each consumer's, in program order.
+    fn protocol(tiles: &[ModelTile], st: usize, pp: bool) -> [Vec<Op>; 3] {
+        let (mut prod, mut cons) = (Vec::new(), [Vec::new(), Vec::new()]);
+        let (mut ring, mut nq) = (0usize, [0usize; 2]);
+        let mut turn = [0usize; 2];
+        for &(_, n, wgs) in tiles {
+            let n = n as usize;
+            let at = |j: usize| ((ring + j) % st, (ring + j) / st);
+            // fa3_produce_tile: K0, each consumer's Q, then V0, K1, V1, ...
+            let load = |prod: &mut Vec<Op>, kind: usize, j: usize| {
+                let (s, u) = at(j);
+                if u > 0 {
+                    prod.push(Op::WaitEmpty(kind, s, u - 1));
+                }
+                prod.push(Op::Fill(kind, s, u));
+            };
+            if n > 0 {
+                load(&mut prod, 0, 0);
+            }
+            for (w, wg) in wgs.iter().enumerate() {
+                if wg.is_some() {
+                    if nq[w] > 0 {
+                        prod.push(Op::WaitEmpty(2, w, nq[w] - 1));
+                    }
+                    prod.push(Op::Fill(2, w, nq[w]));
+                }
+            }
+            for j in 0..n {
+                if j > 0 {
+                    load(&mut prod, 0, j);
+                }
+                load(&mut prod, 1, j);
+            }
+            // fa3_consume_tile, per warpgroup.
+            for (w, wg) in wgs.iter().enumerate() {
+                let ops = &mut cons[w];
+                // turn_begin / turn_end; `turns_before` is this warpgroup's turn count before this work tile.
+                let turns_before = turn[w];
+                let taken = std::cell::Cell::new(0usize);
+                let take_turn = |ops: &mut Vec<Op>| {
+                    if pp && (w != 0 || turns_before + taken.get() > 0) {
+                        ops.push(Op::Sync(3 + w));
+                    }
+                    if pp {
+                        ops.push(Op::Arrive(3 + (w + 1) % 2));
+                    }
+                    taken.set(taken.get() + 1);
+                };
+                let turns = if n > 0 { n + 1 } else { 0 };
+                let (ja, je) = wg.map_or((0, 0), |(a, e)| (a as usize, e as usize));
+                if wg.is_some() {
+                    ops.push(Op::WaitFull(2, w, nq[w]));
+                    if je == ja {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                }
+                let skip = |ops: &mut Vec<Op>, j: usize, take_turn: &dyn Fn(&mut Vec<Op>)| {
+                    let (s, u) = at(j);
+                    ops.extend([
+                        Op::WaitFull(0, s, u),
+                        Op::Release(0, s, u),
+                        Op::WaitFull(1, s, u),
+                        Op::Release(1, s, u),
+                    ]);
+                    take_turn(ops);
+                };
+                for j in 0..ja {
+                    skip(ops, j, &take_turn);
+                }
+                if je > ja {
+                    let (s, u) = at(ja);
+                    ops.push(Op::WaitFull(0, s, u));
+                    take_turn(ops);
+                    if je - ja == 1 {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                    ops.push(Op::Release(0, s, u));
+                }
+                for j in ja + 1..je {
+                    let ((s, u), (sp, up)) = (at(j), at(j - 1));
+                    ops.extend([Op::WaitFull(0, s, u), Op::WaitFull(1, sp, up)]);
+                    take_turn(ops);
+                    if j == je - 1 {
+                        ops.push(Op::Release(2, w, nq[w]));
+                    }
+                    ops.extend([Op::Release(0, s, u), Op::Release(1, sp, up)]);
+                }
+                if je > ja {
+                    let (s, u) = at(je - 1);
+                    ops.push(Op::WaitFull(1, s, u));
+                    take_turn(ops);
+                    ops.push(Op::Release(1, s, u));
+                }
+                for j in je..n {
+                    skip(ops, j, &take_turn);
+                }
+                while taken.get() < turns {
+                    take_turn(ops);
+                }
+                assert_eq!(taken.get(), turns, "consumer {w} took more turns than n + 1");
+                turn[w] += turns;
+            }
+            ring += n;
+            for (w, wg) in wgs.iter().enumerate() {
+                nq[w] += usize::from(wg.is_some());
+            }
+        }
+        // fa3_end_turns: warpgroup 0 takes the last hand-over.
+        if pp && turn[0] > 0 {
+            cons[0].push(Op::Sync(3));
+        }
+        let [c0, c1] = cons;
+        [prod, c0, c1]
+    }
+
+    /// Runs the three agents' ops under a random interleaving (`seed`): each step, one agent whose next op
+    /// can proceed takes it. Fails on a deadlock, on a wait that could see a barrier two phases ahead, on an
+    /// `empty` arrival for a phase other than the current one or twice in one phase, on a fill out of order,
+    /// and on a named-barrier arrival while an earlier one is unconsumed; at the end every fill was released
+    /// and every hand-over taken.
+    fn run_protocol(ops: &[Vec<Op>; 3], st: usize, mut seed: u64) -> Result<(), String> {
+        let slots = |k: usize| if k == 2 { 2 } else { st };
+        let mut full: Vec<Vec<usize>> = (0..3).map(|k| vec![0; slots(k)]).collect();
+        let mut empty = full.clone();
+        let mut pending: Vec<Vec<[bool; 2]>> = (0..3).map(|k| vec![[false; 2]; slots(k)]).collect();
+        let (mut arrivals, mut syncs) = ([0usize; 8], [0usize; 8]);
+        let mut pc = [0usize; 3];
+        loop {
+            let ready = |a: usize,
+                         full: &Vec<Vec<usize>>,
+                         empty: &Vec<Vec<usize>>,
+                         arrivals: &[usize; 8],
+                         syncs: &[usize; 8]| {
+                match ops[a].get(pc[a]) {
+                    None => false,
+                    Some(Op::WaitEmpty(k, s, u)) => empty[*k][*s] > *u,
+                    Some(Op::WaitFull(k, s, u)) => full[*k][*s] > *u,
+                    Some(Op::Sync(b)) => arrivals[*b] > syncs[*b],
+                    Some(_) => true,
+                }
+            };
+            let runnable: Vec<usize> = (0..3).filter(|&a| ready(a, &full, &empty, &arrivals, &syncs)).collect();
+            if runnable.is_empty() {
+                if (0..3).all(|a| pc[a] == ops[a].len()) {
+                    break;
+                }
+                let at: Vec<String> = (0..3).map(|a| format!("{:?}", ops[a].get(pc[a]))).collect();
+                return Err(format!("deadlock: producer at {}, consumers at {} and {}", at[0], at[1], at[2]));
+            }
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let a = runnable[(seed >> 33) as usize % runnable.len()];
+            let op = ops[a][pc[a]];
+            pc[a] += 1;
+            match op {
+                Op::WaitEmpty(k, s, u) if empty[k][s] > u + 1 => return Err(format!("{op:?}: two phases ahead")),
+                Op::WaitFull(k, s, u) if full[k][s] > u + 1 => return Err(format!("{op:?}: two phases ahead")),
+                Op::Fill(k, s, u) => {
+                    if full[k][s] != u {
+                        return Err(format!("{op:?}: fill out of order"));
+                    }
+                    full[k][s] += 1;
+                }
+                Op::Release(k, s, u) => {
+                    let w = a - 1;
+                    // The Q buffers have one consumer each; the K/V slots take both.
+                    let need = if k == 2 { 1 } else { 2 };
+                    if empty[k][s] != u || pending[k][s][w] || full[k][s] <= u {
+                        return Err(format!("consumer {w} {op:?}: empty at {}, full at {}", empty[k][s], full[k][s]));
+                    }
+                    pending[k][s][w] = true;
+                    if pending[k][s].iter().filter(|&&x| x).count() == need {
+                        pending[k][s] = [false; 2];
+                        empty[k][s] += 1;
+                    }
+                }
+                Op::Sync(b) => syncs[b] += 1,
+                Op::Arrive(b) => {
+                    if arrivals[b] != syncs[b] {
+                        return Err(format!("consumer {} arrives on {b} before its last arrival was taken", a - 1));
+                    }
+                    arrivals[b] += 1;
+                }
+                _ => {}
+            }
+        }
+        for k in 0..3 {
+            if full[k] != empty[k] {
+                return Err(format!("kind {k}: fills {:?}, releases {:?}", full[k], empty[k]));
+            }
+        }
+        if arrivals != syncs {
+            return Err(format!("named barriers: arrivals {arrivals:?}, syncs {syncs:?}"));
+        }
+        Ok(())
+    }
+
+    /// The ring and turn accounting of the variant entries, simulated: a block running a sequence of work tiles
+    /// whose key ranges start and end at different tiles (windows of several widths, both diagonals, causal
+    /// bands, rows with no key, consumers with no rows), ring depths 1 to 3, with and without ping-pong, under
+    /// many random interleavings, never deadlocks, releases every slot use once per fill after it landed, and
+    /// hands every turn over exactly once (`run_protocol`).
+    #[test]
+    fn the_variant_ring_and_turns_neither_deadlock_nor_miscount() {
+        use sdpa_core::variants::{Diagonal, Window};
+        let mut runs = 0;
+        for (sq, sk) in [(77, 300), (300, 77), (513, 1000), (700, 650), (1000, 2500)] {
+            for (left, right, mask) in [
+                (Some(5), Some(0), Mask::CausalBottomRight),
+                (Some(150), Some(0), Mask::None),
+                (Some(64), Some(64), Mask::None),
+                (None, Some(3), Mask::None),
+                (Some(300), None, Mask::CausalTopLeft),
+                (Some(2), Some(0), Mask::None),
+                (Some(1 << 20), Some(1 << 20), Mask::None),
+            ] {
+                let spec = AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 64, dv: 64 }, DType::BF16)
+                    .with_mask(mask)
+                    .with_window(Window { left, right })
+                    .with_diagonal(if sq > sk { Diagonal::BottomRight } else { Diagonal::TopLeft });
+                let (lo, hi) = spec.band().clamped(sq, sk);
+                for bn in [80i64, 128] {
+                    // One block walking every work tile, heaviest-first order as fa3_tile_of has it.
+                    let tiles: Vec<_> = (0..(sq as i64 + 127) / 128)
+                        .rev()
+                        .map(|mb| model_tile(lo, hi, sq as i64, sk as i64, bn, 128 * mb))
+                        .collect();
+                    for st in 1..=3 {
+                        for pp in [true, false] {
+                            let ops = protocol(&tiles, st, pp);
+                            for seed in 0..12 {
+                                if let Err(e) = run_protocol(&ops, st, seed) {
+                                    panic!("Sq {sq} Sk {sk} window {left:?},{right:?} {mask:?} BN {bn} ST {st} pp {pp}: {e}");
+                                }
+                                runs += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(runs > 5000, "{runs}");
+    }
+
+    /// One call's work tiles (two consumers, 128 rows) under the model; returns the tiles checked.
+    fn model_check(
+        band: &sdpa_core::KeyBand,
+        lo: i64,
+        hi: i64,
+        sq: i64,
+        sk: i64,
+        bn: i64,
+        band_keys: &dyn Fn(i64, i64, i64, i64, i64) -> (i64, i64),
+    ) -> usize {
+        let visible = |i: i64| band.range(i as usize, sk as usize);
+        let mut checked = 0;
+        for m0 in (0..sq).step_by(128) {
+            let m_end = (m0 + 128).min(sq);
+            // fa3_kv_tiles<BN, MASK, VAR>.
+            let (first, end) = band_keys(lo, hi, sk, m0, m_end - 1);
+            let (t0, n_tiles) = if end <= first { (0, 0) } else { (first / bn, (end + bn - 1) / bn - first / bn) };
+            assert!(t0 >= 0 && (t0 + n_tiles) * bn < sk + bn, "loaded tiles past the keys");
+            for wgi in 0..2 {
+                let r0 = m0 + 64 * wgi;
+                if r0 >= sq {
+                    continue; // fa3_has_rows: no rows, every tile released unread
+                }
+                let r1 = (r0 + 63).min(sq - 1);
+                let (first, end) = band_keys(lo, hi, sk, r0, r1);
+                let ja = if end > first { n_tiles.min((first / bn - t0).max(0)) } else { 0 };
+                let je = if end > first { ja.max(n_tiles.min((end + bn - 1) / bn - t0)) } else { 0 };
+                let lo_key = r1 + lo;
+                let hi_end = (r0 + hi + 1).min(sk);
+                let jp0 = (if lo_key <= 0 { 0 } else { (lo_key + bn - 1) / bn }) - t0;
+                let jp1 = (if hi_end <= 0 { 0 } else { hi_end / bn }) - t0;
+                assert!(0 <= ja && ja <= je && je <= n_tiles);
+                for i in r0..=r1 {
+                    let keys = visible(i);
+                    if !keys.is_empty() {
+                        let (k0, k1) = (keys.start as i64, keys.end as i64);
+                        assert!(k0 >= (t0 + ja) * bn && k1 <= (t0 + je) * bn, "row {i} keys {k0}..{k1} outside");
+                    }
+                }
+                // The loops: masked ja + 1 .. a1, plain a1 .. a2, masked a2 .. je (the prologue's tile ja masked).
+                let a1 = (ja + 1).max(jp0).min(je);
+                let a2 = a1.max(jp1).min(je);
+                for j in a1..a2 {
+                    let n0 = (t0 + j) * bn;
+                    for i in r0..=r1 {
+                        let keys = visible(i);
+                        assert!(keys.start as i64 <= n0 && n0 + bn <= keys.end as i64, "plain tile {j} row {i}");
+                    }
+                    checked += 1;
+                }
+                // A warp's edge test (16 rows): no edge means every row of the warp sees the whole tile.
+                for w0 in (r0..=r1).step_by(16) {
+                    for j in ja..je {
+                        let n0 = (t0 + j) * bn;
+                        let edge = n0 + bn > sk || n0 < w0 + 15 + lo || n0 + bn - 1 > w0 + hi;
+                        if !edge {
+                            for i in w0..(w0 + 16).min(sq) {
+                                let keys = visible(i);
+                                assert!(keys.start as i64 <= n0 && n0 + bn <= keys.end as i64, "warp tile {j} row {i}");
+                            }
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        checked
     }
 
     #[test]
@@ -864,7 +1506,12 @@ mod tests {
     /// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
     /// with its static_asserts; `None` where one of them would fail to compile.
     fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
-        let inner = instantiation.strip_prefix("FA3_ENTRY(")?.strip_suffix(')')?;
+        // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC) and FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)
+        // put the layout's parameters at the same places.
+        let inner = instantiation
+            .strip_prefix("FA3_ENTRY(")
+            .or_else(|| instantiation.strip_prefix("FA3_ENTRY_VAR("))?
+            .strip_suffix(')')?;
         let f: Vec<&str> = inner.split(", ").collect();
         let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
         let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
@@ -912,8 +1559,11 @@ mod tests {
         let mut n = 0;
         for p in programs().iter().filter(|p| p.name != vt_program().name) {
             let args = p.instantiation.trim_end_matches(')');
-            let f: Vec<usize> = args.split(", ").filter_map(|x| x.parse().ok()).collect();
-            let [d, dv, bn, stages, consumers] = f[..] else { panic!("{}: {}", p.name, p.instantiation) };
+            // D, DV, BN, ST and NC by position (the sixth is the mask, or the variant bits).
+            let f: Vec<Option<usize>> = args.split(", ").map(|x| x.parse().ok()).collect();
+            let at =
+                |i: usize| f.get(i).copied().flatten().unwrap_or_else(|| panic!("{}: {}", p.name, p.instantiation));
+            let (d, dv, bn, stages, consumers) = (at(2), at(3), at(4), at(5), at(8));
             let tile = Fa3Tile { bn, stages, consumers };
             let fp8 = p.instantiation.contains("sdpa_e4m3");
             assert_eq!(fp8, p.name.contains("_f8e4m3_"), "{}", p.name);
@@ -971,7 +1621,12 @@ mod tests {
         // Per dtype: every class's table tiles with ping-pong, and again without it at 64 and 128.
         let tiles = |(d, dv): (usize, usize)| table_tiles(d, dv, false).len() + table_tiles(d, dv, true).len();
         let with_pp: usize = FA3_CLASSES.into_iter().map(tiles).sum();
-        assert_eq!(all.len(), 2 * (with_pp + tiles((64, 64)) + tiles((128, 128))) + fp8_programs().len());
+        assert_eq!(
+            all.len(),
+            2 * (with_pp + tiles((64, 64)) + tiles((128, 128)))
+                + fp8_programs().len()
+                + compile_check_variant_programs().len()
+        );
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         names.sort_unstable();
