@@ -60,6 +60,15 @@
 #define FA3_VAR_SOFTCAP 2
 #define FA3_VAR_ALIBI 4
 
+// Measurement switches of an FA3_ENTRY_XO instantiation (XO; src/kernels/fa3.rs `SDPA_FA3_AB`), each bringing
+// back one of session 7's choices that session 8 replaced, so that one call can time both on the same card:
+// FA3_XO_STORE4 stores O as 4-byte column pairs (no quad transpose), FA3_XO_TILE_TURNS restarts the ping-pong
+// turns at every work tile (warpgroup 0 waits for the last one to enter the tile) instead of running them round
+// robin across tiles. Session 8 measured both together 4-11 % slower at S <= 2k than session 7's code and could
+// not say which costs it. XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
+#define FA3_XO_STORE4 1
+#define FA3_XO_TILE_TURNS 2
+
 // The entries' parameter: AttnParams, padding to byte 384, then the Q, K and V tensor maps over
 // (D, S, H, B) (src/kernels/fa3.rs `Fa3Args` mirrors it; explicit padding so the maps sit at 384 on both
 // sides).
@@ -418,7 +427,7 @@ __device__ __forceinline__ float fa3_variant_score(const Fa3Args& a, float x, fl
 // K/V tiles the producer fills from ring position `ring` (key tiles t0.., fa3_kv_tiles), release Q once its
 // last S = Q·Kᵀ completed (the producer loads the next tile's Q meanwhile), write O (and LSE); a warp that
 // wrote a non-finite value repairs its rows (fa3_repair_warp_rows).
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO>
 __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
                                                  int m0, int t0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
@@ -627,14 +636,19 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // the next tile's first products follow the current tile's last ones at once, while the other
     // warpgroups still finish theirs and store O. Warpgroup 0 takes its very first turn without waiting;
     // the last warpgroup's last hand-over is taken by fa3_forward (fa3_end_turns).
+    // With FA3_XO_TILE_TURNS (a measurement switch) the round restarts at every tile instead: the last
+    // warpgroup hands warpgroup 0 its first turn when it enters the tile and keeps its own last one.
+    constexpr bool TT = (XO & FA3_XO_TILE_TURNS) != 0;
     const int turns = n_tiles > 0 ? n_tiles + 1 : 0;
     const int turns_end = turn + turns;
     const bool last_wg = wgi == NC - 1;
+    if (PP && TT && last_wg && turns > 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     auto turn_begin = [&]() {
-        if (PP && (wgi != 0 || turn > 0)) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
+        if (PP && (TT || wgi != 0 || turn > 0)) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wgi) : "memory");
     };
     auto turn_end = [&]() {
-        if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
+        if (PP && !(TT && last_wg && turn == turns_end - 1))
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + (last_wg ? 0 : wgi + 1)) : "memory");
         ++turn;
     };
     if (has_rows) sm90_mbar_wait(q_full + 8 * wgi, q_phase);
@@ -756,8 +770,16 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
                 v[e] = fa3_pack<TO>(x0, x1);
             }
-            const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
-            if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+            if constexpr ((XO & FA3_XO_STORE4) != 0) {
+                // Session 7's stores (a measurement switch): this thread's two columns of each n8 tile.
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (row < p.sq && 8 * (j0 + e) < p.dv)
+                        *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
+            } else {
+                const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
+                if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+            }
         }
         if (row < p.sq && p.lse != nullptr && t == 0)
             p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
@@ -777,7 +799,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 // to the consumers through the work-tile ring before loading it; the ring position and the Q-load counts
 // carry from one tile to the next, so the producer fills the next tile's Q and K/V while the consumers
 // finish the current one.
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR>
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
@@ -856,36 +878,43 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             if (w < 0) break;
             int b, h, m0, t0, n_tiles;
             tile(w, b, h, m0, t0, n_tiles);
-            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR>(a, smem, r, b, h, m0, t0, n_tiles, ring, nq & 1,
+            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, smem, r, b, h, m0, t0, n_tiles, ring, nq & 1,
                                                                   turn);
             ring += n_tiles;
             nq += fa3_has_rows(p, m0, wgi);
         }
         // fa3_end_turns: every warpgroup took the same number of turns; the last one's last hand-over to
         // warpgroup 0 is taken here, so that every named-barrier arrival meets one wait.
-        if (PP && wgi == 0 && turn > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+        // (Restarting the round at every tile, FA3_XO_TILE_TURNS, leaves no hand-over over.)
+        if (PP && (XO & FA3_XO_TILE_TURNS) == 0 && wgi == 0 && turn > 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
     }
 }
 
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR)                                                  \
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR, XO)                                              \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
-    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC, VAR>(a, fa3_smem);
+    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
-#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR) asm volatile("trap;");
+#define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR, XO) asm volatile("trap;");
 #endif
 
 // Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
 // DV), keys per tile, ring depth, mask, ping-pong, consumer warpgroups.
 #define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC)                                                \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0)                                                    \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, 0)                                                 \
     }
 // Variant entry {tile prefix}_{dtype}_{D}[_{DV}]_band[_softcap][_alibi][_pp0] (f16/bf16): VAR a set of
 // FA3_VAR_* with FA3_VAR_BAND, the band in place of a mask; its own instantiation, so that the plain
 // entries' code and registers stay as they were.
 #define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)                                             \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
-        FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR)                                         \
+        FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR, 0)                                      \
+    }
+// Measurement entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]_xo{XO}: a plain entry with the FA3_XO_*
+// switches XO (`SDPA_FA3_AB`).
+#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)                                         \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+        FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, XO)                                                \
     }

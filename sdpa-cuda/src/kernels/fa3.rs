@@ -287,15 +287,78 @@ pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
 
 /// The program of entry `{tile prefix}_{dtype}_{d}[_{dv}]_{mask}` (`_{dv}` for unequal classes, `_pp0`:
 /// without ping-pong) at head-dim class (`d`, `dv`) with `tile`.
-pub fn program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
+pub fn program(dtype: DType, class: (usize, usize), tile: Fa3Tile, mask_kind: i32, pingpong: bool) -> Program {
+    measured_program(dtype, class, tile, mask_kind, pingpong, AbSwitches::default())
+}
+
+/// [`program`] with the measurement switches `ab` (`SDPA_FA3_AB`): entry `..._xo{bits}` (`FA3_ENTRY_XO`) when
+/// any is on, else the product entry itself.
+pub fn measured_program(
+    dtype: DType,
+    (d, dv): (usize, usize),
+    tile: Fa3Tile,
+    mask_kind: i32,
+    pingpong: bool,
+    ab: AbSwitches,
+) -> Program {
     let pp = if pingpong { "" } else { "_pp0" };
     let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
-    let name = format!("{}_{}_{dims}_{}{pp}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
+    let xo = ab.bits();
+    let xs = if xo == 0 { String::new() } else { format!("_xo{xo}") };
+    let name = format!("{}_{}_{dims}_{}{pp}{xs}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
     let Fa3Tile { bn, stages, consumers } = tile;
     let mask = super::mask_const("FA3", mask_kind);
-    let line =
-        format!("FA3_ENTRY({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers})", cuda_type(dtype));
+    let ty = cuda_type(dtype);
+    let line = if xo == 0 {
+        format!("FA3_ENTRY({name}, {ty}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers})")
+    } else {
+        format!("FA3_ENTRY_XO({name}, {ty}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers}, {xo})")
+    };
     Program::entry(&FA3, name, line)
+}
+
+/// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each brings back one of session 7's
+/// choices that session 8 replaced, so that a single call times both on the same card (session 8 measured
+/// the two replacements together 4-11 % slower at S <= 2k and could not say which one costs it;
+/// bench/results/gpu/fa3.md). For measurement only: the product kernel runs with neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AbSwitches {
+    /// O stored as 4-byte column pairs (`store4`), not 16-byte row chunks.
+    pub store4: bool,
+    /// Ping-pong turns restarted at every work tile (`tile-turns`), not round robin across tiles.
+    pub tile_turns: bool,
+}
+
+impl AbSwitches {
+    /// The `FA3_XO_*` bits.
+    pub fn bits(self) -> u8 {
+        u8::from(self.store4) | (u8::from(self.tile_turns) << 1)
+    }
+
+    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store4` and `tile-turns` (empty: none).
+    pub fn parse(v: &str) -> Result<Self> {
+        let mut ab = AbSwitches::default();
+        for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            match part {
+                "store4" => ab.store4 = true,
+                "tile-turns" => ab.tile_turns = true,
+                other => {
+                    return Err(unsupported(format!(
+                    "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store4, tile-turns or both, comma-separated)"
+                )))
+                }
+            }
+        }
+        Ok(ab)
+    }
+}
+
+/// The measurement switches the environment asks for (`SDPA_FA3_AB`; none when unset).
+fn ab_switches() -> Result<AbSwitches> {
+    match std::env::var("SDPA_FA3_AB") {
+        Ok(v) => AbSwitches::parse(&v),
+        Err(_) => Ok(AbSwitches::default()),
+    }
 }
 
 /// Head-dim classes (D = Dv) of FP8 inputs: a 128-byte box row holds 128 E4M3 columns, so 64 takes half a box
@@ -446,7 +509,15 @@ pub fn programs() -> Vec<Program> {
     }
     all.extend(fp8_programs());
     all.extend(compile_check_variant_programs());
+    all.push(measured_check_program());
     all
+}
+
+/// The measurement switches' entry the compile check builds (and [`programs`] lists): both switches at once,
+/// at one class, bf16, causal (they touch no layout).
+fn measured_check_program() -> Program {
+    let both = AbSwitches { store4: true, tile_turns: true };
+    measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
@@ -460,6 +531,7 @@ pub fn compile_check_programs() -> Vec<Program> {
     // FP8: its own products and layout per class, and the pre-pass.
     all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
     all.extend(compile_check_variant_programs());
+    all.push(measured_check_program());
     all
 }
 
@@ -660,10 +732,17 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
+    let ab = ab_switches()?;
+    if ab != AbSwitches::default() && (fp8 || masking.var != 0) {
+        return Err(unsupported(
+            "SDPA_FA3_AB (a measurement switch) applies to the plain f16/bf16 entries only, not to f8e4m3 inputs or \
+             windows, softcap and ALiBi",
+        ));
+    }
     let program = if masking.var != 0 {
         variant_program(spec.dtype, class, tile, masking.var, pingpong())
     } else {
-        program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong())
+        measured_program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong(), ab)
     };
     // FP8: Q's and K's descales scale the scores (folded into the softmax scale), V's scales O at the end.
     let ds = spec.descales();
@@ -1510,7 +1589,8 @@ mod tests {
         // put the layout's parameters at the same places.
         let inner = instantiation
             .strip_prefix("FA3_ENTRY(")
-            .or_else(|| instantiation.strip_prefix("FA3_ENTRY_VAR("))?
+            .or_else(|| instantiation.strip_prefix("FA3_ENTRY_VAR("))
+            .or_else(|| instantiation.strip_prefix("FA3_ENTRY_XO("))?
             .strip_suffix(')')?;
         let f: Vec<&str> = inner.split(", ").collect();
         let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
@@ -1592,6 +1672,32 @@ mod tests {
     /// Regression: `SDPA_FA3_TILE` dropped the parts that were not numbers, so `128,x,2` ran 128 keys in two
     /// stages instead of being refused.
     #[test]
+    fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
+        assert_eq!(AbSwitches::parse("").expect("empty"), AbSwitches::default());
+        let both = AbSwitches::parse("store4, tile-turns").expect("both");
+        assert_eq!(both.bits(), 3);
+        assert_eq!(AbSwitches::parse("tile-turns").expect("turns").bits(), 2);
+        let err = AbSwitches::parse("store4,store16").expect_err("unknown").to_string();
+        assert!(err.contains("store16") && err.contains("tile-turns"), "{err}");
+        let tile = tile_for(128, 128, false, 4096);
+        let plain = program(DType::BF16, (128, 128), tile, MASK_NONE, true);
+        let st = AbSwitches { store4: true, tile_turns: false };
+        let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, st);
+        assert_eq!(m.name, format!("{}_xo1", plain.name));
+        assert!(
+            m.instantiation.starts_with("FA3_ENTRY_XO(") && m.instantiation.ends_with(", 1)"),
+            "{}",
+            m.instantiation
+        );
+        assert_eq!(
+            measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, AbSwitches::default()).name,
+            plain.name
+        );
+        assert!(FA3.source.contains("#define FA3_XO_STORE4 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
+        assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
+    }
+
+    #[test]
     fn forced_tiles_refuse_parts_that_are_not_numbers() {
         assert_eq!(parse_tile("128, 2"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 2 }));
         assert_eq!(parse_tile("64,4,3"), Some(Fa3Tile { bn: 64, stages: 4, consumers: 3 }));
@@ -1626,6 +1732,7 @@ mod tests {
             2 * (with_pp + tiles((64, 64)) + tiles((128, 128)))
                 + fp8_programs().len()
                 + compile_check_variant_programs().len()
+                + 1 // measured_check_program
         );
         assert!(compile_check_programs().iter().all(|p| all.contains(p)));
         let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
