@@ -656,15 +656,18 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     auto release_q = [&]() { sm90_mbar_arrive(q_empty + 8 * wgi); };
     if (has_rows && je == ja) release_q();
     // A tile this warpgroup does not compute: released unread, after it landed, so that every release of a
-    // slot answers exactly one fill of it; it takes one empty turn (the count stays n_tiles + 1).
+    // slot answers exactly one fill of it; it takes one empty turn (the count stays n_tiles + 1), first: a
+    // skip at turn j waits for V(j), whose fill may wait (ST = 1) for V(j - 1) from a later warpgroup that
+    // releases it only after its own turn j (three consumers, the first seeing no key: a deadlock when the
+    // waits came before the turn; the simulation in src/kernels/fa3.rs).
     auto skip = [&](int j) {
         const int sj = slot(j), ph = phase(j);
+        turn_begin();
+        turn_end();
         sm90_mbar_wait(k_full + 8 * sj, ph);
         sm90_mbar_arrive(k_empty + 8 * sj);
         sm90_mbar_wait(v_full + 8 * sj, ph);
         sm90_mbar_arrive(v_empty + 8 * sj);
-        turn_begin();
-        turn_end();
     };
     // Tiles before this warpgroup's first key (a band only): the ring fills them in order, so they are
     // released before this warpgroup waits for its own.
