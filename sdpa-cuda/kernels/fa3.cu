@@ -659,7 +659,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // slot answers exactly one fill of it; it takes one empty turn (the count stays n_tiles + 1), first: a
     // skip at turn j waits for V(j), whose fill may wait (ST = 1) for V(j - 1) from a later warpgroup that
     // releases it only after its own turn j (three consumers, the first seeing no key: a deadlock when the
-    // waits came before the turn; the simulation in src/kernels/fa3.rs).
+    // waits came before the turn; the simulation in src/kernels/fa3/protocol.rs).
     auto skip = [&](int j) {
         const int sj = slot(j), ph = phase(j);
         turn_begin();

@@ -1,0 +1,433 @@
+//! Unit tests of `fa3`'s host side: head-dim classes, refusals (FP8 and the variant switch among them),
+//! program names, the measurement switches, and the shared-memory count against fa3.cu's layout.
+
+use super::*;
+use sdpa_core::{ExplicitMask, MaskValues, Shape};
+
+fn spec(d: usize, dv: usize, dtype: DType) -> AttentionSpec {
+    AttentionSpec::new(Shape { b: 1, hq: 8, hkv: 2, sq: 300, sk: 500, d, dv }, dtype)
+}
+
+#[test]
+fn head_dims_run_the_first_class_at_or_above_both() {
+    let c = head_dim_class;
+    assert_eq!(c(32, 32), Some((64, 64)));
+    assert_eq!(c(64, 64), Some((64, 64)));
+    assert_eq!(c(80, 80), Some((96, 96)));
+    assert_eq!(c(96, 96), Some((96, 96)));
+    assert_eq!(c(112, 112), Some((128, 128)));
+    assert_eq!(c(160, 160), Some((160, 160)));
+    assert_eq!(c(176, 176), Some((192, 192)));
+    assert_eq!(c(192, 128), Some((192, 128)));
+    assert_eq!(c(160, 128), Some((192, 128)));
+    assert_eq!(c(136, 104), Some((192, 128)));
+    assert_eq!(c(128, 192), Some((192, 192)));
+    assert_eq!(c(64, 128), Some((128, 128)));
+    assert_eq!(c(224, 224), Some((224, 224)));
+    assert_eq!(c(240, 240), Some((256, 256)));
+    assert_eq!(c(256, 128), Some((256, 256)));
+    assert_eq!(c(256, 256), Some((256, 256)));
+    for (d, dv) in [(36, 36), (64, 4), (264, 264), (0, 0)] {
+        assert_eq!(c(d, dv), None, "{d}/{dv}");
+    }
+    // The narrow classes are stored as whole 64-column boxes, and take those widths' tiles.
+    assert_eq!((stored(96), stored(160), stored(224), stored(64)), (128, 192, 256, 64));
+    assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
+    assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
+    assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
+    // Class 64: three consumers without a mask, and with a causal one from 4k keys on.
+    assert_eq!(tile_for(64, 64, false, 512).consumers, 3);
+    assert_eq!(tile_for(64, 64, true, 2048).consumers, 2);
+    assert_eq!(tile_for(40, 40, true, 4096).consumers, 3);
+    assert_eq!(tile_for(128, 128, true, 16384).consumers, 2);
+    assert_eq!(table_tiles(64, 64, true).len(), 2);
+}
+
+#[test]
+fn fa3_refuses_what_it_lacks_with_the_reason() {
+    let refuses = |spec: &AttentionSpec| refuses_with(spec, false);
+    assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
+    assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
+    for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
+        assert_eq!(refuses(&spec(d, dv, DType::BF16)), None, "{d}/{dv}");
+    }
+    for (d, dv) in [(36, 36), (64, 60), (264, 264), (128, 320), (0, 64)] {
+        let why = refuses(&spec(d, dv, DType::BF16)).expect("refused");
+        assert!(why.contains("head dims"), "{why}");
+    }
+    assert!(refuses(&spec(128, 128, DType::F32)).expect("refused").contains("f16, bf16 and f8e4m3"));
+    let plain = spec(64, 64, DType::BF16);
+    let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
+    assert!(refuses(&explicit).expect("refused").contains("explicit"));
+    let windowed = plain.clone().with_window(sdpa_core::variants::Window::left(64));
+    assert!(refuses(&windowed).expect("refused").contains("does not implement"));
+    assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
+    assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
+}
+
+/// Windows, softcap and ALiBi: refused, naming the verification switch, unless it is on; f8e4m3 refuses
+/// them either way; what fa3 lacks besides stays refused with the switch on.
+#[test]
+fn variants_are_taken_only_behind_the_verification_switch() {
+    use sdpa_core::variants::{Alibi, Diagonal, Window};
+    let plain = spec(128, 128, DType::BF16);
+    let cases = [
+        plain.clone().with_window(Window::left(64)),
+        plain.clone().with_window(Window { left: Some(32), right: Some(32) }).with_diagonal(Diagonal::TopLeft),
+        plain.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(100)),
+        plain.clone().with_softcap(30.0),
+        plain.clone().with_alibi(Alibi::Standard).with_diagonal(Diagonal::BottomRight),
+        plain.clone().with_mask(Mask::CausalTopLeft).with_alibi(Alibi::Standard).with_softcap(50.0),
+    ];
+    for v in &cases {
+        let why = refuses_with(v, false).expect("refused without the switch");
+        assert!(why.contains("does not implement") && why.contains("SDPA_FA3_VARIANTS=1"), "{why}");
+        assert!(why.contains("fa2 does"), "{why}");
+        assert_eq!(refuses_with(v, true), None, "{why}");
+        let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
+        assert_eq!(refuses_with(&f16, true), None);
+        let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
+        for on in [false, true] {
+            let why = refuses_with(&fp8, on).expect("f8e4m3 refuses variants");
+            assert!(why.contains("f8e4m3"), "{why}");
+        }
+    }
+    let named = refuses_with(&cases[5], false).expect("refused");
+    assert!(named.contains("softcap") && named.contains("alibi"), "{named}");
+    let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
+    let explicit = explicit.with_window(Window::left(8));
+    assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
+    assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+    // Sq + Sk within the kernel's 32-bit band arithmetic.
+    let long = |sq: usize, sk: usize| {
+        AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::BF16)
+            .with_mask(Mask::CausalBottomRight)
+            .with_window(Window::left(4096))
+    };
+    assert_eq!(refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1), true), None);
+    let why = refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20)), true).expect("refused");
+    assert!(why.contains("Sq + Sk below"), "{why}");
+}
+
+/// The host's softcap constants reproduce cap·tanh(scaled score / cap) in log2 units as the kernel
+/// evaluates them (exactly here; the kernel's ex2 and rcp are approximate), and the parameter layout
+/// keeps the tensor maps at byte 384 with them.
+#[test]
+fn softcap_constants_give_the_capped_score_in_log2_units() {
+    assert_eq!(softcap_consts(0.0, 1.0), [0.0; 3]);
+    for (cap, scale) in [(30.0f32, 0.125f32), (50.0, 0.088), (1.0, 1.0)] {
+        let sl2 = scale * std::f32::consts::LOG2_E;
+        let [kc, c1, c2] = softcap_consts(cap, sl2);
+        for x in [-1e4f32, -40.0, -1.0, 0.0, 0.5, 3.0, 100.0, 1e4] {
+            let got = c1 + c2 / (1.0 + (x * kc).exp2());
+            let want = cap * (x * scale / cap).tanh() * std::f32::consts::LOG2_E;
+            assert!((got - want).abs() <= 1e-4 * cap, "cap {cap} x {x}: {got} vs {want}");
+        }
+    }
+    assert_eq!(std::mem::offset_of!(Fa3Args, q), 384);
+    assert!(FA3.source.contains("float softcap_kc, softcap_c1, softcap_c2;"));
+}
+
+#[test]
+fn variant_programs_are_named_by_their_variant_bits() {
+    use crate::checked::params::VAR_BAND;
+    let t = variant_tile_for(128, 128);
+    assert_eq!(t, Fa3Tile { bn: 128, stages: 2, consumers: 2 });
+    let p = variant_program(DType::BF16, (128, 128), t, VAR_BAND | VAR_SOFTCAP | VAR_ALIBI, true);
+    assert_eq!(p.name, "fa3_t128x2_bf16_128_band_softcap_alibi");
+    assert_eq!(
+        p.instantiation,
+        "FA3_ENTRY_VAR(fa3_t128x2_bf16_128_band_softcap_alibi, __nv_bfloat16, 128, 128, 128, 2, \
+         FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI, true, 2)"
+    );
+    let p = variant_program(DType::F16, (192, 128), variant_tile_for(192, 128), VAR_BAND, false);
+    assert_eq!(p.name, "fa3_t128x2_f16_192_128_band_pp0");
+    assert!(p.instantiation.ends_with(", 192, 128, 128, 2, FA3_VAR_BAND, false, 2)"), "{}", p.instantiation);
+    // Every variant entry: two consumers (240 registers each), the tile fits, names unique and apart
+    // from the plain ones; only the compile check's two are in `programs`.
+    let all = variant_programs();
+    assert_eq!(all.len(), 2 * FA3_CLASSES.len() * 4);
+    let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all.len());
+    assert!(all.iter().all(|p| p.name.contains("_band") && p.instantiation.starts_with("FA3_ENTRY_VAR(")));
+    for (d, dv) in FA3_CLASSES {
+        let t = variant_tile_for(d, dv);
+        assert_eq!(t.consumers, 2);
+        assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at {d}/{dv}");
+    }
+    let listed = programs();
+    let check = compile_check_variant_programs();
+    assert_eq!(check.len(), 2);
+    assert!(check.iter().all(|p| all.contains(p) && listed.contains(p) && compile_check_programs().contains(p)));
+    assert_eq!(listed.iter().filter(|p| p.name.contains("_band")).count(), check.len());
+    // The kernel side has the entry macro and the variant bits the names stand for.
+    assert!(FA3.source.contains("#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)"));
+    assert!(FA3.source.contains("#define FA3_VAR_SOFTCAP 2\n") && FA3.source.contains("#define FA3_VAR_ALIBI 4\n"));
+    assert_eq!((VAR_BAND, VAR_SOFTCAP, VAR_ALIBI), (1, 2, 4));
+}
+
+#[test]
+fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
+    let c = fp8_head_dim_class;
+    assert_eq!(c(32, 32), Some((64, 64)));
+    assert_eq!(c(64, 64), Some((64, 64)));
+    assert_eq!(c(96, 96), Some((128, 128)));
+    assert_eq!(c(128, 128), Some((128, 128)));
+    assert_eq!(c(192, 128), Some((256, 256)));
+    assert_eq!(c(256, 256), Some((256, 256)));
+    for (d, dv) in [(40, 40), (64, 72), (272, 272), (0, 64)] {
+        assert_eq!(c(d, dv), None, "{d}/{dv}");
+        let why = refuses(&spec(d, dv, DType::F8E4M3)).expect("refused");
+        assert!(why.contains("multiples of 16"), "{why}");
+    }
+    assert_eq!(refuses(&spec(128, 128, DType::F8E4M3).with_mask(Mask::CausalTopLeft)), None);
+    // Every class fits the H100's 227 KB with the FP8 tile; the programs are named by dtype.
+    for (d, dv) in FA3_FP8_CLASSES {
+        assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
+    }
+    assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12 + 20 * SCHED_RING);
+    assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
+    assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
+    assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);
+    assert!(fp8_smem_bytes(fp8_tile_for(64, 64, false), 64, 64) <= 227 * 1024);
+    assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256) <= 227 * 1024);
+    let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
+    assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
+    assert!(p.instantiation.contains("sdpa_e4m3, 128, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
+    assert_eq!(fp8_programs().len(), 7);
+    assert_eq!(vt_keys(1), 16);
+    assert_eq!(vt_keys(32), 32);
+    assert_eq!(vt_keys(33), 48);
+}
+
+/// Regression: FP8 calls that `fa3` refuses (variants, explicit masks, ragged batches, a GPU other than
+/// sm_90) were told that `fa2` takes them, which then refuses f8e4m3 too; f16/bf16 keep the advice.
+#[test]
+fn fp8_calls_past_the_pre_pass_grid_are_refused_up_front() {
+    let at = |b: usize, hkv: usize| {
+        let shape = Shape { b, hq: hkv, hkv, sq: 16, sk: 16, d: 64, dv: 64 };
+        refuses(&AttentionSpec::new(shape, DType::F8E4M3))
+    };
+    assert_eq!(at(1, VT_MAX_BATCH_HEADS), None);
+    let why = at(2, 40_000).expect("refused");
+    assert!(why.contains("65535") && why.contains("B = 2 x Hkv = 40000"), "{why}");
+    // bf16 has no pre-pass: the same shape is not refused for it.
+    let shape = Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16, sk: 16, d: 64, dv: 64 };
+    assert_eq!(refuses(&AttentionSpec::new(shape, DType::BF16)), None);
+}
+
+#[test]
+fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
+    let fp8 = spec(128, 128, DType::F8E4M3).with_descale(sdpa_core::Descale::uniform(0.5));
+    let explicit = fp8.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &fp8.shape)));
+    let ragged = {
+        let r = sdpa_core::Ragged::new(vec![100, 200], vec![200, 300]);
+        let s = Shape { b: 2, sq: 200, sk: 300, ..fp8.shape };
+        AttentionSpec { shape: s, ..fp8.clone() }.with_ragged(r, sdpa_core::Layout::Bshd)
+    };
+    let cases = [
+        fp8.clone().with_window(sdpa_core::variants::Window::left(64)),
+        fp8.clone().with_softcap(30.0),
+        explicit,
+        ragged,
+    ];
+    for s in &cases {
+        let why = refuses(s).expect("refused");
+        assert!(!why.contains("fa2 does") && !why.contains("splitkv do"), "{why}");
+        assert!(why.contains("no other kernel takes f8e4m3"), "{why}");
+    }
+    // The device check: a GPU other than sm_90.
+    let p = AttnParams::new(&fp8, 256, 512, 768, 1024, 0, 0).expect("params");
+    let why = check(&fp8, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string();
+    assert!(!why.contains("use fa2") && why.contains("f8e4m3"), "{why}");
+    // f16/bf16 calls are still sent to fa2.
+    let bf16 = spec(128, 128, DType::BF16);
+    assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
+    let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
+    assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
+}
+
+/// `Fa3Smem<T, D, DV, BN, ST, NC>::BYTES` of fa3.cu, transcribed term by term from its definition (the
+/// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
+/// with its static_asserts; `None` where one of them would fail to compile.
+fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
+    // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC) and FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)
+    // put the layout's parameters at the same places.
+    let inner = instantiation
+        .strip_prefix("FA3_ENTRY(")
+        .or_else(|| instantiation.strip_prefix("FA3_ENTRY_VAR("))
+        .or_else(|| instantiation.strip_prefix("FA3_ENTRY_XO("))?
+        .strip_suffix(')')?;
+    let f: Vec<&str> = inner.split(", ").collect();
+    let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
+    let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
+    let fp8 = *f.get(1)? == "sdpa_e4m3";
+    let es = if fp8 { 1 } else { 2 };
+    let cols = 128 / es;
+    let ds = d.div_ceil(cols) * cols;
+    let dvs = if fp8 { dv } else { dv.div_ceil(64) * 64 };
+    let (q_bytes, k_bytes, v_bytes) = (64 * ds * es, bn * ds * es, bn * dvs * es);
+    let bar_off = nc * q_bytes + st * k_bytes + st * v_bytes;
+    let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st);
+    let sched_off = sched_bar_off + 16 * SCHED_RING;
+    let ok = d % 32 == 0 && dv % 32 == 0 && bn % 16 == 0 && bn <= 256;
+    let aligned = k_bytes % 1024 == 0 && v_bytes % 1024 == 0 && (!fp8 || bn == 128);
+    (ok && aligned).then_some(sched_off + 4 * SCHED_RING)
+}
+
+/// Every entry the planner can launch (the table's tiles and FP8's, each class, mask and dtype; the forced
+/// tiles a tuning run may ask for) gets the shared memory the kernel lays out: the host's count equals
+/// `Fa3Smem::BYTES` recomputed from fa3.cu's definition, which the static_asserts accept, within the
+/// H100's 227 KB where the planner launches it. (The merge of FP8 once left the work-tile ring out of
+/// the host's count; the kernel then wrote past its shared memory.)
+#[test]
+fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
+    for line in [
+        "static constexpr int DS = (D + COLS - 1) / COLS * COLS;",
+        "static constexpr int DVS = Fa3Elem<T>::FP8 ? DV : (DV + 63) / 64 * 64;",
+        "static constexpr int Q_BYTES = 64 * DS * ES;",
+        "static constexpr int K_BYTES = BN * DS * ES;",
+        "static constexpr int V_BYTES = BN * DVS * ES;",
+        "static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;",
+        "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);",
+        "static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;",
+        "static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;",
+    ] {
+        assert!(FA3.source.contains(line), "fa3.cu's Fa3Smem changed ({line}): update kernel_smem_bytes");
+    }
+    let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
+        let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
+        let host = if fp8 { fp8_smem_bytes(tile, d, dv) } else { tile.smem_bytes(d, dv) };
+        assert_eq!(host, kernel, "{}", p.name);
+        host
+    };
+    // Every listed program: each class, dtype, mask and table tile (with and without ping-pong), and FP8's.
+    let mut n = 0;
+    for p in programs().iter().filter(|p| p.name != vt_program().name) {
+        let args = p.instantiation.trim_end_matches(')');
+        // D, DV, BN, ST and NC by position (the sixth is the mask, or the variant bits).
+        let f: Vec<Option<usize>> = args.split(", ").map(|x| x.parse().ok()).collect();
+        let at = |i: usize| f.get(i).copied().flatten().unwrap_or_else(|| panic!("{}: {}", p.name, p.instantiation));
+        let (d, dv, bn, stages, consumers) = (at(2), at(3), at(4), at(5), at(8));
+        let tile = Fa3Tile { bn, stages, consumers };
+        let fp8 = p.instantiation.contains("sdpa_e4m3");
+        assert_eq!(fp8, p.name.contains("_f8e4m3_"), "{}", p.name);
+        assert!(host(p, tile, (d, dv), fp8) <= 227 * 1024, "{}", p.name);
+        n += 1;
+    }
+    assert_eq!(n, programs().len() - 1);
+    // Forced tiles: the count agrees wherever the kernel compiles (the planner compares it with the
+    // device's limit before launching).
+    for class in FA3_CLASSES {
+        for bn in [64, 80, 96, 112, 128, 176, 192] {
+            for (stages, consumers) in [(1, 2), (2, 2), (3, 3), (4, 2), (4, 3)] {
+                let tile = Fa3Tile { bn, stages, consumers };
+                host(&program(DType::BF16, class, tile, MASK_CAUSAL, true), tile, class, false);
+            }
+        }
+    }
+    for class in FA3_FP8_CLASSES {
+        for (stages, consumers) in [(1, 2), (3, 2), (4, 3)] {
+            let tile = Fa3Tile { stages, consumers, ..FP8_TILE };
+            host(&program(DType::F8E4M3, class, tile, MASK_NONE, true), tile, class, true);
+        }
+    }
+}
+
+/// Regression: `SDPA_FA3_TILE` dropped the parts that were not numbers, so `128,x,2` ran 128 keys in two
+/// stages instead of being refused.
+#[test]
+fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
+    assert_eq!(AbSwitches::parse("").expect("empty"), AbSwitches::default());
+    let both = AbSwitches::parse("store4, tile-turns").expect("both");
+    assert_eq!(both.bits(), 3);
+    assert_eq!(AbSwitches::parse("tile-turns").expect("turns").bits(), 2);
+    let err = AbSwitches::parse("store4,store16").expect_err("unknown").to_string();
+    assert!(err.contains("store16") && err.contains("tile-turns"), "{err}");
+    let tile = tile_for(128, 128, false, 4096);
+    let plain = program(DType::BF16, (128, 128), tile, MASK_NONE, true);
+    let st = AbSwitches { store4: true, tile_turns: false };
+    let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, st);
+    assert_eq!(m.name, format!("{}_xo1", plain.name));
+    assert!(m.instantiation.starts_with("FA3_ENTRY_XO(") && m.instantiation.ends_with(", 1)"), "{}", m.instantiation);
+    assert_eq!(
+        measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, AbSwitches::default()).name,
+        plain.name
+    );
+    assert!(FA3.source.contains("#define FA3_XO_STORE4 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
+    assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
+}
+
+#[test]
+fn forced_tiles_refuse_parts_that_are_not_numbers() {
+    assert_eq!(parse_tile("128, 2"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 2 }));
+    assert_eq!(parse_tile("64,4,3"), Some(Fa3Tile { bn: 64, stages: 4, consumers: 3 }));
+    for bad in ["128,x,2", "x,128,2", "128,2,", "128", "100,2", "128,5", "128,2,4", ""] {
+        assert_eq!(parse_tile(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn the_grid_is_persistent_except_static_long_causal_calls() {
+    // fa2bench at S = 16k (128 tiles per head): persistent without a mask, a block per tile with one.
+    let st = Schedule::Static;
+    assert_eq!(grid_blocks(2048, 128, false, st, 132), 132);
+    assert_eq!(grid_blocks(2048, 128, true, st, 132), 2048);
+    // Up to 8k (64 tiles per head): persistent both ways; never more blocks than tiles.
+    assert_eq!(grid_blocks(2048, 64, true, st, 132), 132);
+    assert_eq!(grid_blocks(40, 1, true, st, 132), 40);
+    assert_eq!(grid_blocks(40, 1, false, st, 0), 1);
+    // The dynamic schedule stays persistent: its blocks balance the causal tiles themselves.
+    assert_eq!(grid_blocks(2048, 128, true, Schedule::Dynamic, 132), 132);
+    assert_eq!(grid_blocks(40, 1, true, Schedule::Dynamic, 132), 40);
+}
+
+#[test]
+fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
+    let all = programs();
+    // Per dtype: every class's table tiles with ping-pong, and again without it at 64 and 128.
+    let tiles = |(d, dv): (usize, usize)| table_tiles(d, dv, false).len() + table_tiles(d, dv, true).len();
+    let with_pp: usize = FA3_CLASSES.into_iter().map(tiles).sum();
+    assert_eq!(
+        all.len(),
+        2 * (with_pp + tiles((64, 64)) + tiles((128, 128)))
+            + fp8_programs().len()
+            + compile_check_variant_programs().len()
+            + 1 // measured_check_program
+    );
+    assert!(compile_check_programs().iter().all(|p| all.contains(p)));
+    let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all.len(), "two programs share a name");
+    let p = program(DType::F16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 2 }, MASK_NONE, false);
+    assert_eq!(p.name, "fa3_t128x2_f16_64_none_pp0");
+    assert_eq!(
+        p.instantiation,
+        "FA3_ENTRY(fa3_t128x2_f16_64_none_pp0, __half, 64, 64, 128, 2, FA3_MASK_NONE, false, 2)"
+    );
+    let p = program(DType::BF16, (64, 64), Fa3Tile { bn: 128, stages: 2, consumers: 3 }, MASK_CAUSAL, true);
+    assert_eq!(p.name, "fa3_t128x2w3_bf16_64_causal");
+    let p = program(DType::BF16, (192, 128), tile_for(192, 128, true, 4096), MASK_CAUSAL, true);
+    assert_eq!(p.name, "fa3_t128x2_bf16_192_128_causal");
+    assert!(p.instantiation.contains(", 192, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
+    // Every tile the table picks fits the H100's 227 KB of shared memory, and so do the deepest forced
+    // tiles a tuning run tries.
+    for (d, dv) in FA3_CLASSES {
+        for causal in [false, true] {
+            for t in table_tiles(d, dv, causal) {
+                assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at D = {d}, Dv = {dv}");
+                assert!(t.rows() == 64 * t.consumers && t.threads() <= 512);
+            }
+        }
+    }
+    assert!(Fa3Tile { bn: 192, stages: 2, consumers: 2 }.smem_bytes(128, 128) <= 227 * 1024);
+    assert!(Fa3Tile { bn: 192, stages: 4, consumers: 3 }.smem_bytes(64, 64) <= 227 * 1024);
+    // The wider tiles would not fit at 256 (why it takes 80 keys).
+    assert!(Fa3Tile { bn: 96, stages: 2, consumers: 2 }.smem_bytes(256, 256) > 227 * 1024);
+    assert!(FA3.source.contains("#define FA3_THREADS(NC) (128 * ((NC) + 1))"), "block shape changed");
+    // The host's shared-memory sizes count the kernel's work-tile ring (`barrier_bytes`).
+    assert!(FA3.source.contains(&format!("#define FA3_SCHED {SCHED_RING}\n")), "work-tile ring changed");
+}
