@@ -20,7 +20,7 @@
 //! f32 rows of 1 KiB stream at about 80 % of the read ceiling, 512-byte rows at about 70 %, 128-byte bf16
 //! rows at about 35 %): each key of a head is its own scattered piece of memory there.
 
-use crate::element::{widen_with as widen, CpuElement};
+use crate::element::{widen_with, CpuElement};
 use crate::fa2::{key_span, lanes, normalize_row, KeySpan};
 use crate::micro::{self, Shadow};
 use crate::nonfinite::{self, ProbTile};
@@ -321,7 +321,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
                     (None, None) => {
                         for j in 0..a1 - a0 {
                             let at = (a0 - j0 + j) * dp;
-                            widen(s, p.k, ko + j * p.k_st.s, &mut kp[at..at + d]);
+                            widen_with(s, p.k, ko + j * p.k_st.s, &mut kp[at..at + d]);
                         }
                     }
                 }
@@ -392,7 +392,7 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             for &(a0, a1, _, vo) in &segs[..nseg] {
                 for j in 0..a1 - a0 {
                     let at = (a0 - j0 + j) * dvp;
-                    widen(s, p.v, vo + j * p.v_st.s, &mut vp[at..at + dv]);
+                    widen_with(s, p.v, vo + j * p.v_st.s, &mut vp[at..at + dv]);
                 }
             }
             let (vptr, vs) = (vp.as_ptr(), dvp);

@@ -163,7 +163,8 @@ impl BenchRecord {
             pass: crate::backward::Pass::Fwd,
             deterministic: None,
             f32_math: None,
-            descale: spec.descale,
+            // What the call ran with: the spec's factors, or the unit ones it falls back to (`descales`).
+            descale: (spec.dtype == DType::F8E4M3).then(|| spec.descales()),
             threads: None,
             time_ms,
             tflops: cost.tflops(time_ms.median),

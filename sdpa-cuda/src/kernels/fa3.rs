@@ -301,11 +301,9 @@ pub fn measured_program(
     pingpong: bool,
     ab: AbSwitches,
 ) -> Program {
-    let pp = if pingpong { "" } else { "_pp0" };
-    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
     let xo = ab.bits();
     let xs = if xo == 0 { String::new() } else { format!("_xo{xo}") };
-    let name = format!("{}_{}_{dims}_{}{pp}{xs}", tile.prefix(), dtype.name(), mask_suffix(mask_kind));
+    let name = format!("{}{xs}", entry_name(tile, dtype, (d, dv), mask_suffix(mask_kind), pingpong));
     let Fa3Tile { bn, stages, consumers } = tile;
     let mask = super::mask_const("FA3", mask_kind);
     let ty = cuda_type(dtype);
@@ -315,6 +313,14 @@ pub fn measured_program(
         format!("FA3_ENTRY_XO({name}, {ty}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers}, {xo})")
     };
     Program::entry(&FA3, name, line)
+}
+
+/// `{tile prefix}_{dtype}_{d}[_{dv}]_{tail}[_pp0]`: the name every `fa3` entry starts with (`_{dv}` for unequal
+/// classes, `_pp0` without ping-pong; `tail` the mask or the variant set).
+fn entry_name(tile: Fa3Tile, dtype: DType, (d, dv): (usize, usize), tail: &str, pingpong: bool) -> String {
+    let pp = if pingpong { "" } else { "_pp0" };
+    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
+    format!("{}_{}_{dims}_{tail}{pp}", tile.prefix(), dtype.name())
 }
 
 /// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each brings back one of session 7's
@@ -427,10 +433,7 @@ pub fn variant_tile_for(d: usize, dv: usize) -> Fa3Tile {
 /// (`FA3_ENTRY_VAR`): `var` is a [`Masking`] variant set (`VAR_BAND` with softcap and ALiBi bits) over no
 /// mask; f16/bf16 only.
 pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var: i32, pingpong: bool) -> Program {
-    let pp = if pingpong { "" } else { "_pp0" };
-    let dims = if d == dv { format!("{d}") } else { format!("{d}_{dv}") };
-    let suffix = Masking { kind: MASK_NONE, var }.suffix();
-    let name = format!("{}_{}_{dims}_{suffix}{pp}", tile.prefix(), dtype.name());
+    let name = entry_name(tile, dtype, (d, dv), &Masking { kind: MASK_NONE, var }.suffix(), pingpong);
     let Fa3Tile { bn, stages, consumers } = tile;
     let mut bits = vec!["FA3_VAR_BAND"];
     if var & VAR_SOFTCAP != 0 {
