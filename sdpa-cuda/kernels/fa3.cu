@@ -69,6 +69,12 @@
 #define FA3_XO_STORE4 1
 #define FA3_XO_TILE_TURNS 2
 
+// How an instantiation reads its rows (SERVE; src/kernels/fa3.rs `Fa3Serve`): a dense batch, or a ragged one
+// with packed K/V (varlen: Q/O `[total_q, Hq, D]`, K/V `[total_k, Hkv, D]` rows, the tensor maps over the
+// packed rows as one batch). Paged K/V are not taken (the launcher refuses them).
+#define FA3_SERVE_DENSE 0
+#define FA3_SERVE_VARLEN 1
+
 // The entries' parameter: AttnParams, padding to byte 384, then the Q, K and V tensor maps over
 // (D, S, H, B) (src/kernels/fa3.rs `Fa3Args` mirrors it; explicit padding so the maps sit at 384 on both
 // sides).
@@ -81,7 +87,13 @@ struct Fa3Args {
     // softcap. Computed by the host so that the consumers read them from the parameter bank: held in
     // registers, they made ptxas spill in the main loop (47 spill instructions at D = 128, none this way).
     float softcap_kc, softcap_c1, softcap_c2;
-    unsigned char pad[384 - sizeof(AttnParams) - sizeof(int) - 4 * sizeof(float)];
+    // Ragged batches (FA3_SERVE_VARLEN): the (sequence, query tile) pairs of the call, heaviest first
+    // (src/kernels/fa3.rs reuses fa2's `schedule`), as `n_seq_tiles` int pairs at `seq_tiles`; 0 / null for
+    // a dense call. `seq_tiles` sits at byte 352 on both sides (natural alignment after the 348 bytes before
+    // `n_seq_tiles`; src/kernels/fa3.rs asserts the offset, NVRTC has no offsetof).
+    int n_seq_tiles;
+    const int* seq_tiles;
+    unsigned char pad[384 - sizeof(AttnParams) - 2 * sizeof(int) - 4 * sizeof(float) - sizeof(const int*)];
     Sm90TensorMap q, k, v;
 };
 static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
@@ -306,53 +318,106 @@ __device__ __forceinline__ int fa3_take_tile(const Fa3Ring& r, int n) {
 // head h) that hold a non-finite value (common.cuh's careful path: NaN or inf under a masked key must not
 // reach rows that do not see it). Out of line, off the consumer's main loop; `p` is the kernel's
 // __grid_constant__ parameter, read in place.
+// `sq`: the rows of sequence b (p->sq for a dense call; common.cuh resolves a ragged call's sequences itself).
 template <typename T>
-__device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, int h, int row0) {
-    for (int i = row0; i < min(row0 + 16, p->sq); ++i) repair_row_if_nonfinite<T>(*p, b, h, i, 0, p->dv, true);
+__device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, int h, int row0, int sq) {
+    for (int i = row0; i < min(row0 + 16, sq); ++i) repair_row_if_nonfinite<T>(*p, b, h, i, 0, p->dv, true);
+}
+
+// The sequence of a work tile as the producer and the consumers read it: its query rows and keys, causal
+// offset, band and diagonal, and where its rows sit in the tensor maps (a first row and a batch coordinate).
+// Dense (Fa3Dense): the call's own values, read from the parameter where they are used, so that the dense
+// entries' code is what it was. Varlen (Fa3Varlen): sequence b of a ragged batch (seq_view: its band and
+// diagonal measured from its own lengths, as fa2 runs them) in maps over the packed rows as one batch. Rows
+// loaded past a sequence's end are the next sequence's (TMA's zeros only past the last one), so every key at
+// or past sk() is masked wherever a tile reaches it and no row at or past sq() is stored.
+struct Fa3Dense {
+    const AttnParams& p;
+    int b;
+    static constexpr bool RAGGED = false;
+    __device__ __forceinline__ int sq() const { return p.sq; }
+    __device__ __forceinline__ int sk() const { return p.sk; }
+    __device__ __forceinline__ int causal_offset() const { return p.causal_offset; }
+    __device__ __forceinline__ int band_lo() const { return p.band_lo; }
+    __device__ __forceinline__ int band_hi() const { return p.band_hi; }
+    __device__ __forceinline__ int diag_offset() const { return p.diag_offset; }
+    __device__ __forceinline__ int q_row0() const { return 0; }  // the Q map's row of query row 0
+    __device__ __forceinline__ int k_row0() const { return 0; }  // the K/V maps' row of key 0
+    __device__ __forceinline__ int map_b() const { return b; }   // the maps' batch coordinate
+};
+struct Fa3Varlen {
+    int b, q0, k0, sq_, sk_, lo, hi, diag;
+    static constexpr bool RAGGED = true;
+    __device__ __forceinline__ int sq() const { return sq_; }
+    __device__ __forceinline__ int sk() const { return sk_; }
+    // Plain causal entries: key j visible to row i iff j <= i + diag (fa2's `causal_offset = diag_offset`).
+    __device__ __forceinline__ int causal_offset() const { return diag; }
+    __device__ __forceinline__ int band_lo() const { return lo; }
+    __device__ __forceinline__ int band_hi() const { return hi; }
+    __device__ __forceinline__ int diag_offset() const { return diag; }
+    __device__ __forceinline__ int q_row0() const { return q0; }
+    __device__ __forceinline__ int k_row0() const { return k0; }
+    __device__ __forceinline__ int map_b() const { return 0; }
+};
+
+// Work tile w of a ragged call: entry w / Hq of the schedule (heaviest first; src/kernels/fa3.rs), head
+// w % Hq, so that the heads of one (sequence, query tile) run side by side as a dense call's tiles of one
+// weight do. Every thread that takes the tile resolves it alike (a few cached loads).
+__device__ __forceinline__ Fa3Varlen fa3_varlen_tile(const Fa3Args& a, int w, int& h, int& m_block) {
+    const int e = w / a.p.hq;
+    h = w - e * a.p.hq;
+    const int b = __ldg(a.seq_tiles + 2 * e);
+    m_block = __ldg(a.seq_tiles + 2 * e + 1);
+    const SeqView s = seq_view(a.p, b);
+    return Fa3Varlen{b, s.q0, s.k0, s.sq, s.sk, s.band_lo, s.band_hi, s.diag_offset};
 }
 
 // First key and one past the last key that some row of [r_first, r_last] sees under the band: the union of
 // the rows' bands (each row's band is the previous one shifted by a key, so the union is one range), clamped
-// to [0, Sk]; empty when end <= first.
-__device__ __forceinline__ void fa3_band_keys(const AttnParams& p, int r_first, int r_last, int& first, int& end) {
-    first = band_first(p, r_first);
-    const long long e = (long long)r_last + p.band_hi + 1;
-    end = e < 0 ? 0 : (e > p.sk ? p.sk : (int)e);
+// to [0, Sk] (common.cuh band_first for the first); empty when end <= first.
+template <typename S>
+__device__ __forceinline__ void fa3_band_keys(const S& sv, int r_first, int r_last, int& first, int& end) {
+    const long long f = (long long)r_first + sv.band_lo();
+    first = f < 0 ? 0 : (f > sv.sk() ? sv.sk() : (int)f);
+    const long long e = (long long)r_last + sv.band_hi() + 1;
+    end = e < 0 ? 0 : (e > sv.sk() ? sv.sk() : (int)e);
 }
 
 // K/V tiles a query tile [m0, m_end) loads: tiles t0 .. t0 + n_tiles - 1 (of BN keys; the count is returned).
 // All of them, or under a causal mask those up to its last visible key (t0 = 0); under a band (VAR) those
 // holding a key some row sees, from the first row's first key to the last row's last one, so that tiles
 // wholly before or after every row's window are never loaded.
-template <int BN, int MASK, int VAR>
-__device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, int m0, int m_end, int& t0) {
+template <int BN, int MASK, int VAR, typename S>
+__device__ __forceinline__ int fa3_kv_tiles(const S& sv, int m0, int m_end, int& t0) {
     t0 = 0;
     if constexpr (VAR != 0) {
         int first, end;
-        fa3_band_keys(p, m0, m_end - 1, first, end);
+        fa3_band_keys(sv, m0, m_end - 1, first, end);
         if (end <= first) return 0;
         t0 = first / BN;
         return (end + BN - 1) / BN - t0;
     }
-    int n_keys = p.sk;
-    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(p.sk, m_end + p.causal_offset));
+    int n_keys = sv.sk();
+    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(sv.sk(), m_end + sv.causal_offset()));
     return (n_keys + BN - 1) / BN;
 }
 
 // Whether consumer c has rows in the query tile at m0: a warpgroup whose rows all lie past Sq (the last tile
 // of a short Sq) gets no Q (a box wholly outside the tensor), computes nothing and releases every K/V tile
 // unread. The producer and the consumer decide it alike, so their counts of Q loads agree.
-__device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, int m0, int c) { return m0 + 64 * c < p.sq; }
+template <typename S>
+__device__ __forceinline__ bool fa3_has_rows(const S& sv, int m0, int c) { return m0 + 64 * c < sv.sq(); }
 
-// The producer's work for one query tile, by its issuing thread: each consumer's Q (rows m0 + 64c.. of batch
-// b, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (b, kvh) from
-// key tile t0 on (keys (t0 + j) BN..) into the ring. `ring` is how many tiles went through the ring before
+// The producer's work for one query tile, by its issuing thread: each consumer's Q (rows m0 + 64c.. of the
+// sequence `sv`, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (sv,
+// kvh) from key tile t0 on (keys (t0 + j) BN..) into the ring. `ring` is how many tiles went through the ring before
 // this query tile (tile j of it takes slot (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c]
 // counts consumer c's Q loads so far. The first
 // K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
-template <typename T, int D, int DV, int BN, int ST, int NC>
-__device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, int b, int h, int kvh, int m0,
-                                                 int t0, int n_tiles, int ring, int (&nq)[NC]) {
+template <typename T, int D, int DV, int BN, int ST, int NC, typename S>
+__device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, const S& sv, int h, int kvh,
+                                                 int m0, int t0, int n_tiles, int ring, int (&nq)[NC]) {
+    const int b = sv.map_b(), kr = sv.k_row0();  // the maps' batch and first key row
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int CB = L::DS / L::COLS, CBV = L::DVS / 64;  // box blocks of a Q/K row and of a V row
     // Blocks holding some of the call's columns: the others are never loaded.
@@ -365,7 +430,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, (t0 + j) * BN, kvh, b,
+                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, kr + (t0 + j) * BN, kvh, b,
                               r.k_full + 8 * s, pol);
     };
     auto load_v = [&](int j) {
@@ -374,27 +439,27 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
         if constexpr (Fa3Elem<T>::FP8) {
             // One box of Vᵀ: keys j·BN.. (128 bytes) of its DV rows (zeros past the call's dv).
             sm90_mbar_expect(r.v_full + 8 * s, L::V_BYTES);
-            sm90_tma_load(r.v + s * L::V_BYTES, &a.v, (t0 + j) * BN, 0, kvh, b, r.v_full + 8 * s, pol);
+            sm90_tma_load(r.v + s * L::V_BYTES, &a.v, kr + (t0 + j) * BN, 0, kvh, b, r.v_full + 8 * s, pol);
         } else {
             sm90_mbar_expect(r.v_full + 8 * s, vb * L::BLOCK_KV);
 #pragma unroll
             for (int c = 0; c < CBV; ++c)
                 if (c < vb)
-                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, (t0 + j) * BN, kvh, b,
+                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, kr + (t0 + j) * BN, kvh, b,
                                   r.v_full + 8 * s, pol);
         }
     };
     if (n_tiles > 0) load_k(0);
 #pragma unroll
     for (int w = 0; w < NC; ++w) {
-        if (!fa3_has_rows(a.p, m0, w)) continue;
+        if (!fa3_has_rows(sv, m0, w)) continue;
         if (nq[w] > 0) sm90_mbar_wait(r.q_empty + 8 * w, (nq[w] - 1) & 1);
         sm90_mbar_expect(r.q_full + 8 * w, kb * L::BLOCK_Q);
         const unsigned dst = r.q + w * L::Q_BYTES;
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, L::COLS * c, m0 + 64 * w, h, b, r.q_full + 8 * w,
+                sm90_tma_load(dst + c * L::BLOCK_Q, &a.q, L::COLS * c, sv.q_row0() + m0 + 64 * w, h, b, r.q_full + 8 * w,
                               sm90_l2_policy(0));
         ++nq[w];
     }
@@ -422,16 +487,17 @@ __device__ __forceinline__ float fa3_variant_score(const Fa3Args& a, float x, fl
     return y;
 }
 
-// One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of batch b, head h; this warpgroup's
-// are m0 + 64 wgi ..): wait for its Q (`q_phase`: the parity of its Q barrier for this tile), run the n_tiles
+// One consumer warpgroup's work for one query tile (rows m0 .. m0 + 127 of the sequence `sv`, head h; this
+// warpgroup's are m0 + 64 wgi ..): wait for its Q (`q_phase`: the parity of its Q barrier for this tile), run the n_tiles
 // K/V tiles the producer fills from ring position `ring` (key tiles t0.., fa3_kv_tiles), release Q once its
 // last S = Q·Kᵀ completed (the producer loads the next tile's Q meanwhile), write O (and LSE); a warp that
 // wrote a non-finite value repairs its rows (fa3_repair_warp_rows).
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO>
-__device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, int b, int h,
-                                                 int m0, int t0, int n_tiles, int ring, int q_phase, int& turn) {
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO, typename S>
+__device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, const S& sv,
+                                                 int h, int m0, int t0, int n_tiles, int ring, int q_phase, int& turn) {
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     const AttnParams& p = a.p;
+    const int b = sv.b;  // the batch, or the sequence of a ragged call
     constexpr int NT = BN / 8;                      // n8 tiles of S
     constexpr int KS = Fa3Elem<T>::KSTEP;           // k of one wgmma step: 16, or 32 for FP8
     constexpr int KT = BN / KS;                     // k steps of P·V
@@ -448,9 +514,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // Slot and parity of tile j of this query tile.
     auto slot = [&](int j) { return (ring + j) % ST; };
     auto phase = [&](int j) { return ((ring + j) / ST) & 1; };
-    const bool has_rows = fa3_has_rows(p, m0, wgi);
+    const bool has_rows = fa3_has_rows(sv, m0, wgi);
     // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
-    const int wg_last_key = m0 + 64 * wgi + 63 + p.causal_offset;
+    const int wg_last_key = m0 + 64 * wgi + 63 + sv.causal_offset();
 
     float o[DT * 4];
 #pragma unroll
@@ -501,8 +567,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     auto softmax = [&](int n0, float (&alpha)[2], auto masked) {
         if constexpr (VAR == 0) {
             const bool edge = decltype(masked)::value &&
-                              ((n0 + BN > p.sk) ||
-                               (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + p.causal_offset));
+                              ((n0 + BN > sv.sk()) ||
+                               (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + sv.causal_offset()));
             if (edge) {
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
@@ -512,8 +578,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int key = n0 + j * 8 + 2 * t + e;
-                            bool vis = key < p.sk;
-                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + p.causal_offset;
+                            bool vis = key < sv.sk();
+                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + sv.causal_offset();
                             if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
                         }
                 }
@@ -527,7 +593,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             // D = 256 band, 40 at 192 softcap; none in 32 bits).
             const int r0 = m0 + wrow;
             const bool edge = decltype(masked)::value &&
-                              (n0 + BN > p.sk || n0 - p.band_lo < r0 + 15 || n0 + BN - 1 - p.band_hi > r0);
+                              (n0 + BN > sv.sk() || n0 - sv.band_lo() < r0 + 15 || n0 + BN - 1 - sv.band_hi() > r0);
             // The head's ALiBi slope in log2 units, read per key tile (an L1 hit): held across the loop it
             // cost spills there (33 spill instructions at D = 128 against 13).
             const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
@@ -536,7 +602,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 for (int hh = 0; hh < 2; ++hh) {
                     const int row = r0 + g + hh * 8;
                     // This thread's first key's distance from the row's diagonal, j - diag(i).
-                    const float dist0 = (float)(n0 + 2 * t - row - p.diag_offset);
+                    const float dist0 = (float)(n0 + 2 * t - row - sv.diag_offset());
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -546,7 +612,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                             if constexpr (decltype(band)::value) {
                                 const int key = n0 + j * 8 + 2 * t + e;
                                 const int rel = key - row;
-                                if (!(key < p.sk && rel >= p.band_lo && rel <= p.band_hi)) x = SDPA_NEG_INF;
+                                if (!(key < sv.sk() && rel >= sv.band_lo() && rel <= sv.band_hi())) x = SDPA_NEG_INF;
                             }
                         }
                 }
@@ -613,15 +679,15 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // products are the warpgroup's): every row sees all of their keys.
     int jp0 = 1, jp1 = 0;
     if constexpr (VAR != 0) {
-        const int r0 = m0 + 64 * wgi, r1 = min(r0 + 63, p.sq - 1);
+        const int r0 = m0 + 64 * wgi, r1 = min(r0 + 63, sv.sq() - 1);
         int first, end;
-        fa3_band_keys(p, r0, r1, first, end);
+        fa3_band_keys(sv, r0, r1, first, end);
         ja = end > first ? min(n_tiles, max(0, first / BN - t0)) : 0;
         je = end > first ? max(ja, min(n_tiles, (end + BN - 1) / BN - t0)) : 0;
         // Keys [k0, k0 + BN) lie in every row's band when k0 is at or past the last row's first key and
         // k0 + BN at or before one past the first row's last key (and Sk).
-        const long long lo_key = (long long)r1 + p.band_lo;
-        const long long hi_end = min((long long)r0 + p.band_hi + 1, (long long)p.sk);
+        const long long lo_key = (long long)r1 + sv.band_lo();
+        const long long hi_end = min((long long)r0 + sv.band_hi() + 1, (long long)sv.sk());
         jp0 = (int)(lo_key <= 0 ? 0 : (lo_key + BN - 1) / BN) - t0;
         jp1 = (int)(hi_end <= 0 ? 0 : hi_end / BN) - t0;
     }
@@ -714,8 +780,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the
         // products are the warpgroup's): the partial last tile of the keys, or under a causal mask the first
         // crossing the diagonal of the warpgroup's first row.
-        int j_mask = p.sk / BN;
-        if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + p.causal_offset + 1) / BN));
+        int j_mask = sv.sk() / BN;
+        if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + sv.causal_offset() + 1) / BN));
         const int j_plain = max(1, min(j_mask, je));
         for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
         for (int j = j_plain; j < je; ++j) step(j, Fa3Flag<true>());
@@ -755,7 +821,10 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // runs.
     static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     using TO = typename Fa3Elem<T>::Out;
-    TO* out = static_cast<TO*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+    // A ragged call's O rows are packed: row i of its sequence is row q0 + i (the batch stride is not used).
+    TO* out = static_cast<TO*>(p.o) + (S::RAGGED ? (i64)sv.q_row0() * p.o_stride[2] : b * p.o_stride[0]) +
+              h * p.o_stride[1];
+    const int sq = sv.sq();
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
@@ -770,22 +839,24 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             for (int e = 0; e < 4; ++e) {
                 const int j = j0 + e;
                 const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
+                bad |= row < sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
                 v[e] = fa3_pack<TO>(x0, x1);
             }
             if constexpr ((XO & FA3_XO_STORE4) != 0) {
                 // Session 7's stores (a measurement switch): this thread's two columns of each n8 tile.
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    if (row < p.sq && 8 * (j0 + e) < p.dv)
+                    if (row < sq && 8 * (j0 + e) < p.dv)
                         *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
             } else {
                 const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
-                if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+                if (row < sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
             }
         }
-        if (row < p.sq && p.lse != nullptr && t == 0)
-            p.lse[((i64)b * p.hq + h) * p.sq + row] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+        // The LSE: [B, Hq, Sq], or [Hq, total_q] for a ragged call (common.cuh lse_row).
+        const i64 lse_at = S::RAGGED ? (i64)h * p.total_q + sv.q_row0() + row : ((i64)b * p.hq + h) * p.sq + row;
+        if (row < sq && p.lse != nullptr && t == 0)
+            p.lse[lse_at] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
     }
     // The warp's own stores are read back by its lanes: __syncwarp orders them. FP8 has no repair yet
     // (careful_row reads the inputs as the output type): a NaN code in V under a masked key of a loaded tile
@@ -793,7 +864,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     if constexpr (!Fa3Elem<T>::FP8) {
         if (__any_sync(0xffffffffu, bad)) {
             __syncwarp();
-            fa3_repair_warp_rows<T>(&p, b, h, m0 + wrow);
+            fa3_repair_warp_rows<T>(&p, b, h, m0 + wrow, sq);
         }
     }
 }
@@ -801,10 +872,15 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 // The persistent block: the producer's issuing thread takes the work tiles (Fa3TileSource) and hands each
 // to the consumers through the work-tile ring before loading it; the ring position and the Q-load counts
 // carry from one tile to the next, so the producer fills the next tile's Q and K/V while the consumers
-// finish the current one.
-template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO>
+// finish the current one. SERVE: a dense batch, or a ragged one (FA3_SERVE_VARLEN: the work tiles are the
+// schedule's entries times the heads, fa3_varlen_tile; the protocol is the same).
+template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO,
+          int SERVE = FA3_SERVE_DENSE>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
+    static_assert(SERVE == FA3_SERVE_DENSE || (SERVE == FA3_SERVE_VARLEN && !Fa3Elem<T>::FP8 && XO == 0),
+                  "ragged batches: f16/bf16, packed K/V, no measurement switch");
+    constexpr bool RAG = SERVE == FA3_SERVE_VARLEN;
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
@@ -812,15 +888,24 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     const int wgi = warp / 4;  // warpgroup; NC is the producer
 
     const int n_mblocks = (p.sq + BM - 1) / BM;
-    const int n_bh = p.b * p.hq, n_work = n_bh * n_mblocks;
-    // Work tile w: batch, head, first row, K/V tiles (t0 ..).
-    auto tile = [&](int w, int& b, int& h, int& m0, int& t0, int& n_tiles) {
-        int bh, m_block;
-        fa3_tile_of(w, n_mblocks, n_bh, a.section, bh, m_block);
-        b = bh / p.hq;
-        h = bh % p.hq;
-        m0 = m_block * BM;
-        n_tiles = fa3_kv_tiles<BN, MASK, VAR>(p, m0, min(m0 + BM, p.sq), t0);
+    const int n_bh = p.b * p.hq, n_work = RAG ? a.n_seq_tiles * p.hq : n_bh * n_mblocks;
+    // Work tile w: its sequence (a dense call's batch; returned), head, first row, K/V tiles (t0 ..).
+    auto tile = [&](int w, int& h, int& m0, int& t0, int& n_tiles) {
+        int m_block;
+        if constexpr (RAG) {
+            const Fa3Varlen sv = fa3_varlen_tile(a, w, h, m_block);
+            m0 = m_block * BM;
+            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(sv, m0, min(m0 + BM, sv.sq()), t0);
+            return sv;
+        } else {
+            int bh;
+            fa3_tile_of(w, n_mblocks, n_bh, a.section, bh, m_block);
+            const Fa3Dense sv{p, bh / p.hq};
+            h = bh % p.hq;
+            m0 = m_block * BM;
+            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(sv, m0, min(m0 + BM, p.sq), t0);
+            return sv;
+        }
     };
 
     const unsigned base = smem_addr(smem);
@@ -865,9 +950,9 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             for (int w = src.first();; w = src.next()) {
                 fa3_publish_tile(r, n++, w);
                 if (w < 0) break;
-                int b, h, m0, t0, n_tiles;
-                tile(w, b, h, m0, t0, n_tiles);
-                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, b, h, h / p.group, m0, t0, n_tiles, ring, nq);
+                int h, m0, t0, n_tiles;
+                const auto sv = tile(w, h, m0, t0, n_tiles);
+                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, sv, h, h / p.group, m0, t0, n_tiles, ring, nq);
                 ring += n_tiles;
             }
         }
@@ -879,12 +964,12 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         for (int n = 0;; ++n) {
             const int w = fa3_take_tile(r, n);
             if (w < 0) break;
-            int b, h, m0, t0, n_tiles;
-            tile(w, b, h, m0, t0, n_tiles);
-            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, smem, r, b, h, m0, t0, n_tiles, ring, nq & 1,
+            int h, m0, t0, n_tiles;
+            const auto sv = tile(w, h, m0, t0, n_tiles);
+            fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, smem, r, sv, h, m0, t0, n_tiles, ring, nq & 1,
                                                                   turn);
             ring += n_tiles;
-            nq += fa3_has_rows(p, m0, wgi);
+            nq += fa3_has_rows(sv, m0, wgi);
         }
         // fa3_end_turns: every warpgroup took the same number of turns; the last one's last hand-over to
         // warpgroup 0 is taken here, so that every named-barrier arrival meets one wait.
@@ -896,10 +981,14 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR, XO)                                              \
     extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
     fa3_forward<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, fa3_smem);
+#define FA3_BODY_SERVE(T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                                     \
+    extern __shared__ __align__(1024) unsigned char fa3_smem[];                                        \
+    fa3_forward<T, D, DV, BN, ST, MASK, PP, NC, VAR, 0, SERVE>(a, fa3_smem);
 #else
 // Any other target: the entries compile (for the compile check on every architecture) but trap;
 // src/kernels/fa3.rs launches them only on compute capability 9.0, where the program is built for sm_90a.
 #define FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, VAR, XO) asm volatile("trap;");
+#define FA3_BODY_SERVE(T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE) asm volatile("trap;");
 #endif
 
 // Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
@@ -920,4 +1009,11 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)                                         \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
         FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, XO)                                                \
+    }
+// Ragged entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask or band set}_varlen[_pp0] (f16/bf16; SERVE =
+// FA3_SERVE_VARLEN): a plain (MASK, VAR = 0) or variant (VAR, MASK = FA3_MASK_NONE) entry over a ragged batch
+// with packed K/V, each work tile on its sequence's own lengths, band and diagonal.
+#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, VAR, PP, NC, SERVE)                              \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+        FA3_BODY_SERVE(T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                                     \
     }

@@ -8,8 +8,9 @@
 //! and head-dim class per family (`kernels::compile_check_programs`: bf16 at D = 128, every tile and load
 //! path), which keeps the check within about a minute of its time before them; the plain programs are all
 //! compiled. `SDPA_NVRTC_ONLY=text` compiles only the programs whose name contains `text` (local iteration).
-//! `SDPA_NVRTC_ALL=1` compiles every program instead (`kernels::all_programs` and `fa3`'s variant entries,
-//! which are behind their verification switch and not listed there): slow, for checking a family whole.
+//! `SDPA_NVRTC_ALL=1` compiles every program instead (`kernels::all_programs` and `fa3`'s variant and ragged
+//! entries, which are behind their verification switches and not listed there): slow, for checking a family
+//! whole.
 
 use sdpa_cuda::program::Program;
 use sdpa_cuda::{images, kernels, libs, modules, nvrtc};
@@ -36,7 +37,8 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
     let all = std::env::var_os("SDPA_NVRTC_ALL").is_some_and(|v| v == "1");
     let set = if all {
         let mut every = kernels::all_programs();
-        let more: Vec<Program> = kernels::fa3::variant_programs().into_iter().filter(|p| !every.contains(p)).collect();
+        let behind_switches = kernels::fa3::variant_programs().into_iter().chain(kernels::fa3::ragged_programs());
+        let more: Vec<Program> = behind_switches.filter(|p| !every.contains(p)).collect();
         every.extend(more);
         every
     } else {

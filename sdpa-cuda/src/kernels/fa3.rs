@@ -204,6 +204,55 @@ pub fn variants_enabled() -> bool {
     std::env::var_os("SDPA_FA3_VARIANTS").is_some_and(|v| v == "1")
 }
 
+/// Whether `SDPA_FA3_RAGGED=1` is set: the verification switch of `fa3`'s ragged (varlen) batches
+/// (`FA3_ENTRY_SERVE` in kernels/fa3.cu). They were written in session 10 on a machine without a GPU and have
+/// not run on an H100 yet, so without the switch [`refuses`] refuses ragged calls (they run on `fa2` and
+/// `splitkv`) and `auto` never sends them here ([`super::policy::choose_ragged`]); the GPU tests
+/// (`tests/fa3_ragged.rs`) and `bench/studies/fa3/ragged10/run.sh` set it. Once those pass on an H100, this
+/// switch goes and varlen becomes part of what `fa3` takes.
+pub fn ragged_enabled() -> bool {
+    std::env::var_os("SDPA_FA3_RAGGED").is_some_and(|v| v == "1")
+}
+
+/// Why `fa3` cannot run the ragged `spec` with its ragged switch `on` ([`ragged_enabled`]), or `None` (also
+/// for a dense spec). Packed K/V (varlen) of f16/bf16 only: a paged cache (K/V through a block table, which
+/// one TMA box cannot follow across pages) and f8e4m3 (whose Vᵀ pre-pass is laid out per dense batch) are
+/// refused with who takes them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed
+/// row of a tile plus a box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
+pub fn refuses_ragged(spec: &AttentionSpec, on: bool) -> Option<String> {
+    let r = spec.ragged.as_ref()?;
+    if r.pages.is_some() {
+        return Some(format!(
+            "fa3 does not run paged KV caches yet (its TMA boxes read K/V rows of one packed tensor, not pages \
+             through a block table); {}",
+            elsewhere(spec, "fa2 (prefill) and splitkv (decoding) do")
+        ));
+    }
+    if spec.dtype == DType::F8E4M3 {
+        return Some(format!(
+            "fa3 runs ragged (varlen) batches of f16 and bf16 only (its f8e4m3 Vᵀ pre-pass is laid out per dense \
+             batch); {}",
+            elsewhere(spec, "")
+        ));
+    }
+    if !on {
+        return Some(
+            "fa3 does not run ragged (varlen) batches yet (its kernel for them has not run on a GPU; \
+             SDPA_FA3_RAGGED=1 turns it on for verification); fa2 (prefill) and splitkv (decoding) do"
+                .into(),
+        );
+    }
+    if r.total_q().saturating_add(r.total_k()) >= VARIANT_MAX_TOKENS {
+        return Some(format!(
+            "fa3 takes ragged batches of fewer than {VARIANT_MAX_TOKENS} packed query rows plus keys (its TMA row \
+             coordinates are 32-bit; got {} + {}); fa2 does",
+            r.total_q(),
+            r.total_k()
+        ));
+    }
+    None
+}
+
 /// Bound on Sq + Sk of the calls `fa3` takes with variants: the kernel's band tests and ALiBi distances
 /// (keys minus band bounds, keys minus rows and diagonals) are 32-bit, which 64 Ki below 2^31 leaves room for
 /// (64-bit ones made ptxas spill in the main loop).
@@ -273,11 +322,8 @@ pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
             elsewhere(spec, "fa2 does")
         ));
     }
-    if spec.ragged.is_some() {
-        return Some(format!(
-            "fa3 does not run ragged (varlen) batches or paged KV caches yet; {}",
-            elsewhere(spec, "fa2 and splitkv do")
-        ));
+    if let Some(why) = refuses_ragged(spec, ragged_enabled()) {
+        return Some(why);
     }
     if spec.scale() <= 0.0 {
         return Some(format!("fa3 needs a positive scale (got {})", spec.scale()));
@@ -429,12 +475,20 @@ pub fn variant_tile_for(d: usize, dv: usize) -> Fa3Tile {
     Fa3Tile { consumers: 2, ..tile_for(d, dv, true, 1) }
 }
 
-/// The program of variant entry `{tile prefix}_{dtype}_{d}[_{dv}]_band[_softcap][_alibi][_pp0]`
-/// (`FA3_ENTRY_VAR`): `var` is a [`Masking`] variant set (`VAR_BAND` with softcap and ALiBi bits) over no
-/// mask; f16/bf16 only.
-pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var: i32, pingpong: bool) -> Program {
-    let name = entry_name(tile, dtype, (d, dv), &Masking { kind: MASK_NONE, var }.suffix(), pingpong);
-    let Fa3Tile { bn, stages, consumers } = tile;
+/// The tile of a ragged call without variants at head-dim class (`d`, `dv`): the dense table's keys per tile
+/// and ring depth ([`tile_for`], `sk` the longest sequence's keys) with two consumer warpgroups everywhere:
+/// the per-sequence lengths and offsets take registers that three consumers at 160 each have not got to
+/// spare (the plain three-consumer entries spilled at 160 in session 7), and 128-row work tiles waste less of
+/// short sequences than 192-row ones. Not measured.
+pub fn ragged_tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
+    Fa3Tile { consumers: 2, ..tile_for(d, dv, causal, sk) }
+}
+
+/// The `FA3_VAR_*` expression of a variant set `var` (`VAR_BAND` with softcap and ALiBi bits), `0` for none.
+fn var_const(var: i32) -> String {
+    if var == 0 {
+        return "0".into();
+    }
     let mut bits = vec!["FA3_VAR_BAND"];
     if var & VAR_SOFTCAP != 0 {
         bits.push("FA3_VAR_SOFTCAP");
@@ -442,10 +496,67 @@ pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var
     if var & VAR_ALIBI != 0 {
         bits.push("FA3_VAR_ALIBI");
     }
+    bits.join(" | ")
+}
+
+/// The program of ragged entry `{tile prefix}_{dtype}_{d}[_{dv}]_{masking}_varlen[_pp0]` (`FA3_ENTRY_SERVE`,
+/// packed K/V): `masking` a plain one (no mask, causal) or a variant set over no mask; f16/bf16 only.
+pub fn serve_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, masking: Masking, pingpong: bool) -> Program {
+    let name = entry_name(tile, dtype, (d, dv), &format!("{}_varlen", masking.suffix()), pingpong);
+    let Fa3Tile { bn, stages, consumers } = tile;
+    let (mask, var) = (super::mask_const("FA3", masking.kind), var_const(masking.var));
+    let line = format!(
+        "FA3_ENTRY_SERVE({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {var}, {pingpong}, {consumers}, FA3_SERVE_VARLEN)",
+        cuda_type(dtype)
+    );
+    Program::entry(&FA3, name, line)
+}
+
+/// The ragged entries the CI compile check builds (and [`programs`] lists) while they are behind
+/// [`ragged_enabled`]: bf16 causal at the class 128 (the plain path with per-sequence lengths) and bf16 with
+/// every variant bit at 256 (the widest accumulators, where registers are tightest, with the band code).
+/// The others compile on first use; `SDPA_NVRTC_ALL=1` compiles them all ([`ragged_programs`]).
+pub fn compile_check_ragged_programs() -> Vec<Program> {
+    let all = Masking { kind: MASK_NONE, var: crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI };
+    vec![
+        serve_program(
+            DType::BF16,
+            (128, 128),
+            ragged_tile_for(128, 128, true, 4096),
+            Masking { kind: MASK_CAUSAL, var: 0 },
+            true,
+        ),
+        serve_program(DType::BF16, (256, 256), variant_tile_for(256, 256), all, true),
+    ]
+}
+
+/// Every ragged entry a launch can ask for with the table's tiles and ping-pong: each dtype, class and
+/// masking (no mask, causal, and the four variant sets over no mask), with the tile [`check`] picks.
+pub fn ragged_programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for (d, dv) in FA3_CLASSES {
+            for m in Masking::all().into_iter().filter(|m| m.kind != crate::checked::params::MASK_EXPLICIT) {
+                // One tile per masking: with two consumers the table's tile does not change with the keys.
+                let tile =
+                    if m.var != 0 { variant_tile_for(d, dv) } else { ragged_tile_for(d, dv, m.kind == MASK_CAUSAL, 1) };
+                all.push(serve_program(dtype, (d, dv), tile, m, true));
+            }
+        }
+    }
+    all
+}
+
+/// The program of variant entry `{tile prefix}_{dtype}_{d}[_{dv}]_band[_softcap][_alibi][_pp0]`
+/// (`FA3_ENTRY_VAR`): `var` is a [`Masking`] variant set (`VAR_BAND` with softcap and ALiBi bits) over no
+/// mask; f16/bf16 only.
+pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var: i32, pingpong: bool) -> Program {
+    let name = entry_name(tile, dtype, (d, dv), &Masking { kind: MASK_NONE, var }.suffix(), pingpong);
+    let Fa3Tile { bn, stages, consumers } = tile;
     let line = format!(
         "FA3_ENTRY_VAR({name}, {}, {d}, {dv}, {bn}, {stages}, {}, {pingpong}, {consumers})",
         cuda_type(dtype),
-        bits.join(" | ")
+        var_const(var | crate::checked::params::VAR_BAND)
     );
     Program::entry(&FA3, name, line)
 }
@@ -512,6 +623,7 @@ pub fn programs() -> Vec<Program> {
     }
     all.extend(fp8_programs());
     all.extend(compile_check_variant_programs());
+    all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
     all
 }
@@ -534,13 +646,15 @@ pub fn compile_check_programs() -> Vec<Program> {
     // FP8: its own products and layout per class, and the pre-pass.
     all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
     all.extend(compile_check_variant_programs());
+    all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
     all
 }
 
 /// The entries' parameter: `Fa3Args` in fa3.cu (AttnParams, the scheduling section, O's scale, the softcap's
-/// constants ([`softcap_consts`]), padding to byte 384,
-/// then the Q, K and V tensor maps; 768 bytes, asserted on both sides).
+/// constants ([`softcap_consts`]), a ragged call's schedule (count of (sequence, query tile) pairs and their
+/// device address, set at launch), padding to byte 384, then the Q, K and V tensor maps; 768 bytes, asserted
+/// on both sides).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Fa3Args {
@@ -548,16 +662,19 @@ pub struct Fa3Args {
     section: i32,
     o_scale: f32,
     softcap: [f32; 3],
+    n_seq_tiles: i32,
+    seq_tiles: u64,
     pad: [u8; ARGS_PAD],
     q: CUtensorMap,
     k: CUtensorMap,
     v: CUtensorMap,
 }
-const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 20;
+const ARGS_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 32;
 const _: () = assert!(std::mem::size_of::<Fa3Args>() == 768);
-// SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size asserted on both sides):
-// AttnParams, the section, O's scale, the softcap's three constants, padding to 384 and three opaque
-// 128-byte tensor maps.
+const _: () = assert!(std::mem::offset_of!(Fa3Args, seq_tiles) == crate::checked::params::ATTN_PARAMS_SIZE + 24);
+// SAFETY: plain data with C layout matching the kernel's `Fa3Args` (size and the schedule's offset asserted
+// on both sides): AttnParams, the section, O's scale, the softcap's three constants, the schedule's count and
+// address, padding to 384 and three opaque 128-byte tensor maps.
 unsafe impl DeviceRepr for Fa3Args {}
 
 impl std::fmt::Debug for Fa3Args {
@@ -583,6 +700,9 @@ pub struct Plan {
     pub args: Fa3Args,
     /// How the blocks take their work tiles.
     pub schedule: Schedule,
+    /// A ragged call's (sequence, query tile) pairs, heaviest first, for the kernel to read
+    /// (`Fa3Args::seq_tiles`, uploaded by [`run`]); `None` for a dense call.
+    pub seq_tiles: Option<Vec<i32>>,
 }
 
 /// How `fa3`'s blocks take their work tiles (`SDPA_FA3_SCHED`; each head's heaviest query tiles first
@@ -636,6 +756,8 @@ pub fn check(
         forced_fp8_tile()?.unwrap_or_else(|| fp8_tile_for(class.0, class.1, causal))
     } else if !spec.variants.is_plain() {
         forced_tile()?.unwrap_or_else(|| variant_tile_for(class.0, class.1))
+    } else if spec.ragged.is_some() {
+        forced_tile()?.unwrap_or_else(|| ragged_tile_for(class.0, class.1, causal, s.sk))
     } else {
         forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk))
     };
@@ -694,8 +816,16 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let masking = Masking::of(spec);
     // A band (variants) weighs query tiles unequally as a causal mask does (the static schedule's grid).
     let causal = p.mask_kind == MASK_CAUSAL || masking.var != 0;
-    // The maps carry the call's own head dims (TMA zero-fills the class's columns past them).
-    let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [s.b, h, sl, d], strides: st };
+    // The maps carry the call's own head dims (TMA zero-fills the class's columns past them). A ragged call's
+    // run over the packed rows as one batch, `[1, H, total rows, D]` (the batch stride unused; extents at
+    // least 1: a batch without keys loads none), its work tiles addressing each sequence's first row.
+    let ragged = spec.ragged.as_ref();
+    let (nb, lq, lk) = match ragged {
+        Some(r) => (1, r.total_q().max(1), r.total_k().max(1)),
+        None => (s.b, s.sq, s.sk),
+    };
+    let packed = |st: [i64; 3]| if ragged.is_some() { [0, st[1], st[2]] } else { st };
+    let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [nb, h, sl, d], strides: packed(st) };
     let v_map = if fp8 {
         // Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
         let kp = vt_keys(s.sk) as i64;
@@ -703,11 +833,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
         padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
     } else {
-        padded_tensor_map(&op(p.v, s.hkv, s.sk, s.dv, p.v_stride), tile.bn)
+        padded_tensor_map(&op(p.v, s.hkv, lk, s.dv, p.v_stride), tile.bn)
     };
     let maps = (
-        padded_tensor_map(&op(p.q, s.hq, s.sq, s.d, p.q_stride), 64),
-        padded_tensor_map(&op(p.k, s.hkv, s.sk, s.d, p.k_stride), tile.bn),
+        padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64),
+        padded_tensor_map(&op(p.k, s.hkv, lk, s.d, p.k_stride), tile.bn),
         v_map,
     );
     let (Some(q), Some(k), Some(v)) = maps else {
@@ -717,15 +847,21 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
             elsewhere(spec, "use fa2")
         )));
     };
-    let work =
-        s.sq.div_ceil(tile.rows())
-            .checked_mul(s.b * s.hq)
-            .filter(|&x| x <= i32::MAX as usize)
-            .ok_or_else(|| unsupported("fa3: more than 2^31 query tiles"))?;
+    // A ragged call's work tiles: its (sequence, query tile) pairs, heaviest first (fa2's schedule, at this
+    // tile's rows and keys), times the heads (`fa3_varlen_tile`).
+    let seq_tiles = ragged.map(|_| super::fa2::schedule(spec, tile.rows(), tile.bn));
+    let (per_head, n_mblocks) = match (&seq_tiles, ragged) {
+        (Some(t), Some(r)) => (t.len() / 2, r.max_q().div_ceil(tile.rows())),
+        _ => (s.sq.div_ceil(tile.rows()).saturating_mul(s.b), s.sq.div_ceil(tile.rows())),
+    };
+    let work = per_head
+        .checked_mul(s.hq)
+        .filter(|&x| x <= i32::MAX as usize)
+        .ok_or_else(|| unsupported("fa3: more than 2^31 query tiles"))?;
     let schedule = schedule()?;
     let (blocks, section) = match forced_schedule()? {
         Some((blocks, section)) => (blocks.min(work), section.unwrap_or(1)),
-        None => (grid_blocks(work, s.sq.div_ceil(tile.rows()), causal, schedule, info.sm_count), 1),
+        None => (grid_blocks(work, n_mblocks, causal, schedule, info.sm_count), 1),
     };
     let blocks = blocks.max(1); // no tile (an empty batch): one block that finds no work
     let dims = LaunchDims {
@@ -736,13 +872,15 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
     let ab = ab_switches()?;
-    if ab != AbSwitches::default() && (fp8 || masking.var != 0) {
+    if ab != AbSwitches::default() && (fp8 || masking.var != 0 || ragged.is_some()) {
         return Err(unsupported(
-            "SDPA_FA3_AB (a measurement switch) applies to the plain f16/bf16 entries only, not to f8e4m3 inputs or \
-             windows, softcap and ALiBi",
+            "SDPA_FA3_AB (a measurement switch) applies to the plain f16/bf16 entries only, not to f8e4m3 inputs, \
+             windows, softcap and ALiBi, or ragged batches",
         ));
     }
-    let program = if masking.var != 0 {
+    let program = if ragged.is_some() {
+        serve_program(spec.dtype, class, tile, masking, pingpong())
+    } else if masking.var != 0 {
         variant_program(spec.dtype, class, tile, masking.var, pingpong())
     } else {
         measured_program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong(), ab)
@@ -754,7 +892,10 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     p.scale_log2 *= ds.q * ds.k;
     let o_scale = ds.v;
     let softcap = softcap_consts(p.softcap, p.scale_log2);
-    Ok(Plan { program, dims, args: Fa3Args { p, section, o_scale, softcap, pad: [0; ARGS_PAD], q, k, v }, schedule })
+    let n_seq_tiles = i32::try_from(per_head).map_err(|_| unsupported("fa3: more than 2^31 query tiles"))?;
+    let n_seq_tiles = if ragged.is_some() { n_seq_tiles } else { 0 };
+    let args = Fa3Args { p, section, o_scale, softcap, n_seq_tiles, seq_tiles: 0, pad: [0; ARGS_PAD], q, k, v };
+    Ok(Plan { program, dims, args, schedule, seq_tiles })
 }
 
 /// The softcap in log2 units as the variant entries take it (`Fa3Args::softcap_kc, softcap_c1, softcap_c2`
@@ -825,7 +966,7 @@ fn run_fp8(call: &Call<'_>) -> Result<()> {
     // the pre-pass writes rows < Dv and keys < Sk_pad of it with 16-byte stores.
     unsafe { launch(call.dev, call.stream, &vt_prog, &vt_prog.name, dims, &args)? };
     // The V map describes the workspace just written on the same stream.
-    let Plan { program, dims, args, schedule } = plan_with(call, Some(vt_ptr))?;
+    let Plan { program, dims, args, schedule, .. } = plan_with(call, Some(vt_ptr))?;
     let r = launch_scheduled(call, &program, dims, args, schedule);
     drop(guard);
     r
@@ -874,11 +1015,23 @@ pub fn run(call: &Call<'_>) -> Result<()> {
     if call.spec.dtype == DType::F8E4M3 {
         return run_fp8(call);
     }
-    let Plan { program, dims, args, schedule } = plan(call)?;
-    if call.spec.shape.sq == 0 {
-        return Ok(()); // no query row: nothing to write
+    let Plan { program, dims, mut args, schedule, seq_tiles } = plan(call)?;
+    let Some(seq_tiles) = seq_tiles else {
+        if call.spec.shape.sq == 0 {
+            return Ok(()); // no query row: nothing to write
+        }
+        return launch_scheduled(call, &program, dims, args, schedule);
+    };
+    if seq_tiles.is_empty() {
+        return Ok(()); // no sequence has a query row: nothing to write
     }
-    launch_scheduled(call, &program, dims, args, schedule)
+    let table = call.dev.table_i32(&seq_tiles, "fa3's schedule of query tiles")?;
+    let (ptr, guard) = table.device_ptr(call.stream);
+    args.seq_tiles = ptr;
+    let r = launch_scheduled(call, &program, dims, args, schedule);
+    // The table stays kept by the device (per content); the guard orders its use on this stream.
+    drop(guard);
+    r
 }
 
 /// Launches a planned `fa3` call with its work-tile counter (none for the static schedule).
@@ -919,9 +1072,12 @@ fn launch_scheduled(
 
 fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3Args) -> Result<()> {
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
-    // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents), the
-    // kernel writes O rows < Sq and columns < Dv with 16-byte stores that the 8-element alignment allows,
-    // and LSE entries of its own rows. It is launched only on a compute-capability 9.0 device, for which
+    // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents; a
+    // ragged call's maps cover the packed rows of the whole batch), the kernel writes O rows < Sq (ragged:
+    // rows < Sq_b of each sequence, at its packed offset from the uploaded cu_seqlens) and columns < Dv with
+    // 16-byte stores that the 8-element alignment allows, and LSE entries of its own rows (ragged: the
+    // `[Hq, total_q]` entries of its sequence's rows). A ragged call's `seq_tiles` names sequences < B and
+    // query tiles inside them (`fa2::schedule`), `n_seq_tiles` of them. It is launched only on a compute-capability 9.0 device, for which
     // its program is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
     // launch, which the kernel only increments and writes back to zero.
     unsafe { launch(call.dev, call.stream, program, &program.name, dims, args) }
