@@ -61,12 +61,13 @@
 #define FA3_VAR_ALIBI 4
 
 // Measurement switches of an FA3_ENTRY_XO instantiation (XO; src/kernels/fa3.rs `SDPA_FA3_AB`), each bringing
-// back one of session 7's choices that session 8 replaced, so that one call can time both on the same card:
-// FA3_XO_STORE4 stores O as 4-byte column pairs (no quad transpose), FA3_XO_TILE_TURNS restarts the ping-pong
-// turns at every work tile (warpgroup 0 waits for the last one to enter the tile) instead of running them round
-// robin across tiles. Session 8 measured both together 4-11 % slower at S <= 2k than session 7's code and could
-// not say which costs it. XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
-#define FA3_XO_STORE4 1
+// back the other side of an A/B the product settled, so that one call can time both on the same card:
+// FA3_XO_STORE16 stores O as 16-byte row chunks after a quad transpose (session 8's choice; session 10 measured
+// it up to 8 % slower at S <= 4k, most at 512, than the product's 4-byte column pairs; bench/results/gpu/fa3.md
+// "Fifth step"), FA3_XO_TILE_TURNS restarts the ping-pong turns at every work tile (warpgroup 0 waits for the
+// last one to enter the tile) instead of running them round robin across tiles (the same call: within 1 %
+// either way). XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
+#define FA3_XO_STORE16 1
 #define FA3_XO_TILE_TURNS 2
 
 // How an instantiation reads its rows (SERVE; src/kernels/fa3.rs `Fa3Serve`): a dense batch, or a ragged one
@@ -326,21 +327,21 @@ __device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, in
 
 // The sequence of a work tile as the producer and the consumers read it: its query rows and keys, causal
 // offset, band and diagonal, and where its rows sit in the tensor maps (a first row and a batch coordinate).
-// Dense (Fa3Dense): the call's own values, read from the parameter where they are used, so that the dense
-// entries' code is what it was. Varlen (Fa3Varlen): sequence b of a ragged batch (seq_view: its band and
+// Dense (Fa3Dense): the call's own values, read from the parameter `p` (each accessor takes it) where they
+// are used, so that the dense entries' code is what it was (a struct holding a reference to the parameter
+// instead cost the plain entries 3 % more instructions, moves into uniform registers). Varlen (Fa3Varlen): sequence b of a ragged batch (seq_view: its band and
 // diagonal measured from its own lengths, as fa2 runs them) in maps over the packed rows as one batch. Rows
 // loaded past a sequence's end are the next sequence's (TMA's zeros only past the last one), so every key at
 // or past sk() is masked wherever a tile reaches it and no row at or past sq() is stored.
 struct Fa3Dense {
-    const AttnParams& p;
     int b;
     static constexpr bool RAGGED = false;
-    __device__ __forceinline__ int sq() const { return p.sq; }
-    __device__ __forceinline__ int sk() const { return p.sk; }
-    __device__ __forceinline__ int causal_offset() const { return p.causal_offset; }
-    __device__ __forceinline__ int band_lo() const { return p.band_lo; }
-    __device__ __forceinline__ int band_hi() const { return p.band_hi; }
-    __device__ __forceinline__ int diag_offset() const { return p.diag_offset; }
+    __device__ __forceinline__ int sq(const AttnParams& p) const { return p.sq; }
+    __device__ __forceinline__ int sk(const AttnParams& p) const { return p.sk; }
+    __device__ __forceinline__ int causal_offset(const AttnParams& p) const { return p.causal_offset; }
+    __device__ __forceinline__ int band_lo(const AttnParams& p) const { return p.band_lo; }
+    __device__ __forceinline__ int band_hi(const AttnParams& p) const { return p.band_hi; }
+    __device__ __forceinline__ int diag_offset(const AttnParams& p) const { return p.diag_offset; }
     __device__ __forceinline__ int q_row0() const { return 0; }  // the Q map's row of query row 0
     __device__ __forceinline__ int k_row0() const { return 0; }  // the K/V maps' row of key 0
     __device__ __forceinline__ int map_b() const { return b; }   // the maps' batch coordinate
@@ -348,13 +349,13 @@ struct Fa3Dense {
 struct Fa3Varlen {
     int b, q0, k0, sq_, sk_, lo, hi, diag;
     static constexpr bool RAGGED = true;
-    __device__ __forceinline__ int sq() const { return sq_; }
-    __device__ __forceinline__ int sk() const { return sk_; }
+    __device__ __forceinline__ int sq(const AttnParams&) const { return sq_; }
+    __device__ __forceinline__ int sk(const AttnParams&) const { return sk_; }
     // Plain causal entries: key j visible to row i iff j <= i + diag (fa2's `causal_offset = diag_offset`).
-    __device__ __forceinline__ int causal_offset() const { return diag; }
-    __device__ __forceinline__ int band_lo() const { return lo; }
-    __device__ __forceinline__ int band_hi() const { return hi; }
-    __device__ __forceinline__ int diag_offset() const { return diag; }
+    __device__ __forceinline__ int causal_offset(const AttnParams&) const { return diag; }
+    __device__ __forceinline__ int band_lo(const AttnParams&) const { return lo; }
+    __device__ __forceinline__ int band_hi(const AttnParams&) const { return hi; }
+    __device__ __forceinline__ int diag_offset(const AttnParams&) const { return diag; }
     __device__ __forceinline__ int q_row0() const { return q0; }
     __device__ __forceinline__ int k_row0() const { return k0; }
     __device__ __forceinline__ int map_b() const { return 0; }
@@ -376,11 +377,12 @@ __device__ __forceinline__ Fa3Varlen fa3_varlen_tile(const Fa3Args& a, int w, in
 // the rows' bands (each row's band is the previous one shifted by a key, so the union is one range), clamped
 // to [0, Sk] (common.cuh band_first for the first); empty when end <= first.
 template <typename S>
-__device__ __forceinline__ void fa3_band_keys(const S& sv, int r_first, int r_last, int& first, int& end) {
-    const long long f = (long long)r_first + sv.band_lo();
-    first = f < 0 ? 0 : (f > sv.sk() ? sv.sk() : (int)f);
-    const long long e = (long long)r_last + sv.band_hi() + 1;
-    end = e < 0 ? 0 : (e > sv.sk() ? sv.sk() : (int)e);
+__device__ __forceinline__ void fa3_band_keys(const AttnParams& p, const S& sv, int r_first, int r_last, int& first,
+                                              int& end) {
+    const long long f = (long long)r_first + sv.band_lo(p);
+    first = f < 0 ? 0 : (f > sv.sk(p) ? sv.sk(p) : (int)f);
+    const long long e = (long long)r_last + sv.band_hi(p) + 1;
+    end = e < 0 ? 0 : (e > sv.sk(p) ? sv.sk(p) : (int)e);
 }
 
 // K/V tiles a query tile [m0, m_end) loads: tiles t0 .. t0 + n_tiles - 1 (of BN keys; the count is returned).
@@ -388,17 +390,17 @@ __device__ __forceinline__ void fa3_band_keys(const S& sv, int r_first, int r_la
 // holding a key some row sees, from the first row's first key to the last row's last one, so that tiles
 // wholly before or after every row's window are never loaded.
 template <int BN, int MASK, int VAR, typename S>
-__device__ __forceinline__ int fa3_kv_tiles(const S& sv, int m0, int m_end, int& t0) {
+__device__ __forceinline__ int fa3_kv_tiles(const AttnParams& p, const S& sv, int m0, int m_end, int& t0) {
     t0 = 0;
     if constexpr (VAR != 0) {
         int first, end;
-        fa3_band_keys(sv, m0, m_end - 1, first, end);
+        fa3_band_keys(p, sv, m0, m_end - 1, first, end);
         if (end <= first) return 0;
         t0 = first / BN;
         return (end + BN - 1) / BN - t0;
     }
-    int n_keys = sv.sk();
-    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(sv.sk(), m_end + sv.causal_offset()));
+    int n_keys = sv.sk(p);
+    if (MASK == FA3_MASK_CAUSAL) n_keys = max(0, min(sv.sk(p), m_end + sv.causal_offset(p)));
     return (n_keys + BN - 1) / BN;
 }
 
@@ -406,7 +408,9 @@ __device__ __forceinline__ int fa3_kv_tiles(const S& sv, int m0, int m_end, int&
 // of a short Sq) gets no Q (a box wholly outside the tensor), computes nothing and releases every K/V tile
 // unread. The producer and the consumer decide it alike, so their counts of Q loads agree.
 template <typename S>
-__device__ __forceinline__ bool fa3_has_rows(const S& sv, int m0, int c) { return m0 + 64 * c < sv.sq(); }
+__device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, const S& sv, int m0, int c) {
+    return m0 + 64 * c < sv.sq(p);
+}
 
 // The producer's work for one query tile, by its issuing thread: each consumer's Q (rows m0 + 64c.. of the
 // sequence `sv`, head h), once that consumer released its previous Q, and the n_tiles K and V tiles of (sv,
@@ -452,7 +456,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
     if (n_tiles > 0) load_k(0);
 #pragma unroll
     for (int w = 0; w < NC; ++w) {
-        if (!fa3_has_rows(sv, m0, w)) continue;
+        if (!fa3_has_rows(a.p, sv, m0, w)) continue;
         if (nq[w] > 0) sm90_mbar_wait(r.q_empty + 8 * w, (nq[w] - 1) & 1);
         sm90_mbar_expect(r.q_full + 8 * w, kb * L::BLOCK_Q);
         const unsigned dst = r.q + w * L::Q_BYTES;
@@ -514,9 +518,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // Slot and parity of tile j of this query tile.
     auto slot = [&](int j) { return (ring + j) % ST; };
     auto phase = [&](int j) { return ((ring + j) / ST) & 1; };
-    const bool has_rows = fa3_has_rows(sv, m0, wgi);
+    const bool has_rows = fa3_has_rows(p, sv, m0, wgi);
     // The last key any row of this warpgroup sees, under a causal mask; tiles past it are skipped.
-    const int wg_last_key = m0 + 64 * wgi + 63 + sv.causal_offset();
+    const int wg_last_key = m0 + 64 * wgi + 63 + sv.causal_offset(p);
 
     float o[DT * 4];
 #pragma unroll
@@ -567,8 +571,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     auto softmax = [&](int n0, float (&alpha)[2], auto masked) {
         if constexpr (VAR == 0) {
             const bool edge = decltype(masked)::value &&
-                              ((n0 + BN > sv.sk()) ||
-                               (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + sv.causal_offset()));
+                              ((n0 + BN > sv.sk(p)) ||
+                               (MASK == FA3_MASK_CAUSAL && n0 + BN - 1 > m0 + wrow + sv.causal_offset(p)));
             if (edge) {
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
@@ -578,8 +582,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int key = n0 + j * 8 + 2 * t + e;
-                            bool vis = key < sv.sk();
-                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + sv.causal_offset();
+                            bool vis = key < sv.sk(p);
+                            if (MASK == FA3_MASK_CAUSAL) vis = vis && key <= row + sv.causal_offset(p);
                             if (!vis) s[j * 4 + hh * 2 + e] = SDPA_NEG_INF;
                         }
                 }
@@ -593,7 +597,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             // D = 256 band, 40 at 192 softcap; none in 32 bits).
             const int r0 = m0 + wrow;
             const bool edge = decltype(masked)::value &&
-                              (n0 + BN > sv.sk() || n0 - sv.band_lo() < r0 + 15 || n0 + BN - 1 - sv.band_hi() > r0);
+                              (n0 + BN > sv.sk(p) || n0 - sv.band_lo(p) < r0 + 15 || n0 + BN - 1 - sv.band_hi(p) > r0);
             // The head's ALiBi slope in log2 units, read per key tile (an L1 hit): held across the loop it
             // cost spills there (33 spill instructions at D = 128 against 13).
             const float a2 = (VAR & FA3_VAR_ALIBI) != 0 ? p.alibi[h] * SDPA_LOG2E : 0.f;
@@ -602,7 +606,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 for (int hh = 0; hh < 2; ++hh) {
                     const int row = r0 + g + hh * 8;
                     // This thread's first key's distance from the row's diagonal, j - diag(i).
-                    const float dist0 = (float)(n0 + 2 * t - row - sv.diag_offset());
+                    const float dist0 = (float)(n0 + 2 * t - row - sv.diag_offset(p));
 #pragma unroll
                     for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -612,7 +616,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                             if constexpr (decltype(band)::value) {
                                 const int key = n0 + j * 8 + 2 * t + e;
                                 const int rel = key - row;
-                                if (!(key < sv.sk() && rel >= sv.band_lo() && rel <= sv.band_hi())) x = SDPA_NEG_INF;
+                                if (!(key < sv.sk(p) && rel >= sv.band_lo(p) && rel <= sv.band_hi(p))) x = SDPA_NEG_INF;
                             }
                         }
                 }
@@ -679,15 +683,15 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // products are the warpgroup's): every row sees all of their keys.
     int jp0 = 1, jp1 = 0;
     if constexpr (VAR != 0) {
-        const int r0 = m0 + 64 * wgi, r1 = min(r0 + 63, sv.sq() - 1);
+        const int r0 = m0 + 64 * wgi, r1 = min(r0 + 63, sv.sq(p) - 1);
         int first, end;
-        fa3_band_keys(sv, r0, r1, first, end);
+        fa3_band_keys(p, sv, r0, r1, first, end);
         ja = end > first ? min(n_tiles, max(0, first / BN - t0)) : 0;
         je = end > first ? max(ja, min(n_tiles, (end + BN - 1) / BN - t0)) : 0;
         // Keys [k0, k0 + BN) lie in every row's band when k0 is at or past the last row's first key and
         // k0 + BN at or before one past the first row's last key (and Sk).
-        const long long lo_key = (long long)r1 + sv.band_lo();
-        const long long hi_end = min((long long)r0 + sv.band_hi() + 1, (long long)sv.sk());
+        const long long lo_key = (long long)r1 + sv.band_lo(p);
+        const long long hi_end = min((long long)r0 + sv.band_hi(p) + 1, (long long)sv.sk(p));
         jp0 = (int)(lo_key <= 0 ? 0 : (lo_key + BN - 1) / BN) - t0;
         jp1 = (int)(hi_end <= 0 ? 0 : hi_end / BN) - t0;
     }
@@ -780,8 +784,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         // The first tile that may need a mask for some row of this warpgroup (warpgroup-uniform: the
         // products are the warpgroup's): the partial last tile of the keys, or under a causal mask the first
         // crossing the diagonal of the warpgroup's first row.
-        int j_mask = sv.sk() / BN;
-        if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + sv.causal_offset() + 1) / BN));
+        int j_mask = sv.sk(p) / BN;
+        if (MASK == FA3_MASK_CAUSAL) j_mask = min(j_mask, max(0, (m0 + 64 * wgi + sv.causal_offset(p) + 1) / BN));
         const int j_plain = max(1, min(j_mask, je));
         for (int j = 1; j < j_plain; ++j) step(j, Fa3Flag<false>());
         for (int j = j_plain; j < je; ++j) step(j, Fa3Flag<true>());
@@ -813,18 +817,17 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 
     // Epilogue: normalise, round to the output type (T, or bf16 for FP8 inputs) and store from registers, the
     // columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding, and may hold garbage from V
-    // blocks never loaded). A thread holds two columns of each n8 tile of its rows; per four n8 tiles the quad
-    // swaps them (a 4 x 4 transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile
-    // of its row: 16-byte stores filling whole 32-byte sectors (4-byte ones left half of every sector to a
-    // second transaction: ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through
-    // shared memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile
-    // runs.
+    // blocks never loaded). A thread holds two columns of each n8 tile of its rows and stores them as they are,
+    // 4 bytes each. Session 8 transposed them inside the quad first (fa3_quad_take) for 16-byte stores that fill
+    // whole 32-byte sectors (ncu had flagged the 4-byte ones as uncoalesced at S = 512), but the shuffles cost
+    // more than the sectors saved: up to 8 % at S = 512 (FA3_XO_STORE16, session 10). No staging through shared
+    // memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile runs.
     static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     using TO = typename Fa3Elem<T>::Out;
     // A ragged call's O rows are packed: row i of its sequence is row q0 + i (the batch stride is not used).
     TO* out = static_cast<TO*>(p.o) + (S::RAGGED ? (i64)sv.q_row0() * p.o_stride[2] : b * p.o_stride[0]) +
               h * p.o_stride[1];
-    const int sq = sv.sq();
+    const int sq = sv.sq(p);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         const float lsum = quad_sum(l[hh]);
@@ -842,15 +845,17 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 bad |= row < sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
                 v[e] = fa3_pack<TO>(x0, x1);
             }
-            if constexpr ((XO & FA3_XO_STORE4) != 0) {
-                // Session 7's stores (a measurement switch): this thread's two columns of each n8 tile.
+            if constexpr ((XO & FA3_XO_STORE16) != 0) {
+                // Session 8's stores (a measurement switch): n8 tile j0 + t of this row, columns in order.
+                const uint4 w = fa3_quad_take(v, t);
+                if (row < sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+            } else {
+                // This thread's two columns of each n8 tile: no shuffles on the way out, which the
+                // short calls (few key tiles per output tile) notice.
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     if (row < sq && 8 * (j0 + e) < p.dv)
                         *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
-            } else {
-                const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
-                if (row < sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
             }
         }
         // The LSE: [B, Hq, Sq], or [Hq, total_q] for a ragged call (common.cuh lse_row).
@@ -895,15 +900,15 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         if constexpr (RAG) {
             const Fa3Varlen sv = fa3_varlen_tile(a, w, h, m_block);
             m0 = m_block * BM;
-            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(sv, m0, min(m0 + BM, sv.sq()), t0);
+            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(p, sv, m0, min(m0 + BM, sv.sq(p)), t0);
             return sv;
         } else {
             int bh;
             fa3_tile_of(w, n_mblocks, n_bh, a.section, bh, m_block);
-            const Fa3Dense sv{p, bh / p.hq};
+            const Fa3Dense sv{bh / p.hq};
             h = bh % p.hq;
             m0 = m_block * BM;
-            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(sv, m0, min(m0 + BM, p.sq), t0);
+            n_tiles = fa3_kv_tiles<BN, MASK, VAR>(p, sv, m0, min(m0 + BM, p.sq), t0);
             return sv;
         }
     };
@@ -969,7 +974,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             fa3_consume_tile<T, D, DV, BN, ST, MASK, PP, NC, VAR, XO>(a, smem, r, sv, h, m0, t0, n_tiles, ring, nq & 1,
                                                                   turn);
             ring += n_tiles;
-            nq += fa3_has_rows(sv, m0, wgi);
+            nq += fa3_has_rows(p, sv, m0, wgi);
         }
         // fa3_end_turns: every warpgroup took the same number of turns; the last one's last hand-over to
         // warpgroup 0 is taken here, so that every named-barrier arrival meets one wait.
@@ -1012,8 +1017,9 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     }
 // Ragged entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask or band set}_varlen[_pp0] (f16/bf16; SERVE =
 // FA3_SERVE_VARLEN): a plain (MASK, VAR = 0) or variant (VAR, MASK = FA3_MASK_NONE) entry over a ragged batch
-// with packed K/V, each work tile on its sequence's own lengths, band and diagonal.
-#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, VAR, PP, NC, SERVE)                              \
+// with packed K/V, each work tile on its sequence's own lengths, band and diagonal. The first nine arguments
+// are in FA3_ENTRY's order (src/kernels/fa3/tests.rs reads them by position).
+#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                              \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
         FA3_BODY_SERVE(T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                                     \
     }

@@ -21,7 +21,9 @@
 //!   less).
 //! - Ragged batches and paged KV caches (issue 23, [`choose_ragged`]) run on the tensor-core kernels only:
 //!   `auto` takes `splitkv` when every sequence is decoding-like (`group·Sq_b <= 64`) and the longest has
-//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa2` otherwise; `fa1`, `unfused` and the f32 paths refuse them
+//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa3` for ragged prefill with packed K/V while its verification
+//!   switch `SDPA_FA3_RAGGED=1` is on and it takes the call on this device ([`fa3_may_take_ragged`]), `fa2`
+//!   otherwise; `fa3` asked for by name refuses what it cannot take; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
 //! - Head dims above 256 (issue 21): `auto` runs dense f16/bf16 calls with D or Dv above 256 on the wide-head
@@ -30,10 +32,10 @@
 //!   fall back to `fa1`.
 //! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for a dense f16/bf16 call that `fa2`
 //!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
-//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]); variant calls
-//!   (windows, softcap, ALiBi) only while `SDPA_FA3_VARIANTS=1`, fa3's verification switch for them
-//!   ([`fa3_may_take_variants`]). Asked for by name,
-//!   what it cannot take (head dims, masks, variants, ragged batches, devices other than sm_90) is refused
+//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant calls
+//!   (windows, softcap, ALiBi) under the same rule. Asked for by name,
+//!   what it cannot take (head dims, masks, paged caches, ragged batches while their switch is off, devices
+//!   other than sm_90) is refused
 //!   with the reason, never sent elsewhere.
 
 use crate::checked::params::AttnParams;
@@ -249,10 +251,11 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// tiles of 128 rows over the batch and heads (every measured point had 2048), and not a causal call of
 /// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys. Shorter or smaller calls (decoding-like
 /// rows, a few keys, a handful of heads) were not measured against `fa2` and stay there. Variant calls
-/// (windows, softcap, ALiBi) only with `SDPA_FA3_VARIANTS=1` ([`fa3_may_take_variants`]).
+/// (windows, softcap, ALiBi) follow the same rule: at D = 128, causal, S = 4k and 16k, `fa3` ran each of
+/// window 1024, softcap 30 and ALiBi 1.51-1.63x `fa2` (`bench/results/gpu/fa3.md`, session 10).
 pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
-    if !fa3_may_take_variants(spec, super::fa3::variants_enabled()) {
-        return false;
+    if spec.ragged.is_some() {
+        return fa3_may_take_ragged(spec, super::fa3::ragged_enabled());
     }
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
@@ -265,11 +268,14 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
         && tiles >= AUTO_FA3_MIN_TILES
 }
 
-/// Whether `auto` may send `spec` to `fa3` as far as variants go: a plain call, or a variant call while
-/// `switch_on` ([`super::fa3::variants_enabled`], the verification switch: fa3's variant entries have not
-/// run on a GPU, and none was timed against `fa2`'s).
-pub fn fa3_may_take_variants(spec: &AttentionSpec, switch_on: bool) -> bool {
-    spec.variants.is_plain() || switch_on
+/// Whether `auto` may send the ragged `spec` to `fa3` (before [`choose_ragged`] asks whether it is
+/// decoding-like, which `splitkv` takes): only while `switch_on` ([`super::fa3::ragged_enabled`], the
+/// verification switch: fa3's ragged entries have not run on a GPU), for packed K/V (fa3 refuses paged
+/// caches) at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]). Not timed against `fa2`'s ragged
+/// entries yet: while the switch is on, `auto` runs ragged prefill on `fa3` wherever `fa3` takes it, so the
+/// verification call times that choice (`bench/studies/fa3/ragged10/run.sh`).
+pub fn fa3_may_take_ragged(spec: &AttentionSpec, switch_on: bool) -> bool {
+    switch_on && Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec)
 }
 
 /// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
@@ -348,7 +354,10 @@ pub fn ragged_decoding(spec: &AttentionSpec) -> bool {
 /// inputs, `fa1`, `unfused` and calls the tensor cores cannot take are errors naming what to use instead.
 pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -> Result<Launcher> {
     match requested {
-        Kernel::Fa1 | Kernel::Unfused | Kernel::Fa3 => refuse_ragged(requested.name(), spec)?,
+        // Asked for by name: `fa3` refuses what it cannot take (paged caches, f8e4m3, its switch off) with
+        // the reason.
+        Kernel::Fa3 => return Ok(Launcher::Fa3),
+        Kernel::Fa1 | Kernel::Unfused => refuse_ragged(requested.name(), spec)?,
         _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,
         _ => {}
     }
@@ -361,6 +370,9 @@ pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -
     }
     Ok(match requested {
         Kernel::Auto if tc.splitkv && ragged_decoding(spec) => Launcher::SplitKv,
+        // `tc.fa3`: the dispatcher found that fa3 takes the call on this device and `auto` may send it
+        // there ([`fa3_may_take_ragged`]).
+        Kernel::Auto if tc.fa3 => Launcher::Fa3,
         Kernel::SplitKv if tc.splitkv => Launcher::SplitKv,
         _ => Launcher::Fa2,
     })
@@ -550,6 +562,34 @@ mod tests {
         assert!(refuse_ragged("fa1", &gqa(1, 8, 8, 64, 64, 64, DType::BF16)).is_ok(), "dense calls pass");
     }
 
+    /// Ragged calls and `fa3` (its ragged entries behind `SDPA_FA3_RAGGED=1`): asked for by name it is the
+    /// launcher (and refuses there what it cannot take); `auto` sends ragged prefill to it only when the
+    /// dispatcher found that it takes the call (`tc.fa3`), never decoding-like calls (splitkv's), and
+    /// [`fa3_may_take_ragged`] says yes only with the switch on, packed K/V and head dims where fa3 pays.
+    #[test]
+    fn ragged_prefill_goes_to_fa3_only_with_its_switch_and_where_it_takes_the_call() {
+        let auto = |spec: &AttentionSpec, fa3: bool| {
+            let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
+            let tc = TensorCores::of(spec, &params(spec), H100_OPTIN).with_fa3(fa3);
+            choose(Kernel::Auto, spec, &opts, tc).expect("auto")
+        };
+        let prefill = ragged(vec![512, 0, 64], vec![512, 9, 4096], 16, 4, DType::BF16);
+        assert_eq!(auto(&prefill, true), Launcher::Fa3);
+        assert_eq!(auto(&prefill, false), Launcher::Fa2);
+        let decode = ragged(vec![1, 16, 0, 3], vec![100, AUTO_SPLITKV_MIN_KEYS, 7, 0], 32, 8, DType::BF16);
+        assert_eq!(auto(&decode, true), Launcher::SplitKv, "decoding stays on splitkv");
+        for spec in [&prefill, &decode] {
+            assert_eq!(pick(Kernel::Fa3, spec, F32Math::Exact).expect("fa3 by name"), Launcher::Fa3);
+        }
+        assert!(fa3_may_take_ragged(&prefill, true));
+        assert!(!fa3_may_take_ragged(&prefill, false), "the verification switch is off");
+        let paged = AttentionSpec { ragged: prefill.ragged.clone().map(|r| r.paged(16, 0)), ..prefill.clone() };
+        assert!(!fa3_may_take_ragged(&paged, true), "fa3 refuses paged caches");
+        let narrow = AttentionSpec { shape: Shape { d: 32, dv: 32, ..prefill.shape }, ..prefill.clone() };
+        assert!(!fa3_may_take_ragged(&narrow, true), "D = 32 ran slower on fa3 (dense)");
+        assert!(!fa3_may_take_ragged(&gqa(1, 8, 8, 4096, 4096, 128, DType::BF16), true), "dense: not this rule");
+    }
+
     #[test]
     fn auto_takes_splitkv_for_long_decoding_and_fa2_for_the_rest_on_tensor_cores() {
         let auto = |spec: &AttentionSpec| pick(Kernel::Auto, spec, F32Math::Exact).expect("auto");
@@ -594,17 +634,12 @@ mod tests {
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
         assert_eq!(auto(&causal, true), Launcher::Fa3);
-        // Variants (windows, softcap, ALiBi): never to fa3 unless its verification switch is on, even where
-        // fa3 would take the call.
+        // Variants (windows, softcap, ALiBi): the same rule as plain calls.
         let windowed = prefill.clone().with_window(sdpa_core::variants::Window::left(1024));
         let capped = prefill.clone().with_softcap(30.0);
         for v in [&windowed, &capped] {
-            assert!(!fa3_may_take_variants(v, false) && fa3_may_take_variants(v, true));
-            if !super::super::fa3::variants_enabled() {
-                assert_eq!(auto(v, true), Launcher::Fa2);
-            }
+            assert_eq!(auto(v, true), Launcher::Fa3);
         }
-        assert!(fa3_may_take_variants(&prefill, false));
         // Head dims (issue 21's grid): fa2 at D <= 32 and at D 33..63 below 2k keys, fa3 above.
         let dims = |d, dv, n| AttentionSpec::new(Shape { dv, ..Shape::new(2, 16, n, n, d) }, DType::BF16);
         assert_eq!(auto(&dims(32, 32, 4096), true), Launcher::Fa2);

@@ -550,3 +550,146 @@ fn model_check(
     }
     checked
 }
+
+/// The plain entries' key ranges for one sequence of `sq` rows and `sk` keys (no mask, or causal with that
+/// offset), checked by brute force as `model_check` checks the band's: every key a row sees lies in a tile
+/// its warpgroup computes, and the tiles its unmasked loop runs (1 .. j_plain, `fa3_consume_tile`) and those
+/// a warp's `edge` test passes are wholly visible to the rows concerned, so no key at or past Sk (for a
+/// ragged batch: the next sequence's, which TMA loads) reaches a row unmasked.
+fn plain_check(causal: Option<i64>, sq: i64, sk: i64, bn: i64, nc: i64) -> usize {
+    let visible = |i: i64, k: i64| k < sk && causal.is_none_or(|co| k <= i + co);
+    let mut checked = 0;
+    for m0 in (0..sq).step_by(64 * nc as usize) {
+        let (n, wgs) = plain_model_tile(causal, sq, sk, bn, m0, nc);
+        for (wgi, range) in wgs.iter().enumerate() {
+            let Some((ja, je)) = *range else { continue };
+            let r0 = m0 + 64 * wgi as i64;
+            let r1 = (r0 + 63).min(sq - 1);
+            assert!(0 <= ja && ja <= je && je <= n);
+            for i in r0..=r1 {
+                for k in 0..sk {
+                    if visible(i, k) {
+                        assert!(k < je * bn, "row {i} key {k} past the computed tiles ({je} of {bn})");
+                    }
+                }
+            }
+            let mut j_mask = sk / bn;
+            if let Some(co) = causal {
+                j_mask = j_mask.min(((r0 + co + 1) / bn).max(0));
+            }
+            let j_plain = j_mask.min(je).max(1);
+            for j in 1..j_plain {
+                for i in r0..=r1 {
+                    for k in j * bn..(j + 1) * bn {
+                        assert!(visible(i, k), "unmasked tile {j}: row {i} key {k}");
+                    }
+                }
+                checked += 1;
+            }
+            for w0 in (r0..=r1).step_by(16) {
+                for j in 0..je {
+                    let n0 = j * bn;
+                    let edge = n0 + bn > sk || causal.is_some_and(|co| n0 + bn - 1 > w0 + co);
+                    if !edge {
+                        for i in w0..(w0 + 16).min(sq) {
+                            assert!((n0..n0 + bn).all(|k| visible(i, k)), "warp tile {j} row {i}");
+                        }
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    checked
+}
+
+/// Ragged batches (`FA3_SERVE_VARLEN`): the work tiles the kernel enumerates (fa2's schedule of (sequence,
+/// query tile) pairs times the heads: work tile w is entry w / Hq, head w % Hq, `fa3_varlen_tile`) are every
+/// (sequence, head, query tile) with rows exactly once and none of a sequence without rows, heaviest first
+/// (by the key tiles the kernel loads); each tile's key ranges, by the dense models on its sequence's own
+/// lengths, causal offset (its diagonal) and band, hold every key its rows see and mask every key past the
+/// sequence's end; and blocks running tiles of different sequences in turn keep the ring and the turns
+/// (`run_protocol`: sequences with no key give tiles with no key tile, short ones consumers with no rows).
+#[test]
+fn ragged_work_tiles_cover_each_sequence_once_and_keep_the_ring_and_turns() {
+    use sdpa_core::variants::{Diagonal, Window};
+    use sdpa_core::{Layout, Ragged};
+    let batches: [(Vec<usize>, Vec<usize>); 3] = [
+        (vec![0, 1, 77, 300, 129, 64, 513], vec![5, 1, 300, 77, 0, 4096, 1000]),
+        (vec![1, 1, 1, 200], vec![0, 700, 129, 130]),
+        (vec![257, 0, 0, 31], vec![257, 0, 9, 31]),
+    ];
+    let (mut runs, mut checked) = (0usize, 0usize);
+    for (q, k) in batches {
+        let r = Ragged::new(q.clone(), k.clone());
+        let (max_q, max_k) = (r.max_q().max(1), r.max_k().max(1));
+        for (mask, window) in [
+            (Mask::None, None),
+            (Mask::CausalTopLeft, None),
+            (Mask::CausalBottomRight, None),
+            (Mask::CausalBottomRight, Some(Window { left: Some(40), right: Some(0) })),
+            (Mask::None, Some(Window { left: Some(100), right: Some(7) })),
+        ] {
+            for (d, hq) in [(64, 4), (256, 3)] {
+                let shape = Shape { b: q.len(), hq, hkv: 1, sq: max_q, sk: max_k, d, dv: d };
+                let mut spec = AttentionSpec::new(shape, DType::BF16).with_mask(mask.clone());
+                if let Some(w) = window {
+                    spec = spec.with_window(w).with_diagonal(Diagonal::BottomRight);
+                }
+                let spec = spec.with_ragged(r.clone(), Layout::Bshd);
+                let variant = !spec.variants.is_plain();
+                let tile =
+                    if variant { variant_tile_for(d, d) } else { ragged_tile_for(d, d, mask.is_causal(), max_k) };
+                let (rows, bn, nc) = (tile.rows() as i64, tile.bn as i64, tile.consumers as i64);
+                let pairs: Vec<(usize, i64)> =
+                    super::super::fa2::schedule(&spec, tile.rows(), tile.bn).chunks(2).map(|c| (c[0] as usize, c[1] as i64)).collect();
+                // The kernel's tile of each work index, and its model.
+                let mut seen = std::collections::HashSet::new();
+                let mut tiles = Vec::new();
+                for w in 0..pairs.len() * hq {
+                    let ((b, mb), h) = (pairs[w / hq], w % hq);
+                    assert!(seen.insert((b, h, mb)), "work tile ({b}, {h}, {mb}) twice");
+                    let (sq, sk) = (q[b] as i64, k[b] as i64);
+                    assert!(mb * rows < sq, "a tile past sequence {b}'s rows");
+                    let model = if variant {
+                        let (lo, hi) = spec.band_for(q[b], k[b]).clamped(q[b], k[b]);
+                        model_tile(lo, hi, sq, sk, bn, mb * rows, nc)
+                    } else {
+                        let diag = if mask == Mask::CausalBottomRight { sk - sq } else { 0 };
+                        plain_model_tile(mask.is_causal().then_some(diag), sq, sk, bn, mb * rows, nc)
+                    };
+                    tiles.push(model);
+                }
+                let expected: usize = q.iter().map(|&x| x.div_ceil(tile.rows())).sum::<usize>() * hq;
+                assert_eq!(seen.len(), expected, "every (sequence, head, query tile) once");
+                assert!(tiles.windows(2).all(|t| t[0].0 >= t[1].0), "heaviest first: {:?}", tiles.iter().map(|t| t.0).collect::<Vec<_>>());
+                // Each sequence's key ranges, as a dense call of its own lengths.
+                for (&sq, &sk) in q.iter().zip(&k) {
+                    let (sqi, ski) = (sq as i64, sk as i64);
+                    if variant {
+                        let band = spec.band_for(sq, sk);
+                        let (lo, hi) = band.clamped(sq, sk);
+                        let keys = |lo: i64, hi: i64, sk: i64, a: i64, b: i64| ((a + lo).clamp(0, sk), (b + hi + 1).clamp(0, sk));
+                        checked += model_check(&band, lo, hi, sqi, ski, bn, nc, &keys);
+                    } else {
+                        let diag = if mask == Mask::CausalBottomRight { ski - sqi } else { 0 };
+                        checked += plain_check(mask.is_causal().then_some(diag), sqi, ski, bn, nc);
+                    }
+                }
+                // Blocks running the tiles of several sequences in turn.
+                for seq in model_sequences(&tiles, 10) {
+                    for st in 1..=3 {
+                        let ops = protocol(&seq, st, nc as usize, true, false);
+                        for seed in 0..3 {
+                            if let Err(e) = run_protocol(&ops, st, seed) {
+                                panic!("{q:?} {k:?} {mask:?} {window:?} D {d} ST {st} tiles {seq:?}: {e}");
+                            }
+                            runs += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(runs > 500 && checked > 1000, "{runs} {checked}");
+}

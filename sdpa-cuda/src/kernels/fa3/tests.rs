@@ -45,7 +45,6 @@ fn head_dims_run_the_first_class_at_or_above_both() {
 
 #[test]
 fn fa3_refuses_what_it_lacks_with_the_reason() {
-    let refuses = |spec: &AttentionSpec| refuses_with(spec, false);
     assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
     assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
     for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
@@ -59,16 +58,13 @@ fn fa3_refuses_what_it_lacks_with_the_reason() {
     let plain = spec(64, 64, DType::BF16);
     let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
     assert!(refuses(&explicit).expect("refused").contains("explicit"));
-    let windowed = plain.clone().with_window(sdpa_core::variants::Window::left(64));
-    assert!(refuses(&windowed).expect("refused").contains("does not implement"));
-    assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
     assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
 }
 
-/// Windows, softcap and ALiBi: refused, naming the verification switch, unless it is on; f8e4m3 refuses
-/// them either way; what fa3 lacks besides stays refused with the switch on.
+/// Windows, softcap and ALiBi: taken for f16 and bf16, refused for f8e4m3 (naming the variants); what fa3
+/// lacks besides stays refused.
 #[test]
-fn variants_are_taken_only_behind_the_verification_switch() {
+fn variants_are_taken_for_f16_and_bf16_only() {
     use sdpa_core::variants::{Alibi, Diagonal, Window};
     let plain = spec(128, 128, DType::BF16);
     let cases = [
@@ -80,32 +76,28 @@ fn variants_are_taken_only_behind_the_verification_switch() {
         plain.clone().with_mask(Mask::CausalTopLeft).with_alibi(Alibi::Standard).with_softcap(50.0),
     ];
     for v in &cases {
-        let why = refuses_with(v, false).expect("refused without the switch");
-        assert!(why.contains("does not implement") && why.contains("SDPA_FA3_VARIANTS=1"), "{why}");
-        assert!(why.contains("fa2 does"), "{why}");
-        assert_eq!(refuses_with(v, true), None, "{why}");
+        assert_eq!(refuses(v), None, "{}", v.variants.label(v.diagonal()));
         let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
-        assert_eq!(refuses_with(&f16, true), None);
+        assert_eq!(refuses(&f16), None);
         let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
-        for on in [false, true] {
-            let why = refuses_with(&fp8, on).expect("f8e4m3 refuses variants");
-            assert!(why.contains("f8e4m3"), "{why}");
-        }
+        let why = refuses(&fp8).expect("f8e4m3 refuses variants");
+        assert!(why.contains("f8e4m3") && why.contains("does not implement"), "{why}");
     }
-    let named = refuses_with(&cases[5], false).expect("refused");
+    let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..cases[5].clone() };
+    let named = refuses(&fp8).expect("refused");
     assert!(named.contains("softcap") && named.contains("alibi"), "{named}");
     let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
     let explicit = explicit.with_window(Window::left(8));
-    assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
-    assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+    assert!(refuses(&explicit).expect("refused").contains("explicit"));
+    assert!(refuses(&cases[0].clone().with_scale(-1.0)).expect("refused").contains("positive"));
     // Sq + Sk within the kernel's 32-bit band arithmetic.
     let long = |sq: usize, sk: usize| {
         AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::BF16)
             .with_mask(Mask::CausalBottomRight)
             .with_window(Window::left(4096))
     };
-    assert_eq!(refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1), true), None);
-    let why = refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20)), true).expect("refused");
+    assert_eq!(refuses(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1)), None);
+    let why = refuses(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20))).expect("refused");
     assert!(why.contains("Sq + Sk below"), "{why}");
 }
 
@@ -161,7 +153,8 @@ fn variant_programs_are_named_by_their_variant_bits() {
     let check = compile_check_variant_programs();
     assert_eq!(check.len(), 2);
     assert!(check.iter().all(|p| all.contains(p) && listed.contains(p) && compile_check_programs().contains(p)));
-    assert_eq!(listed.iter().filter(|p| p.name.contains("_band")).count(), check.len());
+    let dense_band = |p: &&Program| p.name.contains("_band") && !p.name.ends_with("_varlen");
+    assert_eq!(listed.iter().filter(dense_band).count(), check.len());
     // The kernel side has the entry macro and the variant bits the names stand for.
     assert!(FA3.source.contains("#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)"));
     assert!(FA3.source.contains("#define FA3_VAR_SOFTCAP 2\n") && FA3.source.contains("#define FA3_VAR_ALIBI 4\n"));
@@ -244,7 +237,8 @@ fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
     assert!(!why.contains("use fa2") && why.contains("f8e4m3"), "{why}");
     // f16/bf16 calls are still sent to fa2.
     let bf16 = spec(128, 128, DType::BF16);
-    assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
+    let explicit = bf16.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &bf16.shape)));
+    assert!(refuses(&explicit).expect("refused").contains("fa2 does"));
     let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
     assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
 }
@@ -253,12 +247,14 @@ fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
 /// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
 /// with its static_asserts; `None` where one of them would fail to compile.
 fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
-    // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC) and FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)
-    // put the layout's parameters at the same places.
+    // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC), FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC) and
+    // FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE) put the layout's parameters at the
+    // same places.
     let inner = instantiation
         .strip_prefix("FA3_ENTRY(")
         .or_else(|| instantiation.strip_prefix("FA3_ENTRY_VAR("))
-        .or_else(|| instantiation.strip_prefix("FA3_ENTRY_XO("))?
+        .or_else(|| instantiation.strip_prefix("FA3_ENTRY_XO("))
+        .or_else(|| instantiation.strip_prefix("FA3_ENTRY_SERVE("))?
         .strip_suffix(')')?;
     let f: Vec<&str> = inner.split(", ").collect();
     let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
@@ -341,14 +337,14 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
 #[test]
 fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     assert_eq!(AbSwitches::parse("").expect("empty"), AbSwitches::default());
-    let both = AbSwitches::parse("store4, tile-turns").expect("both");
+    let both = AbSwitches::parse("store16, tile-turns").expect("both");
     assert_eq!(both.bits(), 3);
     assert_eq!(AbSwitches::parse("tile-turns").expect("turns").bits(), 2);
-    let err = AbSwitches::parse("store4,store16").expect_err("unknown").to_string();
-    assert!(err.contains("store16") && err.contains("tile-turns"), "{err}");
+    let err = AbSwitches::parse("store16,store4").expect_err("unknown").to_string();
+    assert!(err.contains("`store4`") && err.contains("store16") && err.contains("tile-turns"), "{err}");
     let tile = tile_for(128, 128, false, 4096);
     let plain = program(DType::BF16, (128, 128), tile, MASK_NONE, true);
-    let st = AbSwitches { store4: true, tile_turns: false };
+    let st = AbSwitches { store16: true, tile_turns: false };
     let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, st);
     assert_eq!(m.name, format!("{}_xo1", plain.name));
     assert!(m.instantiation.starts_with("FA3_ENTRY_XO(") && m.instantiation.ends_with(", 1)"), "{}", m.instantiation);
@@ -356,7 +352,7 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, AbSwitches::default()).name,
         plain.name
     );
-    assert!(FA3.source.contains("#define FA3_XO_STORE4 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
+    assert!(FA3.source.contains("#define FA3_XO_STORE16 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
     assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
 }
 
@@ -395,6 +391,7 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
         2 * (with_pp + tiles((64, 64)) + tiles((128, 128)))
             + fp8_programs().len()
             + compile_check_variant_programs().len()
+            + compile_check_ragged_programs().len()
             + 1 // measured_check_program
     );
     assert!(compile_check_programs().iter().all(|p| all.contains(p)));
@@ -430,4 +427,64 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
     assert!(FA3.source.contains("#define FA3_THREADS(NC) (128 * ((NC) + 1))"), "block shape changed");
     // The host's shared-memory sizes count the kernel's work-tile ring (`barrier_bytes`).
     assert!(FA3.source.contains(&format!("#define FA3_SCHED {SCHED_RING}\n")), "work-tile ring changed");
+}
+
+/// Ragged batches: packed K/V of f16/bf16 only while the verification switch is on; paged caches, f8e4m3 and
+/// the switch off are refused naming who takes the call (and the switch), never silently.
+#[test]
+fn ragged_calls_are_taken_with_the_switch_and_refused_with_who_takes_them() {
+    use sdpa_core::{Layout, Ragged};
+    let ragged = |dtype: DType, paged: bool| {
+        let r = Ragged::new(vec![100, 0, 1], vec![200, 5, 0]);
+        let r = if paged { r.paged(16, 0) } else { r };
+        let shape = Shape { b: 3, hq: 8, hkv: 2, sq: 100, sk: 200, d: 128, dv: 128 };
+        AttentionSpec::new(shape, dtype).with_mask(Mask::CausalBottomRight).with_ragged(r, Layout::Bshd)
+    };
+    for dtype in [DType::F16, DType::BF16] {
+        assert_eq!(refuses_ragged(&ragged(dtype, false), true), None);
+        let off = refuses_ragged(&ragged(dtype, false), false).expect("switch off");
+        assert!(off.contains("SDPA_FA3_RAGGED=1") && off.contains("fa2"), "{off}");
+        for on in [true, false] {
+            let paged = refuses_ragged(&ragged(dtype, true), on).expect("paged");
+            assert!(paged.contains("paged") && paged.contains("fa2") && paged.contains("splitkv"), "{paged}");
+        }
+    }
+    let fp8 = refuses_ragged(&ragged(DType::F8E4M3, false), true).expect("fp8");
+    assert!(fp8.contains("f16 and bf16") && fp8.contains("no other kernel takes f8e4m3"), "{fp8}");
+    assert_eq!(refuses_ragged(&spec(128, 128, DType::BF16), false), None, "dense calls are not this rule's");
+    // The packed rows' 32-bit coordinates.
+    let big = Ragged::new(vec![1 << 30], vec![(1 << 30) + (1 << 29)]);
+    let shape = Shape { b: 1, hq: 1, hkv: 1, sq: 1 << 30, sk: (1 << 30) + (1 << 29), d: 64, dv: 64 };
+    let big = AttentionSpec::new(shape, DType::BF16).with_ragged(big, Layout::Bshd);
+    assert!(refuses_ragged(&big, true).expect("too many rows").contains("32-bit"));
+}
+
+/// The ragged entries: names end `_varlen` after the masking, the instantiation is `FA3_ENTRY_SERVE` in
+/// varlen mode, two consumers everywhere; the compile check's are among them, all names are unique.
+#[test]
+fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
+    let causal = Masking { kind: MASK_CAUSAL, var: 0 };
+    let p = serve_program(DType::BF16, (128, 128), ragged_tile_for(128, 128, true, 1 << 20), causal, true);
+    assert_eq!(p.name, "fa3_t128x2_bf16_128_causal_varlen");
+    let line = "FA3_ENTRY_SERVE(fa3_t128x2_bf16_128_causal_varlen, __nv_bfloat16, 128, 128, 128, 2, FA3_MASK_CAUSAL, \
+                true, 2, 0, FA3_SERVE_VARLEN)";
+    assert!(p.instantiation.contains(line), "{}", p.instantiation);
+    let all = crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI;
+    let v = serve_program(DType::F16, (192, 128), variant_tile_for(192, 128), Masking { kind: MASK_NONE, var: all }, false);
+    assert_eq!(v.name, "fa3_t128x2_f16_192_128_band_softcap_alibi_varlen_pp0");
+    assert!(v.instantiation.contains("FA3_MASK_NONE, false, 2, FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI,"));
+    assert!(FA3.source.contains("#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)"));
+    // Three consumers at the class 64 for dense calls, two for ragged ones.
+    assert_eq!(tile_for(64, 64, false, 1 << 20).consumers, 3);
+    assert_eq!(ragged_tile_for(64, 64, false, 1 << 20).consumers, 2);
+    let every = ragged_programs();
+    assert_eq!(every.len(), 2 * FA3_CLASSES.len() * 6);
+    let mut names: Vec<&str> = every.iter().map(|p| p.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), every.len());
+    assert!(every.iter().all(|p| p.name.ends_with("_varlen")));
+    for p in compile_check_ragged_programs() {
+        assert!(every.contains(&p) && programs().contains(&p) && compile_check_programs().contains(&p), "{}", p.name);
+    }
 }
