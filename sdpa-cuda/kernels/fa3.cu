@@ -41,6 +41,16 @@
 // leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn
 // every score into log2 units before the online max (fa3_variant_score).
 //
+// Ragged batches (FA3_ENTRY_SERVE with FA3_SERVE_VARLEN, f16/bf16, packed K/V; written in session 10, not
+// yet run on a GPU): work tile w is entry w / Hq of the launcher's heaviest-first schedule of (sequence,
+// query tile) pairs and head w % Hq (fa3_varlen_tile); the tile runs the dense code on its sequence's own
+// lengths, band and diagonal (Fa3Varlen; the dense entries read the parameter as before through Fa3Dense).
+// The tensor maps run over the packed rows as one batch ([1, H, total rows, D]), so a box reaching past a
+// sequence loads the next sequence's rows: keys at or past Sk_b are masked on every tile that reaches them
+// (the plain entries' `edge` test and j_mask, the band test), rows at or past Sq_b are never stored, the LSE
+// goes to [Hq, total_q], and a non-finite value from the next sequence's V under a masked key is repaired
+// as any other. The protocol (rings, Q buffers, turns) is the dense one.
+//
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
 //   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers
 //   | the work-tile ring (FA3_SCHED mbarrier pairs and tiles).

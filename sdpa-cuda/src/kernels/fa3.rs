@@ -19,8 +19,9 @@
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
 //! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
-//! a positive scale, dense batches, operands a tensor map can describe (base and every stride of Q, K, V, O
-//! multiples of 8 elements), a compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
+//! a positive scale, dense batches (and ragged ones with packed K/V while `SDPA_FA3_RAGGED=1`, below),
+//! operands a tensor map can describe (base and every stride of Q, K, V, O multiples of 8 elements), a
+//! compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
 //!
@@ -30,6 +31,18 @@
 //! are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask
 //! code; softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at
 //! every class ([`variant_tile_for`]).
+//!
+//! Ragged (varlen) batches with packed K/V (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]) were written in
+//! session 10 without a GPU and have not run on one yet: they are taken only when `SDPA_FA3_RAGGED=1`
+//! ([`ragged_enabled`], the verification switch) and refused with that reason otherwise ([`refuses_ragged`];
+//! `bench/studies/fa3/ragged10/run.sh` is their first run). The work tiles are [`super::fa2::schedule`]'s
+//! (sequence, query tile) pairs, heaviest first, times the heads (uploaded per content, read by the kernel
+//! through `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own lengths, band and diagonal
+//! (both causal alignments and the variants as `fa2` defines them per sequence), through tensor maps over
+//! the packed rows as one batch: what a box loads past a sequence is the next sequence's rows, so keys past
+//! Sk_b are masked on every tile that reaches them and rows past Sq_b are never stored; the LSE is
+//! `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]). Paged KV caches and f8e4m3 ragged
+//! calls are refused, naming `fa2` and `splitkv`.
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
@@ -477,7 +490,13 @@ fn var_const(var: i32) -> String {
 
 /// The program of ragged entry `{tile prefix}_{dtype}_{d}[_{dv}]_{masking}_varlen[_pp0]` (`FA3_ENTRY_SERVE`,
 /// packed K/V): `masking` a plain one (no mask, causal) or a variant set over no mask; f16/bf16 only.
-pub fn serve_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, masking: Masking, pingpong: bool) -> Program {
+pub fn serve_program(
+    dtype: DType,
+    (d, dv): (usize, usize),
+    tile: Fa3Tile,
+    masking: Masking,
+    pingpong: bool,
+) -> Program {
     let name = entry_name(tile, dtype, (d, dv), &format!("{}_varlen", masking.suffix()), pingpong);
     let Fa3Tile { bn, stages, consumers } = tile;
     let (mask, var) = (super::mask_const("FA3", masking.kind), var_const(masking.var));

@@ -632,7 +632,7 @@ fn ragged_work_tiles_cover_each_sequence_once_and_keep_the_ring_and_turns() {
         ] {
             for (d, hq) in [(64, 4), (256, 3)] {
                 let shape = Shape { b: q.len(), hq, hkv: 1, sq: max_q, sk: max_k, d, dv: d };
-                let mut spec = AttentionSpec::new(shape, DType::BF16).with_mask(mask.clone());
+                let mut spec = AttentionSpec::new(shape, DType::BF16).with_mask(mask);
                 if let Some(w) = window {
                     spec = spec.with_window(w).with_diagonal(Diagonal::BottomRight);
                 }
@@ -641,8 +641,10 @@ fn ragged_work_tiles_cover_each_sequence_once_and_keep_the_ring_and_turns() {
                 let tile =
                     if variant { variant_tile_for(d, d) } else { ragged_tile_for(d, d, mask.is_causal(), max_k) };
                 let (rows, bn, nc) = (tile.rows() as i64, tile.bn as i64, tile.consumers as i64);
-                let pairs: Vec<(usize, i64)> =
-                    super::super::fa2::schedule(&spec, tile.rows(), tile.bn).chunks(2).map(|c| (c[0] as usize, c[1] as i64)).collect();
+                let pairs: Vec<(usize, i64)> = super::super::fa2::schedule(&spec, tile.rows(), tile.bn)
+                    .chunks(2)
+                    .map(|c| (c[0] as usize, c[1] as i64))
+                    .collect();
                 // The kernel's tile of each work index, and its model.
                 let mut seen = std::collections::HashSet::new();
                 let mut tiles = Vec::new();
@@ -662,14 +664,20 @@ fn ragged_work_tiles_cover_each_sequence_once_and_keep_the_ring_and_turns() {
                 }
                 let expected: usize = q.iter().map(|&x| x.div_ceil(tile.rows())).sum::<usize>() * hq;
                 assert_eq!(seen.len(), expected, "every (sequence, head, query tile) once");
-                assert!(tiles.windows(2).all(|t| t[0].0 >= t[1].0), "heaviest first: {:?}", tiles.iter().map(|t| t.0).collect::<Vec<_>>());
+                assert!(
+                    tiles.windows(2).all(|t| t[0].0 >= t[1].0),
+                    "heaviest first: {:?}",
+                    tiles.iter().map(|t| t.0).collect::<Vec<_>>()
+                );
                 // Each sequence's key ranges, as a dense call of its own lengths.
                 for (&sq, &sk) in q.iter().zip(&k) {
                     let (sqi, ski) = (sq as i64, sk as i64);
                     if variant {
                         let band = spec.band_for(sq, sk);
                         let (lo, hi) = band.clamped(sq, sk);
-                        let keys = |lo: i64, hi: i64, sk: i64, a: i64, b: i64| ((a + lo).clamp(0, sk), (b + hi + 1).clamp(0, sk));
+                        let keys = |lo: i64, hi: i64, sk: i64, a: i64, b: i64| {
+                            ((a + lo).clamp(0, sk), (b + hi + 1).clamp(0, sk))
+                        };
                         checked += model_check(&band, lo, hi, sqi, ski, bn, nc, &keys);
                     } else {
                         let diag = if mask == Mask::CausalBottomRight { ski - sqi } else { 0 };

@@ -470,7 +470,8 @@ fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
                 true, 2, 0, FA3_SERVE_VARLEN)";
     assert!(p.instantiation.contains(line), "{}", p.instantiation);
     let all = crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI;
-    let v = serve_program(DType::F16, (192, 128), variant_tile_for(192, 128), Masking { kind: MASK_NONE, var: all }, false);
+    let v =
+        serve_program(DType::F16, (192, 128), variant_tile_for(192, 128), Masking { kind: MASK_NONE, var: all }, false);
     assert_eq!(v.name, "fa3_t128x2_f16_192_128_band_softcap_alibi_varlen_pp0");
     assert!(v.instantiation.contains("FA3_MASK_NONE, false, 2, FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI,"));
     assert!(FA3.source.contains("#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)"));
