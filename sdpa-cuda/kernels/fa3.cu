@@ -41,15 +41,17 @@
 // leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn
 // every score into log2 units before the online max (fa3_variant_score).
 //
-// Ragged batches (FA3_ENTRY_SERVE with FA3_SERVE_VARLEN, f16/bf16, packed K/V; written in session 10, not
-// yet run on a GPU): work tile w is entry w / Hq of the launcher's heaviest-first schedule of (sequence,
-// query tile) pairs and head w % Hq (fa3_varlen_tile); the tile runs the dense code on its sequence's own
-// lengths, band and diagonal (Fa3Varlen; the dense entries read the parameter as before through Fa3Dense).
-// The tensor maps run over the packed rows as one batch ([1, H, total rows, D]), so a box reaching past a
-// sequence loads the next sequence's rows: keys at or past Sk_b are masked on every tile that reaches them
-// (the plain entries' `edge` test and j_mask, the band test), rows at or past Sq_b are never stored, the LSE
-// goes to [Hq, total_q], and a non-finite value from the next sequence's V under a masked key is repaired
-// as any other. The protocol (rings, Q buffers, turns) is the dense one.
+// Ragged batches (FA3_ENTRY_SERVE, f16/bf16; written in session 10, not yet run on a GPU): work tile w is
+// entry w / Hq of the launcher's heaviest-first schedule of (sequence, query tile) pairs and head w % Hq
+// (fa3_ragged_tile); the tile runs the dense code on its sequence's own lengths, band and diagonal
+// (Fa3Ragged; the dense entries read the parameter as before through Fa3Dense). The Q and O maps run over
+// the packed rows as one batch ([1, H, total rows, D]); so do K and V (FA3_SERVE_VARLEN), or over the pages
+// of a paged cache (FA3_SERVE_PAGED: [pages, Hkv, page size, D], a key tile loaded as boxes of
+// min(BN, page size) keys, each from its page through the block table). Either way a box reaching past a
+// sequence loads other data (the next sequence's rows, slots past the cache length): keys at or past Sk_b are
+// masked on every tile that reaches them (the plain entries' `edge` test and j_mask, the band test), rows at
+// or past Sq_b are never stored, the LSE goes to [Hq, total_q], and a non-finite value there under a masked
+// key is repaired as any other. The protocol (rings, Q buffers, turns) is the dense one.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
 //   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers
@@ -80,11 +82,14 @@
 #define FA3_XO_STORE16 1
 #define FA3_XO_TILE_TURNS 2
 
-// How an instantiation reads its rows (SERVE; src/kernels/fa3.rs `Fa3Serve`): a dense batch, or a ragged one
-// with packed K/V (varlen: Q/O `[total_q, Hq, D]`, K/V `[total_k, Hkv, D]` rows, the tensor maps over the
-// packed rows as one batch). Paged K/V are not taken (the launcher refuses them).
+// How an instantiation reads its rows (SERVE; src/kernels/fa3.rs `serve_program`): a dense batch, or a ragged
+// one with packed K/V (varlen: Q/O `[total_q, Hq, D]`, K/V `[total_k, Hkv, D]` rows, the tensor maps over the
+// packed rows as one batch) or with K/V in a paged cache (paged: the K/V maps over the pool's pages, each
+// box of keys from its page through the sequence's block-table row; page sizes that are multiples of 8 and
+// divide the key tile or are multiples of it, which the launcher checks).
 #define FA3_SERVE_DENSE 0
 #define FA3_SERVE_VARLEN 1
+#define FA3_SERVE_PAGED 2
 
 // The entries' parameter: AttnParams, padding to byte 384, then the Q, K and V tensor maps over
 // (D, S, H, B) (src/kernels/fa3.rs `Fa3Args` mirrors it; explicit padding so the maps sit at 384 on both
@@ -339,13 +344,16 @@ __device__ __noinline__ void fa3_repair_warp_rows(const AttnParams* p, int b, in
 // offset, band and diagonal, and where its rows sit in the tensor maps (a first row and a batch coordinate).
 // Dense (Fa3Dense): the call's own values, read from the parameter `p` (each accessor takes it) where they
 // are used, so that the dense entries' code is what it was (a struct holding a reference to the parameter
-// instead cost the plain entries 3 % more instructions, moves into uniform registers). Varlen (Fa3Varlen): sequence b of a ragged batch (seq_view: its band and
-// diagonal measured from its own lengths, as fa2 runs them) in maps over the packed rows as one batch. Rows
-// loaded past a sequence's end are the next sequence's (TMA's zeros only past the last one), so every key at
-// or past sk() is masked wherever a tile reaches it and no row at or past sq() is stored.
+// instead cost the plain entries 3 % more instructions, moves into uniform registers). Ragged (Fa3Ragged):
+// sequence b of a ragged batch (seq_view: its band and diagonal measured from its own lengths, as fa2 runs
+// them; a paged one's cache length, k0 = 0) in maps over the packed rows as one batch (K/V: or the pages).
+// Rows loaded past a sequence's end are other data (the next sequence's rows; TMA's zeros only past the
+// last), so every key at or past sk() is masked wherever a tile reaches it and no row at or past sq() is
+// stored.
 struct Fa3Dense {
     int b;
     static constexpr bool RAGGED = false;
+    static constexpr bool PAGED = false;
     __device__ __forceinline__ int sq(const AttnParams& p) const { return p.sq; }
     __device__ __forceinline__ int sk(const AttnParams& p) const { return p.sk; }
     __device__ __forceinline__ int causal_offset(const AttnParams& p) const { return p.causal_offset; }
@@ -356,9 +364,11 @@ struct Fa3Dense {
     __device__ __forceinline__ int k_row0() const { return 0; }  // the K/V maps' row of key 0
     __device__ __forceinline__ int map_b() const { return b; }   // the maps' batch coordinate
 };
-struct Fa3Varlen {
+template <bool PAGED_>
+struct Fa3Ragged {
     int b, q0, k0, sq_, sk_, lo, hi, diag;
     static constexpr bool RAGGED = true;
+    static constexpr bool PAGED = PAGED_;  // K/V through the block table (k0 = 0)
     __device__ __forceinline__ int sq(const AttnParams&) const { return sq_; }
     __device__ __forceinline__ int sk(const AttnParams&) const { return sk_; }
     // Plain causal entries: key j visible to row i iff j <= i + diag (fa2's `causal_offset = diag_offset`).
@@ -373,14 +383,16 @@ struct Fa3Varlen {
 
 // Work tile w of a ragged call: entry w / Hq of the schedule (heaviest first; src/kernels/fa3.rs), head
 // w % Hq, so that the heads of one (sequence, query tile) run side by side as a dense call's tiles of one
-// weight do. Every thread that takes the tile resolves it alike (a few cached loads).
-__device__ __forceinline__ Fa3Varlen fa3_varlen_tile(const Fa3Args& a, int w, int& h, int& m_block) {
+// weight do. Every thread that takes the tile resolves it alike (a few cached loads; seq_view reads a paged
+// sequence's cache length and gives it k0 = 0).
+template <bool PAGED>
+__device__ __forceinline__ Fa3Ragged<PAGED> fa3_ragged_tile(const Fa3Args& a, int w, int& h, int& m_block) {
     const int e = w / a.p.hq;
     h = w - e * a.p.hq;
     const int b = __ldg(a.seq_tiles + 2 * e);
     m_block = __ldg(a.seq_tiles + 2 * e + 1);
     const SeqView s = seq_view(a.p, b);
-    return Fa3Varlen{b, s.q0, s.k0, s.sq, s.sk, s.band_lo, s.band_hi, s.diag_offset};
+    return Fa3Ragged<PAGED>{b, s.q0, s.k0, s.sq, s.sk, s.band_lo, s.band_hi, s.diag_offset};
 }
 
 // First key and one past the last key that some row of [r_first, r_last] sees under the band: the union of
@@ -432,6 +444,26 @@ template <typename T, int D, int DV, int BN, int ST, int NC, typename S>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, const S& sv, int h, int kvh,
                                                  int m0, int t0, int n_tiles, int ring, int (&nq)[NC]) {
     const int b = sv.map_b(), kr = sv.k_row0();  // the maps' batch and first key row
+    // The boxes of key tile j, 64 (V) or COLS (K) columns from `col`, into `dst`: one box of BN keys, or for
+    // a paged cache BN / PB boxes of PB = min(BN, page size) keys (a multiple of 8: whole 1024-byte swizzle
+    // atoms), each from its page: block-table column key / page size, clamped into the row (keys past the
+    // sequence's pages are masked) and the page index into the pool (the table is the caller's data, as
+    // common.cuh's kv_row_offset clamps it).
+    auto boxes = [&](unsigned dst, const Sm90TensorMap* map, int col, int j, unsigned bar,
+                     unsigned long long policy) {
+        if constexpr (!S::PAGED) {
+            sm90_tma_load(dst, map, col, kr + (t0 + j) * BN, kvh, b, bar, policy);
+        } else {
+            const AttnParams& p = a.p;
+            const unsigned* row = p.block_table + (i64)sv.b * p.max_pages;
+            const int ps = p.page_size, pb = min(BN, ps);
+            for (int i = 0; i < BN; i += pb) {
+                const int key = (t0 + j) * BN + i;
+                const unsigned page = min(__ldg(row + min(key / ps, p.max_pages - 1)), (unsigned)(p.num_pages - 1));
+                sm90_tma_load(dst + i * 128, map, col, key % ps, kvh, (int)page, bar, policy);
+            }
+        }
+    };
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int CB = L::DS / L::COLS, CBV = L::DVS / 64;  // box blocks of a Q/K row and of a V row
     // Blocks holding some of the call's columns: the others are never loaded.
@@ -444,8 +476,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
         for (int c = 0; c < CB; ++c)
             if (c < kb)
-                sm90_tma_load(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, kr + (t0 + j) * BN, kvh, b,
-                              r.k_full + 8 * s, pol);
+                boxes(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, j, r.k_full + 8 * s, pol);
     };
     auto load_v = [&](int j) {
         const int s = (ring + j) % ST, use = (ring + j) / ST;
@@ -459,8 +490,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
 #pragma unroll
             for (int c = 0; c < CBV; ++c)
                 if (c < vb)
-                    sm90_tma_load(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, kr + (t0 + j) * BN, kvh, b,
-                                  r.v_full + 8 * s, pol);
+                    boxes(r.v + s * L::V_BYTES + c * L::BLOCK_KV, &a.v, 64 * c, j, r.v_full + 8 * s, pol);
         }
     };
     if (n_tiles > 0) load_k(0);
@@ -888,14 +918,14 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 // to the consumers through the work-tile ring before loading it; the ring position and the Q-load counts
 // carry from one tile to the next, so the producer fills the next tile's Q and K/V while the consumers
 // finish the current one. SERVE: a dense batch, or a ragged one (FA3_SERVE_VARLEN: the work tiles are the
-// schedule's entries times the heads, fa3_varlen_tile; the protocol is the same).
+// schedule's entries times the heads, fa3_ragged_tile, K/V packed or paged; the protocol is the same).
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO,
           int SERVE = FA3_SERVE_DENSE>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
     static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
-    static_assert(SERVE == FA3_SERVE_DENSE || (SERVE == FA3_SERVE_VARLEN && !Fa3Elem<T>::FP8 && XO == 0),
-                  "ragged batches: f16/bf16, packed K/V, no measurement switch");
-    constexpr bool RAG = SERVE == FA3_SERVE_VARLEN;
+    static_assert(SERVE == FA3_SERVE_DENSE || (!Fa3Elem<T>::FP8 && XO == 0),
+                  "ragged batches: f16/bf16, no measurement switch");
+    constexpr bool RAG = SERVE != FA3_SERVE_DENSE;
     using L = Fa3Smem<T, D, DV, BN, ST, NC>;
     constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
@@ -908,7 +938,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     auto tile = [&](int w, int& h, int& m0, int& t0, int& n_tiles) {
         int m_block;
         if constexpr (RAG) {
-            const Fa3Varlen sv = fa3_varlen_tile(a, w, h, m_block);
+            const auto sv = fa3_ragged_tile<SERVE == FA3_SERVE_PAGED>(a, w, h, m_block);
             m0 = m_block * BM;
             n_tiles = fa3_kv_tiles<BN, MASK, VAR>(p, sv, m0, min(m0 + BM, sv.sq(p)), t0);
             return sv;

@@ -3,7 +3,8 @@
 //! 513), sequences of length 0 (no query row, or no key) and 1, Sq_b above and below Sk_b, both causal
 //! alignments measured from each sequence's own diagonal (as `fa2` runs them), GQA 1/4/8, both layouts, f16
 //! and bf16, LSE in the `[Hq, total_q]` layout, every head-dim class at least once, windows, softcap and ALiBi
-//! per sequence, more work tiles than multiprocessors; NaN in the value rows of the next sequence (which a
+//! per sequence, paged KV caches (pages of 8 to 256 slots, chunked prefill), more work tiles than
+//! multiprocessors; NaN in the value rows of the next sequence (which a
 //! sequence's last key tile loads: TMA reads packed rows, so nothing past a sequence is zero) stays out of
 //! the sequence; no row past a sequence's end is written (prefixes of one packed batch, the rest poisoned);
 //! `auto` takes fa3 for ragged prefill with the switch on. Outputs are NaN-poisoned before every call
@@ -164,6 +165,40 @@ fn variants_follow_each_sequence_diagonal() {
     run_all(specs, 33_000);
 }
 
+/// Paged KV caches (K/V through the block table, page by page: boxes of min(keys per tile, page size) keys):
+/// pages of 8, 16, 64, 256 slots at the class 128 (128 keys per tile: pages smaller than a tile and larger),
+/// 16 and 256 at 256 (80 keys, and 64 for pages of 256), 64 at 192/192 (112 keys -> 64); lengths ending
+/// mid-page, both alignments, GQA, a window with ALiBi, chunked prefill against a longer cache, f16 and bf16,
+/// both layouts of the pool (BSHD: NHD pages, BHSD: HND).
+#[test]
+fn paged_caches_match_the_reference() {
+    let (q, k) = long_lengths();
+    let r = |ps: usize| Ragged::new(q.clone(), k.clone()).paged(ps, 3);
+    let mut specs = Vec::new();
+    for (n, ps) in [8, 16, 64, 256].into_iter().enumerate() {
+        let dtype = if n % 2 == 0 { DType::BF16 } else { DType::F16 };
+        let layout = if n < 2 { Layout::Bshd } else { Layout::Bhsd };
+        specs.push(spec(8, 2, 128, 128, r(ps), layout, dtype).with_mask(MASKS[n % 3]));
+    }
+    specs.push(spec(4, 1, 256, 256, r(16), Layout::Bshd, DType::BF16).with_mask(Mask::CausalBottomRight));
+    specs.push(spec(4, 4, 256, 256, r(256), Layout::Bshd, DType::F16).with_mask(Mask::CausalTopLeft));
+    specs.push(spec(4, 2, 192, 192, r(64), Layout::Bhsd, DType::BF16).with_mask(Mask::None));
+    specs.push(
+        spec(8, 2, 64, 64, r(16), Layout::Bshd, DType::BF16)
+            .with_mask(Mask::CausalBottomRight)
+            .with_window(Window::left(100))
+            .with_alibi(Alibi::Standard),
+    );
+    // Chunked prefill: a few new tokens per sequence against a cache of up to 1000 keys.
+    let chunks = Ragged::new(vec![16, 1, 40, 0, 129], vec![300, 129, 77, 64, 1000]);
+    for (ps, dtype) in [(16, DType::BF16), (64, DType::F16)] {
+        specs.push(
+            spec(8, 2, 128, 128, chunks.clone().paged(ps, 1), Layout::Bshd, dtype).with_mask(Mask::CausalBottomRight),
+        );
+    }
+    run_all(specs, 39_000);
+}
+
 /// Many sequences and heads: more work tiles than the H100's 132 multiprocessors, so every persistent block
 /// walks several tiles of different sequences (the ring, the Q buffers and the turns carry across them),
 /// heaviest first.
@@ -274,8 +309,8 @@ fn rows_past_each_sequence_are_never_written() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// With the switch on, `auto` runs ragged prefill on fa3 (and still decodes on splitkv); paged caches and
-/// f8e4m3 are refused by fa3 asked for by name, with who takes them.
+/// With the switch on, `auto` runs ragged prefill with packed K/V on fa3 (paged caches stay on fa2); pages
+/// no key tile's boxes fit (7 slots) are refused by fa3 asked for by name, with who takes them.
 #[test]
 fn auto_takes_fa3_for_ragged_prefill_and_fa3_refuses_what_it_lacks() {
     let Some(gpu) = hopper_with_ragged() else { return };
@@ -284,20 +319,24 @@ fn auto_takes_fa3_for_ragged_prefill_and_fa3_refuses_what_it_lacks() {
         .with_mask(Mask::CausalBottomRight);
     let inputs = HostInputs::random(&prefill, 37_000).expect("inputs");
     assert_eq!(check_on(&gpu, &prefill, &inputs, Kernel::Auto, Kernel::Fa3), None);
-    let paged = spec(8, 2, 128, 128, Ragged::new(q, k).paged(16, 0), Layout::Bshd, DType::BF16);
+    let paged = spec(8, 2, 128, 128, Ragged::new(q.clone(), k.clone()).paged(16, 0), Layout::Bshd, DType::BF16);
     let inputs = HostInputs::random(&paged, 37_001).expect("inputs");
-    match gpu.run_host(&paged, &opts(Kernel::Fa3, true), &inputs) {
+    assert_eq!(check_on(&gpu, &paged, &inputs, Kernel::Auto, Kernel::Fa2), None);
+    let odd = spec(8, 2, 128, 128, Ragged::new(q, k).paged(7, 0), Layout::Bshd, DType::BF16);
+    let inputs = HostInputs::random(&odd, 37_002).expect("inputs");
+    match gpu.run_host(&odd, &opts(Kernel::Fa3, true), &inputs) {
         Err(SdpaError::Unsupported { what, .. }) => {
-            assert!(what.contains("paged") && what.contains("fa2") && what.contains("splitkv"), "{what}")
+            assert!(what.contains("page size") && what.contains("fa2") && what.contains("splitkv"), "{what}")
         }
-        other => panic!("paged on fa3: {:?}", other.map(|r| r.kernel)),
+        other => panic!("pages of 7 on fa3: {:?}", other.map(|r| r.kernel)),
     }
 }
 
 /// Small calls for compute-sanitizer (`bench/studies/fa3/ragged10/run.sh` runs this test alone under
 /// memcheck, racecheck and synccheck with `SDPA_FA3_GRID=2,1`: two persistent blocks walking the work tiles
 /// of several sequences each): classes 64, 128 and 256, causal of both alignments, no mask and a window with
-/// softcap and ALiBi, sequences of 0, 1 and 130 rows, each checked against the reference.
+/// softcap and ALiBi, a paged cache of 16-slot pages, sequences of 0, 1 and 130 rows, each checked against
+/// the reference.
 #[test]
 fn small_ragged_calls_for_the_sanitizer() {
     let r = || Ragged::new(vec![30, 0, 1, 130, 5], vec![30, 7, 1, 200, 0]);
@@ -310,6 +349,7 @@ fn small_ragged_calls_for_the_sanitizer() {
             .with_window(Window::left(20))
             .with_softcap(30.0)
             .with_alibi(Alibi::Standard),
+        spec(2, 1, 128, 128, r().paged(16, 2), Layout::Bshd, DType::BF16).with_mask(Mask::CausalBottomRight),
     ];
     let inputs = inputs_of(&specs, 38_000);
     let Some(gpu) = hopper_with_ragged() else { return };

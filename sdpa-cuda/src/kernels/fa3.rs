@@ -19,7 +19,7 @@
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
 //! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
-//! a positive scale, dense batches (and ragged ones with packed K/V while `SDPA_FA3_RAGGED=1`, below),
+//! a positive scale, dense batches (and ragged ones, packed or paged, while `SDPA_FA3_RAGGED=1`, below),
 //! operands a tensor map can describe (base and every stride of Q, K, V, O multiples of 8 elements), a
 //! compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
@@ -32,17 +32,21 @@
 //! code; softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at
 //! every class ([`variant_tile_for`]).
 //!
-//! Ragged (varlen) batches with packed K/V (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]) were written in
-//! session 10 without a GPU and have not run on one yet: they are taken only when `SDPA_FA3_RAGGED=1`
-//! ([`ragged_enabled`], the verification switch) and refused with that reason otherwise ([`refuses_ragged`];
-//! `bench/studies/fa3/ragged10/run.sh` is their first run). The work tiles are [`super::fa2::schedule`]'s
-//! (sequence, query tile) pairs, heaviest first, times the heads (uploaded per content, read by the kernel
-//! through `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own lengths, band and diagonal
-//! (both causal alignments and the variants as `fa2` defines them per sequence), through tensor maps over
-//! the packed rows as one batch: what a box loads past a sequence is the next sequence's rows, so keys past
-//! Sk_b are masked on every tile that reaches them and rows past Sq_b are never stored; the LSE is
-//! `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]). Paged KV caches and f8e4m3 ragged
-//! calls are refused, naming `fa2` and `splitkv`.
+//! Ragged (varlen) batches, K/V packed or in a paged cache (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]),
+//! were written in session 10 without a GPU and have not run on one yet: they are taken only when
+//! `SDPA_FA3_RAGGED=1` ([`ragged_enabled`], the verification switch) and refused with that reason otherwise
+//! ([`refuses_ragged`]; `bench/studies/fa3/ragged10/run.sh` is their first run). The work tiles are
+//! [`super::fa2::schedule`]'s (sequence, query tile) pairs, heaviest first, times the heads (uploaded per
+//! content, read by the kernel through `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own
+//! lengths, band and diagonal (both causal alignments and the variants as `fa2` defines them per sequence).
+//! The Q and O maps run over the packed rows as one batch; K and V too, or over the pool's pages, a key tile
+//! arriving as boxes of min(keys per tile, page size) keys through the block table ([`paged_tile`]: page
+//! sizes that are multiples of 8 and divide the key tile or are multiples of it, 64 keys per tile where the
+//! table's 112 or 80 do not fit). What a box loads past a sequence is other data (the next sequence's rows,
+//! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
+//! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
+//! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
+//! ragged prefill here while the switch is on, paged calls only when asked for by name.
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
@@ -217,19 +221,12 @@ pub fn ragged_enabled() -> bool {
 }
 
 /// Why `fa3` cannot run the ragged `spec` with its ragged switch `on` ([`ragged_enabled`]), or `None` (also
-/// for a dense spec). Packed K/V (varlen) of f16/bf16 only: a paged cache (K/V through a block table, which
-/// one TMA box cannot follow across pages) and f8e4m3 (whose Vᵀ pre-pass is laid out per dense batch) are
-/// refused with who takes them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed
-/// row of a tile plus a box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
+/// for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is laid out per dense batch), packed K/V or a paged
+/// cache whose page size the key tile's boxes fit ([`paged_tile`]); the others are refused with who takes
+/// them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed row of a tile plus a
+/// box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
 pub fn refuses_ragged(spec: &AttentionSpec, on: bool) -> Option<String> {
     let r = spec.ragged.as_ref()?;
-    if r.pages.is_some() {
-        return Some(format!(
-            "fa3 does not run paged KV caches yet (its TMA boxes read K/V rows of one packed tensor, not pages \
-             through a block table); {}",
-            elsewhere(spec, "fa2 (prefill) and splitkv (decoding) do")
-        ));
-    }
     if spec.dtype == DType::F8E4M3 {
         return Some(format!(
             "fa3 runs ragged (varlen) batches of f16 and bf16 only (its f8e4m3 Vᵀ pre-pass is laid out per dense \
@@ -243,6 +240,17 @@ pub fn refuses_ragged(spec: &AttentionSpec, on: bool) -> Option<String> {
              SDPA_FA3_RAGGED=1 turns it on for verification); fa2 (prefill) and splitkv (decoding) do"
                 .into(),
         );
+    }
+    if let (Some(pages), Some((d, dv))) = (r.pages, head_dim_class(spec.shape.d, spec.shape.dv)) {
+        let tile = ragged_tile_for(d, dv, false, 1);
+        if paged_tile(tile, pages.page_size).is_none() {
+            return Some(format!(
+                "fa3 reads paged caches whose page size is a multiple of 8 that divides its key tile or is a \
+                 multiple of it ({} or 64 keys at these head dims: e.g. 8, 16, 32, 64, 128, 256; got {}); fa2 \
+                 (prefill) and splitkv (decoding) take any page size",
+                tile.bn, pages.page_size
+            ));
+        }
     }
     if r.total_q().saturating_add(r.total_k()) >= VARIANT_MAX_TOKENS {
         return Some(format!(
@@ -473,6 +481,21 @@ pub fn ragged_tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile 
     Fa3Tile { consumers: 2, ..tile_for(d, dv, causal, sk) }
 }
 
+/// Whether key tiles of `bn` keys can be loaded from pages of `page_size` slots: in boxes of
+/// min(`bn`, page size) keys, each within one page and a multiple of 8 rows (whole 1024-byte atoms of the
+/// 128-byte swizzle), so the page size must be a multiple of 8 that divides the tile or is a multiple of it.
+pub fn pages_fit(bn: usize, page_size: usize) -> bool {
+    page_size > 0 && page_size.is_multiple_of(8) && (page_size.is_multiple_of(bn) || bn.is_multiple_of(page_size))
+}
+
+/// The tile of a paged call from the ragged (or variant) `tile`: itself where its keys per tile fit the pages
+/// ([`pages_fit`]), else the same with 64 keys per tile (which pages of 8, 16, 32, 64 and multiples of 64 fit,
+/// at every class: the 112 keys of 192/192 and the 80 of 256 take only 8 and 16, or their multiples), else
+/// `None`. Not measured.
+pub fn paged_tile(tile: Fa3Tile, page_size: usize) -> Option<Fa3Tile> {
+    [tile.bn, 64].into_iter().find(|&bn| pages_fit(bn, page_size)).map(|bn| Fa3Tile { bn, ..tile })
+}
+
 /// The `FA3_VAR_*` expression of a variant set `var` (`VAR_BAND` with softcap and ALiBi bits), `0` for none.
 fn var_const(var: i32) -> String {
     if var == 0 {
@@ -488,45 +511,47 @@ fn var_const(var: i32) -> String {
     bits.join(" | ")
 }
 
-/// The program of ragged entry `{tile prefix}_{dtype}_{d}[_{dv}]_{masking}_varlen[_pp0]` (`FA3_ENTRY_SERVE`,
-/// packed K/V): `masking` a plain one (no mask, causal) or a variant set over no mask; f16/bf16 only.
+/// The program of ragged entry `{tile prefix}_{dtype}_{d}[_{dv}]_{masking}_{varlen|paged}[_pp0]`
+/// (`FA3_ENTRY_SERVE`; packed K/V, or a paged cache when `paged`): `masking` a plain one (no mask, causal) or
+/// a variant set over no mask; f16/bf16 only.
 pub fn serve_program(
     dtype: DType,
     (d, dv): (usize, usize),
     tile: Fa3Tile,
     masking: Masking,
+    paged: bool,
     pingpong: bool,
 ) -> Program {
-    let name = entry_name(tile, dtype, (d, dv), &format!("{}_varlen", masking.suffix()), pingpong);
+    let (serve, mode) = if paged { ("paged", "FA3_SERVE_PAGED") } else { ("varlen", "FA3_SERVE_VARLEN") };
+    let name = entry_name(tile, dtype, (d, dv), &format!("{}_{serve}", masking.suffix()), pingpong);
     let Fa3Tile { bn, stages, consumers } = tile;
     let (mask, var) = (super::mask_const("FA3", masking.kind), var_const(masking.var));
     let line = format!(
-        "FA3_ENTRY_SERVE({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers}, {var}, FA3_SERVE_VARLEN)",
+        "FA3_ENTRY_SERVE({name}, {}, {d}, {dv}, {bn}, {stages}, {mask}, {pingpong}, {consumers}, {var}, {mode})",
         cuda_type(dtype)
     );
     Program::entry(&FA3, name, line)
 }
 
 /// The ragged entries the CI compile check builds (and [`programs`] lists) while they are behind
-/// [`ragged_enabled`]: bf16 causal at the class 128 (the plain path with per-sequence lengths) and bf16 with
-/// every variant bit at 256 (the widest accumulators, where registers are tightest, with the band code).
-/// The others compile on first use; `SDPA_NVRTC_ALL=1` compiles them all ([`ragged_programs`]).
+/// [`ragged_enabled`]: bf16 causal at the class 128 (the plain path with per-sequence lengths), packed and
+/// paged, and bf16 with every variant bit at 256 (the widest accumulators, where registers are tightest,
+/// with the band code). The others compile on first use; `SDPA_NVRTC_ALL=1` compiles them all
+/// ([`ragged_programs`]).
 pub fn compile_check_ragged_programs() -> Vec<Program> {
     let all = Masking { kind: MASK_NONE, var: crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI };
+    let causal = Masking { kind: MASK_CAUSAL, var: 0 };
+    let tile = ragged_tile_for(128, 128, true, 4096);
     vec![
-        serve_program(
-            DType::BF16,
-            (128, 128),
-            ragged_tile_for(128, 128, true, 4096),
-            Masking { kind: MASK_CAUSAL, var: 0 },
-            true,
-        ),
-        serve_program(DType::BF16, (256, 256), variant_tile_for(256, 256), all, true),
+        serve_program(DType::BF16, (128, 128), tile, causal, false, true),
+        serve_program(DType::BF16, (128, 128), tile, causal, true, true),
+        serve_program(DType::BF16, (256, 256), variant_tile_for(256, 256), all, false, true),
     ]
 }
 
 /// Every ragged entry a launch can ask for with the table's tiles and ping-pong: each dtype, class and
-/// masking (no mask, causal, and the four variant sets over no mask), with the tile [`check`] picks.
+/// masking (no mask, causal, and the four variant sets over no mask), with the tile [`check`] picks, packed
+/// and paged (paged also with 64 keys per tile where the table's tile is not 64 or 128: [`paged_tile`]).
 pub fn ragged_programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -535,7 +560,11 @@ pub fn ragged_programs() -> Vec<Program> {
                 // One tile per masking: with two consumers the table's tile does not change with the keys.
                 let tile =
                     if m.var != 0 { variant_tile_for(d, dv) } else { ragged_tile_for(d, dv, m.kind == MASK_CAUSAL, 1) };
-                all.push(serve_program(dtype, (d, dv), tile, m, true));
+                all.push(serve_program(dtype, (d, dv), tile, m, false, true));
+                all.push(serve_program(dtype, (d, dv), tile, m, true, true));
+                if tile.bn != 128 {
+                    all.push(serve_program(dtype, (d, dv), Fa3Tile { bn: 64, ..tile }, m, true, true));
+                }
             }
         }
     }
@@ -756,6 +785,24 @@ pub fn check(
     } else {
         forced_tile()?.unwrap_or_else(|| tile_for(class.0, class.1, causal, s.sk))
     };
+    // A paged cache: a key tile the pages can feed (a forced one must fit them as it is).
+    let tile = match spec.ragged.as_ref().and_then(|r| r.pages) {
+        Some(pages) => {
+            let fitted = if forced_tile()?.is_some() {
+                pages_fit(tile.bn, pages.page_size).then_some(tile)
+            } else {
+                paged_tile(tile, pages.page_size)
+            };
+            fitted.ok_or_else(|| {
+                unsupported(format!(
+                    "fa3: {} keys per tile cannot be loaded from pages of {} slots (page sizes that are multiples of \
+                     8 and divide the tile or are multiples of it); fa2 and splitkv take any page size",
+                    tile.bn, pages.page_size
+                ))
+            })?
+        }
+        None => tile,
+    };
     let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
     if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
@@ -821,6 +868,16 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     };
     let packed = |st: [i64; 3]| if ragged.is_some() { [0, st[1], st[2]] } else { st };
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [nb, h, sl, d], strides: packed(st) };
+    // A paged cache's K and V maps run over the pool, `[pages, Hkv, page size, D]` (the batch stride steps
+    // pages), in boxes of min(keys per tile, page size) keys (`paged_tile`), one page each.
+    let pages = ragged.and_then(|r| r.pages);
+    let kv = |ptr, d, st| match pages {
+        Some(pg) => (
+            KvOperand { ptr, dtype: spec.dtype, dims: [pg.num_pages, s.hkv, pg.page_size, d], strides: st },
+            tile.bn.min(pg.page_size),
+        ),
+        None => (op(ptr, s.hkv, lk, d, st), tile.bn),
+    };
     let v_map = if fp8 {
         // Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
         let kp = vt_keys(s.sk) as i64;
@@ -828,13 +885,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
         padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
     } else {
-        padded_tensor_map(&op(p.v, s.hkv, lk, s.dv, p.v_stride), tile.bn)
+        let (v, rows) = kv(p.v, s.dv, p.v_stride);
+        padded_tensor_map(&v, rows)
     };
-    let maps = (
-        padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64),
-        padded_tensor_map(&op(p.k, s.hkv, lk, s.d, p.k_stride), tile.bn),
-        v_map,
-    );
+    let (k_op, k_rows) = kv(p.k, s.d, p.k_stride);
+    let maps = (padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64), padded_tensor_map(&k_op, k_rows), v_map);
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(format!(
             "fa3: a TMA tensor map cannot describe this Q, K or V layout (strides must be positive multiples of \
@@ -874,7 +929,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         ));
     }
     let program = if ragged.is_some() {
-        serve_program(spec.dtype, class, tile, masking, pingpong())
+        serve_program(spec.dtype, class, tile, masking, pages.is_some(), pingpong())
     } else if masking.var != 0 {
         variant_program(spec.dtype, class, tile, masking.var, pingpong())
     } else {
@@ -1068,7 +1123,8 @@ fn launch_scheduled(
 fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3Args) -> Result<()> {
     // SAFETY: `call.params` was built from the validated spec and buffers whose lengths cover every strided
     // offset; the tensor maps describe exactly those operands (TMA reads nothing past their extents; a
-    // ragged call's maps cover the packed rows of the whole batch), the kernel writes O rows < Sq (ragged:
+    // ragged call's maps cover the packed rows of the whole batch, or the pool of a paged cache, whose page
+    // indices from the block table the kernel clamps into the pool), the kernel writes O rows < Sq (ragged:
     // rows < Sq_b of each sequence, at its packed offset from the uploaded cu_seqlens) and columns < Dv with
     // 16-byte stores that the 8-element alignment allows, and LSE entries of its own rows (ragged: the
     // `[Hq, total_q]` entries of its sequence's rows). A ragged call's `seq_tiles` names sequences < B and

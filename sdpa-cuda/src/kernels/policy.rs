@@ -270,8 +270,9 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
 
 /// Whether `auto` may send the ragged `spec` to `fa3` (before [`choose_ragged`] asks whether it is
 /// decoding-like, which `splitkv` takes): only while `switch_on` ([`super::fa3::ragged_enabled`], the
-/// verification switch: fa3's ragged entries have not run on a GPU), for packed K/V (fa3 refuses paged
-/// caches) at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]). Not timed against `fa2`'s ragged
+/// verification switch: fa3's ragged entries have not run on a GPU), for packed K/V (paged caches, which
+/// fa3 takes asked for by name, stay on `fa2` and `splitkv`: its page-by-page TMA boxes are the least tried
+/// of its paths) at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]). Not timed against `fa2`'s ragged
 /// entries yet: while the switch is on, `auto` runs ragged prefill on `fa3` wherever `fa3` takes it, so the
 /// verification call times that choice (`bench/studies/fa3/ragged10/run.sh`).
 pub fn fa3_may_take_ragged(spec: &AttentionSpec, switch_on: bool) -> bool {
@@ -584,7 +585,7 @@ mod tests {
         assert!(fa3_may_take_ragged(&prefill, true));
         assert!(!fa3_may_take_ragged(&prefill, false), "the verification switch is off");
         let paged = AttentionSpec { ragged: prefill.ragged.clone().map(|r| r.paged(16, 0)), ..prefill.clone() };
-        assert!(!fa3_may_take_ragged(&paged, true), "fa3 refuses paged caches");
+        assert!(!fa3_may_take_ragged(&paged, true), "auto keeps paged caches on fa2 and splitkv");
         let narrow = AttentionSpec { shape: Shape { d: 32, dv: 32, ..prefill.shape }, ..prefill.clone() };
         assert!(!fa3_may_take_ragged(&narrow, true), "D = 32 ran slower on fa3 (dense)");
         assert!(!fa3_may_take_ragged(&gqa(1, 8, 8, 4096, 4096, 128, DType::BF16), true), "dense: not this rule");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 10's device call for fa3's ragged (varlen) batches (FA3_ENTRY_SERVE), which were written on a
-# machine without a GPU and have never run: this script is their first run. With SDPA_FA3_RAGGED=1 (the
+# Session 10's device call for fa3's ragged (varlen) batches, K/V packed or paged (FA3_ENTRY_SERVE), which
+# were written on a machine without a GPU and have never run: this script is their first run. With SDPA_FA3_RAGGED=1 (the
 # verification switch; without it fa3 refuses ragged calls and auto never picks fa3 for them):
 #   1. small_ragged_calls_for_the_sanitizer alone with two persistent blocks (SDPA_FA3_GRID=2,1), under a
 #      short timeout: a miscounted ring or turn deadlocks, and shows here first as rc 124;
@@ -11,7 +11,7 @@
 #      and fa3's and the policy's unit tests;
 #   3. compute-sanitizer memcheck, racecheck and synccheck on the small calls (SDPA_FA3_GRID=2,1);
 #   4. with what is left, fa3 against fa2 on ragged batches (the serving study's 16-sequence batch, no mask
-#      and causal; GQA chunked prefill; sdpa bench, ragged10-bench.json).
+#      and causal; GQA chunked prefill, packed and in 16-slot pages; sdpa bench, ragged10-bench.json).
 # Logs under /tmp/w/ragged10, packed into $OUT/ragged10.tgz; a short table at the end. Build the bundle
 # first (`cargo xtask gpu-bundle`), then run on the device, carrying it:
 #   DEADLINE=330 bash bench/studies/fa3/ragged10/run.sh

@@ -429,27 +429,34 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
     assert!(FA3.source.contains(&format!("#define FA3_SCHED {SCHED_RING}\n")), "work-tile ring changed");
 }
 
-/// Ragged batches: packed K/V of f16/bf16 only while the verification switch is on; paged caches, f8e4m3 and
-/// the switch off are refused naming who takes the call (and the switch), never silently.
+/// Ragged batches: f16/bf16 only while the verification switch is on, packed K/V or pages the key tile's
+/// boxes fit; other page sizes, f8e4m3 and the switch off are refused naming who takes the call (and the
+/// switch), never silently.
 #[test]
 fn ragged_calls_are_taken_with_the_switch_and_refused_with_who_takes_them() {
     use sdpa_core::{Layout, Ragged};
-    let ragged = |dtype: DType, paged: bool| {
+    let ragged = |dtype: DType, d: usize, page: Option<usize>| {
         let r = Ragged::new(vec![100, 0, 1], vec![200, 5, 0]);
-        let r = if paged { r.paged(16, 0) } else { r };
-        let shape = Shape { b: 3, hq: 8, hkv: 2, sq: 100, sk: 200, d: 128, dv: 128 };
+        let r = match page {
+            Some(ps) => r.paged(ps, 0),
+            None => r,
+        };
+        let shape = Shape { b: 3, hq: 8, hkv: 2, sq: 100, sk: 200, d, dv: d };
         AttentionSpec::new(shape, dtype).with_mask(Mask::CausalBottomRight).with_ragged(r, Layout::Bshd)
     };
     for dtype in [DType::F16, DType::BF16] {
-        assert_eq!(refuses_ragged(&ragged(dtype, false), true), None);
-        let off = refuses_ragged(&ragged(dtype, false), false).expect("switch off");
-        assert!(off.contains("SDPA_FA3_RAGGED=1") && off.contains("fa2"), "{off}");
-        for on in [true, false] {
-            let paged = refuses_ragged(&ragged(dtype, true), on).expect("paged");
-            assert!(paged.contains("paged") && paged.contains("fa2") && paged.contains("splitkv"), "{paged}");
+        for page in [None, Some(16), Some(64), Some(256), Some(8)] {
+            assert_eq!(refuses_ragged(&ragged(dtype, 128, page), true), None, "{page:?}");
+            let off = refuses_ragged(&ragged(dtype, 128, page), false).expect("switch off");
+            assert!(off.contains("SDPA_FA3_RAGGED=1") && off.contains("fa2"), "{off}");
+        }
+        // Pages no tile's boxes fit: not a multiple of 8, or neither dividing nor a multiple of 128 or 64.
+        for page in [1, 7, 24, 100] {
+            let why = refuses_ragged(&ragged(dtype, 128, Some(page)), true).expect("refused");
+            assert!(why.contains("page size") && why.contains("fa2") && why.contains("splitkv"), "{why}");
         }
     }
-    let fp8 = refuses_ragged(&ragged(DType::F8E4M3, false), true).expect("fp8");
+    let fp8 = refuses_ragged(&ragged(DType::F8E4M3, 128, None), true).expect("fp8");
     assert!(fp8.contains("f16 and bf16") && fp8.contains("no other kernel takes f8e4m3"), "{fp8}");
     assert_eq!(refuses_ragged(&spec(128, 128, DType::BF16), false), None, "dense calls are not this rule's");
     // The packed rows' 32-bit coordinates.
@@ -459,32 +466,76 @@ fn ragged_calls_are_taken_with_the_switch_and_refused_with_who_takes_them() {
     assert!(refuses_ragged(&big, true).expect("too many rows").contains("32-bit"));
 }
 
-/// The ragged entries: names end `_varlen` after the masking, the instantiation is `FA3_ENTRY_SERVE` in
-/// varlen mode, two consumers everywhere; the compile check's are among them, all names are unique.
+/// The key tile of a paged call: the ragged tile where its keys fit the pages, else 64 keys, else none; a
+/// box is min(keys per tile, page size) keys, whole 8-row swizzle atoms within one page.
+#[test]
+fn paged_calls_take_a_key_tile_their_pages_fit() {
+    let at =
+        |class: (usize, usize), ps: usize| paged_tile(ragged_tile_for(class.0, class.1, true, 1), ps).map(|t| t.bn);
+    // 128 keys at 64..192/128: pages of 8..128 divide it, 256 and 512 are multiples.
+    for ps in [8, 16, 32, 64, 128, 256, 512] {
+        assert_eq!(at((128, 128), ps), Some(128), "{ps}");
+    }
+    // 112 keys at 192/192 and 80 at 256: 8 and 16 divide them; 32, 64 and 256 go to 64 keys.
+    for class in [(192, 192), (256, 256)] {
+        let bn = ragged_tile_for(class.0, class.1, true, 1).bn;
+        assert_eq!((at(class, 8), at(class, 16)), (Some(bn), Some(bn)));
+        assert_eq!((at(class, 32), at(class, 64), at(class, 256)), (Some(64), Some(64), Some(64)));
+        assert_eq!(at(class, 48), None);
+    }
+    for ps in [0, 1, 4, 7, 12, 24, 100] {
+        assert_eq!(at((128, 128), ps), None, "{ps}");
+    }
+    for bn in [64, 80, 112, 128] {
+        for ps in 1..=600 {
+            if pages_fit(bn, ps) {
+                let boxr = bn.min(ps);
+                assert!(boxr.is_multiple_of(8) && bn.is_multiple_of(boxr) && ps.is_multiple_of(boxr), "{bn} {ps}");
+            }
+        }
+    }
+}
+
+/// The ragged entries: names end `_varlen` or `_paged` after the masking, the instantiation is
+/// `FA3_ENTRY_SERVE` in that mode, two consumers everywhere; the compile check's are among them, all names
+/// are unique.
 #[test]
 fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
     let causal = Masking { kind: MASK_CAUSAL, var: 0 };
-    let p = serve_program(DType::BF16, (128, 128), ragged_tile_for(128, 128, true, 1 << 20), causal, true);
+    let tile = ragged_tile_for(128, 128, true, 1 << 20);
+    let p = serve_program(DType::BF16, (128, 128), tile, causal, false, true);
     assert_eq!(p.name, "fa3_t128x2_bf16_128_causal_varlen");
     let line = "FA3_ENTRY_SERVE(fa3_t128x2_bf16_128_causal_varlen, __nv_bfloat16, 128, 128, 128, 2, FA3_MASK_CAUSAL, \
                 true, 2, 0, FA3_SERVE_VARLEN)";
     assert!(p.instantiation.contains(line), "{}", p.instantiation);
+    let paged = serve_program(DType::F16, (128, 128), tile, causal, true, true);
+    assert_eq!(paged.name, "fa3_t128x2_f16_128_causal_paged");
+    assert!(paged.instantiation.ends_with("FA3_SERVE_PAGED)"), "{}", paged.instantiation);
     let all = crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI;
-    let v =
-        serve_program(DType::F16, (192, 128), variant_tile_for(192, 128), Masking { kind: MASK_NONE, var: all }, false);
+    let v = serve_program(
+        DType::F16,
+        (192, 128),
+        variant_tile_for(192, 128),
+        Masking { kind: MASK_NONE, var: all },
+        false,
+        false,
+    );
     assert_eq!(v.name, "fa3_t128x2_f16_192_128_band_softcap_alibi_varlen_pp0");
     assert!(v.instantiation.contains("FA3_MASK_NONE, false, 2, FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI,"));
     assert!(FA3.source.contains("#define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)"));
+    assert!(FA3.source.contains("#define FA3_SERVE_VARLEN 1\n") && FA3.source.contains("#define FA3_SERVE_PAGED 2\n"));
     // Three consumers at the class 64 for dense calls, two for ragged ones.
     assert_eq!(tile_for(64, 64, false, 1 << 20).consumers, 3);
     assert_eq!(ragged_tile_for(64, 64, false, 1 << 20).consumers, 2);
     let every = ragged_programs();
-    assert_eq!(every.len(), 2 * FA3_CLASSES.len() * 6);
+    // Per dtype, class and masking: packed, paged, and paged at 64 keys where the tile is not 128 keys.
+    let narrow = FA3_CLASSES.iter().filter(|&&(d, dv)| ragged_tile_for(d, dv, false, 1).bn != 128).count();
+    assert_eq!(every.len(), 2 * 6 * (2 * FA3_CLASSES.len() + narrow));
     let mut names: Vec<&str> = every.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), every.len());
-    assert!(every.iter().all(|p| p.name.ends_with("_varlen")));
+    assert!(every.iter().all(|p| p.name.ends_with("_varlen") || p.name.ends_with("_paged")));
     for p in compile_check_ragged_programs() {
         assert!(every.contains(&p) && programs().contains(&p) && compile_check_programs().contains(&p), "{}", p.name);
     }
