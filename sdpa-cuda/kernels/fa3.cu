@@ -61,12 +61,13 @@
 #define FA3_VAR_ALIBI 4
 
 // Measurement switches of an FA3_ENTRY_XO instantiation (XO; src/kernels/fa3.rs `SDPA_FA3_AB`), each bringing
-// back one of session 7's choices that session 8 replaced, so that one call can time both on the same card:
-// FA3_XO_STORE4 stores O as 4-byte column pairs (no quad transpose), FA3_XO_TILE_TURNS restarts the ping-pong
-// turns at every work tile (warpgroup 0 waits for the last one to enter the tile) instead of running them round
-// robin across tiles. Session 8 measured both together 4-11 % slower at S <= 2k than session 7's code and could
-// not say which costs it. XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
-#define FA3_XO_STORE4 1
+// back the other side of an A/B the product settled, so that one call can time both on the same card:
+// FA3_XO_STORE16 stores O as 16-byte row chunks after a quad transpose (session 8's choice; session 10 measured
+// it up to 8 % slower at S <= 4k, most at 512, than the product's 4-byte column pairs; bench/results/gpu/fa3.md
+// "Fifth step"), FA3_XO_TILE_TURNS restarts the ping-pong turns at every work tile (warpgroup 0 waits for the
+// last one to enter the tile) instead of running them round robin across tiles (the same call: within 1 %
+// either way). XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
+#define FA3_XO_STORE16 1
 #define FA3_XO_TILE_TURNS 2
 
 // The entries' parameter: AttnParams, padding to byte 384, then the Q, K and V tensor maps over
@@ -747,12 +748,11 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 
     // Epilogue: normalise, round to the output type (T, or bf16 for FP8 inputs) and store from registers, the
     // columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding, and may hold garbage from V
-    // blocks never loaded). A thread holds two columns of each n8 tile of its rows; per four n8 tiles the quad
-    // swaps them (a 4 x 4 transpose by shuffles, fa3_quad_take) so that each thread stores one whole n8 tile
-    // of its row: 16-byte stores filling whole 32-byte sectors (4-byte ones left half of every sector to a
-    // second transaction: ncu's "uncoalesced global accesses" at S = 512, session 8). No staging through
-    // shared memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile
-    // runs.
+    // blocks never loaded). A thread holds two columns of each n8 tile of its rows and stores them as they are,
+    // 4 bytes each. Session 8 transposed them inside the quad first (fa3_quad_take) for 16-byte stores that fill
+    // whole 32-byte sectors (ncu had flagged the 4-byte ones as uncoalesced at S = 512), but the shuffles cost
+    // more than the sectors saved: up to 8 % at S = 512 (FA3_XO_STORE16, session 10). No staging through shared
+    // memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile runs.
     static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     using TO = typename Fa3Elem<T>::Out;
     TO* out = static_cast<TO*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
@@ -773,15 +773,17 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 bad |= row < p.sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
                 v[e] = fa3_pack<TO>(x0, x1);
             }
-            if constexpr ((XO & FA3_XO_STORE4) != 0) {
-                // Session 7's stores (a measurement switch): this thread's two columns of each n8 tile.
+            if constexpr ((XO & FA3_XO_STORE16) != 0) {
+                // Session 8's stores (a measurement switch): n8 tile j0 + t of this row, columns in order.
+                const uint4 w = fa3_quad_take(v, t);
+                if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+            } else {
+                // This thread's two columns of each n8 tile: no shuffles on the way out, which the
+                // short calls (few key tiles per output tile) notice.
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     if (row < p.sq && 8 * (j0 + e) < p.dv)
                         *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
-            } else {
-                const uint4 w = fa3_quad_take(v, t);  // n8 tile j0 + t of this row, columns in order
-                if (row < p.sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
             }
         }
         if (row < p.sq && p.lse != nullptr && t == 0)

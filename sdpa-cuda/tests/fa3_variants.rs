@@ -9,8 +9,8 @@
 //! out of that row. Every case asks for `fa3` by name and must report it as the kernel that ran, so a
 //! fallback cannot pass.
 //!
-//! The variant entries are behind `SDPA_FA3_VARIANTS=1` (`fa3::variants_enabled`, the verification switch)
-//! until they have passed here: this binary sets it for itself before its first call. Skips (printing why)
+//! First run on the H100 in session 10 (`bench/results/gpu/variants.md`), which made them part of what
+//! `fa3` takes. Skips (printing why)
 //! without a GPU, and the kernel checks on a GPU other than compute capability 9.0 after checking that `fa3`
 //! refuses it. `bench/studies/fa3/variants9/run.sh` runs it, again with `SDPA_FA3_GRID` forcing two blocks.
 
@@ -25,12 +25,8 @@ use sdpa_core::{
 };
 use sdpa_cuda::CudaBackend;
 
-/// The GPU with fa3's variant switch on, or `None` (printing why): no GPU, or one that is not sm_90 (where
-/// fa3 must refuse the call).
+/// The GPU, or `None` (printing why): no GPU, or one that is not sm_90 (where fa3 must refuse the call).
 fn hopper_with_variants() -> Option<CudaBackend> {
-    // Every test of this binary wants the switch; setting it before any call, whichever test runs first,
-    // leaves no window in which a call could read it unset.
-    std::env::set_var("SDPA_FA3_VARIANTS", "1");
     let gpu = gpu()?;
     if gpu.info().compute_capability == (9, 0) {
         return Some(gpu);
@@ -172,15 +168,14 @@ fn table() -> Vec<(AttentionSpec, bool)> {
     out
 }
 
-/// The table's specs are valid and are variant calls `fa3` takes with its switch on (and only then): checked
+/// The table's specs are valid and are variant calls `fa3` takes: checked
 /// without a GPU, so the GPU run cannot fail on a malformed case.
 #[test]
 fn the_cases_are_valid_variant_calls() {
     for (spec, _) in table() {
         spec.validate().unwrap_or_else(|e| panic!("{}: {e}", spec.variants.label(spec.diagonal())));
         assert!(!spec.variants.is_plain());
-        assert_eq!(sdpa_cuda::kernels::fa3::refuses_with(&spec, true), None, "{}", spec.shape);
-        assert!(sdpa_cuda::kernels::fa3::refuses_with(&spec, false).is_some());
+        assert_eq!(sdpa_cuda::kernels::fa3::refuses(&spec), None, "{}", spec.shape);
     }
 }
 

@@ -24,9 +24,8 @@
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
 //! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
 //!
-//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]) are written but have not
-//! run on a GPU yet: they are taken only when `SDPA_FA3_VARIANTS=1` ([`variants_enabled`], the
-//! verification switch), and refused with that reason otherwise. A variant entry restricts the keys to the
+//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]; written in session 9 without
+//! a GPU, verified on the H100 in session 10: `bench/results/gpu/fa3.md`). A variant entry restricts the keys to the
 //! call's band (windows, causal masks as a special case): only the key tiles some row of the work tile sees
 //! are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask
 //! code; softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at
@@ -194,30 +193,13 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 /// run it on).
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
-/// Whether `SDPA_FA3_VARIANTS=1` is set: the verification switch of `fa3`'s windows, softcap and ALiBi
-/// (`FA3_ENTRY_VAR` in kernels/fa3.cu). They were written in session 9 on a machine without a GPU and have
-/// not run on an H100 yet, so without the switch [`refuses`] refuses variant calls (they run on `fa2`) and
-/// `auto` never sends them here ([`super::policy::fa3_measured_faster`]); the GPU tests
-/// (`tests/fa3_variants.rs`) and `bench/studies/fa3/variants9/run.sh` set it. Once those pass on an H100,
-/// this switch goes and variants become part of what `fa3` takes.
-pub fn variants_enabled() -> bool {
-    std::env::var_os("SDPA_FA3_VARIANTS").is_some_and(|v| v == "1")
-}
-
 /// Bound on Sq + Sk of the calls `fa3` takes with variants: the kernel's band tests and ALiBi distances
 /// (keys minus band bounds, keys minus rows and diagonals) are 32-bit, which 64 Ki below 2^31 leaves room for
 /// (64-bit ones made ptxas spill in the main loop).
 pub const VARIANT_MAX_TOKENS: usize = (1 << 31) - (1 << 16);
 
-/// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`; variants as
-/// [`variants_enabled`] says.
+/// Why `fa3` cannot run `spec` (whatever the device and pointers), or `None`.
 pub fn refuses(spec: &AttentionSpec) -> Option<String> {
-    refuses_with(spec, variants_enabled())
-}
-
-/// [`refuses`] with the variant switch given: `variants` says whether windows, softcap and ALiBi are taken
-/// (f16/bf16 only; f8e4m3 refuses them either way).
-pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
     let s = spec.shape;
     if !matches!(spec.dtype, DType::F16 | DType::BF16 | DType::F8E4M3) {
         return Some(format!("fa3 takes f16, bf16 and f8e4m3 inputs, not {} (use fa2 or fa1)", spec.dtype));
@@ -251,12 +233,6 @@ pub fn refuses_with(spec: &AttentionSpec, variants: bool) -> Option<String> {
             return Some(format!(
                 "fa3 does not implement {names} for f8e4m3 inputs (f16 and bf16 only); {}",
                 elsewhere(spec, "")
-            ));
-        }
-        if !variants {
-            return Some(format!(
-                "fa3 does not implement {names} yet (its kernel for them has not run on a GPU; \
-                 SDPA_FA3_VARIANTS=1 turns it on for verification); fa2 does"
             ));
         }
         if s.sq.saturating_add(s.sk) >= VARIANT_MAX_TOKENS {
@@ -323,14 +299,14 @@ fn entry_name(tile: Fa3Tile, dtype: DType, (d, dv): (usize, usize), tail: &str, 
     format!("{}_{}_{dims}_{tail}{pp}", tile.prefix(), dtype.name())
 }
 
-/// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each brings back one of session 7's
-/// choices that session 8 replaced, so that a single call times both on the same card (session 8 measured
-/// the two replacements together 4-11 % slower at S <= 2k and could not say which one costs it;
-/// bench/results/gpu/fa3.md). For measurement only: the product kernel runs with neither.
+/// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each brings back the other side of an A/B
+/// the product settled, so that a single call times both on the same card (bench/results/gpu/fa3.md, "Fifth
+/// step"). For measurement only: the product kernel runs with neither.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AbSwitches {
-    /// O stored as 4-byte column pairs (`store4`), not 16-byte row chunks.
-    pub store4: bool,
+    /// O stored as 16-byte row chunks after a quad transpose (`store16`, session 8's choice), not as the
+    /// product's 4-byte column pairs.
+    pub store16: bool,
     /// Ping-pong turns restarted at every work tile (`tile-turns`), not round robin across tiles.
     pub tile_turns: bool,
 }
@@ -338,19 +314,19 @@ pub struct AbSwitches {
 impl AbSwitches {
     /// The `FA3_XO_*` bits.
     pub fn bits(self) -> u8 {
-        u8::from(self.store4) | (u8::from(self.tile_turns) << 1)
+        u8::from(self.store16) | (u8::from(self.tile_turns) << 1)
     }
 
-    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store4` and `tile-turns` (empty: none).
+    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16` and `tile-turns` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             match part {
-                "store4" => ab.store4 = true,
+                "store16" => ab.store16 = true,
                 "tile-turns" => ab.tile_turns = true,
                 other => {
                     return Err(unsupported(format!(
-                    "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store4, tile-turns or both, comma-separated)"
+                    "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns or both, comma-separated)"
                 )))
                 }
             }
@@ -452,9 +428,9 @@ pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var
 
 /// Every variant entry a launch can ask for (with the table's tiles and ping-pong): each dtype (f16, bf16),
 /// class and variant set (band; with softcap, ALiBi, both), 64 programs. Not in [`programs`] (the
-/// compile check and `warm_up_all` build those) while the variants are behind [`variants_enabled`]: they
-/// compile on first use, except [`compile_check_variant_programs`]. `SDPA_NVRTC_ALL=1` compiles them all
-/// in `tests/nvrtc_compile.rs`.
+/// compile check and `warm_up_all` build those; at about 6 s each they would add minutes to both): they
+/// compile on first use and stay in the disk cache, except [`compile_check_variant_programs`].
+/// `SDPA_NVRTC_ALL=1` compiles them all in `tests/nvrtc_compile.rs`.
 pub fn variant_programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -493,7 +469,7 @@ pub fn fp8_programs() -> Vec<Program> {
 /// Every plain `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and
 /// tile with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the
 /// entries without ping-pong of the other classes are compiled on first use, as forced tiles are. Of the
-/// variant entries, behind [`variants_enabled`], only [`compile_check_variant_programs`] (2).
+/// variant entries only [`compile_check_variant_programs`] (2; the others compile on first use).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -519,7 +495,7 @@ pub fn programs() -> Vec<Program> {
 /// The measurement switches' entry the compile check builds (and [`programs`] lists): both switches at once,
 /// at one class, bf16, causal (they touch no layout).
 fn measured_check_program() -> Program {
-    let both = AbSwitches { store4: true, tile_turns: true };
+    let both = AbSwitches { store16: true, tile_turns: true };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 

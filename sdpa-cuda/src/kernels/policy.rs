@@ -30,9 +30,8 @@
 //!   fall back to `fa1`.
 //! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for a dense f16/bf16 call that `fa2`
 //!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
-//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]); variant calls
-//!   (windows, softcap, ALiBi) only while `SDPA_FA3_VARIANTS=1`, fa3's verification switch for them
-//!   ([`fa3_may_take_variants`]). Asked for by name,
+//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant calls
+//!   (windows, softcap, ALiBi) under the same rule. Asked for by name,
 //!   what it cannot take (head dims, masks, variants, ragged batches, devices other than sm_90) is refused
 //!   with the reason, never sent elsewhere.
 
@@ -249,11 +248,9 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// tiles of 128 rows over the batch and heads (every measured point had 2048), and not a causal call of
 /// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys. Shorter or smaller calls (decoding-like
 /// rows, a few keys, a handful of heads) were not measured against `fa2` and stay there. Variant calls
-/// (windows, softcap, ALiBi) only with `SDPA_FA3_VARIANTS=1` ([`fa3_may_take_variants`]).
+/// (windows, softcap, ALiBi) follow the same rule: at D = 128, causal, S = 4k and 16k, `fa3` ran each of
+/// window 1024, softcap 30 and ALiBi 1.51-1.63x `fa2` (`bench/results/gpu/fa3.md`, session 10).
 pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
-    if !fa3_may_take_variants(spec, super::fa3::variants_enabled()) {
-        return false;
-    }
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
     let causal = matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight);
@@ -263,13 +260,6 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
         && s.sq >= AUTO_FA3_MIN_ROWS
         && s.sk >= AUTO_FA3_MIN_ROWS
         && tiles >= AUTO_FA3_MIN_TILES
-}
-
-/// Whether `auto` may send `spec` to `fa3` as far as variants go: a plain call, or a variant call while
-/// `switch_on` ([`super::fa3::variants_enabled`], the verification switch: fa3's variant entries have not
-/// run on a GPU, and none was timed against `fa2`'s).
-pub fn fa3_may_take_variants(spec: &AttentionSpec, switch_on: bool) -> bool {
-    spec.variants.is_plain() || switch_on
 }
 
 /// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
@@ -594,17 +584,12 @@ mod tests {
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
         assert_eq!(auto(&causal, true), Launcher::Fa3);
-        // Variants (windows, softcap, ALiBi): never to fa3 unless its verification switch is on, even where
-        // fa3 would take the call.
+        // Variants (windows, softcap, ALiBi): the same rule as plain calls.
         let windowed = prefill.clone().with_window(sdpa_core::variants::Window::left(1024));
         let capped = prefill.clone().with_softcap(30.0);
         for v in [&windowed, &capped] {
-            assert!(!fa3_may_take_variants(v, false) && fa3_may_take_variants(v, true));
-            if !super::super::fa3::variants_enabled() {
-                assert_eq!(auto(v, true), Launcher::Fa2);
-            }
+            assert_eq!(auto(v, true), Launcher::Fa3);
         }
-        assert!(fa3_may_take_variants(&prefill, false));
         // Head dims (issue 21's grid): fa2 at D <= 32 and at D 33..63 below 2k keys, fa3 above.
         let dims = |d, dv, n| AttentionSpec::new(Shape { dv, ..Shape::new(2, 16, n, n, d) }, DType::BF16);
         assert_eq!(auto(&dims(32, 32, 4096), true), Launcher::Fa2);

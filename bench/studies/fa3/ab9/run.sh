@@ -2,7 +2,9 @@
 # The A/B session 8 could not run (bench/results/gpu/fa3.md, "Fourth step": call 3's code ran 4-11 % slower at
 # S <= 2k than call 1's, and two of its changes touch every length). `SDPA_FA3_AB` (src/kernels/fa3.rs
 # `AbSwitches`, kernels/fa3.cu `FA3_XO_*`) brings back session 7's choice for each, in the same binary:
-#   store4      O stored as 4-byte column pairs instead of 16-byte row chunks;
+#   store4      O stored as 4-byte column pairs instead of 16-byte row chunks (session 10 made this the
+#               product after this script's run; the switch is now `store16`, and the script below asks
+#               for it, so a rerun times session 8's stores against the product);
 #   tile-turns  ping-pong turns restarted at every work tile instead of round robin across tiles.
 # Written in session 9 without a GPU (the switches have not run). The script:
 #   1. tests/fa3's reference test with both switches on, under a short timeout (a turn miscount hangs: rc 124),
@@ -24,10 +26,10 @@ command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
 cat "$O/env.txt"
 
 # 1. Correctness of the switched entries first.
-SDPA_FA3_AB=store4,tile-turns timeout 150 "$B/tests/fa3" fa3_matches_the_reference > "$O/ref-ab.log" 2>&1
+SDPA_FA3_AB=store16,tile-turns timeout 150 "$B/tests/fa3" fa3_matches_the_reference > "$O/ref-ab.log" 2>&1
 echo "reference test, both switches: rc $?" | tee "$O/ref-ab.rc"
 (
-  export SDPA_FA3_AB=store4,tile-turns SDPA_CUDA_LINEINFO=1 SDPA_FA3_GRID=2,1 SDPA_CUDA_CACHE=/tmp/sdpa-san-ab9
+  export SDPA_FA3_AB=store16,tile-turns SDPA_CUDA_LINEINFO=1 SDPA_FA3_GRID=2,1 SDPA_CUDA_CACHE=/tmp/sdpa-san-ab9
   san=("$B/tests/fa3" small_calls_for_the_sanitizer --exact)
   "${san[@]}" > "$O/san-warm.log" 2>&1
   echo "warm-up rc=$?"
@@ -42,7 +44,7 @@ l=$(left)
 if grep -q "rc 0" "$O/ref-ab.rc" && [ "$l" -gt 60 ]; then
   PYTHONPATH="$B:sdpa-cuda/dev" timeout $(( l - 10 )) python3 sdpa-cuda/dev/fa3_bench.py --bench "$B/cuda_kernels" \
     --seqs 512 1024 2048 4096 --out "$O/bench" \
-    --variants store4:SDPA_FA3_AB=store4 tileturns:SDPA_FA3_AB=tile-turns both:SDPA_FA3_AB=store4,tile-turns \
+    --variants store16:SDPA_FA3_AB=store16 tileturns:SDPA_FA3_AB=tile-turns both:SDPA_FA3_AB=store16,tile-turns \
     > "$O/bench.log" 2>&1
   echo "bench rc=$?" > "$O/bench.rc"
 fi

@@ -45,7 +45,6 @@ fn head_dims_run_the_first_class_at_or_above_both() {
 
 #[test]
 fn fa3_refuses_what_it_lacks_with_the_reason() {
-    let refuses = |spec: &AttentionSpec| refuses_with(spec, false);
     assert_eq!(refuses(&spec(128, 128, DType::BF16)), None);
     assert_eq!(refuses(&spec(64, 64, DType::F16).with_mask(Mask::CausalBottomRight)), None);
     for (d, dv) in [(96, 96), (256, 256), (192, 128), (64, 128), (40, 40), (8, 256)] {
@@ -59,16 +58,13 @@ fn fa3_refuses_what_it_lacks_with_the_reason() {
     let plain = spec(64, 64, DType::BF16);
     let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
     assert!(refuses(&explicit).expect("refused").contains("explicit"));
-    let windowed = plain.clone().with_window(sdpa_core::variants::Window::left(64));
-    assert!(refuses(&windowed).expect("refused").contains("does not implement"));
-    assert!(refuses(&plain.clone().with_softcap(30.0)).expect("refused").contains("does not implement"));
     assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
 }
 
-/// Windows, softcap and ALiBi: refused, naming the verification switch, unless it is on; f8e4m3 refuses
-/// them either way; what fa3 lacks besides stays refused with the switch on.
+/// Windows, softcap and ALiBi: taken for f16 and bf16, refused for f8e4m3 (naming the variants); what fa3
+/// lacks besides stays refused.
 #[test]
-fn variants_are_taken_only_behind_the_verification_switch() {
+fn variants_are_taken_for_f16_and_bf16_only() {
     use sdpa_core::variants::{Alibi, Diagonal, Window};
     let plain = spec(128, 128, DType::BF16);
     let cases = [
@@ -80,32 +76,28 @@ fn variants_are_taken_only_behind_the_verification_switch() {
         plain.clone().with_mask(Mask::CausalTopLeft).with_alibi(Alibi::Standard).with_softcap(50.0),
     ];
     for v in &cases {
-        let why = refuses_with(v, false).expect("refused without the switch");
-        assert!(why.contains("does not implement") && why.contains("SDPA_FA3_VARIANTS=1"), "{why}");
-        assert!(why.contains("fa2 does"), "{why}");
-        assert_eq!(refuses_with(v, true), None, "{why}");
+        assert_eq!(refuses(v), None, "{}", v.variants.label(v.diagonal()));
         let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
-        assert_eq!(refuses_with(&f16, true), None);
+        assert_eq!(refuses(&f16), None);
         let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
-        for on in [false, true] {
-            let why = refuses_with(&fp8, on).expect("f8e4m3 refuses variants");
-            assert!(why.contains("f8e4m3"), "{why}");
-        }
+        let why = refuses(&fp8).expect("f8e4m3 refuses variants");
+        assert!(why.contains("f8e4m3") && why.contains("does not implement"), "{why}");
     }
-    let named = refuses_with(&cases[5], false).expect("refused");
+    let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..cases[5].clone() };
+    let named = refuses(&fp8).expect("refused");
     assert!(named.contains("softcap") && named.contains("alibi"), "{named}");
     let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
     let explicit = explicit.with_window(Window::left(8));
-    assert!(refuses_with(&explicit, true).expect("refused").contains("explicit"));
-    assert!(refuses_with(&cases[0].clone().with_scale(-1.0), true).expect("refused").contains("positive"));
+    assert!(refuses(&explicit).expect("refused").contains("explicit"));
+    assert!(refuses(&cases[0].clone().with_scale(-1.0)).expect("refused").contains("positive"));
     // Sq + Sk within the kernel's 32-bit band arithmetic.
     let long = |sq: usize, sk: usize| {
         AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::BF16)
             .with_mask(Mask::CausalBottomRight)
             .with_window(Window::left(4096))
     };
-    assert_eq!(refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1), true), None);
-    let why = refuses_with(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20)), true).expect("refused");
+    assert_eq!(refuses(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20) - 1)), None);
+    let why = refuses(&long(1 << 20, VARIANT_MAX_TOKENS - (1 << 20))).expect("refused");
     assert!(why.contains("Sq + Sk below"), "{why}");
 }
 
@@ -244,7 +236,8 @@ fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
     assert!(!why.contains("use fa2") && why.contains("f8e4m3"), "{why}");
     // f16/bf16 calls are still sent to fa2.
     let bf16 = spec(128, 128, DType::BF16);
-    assert!(refuses(&bf16.clone().with_softcap(30.0)).expect("refused").contains("fa2 does"));
+    let explicit = bf16.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &bf16.shape)));
+    assert!(refuses(&explicit).expect("refused").contains("fa2 does"));
     let p = AttnParams::new(&bf16, 256, 512, 768, 1024, 0, 0).expect("params");
     assert!(check(&bf16, &p, (8, 0), 227 * 1024).expect_err("not sm_90").to_string().contains("use fa2"));
 }
@@ -341,14 +334,14 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
 #[test]
 fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     assert_eq!(AbSwitches::parse("").expect("empty"), AbSwitches::default());
-    let both = AbSwitches::parse("store4, tile-turns").expect("both");
+    let both = AbSwitches::parse("store16, tile-turns").expect("both");
     assert_eq!(both.bits(), 3);
     assert_eq!(AbSwitches::parse("tile-turns").expect("turns").bits(), 2);
-    let err = AbSwitches::parse("store4,store16").expect_err("unknown").to_string();
-    assert!(err.contains("store16") && err.contains("tile-turns"), "{err}");
+    let err = AbSwitches::parse("store16,store4").expect_err("unknown").to_string();
+    assert!(err.contains("`store4`") && err.contains("store16") && err.contains("tile-turns"), "{err}");
     let tile = tile_for(128, 128, false, 4096);
     let plain = program(DType::BF16, (128, 128), tile, MASK_NONE, true);
-    let st = AbSwitches { store4: true, tile_turns: false };
+    let st = AbSwitches { store16: true, tile_turns: false };
     let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, st);
     assert_eq!(m.name, format!("{}_xo1", plain.name));
     assert!(m.instantiation.starts_with("FA3_ENTRY_XO(") && m.instantiation.ends_with(", 1)"), "{}", m.instantiation);
@@ -356,7 +349,7 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, AbSwitches::default()).name,
         plain.name
     );
-    assert!(FA3.source.contains("#define FA3_XO_STORE4 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
+    assert!(FA3.source.contains("#define FA3_XO_STORE16 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
     assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
 }
 
