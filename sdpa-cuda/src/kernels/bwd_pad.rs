@@ -202,6 +202,55 @@ mod tests {
         assert_eq!(pr.ragged, ragged.ragged);
     }
 
+    /// The premise of the path, on the f64 reference backward: a call at D and Dv gives the same gradients
+    /// (and O and LSE) as its padded spec on the inputs copied as the copy kernel copies them (zeros past D
+    /// and Dv, the caller's layout to BHSD), and the padding columns of dQ, dK and dV come out zero. Bitwise:
+    /// zeros appended to a sum change nothing. With `1/sqrt(D8)` as the scale instead, the gradients differ.
+    #[test]
+    fn zero_columns_and_the_callers_scale_leave_the_reference_gradients_unchanged() {
+        use sdpa_core::backward::reference_backward;
+        use sdpa_core::{HostBuffer, HostInputs, Operand, Strides};
+        let s = Shape { b: 2, hq: 4, hkv: 2, sq: 9, sk: 13, d: 7, dv: 5 };
+        let spec = AttentionSpec::new(s, DType::F32).with_layout(Layout::Bshd).with_mask(Mask::CausalBottomRight);
+        let padded = padded_spec(&spec);
+        // The copy kernel's semantics: dst[b][h][r][c] = c < n_src ? src[b][h][r][c] : 0.
+        let pad = |src: &HostBuffer, from: Strides, to: Strides, heads: usize, rows: usize, n: usize, n8: usize| {
+            let src = src.to_f32_vec();
+            let mut dst = vec![0f32; s.b * heads * rows * n8];
+            for (b, h, r) in (0..s.b).flat_map(|b| (0..heads).flat_map(move |h| (0..rows).map(move |r| (b, h, r)))) {
+                for c in 0..n {
+                    dst[b * to.b + h * to.h + r * to.s + c] = src[b * from.b + h * from.h + r * from.s + c];
+                }
+            }
+            HostBuffer::from_f32(DType::F32, &dst)
+        };
+        let inputs = HostInputs::random(&spec, 7).expect("inputs");
+        let d_o = HostBuffer::random(DType::F32, spec.required_len(Operand::O).expect("len"), 8);
+        let (p, q) = (&spec, &padded);
+        let inputs8 = HostInputs {
+            q: pad(&inputs.q, p.q_strides, q.q_strides, s.hq, s.sq, s.d, 8),
+            k: pad(&inputs.k, p.k_strides, q.k_strides, s.hkv, s.sk, s.d, 8),
+            v: pad(&inputs.v, p.v_strides, q.v_strides, s.hkv, s.sk, s.dv, 8),
+            ..inputs.clone()
+        };
+        let d_o8 = pad(&d_o, p.o_strides, q.o_strides, s.hq, s.sq, s.dv, 8);
+        let want = reference_backward(&spec, &inputs, &d_o).expect("reference");
+        let got = reference_backward(&padded, &inputs8, &d_o8).expect("padded reference");
+        assert_eq!((got.lse.clone(), want.lse.len()), (want.lse.clone(), s.b * s.hq * s.sq));
+        // Logical order: [rows][width]; the padded call's rows are 8 wide.
+        let own = |g: &[f64], n: usize| -> Vec<f64> { g.chunks(8).flat_map(|row| row[..n].to_vec()).collect() };
+        let pads = |g: &[f64], n: usize| g.chunks(8).all(|row| row[n..].iter().all(|&x| x == 0.0));
+        assert_eq!(own(&got.dq, s.d), want.dq);
+        assert_eq!(own(&got.dk, s.d), want.dk);
+        assert_eq!(own(&got.dv, s.dv), want.dv);
+        assert_eq!(own(&got.o, s.dv), want.o);
+        assert!(pads(&got.dq, s.d) && pads(&got.dk, s.d) && pads(&got.dv, s.dv));
+        // The scale a padded spec would take by default (from D8) changes the gradients: it must stay named.
+        let unnamed = AttentionSpec { scale: None, ..padded.clone() };
+        let wrong = reference_backward(&unnamed, &inputs8, &d_o8).expect("reference");
+        assert_ne!(own(&wrong.dq, s.d), want.dq);
+    }
+
     #[test]
     fn calls_route_by_alignment_and_odd_head_dims_are_no_longer_refused() {
         let spec = |d, dv| AttentionSpec::new(Shape { b: 1, hq: 2, hkv: 2, sq: 10, sk: 10, d, dv }, DType::BF16);

@@ -58,6 +58,7 @@ if [ "$l" -gt 35 ]; then
     --pass bwd "${shapes[@]}" --pytorch-kernels flash,efficient,cudnn --warmup 2 --reps 10 --max-time 0.5 \
     --check-rows 16 --out "$O/bench.json" > "$O/bench.log" 2>&1
   echo "$?" > "$O/bench.rc"
+  [ -s "$O/bench.json" ] && timeout 20 "$B/sdpa" report "$O/bench.json" --out-dir "$O/report" > "$O/report.log" 2>&1
 else
   echo "skipped: $l s left" > "$O/bench.log"
 fi
@@ -70,4 +71,5 @@ done
 grep -hE "^FAIL|panicked|cases failed" "$O"/*.log 2>/dev/null | head -16 | cut -c1-300
 echo "== sanitizers"; cat "$O/san.txt"
 echo "== bench (rc $(cat "$O/bench.rc" 2>/dev/null), $(( SECONDS - T0 )) s in all)"
-grep -vE "^(timing|ENV)" "$O/bench.log" 2>/dev/null | tail -24
+grep -vE "^(timing|ENV)|UserWarning" "$O/bench.log" 2>/dev/null | tail -24
+echo "== report (backward)"; sed -n '/[Bb]ackward/,/^$/p' "$O/report/report.md" 2>/dev/null | head -30
