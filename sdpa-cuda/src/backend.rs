@@ -607,7 +607,8 @@ impl Backend for CudaBackend {
             variants: Variant::ALL.to_vec(),
             // fa2 runs both (splitkv decodes them); fa1, unfused and the f32 paths refuse them (kernels::policy).
             serving: Serving::ALL.to_vec(),
-            // The tensor-core backward (kernels::bwd), f16/bf16; f32 and paged caches are refused there.
+            // The tensor-core backward (kernels::bwd), f16/bf16, any head dim up to 256 (those that are not
+            // multiples of 8 through kernels::bwd_pad); f32 and paged caches are refused there.
             backward: vec![Kernel::Fa2],
         }
     }
