@@ -1,7 +1,7 @@
 //! The backward's pad-copy path (issue 21): a backward call whose head dims are not multiples of 8, or whose
 //! rows are not whole 16-byte chunks starting 16-byte aligned (a misaligned view; [`bwd::aligned`]), copies
 //! Q, K, V, O and dO once into zero-filled scratch of `[B, H, S, D8]` (D8 = D rounded up to 8, likewise
-//! Dv8), runs the backward's own kernels there on whole 16-byte rows ([`bwd::run_aligned`]), and copies the
+//! Dv8), runs the backward's own kernels there on whole 16-byte rows (`bwd::run_aligned`), and copies the
 //! own D or Dv columns of dQ, dK and dV (and of dQ in f32, when asked for) back into the caller's views
 //! through their strides. The backward's loads copy whole 16-byte chunks and have no narrow path as `fa2`'s
 //! forward has, so every such call takes this path, whatever its size (the forward's [`pad_copy::pays`]

@@ -18,7 +18,7 @@
 //! this one for every call it can take whatever its size (tests and A/B timing).
 //!
 //! The backward's pad-copy path ([`super::bwd_pad`]) shares the pieces: [`round8`], [`pack`] (the scratch
-//! parts), [`padded_params`], [`fits`] and [`copy`] (2-byte rows, and 4-byte ones for its f32 dQ).
+//! parts), [`padded_params`], [`HEADROOM_BYTES`] and [`copy`] (2-byte rows, and 4-byte ones for its f32 dQ).
 
 use super::fa2::{self, HeadDims, Serve};
 use crate::checked::call::Call;
@@ -219,7 +219,7 @@ pub fn fits(needed: u64, free: u64) -> bool {
 }
 
 /// Contiguous `[B, H, S, cols]` strides (batch, head, row), elements.
-pub fn dense_strides(heads: usize, rows: usize, cols: usize) -> [i64; 3] {
+fn dense_strides(heads: usize, rows: usize, cols: usize) -> [i64; 3] {
     [(heads * rows * cols) as i64, (rows * cols) as i64, cols as i64]
 }
 
