@@ -290,11 +290,13 @@ fn windows_softcap_and_alibi_match_the_reference_on_the_gpu() {
 
 #[test]
 fn gradients_on_the_gpu_match_the_reference_for_every_mask_layout_and_view() {
-    // sdpa-cuda's backward runs f16 and bf16; GQA 4, Sq != Sk, lengths no multiple of a tile.
+    // sdpa-cuda's backward runs f16 and bf16; GQA 4, Sq != Sk, lengths no multiple of a tile; head dims that
+    // are not multiples of 8 (65/33) take its pad-copy path (issue 21).
     let dev = gpu();
     let shapes = [
         Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 64, dv: 64 },
         Shape { b: 1, hq: 4, hkv: 1, sq: 150, sk: 61, d: 128, dv: 128 },
+        Shape { b: 1, hq: 4, hkv: 2, sq: 45, sk: 70, d: 65, dv: 33 },
     ];
     let mut seed = 500;
     for s in shapes {

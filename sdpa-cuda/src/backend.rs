@@ -164,15 +164,17 @@ impl CudaBackend {
         Ok(WarmedUp { loads: self.dev.prepare(&programs)?, skipped })
     }
 
-    /// Loads now the programs the backward calls `(spec, options)` would launch (one per call: its Delta,
-    /// main and dQ entries), compiled on parallel threads, so that no first backward call waits for NVRTC.
+    /// Loads now the programs the backward calls `(spec, options)` would launch (per call: its Delta, main
+    /// and dQ entries, and the copies of the pad-copy path at head dims that are not multiples of 8), compiled on parallel threads, so that no first backward call waits for NVRTC.
     /// Calls the backward cannot run are left out (running them reports why).
     pub fn warm_up_backward(&self, calls: &[(AttentionSpec, BackwardOptions)]) -> Result<Vec<ProgramLoad>> {
         let mut programs: Vec<Program> = Vec::new();
         for (spec, bwd) in calls {
-            if let Ok(p) = crate::kernels::bwd::program_for(spec, bwd.deterministic) {
-                if !programs.contains(&p) {
-                    programs.push(p);
+            if let Ok(ps) = crate::kernels::bwd::programs_for(spec, bwd.deterministic) {
+                for p in ps {
+                    if !programs.contains(&p) {
+                        programs.push(p);
+                    }
                 }
             }
         }
@@ -605,7 +607,8 @@ impl Backend for CudaBackend {
             variants: Variant::ALL.to_vec(),
             // fa2 runs both (splitkv decodes them); fa1, unfused and the f32 paths refuse them (kernels::policy).
             serving: Serving::ALL.to_vec(),
-            // The tensor-core backward (kernels::bwd), f16/bf16; f32 and paged caches are refused there.
+            // The tensor-core backward (kernels::bwd), f16/bf16, any head dim up to 256 (those that are not
+            // multiples of 8 through kernels::bwd_pad); f32 and paged caches are refused there.
             backward: vec![Kernel::Fa2],
         }
     }

@@ -56,7 +56,8 @@
 //! without atomics), dQ added into an f32 accumulator with atomics and rounded by a last pass, or, with
 //! `BackwardOptions::deterministic`, computed by a separate kernel per query tile (bitwise repeatable).
 //! Every head-dim class, Dv != D, every mask, windows, softcap, ALiBi, GQA, both layouts and ragged (varlen)
-//! batches; f32 and paged KV caches are refused. `Backend::time_pass` times passes with device events.
+//! batches; head dims that are not multiples of 8 (any D and Dv from 1 to 256) and misaligned views through
+//! zero-padded copies ([`kernels::bwd_pad`]); f32 and paged KV caches are refused. `Backend::time_pass` times passes with device events.
 //!
 //! # Layout: three layers, then the backend
 //! - [`sys`], library access: finding the CUDA libraries ([`libs`]), the kernel sources built in

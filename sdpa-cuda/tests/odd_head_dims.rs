@@ -5,8 +5,8 @@
 //! Dv in {1, 3, 7, 33, 65, 100, 127, 130, 250, 255} and unequal pairs, lengths off every tile, Sq != Sk,
 //! both causal alignments and an explicit mask, GQA, both layouts, with and without LSE, f16 and bf16 each
 //! within twice the unfused kernel's error; misaligned views at every copy width; the kernel that ran (never
-//! `fa1` for these), `fa3` and the backward refusing them with the reason; and f32 on the TF32 and split-TF32
-//! path at Dv != D. The prefill cases are short enough that `fa2`'s pad-copy rule (`kernels::pad_copy::pays`)
+//! `fa1` for these), `fa3` refusing them with the reason (the backward runs them: `backward_odd_head_dims`);
+//! and f32 on the TF32 and split-TF32 path at Dv != D. The prefill cases are short enough that `fa2`'s pad-copy rule (`kernels::pad_copy::pays`)
 //! leaves them on the narrow copies; `odd_head_dims_pad_copy` runs the same cases through aligned scratch.
 //! Skips (printing why) without a GPU.
 
@@ -14,10 +14,7 @@ mod common;
 
 use common::odd::{cases, head_dims, masks_for, misaligned, HALF};
 use common::{check_inputs, gpu, run_spec, run_table, Case};
-use sdpa_core::{
-    AttentionSpec, BackwardOptions, DType, F32Math, GradInputs, HostBackend, HostInputs, Kernel, Layout, Mask,
-    RunOptions, Shape,
-};
+use sdpa_core::{AttentionSpec, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, RunOptions, Shape};
 use sdpa_cuda::CudaBackend;
 use std::sync::OnceLock;
 
@@ -132,10 +129,11 @@ fn misaligned_views_run_the_narrow_copies() {
     }
 }
 
-/// `fa3` refuses head dims that are not multiples of 8 with its reason (TMA rows of whole 16-byte chunks),
-/// and so does the backward (its loads copy whole 16-byte chunks); neither runs them elsewhere.
+/// `fa3` refuses head dims that are not multiples of 8 with its reason (TMA rows of whole 16-byte chunks)
+/// and runs them nowhere else (the backward takes them through its pad-copy path:
+/// `tests/backward_odd_head_dims.rs`).
 #[test]
-fn fa3_and_the_backward_refuse_odd_head_dims_with_the_reason() {
+fn fa3_refuses_odd_head_dims_with_the_reason() {
     let Some(gpu) = gpu() else { return };
     let shape = Shape { b: 1, hq: 2, hkv: 2, sq: 64, sk: 64, d: 33, dv: 33 };
     let case = Case::new(shape, DType::BF16, Mask::None, Layout::Bhsd, Kernel::Fa3, F32Math::Exact);
@@ -143,13 +141,6 @@ fn fa3_and_the_backward_refuse_odd_head_dims_with_the_reason() {
     let inputs = HostInputs::random(&spec, 5).expect("valid spec");
     let e = gpu.run_host(&spec, &case.opts(), &inputs).expect_err("fa3 refuses D = 33").to_string();
     assert!(e.contains("multiple") || e.contains("compute capability"), "{e}");
-    let opts = RunOptions { kernel: Kernel::Auto, lse: true, ..Default::default() };
-    let grads = GradInputs::from_forward(&spec, &gpu, &opts, &inputs, 6).expect("forward");
-    let e = gpu
-        .run_backward_host(&spec, &opts, &BackwardOptions::default(), &inputs, &grads)
-        .expect_err("the backward refuses D = 33")
-        .to_string();
-    assert!(e.contains("multiples of 8"), "{e}");
 }
 
 /// f32 on the TF32 and split-TF32 path (kernel `fa2` with f32 inputs) at Dv != D and head dims that are

@@ -10,8 +10,14 @@
 //! order blocks run in, at the price of recomputing S and dP once more.
 //!
 //! Head dims run the forward's classes ([`HeadDims`]): multiples of 8 up to 256, each at the smallest class
-//! at or above it, 192/128 natively. Tiles ([`tile_for`]): classes up to 96 take 8 warps of 16 keys (128
-//! keys per block), 64 query rows per step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
+//! at or above it, 192/128 natively. Every other head dim from 1 to 256 (D and Dv independent), and operands
+//! whose rows are not whole 16-byte chunks starting 16-byte aligned (misaligned views), take the pad-copy
+//! path ([`super::bwd_pad`], issue 21): Q, K, V, O and dO copied into zero-filled scratch with D and Dv
+//! rounded up to 8, this backward run there, dQ, dK and dV's own columns copied back ([`run`] routes, by
+//! [`aligned`]).
+//!
+//! Tiles ([`tile_for`]): classes up to 96 take 8 warps of 16 keys (128 keys per block), 64 query rows per
+//! step, except D = 64, which takes 4 warps of 32 keys and 32 query rows
 //! (two blocks per SM; measured faster); D = 128 takes FlashAttention-2's layout (8 warps: 4 along the keys, 32
 //! each, times 2 splitting the queries of S and dP and the columns of dK and dV, P^T and dS^T through shared
 //! memory; measured 1.05x the 8-warp tile); the classes above take 4 warps of 16 keys with 2 warps splitting
@@ -20,10 +26,12 @@
 //! `SDPA_BWD_TILE` forces another tile for tuning runs ([`forced_tile`]). Causal masks launch the main
 //! kernel's grid heavy-first ([`Features::heavy_first`]).
 //!
-//! Refused here (`Unsupported`): f32 (no f32 backward on the GPU), paged KV caches (training has no cache),
-//! head dims the tensor-core classes do not take, a non-positive scale, operands not 16-byte aligned, and
-//! devices whose shared memory per block is smaller than the tile's.
+//! Refused here (`Unsupported`, [`refusal`]): f32 (no f32 backward on the GPU), paged KV caches (training has
+//! no cache), head dims above 256, a non-positive scale, operands not aligned to their own elements, and
+//! devices whose shared memory per block is smaller than the tile's; a pad-copy call whose scratch does not
+//! fit the free device memory (`InsufficientMemory`) or overflows (`Unsupported`).
 
+use super::pad_copy::{self, round8};
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::AttnParams;
@@ -327,19 +335,44 @@ pub fn compile_check_programs() -> Vec<Program> {
     ]
 }
 
-/// The program a backward call of `spec` launches (its entries `_pre`, the main kernel and `_convert` or
-/// `_dq`), as [`run`] plans it: for warm-ups.
-pub fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
+/// The classes the kernels run head dims `d`, `dv` at: those of D and Dv rounded up to 8 (the pad-copy
+/// path's scratch widths, the call's own where they are multiples of 8); `None` above 256 or at 0.
+pub fn padded_dims(d: usize, dv: usize) -> Option<HeadDims> {
+    HeadDims::of(round8(d), round8(dv))
+}
+
+/// The programs a backward call of `spec` launches, as [`run`] plans it, for warm-ups: the backward's own
+/// (its entries `_pre`, the main kernel and `_convert` or `_dq`), and the copy module when a head dim is
+/// not a multiple of 8 (a misaligned view of aligned head dims needs it too; only its launch says so).
+pub fn programs_for(spec: &AttentionSpec, deterministic: bool) -> Result<Vec<Program>> {
     let s = spec.shape;
-    let dims =
-        HeadDims::of(s.d, s.dv).filter(|_| s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)).ok_or_else(|| {
-            unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
-        })?;
+    let mut all = vec![program_for(spec, deterministic)?];
+    if !(s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)) {
+        all.push(pad_copy::program());
+    }
+    Ok(all)
+}
+
+/// The backward's own program for `spec` (at [`padded_dims`]).
+fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
+    let s = spec.shape;
+    let dims = padded_dims(s.d, s.dv).ok_or_else(|| {
+        unsupported(format!("the CUDA backward has no head-dim class for D = {}, Dv = {}", s.d, s.dv))
+    })?;
     let (tile, qtile, prefix) = tiles(dims.d)?;
     Ok(program_with(&prefix, tile, qtile, spec.dtype, dims, Features::of(spec), deterministic))
 }
 
-/// Why the backward cannot run a call on this device, or `None`.
+/// Whether the kernels can read and write the call in place: head dims multiples of 8 and every row of Q, K,
+/// V, O, dO, dQ, dK and dV whole 16-byte chunks that start 16-byte aligned (their loads and stores copy
+/// whole chunks; dO, dQ, dK and dV take O's, Q's, K's and V's strides). Other calls take the pad-copy path.
+pub fn aligned(params: &BwdParams, d: usize, dv: usize) -> bool {
+    let grads = [params.d_o, params.dq, params.dk, params.dv].iter().all(|p| p.is_multiple_of(16));
+    params.attn.rows_16_byte_aligned(d, dv) && grads
+}
+
+/// Why the backward cannot run a call on this device, or `None`. Calls that are not [`aligned`] are checked
+/// as the pad-copy path runs them: at [`padded_dims`], with pointers aligned to their own elements only.
 pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> Option<String> {
     let s = spec.shape;
     if spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()) {
@@ -348,20 +381,19 @@ pub fn refusal(spec: &AttentionSpec, params: &BwdParams, smem_optin: usize) -> O
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(format!("the CUDA backward runs f16 and bf16 only, not {}", spec.dtype));
     }
-    // The backward's loads copy whole 16-byte chunks (no narrow path as the forward has, issue 21).
-    let Some(dims) = HeadDims::of(s.d, s.dv).filter(|_| s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)) else {
-        return Some(format!(
-            "the CUDA backward needs head dims that are multiples of 8 up to 256, got D = {}, Dv = {}",
-            s.d, s.dv
-        ));
+    let Some(dims) = padded_dims(s.d, s.dv) else {
+        return Some(format!("the CUDA backward takes head dims from 1 to 256, got D = {}, Dv = {}", s.d, s.dv));
     };
     if spec.scale() <= 0.0 {
         return Some(format!("scale {} (the backward needs a positive scale)", spec.scale()));
     }
-    let a = &params.attn;
-    let extra = [params.d_o, params.dq, params.dk, params.dv].iter().all(|&p| p % 16 == 0);
-    if !a.qkvo_aligned_8_elements() || !extra {
-        return Some("operands not 16-byte aligned (base pointers and strides must be multiples of 8 elements)".into());
+    let halves =
+        [params.attn.q, params.attn.k, params.attn.v, params.attn.o, params.d_o, params.dq, params.dk, params.dv];
+    let elements = halves.iter().all(|p| p.is_multiple_of(2)) && params.dq_f32.is_multiple_of(4);
+    if !(aligned(params, s.d, s.dv) || elements) {
+        return Some(
+            "operands not aligned to their elements (odd addresses of 2-byte values, or f32 dQ off 4 bytes)".into(),
+        );
     }
     let Ok((t, q, _)) = tiles(dims.d) else { return Some("SDPA_BWD_TILE is not a tile".into()) };
     if !t.fits(dims.d, dims.dv) {
@@ -381,17 +413,35 @@ fn rows(spec: &AttentionSpec) -> usize {
 }
 
 /// Runs the backward of `call` (its params hold Q, K, V, O, mask, LSE and the ragged offsets) with the
-/// backward's pointers in `ptrs` (`delta` and `dq_acc` are filled in here from stream-ordered scratch).
-/// Returns whether the run was deterministic (it is exactly when asked: the atomic path is not).
+/// backward's pointers in `ptrs` (`delta` and `dq_acc` are filled in here from stream-ordered scratch): in
+/// place when [`aligned`], else through the pad-copy path ([`super::bwd_pad::run`]). Returns whether the run
+/// was deterministic (it is exactly when asked: the atomic path is not).
 pub fn run(call: &Call<'_>, ptrs: BwdParams, deterministic: bool) -> Result<bool> {
-    let spec = call.spec;
-    let info = call.dev.info();
-    let optin = info.smem_per_block_optin.max(0) as usize;
+    let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
     let params = BwdParams { attn: call.params, ..ptrs };
+    if let Some(why) = refusal(call.spec, &params, optin) {
+        return Err(unsupported(why));
+    }
+    let s = call.spec.shape;
+    if aligned(&params, s.d, s.dv) {
+        run_aligned(call, params, deterministic)
+    } else {
+        super::bwd_pad::run(call, params, deterministic)
+    }
+}
+
+/// [`run`] on a call that is [`aligned`] (the caller's, or the pad-copy path's padded one); `params.attn` is
+/// the call's parameters.
+pub(super) fn run_aligned(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bool> {
+    let spec = call.spec;
+    let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
     if let Some(why) = refusal(spec, &params, optin) {
         return Err(unsupported(why));
     }
     let s = spec.shape;
+    if !aligned(&params, s.d, s.dv) {
+        return Err(unsupported("the backward's in-place kernels need 16-byte aligned rows"));
+    }
     let dims = HeadDims::of(s.d, s.dv).ok_or_else(|| unsupported("head dims"))?;
     let (tile, qtile, _) = tiles(dims.d)?;
     let program = program_for(spec, deterministic)?;

@@ -10,10 +10,12 @@
 //! - [`fa3`]: the Hopper forward (sm_90a: TMA, `wgmma`, warp specialisation), f16/bf16.
 //! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
-//! - [`bwd`]: the backward pass on tensor cores, f16/bf16.
+//! - [`bwd`]: the backward pass on tensor cores, f16/bf16 ([`bwd_pad`]: its odd head dims and misaligned
+//!   views through aligned scratch, with [`pad_copy`]'s pieces).
 //! - [`wide`]: f16/bf16 at head dims above 256, query slabs of cuBLAS products around unfused's softmax.
 
 pub mod bwd;
+pub mod bwd_pad;
 pub mod fa1;
 pub mod fa2;
 pub mod fa3;

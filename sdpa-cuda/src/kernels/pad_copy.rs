@@ -16,6 +16,9 @@
 //! blocks; the device's kept scratch (`Device::kept_scratch`) is splitkv's (zeroed tail, one layout, the
 //! device's stream only) and does not fit here. `SDPA_FA2_PAD_COPY=0` forces the narrow path, `=1` takes
 //! this one for every call it can take whatever its size (tests and A/B timing).
+//!
+//! The backward's pad-copy path ([`super::bwd_pad`]) shares the pieces: [`round8`], [`pack`] (the scratch
+//! parts), [`padded_params`], [`HEADROOM_BYTES`] and [`copy`] (2-byte rows, and 4-byte ones for its f32 dQ).
 
 use super::fa2::{self, HeadDims, Serve};
 use crate::checked::call::Call;
@@ -31,7 +34,8 @@ use sdpa_core::{DType, Result, Shape};
 /// unset (or anything else) by [`pays`].
 pub const ENV: &str = "SDPA_FA2_PAD_COPY";
 
-/// The module, compiled whole (entry `pad_copy_2`: 2-byte elements, one warp per row).
+/// The module, compiled whole (entries `pad_copy_2` and `pad_copy_4`: 2- and 4-byte elements, one warp per
+/// row).
 pub fn program() -> Program {
     Program::whole(&PAD_COPY)
 }
@@ -168,19 +172,34 @@ pub struct Scratch {
     pub len: usize,
 }
 
+/// Offsets of consecutive parts of `sizes` elements in one buffer, and the buffer's length; `None` when a
+/// size (`None` itself: it overflowed) or the sum overflows. Parts that are multiples of 8 elements each
+/// start 16-byte aligned after the allocation's own alignment.
+pub fn pack<const N: usize>(sizes: [Option<usize>; N]) -> Option<([usize; N], usize)> {
+    let mut at = [0; N];
+    let mut len = 0usize;
+    for (a, n) in at.iter_mut().zip(sizes) {
+        *a = len;
+        len = len.checked_add(n?)?;
+    }
+    Some((at, len))
+}
+
+/// Elements of one padded operand `[b, heads, rows, round8(cols)]` of `s`; `None` when it overflows.
+pub fn part(s: &Shape, heads: usize, rows: usize, cols: usize) -> Option<usize> {
+    s.b.checked_mul(heads)?.checked_mul(rows)?.checked_mul(round8(cols))
+}
+
 impl Scratch {
     /// The layout for `s`; `None` when its size overflows.
     pub fn of(s: &Shape) -> Option<Scratch> {
-        let part =
-            |heads: usize, rows: usize, cols: usize| s.b.checked_mul(heads)?.checked_mul(rows)?.checked_mul(cols);
-        let (d8, dv8) = (round8(s.d), round8(s.dv));
-        let sizes = [part(s.hq, s.sq, d8)?, part(s.hkv, s.sk, d8)?, part(s.hkv, s.sk, dv8)?, part(s.hq, s.sq, dv8)?];
-        let mut at = [0; 4];
-        let mut len = 0usize;
-        for (a, n) in at.iter_mut().zip(sizes) {
-            *a = len;
-            len = len.checked_add(n)?;
-        }
+        let sizes = [
+            part(s, s.hq, s.sq, s.d),
+            part(s, s.hkv, s.sk, s.d),
+            part(s, s.hkv, s.sk, s.dv),
+            part(s, s.hq, s.sq, s.dv),
+        ];
+        let (at, len) = pack(sizes)?;
         Some(Scratch { at, len })
     }
 
@@ -224,7 +243,8 @@ pub fn padded_params(p: &AttnParams, s: &Shape, layout: &Scratch, base: u64) -> 
     }
 }
 
-/// The kernel's parameter: `PadCopyArgs` in pad_copy.cu (strides in elements).
+/// The kernel's parameter: `PadCopyArgs<E>` in pad_copy.cu (strides in elements; the same layout for both
+/// element widths).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct PadCopyArgs {
@@ -244,19 +264,31 @@ unsafe impl DeviceRepr for PadCopyArgs {}
 
 /// One strided operand: base pointer and (batch, head, row) strides, elements.
 #[derive(Debug, Clone, Copy)]
-struct Rows {
-    ptr: u64,
-    stride: [i64; 3],
+pub struct Rows {
+    /// Device address of element (0, 0, 0, 0).
+    pub ptr: u64,
+    /// Batch, head and row strides, elements.
+    pub stride: [i64; 3],
+}
+
+/// The element width a copy moves (raw bits, any dtype of that size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    /// f16, bf16 (`pad_copy_2`).
+    Two,
+    /// f32 (`pad_copy_4`: the backward's f32 dQ).
+    Four,
 }
 
 /// Copies `[b, h, s]` rows of `n_src` columns from `src` to rows of `n_dst` columns at `dst`, zeros past
-/// `n_src`.
+/// `n_src`, elements of `width`.
 ///
 /// # Safety
 /// Both views must address live device memory on the call's stream for every (batch < b, head < h,
-/// row < s) and column below `n_src` (src) and `n_dst` (dst).
-unsafe fn copy(
+/// row < s) and column below `n_src` (src) and `n_dst` (dst), with base pointers aligned to `width`.
+pub unsafe fn copy(
     call: &Call<'_>,
+    width: Width,
     src: Rows,
     dst: Rows,
     (b, h, s): (usize, usize, usize),
@@ -264,8 +296,8 @@ unsafe fn copy(
     n_dst: usize,
 ) -> Result<()> {
     let rows = b.checked_mul(h).and_then(|x| x.checked_mul(s));
-    let int = |v: usize| i32::try_from(v).map_err(|_| unsupported("fa2 pad-copy: a size exceeds i32"));
-    let rows = rows.and_then(|t| i64::try_from(t).ok()).ok_or_else(|| unsupported("fa2 pad-copy: too many rows"))?;
+    let int = |v: usize| i32::try_from(v).map_err(|_| unsupported("pad-copy: a size exceeds i32"));
+    let rows = rows.and_then(|t| i64::try_from(t).ok()).ok_or_else(|| unsupported("pad-copy: too many rows"))?;
     if rows == 0 || n_dst == 0 {
         return Ok(());
     }
@@ -284,9 +316,13 @@ unsafe fn copy(
     // the rest.
     let blocks = (rows as u64).div_ceil(8).clamp(1, 16384) as u32;
     let dims = LaunchDims { grid: (blocks, 1, 1), block: (256, 1, 1), smem_bytes: 0 };
+    let entry = match width {
+        Width::Two => "pad_copy_2",
+        Width::Four => "pad_copy_4",
+    };
     // SAFETY: the caller guarantees both views (see # Safety); each warp reads columns < n_src of one row
     // (batch < b, head < h, row < s) of `src` and writes columns < n_dst of the same row of `dst`.
-    unsafe { launch(call.dev, call.stream, &program(), "pad_copy_2", dims, &args) }
+    unsafe { launch(call.dev, call.stream, &program(), entry, dims, &args) }
 }
 
 /// The programs the pad-copy path launches for `call` (the copy and `fa2` at the padded head dims), or
@@ -332,14 +368,16 @@ pub fn run(call: &Call<'_>) -> Result<bool> {
     // offset of [B, H, S, D] inside its buffer); the scratch holds [B, H, S, D8 or Dv8] of each operand
     // contiguously at `padded`'s pointers (Scratch::of), alive until `buf` drops after the last launch.
     unsafe {
-        copy(call, from(p.q, p.q_stride), from(padded.q, padded.q_stride), (s.b, s.hq, s.sq), s.d, d8)?;
-        copy(call, from(p.k, p.k_stride), from(padded.k, padded.k_stride), (s.b, s.hkv, s.sk), s.d, d8)?;
-        copy(call, from(p.v, p.v_stride), from(padded.v, padded.v_stride), (s.b, s.hkv, s.sk), s.dv, dv8)?;
+        copy(call, Width::Two, from(p.q, p.q_stride), from(padded.q, padded.q_stride), (s.b, s.hq, s.sq), s.d, d8)?;
+        copy(call, Width::Two, from(p.k, p.k_stride), from(padded.k, padded.k_stride), (s.b, s.hkv, s.sk), s.d, d8)?;
+        copy(call, Width::Two, from(p.v, p.v_stride), from(padded.v, padded.v_stride), (s.b, s.hkv, s.sk), s.dv, dv8)?;
     }
     // Every row of padded Q, K, V written above (zeros past D and Dv), contiguous and 16-byte aligned.
     fa2::launch_dense(call, &plan, &padded)?;
     // SAFETY: as above; O's own Dv columns of each row go back, nothing else of the caller's view is written.
-    unsafe { copy(call, from(padded.o, padded.o_stride), from(p.o, p.o_stride), (s.b, s.hq, s.sq), dv8, s.dv)? };
+    unsafe {
+        copy(call, Width::Two, from(padded.o, padded.o_stride), from(p.o, p.o_stride), (s.b, s.hq, s.sq), dv8, s.dv)?
+    };
     drop(guard);
     drop(buf);
     Ok(true)

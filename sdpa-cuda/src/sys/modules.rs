@@ -97,7 +97,8 @@ pub const L2_FLUSH: ModuleSource = ModuleSource::new("l2_flush", include_str!(".
 /// The "write to cache" step of a paged KV cache (`crate::kernels::paged_append`).
 pub const PAGED_APPEND: ModuleSource = ModuleSource::new("paged_append", include_str!("../../kernels/paged_append.cu"));
 
-/// Strided 2-byte copies between head-dim widths: `fa2`'s pad-copy path (`crate::kernels::pad_copy`).
+/// Strided 2- and 4-byte copies between head-dim widths: the pad-copy paths of `fa2`'s forward
+/// (`crate::kernels::pad_copy`) and of the backward (`crate::kernels::bwd_pad`).
 pub const PAD_COPY: ModuleSource = ModuleSource::new("pad_copy", include_str!("../../kernels/pad_copy.cu"));
 
 /// Ring attention's merge, gradient accumulation and row gather (`crate::ring`).
