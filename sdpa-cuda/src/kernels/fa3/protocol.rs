@@ -1,7 +1,9 @@
 //! Models of `fa3`'s device-side bookkeeping, checked without a GPU: the key-tile ranges a work tile and
 //! each consumer warpgroup take under a band (against sdpa-core's band, by brute force), and the protocol of
 //! the K/V ring, the Q buffers, the work-tile ring and the ping-pong turns, run under random interleavings
-//! for deadlocks and miscounts (plain, variant and per-tile-turn entries; 2 and 3 consumers; rings 1 to 4).
+//! for deadlocks and miscounts (plain, variant and per-tile-turn entries; 2 and 3 consumers; rings 1 to 4);
+//! for ragged batches, the work tiles over (sequence, head, query tile), each sequence's key ranges and the
+//! ring across tiles of different sequences, and the paged entries' boxes (page and slot of every key).
 
 use super::*;
 use sdpa_core::Shape;
@@ -700,4 +702,43 @@ fn ragged_work_tiles_cover_each_sequence_once_and_keep_the_ring_and_turns() {
         }
     }
     assert!(runs > 500 && checked > 1000, "{runs} {checked}");
+}
+
+/// The paged entries' boxes (fa3.cu `fa3_produce_tile`'s `boxes` with FA3_SERVE_PAGED), by brute force:
+/// for every key tile of a sequence, box i of min(BN, page size) keys starts at slot key % page size of page
+/// column key / page size and stays inside that page, the boxes of a tile fill its BN rows once each in key
+/// order, and each key below the sequence's length lands in its tile row from its own page and slot (keys
+/// past it read a clamped column, masked by the kernel).
+#[test]
+fn paged_boxes_load_each_key_from_its_own_page_and_slot() {
+    let mut checked = 0usize;
+    for bn in [64usize, 80, 112, 128] {
+        for ps in (8..=512).step_by(8).filter(|&ps| pages_fit(bn, ps)) {
+            let pb = bn.min(ps);
+            for sk in [1usize, 7, 79, 128, 129, 300, 1000] {
+                let max_pages = sk.div_ceil(ps);
+                for t in 0..sk.div_ceil(bn) {
+                    let mut rows = vec![None; bn];
+                    for i in (0..bn).step_by(pb) {
+                        let key = t * bn + i;
+                        let (column, slot) = ((key / ps).min(max_pages - 1), key % ps);
+                        assert!(slot + pb <= ps, "BN {bn} page {ps}: a box of {pb} from slot {slot} leaves its page");
+                        for r in 0..pb {
+                            assert!(rows[i + r].is_none(), "row {} twice", i + r);
+                            rows[i + r] = Some((column, slot + r));
+                        }
+                    }
+                    for (r, got) in rows.iter().enumerate() {
+                        let key = t * bn + r;
+                        let got = got.unwrap_or_else(|| panic!("BN {bn} page {ps}: row {r} not loaded"));
+                        if key < sk {
+                            assert_eq!(got, (key / ps, key % ps), "BN {bn} page {ps} key {key}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
 }
