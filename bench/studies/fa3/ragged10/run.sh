@@ -7,7 +7,7 @@
 #   2. side by side: tests/fa3_ragged whole, again with SDPA_FA3_GRID=3,2 (three blocks walking the tiles of
 #      many sequences), tests/ragged_prefill (fa2's
 #      ragged path, without the switch: its `auto` call expects fa2) and tests/fa3 (the dense entries: their
-#      main loops compile to the same instructions as main's, the epilogue and repair path were reordered),
+#      main loops keep main's instruction count, a few reordered; the epilogue and repair path changed),
 #      and fa3's and the policy's unit tests;
 #   3. compute-sanitizer memcheck, racecheck and synccheck on the small calls (SDPA_FA3_GRID=2,1);
 #   4. with what is left, fa3 against fa2 on ragged batches (the serving study's 16-sequence batch, no mask
