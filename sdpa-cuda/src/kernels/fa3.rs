@@ -628,7 +628,8 @@ pub fn fp8_programs() -> Vec<Program> {
 /// Every plain `fa3` instantiation a launch can ask for with the table's tiles: each class, dtype, mask and
 /// tile with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the
 /// entries without ping-pong of the other classes are compiled on first use, as forced tiles are. Of the
-/// variant entries only [`compile_check_variant_programs`] (2; the others compile on first use).
+/// variant entries only [`compile_check_variant_programs`] (2; the others compile on first use), of the
+/// ragged ones (behind [`ragged_enabled`]) only [`compile_check_ragged_programs`] (3).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -661,7 +662,8 @@ fn measured_check_program() -> Program {
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
 /// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
-/// in constants only).
+/// in constants only), FP8's, two variant entries ([`compile_check_variant_programs`]), three ragged ones
+/// ([`compile_check_ragged_programs`]) and the measurement entry.
 pub fn compile_check_programs() -> Vec<Program> {
     let mut all: Vec<Program> = FA3_CLASSES
         .into_iter()
