@@ -7,12 +7,12 @@
 //! multiprocessors; NaN in the value rows of the next sequence (which a
 //! sequence's last key tile loads: TMA reads packed rows, so nothing past a sequence is zero) stays out of
 //! the sequence; no row past a sequence's end is written (prefixes of one packed batch, the rest poisoned);
-//! `auto` takes fa3 for ragged prefill with the switch on. Outputs are NaN-poisoned before every call
+//! `auto` takes fa3 for packed ragged prefill. Outputs are NaN-poisoned before every call
 //! (`HostBackend::run_host`) and every case asks for `fa3` by name and must report it, so a fallback cannot
 //! pass.
 //!
-//! fa3's ragged entries are behind `SDPA_FA3_RAGGED=1` (`fa3::ragged_enabled`, the verification switch)
-//! until they have passed here: this binary sets it for itself before its first call. Skips (printing why)
+//! First run on the H100 in session 10 (`bench/results/gpu/fa3.md`, "Ragged batches"), which made them part
+//! of what `fa3` takes. Skips (printing why)
 //! without a GPU, and the kernel checks on a GPU other than compute capability 9.0 after checking that `fa3`
 //! refuses the call. `bench/studies/fa3/ragged10/run.sh` runs it, again with `SDPA_FA3_GRID` forcing two
 //! blocks, and the sanitizers on `small_ragged_calls_for_the_sanitizer`.
@@ -27,12 +27,8 @@ use sdpa_core::{
 };
 use sdpa_cuda::CudaBackend;
 
-/// The GPU with fa3's ragged switch on, or `None` (printing why): no GPU, or one that is not sm_90 (where
-/// fa3 must refuse the call).
+/// The GPU, or `None` (printing why): no GPU, or one that is not sm_90 (where fa3 must refuse the call).
 fn hopper_with_ragged() -> Option<CudaBackend> {
-    // Every test of this binary wants the switch; setting it before any call, whichever test runs first,
-    // leaves no window in which a call could read it unset.
-    std::env::set_var("SDPA_FA3_RAGGED", "1");
     let gpu = gpu()?;
     if gpu.info().compute_capability == (9, 0) {
         return Some(gpu);
@@ -309,7 +305,7 @@ fn rows_past_each_sequence_are_never_written() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// With the switch on, `auto` runs ragged prefill with packed K/V on fa3 (paged caches stay on fa2); pages
+/// `auto` runs ragged prefill with packed K/V on fa3 (paged caches stay on fa2); pages
 /// no key tile's boxes fit (7 slots) are refused by fa3 asked for by name, with who takes them.
 #[test]
 fn auto_takes_fa3_for_ragged_prefill_and_fa3_refuses_what_it_lacks() {

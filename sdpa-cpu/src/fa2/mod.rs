@@ -84,14 +84,16 @@ fn forced_amx_tiles() -> Option<Tiles> {
 }
 
 /// Items per thread from which the AMX path takes 256-row items instead of 128 at long key ranges.
-const AMX_TALL_ITEMS_PER_THREAD: usize = 32;
+const AMX_TALL_ITEMS_PER_THREAD: usize = 16;
 
-/// The AMX rule of the call: with few threads for the work (at least [`AMX_TALL_ITEMS_PER_THREAD`] items
-/// of 256 rows per thread), 256-row items. Each item packs every key block of its kv head (K and V read
-/// from L3 or memory, 11-17 % of a 2-thread call at S = 4096), so taller items halve that repeat; with
-/// many threads per head the blocks are already in the shared cache and the shorter items balance better.
-/// Measured at 2 threads (taller 3 % ahead over four points, ours only) and 16 (5 % behind), one noisy pass
-/// each, in `bench/results/cpu/amx.md`; the threshold between them (4 and 8 threads) is unmeasured.
+/// The AMX rule of the call: with at least [`AMX_TALL_ITEMS_PER_THREAD`] items of 256 rows per thread,
+/// 256-row items. Each item packs every key block of its kv head (K and V read from L3 or memory, 11-17 % of
+/// a 2-thread call at S = 4096), so taller items halve that repeat. Measured on the device host (Intel Xeon,
+/// bf16, B = 1, H = 16, S = 4096, D = 64 and 128, causal and not; session 10, rounds interleaved with
+/// PyTorch, `bench/results/cpu/amx.md`): 256 x 256 ran 6-13 % faster than 128 x 256 at 2 threads (128 items
+/// per thread) and 6-8 % faster at 16 (16 items per thread; session 8's one noisy pass had it 5 % behind).
+/// Fewer items per thread (larger thread counts, short calls) were not measured and keep 128-row items,
+/// which balance better.
 fn amx_call_tiles<T: CpuElement>(ps: &[Problem<'_, T>], sk: usize, threads: usize) -> Tiles {
     let t = amx_tiles(sk);
     if t.br != 128 || forced_amx_tiles().is_some() {

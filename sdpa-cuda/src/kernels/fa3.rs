@@ -19,7 +19,7 @@
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
 //! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
-//! a positive scale, dense batches (and ragged ones, packed or paged, while `SDPA_FA3_RAGGED=1`, below),
+//! a positive scale, dense batches and ragged ones (packed or paged, below),
 //! operands a tensor map can describe (base and every stride of Q, K, V, O multiples of 8 elements), a
 //! compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
 //! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
@@ -33,9 +33,8 @@
 //! every class ([`variant_tile_for`]).
 //!
 //! Ragged (varlen) batches, K/V packed or in a paged cache (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]),
-//! were written in session 10 without a GPU and have not run on one yet: they are taken only when
-//! `SDPA_FA3_RAGGED=1` ([`ragged_enabled`], the verification switch) and refused with that reason otherwise
-//! ([`refuses_ragged`]; `bench/studies/fa3/ragged10/run.sh` is their first run). The work tiles are
+//! were written in session 10 without a GPU and verified on the H100 in the same session
+//! (`bench/results/gpu/fa3.md`, "Ragged batches"); [`refuses_ragged`] says what they do not take. The work tiles are
 //! [`super::fa2::schedule`]'s (sequence, query tile) pairs, heaviest first, times the heads (uploaded per
 //! content, read by the kernel through `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own
 //! lengths, band and diagonal (both causal alignments and the variants as `fa2` defines them per sequence).
@@ -210,22 +209,11 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 /// run it on).
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
-/// Whether `SDPA_FA3_RAGGED=1` is set: the verification switch of `fa3`'s ragged (varlen) batches
-/// (`FA3_ENTRY_SERVE` in kernels/fa3.cu). They were written in session 10 on a machine without a GPU and have
-/// not run on an H100 yet, so without the switch [`refuses`] refuses ragged calls (they run on `fa2` and
-/// `splitkv`) and `auto` never sends them here ([`super::policy::choose_ragged`]); the GPU tests
-/// (`tests/fa3_ragged.rs`) and `bench/studies/fa3/ragged10/run.sh` set it. Once those pass on an H100, this
-/// switch goes and varlen becomes part of what `fa3` takes.
-pub fn ragged_enabled() -> bool {
-    std::env::var_os("SDPA_FA3_RAGGED").is_some_and(|v| v == "1")
-}
-
-/// Why `fa3` cannot run the ragged `spec` with its ragged switch `on` ([`ragged_enabled`]), or `None` (also
-/// for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is laid out per dense batch), packed K/V or a paged
+/// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is laid out per dense batch), packed K/V or a paged
 /// cache whose page size the key tile's boxes fit ([`paged_tile`]); the others are refused with who takes
 /// them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed row of a tile plus a
 /// box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
-pub fn refuses_ragged(spec: &AttentionSpec, on: bool) -> Option<String> {
+pub fn refuses_ragged(spec: &AttentionSpec) -> Option<String> {
     let r = spec.ragged.as_ref()?;
     if spec.dtype == DType::F8E4M3 {
         return Some(format!(
@@ -233,13 +221,6 @@ pub fn refuses_ragged(spec: &AttentionSpec, on: bool) -> Option<String> {
              batch); {}",
             elsewhere(spec, "")
         ));
-    }
-    if !on {
-        return Some(
-            "fa3 does not run ragged (varlen) batches yet (its kernel for them has not run on a GPU; \
-             SDPA_FA3_RAGGED=1 turns it on for verification); fa2 (prefill) and splitkv (decoding) do"
-                .into(),
-        );
     }
     if let (Some(pages), Some((d, dv))) = (r.pages, head_dim_class(spec.shape.d, spec.shape.dv)) {
         let tile = ragged_tile_for(d, dv, false, 1);
@@ -319,7 +300,7 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
             elsewhere(spec, "fa2 does")
         ));
     }
-    if let Some(why) = refuses_ragged(spec, ragged_enabled()) {
+    if let Some(why) = refuses_ragged(spec) {
         return Some(why);
     }
     if spec.scale() <= 0.0 {
@@ -533,8 +514,8 @@ pub fn serve_program(
     Program::entry(&FA3, name, line)
 }
 
-/// The ragged entries the CI compile check builds (and [`programs`] lists) while they are behind
-/// [`ragged_enabled`]: bf16 causal at the class 128 (the plain path with per-sequence lengths), packed and
+/// The ragged entries the CI compile check builds (and [`programs`] lists; the others, 216, compile on first
+/// use): bf16 causal at the class 128 (the plain path with per-sequence lengths), packed and
 /// paged, and bf16 with every variant bit at 256 (the widest accumulators, where registers are tightest,
 /// with the band code). The others compile on first use; `SDPA_NVRTC_ALL=1` compiles them all
 /// ([`ragged_programs`]).
@@ -629,7 +610,7 @@ pub fn fp8_programs() -> Vec<Program> {
 /// tile with ping-pong, and without it (`SDPA_FA3_PINGPONG=0`, a measurement switch) at 64 and 128; the
 /// entries without ping-pong of the other classes are compiled on first use, as forced tiles are. Of the
 /// variant entries only [`compile_check_variant_programs`] (2; the others compile on first use), of the
-/// ragged ones (behind [`ragged_enabled`]) only [`compile_check_ragged_programs`] (3).
+/// ragged ones only [`compile_check_ragged_programs`] (3).
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {

@@ -21,9 +21,8 @@
 //!   less).
 //! - Ragged batches and paged KV caches (issue 23, [`choose_ragged`]) run on the tensor-core kernels only:
 //!   `auto` takes `splitkv` when every sequence is decoding-like (`group·Sq_b <= 64`) and the longest has
-//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa3` for ragged prefill with packed K/V while its verification
-//!   switch `SDPA_FA3_RAGGED=1` is on and it takes the call on this device ([`fa3_may_take_ragged`]), `fa2`
-//!   otherwise; `fa3` asked for by name refuses what it cannot take; `fa1`, `unfused` and the f32 paths refuse them
+//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa3` for ragged prefill with packed K/V where it takes the call
+//!   on this device ([`fa3_may_take_ragged`]), `fa2` otherwise; `fa3` asked for by name refuses what it cannot take; `fa1`, `unfused` and the f32 paths refuse them
 //!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
 //!   rather than sent to `fa1`.
 //! - Head dims above 256 (issue 21): `auto` runs dense f16/bf16 calls with D or Dv above 256 on the wide-head
@@ -249,34 +248,38 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
 /// and f16): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query
 /// tiles of 128 rows over the batch and heads (every measured point had 2048), and not a causal call of
-/// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys. Shorter or smaller calls (decoding-like
-/// rows, a few keys, a handful of heads) were not measured against `fa2` and stay there. Variant calls
+/// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys; or a query chunk over a long cache (at least
+/// 128 query rows and [`AUTO_FA3_CHUNK_MIN_KEYS`] keys, any tile count: chunked prefill and speculative
+/// verification, where session 10 measured `fa3` 1.50-2.28x `fa2` at Sq = 128 and 256 over 8192 keys, bf16,
+/// D = 128, GQA 8, causal bottom-right, B = 1 and 4, with as few as 32 tiles). Shorter or smaller calls
+/// (decoding-like rows, a few keys) were not measured against `fa2` and stay there. Variant calls
 /// (windows, softcap, ALiBi) follow the same rule: at D = 128, causal, S = 4k and 16k, `fa3` ran each of
 /// window 1024, softcap 30 and ALiBi 1.51-1.63x `fa2` (`bench/results/gpu/fa3.md`, session 10).
 pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
     if spec.ragged.is_some() {
-        return fa3_may_take_ragged(spec, super::fa3::ragged_enabled());
+        return fa3_may_take_ragged(spec);
     }
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
     let causal = matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight);
     let short_causal_64 = causal && s.d.max(s.dv) <= 64 && s.sk < AUTO_FA3_NARROW_MIN_KEYS;
-    fa3_head_dims_pay(spec)
-        && !short_causal_64
-        && s.sq >= AUTO_FA3_MIN_ROWS
-        && s.sk >= AUTO_FA3_MIN_ROWS
-        && tiles >= AUTO_FA3_MIN_TILES
+    let prefill = s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES;
+    let chunk = s.sq >= 128 && s.sk >= AUTO_FA3_CHUNK_MIN_KEYS;
+    fa3_head_dims_pay(spec) && !short_causal_64 && (prefill || chunk)
 }
 
+/// Fewest keys for which `auto` picks `fa3` for a query chunk of at least 128 rows whatever its tile count
+/// ([`fa3_measured_faster`]): the measured cache length (8192; shorter caches were not timed).
+pub const AUTO_FA3_CHUNK_MIN_KEYS: usize = 8192;
+
 /// Whether `auto` may send the ragged `spec` to `fa3` (before [`choose_ragged`] asks whether it is
-/// decoding-like, which `splitkv` takes): only while `switch_on` ([`super::fa3::ragged_enabled`], the
-/// verification switch: fa3's ragged entries have not run on a GPU), for packed K/V (paged caches, which
-/// fa3 takes asked for by name, stay on `fa2` and `splitkv`: its page-by-page TMA boxes are the least tried
-/// of its paths) at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]). Not timed against `fa2`'s ragged
-/// entries yet: while the switch is on, `auto` runs ragged prefill on `fa3` wherever `fa3` takes it, so the
-/// verification call times that choice (`bench/studies/fa3/ragged10/run.sh`).
-pub fn fa3_may_take_ragged(spec: &AttentionSpec, switch_on: bool) -> bool {
-    switch_on && Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec)
+/// decoding-like, which `splitkv` takes): packed K/V at head dims where dense `fa3` pays
+/// ([`fa3_head_dims_pay`]). Session 10 timed it against `fa2`'s ragged entries on the H100 (bf16, D = 128;
+/// `bench/results/gpu/fa3.md`, "Ragged batches"): 1.16-1.56x on a 16-sequence serving batch, 1.80x on GQA
+/// chunked prefill. Paged caches, which `fa3` takes asked for by name, stay on `fa2` and `splitkv`: with
+/// 16-slot pages `fa3` ran 0.75x `fa2` (a key tile arrives as eight boxes).
+pub fn fa3_may_take_ragged(spec: &AttentionSpec) -> bool {
+    Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec)
 }
 
 /// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
@@ -563,12 +566,12 @@ mod tests {
         assert!(refuse_ragged("fa1", &gqa(1, 8, 8, 64, 64, 64, DType::BF16)).is_ok(), "dense calls pass");
     }
 
-    /// Ragged calls and `fa3` (its ragged entries behind `SDPA_FA3_RAGGED=1`): asked for by name it is the
-    /// launcher (and refuses there what it cannot take); `auto` sends ragged prefill to it only when the
-    /// dispatcher found that it takes the call (`tc.fa3`), never decoding-like calls (splitkv's), and
-    /// [`fa3_may_take_ragged`] says yes only with the switch on, packed K/V and head dims where fa3 pays.
+    /// Ragged calls and `fa3`: asked for by name it is the launcher (and refuses there what it cannot take);
+    /// `auto` sends ragged prefill to it only when the dispatcher found that it takes the call (`tc.fa3`),
+    /// never decoding-like calls (splitkv's), and [`fa3_may_take_ragged`] says yes only for packed K/V and
+    /// head dims where fa3 pays.
     #[test]
-    fn ragged_prefill_goes_to_fa3_only_with_its_switch_and_where_it_takes_the_call() {
+    fn ragged_prefill_goes_to_fa3_where_it_takes_the_call() {
         let auto = |spec: &AttentionSpec, fa3: bool| {
             let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
             let tc = TensorCores::of(spec, &params(spec), H100_OPTIN).with_fa3(fa3);
@@ -582,13 +585,12 @@ mod tests {
         for spec in [&prefill, &decode] {
             assert_eq!(pick(Kernel::Fa3, spec, F32Math::Exact).expect("fa3 by name"), Launcher::Fa3);
         }
-        assert!(fa3_may_take_ragged(&prefill, true));
-        assert!(!fa3_may_take_ragged(&prefill, false), "the verification switch is off");
+        assert!(fa3_may_take_ragged(&prefill));
         let paged = AttentionSpec { ragged: prefill.ragged.clone().map(|r| r.paged(16, 0)), ..prefill.clone() };
-        assert!(!fa3_may_take_ragged(&paged, true), "auto keeps paged caches on fa2 and splitkv");
+        assert!(!fa3_may_take_ragged(&paged), "auto keeps paged caches on fa2 and splitkv");
         let narrow = AttentionSpec { shape: Shape { d: 32, dv: 32, ..prefill.shape }, ..prefill.clone() };
-        assert!(!fa3_may_take_ragged(&narrow, true), "D = 32 ran slower on fa3 (dense)");
-        assert!(!fa3_may_take_ragged(&gqa(1, 8, 8, 4096, 4096, 128, DType::BF16), true), "dense: not this rule");
+        assert!(!fa3_may_take_ragged(&narrow), "D = 32 ran slower on fa3 (dense)");
+        assert!(!fa3_may_take_ragged(&gqa(1, 8, 8, 4096, 4096, 128, DType::BF16)), "dense: not this rule");
     }
 
     #[test]
@@ -627,6 +629,13 @@ mod tests {
         assert_eq!(auto(&one_head, true), Launcher::Fa2);
         let wave = gqa(1, 32, 8, 512, 512, 64, DType::BF16); // 4 tiles x 32 heads = 128
         assert_eq!(auto(&wave, true), Launcher::Fa3);
+        // A query chunk over a long cache (chunked prefill): fa3 from 128 rows over 8192 keys, however few
+        // tiles (32 here); shorter caches or chunks stay on fa2.
+        let chunk = |sq, sk| gqa(1, 32, 4, sq, sk, 128, DType::BF16).with_mask(Mask::CausalBottomRight);
+        assert_eq!(auto(&chunk(128, AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&chunk(256, 4 * AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&chunk(128, AUTO_FA3_CHUNK_MIN_KEYS - 1), true), Launcher::Fa2);
+        assert_eq!(auto(&chunk(127, AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa2);
         // Causal at D <= 64 below 2k keys: fa2 (fa3 ran 0.90-0.98x there); from 2k on, and at D = 128, fa3.
         let causal_at = |d, n| short(d, n).with_mask(Mask::CausalTopLeft);
         assert_eq!(auto(&causal_at(64, 1024), true), Launcher::Fa2);

@@ -446,24 +446,22 @@ fn ragged_calls_are_taken_with_the_switch_and_refused_with_who_takes_them() {
     };
     for dtype in [DType::F16, DType::BF16] {
         for page in [None, Some(16), Some(64), Some(256), Some(8)] {
-            assert_eq!(refuses_ragged(&ragged(dtype, 128, page), true), None, "{page:?}");
-            let off = refuses_ragged(&ragged(dtype, 128, page), false).expect("switch off");
-            assert!(off.contains("SDPA_FA3_RAGGED=1") && off.contains("fa2"), "{off}");
+            assert_eq!(refuses_ragged(&ragged(dtype, 128, page)), None, "{page:?}");
         }
         // Pages no tile's boxes fit: not a multiple of 8, or neither dividing nor a multiple of 128 or 64.
         for page in [1, 7, 24, 100] {
-            let why = refuses_ragged(&ragged(dtype, 128, Some(page)), true).expect("refused");
+            let why = refuses_ragged(&ragged(dtype, 128, Some(page))).expect("refused");
             assert!(why.contains("page size") && why.contains("fa2") && why.contains("splitkv"), "{why}");
         }
     }
-    let fp8 = refuses_ragged(&ragged(DType::F8E4M3, 128, None), true).expect("fp8");
+    let fp8 = refuses_ragged(&ragged(DType::F8E4M3, 128, None)).expect("fp8");
     assert!(fp8.contains("f16 and bf16") && fp8.contains("no other kernel takes f8e4m3"), "{fp8}");
-    assert_eq!(refuses_ragged(&spec(128, 128, DType::BF16), false), None, "dense calls are not this rule's");
+    assert_eq!(refuses_ragged(&spec(128, 128, DType::BF16)), None, "dense calls are not this rule's");
     // The packed rows' 32-bit coordinates.
     let big = Ragged::new(vec![1 << 30], vec![(1 << 30) + (1 << 29)]);
     let shape = Shape { b: 1, hq: 1, hkv: 1, sq: 1 << 30, sk: (1 << 30) + (1 << 29), d: 64, dv: 64 };
     let big = AttentionSpec::new(shape, DType::BF16).with_ragged(big, Layout::Bshd);
-    assert!(refuses_ragged(&big, true).expect("too many rows").contains("32-bit"));
+    assert!(refuses_ragged(&big).expect("too many rows").contains("32-bit"));
 }
 
 /// The key tile of a paged call: the ragged tile where its keys fit the pages, else 64 keys, else none; a
