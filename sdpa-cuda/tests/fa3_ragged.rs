@@ -162,7 +162,8 @@ fn variants_follow_each_sequence_diagonal() {
 }
 
 /// Paged KV caches (K/V through the block table, page by page: boxes of min(keys per tile, page size) keys):
-/// pages of 8, 16, 64, 256 slots at the class 128 (128 keys per tile: pages smaller than a tile and larger),
+/// pages of 8, 16, 64, 256 slots at the class 128 (128 keys per tile: pages smaller than a tile and larger;
+/// 192, which takes 64 keys per tile),
 /// 16 and 256 at 256 (80 keys, and 64 for pages of 256), 64 at 192/192 (112 keys -> 64); lengths ending
 /// mid-page, both alignments, GQA, a window with ALiBi, chunked prefill against a longer cache, f16 and bf16,
 /// both layouts of the pool (BSHD: NHD pages, BHSD: HND).
@@ -179,6 +180,9 @@ fn paged_caches_match_the_reference() {
     specs.push(spec(4, 1, 256, 256, r(16), Layout::Bshd, DType::BF16).with_mask(Mask::CausalBottomRight));
     specs.push(spec(4, 4, 256, 256, r(256), Layout::Bshd, DType::F16).with_mask(Mask::CausalTopLeft));
     specs.push(spec(4, 2, 192, 192, r(64), Layout::Bhsd, DType::BF16).with_mask(Mask::None));
+    // Pages of 192 slots at the class 128: neither dividing 128 keys nor a multiple of them, so 64 keys per
+    // tile in boxes of 64 (review of session 10: this entry had not run).
+    specs.push(spec(8, 2, 128, 128, r(192), Layout::Bshd, DType::F16).with_mask(Mask::CausalBottomRight));
     specs.push(
         spec(8, 2, 64, 64, r(16), Layout::Bshd, DType::BF16)
             .with_mask(Mask::CausalBottomRight)

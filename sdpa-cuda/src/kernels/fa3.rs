@@ -41,7 +41,7 @@
 //! The Q and O maps run over the packed rows as one batch; K and V too, or over the pool's pages, a key tile
 //! arriving as boxes of min(keys per tile, page size) keys through the block table ([`paged_tile`]: page
 //! sizes that are multiples of 8 and divide the key tile or are multiples of it, 64 keys per tile where the
-//! table's 112 or 80 do not fit). What a box loads past a sequence is other data (the next sequence's rows,
+//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192, 320, ... at 128). What a box loads past a sequence is other data (the next sequence's rows,
 //! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
 //! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
 //! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
@@ -532,7 +532,9 @@ pub fn compile_check_ragged_programs() -> Vec<Program> {
 
 /// Every ragged entry a launch can ask for with the table's tiles and ping-pong: each dtype, class and
 /// masking (no mask, causal, and the four variant sets over no mask), with the tile [`check`] picks, packed
-/// and paged (paged also with 64 keys per tile where the table's tile is not 64 or 128: [`paged_tile`]).
+/// and paged, paged also with 64 keys per tile ([`paged_tile`]'s fallback, at every class: pages of 32 or 64
+/// slots at 112 or 80 keys per tile, and at 128 keys pages of 192, 320, 448, ... slots, multiples of 64 that
+/// neither divide 128 nor are multiples of it).
 pub fn ragged_programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
@@ -543,7 +545,7 @@ pub fn ragged_programs() -> Vec<Program> {
                     if m.var != 0 { variant_tile_for(d, dv) } else { ragged_tile_for(d, dv, m.kind == MASK_CAUSAL, 1) };
                 all.push(serve_program(dtype, (d, dv), tile, m, false, true));
                 all.push(serve_program(dtype, (d, dv), tile, m, true, true));
-                if tile.bn != 128 {
+                if tile.bn != 64 {
                     all.push(serve_program(dtype, (d, dv), Fa3Tile { bn: 64, ..tile }, m, true, true));
                 }
             }

@@ -494,6 +494,32 @@ fn paged_calls_take_a_key_tile_their_pages_fit() {
     }
 }
 
+/// Regression: `ragged_programs` (what `SDPA_NVRTC_ALL=1` compiles) left out the 64-key paged entries at
+/// the 128-key classes, which `paged_tile` picks for pages of 192, 320, 448, ... slots (multiples of 64 that
+/// neither divide 128 nor are multiples of it). Every paged entry a launch can ask for is listed: each class,
+/// masking and page size up to 1024 that `refuses_ragged` lets through, at the tile `check` picks.
+#[test]
+fn every_paged_entry_a_launch_picks_is_listed() {
+    let every = ragged_programs();
+    let mut fallbacks_at_128 = 0;
+    for (d, dv) in FA3_CLASSES {
+        for m in Masking::all().into_iter().filter(|m| m.kind != crate::checked::params::MASK_EXPLICIT) {
+            let tile =
+                if m.var != 0 { variant_tile_for(d, dv) } else { ragged_tile_for(d, dv, m.kind == MASK_CAUSAL, 1) };
+            for ps in 1..=1024 {
+                let Some(t) = paged_tile(tile, ps) else { continue };
+                fallbacks_at_128 += usize::from(tile.bn == 128 && t.bn == 64);
+                for dtype in [DType::F16, DType::BF16] {
+                    let p = serve_program(dtype, (d, dv), t, m, true, true);
+                    assert!(every.contains(&p), "page size {ps}: {} not listed", p.name);
+                }
+            }
+        }
+    }
+    assert!(fallbacks_at_128 > 0, "some page sizes take 64 keys at the 128-key classes (192, 320, ...)");
+    assert_eq!(paged_tile(ragged_tile_for(128, 128, true, 1), 192).map(|t| t.bn), Some(64));
+}
+
 /// The ragged entries: names end `_varlen` or `_paged` after the masking, the instantiation is
 /// `FA3_ENTRY_SERVE` in that mode, two consumers everywhere; the compile check's are among them, all names
 /// are unique.
@@ -526,9 +552,9 @@ fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
     assert_eq!(tile_for(64, 64, false, 1 << 20).consumers, 3);
     assert_eq!(ragged_tile_for(64, 64, false, 1 << 20).consumers, 2);
     let every = ragged_programs();
-    // Per dtype, class and masking: packed, paged, and paged at 64 keys where the tile is not 128 keys.
-    let narrow = FA3_CLASSES.iter().filter(|&&(d, dv)| ragged_tile_for(d, dv, false, 1).bn != 128).count();
-    assert_eq!(every.len(), 2 * 6 * (2 * FA3_CLASSES.len() + narrow));
+    // Per dtype, class and masking: packed, paged, and paged at 64 keys (no class's tile is 64 keys).
+    assert!(FA3_CLASSES.iter().all(|&(d, dv)| ragged_tile_for(d, dv, false, 1).bn != 64));
+    assert_eq!(every.len(), 2 * 6 * 3 * FA3_CLASSES.len());
     let mut names: Vec<&str> = every.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
