@@ -251,6 +251,23 @@ mod tests {
         assert_ne!(own(&wrong.dq, s.d), want.dq);
     }
 
+    /// Regression: `bwd::aligned` did not look at the f32 dQ, so an f32 dQ 4 bytes but not 16 bytes aligned
+    /// (which `refusal` accepts) went to the in-place kernels, whose atomic path stores it as `float4`
+    /// (`bwd_convert`): a misaligned-address fault. It takes the pad-copy path, which copies it back 4 bytes
+    /// at a time; a 16-byte aligned one (or none) stays in place.
+    #[test]
+    fn an_f32_dq_off_16_bytes_takes_the_copies() {
+        let sp = AttentionSpec::new(Shape { b: 1, hq: 2, hkv: 2, sq: 10, sk: 10, d: 64, dv: 64 }, DType::BF16);
+        let base = 1u64 << 20;
+        let attn = AttnParams::new(&sp, base, base, base, base, 0, 0).expect("params");
+        let p = BwdParams { attn, d_o: base, dq: base, dk: base, dv: base, delta: 0, dq_acc: 0, dq_f32: 0 };
+        assert!(bwd::aligned(&p, 64, 64));
+        assert!(bwd::aligned(&BwdParams { dq_f32: base + 16, ..p }, 64, 64));
+        let off = BwdParams { dq_f32: base + 4, ..p };
+        assert!(!bwd::aligned(&off, 64, 64));
+        assert_eq!(bwd::refusal(&sp, &off, 227 * 1024), None, "the copies take it");
+    }
+
     #[test]
     fn calls_route_by_alignment_and_odd_head_dims_are_no_longer_refused() {
         let spec = |d, dv| AttentionSpec::new(Shape { b: 1, hq: 2, hkv: 2, sq: 10, sk: 10, d, dv }, DType::BF16);
