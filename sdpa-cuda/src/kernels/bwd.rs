@@ -415,6 +415,15 @@ fn rows(spec: &AttentionSpec) -> usize {
     }
 }
 
+/// Bytes of the workspace [`run_aligned`] allocates for `spec`: Delta (an f32 per row) and, on the atomic
+/// path (not `deterministic`), the f32 dQ accumulator (`rows × D`); `None` when the size overflows.
+pub(super) fn workspace_bytes(spec: &AttentionSpec, deterministic: bool) -> Option<u64> {
+    let n = rows(spec);
+    let acc = if deterministic { 0 } else { n.checked_mul(spec.shape.d)? };
+    let floats = u64::try_from(n.checked_add(acc)?).ok()?;
+    floats.checked_mul(4)
+}
+
 /// Runs the backward of `call` (its params hold Q, K, V, O, mask, LSE and the ragged offsets) with the
 /// backward's pointers in `ptrs` (`delta` and `dq_acc` are filled in here from stream-ordered scratch): in
 /// place when [`aligned`], else through the pad-copy path ([`super::bwd_pad::run`]). Returns whether the run

@@ -17,8 +17,9 @@
 //! its packed rows as one block ([`row_shape`]); paged caches are refused before ([`bwd::refusal`]).
 //!
 //! Memory: the scratch is stream-ordered pool memory (freed stream-ordered after the last copy back, as the
-//! forward's is), its size checked arithmetic (an overflow is `Unsupported`) and checked against the free
-//! device memory with the forward's headroom ([`pad_copy::HEADROOM_BYTES`]; short is `InsufficientMemory`);
+//! forward's is), its size checked arithmetic (an overflow is `Unsupported`) and checked, with the padded
+//! backward's own f32 workspace ([`needed_bytes`]), against the free device memory with the forward's
+//! headroom ([`pad_copy::HEADROOM_BYTES`]; short is `InsufficientMemory`);
 //! an allocation the driver refuses is its error. No fallback: nothing else runs the backward at these head
 //! dims on the GPU.
 
@@ -83,6 +84,14 @@ pub fn padded_spec(spec: &AttentionSpec) -> AttentionSpec {
     AttentionSpec { shape, ..spec.clone() }.with_scale(scale).with_layout(Layout::Bhsd)
 }
 
+/// Device memory the path allocates for `spec` (with the f32 dQ when `dq_f32`): the scratch ([`BwdScratch`]
+/// over the [`row_shape`]) and the padded backward's own workspace (Delta and, unless `deterministic`, the
+/// f32 dQ accumulator at D8), which it allocates after the copies; `None` when a size overflows.
+pub fn needed_bytes(spec: &AttentionSpec, dq_f32: bool, deterministic: bool) -> Option<u64> {
+    let scratch = BwdScratch::of(&row_shape(spec), dq_f32)?.bytes();
+    scratch.checked_add(bwd::workspace_bytes(&padded_spec(spec), deterministic)?)
+}
+
 /// Runs the backward of `call` (not [`bwd::aligned`], accepted by [`bwd::refusal`]) through padded
 /// scratch; `params` holds the caller's pointers. Returns whether the run was deterministic.
 pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bool> {
@@ -93,9 +102,17 @@ pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bo
     let layout = BwdScratch::of(&rs, with_f32).ok_or_else(|| {
         unsupported(format!("the backward's padded copies of a call of shape {s} exceed the address space"))
     })?;
-    let needed = layout.bytes().saturating_add(pad_copy::HEADROOM_BYTES);
-    call.dev.require_free(needed, || {
-        format!("the backward's zero-padded copies of Q, K, V, O, dO and the gradients (D = {}, Dv = {})", s.d, s.dv)
+    // Everything the path allocates, checked before the first copy: the scratch and the padded backward's
+    // Delta and dQ accumulator (which it allocates after the copies).
+    let needed = needed_bytes(spec, with_f32, deterministic).ok_or_else(|| {
+        unsupported(format!("the backward's padded copies of a call of shape {s} exceed the address space"))
+    })?;
+    call.dev.require_free(needed.saturating_add(pad_copy::HEADROOM_BYTES), || {
+        format!(
+            "the backward's zero-padded copies of Q, K, V, O, dO and the gradients, and its f32 workspace (D = {}, \
+             Dv = {})",
+            s.d, s.dv
+        )
     })?;
     let buf = call.scratch::<u16>(layout.len, "the backward's pad-copy scratch")?;
     // The guard orders the scratch's later reuse after this call's last copy; held until it is queued.
@@ -171,6 +188,31 @@ mod tests {
         // Sizes that overflow give None (an error of the call), never a panic.
         assert_eq!(BwdScratch::of(&Shape { b: usize::MAX / 4, ..s }, false), None);
         assert_eq!(BwdScratch::of(&Shape { sq: usize::MAX / 64, ..s }, true), None);
+    }
+
+    /// Regression: the memory check counted the scratch only, not the Delta rows and the f32 dQ accumulator
+    /// the padded backward allocates after the copies (4 bytes x rows x D8 on the atomic path: twice the
+    /// padded Q in bytes, more than the headroom on long calls), so a call could pass the check, run its copies and
+    /// then fail on the allocation with a driver error instead of `InsufficientMemory`.
+    #[test]
+    fn the_memory_check_counts_the_padded_backwards_workspace() {
+        let s = Shape { b: 2, hq: 8, hkv: 2, sq: 77, sk: 130, d: 33, dv: 31 };
+        let spec = AttentionSpec::new(s, DType::BF16);
+        let scratch = BwdScratch::of(&s, false).expect("fits").bytes();
+        let rows = (2 * 8 * 77) as u64;
+        // Delta: an f32 per row; the accumulator: rows x D8 (40) f32.
+        assert_eq!(needed_bytes(&spec, false, true), Some(scratch + 4 * rows));
+        assert_eq!(needed_bytes(&spec, false, false), Some(scratch + 4 * rows + 4 * rows * 40));
+        let with_f32 = BwdScratch::of(&s, true).expect("fits").bytes();
+        assert_eq!(needed_bytes(&spec, true, true), Some(with_f32 + 4 * rows));
+        // A ragged batch: rows of the packed queries (Hq x total_q).
+        let r = sdpa_core::Ragged::new(vec![0, 1, 50], vec![9, 0, 70]);
+        let ragged = AttentionSpec::new(Shape { b: 3, ..s }, DType::F16).with_ragged(r, Layout::Bshd);
+        let scratch = BwdScratch::of(&row_shape(&ragged), false).expect("fits").bytes();
+        assert_eq!(needed_bytes(&ragged, false, true), Some(scratch + 4 * 8 * 51));
+        // Overflow is None (the call's `Unsupported`), never a panic.
+        let huge = AttentionSpec::new(Shape { b: usize::MAX / 4, ..s }, DType::BF16);
+        assert_eq!(needed_bytes(&huge, false, false), None);
     }
 
     #[test]
