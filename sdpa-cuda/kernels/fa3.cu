@@ -35,13 +35,13 @@
 // before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
-// Variants (FA3_ENTRY_VAR, f16/bf16; written in session 9, not yet run on a GPU): a key band per row
+// Variants (FA3_ENTRY_VAR, f16/bf16; written in session 9, verified on the H100 in session 10): a key band per row
 // (windows, causal masks as its special case) loads only the tiles from the work tile's first row's first
 // key to its last row's last one; each consumer computes the tiles its own rows see and releases the others,
 // leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn
 // every score into log2 units before the online max (fa3_variant_score).
 //
-// Ragged batches (FA3_ENTRY_SERVE, f16/bf16; written in session 10, not yet run on a GPU): work tile w is
+// Ragged batches (FA3_ENTRY_SERVE, f16/bf16; written and verified on the H100 in session 10): work tile w is
 // entry w / Hq of the launcher's heaviest-first schedule of (sequence, query tile) pairs and head w % Hq
 // (fa3_ragged_tile); the tile runs the dense code on its sequence's own lengths, band and diagonal
 // (Fa3Ragged; the dense entries read the parameter as before through Fa3Dense). The Q and O maps run over

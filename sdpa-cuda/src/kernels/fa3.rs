@@ -45,7 +45,7 @@
 //! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
 //! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
 //! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
-//! ragged prefill here while the switch is on, paged calls only when asked for by name.
+//! ragged prefill here ([`super::policy::fa3_may_take_ragged`]), paged calls only when asked for by name.
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and

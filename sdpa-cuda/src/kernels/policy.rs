@@ -33,8 +33,8 @@
 //!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
 //!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant calls
 //!   (windows, softcap, ALiBi) under the same rule. Asked for by name,
-//!   what it cannot take (head dims, masks, paged caches, ragged batches while their switch is off, devices
-//!   other than sm_90) is refused
+//!   what it cannot take (head dims, masks, paged caches whose page size its key tiles do not fit, f8e4m3
+//!   ragged batches, devices other than sm_90) is refused
 //!   with the reason, never sent elsewhere.
 
 use crate::checked::params::AttnParams;
@@ -358,8 +358,8 @@ pub fn ragged_decoding(spec: &AttentionSpec) -> bool {
 /// inputs, `fa1`, `unfused` and calls the tensor cores cannot take are errors naming what to use instead.
 pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -> Result<Launcher> {
     match requested {
-        // Asked for by name: `fa3` refuses what it cannot take (paged caches, f8e4m3, its switch off) with
-        // the reason.
+        // Asked for by name: `fa3` refuses what it cannot take (page sizes its key tiles do not fit, f8e4m3)
+        // with the reason.
         Kernel::Fa3 => return Ok(Launcher::Fa3),
         Kernel::Fa1 | Kernel::Unfused => refuse_ragged(requested.name(), spec)?,
         _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,

@@ -429,11 +429,10 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
     assert!(FA3.source.contains(&format!("#define FA3_SCHED {SCHED_RING}\n")), "work-tile ring changed");
 }
 
-/// Ragged batches: f16/bf16 only while the verification switch is on, packed K/V or pages the key tile's
-/// boxes fit; other page sizes, f8e4m3 and the switch off are refused naming who takes the call (and the
-/// switch), never silently.
+/// Ragged batches: f16/bf16, packed K/V or pages the key tile's boxes fit; other page sizes and f8e4m3 are
+/// refused naming who takes the call, never silently.
 #[test]
-fn ragged_calls_are_taken_with_the_switch_and_refused_with_who_takes_them() {
+fn ragged_calls_are_taken_or_refused_with_who_takes_them() {
     use sdpa_core::{Layout, Ragged};
     let ragged = |dtype: DType, d: usize, page: Option<usize>| {
         let r = Ragged::new(vec![100, 0, 1], vec![200, 5, 0]);
