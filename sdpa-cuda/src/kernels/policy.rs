@@ -272,14 +272,15 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
 /// ([`fa3_measured_faster`]): the measured cache length (8192; shorter caches were not timed).
 pub const AUTO_FA3_CHUNK_MIN_KEYS: usize = 8192;
 
-/// Whether `auto` may send the ragged `spec` to `fa3` (before [`choose_ragged`] asks whether it is
-/// decoding-like, which `splitkv` takes): packed K/V at head dims where dense `fa3` pays
-/// ([`fa3_head_dims_pay`]). Session 10 timed it against `fa2`'s ragged entries on the H100 (bf16, D = 128;
+/// Whether `auto` may send the ragged `spec` to `fa3` (after [`choose_ragged`] gave `splitkv` the decoding
+/// it takes): packed K/V at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]), and prefill: some
+/// sequence not decoding-like ([`ragged_decoding_like`]; a batch of decoding steps over caches too short
+/// for `splitkv` stays on `fa2`, as dense decoding-like calls do, [`fa3_measured_faster`]). Session 10 timed it against `fa2`'s ragged entries on the H100 (bf16, D = 128;
 /// `bench/results/gpu/fa3.md`, "Ragged batches"): 1.16-1.56x on a 16-sequence serving batch, 1.80x on GQA
 /// chunked prefill. Paged caches, which `fa3` takes asked for by name, stay on `fa2` and `splitkv`: with
 /// 16-slot pages `fa3` ran 0.75x `fa2` (a key tile arrives as eight boxes).
 pub fn fa3_may_take_ragged(spec: &AttentionSpec) -> bool {
-    Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec)
+    Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec) && !ragged_decoding_like(spec)
 }
 
 /// Whether `fa3` was measured faster than `fa2` at the call's head dims and key count. Issue 21's head-dim
@@ -346,12 +347,19 @@ pub fn refuse_ragged(kernel: &str, spec: &AttentionSpec) -> Result<()> {
     )))
 }
 
-/// Whether every sequence of a ragged call is decoding-like (`group·Sq_b <= 64`: `fa2`'s 64-128-row tiles
-/// would be mostly empty) and the longest has at least [`AUTO_SPLITKV_MIN_KEYS`] keys to split.
+/// Whether every sequence of a ragged call is decoding-like (`group·Sq_b <= 64`: `fa2`'s 64-128-row tiles,
+/// and `fa3`'s 128-row ones, would be mostly empty) and the longest has at least [`AUTO_SPLITKV_MIN_KEYS`]
+/// keys to split.
 pub fn ragged_decoding(spec: &AttentionSpec) -> bool {
+    ragged_decoding_like(spec) && spec.ragged.as_ref().is_some_and(|r| r.max_k() >= AUTO_SPLITKV_MIN_KEYS)
+}
+
+/// Whether every sequence of a ragged call is decoding-like (`group·Sq_b <= 64`), whatever its keys; `false`
+/// for a dense call.
+pub fn ragged_decoding_like(spec: &AttentionSpec) -> bool {
     let Some(r) = &spec.ragged else { return false };
     let g = spec.shape.group_size();
-    r.seqlens_q.iter().all(|&q| g.saturating_mul(q) <= 64) && r.max_k() >= AUTO_SPLITKV_MIN_KEYS
+    r.seqlens_q.iter().all(|&q| g.saturating_mul(q) <= 64)
 }
 
 /// The launcher of a ragged call (see the module docs): only the tensor-core kernels run them, so f32
@@ -591,6 +599,28 @@ mod tests {
         let narrow = AttentionSpec { shape: Shape { d: 32, dv: 32, ..prefill.shape }, ..prefill.clone() };
         assert!(!fa3_may_take_ragged(&narrow), "D = 32 ran slower on fa3 (dense)");
         assert!(!fa3_may_take_ragged(&gqa(1, 8, 8, 4096, 4096, 128, DType::BF16)), "dense: not this rule");
+    }
+
+    /// Regression: `fa3_may_take_ragged` asked only for packed K/V and head dims, so a batch of decoding
+    /// steps over caches too short for `splitkv` (every `group·Sq_b <= 64`, longest `Sk_b < 1024`) went to
+    /// `fa3` under `auto`: not prefill, and not measured (its 128-row tiles hold a row or a few). It stays on
+    /// `fa2`, as dense decoding-like calls do; one sequence with more rows makes the batch prefill.
+    #[test]
+    fn short_ragged_decoding_stays_on_fa2() {
+        let auto = |spec: &AttentionSpec| {
+            let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
+            let fa3 = fa3_may_take_ragged(spec);
+            let tc = TensorCores::of(spec, &params(spec), H100_OPTIN).with_fa3(fa3);
+            choose(Kernel::Auto, spec, &opts, tc).expect("auto")
+        };
+        let decode = ragged(vec![1, 4, 0, 2], vec![100, 700, 7, 0], 32, 8, DType::BF16);
+        assert!(ragged_decoding_like(&decode) && !ragged_decoding(&decode));
+        assert!(!fa3_may_take_ragged(&decode));
+        assert_eq!(auto(&decode), Launcher::Fa2);
+        let mixed = ragged(vec![1, 4, 0, 64], vec![100, 700, 7, 64], 32, 8, DType::BF16);
+        assert!(!ragged_decoding_like(&mixed) && fa3_may_take_ragged(&mixed));
+        assert_eq!(auto(&mixed), Launcher::Fa3);
+        assert!(!ragged_decoding_like(&gqa(1, 8, 8, 1, 4096, 128, DType::BF16)), "dense: not this rule");
     }
 
     #[test]
