@@ -165,7 +165,8 @@ impl CudaBackend {
     }
 
     /// Loads now the programs the backward calls `(spec, options)` would launch (per call: its Delta, main
-    /// and dQ entries, and the copies of the pad-copy path at head dims that are not multiples of 8), compiled on parallel threads, so that no first backward call waits for NVRTC.
+    /// and dQ entries, and the copies of the pad-copy path at head dims that are not multiples of 8), compiled on
+    /// parallel threads, so that no first backward call waits for NVRTC.
     /// Calls the backward cannot run are left out (running them reports why).
     pub fn warm_up_backward(&self, calls: &[(AttentionSpec, BackwardOptions)]) -> Result<Vec<ProgramLoad>> {
         let mut programs: Vec<Program> = Vec::new();

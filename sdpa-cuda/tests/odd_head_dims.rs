@@ -6,7 +6,8 @@
 //! both causal alignments and an explicit mask, GQA, both layouts, with and without LSE, f16 and bf16 each
 //! within twice the unfused kernel's error; misaligned views at every copy width; the kernel that ran (never
 //! `fa1` for these), `fa3` refusing them with the reason (the backward runs them: `backward_odd_head_dims`);
-//! and f32 on the TF32 and split-TF32 path at Dv != D. The prefill cases are short enough that `fa2`'s pad-copy rule (`kernels::pad_copy::pays`)
+//! and f32 on the TF32 and split-TF32 path at Dv != D. The prefill cases are short enough that `fa2`'s pad-copy rule
+//! (`kernels::pad_copy::pays`)
 //! leaves them on the narrow copies; `odd_head_dims_pad_copy` runs the same cases through aligned scratch.
 //! Skips (printing why) without a GPU.
 

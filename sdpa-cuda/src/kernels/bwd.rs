@@ -369,8 +369,7 @@ fn program_for(spec: &AttentionSpec, deterministic: bool) -> Result<Program> {
 /// 16-byte aligned too (`bwd_convert` in bwd.cu stores it as `float4`; Q's strides of 8 elements keep its
 /// rows so). Other calls take the pad-copy path, whose copy back moves the f32 dQ 4 bytes at a time.
 pub fn aligned(params: &BwdParams, d: usize, dv: usize) -> bool {
-    let grads =
-        [params.d_o, params.dq, params.dk, params.dv, params.dq_f32].iter().all(|p| p.is_multiple_of(16));
+    let grads = [params.d_o, params.dq, params.dk, params.dv, params.dq_f32].iter().all(|p| p.is_multiple_of(16));
     params.attn.rows_16_byte_aligned(d, dv) && grads
 }
 

@@ -11,14 +11,16 @@
 //! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next
 //! tile's Q and K/V loaded while the current one finishes); each block takes its next tile from an atomic
 //! counter when it is ready for one ([`Schedule::Dynamic`]; the counter is kept zero between calls, see
-//! [`run`]), or follows session 7's static share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen by head dim and
+//! [`run`]), or follows session 7's static share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring
+//! depth, consumer warpgroups) is chosen by head dim and
 //! mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
 //! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
 //! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
-//! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a causal one,
+//! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a
+//! causal one,
 //! a positive scale, dense batches and ragged ones (packed or paged, below),
 //! operands a tensor map can describe (base and every stride of Q, K, V, O multiples of 8 elements), a
 //! compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
@@ -41,7 +43,8 @@
 //! The Q and O maps run over the packed rows as one batch; K and V too, or over the pool's pages, a key tile
 //! arriving as boxes of min(keys per tile, page size) keys through the block table ([`paged_tile`]: page
 //! sizes that are multiples of 8 and divide the key tile or are multiples of it, 64 keys per tile where the
-//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192, 320, ... at 128). What a box loads past a sequence is other data (the next sequence's rows,
+//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192, 320, ... at 128). What a box loads
+//! past a sequence is other data (the next sequence's rows,
 //! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
 //! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
 //! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
@@ -209,7 +212,8 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 /// run it on).
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
-/// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is laid out per dense batch), packed K/V or a paged
+/// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is
+/// laid out per dense batch), packed K/V or a paged
 /// cache whose page size the key tile's boxes fit ([`paged_tile`]); the others are refused with who takes
 /// them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed row of a tile plus a
 /// box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
@@ -1113,7 +1117,8 @@ fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3A
     // rows < Sq_b of each sequence, at its packed offset from the uploaded cu_seqlens) and columns < Dv with
     // 16-byte stores that the 8-element alignment allows, and LSE entries of its own rows (ragged: the
     // `[Hq, total_q]` entries of its sequence's rows). A ragged call's `seq_tiles` names sequences < B and
-    // query tiles inside them (`fa2::schedule`), `n_seq_tiles` of them. It is launched only on a compute-capability 9.0 device, for which
+    // query tiles inside them (`fa2::schedule`), `n_seq_tiles` of them. It is launched only on a compute-capability 9.0
+    // device, for which
     // its program is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
     // launch, which the kernel only increments and writes back to zero.
     unsafe { launch(call.dev, call.stream, program, &program.name, dims, args) }

@@ -68,7 +68,8 @@ pub fn all_programs() -> Vec<Program> {
 }
 
 /// What the CI compile check (`tests/nvrtc_compile.rs`) builds: every plain program, and the variant
-/// programs ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and head-dim class per family (bf16 at
+/// programs ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and
+/// head-dim class per family (bf16 at
 /// exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the same template
 /// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
 /// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter

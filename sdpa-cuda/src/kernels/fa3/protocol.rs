@@ -243,8 +243,9 @@ fn protocol(tiles: &[ModelTile], st: usize, nc: usize, pp: bool, tt: bool) -> Ve
             nq[w] += usize::from(wg.is_some());
         }
     }
-    sched(&mut prod, &mut cons, tiles.len()); // the end (-1)
-                                              // fa3_end_turns: warpgroup 0 takes the last hand-over (none left with the turns restarted per tile).
+    // The end (-1); then fa3_end_turns: warpgroup 0 takes the last hand-over (none left with the turns restarted
+    // per tile).
+    sched(&mut prod, &mut cons, tiles.len());
     if pp && !tt && turn[0] > 0 {
         cons[0].push(Op::Sync(3));
     }
