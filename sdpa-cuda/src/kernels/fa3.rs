@@ -43,8 +43,8 @@
 //! The Q and O maps run over the packed rows as one batch; K and V too, or over the pool's pages, a key tile
 //! arriving as boxes of min(keys per tile, page size) keys through the block table ([`paged_tile`]: page
 //! sizes that are multiples of 8 and divide the key tile or are multiples of it, 64 keys per tile where the
-//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192, 320, ... at 128). What a box loads
-//! past a sequence is other data (the next sequence's rows,
+//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192 at 128). What a box loads past a
+//! sequence is other data (the next sequence's rows,
 //! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
 //! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
 //! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
@@ -536,9 +536,9 @@ pub fn compile_check_ragged_programs() -> Vec<Program> {
 
 /// Every ragged entry a launch can ask for with the table's tiles and ping-pong: each dtype, class and
 /// masking (no mask, causal, and the four variant sets over no mask), with the tile [`check`] picks, packed
-/// and paged, paged also with 64 keys per tile ([`paged_tile`]'s fallback, at every class: pages of 32 or 64
-/// slots at 112 or 80 keys per tile, and at 128 keys pages of 192, 320, 448, ... slots, multiples of 64 that
-/// neither divide 128 nor are multiples of it).
+/// and paged, paged also with 64 keys per tile ([`paged_tile`]'s fallback, at every class: pages of 32, 64 or
+/// more slots at 112 or 80 keys per tile, and at 128 keys pages of 192 slots, the one multiple of 64 up to
+/// `sdpa_core::MAX_PAGE_SIZE` (256) that neither divides 128 nor is a multiple of it).
 pub fn ragged_programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
