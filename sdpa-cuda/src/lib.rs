@@ -52,13 +52,12 @@
 //! # Backward (issue 24)
 //! `Backend::backward` (and [`CudaBackend::backward_on_stream`] for callers that own their device memory and
 //! stream) runs FlashAttention-2's backward on tensor cores for f16/bf16 ([`kernels::bwd`]): Delta per row,
-//! one block per key tile that walks the query tiles of its band for every query head of its group (dK/dV
-//! without atomics), dQ added into an f32 accumulator with atomics and rounded by a last pass, or, with
-//! `BackwardOptions::deterministic`, computed by a separate kernel per query tile (bitwise repeatable).
-//! Every head-dim class, Dv != D, every mask, windows, softcap, ALiBi, GQA, both layouts and ragged (varlen)
-//! batches; head dims that are not multiples of 8 (any D and Dv from 1 to 256) and misaligned views through
-//! zero-padded copies ([`kernels::bwd_pad`]); f32 and paged KV caches are refused. `Backend::time_pass` times passes
-//! with device events.
+//! one block per key tile that walks the query tiles of its band for every query head of its group (dK/dV without
+//! atomics), dQ added into an f32 accumulator with atomics and rounded by a last pass, or, with
+//! `BackwardOptions::deterministic`, computed by a separate kernel per query tile (bitwise repeatable). Every head-dim
+//! class, Dv != D, every mask, windows, softcap, ALiBi, GQA, both layouts and ragged (varlen) batches; head dims that
+//! are not multiples of 8 (any D and Dv from 1 to 256) and misaligned views through zero-padded copies
+//! ([`kernels::bwd_pad`]); f32 and paged KV caches are refused. `Backend::time_pass` times passes with device events.
 //!
 //! # Layout: three layers, then the backend
 //! - [`sys`], library access: finding the CUDA libraries ([`libs`]), the kernel sources built in
@@ -67,9 +66,8 @@
 //! - [`checked`], checked wrappers: one GPU and its limits ([`device`]), buffers ([`buffer`]), the
 //!   parameter struct ([`params`]), TMA tensor maps ([`tensor_map`]), the one launch function ([`launch`])
 //!   and the [`Call`] handed to a launcher.
-//! - [`kernels`], the launchers, one per `.cu` family ([`unfused`], [`fa1`], [`fa2`], [`splitkv`],
-//!   [`tf32`], [`kernels::bwd`]), and [`kernels::policy`]: which family runs a call (`auto` and the fallbacks), in one
-//!   place.
+//! - [`kernels`], the launchers, one per `.cu` family ([`unfused`], [`fa1`], [`fa2`], [`splitkv`], [`tf32`],
+//!   [`kernels::bwd`]), and [`kernels::policy`]: which family runs a call (`auto` and the fallbacks), in one place.
 //! - [`backend`]: [`CudaBackend`], the `sdpa_core::Backend` on top.
 //!
 //! The old flat paths (`sdpa_cuda::fa2`, `sdpa_cuda::modules`, ...) are re-exports of these modules.

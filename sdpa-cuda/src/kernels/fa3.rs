@@ -8,47 +8,43 @@
 //! before P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries
 //! without the turns, for comparisons.
 //!
-//! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next
-//! tile's Q and K/V loaded while the current one finishes); each block takes its next tile from an atomic
-//! counter when it is ready for one ([`Schedule::Dynamic`]; the counter is kept zero between calls, see
-//! [`run`]), or follows session 7's static share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring
-//! depth, consumer warpgroups) is chosen by head dim and
-//! mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
+//! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next tile's Q and
+//! K/V loaded while the current one finishes); each block takes its next tile from an atomic counter when it is ready
+//! for one ([`Schedule::Dynamic`]; the counter is kept zero between calls, see [`run`]), or follows session 7's static
+//! share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen
+//! by head dim and mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
 //! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
 //! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
 //! columns past them with zeros (64-column blocks wholly past them are not loaded), and O is stored up to Dv.
 //!
 //! What it takes today ([`refuses`]): f16/bf16 (and f8e4m3, below), D and Dv multiples of 8 up to 256, no mask or a
-//! causal one,
-//! a positive scale, dense batches and ragged ones (packed or paged, below),
-//! operands a tensor map can describe (base and every stride of Q, K, V, O multiples of 8 elements), a
-//! compute-capability 9.0 GPU. Everything else is refused with what `fa3` lacks
-//! (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3` where it takes the call and was
-//! measured faster than `fa2` ([`super::policy::resolve_auto`]; `bench/results/gpu/fa3.md`).
+//! causal one, a positive scale, dense batches and ragged ones (packed or paged, below), operands a tensor map can
+//! describe (base and every stride of Q, K, V, O multiples of 8 elements), a compute-capability 9.0 GPU. Everything
+//! else is refused with what `fa3` lacks (it never falls back silently): `fa2` runs those calls. `auto` picks `fa3`
+//! where it takes the call and was measured faster than `fa2` ([`super::policy::resolve_auto`];
+//! `bench/results/gpu/fa3.md`).
 //!
-//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]; written in session 9 without
-//! a GPU, verified on the H100 in session 10: `bench/results/gpu/fa3.md`). A variant entry restricts the keys to the
-//! call's band (windows, causal masks as a special case): only the key tiles some row of the work tile sees
-//! are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask
-//! code; softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at
-//! every class ([`variant_tile_for`]).
+//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]; written in session 9 without a GPU,
+//! verified on the H100 in session 10: `bench/results/gpu/fa3.md`). A variant entry restricts the keys to the call's
+//! band (windows, causal masks as a special case): only the key tiles some row of the work tile sees are loaded, each
+//! consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask code; softcap and ALiBi
+//! transform the scores in registers before the online softmax. Two consumers at every class ([`variant_tile_for`]).
 //!
-//! Ragged (varlen) batches, K/V packed or in a paged cache (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]),
-//! were written in session 10 without a GPU and verified on the H100 in the same session
-//! (`bench/results/gpu/fa3.md`, "Ragged batches"); [`refuses_ragged`] says what they do not take. The work tiles are
-//! [`super::fa2::schedule`]'s (sequence, query tile) pairs, heaviest first, times the heads (uploaded per
-//! content, read by the kernel through `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own
-//! lengths, band and diagonal (both causal alignments and the variants as `fa2` defines them per sequence).
-//! The Q and O maps run over the packed rows as one batch; K and V too, or over the pool's pages, a key tile
-//! arriving as boxes of min(keys per tile, page size) keys through the block table ([`paged_tile`]: page
-//! sizes that are multiples of 8 and divide the key tile or are multiples of it, 64 keys per tile where the
-//! table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192 at 128). What a box loads past a
-//! sequence is other data (the next sequence's rows,
-//! slots past the cache length), so keys past Sk_b are masked on every tile that reaches them and rows past
-//! Sq_b are never stored; the LSE is `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]).
-//! Other page sizes and f8e4m3 ragged calls are refused, naming `fa2` and `splitkv`; `auto` sends packed
-//! ragged prefill here ([`super::policy::fa3_may_take_ragged`]), paged calls only when asked for by name.
+//! Ragged (varlen) batches, K/V packed or in a paged cache (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]), were
+//! written in session 10 without a GPU and verified on the H100 in the same session (`bench/results/gpu/fa3.md`,
+//! "Ragged batches"); [`refuses_ragged`] says what they do not take. The work tiles are [`super::fa2::schedule`]'s
+//! (sequence, query tile) pairs, heaviest first, times the heads (uploaded per content, read by the kernel through
+//! `Fa3Args::seq_tiles`); each runs the dense code on its sequence's own lengths, band and diagonal (both causal
+//! alignments and the variants as `fa2` defines them per sequence). The Q and O maps run over the packed rows as one
+//! batch; K and V too, or over the pool's pages, a key tile arriving as boxes of min(keys per tile, page size) keys
+//! through the block table ([`paged_tile`]: page sizes that are multiples of 8 and divide the key tile or are multiples
+//! of it, 64 keys per tile where the table's tile does not fit: pages of 32 or 64 slots at 112 or 80 keys, of 192 at
+//! 128). What a box loads past a sequence is other data (the next sequence's rows, slots past the cache length), so
+//! keys past Sk_b are masked on every tile that reaches them and rows past Sq_b are never stored; the LSE is
+//! `[Hq, total_q]`. Two consumers at every class ([`ragged_tile_for`]). Other page sizes and f8e4m3 ragged calls are
+//! refused, naming `fa2` and `splitkv`; `auto` sends packed ragged prefill here
+//! ([`super::policy::fa3_may_take_ragged`]), paged calls only when asked for by name.
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
@@ -213,10 +209,9 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
 /// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is
-/// laid out per dense batch), packed K/V or a paged
-/// cache whose page size the key tile's boxes fit ([`paged_tile`]); the others are refused with who takes
-/// them. The packed rows must leave the kernel's 32-bit TMA row coordinates (packed row of a tile plus a
-/// box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
+/// laid out per dense batch), packed K/V or a paged cache whose page size the key tile's boxes fit ([`paged_tile`]);
+/// the others are refused with who takes them. The packed rows must leave the kernel's 32-bit TMA row coordinates
+/// (packed row of a tile plus a box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
 pub fn refuses_ragged(spec: &AttentionSpec) -> Option<String> {
     let r = spec.ragged.as_ref()?;
     if spec.dtype == DType::F8E4M3 {
@@ -1115,11 +1110,11 @@ fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3A
     // ragged call's maps cover the packed rows of the whole batch, or the pool of a paged cache, whose page
     // indices from the block table the kernel clamps into the pool), the kernel writes O rows < Sq (ragged:
     // rows < Sq_b of each sequence, at its packed offset from the uploaded cu_seqlens) and columns < Dv with
-    // 16-byte stores that the 8-element alignment allows, and LSE entries of its own rows (ragged: the
-    // `[Hq, total_q]` entries of its sequence's rows). A ragged call's `seq_tiles` names sequences < B and
-    // query tiles inside them (`fa2::schedule`), `n_seq_tiles` of them. It is launched only on a compute-capability 9.0
-    // device, for which
-    // its program is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
+    // 4-byte stores (16-byte ones with the measurement switch `store16`) that the 8-element alignment
+    // allows, and LSE entries of its own rows (ragged: the `[Hq, total_q]` entries of its sequence's rows).
+    // A ragged call's `seq_tiles` names sequences < B and query tiles inside them (`fa2::schedule`),
+    // `n_seq_tiles` of them. It is launched only on a compute-capability 9.0 device, for which its program
+    // is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the
     // launch, which the kernel only increments and writes back to zero.
     unsafe { launch(call.dev, call.stream, program, &program.name, dims, args) }
 }

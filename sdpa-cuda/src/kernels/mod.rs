@@ -67,15 +67,14 @@ pub fn all_programs() -> Vec<Program> {
     all
 }
 
-/// What the CI compile check (`tests/nvrtc_compile.rs`) builds: every plain program, and the variant
-/// programs ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and
-/// head-dim class per family (bf16 at
-/// exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the same template
-/// code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
-/// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter
-/// once more narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only). The
-/// backward's programs enter as [`bwd::compile_check_programs`] lists them (six of them), `fa3`'s as one per
-/// head-dim class ([`fa3::compile_check_programs`]: within a class they differ in constants and dtype only).
+/// What the CI compile check (`tests/nvrtc_compile.rs`) builds: every plain program, and the variant programs
+/// ([`Masking::variants`](crate::checked::params::Masking::variants), names with `band`) of one dtype and head-dim
+/// class per family (bf16 at exactly 128: every tile and load path of fa2, splitkv and fa1m). The variant code is the
+/// same template code in every class and dtype, and all of them would multiply the check's time (11 maskings instead of
+/// 3); the GPU tests compile and run the others they reach. `fa2`'s ragged programs ([`is_fa2_ragged`]) enter once more
+/// narrowly: bf16 at exactly 128 on the full-grid tile (the tiles differ in constants only). The backward's programs
+/// enter as [`bwd::compile_check_programs`] lists them (six of them), `fa3`'s as one per head-dim class
+/// ([`fa3::compile_check_programs`]: within a class they differ in constants and dtype only).
 pub fn compile_check_programs() -> Vec<Program> {
     let bwd_check = bwd::compile_check_programs();
     let fa3_check = fa3::compile_check_programs();

@@ -19,24 +19,21 @@
 //!   and split TF32, [`tf32_refuses`]): `fa2` asked for it with variants is refused with the reason, and
 //!   `auto` runs such f32 calls on `fa1` with exact f32 math instead (more accurate than asked, never
 //!   less).
-//! - Ragged batches and paged KV caches (issue 23, [`choose_ragged`]) run on the tensor-core kernels only:
-//!   `auto` takes `splitkv` when every sequence is decoding-like (`group·Sq_b <= 64`) and the longest has
-//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa3` for ragged prefill with packed K/V where it takes the call
-//!   on this device ([`fa3_may_take_ragged`]), `fa2` otherwise; `fa3` asked for by name refuses what it cannot take;
-//!   `fa1`, `unfused` and the f32 paths refuse them
-//!   with the kernel to use instead ([`refuse_ragged`]), and calls the tensor cores cannot take are refused
-//!   rather than sent to `fa1`.
+//! - Ragged batches and paged KV caches (issue 23, [`choose_ragged`]) run on the tensor-core kernels only: `auto`
+//!   takes `splitkv` when every sequence is decoding-like (`group·Sq_b <= 64`) and the longest has
+//!   `Sk_b >= `[`AUTO_SPLITKV_MIN_KEYS`], `fa3` for ragged prefill with packed K/V where it takes the call on this
+//!   device ([`fa3_may_take_ragged`]), `fa2` otherwise; `fa3` asked for by name refuses what it cannot take;
+//!   `fa1`, `unfused` and the f32 paths refuse them with the kernel to use instead ([`refuse_ragged`]), and calls
+//!   the tensor cores cannot take are refused rather than sent to `fa1`.
 //! - Head dims above 256 (issue 21): `auto` runs dense f16/bf16 calls with D or Dv above 256 on the wide-head
 //!   path ([`Launcher::Wide`], [`super::wide`]: query slabs of tensor-core GEMMs around unfused's softmax,
 //!   reported as kernel `unfused`) instead of the SIMT `fa1`; `fa2` and `splitkv` asked for such calls still
 //!   fall back to `fa1`.
-//! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for a
-//!   dense f16/bf16 call that `fa2`
-//!   would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by the dispatcher, which
-//!   knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant calls
-//!   (windows, softcap, ALiBi) under the same rule. Asked for by name,
-//!   what it cannot take (head dims, masks, paged caches whose page size its key tiles do not fit, f8e4m3
-//!   ragged batches, devices other than sm_90) is refused
+//! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for
+//!   a dense f16/bf16 call that `fa2` would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by
+//!   the dispatcher, which knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant
+//!   calls (windows, softcap, ALiBi) under the same rule. Asked for by name, what it cannot take (head dims, masks,
+//!   paged caches whose page size its key tiles do not fit, f8e4m3 ragged batches, devices other than sm_90) is refused
 //!   with the reason, never sent elsewhere.
 
 use crate::checked::params::AttnParams;
@@ -274,14 +271,13 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
 /// ([`fa3_measured_faster`]): the measured cache length (8192; shorter caches were not timed).
 pub const AUTO_FA3_CHUNK_MIN_KEYS: usize = 8192;
 
-/// Whether `auto` may send the ragged `spec` to `fa3` (after [`choose_ragged`] gave `splitkv` the decoding
-/// it takes): packed K/V at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]), and prefill: some
-/// sequence not decoding-like ([`ragged_decoding_like`]; a batch of decoding steps over caches too short
-/// for `splitkv` stays on `fa2`, as dense decoding-like calls do, [`fa3_measured_faster`]). Session 10 timed it against
-/// `fa2`'s ragged entries on the H100 (bf16, D = 128;
-/// `bench/results/gpu/fa3.md`, "Ragged batches"): 1.16-1.56x on a 16-sequence serving batch, 1.80x on GQA
-/// chunked prefill. Paged caches, which `fa3` takes asked for by name, stay on `fa2` and `splitkv`: with
-/// 16-slot pages `fa3` ran 0.75x `fa2` (a key tile arrives as eight boxes).
+/// Whether `auto` may send the ragged `spec` to `fa3` (after [`choose_ragged`] gave `splitkv` the decoding it takes):
+/// packed K/V at head dims where dense `fa3` pays ([`fa3_head_dims_pay`]), and prefill: some sequence not decoding-like
+/// ([`ragged_decoding_like`]; a batch of decoding steps over caches too short for `splitkv` stays on `fa2`, as dense
+/// decoding-like calls do, [`fa3_measured_faster`]). Session 10 timed it against `fa2`'s ragged entries on the H100
+/// (bf16, D = 128; `bench/results/gpu/fa3.md`, "Ragged batches"): 1.16-1.56x on a 16-sequence serving batch, 1.80x on
+/// GQA chunked prefill. Paged caches, which `fa3` takes asked for by name, stay on `fa2` and `splitkv`: with 16-slot
+/// pages `fa3` ran 0.75x `fa2` (a key tile arrives as eight boxes).
 pub fn fa3_may_take_ragged(spec: &AttentionSpec) -> bool {
     Serving::of(spec) == Some(Serving::Varlen) && fa3_head_dims_pay(spec) && !ragged_decoding_like(spec)
 }
