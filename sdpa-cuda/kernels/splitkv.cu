@@ -17,8 +17,7 @@
 // writes one partial (normalised output + LSE) per row, and the last block of the row tile to finish (an
 // atomic counter per row tile, reset by that block for the next call) merges the blocks' partials. Both
 // merges use exactly sdpa-core's `merge_normalized` rule: one launch, no separate combine pass.
-#include "fa2_mma.cuh"
-#include "sm90_async.cuh"
+#include "splitkv_common.cuh"
 
 // LOAD: how the K/V rings are filled.
 #define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
@@ -53,18 +52,6 @@ struct SplitKvTile {
     static constexpr int bars_off(int nw) { return nw * WARP_ELEMS + SHARED_Q_ELEMS; }  // elements
     static constexpr int smem_bytes(int nw) { return ALIGN_SLACK + bars_off(nw) * 2 + nw * STAGES * 8; }
 };
-
-// Scratch inside AttnParams::workspace for row tiles split over several blocks: `parts` partials in all
-// (dense: B·Hq·Sq rows x nblk = gridDim.x blocks; ragged: SkvUnit::parts), their LSEs first, then their
-// outputs [parts][D] f32 from the next 16-byte boundary, then one u32 counter per (batch, row tile), zero
-// before the launch (src/kernels/splitkv.rs `workspace_len` sizes it the same way and zeroes the counters).
-__device__ __forceinline__ float* splitkv_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
-__device__ __forceinline__ float* splitkv_part_o(const AttnParams& p, long long parts) {
-    return static_cast<float*>(p.workspace) + (parts + 3) / 4 * 4;
-}
-__device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, long long parts, int d) {
-    return reinterpret_cast<unsigned*>(splitkv_part_o(p, parts) + parts * d);
-}
 
 // What one block computes: batch entry b; the keys [kb, ke) its splits share, cut to each row tile's band
 // (dense: all keys); the splits of the row tile (ns) and the first of them this block's warps take
@@ -117,61 +104,6 @@ __device__ __forceinline__ void skv_trace(const AttnParams& p, int field, unsign
     if (blk < SKV_TRACE_BLOCKS) splitkv_trace[blk * SKV_TRACE_FIELDS + field] = v;
 }
 
-// The TMA entries' parameter: the usual AttnParams, then the K and V maps over (D, Sk, Hkv, B)
-// (src/kernels/splitkv.rs `TmaArgs` mirrors it).
-// The maps start at byte 384 on both sides whatever alignment each side gives them (explicit padding).
-struct SplitKvTmaArgs {
-    AttnParams p;
-    unsigned char pad[384 - sizeof(AttnParams)];
-    Sm90TensorMap k, v;
-};
-static_assert(sizeof(SplitKvTmaArgs) == 640, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
-
-// Rows of this warp's tile: r in [r0, r0 + 16) of kv head kvh's G·Sq packed rows.
-__device__ __forceinline__ void splitkv_row(const AttnParams& p, int kvh, int r, int& hq, int& i) {
-    const int g = r / p.sq;
-    i = r - g * p.sq;
-    hq = kvh * p.group + g;
-}
-
-// sdpa_core::softmax::merge_normalized for a 4-wide slice [c, c + 4) of one row's output: n partials
-// (normalised output, LSE). `lse_at(s)` and `o_at(s)` (a float4) read partial s. Returns the merged LSE.
-template <typename LseAt, typename OAt>
-__device__ __forceinline__ float splitkv_merge(int n, LseAt lse_at, OAt o_at, float4& out) {
-    float mx = fa2_neg_inf();
-    bool nan = false;
-#pragma unroll 8
-    for (int s = 0; s < n; ++s) {
-        const float x = lse_at(s);
-        nan |= x != x;
-        mx = fmaxf(mx, x);
-    }
-    if (nan) {
-        const float q = __int_as_float(0x7fffffff);
-        out = make_float4(q, q, q, q);
-        return q;
-    }
-    if (mx == fa2_neg_inf()) {
-        out = make_float4(0.f, 0.f, 0.f, 0.f);
-        return fa2_neg_inf();
-    }
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float total = 0.f;
-#pragma unroll 16
-    for (int s = 0; s < n; ++s) {
-        const float w = expf(lse_at(s) - mx);
-        const float4 o = o_at(s);
-        total += w;
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        acc.z += w * o.z;
-        acc.w += w * o.w;
-    }
-    const float inv = 1.f / total;
-    out = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    return mx + logf(total);
-}
-
 // One step's K and V tiles (KS keys from key0, keys at or past k_stop and columns past d / dv zero-filled) of a
 // padded call whose rows are not 16-byte aligned, in chunks of row_bytes (8, 4 or 2; fa2_row_bytes), by the 32
 // lanes of a warp. Out of line: one body however many load sites the ring has. Never paged (the policy keeps
@@ -211,15 +143,6 @@ __device__ __noinline__ void splitkv_load_kv_narrow(unsigned sK, unsigned sV, co
         case 4: splitkv_load_kv_width<T, D, KS, LD, 2>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
         default: splitkv_load_kv_width<T, D, KS, LD, 1>(sK, sV, kbase, vbase, ks, vs, key0, k_stop, d, dv, lane); break;
     }
-}
-
-// Four output columns from `dst`; PAD: only the first `left` of them (the call's Dv need not be a multiple of 4).
-template <bool PAD, typename T>
-__device__ __forceinline__ void splitkv_store4(T* dst, float4 v, int left) {
-    dst[0] = T(v.x);
-    if (!PAD || left > 1) dst[1] = T(v.y);
-    if (!PAD || left > 2) dst[2] = T(v.z);
-    if (!PAD || left > 3) dst[3] = T(v.w);
 }
 
 // INTERLEAVE: the NW warps of a block take turns over the block's key range in KS-key tiles (warp w reads

@@ -8,7 +8,7 @@
 //! - [`fa2`]: FlashAttention-2 on tensor cores, f16/bf16 ([`pad_copy`]: its odd head dims through aligned
 //!   scratch).
 //! - [`fa3`]: the Hopper forward (sm_90a: TMA, `wgmma`, warp specialisation), f16/bf16.
-//! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16.
+//! - [`splitkv`]: flash-decoding on tensor cores, f16/bf16 ([`splitkv_mla`]: at MLA's 576/512 on sm_90).
 //! - [`tf32`]: f32 inputs on tensor cores (kernel `fa2` with TF32 or split-TF32 math).
 //! - [`bwd`]: the backward pass on tensor cores, f16/bf16 ([`bwd_pad`]: its odd head dims and misaligned
 //!   views through aligned scratch, with [`pad_copy`]'s pieces).
@@ -23,6 +23,7 @@ pub mod pad_copy;
 pub mod paged_append;
 pub mod policy;
 pub mod splitkv;
+pub mod splitkv_mla;
 pub mod tf32;
 pub mod unfused;
 pub mod wide;
@@ -62,6 +63,7 @@ pub fn all_programs() -> Vec<Program> {
     all.extend(fa2::programs());
     all.extend(fa3::programs());
     all.extend(splitkv::programs());
+    all.extend(splitkv_mla::programs());
     all.extend(tf32::programs());
     all.extend(bwd::programs());
     all
@@ -115,7 +117,9 @@ fn fa3_takes(call: &Call<'_>) -> bool {
 /// the same planning as [`dispatch`], without launching.
 pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
-    let tc = policy::TensorCores::of(call.spec, &call.params, optin).with_fa3(fa3_takes(call));
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin)
+        .with_fa3(fa3_takes(call))
+        .with_mla(splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none());
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
@@ -125,6 +129,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
             None => vec![fa2::plan(call)?.program],
         },
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
+        Launcher::SplitKvMla => vec![splitkv_mla::plan(call)?.program],
         Launcher::Fa3 => fa3::programs_for(call)?,
     })
 }
@@ -133,7 +138,9 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
 /// fallbacks); returns the kernel that ran.
 pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
-    let tc = policy::TensorCores::of(call.spec, &call.params, optin).with_fa3(fa3_takes(call));
+    let tc = policy::TensorCores::of(call.spec, &call.params, optin)
+        .with_fa3(fa3_takes(call))
+        .with_mla(splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none());
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,
@@ -142,6 +149,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
         Launcher::Tf32 => tf32::run(call)?,
         Launcher::Fa2 => fa2::run(call)?,
         Launcher::SplitKv => splitkv::run(call)?,
+        Launcher::SplitKvMla => splitkv_mla::run(call)?,
         Launcher::Fa3 => fa3::run(call)?,
     }
     Ok(launcher.kernel())

@@ -28,7 +28,9 @@
 //! - Head dims above 256 (issue 21): `auto` runs dense f16/bf16 calls with D or Dv above 256 on the wide-head
 //!   path ([`Launcher::Wide`], [`super::wide`]: query slabs of tensor-core GEMMs around unfused's softmax,
 //!   reported as kernel `unfused`) instead of the SIMT `fa1`; `fa2` and `splitkv` asked for such calls still
-//!   fall back to `fa1`.
+//!   fall back to `fa1`. MLA decoding (D = 576, Dv = 512) is the exception: where `splitkv`'s MLA path takes the
+//!   call on this device ([`TensorCores::mla`], [`super::splitkv_mla::refuses`]), `splitkv` asked by name runs
+//!   it, and `auto` does too with at most [`super::splitkv_mla::AUTO_MAX_ROWS`] rows per kv head.
 //! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for
 //!   a dense f16/bf16 call that `fa2` would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by
 //!   the dispatcher, which knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant
@@ -64,6 +66,8 @@ pub enum Launcher {
     Fa2,
     /// [`crate::kernels::splitkv`].
     SplitKv,
+    /// [`crate::kernels::splitkv_mla`]: decoding at MLA's 576/512 on sm_90, reported as kernel `splitkv`.
+    SplitKvMla,
     /// [`crate::kernels::fa3`].
     Fa3,
     /// [`crate::kernels::wide`]: head dims above 256 in query slabs; the unfused structure, reported as
@@ -78,7 +82,7 @@ impl Launcher {
             Launcher::Unfused | Launcher::Wide => Kernel::Unfused,
             Launcher::Fa1 => Kernel::Fa1,
             Launcher::Tf32 | Launcher::Fa2 => Kernel::Fa2,
-            Launcher::SplitKv => Kernel::SplitKv,
+            Launcher::SplitKv | Launcher::SplitKvMla => Kernel::SplitKv,
             Launcher::Fa3 => Kernel::Fa3,
         }
     }
@@ -192,6 +196,9 @@ pub struct TensorCores {
     /// `fa3` does on this device (compute capability 9.0 and [`super::fa3::plan`] accepts the call); false
     /// where no device is known ([`TensorCores::of`]).
     pub fa3: bool,
+    /// `splitkv`'s MLA path does on this device ([`super::splitkv_mla::refuses`] is `None`); false where no
+    /// device is known.
+    pub mla: bool,
 }
 
 impl TensorCores {
@@ -202,12 +209,18 @@ impl TensorCores {
             fa2: tensor_core_limit(spec, params).is_none(),
             splitkv: splitkv_limit(spec, params, smem_optin).is_none(),
             fa3: false,
+            mla: false,
         }
     }
 
     /// The same verdicts with `fa3`'s for the device (whether [`super::fa3::plan`] accepts the call there).
     pub fn with_fa3(self, fa3: bool) -> Self {
         TensorCores { fa3, ..self }
+    }
+
+    /// The same verdicts with the MLA path's for the device.
+    pub fn with_mla(self, mla: bool) -> Self {
+        TensorCores { mla, ..self }
     }
 }
 
@@ -404,6 +417,11 @@ pub fn choose(requested: Kernel, spec: &AttentionSpec, opts: &RunOptions, tc: Te
     }
     if spec.ragged.is_some() {
         return choose_ragged(requested, spec, tc);
+    }
+    // MLA decoding (576/512): the fused split-KV path where it takes the call, for `auto` at decoding's
+    // row counts and for `splitkv` asked for by name; the rest of these head dims runs on `wide`.
+    if tc.mla && (requested == Kernel::SplitKv || requested == Kernel::Auto && super::splitkv_mla::auto_takes(spec)) {
+        return Ok(Launcher::SplitKvMla);
     }
     if requested == Kernel::Auto && !tc.fa2 && super::wide::takes(spec) {
         return Ok(Launcher::Wide);
@@ -710,7 +728,7 @@ mod tests {
         assert_eq!(pick(Kernel::Auto, &decoding(80, DType::BF16), F32Math::Tf32).expect("auto"), Launcher::SplitKv);
         // Were splitkv to refuse a call fa2 takes, fa2 runs it (decoding included).
         let spec = decoding(80, DType::BF16);
-        let only_fa2 = TensorCores { fa2: true, splitkv: false, fa3: false };
+        let only_fa2 = TensorCores { fa2: true, splitkv: false, fa3: false, mla: false };
         let opts = RunOptions { kernel: Kernel::SplitKv, ..Default::default() };
         assert_eq!(choose(Kernel::SplitKv, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
         assert_eq!(choose(Kernel::Auto, &spec, &opts, only_fa2).expect("choice"), Launcher::Fa2);
@@ -736,6 +754,31 @@ mod tests {
             pick(Kernel::Auto, &gqa(1, 4, 4, 64, 64, 256, DType::BF16), F32Math::Exact).expect("auto"),
             Launcher::Fa2
         );
+    }
+
+    /// MLA decoding (576/512) on a device where the fused MLA path takes it: `auto` at decoding's row counts
+    /// and `splitkv` by name run it (reported as `splitkv`); more rows per kv head, and devices where it
+    /// refuses, keep `wide`.
+    #[test]
+    fn mla_decoding_takes_the_fused_path_where_the_device_has_it() {
+        let mla = |hq, sq| {
+            AttentionSpec::new(Shape { dv: 512, ..gqa(8, hq, 1, sq, 4096, 576, DType::BF16).shape }, DType::BF16)
+        };
+        let choose_on = |kernel, spec: &AttentionSpec, mla_ok: bool| {
+            let opts = RunOptions { kernel, ..Default::default() };
+            let tc = TensorCores::of(spec, &params(spec), H100_OPTIN).with_mla(mla_ok);
+            choose(kernel, spec, &opts, tc).expect("choice")
+        };
+        for (hq, sq) in [(16, 1), (128, 1), (16, 4), (32, 4)] {
+            let l = choose_on(Kernel::Auto, &mla(hq, sq), true);
+            assert_eq!((l, l.kernel()), (Launcher::SplitKvMla, Kernel::SplitKv), "{hq} heads, Sq = {sq}");
+            assert_eq!(choose_on(Kernel::SplitKv, &mla(hq, sq), true), Launcher::SplitKvMla);
+            assert_eq!(choose_on(Kernel::Auto, &mla(hq, sq), false), Launcher::Wide);
+        }
+        // 128 heads with 4 speculative rows: 512 rows per kv head, past AUTO_MAX_ROWS.
+        assert_eq!(choose_on(Kernel::Auto, &mla(128, 4), true), Launcher::Wide);
+        assert_eq!(choose_on(Kernel::SplitKv, &mla(128, 4), true), Launcher::SplitKvMla);
+        assert_eq!(choose_on(Kernel::Unfused, &mla(16, 1), true), Launcher::Unfused);
     }
 
     #[test]
@@ -770,7 +813,7 @@ mod tests {
             let p = AttnParams { k: 521, ..params(&ok) };
             assert_eq!(tensor_core_limit(&ok, &p), Some(TensorCoreLimit::Unaligned));
             let opts = RunOptions { kernel, ..Default::default() };
-            let none = TensorCores { fa2: false, splitkv: false, fa3: false };
+            let none = TensorCores { fa2: false, splitkv: false, fa3: false, mla: false };
             assert_eq!(choose(kernel, &ok, &opts, none).expect("choice"), Launcher::Fa1);
         }
         // splitkv with f32 inputs runs fa1 (exact), whatever the f32 math.
@@ -814,7 +857,7 @@ mod tests {
             let tc = TensorCores::of(&big, &params(&big), optin);
             let opts = RunOptions { kernel: Kernel::Auto, ..Default::default() };
             assert_eq!(choose(Kernel::Auto, &big, &opts, tc).expect("auto"), Launcher::Fa2);
-            let all_but_fa3 = TensorCores { fa2: true, splitkv: true, fa3: false };
+            let all_but_fa3 = TensorCores { fa2: true, splitkv: true, fa3: false, mla: false };
             assert_eq!(TensorCores::of(&spec, &params(&spec), optin), all_but_fa3);
         }
         let spec = gqa(1, 8, 8, 64, 64, 44, DType::BF16);

@@ -263,7 +263,7 @@ pub fn programs() -> Vec<Program> {
 /// either side gives them).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct TmaArgs {
+pub(crate) struct TmaArgs {
     p: AttnParams,
     pad: [u8; TMA_PAD],
     k: CUtensorMap,
@@ -274,6 +274,13 @@ const _: () = assert!(std::mem::size_of::<TmaArgs>() == 640);
 // SAFETY: plain data with C layout matching the kernel's `SplitKvTmaArgs` (size asserted on both sides):
 // AttnParams (asserted 264 bytes), padding to 384 and two opaque 128-byte-aligned tensor maps.
 unsafe impl DeviceRepr for TmaArgs {}
+
+impl TmaArgs {
+    /// The parameter of a TMA entry (`splitkv_tma_*`, `splitkv_mla_*`): `p`, then the K and V maps.
+    pub(crate) fn new(p: AttnParams, k: CUtensorMap, v: CUtensorMap) -> Self {
+        TmaArgs { p, pad: [0; TMA_PAD], k, v }
+    }
+}
 
 /// The load path a call would take on a GPU of compute capability `major`, before the layout checks of
 /// the TMA path: `SDPA_SPLITKV_LOAD` (`cp.async`, `bulk` or `tma`) forces one for comparisons (the
@@ -326,13 +333,22 @@ pub const EVICT_FIRST_MAX_KEYS_PER_SPLIT: usize = 512;
 /// The L2 policy for a split of `keys_per_split` keys: `SDPA_SPLITKV_L2` (`first`, `normal` or `last`)
 /// forces one for comparisons, otherwise [`EVICT_FIRST_MAX_KEYS_PER_SPLIT`] decides.
 pub fn l2_policy(keys_per_split: usize) -> Result<L2Policy> {
+    Ok(forced_l2_policy()?.unwrap_or(if keys_per_split <= EVICT_FIRST_MAX_KEYS_PER_SPLIT {
+        L2Policy::EvictFirst
+    } else {
+        L2Policy::EvictLast
+    }))
+}
+
+/// The L2 policy `SDPA_SPLITKV_L2` (`first`, `normal` or `last`) forces for comparisons, if set (also read
+/// by the MLA path, [`super::splitkv_mla`]).
+pub fn forced_l2_policy() -> Result<Option<L2Policy>> {
     Ok(match std::env::var("SDPA_SPLITKV_L2").as_deref() {
-        Ok("first") => L2Policy::EvictFirst,
-        Ok("normal") => L2Policy::EvictNormal,
-        Ok("last") => L2Policy::EvictLast,
+        Ok("first") => Some(L2Policy::EvictFirst),
+        Ok("normal") => Some(L2Policy::EvictNormal),
+        Ok("last") => Some(L2Policy::EvictLast),
         Ok(v) => return Err(unsupported(format!("SDPA_SPLITKV_L2 must be first, normal or last, got {v:?}"))),
-        Err(_) if keys_per_split <= EVICT_FIRST_MAX_KEYS_PER_SPLIT => L2Policy::EvictFirst,
-        Err(_) => L2Policy::EvictLast,
+        Err(_) => None,
     })
 }
 
@@ -705,7 +721,7 @@ fn run_ragged(call: &Call<'_>, plan: Plan, sched: RaggedSchedule) -> Result<()> 
 /// and `units` zeroed counters (`workspace_len`): on the device's own stream the kept scratch (its counters
 /// stay zero between calls: the kernel resets them), on another stream scratch allocated and zeroed for
 /// this call.
-fn with_scratch(
+pub(crate) fn with_scratch(
     call: &Call<'_>,
     mut params: AttnParams,
     rows: usize,
@@ -785,14 +801,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
             // describe exactly K and V of `params` (same pointers, extents and strides), so every tensor
             // copy reads inside those tensors.
             Some((k, v)) => unsafe {
-                launch(
-                    call.dev,
-                    call.stream,
-                    &program,
-                    &program.name,
-                    dims,
-                    &TmaArgs { p: *params, pad: [0; TMA_PAD], k, v },
-                )
+                launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs::new(*params, k, v))
             },
             None => unsafe { launch(call.dev, call.stream, &program, &program.name, dims, params) },
         }

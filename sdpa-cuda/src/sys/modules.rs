@@ -20,6 +20,8 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`, `fa3`).
 /// - `fa3_wgmma.cuh`: f16/bf16 `wgmma` products and descriptors of `fa3`.
 /// - `fa3_fp8.cuh`: `fa3`'s E4M3 element, its k32 products, P's conversion and the Vᵀ pre-pass.
+/// - `splitkv_common.cuh`: split-KV's partials scratch, their merge, the packed GQA row map and the TMA
+///   entries' parameter (`splitkv`, `splitkv_mla`).
 pub const HEADERS: &[(&str, &str)] = &[
     ("common.cuh", COMMON_CUH),
     ("fa2_mma.cuh", include_str!("../../kernels/fa2_mma.cuh")),
@@ -27,6 +29,7 @@ pub const HEADERS: &[(&str, &str)] = &[
     ("sm90_async.cuh", include_str!("../../kernels/sm90_async.cuh")),
     ("fa3_wgmma.cuh", include_str!("../../kernels/fa3_wgmma.cuh")),
     ("fa3_fp8.cuh", include_str!("../../kernels/fa3_fp8.cuh")),
+    ("splitkv_common.cuh", include_str!("../../kernels/splitkv_common.cuh")),
 ];
 
 /// One `.cu` source: a family of templates that its programs include, or a small module compiled whole.
@@ -87,6 +90,8 @@ pub const FA3: ModuleSource =
 pub const FA2: ModuleSource = ModuleSource::new("fa2", include_str!("../../kernels/fa2.cu"));
 /// Split-KV (flash-decoding), f16/bf16, its partials merged inside the same launch (`crate::kernels::splitkv`).
 pub const SPLITKV: ModuleSource = ModuleSource::new("splitkv", include_str!("../../kernels/splitkv.cu"));
+/// Split-KV decoding at MLA's head dims (576/512), f16/bf16, sm_90 (`crate::kernels::splitkv_mla`).
+pub const SPLITKV_MLA: ModuleSource = ModuleSource::new("splitkv_mla", include_str!("../../kernels/splitkv_mla.cu"));
 
 /// The backward pass on tensor cores, f16/bf16 (`crate::kernels::bwd`).
 pub const BWD: ModuleSource = ModuleSource::new("bwd", include_str!("../../kernels/bwd.cu"));
@@ -106,8 +111,22 @@ pub const RING: ModuleSource = ModuleSource::new("ring", include_str!("../../ker
 
 /// Every module (the programs built from them are listed by [`crate::kernels::all_programs`]).
 /// A new module adds one line here.
-pub const MODULES: &[ModuleSource] =
-    &[UNFUSED, FA1, FA1_MMA, TF32, TF32_WGMMA, FA2, FA3, SPLITKV, L2_FLUSH, PAGED_APPEND, PAD_COPY, BWD, RING];
+pub const MODULES: &[ModuleSource] = &[
+    UNFUSED,
+    FA1,
+    FA1_MMA,
+    TF32,
+    TF32_WGMMA,
+    FA2,
+    FA3,
+    SPLITKV,
+    SPLITKV_MLA,
+    L2_FLUSH,
+    PAGED_APPEND,
+    PAD_COPY,
+    BWD,
+    RING,
+];
 
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {

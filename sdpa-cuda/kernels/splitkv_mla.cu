@@ -1,0 +1,375 @@
+// Split-KV decoding at MLA's head dims (DeepSeek's absorbed attention: D = 576 for Q·Kᵀ, Dv = 512 for P·V,
+// many query heads on one kv head), fused, for sm_90 (issue 21: MLA decoding at 80 % of the copy bandwidth).
+//
+// Why not splitkv.cu: there one warp owns a 16-row tile and its whole output row, 16 x Dv f32 in registers,
+// which at Dv = 512 is 256 registers per lane before anything else. Here the NW = RW x CW warps of a block
+// share R = 16·RW packed rows (the query heads of one kv head and their Sq positions, splitkv_row's
+// order): warp (r, c) owns rows [16r, 16r + 16) and output columns [c·DV/CW, (c + 1)·DV/CW), and computes the
+// scores of its rows for its KS/CW keys of each KS-key step. The row maxima go through shared memory (the
+// CW warps of a row group then hold the same running max), the probabilities too (each warp multiplies
+// all KS keys of the step into its own columns): two named barriers per step and row group, nothing
+// computed twice.
+//
+// K and V stream by TMA into a STAGES-deep ring of [KS keys][64 columns] boxes in the 128-byte swizzle
+// (splitkv.cu's TMA layout), issued by thread 0, completing on a `full` mbarrier per stage; each warp
+// releases a stage on its `empty` mbarrier. Every block is one (row group, split of the keys, batch and kv
+// head); a row tile split over several blocks writes partials to scratch and the last block to finish
+// merges them (splitkv_common.cuh), as splitkv.cu does. Keys of the next split that a step's boxes bring
+// score -inf; a NaN or inf they hold in V can still reach a row through 0·inf, which the repair of
+// non-finite rows (common.cuh) recomputes exactly, as it does for every kernel.
+//
+// Masks: none and causal (both alignments; speculative decoding's Sq > 1 rows). The host
+// (src/kernels/splitkv_mla.rs) refuses explicit masks, windows, softcap, ALiBi and ragged batches: `auto`
+// runs those on `wide`.
+#include "splitkv_common.cuh"
+
+// Shared memory of one block (src/kernels/splitkv_mla.rs `MlaTile::smem_bytes` mirrors it), from a base
+// aligned to 1024 bytes (the swizzle period) by hand: the ring (STAGES x (K boxes, V boxes)), the Q tile
+// (R rows padded to D + 8 elements so that ldmatrix is conflict-free), P double-buffered (R rows of KS keys
+// padded to KS + 8), the row maxima double-buffered ([2][NW][16] f32, reused for the row sums at the end),
+// then the `full` and `empty` mbarriers.
+template <int D, int DV, int RW, int CW, int KS, int STAGES>
+struct MlaTile {
+    static constexpr int NW = RW * CW, R = 16 * RW;
+    static constexpr int KB = D / 64, VB = DV / 64;  // boxes per key row of K and of V
+    static constexpr int BOX_BYTES = KS * 128;
+    static constexpr int K_BYTES = KB * BOX_BYTES;
+    static constexpr int STAGE_BYTES = (KB + VB) * BOX_BYTES;
+    static constexpr int QLD = D + 8, PLD = KS + 8;
+    static constexpr int Q_OFF = STAGES * STAGE_BYTES;
+    static constexpr int P_OFF = Q_OFF + R * QLD * 2;
+    static constexpr int RED_OFF = P_OFF + 2 * R * PLD * 2;
+    static constexpr int BAR_OFF = RED_OFF + 2 * NW * 16 * 4;
+    static constexpr int SMEM = 1024 + BAR_OFF + STAGES * 2 * 8;
+    static constexpr int KSC = KS / CW;  // keys of a step whose scores one warp computes
+    static constexpr int DVC = DV / CW;  // output columns of one warp
+    static_assert(D % 64 == 0 && DV % 64 == 0, "whole 64-column boxes");
+    static_assert(KSC == 8 || KSC == 16, "a warp scores one or two n8 tiles of keys per step");
+    static_assert(DVC % 16 == 0 && KS % 16 == 0 && KS % 8 == 0, "whole ldmatrix tiles");
+    static_assert(2 * NW * 16 >= CW * R, "the row-max buffer holds the row sums at the end");
+};
+
+// Named barrier of row group r (ids 1.. ; 0 is __syncthreads): its CW warps.
+__device__ __forceinline__ void mla_row_sync(int r, int cw) {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + r), "r"(cw * 32) : "memory");
+}
+
+template <typename T, int D, int DV, int RW, int CW, int KS, int STAGES, int MASK>
+__device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigned char* smem_raw,
+                                                    const Sm90TensorMap* kmap, const Sm90TensorMap* vmap) {
+    using Tile = MlaTile<D, DV, RW, CW, KS, STAGES>;
+    constexpr int NW = Tile::NW, R = Tile::R, KSC = Tile::KSC, DVC = Tile::DVC;
+    constexpr int NT = KSC / 8;    // n8 tiles of scores per warp and step
+    constexpr int OT = DVC / 8;    // n8 tiles of output per warp
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    const int wr = warp / CW, wc = warp % CW;  // row group, column slice
+
+    // Grid: x = row group of the kv head's packed rows, y = split (block) of the keys, z = batch x kv head.
+    const int rows = p.group * p.sq;
+    const int r0 = blockIdx.x * R;
+    const int nblk = gridDim.y, cidx = blockIdx.y;
+    const int b = blockIdx.z / p.hkv, kvh = blockIdx.z % p.hkv;
+    const int tile_rows = min(R, rows - r0);
+
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const unsigned ring = smem_addr(smem);
+    const unsigned sQ = ring + Tile::Q_OFF, sP = ring + Tile::P_OFF;
+    float* red = reinterpret_cast<float*>(smem + Tile::RED_OFF);
+    const unsigned bars = ring + Tile::BAR_OFF;
+    auto full_bar = [&](int s) { return bars + s * 8; };
+    auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
+
+    // The block's keys: causal rows stop at the last key the block's latest row sees; split cidx of nblk
+    // takes [cidx·keys/nblk, (cidx + 1)·keys/nblk) of them.
+    int key_end = p.sk;
+    if (MASK == FA2_MASK_CAUSAL) {
+        int max_i = 0;
+        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % p.sq);
+        key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
+    }
+    const int k_begin = (int)((long long)cidx * key_end / nblk);
+    const int k_stop = (int)((long long)(cidx + 1) * key_end / nblk);
+    const int n_steps = k_stop > k_begin ? (k_stop - k_begin + KS - 1) / KS : 0;
+
+    // Q tile: R packed rows of D columns by 16-byte cp.async, rows past the kv head's group zero-filled.
+    constexpr int QCH = D / 8;
+    for (int c = threadIdx.x; c < R * QCH; c += NW * 32) {
+        const int rr = c / QCH, col = (c % QCH) * 8, r = r0 + rr;
+        int hq = 0, i = 0;
+        const bool ok = r < rows;
+        if (ok) splitkv_row(p, kvh, r, hq, i);
+        const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
+        fa2_cp_async16(sQ + (rr * Tile::QLD + col) * 2, ok ? src : p.q, ok);
+    }
+    fa2_cp_async_commit();
+
+    const unsigned long long pol = sm90_l2_policy(p.extra & 0xff);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            sm90_mbar_init(full_bar(s), 1);
+            sm90_mbar_init(empty_bar(s), NW);
+        }
+        sm90_mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised before anyone waits on them or a copy completes on them
+    auto load = [&](int step) {
+        const int s = step % STAGES;
+        const unsigned dst = ring + s * Tile::STAGE_BYTES;
+        const int key0 = k_begin + step * KS;
+        sm90_mbar_expect(full_bar(s), Tile::STAGE_BYTES);
+#pragma unroll
+        for (int j = 0; j < Tile::KB; ++j)
+            sm90_tma_load(dst + j * Tile::BOX_BYTES, kmap, j * 64, key0, kvh, b, full_bar(s), pol);
+#pragma unroll
+        for (int j = 0; j < Tile::VB; ++j)
+            sm90_tma_load(dst + Tile::K_BYTES + j * Tile::BOX_BYTES, vmap, j * 64, key0, kvh, b, full_bar(s), pol);
+    };
+    if (threadIdx.x == 0)
+        for (int s = 0; s < STAGES - 1 && s < n_steps; ++s) load(s);
+    fa2_cp_async_wait<0>();
+    __syncthreads();  // every thread's part of Q
+
+    // This warp's rows; a row group wholly past the kv head's rows only keeps the ring turning.
+    const bool active = r0 + wr * 16 < rows;
+    int row_i[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        int hq;
+        splitkv_row(p, kvh, min(r0 + wr * 16 + g + hh * 8, rows - 1), hq, row_i[hh]);
+    }
+
+    // ldmatrix addresses. Q (A of Q·Kᵀ): rows lane % 16, 8-column half lane / 16. K (B of Q·Kᵀ, rows =
+    // keys): 16-byte chunk c of key row k sits at box c / 8, chunk (c % 8) ^ (k % 8); this warp's keys
+    // start at a multiple of 8, so k % 8 = lane % 8. P (A of P·V): rows lane % 16 of the row group's 16,
+    // half lane / 16. V (B of P·V, transposed): key row (lane % 8) + ((lane / 8) % 2)·8, 8-column half lane / 16.
+    const unsigned q_ld = sQ + ((wr * 16 + lane % 16) * Tile::QLD + (lane / 16) * 8) * 2;
+    const unsigned p_ld = sP + ((wr * 16 + lane % 16) * Tile::PLD + (lane / 16) * 8) * 2;
+    const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_half = lane / 16;
+
+    float o[OT][4];
+#pragma unroll
+    for (int j = 0; j < OT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {fa2_neg_inf(), fa2_neg_inf()}, l[2] = {0.f, 0.f};
+    const float sl2 = p.scale_log2;
+
+    for (int step = 0; step < n_steps; ++step) {
+        const int st = step % STAGES, par = step & 1;
+        // Thread 0 refills the stage step - 1 used once every warp released it.
+        if (threadIdx.x == 0 && step + STAGES - 1 < n_steps) {
+            if (step > 0) sm90_mbar_wait(empty_bar((step - 1) % STAGES), ((step - 1) / STAGES) & 1);
+            load(step + STAGES - 1);
+        }
+        sm90_mbar_wait(full_bar(st), (step / STAGES) & 1);
+        if (!active) {
+            __syncwarp();
+            if (lane == 0) sm90_mbar_arrive(empty_bar(st));
+            continue;
+        }
+        const unsigned kst = ring + st * Tile::STAGE_BYTES;
+        const int key0 = k_begin + step * KS;
+
+        // Scores of this warp's KSC keys.
+        float s[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        const unsigned k_rows = kst + (wc * KSC) * 128;
+        if constexpr (KSC == 16) {
+            // x4: keys 0-7 and 8-15 of the warp, both 8-column halves of one k16 step.
+            const int k_row = (lane % 8) + (lane / 16) * 8, k_half = (lane / 8) % 2;
+#pragma unroll 4
+            for (int kk = 0; kk < D / 16; ++kk) {
+                unsigned a[4], bk[4];
+                fa2_ldmatrix_x4(a, q_ld + kk * 32);
+                const int c = kk * 2 + k_half;
+                fa2_ldmatrix_x4(bk, k_rows + (c / 8) * Tile::BOX_BYTES + k_row * 128 + (((c % 8) ^ (lane % 8)) << 4));
+                Fa2Type<T>::mma(s[0], a, bk[0], bk[1]);
+                Fa2Type<T>::mma(s[NT - 1], a, bk[2], bk[3]);
+            }
+        } else {
+            // x4: the warp's 8 keys over two k16 steps (four 8-column chunks).
+#pragma unroll 4
+            for (int k2 = 0; k2 < D / 32; ++k2) {
+                unsigned a0[4], a1[4], bk[4];
+                fa2_ldmatrix_x4(a0, q_ld + k2 * 64);
+                fa2_ldmatrix_x4(a1, q_ld + k2 * 64 + 32);
+                const int c = k2 * 4 + lane / 8;
+                fa2_ldmatrix_x4(bk, k_rows + (c / 8) * Tile::BOX_BYTES + (lane % 8) * 128 + (((c % 8) ^ (lane % 8)) << 4));
+                Fa2Type<T>::mma(s[0], a0, bk[0], bk[1]);
+                Fa2Type<T>::mma(s[0], a1, bk[2], bk[3]);
+            }
+        }
+        // Keys past the split (the next split's, or TMA's zeros past Sk) and causally hidden keys.
+        const bool edge = key0 + KS > k_stop || MASK == FA2_MASK_CAUSAL;
+        if (edge) {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int key = key0 + wc * KSC + j * 8 + t4 * 2 + e;
+                        bool vis = key < k_stop;
+                        if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row_i[hh] + p.causal_offset;
+                        if (!vis) s[j][hh * 2 + e] = fa2_neg_inf();
+                    }
+        }
+        // The row group's max over the step's keys: this warp's, through shared memory to the others.
+        float* red_step = red + par * NW * 16;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = fa2_neg_inf();
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
+            mx = quad_max(mx);
+            if (t4 == 0) red_step[warp * 16 + g + hh * 8] = mx;
+        }
+        mla_row_sync(wr, CW);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float mx = fa2_neg_inf();
+#pragma unroll
+            for (int c = 0; c < CW; ++c) mx = fmaxf(mx, red_step[(wr * CW + c) * 16 + g + hh * 8]);
+            const float m_new = fmaxf(m[hh], mx * sl2);
+            const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
+            const float alpha = fast_exp2(m[hh] - m_use);
+            m[hh] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[j][hh * 2 + e];
+                    x = fast_exp2(fmaf(x, sl2, -m_use));
+                    sum += x;
+                }
+            l[hh] = l[hh] * alpha + sum;
+#pragma unroll
+            for (int j = 0; j < OT; ++j) {
+                o[j][hh * 2] *= alpha;
+                o[j][hh * 2 + 1] *= alpha;
+            }
+        }
+        // P of this warp's keys into the row group's P buffer of this step.
+        const unsigned p_step = sP + par * R * Tile::PLD * 2;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const unsigned at = p_step + ((wr * 16 + g + hh * 8) * Tile::PLD + wc * KSC + j * 8 + t4 * 2) * 2;
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(Fa2Type<T>::pack(s[j][hh * 2], s[j][hh * 2 + 1]))
+                             : "memory");
+            }
+        mla_row_sync(wr, CW);
+        // O += P·V over the step's KS keys, this warp's DVC columns.
+        const unsigned v_rows = kst + Tile::K_BYTES + v_row * 128;
+#pragma unroll
+        for (int kk = 0; kk < KS / 16; ++kk) {
+            unsigned a[4];
+            fa2_ldmatrix_x4(a, p_ld + par * R * Tile::PLD * 2 + kk * 32);
+#pragma unroll
+            for (int dp = 0; dp < OT / 2; ++dp) {
+                const int c = (wc * DVC) / 8 + dp * 2 + v_half;  // 16-byte chunk of V's row
+                unsigned bv[4];
+                fa2_ldmatrix_x4_trans(bv, v_rows + kk * 16 * 128 + (c / 8) * Tile::BOX_BYTES + (((c % 8) ^ (lane % 8)) << 4));
+                Fa2Type<T>::mma(o[2 * dp], a, bv[0], bv[1]);
+                Fa2Type<T>::mma(o[2 * dp + 1], a, bv[2], bv[3]);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) sm90_mbar_arrive(empty_bar(st));
+    }
+
+    // Row sums: each warp summed its own keys (with the row group's common max), so they add up.
+    __syncthreads();  // every warp is done with the row maxima
+    float* lsum_s = red;  // [CW][R]
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const float ls = quad_sum(l[hh]);
+        if (t4 == 0) lsum_s[wc * R + wr * 16 + g + hh * 8] = ls;
+    }
+    __syncthreads();
+    bool bad = false;
+    const long long parts = (long long)p.b * p.hq * p.sq * nblk;
+    if (active) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int rr = wr * 16 + g + hh * 8;
+            if (rr >= tile_rows) continue;
+            float ls = 0.f;
+#pragma unroll
+            for (int c = 0; c < CW; ++c) ls += lsum_s[c * R + rr];
+            const float inv = ls == 0.f ? 0.f : 1.f / ls;
+            const float lse = ls == 0.f ? fa2_neg_inf() : (m[hh] + __log2f(ls)) * FA2_LN2;
+            int hq, i;
+            splitkv_row(p, kvh, r0 + rr, hq, i);
+            if (nblk == 1) {
+                T* dst = static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + wc * DVC;
+#pragma unroll
+                for (int j = 0; j < OT; ++j) {
+                    const float x = o[j][hh * 2] * inv, y = o[j][hh * 2 + 1] * inv;
+                    *reinterpret_cast<unsigned*>(dst + j * 8 + t4 * 2) = Fa2Type<T>::pack(x, y);
+                    bad |= !isfinite(x) || !isfinite(y);
+                }
+                if (p.lse != nullptr && wc == 0 && t4 == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+            } else {
+                const long long slot = (((long long)b * p.hq + hq) * p.sq + i) * nblk + cidx;
+                float* dst = splitkv_part_o(p, parts) + slot * DV + wc * DVC;
+#pragma unroll
+                for (int j = 0; j < OT; ++j)
+                    *reinterpret_cast<float2*>(dst + j * 8 + t4 * 2) = make_float2(o[j][hh * 2] * inv, o[j][hh * 2 + 1] * inv);
+                if (wc == 0 && t4 == 0) splitkv_part_lse(p)[slot] = lse;
+            }
+        }
+    }
+    if (nblk == 1) {
+        repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+        return;
+    }
+
+    // The last block of the row tile merges the blocks' partials (splitkv.cu's pattern: every thread fences
+    // its writes before the count; the last block fences before reading).
+    __shared__ bool s_last;
+    __threadfence();
+    __syncthreads();
+    const long long unit = (long long)blockIdx.z * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) {
+        unsigned* cnt = splitkv_counters(p, parts, DV) + unit;
+        s_last = atomicAdd(cnt, 1u) == (unsigned)nblk - 1;
+        if (s_last) *cnt = 0u;  // ready for the next call on this scratch
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int pr = threadIdx.x; pr < tile_rows * (DV / 4); pr += NW * 32) {
+        const int rr = pr / (DV / 4), c = (pr % (DV / 4)) * 4;
+        int hq, i;
+        splitkv_row(p, kvh, r0 + rr, hq, i);
+        const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
+        const float* plse = splitkv_part_lse(p) + first;
+        const float* po = splitkv_part_o(p, parts) + first * DV + c;
+        float4 v;
+        const float lse = splitkv_merge(
+            nblk, [&](int s) { return __ldcg(plse + s); },
+            [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV)); }, v);
+        splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
+        if (p.lse != nullptr && c == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+        bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    }
+    repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+}
+
+// Entry points splitkv_mla_{dtype}_{D}_{DV}_{mask}_r{R} (src/kernels/splitkv_mla.rs writes the line a call
+// needs): the TMA parameter of splitkv.cu (SplitKvTmaArgs: AttnParams, then the K and V maps). Compiled for
+// an architecture without TMA they trap; the host launches them on compute capability 9.0 only.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                          \
+    extern __shared__ __align__(16) unsigned char splitkv_mla_smem[];                                 \
+    splitkv_mla_forward<T, D, DV, RW, CW, KS, STAGES, MASK>(a.p, splitkv_mla_smem, &a.k, &a.v);
+#else
+#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK) asm volatile("trap;");
+#endif
+#define SPLITKV_MLA_ENTRY(NAME, T, D, DV, RW, CW, KS, STAGES, MASK)                                       \
+    extern "C" __global__ void __launch_bounds__(RW * CW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
+        SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                              \
+    }
