@@ -1,6 +1,6 @@
 //! The wide-head path (`kernels/wide.rs`: head dims above 256 on tensor cores in query slabs) against the f64
 //! reference on the GPU: random data, poisoned outputs, lengths off every tile, Sq != Sk both ways, D = 264,
-//! 320, 512, 576/512 (MLA: decoding, one longer sequence and a few speculative rows), 1024 and 4096, Dv != D
+//! 320, 512, 576/512 (MLA with many speculative rows, and its variants), 1024 and 4096, Dv != D
 //! both ways, GQA 1/2/8 and 16 heads on one kv head, every mask in both causal alignments, both layouts, with
 //! and without LSE, f16 and bf16, each within twice the unfused kernel's error on the same inputs; windows,
 //! softcap and ALiBi; a NaN in one query; a causal call in several slabs. `auto` must report the wide path
@@ -20,10 +20,10 @@ fn shapes() -> Vec<Shape> {
         sh(1, 4, 2, 77, 130, 264),
         sh(2, 2, 2, 130, 77, 320),
         sh(1, 8, 1, 65, 200, 512),
-        Shape { dv: 512, ..sh(2, 16, 1, 1, 1000, 576) },
-        Shape { dv: 512, ..sh(1, 16, 1, 3, 300, 576) },
-        // One longer sequence: a single GEMM batch of 16 rows.
-        Shape { dv: 512, ..sh(1, 16, 1, 1, 3000, 576) },
+        // MLA with more rows per kv head than `auto` sends to splitkv's MLA path (tests/splitkv_mla.rs has the
+        // decoding shapes): 128 heads x 3 speculative rows, and one longer sequence.
+        Shape { dv: 512, ..sh(1, 128, 1, 3, 300, 576) },
+        Shape { dv: 512, ..sh(1, 64, 1, 3, 3000, 576) },
         sh(2, 4, 4, 1, 700, 512),
         sh(1, 2, 2, 33, 47, 1024),
         sh(1, 2, 1, 17, 40, 4096),

@@ -113,13 +113,20 @@ fn fa3_takes(call: &Call<'_>) -> bool {
         && fa3::plan(call).is_ok()
 }
 
+/// Whether `splitkv`'s MLA path takes the call on its device ([`splitkv_mla::refuses`]), unless
+/// `SDPA_SPLITKV_MLA=0` ([`policy::mla_enabled`]).
+fn mla_takes(call: &Call<'_>, optin: usize) -> bool {
+    policy::mla_enabled()
+        && splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none()
+}
+
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
 /// the same planning as [`dispatch`], without launching.
 pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
         .with_fa3(fa3_takes(call))
-        .with_mla(splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none());
+        .with_mla(mla_takes(call, optin));
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
@@ -140,7 +147,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
         .with_fa3(fa3_takes(call))
-        .with_mla(splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none());
+        .with_mla(mla_takes(call, optin));
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,

@@ -323,6 +323,12 @@ pub fn auto_fa3_enabled() -> bool {
     std::env::var_os("SDPA_AUTO_FA3").is_none_or(|v| v != "0")
 }
 
+/// Whether the MLA path may run (`splitkv_mla`): yes unless `SDPA_SPLITKV_MLA=0`, a switch for measuring the
+/// `wide` path it replaced at 576/512 and for testing `wide` there on a GPU that has both.
+pub fn mla_enabled() -> bool {
+    std::env::var_os("SDPA_SPLITKV_MLA").is_none_or(|v| v != "0")
+}
+
 /// What `auto` runs: for f16/bf16 calls `fa2` takes, `splitkv` when few query rows share each kv head
 /// (decoding: `group·Sq <= 64`, where `fa2`'s 64-128-row tiles would be mostly empty and too few blocks
 /// fill the GPU), the keys are long enough to split ([`AUTO_SPLITKV_MIN_KEYS`]) and `splitkv` takes the
