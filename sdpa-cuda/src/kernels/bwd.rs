@@ -341,13 +341,14 @@ pub fn padded_dims(d: usize, dv: usize) -> Option<HeadDims> {
     HeadDims::of(round8(d), round8(dv))
 }
 
-/// The programs a backward call of `spec` launches, as [`run`] plans it, for warm-ups: the backward's own
-/// (its entries `_pre`, the main kernel and `_convert` or `_dq`), and the copy module when a head dim is
-/// not a multiple of 8 (a misaligned view of aligned head dims needs it too; only its launch says so).
-pub fn programs_for(spec: &AttentionSpec, deterministic: bool) -> Result<Vec<Program>> {
+/// The programs a backward call of `spec` on `params`' pointers and strides launches, as [`run`] routes it,
+/// for warm-ups: the backward's own (its entries `_pre`, the main kernel and `_convert` or `_dq`; the same
+/// program in place and on the padded copies), and the copy module when the call takes the pad-copy path
+/// (not [`aligned`]: head dims that are not multiples of 8, or a misaligned view of any head dims).
+pub fn programs_for(spec: &AttentionSpec, params: &BwdParams, deterministic: bool) -> Result<Vec<Program>> {
     let s = spec.shape;
     let mut all = vec![program_for(spec, deterministic)?];
-    if !(s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)) {
+    if !aligned(params, s.d, s.dv) {
         all.push(pad_copy::program());
     }
     Ok(all)
