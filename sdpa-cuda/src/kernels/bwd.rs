@@ -424,6 +424,19 @@ pub(super) fn workspace_bytes(spec: &AttentionSpec, deterministic: bool) -> Opti
     floats.checked_mul(4)
 }
 
+/// Device memory a backward call of `spec` on `params`' pointers and strides allocates beyond its operands,
+/// as [`run`] routes it, and so needs free when it starts: in place ([`aligned`]) its workspace
+/// ([`workspace_bytes`]); through the copies what [`super::bwd_pad::required_free`] requires (the scratch,
+/// the padded call's workspace and the headroom). `None` when a size overflows.
+pub fn device_bytes(spec: &AttentionSpec, params: &BwdParams, deterministic: bool) -> Option<u64> {
+    let s = spec.shape;
+    if aligned(params, s.d, s.dv) {
+        workspace_bytes(spec, deterministic)
+    } else {
+        super::bwd_pad::required_free(spec, params.dq_f32 != 0, deterministic)
+    }
+}
+
 /// Runs the backward of `call` (its params hold Q, K, V, O, mask, LSE and the ragged offsets) with the
 /// backward's pointers in `ptrs` (`delta` and `dq_acc` are filled in here from stream-ordered scratch): in
 /// place when [`aligned`], else through the pad-copy path ([`super::bwd_pad::run`]). Returns whether the run

@@ -92,6 +92,13 @@ pub fn needed_bytes(spec: &AttentionSpec, dq_f32: bool, deterministic: bool) -> 
     scratch.checked_add(bwd::workspace_bytes(&padded_spec(spec), deterministic)?)
 }
 
+/// Free device memory [`run`] requires before its first copy ([`needed_bytes`] with
+/// [`pad_copy::HEADROOM_BYTES`] on top): what a check made before the call must count for it (the ring
+/// backward's, before any rank starts); `None` when a size overflows.
+pub fn required_free(spec: &AttentionSpec, dq_f32: bool, deterministic: bool) -> Option<u64> {
+    needed_bytes(spec, dq_f32, deterministic)?.checked_add(pad_copy::HEADROOM_BYTES)
+}
+
 /// Runs the backward of `call` (not [`bwd::aligned`], accepted by [`bwd::refusal`]) through padded
 /// scratch; `params` holds the caller's pointers. Returns whether the run was deterministic.
 pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bool> {
@@ -104,10 +111,10 @@ pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bo
     })?;
     // Everything the path allocates, checked before the first copy: the scratch and the padded backward's
     // Delta and dQ accumulator (which it allocates after the copies).
-    let needed = needed_bytes(spec, with_f32, deterministic).ok_or_else(|| {
+    let needed = required_free(spec, with_f32, deterministic).ok_or_else(|| {
         unsupported(format!("the backward's padded copies of a call of shape {s} exceed the address space"))
     })?;
-    call.dev.require_free(needed.saturating_add(pad_copy::HEADROOM_BYTES), || {
+    call.dev.require_free(needed, || {
         format!(
             "the backward's zero-padded copies of Q, K, V, O, dO and the gradients, and its f32 workspace (D = {}, \
              Dv = {})",
