@@ -135,15 +135,7 @@ impl CudaBackend {
     pub fn programs_for(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Vec<Program>> {
         spec.validate()?;
         self.capabilities().check(BACKEND, spec, opts)?;
-        // Distinct, 256-byte aligned stand-in addresses: planning reads pointers for their alignment only
-        // (and the TMA path encodes tensor maps, which never dereference them).
-        let fake = |i: u64| (i + 1) << 32;
-        let mask = if matches!(spec.mask, Mask::Explicit(_)) { fake(4) } else { 0 };
-        let lse = if opts.lse { fake(5) } else { 0 };
-        let mut params = AttnParams::new(spec, fake(0), fake(1), fake(2), fake(3), mask, lse)?;
-        if spec.variants.alibi.is_some() {
-            params.alibi = fake(6);
-        }
+        let params = stand_in_params(spec, opts.lse)?;
         let call = Call { dev: &self.dev, stream: self.dev.stream(), spec, opts, params };
         crate::kernels::programs_for(&call)
     }
@@ -165,13 +157,19 @@ impl CudaBackend {
     }
 
     /// Loads now the programs the backward calls `(spec, options)` would launch (per call: its Delta, main
-    /// and dQ entries, and the copies of the pad-copy path at head dims that are not multiples of 8), compiled on
-    /// parallel threads, so that no first backward call waits for NVRTC.
+    /// and dQ entries, and the copies of the pad-copy path where it takes the call: head dims that are not
+    /// multiples of 8, strides that are not whole 16-byte rows), compiled on parallel threads, so that no
+    /// first backward call waits for NVRTC. Planned on aligned stand-in addresses, as [`Self::programs_for`]
+    /// plans the forward: a call whose own base pointers are misaligned compiles the copies on first use.
     /// Calls the backward cannot run are left out (running them reports why).
     pub fn warm_up_backward(&self, calls: &[(AttentionSpec, BackwardOptions)]) -> Result<Vec<ProgramLoad>> {
         let mut programs: Vec<Program> = Vec::new();
         for (spec, bwd) in calls {
-            if let Ok(ps) = crate::kernels::bwd::programs_for(spec, bwd.deterministic) {
+            let planned = spec
+                .validate()
+                .and_then(|()| stand_in_backward_params(spec, bwd))
+                .and_then(|params| crate::kernels::bwd::programs_for(spec, &params, bwd.deterministic));
+            if let Ok(ps) = planned {
                 for p in ps {
                     if !programs.contains(&p) {
                         programs.push(p);
@@ -550,6 +548,41 @@ struct BackwardLens {
     dq_accum: Option<usize>,
 }
 
+/// Distinct, 256-byte aligned stand-in address number `i`, for planning a call without its buffers: planning
+/// reads pointers for their alignment only (and the TMA path encodes tensor maps, which never dereference
+/// them).
+fn stand_in(i: u64) -> u64 {
+    (i + 1) << 32
+}
+
+/// The parameters of a validated `spec` on [`stand_in`] addresses (with the LSE when `lse`): the alignment of
+/// contiguous allocations, the layout `sdpa run`, `sdpa bench` and candle's contiguous tensors have; the
+/// strides are the spec's own.
+fn stand_in_params(spec: &AttentionSpec, lse: bool) -> Result<AttnParams> {
+    let mask = if matches!(spec.mask, Mask::Explicit(_)) { stand_in(4) } else { 0 };
+    let lse = if lse { stand_in(5) } else { 0 };
+    let mut params = AttnParams::new(spec, stand_in(0), stand_in(1), stand_in(2), stand_in(3), mask, lse)?;
+    if spec.variants.alibi.is_some() {
+        params.alibi = stand_in(6);
+    }
+    Ok(params)
+}
+
+/// [`stand_in_params`] for a backward call of `spec` with `bwd`: the LSE, dO, dQ, dK, dV and, when asked
+/// for, the f32 dQ on stand-in addresses too.
+fn stand_in_backward_params(spec: &AttentionSpec, bwd: &BackwardOptions) -> Result<crate::kernels::bwd::BwdParams> {
+    Ok(crate::kernels::bwd::BwdParams {
+        attn: stand_in_params(spec, true)?,
+        d_o: stand_in(7),
+        dq: stand_in(8),
+        dk: stand_in(9),
+        dv: stand_in(10),
+        delta: 0,
+        dq_acc: 0,
+        dq_f32: if bwd.dq_accum { stand_in(11) } else { 0 },
+    })
+}
+
 /// Device addresses of a backward call's buffers (0: absent), ordered on the call's stream by guards the
 /// caller holds.
 struct BackwardPtrs {
@@ -870,5 +903,32 @@ impl Backend for CudaBackend {
             .iter()
             .map(|(s, e)| s.elapsed_ms(e).map(|ms| ms as f64).map_err(drv("cuEventElapsedTime", "timing")))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{bwd, pad_copy};
+    use sdpa_core::{Layout, Shape, Strides};
+
+    /// A backward warm-up plans on the stand-ins with the spec's own strides: a view whose rows are not whole
+    /// 16-byte chunks (D = 64 in rows 66 elements apart) compiles the copies it will run; a contiguous one,
+    /// and an f32 dQ on its stand-in, stay in place.
+    #[test]
+    fn backward_warm_ups_take_the_copies_for_strides_off_16_bytes() {
+        let spec = AttentionSpec::new(Shape { b: 2, hq: 2, hkv: 2, sq: 10, sk: 10, d: 64, dv: 64 }, DType::BF16)
+            .with_layout(Layout::Bshd);
+        let copies = |spec: &AttentionSpec, bwd: BackwardOptions| {
+            let params = stand_in_backward_params(spec, &bwd).expect("params");
+            let programs = bwd::programs_for(spec, &params, bwd.deterministic).expect("programs");
+            programs.contains(&pad_copy::program())
+        };
+        let with_f32 = BackwardOptions { deterministic: false, dq_accum: true };
+        assert!(!copies(&spec, BackwardOptions::default()) && !copies(&spec, with_f32));
+        let mut wide = spec.clone();
+        wide.q_strides = Strides { b: 10 * 2 * 66, h: 66, s: 2 * 66 };
+        wide.validate().expect("a strided view of Q");
+        assert!(copies(&wide, BackwardOptions::default()));
     }
 }

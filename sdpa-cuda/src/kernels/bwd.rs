@@ -341,13 +341,14 @@ pub fn padded_dims(d: usize, dv: usize) -> Option<HeadDims> {
     HeadDims::of(round8(d), round8(dv))
 }
 
-/// The programs a backward call of `spec` launches, as [`run`] plans it, for warm-ups: the backward's own
-/// (its entries `_pre`, the main kernel and `_convert` or `_dq`), and the copy module when a head dim is
-/// not a multiple of 8 (a misaligned view of aligned head dims needs it too; only its launch says so).
-pub fn programs_for(spec: &AttentionSpec, deterministic: bool) -> Result<Vec<Program>> {
+/// The programs a backward call of `spec` on `params`' pointers and strides launches, as [`run`] routes it,
+/// for warm-ups: the backward's own (its entries `_pre`, the main kernel and `_convert` or `_dq`; the same
+/// program in place and on the padded copies), and the copy module when the call takes the pad-copy path
+/// (not [`aligned`]: head dims that are not multiples of 8, or a misaligned view of any head dims).
+pub fn programs_for(spec: &AttentionSpec, params: &BwdParams, deterministic: bool) -> Result<Vec<Program>> {
     let s = spec.shape;
     let mut all = vec![program_for(spec, deterministic)?];
-    if !(s.d.is_multiple_of(8) && s.dv.is_multiple_of(8)) {
+    if !aligned(params, s.d, s.dv) {
         all.push(pad_copy::program());
     }
     Ok(all)
@@ -421,6 +422,19 @@ pub(super) fn workspace_bytes(spec: &AttentionSpec, deterministic: bool) -> Opti
     let acc = if deterministic { 0 } else { n.checked_mul(spec.shape.d)? };
     let floats = u64::try_from(n.checked_add(acc)?).ok()?;
     floats.checked_mul(4)
+}
+
+/// Device memory a backward call of `spec` on `params`' pointers and strides allocates beyond its operands,
+/// as [`run`] routes it, and so needs free when it starts: in place ([`aligned`]) its workspace
+/// ([`workspace_bytes`]); through the copies what [`super::bwd_pad::required_free`] requires (the scratch,
+/// the padded call's workspace and the headroom). `None` when a size overflows.
+pub fn device_bytes(spec: &AttentionSpec, params: &BwdParams, deterministic: bool) -> Option<u64> {
+    let s = spec.shape;
+    if aligned(params, s.d, s.dv) {
+        workspace_bytes(spec, deterministic)
+    } else {
+        super::bwd_pad::required_free(spec, params.dq_f32 != 0, deterministic)
+    }
 }
 
 /// Runs the backward of `call` (its params hold Q, K, V, O, mask, LSE and the ragged offsets) with the

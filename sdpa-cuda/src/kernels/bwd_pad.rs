@@ -92,6 +92,13 @@ pub fn needed_bytes(spec: &AttentionSpec, dq_f32: bool, deterministic: bool) -> 
     scratch.checked_add(bwd::workspace_bytes(&padded_spec(spec), deterministic)?)
 }
 
+/// Free device memory [`run`] requires before its first copy ([`needed_bytes`] with
+/// [`pad_copy::HEADROOM_BYTES`] on top): what a check made before the call must count for it (the ring
+/// backward's, before any rank starts); `None` when a size overflows.
+pub fn required_free(spec: &AttentionSpec, dq_f32: bool, deterministic: bool) -> Option<u64> {
+    needed_bytes(spec, dq_f32, deterministic)?.checked_add(pad_copy::HEADROOM_BYTES)
+}
+
 /// Runs the backward of `call` (not [`bwd::aligned`], accepted by [`bwd::refusal`]) through padded
 /// scratch; `params` holds the caller's pointers. Returns whether the run was deterministic.
 pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bool> {
@@ -104,10 +111,10 @@ pub fn run(call: &Call<'_>, params: BwdParams, deterministic: bool) -> Result<bo
     })?;
     // Everything the path allocates, checked before the first copy: the scratch and the padded backward's
     // Delta and dQ accumulator (which it allocates after the copies).
-    let needed = needed_bytes(spec, with_f32, deterministic).ok_or_else(|| {
+    let needed = required_free(spec, with_f32, deterministic).ok_or_else(|| {
         unsupported(format!("the backward's padded copies of a call of shape {s} exceed the address space"))
     })?;
-    call.dev.require_free(needed.saturating_add(pad_copy::HEADROOM_BYTES), || {
+    call.dev.require_free(needed, || {
         format!(
             "the backward's zero-padded copies of Q, K, V, O, dO and the gradients, and its f32 workspace (D = {}, \
              Dv = {})",
@@ -325,7 +332,7 @@ mod tests {
             assert_eq!(bwd::refusal(&sp, &p, H100), None, "{d}/{dv}");
             // Warm-ups compile the copies and the backward at the padded classes.
             let names: Vec<String> =
-                bwd::programs_for(&sp, false).expect("programs").into_iter().map(|p| p.name).collect();
+                bwd::programs_for(&sp, &p, false).expect("programs").into_iter().map(|p| p.name).collect();
             assert_eq!(names.len(), 2, "{names:?}");
         }
         // Aligned head dims on an aligned view run in place; a view off 16 bytes takes the copies.
@@ -333,7 +340,7 @@ mod tests {
         assert!(bwd::aligned(&ptrs(&sp, 1 << 20), 64, 64));
         assert!(!bwd::aligned(&ptrs(&sp, (1 << 20) + 2), 64, 64));
         assert_eq!(bwd::refusal(&sp, &ptrs(&sp, (1 << 20) + 2), H100), None);
-        assert_eq!(bwd::programs_for(&sp, true).expect("programs").len(), 1);
+        assert_eq!(bwd::programs_for(&sp, &ptrs(&sp, 1 << 20), true).expect("programs").len(), 1);
         // What the copies cannot take stays refused with the reason: odd byte addresses, an f32 dQ off 4
         // bytes, head dims above 256.
         let odd = bwd::refusal(&sp, &ptrs(&sp, (1 << 20) + 1), H100);
@@ -348,5 +355,39 @@ mod tests {
             (label(33, 33), label(129, 129), label(72, 33)),
             (Some("64p".into()), Some("160p".into()), Some("96p".into()))
         );
+    }
+
+    /// Regression: `bwd::programs_for` added the copy module only for head dims that are not multiples of 8,
+    /// so a warm-up of a misaligned view at D = 64 (a base pointer off 16 bytes, a row stride that is not 8
+    /// elements, an f32 dQ off 16 bytes) left it out and the first call compiled it. It lists exactly what
+    /// `bwd::run` launches: the copies whenever the call is not `bwd::aligned`, the same backward program
+    /// either way.
+    #[test]
+    fn a_warm_up_of_a_misaligned_view_compiles_the_copies() {
+        let sp = AttentionSpec::new(Shape { b: 1, hq: 2, hkv: 2, sq: 10, sk: 10, d: 64, dv: 64 }, DType::BF16);
+        let base = 1u64 << 20;
+        let with = |spec: &AttentionSpec, at: u64| {
+            let attn = AttnParams::new(spec, at, base, base, base, 0, 0).expect("params");
+            BwdParams { attn, d_o: base, dq: base, dk: base, dv: base, delta: 0, dq_acc: 0, dq_f32: 0 }
+        };
+        let names = |spec: &AttentionSpec, p: &BwdParams| -> Vec<String> {
+            bwd::programs_for(spec, p, false).expect("programs").into_iter().map(|p| p.name).collect()
+        };
+        let in_place = names(&sp, &with(&sp, base));
+        assert_eq!(in_place.len(), 1, "{in_place:?}");
+        let copies = pad_copy::program().name;
+        // Q's base 2 bytes off 16.
+        let off = with(&sp, base + 2);
+        assert!(!bwd::aligned(&off, 64, 64));
+        assert_eq!(names(&sp, &off), [in_place[0].clone(), copies.clone()]);
+        // Rows 66 elements apart (BSHD inside a wider tensor): every base aligned, the strides not.
+        let mut strided = sp.clone().with_layout(Layout::Bshd);
+        strided.q_strides = sdpa_core::Strides { b: 10 * 2 * 66, h: 66, s: 2 * 66 };
+        let p = with(&strided, base);
+        assert!(!bwd::aligned(&p, 64, 64));
+        assert_eq!(names(&strided, &p), [in_place[0].clone(), copies.clone()]);
+        // An f32 dQ 4 bytes but not 16 bytes aligned.
+        let q32 = BwdParams { dq_f32: base + 4, ..with(&sp, base) };
+        assert_eq!(names(&sp, &q32), [in_place[0].clone(), copies]);
     }
 }

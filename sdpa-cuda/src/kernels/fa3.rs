@@ -944,9 +944,10 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
     [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
-/// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs.
-pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
-    let main = plan(call)?.program;
+/// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs. `planned` is the
+/// call's own [`plan`] when the caller made it already (dispatch's `auto`), planned here otherwise.
+pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
+    let main = planned.map_or_else(|| plan(call), Ok)?.program;
     Ok(if call.spec.dtype == DType::F8E4M3 { vec![vt_program(), main] } else { vec![main] })
 }
 
@@ -968,12 +969,15 @@ unsafe impl DeviceRepr for VtArgs {}
 
 /// FP8: writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted within groups of 16, zeros past Sk) into a
 /// workspace on the call's stream, then runs `fa3` reading it. The workspace is freed stream-ordered after
-/// both kernels; timing a call times both.
-fn run_fp8(call: &Call<'_>) -> Result<()> {
+/// both kernels; timing a call times both. `planned`, [`run`]'s, stands for the check before allocating
+/// when given; the launch itself is planned again, its V map over the workspace.
+fn run_fp8(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     use cudarc::driver::DevicePtrMut;
     let s = call.spec.shape;
     let kp = vt_keys(s.sk);
-    plan(call)?; // refuse before allocating
+    if planned.is_none() {
+        plan(call)?; // refuse before allocating
+    }
     if s.sq == 0 {
         return Ok(()); // no query row: nothing to write
     }
@@ -1044,12 +1048,14 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
     }
 }
 
-/// Launches `fa3` on the call's stream.
-pub fn run(call: &Call<'_>) -> Result<()> {
+/// Launches `fa3` on the call's stream. `planned` is the call's own [`plan`] when the caller made it
+/// already (dispatch, deciding whether `auto` takes `fa3`), so a ragged call's schedule is not built twice;
+/// planned here otherwise.
+pub fn run(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     if call.spec.dtype == DType::F8E4M3 {
-        return run_fp8(call);
+        return run_fp8(call, planned);
     }
-    let Plan { program, dims, mut args, schedule, seq_tiles } = plan(call)?;
+    let Plan { program, dims, mut args, schedule, seq_tiles } = planned.map_or_else(|| plan(call), Ok)?;
     let Some(seq_tiles) = seq_tiles else {
         if call.spec.shape.sq == 0 {
             return Ok(()); // no query row: nothing to write

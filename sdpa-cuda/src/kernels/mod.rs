@@ -102,15 +102,17 @@ pub fn is_fa2_ragged(p: &Program) -> bool {
     p.module.name == crate::sys::modules::FA2.name && (p.name.ends_with("_varlen") || p.name.ends_with("_paged"))
 }
 
-/// Whether `fa3` takes the call on its device (only asked when `auto` may pick it: f16/bf16 with the default
-/// kernel, unless `SDPA_AUTO_FA3=0`; [`fa3::plan`] checks the device, the spec and the operands' tensor maps).
-fn fa3_takes(call: &Call<'_>) -> bool {
-    call.opts.kernel == Kernel::Auto
+/// `fa3`'s plan of the call when `auto` may pick `fa3` and `fa3` takes the call on its device, else `None`
+/// (only planned when `auto` may pick it: f16/bf16 with the default kernel, unless `SDPA_AUTO_FA3=0`;
+/// [`fa3::plan`] checks the device, the spec and the operands' tensor maps). Dispatch hands the plan on to
+/// [`fa3::run`], so a call `auto` sends to `fa3` is planned once.
+fn auto_fa3_plan(call: &Call<'_>) -> Option<fa3::Plan> {
+    let candidate = call.opts.kernel == Kernel::Auto
         && policy::auto_fa3_enabled()
         && policy::fa3_measured_faster(call.spec)
         && call.dev.info().compute_capability == (9, 0)
-        && fa3::refuses(call.spec).is_none()
-        && fa3::plan(call).is_ok()
+        && fa3::refuses(call.spec).is_none();
+    candidate.then(|| fa3::plan(call).ok()).flatten()
 }
 
 /// Whether `splitkv`'s MLA path takes the call on its device ([`splitkv_mla::refuses`]), unless
@@ -124,8 +126,9 @@ fn mla_takes(call: &Call<'_>, optin: usize) -> bool {
 /// the same planning as [`dispatch`], without launching.
 pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
+    let fa3_plan = auto_fa3_plan(call);
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
-        .with_fa3(fa3_takes(call))
+        .with_fa3(fa3_plan.is_some())
         .with_mla(mla_takes(call, optin));
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
@@ -137,7 +140,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
         },
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
         Launcher::SplitKvMla => vec![splitkv_mla::plan(call)?.program],
-        Launcher::Fa3 => fa3::programs_for(call)?,
+        Launcher::Fa3 => fa3::programs_for(call, fa3_plan)?,
     })
 }
 
@@ -145,8 +148,9 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
 /// fallbacks); returns the kernel that ran.
 pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let optin = call.dev.info().smem_per_block_optin.max(0) as usize;
+    let fa3_plan = auto_fa3_plan(call);
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
-        .with_fa3(fa3_takes(call))
+        .with_fa3(fa3_plan.is_some())
         .with_mla(mla_takes(call, optin));
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
@@ -157,7 +161,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
         Launcher::Fa2 => fa2::run(call)?,
         Launcher::SplitKv => splitkv::run(call)?,
         Launcher::SplitKvMla => splitkv_mla::run(call)?,
-        Launcher::Fa3 => fa3::run(call)?,
+        Launcher::Fa3 => fa3::run(call, fa3_plan)?,
     }
     Ok(launcher.kernel())
 }

@@ -12,8 +12,8 @@ use crate::backend::CudaBackend;
 use crate::checked::buffer::CudaBuffer;
 use crate::checked::call::Call;
 use crate::checked::params::AttnParams;
-use crate::error::drv;
-use crate::kernels::bwd::BwdParams;
+use crate::error::{drv, unsupported};
+use crate::kernels::bwd::{self, BwdParams};
 use cudarc::driver::{CudaEvent, CudaStream};
 use sdpa_core::{
     AttentionSpec, BackwardOptions, DType, Kernel, Result, RingPlan, RunOptions, Shape, StepWork, Strides,
@@ -93,8 +93,7 @@ impl Geometry {
     /// Checks every step's call of every rank before any rank starts (a rank that failed halfway would leave
     /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable; then chooses the
     /// forward steps' kernel for `requested` on GPUs of compute capability `cc` ([`super::step_kernel`]),
-    /// stored in `step_kernel`. The parameters use aligned stand-in addresses: the real ones are allocations
-    /// plus whole rows of D or Dv elements (multiples of 8 wherever the strides are).
+    /// stored in `step_kernel`. The parameters use aligned stand-in addresses ([`stand_in_params`]).
     pub fn check_steps(&mut self, requested: Kernel, cc: (i32, i32), smem_optin: usize) -> Result<()> {
         let n = self.plan.ranks;
         let mut forward_steps = Vec::new();
@@ -105,7 +104,7 @@ impl Geometry {
                     for o_local in [false, true] {
                         let spec = self.step_spec(r, src, &w, o_local);
                         spec.validate()?;
-                        let p = AttnParams::new(&spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)?;
+                        let p = stand_in_params(&spec)?;
                         if !o_local {
                             forward_steps.push((format!("rank {r} step {t}"), spec, p));
                         }
@@ -116,6 +115,31 @@ impl Geometry {
         let steps = forward_steps.iter().map(|(label, spec, p)| (label.clone(), spec, *p));
         self.step_kernel = super::step_kernel::choose(requested, steps, cc, smem_optin)?;
         Ok(())
+    }
+
+    /// Device memory rank `r`'s backward steps allocate beyond the [`Workspace`]: the largest of
+    /// [`bwd::device_bytes`] over its steps' calls (the Delta rows and dQ accumulator in place; the padded
+    /// copies' scratch, their workspace and the headroom their own check asks for at head dims that are not
+    /// multiples of 8). The largest, not the sum: each step's allocations are freed stream-ordered before the
+    /// next step's, which reuses the memory. `Unsupported` when a size overflows.
+    pub fn backward_step_bytes(&self, r: usize, deterministic: bool) -> Result<u64> {
+        let mut most = 0;
+        for t in 0..self.plan.ranks {
+            let src = self.plan.source(r, t);
+            let Some(w) = self.plan.work(r, src, self.causal) else { continue };
+            let spec = self.step_spec(r, src, &w, true);
+            let attn = stand_in_params(&spec)?;
+            let p =
+                BwdParams { attn, d_o: 6 << 32, dq: 7 << 32, dk: 8 << 32, dv: 9 << 32, delta: 0, dq_acc: 0, dq_f32: 0 };
+            let bytes = bwd::device_bytes(&spec, &p, deterministic).ok_or_else(|| {
+                unsupported(format!(
+                    "the backward scratch of ring step {t} on shape {} exceeds the address space",
+                    spec.shape
+                ))
+            })?;
+            most = most.max(bytes);
+        }
+        Ok(most)
     }
 
     /// The spec of one step's call: local Q rows `w.rows` against the visiting K/V rows `w.keys`, Q and K/V
@@ -135,6 +159,13 @@ impl Geometry {
         spec.o_strides = if o_local { st(s.hq, lr, s.dv) } else { st(s.hq, w.rows.len(), s.dv) };
         spec
     }
+}
+
+/// The parameters of a step's call on aligned stand-in addresses, for the checks made before any rank
+/// starts: the real ones are allocations plus whole rows of D or Dv elements, aligned wherever the strides
+/// are (multiples of 8 wherever D and Dv are), so the stand-ins route every call as its run will.
+fn stand_in_params(spec: &AttentionSpec) -> Result<AttnParams> {
+    AttnParams::new(spec, 1 << 32, 2 << 32, 3 << 32, 4 << 32, 0, 5 << 32)
 }
 
 /// A rank's inputs and outputs of the forward, in its local layout.
@@ -206,6 +237,16 @@ impl Workspace {
             ],
             lse_sub: bw(DType::F32, q_rows(1))?,
         })
+    }
+
+    /// Device bytes a backward layer (with `deterministic` steps) needs free on rank `r` once its inputs and
+    /// outputs are there: the workspace with its backward part ([`Workspace::bytes`]) and the most one step
+    /// allocates ([`Geometry::backward_step_bytes`]). `Unsupported` when a size overflows.
+    pub fn backward_bytes(g: &Geometry, r: usize, deterministic: bool) -> Result<u64> {
+        let step = g.backward_step_bytes(r, deterministic)?;
+        Workspace::bytes(g, r, true)
+            .checked_add(step)
+            .ok_or_else(|| unsupported(format!("a ring backward on shape {} exceeds the address space", g.spec.shape)))
     }
 
     /// Device bytes of a workspace for rank `r` (what [`Workspace::new`] allocates), for memory checks.
@@ -669,5 +710,51 @@ impl Rank {
         } else {
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{bwd_pad::BwdScratch, pad_copy::HEADROOM_BYTES};
+    use sdpa_core::{check_ring_spec, Mask};
+
+    fn geometry(d: usize) -> Geometry {
+        let spec = AttentionSpec::new(Shape { b: 1, hq: 4, hkv: 2, sq: 256, sk: 256, d, dv: d }, DType::BF16)
+            .with_mask(Mask::CausalTopLeft);
+        let plan = check_ring_spec(&spec, 2).expect("a ring of two");
+        Geometry { spec, plan, causal: true, step_kernel: Kernel::Fa2 }
+    }
+
+    /// Regression: the ring backward checked no device memory before its ranks started, and nothing counted
+    /// the pad-copy path's scratch that its steps allocate at head dims that are not multiples of 8, so a
+    /// rank could run short mid-ring (a driver error, its neighbours left waiting in NCCL) instead of
+    /// refusing with `InsufficientMemory` up front. The count: the workspace with its backward part and the
+    /// largest step's own allocations (rank 0's diagonal step, 128 local rows against 128 keys, of 256 rows
+    /// over two ranks).
+    #[test]
+    fn the_backward_count_holds_the_largest_steps_padded_copies() {
+        // Hq x the diagonal step's query rows.
+        let rows = 4 * 128u64;
+        // D = 33: the copies at D8 = 40 (Q, K, V, O, then dO, dQ, dK, dV), the padded call's Delta and f32 dQ
+        // accumulator, and the headroom the path's own check asks for.
+        let g = geometry(33);
+        let scratch = BwdScratch::of(&Shape { b: 1, hq: 4, hkv: 2, sq: 128, sk: 128, d: 33, dv: 33 }, false)
+            .expect("fits")
+            .bytes();
+        let (q, k) = (4 * 128 * 40, 2 * 128 * 40);
+        assert_eq!(scratch, 2 * 2 * (q + k + k + q));
+        for r in 0..2 {
+            let ws = Workspace::bytes(&g, r, true);
+            let atomic = scratch + 4 * rows + 4 * rows * 40 + HEADROOM_BYTES;
+            assert_eq!(Workspace::backward_bytes(&g, r, false).expect("fits"), ws + atomic, "rank {r}");
+            let det = scratch + 4 * rows + HEADROOM_BYTES;
+            assert_eq!(Workspace::backward_bytes(&g, r, true).expect("fits"), ws + det, "rank {r}");
+        }
+        // D = 32 runs in place: the Delta rows and the accumulator only, no copies, no headroom.
+        let g = geometry(32);
+        let ws = Workspace::bytes(&g, 0, true);
+        assert_eq!(Workspace::backward_bytes(&g, 0, false).expect("fits"), ws + 4 * rows + 4 * rows * 32);
+        assert_eq!(Workspace::backward_bytes(&g, 0, true).expect("fits"), ws + 4 * rows);
     }
 }

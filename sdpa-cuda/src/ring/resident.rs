@@ -14,7 +14,7 @@
 //! gigabytes takes seconds), any other call replaces them, and [`RingBackend::release_host_shards`] frees
 //! them. O and the LSE in them are outputs, rewritten by every forward.
 
-use super::rank::{Buf, BwdIo, FwdIo, Geometry};
+use super::rank::{Buf, BwdIo, FwdIo, Geometry, Workspace};
 use super::shard::{self, Extent};
 use super::{extents, RingBackend};
 use crate::error::unsupported;
@@ -265,6 +265,7 @@ impl RingBackend {
         }
         let g = self.geometry(spec, opts.kernel)?;
         self.check_shards(&g, io, Some(grads))?;
+        self.check_backward_memory(&g, bwd.deterministic)?;
         let ws = self.workspaces(&g, true)?;
         self.layers(&g, opts, bwd, Pass::Bwd, io, Some(grads), &ws, (1, 0, false))?;
         Ok(BackwardRun { kernel: Kernel::Fa2, deterministic: bwd.deterministic })
@@ -290,8 +291,25 @@ impl RingBackend {
         }
         let g = self.geometry(spec, opts.kernel)?;
         self.check_shards(&g, io, grads.filter(|_| pass.has_backward()))?;
+        if pass.has_backward() {
+            self.check_backward_memory(&g, bwd.deterministic)?;
+        }
         let ws = self.workspaces(&g, pass.has_backward())?;
         self.layers(&g, opts, bwd, pass, io, grads, &ws, (warmup, reps, true))
+    }
+
+    /// Refuses with `InsufficientMemory`, before any rank allocates or starts, a backward layer that some
+    /// rank's GPU cannot hold besides its shards ([`Workspace::backward_bytes`]: the workspace and the most
+    /// one step allocates, the pad-copy path's scratch included): a rank whose step ran short mid-ring would
+    /// fail there and leave its neighbours waiting in NCCL.
+    fn check_backward_memory(&self, g: &Geometry, deterministic: bool) -> Result<()> {
+        for rank in &self.ranks {
+            let needed = Workspace::backward_bytes(g, rank.r, deterministic)?;
+            rank.gpu.device().require_free(needed, || {
+                format!("rank {} of a ring backward on shape {} (its workspace and step scratch)", rank.r, g.spec.shape)
+            })?;
+        }
+        Ok(())
     }
 
     /// Runs `f` on the forward shards of `q`, `k`, `v`: the held ones when they were cut from the same spec
