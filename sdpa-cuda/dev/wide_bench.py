@@ -60,7 +60,7 @@ log("ENV", json.dumps(res["env"]))
 sweep_points = [point("sweep", 16384 // s, max(1, 2048 // d), max(1, 2048 // d), s, s, d, "bf16", c, "auto")
                 for (d, s, c) in [(512, 4096, False), (512, 4096, True), (1024, 4096, False)]]
 sweep_points += [point("sweep", b, hq, 1, 1, sk, 576, "bf16", False, "auto", dv=512)
-                 for (b, hq, sk) in [(8, 128, 4096), (1, 128, 32768), (1, 16, 32768)]]
+                 for (b, hq, sk) in [(8, 128, 4096), (1, 128, 32768), (8, 16, 4096), (1, 16, 32768)]]
 for setting in [x for x in args.sweep.split(";") if x]:
     var, values = setting.split("=")
     for val in values.split(","):

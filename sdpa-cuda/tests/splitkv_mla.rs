@@ -112,9 +112,9 @@ fn a_nan_under_a_hidden_key_does_not_reach_the_rows_that_cannot_see_it() {
     }
 }
 
-/// Small calls of both tiles and masks for the device script's compute-sanitizer runs (`--ignored`).
+/// Small calls of both tiles and masks: what the device script runs under compute-sanitizer memcheck, racecheck
+/// and synccheck.
 #[test]
-#[ignore]
 fn small_mla_calls_for_the_sanitizer() {
     let Some(gpu) = hopper() else { return };
     let mut table = Vec::new();
