@@ -13,8 +13,8 @@
 // K and V stream by TMA into a STAGES-deep ring of [KS keys][64 columns] boxes in the 128-byte swizzle
 // (splitkv.cu's TMA layout), issued by thread 0, completing on a `full` mbarrier per stage; each warp
 // releases a stage on its `empty` mbarrier. Every block is one (row group, split of the keys, batch and kv
-// head); a row tile split over several blocks writes partials to scratch and the last block to finish
-// merges them (splitkv_common.cuh), as splitkv.cu does. Keys of the next split that a step's boxes bring
+// head); a row tile split over several blocks writes partials to scratch (splitkv_common.cuh's layout) and
+// a second launch merges them, one block per row (splitkv_mla_combine). Keys of the next split that a step's boxes bring
 // score -inf; a NaN or inf they hold in V can still reach a row through 0·inf, which the repair of
 // non-finite rows (common.cuh) recomputes exactly, as it does for every kernel.
 //
@@ -322,45 +322,38 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
             }
         }
     }
-    if (nblk == 1) {
-        repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
-        return;
-    }
-
-    // The last block of the row tile merges the blocks' partials (splitkv.cu's pattern: every thread fences
-    // its writes before the count; the last block fences before reading).
-    __shared__ bool s_last;
-    __threadfence();
-    __syncthreads();
-    const long long unit = (long long)blockIdx.z * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) {
-        unsigned* cnt = splitkv_counters(p, parts, DV) + unit;
-        s_last = atomicAdd(cnt, 1u) == (unsigned)nblk - 1;
-        if (s_last) *cnt = 0u;  // ready for the next call on this scratch
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int pr = threadIdx.x; pr < tile_rows * (DV / 4); pr += NW * 32) {
-        const int rr = pr / (DV / 4), c = (pr % (DV / 4)) * 4;
-        int hq, i;
-        splitkv_row(p, kvh, r0 + rr, hq, i);
-        const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
-        const float* plse = splitkv_part_lse(p) + first;
-        const float* po = splitkv_part_o(p, parts) + first * DV + c;
-        float4 v;
-        const float lse = splitkv_merge(
-            nblk, [&](int s) { return __ldcg(plse + s); },
-            [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV)); }, v);
-        splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
-        if (p.lse != nullptr && c == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
-        bad |= !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
-    }
-    repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+    // One block per row tile: its output, repaired where non-finite. Several: partials only; the combine
+    // launch merges them.
+    if (nblk == 1) repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
-// Entry points splitkv_mla_{dtype}_{D}_{DV}_{mask}_r{R} (src/kernels/splitkv_mla.rs writes the line a call
-// needs): the TMA parameter of splitkv.cu (SplitKvTmaArgs: AttnParams, then the K and V maps). Compiled for
+// The merge of a row tile's partials (sdpa-core's merge_normalized rule, splitkv_merge), a second launch after
+// the forward when its row tiles were split over several blocks (p.num_splits of them): one block of DV / 4
+// threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y), each thread four columns over every
+// partial. Merging in the forward's last block to finish, as splitkv.cu does, put all of a row tile's
+// rows x Dv x splits loads on one block (H100: 170 us of a 16-head, 32k-key call at 128 splits).
+template <typename T, int DV>
+__device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
+    const int row = blockIdx.x, b = blockIdx.y;
+    const int hq = row / p.sq, i = row % p.sq;
+    const int nblk = p.num_splits;
+    const long long parts = (long long)p.b * p.hq * p.sq * nblk;
+    const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
+    const float* plse = splitkv_part_lse(p) + first;
+    const int c = threadIdx.x * 4;
+    const float* po = splitkv_part_o(p, parts) + first * DV + c;
+    float4 v;
+    const float lse = splitkv_merge(
+        nblk, [&](int s) { return __ldcg(plse + s); },
+        [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV)); }, v);
+    splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
+    if (p.lse != nullptr && threadIdx.x == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+    const bool bad = !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    repair_nonfinite_rows<T>(p, b, 0, row, p.sq, 1, 0, p.dv, true, bad);
+}
+
+// Entry points splitkv_mla_{dtype}_{D}_{DV}_{mask}_r{R} and splitkv_mla_combine_{dtype}_{DV} (src/kernels/splitkv_mla.rs
+// writes the line a call needs): the TMA parameter of splitkv.cu (SplitKvTmaArgs: AttnParams, then the K and V maps). Compiled for
 // an architecture without TMA they trap; the host launches them on compute capability 9.0 only.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                          \
@@ -373,3 +366,5 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     extern "C" __global__ void __launch_bounds__(RW * CW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
         SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                              \
     }
+#define SPLITKV_MLA_COMBINE_ENTRY(NAME, T, DV)                                                         \
+    extern "C" __global__ void __launch_bounds__(DV / 4) NAME(const AttnParams p) { splitkv_mla_combine<T, DV>(p); }

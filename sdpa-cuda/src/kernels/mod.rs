@@ -139,7 +139,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
             None => vec![fa2::plan(call)?.program],
         },
         Launcher::SplitKv => vec![splitkv::plan(call)?.program],
-        Launcher::SplitKvMla => vec![splitkv_mla::plan(call)?.program],
+        Launcher::SplitKvMla => splitkv_mla::plan(call)?.programs(),
         Launcher::Fa3 => fa3::programs_for(call, fa3_plan)?,
     })
 }

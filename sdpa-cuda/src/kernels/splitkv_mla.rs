@@ -6,8 +6,10 @@
 //! Dv = 512 is 256 f32 registers per lane. Here the warps of a block share up to [`MlaTile::rows`] packed
 //! rows (the query heads of one kv head and their query positions) and split the output columns, the scores
 //! of each step's keys and, through shared memory, the softmax. K and V arrive by TMA; the keys are split over
-//! blocks ([`plan_splits`]) and a row tile split over several blocks is merged in the same launch, as in
-//! `splitkv` (its scratch layout and [`super::splitkv::workspace_len`]).
+//! blocks ([`plan_splits`]) and the partials of a row tile split over several blocks (`splitkv`'s scratch
+//! layout, [`super::splitkv::workspace_len`]) are merged by a second launch, one block per query row
+//! ([`combine_program`]); merging in the forward's last block, as `splitkv` does, left one block loading a
+//! whole row tile's partials (H100: 170 us of a 16-head, 32k-key call at 128 splits, 4x the kernel).
 //!
 //! What it takes ([`refuses`]): f16/bf16, dense batches, no mask or a causal one (either alignment; Sq > 1
 //! is speculative decoding), no variant, rows of whole 16-byte chunks, a GPU of compute capability 9.x
@@ -140,10 +142,19 @@ pub fn program(dtype: DType, tile: MlaTile, mask_kind: i32) -> Program {
     Program::entry(&SPLITKV_MLA, name, line)
 }
 
-/// Every instantiation: both dtypes, both tiles, no mask and causal.
+/// The program of the merge of split row tiles, `splitkv_mla_combine_{dtype}_512`: one block of Dv / 4 threads
+/// per query row.
+pub fn combine_program(dtype: DType) -> Program {
+    let name = format!("splitkv_mla_combine_{}_{MLA_DV}", dtype.name());
+    let line = format!("SPLITKV_MLA_COMBINE_ENTRY({name}, {}, {MLA_DV})", cuda_type(dtype));
+    Program::entry(&SPLITKV_MLA, name, line)
+}
+
+/// Every instantiation: both dtypes, both tiles, no mask and causal, and the combine of each dtype.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
+        all.push(combine_program(dtype));
         for tile in [MlaTile::NARROW, MlaTile::TALL] {
             for mask in [MASK_NONE, MASK_CAUSAL] {
                 all.push(program(dtype, tile, mask));
@@ -176,7 +187,18 @@ pub struct Plan {
     pub params: AttnParams,
     /// Splits of the keys (blocks per row tile).
     pub splits: usize,
+    /// The merge of the partials, when `splits > 1`, and its launch shape.
+    pub combine: Option<(Program, LaunchDims)>,
     maps: (CUtensorMap, CUtensorMap),
+}
+
+impl Plan {
+    /// The programs the call launches.
+    pub fn programs(&self) -> Vec<Program> {
+        let mut v = vec![self.program.clone()];
+        v.extend(self.combine.iter().map(|(p, _)| p.clone()));
+        v
+    }
 }
 
 /// Program, launch shape and tensor maps of a call [`refuses`] accepts.
@@ -214,19 +236,38 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: tile.smem_bytes() as u32,
     };
     let mask = if matches!(call.spec.mask, Mask::None) { MASK_NONE } else { MASK_CAUSAL };
-    Ok(Plan { program: program(call.spec.dtype, tile, mask), dims, params, splits, maps })
+    // The combine's blocks: one per (query row of a batch entry, batch entry); its dynamic shared memory holds
+    // the parameters for the repair of non-finite rows (common.cuh).
+    let combine = (splits > 1)
+        .then(|| -> Result<_> {
+            let dims = LaunchDims {
+                grid: (u32_of(s.hq * s.sq, "query rows")?, u32_of(s.b, "batch")?, 1),
+                block: ((MLA_DV / 4) as u32, 1, 1),
+                smem_bytes: 512,
+            };
+            Ok((combine_program(call.spec.dtype), dims))
+        })
+        .transpose()?;
+    Ok(Plan { program: program(call.spec.dtype, tile, mask), dims, params, splits, combine, maps })
 }
 
-/// Runs the call (one launch; scratch for the partials when a row tile has several splits).
+/// Runs the call: one launch, and the combine after it when the row tiles are split (with scratch for the
+/// partials).
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, params, splits, maps: (k, v) } = plan(call)?;
+    let Plan { program, dims, params, splits, combine, maps: (k, v) } = plan(call)?;
     let s = call.spec.shape;
     let go = |params: &AttnParams| -> Result<()> {
         // SAFETY: the entry takes SplitKvTmaArgs (AttnParams, padding, the K and V maps), which TmaArgs mirrors;
         // the maps describe the call's K and V, and every pointer in params is the call's (checked by Call).
-        unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs::new(*params, k, v)) }
+        unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs::new(*params, k, v)) }?;
+        if let Some((cp, cdims)) = &combine {
+            // SAFETY: the combine takes AttnParams by value; it reads the partials the launch before it wrote
+            // into params.workspace (same stream) and writes the call's O and LSE.
+            unsafe { launch(call.dev, call.stream, cp, &cp.name, *cdims, params) }?;
+        }
+        Ok(())
     };
-    if splits == 1 {
+    if combine.is_none() {
         return go(&params);
     }
     let units = s.b * s.hkv * dims.grid.0 as usize;
@@ -286,7 +327,8 @@ mod tests {
     #[test]
     fn programs_are_named_for_their_tile_and_mask() {
         let names: Vec<String> = programs().into_iter().map(|p| p.name).collect();
-        assert_eq!(names.len(), 8);
+        assert_eq!(names.len(), 10);
+        assert!(names.contains(&"splitkv_mla_combine_bf16_512".to_string()), "{names:?}");
         assert!(names.contains(&"splitkv_mla_bf16_576_512_causal_r64".to_string()), "{names:?}");
         assert!(names.contains(&"splitkv_mla_f16_576_512_none_r16".to_string()), "{names:?}");
     }
