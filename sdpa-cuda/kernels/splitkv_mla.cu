@@ -169,25 +169,33 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
         const unsigned kst = ring + st * Tile::STAGE_BYTES;
         const int key0 = k_begin + step * KS;
 
-        // Scores of this warp's KSC keys.
-        float s[NT][4];
+        // Scores of this warp's KSC keys, over D in independent accumulator chains (two per n8 tile, summed
+        // after) so that consecutive mma do not wait on each other: 36 k16 steps in one chain would.
+        float s[NT][4], s2[NT][4];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;
         const unsigned k_rows = kst + (wc * KSC) * 128;
         if constexpr (KSC == 16) {
-            // x4: keys 0-7 and 8-15 of the warp, both 8-column halves of one k16 step.
+            // x4: keys 0-7 and 8-15 of the warp, both 8-column halves of one k16 step; even steps into s,
+            // odd ones into s2.
             const int k_row = (lane % 8) + (lane / 16) * 8, k_half = (lane / 8) % 2;
-#pragma unroll 4
-            for (int kk = 0; kk < D / 16; ++kk) {
+            auto k16 = [&](int kk, float (&acc)[NT][4]) {
                 unsigned a[4], bk[4];
                 fa2_ldmatrix_x4(a, q_ld + kk * 32);
                 const int c = kk * 2 + k_half;
                 fa2_ldmatrix_x4(bk, k_rows + (c / 8) * Tile::BOX_BYTES + k_row * 128 + (((c % 8) ^ (lane % 8)) << 4));
-                Fa2Type<T>::mma(s[0], a, bk[0], bk[1]);
-                Fa2Type<T>::mma(s[NT - 1], a, bk[2], bk[3]);
+                Fa2Type<T>::mma(acc[0], a, bk[0], bk[1]);
+                Fa2Type<T>::mma(acc[NT - 1], a, bk[2], bk[3]);
+            };
+            static_assert(D % 32 == 0, "k16 steps in pairs");
+#pragma unroll 2
+            for (int kk = 0; kk < D / 16; kk += 2) {
+                k16(kk, s);
+                k16(kk + 1, s2);
             }
         } else {
-            // x4: the warp's 8 keys over two k16 steps (four 8-column chunks).
+            // x4: the warp's 8 keys over two k16 steps (four 8-column chunks), the first into s, the second
+            // into s2.
 #pragma unroll 4
             for (int k2 = 0; k2 < D / 32; ++k2) {
                 unsigned a0[4], a1[4], bk[4];
@@ -196,9 +204,13 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
                 const int c = k2 * 4 + lane / 8;
                 fa2_ldmatrix_x4(bk, k_rows + (c / 8) * Tile::BOX_BYTES + (lane % 8) * 128 + (((c % 8) ^ (lane % 8)) << 4));
                 Fa2Type<T>::mma(s[0], a0, bk[0], bk[1]);
-                Fa2Type<T>::mma(s[0], a1, bk[2], bk[3]);
+                Fa2Type<T>::mma(s2[0], a1, bk[2], bk[3]);
             }
         }
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
         // Keys past the split (the next split's, or TMA's zeros past Sk) and causally hidden keys.
         const bool edge = key0 + KS > k_stop || MASK == FA2_MASK_CAUSAL;
         if (edge) {

@@ -13,8 +13,11 @@ T0=$SECONDS; DEADLINE=${DEADLINE:-560}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 RUNS=${RUNS:-"splitkv_mla wide_heads fa2_kernels:splitkv backward_odd_head_dims fa3_ragged"}
 SAN=${SAN:-"splitkv_mla:small_mla_calls_for_the_sanitizer"}
-RUNS="$RUNS" SAN="$SAN" SAN_S=${SAN_S:-70} DEADLINE=${TESTS_S:-250} bash bench/studies/session10/tests10.sh
-echo "tests done ($(left) s left)"
+# SKIP_TESTS=1: the bench alone (call3.sh runs its own tests first).
+if [ -z "${SKIP_TESTS:-}" ]; then
+  RUNS="$RUNS" SAN="$SAN" SAN_S=${SAN_S:-70} DEADLINE=${TESTS_S:-250} bash bench/studies/session10/tests10.sh
+  echo "tests done ($(left) s left)"
+fi
 export CUDA_HOME=/usr/local/cuda SDPA_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 SDPA_CUDA_CACHE=/tmp/sdpa-cache10
 mkdir -p "$OUT/mla"
 PYTHONPATH="gpu-bundle:sdpa-cuda/dev" timeout $(( $(left) - 10 )) python3 sdpa-cuda/dev/wide_bench.py \
