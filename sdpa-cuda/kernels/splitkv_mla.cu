@@ -339,28 +339,90 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     if (nblk == 1) repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
-// The merge of a row tile's partials (sdpa-core's merge_normalized rule, splitkv_merge), a second launch after
-// the forward when its row tiles were split over several blocks (p.num_splits of them): one block of DV / 4
-// threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y), each thread four columns over every
-// partial. Merging in the forward's last block to finish, as splitkv.cu does, put all of a row tile's
-// rows x Dv x splits loads on one block (H100: 170 us of a 16-head, 32k-key call at 128 splits).
+// The merge of a row tile's partials (sdpa-core's merge_normalized rule, as splitkv_merge), a second launch
+// after the forward when its row tiles were split over several blocks (p.num_splits of them): one block of
+// MLA_COMBINE_GROUPS x DV / 4 threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y). Warp 0 reads
+// the row's partial LSEs into shared memory with their max and the sum of their weights; then thread group g
+// adds the partials s = g, g + GROUPS, ... of its four columns, every load independent of the others, and
+// group 0 adds up the groups. Merging in the forward's last block to finish, as splitkv.cu does, put all of a
+// row tile's rows x Dv x splits loads on one block (H100: 170 us of a 16-head, 32k-key call at 128 splits);
+// one 128-thread block per row with the loads in series was still latency-bound at 128 splits.
+// Dynamic shared memory: MLA_COMBINE_SMEM(nblk) bytes (src/kernels/splitkv_mla.rs `combine_smem_bytes`).
+#define MLA_COMBINE_GROUPS 4
+#define MLA_COMBINE_SMEM(DV, n) ((MLA_COMBINE_GROUPS - 1) * (DV) * 4 + 16 + (((n) + 3) / 4) * 16)
 template <typename T, int DV>
 __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
+    extern __shared__ __align__(16) unsigned char mla_combine_smem[];
+    constexpr int CT = DV / 4;  // threads of a group: four columns each
+    float4* part = reinterpret_cast<float4*>(mla_combine_smem);                  // [GROUPS - 1][CT]
+    float* stat = reinterpret_cast<float*>(part + (MLA_COMBINE_GROUPS - 1) * CT);  // max, total, NaN seen
+    float* w = stat + 4;                                                          // [nblk] LSEs, then weights
     const int row = blockIdx.x, b = blockIdx.y;
     const int hq = row / p.sq, i = row % p.sq;
     const int nblk = p.num_splits;
     const long long parts = (long long)p.b * p.hq * p.sq * nblk;
     const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
-    const float* plse = splitkv_part_lse(p) + first;
-    const int c = threadIdx.x * 4;
+    const int grp = threadIdx.x / CT, c = (threadIdx.x % CT) * 4;
+    if (threadIdx.x < 32) {
+        float mx = fa2_neg_inf();
+        bool nan = false;
+        for (int s = threadIdx.x; s < nblk; s += 32) {
+            const float x = __ldcg(splitkv_part_lse(p) + first + s);
+            w[s] = x;
+            nan |= x != x;
+            mx = fmaxf(mx, x);
+        }
+        mx = warp_max(mx);
+        nan = __any_sync(0xffffffffu, nan);
+        float total = 0.f;
+        for (int s = threadIdx.x; s < nblk; s += 32) {
+            const float e = mx == fa2_neg_inf() ? 0.f : expf(w[s] - mx);
+            w[s] = e;
+            total += e;
+        }
+        total = warp_sum(total);
+        if (threadIdx.x == 0) stat[0] = mx, stat[1] = total, stat[2] = nan ? 1.f : 0.f;
+    }
+    __syncthreads();
     const float* po = splitkv_part_o(p, parts) + first * DV + c;
-    float4 v;
-    const float lse = splitkv_merge(
-        nblk, [&](int s) { return __ldcg(plse + s); },
-        [&](int s) { return __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV)); }, v);
-    splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
-    if (p.lse != nullptr && threadIdx.x == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
-    const bool bad = !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = grp; s < nblk; s += MLA_COMBINE_GROUPS) {
+        const float e = w[s];
+        const float4 o = __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV));
+        acc.x += e * o.x;
+        acc.y += e * o.y;
+        acc.z += e * o.z;
+        acc.w += e * o.w;
+    }
+    if (grp > 0) part[(grp - 1) * CT + threadIdx.x % CT] = acc;
+    __syncthreads();
+    bool bad = false;
+    if (grp == 0) {
+#pragma unroll
+        for (int g = 0; g < MLA_COMBINE_GROUPS - 1; ++g) {
+            const float4 o = part[g * CT + threadIdx.x];
+            acc.x += o.x, acc.y += o.y, acc.z += o.z, acc.w += o.w;
+        }
+        const float mx = stat[0], total = stat[1];
+        float4 v;
+        float lse;
+        if (stat[2] != 0.f) {  // a NaN partial: the row is NaN (merge_normalized)
+            const float q = __int_as_float(0x7fffffff);
+            v = make_float4(q, q, q, q);
+            lse = q;
+        } else if (mx == fa2_neg_inf()) {  // no split saw a key
+            v = make_float4(0.f, 0.f, 0.f, 0.f);
+            lse = fa2_neg_inf();
+        } else {
+            const float inv = 1.f / total;
+            v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+            lse = mx + logf(total);
+        }
+        splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
+        if (p.lse != nullptr && threadIdx.x == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+        bad = !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+    }
     repair_nonfinite_rows<T>(p, b, 0, row, p.sq, 1, 0, p.dv, true, bad);
 }
 
@@ -379,4 +441,6 @@ __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
         SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                              \
     }
 #define SPLITKV_MLA_COMBINE_ENTRY(NAME, T, DV)                                                         \
-    extern "C" __global__ void __launch_bounds__(DV / 4) NAME(const AttnParams p) { splitkv_mla_combine<T, DV>(p); }
+    extern "C" __global__ void __launch_bounds__(MLA_COMBINE_GROUPS * DV / 4) NAME(const AttnParams p) {  \
+        splitkv_mla_combine<T, DV>(p);                                                                  \
+    }

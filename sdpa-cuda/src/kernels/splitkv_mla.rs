@@ -142,8 +142,21 @@ pub fn program(dtype: DType, tile: MlaTile, mask_kind: i32) -> Program {
     Program::entry(&SPLITKV_MLA, name, line)
 }
 
-/// The program of the merge of split row tiles, `splitkv_mla_combine_{dtype}_512`: one block of Dv / 4 threads
-/// per query row.
+/// Thread groups of a combine block (`MLA_COMBINE_GROUPS`): each adds every fourth partial of its columns.
+pub const COMBINE_GROUPS: usize = 4;
+/// Most splits of a row tile (the combine keeps one weight per split in shared memory).
+pub const MAX_SPLITS: usize = 4096;
+
+/// Dynamic shared memory of a combine block for `splits` partials (`MLA_COMBINE_SMEM`): the other groups'
+/// sums, three statistics and one weight per split; at least the parameters the repair of non-finite rows
+/// keeps there.
+pub fn combine_smem_bytes(splits: usize) -> usize {
+    let bytes = (COMBINE_GROUPS - 1) * MLA_DV * 4 + 16 + splits.div_ceil(4) * 16;
+    bytes.max(crate::checked::params::ATTN_PARAMS_SIZE)
+}
+
+/// The program of the merge of split row tiles, `splitkv_mla_combine_{dtype}_512`: one block of
+/// [`COMBINE_GROUPS`] x Dv / 4 threads per query row.
 pub fn combine_program(dtype: DType) -> Program {
     let name = format!("splitkv_mla_combine_{}_{MLA_DV}", dtype.name());
     let line = format!("SPLITKV_MLA_COMBINE_ENTRY({name}, {}, {MLA_DV})", cuda_type(dtype));
@@ -165,15 +178,15 @@ pub fn programs() -> Vec<Program> {
 }
 
 /// Splits of the keys per row tile: one block per multiprocessor over all row tiles (the tile fills an
-/// SM's shared memory), at least [`MIN_KEYS_PER_SPLIT`] keys each; `SDPA_MLA_SPLITS` forces the count for
-/// tuning runs.
+/// SM's shared memory), at least [`MIN_KEYS_PER_SPLIT`] keys each, at most [`MAX_SPLITS`]; `SDPA_MLA_SPLITS`
+/// forces the count for tuning runs.
 pub fn plan_splits(units: usize, keys: usize, sm_count: usize) -> Result<usize> {
     let most = keys.div_ceil(MIN_KEYS_PER_SPLIT).max(1);
     if let Ok(v) = std::env::var("SDPA_MLA_SPLITS") {
         let n: usize = v.parse().map_err(|_| unsupported(format!("SDPA_MLA_SPLITS must be a count, got {v:?}")))?;
-        return Ok(n.clamp(1, keys.max(1)));
+        return Ok(n.clamp(1, keys.clamp(1, MAX_SPLITS)));
     }
-    Ok((sm_count.max(1) / units.max(1)).clamp(1, most))
+    Ok((sm_count.max(1) / units.max(1)).clamp(1, most.min(MAX_SPLITS)))
 }
 
 /// One planned launch.
@@ -236,14 +249,13 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         smem_bytes: tile.smem_bytes() as u32,
     };
     let mask = if matches!(call.spec.mask, Mask::None) { MASK_NONE } else { MASK_CAUSAL };
-    // The combine's blocks: one per (query row of a batch entry, batch entry); its dynamic shared memory holds
-    // the parameters for the repair of non-finite rows (common.cuh).
+    // The combine's blocks: one per (query row of a batch entry, batch entry).
     let combine = (splits > 1)
         .then(|| -> Result<_> {
             let dims = LaunchDims {
                 grid: (u32_of(s.hq * s.sq, "query rows")?, u32_of(s.b, "batch")?, 1),
-                block: ((MLA_DV / 4) as u32, 1, 1),
-                smem_bytes: 512,
+                block: ((COMBINE_GROUPS * MLA_DV / 4) as u32, 1, 1),
+                smem_bytes: combine_smem_bytes(splits) as u32,
             };
             Ok((combine_program(call.spec.dtype), dims))
         })
@@ -287,6 +299,13 @@ mod tests {
         // The kernel's layout, worked by hand for the narrow tile: a 3 x 32-key ring of 17 boxes, Q 16 x 584,
         // P 2 x 16 x 40, row maxima 2 x 4 x 16 f32, 6 mbarriers.
         assert_eq!(MlaTile::NARROW.smem_bytes(), 1024 + 3 * 17 * 32 * 128 + 16 * 584 * 2 + 2 * 16 * 40 * 2 + 512 + 48);
+    }
+
+    #[test]
+    fn the_combine_holds_its_sums_and_one_weight_per_split() {
+        assert_eq!(combine_smem_bytes(1), 3 * 2048 + 16 + 16);
+        assert_eq!(combine_smem_bytes(130), 3 * 2048 + 16 + 33 * 16);
+        assert!(combine_smem_bytes(MAX_SPLITS) <= 48 * 1024, "within the default dynamic shared memory");
     }
 
     #[test]
