@@ -339,15 +339,16 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     if (nblk == 1) repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
 }
 
-// The merge of a row tile's partials (sdpa-core's merge_normalized rule, as splitkv_merge), a second launch
-// after the forward when its row tiles were split over several blocks (p.num_splits of them): one block of
-// MLA_COMBINE_GROUPS x DV / 4 threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y). Warp 0 reads
-// the row's partial LSEs into shared memory with their max and the sum of their weights; then thread group g
-// adds the partials s = g, g + GROUPS, ... of its four columns, every load independent of the others, and
-// group 0 adds up the groups. Merging in the forward's last block to finish, as splitkv.cu does, put all of a
-// row tile's rows x Dv x splits loads on one block (H100: 170 us of a 16-head, 32k-key call at 128 splits);
-// one 128-thread block per row with the loads in series was still latency-bound at 128 splits.
-// Dynamic shared memory: MLA_COMBINE_SMEM(nblk) bytes (src/kernels/splitkv_mla.rs `combine_smem_bytes`).
+// The merge of a row tile's partials (sdpa-core's merge_normalized rule, as splitkv_merge), a second launch after
+// the forward when its row tiles were split over several blocks (p.num_splits of them): one block of G x DV / 4
+// threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y; G = blockDim.x / (DV / 4), 1 to
+// MLA_COMBINE_GROUPS, chosen by the host from the split count). Warp 0 reads the row's partial LSEs into shared
+// memory with their max and the sum of their weights; then thread group g adds the partials s = g, g + G, ... of
+// its four columns, every load independent of the others, and group 0 adds up the groups. Merging in the forward's
+// last block to finish, as splitkv.cu does, put all of a row tile's rows x Dv x splits loads on one block (H100:
+// 170 us of a 16-head, 32k-key call at 128 splits); one 128-thread block per row with the loads in series was still
+// latency-bound at 128 splits, and four groups over a few splits leave too few blocks resident for calls of many
+// rows. Dynamic shared memory: MLA_COMBINE_SMEM(DV, nblk) bytes (src/kernels/splitkv_mla.rs `combine_smem_bytes`).
 #define MLA_COMBINE_GROUPS 4
 #define MLA_COMBINE_SMEM(DV, n) ((MLA_COMBINE_GROUPS - 1) * (DV) * 4 + 16 + (((n) + 3) / 4) * 16)
 template <typename T, int DV>
@@ -362,7 +363,7 @@ __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
     const int nblk = p.num_splits;
     const long long parts = (long long)p.b * p.hq * p.sq * nblk;
     const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
-    const int grp = threadIdx.x / CT, c = (threadIdx.x % CT) * 4;
+    const int groups = blockDim.x / CT, grp = threadIdx.x / CT, c = (threadIdx.x % CT) * 4;
     if (threadIdx.x < 32) {
         float mx = fa2_neg_inf();
         bool nan = false;
@@ -387,7 +388,7 @@ __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
     const float* po = splitkv_part_o(p, parts) + first * DV + c;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
-    for (int s = grp; s < nblk; s += MLA_COMBINE_GROUPS) {
+    for (int s = grp; s < nblk; s += groups) {
         const float e = w[s];
         const float4 o = __ldcg(reinterpret_cast<const float4*>(po + (long long)s * DV));
         acc.x += e * o.x;
@@ -401,6 +402,7 @@ __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
     if (grp == 0) {
 #pragma unroll
         for (int g = 0; g < MLA_COMBINE_GROUPS - 1; ++g) {
+            if (g + 1 >= groups) break;
             const float4 o = part[g * CT + threadIdx.x];
             acc.x += o.x, acc.y += o.y, acc.z += o.z, acc.w += o.w;
         }

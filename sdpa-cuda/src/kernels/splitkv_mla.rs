@@ -142,8 +142,18 @@ pub fn program(dtype: DType, tile: MlaTile, mask_kind: i32) -> Program {
     Program::entry(&SPLITKV_MLA, name, line)
 }
 
-/// Thread groups of a combine block (`MLA_COMBINE_GROUPS`): each adds every fourth partial of its columns.
+/// Most thread groups of a combine block (`MLA_COMBINE_GROUPS`): group g of G adds partials g, g + G, ... of its
+/// columns.
 pub const COMBINE_GROUPS: usize = 4;
+/// Splits per thread group of a combine block, at least ([`combine_groups`]).
+pub const COMBINE_SPLITS_PER_GROUP: usize = 16;
+
+/// Thread groups of the combine of `splits` partials: one per [`COMBINE_SPLITS_PER_GROUP`] splits, 1 to
+/// [`COMBINE_GROUPS`]. Measured on the H100 (`bench/results/gpu/headdims.md`, "MLA decoding"): four groups took
+/// 16 heads over 32k keys (128 splits) from 56 to 44 us, and cost 128 heads at B = 8 (1024 rows, 8 splits) 11 us.
+pub fn combine_groups(splits: usize) -> usize {
+    (splits / COMBINE_SPLITS_PER_GROUP).clamp(1, COMBINE_GROUPS)
+}
 /// Most splits of a row tile (the combine keeps one weight per split in shared memory).
 pub const MAX_SPLITS: usize = 4096;
 
@@ -254,7 +264,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         .then(|| -> Result<_> {
             let dims = LaunchDims {
                 grid: (u32_of(s.hq * s.sq, "query rows")?, u32_of(s.b, "batch")?, 1),
-                block: ((COMBINE_GROUPS * MLA_DV / 4) as u32, 1, 1),
+                block: ((combine_groups(splits) * MLA_DV / 4) as u32, 1, 1),
                 smem_bytes: combine_smem_bytes(splits) as u32,
             };
             Ok((combine_program(call.spec.dtype), dims))
@@ -303,6 +313,7 @@ mod tests {
 
     #[test]
     fn the_combine_holds_its_sums_and_one_weight_per_split() {
+        assert_eq!([8, 16, 40, 64, 128, 4096].map(combine_groups), [1, 1, 2, 4, 4, 4]);
         assert_eq!(combine_smem_bytes(1), 3 * 2048 + 16 + 16);
         assert_eq!(combine_smem_bytes(130), 3 * 2048 + 16 + 33 * 16);
         assert!(combine_smem_bytes(MAX_SPLITS) <= 48 * 1024, "within the default dynamic shared memory");
