@@ -29,11 +29,15 @@ struct SplitKvTmaArgs {
 };
 static_assert(sizeof(SplitKvTmaArgs) == 640, "SplitKvTmaArgs must match src/kernels/splitkv.rs");
 
+// Packed row r of kv head kvh's group·sq rows: query i of head kvh·group + r / sq.
+__device__ __forceinline__ void splitkv_row_of(int sq, int group, int kvh, int r, int& hq, int& i) {
+    const int g = r / sq;
+    i = r - g * sq;
+    hq = kvh * group + g;
+}
 // Rows of this warp's tile: r in [r0, r0 + 16) of kv head kvh's G·Sq packed rows.
 __device__ __forceinline__ void splitkv_row(const AttnParams& p, int kvh, int r, int& hq, int& i) {
-    const int g = r / p.sq;
-    i = r - g * p.sq;
-    hq = kvh * p.group + g;
+    splitkv_row_of(p.sq, p.group, kvh, r, hq, i);
 }
 
 // sdpa_core::softmax::merge_normalized for a 4-wide slice [c, c + 4) of one row's output: n partials

@@ -18,9 +18,10 @@
 // score -inf; a NaN or inf they hold in V can still reach a row through 0·inf, which the repair of
 // non-finite rows (common.cuh) recomputes exactly, as it does for every kernel.
 //
-// Masks: none and causal (both alignments; speculative decoding's Sq > 1 rows). The host
-// (src/kernels/splitkv_mla.rs) refuses explicit masks, windows, softcap, ALiBi and ragged batches: `auto`
-// runs those on `wide`.
+// Keys: every call's key band (causal masks in both alignments, windows; speculative decoding's Sq > 1 rows),
+// dense batches, ragged ones with K/V packed or in a paged cache (a host schedule of chunks of about equal
+// keys, splitkv.rs `ragged_units`). The host (src/kernels/splitkv_mla.rs) refuses explicit masks, softcap and
+// ALiBi, which `auto` runs on `wide` (dense calls only).
 #include "splitkv_common.cuh"
 
 // Shared memory of one block (src/kernels/splitkv_mla.rs `MlaTile::smem_bytes` mirrors it), from a base
@@ -54,22 +55,61 @@ __device__ __forceinline__ void mla_row_sync(int r, int cw) {
     asm volatile("bar.sync %0, %1;" ::"r"(1 + r), "r"(cw * 32) : "memory");
 }
 
-template <typename T, int D, int DV, int RW, int CW, int KS, int STAGES, int MASK>
-__device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigned char* smem_raw,
-                                                    const Sm90TensorMap* kmap, const Sm90TensorMap* vmap) {
+// The TMA entries' parameter (src/kernels/splitkv_mla.rs `MlaArgs` mirrors it): AttnParams; a ragged call's
+// schedule (SKV_UNIT_INTS ints per unit, splitkv.rs `ragged_units`) and its per-sequence (chunks, first
+// partial slot) pairs for the combine, both null for a dense call; the partial slots of the scratch; padding
+// to byte 384; the K and V maps.
+// Dense maps run over (D, Sk, Hkv, B); varlen ones over the packed rows (D, total keys, Hkv, 1); paged ones
+// over the pool (D, page size, Hkv, pages).
+#define SKV_UNIT_INTS 6
+struct SplitKvMlaArgs {
+    AttnParams p;
+    const int* units;
+    const int* seqs;
+    long long parts;  // partial slots in the scratch (dense: B·Hq·Sq·splits)
+    unsigned char pad[384 - sizeof(AttnParams) - 24];
+    Sm90TensorMap k, v;
+};
+static_assert(sizeof(SplitKvMlaArgs) == 640, "SplitKvMlaArgs must match src/kernels/splitkv_mla.rs");
+
+// BAND: the rows' key bands restrict the keys (causal masks, windows); otherwise every key below Sk is visible.
+template <typename T, int D, int DV, int RW, int CW, int KS, int STAGES, bool BAND>
+__device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, unsigned char* smem_raw) {
     using Tile = MlaTile<D, DV, RW, CW, KS, STAGES>;
     constexpr int NW = Tile::NW, R = Tile::R, KSC = Tile::KSC, DVC = Tile::DVC;
     constexpr int NT = KSC / 8;    // n8 tiles of scores per warp and step
     constexpr int OT = DVC / 8;    // n8 tiles of output per warp
+    const AttnParams& p = a.p;
+    const Sm90TensorMap* kmap = &a.k;
+    const Sm90TensorMap* vmap = &a.v;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t4 = lane % 4;
     const int wr = warp / CW, wc = warp % CW;  // row group, column slice
 
-    // Grid: x = row group of the kv head's packed rows, y = split (block) of the keys, z = batch x kv head.
-    const int rows = p.group * p.sq;
-    const int r0 = blockIdx.x * R;
-    const int nblk = gridDim.y, cidx = blockIdx.y;
-    const int b = blockIdx.z / p.hkv, kvh = blockIdx.z % p.hkv;
+    // What the block computes. Dense grid: x = row group of the kv head's packed rows, y = split (block) of the
+    // keys, z = batch x kv head. Ragged grid: x = unit x row groups (a unit: sequence b, chunk cidx of nblk,
+    // its keys [kb, ke) and the sequence's first partial slot pbase), y = kv head.
+    int b, kvh, rg, nblk, cidx, kb, ke;
+    long long pbase;
+    const bool ragged = a.units != nullptr;
+    if (ragged) {
+        const int rgs = max(1, p.num_splits);  // a ragged call's num_splits carries its row groups per unit
+        const int* un = a.units + (long long)(blockIdx.x / rgs) * SKV_UNIT_INTS;
+        rg = blockIdx.x % rgs;
+        kvh = blockIdx.y;
+        b = un[0], cidx = un[1], nblk = un[2], kb = un[3], ke = un[4];
+        pbase = un[5];
+    } else {
+        rg = blockIdx.x;
+        nblk = gridDim.y, cidx = blockIdx.y;
+        b = blockIdx.z / p.hkv, kvh = blockIdx.z % p.hkv;
+        kb = 0, ke = p.sk;
+        pbase = (long long)b * p.hq * p.sq * nblk;
+    }
+    const SeqView sv = seq_view(p, b);
+    const int rows = p.group * sv.sq;
+    const int r0 = rg * R;
+    if (r0 >= rows) return;  // past this sequence's rows (ragged: the grid has the widest sequence's)
     const int tile_rows = min(R, rows - r0);
 
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -80,17 +120,23 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     auto full_bar = [&](int s) { return bars + s * 8; };
     auto empty_bar = [&](int s) { return bars + (STAGES + s) * 8; };
 
-    // The block's keys: causal rows stop at the last key the block's latest row sees; split cidx of nblk
-    // takes [cidx·keys/nblk, (cidx + 1)·keys/nblk) of them.
-    int key_end = p.sk;
-    if (MASK == FA2_MASK_CAUSAL) {
-        int max_i = 0;
-        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % p.sq);
-        key_end = max(0, min(p.sk, max_i + 1 + p.causal_offset));
+    // The block's keys: those its rows' bands reach, cut to the unit's [kb, ke) (dense: all keys), split cidx
+    // of nblk taking [cidx·n/nblk, (cidx + 1)·n/nblk) of them (ragged: the unit is the split). Steps start at a
+    // multiple of KS, so that no step's boxes straddle a page (keys before the split's first are masked).
+    int key_first = kb, key_end = ke;
+    if (BAND) {
+        int min_i = sv.sq, max_i = 0;
+        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % sv.sq), min_i = min(min_i, r % sv.sq);
+        key_first = max(key_first, min_i + sv.band_lo);
+        key_end = min(key_end, max_i + sv.band_hi + 1);
     }
-    const int k_begin = (int)((long long)cidx * key_end / nblk);
-    const int k_stop = (int)((long long)(cidx + 1) * key_end / nblk);
-    const int n_steps = k_stop > k_begin ? (k_stop - k_begin + KS - 1) / KS : 0;
+    key_first = max(0, key_first);
+    key_end = max(key_first, min(key_end, sv.sk));
+    const int span = key_end - key_first;
+    const int k_begin = ragged ? key_first : key_first + (int)((long long)cidx * span / nblk);
+    const int k_stop = ragged ? key_end : key_first + (int)((long long)(cidx + 1) * span / nblk);
+    const int k_base = k_begin / KS * KS;
+    const int n_steps = k_stop > k_begin ? (k_stop - k_base + KS - 1) / KS : 0;
 
     // Q tile: R packed rows of D columns by 16-byte cp.async, rows past the kv head's group zero-filled.
     constexpr int QCH = D / 8;
@@ -98,8 +144,8 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
         const int rr = c / QCH, col = (c % QCH) * 8, r = r0 + rr;
         int hq = 0, i = 0;
         const bool ok = r < rows;
-        if (ok) splitkv_row(p, kvh, r, hq, i);
-        const T* src = static_cast<const T*>(p.q) + b * p.q_stride[0] + hq * p.q_stride[1] + (long long)i * p.q_stride[2] + col;
+        if (ok) splitkv_row_of(sv.sq, p.group, kvh, r, hq, i);
+        const T* src = static_cast<const T*>(p.q) + q_row_offset(p, p.q_stride, sv, b, hq, i) + col;
         fa2_cp_async16(sQ + (rr * Tile::QLD + col) * 2, ok ? src : p.q, ok);
     }
     fa2_cp_async_commit();
@@ -113,17 +159,34 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
         sm90_mbar_init_fence();
     }
     __syncthreads();  // barriers initialised before anyone waits on them or a copy completes on them
+    // Paged: each 64-column box of a step comes as KS / BK boxes of BK = min(KS, page size) keys, each from its
+    // page (the host allows page sizes that divide KS or are multiples of it); indices are clamped into the
+    // table and the pool (kv_row_offset's rule), keys past the sequence being masked anyway.
+    const bool paged = is_paged(p);
+    const int bk = paged ? min(KS, p.page_size) : KS;
     auto load = [&](int step) {
         const int s = step % STAGES;
         const unsigned dst = ring + s * Tile::STAGE_BYTES;
-        const int key0 = k_begin + step * KS;
+        const int key0 = k_base + step * KS;
         sm90_mbar_expect(full_bar(s), Tile::STAGE_BYTES);
+        for (int q = 0; q < KS / bk; ++q) {
+            const int key = key0 + q * bk;
+            int c1 = key, c3 = b;
+            if (paged) {
+                const int pi = min(key / p.page_size, p.max_pages - 1);
+                c3 = (int)min(p.block_table[(long long)b * p.max_pages + pi], (unsigned)(p.num_pages - 1));
+                c1 = key % p.page_size;
+            } else if (ragged) {
+                c1 = sv.k0 + key, c3 = 0;
+            }
+            const unsigned off = q * bk * 128;
 #pragma unroll
-        for (int j = 0; j < Tile::KB; ++j)
-            sm90_tma_load(dst + j * Tile::BOX_BYTES, kmap, j * 64, key0, kvh, b, full_bar(s), pol);
+            for (int j = 0; j < Tile::KB; ++j)
+                sm90_tma_load(dst + j * Tile::BOX_BYTES + off, kmap, j * 64, c1, kvh, c3, full_bar(s), pol);
 #pragma unroll
-        for (int j = 0; j < Tile::VB; ++j)
-            sm90_tma_load(dst + Tile::K_BYTES + j * Tile::BOX_BYTES, vmap, j * 64, key0, kvh, b, full_bar(s), pol);
+            for (int j = 0; j < Tile::VB; ++j)
+                sm90_tma_load(dst + Tile::K_BYTES + j * Tile::BOX_BYTES + off, vmap, j * 64, c1, kvh, c3, full_bar(s), pol);
+        }
     };
     if (threadIdx.x == 0)
         for (int s = 0; s < STAGES - 1 && s < n_steps; ++s) load(s);
@@ -136,7 +199,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
         int hq;
-        splitkv_row(p, kvh, min(r0 + wr * 16 + g + hh * 8, rows - 1), hq, row_i[hh]);
+        splitkv_row_of(sv.sq, p.group, kvh, min(r0 + wr * 16 + g + hh * 8, rows - 1), hq, row_i[hh]);
     }
 
     // ldmatrix addresses. Q (A of Q·Kᵀ): rows lane % 16, 8-column half lane / 16. K (B of Q·Kᵀ, rows =
@@ -152,6 +215,14 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     for (int j = 0; j < OT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m[2] = {fa2_neg_inf(), fa2_neg_inf()}, l[2] = {0.f, 0.f};
     const float sl2 = p.scale_log2;
+    // Keys every row of the block sees: a step inside [band_safe_lo, band_safe_hi] needs no band test.
+    int band_safe_lo = 0, band_safe_hi = -1;
+    if (BAND) {
+        int min_i = sv.sq, max_i = 0;
+        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % sv.sq), min_i = min(min_i, r % sv.sq);
+        band_safe_lo = max_i + sv.band_lo;
+        band_safe_hi = min_i + sv.band_hi;
+    }
 
     for (int step = 0; step < n_steps; ++step) {
         const int st = step % STAGES, par = step & 1;
@@ -167,7 +238,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
             continue;
         }
         const unsigned kst = ring + st * Tile::STAGE_BYTES;
-        const int key0 = k_begin + step * KS;
+        const int key0 = k_base + step * KS;
 
         // Scores of this warp's KSC keys, over D in independent accumulator chains (two per n8 tile, summed
         // after) so that consecutive mma do not wait on each other: 36 k16 steps in one chain would.
@@ -211,8 +282,10 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
         for (int j = 0; j < NT; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
-        // Keys past the split (the next split's, or TMA's zeros past Sk) and causally hidden keys.
-        const bool edge = key0 + KS > k_stop || MASK == FA2_MASK_CAUSAL;
+        // Keys outside the split (the neighbours' keys a step's boxes bring, TMA's zeros past the keys) and
+        // keys outside a row's band (causal masks, windows). Only edge steps pay for the test.
+        const bool edge = key0 < k_begin || key0 + KS > k_stop ||
+                          (BAND && !(key0 >= band_safe_lo && key0 + KS - 1 <= band_safe_hi));
         if (edge) {
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
@@ -221,8 +294,8 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int key = key0 + wc * KSC + j * 8 + t4 * 2 + e;
-                        bool vis = key < k_stop;
-                        if (MASK == FA2_MASK_CAUSAL) vis = vis && key <= row_i[hh] + p.causal_offset;
+                        bool vis = key >= k_begin && key < k_stop;
+                        if (BAND) vis = vis && key >= row_i[hh] + sv.band_lo && key <= row_i[hh] + sv.band_hi;
                         if (!vis) s[j][hh * 2 + e] = fa2_neg_inf();
                     }
         }
@@ -302,7 +375,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     }
     __syncthreads();
     bool bad = false;
-    const long long parts = (long long)p.b * p.hq * p.sq * nblk;
+    const long long parts = a.parts;
     if (active) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -314,18 +387,18 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
             const float inv = ls == 0.f ? 0.f : 1.f / ls;
             const float lse = ls == 0.f ? fa2_neg_inf() : (m[hh] + __log2f(ls)) * FA2_LN2;
             int hq, i;
-            splitkv_row(p, kvh, r0 + rr, hq, i);
+            splitkv_row_of(sv.sq, p.group, kvh, r0 + rr, hq, i);
             if (nblk == 1) {
-                T* dst = static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + wc * DVC;
+                T* dst = static_cast<T*>(p.o) + q_row_offset(p, p.o_stride, sv, b, hq, i) + wc * DVC;
 #pragma unroll
                 for (int j = 0; j < OT; ++j) {
                     const float x = o[j][hh * 2] * inv, y = o[j][hh * 2 + 1] * inv;
                     *reinterpret_cast<unsigned*>(dst + j * 8 + t4 * 2) = Fa2Type<T>::pack(x, y);
                     bad |= !isfinite(x) || !isfinite(y);
                 }
-                if (p.lse != nullptr && wc == 0 && t4 == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+                if (p.lse != nullptr && wc == 0 && t4 == 0) p.lse[lse_row(p, sv, b, hq, i)] = lse;
             } else {
-                const long long slot = (((long long)b * p.hq + hq) * p.sq + i) * nblk + cidx;
+                const long long slot = pbase + ((long long)hq * sv.sq + i) * nblk + cidx;
                 float* dst = splitkv_part_o(p, parts) + slot * DV + wc * DVC;
 #pragma unroll
                 for (int j = 0; j < OT; ++j)
@@ -336,7 +409,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
     }
     // One block per row tile: its output, repaired where non-finite. Several: partials only; the combine
     // launch merges them.
-    if (nblk == 1) repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, p.sq, tile_rows, 0, p.dv, true, bad);
+    if (nblk == 1) repair_nonfinite_rows<T>(p, b, kvh * p.group, r0, sv.sq, tile_rows, 0, p.dv, true, bad);
 }
 
 // The merge of a row tile's partials (sdpa-core's merge_normalized rule, as splitkv_merge), a second launch after
@@ -351,18 +424,33 @@ __device__ __forceinline__ void splitkv_mla_forward(const AttnParams& p, unsigne
 // rows. Dynamic shared memory: MLA_COMBINE_SMEM(DV, nblk) bytes (src/kernels/splitkv_mla.rs `combine_smem_bytes`).
 #define MLA_COMBINE_GROUPS 4
 #define MLA_COMBINE_SMEM(DV, n) ((MLA_COMBINE_GROUPS - 1) * (DV) * 4 + 16 + (((n) + 3) / 4) * 16)
+// The combine's parameter (src/kernels/splitkv_mla.rs `CombineArgs`): AttnParams (num_splits: the splits of a
+// dense call), a ragged call's per-sequence (chunks, first partial slot) pairs (null when dense), the partial
+// slots of the scratch.
+struct SplitKvMlaCombineArgs {
+    AttnParams p;
+    const int* seqs;
+    long long parts;
+};
 template <typename T, int DV>
-__device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
+__device__ __forceinline__ void splitkv_mla_combine(const SplitKvMlaCombineArgs& a) {
+    const AttnParams& p = a.p;
     extern __shared__ __align__(16) unsigned char mla_combine_smem[];
     constexpr int CT = DV / 4;  // threads of a group: four columns each
     float4* part = reinterpret_cast<float4*>(mla_combine_smem);                  // [GROUPS - 1][CT]
     float* stat = reinterpret_cast<float*>(part + (MLA_COMBINE_GROUPS - 1) * CT);  // max, total, NaN seen
     float* w = stat + 4;                                                          // [nblk] LSEs, then weights
-    const int row = blockIdx.x, b = blockIdx.y;
-    const int hq = row / p.sq, i = row % p.sq;
-    const int nblk = p.num_splits;
-    const long long parts = (long long)p.b * p.hq * p.sq * nblk;
-    const long long first = (((long long)b * p.hq + hq) * p.sq + i) * nblk;
+    // Block (x, b): head x / per_head, row x % per_head of sequence (batch entry) b; per_head is Sq, or the
+    // widest sequence's rows of a ragged call. Rows past the sequence, and sequences in one chunk (their
+    // output is written), have nothing to merge.
+    const int b = blockIdx.y, per_head = gridDim.x / p.hq;
+    const int hq = blockIdx.x / per_head, i = blockIdx.x % per_head;
+    const SeqView sv = seq_view(p, b);
+    const int nblk = a.seqs != nullptr ? a.seqs[2 * b] : p.num_splits;
+    const long long base = a.seqs != nullptr ? a.seqs[2 * b + 1] : (long long)b * p.hq * p.sq * nblk;
+    if (i >= sv.sq || nblk <= 1) return;
+    const long long parts = a.parts;
+    const long long first = base + ((long long)hq * sv.sq + i) * nblk;
     const int groups = blockDim.x / CT, grp = threadIdx.x / CT, c = (threadIdx.x % CT) * 4;
     if (threadIdx.x < 32) {
         float mx = fa2_neg_inf();
@@ -421,28 +509,28 @@ __device__ __forceinline__ void splitkv_mla_combine(const AttnParams& p) {
             v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
             lse = mx + logf(total);
         }
-        splitkv_store4<false>(static_cast<T*>(p.o) + b * p.o_stride[0] + hq * p.o_stride[1] + (long long)i * p.o_stride[2] + c, v, 4);
-        if (p.lse != nullptr && threadIdx.x == 0) p.lse[((long long)b * p.hq + hq) * p.sq + i] = lse;
+        splitkv_store4<false>(static_cast<T*>(p.o) + q_row_offset(p, p.o_stride, sv, b, hq, i) + c, v, 4);
+        if (p.lse != nullptr && threadIdx.x == 0) p.lse[lse_row(p, sv, b, hq, i)] = lse;
         bad = !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
     }
-    repair_nonfinite_rows<T>(p, b, 0, row, p.sq, 1, 0, p.dv, true, bad);
+    repair_nonfinite_rows<T>(p, b, hq, i, SDPA_ONE_HEAD, 1, 0, p.dv, true, bad);
 }
 
-// Entry points splitkv_mla_{dtype}_{D}_{DV}_{mask}_r{R} and splitkv_mla_combine_{dtype}_{DV} (src/kernels/splitkv_mla.rs
-// writes the line a call needs): the TMA parameter of splitkv.cu (SplitKvTmaArgs: AttnParams, then the K and V maps). Compiled for
-// an architecture without TMA they trap; the host launches them on compute capability 9.0 only.
+// Entry points splitkv_mla_{dtype}_{D}_{DV}_{none|band}_r{R} (SplitKvMlaArgs) and splitkv_mla_combine_{dtype}_{DV}
+// (SplitKvMlaCombineArgs); src/kernels/splitkv_mla.rs writes the line a call needs. Compiled for an
+// architecture without TMA the forward traps; the host launches it on compute capability 9.0 only.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                          \
+#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, BAND)                                          \
     extern __shared__ __align__(16) unsigned char splitkv_mla_smem[];                                 \
-    splitkv_mla_forward<T, D, DV, RW, CW, KS, STAGES, MASK>(a.p, splitkv_mla_smem, &a.k, &a.v);
+    splitkv_mla_forward<T, D, DV, RW, CW, KS, STAGES, BAND>(a, splitkv_mla_smem);
 #else
-#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK) asm volatile("trap;");
+#define SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, BAND) asm volatile("trap;");
 #endif
-#define SPLITKV_MLA_ENTRY(NAME, T, D, DV, RW, CW, KS, STAGES, MASK)                                       \
-    extern "C" __global__ void __launch_bounds__(RW * CW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
-        SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, MASK)                                              \
+#define SPLITKV_MLA_ENTRY(NAME, T, D, DV, RW, CW, KS, STAGES, BAND)                                       \
+    extern "C" __global__ void __launch_bounds__(RW * CW * 32) NAME(const __grid_constant__ SplitKvMlaArgs a) { \
+        SPLITKV_MLA_BODY(T, D, DV, RW, CW, KS, STAGES, BAND)                                              \
     }
-#define SPLITKV_MLA_COMBINE_ENTRY(NAME, T, DV)                                                         \
-    extern "C" __global__ void __launch_bounds__(MLA_COMBINE_GROUPS * DV / 4) NAME(const AttnParams p) {  \
-        splitkv_mla_combine<T, DV>(p);                                                                  \
+#define SPLITKV_MLA_COMBINE_ENTRY(NAME, T, DV)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MLA_COMBINE_GROUPS * DV / 4) NAME(const SplitKvMlaCombineArgs a) { \
+        splitkv_mla_combine<T, DV>(a);                                                                           \
     }

@@ -4,13 +4,18 @@
 //! speculative rows (Sq = 2, 3, 4) under both causal alignments, keys fewer than a step, off every step and split,
 //! one split and many (merged in the launch), both layouts, LSE on and off, f16 and bf16, each within twice the
 //! unfused kernel's error on the same inputs; a NaN in one query, and a NaN in V under a key that only some rows
-//! see (the repair of non-finite rows). `auto` and `splitkv` must report `splitkv`. Skips (printing why) without
+//! see (the repair of non-finite rows); windows; ragged batches with K/V packed or paged (pages of 8, 16, 32, 64
+//! and 256 slots; caches of 0, 1, mid-page and 20000 keys; speculative rows; 128 heads). `auto` and `splitkv`
+//! must report `splitkv`. Skips (printing why) without
 //! a GPU, and on GPUs other than sm_90, where the path refuses and `wide` runs these calls (tests/wide_heads.rs).
 
 mod common;
 
 use common::{check_inputs, gpu, sh, Case};
-use sdpa_core::{DType, F32Math, HostInputs, Kernel, Layout, Mask, Shape};
+use sdpa_core::check::check_output;
+use sdpa_core::{
+    AttentionSpec, DType, F32Math, HostBackend, HostInputs, Kernel, Layout, Mask, Ragged, RunOptions, Shape, Window,
+};
 use sdpa_cuda::CudaBackend;
 
 const HALF: [DType; 2] = [DType::F16, DType::BF16];
@@ -124,4 +129,87 @@ fn small_mla_calls_for_the_sanitizer() {
         }
     }
     common::run_table_on(&gpu, "splitkv_mla sanitizer", &table, 9500, Some(Kernel::SplitKv));
+}
+
+/// A ragged MLA batch: `hq` query heads on `hkv` kv heads.
+fn ragged(hq: usize, hkv: usize, dtype: DType, r: Ragged, layout: Layout) -> AttentionSpec {
+    let shape = Shape { b: r.batch(), hq, hkv, sq: r.max_q().max(1), sk: r.max_k().max(1), d: 576, dv: 512 };
+    AttentionSpec::new(shape, dtype).with_ragged(r, layout)
+}
+
+/// Runs `spec` with `kernel` and the LSE on inputs seeded `seed` (outputs poisoned): it must run on `splitkv`
+/// and match the f64 reference.
+fn passes(gpu: &CudaBackend, spec: &AttentionSpec, kernel: Kernel, seed: u64) -> Result<(), String> {
+    spec.validate().map_err(|e| format!("{e}: {spec:?}"))?;
+    let inputs = HostInputs::random(spec, seed).map_err(|e| e.to_string())?;
+    let opts = RunOptions { kernel, lse: true, ..Default::default() };
+    let run = gpu.run_host(spec, &opts, &inputs).map_err(|e| format!("{e}: {spec:?}"))?;
+    if run.kernel != Kernel::SplitKv {
+        return Err(format!("ran {} for {spec:?}", run.kernel));
+    }
+    let r = check_output(spec, &inputs, &run.output, F32Math::Exact, None).map_err(|e| e.to_string())?;
+    if !r.pass {
+        return Err(format!("{:?} {:?} {:?}: {r:?}", spec.dtype, spec.mask, spec.ragged));
+    }
+    Ok(())
+}
+
+/// Paged decoding (one token per sequence) over caches of 0, 1, 23, 3 and 20000 keys in pages of 8, 16, 32, 64
+/// and 256 slots (one step's boxes from several pages, and from part of one), and the same lengths packed.
+#[test]
+fn paged_and_packed_decoding() {
+    let Some(gpu) = hopper() else { return };
+    let lens = Ragged::new(vec![1; 5], vec![0, 1, 23, 3, 20000]);
+    let mut failures = Vec::new();
+    for (n, pages) in [Some(8), Some(16), Some(32), Some(64), Some(256), None].into_iter().enumerate() {
+        let r = match pages {
+            Some(ps) => lens.clone().paged(ps, 2),
+            None => lens.clone(),
+        };
+        let (dtype, layout) = ([DType::BF16, DType::F16][n % 2], [Layout::Bshd, Layout::Bhsd][n % 2]);
+        let spec = ragged(16, 1, dtype, r, layout).with_mask(Mask::CausalBottomRight);
+        let kernel = [Kernel::Auto, Kernel::SplitKv][n % 2];
+        failures.extend(passes(&gpu, &spec, kernel, 40 + n as u64).err());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Several rows per sequence (speculative decoding: up to 64 rows per kv head, the tall tile), a sequence
+/// without rows, Sq_b > Sk_b, both causal alignments and a window; 128 heads in one ragged batch; a window on
+/// a dense call.
+#[test]
+fn speculative_rows_windows_and_many_heads() {
+    let Some(gpu) = hopper() else { return };
+    let window = Window { left: Some(100), right: Some(0) };
+    let r = Ragged::new(vec![1, 4, 0, 3, 5], vec![5, 3000, 7, 2, 4099]);
+    let mut failures = Vec::new();
+    let cases = [
+        (r.clone().paged(32, 1), Mask::CausalBottomRight, None, DType::BF16, Layout::Bshd),
+        (r.clone().paged(16, 0), Mask::CausalTopLeft, None, DType::F16, Layout::Bhsd),
+        (r.clone(), Mask::None, Some(window), DType::BF16, Layout::Bhsd),
+        (r.clone().paged(64, 0), Mask::CausalBottomRight, Some(window), DType::F16, Layout::Bshd),
+    ];
+    for (n, (r, mask, win, dtype, layout)) in cases.into_iter().enumerate() {
+        let mut spec = ragged(16, 1, dtype, r, layout).with_mask(mask);
+        if let Some(w) = win {
+            spec = spec.with_window(w);
+        }
+        failures.extend(passes(&gpu, &spec, Kernel::Auto, 60 + n as u64).err());
+    }
+    let many = ragged(128, 1, DType::BF16, Ragged::new(vec![1, 1, 1], vec![100, 5000, 33]).paged(64, 0), Layout::Bshd);
+    failures.extend(passes(&gpu, &many.with_mask(Mask::CausalBottomRight), Kernel::Auto, 70).err());
+    let dense = AttentionSpec::new(mla(2, 16, 1, 2, 3000), DType::BF16).with_mask(Mask::CausalBottomRight);
+    failures.extend(passes(&gpu, &dense.with_window(Window::left(300)), Kernel::Auto, 71).err());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Page sizes whose boxes a step cannot take whole are refused with the reason, not run wrong.
+#[test]
+fn page_sizes_it_cannot_take_are_refused() {
+    let Some(gpu) = hopper() else { return };
+    let spec = ragged(16, 1, DType::BF16, Ragged::new(vec![1, 1], vec![100, 300]).paged(24, 0), Layout::Bshd);
+    let inputs = HostInputs::random(&spec, 3).expect("valid");
+    let opts = RunOptions { kernel: Kernel::Auto, lse: true, ..Default::default() };
+    let err = gpu.run_host(&spec, &opts, &inputs).expect_err("refused");
+    assert!(err.to_string().contains("MLA path"), "{err}");
 }

@@ -391,11 +391,17 @@ pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -
         _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,
         _ => {}
     }
+    // MLA decoding (576/512) in a serving layout: splitkv's MLA path where it takes the call on this device.
+    if tc.mla && (requested == Kernel::SplitKv || requested == Kernel::Auto && super::splitkv_mla::auto_takes(spec)) {
+        return Ok(Launcher::SplitKvMla);
+    }
     if !tc.fa2 {
         return Err(unsupported(
             "ragged batches and paged KV caches run on the tensor-core kernels only (fa2, splitkv), which cannot \
              take this call: they need f16/bf16, D and Dv from 1 to 256, a positive scale, element-aligned \
-             pointers and (paged caches) 16-byte aligned rows",
+             pointers and (paged caches) 16-byte aligned rows; at D = 576, Dv = 512 splitkv's MLA path takes \
+             decoding on sm_90 (kernel splitkv or auto, no explicit mask, softcap or ALiBi, pages of 8, 16 or a \
+             multiple of 32 slots)",
         ));
     }
     Ok(match requested {
@@ -781,6 +787,13 @@ mod tests {
             assert_eq!(choose_on(Kernel::SplitKv, &mla(hq, sq), true), Launcher::SplitKvMla);
             assert_eq!(choose_on(Kernel::Auto, &mla(hq, sq), false), Launcher::Wide);
         }
+        // Ragged and paged MLA decoding take it too; without it (another GPU) they are refused with the reason.
+        let paged = mla(16, 1)
+            .with_ragged(sdpa_core::Ragged::new(vec![1; 8], vec![4096; 8]).paged(64, 0), sdpa_core::Layout::Bshd);
+        assert_eq!(choose_on(Kernel::Auto, &paged, true), Launcher::SplitKvMla);
+        let opts = RunOptions::default();
+        let tc = TensorCores::of(&paged, &params(&paged), H100_OPTIN);
+        assert!(choose(Kernel::Auto, &paged, &opts, tc).is_err_and(|e| e.to_string().contains("MLA path")));
         // 128 heads with 4 speculative rows: 512 rows per kv head, past AUTO_MAX_ROWS.
         assert_eq!(choose_on(Kernel::Auto, &mla(128, 4), true), Launcher::Wide);
         assert_eq!(choose_on(Kernel::SplitKv, &mla(128, 4), true), Launcher::SplitKvMla);

@@ -263,7 +263,7 @@ pub fn programs() -> Vec<Program> {
 /// either side gives them).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(crate) struct TmaArgs {
+struct TmaArgs {
     p: AttnParams,
     pad: [u8; TMA_PAD],
     k: CUtensorMap,
@@ -276,8 +276,8 @@ const _: () = assert!(std::mem::size_of::<TmaArgs>() == 640);
 unsafe impl DeviceRepr for TmaArgs {}
 
 impl TmaArgs {
-    /// The parameter of a TMA entry (`splitkv_tma_*`, `splitkv_mla_*`): `p`, then the K and V maps.
-    pub(crate) fn new(p: AttnParams, k: CUtensorMap, v: CUtensorMap) -> Self {
+    /// The parameter of a TMA entry (`splitkv_tma_*`): `p`, then the K and V maps.
+    fn new(p: AttnParams, k: CUtensorMap, v: CUtensorMap) -> Self {
         TmaArgs { p, pad: [0; TMA_PAD], k, v }
     }
 }
@@ -601,6 +601,25 @@ pub fn ragged_schedule(
     sm_count: usize,
     smem_per_sm: usize,
 ) -> Result<RaggedSchedule> {
+    let per_sm = ((smem_per_sm + 1024) / (tile.smem_bytes(d) + 1024)).clamp(1, 64 / tile.warps);
+    let blocks = UnitBlocks { rows: ROWS_PER_TILE, per_sm, min_chunk: tile.warps * MIN_KEYS_PER_SPLIT };
+    ragged_units(spec, blocks, sm_count)
+}
+
+/// What a ragged schedule needs of the kernel whose blocks walk it: query rows per row tile, blocks resident per
+/// SM, and the fewest keys a chunk gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitBlocks {
+    /// Packed query rows (heads x positions) of one row tile.
+    pub rows: usize,
+    /// Blocks resident per SM.
+    pub per_sm: usize,
+    /// Fewest keys per chunk (unless a sequence has fewer).
+    pub min_chunk: usize,
+}
+
+/// [`ragged_schedule`] for any kernel's blocks (`splitkv`'s, or the MLA path's, [`super::splitkv_mla`]).
+pub fn ragged_units(spec: &sdpa_core::AttentionSpec, blocks: UnitBlocks, sm_count: usize) -> Result<RaggedSchedule> {
     let s = spec.shape;
     let group = s.group_size();
     // (sequence, first key, keys, row tiles) of every sequence with rows.
@@ -612,12 +631,11 @@ pub fn ragged_schedule(
         let band = spec.band_for(seq.sq, seq.sk);
         let first = band.range(0, seq.sk).start;
         let end = band.range(seq.sq - 1, seq.sk).end.max(first);
-        seqs.push((b, first, end - first, (group * seq.sq).div_ceil(ROWS_PER_TILE)));
+        seqs.push((b, first, end - first, (group * seq.sq).div_ceil(blocks.rows)));
     }
     let weighted: usize = seqs.iter().map(|&(_, _, keys, rt)| s.hkv * rt * keys).sum();
-    let per_sm = ((smem_per_sm + 1024) / (tile.smem_bytes(d) + 1024)).clamp(1, 64 / tile.warps);
-    let target_blocks = RAGGED_WAVES * sm_count.max(1) * per_sm;
-    let mut chunk = weighted.div_ceil(target_blocks).max(tile.warps * MIN_KEYS_PER_SPLIT);
+    let target_blocks = RAGGED_WAVES * sm_count.max(1) * blocks.per_sm.max(1);
+    let mut chunk = weighted.div_ceil(target_blocks).max(blocks.min_chunk);
     if let Ok(v) = std::env::var("SDPA_SPLITKV_CHUNK") {
         chunk = v
             .parse::<usize>()

@@ -16,15 +16,16 @@
 //! with the shared memory of its tile. `auto` picks it for such calls with at most [`AUTO_MAX_ROWS`] rows per
 //! kv head; everything else at these head dims runs on `wide`.
 
-use super::splitkv::{with_scratch, L2Policy, TmaArgs};
+use super::splitkv::{ragged_units, with_scratch, L2Policy, UnitBlocks, UNIT_INTS};
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
-use crate::checked::params::{AttnParams, MASK_CAUSAL, MASK_NONE};
+use crate::checked::params::{AttnParams, Masking, MASK_CAUSAL, VAR_BAND};
 use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
 use crate::error::unsupported;
 use crate::sys::modules::SPLITKV_MLA;
 use crate::sys::program::{cuda_type, Program};
 use cudarc::driver::sys::CUtensorMap;
+use cudarc::driver::DeviceRepr;
 use sdpa_core::{AttentionSpec, DType, Mask, Result};
 
 /// Head dim of Q and K the kernel is built for (MLA: 512 latent columns and 64 rotary ones).
@@ -93,6 +94,12 @@ impl MlaTile {
     }
 }
 
+/// Rows per kv head the call's tile must hold: `group·Sq`, or of the widest sequence of a ragged call.
+fn rows_per_kv_head(spec: &AttentionSpec) -> usize {
+    let sq = spec.ragged.as_ref().map_or(spec.shape.sq, |r| r.max_q());
+    spec.shape.group_size() * sq
+}
+
 /// Why the kernel cannot take `spec` with `params` on a GPU of compute capability `cc` allowing `optin`
 /// bytes of shared memory per block, or `None`.
 pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin: usize) -> Option<String> {
@@ -103,11 +110,17 @@ pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin:
     if !matches!(spec.dtype, DType::F16 | DType::BF16) {
         return Some(format!("splitkv's MLA path takes f16 and bf16 (got {})", spec.dtype));
     }
-    if spec.ragged.is_some() {
-        return Some("splitkv's MLA path takes dense batches only".into());
+    if matches!(spec.mask, Mask::Explicit(_)) || spec.variants.softcap.is_some() || spec.variants.alibi.is_some() {
+        return Some("splitkv's MLA path takes no mask, a causal one or a window, without softcap or ALiBi".into());
     }
-    if matches!(spec.mask, Mask::Explicit(_)) || !spec.variants.is_plain() {
-        return Some("splitkv's MLA path takes no mask or a causal one, without windows, softcap or ALiBi".into());
+    if let Some(pages) = spec.ragged.as_ref().and_then(|r| r.pages) {
+        let (ps, ks) = (pages.page_size, KEYS_PER_STEP);
+        if ps % 8 != 0 || (ks % ps != 0 && ps % ks != 0) {
+            return Some(format!(
+                "splitkv's MLA path takes pages of 8, 16 or a multiple of {ks} slots (got {ps}): a step's keys come \
+                 as whole boxes of one page"
+            ));
+        }
     }
     if spec.scale() <= 0.0 {
         return Some(format!("splitkv's MLA path needs a positive scale (got {})", spec.scale()));
@@ -118,25 +131,33 @@ pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin:
     if !params.rows_16_byte_aligned(s.d, s.dv) {
         return Some("splitkv's MLA path needs rows of whole 16-byte chunks, 16-byte aligned".into());
     }
-    let tile = MlaTile::for_rows(s.group_size() * s.sq).ok()?;
+    let tile = MlaTile::for_rows(rows_per_kv_head(spec)).ok()?;
     (tile.smem_bytes() > optin).then(|| {
         format!("splitkv's MLA tile needs {} bytes of shared memory, the GPU allows {optin}", tile.smem_bytes())
     })
 }
 
-/// Whether `auto` sends a call this kernel takes here: decoding, at most [`AUTO_MAX_ROWS`] rows per kv head.
+/// Whether `auto` sends a call this kernel takes here: decoding, at most [`AUTO_MAX_ROWS`] rows per kv head
+/// (of every sequence, for a ragged call).
 pub fn auto_takes(spec: &AttentionSpec) -> bool {
-    spec.shape.group_size() * spec.shape.sq <= AUTO_MAX_ROWS
+    rows_per_kv_head(spec) <= AUTO_MAX_ROWS
 }
 
-/// The program of entry `splitkv_mla_{dtype}_576_512_{mask}_r{rows}`.
-pub fn program(dtype: DType, tile: MlaTile, mask_kind: i32) -> Program {
-    let mask = super::mask_const("FA2", mask_kind);
-    let suffix = crate::checked::params::Masking { kind: mask_kind, var: 0 }.suffix();
-    let name = format!("splitkv_mla_{}_{MLA_D}_{MLA_DV}_{suffix}_r{}", dtype.name(), tile.rows());
+/// Keys per step of both tiles (`KS`; the TMA boxes' rows).
+pub const KEYS_PER_STEP: usize = 32;
+
+/// The program of entry `splitkv_mla_{dtype}_576_512_{none|band}_r{rows}`: `band` tests each key against its
+/// row's band (causal masks, windows).
+pub fn program(dtype: DType, tile: MlaTile, band: bool) -> Program {
+    let name = format!(
+        "splitkv_mla_{}_{MLA_D}_{MLA_DV}_{}_r{}",
+        dtype.name(),
+        if band { "band" } else { "none" },
+        tile.rows()
+    );
     let MlaTile { row_warps, col_warps, keys_per_step, stages } = tile;
     let line = format!(
-        "SPLITKV_MLA_ENTRY({name}, {}, {MLA_D}, {MLA_DV}, {row_warps}, {col_warps}, {keys_per_step}, {stages}, {mask})",
+        "SPLITKV_MLA_ENTRY({name}, {}, {MLA_D}, {MLA_DV}, {row_warps}, {col_warps}, {keys_per_step}, {stages}, {band})",
         cuda_type(dtype)
     );
     Program::entry(&SPLITKV_MLA, name, line)
@@ -154,6 +175,7 @@ pub const COMBINE_SPLITS_PER_GROUP: usize = 16;
 pub fn combine_groups(splits: usize) -> usize {
     (splits / COMBINE_SPLITS_PER_GROUP).clamp(1, COMBINE_GROUPS)
 }
+
 /// Most splits of a row tile (the combine keeps one weight per split in shared memory).
 pub const MAX_SPLITS: usize = 4096;
 
@@ -166,30 +188,30 @@ pub fn combine_smem_bytes(splits: usize) -> usize {
 }
 
 /// The program of the merge of split row tiles, `splitkv_mla_combine_{dtype}_512`: one block of
-/// [`COMBINE_GROUPS`] x Dv / 4 threads per query row.
+/// [`combine_groups`] x Dv / 4 threads per query row.
 pub fn combine_program(dtype: DType) -> Program {
     let name = format!("splitkv_mla_combine_{}_{MLA_DV}", dtype.name());
     let line = format!("SPLITKV_MLA_COMBINE_ENTRY({name}, {}, {MLA_DV})", cuda_type(dtype));
     Program::entry(&SPLITKV_MLA, name, line)
 }
 
-/// Every instantiation: both dtypes, both tiles, no mask and causal, and the combine of each dtype.
+/// Every instantiation: both dtypes, both tiles, with and without the band test, and the combine of each dtype.
 pub fn programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         all.push(combine_program(dtype));
         for tile in [MlaTile::NARROW, MlaTile::TALL] {
-            for mask in [MASK_NONE, MASK_CAUSAL] {
-                all.push(program(dtype, tile, mask));
+            for band in [false, true] {
+                all.push(program(dtype, tile, band));
             }
         }
     }
     all
 }
 
-/// Splits of the keys per row tile: one block per multiprocessor over all row tiles (the tile fills an
-/// SM's shared memory), at least [`MIN_KEYS_PER_SPLIT`] keys each, at most [`MAX_SPLITS`]; `SDPA_MLA_SPLITS`
-/// forces the count for tuning runs.
+/// Splits of the keys per row tile of a dense call: one block per multiprocessor over all row tiles (the tile
+/// fills an SM's shared memory), at least [`MIN_KEYS_PER_SPLIT`] keys each, at most [`MAX_SPLITS`];
+/// `SDPA_MLA_SPLITS` forces the count for tuning runs.
 pub fn plan_splits(units: usize, keys: usize, sm_count: usize) -> Result<usize> {
     let most = keys.div_ceil(MIN_KEYS_PER_SPLIT).max(1);
     if let Ok(v) = std::env::var("SDPA_MLA_SPLITS") {
@@ -199,19 +221,52 @@ pub fn plan_splits(units: usize, keys: usize, sm_count: usize) -> Result<usize> 
     Ok((sm_count.max(1) / units.max(1)).clamp(1, most.min(MAX_SPLITS)))
 }
 
-/// One planned launch.
+/// The forward's parameter: `SplitKvMlaArgs` in splitkv_mla.cu (AttnParams, the ragged schedule and the
+/// combine's per-sequence table (0 when dense), the partial slots, padding to byte 384, the K and V maps).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MlaArgs {
+    p: AttnParams,
+    units: u64,
+    seqs: u64,
+    parts: i64,
+    pad: [u8; MLA_PAD],
+    k: CUtensorMap,
+    v: CUtensorMap,
+}
+const MLA_PAD: usize = 384 - crate::checked::params::ATTN_PARAMS_SIZE - 24;
+const _: () = assert!(std::mem::size_of::<MlaArgs>() == 640);
+// SAFETY: plain data with C layout matching the kernel's `SplitKvMlaArgs` (size asserted on both sides).
+unsafe impl DeviceRepr for MlaArgs {}
+
+/// The combine's parameter: `SplitKvMlaCombineArgs` (AttnParams, the per-sequence table or 0, the partial slots).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CombineArgs {
+    p: AttnParams,
+    seqs: u64,
+    parts: i64,
+}
+const _: () = assert!(std::mem::size_of::<CombineArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
+// SAFETY: plain data with C layout matching the kernel's `SplitKvMlaCombineArgs`.
+unsafe impl DeviceRepr for CombineArgs {}
+
+/// One planned call: the forward, and the combine when row tiles are split.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The entry.
+    /// The forward's entry.
     pub program: Program,
-    /// Grid (row groups, splits, batch x kv heads), block and shared memory.
+    /// Its grid (dense: row groups, splits, batch x kv heads; ragged: units x row groups, kv heads), block and
+    /// shared memory.
     pub dims: LaunchDims,
-    /// The call's parameters with the L2 policy set.
+    /// The call's parameters with the L2 policy and the split count (ragged: the row groups) set.
     pub params: AttnParams,
-    /// Splits of the keys (blocks per row tile).
-    pub splits: usize,
-    /// The merge of the partials, when `splits > 1`, and its launch shape.
+    /// Partial slots in the scratch (0: no row tile is split, no combine).
+    pub parts: usize,
+    /// The merge of the partials, when some row tile is split, and its launch shape.
     pub combine: Option<(Program, LaunchDims)>,
+    /// A ragged call's schedule (`splitkv::UNIT_INTS` ints per unit) and per-sequence (chunks, first slot).
+    ragged: Option<(Vec<i32>, Vec<i32>)>,
     maps: (CUtensorMap, CUtensorMap),
 }
 
@@ -224,26 +279,82 @@ impl Plan {
     }
 }
 
-/// Program, launch shape and tensor maps of a call [`refuses`] accepts.
+fn u32_of(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| unsupported(format!("splitkv MLA: {what} too large")))
+}
+
+/// Program, launch shapes, tensor maps and (ragged) schedule of a call [`refuses`] accepts.
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let info = call.dev.info();
     let optin = info.smem_per_block_optin.max(0) as usize;
-    if let Some(why) = refuses(call.spec, &call.params, info.compute_capability, optin) {
+    let spec = call.spec;
+    if let Some(why) = refuses(spec, &call.params, info.compute_capability, optin) {
         return Err(unsupported(why));
     }
-    let s = call.spec.shape;
-    let rows = s.group_size() * s.sq;
-    let tile = MlaTile::for_rows(rows)?;
-    let row_groups = rows.div_ceil(tile.rows()).max(1);
-    // Causal rows see at most Sk keys; the kernel cuts each row tile's keys further.
-    let splits = plan_splits(s.b * s.hkv * row_groups, s.sk, info.sm_count.max(1) as usize)?;
+    let s = spec.shape;
+    let tile = MlaTile::for_rows(rows_per_kv_head(spec))?;
+    let sm_count = info.sm_count.max(1) as usize;
+    let masking = Masking::of(spec);
+    let band = masking.kind == MASK_CAUSAL || masking.var & VAR_BAND != 0;
     let p = &call.params;
-    let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
-    let maps = kv_tensor_map(&op(p.k, p.k_stride, s.d), tile.keys_per_step)
-        .zip(kv_tensor_map(&op(p.v, p.v_stride, s.dv), tile.keys_per_step))
-        .ok_or_else(|| unsupported("splitkv's MLA path: no TMA tensor map describes this K/V layout"))?;
+    let ragged = spec.ragged.as_ref();
+    // K/V maps: dense over (D, Sk, Hkv, B); varlen over the packed rows as one batch; paged over the pool, in
+    // boxes of min(keys per step, page size) keys.
+    let (dims3, packed, box_keys) = match ragged {
+        None => ([s.b, s.hkv, s.sk], false, tile.keys_per_step),
+        Some(r) => match r.pages {
+            Some(pg) => ([pg.num_pages, s.hkv, pg.page_size], false, tile.keys_per_step.min(pg.page_size)),
+            None => ([1, s.hkv, r.total_k().max(1)], true, tile.keys_per_step),
+        },
+    };
+    let op = |ptr, st: [i64; 3], w| KvOperand {
+        ptr,
+        dtype: spec.dtype,
+        dims: [dims3[0], dims3[1], dims3[2], w],
+        strides: if packed { [0, st[1], st[2]] } else { st },
+    };
+    let maps = kv_tensor_map(&op(p.k, p.k_stride, s.d), box_keys)
+        .zip(kv_tensor_map(&op(p.v, p.v_stride, s.dv), box_keys))
+        .ok_or_else(|| {
+            unsupported("splitkv's MLA path: no TMA tensor map describes this K/V layout (strides must be positive multiples of 16 bytes)")
+        })?;
     let mut params = call.params;
-    params.num_splits = i32::try_from(splits).map_err(|_| unsupported("too many splits"))?;
+    let (grid, parts, ragged_tables, row_groups) = match ragged {
+        None => {
+            let row_groups = (s.group_size() * s.sq).div_ceil(tile.rows()).max(1);
+            // The keys the splits share: all, or the union of the rows' bands (a window's).
+            let splits = plan_splits(s.b * s.hkv * row_groups, super::splitkv::band_keys(spec), sm_count)?;
+            params.num_splits = i32::try_from(splits).map_err(|_| unsupported("too many splits"))?;
+            let grid = (
+                u32_of(row_groups, "row groups")?,
+                u32_of(splits, "splits")?,
+                u32_of(s.b * s.hkv, "batch x kv heads")?,
+            );
+            let parts = if splits > 1 { s.b * s.hq * s.sq * splits } else { 0 };
+            (grid, parts, None, row_groups)
+        }
+        Some(_) => {
+            let blocks = UnitBlocks { rows: tile.rows(), per_sm: 1, min_chunk: MIN_KEYS_PER_SPLIT };
+            let sched = ragged_units(spec, blocks, sm_count)?;
+            // The combine's table: each sequence's chunks and first partial slot (0 chunks: no query rows).
+            let mut seqs = vec![0i32; 2 * s.b];
+            for u in sched.units.chunks(UNIT_INTS) {
+                let b = u[0] as usize;
+                seqs[2 * b] = u[2];
+                seqs[2 * b + 1] = u[5];
+            }
+            let row_groups = sched.row_tiles.max(1);
+            // A ragged call's num_splits carries the row groups per unit (the kernel's grid decoding).
+            params.num_splits = i32::try_from(row_groups).map_err(|_| unsupported("too many row groups"))?;
+            let units = sched.len().max(1);
+            let grid = (
+                u32_of(units.saturating_mul(row_groups), "schedule units x row groups")?,
+                u32_of(s.hkv, "kv heads")?,
+                1,
+            );
+            (grid, sched.parts, Some((sched.units, seqs)), row_groups)
+        }
+    };
     // Several row groups read each key chunk, the second from L2: keep the lines at normal priority then.
     let policy = super::splitkv::forced_l2_policy()?.unwrap_or(if row_groups > 1 {
         L2Policy::EvictNormal
@@ -251,49 +362,71 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         L2Policy::EvictFirst
     });
     params.extra = policy as i32;
-    let u32_of =
-        |v: usize, what: &str| u32::try_from(v).map_err(|_| unsupported(format!("splitkv MLA: {what} too large")));
-    let dims = LaunchDims {
-        grid: (u32_of(row_groups, "row groups")?, u32_of(splits, "splits")?, u32_of(s.b * s.hkv, "batch x kv heads")?),
-        block: (tile.threads() as u32, 1, 1),
-        smem_bytes: tile.smem_bytes() as u32,
+    let dims = LaunchDims { grid, block: (tile.threads() as u32, 1, 1), smem_bytes: tile.smem_bytes() as u32 };
+    // The combine: one block per (head x query row of the widest sequence, batch entry), its thread groups
+    // from the most splits a row tile has.
+    let most_splits = match &ragged_tables {
+        Some((units, _)) => units.chunks(UNIT_INTS).map(|u| u[2].max(1) as usize).max().unwrap_or(1),
+        None => params.num_splits.max(1) as usize,
     };
-    let mask = if matches!(call.spec.mask, Mask::None) { MASK_NONE } else { MASK_CAUSAL };
-    // The combine's blocks: one per (query row of a batch entry, batch entry).
-    let combine = (splits > 1)
+    let max_sq = ragged.map_or(s.sq, |r| r.max_q());
+    let combine = (parts > 0)
         .then(|| -> Result<_> {
             let dims = LaunchDims {
-                grid: (u32_of(s.hq * s.sq, "query rows")?, u32_of(s.b, "batch")?, 1),
-                block: ((combine_groups(splits) * MLA_DV / 4) as u32, 1, 1),
-                smem_bytes: combine_smem_bytes(splits) as u32,
+                grid: (u32_of(s.hq * max_sq.max(1), "query rows")?, u32_of(s.b, "batch")?, 1),
+                block: ((combine_groups(most_splits) * MLA_DV / 4) as u32, 1, 1),
+                smem_bytes: combine_smem_bytes(most_splits) as u32,
             };
-            Ok((combine_program(call.spec.dtype), dims))
+            Ok((combine_program(spec.dtype), dims))
         })
         .transpose()?;
-    Ok(Plan { program: program(call.spec.dtype, tile, mask), dims, params, splits, combine, maps })
+    Ok(Plan { program: program(spec.dtype, tile, band), dims, params, parts, combine, ragged: ragged_tables, maps })
 }
 
-/// Runs the call: one launch, and the combine after it when the row tiles are split (with scratch for the
-/// partials).
+/// Runs the call: the forward, and the combine after it when some row tile is split (with scratch for the
+/// partials); a ragged call's schedule is uploaded once per content.
 pub fn run(call: &Call<'_>) -> Result<()> {
-    let Plan { program, dims, params, splits, combine, maps: (k, v) } = plan(call)?;
-    let s = call.spec.shape;
+    let Plan { program, dims, params, parts, combine, ragged, maps: (k, v) } = plan(call)?;
+    if ragged.as_ref().is_some_and(|(units, _)| units.is_empty()) {
+        return Ok(()); // no sequence has a query row: nothing to write
+    }
+    let tables = match &ragged {
+        Some((units, seqs)) => Some((
+            call.dev.table_i32(units, "splitkv MLA's ragged schedule")?,
+            call.dev.table_i32(seqs, "splitkv MLA's per-sequence chunks")?,
+        )),
+        None => None,
+    };
+    let guards = tables.as_ref().map(|(u, q)| {
+        (
+            cudarc::driver::DevicePtr::device_ptr(u.as_ref(), call.stream),
+            cudarc::driver::DevicePtr::device_ptr(q.as_ref(), call.stream),
+        )
+    });
+    let (units, seqs) = guards.as_ref().map_or((0, 0), |((u, _), (q, _))| (*u, *q));
+    let parts_i = i64::try_from(parts).map_err(|_| unsupported("splitkv MLA: too many partials"))?;
     let go = |params: &AttnParams| -> Result<()> {
-        // SAFETY: the entry takes SplitKvTmaArgs (AttnParams, padding, the K and V maps), which TmaArgs mirrors;
-        // the maps describe the call's K and V, and every pointer in params is the call's (checked by Call).
-        unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &TmaArgs::new(*params, k, v)) }?;
+        let args = MlaArgs { p: *params, units, seqs, parts: parts_i, pad: [0; MLA_PAD], k, v };
+        // SAFETY: the entry takes SplitKvMlaArgs, which MlaArgs mirrors; the maps describe the call's K and V,
+        // the tables were uploaded above and outlive the launch (their guards are held), and every pointer in
+        // params is the call's (checked by Call).
+        unsafe { launch(call.dev, call.stream, &program, &program.name, dims, &args) }?;
         if let Some((cp, cdims)) = &combine {
-            // SAFETY: the combine takes AttnParams by value; it reads the partials the launch before it wrote
-            // into params.workspace (same stream) and writes the call's O and LSE.
-            unsafe { launch(call.dev, call.stream, cp, &cp.name, *cdims, params) }?;
+            // SAFETY: the combine takes SplitKvMlaCombineArgs; it reads the partials the forward wrote into
+            // params.workspace (same stream) and writes the call's O and LSE.
+            let cargs = CombineArgs { p: *params, seqs, parts: parts_i };
+            unsafe { launch(call.dev, call.stream, cp, &cp.name, *cdims, &cargs) }?;
         }
         Ok(())
     };
     if combine.is_none() {
         return go(&params);
     }
-    let units = s.b * s.hkv * dims.grid.0 as usize;
-    with_scratch(call, params, s.b * s.hq * s.sq, splits, MLA_DV, units, go)
+    // splitkv's scratch layout (partial LSEs, then outputs); the MLA path keeps no per-tile counters, one
+    // keeps the layout's tail non-empty.
+    with_scratch(call, params, parts, 1, MLA_DV, 1, go)?;
+    drop(guards);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -342,6 +475,26 @@ mod tests {
         assert!(refuses(&spec, &params, (9, 0), 100 * 1024).is_some_and(|w| w.contains("shared memory")));
         let causal = spec.clone().with_mask(Mask::CausalTopLeft);
         assert_eq!(refuses(&causal, &params, (9, 0), optin), None);
+        assert_eq!(refuses(&causal.clone().with_window(sdpa_core::Window::left(100)), &params, (9, 0), optin), None);
+        // Ragged batches: packed, and paged in pages whose boxes a step can take whole.
+        let ragged = |pages: Option<usize>| {
+            let r = sdpa_core::Ragged::new(vec![1, 1], vec![700, 1000]);
+            let r = match pages {
+                Some(ps) => r.paged(ps, 0),
+                None => r,
+            };
+            spec.clone().with_ragged(r, sdpa_core::Layout::Bshd)
+        };
+        for pages in [None, Some(8), Some(16), Some(32), Some(64), Some(256)] {
+            let r = ragged(pages);
+            let p = AttnParams::new(&r, 256, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
+            assert_eq!(refuses(&r, &p, (9, 0), optin), None, "pages {pages:?}");
+        }
+        for pages in [24, 48] {
+            let r = ragged(Some(pages));
+            let p = AttnParams::new(&r, 256, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
+            assert!(refuses(&r, &p, (9, 0), optin).is_some_and(|w| w.contains("pages")), "pages {pages}");
+        }
         for other in [
             spec.clone().with_softcap(30.0),
             AttentionSpec::new(Shape { d: 512, ..shape }, DType::BF16),
@@ -359,7 +512,7 @@ mod tests {
         let names: Vec<String> = programs().into_iter().map(|p| p.name).collect();
         assert_eq!(names.len(), 10);
         assert!(names.contains(&"splitkv_mla_combine_bf16_512".to_string()), "{names:?}");
-        assert!(names.contains(&"splitkv_mla_bf16_576_512_causal_r64".to_string()), "{names:?}");
+        assert!(names.contains(&"splitkv_mla_bf16_576_512_band_r64".to_string()), "{names:?}");
         assert!(names.contains(&"splitkv_mla_f16_576_512_none_r16".to_string()), "{names:?}");
     }
 }
