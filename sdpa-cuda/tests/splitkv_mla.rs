@@ -129,6 +129,12 @@ fn small_mla_calls_for_the_sanitizer() {
         }
     }
     common::run_table_on(&gpu, "splitkv_mla sanitizer", &table, 9500, Some(Kernel::SplitKv));
+    // A paged batch in 16-slot pages (two boxes per step) with a split sequence, and a packed one.
+    let r = Ragged::new(vec![1, 2], vec![40, 700]);
+    for r in [r.clone().paged(16, 1), r] {
+        let spec = ragged(16, 1, DType::BF16, r, Layout::Bshd).with_mask(Mask::CausalBottomRight);
+        passes(&gpu, &spec, Kernel::SplitKv, 9600).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// A ragged MLA batch: `hq` query heads on `hkv` kv heads.
