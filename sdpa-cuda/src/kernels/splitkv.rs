@@ -602,12 +602,13 @@ pub fn ragged_schedule(
     smem_per_sm: usize,
 ) -> Result<RaggedSchedule> {
     let per_sm = ((smem_per_sm + 1024) / (tile.smem_bytes(d) + 1024)).clamp(1, 64 / tile.warps);
-    let blocks = UnitBlocks { rows: ROWS_PER_TILE, per_sm, min_chunk: tile.warps * MIN_KEYS_PER_SPLIT };
+    let blocks =
+        UnitBlocks { rows: ROWS_PER_TILE, per_sm, min_chunk: tile.warps * MIN_KEYS_PER_SPLIT, waves: RAGGED_WAVES };
     ragged_units(spec, blocks, sm_count)
 }
 
 /// What a ragged schedule needs of the kernel whose blocks walk it: query rows per row tile, blocks resident per
-/// SM, and the fewest keys a chunk gets.
+/// SM, the fewest keys a chunk gets, and the waves of blocks to aim for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnitBlocks {
     /// Packed query rows (heads x positions) of one row tile.
@@ -616,6 +617,8 @@ pub struct UnitBlocks {
     pub per_sm: usize,
     /// Fewest keys per chunk (unless a sequence has fewer).
     pub min_chunk: usize,
+    /// Waves of blocks the chunks aim for ([`RAGGED_WAVES`] for `splitkv`).
+    pub waves: usize,
 }
 
 /// [`ragged_schedule`] for any kernel's blocks (`splitkv`'s, or the MLA path's, [`super::splitkv_mla`]).
@@ -634,7 +637,7 @@ pub fn ragged_units(spec: &sdpa_core::AttentionSpec, blocks: UnitBlocks, sm_coun
         seqs.push((b, first, end - first, (group * seq.sq).div_ceil(blocks.rows)));
     }
     let weighted: usize = seqs.iter().map(|&(_, _, keys, rt)| s.hkv * rt * keys).sum();
-    let target_blocks = RAGGED_WAVES * sm_count.max(1) * blocks.per_sm.max(1);
+    let target_blocks = blocks.waves.max(1) * sm_count.max(1) * blocks.per_sm.max(1);
     let mut chunk = weighted.div_ceil(target_blocks).max(blocks.min_chunk);
     if let Ok(v) = std::env::var("SDPA_SPLITKV_CHUNK") {
         chunk = v
