@@ -8,9 +8,11 @@
 #include "sm90_async.cuh"
 
 // Scratch inside AttnParams::workspace for row tiles split over several blocks: `parts` partials in all
-// (dense: B·Hq·Sq rows x nblk = gridDim.x blocks; ragged: SkvUnit::parts), their LSEs first, then their
-// outputs [parts][D] f32 from the next 16-byte boundary, then one u32 counter per (batch, row tile), zero
-// before the launch (src/kernels/splitkv.rs `workspace_len` sizes it the same way and zeroes the counters).
+// (splitkv dense: B·Hq·Sq rows x nblk = gridDim.x blocks; ragged: SkvUnit::parts; splitkv_mla: its
+// SplitKvMlaArgs::parts), their LSEs first, then their outputs [parts][D] f32 from the next 16-byte boundary,
+// then one u32 counter per (batch, row tile), zero before the launch (src/kernels/splitkv.rs `workspace_len`
+// sizes it the same way and zeroes the counters; splitkv.cu's last-block merge counts there, splitkv_mla.cu
+// merges in a second launch and keeps none).
 __device__ __forceinline__ float* splitkv_part_lse(const AttnParams& p) { return static_cast<float*>(p.workspace); }
 __device__ __forceinline__ float* splitkv_part_o(const AttnParams& p, long long parts) {
     return static_cast<float*>(p.workspace) + (parts + 3) / 4 * 4;

@@ -12,7 +12,7 @@
 //
 // K and V stream by TMA into a STAGES-deep ring of [KS keys][64 columns] boxes in the 128-byte swizzle
 // (splitkv.cu's TMA layout), issued by thread 0, completing on a `full` mbarrier per stage; each warp
-// releases a stage on its `empty` mbarrier. Every block is one (row group, split of the keys, batch and kv
+// releases a stage on its `empty` mbarrier. Every block is one (row tile, split of the keys, batch and kv
 // head); a row tile split over several blocks writes partials to scratch (splitkv_common.cuh's layout) and
 // a second launch merges them, one block per row (splitkv_mla_combine). Keys of the next split that a step's boxes bring
 // score -inf; a NaN or inf they hold in V can still reach a row through 0·inf, which the repair of

@@ -2,7 +2,7 @@
 //! reference on the GPU: random data, poisoned outputs, both tiles (16 rows per kv head and fewer; up to 64 per
 //! block, with row groups past the kv head's rows idle), several row groups (128 heads), GQA over two kv heads,
 //! speculative rows (Sq = 2, 3, 4) under both causal alignments, keys fewer than a step, off every step and split,
-//! one split and many (merged in the launch), both layouts, LSE on and off, f16 and bf16, each within twice the
+//! one split and many (merged by the combine launch with one to four thread groups), both layouts, LSE on and off, f16 and bf16, each within twice the
 //! unfused kernel's error on the same inputs; a NaN in one query, and a NaN in V under a key that only some rows
 //! see (the repair of non-finite rows); windows; ragged batches with K/V packed or paged (pages of 8, 16, 32, 64
 //! and 256 slots; caches of 0, 1, mid-page and 20000 keys; speculative rows; 128 heads). `auto` and `splitkv`
@@ -50,8 +50,13 @@ fn shapes() -> Vec<Shape> {
         mla(2, 40, 2, 1, 777),
         // 32 heads x 4 rows: 128 rows, two row groups, both causal alignments matter.
         mla(1, 32, 1, 4, 517),
-        // One long sequence: many splits merged by the last block.
+        // One long sequence: 79 splits merged by the combine's four thread groups.
         mla(1, 16, 1, 1, 20011),
+        // The tall tile in one split (its own output, LSE and repair): 128 heads over fewer than 256 keys.
+        mla(2, 128, 1, 1, 200),
+        // The combine with two thread groups (36 splits, tall tile) and three (51 splits, narrow tile).
+        mla(1, 16, 1, 2, 9000),
+        mla(1, 16, 1, 1, 13000),
     ]
 }
 

@@ -53,14 +53,19 @@ pub fn padded_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtenso
     encode(op, box_keys)
 }
 
-fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
-    let data_type = match op.dtype {
-        DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        // TMA only moves bytes: E4M3 travels as u8.
-        DType::F8E4M3 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        DType::F32 => return None,
-    };
+/// Whether [`kv_tensor_map`] can describe `op` in boxes of `box_keys` keys, decided without the driver (the
+/// layout rules it checks before encoding; a policy deciding which kernel takes a call asks this).
+pub fn kv_describable(op: &KvOperand, box_keys: usize) -> bool {
+    op.dims[3].is_multiple_of(BOX_COLS) && layout(op, box_keys).is_some()
+}
+
+/// The global dims and byte strides (innermost first) of `op`'s map, or `None` when no tensor map can
+/// describe it: dtype, alignment, box, strides (positive multiples of 16 bytes below 2^40 for extents above
+/// 1) and extents (1 to 2^32).
+fn layout(op: &KvOperand, box_keys: usize) -> Option<([u64; 4], [u64; 3])> {
+    if op.dtype == DType::F32 {
+        return None;
+    }
     let elem = op.dtype.size_bytes() as u64;
     let [b, h, s, d] = op.dims;
     if !op.ptr.is_multiple_of(16) || !(1..=256).contains(&box_keys) {
@@ -85,6 +90,18 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
         }
         *g = x as u64;
     }
+    Some((global_dim, strides))
+}
+
+fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
+    let data_type = match op.dtype {
+        DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        // TMA only moves bytes: E4M3 travels as u8.
+        DType::F8E4M3 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        DType::F32 => return None,
+    };
+    let (global_dim, strides) = layout(op, box_keys)?;
     let box_dim = [box_cols(op.dtype) as u32, box_keys as u32, 1, 1];
     let element_strides = [1u32; 4];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();

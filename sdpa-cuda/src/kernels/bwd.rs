@@ -426,7 +426,7 @@ pub(super) fn workspace_bytes(spec: &AttentionSpec, deterministic: bool) -> Opti
 
 /// Device memory a backward call of `spec` on `params`' pointers and strides allocates beyond its operands,
 /// as [`run`] routes it, and so needs free when it starts: in place ([`aligned`]) its workspace
-/// ([`workspace_bytes`]); through the copies what [`super::bwd_pad::required_free`] requires (the scratch,
+/// (`workspace_bytes`); through the copies what [`super::bwd_pad::required_free`] requires (the scratch,
 /// the padded call's workspace and the headroom). `None` when a size overflows.
 pub fn device_bytes(spec: &AttentionSpec, params: &BwdParams, deterministic: bool) -> Option<u64> {
     let s = spec.shape;

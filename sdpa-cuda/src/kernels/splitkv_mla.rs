@@ -20,7 +20,7 @@ use super::splitkv::{ragged_units, with_scratch, L2Policy, UnitBlocks, UNIT_INTS
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{AttnParams, Masking, MASK_CAUSAL, VAR_BAND};
-use crate::checked::tensor_map::{kv_tensor_map, KvOperand};
+use crate::checked::tensor_map::{kv_describable, kv_tensor_map, KvOperand};
 use crate::error::unsupported;
 use crate::sys::modules::SPLITKV_MLA;
 use crate::sys::program::{cuda_type, Program};
@@ -35,6 +35,8 @@ pub const MLA_DV: usize = 512;
 /// Most rows per kv head (`group·Sq`) for which `auto` picks this kernel: every row group of 64 streams the
 /// keys again (from L2 after the first), so past a few groups the GEMMs of `wide` are the better tool.
 pub const AUTO_MAX_ROWS: usize = 128;
+/// Keys per step of both tiles (`KS`; the TMA boxes' rows).
+pub const KEYS_PER_STEP: usize = 32;
 /// Fewest keys a split gets (unless Sk itself is shorter): each split's partial costs `rows x Dv` f32 of
 /// scratch traffic.
 pub const MIN_KEYS_PER_SPLIT: usize = 256;
@@ -100,6 +102,30 @@ fn rows_per_kv_head(spec: &AttentionSpec) -> usize {
     spec.shape.group_size() * sq
 }
 
+/// The K and V operands of the call's tensor maps and their box rows: dense over (D, Sk, Hkv, B); varlen over
+/// the packed rows as one batch; paged over the pool, in boxes of min(keys per step, page size) keys.
+fn kv_operands(spec: &AttentionSpec, params: &AttnParams) -> (KvOperand, KvOperand, usize) {
+    let s = spec.shape;
+    let ragged = spec.ragged.as_ref();
+    let (dims3, packed, box_keys) = match ragged {
+        None => ([s.b, s.hkv, s.sk], false, KEYS_PER_STEP),
+        Some(r) => match r.pages {
+            Some(pg) => ([pg.num_pages, s.hkv, pg.page_size], false, KEYS_PER_STEP.min(pg.page_size)),
+            None => ([1, s.hkv, r.total_k().max(1)], true, KEYS_PER_STEP),
+        },
+    };
+    let op = |ptr, st: [i64; 3], w| KvOperand {
+        ptr,
+        dtype: spec.dtype,
+        dims: [dims3[0], dims3[1], dims3[2], w],
+        strides: if packed { [0, st[1], st[2]] } else { st },
+    };
+    (op(params.k, params.k_stride, s.d), op(params.v, params.v_stride, s.dv), box_keys)
+}
+
+/// Most blocks along a grid's y and z (CUDA's limit): the dense grid's z is B x Hkv, the combine's y is B.
+const GRID_YZ_MAX: usize = 65535;
+
 /// Why the kernel cannot take `spec` with `params` on a GPU of compute capability `cc` allowing `optin`
 /// bytes of shared memory per block, or `None`.
 pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin: usize) -> Option<String> {
@@ -131,7 +157,26 @@ pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin:
     if !params.rows_16_byte_aligned(s.d, s.dv) {
         return Some("splitkv's MLA path needs rows of whole 16-byte chunks, 16-byte aligned".into());
     }
-    let tile = MlaTile::for_rows(rows_per_kv_head(spec)).ok()?;
+    let (k, v, box_keys) = kv_operands(spec, params);
+    if !kv_describable(&k, box_keys) || !kv_describable(&v, box_keys) {
+        return Some(
+            "splitkv's MLA path reads K and V through TMA tensor maps, which need strides that are positive \
+             multiples of 16 bytes (broadcast K/V with a zero stride cannot be described)"
+                .into(),
+        );
+    }
+    let yz = if spec.ragged.is_some() { s.hkv.max(s.b) } else { s.b.saturating_mul(s.hkv) };
+    if yz > GRID_YZ_MAX {
+        return Some(format!(
+            "splitkv's MLA path launches a block row per batch entry and kv head: at most {GRID_YZ_MAX} (got B = {}, \
+             Hkv = {})",
+            s.b, s.hkv
+        ));
+    }
+    let tile = match MlaTile::for_rows(rows_per_kv_head(spec)) {
+        Ok(t) => t,
+        Err(e) => return Some(e.to_string()),
+    };
     (tile.smem_bytes() > optin).then(|| {
         format!("splitkv's MLA tile needs {} bytes of shared memory, the GPU allows {optin}", tile.smem_bytes())
     })
@@ -142,9 +187,6 @@ pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin:
 pub fn auto_takes(spec: &AttentionSpec) -> bool {
     rows_per_kv_head(spec) <= AUTO_MAX_ROWS
 }
-
-/// Keys per step of both tiles (`KS`; the TMA boxes' rows).
-pub const KEYS_PER_STEP: usize = 32;
 
 /// The program of entry `splitkv_mla_{dtype}_576_512_{none|band}_r{rows}`: `band` tests each key against its
 /// row's band (causal masks, windows).
@@ -219,6 +261,18 @@ pub fn plan_splits(units: usize, keys: usize, sm_count: usize) -> Result<usize> 
         return Ok(n.clamp(1, keys.clamp(1, MAX_SPLITS)));
     }
     Ok((sm_count.max(1) / units.max(1)).clamp(1, most.min(MAX_SPLITS)))
+}
+
+/// Keys the rows of a dense call reach together: the union of their bands, causal masks included (a top-left
+/// causal decode step of one row reaches one key, and splitting Sk for it would leave all but one split empty).
+pub fn band_keys(spec: &AttentionSpec) -> usize {
+    let s = spec.shape;
+    if s.sq == 0 {
+        return 0;
+    }
+    let band = spec.band();
+    let (first, last) = (band.range(0, s.sk), band.range(s.sq - 1, s.sk));
+    last.end.saturating_sub(first.start)
 }
 
 /// The forward's parameter: `SplitKvMlaArgs` in splitkv_mla.cu (AttnParams, the ragged schedule and the
@@ -296,34 +350,17 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let sm_count = info.sm_count.max(1) as usize;
     let masking = Masking::of(spec);
     let band = masking.kind == MASK_CAUSAL || masking.var & VAR_BAND != 0;
-    let p = &call.params;
     let ragged = spec.ragged.as_ref();
-    // K/V maps: dense over (D, Sk, Hkv, B); varlen over the packed rows as one batch; paged over the pool, in
-    // boxes of min(keys per step, page size) keys.
-    let (dims3, packed, box_keys) = match ragged {
-        None => ([s.b, s.hkv, s.sk], false, tile.keys_per_step),
-        Some(r) => match r.pages {
-            Some(pg) => ([pg.num_pages, s.hkv, pg.page_size], false, tile.keys_per_step.min(pg.page_size)),
-            None => ([1, s.hkv, r.total_k().max(1)], true, tile.keys_per_step),
-        },
-    };
-    let op = |ptr, st: [i64; 3], w| KvOperand {
-        ptr,
-        dtype: spec.dtype,
-        dims: [dims3[0], dims3[1], dims3[2], w],
-        strides: if packed { [0, st[1], st[2]] } else { st },
-    };
-    let maps = kv_tensor_map(&op(p.k, p.k_stride, s.d), box_keys)
-        .zip(kv_tensor_map(&op(p.v, p.v_stride, s.dv), box_keys))
-        .ok_or_else(|| {
-            unsupported("splitkv's MLA path: no TMA tensor map describes this K/V layout (strides must be positive multiples of 16 bytes)")
-        })?;
+    let (k_op, v_op, box_keys) = kv_operands(spec, &call.params);
+    let maps = kv_tensor_map(&k_op, box_keys)
+        .zip(kv_tensor_map(&v_op, box_keys))
+        .ok_or_else(|| unsupported("splitkv's MLA path: the driver could not encode the K/V tensor maps"))?;
     let mut params = call.params;
     let (grid, parts, ragged_tables, row_groups) = match ragged {
         None => {
             let row_groups = (s.group_size() * s.sq).div_ceil(tile.rows()).max(1);
-            // The keys the splits share: all, or the union of the rows' bands (a window's).
-            let splits = plan_splits(s.b * s.hkv * row_groups, super::splitkv::band_keys(spec), sm_count)?;
+            // The keys the splits share: the union of the rows' bands (a causal mask's or a window's).
+            let splits = plan_splits(s.b * s.hkv * row_groups, band_keys(spec), sm_count)?;
             params.num_splits = i32::try_from(splits).map_err(|_| unsupported("too many splits"))?;
             let grid = (
                 u32_of(row_groups, "row groups")?,
@@ -507,6 +544,28 @@ mod tests {
         }
         let odd = AttnParams::new(&spec, 258, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
         assert!(refuses(&spec, &odd, (9, 0), optin).is_some_and(|w| w.contains("16-byte")));
+        // K and V broadcast over the batch (stride 0): no tensor map describes them, so `wide` keeps them.
+        let mut broadcast = spec.clone();
+        broadcast.k_strides.b = 0;
+        broadcast.v_strides.b = 0;
+        let bp = AttnParams::new(&broadcast, 256, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
+        assert!(refuses(&broadcast, &bp, (9, 0), optin).is_some_and(|w| w.contains("tensor maps")));
+        // More batch entries x kv heads than a grid's z holds.
+        let many = AttentionSpec::new(Shape { b: 512, hq: 128, hkv: 128, ..shape }, DType::BF16);
+        let mp = AttnParams::new(&many, 256, 1 << 30, 2 << 30, 3 << 30, 0, 0).expect("params");
+        assert!(refuses(&many, &mp, (9, 0), optin).is_some_and(|w| w.contains("65535")));
+    }
+
+    #[test]
+    fn splits_follow_the_keys_the_rows_reach() {
+        let shape = Shape { b: 1, hq: 16, hkv: 1, sq: 1, sk: 32768, d: MLA_D, dv: MLA_DV };
+        let spec = AttentionSpec::new(shape, DType::BF16);
+        assert_eq!(band_keys(&spec), 32768);
+        assert_eq!(band_keys(&spec.clone().with_mask(Mask::CausalBottomRight)), 32768);
+        // Top-left, one row: key 0 only.
+        assert_eq!(band_keys(&spec.clone().with_mask(Mask::CausalTopLeft)), 1);
+        let four = AttentionSpec::new(Shape { sq: 4, ..shape }, DType::BF16).with_mask(Mask::CausalBottomRight);
+        assert_eq!(band_keys(&four.with_window(sdpa_core::Window::left(100))), 104);
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Geometry {
     /// Checks every step's call of every rank before any rank starts (a rank that failed halfway would leave
     /// its neighbours waiting in NCCL): specs valid, every call's parameters buildable; then chooses the
     /// forward steps' kernel for `requested` on GPUs of compute capability `cc` ([`super::step_kernel`]),
-    /// stored in `step_kernel`. The parameters use aligned stand-in addresses ([`stand_in_params`]).
+    /// stored in `step_kernel`. The parameters use aligned stand-in addresses (`stand_in_params`).
     pub fn check_steps(&mut self, requested: Kernel, cc: (i32, i32), smem_optin: usize) -> Result<()> {
         let n = self.plan.ranks;
         let mut forward_steps = Vec::new();
