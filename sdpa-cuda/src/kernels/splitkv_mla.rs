@@ -371,9 +371,15 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             (grid, parts, None, row_groups)
         }
         Some(_) => {
-            // One wave, as the dense plan: every split's partial costs rows x Dv f32 of scratch traffic (at 128 heads
-            // four waves of 256-key chunks ran 0.76x the dense call of the same lengths on the H100).
-            let blocks = UnitBlocks { rows: tile.rows(), per_sm: 1, min_chunk: MIN_KEYS_PER_SPLIT, waves: 1 };
+            // splitkv's four waves of chunks. One wave (chunks of Σ keys / SMs, rounded up per sequence) was tried
+            // on the H100 and lost: 8 x 4096 keys in 64-slot pages at 128 heads 129 us against 97.5 us, the
+            // mixed-length batch 93.3 against 82.1 us (the rounding leaves a second, nearly empty wave).
+            let blocks = UnitBlocks {
+                rows: tile.rows(),
+                per_sm: 1,
+                min_chunk: MIN_KEYS_PER_SPLIT,
+                waves: super::splitkv::RAGGED_WAVES,
+            };
             let sched = ragged_units(spec, blocks, sm_count)?;
             // The combine's table: each sequence's chunks and first partial slot (0 chunks: no query rows).
             let mut seqs = vec![0i32; 2 * s.b];
