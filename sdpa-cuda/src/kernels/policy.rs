@@ -30,7 +30,8 @@
 //!   reported as kernel `unfused`) instead of the SIMT `fa1`; `fa2` and `splitkv` asked for such calls still
 //!   fall back to `fa1`. MLA decoding (D = 576, Dv = 512) is the exception: where `splitkv`'s MLA path takes the
 //!   call on this device ([`TensorCores::mla`], [`super::splitkv_mla::refuses`]), `splitkv` asked by name runs
-//!   it, and `auto` does too with at most [`super::splitkv_mla::AUTO_MAX_ROWS`] rows per kv head.
+//!   it, and `auto` does too with at most [`super::splitkv_mla::AUTO_MAX_ROWS`] rows per kv head; ragged and
+//!   paged calls at these head dims likewise ([`choose_ragged`]), which nothing else runs.
 //! - `fa3` (the Hopper forward, [`super::fa3`]): unless `SDPA_AUTO_FA3=0` ([`auto_fa3_enabled`]), `auto` picks it for
 //!   a dense f16/bf16 call that `fa2` would run when `fa3` takes it on this device ([`TensorCores::fa3`], decided by
 //!   the dispatcher, which knows the device) and it was measured faster than `fa2` ([`fa3_measured_faster`]), variant

@@ -11,10 +11,14 @@
 //! ([`combine_program`]); merging in the forward's last block, as `splitkv` does, left one block loading a
 //! whole row tile's partials (H100: 170 us of a 16-head, 32k-key call at 128 splits, 4x the kernel).
 //!
-//! What it takes ([`refuses`]): f16/bf16, dense batches, no mask or a causal one (either alignment; Sq > 1
-//! is speculative decoding), no variant, rows of whole 16-byte chunks, a GPU of compute capability 9.x
-//! with the shared memory of its tile. `auto` picks it for such calls with at most [`AUTO_MAX_ROWS`] rows per
-//! kv head; everything else at these head dims runs on `wide`.
+//! What it takes ([`refuses`]): f16/bf16; no mask, a causal one (either alignment; Sq > 1 is speculative
+//! decoding) or a window, through every call's key band; no explicit mask, softcap or ALiBi; dense batches, and
+//! ragged ones with K/V packed or in a paged cache whose pages hold 8, 16 or a multiple of 32 slots (a step's
+//! boxes come whole from one page), on `splitkv`'s schedule of chunks of about equal keys
+//! ([`super::splitkv::ragged_units`]); K/V layouts a TMA tensor map describes; rows of whole 16-byte chunks; at
+//! most 65535 batch entries x kv heads; a GPU of compute capability 9.x with the shared memory of its tile.
+//! `auto` picks it for such calls with at most [`AUTO_MAX_ROWS`] rows per kv head (of every sequence); the
+//! rest runs on `wide` (dense calls; ragged ones at these head dims have no other kernel and are refused).
 
 use super::splitkv::{ragged_units, with_scratch, L2Policy, UnitBlocks, UNIT_INTS};
 use crate::checked::call::Call;
