@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 11's serving call for the MLA path: the GPU tests ($RUNS) and the sanitizers on small dense, paged
-# and packed MLA calls, then `sdpa run` timings (CUDA events after the default L2 flush, f64 check on 32 rows)
+# and packed MLA calls, then `sdpa run` timings (CUDA events after the default L2 flush; calls 6 and 7 ran
+# without `--check`, so their records carry no check: it is in the command now, f64 check on 32 rows)
 # of MLA decoding, bf16, 16 heads on one kv head, dense against the same lengths paged (64- and 16-slot pages)
 # and packed, and a batch of mixed lengths; 128 heads dense and paged. Logs in $OUT/serving.
 #   DEADLINE=300 bash bench/studies/session11/serving.sh
@@ -17,7 +18,7 @@ mixed="512,32768,1024,4096,2048,16384,700,8192"
 while read -r name args; do
   [ -z "$name" ] && continue
   [ "$(left)" -lt 10 ] && { echo "$name: skipped (deadline)"; continue; }
-  timeout 60 gpu-bundle/sdpa run --backend cuda --kernel auto --dtype bf16 --check-rows 32 --reps 30 $args \
+  timeout 60 gpu-bundle/sdpa run --backend cuda --kernel auto --dtype bf16 --check --check-rows 32 --reps 30 $args \
     --json > "$OUT/serving/$name.json" 2> "$OUT/serving/$name.err"
   rc=$?
   python3 - "$OUT/serving/$name.json" "$name" "$rc" <<'PY'
