@@ -14,9 +14,9 @@
 // (splitkv.cu's TMA layout), issued by thread 0, completing on a `full` mbarrier per stage; each warp
 // releases a stage on its `empty` mbarrier. Every block is one (row tile, split of the keys, batch and kv
 // head); a row tile split over several blocks writes partials to scratch (splitkv_common.cuh's layout) and
-// a second launch merges them, one block per row (splitkv_mla_combine). Keys of the next split that a step's boxes bring
-// score -inf; a NaN or inf they hold in V can still reach a row through 0·inf, which the repair of
-// non-finite rows (common.cuh) recomputes exactly, as it does for every kernel.
+// a second launch merges them, one block per row (splitkv_mla_combine). Keys outside the split that a step's
+// boxes bring score -inf and their V rows are zeroed in registers, so that a NaN there (an unwritten page
+// tail) cannot reach a row; a NaN or inf the rows do reach is handled as in every kernel (common.cuh's repair).
 //
 // Keys: every call's key band (causal masks in both alignments, windows; speculative decoding's Sq > 1 rows),
 // dense batches, ragged ones with K/V packed or in a paged cache (a host schedule of chunks of about equal
@@ -174,7 +174,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
             int c1 = key, c3 = b;
             if (paged) {
                 const int pi = min(key / p.page_size, p.max_pages - 1);
-                c3 = (int)min(p.block_table[(long long)b * p.max_pages + pi], (unsigned)(p.num_pages - 1));
+                c3 = (int)min(__ldg(p.block_table + (long long)b * p.max_pages + pi), (unsigned)(p.num_pages - 1));
                 c1 = key % p.page_size;
             } else if (ragged) {
                 c1 = sv.k0 + key, c3 = 0;
@@ -346,17 +346,30 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
                              : "memory");
             }
         mla_row_sync(wr, CW);
-        // O += P·V over the step's KS keys, this warp's DVC columns.
+        // O += P·V over the step's KS keys, this warp's DVC columns. On steps that reach past the split, V's
+        // rows of keys outside [k_begin, k_stop) are zeroed in the B fragments: their P is 0, but 0·NaN would
+        // make the row NaN (unwritten slots in a page's tail, a neighbouring sequence's or split's rows) and
+        // send it to the slow exact repair. Lane (g, t4)'s fragments hold keys 2·t4, 2·t4 + 1 (bv[0], bv[2]) and
+        // 8 + 2·t4, 9 + 2·t4 (bv[1], bv[3]) of the k16 step, the lower key in the low half.
         const unsigned v_rows = kst + Tile::K_BYTES + v_row * 128;
+        const bool v_edge = key0 < k_begin || key0 + KS > k_stop;
 #pragma unroll
         for (int kk = 0; kk < KS / 16; ++kk) {
             unsigned a[4];
             fa2_ldmatrix_x4(a, p_ld + par * R * Tile::PLD * 2 + kk * 32);
+            unsigned vm0 = 0xffffffffu, vm1 = 0xffffffffu;
+            if (v_edge) {
+                auto in = [&](int k) { return k >= k_begin && k < k_stop; };
+                const int k0 = key0 + kk * 16 + 2 * t4;
+                vm0 = (in(k0) ? 0xffffu : 0u) | (in(k0 + 1) ? 0xffff0000u : 0u);
+                vm1 = (in(k0 + 8) ? 0xffffu : 0u) | (in(k0 + 9) ? 0xffff0000u : 0u);
+            }
 #pragma unroll
             for (int dp = 0; dp < OT / 2; ++dp) {
                 const int c = (wc * DVC) / 8 + dp * 2 + v_half;  // 16-byte chunk of V's row
                 unsigned bv[4];
                 fa2_ldmatrix_x4_trans(bv, v_rows + kk * 16 * 128 + (c / 8) * Tile::BOX_BYTES + (((c % 8) ^ (lane % 8)) << 4));
+                if (v_edge) bv[0] &= vm0, bv[1] &= vm1, bv[2] &= vm0, bv[3] &= vm1;
                 Fa2Type<T>::mma(o[2 * dp], a, bv[0], bv[1]);
                 Fa2Type<T>::mma(o[2 * dp + 1], a, bv[2], bv[3]);
             }
@@ -413,7 +426,8 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
 }
 
 // The merge of a row tile's partials (sdpa-core's merge_normalized rule, as splitkv_merge), a second launch after
-// the forward when its row tiles were split over several blocks (p.num_splits of them): one block of G x DV / 4
+// the forward when its row tiles were split over several blocks (p.num_splits of them, or a ragged call's
+// per-sequence count from SplitKvMlaCombineArgs::seqs): one block of G x DV / 4
 // threads per query row (blockIdx.x = h·Sq + i of batch blockIdx.y; G = blockDim.x / (DV / 4), 1 to
 // MLA_COMBINE_GROUPS, chosen by the host from the split count). Warp 0 reads the row's partial LSEs into shared
 // memory with their max and the sum of their weights; then thread group g adds the partials s = g, g + G, ... of

@@ -116,10 +116,27 @@ fn auto_fa3_plan(call: &Call<'_>) -> Option<fa3::Plan> {
 }
 
 /// Whether `splitkv`'s MLA path takes the call on its device ([`splitkv_mla::refuses`]), unless
-/// `SDPA_SPLITKV_MLA=0` ([`policy::mla_enabled`]).
-fn mla_takes(call: &Call<'_>, optin: usize) -> bool {
-    policy::mla_enabled()
-        && splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin).is_none()
+/// `SDPA_SPLITKV_MLA=0` ([`policy::mla_enabled`]). A ragged call at its head dims asking for `auto` or `splitkv`
+/// that it refuses is an error with its reason here: no other kernel runs those, and the policy's refusal would
+/// only list the conditions.
+fn mla_takes(call: &Call<'_>, optin: usize) -> Result<bool> {
+    let s = call.spec.shape;
+    let why = if policy::mla_enabled() {
+        splitkv_mla::refuses(call.spec, &call.params, call.dev.info().compute_capability, optin)
+    } else {
+        Some("SDPA_SPLITKV_MLA=0 turns splitkv's MLA path off".to_string())
+    };
+    let Some(why) = why else { return Ok(true) };
+    let only_mla = call.spec.ragged.is_some()
+        && (s.d, s.dv) == (splitkv_mla::MLA_D, splitkv_mla::MLA_DV)
+        && matches!(call.opts.kernel, Kernel::Auto | Kernel::SplitKv);
+    if only_mla {
+        return Err(crate::error::unsupported(format!(
+            "ragged batches at D = {}, Dv = {} run on splitkv's MLA path only, which cannot take this call: {why}",
+            s.d, s.dv
+        )));
+    }
+    Ok(false)
 }
 
 /// The programs a call would launch on the launcher [`policy::choose`] picks (what a warm-up compiles):
@@ -129,7 +146,7 @@ pub fn programs_for(call: &Call<'_>) -> Result<Vec<Program>> {
     let fa3_plan = auto_fa3_plan(call);
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
         .with_fa3(fa3_plan.is_some())
-        .with_mla(mla_takes(call, optin));
+        .with_mla(mla_takes(call, optin)?);
     Ok(match policy::choose(call.opts.kernel, call.spec, call.opts, tc)? {
         Launcher::Unfused | Launcher::Wide => vec![unfused::program()],
         Launcher::Fa1 => vec![fa1::plan(call)?.0],
@@ -151,7 +168,7 @@ pub fn dispatch(call: &Call<'_>) -> Result<Kernel> {
     let fa3_plan = auto_fa3_plan(call);
     let tc = policy::TensorCores::of(call.spec, &call.params, optin)
         .with_fa3(fa3_plan.is_some())
-        .with_mla(mla_takes(call, optin));
+        .with_mla(mla_takes(call, optin)?);
     let launcher = policy::choose(call.opts.kernel, call.spec, call.opts, tc)?;
     match launcher {
         Launcher::Unfused => unfused::run(call)?,

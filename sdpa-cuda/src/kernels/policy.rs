@@ -392,8 +392,10 @@ pub fn choose_ragged(requested: Kernel, spec: &AttentionSpec, tc: TensorCores) -
         _ if spec.dtype == DType::F32 => refuse_ragged(&format!("{requested} with f32 inputs"), spec)?,
         _ => {}
     }
-    // MLA decoding (576/512) in a serving layout: splitkv's MLA path where it takes the call on this device.
-    if tc.mla && (requested == Kernel::SplitKv || requested == Kernel::Auto && super::splitkv_mla::auto_takes(spec)) {
+    // MLA decoding (576/512) in a serving layout: splitkv's MLA path where it takes the call on this device, at
+    // any row count (no other kernel runs ragged calls at these head dims; the dispatcher returns the path's
+    // own reason when it refuses one).
+    if tc.mla && matches!(requested, Kernel::Auto | Kernel::SplitKv) {
         return Ok(Launcher::SplitKvMla);
     }
     if !tc.fa2 {
@@ -795,6 +797,10 @@ mod tests {
         let opts = RunOptions::default();
         let tc = TensorCores::of(&paged, &params(&paged), H100_OPTIN);
         assert!(choose(Kernel::Auto, &paged, &opts, tc).is_err_and(|e| e.to_string().contains("MLA path")));
+        // A ragged batch past AUTO_MAX_ROWS (128 heads x 2 speculative rows) still takes it: nothing else would.
+        let wide_rows =
+            mla(128, 1).with_ragged(sdpa_core::Ragged::new(vec![2, 1], vec![900, 4096]), sdpa_core::Layout::Bshd);
+        assert_eq!(choose_on(Kernel::Auto, &wide_rows, true), Launcher::SplitKvMla);
         // 128 heads with 4 speculative rows: 512 rows per kv head, past AUTO_MAX_ROWS.
         assert_eq!(choose_on(Kernel::Auto, &mla(128, 4), true), Launcher::Wide);
         assert_eq!(choose_on(Kernel::SplitKv, &mla(128, 4), true), Launcher::SplitKvMla);

@@ -17,8 +17,9 @@
 //! boxes come whole from one page), on `splitkv`'s schedule of chunks of about equal keys
 //! ([`super::splitkv::ragged_units`]); K/V layouts a TMA tensor map describes; rows of whole 16-byte chunks; at
 //! most 65535 batch entries x kv heads; a GPU of compute capability 9.x with the shared memory of its tile.
-//! `auto` picks it for such calls with at most [`AUTO_MAX_ROWS`] rows per kv head (of every sequence); the
-//! rest runs on `wide` (dense calls; ragged ones at these head dims have no other kernel and are refused).
+//! `auto` picks it for dense calls with at most [`AUTO_MAX_ROWS`] rows per kv head and for every ragged call it
+//! takes; the rest runs on `wide` (dense calls; ragged ones at these head dims have no other kernel and are
+//! refused with this path's reason).
 
 use super::splitkv::{ragged_units, with_scratch, L2Policy, UnitBlocks, UNIT_INTS};
 use crate::checked::call::Call;
@@ -418,6 +419,12 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         Some((units, _)) => units.chunks(UNIT_INTS).map(|u| u[2].max(1) as usize).max().unwrap_or(1),
         None => params.num_splits.max(1) as usize,
     };
+    if most_splits > MAX_SPLITS {
+        // Only a forced chunk (SDPA_SPLITKV_CHUNK) cuts a sequence this fine: the combine keeps one weight per split.
+        return Err(unsupported(format!(
+            "splitkv MLA: a sequence cut into {most_splits} chunks, the combine takes at most {MAX_SPLITS}"
+        )));
+    }
     let max_sq = ragged.map_or(s.sq, |r| r.max_q());
     let combine = (parts > 0)
         .then(|| -> Result<_> {
