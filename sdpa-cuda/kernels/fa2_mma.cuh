@@ -494,41 +494,54 @@ __device__ __forceinline__ void fa2_mask_scores(float (&s)[MT][NT][4], const Att
         }
 }
 
-// The online softmax update of a warp's rows with its (masked) scores: new running max m, P = 2^(s·scale − m)
-// left in `s`, l and O rescaled by 2^(m_old − m). l stays a per-thread partial; the quad is summed at the end.
+// The max of row half hh (rows g, or g + 8) of a warp's n8 score tiles, over the quad that holds the row.
+template <int NT>
+__device__ __forceinline__ float fa2_row_max(const float (&s)[NT][4], int hh) {
+    float mx = fa2_neg_inf();
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
+    return quad_max(mx);
+}
+
+// The online softmax update of row half hh given `mx`, the row's max over the new scores (raw; in log2 units
+// when MASK is explicit): new running max m, P = 2^(s·scale − m) left in `s`, l and O rescaled by
+// 2^(m_old − m). l stays a per-thread partial; the quad is summed at the end. splitkv_mla.cu takes mx over
+// several warps' keys (through shared memory); the others take fa2_row_max of their own.
+template <int MASK, int NT, int DT>
+__device__ __forceinline__ void fa2_softmax_row(float (&s)[NT][4], int hh, float mx, float& m, float& l,
+                                                float (&o)[DT][4], float sl2) {
+    const float m_old = m;
+    const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
+    // A row that has seen only masked keys so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
+    const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
+    const float alpha = fast_exp2(m_old - m_use);
+    m = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float& x = s[j][hh * 2 + e];
+            x = MASK == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
+            sum += x;
+        }
+    l = l * alpha + sum;
+#pragma unroll
+    for (int j = 0; j < DT; ++j) {
+        o[j][hh * 2] *= alpha;
+        o[j][hh * 2 + 1] *= alpha;
+    }
+}
+
+// The online softmax update of a warp's rows with its (masked) scores (fa2_softmax_row over each row half).
 template <int MASK, int MT, int NT, int DT>
 __device__ __forceinline__ void fa2_softmax_update(float (&s)[MT][NT][4], float (&m)[MT][2], float (&l)[MT][2],
                                                    float (&o)[MT][DT][4], float sl2) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float mx = fa2_neg_inf();
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][hh * 2], s[mt][j][hh * 2 + 1]));
-            mx = quad_max(mx);
-            const float m_old = m[mt][hh];
-            const float m_new = fmaxf(m_old, MASK == FA2_MASK_EXPLICIT ? mx : mx * sl2);
-            // A row that has seen only masked keys so far keeps m = -inf; subtract 0 then, so exp2 gives 0.
-            const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-            const float alpha = fast_exp2(m_old - m_use);
-            m[mt][hh] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& x = s[mt][j][hh * 2 + e];
-                    x = MASK == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
-                    sum += x;
-                }
-            l[mt][hh] = l[mt][hh] * alpha + sum;
-#pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                o[mt][j][hh * 2] *= alpha;
-                o[mt][j][hh * 2 + 1] *= alpha;
-            }
-        }
+        for (int hh = 0; hh < 2; ++hh)
+            fa2_softmax_row<MASK>(s[mt], hh, fa2_row_max(s[mt], hh), m[mt][hh], l[mt][hh], o[mt], sl2);
 }
 
 // O += P·V over a warp's NT n8 key tiles: P straight from the score registers (the C layout of two n8 tiles is

@@ -524,31 +524,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         }
 
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float mx = fa2_neg_inf();
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
-            mx = quad_max(mx);
-            const float m_new = fmaxf(m[hh], UPDATE == FA2_MASK_EXPLICIT ? mx : mx * sl2);
-            const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-            const float alpha = fast_exp2(m[hh] - m_use);
-            m[hh] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& x = s[j][hh * 2 + e];
-                    x = UPDATE == FA2_MASK_EXPLICIT ? fast_exp2(x - m_use) : fast_exp2(fmaf(x, sl2, -m_use));
-                    sum += x;
-                }
-            l[hh] = l[hh] * alpha + sum;
-#pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                o[j][hh * 2] *= alpha;
-                o[j][hh * 2 + 1] *= alpha;
-            }
-        }
+        for (int hh = 0; hh < 2; ++hh) fa2_softmax_row<UPDATE>(s, hh, fa2_row_max(s, hh), m[hh], l[hh], o, sl2);
 
 #pragma unroll
         for (int kk = 0; kk < KS / 16; ++kk) {
@@ -740,7 +716,6 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
 // merge in shared memory, and with n > 1 chunks the last block of the row tile merges the n partials
 // (splitkv_forward). Masks, windows and ALiBi are each sequence's own band (seq_view); always the band
 // instantiation (VAR), cp.async loads (the TMA path assumes one contiguous key range per block).
-#define SKV_UNIT_INTS 6
 struct SplitKvRaggedArgs {
     AttnParams p;
     const int* units;  // [gridDim.x][SKV_UNIT_INTS]

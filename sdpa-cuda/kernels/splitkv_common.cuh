@@ -21,6 +21,10 @@ __device__ __forceinline__ unsigned* splitkv_counters(const AttnParams& p, long 
     return reinterpret_cast<unsigned*>(splitkv_part_o(p, parts) + parts * d);
 }
 
+// Ints per unit of a ragged call's schedule (src/kernels/splitkv.rs `UNIT_INTS`, `ragged_units`): sequence,
+// chunk index, chunks of the sequence, first key, end key, first partial slot of the sequence.
+#define SKV_UNIT_INTS 6
+
 // The TMA entries' parameter: the usual AttnParams, then the K and V maps over (D, Sk, Hkv, B)
 // (src/kernels/splitkv.rs `TmaArgs` mirrors it).
 // The maps start at byte 384 on both sides whatever alignment each side gives them (explicit padding).

@@ -48,6 +48,7 @@ struct MlaTile {
     static_assert(KSC == 8 || KSC == 16, "a warp scores one or two n8 tiles of keys per step");
     static_assert(DVC % 16 == 0 && KS % 16 == 0 && KS % 8 == 0, "whole ldmatrix tiles");
     static_assert(2 * NW * 16 >= CW * R, "the row-max buffer holds the row sums at the end");
+    static_assert(SMEM <= 232448, "a block fits an H100's 227 KB");
 };
 
 // Named barrier of row group r (ids 1.. ; 0 is __syncthreads): its CW warps.
@@ -61,7 +62,6 @@ __device__ __forceinline__ void mla_row_sync(int r, int cw) {
 // to byte 384; the K and V maps.
 // Dense maps run over (D, Sk, Hkv, B); varlen ones over the packed rows (D, total keys, Hkv, 1); paged ones
 // over the pool (D, page size, Hkv, pages).
-#define SKV_UNIT_INTS 6
 struct SplitKvMlaArgs {
     AttnParams p;
     const int* units;
@@ -123,10 +123,12 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
     // The block's keys: those its rows' bands reach, cut to the unit's [kb, ke) (dense: all keys), split cidx
     // of nblk taking [cidx·n/nblk, (cidx + 1)·n/nblk) of them (ragged: the unit is the split). Steps start at a
     // multiple of KS, so that no step's boxes straddle a page (keys before the split's first are masked).
+    // The query positions the block's rows span (a row tile mixes heads: rows are g·Sq + i).
+    int min_i = sv.sq, max_i = 0;
+    if (BAND)
+        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % sv.sq), min_i = min(min_i, r % sv.sq);
     int key_first = kb, key_end = ke;
     if (BAND) {
-        int min_i = sv.sq, max_i = 0;
-        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % sv.sq), min_i = min(min_i, r % sv.sq);
         key_first = max(key_first, min_i + sv.band_lo);
         key_end = min(key_end, max_i + sv.band_hi + 1);
     }
@@ -216,13 +218,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
     float m[2] = {fa2_neg_inf(), fa2_neg_inf()}, l[2] = {0.f, 0.f};
     const float sl2 = p.scale_log2;
     // Keys every row of the block sees: a step inside [band_safe_lo, band_safe_hi] needs no band test.
-    int band_safe_lo = 0, band_safe_hi = -1;
-    if (BAND) {
-        int min_i = sv.sq, max_i = 0;
-        for (int r = r0; r < r0 + tile_rows; ++r) max_i = max(max_i, r % sv.sq), min_i = min(min_i, r % sv.sq);
-        band_safe_lo = max_i + sv.band_lo;
-        band_safe_hi = min_i + sv.band_hi;
-    }
+    const int band_safe_lo = max_i + sv.band_lo, band_safe_hi = min_i + sv.band_hi;  // read when BAND only
 
     for (int step = 0; step < n_steps; ++step) {
         const int st = step % STAGES, par = step & 1;
@@ -303,10 +299,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
         float* red_step = red + par * NW * 16;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            float mx = fa2_neg_inf();
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j][hh * 2], s[j][hh * 2 + 1]));
-            mx = quad_max(mx);
+            const float mx = fa2_row_max(s, hh);
             if (t4 == 0) red_step[warp * 16 + g + hh * 8] = mx;
         }
         mla_row_sync(wr, CW);
@@ -315,25 +308,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
             float mx = fa2_neg_inf();
 #pragma unroll
             for (int c = 0; c < CW; ++c) mx = fmaxf(mx, red_step[(wr * CW + c) * 16 + g + hh * 8]);
-            const float m_new = fmaxf(m[hh], mx * sl2);
-            const float m_use = m_new == fa2_neg_inf() ? 0.f : m_new;
-            const float alpha = fast_exp2(m[hh] - m_use);
-            m[hh] = m_new;
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& x = s[j][hh * 2 + e];
-                    x = fast_exp2(fmaf(x, sl2, -m_use));
-                    sum += x;
-                }
-            l[hh] = l[hh] * alpha + sum;
-#pragma unroll
-            for (int j = 0; j < OT; ++j) {
-                o[j][hh * 2] *= alpha;
-                o[j][hh * 2 + 1] *= alpha;
-            }
+            fa2_softmax_row<FA2_MASK_NONE>(s, hh, mx, m[hh], l[hh], o, sl2);
         }
         // P of this warp's keys into the row group's P buffer of this step.
         const unsigned p_step = sP + par * R * Tile::PLD * 2;
@@ -435,9 +410,9 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
 // last block to finish, as splitkv.cu does, put all of a row tile's rows x Dv x splits loads on one block (H100:
 // 170 us of a 16-head, 32k-key call at 128 splits); one 128-thread block per row with the loads in series was still
 // latency-bound at 128 splits, and four groups over a few splits leave too few blocks resident for calls of many
-// rows. Dynamic shared memory: MLA_COMBINE_SMEM(DV, nblk) bytes (src/kernels/splitkv_mla.rs `combine_smem_bytes`).
+// rows. Dynamic shared memory (src/kernels/splitkv_mla.rs `combine_smem_bytes`): the other groups' sums
+// [MLA_COMBINE_GROUPS - 1][DV / 4] float4, three statistics padded to 16 bytes, one weight per split.
 #define MLA_COMBINE_GROUPS 4
-#define MLA_COMBINE_SMEM(DV, n) ((MLA_COMBINE_GROUPS - 1) * (DV) * 4 + 16 + (((n) + 3) / 4) * 16)
 // The combine's parameter (src/kernels/splitkv_mla.rs `CombineArgs`): AttnParams (num_splits: the splits of a
 // dense call), a ragged call's per-sequence (chunks, first partial slot) pairs (null when dense), the partial
 // slots of the scratch.

@@ -226,7 +226,7 @@ pub fn combine_groups(splits: usize) -> usize {
 /// Most splits of a row tile (the combine keeps one weight per split in shared memory).
 pub const MAX_SPLITS: usize = 4096;
 
-/// Dynamic shared memory of a combine block for `splits` partials (`MLA_COMBINE_SMEM`): the other groups'
+/// Dynamic shared memory of a combine block for `splits` partials (the layout `splitkv_mla_combine` describes): the other groups'
 /// sums, three statistics and one weight per split; at least the parameters the repair of non-finite rows
 /// keeps there.
 pub fn combine_smem_bytes(splits: usize) -> usize {
