@@ -30,6 +30,8 @@ struct Devices {
     cpu_simd_paths: Vec<&'static str>,
     /// The path it runs: the fastest, or what `SDPA_CPU_SIMD` forces (an error text when that is wrong).
     cpu_simd_path: String,
+    /// Paths the CPU runs but the backend does not choose unless forced, each with why (`path: reason`).
+    cpu_simd_passed_over: Vec<String>,
     /// Whether `SDPA_CPU_SIMD` chose it.
     cpu_simd_forced: bool,
     /// The AMX path: "ready", or why it cannot run here (the CPU, or the OS's tile permission).
@@ -52,6 +54,10 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         cpu_simd_paths: sdpa_cpu::simd_paths(),
         cpu_simd_path: sdpa_cpu::SimdPath::chosen().map_or_else(|e| format!("error: {e}"), |p| p.name().to_string()),
         cpu_simd_forced: sdpa_cpu::SimdPath::forced(),
+        cpu_simd_passed_over: sdpa_cpu::supported_paths()
+            .into_iter()
+            .filter_map(|p| p.passed_over().map(|why| format!("{}: {why}", p.name())))
+            .collect(),
         cpu_amx: amx_line(),
         backends,
     };
@@ -63,6 +69,11 @@ pub fn run(args: DevicesArgs) -> Result<()> {
     println!("cpu simd: {}", if d.cpu_simd.is_empty() { "none detected".to_string() } else { d.cpu_simd.join(" ") });
     let how = if d.cpu_simd_forced { format!(" (forced by {})", sdpa_cpu::SIMD_ENV) } else { String::new() };
     println!("cpu backend simd path: {}{how}; paths here: {}", d.cpu_simd_path, d.cpu_simd_paths.join(", "));
+    for p in sdpa_cpu::supported_paths() {
+        if let Some(why) = p.passed_over() {
+            println!("cpu simd path passed over: {p} ({why}; {}={p} forces it)", sdpa_cpu::SIMD_ENV);
+        }
+    }
     println!("cpu amx: {}", d.cpu_amx);
     for b in &d.backends {
         match (&b.device, &b.reason) {

@@ -133,6 +133,14 @@ fn the_cpu_simd_path_can_be_forced_and_a_wrong_one_is_refused() {
     // The AMX path's state is always printed: ready, or the reason it cannot run here.
     let amx = text.lines().find(|l| l.starts_with("cpu amx: ")).unwrap_or_else(|| panic!("no amx line: {text}"));
     assert!(amx.starts_with("cpu amx: ready") || amx.starts_with("cpu amx: unavailable: "), "{amx}");
+    // Paths the CPU runs but the backend sets aside unless forced (avx512-bf16 on Intel) come with their
+    // reason; the path it chooses is never one of them.
+    let mut devices = Command::new(env!("CARGO_BIN_EXE_sdpa"));
+    let out = devices.args(["devices", "--json"]).env_remove("SDPA_CPU_SIMD").output().expect("runs");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let chosen = format!("{}: ", v["cpu_simd_path"].as_str().expect("a path"));
+    let passed = v["cpu_simd_passed_over"].as_array().expect("a list");
+    assert!(passed.iter().all(|p| p.as_str().is_some_and(|p| p.contains(": ") && !p.starts_with(&chosen))), "{v}");
     let out = with("avx9000", &run);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -62,9 +62,29 @@ impl SimdPath {
         }
     }
 
-    /// The fastest path this CPU supports.
+    /// The fastest path this CPU supports: the first of [`SimdPath::ALL`] that it runs and that
+    /// [`SimdPath::passed_over`] does not set aside.
     pub fn detect() -> SimdPath {
-        SimdPath::ALL.into_iter().find(|p| p.is_supported()).unwrap_or(SimdPath::Scalar)
+        SimdPath::ALL.into_iter().find(|p| p.is_supported() && p.passed_over().is_none()).unwrap_or(SimdPath::Scalar)
+    }
+
+    /// Why [`SimdPath::detect`] skips this path on this CPU although the CPU runs it (it can still be forced
+    /// with [`SIMD_ENV`]), or `None`.
+    ///
+    /// `avx512-bf16` on Intel cores: `vdpbf16ps` does twice the products of an f32 FMA per instruction, but
+    /// Intel cores issue it at half the FMA's rate, so the products cost the same and the pairs path adds
+    /// its packing of P and V. Measured on an Intel Xeon with AVX512_BF16 and AVX512_FP16 but no AMX
+    /// (bf16, 2 threads, B = 1, S = 1024..2048, D = 64 and 128, causal and not): `avx512` ran 1.28-1.70x
+    /// the GFLOP/s of `avx512-bf16` (`bench/results/cpu/cpu.md`, "bf16 on Intel without AMX"). AMD's
+    /// Zen 4, where the pairs path was built and timed, keeps it.
+    pub fn passed_over(self) -> Option<&'static str> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            SimdPath::Avx512Bf16 if x86::intel() => {
+                Some("slower here than avx512: Intel cores issue vdpbf16ps at half the f32 FMA's rate")
+            }
+            _ => None,
+        }
     }
 
     /// The path the CPU backend runs: [`SIMD_ENV`] (`SDPA_CPU_SIMD=avx2`, ...) when set, so that every path
@@ -281,6 +301,19 @@ mod tests {
             }
             (a, b)
         }
+    }
+
+    /// `detect` takes the first path of `ALL` that runs here and is not passed over, so every path ahead of
+    /// it is one or the other; `avx512-bf16` is passed over exactly on Intel CPUs.
+    #[test]
+    fn detect_takes_the_first_path_not_passed_over() {
+        let d = SimdPath::detect();
+        assert!(d.is_supported() && d.passed_over().is_none(), "{d}");
+        for p in SimdPath::ALL.into_iter().take_while(|&p| p != d) {
+            assert!(!p.is_supported() || p.passed_over().is_some(), "{p} runs here and comes before {d}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(SimdPath::Avx512Bf16.passed_over().is_some(), x86::intel());
     }
 
     /// The softmax's exponential on every path this CPU has: as close to f64's as `exp` over the range

@@ -16,6 +16,15 @@ pub(crate) fn avx512bf16_supported() -> bool {
     is_x86_feature_detected!("avx512bf16")
 }
 
+/// Whether the CPU's vendor string (CPUID leaf 0) is Intel's.
+pub(crate) fn intel() -> bool {
+    // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+    #[allow(unused_unsafe)]
+    let r = unsafe { std::arch::x86_64::__cpuid(0) };
+    let vendor: Vec<u8> = [r.ebx, r.edx, r.ecx].iter().flat_map(|x| x.to_le_bytes()).collect();
+    vendor == b"GenuineIntel"
+}
+
 pub(crate) fn avx2_supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
