@@ -512,6 +512,10 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
                     (8, l)
                 } else if nr == 4 && S::PV_ROWS > 4 && dv - c >= 4 * l {
                     (4, l)
+                } else if nr == 8 && S::PV_VECS == 2 && dv - c > chunk && dv - c <= 3 * l {
+                    // AVX-512's last 33..48 columns (D = 40, 48): one 8 x 3 tile (24 accumulators) rather
+                    // than 8 x 2 plus 8 x 1, which broadcast every P value twice.
+                    (3, dv - c - chunk)
                 } else if dv - c >= chunk {
                     (S::PV_VECS, l)
                 } else {
@@ -530,6 +534,8 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
                 match (nr, nv, part) {
                     (1, 8, false) => tile!(1, 8, false),
                     (8, 2, false) => tile!(8, 2, false),
+                    (8, 3, false) => tile!(8, 3, false),
+                    (8, 3, true) => tile!(8, 3, true),
                     (6, 2, false) => tile!(6, 2, false),
                     (6, 1, false) => tile!(6, 1, false),
                     (6, 1, true) => tile!(6, 1, true),

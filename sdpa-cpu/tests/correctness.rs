@@ -46,6 +46,10 @@ fn awkward_shapes() {
         // 58 keys (9 x 6 + 4).
         Shape { b: 1, hq: 3, hkv: 1, sq: 53, sk: 70, d: 192, dv: 128 },
         Shape { b: 1, hq: 1, hkv: 1, sq: 50, sk: 58, d: 256, dv: 41 },
+        // AVX-512's 8 x 3 P·V tile for the last 33..48 columns, whole (Dv = 48) and partial (Dv = 40), and
+        // K tiles widened at stride D (D = 40, no multiple of any vector width).
+        Shape { b: 1, hq: 2, hkv: 1, sq: 45, sk: 77, d: 40, dv: 48 },
+        Shape { b: 1, hq: 2, hkv: 1, sq: 45, sk: 77, d: 48, dv: 40 },
         // Decoding: one query against many keys, with GQA (the split-KV and dot-product paths).
         Shape { b: 1, hq: 8, hkv: 2, sq: 1, sk: 1000, d: 128, dv: 128 },
         Shape { b: 2, hq: 4, hkv: 4, sq: 3, sk: 517, d: 80, dv: 80 },

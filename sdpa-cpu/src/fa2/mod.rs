@@ -355,19 +355,21 @@ fn process<S: Simd, T: CpuElement>(
     scr.rows.clear();
     scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
 
-    // Q tile, scaled once here so the scores need no multiply.
+    // Q tile, scaled once here so the scores need no multiply. The buffers are sliced once: indexed through
+    // `scr` inside the loop, their pointers were reloaded at every element (a store might alias `scr` for all
+    // the compiler knows), which took 8 % of an in-cache call at S = 512 (AVX-512, D = 32).
+    let (rowbuf, qrow, qt) = (&mut scr.rowbuf[..d], &mut scr.qrow[..], &mut scr.qt[..]);
     for (r, &(h, i)) in scr.rows.iter().enumerate() {
-        let off = p.q_st.offset(it.b, h, i);
-        widen_with(s, p.q, off, &mut scr.rowbuf[..d]);
+        widen_with(s, p.q, p.q_st.offset(it.b, h, i), rowbuf);
         if dot {
-            let dst = &mut scr.qrow[r * dp..(r + 1) * dp];
-            for (x, &y) in dst.iter_mut().zip(&scr.rowbuf[..d]) {
+            let dst = &mut qrow[r * dp..(r + 1) * dp];
+            for (x, &y) in dst.iter_mut().zip(rowbuf.iter()) {
                 *x = y * p.scale;
             }
             dst[d..].fill(0.0);
         } else {
-            for (c, &y) in scr.rowbuf[..d].iter().enumerate() {
-                scr.qt[c * brp + r] = y * p.scale;
+            for (col, &y) in qt.chunks_exact_mut(brp).zip(rowbuf.iter()) {
+                col[r] = y * p.scale;
             }
         }
     }
@@ -389,11 +391,11 @@ fn process<S: Simd, T: CpuElement>(
         let (kptr, ks) = match kf {
             Some(kf) if in_place => (kf[p.k_row(it.b, it.kvh, j0)..].as_ptr(), p.k_st.s),
             _ => {
-                for j in 0..nk {
-                    let off = p.k_row(it.b, it.kvh, j0 + j);
-                    widen_with(s, p.k, off, &mut scr.kp[j * dp..j * dp + d]);
-                }
-                (scr.kp.as_ptr(), dp)
+                // At stride d, not dp: the score kernels broadcast K one value at a time (no alignment to
+                // keep), and d-long rows back to back widen in one call whatever d is.
+                let rows = TileRows { first: p.k_row(it.b, it.kvh, j0), stride: p.k_st.s, in_place };
+                widen_tile(s, p.k, rows, nk, d, &mut scr.kp, d, |j| p.k_row(it.b, it.kvh, j0 + j));
+                (scr.kp.as_ptr(), d)
             }
         };
         let st = scr.st.as_mut_ptr();
@@ -433,10 +435,8 @@ fn process<S: Simd, T: CpuElement>(
                 (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
             }
             _ => {
-                for j in 0..nk {
-                    let off = p.v_row(it.b, it.kvh, j0 + j);
-                    widen_with(s, p.v, off, &mut scr.vp[j * dvp..j * dvp + dv]);
-                }
+                let rows = TileRows { first: p.v_row(it.b, it.kvh, j0), stride: p.v_st.s, in_place };
+                widen_tile(s, p.v, rows, nk, dv, &mut scr.vp, dvp, |j| p.v_row(it.b, it.kvh, j0 + j));
                 (scr.vp.as_ptr(), dvp)
             }
         };
@@ -456,6 +456,40 @@ fn process<S: Simd, T: CpuElement>(
         j0 = j1;
     }
     end_item(s, p, it, scr, dvp, sink, careful)
+}
+
+/// Where a key tile's rows lie in a K or V operand: row 0 at `first`, the others at `stride` from it when
+/// `in_place` (the tile crosses no page).
+#[derive(Clone, Copy)]
+struct TileRows {
+    first: usize,
+    stride: usize,
+    in_place: bool,
+}
+
+/// Widens a tile's `nk` rows of `n` values into `dst` at row stride `ds`. Rows back to back in the source
+/// (`stride == n`) and in `dst` (`ds == n`) go in one call: a call per row costs a fixed setup that, at
+/// D = 32 in bf16, was a tenth of an in-cache call. Other tiles go row by row, row `j` at `row_of(j)`
+/// (through the block table when paged).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn widen_tile<S: Simd, T: CpuElement>(
+    s: S,
+    src: &[T],
+    rows: TileRows,
+    nk: usize,
+    n: usize,
+    dst: &mut [f32],
+    ds: usize,
+    row_of: impl Fn(usize) -> usize,
+) {
+    if rows.in_place && rows.stride == n && ds == n {
+        widen_with(s, src, rows.first, &mut dst[..nk * n]);
+    } else {
+        for j in 0..nk {
+            widen_with(s, src, row_of(j), &mut dst[j * ds..j * ds + n]);
+        }
+    }
 }
 
 /// What an item kernel knows before its key loop, computed the same way by [`process`] and [`bf16dot`].
