@@ -308,12 +308,14 @@ def render_sweep(records, meta):
         key = (r["dtype"], r["mask"])
         dim = (sh["d"], sh.get("dv", sh["d"]))
         if r["backend"] == "cpu":
-            ours.setdefault(key, {})[dim] = r
+            # Each of our kernels (and `--ours-variant` runs, `fa2@LABEL`) is a sweep of its own.
+            ours.setdefault(key + (r["kernel"],), {})[dim] = r
         elif r["kernel"] == "fused":
             torch.setdefault(key, {})[dim] = r
-    lines = ["| dtype | mask | D (Dv) | GFLOP/s | of best(D=64, 128) | % of FMA peak | x PyTorch fused |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for key, by in ours.items():
+    lines = ["| dtype | mask | ours | D (Dv) | GFLOP/s | of best(D=64, 128) | % of FMA peak | x PyTorch fused |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (dtype, mask, kernel), by in ours.items():
+        key = (dtype, mask)
         refs = [by[d]["tflops"] for d in ((64, 64), (128, 128)) if d in by]
         ref = max(refs) if refs else None
         for dim, r in sorted(by.items()):
@@ -323,7 +325,7 @@ def render_sweep(records, meta):
             rel = f"{r['tflops'] / ref:.2f}" if ref else "-"
             eff = f"{100 * g / peak:.0f} %" if peak else "-"
             name = f"{dim[0]}" if dim[0] == dim[1] else f"{dim[0]} ({dim[1]})"
-            lines.append(f"| {key[0]} | {key[1]} | {name} | {g:.0f} | {rel} | {eff} | {x} |")
+            lines.append(f"| {dtype} | {mask} | {kernel} | {name} | {g:.0f} | {rel} | {eff} | {x} |")
     return "\n".join(lines) + "\n"
 
 
