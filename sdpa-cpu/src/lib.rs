@@ -72,6 +72,7 @@ mod nonfinite;
 mod problem;
 mod run;
 mod simd;
+mod transpose;
 mod unfused;
 mod variants;
 

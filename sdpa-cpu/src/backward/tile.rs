@@ -8,6 +8,7 @@ use crate::fa2::KeySpan;
 use crate::micro;
 use crate::problem::{round_up, MaskSel};
 use crate::simd::Simd;
+use crate::transpose::transpose_rows;
 
 /// A packed query tile: its rows (`scr.rows`, in `brp = nqv·LANES` lanes) of kv head `kvh`'s group in batch `b`, and
 /// the keys they see by position.
@@ -46,25 +47,22 @@ pub(crate) fn load_rows<S: Simd, T: CpuElement>(
         let off = p.q_st.offset(b, h, i);
         T::widen(&p.q[off..off + d], &mut scr.rowbuf[..d]);
         let qr = &mut scr.qr[r * dp..(r + 1) * dp];
-        for (c, &y) in scr.rowbuf[..d].iter().enumerate() {
-            let x = y * p.scale;
-            qr[c] = x;
-            scr.qt[c * brp + r] = x;
+        for (x, &y) in qr.iter_mut().zip(&scr.rowbuf[..d]) {
+            *x = y * p.scale;
         }
         qr[d..].fill(0.0);
         let off = p.o_st.offset(b, h, i);
-        T::widen(&bp.d_o[off..off + dv], &mut scr.rowbuf[..dv]);
         let dor = &mut scr.dor[r * dvp..(r + 1) * dvp];
-        for (c, &y) in scr.rowbuf[..dv].iter().enumerate() {
-            dor[c] = y;
-            scr.dot[c * brp + r] = y;
-        }
+        T::widen(&bp.d_o[off..off + dv], &mut dor[..dv]);
         dor[dv..].fill(0.0);
         let lse = bp.lse[b * p.lse_st.0 + h * p.lse_st.1 + i];
         // A row that sees no key has LSE -inf; subtracting +inf makes its P exactly 0 (not NaN).
         scr.lse[r] = if lse == f32::NEG_INFINITY { f32::INFINITY } else { lse };
         scr.delta[r] = bp.delta[(b * p.hq + h) * p.sq + i];
     }
+    // Qᵀ and dOᵀ from the row-major tiles just written.
+    transpose_rows(&scr.qr[..], dp, nr, d, 1.0, &mut scr.qt[..], brp);
+    transpose_rows(&scr.dor[..], dvp, nr, dv, 1.0, &mut scr.dot[..], brp);
     if nr < brp {
         for c in 0..d {
             scr.qt[c * brp + nr..(c + 1) * brp].fill(0.0);

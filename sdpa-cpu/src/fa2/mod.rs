@@ -20,6 +20,7 @@ use crate::micro;
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
+use crate::transpose;
 use rayon::prelude::*;
 use sdpa_core::softmax::merge_normalized;
 
@@ -206,7 +207,7 @@ impl Scratch {
             m: vec![0.0; br],
             l: vec![0.0; br],
             alpha: vec![0.0; br],
-            rowbuf: vec![0.0; d.max(dv)],
+            rowbuf: vec![0.0; (transpose::BLOCK * d).max(dv)],
             rows: Vec::with_capacity(br),
             neg_slope: vec![0.0; br],
             diag: vec![0.0; br],
@@ -355,22 +356,27 @@ fn process<S: Simd, T: CpuElement>(
     scr.rows.clear();
     scr.rows.extend((0..nr).map(|r| p.row(it.kvh, it.r0 + r)));
 
-    // Q tile, scaled once here so the scores need no multiply. The buffers are sliced once: indexed through
+    // Q tile, scaled once here so the scores need no multiply: decoding rows as they are, tiles transposed
+    // a block of rows at a time (widened into `rowbuf` first). The buffers are sliced once: indexed through
     // `scr` inside the loop, their pointers were reloaded at every element (a store might alias `scr` for all
     // the compiler knows), which took 8 % of an in-cache call at S = 512 (AVX-512, D = 32).
-    let (rowbuf, qrow, qt) = (&mut scr.rowbuf[..d], &mut scr.qrow[..], &mut scr.qt[..]);
-    for (r, &(h, i)) in scr.rows.iter().enumerate() {
-        widen_with(s, p.q, p.q_st.offset(it.b, h, i), rowbuf);
+    let (rowbuf, qrow, qt) = (&mut scr.rowbuf[..], &mut scr.qrow[..], &mut scr.qt[..]);
+    for (blk, rows) in scr.rows.chunks(transpose::BLOCK).enumerate() {
+        for (k, &(h, i)) in rows.iter().enumerate() {
+            widen_with(s, p.q, p.q_st.offset(it.b, h, i), &mut rowbuf[k * d..(k + 1) * d]);
+        }
         if dot {
-            let dst = &mut qrow[r * dp..(r + 1) * dp];
-            for (x, &y) in dst.iter_mut().zip(rowbuf.iter()) {
-                *x = y * p.scale;
+            for (k, src) in rowbuf.chunks_exact(d).take(rows.len()).enumerate() {
+                let r = blk * transpose::BLOCK + k;
+                let dst = &mut qrow[r * dp..(r + 1) * dp];
+                for (x, &y) in dst.iter_mut().zip(src) {
+                    *x = y * p.scale;
+                }
+                dst[d..].fill(0.0);
             }
-            dst[d..].fill(0.0);
         } else {
-            for (col, &y) in qt.chunks_exact_mut(brp).zip(rowbuf.iter()) {
-                col[r] = y * p.scale;
-            }
+            let r0 = blk * transpose::BLOCK;
+            transpose::transpose_rows(rowbuf, d, rows.len(), d, p.scale, &mut qt[r0..], brp);
         }
     }
     if !dot && nr < brp {
