@@ -596,6 +596,110 @@ pub(crate) unsafe fn pv<S: Simd, E: KvElem>(
     }
 }
 
+/// P·V into a transposed accumulator, rows along the lanes as the scores are:
+/// `ot[c*os + x] = ot[c*os + x]·alpha[x] + Σ_j v[j*vs + c] · pt[j*ps + x]` for columns `c < dv` and lanes
+/// `x < nqv·LANES`. Pads rows (to the vector width) instead of columns: a head dim that is no multiple of
+/// the width (D = 40 on AVX-512: 48 columns in [`pv`]) computes only its own columns.
+///
+/// # Safety
+/// `pt` addresses `nk` rows of `nqv·LANES` f32 at stride `ps`; `v` `nk` rows of `dv` f32 at stride `vs`;
+/// `ot` `dv` rows of `nqv·LANES` f32 at stride `os`; `alpha` `nqv·LANES` f32.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn pv_transposed<S: Simd>(
+    s: S,
+    nk: usize,
+    pt: *const f32,
+    ps: usize,
+    v: *const f32,
+    vs: usize,
+    dv: usize,
+    nqv: usize,
+    ot: *mut f32,
+    os: usize,
+    alpha: *const f32,
+) {
+    let l = S::LANES;
+    // SAFETY (whole body): every offset stays inside the extents of the contract.
+    unsafe {
+        let mut n = 0;
+        while n < nqv {
+            let nq = if nqv - n >= 2 { 2 } else { 1 };
+            let mut c = 0;
+            while c < dv {
+                // The score tile's shape: 12 columns by 2 row vectors (24 accumulators), 4 and 1 at the edge.
+                let mr = if dv - c >= 12 {
+                    12
+                } else if dv - c >= 4 {
+                    4
+                } else {
+                    1
+                };
+                let (vc, oc, pn, an) = (v.add(c), ot.add(c * os + n * l), pt.add(n * l), alpha.add(n * l));
+                macro_rules! tile {
+                    ($mr:literal, $nq:literal) => {
+                        pvt_micro::<S, $mr, $nq>(s, nk, pn, ps, vc, vs, oc, os, an)
+                    };
+                }
+                match (mr, nq) {
+                    (12, 2) => tile!(12, 2),
+                    (12, _) => tile!(12, 1),
+                    (4, 2) => tile!(4, 2),
+                    (4, _) => tile!(4, 1),
+                    (_, 2) => tile!(1, 2),
+                    _ => tile!(1, 1),
+                }
+                c += mr;
+            }
+            n += nq;
+        }
+    }
+}
+
+/// One register tile of [`pv_transposed`]: `MR` columns by `NQ` row vectors.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn pvt_micro<S: Simd, const MR: usize, const NQ: usize>(
+    s: S,
+    nk: usize,
+    pt: *const f32,
+    ps: usize,
+    v: *const f32,
+    vs: usize,
+    ot: *mut f32,
+    os: usize,
+    alpha: *const f32,
+) {
+    let l = S::LANES;
+    // SAFETY: offsets stay inside the extents of `pv_transposed`'s contract.
+    unsafe {
+        let mut acc = [[s.zero(); NQ]; MR];
+        for x in 0..NQ {
+            let a = s.load(alpha.add(x * l));
+            for (r, row) in acc.iter_mut().enumerate() {
+                row[x] = s.mul(s.load(ot.add(r * os + x * l)), a);
+            }
+        }
+        for j in 0..nk {
+            let mut pv = [s.zero(); NQ];
+            for (x, p) in pv.iter_mut().enumerate() {
+                *p = s.load(pt.add(j * ps + x * l));
+            }
+            for (r, row) in acc.iter_mut().enumerate() {
+                let vb = s.splat(*v.add(j * vs + r));
+                for x in 0..NQ {
+                    row[x] = s.fma(vb, pv[x], row[x]);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (x, a) in row.iter().enumerate() {
+                s.store(ot.add(r * os + x * l), *a);
+            }
+        }
+    }
+}
+
 /// `acc[r*accs + c] += Σ_x a[r*as_ + x] · b[x*bs + c]` for rows `r < rows`, columns `c < cols`, sums over
 /// `x < n`: a plain product `A·B` accumulated onto `acc`, with A read row by row (the backward's `Pᵀ·dO`
 /// and `dSᵀ·Q` read the `[key][row]` tiles as A; [`pv`] with a unit stride along the sum).

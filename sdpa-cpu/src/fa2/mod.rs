@@ -165,6 +165,8 @@ pub(crate) struct Scratch {
     pub(crate) kp: Aligned<f32>,
     pub(crate) vp: Aligned<f32>,
     pub(crate) o: Aligned<f32>,
+    /// The accumulator transposed, `Oᵀ[column][row]`, where [`transposed_pv`] holds.
+    pub(crate) ot: Aligned<f32>,
     pub(crate) m: Vec<f32>,
     pub(crate) l: Vec<f32>,
     pub(crate) alpha: Vec<f32>,
@@ -204,6 +206,7 @@ impl Scratch {
             kp: Aligned::new(if packs { tiles.bc * dp } else { 0 }),
             vp: Aligned::new(if packs { tiles.bc * dvp } else { 0 }),
             o: Aligned::new(br * dvp),
+            ot: Aligned::new(if transposed_pv(l, dv) { dv * br } else { 0 }),
             m: vec![0.0; br],
             l: vec![0.0; br],
             alpha: vec![0.0; br],
@@ -386,6 +389,11 @@ fn process<S: Simd, T: CpuElement>(
     }
 
     let KeyLoop { span, explicit, .. } = KeyLoop::start(p, it, scr, brp, nr * dvp);
+    // The careful re-run keeps the row-major accumulator its repairs address.
+    let tpv = !dot && !careful && transposed_pv(lanes, dv);
+    if tpv {
+        scr.ot[..dv * brp].fill(0.0);
+    }
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
     let mut j0 = span.lo;
     while j0 < span.hi {
@@ -454,14 +462,30 @@ fn process<S: Simd, T: CpuElement>(
         // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
-            micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()), None);
+            if tpv {
+                // SAFETY (as above, and): `ot` holds dv rows of brp values.
+                micro::pv_transposed(s, nk, st, brp, vptr, vs, dv, nqv, scr.ot.as_mut_ptr(), brp, scr.alpha.as_ptr());
+            } else {
+                micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()), None);
+            }
         }
         let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
         // SAFETY: P and `o` as for the product above.
         unsafe { screened.add_back(p, it.b, &scr.rows, j0, prob, o, dvp) };
         j0 = j1;
     }
+    if tpv {
+        transpose::transpose_rows(&scr.ot[..], brp, dv, nr, 1.0, &mut scr.o[..], dvp);
+    }
     end_item(s, p, it, scr, dvp, sink, careful)
+}
+
+/// Whether [`process`] accumulates P·V transposed ([`micro::pv_transposed`]): on 16-lane paths, for head
+/// dims below 64 that no vector width divides, whose row-major tiles would pad every output row to the
+/// next multiple of 16 (D = 40: 48 columns, a sixth of the P·V products wasted). Wider head dims waste a
+/// smaller share and keep the row-major tiles, measured on those.
+pub(crate) fn transposed_pv(lanes: usize, dv: usize) -> bool {
+    lanes == 16 && !dv.is_multiple_of(16) && dv < 64
 }
 
 /// Where a key tile's rows lie in a K or V operand: row 0 at `first`, the others at `stride` from it when
