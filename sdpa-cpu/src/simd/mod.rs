@@ -17,10 +17,12 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SimdPath {
     /// AMX (AMX-TILE, AMX-BF16, the OS's tile-data permission) on top of `Avx512Bf16`: bf16 Q·Kᵀ and P·V
-    /// on tiles with `TDPBF16PS`, softmax on AVX-512; other dtypes run as `Avx512Bf16` (see `amx`).
+    /// on tiles with `TDPBF16PS`, softmax on AVX-512; other dtypes, paged K/V and decoding items run the
+    /// AVX-512 kernels with f32 FMAs, as on `Avx512` (see `amx`).
     Amx,
     /// AVX-512 plus AVX512_BF16: bf16 inputs multiply pairs with `vdpbf16ps` (twice the products per
-    /// instruction, P rounded to bf16 before P·V as GPU kernels do); other dtypes run as `Avx512`.
+    /// instruction, P rounded to bf16 before P·V as GPU kernels do); other dtypes run as `Avx512`. Not
+    /// chosen on Intel CPUs, where `Avx512` runs bf16 faster (`SimdPath::passed_over`).
     Avx512Bf16,
     /// AVX-512 (F, VL, BW, DQ): 16 f32 lanes, 32 registers, `vscalefps` exp.
     Avx512,
