@@ -407,8 +407,8 @@ fn process<S: Simd, T: CpuElement>(
             _ => {
                 // At stride d, not dp: the score kernels broadcast K one value at a time (no alignment to
                 // keep), and d-long rows back to back widen in one call whatever d is.
-                let rows = TileRows { first: p.k_row(it.b, it.kvh, j0), stride: p.k_st.s, in_place };
-                widen_tile(s, p.k, rows, nk, d, &mut scr.kp, d, |j| p.k_row(it.b, it.kvh, j0 + j));
+                let rows = TileRows { stride: p.k_st.s, in_place, nk };
+                widen_tile(s, p.k, rows, |j| p.k_row(it.b, it.kvh, j0 + j), d, &mut scr.kp, d);
                 (scr.kp.as_ptr(), d)
             }
         };
@@ -449,8 +449,8 @@ fn process<S: Simd, T: CpuElement>(
                 (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
             }
             _ => {
-                let rows = TileRows { first: p.v_row(it.b, it.kvh, j0), stride: p.v_st.s, in_place };
-                widen_tile(s, p.v, rows, nk, dv, &mut scr.vp, dvp, |j| p.v_row(it.b, it.kvh, j0 + j));
+                let rows = TileRows { stride: p.v_st.s, in_place, nk };
+                widen_tile(s, p.v, rows, |j| p.v_row(it.b, it.kvh, j0 + j), dv, &mut scr.vp, dvp);
                 (scr.vp.as_ptr(), dvp)
             }
         };
@@ -488,34 +488,31 @@ pub(crate) fn transposed_pv(lanes: usize, dv: usize) -> bool {
     lanes == 16 && !dv.is_multiple_of(16) && dv < 64
 }
 
-/// Where a key tile's rows lie in a K or V operand: row 0 at `first`, the others at `stride` from it when
-/// `in_place` (the tile crosses no page).
+/// A key tile's `nk` rows in a K or V operand: `stride` apart when `in_place` (the tile crosses no page).
 #[derive(Clone, Copy)]
 struct TileRows {
-    first: usize,
     stride: usize,
     in_place: bool,
+    nk: usize,
 }
 
-/// Widens a tile's `nk` rows of `n` values into `dst` at row stride `ds`. Rows back to back in the source
-/// (`stride == n`) and in `dst` (`ds == n`) go in one call: a call per row pays a fixed setup per row (the
-/// widening, copies and calls together were 9 % of an in-cache bf16 call at D = 32; one call per tile made
-/// that call 10 % faster). Other tiles go row by row, row `j` at `row_of(j)` (through the block table when
-/// paged).
-#[allow(clippy::too_many_arguments)]
+/// Widens a tile's rows (row `j` at `row_of(j)`, through the block table when paged) of `n` values into
+/// `dst` at row stride `ds`. Rows back to back in the source (`stride == n`) and in `dst` (`ds == n`) go in
+/// one call: a call per row pays a fixed setup per row (the widening, copies and calls together were 9 % of
+/// an in-cache bf16 call at D = 32; one call per tile made that call 10 % faster).
 #[inline(always)]
 fn widen_tile<S: Simd, T: CpuElement>(
     s: S,
     src: &[T],
     rows: TileRows,
-    nk: usize,
+    row_of: impl Fn(usize) -> usize,
     n: usize,
     dst: &mut [f32],
     ds: usize,
-    row_of: impl Fn(usize) -> usize,
 ) {
+    let nk = rows.nk;
     if rows.in_place && rows.stride == n && ds == n {
-        widen_with(s, src, rows.first, &mut dst[..nk * n]);
+        widen_with(s, src, row_of(0), &mut dst[..nk * n]);
     } else {
         for j in 0..nk {
             widen_with(s, src, row_of(j), &mut dst[j * ds..j * ds + n]);

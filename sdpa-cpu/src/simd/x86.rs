@@ -21,8 +21,8 @@ pub(crate) fn intel() -> bool {
     // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
     #[allow(unused_unsafe)]
     let r = unsafe { std::arch::x86_64::__cpuid(0) };
-    let vendor: Vec<u8> = [r.ebx, r.edx, r.ecx].iter().flat_map(|x| x.to_le_bytes()).collect();
-    vendor == b"GenuineIntel"
+    // The vendor string's 12 bytes, in EBX, EDX, ECX order.
+    [r.ebx, r.edx, r.ecx] == [*b"Genu", *b"ineI", *b"ntel"].map(u32::from_le_bytes)
 }
 
 pub(crate) fn avx2_supported() -> bool {
