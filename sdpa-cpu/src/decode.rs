@@ -22,7 +22,7 @@
 
 use crate::element::{widen_with, CpuElement};
 use crate::fa2::{key_span, lanes, normalize_row, KeySpan};
-use crate::micro::{self, Shadow};
+use crate::micro::{self, Shadow, SoftmaxExp};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, MaskSel, Problem, SharedMut};
 use crate::simd::{dispatch, Simd, SimdKernel, SimdPath};
@@ -345,7 +345,9 @@ impl<T: CpuElement> SimdKernel for Run<'_, '_, T> {
             }
             let (ms, ls) = (&mut m[sh * nrs..sh * nrs + nr], &mut l[sh * nrs..sh * nrs + nr]);
             // SAFETY: nr rows of nk scores at row stride `block`; the state slices hold nr values.
-            unsafe { micro::online_softmax_rows(s, stp, pl.block, nk, nr, ms, ls, &mut alpha) };
+            unsafe {
+                micro::online_softmax_rows(s, SoftmaxExp::for_output::<T>(), stp, pl.block, nk, nr, ms, ls, &mut alpha)
+            };
             let o = acc[sh * nrs * dvp..].as_mut_ptr();
             // V read in place (bf16, or f32 outside careful mode): a piece at a time, the first rescaling
             // the state by alpha, the others accumulating onto it.

@@ -29,6 +29,11 @@ pub trait CpuElement: sealed::Sealed + Copy + Send + Sync + 'static {
         None
     }
 
+    /// The slice itself when the type is f16 (widened in the path's vectors).
+    fn as_f16(_: &[Self]) -> Option<&[f16]> {
+        None
+    }
+
     /// The elements of a host buffer of this type (`None` for another dtype).
     fn of_host(b: &HostBuffer) -> Option<&[Self]>;
 
@@ -108,6 +113,9 @@ impl CpuElement for f16 {
     fn as_f32(_: &[Self]) -> Option<&[f32]> {
         None
     }
+    fn as_f16(s: &[Self]) -> Option<&[f16]> {
+        Some(s)
+    }
     fn widen(src: &[f16], dst: &mut [f32]) {
         // half's slice conversion uses F16C when the CPU has it (detected at run time).
         half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
@@ -154,8 +162,8 @@ impl CpuElement for bf16 {
 }
 
 /// Widens `dst.len()` elements of `src` from `off` into `dst` inside a kernel compiled for SIMD path `S`:
-/// bf16 with the path's vectors (a shift, inlined into the kernel's loop), f32 as a copy, f16 through
-/// `half` (F16C when present). [`CpuElement::widen`] is compiled for the baseline x86-64 target wherever it
+/// bf16 and f16 with the path's vectors (a shift, or F16C's conversion, inlined into the kernel's loop), f32
+/// as a copy. [`CpuElement::widen`] is compiled for the baseline x86-64 target wherever it
 /// is not inlined, so a kernel widening K/V tiles row by row spends more on it than on a vector shift.
 #[inline(always)]
 pub(crate) fn widen_with<S: crate::simd::Simd, T: CpuElement>(s: S, src: &[T], off: usize, dst: &mut [f32]) {
@@ -166,6 +174,13 @@ pub(crate) fn widen_with<S: crate::simd::Simd, T: CpuElement>(s: S, src: &[T], o
             // SAFETY: `row` and `dst` both hold n values.
             unsafe { s.widen_bf16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
         }
-        None => T::widen(&src[off..off + n], dst),
+        None => match T::as_f16(src) {
+            Some(h) => {
+                let row = &h[off..off + n];
+                // SAFETY: `row` and `dst` both hold n values.
+                unsafe { s.widen_f16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
+            }
+            None => T::widen(&src[off..off + n], dst),
+        },
     }
 }

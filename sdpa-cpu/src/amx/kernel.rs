@@ -15,10 +15,10 @@ use super::tile::TileUnit;
 use crate::aligned::Aligned;
 use crate::element::CpuElement;
 use crate::fa2::{end_item, Bf16Item, KeyLoop, Scratch, Tiles};
-use crate::micro;
+use crate::micro::{self, SoftmaxExp};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::{round_up, Problem};
-use crate::simd::x86::Avx512;
+use crate::simd::x86::{exp2_short_512 as exp2_short, Avx512};
 use crate::simd::Simd;
 use std::arch::x86_64::*;
 
@@ -191,7 +191,7 @@ unsafe fn process<U: TileUnit, T: CpuElement>(
                     if masked {
                         p.apply_mask(it.b, &scr.rows[g..g + n], j0, j0 + nkg, sg, 1, bc);
                     }
-                    micro::online_softmax_rows(s, sg, bc, nkg, n, m, l, alpha);
+                    micro::online_softmax_rows(s, SoftmaxExp::for_output::<T>(), sg, bc, nkg, n, m, l, alpha);
                     to_bf16_rows(sg, pg, bc, n, nkg, round_up(nkg, ALIGN));
                 }
                 rescale_rows(s, ob.add(g * dvp), dvp, n, &scr.alpha[g..]);
@@ -359,35 +359,6 @@ unsafe fn block_2x2<U: TileUnit>(
         u.store::<1>(c.add(64), c_stride);
         u.store::<2>(c.add(c_lower), c_stride);
         u.store::<3>(c.add(c_lower + 64), c_stride);
-    }
-}
-
-/// `2^t` for `t <= 0` to about 3e-6 relative (degree-4 polynomial on the fraction, `vscalefps` for the
-/// integer part): enough for probabilities that are rounded to bf16 (2^-9) on their way to the P·V tiles,
-/// and two FMAs, a multiply and a clamp fewer than [`Simd::exp`]'s f32-accurate one. Lanes below -150
-/// (masked keys: -inf) give exactly 0; NaN passes through.
-///
-/// # Safety
-/// AVX-512 F (the caller's features).
-#[inline(always)]
-unsafe fn exp2_short(t: __m512) -> __m512 {
-    // Minimax coefficients of 2^f on [-1/2, 1/2] with the constant term held at 1 (so the row maximum's
-    // probability is exactly 1), fitted by iterated weighted least squares on the relative error.
-    const E1: f32 = 0.693_124_2;
-    const E2: f32 = 0.240_241;
-    const E3: f32 = 0.055_906_43;
-    const E4: f32 = 0.009_582_851;
-    // SAFETY: register-only arithmetic.
-    unsafe {
-        // The constant goes first so a NaN `t` passes through; -inf becomes -150, which scalef takes to 0.
-        let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
-        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
-        let f = _mm512_sub_ps(t, n);
-        let mut p = _mm512_fmadd_ps(_mm512_set1_ps(E4), f, _mm512_set1_ps(E3));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E2));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E1));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
-        _mm512_scalef_ps(p, n)
     }
 }
 

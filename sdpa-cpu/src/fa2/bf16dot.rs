@@ -10,7 +10,7 @@
 use super::{end_item, Bf16Item, KeyLoop, Scratch};
 use crate::amx::pack::{drop_v_key, pack_v, INTERLEAVE};
 use crate::element::CpuElement;
-use crate::micro;
+use crate::micro::{self, SoftmaxExp};
 use crate::nonfinite::{self, ProbTile};
 use crate::problem::round_up;
 use crate::simd::x86::Avx512;
@@ -75,7 +75,17 @@ pub(crate) unsafe fn process<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut 
             if explicit || span.needs_mask(j0, j1) {
                 p.apply_mask(it.b, &scr.rows, j0, j1, st, brp, 1);
             }
-            micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
+            micro::online_softmax(
+                s,
+                SoftmaxExp::for_output::<T>(),
+                st,
+                brp,
+                nk,
+                nqv,
+                &mut scr.m,
+                &mut scr.l,
+                &mut scr.alpha,
+            );
 
             // Pᵀ as bf16 pairs of consecutive keys, per row.
             let np = nk.div_ceil(2);

@@ -391,6 +391,7 @@ fn process<S: Simd, T: CpuElement>(
     let KeyLoop { span, explicit, .. } = KeyLoop::start(p, it, scr, brp, nr * dvp);
     // The careful re-run keeps the row-major accumulator its repairs address.
     let tpv = !dot && !careful && transposed_pv(lanes, dv);
+    let how = micro::SoftmaxExp::for_output::<T>();
     if tpv {
         scr.ot[..dv * brp].fill(0.0);
     }
@@ -439,9 +440,9 @@ fn process<S: Simd, T: CpuElement>(
         // SAFETY: the tile's scores are inside `st`; the statistics hold br >= brp values.
         unsafe {
             if dot {
-                micro::online_softmax_rows(s, st, t.bc, nk, nr, &mut scr.m, &mut scr.l, &mut scr.alpha);
+                micro::online_softmax_rows(s, how, st, t.bc, nk, nr, &mut scr.m, &mut scr.l, &mut scr.alpha);
             } else {
-                micro::online_softmax(s, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
+                micro::online_softmax(s, how, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
             }
         }
         let (vptr, vs) = match vf {

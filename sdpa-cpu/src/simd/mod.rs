@@ -26,7 +26,7 @@ pub enum SimdPath {
     Avx512Bf16,
     /// AVX-512 (F, VL, BW, DQ): 16 f32 lanes, 32 registers, `vscalefps` exp.
     Avx512,
-    /// AVX2 + FMA: 8 f32 lanes, 16 registers.
+    /// AVX2 + FMA (and F16C): 8 f32 lanes, 16 registers.
     Avx2,
     /// Portable Rust, one lane at a time: correct everywhere, slow.
     Scalar,
@@ -209,6 +209,12 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     fn exp_nonpositive(self, x: Self::V) -> Self::V {
         self.exp(x)
     }
+    /// `2^t` lane-wise for `t <= 0` (or `-inf`, or NaN), to about 3e-6 relative on the vector paths (a
+    /// degree-4 polynomial, two FMAs fewer than [`Simd::exp_nonpositive`]'s): for probabilities whose
+    /// products end in a bf16 or f16 output, which rounds to 2^-9 or 2^-12. Exactly 0 for very negative `t`
+    /// and `-inf`, NaN stays NaN; a `t` a few ulps above 0 (a rounded `x·log2 e - g·log2 e` at the maximum)
+    /// gives 1 within the same error. The scalar path is exact (`exp2`).
+    fn exp2_short_nonpositive(self, t: Self::V) -> Self::V;
     /// Lanes equal to `-inf` become 0, others pass unchanged (NaN included).
     fn neg_inf_to_zero(self, v: Self::V) -> Self::V;
     /// Sum of the lanes.
@@ -235,6 +241,17 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
             unsafe { *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16) };
         }
     }
+
+    /// Widens `n` f16 (raw bits) to f32, exactly.
+    /// # Safety
+    /// `n` u16 readable at `src`, `n` f32 writable at `dst`.
+    #[inline(always)]
+    unsafe fn widen_f16(self, src: *const u16, dst: *mut f32, n: usize) {
+        for i in 0..n {
+            // SAFETY: i < n (caller's extents).
+            unsafe { *dst.add(i) = half::f16::from_bits(*src.add(i)).to_f32() };
+        }
+    }
 }
 
 /// A computation generic over the SIMD token (the pulp `WithSimd` pattern): `run` must be
@@ -255,7 +272,7 @@ pub(crate) fn dispatch<K: SimdKernel>(path: SimdPath, k: K) -> K::Output {
         }
         #[cfg(target_arch = "x86_64")]
         SimdPath::Avx2 if x86::avx2_supported() => {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            // SAFETY: the CPU supports AVX2, FMA and F16C (checked just above).
             unsafe { x86::run_avx2(k) }
         }
         _ => k.run(scalar::Scalar),
@@ -289,19 +306,23 @@ mod tests {
         xs: &'a [f32],
     }
     impl SimdKernel for Exps<'_> {
-        type Output = (Vec<f32>, Vec<f32>);
+        type Output = (Vec<f32>, Vec<f32>, Vec<f32>);
         #[inline(always)]
         fn run<S: Simd>(self, s: S) -> Self::Output {
-            let (mut a, mut b) = (vec![0.0; self.xs.len()], vec![0.0; self.xs.len()]);
+            let n = self.xs.len();
+            let (mut a, mut b, mut c) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
             for i in (0..self.xs.len()).step_by(S::LANES) {
                 // SAFETY: i + LANES <= len (the length is a multiple of 16, every path's lanes divide it).
                 unsafe {
                     let v = s.load(self.xs.as_ptr().add(i));
                     s.store(a.as_mut_ptr().add(i), s.exp(v));
                     s.store(b.as_mut_ptr().add(i), s.exp_nonpositive(v));
+                    // The short exponential in base 2, as the online softmax calls it: x·log2 e as one FMA.
+                    let t = s.fma(v, s.splat(std::f32::consts::LOG2_E), s.zero());
+                    s.store(c.as_mut_ptr().add(i), s.exp2_short_nonpositive(t));
                 }
             }
-            (a, b)
+            (a, b, c)
         }
     }
 
@@ -331,7 +352,7 @@ mod tests {
             xs.push(-3.25);
         }
         for path in supported_paths() {
-            let (plain, fast) = dispatch(path, Exps { xs: &xs });
+            let (plain, fast, _) = dispatch(path, Exps { xs: &xs });
             for (i, &x) in xs.iter().enumerate() {
                 let (e, f) = (plain[i], fast[i]);
                 if x.is_nan() {
@@ -359,6 +380,42 @@ mod tests {
             let at = |v: f32| xs.iter().position(|&x| x == v || (x.is_nan() && v.is_nan())).map(|i| fast[i]);
             assert_eq!(at(0.0), Some(1.0), "{path}: e^0 must be exactly 1");
             assert_eq!(at(f32::NEG_INFINITY), Some(0.0), "{path}: e^-inf must be exactly 0");
+        }
+    }
+
+    /// The short exponential (bf16/f16 outputs' probabilities) on every path: within 4e-6 of f64's `e^x`
+    /// over the softmax's range (its 3e-6 and the rounding of x·log2 e), exactly 1 at 0, exactly 0 at -inf
+    /// and far below the normal range, never above the true value's double there, NaN kept; and 1 within
+    /// the same error for exponents a few ulps above 0.
+    #[test]
+    fn exp2_short_nonpositive_is_within_its_error_on_every_path() {
+        let mut xs: Vec<f32> = (0..4000).map(|i| -(i as f32) * 0.0291).collect();
+        xs.extend([0.0, -0.0, -1e-30, -87.3, -88.7, -103.0, -104.0, -200.0, f32::NEG_INFINITY, f32::NAN]);
+        xs.extend([1e-7, 3e-7, -0.5 * std::f32::consts::LN_2, -1.5 * std::f32::consts::LN_2]);
+        while !xs.len().is_multiple_of(16) {
+            xs.push(-3.25);
+        }
+        for path in supported_paths() {
+            let (_, _, short) = dispatch(path, Exps { xs: &xs });
+            for (&x, &f) in xs.iter().zip(&short) {
+                if x.is_nan() {
+                    assert!(f.is_nan(), "{path}: 2^NaN = {f}");
+                    continue;
+                }
+                let want = (x as f64).exp();
+                if want < f32::MIN_POSITIVE as f64 {
+                    assert!(f >= 0.0 && (f as f64) <= 2.0 * want + 1e-45, "{path}: e^{x} = {f}, want {want}");
+                    if x < -104.0 {
+                        assert_eq!(f, 0.0, "{path}: e^{x} must be exactly 0");
+                    }
+                    continue;
+                }
+                let rel = ((f as f64) - want).abs() / want;
+                assert!(rel < 4e-6 + 1e-7 * (x as f64).abs(), "{path}: short e^{x} = {f}, want {want} (rel {rel:.2e})");
+            }
+            let at = |v: f32| xs.iter().position(|&x| x == v).map(|i| short[i]);
+            assert_eq!(at(0.0), Some(1.0), "{path}: 2^0 must be exactly 1");
+            assert_eq!(at(f32::NEG_INFINITY), Some(0.0), "{path}: 2^-inf must be exactly 0");
         }
     }
 }

@@ -108,6 +108,10 @@ impl Simd for Scalar {
         x.exp()
     }
     #[inline(always)]
+    fn exp2_short_nonpositive(self, t: f32) -> f32 {
+        t.exp2()
+    }
+    #[inline(always)]
     fn neg_inf_to_zero(self, v: f32) -> f32 {
         if v == f32::NEG_INFINITY {
             0.0

@@ -25,8 +25,9 @@ pub(crate) fn intel() -> bool {
     [r.ebx, r.edx, r.ecx] == [*b"Genu", *b"ineI", *b"ntel"].map(u32::from_le_bytes)
 }
 
+/// AVX2 and FMA, and F16C (f16 K/V tiles widened in vectors), which every CPU with AVX2 also has.
 pub(crate) fn avx2_supported() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
 /// Token proving the CPU runs AVX-512 F/VL/BW/DQ; built only by [`run_avx512`].
@@ -44,7 +45,7 @@ impl Avx512 {
     }
 }
 
-/// Token proving the CPU runs AVX2 and FMA; built only by [`run_avx2`].
+/// Token proving the CPU runs AVX2, FMA and F16C; built only by [`run_avx2`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Avx2(());
 
@@ -57,11 +58,11 @@ pub(crate) unsafe fn run_avx512<K: SimdKernel>(k: K) -> K::Output {
     k.run(Avx512(()))
 }
 
-/// Runs `k` with AVX2 + FMA code generation.
+/// Runs `k` with AVX2 + FMA (+ F16C) code generation.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA ([`avx2_supported`]).
-#[target_feature(enable = "avx2,fma")]
+/// The CPU must support AVX2, FMA and F16C ([`avx2_supported`]).
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn run_avx2<K: SimdKernel>(k: K) -> K::Output {
     k.run(Avx2(()))
 }
@@ -107,6 +108,36 @@ unsafe fn exp2_fraction_256(f: __m256) -> __m256 {
         p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
         p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
         _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0))
+    }
+}
+
+// Degree-4 coefficients of 2^f on [-1/2, 1/2] with the constant term held at 1 (so the row maximum's
+// probability is exactly 1), fitted by iterated weighted least squares on the relative error: about 3e-6,
+// where the degree-6 ones above reach 1.2e-7, for two FMAs fewer.
+const E1: f32 = 0.693_124_2;
+const E2: f32 = 0.240_241;
+const E3: f32 = 0.055_906_43;
+const E4: f32 = 0.009_582_851;
+
+/// `2^t` for `t <= 0` to about 3e-6 relative (the degree-4 fraction above, `vscalefps` for the integer
+/// part), 16 lanes: lanes below -150 (masked keys: -inf) give exactly 0; NaN passes through. Shared by the
+/// AMX kernel and [`Simd::exp2_short_nonpositive`].
+///
+/// # Safety
+/// AVX-512 F (the caller's features).
+#[inline(always)]
+pub(crate) unsafe fn exp2_short_512(t: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        // The constant goes first so a NaN `t` passes through; -inf becomes -150, which scalef takes to 0.
+        let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+        let f = _mm512_sub_ps(t, n);
+        let mut p = _mm512_fmadd_ps(_mm512_set1_ps(E4), f, _mm512_set1_ps(E3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E1));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
+        _mm512_scalef_ps(p, n)
     }
 }
 
@@ -240,6 +271,11 @@ impl Simd for Avx512 {
         }
     }
     #[inline(always)]
+    fn exp2_short_nonpositive(self, t: __m512) -> __m512 {
+        // SAFETY: see the impl comment.
+        unsafe { exp2_short_512(t) }
+    }
+    #[inline(always)]
     fn neg_inf_to_zero(self, v: __m512) -> __m512 {
         // SAFETY: see the impl comment.
         unsafe {
@@ -260,7 +296,8 @@ impl Simd for Avx512 {
     #[inline(always)]
     unsafe fn widen_bf16(self, src: *const u16, dst: *mut f32, n: usize) {
         let full = n / 16 * 16;
-        // SAFETY: `n` values at `src` and `dst` (caller); vectors cover i..i+16 <= full <= n.
+        // SAFETY: `n` values at `src` and `dst` (caller); vectors cover i..i+16 <= full <= n, and the masked
+        // tail touches only lanes below n - full.
         unsafe {
             let mut i = 0;
             while i < full {
@@ -268,8 +305,30 @@ impl Simd for Avx512 {
                 _mm512_storeu_ps(dst.add(i), _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)));
                 i += 16;
             }
-            for i in full..n {
-                *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16);
+            if full < n {
+                // The last n - full values in one masked load and store (AVX-512 BW and VL): element by
+                // element, a 40-column V row's last 8 took a tenth of a bf16 call at D = 40 (widened row by
+                // row into the 48-column tile).
+                let k: __mmask16 = (1u32 << (n - full)) as u16 - 1;
+                let w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src.add(full).cast()));
+                _mm512_mask_storeu_ps(dst.add(full), k, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)));
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen_f16(self, src: *const u16, dst: *mut f32, n: usize) {
+        let full = n / 16 * 16;
+        // SAFETY: as `widen_bf16`.
+        unsafe {
+            let mut i = 0;
+            while i < full {
+                _mm512_storeu_ps(dst.add(i), _mm512_cvtph_ps(_mm256_loadu_si256(src.add(i).cast())));
+                i += 16;
+            }
+            if full < n {
+                let k: __mmask16 = (1u32 << (n - full)) as u16 - 1;
+                let h = _mm256_maskz_loadu_epi16(k, src.add(full).cast());
+                _mm512_mask_storeu_ps(dst.add(full), k, _mm512_cvtph_ps(h));
             }
         }
     }
@@ -415,6 +474,26 @@ impl Simd for Avx2 {
         }
     }
     #[inline(always)]
+    fn exp2_short_nonpositive(self, t: __m256) -> __m256 {
+        // SAFETY: see the impl comment.
+        unsafe {
+            // `exp_nonpositive`'s rounding by one add of ROUND_BIAS (t <= 0 after the clamp; a t rounding up
+            // to n = 0 from just above 0, as `x·log2 e - g·log2 e` can give at the maximum, is also exact)
+            // with the degree-4 fraction of `exp2_short_512`.
+            const ROUND_BIAS: f32 = 12_583_039.0;
+            let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
+            let y = _mm256_add_ps(t, _mm256_set1_ps(ROUND_BIAS));
+            let n = _mm256_sub_ps(y, _mm256_set1_ps(ROUND_BIAS));
+            let f = _mm256_sub_ps(t, n);
+            let mut p = _mm256_fmadd_ps(_mm256_set1_ps(E4), f, _mm256_set1_ps(E3));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E2));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E1));
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0));
+            let scale = _mm256_slli_epi32::<23>(_mm256_castps_si256(y));
+            _mm256_mul_ps(p, _mm256_castsi256_ps(scale))
+        }
+    }
+    #[inline(always)]
     fn neg_inf_to_zero(self, v: __m256) -> __m256 {
         // SAFETY: see the impl comment.
         unsafe {
@@ -445,6 +524,21 @@ impl Simd for Avx2 {
             }
             for i in full..n {
                 *dst.add(i) = f32::from_bits((*src.add(i) as u32) << 16);
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn widen_f16(self, src: *const u16, dst: *mut f32, n: usize) {
+        let full = n / 8 * 8;
+        // SAFETY: as `widen_bf16` (F16C is part of the AVX2 path's features).
+        unsafe {
+            let mut i = 0;
+            while i < full {
+                _mm256_storeu_ps(dst.add(i), _mm256_cvtph_ps(_mm_loadu_si128(src.add(i).cast())));
+                i += 8;
+            }
+            for i in full..n {
+                *dst.add(i) = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*src.add(i) as i32)));
             }
         }
     }
