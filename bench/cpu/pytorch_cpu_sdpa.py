@@ -158,26 +158,28 @@ def shp(b, hq, hkv, sq, sk, d, dv=None):
     return {"b": b, "hq": hq, "hkv": hkv, "sq": sq, "sk": sk, "d": d, "dv": dv or d}
 
 
-def cases(preset):
+def cases(preset, dtypes=None):
+    """The preset's cases; `dtypes` (a list) replaces the dtypes of the presets that sweep f32 and bf16."""
+    both = dtypes or ("f32", "bf16")
     prefill = [shp(1, 8, 8, 1024, 1024, 64), shp(1, 8, 8, 2048, 2048, 64), shp(1, 16, 16, 4096, 4096, 128)]
     out = []
     if preset == "small":
         # Cache-resident shapes whose calls take about a millisecond: on a shared machine the fastest of many
         # calls is one that nothing interrupted, so the ratio of minima is the cleanest comparison there is.
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             for s in (shp(1, 4, 4, 512, 512, 64), shp(1, 2, 2, 512, 512, 128)):
                 for mask in ("none", "causal"):
                     out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ["fa2"]})
     if preset == "prefill":
         # Issue 21's AVX2 grid: the three prefill shapes, f32 and bf16, causal and not, fa2 only.
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             for s in prefill:
                 for mask in ("none", "causal"):
                     out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ["fa2"]})
     if preset == "headdims":
         # Issue 21's CPU head-dim sweep at B = 1, H = 8, S = 1024 (bench/presets/headdims.json's headdims-cpu),
         # with D = 64 and 128 as the references the other head dims are held to.
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             for d, dv in ((32, 32), (40, 40), (64, 64), (80, 80), (96, 96), (128, 128), (160, 160), (192, 192),
                           (256, 256), (192, 128), (512, 512)):
                 for mask in ("none", "causal"):
@@ -189,16 +191,16 @@ def cases(preset):
             for mask in ("none", "causal"):
                 out.append({"shape": shp(1, 16, 16, 4096, 4096, d), "mask": mask, "dtype": "bf16", "ours": ["fa2"]})
     if preset == "decode":
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
                         "ours": ["fa2", "splitkv", "unfused"]})
     if preset in ("issue", "quick"):
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             for s in (prefill[:1] if preset == "quick" else prefill):
                 for mask in ("none", "causal"):
                     ours = ["fa2", "unfused"] if s["sq"] <= 1024 and dtype == "f32" else ["fa2"]
                     out.append({"shape": s, "mask": mask, "dtype": dtype, "ours": ours})
-        for dtype in ("f32", "bf16"):
+        for dtype in both:
             out.append({"shape": shp(1, 32, 32, 1, 4096, 128), "mask": "none", "dtype": dtype,
                         "ours": ["fa2", "splitkv", "unfused"]})
     return out
@@ -336,6 +338,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--dtypes", default=None,
+                    help="comma-separated dtypes for the presets that sweep f32 and bf16 (e.g. f32,bf16,f16)")
     ap.add_argument("--preset", default="issue", choices=["issue", "quick", "small", "decode", "prefill", "headdims", "amx"])
     ap.add_argument("--simd", default=os.environ.get("SDPA_CPU_SIMD", ""),
                     help="force one SIMD path on both sides (avx2, avx512, avx512-bf16, scalar)")
@@ -380,7 +384,7 @@ def main():
     torch_side = Torch(args.threads)
     machine = cpu_model()
     print(f"pytorch {torch_side.torch.__version__}, {args.threads} threads, machine {machine}", file=sys.stderr)
-    cs = cases(args.preset)
+    cs = cases(args.preset, args.dtypes.split(",") if args.dtypes else None)
     samples = {}  # key -> (all samples, per-round medians)
 
     def add(key, times):

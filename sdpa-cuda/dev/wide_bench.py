@@ -34,6 +34,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
 ap.add_argument("--quick", action="store_true", help="fewer lengths")
 ap.add_argument("--decode-only", action="store_true")
+ap.add_argument("--only", default="", help="prefill points to time instead of the grid, as D:S pairs (both masks "
+                "each), e.g. 512:1024,512:4096")
 ap.add_argument("--reps", type=int, default=20)
 ap.add_argument("--sweep", default="", help="settings to time a few points under first, e.g. "
                                              "'SDPA_WIDE_SLAB_MB=64,1024;SDPA_WIDE_PV_PARTS=1,8' (the slab budget's "
@@ -46,6 +48,11 @@ points = []
 grid = {512: [1024, 4096, 16384], 1024: [1024, 4096], 4096: [512, 2048]}
 if args.quick:
     grid = {512: [4096], 1024: [4096], 4096: [2048]}
+if args.only:
+    grid = {}
+    for pair in args.only.split(","):
+        d, s_ = (int(x) for x in pair.split(":"))
+        grid.setdefault(d, []).append(s_)
 for d, seqs in ([] if args.decode_only else grid.items()):
     h = max(1, 2048 // d)
     for causal in [False, True]:

@@ -699,17 +699,19 @@ fn plan_ragged(call: &Call<'_>, hd: HeadDims) -> Result<Plan> {
     Ok(Plan { program, dims, params, splits, head_dim: hd.d, maps: None, ragged: Some(sched) })
 }
 
-/// The ragged entries' parameter: `SplitKvRaggedArgs` in splitkv.cu.
+/// A launch parameter of AttnParams, a device table of ints (or 0) and the partial slots: the ragged
+/// entries' `SplitKvRaggedArgs` in splitkv.cu (the unit schedule) and the MLA combine's
+/// `SplitKvMlaCombineArgs` in splitkv_mla.cu (the per-sequence table).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct RaggedArgs {
-    p: AttnParams,
-    units: u64,
-    parts: i64,
+pub(super) struct TableArgs {
+    pub(super) p: AttnParams,
+    pub(super) table: u64,
+    pub(super) parts: i64,
 }
-const _: () = assert!(std::mem::size_of::<RaggedArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
-// SAFETY: plain data with C layout matching the kernel's `SplitKvRaggedArgs` (size asserted on both sides).
-unsafe impl DeviceRepr for RaggedArgs {}
+const _: () = assert!(std::mem::size_of::<TableArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
+// SAFETY: plain data with C layout matching both kernels' structs (size asserted on both sides).
+unsafe impl DeviceRepr for TableArgs {}
 
 /// Runs a ragged call's plan: uploads its schedule (kept per content by the device), then one launch on
 /// the scratch (when some sequence has several chunks) like the dense path.
@@ -722,7 +724,7 @@ fn run_ragged(call: &Call<'_>, plan: Plan, sched: RaggedSchedule) -> Result<()> 
     let counters = call.spec.shape.b * plan.dims.grid.1 as usize;
     let parts = i64::try_from(sched.parts).map_err(|_| unsupported("splitkv: too many partials"))?;
     let go = |params: &AttnParams| {
-        let args = RaggedArgs { p: *params, units, parts };
+        let args = TableArgs { p: *params, table: units, parts };
         // SAFETY: `params` holds the backend's checked pointers (Q/O rows, packed K/V or pages through
         // the block table, clamped into the pool, as the spec's validated lengths address them); `units`
         // is the schedule of exactly `grid.x` units, alive until the launch is queued; every unit with

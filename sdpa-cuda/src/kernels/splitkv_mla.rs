@@ -21,7 +21,7 @@
 //! takes; the rest runs on `wide` (dense calls; ragged ones at these head dims have no other kernel and are
 //! refused with this path's reason).
 
-use super::splitkv::{ragged_units, with_scratch, L2Policy, UnitBlocks, UNIT_INTS};
+use super::splitkv::{ragged_units, with_scratch, L2Policy, TableArgs, UnitBlocks, UNIT_INTS};
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{AttnParams, Masking, MASK_CAUSAL, VAR_BAND};
@@ -298,18 +298,6 @@ const _: () = assert!(std::mem::size_of::<MlaArgs>() == 640);
 // SAFETY: plain data with C layout matching the kernel's `SplitKvMlaArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for MlaArgs {}
 
-/// The combine's parameter: `SplitKvMlaCombineArgs` (AttnParams, the per-sequence table or 0, the partial slots).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CombineArgs {
-    p: AttnParams,
-    seqs: u64,
-    parts: i64,
-}
-const _: () = assert!(std::mem::size_of::<CombineArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
-// SAFETY: plain data with C layout matching the kernel's `SplitKvMlaCombineArgs`.
-unsafe impl DeviceRepr for CombineArgs {}
-
 /// One planned call: the forward, and the combine when row tiles are split.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -470,7 +458,7 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         if let Some((cp, cdims)) = &combine {
             // SAFETY: the combine takes SplitKvMlaCombineArgs; it reads the partials the forward wrote into
             // params.workspace (same stream) and writes the call's O and LSE.
-            let cargs = CombineArgs { p: *params, seqs, parts: parts_i };
+            let cargs = TableArgs { p: *params, table: seqs, parts: parts_i };
             unsafe { launch(call.dev, call.stream, cp, &cp.name, *cdims, &cargs) }?;
         }
         Ok(())
