@@ -450,9 +450,12 @@ fn process<S: Simd, T: CpuElement>(
                 (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
             }
             _ => {
+                // The transposed P·V broadcasts V one value at a time, so its rows need no padding: at
+                // stride dv, rows back to back widen in one call.
+                let vsp = if tpv { dv } else { dvp };
                 let rows = TileRows { stride: p.v_st.s, in_place, nk };
-                widen_tile(s, p.v, rows, |j| p.v_row(it.b, it.kvh, j0 + j), dv, &mut scr.vp, dvp);
-                (scr.vp.as_ptr(), dvp)
+                widen_tile(s, p.v, rows, |j| p.v_row(it.b, it.kvh, j0 + j), dv, &mut scr.vp, vsp);
+                (scr.vp.as_ptr(), vsp)
             }
         };
         // Careful mode: V rows with NaN or inf leave the tile product and come back only where attended.
