@@ -4,7 +4,7 @@
 #   0. the GPU tests of the splitkv paths whose launch parameter struct f4fbf09 merged (MLA, paged, ragged);
 #   1. the wide-head points whose committed slab rule was never timed (D = 512 at 1k and 4k, 1024 at 4k,
 #      4096 at 2k, causal and not) and MLA decoding (c07b335's hoisting, never timed), against PyTorch;
-#   2. the CPU on the H100 host's Xeon (AMX; GPU idle by then): the AMX points against PyTorch at 2 threads
+#   2. the CPU on the GPU machine's host (AMX where it has it; GPU idle by then): the AMX points against PyTorch at 2 threads
 #      pinned and at 16, then the head-dim sweep at 2 threads pinned in the dtypes of $DTYPES (default f16) as
 #      far as the deadline allows.
 #   DEADLINE=540 bash bench/studies/session13/call2.sh
