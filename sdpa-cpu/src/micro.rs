@@ -341,9 +341,12 @@ pub(crate) unsafe fn dot_scores_rows<S: Simd, E: KvElem, const R: usize>(
 pub(crate) enum SoftmaxExp {
     /// `e^(x - m)` to f32 accuracy ([`Simd::exp_nonpositive`]): f32 outputs.
     Full,
-    /// `2^(x·log2 e - m·log2 e)`, one FMA into [`Simd::exp2_short_nonpositive`] (3e-6 relative): three
-    /// vector operations of about fourteen per score fewer, for bf16 and f16 outputs, whose rounding (2^-9,
-    /// 2^-12) is far above it. At head dims below 64 the softmax is a third of the item's time.
+    /// `2^((x - m)·log2 e)` through [`Simd::exp2_short_nonpositive`] (3e-6 relative): two vector operations
+    /// of about fourteen per score fewer, for bf16 and f16 outputs, whose unit roundoff (2^-8, 2^-11) is far
+    /// above it. At head dims below 64 the softmax is a third of the item's time. The exponent is formed as
+    /// `x - m` first, exact at the maximum (0, so its weight is exactly 1) whatever the scores' magnitude:
+    /// one FMA `x·log2 e - rnd(m·log2 e)` would carry the rounding of `m·log2 e`, which grows with |m| and
+    /// at scores of 1e8 and more empties or overflows whole tiles.
     Short,
 }
 
@@ -358,12 +361,12 @@ impl SoftmaxExp {
     }
 }
 
-/// `e^(x - g)` lane-wise for `x <= g` (`ng` = -g·log2 e, used by [`SoftmaxExp::Short`]).
+/// `e^(x - g)` lane-wise for `x <= g`.
 #[inline(always)]
-fn exp_below<S: Simd>(s: S, how: SoftmaxExp, x: S::V, g: S::V, ng: S::V) -> S::V {
+fn exp_below<S: Simd>(s: S, how: SoftmaxExp, x: S::V, g: S::V) -> S::V {
     match how {
         SoftmaxExp::Full => s.exp_nonpositive(s.sub(x, g)),
-        SoftmaxExp::Short => s.exp2_short_nonpositive(s.fma(x, s.splat(std::f32::consts::LOG2_E), ng)),
+        SoftmaxExp::Short => s.exp2_short_nonpositive(s.mul(s.sub(x, g), s.splat(std::f32::consts::LOG2_E))),
     }
 }
 
@@ -411,7 +414,6 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             let mx = s.max(s.max(mx[0], mx[1]), s.max(mx[2], mx[3]));
             // The subtrahend: the new maximum, or 0 where it is still -inf (so e^(-inf - 0) = 0, not NaN).
             let g = s.neg_inf_to_zero(mx);
-            let ng = s.mul(g, s.splat(-std::f32::consts::LOG2_E));
             s.store(alpha.as_mut_ptr().add(off), s.exp_nonpositive(s.sub(m_old, g)));
             s.store(m.as_mut_ptr().add(off), mx);
             let mut sum = [s.zero(); 4];
@@ -419,7 +421,7 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             while j + 4 <= nk {
                 for (u, acc) in sum.iter_mut().enumerate() {
                     let pj = st.add((j + u) * sts + off);
-                    let p = exp_below(s, how, s.load(pj), g, ng);
+                    let p = exp_below(s, how, s.load(pj), g);
                     s.store(pj, p);
                     *acc = s.add(*acc, p);
                 }
@@ -427,7 +429,7 @@ pub(crate) unsafe fn online_softmax<S: Simd>(
             }
             while j < nk {
                 let pj = st.add(j * sts + off);
-                let p = exp_below(s, how, s.load(pj), g, ng);
+                let p = exp_below(s, how, s.load(pj), g);
                 s.store(pj, p);
                 sum[0] = s.add(sum[0], p);
                 j += 1;
@@ -479,11 +481,10 @@ pub(crate) unsafe fn online_softmax_rows<S: Simd>(
             let m_new = if m[r].is_nan() || m[r] > mx { m[r] } else { mx };
             let g = if m_new == f32::NEG_INFINITY { 0.0 } else { m_new };
             let gv = s.splat(g);
-            let ng = s.splat(-g * std::f32::consts::LOG2_E);
             let mut sum = s.zero();
             let mut j = 0;
             while j < full {
-                let e = exp_below(s, how, s.load(row.add(j)), gv, ng);
+                let e = exp_below(s, how, s.load(row.add(j)), gv);
                 s.store(row.add(j), e);
                 sum = s.add(sum, e);
                 j += lanes;

@@ -309,3 +309,26 @@ fn variants_are_listed_and_their_laws_hold() {
         }
     }
 }
+
+/// Scores of any magnitude: with the scale at 1e4 .. 1e9 the softmax is (nearly) one-hot and each tile's
+/// maximum is far from the last tile's; every kernel and path, f16 and bf16 (whose probabilities use the
+/// short exponential) and f32, must still match the reference. The short exponential once formed its exponent
+/// as one FMA, `x·log2 e - rnd(m·log2 e)`, whose rounding grows with |m|: from 1e8 whole tiles came out
+/// empty (rows of zeros with LSE -inf) or overflowed.
+#[test]
+fn huge_scores_match_the_reference() {
+    // 300 keys: several key tiles on every path, Sq != Sk, GQA.
+    let shape = Shape { b: 1, hq: 4, hkv: 2, sq: 37, sk: 300, d: 40, dv: 24 };
+    for be in backends() {
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            for scale in [1e4, 1e6, 1e8, 1e9] {
+                for mask in [Mask::None, Mask::CausalBottomRight] {
+                    let s = spec(shape, dtype, mask, Layout::Bhsd).with_scale(scale);
+                    for kernel in KERNELS {
+                        common::check(&be, &s, kernel);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -365,8 +365,8 @@ unsafe fn block_2x2<U: TileUnit>(
 /// The online softmax of rows `r < n` of raw scores `s[r·bc + j]`, keys `j < nk`, scaled by `scale > 0` on
 /// the way (the same state update as `micro::online_softmax_rows` on scaled scores), written as bf16
 /// probabilities to `p` (0 for keys `nk <= j < nkp`) and, when `careful`, as f32 back into `s` (what the
-/// re-run's `add_back` reads). The exponential runs in base 2 with `log2 e` folded into the scale, so one
-/// FMA turns a raw score into its exponent ([`exp2_short`]); the state (`m`, `alpha`) stays in base e.
+/// re-run's `add_back` reads). The exponential runs in base 2 on `(x·scale - m)·log2 e`, exactly 0 at the
+/// row's maximum ([`exp2_short`]); the state (`m`, `alpha`) stays in base e.
 ///
 /// # Safety
 /// `s` and `p` hold `n` rows of `bc >= nkp` values (`nkp` a multiple of 16); `m`, `l`, `alpha` at least
@@ -398,7 +398,7 @@ unsafe fn softmax_to_bf16(
     unsafe {
         let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         let sv = _mm512_set1_ps(scale);
-        let sl = _mm512_set1_ps(scale * log2e);
+        let l2 = _mm512_set1_ps(log2e);
         let mut r0 = 0;
         while r0 < n {
             let rn = (n - r0).min(16);
@@ -436,8 +436,17 @@ unsafe fn softmax_to_bf16(
             let mut sums = [0f32; 16];
             for (r, total) in sums.iter_mut().enumerate().take(rn) {
                 let (row, prow) = (s.add((r0 + r) * bc), p.add((r0 + r) * bc));
-                // e^(x·scale - g) = 2^(x·scale·log2 e - g·log2 e).
-                let ng = _mm512_set1_ps(-gs[r] * log2e);
+                // e^(x·scale - g) = 2^((x·scale - g)·log2 e), the difference formed first: at the row's
+                // maximum x·scale rounds to g itself, so its exponent is exactly 0 whatever the magnitude
+                // (one FMA, x·(scale·log2 e) - rnd(g·log2 e), carried the rounding of g·log2 e, which at
+                // scores of 1e8 and more emptied or overflowed whole tiles).
+                let gv = _mm512_set1_ps(gs[r]);
+                // A macro, not a closure (see `put!`).
+                macro_rules! t {
+                    ($x:expr) => {
+                        _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps($x, sv), gv), l2)
+                    };
+                }
                 let mut sum = sd.zero();
                 // A macro, not a closure: a closure would not inherit the caller's target features.
                 macro_rules! put {
@@ -451,7 +460,7 @@ unsafe fn softmax_to_bf16(
                 }
                 let mut j = 0;
                 while j < full {
-                    let e = exp2_short(_mm512_fmadd_ps(_mm512_loadu_ps(row.add(j)), sl, ng));
+                    let e = exp2_short(t!(_mm512_loadu_ps(row.add(j))));
                     sum = sd.add(sum, e);
                     put!(j, e);
                     j += 16;
@@ -459,7 +468,7 @@ unsafe fn softmax_to_bf16(
                 if full < nk {
                     // Lanes past nk load -inf: the exponential gives exactly 0 there.
                     let x = _mm512_mask_loadu_ps(ninf, tail, row.add(full));
-                    let e = exp2_short(_mm512_fmadd_ps(x, sl, ng));
+                    let e = exp2_short(t!(x));
                     sum = sd.add(sum, e);
                     put!(full, e);
                     j += 16;

@@ -211,9 +211,8 @@ pub(crate) trait Simd: Copy + Send + Sync + 'static {
     }
     /// `2^t` lane-wise for `t <= 0` (or `-inf`, or NaN), to about 3e-6 relative on the vector paths (a
     /// degree-4 polynomial, two FMAs fewer than [`Simd::exp_nonpositive`]'s): for probabilities whose
-    /// products end in a bf16 or f16 output, which rounds to 2^-9 or 2^-12. Exactly 0 for very negative `t`
-    /// and `-inf`, NaN stays NaN; a `t` a few ulps above 0 (a rounded `x·log2 e - g·log2 e` at the maximum)
-    /// gives 1 within the same error. The scalar path is exact (`exp2`).
+    /// products end in a bf16 or f16 output (unit roundoff 2^-8, 2^-11). Exactly 1 at 0, exactly 0 for very
+    /// negative `t` and `-inf`, NaN stays NaN. The scalar path is exact (`exp2`).
     fn exp2_short_nonpositive(self, t: Self::V) -> Self::V;
     /// Lanes equal to `-inf` become 0, others pass unchanged (NaN included).
     fn neg_inf_to_zero(self, v: Self::V) -> Self::V;
@@ -317,8 +316,8 @@ mod tests {
                     let v = s.load(self.xs.as_ptr().add(i));
                     s.store(a.as_mut_ptr().add(i), s.exp(v));
                     s.store(b.as_mut_ptr().add(i), s.exp_nonpositive(v));
-                    // The short exponential in base 2, as the online softmax calls it: x·log2 e as one FMA.
-                    let t = s.fma(v, s.splat(std::f32::consts::LOG2_E), s.zero());
+                    // The short exponential in base 2, as the online softmax calls it: (x - max)·log2 e.
+                    let t = s.mul(v, s.splat(std::f32::consts::LOG2_E));
                     s.store(c.as_mut_ptr().add(i), s.exp2_short_nonpositive(t));
                 }
             }
@@ -386,7 +385,7 @@ mod tests {
     /// The short exponential (bf16/f16 outputs' probabilities) on every path: within 4e-6 of f64's `e^x`
     /// over the softmax's range (its 3e-6 and the rounding of x·log2 e), exactly 1 at 0, exactly 0 at -inf
     /// and far below the normal range, never above the true value's double there, NaN kept; and 1 within
-    /// the same error for exponents a few ulps above 0.
+    /// the same error for exponents a few ulps above 0 (no caller forms them; the polynomial allows them).
     #[test]
     fn exp2_short_nonpositive_is_within_its_error_on_every_path() {
         let mut xs: Vec<f32> = (0..4000).map(|i| -(i as f32) * 0.0291).collect();
