@@ -413,7 +413,7 @@ __device__ __forceinline__ void splitkv_mla_forward(const SplitKvMlaArgs& a, uns
 // rows. Dynamic shared memory (src/kernels/splitkv_mla.rs `combine_smem_bytes`): the other groups' sums
 // [MLA_COMBINE_GROUPS - 1][DV / 4] float4, three statistics padded to 16 bytes, one weight per split.
 #define MLA_COMBINE_GROUPS 4
-// The combine's parameter (src/kernels/splitkv_mla.rs `CombineArgs`): AttnParams (num_splits: the splits of a
+// The combine's parameter (src/kernels/splitkv.rs `TableArgs`): AttnParams (num_splits: the splits of a
 // dense call), a ragged call's per-sequence (chunks, first partial slot) pairs (null when dense), the partial
 // slots of the scratch.
 struct SplitKvMlaCombineArgs {

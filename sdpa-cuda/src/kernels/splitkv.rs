@@ -710,7 +710,8 @@ pub(super) struct TableArgs {
     pub(super) parts: i64,
 }
 const _: () = assert!(std::mem::size_of::<TableArgs>() == crate::checked::params::ATTN_PARAMS_SIZE + 16);
-// SAFETY: plain data with C layout matching both kernels' structs (size asserted on both sides).
+// SAFETY: plain data with C layout matching both kernels' structs (the size asserted here, and in splitkv.cu for
+// `SplitKvRaggedArgs`; `SplitKvMlaCombineArgs` has the same three fields).
 unsafe impl DeviceRepr for TableArgs {}
 
 /// Runs a ragged call's plan: uploads its schedule (kept per content by the device), then one launch on
