@@ -168,19 +168,12 @@ impl CpuElement for bf16 {
 #[inline(always)]
 pub(crate) fn widen_with<S: crate::simd::Simd, T: CpuElement>(s: S, src: &[T], off: usize, dst: &mut [f32]) {
     let n = dst.len();
-    match T::as_bf16(src) {
-        Some(b) => {
-            let row = &b[off..off + n];
-            // SAFETY: `row` and `dst` both hold n values.
-            unsafe { s.widen_bf16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
-        }
-        None => match T::as_f16(src) {
-            Some(h) => {
-                let row = &h[off..off + n];
-                // SAFETY: `row` and `dst` both hold n values.
-                unsafe { s.widen_f16(row.as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
-            }
-            None => T::widen(&src[off..off + n], dst),
-        },
+    // SAFETY (both calls): the row of n values from `off` was bounds-checked by the slicing, `dst` holds n.
+    if let Some(b) = T::as_bf16(src) {
+        unsafe { s.widen_bf16(b[off..off + n].as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
+    } else if let Some(h) = T::as_f16(src) {
+        unsafe { s.widen_f16(h[off..off + n].as_ptr().cast::<u16>(), dst.as_mut_ptr(), n) }
+    } else {
+        T::widen(&src[off..off + n], dst)
     }
 }

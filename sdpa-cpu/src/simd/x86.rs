@@ -111,9 +111,33 @@ unsafe fn exp2_fraction_256(f: __m256) -> __m256 {
     }
 }
 
+/// `2^t` for `t <= 0` (or -inf, or NaN), 8 lanes, the fraction by [`exp2_short_fraction_256`] when `SHORT`,
+/// else by [`exp2_fraction_256`] (a const parameter, not a function argument, so both stay inlined): `t` is
+/// clamped to [-127, 0], so no upper clamp, and rounded by one add of ROUND_BIAS = 1.5·2^23 + 127: the sum's
+/// low mantissa bits hold n + 127 (0..=127), which a shift moves into the exponent field (the bits above it
+/// shift out), giving 2^n, or exactly 0 at n = -127; subtracting the bias again gives n itself. Two operations
+/// fewer than `exp`'s general rounding.
+/// # Safety
+/// AVX2 and FMA (the token's features; inlined into its kernels).
+#[inline(always)]
+unsafe fn pow2_nonpositive_256<const SHORT: bool>(t: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        const ROUND_BIAS: f32 = 12_583_039.0;
+        let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
+        let y = _mm256_add_ps(t, _mm256_set1_ps(ROUND_BIAS));
+        let n = _mm256_sub_ps(y, _mm256_set1_ps(ROUND_BIAS));
+        let scale = _mm256_slli_epi32::<23>(_mm256_castps_si256(y));
+        let f = _mm256_sub_ps(t, n);
+        let p = if SHORT { exp2_short_fraction_256(f) } else { exp2_fraction_256(f) };
+        _mm256_mul_ps(p, _mm256_castsi256_ps(scale))
+    }
+}
+
 // Degree-4 coefficients of 2^f on [-1/2, 1/2] with the constant term held at 1 (so an exponent of exactly
-// 0, the row maximum's when the caller forms x - max first, gives exactly 1), fitted by iterated weighted least squares on the relative error: about 3e-6,
-// where the degree-6 ones above reach 1.2e-7, for two FMAs fewer.
+// 0, the row maximum's when the caller forms x - max first, gives exactly 1), fitted by iterated weighted
+// least squares on the relative error: about 3e-6, where the degree-6 ones above reach 1.2e-7, for two FMAs
+// fewer.
 const E1: f32 = 0.693_124_2;
 const E2: f32 = 0.240_241;
 const E3: f32 = 0.055_906_43;
@@ -132,12 +156,35 @@ pub(crate) unsafe fn exp2_short_512(t: __m512) -> __m512 {
         // The constant goes first so a NaN `t` passes through; -inf becomes -150, which scalef takes to 0.
         let t = _mm512_max_ps(_mm512_set1_ps(-150.0), t);
         let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
-        let f = _mm512_sub_ps(t, n);
-        let mut p = _mm512_fmadd_ps(_mm512_set1_ps(E4), f, _mm512_set1_ps(E3));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E2));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E1));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0));
-        _mm512_scalef_ps(p, n)
+        _mm512_scalef_ps(exp2_short_fraction_512(_mm512_sub_ps(t, n)), n)
+    }
+}
+
+/// `2^f` for `f` in [-1/2, 1/2] to about 3e-6 relative (degree 4, the coefficients above), 16 lanes.
+/// # Safety
+/// AVX-512 F and FMA (the caller's features).
+#[inline(always)]
+unsafe fn exp2_short_fraction_512(f: __m512) -> __m512 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        let p = _mm512_fmadd_ps(_mm512_set1_ps(E4), f, _mm512_set1_ps(E3));
+        let p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E2));
+        let p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(E1));
+        _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0))
+    }
+}
+
+/// [`exp2_short_fraction_512`] on 8 lanes.
+/// # Safety
+/// AVX and FMA (the caller's features).
+#[inline(always)]
+unsafe fn exp2_short_fraction_256(f: __m256) -> __m256 {
+    // SAFETY: register-only arithmetic under the caller's features.
+    unsafe {
+        let p = _mm256_fmadd_ps(_mm256_set1_ps(E4), f, _mm256_set1_ps(E3));
+        let p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E2));
+        let p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E1));
+        _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0))
     }
 }
 
@@ -458,40 +505,12 @@ impl Simd for Avx2 {
     #[inline(always)]
     fn exp_nonpositive(self, x: __m256) -> __m256 {
         // SAFETY: see the impl comment.
-        unsafe {
-            // x <= 0 keeps t in [-127, 0] after the lower clamp, so no upper clamp, and the rounding is one
-            // add of ROUND_BIAS = 1.5·2^23 + 127: the sum's low mantissa bits hold n + 127 (0..=127), which a
-            // shift moves into the exponent field (the bits above it shift out), giving 2^n, or exactly 0 at
-            // n = -127; subtracting the bias again gives n itself. Two operations fewer than `exp`.
-            const ROUND_BIAS: f32 = 12_583_039.0;
-            let t = _mm256_mul_ps(x, _mm256_set1_ps(LOG2E));
-            let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
-            let y = _mm256_add_ps(t, _mm256_set1_ps(ROUND_BIAS));
-            let n = _mm256_sub_ps(y, _mm256_set1_ps(ROUND_BIAS));
-            let f = _mm256_sub_ps(t, n);
-            let scale = _mm256_slli_epi32::<23>(_mm256_castps_si256(y));
-            _mm256_mul_ps(exp2_fraction_256(f), _mm256_castsi256_ps(scale))
-        }
+        unsafe { pow2_nonpositive_256::<false>(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E))) }
     }
     #[inline(always)]
     fn exp2_short_nonpositive(self, t: __m256) -> __m256 {
         // SAFETY: see the impl comment.
-        unsafe {
-            // `exp_nonpositive`'s rounding by one add of ROUND_BIAS (t <= 0 after the clamp; a t rounding up
-            // to n = 0 from just above 0, as `x·log2 e - g·log2 e` can give at the maximum, is also exact)
-            // with the degree-4 fraction of `exp2_short_512`.
-            const ROUND_BIAS: f32 = 12_583_039.0;
-            let t = _mm256_max_ps(_mm256_set1_ps(-127.0), t);
-            let y = _mm256_add_ps(t, _mm256_set1_ps(ROUND_BIAS));
-            let n = _mm256_sub_ps(y, _mm256_set1_ps(ROUND_BIAS));
-            let f = _mm256_sub_ps(t, n);
-            let mut p = _mm256_fmadd_ps(_mm256_set1_ps(E4), f, _mm256_set1_ps(E3));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E2));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(E1));
-            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0));
-            let scale = _mm256_slli_epi32::<23>(_mm256_castps_si256(y));
-            _mm256_mul_ps(p, _mm256_castsi256_ps(scale))
-        }
+        unsafe { pow2_nonpositive_256::<true>(t) }
     }
     #[inline(always)]
     fn neg_inf_to_zero(self, v: __m256) -> __m256 {
