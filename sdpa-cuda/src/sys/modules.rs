@@ -61,6 +61,30 @@ impl ModuleSource {
             arch.to_string()
         }
     }
+
+    /// Whether this module's code for sm_90 may differ from its code for sm_80 by more than the back end:
+    /// it is [`arch_specific`](Self::arch_specific), or its text or a project header it includes (through
+    /// others too) tests `__CUDA_ARCH__`. The CI compile check builds the others for sm_80 only, since both
+    /// targets see the same source and sm_90 would repeat the front end's work.
+    pub fn branches_on_arch(&self) -> bool {
+        fn mentions(text: &str, seen: &mut Vec<&'static str>) -> bool {
+            text.contains("__CUDA_ARCH__")
+                || included(text).any(|name| match HEADERS.iter().find(|(h, _)| *h == name) {
+                    Some((h, body)) if !seen.contains(h) => {
+                        seen.push(h);
+                        mentions(body, seen)
+                    }
+                    _ => false,
+                })
+        }
+        self.arch_specific || mentions(self.source, &mut Vec::new())
+    }
+}
+
+/// The project headers a text includes: the names of its `#include "name"` lines.
+fn included(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter_map(|line| line.trim_start().strip_prefix("#include")?.trim().strip_prefix('"')?.split('"').next())
 }
 
 /// The softmax (scale + mask + LSE) kernel of the unfused baseline.
@@ -131,4 +155,22 @@ pub const MODULES: &[ModuleSource] = &[
 /// Looks a module up by name.
 pub fn find(name: &str) -> Option<&'static ModuleSource> {
     MODULES.iter().find(|m| m.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_branches_are_found_through_included_headers() {
+        // splitkv tests the architecture only through splitkv_common.cuh -> sm90_async.cuh.
+        assert!(!SPLITKV.source.contains("__CUDA_ARCH__") || SPLITKV.branches_on_arch());
+        assert!(SPLITKV_MLA.branches_on_arch() && BWD.branches_on_arch() && FA3.branches_on_arch());
+        assert!(!FA2.branches_on_arch() && !FA1.branches_on_arch() && !TF32.branches_on_arch());
+        let via_header = ModuleSource::new("probe", "#include \"splitkv_common.cuh\"\n");
+        assert!(via_header.branches_on_arch());
+        let plain = ModuleSource::new("probe", "  #include \"fa2_mma.cuh\"  // the steps\n");
+        assert!(!plain.branches_on_arch());
+        assert_eq!(included("#include <cuda_fp16.h>\n#include \"a.cuh\"").collect::<Vec<_>>(), ["a.cuh"]);
+    }
 }
