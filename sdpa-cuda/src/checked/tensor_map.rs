@@ -9,8 +9,9 @@
 //! [`padded_tensor_map`] takes head dims that end inside a box too: the map records the true width, and
 //! TMA fills the box's columns past it with zeros (how `fa3` runs a head dim below its class).
 
+use crate::checked::params::AttnParams;
 use cudarc::driver::sys;
-use sdpa_core::DType;
+use sdpa_core::{AttentionSpec, DType};
 
 /// Columns of one box: 64 two-byte elements = 128 bytes, the widest row the 128-byte swizzle takes (an
 /// E4M3 operand's boxes are 128 one-byte columns: [`box_cols`]).
@@ -32,6 +33,29 @@ pub struct KvOperand {
     pub dims: [usize; 4],
     /// Strides of B, H and S in elements (D is contiguous).
     pub strides: [i64; 3],
+}
+
+/// The K and V operands of a call's tensor maps and the keys of one box: dense over (D, Sk, Hkv, B); a
+/// varlen call over its packed rows as one batch, `[1, Hkv, total keys, D]` (the batch stride unused, the
+/// extent at least 1: a batch without keys loads none); a paged cache over its pool, `[pages, Hkv, page
+/// size, D]` (the batch stride steps pages), in boxes of min(`keys_per_box`, page size) keys, one page each.
+/// The maps carry the call's own head dims (`fa3` and `splitkv`'s MLA path).
+pub fn kv_operands(spec: &AttentionSpec, params: &AttnParams, keys_per_box: usize) -> (KvOperand, KvOperand, usize) {
+    let s = spec.shape;
+    let (dims3, packed, box_keys) = match spec.ragged.as_ref() {
+        None => ([s.b, s.hkv, s.sk], false, keys_per_box),
+        Some(r) => match r.pages {
+            Some(pg) => ([pg.num_pages, s.hkv, pg.page_size], false, keys_per_box.min(pg.page_size)),
+            None => ([1, s.hkv, r.total_k().max(1)], true, keys_per_box),
+        },
+    };
+    let op = |ptr, st: [i64; 3], w| KvOperand {
+        ptr,
+        dtype: spec.dtype,
+        dims: [dims3[0], dims3[1], dims3[2], w],
+        strides: if packed { [0, st[1], st[2]] } else { st },
+    };
+    (op(params.k, params.k_stride, s.d), op(params.v, params.v_stride, s.dv), box_keys)
 }
 
 /// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns, or `None` when the
@@ -159,5 +183,35 @@ mod tests {
         assert!(padded_tensor_map(&op(256, DType::BF16, 36, [4 * 100 * 40, 100 * 40, 40]), 32).is_none());
         assert!(padded_tensor_map(&op(8, DType::BF16, 80, [4 * 100 * 80, 100 * 80, 80]), 32).is_none());
         assert!(padded_tensor_map(&op(256, DType::F32, 80, [4 * 100 * 80, 100 * 80, 80]), 32).is_none());
+    }
+
+    #[test]
+    fn kv_operands_cover_dense_packed_and_paged_calls() {
+        use sdpa_core::{Layout, Ragged, Shape};
+        let shape = Shape { b: 2, hq: 8, hkv: 2, sq: 1, sk: 1000, d: 192, dv: 128 };
+        let dense = AttentionSpec::new(shape, DType::BF16);
+        let packed = dense.clone().with_ragged(Ragged::new(vec![1, 1], vec![700, 1000]), Layout::Bshd);
+        let paged = dense.clone().with_ragged(Ragged::new(vec![1, 1], vec![700, 1000]).paged(16, 3), Layout::Bshd);
+        let params =
+            |spec: &AttentionSpec| AttnParams::new(spec, 256, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
+
+        let p = params(&dense);
+        let (k, v, keys) = kv_operands(&dense, &p, 64);
+        assert_eq!((k.ptr, v.ptr, keys), (1 << 20, 2 << 20, 64));
+        assert_eq!((k.dims, v.dims), ([2, 2, 1000, 192], [2, 2, 1000, 128]));
+        assert_eq!((k.strides, v.strides), (p.k_stride, p.v_stride));
+
+        // Packed rows: one batch of all 1700 keys, its batch stride unused.
+        let p = params(&packed);
+        let (k, v, keys) = kv_operands(&packed, &p, 64);
+        assert_eq!((k.dims, v.dims, keys), ([1, 2, 1700, 192], [1, 2, 1700, 128], 64));
+        assert_eq!((k.strides, v.strides), ([0, p.k_stride[1], p.k_stride[2]], [0, p.v_stride[1], p.v_stride[2]]));
+
+        // Pages: the pool (44 + 63 pages of 16 keys for 700 and 1000 keys, 3 spare), one page a box.
+        let p = params(&paged);
+        let (k, v, keys) = kv_operands(&paged, &p, 64);
+        assert_eq!((k.dims, v.dims, keys), ([110, 2, 16, 192], [110, 2, 16, 128], 16));
+        assert_eq!((k.strides, v.strides), (p.k_stride, p.v_stride));
+        assert_eq!(kv_operands(&paged, &p, 8).2, 8);
     }
 }

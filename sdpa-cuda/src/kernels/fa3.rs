@@ -57,7 +57,7 @@
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{mask_suffix, AttnParams, Masking, MASK_CAUSAL, MASK_NONE, VAR_ALIBI, VAR_SOFTCAP};
-use crate::checked::tensor_map::{padded_tensor_map, KvOperand};
+use crate::checked::tensor_map::{kv_operands, padded_tensor_map, KvOperand};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::FA3;
 use crate::sys::program::{cuda_type, Program};
@@ -844,24 +844,17 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let causal = p.mask_kind == MASK_CAUSAL || masking.var != 0;
     // The maps carry the call's own head dims (TMA zero-fills the class's columns past them). A ragged call's
     // run over the packed rows as one batch, `[1, H, total rows, D]` (the batch stride unused; extents at
-    // least 1: a batch without keys loads none), its work tiles addressing each sequence's first row.
+    // least 1: a batch without keys loads none), its work tiles addressing each sequence's first row; a paged
+    // cache's K and V over the pool, one page a box (`kv_operands`, shared with splitkv's MLA path).
     let ragged = spec.ragged.as_ref();
-    let (nb, lq, lk) = match ragged {
-        Some(r) => (1, r.total_q().max(1), r.total_k().max(1)),
-        None => (s.b, s.sq, s.sk),
+    let (nb, lq) = match ragged {
+        Some(r) => (1, r.total_q().max(1)),
+        None => (s.b, s.sq),
     };
     let packed = |st: [i64; 3]| if ragged.is_some() { [0, st[1], st[2]] } else { st };
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [nb, h, sl, d], strides: packed(st) };
-    // A paged cache's K and V maps run over the pool, `[pages, Hkv, page size, D]` (the batch stride steps
-    // pages), in boxes of min(keys per tile, page size) keys (`paged_tile`), one page each.
     let pages = ragged.and_then(|r| r.pages);
-    let kv = |ptr, d, st| match pages {
-        Some(pg) => (
-            KvOperand { ptr, dtype: spec.dtype, dims: [pg.num_pages, s.hkv, pg.page_size, d], strides: st },
-            tile.bn.min(pg.page_size),
-        ),
-        None => (op(ptr, s.hkv, lk, d, st), tile.bn),
-    };
+    let (k_op, v_op, box_keys) = kv_operands(spec, p, tile.bn);
     let v_map = if fp8 {
         // Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
         let kp = vt_keys(s.sk) as i64;
@@ -869,11 +862,9 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
         padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
     } else {
-        let (v, rows) = kv(p.v, s.dv, p.v_stride);
-        padded_tensor_map(&v, rows)
+        padded_tensor_map(&v_op, box_keys)
     };
-    let (k_op, k_rows) = kv(p.k, s.d, p.k_stride);
-    let maps = (padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64), padded_tensor_map(&k_op, k_rows), v_map);
+    let maps = (padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64), padded_tensor_map(&k_op, box_keys), v_map);
     let (Some(q), Some(k), Some(v)) = maps else {
         return Err(unsupported(format!(
             "fa3: a TMA tensor map cannot describe this Q, K or V layout (strides must be positive multiples of \

@@ -25,7 +25,7 @@ use super::splitkv::{ragged_units, with_scratch, L2Policy, TableArgs, UnitBlocks
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{AttnParams, Masking, MASK_CAUSAL, VAR_BAND};
-use crate::checked::tensor_map::{kv_describable, kv_tensor_map, KvOperand};
+use crate::checked::tensor_map::{kv_describable, kv_operands, kv_tensor_map};
 use crate::error::unsupported;
 use crate::sys::modules::SPLITKV_MLA;
 use crate::sys::program::{cuda_type, Program};
@@ -107,27 +107,6 @@ fn rows_per_kv_head(spec: &AttentionSpec) -> usize {
     spec.shape.group_size() * sq
 }
 
-/// The K and V operands of the call's tensor maps and their box rows: dense over (D, Sk, Hkv, B); varlen over
-/// the packed rows as one batch; paged over the pool, in boxes of min(keys per step, page size) keys.
-fn kv_operands(spec: &AttentionSpec, params: &AttnParams) -> (KvOperand, KvOperand, usize) {
-    let s = spec.shape;
-    let ragged = spec.ragged.as_ref();
-    let (dims3, packed, box_keys) = match ragged {
-        None => ([s.b, s.hkv, s.sk], false, KEYS_PER_STEP),
-        Some(r) => match r.pages {
-            Some(pg) => ([pg.num_pages, s.hkv, pg.page_size], false, KEYS_PER_STEP.min(pg.page_size)),
-            None => ([1, s.hkv, r.total_k().max(1)], true, KEYS_PER_STEP),
-        },
-    };
-    let op = |ptr, st: [i64; 3], w| KvOperand {
-        ptr,
-        dtype: spec.dtype,
-        dims: [dims3[0], dims3[1], dims3[2], w],
-        strides: if packed { [0, st[1], st[2]] } else { st },
-    };
-    (op(params.k, params.k_stride, s.d), op(params.v, params.v_stride, s.dv), box_keys)
-}
-
 /// Most blocks along a grid's y and z (CUDA's limit): the dense grid's z is B x Hkv, the combine's y is B.
 const GRID_YZ_MAX: usize = 65535;
 
@@ -162,7 +141,7 @@ pub fn refuses(spec: &AttentionSpec, params: &AttnParams, cc: (i32, i32), optin:
     if !params.rows_16_byte_aligned(s.d, s.dv) {
         return Some("splitkv's MLA path needs rows of whole 16-byte chunks, 16-byte aligned".into());
     }
-    let (k, v, box_keys) = kv_operands(spec, params);
+    let (k, v, box_keys) = kv_operands(spec, params, KEYS_PER_STEP);
     if !kv_describable(&k, box_keys) || !kv_describable(&v, box_keys) {
         return Some(
             "splitkv's MLA path reads K and V through TMA tensor maps, which need strides that are positive \
@@ -344,7 +323,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     let masking = Masking::of(spec);
     let band = masking.kind == MASK_CAUSAL || masking.var & VAR_BAND != 0;
     let ragged = spec.ragged.as_ref();
-    let (k_op, v_op, box_keys) = kv_operands(spec, &call.params);
+    let (k_op, v_op, box_keys) = kv_operands(spec, &call.params, KEYS_PER_STEP);
     let maps = kv_tensor_map(&k_op, box_keys)
         .zip(kv_tensor_map(&v_op, box_keys))
         .ok_or_else(|| unsupported("splitkv's MLA path: the driver could not encode the K/V tensor maps"))?;
