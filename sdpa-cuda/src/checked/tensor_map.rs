@@ -195,10 +195,13 @@ mod tests {
         let params =
             |spec: &AttentionSpec| AttnParams::new(spec, 256, 1 << 20, 2 << 20, 3 << 20, 0, 0).expect("params");
 
-        let p = params(&dense);
-        let (k, v, keys) = kv_operands(&dense, &p, 64);
+        // Dense: three batches of two kv heads (told apart), the call's dtype.
+        let dense3 = AttentionSpec::new(Shape { b: 3, ..shape }, DType::F16);
+        let p = params(&dense3);
+        let (k, v, keys) = kv_operands(&dense3, &p, 64);
         assert_eq!((k.ptr, v.ptr, keys), (1 << 20, 2 << 20, 64));
-        assert_eq!((k.dims, v.dims), ([2, 2, 1000, 192], [2, 2, 1000, 128]));
+        assert_eq!((k.dtype, v.dtype), (DType::F16, DType::F16));
+        assert_eq!((k.dims, v.dims), ([3, 2, 1000, 192], [3, 2, 1000, 128]));
         assert_eq!((k.strides, v.strides), (p.k_stride, p.v_stride));
 
         // Packed rows: one batch of all 1700 keys, its batch stride unused.
