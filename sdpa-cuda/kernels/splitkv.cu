@@ -7,8 +7,8 @@
 //  - on sm_90 by TMA (SKV_TMA, the default there): one thread issues 2-D tensor copies of the block's whole
 //    chunk of NW·KS keys into a STAGES-deep ring the warps share, completing on a `full` mbarrier per stage;
 //    each warp computes its KS-key slice and releases the stage on an `empty` mbarrier;
-//    head-dim classes run there too, at the class rounded up to whole 64-column boxes, the maps carrying
-//    the call's widths so that TMA zero-fills the columns past them (PAD);
+//    head-dim classes run there too, at the class rounded up to whole boxes (64 columns, or 32 for D = 96),
+//    the maps carrying the call's widths so that TMA zero-fills the columns past them (PAD);
 //  - on sm_90 where no tensor map fits the layout, by 1-D bulk copies (SKV_BULK: one `cp.async.bulk` per K
 //    or V row into each warp's private ring);
 //  - elsewhere with 16-byte `cp.async` per lane (SKV_CP_ASYNC), each warp through its private ring.
@@ -26,15 +26,18 @@
 
 // Shared memory. cp.async and bulk paths: per warp, its Q tile (rows padded to D + 8 so ldmatrix is
 // conflict-free) then its STAGES-deep K/V ring, padded the same way. TMA path: one ring for the block,
-// unpadded: stage s holds the block's K chunk of NW·KS keys then its V chunk, each as D/64 boxes of
-// [NW·KS keys][64 columns] in the 128-byte swizzle (16-byte chunk c of key row r at chunk c ^ (r % 8));
-// warp w reads keys [w·KS, (w + 1)·KS) of every chunk. Boxes are whole 1024-byte swizzle periods (the
-// block's base is aligned to 1024 by hand, hence ALIGN_SLACK). Then one padded Q tile that the block's
+// unpadded: stage s holds the block's K chunk of NW·KS keys then its V chunk, each as D/BOXC boxes of
+// [NW·KS keys][BOXC columns]: 64 columns in the 128-byte swizzle (16-byte chunk c of key row r at chunk
+// c ^ (r % 8)) where D is whole 64-column boxes, else 32 columns in the 64-byte swizzle (chunk c of row r at
+// c ^ ((r / 2) % 4)), so that D = 96 (and D = 80, run there) fills no stage with zero columns and the
+// ring holds a stage more; warp w reads keys [w·KS, (w + 1)·KS) of every chunk. Boxes are whole swizzle
+// periods (1024 or 512 bytes; the block's base is aligned to 1024 by hand, hence ALIGN_SLACK). Then one padded Q tile that the block's
 // warps share (they are splits of the same rows). The mbarriers come last. In every layout warp w's
 // partials reuse bytes [w·WARP_ELEMS + RING_OFF, ...) once the ring is drained.
 template <int D, int STAGES, int KS, int LOAD>
 struct SplitKvTile {
     static constexpr bool TMA = LOAD == SKV_TMA;
+    static constexpr int BOXC = D % 64 == 0 ? 64 : 32;                // TMA box columns (the swizzle's row)
     static constexpr int QLD = D + 8;                                 // Q row, elements
     static constexpr int LD = TMA ? D : D + 8;                        // K/V ring row, elements
     static constexpr int Q_ELEMS = 16 * QLD;
@@ -45,7 +48,7 @@ struct SplitKvTile {
     static constexpr int ALIGN_SLACK = TMA ? 1024 : 0;
     static_assert(!TMA || KS % 8 == 0, "TMA boxes are whole 1024-byte periods");
     static_assert(KS % 16 == 0 && KS <= 32, "keys per step are whole k16 steps of P·V, one row per lane");
-    static_assert(!TMA || D % 64 == 0, "TMA tiles are whole 64-column (128-byte) boxes");
+    static_assert(!TMA || D % BOXC == 0, "TMA tiles are whole 64-column (128-byte) or 32-column (64-byte) boxes");
     static_assert(RING_ELEMS * 2 >= (16 * D + 16) * 4, "the ring holds a warp's partials");
     // Dynamic shared memory of an NW-warp block: the warps' regions, then one 8-byte mbarrier per stage
     // and warp (src/kernels/splitkv.rs `SplitKvTile::smem_bytes` mirrors this).
@@ -168,6 +171,8 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     constexpr bool TMA = LOAD == SKV_TMA;
     constexpr int NT = KS / 8;  // n8 tiles of S per step
     constexpr int LD = Tile::LD;
+    constexpr int BOXC = Tile::BOXC;
+    constexpr int BOXB = BOXC * 2;  // bytes of one key's row in a box
     constexpr int DT = D / 8;
     constexpr int CHUNKS = D / 8;
 
@@ -198,23 +203,26 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     const unsigned q_ld = sQ + ((lane % 16) * QLD + (lane / 16) * 8) * 2;
     // ldmatrix row addresses of K (rows = keys, 16-column chunks kk) and V (transposed: rows = keys, chunks
     // of 16 output columns). Padded rings: plain offsets. TMA rings: 16-byte chunk c of key row r is at
-    // box (c / 8), chunk (c % 8) ^ (r % 8); every lane's key row is lane % 8 modulo 8, so the XOR is a
-    // per-lane constant and only the chunk's column part varies with kk (see k_off / v_off below).
+    // box c / CPB (CPB = BOXC / 8 chunks per box row), chunk (c % CPB) ^ swz(r) with swz(r) = r % 8 (128-byte
+    // swizzle) or (r / 2) % 4 (64-byte); every lane's key row is lane % 8 modulo 8, so the XOR is a per-lane
+    // constant and only the chunk's column part varies with kk (see k_off / v_off below).
     const int k_row = (lane % 8) + (lane / 16) * 8, k_half = (lane / 8) % 2;
     const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_half = lane / 16;
-    const unsigned k_ld = sKV + (TMA ? (warp * KS + k_row) * 128 : (k_row * LD + k_half * 8) * 2);
-    const unsigned v_ld = sKV + TILE_BYTES + (TMA ? (warp * KS + v_row) * 128 : (v_row * LD + v_half * 8) * 2);
+    const unsigned k_ld = sKV + (TMA ? (warp * KS + k_row) * BOXB : (k_row * LD + k_half * 8) * 2);
+    const unsigned v_ld = sKV + TILE_BYTES + (TMA ? (warp * KS + v_row) * BOXB : (v_row * LD + v_half * 8) * 2);
+    constexpr int CPB = BOXC / 8, PPB = BOXC / 16;  // 16-byte chunks and 16-column chunk pairs per box row
+    const unsigned swz = BOXC == 64 ? lane % 8 : (lane % 8) / 2;
     // Byte offset within a tile of 16-column chunk pair `cp` (columns 16·cp .. 16·cp + 15) for this lane,
     // the row part (keys) added separately.
     auto k_off = [&](int cp) -> unsigned {
-        if constexpr (TMA) return (cp / 4) * BOX_ROWS * 128 + ((((cp % 4) * 2 + k_half) ^ (lane % 8)) << 4);
+        if constexpr (TMA) return (cp / PPB) * BOX_ROWS * BOXB + ((((cp % PPB) * 2 + k_half) ^ swz) << 4);
         else return cp * 32;
     };
     auto v_off = [&](int cp) -> unsigned {
-        if constexpr (TMA) return (cp / 4) * BOX_ROWS * 128 + ((((cp % 4) * 2 + v_half) ^ (lane % 8)) << 4);
+        if constexpr (TMA) return (cp / PPB) * BOX_ROWS * BOXB + ((((cp % PPB) * 2 + v_half) ^ swz) << 4);
         else return cp * 32;
     };
-    constexpr int ROW_BYTES = TMA ? 128 : LD * 2;  // bytes between consecutive keys of a box / padded tile
+    constexpr int ROW_BYTES = TMA ? BOXB : LD * 2;  // bytes between consecutive keys of a box / padded tile
 
     // Key range of this split, cut at the last key any row of the tile can see.
     int key_end = p.sk, key_first = 0, min_i = 0, max_i = 0;
@@ -307,20 +315,22 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
     // block's end but before Sk are the next block's (score -inf; their V rows are zeroed on arrival).
     // PAD: the maps carry the call's widths p.d and p.dv, so TMA zero-fills a box's columns past them;
     // boxes wholly past them (k_boxes, v_boxes) are never loaded and were zeroed once below.
-    const int k_boxes = PAD ? min(D / 64, (p.d + 63) / 64) : D / 64;
-    const int v_boxes = PAD ? min(D / 64, (p.dv + 63) / 64) : D / 64;
+    constexpr int NBOX = D / BOXC;  // boxes per key row
+    constexpr int BOX_BYTES = BOX_ROWS * BOXB;
+    const int k_boxes = PAD ? min(NBOX, (p.d + BOXC - 1) / BOXC) : NBOX;
+    const int v_boxes = PAD ? min(NBOX, (p.dv + BOXC - 1) / BOXC) : NBOX;
     auto load_tma = [&](int step) {
         const int s = step % STAGES;
         const unsigned sK = sKV + s * STAGE_BYTES;
         const int key0 = k_first + step * k_step;
         if (threadIdx.x == 0) {
-            sm90_mbar_expect(bars + s * 8, (k_boxes + v_boxes) * BOX_ROWS * 128);
+            sm90_mbar_expect(bars + s * 8, (k_boxes + v_boxes) * BOX_BYTES);
 #pragma unroll
-            for (int j = 0; j < D / 64; ++j) {
+            for (int j = 0; j < NBOX; ++j) {
                 if (j < k_boxes)
-                    sm90_tma_load(sK + j * BOX_ROWS * 128, kmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                    sm90_tma_load(sK + j * BOX_BYTES, kmap, j * BOXC, key0, kvh, b, bars + s * 8, pol);
                 if (j < v_boxes)
-                    sm90_tma_load(sK + TILE_BYTES + j * BOX_ROWS * 128, vmap, j * 64, key0, kvh, b, bars + s * 8, pol);
+                    sm90_tma_load(sK + TILE_BYTES + j * BOX_BYTES, vmap, j * BOXC, key0, kvh, b, bars + s * 8, pol);
             }
         }
     };
@@ -328,8 +338,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         // Boxes no copy writes hold zeros in every stage, so that Q·Kᵀ adds nothing there and the unstored
         // columns of O stay finite (the non-finite vote reads every column). Ordered before the first
         // read by the block barrier after Q landed; no copy writes these bytes, so no proxy fence.
-        constexpr int BOX_BYTES = BOX_ROWS * 128;
-        const int dead_k = D / 64 - k_boxes, dead = dead_k + D / 64 - v_boxes;
+        const int dead_k = NBOX - k_boxes, dead = dead_k + NBOX - v_boxes;
         for (int x = threadIdx.x; x < STAGES * dead * (BOX_BYTES / 16); x += NW * 32) {
             const int s = x / (dead * (BOX_BYTES / 16)), y = x % (dead * (BOX_BYTES / 16));
             const int box = y / (BOX_BYTES / 16), c = y % (BOX_BYTES / 16);
@@ -443,13 +452,13 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
                 // The next split's V rows in the last tile: zeros, so that 0 · V stays 0 whatever they hold.
                 const int key0 = k_begin + step * k_step;
                 if (key0 + KS > k_stop && lane < KS && key0 + lane >= k_stop) {
-                    const unsigned row = sKV + (step % STAGES) * STAGE_BYTES + TILE_BYTES + (warp * KS + lane) * 128;
+                    const unsigned row = sKV + (step % STAGES) * STAGE_BYTES + TILE_BYTES + (warp * KS + lane) * BOXB;
 #pragma unroll
-                    for (int j = 0; j < D / 64; ++j)
+                    for (int j = 0; j < NBOX; ++j)
 #pragma unroll
-                        for (int c = 0; c < 8; ++c)
+                        for (int c = 0; c < CPB; ++c)
                             asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(
-                                             row + j * BOX_ROWS * 128 + c * 16),
+                                             row + j * BOX_BYTES + c * 16),
                                          "r"(0u)
                                          : "memory");
                 }
@@ -700,7 +709,7 @@ __device__ __forceinline__ void splitkv_forward(const AttnParams& p, T* smem, co
         SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, false)                                        \
     }
 // Head-dim classes on TMA (src/kernels/splitkv.rs `HeadDims::for_tma`): D is the class rounded up to whole
-// 64-column boxes; the maps carry the call's D and Dv, so TMA zero-fills the columns past them.
+// boxes (SplitKvTile::BOXC); the maps carry the call's D and Dv, so TMA zero-fills the columns past them.
 #define SPLITKV_TMA_ENTRY_PAD(NAME, T, D, NW, STAGES, KS, MASK, VAR)                                    \
     extern "C" __global__ void __launch_bounds__(NW * 32) NAME(const __grid_constant__ SplitKvTmaArgs a) { \
         SPLITKV_TMA_BODY(T, D, NW, STAGES, KS, MASK, VAR, true)                                         \
@@ -768,7 +777,7 @@ __device__ __forceinline__ void splitkv_ragged_forward(const SplitKvRaggedArgs& 
 // LOAD = SKV_CP_ASYNC, ILV = false), splitkv_bulk_{dtype}_{D}_{mask} (LOAD = SKV_BULK_OR_CP_ASYNC, ILV =
 // true: bulk copies where compiled for sm_90 or newer, the cp.async path elsewhere; warps interleaved over
 // the block's keys) and splitkv_tma_{dtype}_{D}_{mask} (SPLITKV_TMA_ENTRY: sm_90 tensor copies, warps
-// interleaved; D a multiple of 64); NW warps = splits per block, STAGES-deep ring, KS keys per step. One
+// interleaved; D whole 64- or 32-column boxes); NW warps = splits per block, STAGES-deep ring, KS keys per step. One
 // entry per NVRTC program: src/kernels/splitkv.rs (`tile_for`, chosen on the H100) writes the line a call
 // needs.
 #define SKV_BULK_OR_CP_ASYNC (SPLITKV_USE_BULK ? SKV_BULK : SKV_CP_ASYNC)

@@ -3,8 +3,9 @@
 //!
 //! An operand `[B, H, S, D]` (strides in elements, head dim contiguous) becomes the 4-D tensor (D, S, H, B),
 //! innermost first, read in boxes of `[keys][64]` elements (one 128-byte row per key) in the 128-byte
-//! swizzle: the layout the kernels' `ldmatrix` addressing expects (`kernels/splitkv.cu`). Rows past `S`
-//! arrive as zeros. Layouts a tensor map cannot describe (a base or a stride not a multiple of 16 bytes,
+//! swizzle: the layout the kernels' `ldmatrix` addressing expects (`kernels/splitkv.cu`). `splitkv` also
+//! reads head dims that are odd multiples of 32 columns in boxes of `[keys][32]` in the 64-byte swizzle
+//! ([`BoxRow::Bytes64`], [`map_in_rows`]). Rows past `S` arrive as zeros. Layouts a tensor map cannot describe (a base or a stride not a multiple of 16 bytes,
 //! a head dim that is not whole boxes) get `None`, and the caller takes a path without tensor copies.
 //! [`padded_tensor_map`] takes head dims that end inside a box too: the map records the true width, and
 //! TMA fills the box's columns past it with zeros (how `fa3` runs a head dim below its class).
@@ -14,12 +15,39 @@ use cudarc::driver::sys;
 use sdpa_core::{AttentionSpec, DType};
 
 /// Columns of one box: 64 two-byte elements = 128 bytes, the widest row the 128-byte swizzle takes (an
-/// E4M3 operand's boxes are 128 one-byte columns: [`box_cols`]).
+/// E4M3 operand's boxes are 128 one-byte columns: [`BoxRow::cols`]).
 pub const BOX_COLS: usize = 64;
 
-/// Columns of one 128-byte box row of `dtype`: 64 for f16/bf16, 128 for E4M3.
-pub fn box_cols(dtype: DType) -> usize {
-    128 / dtype.size_bytes().max(1)
+/// Bytes of one box row (one key's slice of the head dim), and with it the swizzle: the swizzle span
+/// equals the row, so that 8 consecutive keys of one 16-byte column chunk fall in 8 distinct bank groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoxRow {
+    /// 128-byte rows in the 128-byte swizzle (64 two-byte columns): every kernel's default.
+    Bytes128,
+    /// 64-byte rows in the 64-byte swizzle (32 two-byte columns): `splitkv`'s ring at D = 96.
+    Bytes64,
+}
+
+impl BoxRow {
+    /// Bytes of one row of a box.
+    pub fn bytes(self) -> usize {
+        match self {
+            BoxRow::Bytes128 => 128,
+            BoxRow::Bytes64 => 64,
+        }
+    }
+
+    /// Columns of one box row of `dtype` (128-byte rows: 64 for f16/bf16, 128 for E4M3).
+    pub fn cols(self, dtype: DType) -> usize {
+        self.bytes() / dtype.size_bytes().max(1)
+    }
+
+    fn swizzle(self) -> sys::CUtensorMapSwizzle {
+        match self {
+            BoxRow::Bytes128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            BoxRow::Bytes64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        }
+    }
 }
 
 /// One K or V operand as the kernel sees it.
@@ -58,29 +86,38 @@ pub fn kv_operands(spec: &AttentionSpec, params: &AttnParams, keys_per_box: usiz
     (op(params.k, params.k_stride, s.d), op(params.v, params.v_stride, s.dv), box_keys)
 }
 
-/// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns, or `None` when the
+/// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns (128 bytes), or `None` when the
 /// layout cannot be described or the driver refuses it.
 pub fn kv_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
-    if !op.dims[3].is_multiple_of(BOX_COLS) {
-        return None;
-    }
-    encode(op, box_keys)
+    map_in_rows(op, box_keys, BoxRow::Bytes128, false)
 }
 
 /// Like [`kv_tensor_map`], for a head dim `D` that need not be whole boxes: boxes reaching past `D` get
 /// zeros in the columns past it. `D` must be a multiple of 8 elements (rows of whole 16-byte chunks, what
 /// the callers' stores need), else `None`.
 pub fn padded_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
-    if !op.dims[3].is_multiple_of(8) {
+    map_in_rows(op, box_keys, BoxRow::Bytes128, true)
+}
+
+/// The map of `op` in boxes of `box_keys` keys x `row` bytes: of whole boxes ([`kv_tensor_map`]'s rule) or,
+/// `padded`, of any head dim of whole 16-byte chunks ([`padded_tensor_map`]'s).
+pub fn map_in_rows(op: &KvOperand, box_keys: usize, row: BoxRow, padded: bool) -> Option<sys::CUtensorMap> {
+    let fits = if padded { op.dims[3].is_multiple_of(8) } else { whole_boxes(op, row) };
+    if !fits {
         return None;
     }
-    encode(op, box_keys)
+    encode(op, box_keys, row)
+}
+
+/// Whether `op`'s rows are whole boxes of `row` bytes (f16/bf16: 64 or 32 columns).
+fn whole_boxes(op: &KvOperand, row: BoxRow) -> bool {
+    (op.dims[3] * op.dtype.size_bytes()).is_multiple_of(row.bytes())
 }
 
 /// Whether [`kv_tensor_map`] can describe `op` in boxes of `box_keys` keys, decided without the driver (the
 /// layout rules it checks before encoding; a policy deciding which kernel takes a call asks this).
 pub fn kv_describable(op: &KvOperand, box_keys: usize) -> bool {
-    op.dims[3].is_multiple_of(BOX_COLS) && layout(op, box_keys).is_some()
+    whole_boxes(op, BoxRow::Bytes128) && layout(op, box_keys).is_some()
 }
 
 /// The global dims and byte strides (innermost first) of `op`'s map, or `None` when no tensor map can
@@ -117,7 +154,7 @@ fn layout(op: &KvOperand, box_keys: usize) -> Option<([u64; 4], [u64; 3])> {
     Some((global_dim, strides))
 }
 
-fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
+fn encode(op: &KvOperand, box_keys: usize, row: BoxRow) -> Option<sys::CUtensorMap> {
     let data_type = match op.dtype {
         DType::F16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::BF16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -126,7 +163,7 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
         DType::F32 => return None,
     };
     let (global_dim, strides) = layout(op, box_keys)?;
-    let box_dim = [box_cols(op.dtype) as u32, box_keys as u32, 1, 1];
+    let box_dim = [row.cols(op.dtype) as u32, box_keys as u32, 1, 1];
     let element_strides = [1u32; 4];
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every pointer refers to a live local array of the length the rank (4) implies; the map is
@@ -143,7 +180,7 @@ fn encode(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
             box_dim.as_ptr(),
             element_strides.as_ptr(),
             sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            row.swizzle(),
             sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )

@@ -14,8 +14,8 @@
 //! `[s·Sk/n, (s+1)·Sk/n)`; with windows (issue 22) the splits share the keys of the row tile's band
 //! instead ([`band_keys`] plans their number from it), so a decode step through a 4096-key window over 32k
 //! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
-//! `cp.async` path; on TMA every class runs at whole 64-column boxes ([`HeadDims::for_tma`]: D = 80 at
-//! 128, MLA's 192/128 at 192), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
+//! `cp.async` path; on TMA every class runs at whole boxes ([`HeadDims::for_tma`]: 64 columns, or 32 for
+//! D = 96, so D = 80 runs at 96 and MLA's 192/128 at 192), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
 //!
@@ -32,7 +32,7 @@ use super::policy::splitkv_limit;
 use crate::checked::call::Call;
 use crate::checked::launch::{launch, LaunchDims};
 use crate::checked::params::{AttnParams, Masking, MASK_NONE, VAR_BAND};
-use crate::checked::tensor_map::{kv_tensor_map, padded_tensor_map, KvOperand, BOX_COLS};
+use crate::checked::tensor_map::{map_in_rows, BoxRow, KvOperand, BOX_COLS};
 use crate::error::{driver, unsupported};
 use crate::sys::modules::SPLITKV;
 use crate::sys::program::{cuda_type, Program};
@@ -54,7 +54,7 @@ pub enum SplitKvLoad {
     /// sm_90: one 1-D `cp.async.bulk` per K or V row; warps interleaved (`splitkv_bulk_*`).
     Bulk,
     /// sm_90: TMA tensor copies of the block's whole K/V chunk (warps x keys per step) into one
-    /// unpadded 128-byte-swizzled ring the warps share, each warp computing its slice (`splitkv_tma_*`).
+    /// unpadded swizzled ring the warps share, each warp computing its slice (`splitkv_tma_*`).
     Tma,
 }
 
@@ -101,20 +101,48 @@ impl SplitKvTile {
 
 /// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
-/// takes whole 64-column boxes, so D = 96 has no TMA tile: the head-dim classes that are not whole boxes
-/// run TMA at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes
-/// the keys per step of its neighbour 256 with a third stage (151 KB). The other head-dim classes take the
-/// cp.async path only where TMA cannot run, with the keys per step of their neighbours.
+/// takes whole boxes ([`tma_box_row`]): D = 96 in 32-column boxes, four stages deep (196 KB; 128 columns
+/// would hold three), and the other classes that are not whole boxes at the next multiple of 64
+/// ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
+/// 256 with a third stage (151 KB). The other head-dim classes take the cp.async path only where TMA cannot
+/// run, with the keys per step of their neighbours. `SDPA_SPLITKV_TMA_TILE` overrides the TMA tile for
+/// tuning runs ([`tma_tile_override`]).
 pub fn tile_for(d: usize, load: SplitKvLoad) -> Option<SplitKvTile> {
     let t = |stages, keys_per_step| Some(SplitKvTile { warps: 4, stages, keys_per_step, load });
     match (d, load) {
         (32 | 64 | 96 | 128, SplitKvLoad::CpAsync) => t(2, 32),
         (160 | 192 | 224, SplitKvLoad::CpAsync) => t(2, 16),
         (64 | 96 | 128, SplitKvLoad::Bulk) | (64 | 128, SplitKvLoad::Tma) => t(3, 32),
+        (96, SplitKvLoad::Tma) => t(4, 32),
         (192, SplitKvLoad::Tma) => t(3, 16),
         (256, _) => t(2, 16),
         _ => None,
     }
+}
+
+/// The box rows of the TMA ring at head dim `d` (`SplitKvTile::BOXC` in splitkv.cu): 128 bytes where `d` is
+/// whole 64-column boxes, else 64 (32 columns, the 64-byte swizzle).
+pub fn tma_box_row(d: usize) -> BoxRow {
+    if d.is_multiple_of(BOX_COLS) {
+        BoxRow::Bytes128
+    } else {
+        BoxRow::Bytes64
+    }
+}
+
+/// `SDPA_SPLITKV_TMA_TILE=STAGESxKEYS` (e.g. `6x16`): the TMA tile's ring depth and keys per warp step for
+/// tuning runs (keys 16 or 32, the stages 2 to 8); `None` when unset. The entry's name then carries the
+/// tile (`_s6k16`), so that it never shares a name with the default instantiation.
+pub fn tma_tile_override() -> Result<Option<(usize, usize)>> {
+    let Ok(v) = std::env::var("SDPA_SPLITKV_TMA_TILE") else { return Ok(None) };
+    let bad =
+        || unsupported(format!("SDPA_SPLITKV_TMA_TILE must be STAGESxKEYS (stages 2..8, keys 16 or 32), got {v:?}"));
+    let (st, ks) = v.split_once('x').ok_or_else(bad)?;
+    let (st, ks) = (st.trim().parse::<usize>().map_err(|_| bad())?, ks.trim().parse::<usize>().map_err(|_| bad())?);
+    if !(2..=8).contains(&st) || !matches!(ks, 16 | 32) {
+        return Err(bad());
+    }
+    Ok(Some((st, ks)))
 }
 
 /// The head dim `splitkv` runs a call at: the larger of fa2's head-dim classes of D and Dv
@@ -136,21 +164,37 @@ impl HeadDims {
         Some(HeadDims { d: c, pad: d != c || dv != c })
     }
 
-    /// The head dims the TMA path runs this class at: whole 64-column boxes (the 128-byte swizzle's rows),
-    /// padded when that is above the call's D or Dv (TMA zero-fills a box's columns past the widths the
-    /// tensor maps carry, and never loads boxes wholly past them).
+    /// The head dims the TMA path runs this class at: whole boxes ([`tma_box_row`]), 32-column ones where
+    /// a TMA tile exists at the class rounded up to 32 columns (D = 96), else 64-column ones; padded when
+    /// that is above the call's D or Dv (TMA zero-fills a box's columns past the widths the tensor maps
+    /// carry, and never loads boxes wholly past them).
     pub fn for_tma(self) -> Self {
+        let narrow = self.d.next_multiple_of(BOX_COLS / 2);
+        if tile_for(narrow, SplitKvLoad::Tma).is_some() {
+            HeadDims { d: narrow, pad: self.pad || narrow != self.d }
+        } else {
+            self.for_tma_wide()
+        }
+    }
+
+    /// This class on TMA in 64-column boxes whatever it is (D = 80 and 96 at 128): the layout before the
+    /// 32-column boxes, kept for same-run comparisons (`SDPA_SPLITKV_TMA_WIDE=1`).
+    pub fn for_tma_wide(self) -> Self {
         let d = self.d.next_multiple_of(BOX_COLS);
         HeadDims { d, pad: self.pad || d != self.d }
     }
 }
 
 /// The program of entry `{prefix}_{dtype}_{d}[p]_{mask}` with `tile` (its load path names the prefix; `p`
-/// for a padded class, which takes the cp.async or the TMA path).
+/// for a padded class, which takes the cp.async or the TMA path; a tile other than [`tile_for`]'s, from a
+/// tuning override, adds `_s{stages}k{keys}`).
 pub fn program(dtype: DType, dims: HeadDims, tile: SplitKvTile, masking: Masking) -> Program {
     let d = dims.d;
     let pad = if dims.pad { "p" } else { "" };
-    let name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), masking.suffix());
+    let mut name = format!("{}_{}_{d}{pad}_{}", tile.load.prefix(), dtype.name(), masking.suffix());
+    if tile_for(d, tile.load) != Some(tile) {
+        name += &format!("_s{}k{}", tile.stages, tile.keys_per_step);
+    }
     let (t, mask, var) = (cuda_type(dtype), super::mask_const("FA2", masking.kind), masking.var_const());
     let SplitKvTile { warps, stages, keys_per_step: ks, load } = tile;
     debug_assert!(!dims.pad || load != SplitKvLoad::Bulk, "padded classes take the cp.async or the TMA path");
@@ -490,18 +534,18 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // tile, cp.async otherwise.
     let mut maps = None;
     if load == SplitKvLoad::Tma {
-        let td = hd.for_tma();
+        // `SDPA_SPLITKV_TMA_WIDE=1`: 64-column boxes at every class, for comparisons.
+        let wide = std::env::var("SDPA_SPLITKV_TMA_WIDE").is_ok_and(|v| v == "1");
+        let td = if wide { hd.for_tma_wide() } else { hd.for_tma() };
         if let Some(t) = tile_for(td.d, load) {
             let p = &call.params;
             let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
-            // One box row per key of the block's chunk: every warp's step.
-            let chunk = t.warps * t.keys_per_step;
+            // One box row per key of the block's chunk: every warp's step (a tuning override's keys per step).
+            let ks = tma_tile_override()?.map_or(t.keys_per_step, |(_, ks)| ks);
+            let chunk = t.warps * ks;
             let (k, v) = (op(p.k, p.k_stride, s.d), op(p.v, p.v_stride, s.dv));
-            maps = if td.pad {
-                padded_tensor_map(&k, chunk).zip(padded_tensor_map(&v, chunk))
-            } else {
-                kv_tensor_map(&k, chunk).zip(kv_tensor_map(&v, chunk))
-            };
+            let row = tma_box_row(td.d);
+            maps = map_in_rows(&k, chunk, row, td.pad).zip(map_in_rows(&v, chunk, row, td.pad));
         }
         if maps.is_some() {
             kd = td;
@@ -510,6 +554,19 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
         }
     }
     let mut tile = tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?;
+    if load == SplitKvLoad::Tma {
+        if let Some((stages, keys_per_step)) = tma_tile_override()? {
+            tile = SplitKvTile { stages, keys_per_step, ..tile };
+            if tile.smem_bytes(kd.d) > optin {
+                return Err(unsupported(format!(
+                    "SDPA_SPLITKV_TMA_TILE: {stages} stages of {keys_per_step} keys at D = {} need {} bytes of shared \
+                     memory per block, the device allows {optin}",
+                    kd.d,
+                    tile.smem_bytes(kd.d)
+                )));
+            }
+        }
+    }
     // The sm_90 rings are deeper than cp.async's: where the device's shared memory cannot hold them (an
     // sm_90 part capped below the H100's 227 KB, `SDPA_CUDA_SMEM_OPTIN`), cp.async runs (the policy checked it fits).
     if tile.smem_bytes(kd.d) > optin && load != SplitKvLoad::CpAsync {
@@ -871,26 +928,33 @@ mod tests {
         let t = tile_for(128, SplitKvLoad::Tma).expect("tile");
         assert_eq!(t.smem_bytes(128), 1024 + (4 * 3 * 2 * 32 * 128 + 16 * 136) * 2 + 96);
         assert!(t.smem_bytes(128) <= 227 * 1024);
-        assert_eq!(tile_for(96, SplitKvLoad::Tma), None);
+        // TMA at D = 96: 32-column boxes, four stages.
+        let t = tile_for(96, SplitKvLoad::Tma).expect("tile");
+        assert_eq!(t.smem_bytes(96), 1024 + (4 * 4 * 2 * 32 * 96 + 16 * 104) * 2 + 128);
+        assert!(t.smem_bytes(96) <= 227 * 1024);
         assert!(tile_for(256, SplitKvLoad::Tma).is_some_and(|t| t.smem_bytes(256) <= 227 * 1024));
     }
 
     /// Every class has a TMA tile at whole boxes that fits an H100's 227 KB, padded where the class (or the
-    /// call) is narrower; the programs list each padded TMA entry once.
+    /// call) is narrower; D = 96 in 32-column boxes; the programs list each padded TMA entry once.
     #[test]
     fn every_class_runs_tma_at_whole_boxes() {
         for d in crate::kernels::fa2::HEAD_DIM_CLASSES {
             let exact = HeadDims { d, pad: false }.for_tma();
-            assert_eq!(exact, HeadDims { d: d.next_multiple_of(64), pad: d % 64 != 0 }, "class {d}");
+            let boxed = if d == 96 { 96 } else { d.next_multiple_of(64) };
+            assert_eq!(exact, HeadDims { d: boxed, pad: d != boxed }, "class {d}");
+            assert_eq!(tma_box_row(exact.d), if d == 96 { BoxRow::Bytes64 } else { BoxRow::Bytes128 });
             assert_eq!(HeadDims { d, pad: true }.for_tma(), HeadDims { d: exact.d, pad: true });
             let t = tile_for(exact.d, SplitKvLoad::Tma).expect("a TMA tile");
             assert!(t.smem_bytes(exact.d) <= 227 * 1024, "class {d}: {} bytes", t.smem_bytes(exact.d));
         }
-        assert_eq!(HeadDims::of(80, 80).map(HeadDims::for_tma), Some(HeadDims { d: 128, pad: true }));
+        assert_eq!(HeadDims::of(80, 80).map(HeadDims::for_tma), Some(HeadDims { d: 96, pad: true }));
+        assert_eq!(HeadDims::of(96, 96).map(HeadDims::for_tma), Some(HeadDims { d: 96, pad: false }));
+        assert_eq!(HeadDims::of(96, 64).map(HeadDims::for_tma), Some(HeadDims { d: 96, pad: true }));
         assert_eq!(HeadDims::of(192, 128).map(HeadDims::for_tma), Some(HeadDims { d: 192, pad: true }));
         assert_eq!(HeadDims::of(128, 128).map(HeadDims::for_tma), Some(HeadDims { d: 128, pad: false }));
         let names: Vec<String> = programs().into_iter().map(|p| p.name).collect();
-        for d in [64, 128, 192, 256] {
+        for d in [64, 96, 128, 192, 256] {
             let n = names.iter().filter(|n| *n == &format!("splitkv_tma_bf16_{d}p_none")).count();
             assert_eq!(n, 1, "D = {d}");
         }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Session 15's device call, from the repository root with `gpu-bundle` (of this tree) and `target-cpu14`
+# (`cpu_bench`, a release build of the CPU code unchanged since f825e49, stripped) carried:
+#   1. GPU tests side by side (tests10.sh): the kernels whose tensor-map operands come from one builder since
+#      8f0c03b (fa3 dense, packed, paged, FP8; splitkv's MLA path), and splitkv's decoding at every head-dim
+#      class after its TMA ring took 32-column boxes at D = 96 (D = 80 runs there);
+#   2. compute-sanitizer memcheck, racecheck and synccheck on splitkv's TMA path at D = 80 (padded), D = 96
+#      causal bottom-right (exact) and D = 80 under a tuning tile (8 stages of 16 keys);
+#   3. issue 21's decoding points against PyTorch and the copy probe (decode_classes_bench.py), with the
+#      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1) and other TMA tiles in the same run;
+#   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
+#   DEADLINE=560 bash bench/studies/session15/call1.sh
+set -uo pipefail
+T0=$SECONDS; DEADLINE=${DEADLINE:-560}
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+O=${OUT:-/tmp/out}; mkdir -p "$O/cpu" "$O/san"
+export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache15 SDPA_REQUIRE_GPU=1
+command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
+B=gpu-bundle
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  lscpu | grep -E 'Model name|^CPU\(s\)'; python3 -c 'import torch; print("torch", torch.__version__)'; } > "$O/env.txt" 2>&1
+cat "$O/env.txt"
+
+# 1. Tests (tests10.sh packs its logs into $OUT/tests10.tgz).
+RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv" DEADLINE=250 SAN_S=0 \
+  bash bench/studies/session10/tests10.sh > "$O/tests.txt" 2>&1 &
+# 2. Sanitizers on splitkv's TMA path (the kernel cache warmed by a plain run first).
+san() {  # tool shape mask [VAR=value]
+  local log="$O/san/$1-${2//,/x}-$3${4:+-${4%%=*}}.log"
+  env SDPA_SPLITKV_LOAD=tma ${4:-} timeout 60 compute-sanitizer --tool "$1" --error-exitcode 3 $B/sdpa run \
+    --backend cuda --kernel splitkv --dtype bf16 --shape "$2" --mask "$3" --warmup 0 --reps 1 --check > "$log" 2>&1
+  echo "$1 $2 $3 ${4:-} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+}
+(
+  cases=("1,32,8,1,5000,80 none" "1,16,16,2,3001,96 causal-br" "1,32,8,1,5000,80 none SDPA_SPLITKV_TMA_TILE=8x16")
+  for c in "${cases[@]}"; do set -- $c
+    env SDPA_SPLITKV_LOAD=tma ${3:-} $B/sdpa run --backend cuda --kernel splitkv --dtype bf16 --shape "$1" --mask "$2" \
+      --warmup 1 --reps 2 --check > "$O/san/warm-${1//,/x}.log" 2>&1; echo "warm $1 $2 ${3:-} rc=$?"
+  done
+  for tool in memcheck racecheck synccheck; do
+    for c in "${cases[@]}"; do set -- $c; san $tool "$1" "$2" "${3:-}"; done
+  done
+) > "$O/san.txt" 2>&1
+wait
+echo "checks done ($(left) s left)"
+
+# 3. Decoding timings (alone on the GPU).
+timeout $(( $(left) - 190 )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
+  --variant wide=SDPA_SPLITKV_TMA_WIDE=1 --only wide:80 --only wide:96 \
+  --variant s8k16=SDPA_SPLITKV_TMA_TILE=8x16 --only s8k16:80 --only s8k16:96 \
+  --variant s6k16=SDPA_SPLITKV_TMA_TILE=6x16 --only s6k16:128 \
+  --variant s4k16=SDPA_SPLITKV_TMA_TILE=4x16 --only s4k16:192/128 > "$O/decode.log" 2>&1
+echo "decode rc=$? ($(left) s left)"
+
+# 4. The AMX bar (CPU only).
+CB=target-cpu14/cpu_bench
+pt() { python3 bench/cpu/pytorch_cpu_sdpa.py --ours "$CB" --torch-kernels fused --no-read-bw "$@"; }
+timeout $(( $(left) - 75 )) taskset -c 0,1 bash -c "$(declare -f pt); CB=$CB; pt --simd amx --preset amx --rounds 3 \
+  --threads 2 --reps 3 --out $O/cpu/amx-2t.json" > "$O/cpu/amx-2t.log" 2>&1
+echo "amx 2t rc=$? ($(left) s left)"
+timeout $(( $(left) - 10 )) bash -c "$(declare -f pt); CB=$CB; pt --simd amx --preset amx --rounds 3 --threads 16 \
+  --reps 5 --out $O/cpu/amx-16t.json" > "$O/cpu/amx-16t.log" 2>&1
+echo "amx 16t rc=$? ($(left) s left)"
+
+echo "== tests"; sed -n '/== tests/,$p' "$O/tests.txt" | head -20
+echo "== sanitizers"; cat "$O/san.txt"
+echo "== decode"; sed -n '/^copy /,$p' "$O/decode.log"; grep -iE "error|Traceback" "$O/decode.log" | head -5
+echo "== amx 2t"; tail -10 "$O/cpu/amx-2t.log"
+echo "== amx 16t"; tail -10 "$O/cpu/amx-16t.log"
