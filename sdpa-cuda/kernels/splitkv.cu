@@ -22,7 +22,7 @@
 // LOAD: how the K/V rings are filled.
 #define SKV_CP_ASYNC 0  // 16-byte cp.async per lane (every architecture)
 #define SKV_BULK 1      // sm_90: one 1-D cp.async.bulk per K or V row, each lane its own rows
-#define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA) of the block's whole K/V chunk, one per 64-column box
+#define SKV_TMA 2       // sm_90: 2-D tensor copies (TMA) of the block's whole K/V chunk, one per box
 
 // Shared memory. cp.async and bulk paths: per warp, its Q tile (rows padded to D + 8 so ldmatrix is
 // conflict-free) then its STAGES-deep K/V ring, padded the same way. TMA path: one ring for the block,
@@ -46,7 +46,7 @@ struct SplitKvTile {
     static constexpr int RING_OFF = TMA ? 0 : Q_ELEMS;                // the warp's partials reuse the ring
     static constexpr int SHARED_Q_ELEMS = TMA ? Q_ELEMS : 0;          // after the warps' regions
     static constexpr int ALIGN_SLACK = TMA ? 1024 : 0;
-    static_assert(!TMA || KS % 8 == 0, "TMA boxes are whole 1024-byte periods");
+    static_assert(!TMA || KS % 8 == 0, "TMA boxes are whole swizzle periods (1024 or 512 bytes)");
     static_assert(KS % 16 == 0 && KS <= 32, "keys per step are whole k16 steps of P·V, one row per lane");
     static_assert(!TMA || D % BOXC == 0, "TMA tiles are whole 64-column (128-byte) or 32-column (64-byte) boxes");
     static_assert(RING_ELEMS * 2 >= (16 * D + 16) * 4, "the ring holds a warp's partials");
@@ -155,7 +155,7 @@ __device__ __noinline__ void splitkv_load_kv_narrow(unsigned sK, unsigned sV, co
 // driver; bench/results/gpu/fa2.md); the cp.async entries, which take the long splits, keep contiguous splits
 // (interleaving measured nothing there).
 // `maps` (K then V) is read by the TMA path only; null otherwise. PAD: D is a head-dim class at or above the
-// call's D and Dv (cp.async path), or that class rounded up to whole 64-column boxes (TMA path): columns past
+// call's D and Dv (cp.async path), or that class rounded up to whole boxes (TMA path): columns past
 // p.d (Q, K) and p.dv (V) are zero-filled in shared memory and O is stored to p.dv only.
 // RAGGED: a ragged batch's block (splitkv_ragged_forward): `p` holds its sequence's lengths and band, Q/O
 // (and packed K/V) pointers moved to its first row, so batch strides are not applied; paged K/V rows come

@@ -214,6 +214,9 @@ fn splitkv_decodes_every_head_dim_class() {
         s(1, 4, 1, 3, 6000, 248, 248),
         s(1, 4, 4, 1, 31, 80, 80),
         s(1, 16, 2, 2, 3000, 96, 96),
+        // D and Dv in different classes that run at 96 on TMA: a K box (64/96) or a V box (96/40) never loaded.
+        s(1, 8, 2, 1, 3003, 64, 96),
+        s(2, 8, 8, 2, 1500, 96, 40),
     ];
     for (n, shape) in shapes.into_iter().enumerate() {
         for (m, mask) in [Mask::None, Mask::CausalTopLeft, Mask::CausalBottomRight].into_iter().enumerate() {

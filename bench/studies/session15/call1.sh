@@ -5,7 +5,8 @@
 #      8f0c03b (fa3 dense, packed, paged, FP8; splitkv's MLA path), and splitkv's decoding at every head-dim
 #      class after its TMA ring took 32-column boxes at D = 96 (D = 80 runs there);
 #   2. compute-sanitizer memcheck, racecheck and synccheck on splitkv's TMA path at D = 80 (padded), D = 96
-#      causal bottom-right (exact) and D = 80 under a tuning tile (8 stages of 16 keys);
+#      causal bottom-right (exact), D = 64 / Dv = 96 (a K box never loaded) and D = 80 under a tuning tile
+#      (8 stages of 16 keys);
 #   3. issue 21's decoding points against PyTorch and the copy probe (decode_classes_bench.py), with the
 #      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1) and other TMA tiles in the same run;
 #   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
@@ -32,7 +33,8 @@ san() {  # tool shape mask [VAR=value]
   echo "$1 $2 $3 ${4:-} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
 }
 (
-  cases=("1,32,8,1,5000,80 none" "1,16,16,2,3001,96 causal-br" "1,32,8,1,5000,80 none SDPA_SPLITKV_TMA_TILE=8x16")
+  cases=("1,32,8,1,5000,80 none" "1,16,16,2,3001,96 causal-br" "1,8,2,1,3003,64,96 causal"
+         "1,32,8,1,5000,80 none SDPA_SPLITKV_TMA_TILE=8x16")
   for c in "${cases[@]}"; do set -- $c
     env SDPA_SPLITKV_LOAD=tma ${3:-} $B/sdpa run --backend cuda --kernel splitkv --dtype bf16 --shape "$1" --mask "$2" \
       --warmup 1 --reps 2 --check > "$O/san/warm-${1//,/x}.log" 2>&1; echo "warm $1 $2 ${3:-} rc=$?"

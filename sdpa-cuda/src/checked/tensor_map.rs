@@ -86,8 +86,9 @@ pub fn kv_operands(spec: &AttentionSpec, params: &AttnParams, keys_per_box: usiz
     (op(params.k, params.k_stride, s.d), op(params.v, params.v_stride, s.dv), box_keys)
 }
 
-/// Encodes the tensor map of `op` for boxes of `box_keys` keys x [`BOX_COLS`] columns (128 bytes), or `None` when the
-/// layout cannot be described or the driver refuses it.
+/// Encodes the tensor map of `op` for boxes of `box_keys` keys x 128-byte rows ([`BOX_COLS`] two-byte
+/// columns), or `None` when the head dim is not whole rows, the layout cannot be described or the driver
+/// refuses it.
 pub fn kv_tensor_map(op: &KvOperand, box_keys: usize) -> Option<sys::CUtensorMap> {
     map_in_rows(op, box_keys, BoxRow::Bytes128, false)
 }

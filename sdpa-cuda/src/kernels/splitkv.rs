@@ -516,7 +516,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     };
     let no_tile = |d: usize| unsupported(format!("splitkv has no tile for D = {d}"));
     // The bulk path exists for the measured head dims at their exact size only; TMA takes every class, at
-    // whole 64-column boxes (padded where that is above the call's head dims).
+    // whole boxes (padded where that is above the call's head dims).
     let bulk_tile = !hd.pad && tile_for(d, SplitKvLoad::Bulk).is_some();
     let mut load = choose_load(info.compute_capability.0)?;
     if load == SplitKvLoad::Bulk && !bulk_tile {
