@@ -8,7 +8,8 @@
 #      causal bottom-right (exact), D = 64 / Dv = 96 (a K box never loaded) and D = 80 under a tuning tile
 #      (8 stages of 16 keys);
 #   3. issue 21's decoding points against PyTorch and the copy probe (decode_classes_bench.py), with the
-#      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1) and other TMA tiles in the same run;
+#      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1), 32-column boxes three stages deep, and
+#      16-key steps on deeper rings (TILES) in the same run; the class test also runs under TILES;
 #   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
 #   DEADLINE=560 bash bench/studies/session15/call1.sh
 set -uo pipefail
@@ -23,7 +24,9 @@ B=gpu-bundle
 cat "$O/env.txt"
 
 # 1. Tests (tests10.sh packs its logs into $OUT/tests10.tgz).
-RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv" DEADLINE=250 SAN_S=0 \
+TILES=96:8x16,128:6x16,192:4x16
+RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv
+  fa2_kernels:splitkv_decodes_every_head_dim_class@SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=250 SAN_S=0 \
   bash bench/studies/session10/tests10.sh > "$O/tests.txt" 2>&1 &
 # 2. Sanitizers on splitkv's TMA path (the kernel cache warmed by a plain run first).
 san() {  # tool shape mask [VAR=value]
@@ -49,9 +52,8 @@ echo "checks done ($(left) s left)"
 # 3. Decoding timings (alone on the GPU).
 timeout $(( $(left) - 190 )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
   --variant wide=SDPA_SPLITKV_TMA_WIDE=1 --only wide:80 --only wide:96 \
-  --variant s8k16=SDPA_SPLITKV_TMA_TILE=8x16 --only s8k16:80 --only s8k16:96 \
-  --variant s6k16=SDPA_SPLITKV_TMA_TILE=6x16 --only s6k16:128 \
-  --variant s4k16=SDPA_SPLITKV_TMA_TILE=4x16 --only s4k16:192/128 > "$O/decode.log" 2>&1
+  --variant s3=SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 \
+  --variant k16=SDPA_SPLITKV_TMA_TILE=$TILES > "$O/decode.log" 2>&1
 echo "decode rc=$? ($(left) s left)"
 
 # 4. The AMX bar (CPU only).

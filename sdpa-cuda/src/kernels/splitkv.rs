@@ -130,19 +130,40 @@ pub fn tma_box_row(d: usize) -> BoxRow {
     }
 }
 
-/// `SDPA_SPLITKV_TMA_TILE=STAGESxKEYS` (e.g. `6x16`): the TMA tile's ring depth and keys per warp step for
-/// tuning runs (keys 16 or 32, the stages 2 to 8); `None` when unset. The entry's name then carries the
-/// tile (`_s6k16`), so that it never shares a name with the default instantiation.
-pub fn tma_tile_override() -> Result<Option<(usize, usize)>> {
+/// `SDPA_SPLITKV_TMA_TILE`: the TMA tile's ring depth and keys per warp step at head dim `d` (the kernel's,
+/// after [`HeadDims::for_tma`]) for tuning runs, or `None`. The value is a comma-separated list of
+/// `STAGESxKEYS` (every head dim) or `D:STAGESxKEYS` (that head dim only, before an entry for every head
+/// dim), keys 16 or 32, stages 2 to 8: `96:8x16,128:6x16`. The entry's name then carries the tile
+/// (`_s8k16`), so that it never shares a name with the default instantiation.
+pub fn tma_tile_override(d: usize) -> Result<Option<(usize, usize)>> {
     let Ok(v) = std::env::var("SDPA_SPLITKV_TMA_TILE") else { return Ok(None) };
-    let bad =
-        || unsupported(format!("SDPA_SPLITKV_TMA_TILE must be STAGESxKEYS (stages 2..8, keys 16 or 32), got {v:?}"));
-    let (st, ks) = v.split_once('x').ok_or_else(bad)?;
-    let (st, ks) = (st.trim().parse::<usize>().map_err(|_| bad())?, ks.trim().parse::<usize>().map_err(|_| bad())?);
-    if !(2..=8).contains(&st) || !matches!(ks, 16 | 32) {
-        return Err(bad());
+    parse_tile_override(&v, d)
+}
+
+fn parse_tile_override(v: &str, d: usize) -> Result<Option<(usize, usize)>> {
+    let bad = || {
+        unsupported(format!(
+            "SDPA_SPLITKV_TMA_TILE must list STAGESxKEYS or D:STAGESxKEYS (stages 2..8, keys 16 or 32), got {v:?}"
+        ))
+    };
+    let (mut any, mut this) = (None, None);
+    for entry in v.split(',') {
+        let (dim, tile) = match entry.split_once(':') {
+            Some((dim, tile)) => (Some(dim.trim().parse::<usize>().map_err(|_| bad())?), tile),
+            None => (None, entry),
+        };
+        let (st, ks) = tile.split_once('x').ok_or_else(bad)?;
+        let (st, ks) = (st.trim().parse::<usize>().map_err(|_| bad())?, ks.trim().parse::<usize>().map_err(|_| bad())?);
+        if !(2..=8).contains(&st) || !matches!(ks, 16 | 32) {
+            return Err(bad());
+        }
+        match dim {
+            Some(x) if x == d => this = Some((st, ks)),
+            Some(_) => {}
+            None => any = Some((st, ks)),
+        }
     }
-    Ok(Some((st, ks)))
+    Ok(this.or(any))
 }
 
 /// The head dim `splitkv` runs a call at: the larger of fa2's head-dim classes of D and Dv
@@ -541,7 +562,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             let p = &call.params;
             let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
             // One box row per key of the block's chunk: every warp's step (a tuning override's keys per step).
-            let ks = tma_tile_override()?.map_or(t.keys_per_step, |(_, ks)| ks);
+            let ks = tma_tile_override(td.d)?.map_or(t.keys_per_step, |(_, ks)| ks);
             let chunk = t.warps * ks;
             let (k, v) = (op(p.k, p.k_stride, s.d), op(p.v, p.v_stride, s.dv));
             let row = tma_box_row(td.d);
@@ -555,7 +576,7 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     }
     let mut tile = tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?;
     if load == SplitKvLoad::Tma {
-        if let Some((stages, keys_per_step)) = tma_tile_override()? {
+        if let Some((stages, keys_per_step)) = tma_tile_override(kd.d)? {
             tile = SplitKvTile { stages, keys_per_step, ..tile };
             if tile.smem_bytes(kd.d) > optin {
                 return Err(unsupported(format!(
@@ -962,6 +983,19 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), names.len(), "program names are unique");
+    }
+
+    #[test]
+    fn tile_overrides_apply_per_head_dim() {
+        assert_eq!(parse_tile_override("6x16", 128).ok().flatten(), Some((6, 16)));
+        assert_eq!(parse_tile_override("96:8x16,128:6x16", 96).ok().flatten(), Some((8, 16)));
+        assert_eq!(parse_tile_override("96:8x16,128:6x16", 128).ok().flatten(), Some((6, 16)));
+        assert_eq!(parse_tile_override("96:8x16", 192).ok().flatten(), None);
+        assert_eq!(parse_tile_override("4x32,96:8x16", 96).ok().flatten(), Some((8, 16)));
+        assert_eq!(parse_tile_override("4x32,96:8x16", 64).ok().flatten(), Some((4, 32)));
+        for bad in ["", "6", "6x24", "9x16", "1x32", "a:6x16", "96:6y16", "6x16,"] {
+            assert!(parse_tile_override(bad, 96).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
