@@ -11,7 +11,8 @@
 #      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1), 32-column boxes three stages deep, and
 #      16-key steps on deeper rings (TILES) in the same run; the class test also runs under TILES;
 #   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
-#   DEADLINE=560 bash bench/studies/session15/call1.sh
+#   DEADLINE=560 [TESTS_S=250] [AMX_S=190] bash bench/studies/session15/call1.sh
+# (TESTS_S: seconds for stages 1 and 2; AMX_S: seconds kept after stage 3 for stage 4 and the table.)
 set -uo pipefail
 T0=$SECONDS; DEADLINE=${DEADLINE:-560}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
@@ -26,7 +27,7 @@ cat "$O/env.txt"
 # 1. Tests (tests10.sh packs its logs into $OUT/tests10.tgz).
 TILES=96:8x16,128:6x16,192:4x16
 RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv
-  fa2_kernels:splitkv_decodes_every_head_dim_class@SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=250 SAN_S=0 \
+  fa2_kernels:splitkv_decodes_every_head_dim_class@SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=${TESTS_S:-250} SAN_S=0 \
   bash bench/studies/session10/tests10.sh > "$O/tests.txt" 2>&1 &
 # 2. Sanitizers on splitkv's TMA path (the kernel cache warmed by a plain run first).
 san() {  # tool shape mask [VAR=value]
@@ -50,7 +51,7 @@ wait
 echo "checks done ($(left) s left)"
 
 # 3. Decoding timings (alone on the GPU).
-timeout $(( $(left) - 190 )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
+timeout $(( $(left) - ${AMX_S:-190} )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
   --variant wide=SDPA_SPLITKV_TMA_WIDE=1 --only wide:80 --only wide:96 \
   --variant s3=SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 \
   --variant k16=SDPA_SPLITKV_TMA_TILE=$TILES > "$O/decode.log" 2>&1
