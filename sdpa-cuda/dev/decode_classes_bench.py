@@ -24,7 +24,8 @@ from sdpa_dev import copy_gbps, env_info, key, log, point, run_points, torch_cal
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bench", required=True, help="path of the cuda_kernels benchmark binary")
-ap.add_argument("--variant", action="append", default=[], help="NAME=VAR=VALUE: ours again with VAR=VALUE set")
+ap.add_argument("--variant", action="append", default=[],
+                help="NAME=VAR=VALUE[+VAR=VALUE...]: ours again with these set")
 ap.add_argument("--only", action="append", default=[],
                 help="NAME:D[/Dv][@B]: run this variant only at this head dim (and batch) (repeatable; default: "
                      "every point)")
@@ -42,8 +43,9 @@ points = [point(f"decode{d}" + (f"_{dv}" if dv != d else ""), b, hq, hkv, 1, sk,
 
 variants = [("default", {})]
 for v in args.variant:
-    name, var, value = v.split("=", 2)
-    variants.append((name, {var: value}))
+    # NAME=VAR=VALUE[+VAR=VALUE...]
+    name, assigns = v.split("=", 1)
+    variants.append((name, dict(a.split("=", 1) for a in assigns.split("+"))))
 only = {}
 for o in args.only:
     name, dims = o.split(":")

@@ -3,13 +3,14 @@
 # (`cpu_bench`, a release build of the CPU code unchanged since f825e49, stripped) carried:
 #   1. GPU tests side by side (tests10.sh): the kernels whose tensor-map operands come from one builder since
 #      8f0c03b (fa3 dense, packed, paged, FP8; splitkv's MLA path), and splitkv's decoding at every head-dim
-#      class after its TMA ring took 32-column boxes at D = 96 (D = 80 runs there);
+#      class with the TMA ring in 32-column boxes at D = 96 (D = 80 runs there; SDPA_SPLITKV_TMA_NARROW=1,
+#      the verification switch) and without;
 #   2. compute-sanitizer memcheck, racecheck and synccheck on splitkv's TMA path at D = 80 (padded), D = 96
 #      causal bottom-right (exact), D = 64 / Dv = 96 (a K box never loaded) and D = 80 under a tuning tile
 #      (8 stages of 16 keys);
-#   3. issue 21's decoding points against PyTorch and the copy probe (decode_classes_bench.py), with the
-#      64-column layout of before (SDPA_SPLITKV_TMA_WIDE=1), 32-column boxes three stages deep, and
-#      16-key steps on deeper rings (TILES) in the same run; the class test also runs under TILES;
+#   3. issue 21's decoding points against PyTorch and the copy probe (decode_classes_bench.py): the product
+#      (64-column boxes), 32-column boxes four and three stages deep, and 16-key steps on deeper rings
+#      (TILES) in the same run; the class test also runs under TILES;
 #   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
 #   DEADLINE=560 [TESTS_S=250] [AMX_S=190] bash bench/studies/session15/call1.sh
 # (TESTS_S: seconds for stages 1 and 2; AMX_S: seconds kept after stage 3 for stage 4 and the table.)
@@ -26,8 +27,9 @@ cat "$O/env.txt"
 
 # 1. Tests (tests10.sh packs its logs into $OUT/tests10.tgz).
 TILES=96:8x16,128:6x16,192:4x16
-RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv
-  fa2_kernels:splitkv_decodes_every_head_dim_class@SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=${TESTS_S:-250} SAN_S=0 \
+N=SDPA_SPLITKV_TMA_NARROW=1
+RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv@$N fa2_kernels:splitkv
+  fa2_kernels:splitkv_decodes_every_head_dim_class@$N+SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=${TESTS_S:-250} SAN_S=0 \
   bash bench/studies/session10/tests10.sh > "$O/tests.txt" 2>&1 &
 # 2. Sanitizers on splitkv's TMA path (the kernel cache warmed by a plain run first).
 san() {  # tool shape mask [VAR=value]
@@ -37,6 +39,7 @@ san() {  # tool shape mask [VAR=value]
   echo "$1 $2 $3 ${4:-} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
 }
 (
+  export $N
   cases=("1,32,8,1,5000,80 none" "1,16,16,2,3001,96 causal-br" "1,8,2,1,3003,64,96 causal"
          "1,32,8,1,5000,80 none SDPA_SPLITKV_TMA_TILE=8x16")
   for c in "${cases[@]}"; do set -- $c
@@ -52,9 +55,9 @@ echo "checks done ($(left) s left)"
 
 # 3. Decoding timings (alone on the GPU).
 timeout $(( $(left) - ${AMX_S:-190} )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
-  --variant wide=SDPA_SPLITKV_TMA_WIDE=1 --only wide:80 --only wide:96 \
-  --variant s3=SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 \
-  --variant k16=SDPA_SPLITKV_TMA_TILE=$TILES > "$O/decode.log" 2>&1
+  --variant narrow=$N --only narrow:80 --only narrow:96 \
+  --variant s3=$N+SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 \
+  --variant k16=$N+SDPA_SPLITKV_TMA_TILE=$TILES > "$O/decode.log" 2>&1
 echo "decode rc=$? ($(left) s left)"
 
 # 4. The AMX bar (CPU only).

@@ -14,8 +14,9 @@
 //! `[s·Sk/n, (s+1)·Sk/n)`; with windows (issue 22) the splits share the keys of the row tile's band
 //! instead ([`band_keys`] plans their number from it), so a decode step through a 4096-key window over 32k
 //! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
-//! `cp.async` path; on TMA every class runs at whole boxes ([`HeadDims::for_tma`]: 64 columns, or 32 for
-//! D = 96, so D = 80 runs at 96 and MLA's 192/128 at 192), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
+//! `cp.async` path; on TMA every class runs at whole boxes ([`HeadDims::for_tma_wide`]: 64 columns, so D = 80
+//! runs at 128 and MLA's 192/128 at 192; [`HeadDims::for_tma`]'s 32-column boxes for D = 96 and 80 under
+//! `SDPA_SPLITKV_TMA_NARROW=1`, not yet run on a GPU), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
 //!
@@ -102,8 +103,8 @@ impl SplitKvTile {
 /// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
 /// takes whole boxes ([`tma_box_row`]): D = 96 in 32-column boxes, four stages deep (196 KB; 128 columns
-/// would hold three), and the other classes that are not whole boxes at the next multiple of 64
-/// ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
+/// would hold three; only under `SDPA_SPLITKV_TMA_NARROW=1` until it has run on a GPU, else at 128), and the
+/// other classes that are not whole boxes at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
 /// 256 with a third stage (151 KB). The other head-dim classes take the cp.async path only where TMA cannot
 /// run, with the keys per step of their neighbours. `SDPA_SPLITKV_TMA_TILE` overrides the TMA tile for
 /// tuning runs ([`tma_tile_override`]).
@@ -198,8 +199,8 @@ impl HeadDims {
         }
     }
 
-    /// This class on TMA in 64-column boxes whatever it is (D = 80 and 96 at 128): the layout before the
-    /// 32-column boxes, kept for same-run comparisons (`SDPA_SPLITKV_TMA_WIDE=1`).
+    /// This class on TMA in 64-column boxes whatever it is (D = 80 and 96 at 128): what calls run unless
+    /// `SDPA_SPLITKV_TMA_NARROW=1` asks for [`HeadDims::for_tma`]'s 32-column boxes (not yet run on a GPU).
     pub fn for_tma_wide(self) -> Self {
         let d = self.d.next_multiple_of(BOX_COLS);
         HeadDims { d, pad: self.pad || d != self.d }
@@ -555,9 +556,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // tile, cp.async otherwise.
     let mut maps = None;
     if load == SplitKvLoad::Tma {
-        // `SDPA_SPLITKV_TMA_WIDE=1`: 64-column boxes at every class, for comparisons.
-        let wide = std::env::var("SDPA_SPLITKV_TMA_WIDE").is_ok_and(|v| v == "1");
-        let td = if wide { hd.for_tma_wide() } else { hd.for_tma() };
+        // 32-column boxes at D = 96 only with `SDPA_SPLITKV_TMA_NARROW=1`: a verification switch, written in
+        // session 15 while no GPU could be had, off until its tests have run on one.
+        let narrow = std::env::var("SDPA_SPLITKV_TMA_NARROW").is_ok_and(|v| v == "1");
+        let td = if narrow { hd.for_tma() } else { hd.for_tma_wide() };
         if let Some(t) = tile_for(td.d, load) {
             let p = &call.params;
             let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
