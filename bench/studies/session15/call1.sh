@@ -12,8 +12,9 @@
 #      (64-column boxes), 32-column boxes four and three stages deep, and 16-key steps on deeper rings
 #      (TILES) in the same run; the class test also runs under TILES;
 #   4. the AMX bar after session 13's softmax fix (next-call.sh of session 14, stage 1).
-#   DEADLINE=560 [TESTS_S=250] [AMX_S=190] bash bench/studies/session15/call1.sh
-# (TESTS_S: seconds for stages 1 and 2; AMX_S: seconds kept after stage 3 for stage 4 and the table.)
+#   DEADLINE=560 [TESTS_S=250] [AMX_S=190] [RUNS=...] [SHORT=1] bash bench/studies/session15/call1.sh
+# (TESTS_S: seconds for stages 1 and 2; AMX_S: seconds kept after stage 3 for stage 4 and the table; RUNS
+# replaces stage 1's list; SHORT=1 times the product and 32-column boxes at D = 80 and 96 only.)
 set -uo pipefail
 T0=$SECONDS; DEADLINE=${DEADLINE:-560}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
@@ -28,13 +29,15 @@ cat "$O/env.txt"
 # 1. Tests (tests10.sh packs its logs into $OUT/tests10.tgz).
 TILES=96:8x16,128:6x16,192:4x16
 N=SDPA_SPLITKV_TMA_NARROW=1
-RUNS="fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv@$N fa2_kernels:splitkv
-  fa2_kernels:splitkv_decodes_every_head_dim_class@$N+SDPA_SPLITKV_TMA_TILE=$TILES" DEADLINE=${TESTS_S:-250} SAN_S=0 \
+RUNS=${RUNS:-"fa3 fa3_ragged fa3_fp8 splitkv_mla paged_decode fa2_kernels:splitkv@$N fa2_kernels:splitkv
+  fa2_kernels:splitkv_decodes_every_head_dim_class@$N+SDPA_SPLITKV_TMA_TILE=$TILES"}
+RUNS=$RUNS DEADLINE=${TESTS_S:-250} SAN_S=0 \
   bash bench/studies/session10/tests10.sh > "$O/tests.txt" 2>&1 &
 # 2. Sanitizers on splitkv's TMA path (the kernel cache warmed by a plain run first).
-san() {  # tool shape mask [VAR=value]
-  local log="$O/san/$1-${2//,/x}-$3${4:+-${4%%=*}}.log"
-  env SDPA_SPLITKV_LOAD=tma ${4:-} timeout 60 compute-sanitizer --tool "$1" --error-exitcode 3 $B/sdpa run \
+san() {  # tool shape mask [VAR=value]; skipped once stage 1's time is spent
+  local log="$O/san/$1-${2//,/x}-$3${4:+-${4%%=*}}.log" t=$(( ${TESTS_S:-250} - (SECONDS - T0) ))
+  [ $t -lt 10 ] && { echo "$1 $2 $3 ${4:-}: skipped (stage time spent)"; return; }
+  env SDPA_SPLITKV_LOAD=tma ${4:-} timeout $(( t < 60 ? t : 60 )) compute-sanitizer --tool "$1" --error-exitcode 3 $B/sdpa run \
     --backend cuda --kernel splitkv --dtype bf16 --shape "$2" --mask "$3" --warmup 0 --reps 1 --check > "$log" 2>&1
   echo "$1 $2 $3 ${4:-} rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
 }
@@ -54,10 +57,10 @@ wait
 echo "checks done ($(left) s left)"
 
 # 3. Decoding timings (alone on the GPU).
+EXTRA="--variant s3=$N+SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 --variant k16=$N+SDPA_SPLITKV_TMA_TILE=$TILES"
+[ -n "${SHORT:-}" ] && EXTRA="--only default:80 --only default:96"
 timeout $(( $(left) - ${AMX_S:-190} )) python3 sdpa-cuda/dev/decode_classes_bench.py --bench $B/cuda_kernels --out "$O" \
-  --variant narrow=$N --only narrow:80 --only narrow:96 \
-  --variant s3=$N+SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 \
-  --variant k16=$N+SDPA_SPLITKV_TMA_TILE=$TILES > "$O/decode.log" 2>&1
+  --variant narrow=$N --only narrow:80 --only narrow:96 $EXTRA > "$O/decode.log" 2>&1
 echo "decode rc=$? ($(left) s left)"
 
 # 4. The AMX bar (CPU only).
