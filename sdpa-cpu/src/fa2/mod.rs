@@ -416,6 +416,13 @@ fn process<S: Simd, T: CpuElement>(
         let st = scr.st.as_mut_ptr();
         // Decoding keeps each row's scores along the keys (`st[r*bc + j]`); tiles keep Sᵀ (`st[j*brp + r]`).
         let (key_stride, row_stride) = if dot { (1, t.bc) } else { (brp, 1) };
+        // Query vectors whose rows see none of this tile's keys (above a causal diagonal) skip its products.
+        let skip = if dot || careful || explicit || !span.needs_mask(j0, j1) {
+            0
+        } else {
+            vectors_done_before(p, &scr.rows, lanes, j0)
+        };
+        let (v0, r0) = (skip, skip * lanes);
         if dot {
             for r in 0..nr {
                 // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
@@ -425,8 +432,9 @@ fn process<S: Simd, T: CpuElement>(
                 };
             }
         } else {
-            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values.
-            unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr(), brp, nqv, st, brp) };
+            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values;
+            // v0 < nqv.
+            unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr().add(r0), brp, nqv - v0, st.add(r0), brp) };
         }
         if !p.mods.is_plain() {
             let rows = if dot { nr } else { brp };
@@ -467,10 +475,13 @@ fn process<S: Simd, T: CpuElement>(
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
             if tpv {
-                // SAFETY (as above, and): `ot` holds dv rows of brp values.
-                micro::pv_transposed(s, nk, st, brp, vptr, vs, dv, nqv, scr.ot.as_mut_ptr(), brp, scr.alpha.as_ptr());
+                // SAFETY (as above, and): `ot` holds dv rows of brp values; v0 < nqv.
+                let (pt, ot, al) = (st.add(r0), scr.ot.as_mut_ptr().add(r0), scr.alpha.as_ptr().add(r0));
+                micro::pv_transposed(s, nk, pt, brp, vptr, vs, dv, nqv - v0, ot, brp, al);
             } else {
-                micro::pv(s, nk, st, key_stride, row_stride, vptr, vs, nr, dv, o, dvp, Some(scr.alpha.as_ptr()), None);
+                // Rows before r0 (skipped vectors) have P = 0 and alpha = 1 here: their rows stay as they are.
+                let (pt, or, al) = (st.add(r0 * row_stride), o.add(r0 * dvp), scr.alpha.as_ptr().add(r0));
+                micro::pv(s, nk, pt, key_stride, row_stride, vptr, vs, nr - r0, dv, or, dvp, Some(al), None);
             }
         }
         let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
@@ -482,6 +493,20 @@ fn process<S: Simd, T: CpuElement>(
         transpose::transpose_rows(&scr.ot[..], brp, dv, nr, 1.0, &mut scr.o[..], dvp);
     }
     end_item(s, p, it, scr, dvp, sink, careful)
+}
+
+/// How many query vectors at the front of an item (`lanes` rows each, in `rows`' order) hold only rows
+/// whose band ends at or before key `j0`: rows above a causal diagonal, for a tile starting at `j0`. The
+/// tile skips their products: the band mask writes -inf over whatever their scores hold, so their P is 0
+/// and alpha 1, and their accumulator rows are left as they are. The last vector is never counted: it
+/// holds the item's padding lanes, which no mask writes, and a tile inside the item's span reaches one of
+/// its rows or an earlier one's.
+fn vectors_done_before<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)], lanes: usize, j0: usize) -> usize {
+    let nqv = rows.len().div_ceil(lanes);
+    rows.chunks(lanes)
+        .take(nqv.saturating_sub(1))
+        .take_while(|v| v.iter().all(|&(_, i)| p.key_range(i).end <= j0))
+        .count()
 }
 
 /// Whether [`process`] accumulates P·V transposed ([`micro::pv_transposed`]): on 16-lane paths, for head
