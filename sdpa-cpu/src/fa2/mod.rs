@@ -416,13 +416,13 @@ fn process<S: Simd, T: CpuElement>(
         let st = scr.st.as_mut_ptr();
         // Decoding keeps each row's scores along the keys (`st[r*bc + j]`); tiles keep Sᵀ (`st[j*brp + r]`).
         let (key_stride, row_stride) = if dot { (1, t.bc) } else { (brp, 1) };
-        // Query vectors whose rows see none of this tile's keys (above a causal diagonal) skip its products.
-        let skip = if dot || careful || explicit || !span.needs_mask(j0, j1) {
-            0
-        } else {
-            vectors_done_before(p, &scr.rows, lanes, j0)
-        };
-        let (v0, r0) = (skip, skip * lanes);
+        // Where the tile crosses the band's edge, its products go by pieces of SKIP_PIECE keys, each skipping
+        // the `done(ja)` query vectors whose rows see none of its keys (above a causal diagonal), rounded
+        // down to whole register tiles of the rest (`tail_start`): a skipped row recomputed is harmless.
+        let edge = !dot && !careful && !explicit && span.needs_mask(j0, j1);
+        let piece = if edge { SKIP_PIECE } else { nk };
+        let rows = &scr.rows;
+        let done = |ja: usize| if edge { vectors_done_before(p, rows, lanes, ja) } else { 0 };
         if dot {
             for r in 0..nr {
                 // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
@@ -432,9 +432,27 @@ fn process<S: Simd, T: CpuElement>(
                 };
             }
         } else {
-            // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values;
-            // v0 < nqv.
-            unsafe { micro::scores(s, d, kptr, ks, nk, scr.qt.as_ptr().add(r0), brp, nqv - v0, st.add(r0), brp) };
+            let qt = scr.qt.as_ptr();
+            for ja in (j0..j1).step_by(piece) {
+                let (n, v, o) = ((j1 - ja).min(piece), tail_start(nqv, done(ja), S::QK_QVECS), ja - j0);
+                let r = v * lanes;
+                // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values;
+                // v < nqv (never the last vector).
+                unsafe {
+                    micro::scores(
+                        s,
+                        d,
+                        kptr.add(o * ks),
+                        ks,
+                        n,
+                        qt.add(r),
+                        brp,
+                        nqv - r / lanes,
+                        st.add(o * brp + r),
+                        brp,
+                    )
+                };
+            }
         }
         if !p.mods.is_plain() {
             let rows = if dot { nr } else { brp };
@@ -474,14 +492,32 @@ fn process<S: Simd, T: CpuElement>(
         // SAFETY: P holds nk keys by nr rows at (key_stride, row_stride) inside `st`; V rows j0..j1 hold dv
         // values at stride vs; `o` holds nr rows of dvp values; alpha holds brp values.
         unsafe {
-            if tpv {
-                // SAFETY (as above, and): `ot` holds dv rows of brp values; v0 < nqv.
-                let (pt, ot, al) = (st.add(r0), scr.ot.as_mut_ptr().add(r0), scr.alpha.as_ptr().add(r0));
-                micro::pv_transposed(s, nk, pt, brp, vptr, vs, dv, nqv - v0, ot, brp, al);
-            } else {
-                // Rows before r0 (skipped vectors) have P = 0 and alpha = 1 here: their rows stay as they are.
-                let (pt, or, al) = (st.add(r0 * row_stride), o.add(r0 * dvp), scr.alpha.as_ptr().add(r0));
-                micro::pv(s, nk, pt, key_stride, row_stride, vptr, vs, nr - r0, dv, or, dvp, Some(al), None);
+            // Piece by piece as the scores. A skipped row's P is 0 there and its alpha 1 (or 0 on a row that
+            // has seen no key yet, whose accumulator is still +0), so leaving its accumulator as it is gives
+            // the same result (a -0.0 may stay -0.0 where the product made it +0.0). The first piece rescales
+            // every row a later one reaches (they skip at least as many), which then accumulate onto it:
+            // alpha once per tile.
+            let (ot, al) = (scr.ot.as_mut_ptr(), scr.alpha.as_mut_ptr());
+            for ja in (j0..j1).step_by(piece) {
+                let (n, k) = ((j1 - ja).min(piece), ja - j0);
+                // Pairs of row vectors (pv_transposed's tiles), or whole row tiles of `pv`.
+                let r = if tpv {
+                    tail_start(nqv, done(ja), 2) * lanes
+                } else {
+                    tail_start(nr, done(ja) * lanes, S::PV_ROWS)
+                };
+                let (pt, vk) = (st.add(k * key_stride + r * row_stride), vptr.add(k * vs));
+                if tpv {
+                    // SAFETY (as above, and): `ot` holds dv rows of brp values; r < brp.
+                    micro::pv_transposed(s, n, pt, brp, vk, vs, dv, nqv - r / lanes, ot.add(r), brp, al.add(r));
+                    if ja == j0 && piece < nk {
+                        // Its alpha has no rescale to pass the later pieces.
+                        std::slice::from_raw_parts_mut(al.add(r), brp - r).fill(1.0);
+                    }
+                } else {
+                    let rescale = (ja == j0).then(|| al.add(r).cast_const());
+                    micro::pv(s, n, pt, key_stride, row_stride, vk, vs, nr - r, dv, o.add(r * dvp), dvp, rescale, None);
+                }
             }
         }
         let prob = ProbTile { pt: st, ps: key_stride, pr: row_stride };
@@ -495,12 +531,22 @@ fn process<S: Simd, T: CpuElement>(
     end_item(s, p, it, scr, dvp, sink, careful)
 }
 
+/// Keys per piece of a tile that crosses the band's edge (see [`vectors_done_before`]): a multiple of every
+/// path's score tile (`Simd::QK_KEYS`: 4, 6, 12), and long enough that the extra P·V calls reload their
+/// accumulators once per 12 keys, on the few tiles that cross the edge.
+const SKIP_PIECE: usize = 12;
+
+/// Where the computed part of `total` units (rows or vectors) starts when the first `skip` may be left out:
+/// the rest rounded up to whole tiles of `unit`, so that the kernels' register tiles stay full.
+fn tail_start(total: usize, skip: usize, unit: usize) -> usize {
+    total - (total - skip.min(total)).next_multiple_of(unit).min(total)
+}
+
 /// How many query vectors at the front of an item (`lanes` rows each, in `rows`' order) hold only rows
-/// whose band ends at or before key `j0`: rows above a causal diagonal, for a tile starting at `j0`. The
-/// tile skips their products: the band mask writes -inf over whatever their scores hold, so their P is 0
-/// and alpha 1, and their accumulator rows are left as they are. The last vector is never counted: it
-/// holds the item's padding lanes, which no mask writes, and a tile inside the item's span reaches one of
-/// its rows or an earlier one's.
+/// whose band ends at or before key `j0`: rows above a causal diagonal, for keys from `j0` on. Those keys'
+/// products skip them: the band mask writes -inf over whatever their scores hold, so their P is 0, and their
+/// accumulator rows are left as they are. The last vector is never counted: it holds the item's padding
+/// lanes, which no mask writes.
 fn vectors_done_before<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)], lanes: usize, j0: usize) -> usize {
     let nqv = rows.len().div_ceil(lanes);
     rows.chunks(lanes)
@@ -862,4 +908,24 @@ pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, 
             }
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_start;
+
+    #[test]
+    fn skipped_rows_round_down_to_whole_tiles_of_the_rest() {
+        // 12 vectors, 5 skippable, pairs: 7 left -> 8 computed from vector 4.
+        assert_eq!(tail_start(12, 5, 2), 4);
+        assert_eq!(tail_start(12, 4, 2), 4);
+        // 48 rows, 16 skippable, six-row tiles: 32 left -> 36 computed from row 12.
+        assert_eq!(tail_start(48, 16, 6), 12);
+        // Nothing skippable, or a rest that rounds up past the total: everything.
+        assert_eq!(tail_start(48, 0, 6), 0);
+        assert_eq!(tail_start(5, 2, 4), 1);
+        assert_eq!(tail_start(3, 1, 4), 0);
+        // Everything skippable (callers never ask: the last vector is never done): nothing.
+        assert_eq!(tail_start(3, 9, 4), 3);
+    }
 }
