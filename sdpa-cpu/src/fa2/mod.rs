@@ -419,10 +419,13 @@ fn process<S: Simd, T: CpuElement>(
         // Where the tile crosses the band's edge, its products go by pieces of SKIP_PIECE keys, each skipping
         // the `done(ja)` query vectors whose rows see none of its keys (above a causal diagonal), rounded
         // down to whole register tiles of the rest (`tail_start`): a skipped row recomputed is harmless.
-        let edge = !dot && !careful && !explicit && span.needs_mask(j0, j1);
-        let piece = if edge { SKIP_PIECE } else { nk };
+        // `done` grows with the key, so a tile whose last piece leaves nothing out (a window's lower edge, a GQA
+        // item across two heads' rows) stays whole.
         let rows = &scr.rows;
-        let done = |ja: usize| if edge { vectors_done_before(p, rows, lanes, ja) } else { 0 };
+        let edge = !dot && !careful && !explicit && span.needs_mask(j0, j1);
+        let split = edge && vectors_done_before(p, rows, lanes, j0 + (nk - 1) / SKIP_PIECE * SKIP_PIECE) > 0;
+        let piece = if split { SKIP_PIECE } else { nk };
+        let done = |ja: usize| if split { vectors_done_before(p, rows, lanes, ja) } else { 0 };
         if dot {
             for r in 0..nr {
                 // SAFETY: `qrow` row r holds dp values; K rows j0..j1 exist (d values each, stride ks);
@@ -439,18 +442,7 @@ fn process<S: Simd, T: CpuElement>(
                 // SAFETY: `qt` holds d rows of brp values; K rows as above; `st` holds bc·br >= nk·brp values;
                 // v < nqv (never the last vector).
                 unsafe {
-                    micro::scores(
-                        s,
-                        d,
-                        kptr.add(o * ks),
-                        ks,
-                        n,
-                        qt.add(r),
-                        brp,
-                        nqv - r / lanes,
-                        st.add(o * brp + r),
-                        brp,
-                    )
+                    micro::scores(s, d, kptr.add(o * ks), ks, n, qt.add(r), brp, nqv - v, st.add(o * brp + r), brp)
                 };
             }
         }
@@ -927,5 +919,17 @@ mod tests {
         assert_eq!(tail_start(3, 1, 4), 0);
         // Everything skippable (callers never ask: the last vector is never done): nothing.
         assert_eq!(tail_start(3, 9, 4), 3);
+        // What the pieces rely on: the start never passes `skip`, grows with it, and leaves whole tiles.
+        for unit in 1..=8 {
+            for total in 1..=40 {
+                let mut last = 0;
+                for skip in 0..total {
+                    let start = tail_start(total, skip, unit);
+                    assert!(start <= skip && start >= last, "{total} {skip} {unit}");
+                    assert!(start == 0 || (total - start).is_multiple_of(unit), "{total} {skip} {unit}");
+                    last = start;
+                }
+            }
+        }
     }
 }
