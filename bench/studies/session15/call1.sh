@@ -18,7 +18,10 @@
 set -uo pipefail
 T0=$SECONDS; DEADLINE=${DEADLINE:-560}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-O=${OUT:-/tmp/out}; mkdir -p "$O/cpu" "$O/san"
+R=${OUT:-/tmp/out}; O=/tmp/w15; mkdir -p "$R" "$O/cpu" "$O/san"
+# $OUT brings back 8 files at most: the logs travel packed, the records beside them.
+pack() { tar czf "$R/call1.tgz" -C /tmp w15; cp "$O"/decode_classes.json "$O"/cpu/amx-*.json "$R"/ 2>/dev/null; }
+trap pack EXIT
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache15 SDPA_REQUIRE_GPU=1
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
 B=gpu-bundle
@@ -64,7 +67,7 @@ timeout $(( $(left) - ${AMX_S:-190} )) python3 sdpa-cuda/dev/decode_classes_benc
 echo "decode rc=$? ($(left) s left)"
 
 # 4. The AMX bar (CPU only).
-CB=target-cpu14/cpu_bench
+CB=${CB:-target-cpu14/cpu_bench}
 pt() { python3 bench/cpu/pytorch_cpu_sdpa.py --ours "$CB" --torch-kernels fused --no-read-bw "$@"; }
 timeout $(( $(left) - 75 )) taskset -c 0,1 bash -c "$(declare -f pt); CB=$CB; pt --simd amx --preset amx --rounds 3 \
   --threads 2 --reps 3 --out $O/cpu/amx-2t.json" > "$O/cpu/amx-2t.log" 2>&1
