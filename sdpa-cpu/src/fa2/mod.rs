@@ -423,7 +423,13 @@ fn process<S: Simd, T: CpuElement>(
         // item across two heads' rows) stays whole.
         let rows = &scr.rows;
         let edge = !dot && !careful && !explicit && span.needs_mask(j0, j1);
-        let split = edge && vectors_done_before(p, rows, lanes, j0 + (nk - 1) / SKIP_PIECE * SKIP_PIECE) > 0;
+        let split = edge
+            && !whole_edge_tiles()
+            && vectors_done_before(p, rows, lanes, j0 + (nk - 1) / SKIP_PIECE * SKIP_PIECE) > 0;
+        #[cfg(test)]
+        if split {
+            tests::SPLIT_TILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let piece = if split { SKIP_PIECE } else { nk };
         let done = |ja: usize| if split { vectors_done_before(p, rows, lanes, ja) } else { 0 };
         if dot {
@@ -527,6 +533,19 @@ fn process<S: Simd, T: CpuElement>(
 /// path's score tile (`Simd::QK_KEYS`: 4, 6, 12), and long enough that the extra P·V calls reload their
 /// accumulators once per 12 keys, on the few tiles that cross the edge.
 const SKIP_PIECE: usize = 12;
+
+/// Whether tiles that cross the band's edge go whole, every query vector through every product:
+/// `SDPA_CPU_CAUSAL_SKIP=0`, a measurement switch (read once) that brings back the kernel before the skip for
+/// an A/B on one machine. The unit tests flip [`tests::WHOLE_EDGE_TILES`] instead, to compare both sides bit
+/// for bit in one process.
+fn whole_edge_tiles() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    #[cfg(test)]
+    if tests::WHOLE_EDGE_TILES.load(std::sync::atomic::Ordering::Relaxed) {
+        return true;
+    }
+    *OFF.get_or_init(|| std::env::var("SDPA_CPU_CAUSAL_SKIP").is_ok_and(|v| v.trim() == "0"))
+}
 
 /// Where the computed part of `total` units (rows or vectors) starts when the first `skip` may be left out:
 /// the rest rounded up to whole tiles of `unit`, so that the kernels' register tiles stay full.
@@ -905,6 +924,71 @@ pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, 
 #[cfg(test)]
 mod tests {
     use super::tail_start;
+    use crate::{supported_paths, CpuBackend};
+    use sdpa_core::{AttentionSpec, DType, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// Set by [`causal_skip_changes_no_bit`] while it runs the whole-tile side (other tests running
+    /// meanwhile take whole tiles too, which is what the test shows to be the same).
+    pub(super) static WHOLE_EDGE_TILES: AtomicBool = AtomicBool::new(false);
+    /// Edge tiles split into pieces so far, by any test: shows that the shapes reach the skip.
+    pub(super) static SPLIT_TILES: AtomicUsize = AtomicUsize::new(0);
+
+    /// Causal calls with the skip and with whole edge tiles agree bit for bit (O and LSE), on shapes that
+    /// reach it on every path: AVX2's 48-row items, AVX-512's 64-row items and 128-row ones past 2048 keys,
+    /// P·V transposed below D = 64 and row tiles above it, a GQA item across two heads' rows, Sq != Sk both
+    /// ways (bottom-right with rows that see no key). A causal call against the same pattern as an explicit
+    /// mask would not do: its tiles end elsewhere, so the softmax sums its terms in another order.
+    #[test]
+    fn causal_skip_changes_no_bit() {
+        let shapes = [
+            Shape { b: 1, hq: 3, hkv: 1, sq: 159, sk: 200, d: 64, dv: 64 },
+            Shape { b: 1, hq: 2, hkv: 2, sq: 130, sk: 97, d: 40, dv: 24 },
+            Shape { b: 1, hq: 2, hkv: 1, sq: 150, sk: 2100, d: 8, dv: 8 },
+            Shape { b: 2, hq: 2, hkv: 1, sq: 77, sk: 77, d: 128, dv: 96 },
+        ];
+        let opts = RunOptions { kernel: Kernel::Fa2, lse: true, ..Default::default() };
+        let mut checked = 0;
+        for path in supported_paths() {
+            let be = CpuBackend::with_simd(path, Some(2)).expect("a supported path builds");
+            let mut split = false;
+            for shape in shapes {
+                for dtype in [DType::F32, DType::BF16, DType::F16] {
+                    for mask in [Mask::CausalTopLeft, Mask::CausalBottomRight] {
+                        let spec = AttentionSpec::new(shape, dtype).with_mask(mask);
+                        let inputs = HostInputs::random(&spec, 29).expect("valid spec");
+                        let label = format!("{path} {dtype} {shape} {mask:?}");
+                        let run = |whole: bool| {
+                            WHOLE_EDGE_TILES.store(whole, Ordering::Relaxed);
+                            let out = be.run_host(&spec, &opts, &inputs);
+                            WHOLE_EDGE_TILES.store(false, Ordering::Relaxed);
+                            out.unwrap_or_else(|e| panic!("{label}: {e}")).output
+                        };
+                        let before = SPLIT_TILES.load(Ordering::Relaxed);
+                        let (a, b) = (run(false), run(true));
+                        split |= SPLIT_TILES.load(Ordering::Relaxed) > before;
+                        // `==` takes -0 and +0 as equal (a skipped row may keep -0 where a product made +0);
+                        // NaN, the poison of an element left unwritten, fails.
+                        let same = |what: &str, x: &[f32], y: &[f32]| {
+                            let at = x.iter().zip(y).position(|(u, v)| u != v);
+                            assert!(
+                                at.is_none(),
+                                "{label}: {what}[{at:?}] {:?} against {:?}",
+                                at.map(|i| x[i]),
+                                at.map(|i| y[i])
+                            );
+                        };
+                        same("O", &a.o.to_f32_vec(), &b.o.to_f32_vec());
+                        same("LSE", &a.lse.expect("lse"), &b.lse.expect("lse"));
+                        checked += 1;
+                    }
+                }
+            }
+            // The AMX and AVX512_BF16 kernels of bf16 calls take whole tiles, but f32 runs the vector kernels.
+            assert!(split, "{path}: no edge tile was split");
+        }
+        assert!(checked >= 24, "{checked}");
+    }
 
     #[test]
     fn skipped_rows_round_down_to_whole_tiles_of_the_rest() {
