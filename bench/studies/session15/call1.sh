@@ -20,7 +20,7 @@ T0=$SECONDS; DEADLINE=${DEADLINE:-560}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 R=${OUT:-/tmp/out}; O=/tmp/w15; mkdir -p "$R" "$O/cpu" "$O/san"
 # $OUT brings back 8 files at most: the logs travel packed, the records beside them.
-pack() { tar czf "$R/call1.tgz" -C /tmp w15; cp "$O"/decode_classes.json "$O"/cpu/amx-*.json "$R"/ 2>/dev/null; }
+pack() { tar czf "$R/call1.tgz" -C /tmp w15; cp "$O"/decode_classes.json "$O"/cpu/amx-*.json "$O"/cpu/skip-*.json "$R"/ 2>/dev/null; }
 trap pack EXIT
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache15 SDPA_REQUIRE_GPU=1
 command -v compute-sanitizer > /dev/null || export PATH="$PATH:$CUDA_HOME/bin"
@@ -59,6 +59,19 @@ san() {  # tool shape mask [VAR=value]; skipped once stage 1's time is spent
 wait
 echo "checks done ($(left) s left)"
 
+# 5. Beside stage 3 (on four cores of their own; the GPU timings need little of the host): the CPU causal
+# skip against whole edge tiles (SDPA_CPU_CAUSAL_SKIP=0, session 16), cache-resident causal calls, one thread,
+# AVX2 and AVX-512 forced on both sides.
+CB=${CB:-target-cpu14/cpu_bench}
+pt() { python3 bench/cpu/pytorch_cpu_sdpa.py --ours "$CB" --torch-kernels fused --no-read-bw "$@"; }
+if [ "${SKIP_AB:-1}" = 1 ]; then
+  ( for isa in avx2 avx512; do
+      timeout 100 taskset -c 4-7 bash -c "$(declare -f pt); CB=$CB; pt --simd $isa --preset small --threads 1 --rounds 5 \
+        --reps 9 --ours-variant whole:SDPA_CPU_CAUSAL_SKIP=0 --out $O/cpu/skip-$isa-1t.json" > "$O/cpu/skip-$isa.log" 2>&1
+      echo "skip A/B $isa rc=$?"
+    done ) > "$O/skip.txt" 2>&1 &
+fi
+
 # 3. Decoding timings (alone on the GPU).
 EXTRA="--variant s3=$N+SDPA_SPLITKV_TMA_TILE=96:3x32 --only s3:80 --only s3:96 --variant k16=$N+SDPA_SPLITKV_TMA_TILE=$TILES"
 [ -n "${SHORT:-}" ] && EXTRA="--only default:80 --only default:96"
@@ -66,9 +79,8 @@ timeout $(( $(left) - ${AMX_S:-190} )) python3 sdpa-cuda/dev/decode_classes_benc
   --variant narrow=$N --only narrow:80 --only narrow:96 $EXTRA > "$O/decode.log" 2>&1
 echo "decode rc=$? ($(left) s left)"
 
+wait  # stage 5
 # 4. The AMX bar (CPU only).
-CB=${CB:-target-cpu14/cpu_bench}
-pt() { python3 bench/cpu/pytorch_cpu_sdpa.py --ours "$CB" --torch-kernels fused --no-read-bw "$@"; }
 timeout $(( $(left) - 75 )) taskset -c 0,1 bash -c "$(declare -f pt); CB=$CB; pt --simd amx --preset amx --rounds 3 \
   --threads 2 --reps 3 --out $O/cpu/amx-2t.json" > "$O/cpu/amx-2t.log" 2>&1
 echo "amx 2t rc=$? ($(left) s left)"
@@ -81,3 +93,4 @@ echo "== sanitizers"; cat "$O/san.txt"
 echo "== decode"; sed -n '/^copy /,$p' "$O/decode.log"; grep -iE "error|Traceback" "$O/decode.log" | head -5
 echo "== amx 2t"; tail -10 "$O/cpu/amx-2t.log"
 echo "== amx 16t"; tail -10 "$O/cpu/amx-16t.log"
+echo "== causal skip A/B"; cat "$O/skip.txt" 2>/dev/null; grep -h "causal | fa2" "$O"/cpu/skip-*.log 2>/dev/null
