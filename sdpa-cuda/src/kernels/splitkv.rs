@@ -167,6 +167,21 @@ fn parse_tile_override(v: &str, d: usize) -> Result<Option<(usize, usize)>> {
     Ok(this.or(any))
 }
 
+/// `tile` (the TMA tile at kernel head dim `d`) with [`tma_tile_override`]'s stages and keys per step, if
+/// any; an override whose ring does not fit in `optin` bytes of shared memory is an error, not a fallback.
+fn with_tma_override(tile: SplitKvTile, d: usize, optin: usize) -> Result<SplitKvTile> {
+    let Some((stages, keys_per_step)) = tma_tile_override(d)? else { return Ok(tile) };
+    let tile = SplitKvTile { stages, keys_per_step, ..tile };
+    if tile.smem_bytes(d) > optin {
+        return Err(unsupported(format!(
+            "SDPA_SPLITKV_TMA_TILE: {stages} stages of {keys_per_step} keys at D = {d} need {} bytes of shared \
+             memory per block, the device allows {optin}",
+            tile.smem_bytes(d)
+        )));
+    }
+    Ok(tile)
+}
+
 /// The head dim `splitkv` runs a call at: the larger of fa2's head-dim classes of D and Dv
 /// ([`super::fa2::head_dim_classes`]) for both, and whether the call's head dims are below it (`pad`: the
 /// kernel reads and stores only the call's columns, on the cp.async path).
@@ -555,20 +570,22 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // TMA: both tensor maps (carrying the call's D and Dv when padded), or else the bulk path where it has a
     // tile, cp.async otherwise.
     let mut maps = None;
+    let mut tma_tile = None;
     if load == SplitKvLoad::Tma {
         // 32-column boxes at D = 96 only with `SDPA_SPLITKV_TMA_NARROW=1`: a verification switch, written in
         // session 15 while no GPU could be had, off until its tests have run on one.
         let narrow = std::env::var("SDPA_SPLITKV_TMA_NARROW").is_ok_and(|v| v == "1");
         let td = if narrow { hd.for_tma() } else { hd.for_tma_wide() };
         if let Some(t) = tile_for(td.d, load) {
+            let t = with_tma_override(t, td.d, optin)?;
             let p = &call.params;
             let op = |ptr, st, w| KvOperand { ptr, dtype: call.spec.dtype, dims: [s.b, s.hkv, s.sk, w], strides: st };
-            // One box row per key of the block's chunk: every warp's step (a tuning override's keys per step).
-            let ks = tma_tile_override(td.d)?.map_or(t.keys_per_step, |(_, ks)| ks);
-            let chunk = t.warps * ks;
+            // One box row per key of the block's chunk: every warp's step.
+            let chunk = t.warps * t.keys_per_step;
             let (k, v) = (op(p.k, p.k_stride, s.d), op(p.v, p.v_stride, s.dv));
             let row = tma_box_row(td.d);
             maps = map_in_rows(&k, chunk, row, td.pad).zip(map_in_rows(&v, chunk, row, td.pad));
+            tma_tile = Some(t);
         }
         if maps.is_some() {
             kd = td;
@@ -576,20 +593,10 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             load = if bulk_tile { SplitKvLoad::Bulk } else { SplitKvLoad::CpAsync };
         }
     }
-    let mut tile = tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?;
-    if load == SplitKvLoad::Tma {
-        if let Some((stages, keys_per_step)) = tma_tile_override(kd.d)? {
-            tile = SplitKvTile { stages, keys_per_step, ..tile };
-            if tile.smem_bytes(kd.d) > optin {
-                return Err(unsupported(format!(
-                    "SDPA_SPLITKV_TMA_TILE: {stages} stages of {keys_per_step} keys at D = {} need {} bytes of shared \
-                     memory per block, the device allows {optin}",
-                    kd.d,
-                    tile.smem_bytes(kd.d)
-                )));
-            }
-        }
-    }
+    let mut tile = match tma_tile {
+        Some(t) if maps.is_some() => t,
+        _ => tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?,
+    };
     // The sm_90 rings are deeper than cp.async's: where the device's shared memory cannot hold them (an
     // sm_90 part capped below the H100's 227 KB, `SDPA_CUDA_SMEM_OPTIN`), cp.async runs (the policy checked it fits).
     if tile.smem_bytes(kd.d) > optin && load != SplitKvLoad::CpAsync {
