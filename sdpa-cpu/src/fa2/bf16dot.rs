@@ -7,7 +7,7 @@
 //! bf16 and interleaved by key pairs, and each V tile is interleaved by key pairs, so P·V is pairs too.
 //! Needs an even head dim (odd ones take the generic path).
 
-use super::{end_item, Bf16Item, KeyLoop, Scratch};
+use super::{end_item, splits_edge_tile, tail_start, vectors_done_before, Bf16Item, KeyLoop, Scratch, SKIP_PIECE};
 use crate::amx::pack::{drop_v_key, pack_v, INTERLEAVE};
 use crate::element::CpuElement;
 use crate::micro::{self, SoftmaxExp};
@@ -18,6 +18,8 @@ use half::bf16;
 use std::arch::x86_64::*;
 
 const L: usize = 16;
+// P·V takes the pieces of an edge tile as whole key pairs.
+const _: () = assert!(SKIP_PIECE.is_multiple_of(2));
 
 #[inline(always)]
 fn bh(x: __m512i) -> __m512bh {
@@ -68,7 +70,17 @@ pub(crate) unsafe fn process<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut 
             let nk = j1 - j0;
             let st = scr.st.as_mut_ptr();
             let kp = k.as_ptr().add(kbase + j0 * p.k_st.s);
-            scores(d2, kp, p.k_st.s, nk, scr.qt2.as_ptr(), brp, nqv, st, brp, scale);
+            // As the generic kernel: a tile crossing the band's edge goes by pieces of SKIP_PIECE keys (an even
+            // count: whole key pairs for P·V), each leaving out the query vectors above all of its keys, rounded
+            // to the score tiles' pairs of vectors and P·V's 8-row tiles.
+            let split = splits_edge_tile(p, &span, &scr.rows, L, j0, j1, !careful && !explicit);
+            let piece = if split { SKIP_PIECE } else { nk };
+            let done = |ja: usize| if split { vectors_done_before(p, &scr.rows, L, ja) } else { 0 };
+            for ja in (j0..j1).step_by(piece) {
+                let (n, o, v) = ((j1 - ja).min(piece), ja - j0, tail_start(nqv, done(ja), 2));
+                let (qt, out) = (scr.qt2.as_ptr().add(v * L), st.add(o * brp + v * L));
+                scores(d2, kp.add(o * p.k_st.s), p.k_st.s, n, qt, brp, nqv - v, out, brp, scale);
+            }
             if !p.mods.is_plain() {
                 p.mods.apply(s, &scr.neg_slope, &scr.diag, j0, nk, brp, st, brp, 1);
             }
@@ -116,7 +128,18 @@ pub(crate) unsafe fn process<T: CpuElement>(job: Bf16Item<'_, '_, T>, scr: &mut 
                 drop_v_key(v2, dvp, j, dv);
             }
             let o = scr.o.as_mut_ptr();
-            pv(np, scr.pb.as_ptr(), brp, scr.v2.as_ptr(), dvp, nr, dvp, o, dvp, scr.alpha.as_ptr());
+            // Piece by piece as the scores. The first piece rescales every row a later one reaches (they skip
+            // at least as many), so later pieces take alpha = 1; a skipped row's alpha is 1 anyway (its maximum
+            // did not move in this tile) or its accumulator still +0.
+            let (pb, v2, al) = (scr.pb.as_ptr(), scr.v2.as_ptr(), scr.alpha.as_mut_ptr());
+            for ja in (j0..j1).step_by(piece) {
+                let (n2, o2) = ((j1 - ja).min(piece).div_ceil(2), (ja - j0) / 2);
+                let r = tail_start(nr, done(ja) * L, 8);
+                pv(n2, pb.add(o2 * brp + r), brp, v2.add(o2 * dvp), dvp, nr - r, dvp, o.add(r * dvp), dvp, al.add(r));
+                if ja == j0 && piece < nk {
+                    std::slice::from_raw_parts_mut(al.add(r), brp - r).fill(1.0);
+                }
+            }
             if !bad.is_empty() {
                 let vals = nonfinite::widen_rows(v, vbase + j0 * vs, vs, dv, &bad);
                 let prob = ProbTile { pt: st, ps: brp, pr: 1 };

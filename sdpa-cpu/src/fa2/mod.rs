@@ -422,14 +422,7 @@ fn process<S: Simd, T: CpuElement>(
         // `done` grows with the key, so a tile whose last piece leaves nothing out (a window's lower edge, a GQA
         // item across two heads' rows) stays whole.
         let rows = &scr.rows;
-        let edge = !dot && !careful && !explicit && span.needs_mask(j0, j1);
-        let split = edge
-            && !whole_edge_tiles()
-            && vectors_done_before(p, rows, lanes, j0 + (nk - 1) / SKIP_PIECE * SKIP_PIECE) > 0;
-        #[cfg(test)]
-        if split {
-            tests::SPLIT_TILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        let split = splits_edge_tile(p, &span, rows, lanes, j0, j1, !dot && !careful && !explicit);
         let piece = if split { SKIP_PIECE } else { nk };
         let done = |ja: usize| if split { vectors_done_before(p, rows, lanes, ja) } else { 0 };
         if dot {
@@ -532,7 +525,32 @@ fn process<S: Simd, T: CpuElement>(
 /// Keys per piece of a tile that crosses the band's edge (see [`vectors_done_before`]): a multiple of every
 /// path's score tile (`Simd::QK_KEYS`: 4, 6, 12), and long enough that the extra P·V calls reload their
 /// accumulators once per 12 keys, on the few tiles that cross the edge.
-const SKIP_PIECE: usize = 12;
+pub(crate) const SKIP_PIECE: usize = 12;
+
+/// Whether key tile `j0..j1` of an item goes by pieces of [`SKIP_PIECE`] keys, leaving out the query vectors
+/// each piece's keys are all above ([`vectors_done_before`]): a tile that crosses the band's edge (`span`),
+/// on a kernel that may (`may`: the tiled products, not decoding's dot products, not careful mode's re-run,
+/// not under an explicit mask, which masks every tile), where the last piece would leave something out (so
+/// a window's lower edge or a GQA item across two heads' rows stays whole), unless
+/// [`whole_edge_tiles`] says otherwise.
+pub(crate) fn splits_edge_tile<T: CpuElement>(
+    p: &Problem<'_, T>,
+    span: &KeySpan,
+    rows: &[(usize, usize)],
+    lanes: usize,
+    j0: usize,
+    j1: usize,
+    may: bool,
+) -> bool {
+    let last_piece = j0 + (j1 - j0 - 1) / SKIP_PIECE * SKIP_PIECE;
+    let split =
+        may && span.needs_mask(j0, j1) && !whole_edge_tiles() && vectors_done_before(p, rows, lanes, last_piece) > 0;
+    #[cfg(test)]
+    if split {
+        tests::SPLIT_TILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    split
+}
 
 /// Whether tiles that cross the band's edge go whole, every query vector through every product:
 /// `SDPA_CPU_CAUSAL_SKIP=0`, a measurement switch (read once) that brings back the kernel before the skip for
@@ -549,7 +567,7 @@ fn whole_edge_tiles() -> bool {
 
 /// Where the computed part of `total` units (rows or vectors) starts when the first `skip` may be left out:
 /// the rest rounded up to whole tiles of `unit`, so that the kernels' register tiles stay full.
-fn tail_start(total: usize, skip: usize, unit: usize) -> usize {
+pub(crate) fn tail_start(total: usize, skip: usize, unit: usize) -> usize {
     total - (total - skip.min(total)).next_multiple_of(unit).min(total)
 }
 
@@ -558,7 +576,12 @@ fn tail_start(total: usize, skip: usize, unit: usize) -> usize {
 /// products skip them: the band mask writes -inf over whatever their scores hold, so their P is 0, and their
 /// accumulator rows are left as they are. The last vector is never counted: it holds the item's padding
 /// lanes, which no mask writes.
-fn vectors_done_before<T: CpuElement>(p: &Problem<'_, T>, rows: &[(usize, usize)], lanes: usize, j0: usize) -> usize {
+pub(crate) fn vectors_done_before<T: CpuElement>(
+    p: &Problem<'_, T>,
+    rows: &[(usize, usize)],
+    lanes: usize,
+    j0: usize,
+) -> usize {
     let nqv = rows.len().div_ceil(lanes);
     rows.chunks(lanes)
         .take(nqv.saturating_sub(1))
@@ -984,7 +1007,7 @@ mod tests {
                     }
                 }
             }
-            // The AMX and AVX512_BF16 kernels of bf16 calls take whole tiles, but f32 runs the vector kernels.
+            // Whatever kernel a bf16 call takes on this path (AMX takes whole tiles), f32 runs the vector ones.
             assert!(split, "{path}: no edge tile was split");
         }
         assert!(checked >= 24, "{checked}");
