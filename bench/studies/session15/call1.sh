@@ -61,11 +61,11 @@ echo "checks done ($(left) s left)"
 
 # 5. Beside stage 3 (on four cores of their own; the GPU timings need little of the host): the CPU causal
 # skip against whole edge tiles (SDPA_CPU_CAUSAL_SKIP=0, session 16), cache-resident causal calls, one thread,
-# AVX2 and AVX-512 forced on both sides.
+# AVX2 and AVX512_BF16 (f32: the AVX-512 kernel; bf16: fa2/bf16dot) forced on both sides.
 CB=${CB:-target-cpu14/cpu_bench}
 pt() { python3 bench/cpu/pytorch_cpu_sdpa.py --ours "$CB" --torch-kernels fused --no-read-bw "$@"; }
 if [ "${SKIP_AB:-1}" = 1 ]; then
-  ( for isa in avx2 avx512; do
+  ( for isa in avx2 avx512-bf16; do
       timeout 100 taskset -c 4-7 bash -c "$(declare -f pt); CB=$CB; pt --simd $isa --preset small --threads 1 --rounds 5 \
         --reps 9 --ours-variant whole:SDPA_CPU_CAUSAL_SKIP=0 --out $O/cpu/skip-$isa-1t.json" > "$O/cpu/skip-$isa.log" 2>&1
       echo "skip A/B $isa rc=$?"
