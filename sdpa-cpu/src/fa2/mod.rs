@@ -416,11 +416,8 @@ fn process<S: Simd, T: CpuElement>(
         let st = scr.st.as_mut_ptr();
         // Decoding keeps each row's scores along the keys (`st[r*bc + j]`); tiles keep Sᵀ (`st[j*brp + r]`).
         let (key_stride, row_stride) = if dot { (1, t.bc) } else { (brp, 1) };
-        // Where the tile crosses the band's edge, its products go by pieces of SKIP_PIECE keys, each skipping
-        // the `done(ja)` query vectors whose rows see none of its keys (above a causal diagonal), rounded
-        // down to whole register tiles of the rest (`tail_start`): a skipped row recomputed is harmless.
-        // `done` grows with the key, so a tile whose last piece leaves nothing out (a window's lower edge, a GQA
-        // item across two heads' rows) stays whole.
+        // An edge tile's products go by pieces (`splits_edge_tile`), each leaving out the `done(ja)` query
+        // vectors above all of its keys, rounded to whole register tiles of the rest (`tail_start`).
         let rows = &scr.rows;
         let split = splits_edge_tile(p, &span, rows, lanes, j0, j1, !dot && !careful && !explicit);
         let piece = if split { SKIP_PIECE } else { nk };

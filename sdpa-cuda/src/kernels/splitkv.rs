@@ -567,10 +567,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     }
     // The head dims the kernel runs: the class, or on TMA the class at whole boxes.
     let mut kd = hd;
-    // TMA: both tensor maps (carrying the call's D and Dv when padded), or else the bulk path where it has a
-    // tile, cp.async otherwise.
-    let mut maps = None;
-    let mut tma_tile = None;
+    // TMA: its tile and both tensor maps (carrying the call's D and Dv when padded), or else the bulk path
+    // where it has a tile, cp.async otherwise.
+    let mut tma = None;
     if load == SplitKvLoad::Tma {
         // 32-column boxes at D = 96 only with `SDPA_SPLITKV_TMA_NARROW=1`: a verification switch, written in
         // session 15 while no GPU could be had, off until its tests have run on one.
@@ -584,18 +583,17 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
             let chunk = t.warps * t.keys_per_step;
             let (k, v) = (op(p.k, p.k_stride, s.d), op(p.v, p.v_stride, s.dv));
             let row = tma_box_row(td.d);
-            maps = map_in_rows(&k, chunk, row, td.pad).zip(map_in_rows(&v, chunk, row, td.pad));
-            tma_tile = Some(t);
+            tma = map_in_rows(&k, chunk, row, td.pad).zip(map_in_rows(&v, chunk, row, td.pad)).map(|m| (t, m));
         }
-        if maps.is_some() {
+        if tma.is_some() {
             kd = td;
         } else {
             load = if bulk_tile { SplitKvLoad::Bulk } else { SplitKvLoad::CpAsync };
         }
     }
-    let mut tile = match tma_tile {
-        Some(t) if maps.is_some() => t,
-        _ => tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?,
+    let (mut tile, mut maps) = match tma {
+        Some((t, m)) => (t, Some(m)),
+        None => (tile_for(kd.d, load).ok_or_else(|| no_tile(kd.d))?, None),
     };
     // The sm_90 rings are deeper than cp.async's: where the device's shared memory cannot hold them (an
     // sm_90 part capped below the H100's 227 KB, `SDPA_CUDA_SMEM_OPTIN`), cp.async runs (the policy checked it fits).
