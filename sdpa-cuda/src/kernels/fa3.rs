@@ -139,9 +139,11 @@ impl Fa3Tile {
 /// 64 without a mask (1.05-1.21x two consumers) and with a causal one from [`CAUSAL_64_THREE_FROM_KEYS`]
 /// keys on, two otherwise (wider classes need the 240 registers of two). Three at D = 64 causal lost 2-15 %
 /// in session 7, when their unmasked tiles spilled; with the unmasked tiles in their own loop and the
-/// dynamic schedule (session 8, call 1) they ran 1.077x / 1.089x two at 4k / 16k and 0.904x at 1k. Longer
-/// key tiles (176, 192) at 64/128 were within the card's run-to-run spread, or slower (causal D = 128:
-/// 0.67-0.87x).
+/// dynamic schedule (session 8, call 1) they ran 1.077x / 1.089x two at 4k / 16k and 0.904x at 1k, and in
+/// session 17 1.042x at 2k, 0.925x at 1k and 0.883x at 512 (bf16, the fa2bench grid). Longer key tiles
+/// (176, 192) at 64/128 were within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x);
+/// so were shorter ones and deeper rings at S = 512..2k (session 17: 64 keys four or three deep 0.70-0.98x,
+/// 96 keys three deep 0.74-0.97x, 128 keys three deep 0.82-0.99x, at D = 64 and 128).
 pub fn tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
     let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,
@@ -153,7 +155,7 @@ pub fn tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
 }
 
 /// Keys from which a causal call at the class 64 runs three consumer warpgroups ([`tile_for`]).
-pub const CAUSAL_64_THREE_FROM_KEYS: usize = 4096;
+pub const CAUSAL_64_THREE_FROM_KEYS: usize = 2048;
 
 /// The tiles [`tile_for`] can choose at head-dim class (`d`, `dv`) under a causal mask or none (each compiled
 /// in [`programs`]): the table changes tiles by length at most once, at [`CAUSAL_64_THREE_FROM_KEYS`].

@@ -259,9 +259,10 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// Whether `fa3` is measured faster than `fa2` for a call it takes (`bench/results/gpu/fa3.md`: the
 /// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not; session 8's last
 /// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
-/// and f16): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query
-/// tiles of 128 rows over the batch and heads (every measured point had 2048), and not a causal call of
-/// head dims up to 64 below [`AUTO_FA3_NARROW_MIN_KEYS`] keys; or a query chunk over a long cache (at least
+/// and f16; session 17, bf16, two runs: 1.00x at 512, 1.06x at 1k, 1.11x at 2k): at least
+/// [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over
+/// the batch and heads (every measured point had 2048), and not a causal call of head dims up to 64 below
+/// [`AUTO_FA3_CAUSAL_64_MIN_KEYS`] keys; or a query chunk over a long cache (at least
 /// 128 query rows and [`AUTO_FA3_CHUNK_MIN_KEYS`] keys, any tile count: chunked prefill and speculative
 /// verification, where session 10 measured `fa3` 1.50-2.28x `fa2` at Sq = 128 and 256 over 8192 keys, bf16,
 /// D = 128, GQA 8, causal bottom-right, B = 1 and 4, with as few as 32 tiles). Shorter or smaller calls
@@ -275,7 +276,7 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
     let causal = matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight);
-    let short_causal_64 = causal && s.d.max(s.dv) <= 64 && s.sk < AUTO_FA3_NARROW_MIN_KEYS;
+    let short_causal_64 = causal && s.d.max(s.dv) <= 64 && s.sk < AUTO_FA3_CAUSAL_64_MIN_KEYS;
     let prefill = s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES;
     let chunk = s.sq >= 128 && s.sk >= AUTO_FA3_CHUNK_MIN_KEYS;
     fa3_head_dims_pay(spec) && !short_causal_64 && (prefill || chunk)
@@ -306,9 +307,12 @@ pub fn fa3_head_dims_pay(spec: &AttentionSpec) -> bool {
     width > 32 && (width >= 64 || s.sk >= AUTO_FA3_NARROW_MIN_KEYS)
 }
 
-/// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64), and for causal
-/// calls up to head dim 64.
+/// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64).
 pub const AUTO_FA3_NARROW_MIN_KEYS: usize = 2048;
+
+/// Fewest keys for which `auto` picks `fa3` for causal calls up to head dim 64 ([`fa3_measured_faster`]):
+/// at 512 keys the two kernels ran level (session 17), from 1k on `fa3` was ahead.
+pub const AUTO_FA3_CAUSAL_64_MIN_KEYS: usize = 1024;
 
 /// Fewest query rows and keys for which `auto` picks `fa3` over `fa2`: the shortest length of the measured
 /// grid (there `fa3` ran 1.04x `fa2` at D = 64 causal, 1.10-1.37x elsewhere).
@@ -698,10 +702,10 @@ mod tests {
         assert_eq!(auto(&chunk(256, 4 * AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa3);
         assert_eq!(auto(&chunk(128, AUTO_FA3_CHUNK_MIN_KEYS - 1), true), Launcher::Fa2);
         assert_eq!(auto(&chunk(127, AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa2);
-        // Causal at D <= 64 below 2k keys: fa2 (fa3 ran 0.90-0.98x there); from 2k on, and at D = 128, fa3.
+        // Causal at D <= 64 below 1k keys: fa2 (level with fa3 at 512); from 1k on, and at D = 128, fa3.
         let causal_at = |d, n| short(d, n).with_mask(Mask::CausalTopLeft);
-        assert_eq!(auto(&causal_at(64, 1024), true), Launcher::Fa2);
-        assert_eq!(auto(&causal_at(64, AUTO_FA3_NARROW_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS - 1), true), Launcher::Fa2);
+        assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS), true), Launcher::Fa3);
         assert_eq!(auto(&causal_at(128, 512), true), Launcher::Fa3);
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);

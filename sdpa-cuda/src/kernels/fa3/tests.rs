@@ -35,9 +35,10 @@ fn head_dims_run_the_first_class_at_or_above_both() {
     assert_eq!(tile_for(96, 96, false, 4096), tile_for(128, 128, false, 4096));
     assert_eq!(tile_for(160, 160, true, 4096), tile_for(192, 192, true, 4096));
     assert_eq!(tile_for(224, 224, false, 4096), tile_for(256, 256, false, 4096));
-    // Class 64: three consumers without a mask, and with a causal one from 4k keys on.
+    // Class 64: three consumers without a mask, and with a causal one from 2k keys on.
     assert_eq!(tile_for(64, 64, false, 512).consumers, 3);
-    assert_eq!(tile_for(64, 64, true, 2048).consumers, 2);
+    assert_eq!(tile_for(64, 64, true, CAUSAL_64_THREE_FROM_KEYS - 1).consumers, 2);
+    assert_eq!(tile_for(64, 64, true, CAUSAL_64_THREE_FROM_KEYS).consumers, 3);
     assert_eq!(tile_for(40, 40, true, 4096).consumers, 3);
     assert_eq!(tile_for(128, 128, true, 16384).consumers, 2);
     assert_eq!(table_tiles(64, 64, true).len(), 2);
