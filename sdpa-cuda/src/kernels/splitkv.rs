@@ -16,7 +16,7 @@
 //! keys streams 4k keys, never the rest. Head dims: [`HeadDims`], fa2's classes at the larger of D and Dv, padded on the
 //! `cp.async` path; on TMA every class runs at whole boxes ([`HeadDims::for_tma_wide`]: 64 columns, so D = 80
 //! runs at 128 and MLA's 192/128 at 192; [`HeadDims::for_tma`]'s 32-column boxes for D = 96 and 80 under
-//! `SDPA_SPLITKV_TMA_NARROW=1`, not yet run on a GPU), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
+//! `SDPA_SPLITKV_TMA_NARROW=1`, a measurement switch: correct on the H100 but not faster), the tensor maps at the call's D and Dv so that only its own columns are read. Calls it cannot take ([`policy::splitkv_limit`](super::policy::splitkv_limit): what
 //! stops `fa2`, or a tile larger than the device's shared memory) never reach it: the policy sends them to
 //! `fa2` or to the generic `fa1` path.
 //!
@@ -103,7 +103,8 @@ impl SplitKvTile {
 /// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
 /// takes whole boxes ([`tma_box_row`]): D = 96 in 32-column boxes, four stages deep (196 KB; 128 columns
-/// would hold three; only under `SDPA_SPLITKV_TMA_NARROW=1` until it has run on a GPU, else at 128), and the
+/// would hold three; only under `SDPA_SPLITKV_TMA_NARROW=1`, else at 128: session 17 measured the narrow ring
+/// correct but not faster, 0.51 of copy at D = 80 over 32k keys against 0.55), and the
 /// other classes that are not whole boxes at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
 /// 256 with a third stage (151 KB). The other head-dim classes take the cp.async path only where TMA cannot
 /// run, with the keys per step of their neighbours. `SDPA_SPLITKV_TMA_TILE` overrides the TMA tile for
@@ -215,7 +216,7 @@ impl HeadDims {
     }
 
     /// This class on TMA in 64-column boxes whatever it is (D = 80 and 96 at 128): what calls run unless
-    /// `SDPA_SPLITKV_TMA_NARROW=1` asks for [`HeadDims::for_tma`]'s 32-column boxes (not yet run on a GPU).
+    /// `SDPA_SPLITKV_TMA_NARROW=1` asks for [`HeadDims::for_tma`]'s 32-column boxes (a measurement switch).
     pub fn for_tma_wide(self) -> Self {
         let d = self.d.next_multiple_of(BOX_COLS);
         HeadDims { d, pad: self.pad || d != self.d }
@@ -571,8 +572,9 @@ pub fn plan(call: &Call<'_>) -> Result<Plan> {
     // where it has a tile, cp.async otherwise.
     let mut tma = None;
     if load == SplitKvLoad::Tma {
-        // 32-column boxes at D = 96 only with `SDPA_SPLITKV_TMA_NARROW=1`: a verification switch, written in
-        // session 15 while no GPU could be had, off until its tests have run on one.
+        // 32-column boxes at D = 96 only with `SDPA_SPLITKV_TMA_NARROW=1`: a measurement switch. Written in
+        // session 15 for D = 80's decoding; session 17 ran it on the H100, correct (tests and sanitizers) but
+        // no faster (bench/results/gpu/headdims.md), so the plan keeps 64-column boxes.
         let narrow = std::env::var("SDPA_SPLITKV_TMA_NARROW").is_ok_and(|v| v == "1");
         let td = if narrow { hd.for_tma() } else { hd.for_tma_wide() };
         if let Some(t) = tile_for(td.d, load) {

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Session 17's verification call for 553d4be (three consumers at bf16/f16 D = 64 causal from 2k keys instead
+# of 4k; `auto` takes fa3 for causal calls up to D = 64 from 1k keys instead of 2k), from the repository root
+# with gpu-bundle (of that commit) carried:
+#   1. tests/fa3 whole and fa2_kernels' auto test (auto against the reference on the GPU);
+#   2. the product against our fa2 and PyTorch (flash, default = cuDNN) on the fa2bench grid at S = 512..4k,
+#      bf16 and f16, and the two-consumer tile forced (`128,2,2@64`) at 2k and 4k in the same run.
+#   bash bench/studies/session17/call5.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache17
+O=${OUT:-/tmp/out}; mkdir -p "$O"
+RUNS="fa3 fa2_kernels:auto" DEADLINE=170 SAN_S=0 bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
+sed -n '/== tests/,$p' /tmp/tests.txt | head -8
+timeout 200 python3 sdpa-cuda/dev/fa3_bench.py --bench gpu-bundle/cuda_kernels --f16 --seqs 512 1024 2048 4096 \
+  --variants --tiles 128,2,2@64 --tile-seqs 2048 4096 --out "$O" > "$O/bench.log" 2>&1
+echo "fa3_bench rc=$?"
+grep -vE "^(ENV|CEILINGS)" "$O/bench.log" | tail -16
