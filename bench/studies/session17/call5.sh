@@ -5,13 +5,14 @@
 #   1. tests/fa3 whole and fa2_kernels' auto test (auto against the reference on the GPU);
 #   2. the product against our fa2 and PyTorch (flash, default = cuDNN) on the fa2bench grid at S = 512..4k,
 #      bf16 and f16, and the two-consumer tile forced (`128,2,2@64`) at 2k and 4k in the same run.
-#   bash bench/studies/session17/call5.sh
+#   [SHORT=1] bash bench/studies/session17/call5.sh   (SHORT: bf16 only, S = 2k and 4k, tests cut at 110 s)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache17
 O=${OUT:-/tmp/out}; mkdir -p "$O"
-RUNS="fa3 fa2_kernels:auto" DEADLINE=170 SAN_S=0 bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
+if [ -n "${SHORT:-}" ]; then T=110 BT=90 F16= SEQS="2048 4096"; else T=140 BT=150 F16=--f16 SEQS="512 1024 2048 4096"; fi
+RUNS="fa3 fa2_kernels:auto" DEADLINE=$T SAN_S=0 bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
 sed -n '/== tests/,$p' /tmp/tests.txt | head -8
-timeout 200 python3 sdpa-cuda/dev/fa3_bench.py --bench gpu-bundle/cuda_kernels --f16 --seqs 512 1024 2048 4096 \
+timeout $BT python3 sdpa-cuda/dev/fa3_bench.py --bench gpu-bundle/cuda_kernels $F16 --seqs $SEQS \
   --variants --tiles 128,2,2@64 --tile-seqs 2048 4096 --out "$O" > "$O/bench.log" 2>&1
 echo "fa3_bench rc=$?"
 grep -vE "^(ENV|CEILINGS)" "$O/bench.log" | tail -16
