@@ -142,8 +142,9 @@ impl Fa3Tile {
 /// dynamic schedule (session 8, call 1) they ran 1.077x / 1.089x two at 4k / 16k and 0.904x at 1k, and in
 /// session 17 1.042x at 2k, 0.925x at 1k and 0.883x at 512 (bf16, the fa2bench grid). Longer key tiles
 /// (176, 192) at 64/128 were within the card's run-to-run spread, or slower (causal D = 128: 0.67-0.87x);
-/// so were shorter ones and deeper rings at S = 512..2k (session 17: 64 keys four or three deep 0.70-0.98x,
-/// 96 keys three deep 0.74-0.97x, 128 keys three deep 0.82-0.99x, at D = 64 and 128).
+/// so were shorter ones and deeper rings at S = 512..2k (session 17, two consumers on both sides: 64 keys
+/// four or three deep 0.78-0.98x, 96 keys three deep 0.84-0.97x at D = 64 causal and D = 128, 128 keys three
+/// deep 0.98-0.99x at D = 64 causal).
 pub fn tile_for(d: usize, dv: usize, causal: bool, sk: usize) -> Fa3Tile {
     let bn = match (stored(d), stored(dv)) {
         (256, _) => 80,

@@ -259,7 +259,8 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// Whether `fa3` is measured faster than `fa2` for a call it takes (`bench/results/gpu/fa3.md`: the
 /// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not; session 8's last
 /// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
-/// and f16; session 17, bf16, two runs: 1.00x at 512, 1.06x at 1k, 1.11x at 2k): at least
+/// and f16; since session 10's kernel, level at 512 and ahead from 1k: session 10's grid 1.00 / 1.06 / 1.11x
+/// at 512 / 1k / 2k in bf16 and 1.00 / 1.05 / 1.11x in f16, session 17 the same in bf16, twice): at least
 /// [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over
 /// the batch and heads (every measured point had 2048), and not a causal call of head dims up to 64 below
 /// [`AUTO_FA3_CAUSAL_64_MIN_KEYS`] keys; or a query chunk over a long cache (at least
@@ -311,11 +312,11 @@ pub fn fa3_head_dims_pay(spec: &AttentionSpec) -> bool {
 pub const AUTO_FA3_NARROW_MIN_KEYS: usize = 2048;
 
 /// Fewest keys for which `auto` picks `fa3` for causal calls up to head dim 64 ([`fa3_measured_faster`]):
-/// at 512 keys the two kernels ran level (session 17), from 1k on `fa3` was ahead.
+/// at 512 keys the two kernels ran level (sessions 10 and 17, bf16 and f16), from 1k on `fa3` was ahead.
 pub const AUTO_FA3_CAUSAL_64_MIN_KEYS: usize = 1024;
 
 /// Fewest query rows and keys for which `auto` picks `fa3` over `fa2`: the shortest length of the measured
-/// grid (there `fa3` ran 1.04x `fa2` at D = 64 causal, 1.10-1.37x elsewhere).
+/// grid (there `fa3` ran level with `fa2` at D = 64 causal, 1.24-1.44x elsewhere; session 17, bf16).
 pub const AUTO_FA3_MIN_ROWS: usize = 512;
 /// Fewest query tiles (128 rows of one head) for which `auto` picks `fa3`: a wave of the H100's 132
 /// multiprocessors, rounded down (the measured calls had 16x that).
@@ -706,6 +707,9 @@ mod tests {
         let causal_at = |d, n| short(d, n).with_mask(Mask::CausalTopLeft);
         assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS - 1), true), Launcher::Fa2);
         assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS), true), Launcher::Fa3);
+        // Head dims 33..63 keep their own, longer threshold under a causal mask too.
+        assert_eq!(auto(&causal_at(40, AUTO_FA3_CAUSAL_64_MIN_KEYS), true), Launcher::Fa2);
+        assert_eq!(auto(&causal_at(40, AUTO_FA3_NARROW_MIN_KEYS), true), Launcher::Fa3);
         assert_eq!(auto(&causal_at(128, 512), true), Launcher::Fa3);
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
         let causal = prefill.clone().with_mask(Mask::CausalBottomRight);
