@@ -102,10 +102,9 @@ impl SplitKvTile {
 
 /// The tile for head dim (class) `d` and load path, if specialised (measured on the H100 for D = 128:
 /// `bench/results/gpu/fa2.md`; two-warp blocks, two per SM, were 2-10 % slower on both decoding shapes). TMA
-/// takes whole boxes ([`tma_box_row`]): D = 96 in 32-column boxes, four stages deep (196 KB; 128 columns
-/// would hold three; only under `SDPA_SPLITKV_TMA_NARROW=1`, else at 128: session 17 measured the narrow ring
-/// correct but not faster, 0.51 of copy at D = 80 over 32k keys against 0.55), and the
-/// other classes that are not whole boxes at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
+/// takes whole boxes ([`tma_box_row`]): D = 96 at 128 in 64-column boxes, or under `SDPA_SPLITKV_TMA_NARROW=1`
+/// at 96 in 32-column boxes, four stages deep (196 KB; session 17 measured that ring correct but not faster,
+/// 0.51 of copy at D = 80 over 32k keys against 0.55), and the other classes that are not whole boxes at the next multiple of 64 ([`HeadDims::for_tma`]). D = 192 (the MLA pair and class 160) takes the keys per step of its neighbour
 /// 256 with a third stage (151 KB). The other head-dim classes take the cp.async path only where TMA cannot
 /// run, with the keys per step of their neighbours. `SDPA_SPLITKV_TMA_TILE` overrides the TMA tile for
 /// tuning runs ([`tma_tile_override`]).
