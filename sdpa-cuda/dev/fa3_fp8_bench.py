@@ -9,6 +9,7 @@ includes the Vᵀ pre-pass (a second kernel of the same call). FLOPs are the sam
 halved for causal), so TFLOPS compare directly.
 
     python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench path/to/cuda_kernels [--seqs 512 ... 16384] [--out DIR]
+        [--variants name:VAR=value ...]
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not). Writes
 fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads) to --out and prints a table
@@ -33,6 +34,8 @@ ap.add_argument("--no-torch", action="store_true")
 ap.add_argument("--tiles", nargs="*", default=[],
                 help="forced FP8 tiles `128,stages[,consumers]` (SDPA_FA3_TILE) timed at --tile-seqs against the default")
 ap.add_argument("--tile-seqs", nargs="*", type=int, default=[4096, 16384])
+ap.add_argument("--variants", nargs="*", default=[],
+                help="`name:VAR=value` environments (e.g. SDPA_FA3_AB=exp-fma=2) timed on the FP8 grid against the default")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -58,6 +61,14 @@ for t in args.tiles:
     tile_runs[t] = run_points(args.bench, pts, os.path.join(args.out, f"fa3_fp8_tile_{t.replace(',', 'x')}_raw.json"),
                               warmup=3, reps=args.reps, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
+variant_runs = {}
+for v in args.variants:
+    name, assign = v.split(":", 1)
+    var, value = assign.split("=", 1)
+    log(f"timing fa3 fp8 with {var}={value} ...")
+    variant_runs[name] = run_points(args.bench, grid("f8e4m3"), os.path.join(args.out, f"fa3_fp8_{name}_raw.json"),
+                                    warmup=3, reps=args.reps, env={var: value}, on_error="none") or []
+res["variants"] = variant_runs
 res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 
 
@@ -127,4 +138,12 @@ for t, recs in tile_runs.items():
         parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
                      f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
     log(f"tile {t} vs default: " + ", ".join(parts))
+for name, recs in variant_runs.items():
+    parts = []
+    for r in recs:
+        base = by["fp8"].get(shape_key(r), {})
+        x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
+        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
+                     f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
+    log(f"variant {name} vs default: " + ", ".join(parts))
 log(f"gemm bf16 ceiling {res['ceilings']['gemm_bf16_TFLOPs']:.0f} TFLOPS")

@@ -168,6 +168,22 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// 2^x on the FMA pipe, for a share of a softmax's exponentials where the special-function unit (16 results per
+// clock per SM) is as busy as the tensor cores (fa3 at D = 64, FP8): x = j + f with j = rint(x) (the 1.5·2^23
+// rounding trick) and f in [-1/2, 1/2], 2^f by a degree-3 polynomial fitted here for relative error (7.5e-5 in
+// f32: below the rounding of P to bf16 or f16, 2^-9 and 2^-11), times 2^j built in the exponent bits. Below
+// -125 (where the scale would leave the normal range; -inf included) it gives 0, as ex2.approx.ftz does below
+// -126; NaN stays NaN (the polynomial carries it, the select keeps it). Ten instructions, none on the MUFU.
+__device__ __forceinline__ float fma_exp2(float x) {
+    const float t = x + 12582912.f;         // 1.5·2^23: rint(x) lands in the low mantissa bits of t
+    const float f = x - (t - 12582912.f);   // exact (Sterbenz), in [-1/2, 1/2]
+    const float p = fmaf(fmaf(fmaf(5.517145246e-2f, f, 2.426106185e-1f), f, 6.932609677e-1f), f, 9.999281168e-1f);
+    // The low bits of t hold j in two's complement; shifted into the exponent field with the bias added,
+    // they are 2^j (the bits of 1.5·2^23 above them shift out).
+    const float scale = __int_as_float((__float_as_int(t) << 23) + (127 << 23));
+    return x < -125.f ? 0.f : p * scale;
+}
+
 // 1/x on the special-function unit (rcp(inf) = 0).
 __device__ __forceinline__ float fast_rcp(float x) {
     float y;

@@ -81,6 +81,22 @@
 // either way). XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
 #define FA3_XO_STORE16 1
 #define FA3_XO_TILE_TURNS 2
+// FA3_XO_EXP_FMA (bits 2-5, a value k + 1 for k = 0..8): k of every 8 n8 columns of S take their exponentials
+// on the FMA pipe (common.cuh fma_exp2) instead of the special-function unit, in place of the product's share
+// (fa3_exp_fma_eighths); the k columns are spread over the 8 (column j when (j k) mod 8 < k).
+#define FA3_XO_EXP_SHIFT 2
+
+// Eighths of a tile's exponentials that the product computes on the FMA pipe, by element type and head-dim
+// class: none yet (the MUFU takes all of them).
+template <typename T, int D>
+__device__ constexpr int fa3_exp_fma_product() {
+    return 0;
+}
+// The share an instantiation runs: the product's, or FA3_XO_EXP_FMA's.
+template <typename T, int D, int XO>
+__device__ constexpr int fa3_exp_fma_eighths() {
+    return ((XO >> FA3_XO_EXP_SHIFT) & 15) != 0 ? ((XO >> FA3_XO_EXP_SHIFT) & 15) - 1 : fa3_exp_fma_product<T, D>();
+}
 
 // How an instantiation reads its rows (SERVE; src/kernels/fa3.rs `serve_program`): a dense batch, or a ragged
 // one with packed K/V (varlen: Q/O `[total_q, Hq, D]`, K/V `[total_k, Hkv, D]` rows, the tensor maps over the
@@ -571,6 +587,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // them as they are (sc = 1); otherwise it folds the scale into its exp2 (sc = sl2), as the plain kernel.
     constexpr bool PRE = (VAR & (FA3_VAR_SOFTCAP | FA3_VAR_ALIBI)) != 0;
     const float sc = PRE ? 1.f : sl2;
+    // Eighths of the exponentials on the FMA pipe (the rest on the MUFU): at D = 64, or with FP8's doubled
+    // tensor rate, a tile's exponentials take the MUFU about as long as its two products take the tensor cores.
+    constexpr int EF = fa3_exp_fma_eighths<T, D, XO>();
     float s[NT * 4];
     unsigned pa[KT][4];
 
@@ -684,7 +703,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[j * 4 + hh * 2 + e];
-                    x = fast_exp2(fmaf(x, sc, -m_use));
+                    const float y = fmaf(x, sc, -m_use);
+                    x = (j * EF) % 8 < EF ? fma_exp2(y) : fast_exp2(y);
                     sum += x;
                 }
             l[hh] = l[hh] * al + sum;  // per-thread partial; the quad is summed at the end

@@ -359,26 +359,45 @@ pub struct AbSwitches {
     pub store16: bool,
     /// Ping-pong turns restarted at every work tile (`tile-turns`), not round robin across tiles.
     pub tile_turns: bool,
+    /// `exp-fma=k` (k = 0..=8): k of every 8 columns of a score tile exponentiated on the FMA pipe instead of
+    /// the special-function unit, in place of the product's share (`FA3_XO_EXP_FMA`; the plain entries, FP8
+    /// included).
+    pub exp_fma: Option<u8>,
 }
 
 impl AbSwitches {
-    /// The `FA3_XO_*` bits.
+    /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5).
     pub fn bits(self) -> u8 {
-        u8::from(self.store16) | (u8::from(self.tile_turns) << 1)
+        u8::from(self.store16) | (u8::from(self.tile_turns) << 1) | (self.exp_fma.map_or(0, |k| k + 1) << 2)
     }
 
-    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16` and `tile-turns` (empty: none).
+    /// Whether a switch other than `exp-fma` is on (those apply to f16/bf16 inputs only).
+    pub fn touches_stores_or_turns(self) -> bool {
+        self.store16 || self.tile_turns
+    }
+
+    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns` and `exp-fma=k`
+    /// (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             match part {
                 "store16" => ab.store16 = true,
                 "tile-turns" => ab.tile_turns = true,
-                other => {
-                    return Err(unsupported(format!(
-                    "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns or both, comma-separated)"
-                )))
-                }
+                other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
+                    Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
+                    Some(_) => {
+                        return Err(unsupported(format!(
+                            "SDPA_FA3_AB={v}: `{other}` needs k in 0..=8 (eighths of the exponentials on the FMA pipe)"
+                        )))
+                    }
+                    None => {
+                        return Err(unsupported(format!(
+                            "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns or exp-fma=k, \
+                             comma-separated)"
+                        )))
+                    }
+                },
             }
         }
         Ok(ab)
@@ -638,10 +657,10 @@ pub fn programs() -> Vec<Program> {
     all
 }
 
-/// The measurement switches' entry the compile check builds (and [`programs`] lists): both switches at once,
-/// at one class, bf16, causal (they touch no layout).
+/// The measurement switches' entry the compile check builds (and [`programs`] lists): every switch at once
+/// (two eighths of the exponentials on the FMA pipe), at one class, bf16, causal (they touch no layout).
 fn measured_check_program() -> Program {
-    let both = AbSwitches { store16: true, tile_turns: true };
+    let both = AbSwitches { store16: true, tile_turns: true, exp_fma: Some(2) };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 
@@ -900,10 +919,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
     let ab = ab_switches()?;
-    if ab != AbSwitches::default() && (fp8 || masking.var != 0 || ragged.is_some()) {
+    if (ab != AbSwitches::default() && (masking.var != 0 || ragged.is_some())) || (fp8 && ab.touches_stores_or_turns())
+    {
         return Err(unsupported(
-            "SDPA_FA3_AB (a measurement switch) applies to the plain f16/bf16 entries only, not to f8e4m3 inputs, \
-             windows, softcap and ALiBi, or ragged batches",
+            "SDPA_FA3_AB (a measurement switch) applies to the plain entries only, not to windows, softcap and \
+             ALiBi or ragged batches; store16 and tile-turns to f16/bf16 inputs only",
         ));
     }
     let program = if ragged.is_some() {

@@ -345,7 +345,7 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     assert!(err.contains("`store4`") && err.contains("store16") && err.contains("tile-turns"), "{err}");
     let tile = tile_for(128, 128, false, 4096);
     let plain = program(DType::BF16, (128, 128), tile, MASK_NONE, true);
-    let st = AbSwitches { store16: true, tile_turns: false };
+    let st = AbSwitches { store16: true, ..AbSwitches::default() };
     let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, st);
     assert_eq!(m.name, format!("{}_xo1", plain.name));
     assert!(m.instantiation.starts_with("FA3_ENTRY_XO(") && m.instantiation.ends_with(", 1)"), "{}", m.instantiation);
@@ -354,6 +354,16 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         plain.name
     );
     assert!(FA3.source.contains("#define FA3_XO_STORE16 1\n#define FA3_XO_TILE_TURNS 2\n"), "bits changed");
+    // exp-fma=k: k + 1 in bits 2-5, k = 0 (all on the MUFU) distinct from the product's share.
+    assert_eq!(AbSwitches::parse("exp-fma=0").expect("k = 0").bits(), 1 << 2);
+    let mixed = AbSwitches::parse("tile-turns,exp-fma=8").expect("k = 8");
+    assert_eq!((mixed.bits(), mixed.exp_fma, mixed.touches_stores_or_turns()), (2 | (9 << 2), Some(8), true));
+    assert!(!AbSwitches::parse("exp-fma=3").expect("k = 3").touches_stores_or_turns());
+    for bad in ["exp-fma=9", "exp-fma=", "exp-fma=x", "exp-fma"] {
+        let err = AbSwitches::parse(bad).expect_err(bad).to_string();
+        assert!(err.contains(&format!("`{bad}`")), "{err}");
+    }
+    assert!(FA3.source.contains("#define FA3_XO_EXP_SHIFT 2\n"), "bits changed");
     assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
 }
 
