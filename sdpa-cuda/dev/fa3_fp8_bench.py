@@ -130,20 +130,21 @@ sp = sorted(r["speedup"] for r in res["rows"] if r["speedup"])
 if sp:
     log(f"fp8 / bf16 fa3: median {statistics.median(sp):.3f} min {sp[0]:.3f} max {sp[-1]:.3f} over {len(sp)} points; "
         f"all checks pass: {all(r['fp8'].get('check_pass') and r['bf16'].get('check_pass') for r in res['rows'])}")
+
+
+def against_default(label, recs):
+    """One line: each record's speed against the default FP8 run of the same shape."""
+    parts = []
+    for r in recs:
+        base = by["fp8"].get(shape_key(r), {})
+        x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
+        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
+                     f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
+    log(f"{label} vs default: " + ", ".join(parts))
+
+
 for t, recs in tile_runs.items():
-    parts = []
-    for r in recs:
-        base = by["fp8"].get(shape_key(r), {})
-        x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
-        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
-                     f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
-    log(f"tile {t} vs default: " + ", ".join(parts))
+    against_default(f"tile {t}", recs)
 for name, recs in variant_runs.items():
-    parts = []
-    for r in recs:
-        base = by["fp8"].get(shape_key(r), {})
-        x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
-        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
-                     f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
-    log(f"variant {name} vs default: " + ", ".join(parts))
+    against_default(f"variant {name}", recs)
 log(f"gemm bf16 ceiling {res['ceilings']['gemm_bf16_TFLOPs']:.0f} TFLOPS")
