@@ -83,11 +83,19 @@
 #define FA3_XO_TILE_TURNS 2
 // FA3_XO_EXP_FMA (bits 2-5, a value k + 1 for k = 0..8): k of every 8 n8 columns of S take their exponentials
 // on the FMA pipe (common.cuh fma_exp2) instead of the special-function unit, in place of the product's share
-// (fa3_exp_fma_eighths); the k columns are spread over the 8 (column j when (j k) mod 8 < k).
+// (fa3_exp_fma_eighths); the k columns are spread over the 8 (column j when (j k) mod 8 < k). Session 18
+// measured it slower at every point of the bf16 grid and of FP8 (k = 2: 0.88-0.96x, most at D = 64; each
+// further eighth about 4 % more; bench/results/gpu/fa3.md, "Seventh step"): the main loop is bound by its
+// issue slots as much as by the MUFU, and the polynomial's nine extra instructions per score cost more
+// than the MUFU time they free.
 #define FA3_XO_EXP_SHIFT 2
+// FA3_XO_DESC_FOLD forms each step's wgmma descriptor as sessions 7-17 did: the tile's whole 64-bit descriptor
+// plus the step's offset, which the compiler folds back into a masked and shifted address per step (about
+// seven instructions per descriptor against the product's one add; fa3_wgmma.cuh fa3_desc).
+#define FA3_XO_DESC_FOLD 64
 
 // Eighths of a tile's exponentials that the product computes on the FMA pipe, by element type and head-dim
-// class: none yet (the MUFU takes all of them).
+// class: none (measured slower; FA3_XO_EXP_SHIFT).
 template <typename T, int D>
 __device__ constexpr int fa3_exp_fma_product() {
     return 0;
@@ -189,19 +197,19 @@ __device__ __forceinline__ void fa3_zero_blocks(unsigned char* base, int tiles, 
     sm90_proxy_fence();
 }
 
-// O (64 x DV) += P·V for one k16 step, V's rows at `v` (blocks of `block_bytes`): one product when DV is
-// whole 64-column blocks, else N = DV - 32 and then N = 32 from the last block, whose accumulators are the
-// last DV/8 - (DV - 32)/8 n8 tiles of O (the register order of one N = DV product).
+// O (64 x DV) += P·V for one k16 step, V's rows at the MN-major descriptor low word `v` (fa3_desc_lo_mn, blocks
+// of `block_bytes`): one product when DV is whole 64-column blocks, else N = DV - 32 and then N = 32 from the
+// last block, whose accumulators are the last DV/8 - (DV - 32)/8 n8 tiles of O (the register order of one
+// N = DV product).
 template <int DV, typename T>
 __device__ __forceinline__ void fa3_pv_step(float (&o)[DV / 2], const unsigned (&pa)[4], unsigned v,
                                             unsigned block_bytes) {
     if constexpr (DV % 64 == 0) {
-        fa3_rs(o, pa, fa3_desc_mn(v, block_bytes), T());
+        fa3_rs(o, pa, fa3_desc(v), T());
     } else {
         constexpr int LO = DV - 32;
-        fa3_rs(*reinterpret_cast<float(*)[LO / 2]>(&o[0]), pa, fa3_desc_mn(v, block_bytes), T());
-        fa3_rs(*reinterpret_cast<float(*)[16]>(&o[LO / 2]), pa, fa3_desc_mn(v + (LO / 64) * block_bytes, block_bytes),
-               T());
+        fa3_rs(*reinterpret_cast<float(*)[LO / 2]>(&o[0]), pa, fa3_desc(v), T());
+        fa3_rs(*reinterpret_cast<float(*)[16]>(&o[LO / 2]), pa, fa3_desc(v + (LO / 64) * (block_bytes >> 4)), T());
     }
 }
 
@@ -283,12 +291,6 @@ template <bool B>
 struct Fa3Flag {
     static constexpr bool value = B;
 };
-
-// `x`, unknown to the optimiser from here on: what is derived from it is computed where it is used.
-__device__ __forceinline__ unsigned fa3_opaque(unsigned x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
 
 // Two f32 values rounded to T and packed (lo in the low half), as an A fragment register or one O store.
 template <typename T>
@@ -593,20 +595,32 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     float s[NT * 4];
     unsigned pa[KT][4];
 
-    // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for. The descriptors are the bases'
-    // plus each step's offset / 16 (the address field is bits 0-13 of the descriptor, and every address
-    // stays below 2^18); the bases pass through fa3_opaque so that the steps' descriptors are formed here,
-    // not hoisted out of the tile loop and held (two 64-bit registers per k16 step; the wide classes
-    // spilled for them).
+    // S = Q·Kᵀ of the tile in slot sj, issued and committed, not waited for. Each step's descriptor is the
+    // tile's low word plus the step's offset / 16 (fa3_wgmma.cuh: the address field is bits 0-13 and every
+    // address stays below 2^18) under the shared high word. The low words pass through fa3_opaque once they
+    // are formed, so that each step costs one add: not refolded into a masked and shifted address per step
+    // (about a quarter of the main loop's instructions at D = 64 before), and not hoisted out of the tile
+    // loop and held (two 64-bit registers per k16 step; the wide classes spilled for them).
+    constexpr bool FOLD = (XO & FA3_XO_DESC_FOLD) != 0;
     auto issue_qk = [&](int sj) {
-        const unsigned long long dq = fa3_desc_k(fa3_opaque(aQw)), dk = fa3_desc_k(fa3_opaque(aK + sj * L::K_BYTES));
+        // The tile's low words: opaque once formed (the product), or formed from opaque addresses (FOLD).
+        auto lo = [&](unsigned addr) {
+            if constexpr (FOLD) return fa3_desc_lo_k(fa3_opaque(addr));
+            else return fa3_opaque(fa3_desc_lo_k(addr));
+        };
+        const unsigned dq = lo(aQw), dk = lo(aK + sj * L::K_BYTES);
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < D / KS; ++kk) {
             // k step kk: column block kk / 4, 32 bytes per step into its 128-byte rows (k16 of 2-byte
             // elements or k32 of E4M3).
-            const int off = (kk % 4) * 32;
-            fa3_ss(s, dq + ((kk / 4) * L::BLOCK_Q + off) / 16, dk + ((kk / 4) * L::BLOCK_KV + off) / 16, kk > 0, T());
+            const int off = (kk % 4) * 32, oq = ((kk / 4) * L::BLOCK_Q + off) / 16,
+                      ok = ((kk / 4) * L::BLOCK_KV + off) / 16;
+            if constexpr (FOLD) {
+                fa3_ss(s, fa3_desc(dq) + oq, fa3_desc(dk) + ok, kk > 0, T());  // 64-bit adds, as before
+            } else {
+                fa3_ss(s, fa3_desc(dq + oq), fa3_desc(dk + ok), kk > 0, T());
+            }
         }
         fa3_commit();
     };
@@ -614,12 +628,19 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     auto issue_pv = [&](int sj) {
         fa3_fence();
         if constexpr (Fa3Elem<T>::FP8) {
-            fa3_fp8_pv<DV, KT>(o, pa, aV + sj * L::V_BYTES);  // Vᵀ, K-major (fa3_fp8.cuh)
+            fa3_fp8_pv<DV, KT>(o, pa, fa3_opaque(fa3_desc_lo_k(aV + sj * L::V_BYTES)));  // Vᵀ, K-major (fa3_fp8.cuh)
         } else {
-            const unsigned v0 = fa3_opaque(aV + sj * L::V_BYTES);
+            // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
+            if constexpr (FOLD) {
+                const unsigned va = fa3_opaque(aV + sj * L::V_BYTES);  // each step's low word from its address
 #pragma unroll
-            for (int kk = 0; kk < KT; ++kk)  // keys 16kk..16kk+15: two groups of 8 rows, 2048 bytes per step
-                fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * 2048, L::BLOCK_KV);
+                for (int kk = 0; kk < KT; ++kk)
+                    fa3_pv_step<DV, T>(o, pa[kk], fa3_desc_lo_mn(va + kk * 2048, L::BLOCK_KV), L::BLOCK_KV);
+            } else {
+                const unsigned v0 = fa3_opaque(fa3_desc_lo_mn(aV + sj * L::V_BYTES, L::BLOCK_KV));
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk) fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
+            }
         }
         fa3_commit();
     };

@@ -191,11 +191,12 @@ __device__ __forceinline__ void fa3_rs(float (&d)[128], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-// O (64 x DV) += P·Vᵀ over the BN keys of one tile: k32 step kk reads bytes 32kk.. of the 128-byte Vᵀ rows at
-// `vt` (DV rows of BN = 128 keys, the swizzled layout TMA writes; groups of 8 rows 1024 bytes apart).
+// O (64 x DV) += P·Vᵀ over the BN keys of one tile: k32 step kk reads bytes 32kk.. of the 128-byte Vᵀ rows
+// (DV rows of BN = 128 keys, the swizzled layout TMA writes; groups of 8 rows 1024 bytes apart) whose K-major
+// descriptor low word is `vt_lo` (fa3_desc_lo_k; 32 bytes are 2 in it).
 template <int DV, int KT>
-__device__ __forceinline__ void fa3_fp8_pv(float (&o)[DV / 2], const unsigned (&pa)[KT][4], unsigned vt) {
+__device__ __forceinline__ void fa3_fp8_pv(float (&o)[DV / 2], const unsigned (&pa)[KT][4], unsigned vt_lo) {
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk) fa3_rs(o, pa[kk], fa3_desc_k(vt + 32 * kk), sdpa_e4m3());
+    for (int kk = 0; kk < KT; ++kk) fa3_rs(o, pa[kk], fa3_desc(vt_lo + 2 * kk), sdpa_e4m3());
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -11,18 +11,32 @@
 // chunk x of row r sits at chunk x ^ (r % 8) of its row. Tiles start on 1024-byte boundaries (the hardware
 // applies the swizzle to address bits), so the descriptors' base offset is 0.
 //
-// K-major operand (Q, K; rows = M or N, the 16 k-columns of one step inside one 128-byte row): groups of
-// 8 rows are 1024 bytes apart (stride byte offset); the leading byte offset is unused by this layout.
-__device__ __forceinline__ unsigned long long fa3_desc_k(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
-           (1ull << 62);
+// A descriptor's high word is the same for every operand here: the stride byte offset (groups of 8 rows are
+// 1024 bytes apart, 1024 >> 4 in bits 32-45) and the 128-byte swizzle (bits 62-63). Its low word holds the
+// start address >> 4 (bits 0-13) and the leading byte offset >> 4 (bits 16-29). The products step through a
+// tile by adding (bytes >> 4) to the low word alone: shared-memory addresses stay below 2^18, so the address
+// field never carries into the offset. The callers form a tile's low word once and keep the compiler from
+// refolding each step's into the address (fa3.cu fa3_opaque): one add per step instead of the mask, shift
+// and or of a whole descriptor (the main loop at D = 64 spent about a quarter of its instructions there).
+#define FA3_DESC_HI ((1024u >> 4) | (1u << 30))
+__device__ __forceinline__ unsigned long long fa3_desc(unsigned lo) {
+    return ((unsigned long long)FA3_DESC_HI << 32) | lo;
 }
-// MN-major operand (V as the B operand of P·V: N = d contiguous in 64-column blocks, K = keys as rows):
-// groups of 8 keys are 1024 bytes apart (stride byte offset), blocks of 64 columns `block_bytes` apart
-// (leading byte offset): CUTLASS's canonical SW128 MN-major form ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
-__device__ __forceinline__ unsigned long long fa3_desc_mn(unsigned addr, unsigned block_bytes) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((block_bytes >> 4) & 0x3FFF) << 16) |
-           ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
+// K-major operand (Q, K; rows = M or N, the 16 k-columns of one step inside one 128-byte row): the leading
+// byte offset is unused by this layout (1 by convention).
+__device__ __forceinline__ unsigned fa3_desc_lo_k(unsigned addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+// MN-major operand (V as the B operand of P·V: N = d contiguous in 64-column blocks, K = keys as rows): blocks
+// of 64 columns `block_bytes` apart (leading byte offset): CUTLASS's canonical SW128 MN-major form
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)).
+__device__ __forceinline__ unsigned fa3_desc_lo_mn(unsigned addr, unsigned block_bytes) {
+    return ((addr & 0x3FFFF) >> 4) | (((block_bytes >> 4) & 0x3FFF) << 16);
+}
+// `x`, unknown to the optimiser from here on: what is derived from it is computed where it is used.
+__device__ __forceinline__ unsigned fa3_opaque(unsigned x) {
+    asm volatile("" : "+r"(x));
+    return x;
 }
 __device__ __forceinline__ void fa3_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void fa3_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
