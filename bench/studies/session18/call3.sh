@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 18's second device call: the product with one add per wgmma descriptor step (fa3_wgmma.cuh fa3_desc),
+# Session 18's third device call: the product with one add per wgmma descriptor step (fa3_wgmma.cuh fa3_desc),
 # from the repository root with gpu-bundle (of that commit, with tests/fa3_variants) carried:
 #   1. tests: fa3, fa3_fp8, fa3_ragged and fa3_variants whole (every class, FP8, ragged and variant entries take
 #      the new descriptors), and fa3's reference test under the switch (`SDPA_FA3_AB=desc-fold`);
 #   2. the fa2bench grid, bf16 and f16, S = 512..16k without 8k: the product against our fa2, cuDNN and
 #      FLASH_ATTENTION, with the descriptors formed as before (`desc-fold`) as a variant in the same run;
 #   3. FP8 against bf16 at S = 512, 2k, 8k with `desc-fold` as a variant.
-#   bash bench/studies/session18/call2.sh
+#   bash bench/studies/session18/call3.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda SDPA_CUDA_CACHE=/tmp/sdpa-cache18
 export OUT=${OUT:-/tmp/out}; O=$OUT; mkdir -p "$O"
