@@ -93,6 +93,15 @@
 // plus the step's offset, which the compiler folds back into a masked and shifted address per step (about
 // seven instructions per descriptor against the product's one add; fa3_wgmma.cuh fa3_desc).
 #define FA3_XO_DESC_FOLD 64
+// FA3_XO_EAGER_MAX moves each row's reference maximum whenever a tile's maximum exceeds it, rescaling O then
+// (sessions 7-17), instead of only when it exceeds it by more than FA3_MAX_SLACK.
+#define FA3_XO_EAGER_MAX 128
+
+// How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
+// rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
+// f32 sums. A random row's maximum keeps growing by small steps for many tiles, and every step cost a warp the
+// rescale of its O accumulators (D / 2 multiplies per thread) between its products.
+#define FA3_MAX_SLACK 8.f
 
 // Eighths of a tile's exponentials that the product computes on the FMA pipe, by element type and head-dim
 // class: none (measured slower; FA3_XO_EXP_SHIFT).
@@ -592,6 +601,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // Eighths of the exponentials on the FMA pipe (the rest on the MUFU): at D = 64, or with FP8's doubled
     // tensor rate, a tile's exponentials take the MUFU about as long as its two products take the tensor cores.
     constexpr int EF = fa3_exp_fma_eighths<T, D, XO>();
+    constexpr bool EAGER = (XO & FA3_XO_EAGER_MAX) != 0;
     float s[NT * 4];
     unsigned pa[KT][4];
 
@@ -712,7 +722,11 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             for (int j = 0; j < NT; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hh * 2], s[j * 4 + hh * 2 + 1]));
             mx = quad_max(mx);
             const float m_old = m[hh];
-            const float m_new = fmaxf(m_old, mx * sc);
+            // The row's reference maximum (log2 units) moves only when the tile's maximum passes it by more
+            // than FA3_MAX_SLACK (EAGER: whenever it grows); P is then at most 2^FA3_MAX_SLACK, and O and l
+            // stay exact (both are taken against the same reference, and the LSE is m + log2 l).
+            const float m_tile = mx * sc;
+            const float m_new = !EAGER && m_tile <= m_old + FA3_MAX_SLACK ? m_old : fmaxf(m_old, m_tile);
             const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
             const float al = fast_exp2(m_old - m_use);
             alpha[hh] = al;

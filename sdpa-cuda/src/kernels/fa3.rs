@@ -367,15 +367,20 @@ pub struct AbSwitches {
     /// plus the step's offset, refolded by the compiler into a masked and shifted address per step), not as
     /// the product's one add to the low word (`FA3_XO_DESC_FOLD`; the plain entries, FP8 included).
     pub desc_fold: bool,
+    /// `eager-max`: each row's reference maximum moves whenever a tile's maximum exceeds it, O rescaled
+    /// then (sessions 7-17), not only past the product's slack of 8 in log2 units (`FA3_XO_EAGER_MAX`; the
+    /// plain entries, FP8 included).
+    pub eager_max: bool,
 }
 
 impl AbSwitches {
-    /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6).
+    /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7).
     pub fn bits(self) -> u8 {
         u8::from(self.store16)
             | (u8::from(self.tile_turns) << 1)
             | (self.exp_fma.map_or(0, |k| k + 1) << 2)
             | (u8::from(self.desc_fold) << 6)
+            | (u8::from(self.eager_max) << 7)
     }
 
     /// Whether `store16` or `tile-turns` is on (those apply to f16/bf16 inputs only).
@@ -383,8 +388,8 @@ impl AbSwitches {
         self.store16 || self.tile_turns
     }
 
-    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k` and
-    /// `desc-fold` (empty: none).
+    /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
+    /// `desc-fold` and `eager-max` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -392,6 +397,7 @@ impl AbSwitches {
                 "store16" => ab.store16 = true,
                 "tile-turns" => ab.tile_turns = true,
                 "desc-fold" => ab.desc_fold = true,
+                "eager-max" => ab.eager_max = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -401,8 +407,8 @@ impl AbSwitches {
                     }
                     None => {
                         return Err(unsupported(format!(
-                            "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k or \
-                             desc-fold, comma-separated)"
+                            "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
+                             desc-fold or eager-max, comma-separated)"
                         )))
                     }
                 },
@@ -668,7 +674,7 @@ pub fn programs() -> Vec<Program> {
 /// The measurement switches' entry the compile check builds (and [`programs`] lists): every switch at once
 /// (two eighths of the exponentials on the FMA pipe), at one class, bf16, causal (they touch no layout).
 fn measured_check_program() -> Program {
-    let both = AbSwitches { store16: true, tile_turns: true, exp_fma: Some(2), desc_fold: true };
+    let both = AbSwitches { store16: true, tile_turns: true, exp_fma: Some(2), desc_fold: true, eager_max: true };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 

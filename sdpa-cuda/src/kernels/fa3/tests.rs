@@ -367,8 +367,9 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     let fold = AbSwitches::parse("desc-fold").expect("desc-fold");
     assert_eq!((fold.bits(), fold.touches_stores_or_turns()), (64, false));
     assert!(FA3.source.contains("#define FA3_XO_DESC_FOLD 64\n"), "bits changed");
-    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold").expect("all");
-    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64);
+    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max").expect("all");
+    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128);
+    assert!(FA3.source.contains("#define FA3_XO_EAGER_MAX 128\n"), "bits changed");
     assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
 }
 
