@@ -171,9 +171,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // 2^x on the FMA pipe, for a share of a softmax's exponentials where the special-function unit (16 results per
 // clock per SM) is as busy as the tensor cores (fa3 at D = 64, FP8): x = j + f with j = rint(x) (the 1.5·2^23
 // rounding trick) and f in [-1/2, 1/2], 2^f by a degree-3 polynomial fitted here for relative error (7.5e-5 in
-// f32: below the rounding of P to bf16 or f16, 2^-9 and 2^-11), times 2^j built in the exponent bits. Below
-// -125 (where the scale would leave the normal range; -inf included) it gives 0, as ex2.approx.ftz does below
-// -126; NaN stays NaN (the polynomial carries it, the select keeps it). Ten instructions, none on the MUFU.
+// f32: below the rounding of P to bf16 or f16, 2^-9 and 2^-11; 2^0 comes out as 0.99993), times 2^j built in
+// the exponent bits. For x <= 127 only (a softmax passes x <= 8; +inf gives NaN, larger x wraps). Below -125
+// it gives 0 (-inf included; a margin above -126, where the scale leaves the normal range), as ex2.approx.ftz
+// does below -126; NaN stays NaN (the polynomial carries it, the select keeps it). Ten instructions, none on
+// the MUFU.
 __device__ __forceinline__ float fma_exp2(float x) {
     const float t = x + 12582912.f;         // 1.5·2^23: rint(x) lands in the low mantissa bits of t
     const float f = x - (t - 12582912.f);   // exact (Sterbenz), in [-1/2, 1/2]

@@ -72,8 +72,9 @@
 #define FA3_VAR_SOFTCAP 2
 #define FA3_VAR_ALIBI 4
 
-// Measurement switches of an FA3_ENTRY_XO instantiation (XO; src/kernels/fa3.rs `SDPA_FA3_AB`), each bringing
-// back the other side of an A/B the product settled, so that one call can time both on the same card:
+// Measurement switches of an FA3_ENTRY_XO instantiation (XO; src/kernels/fa3.rs `SDPA_FA3_AB`), each the other
+// side of an A/B the product settled (the old code, or an alternative measured and left off), so that one call
+// can time both on the same card:
 // FA3_XO_STORE16 stores O as 16-byte row chunks after a quad transpose (session 8's choice; session 10 measured
 // it up to 8 % slower at S <= 4k, most at 512, than the product's 4-byte column pairs; bench/results/gpu/fa3.md
 // "Fifth step"), FA3_XO_TILE_TURNS restarts the ping-pong turns at every work tile (warpgroup 0 waits for the
@@ -84,14 +85,16 @@
 // FA3_XO_EXP_FMA (bits 2-5, a value k + 1 for k = 0..8): k of every 8 n8 columns of S take their exponentials
 // on the FMA pipe (common.cuh fma_exp2) instead of the special-function unit, in place of the product's share
 // (fa3_exp_fma_eighths); the k columns are spread over the 8 (column j when (j k) mod 8 < k). Session 18
-// measured it slower at every point of the bf16 grid and of FP8 (k = 2: 0.88-0.96x, most at D = 64; each
+// measured it slower at every point of the bf16 grid and of FP8 (k = 2: 0.84-0.96x, most at D = 64; each
 // further eighth about 4 % more; bench/results/gpu/fa3.md, "Seventh step"): the main loop is bound by its
 // issue slots as much as by the MUFU, and the polynomial's nine extra instructions per score cost more
 // than the MUFU time they free.
 #define FA3_XO_EXP_SHIFT 2
 // FA3_XO_DESC_FOLD forms each step's wgmma descriptor as sessions 7-17 did: the tile's whole 64-bit descriptor
-// plus the step's offset, which the compiler folds back into a masked and shifted address per step (about
-// seven instructions per descriptor against the product's one add; fa3_wgmma.cuh fa3_desc).
+// plus the step's offset, which the compiler folds back into a masked and shifted address per step (fa3_wgmma.cuh
+// fa3_desc has the product's one add). It restores the old code of the Q·Kᵀ steps and of whole-block V steps;
+// the FP8 P·V steps and the second (N = 32) product of a DV that is not whole 64-column blocks (96, 160, 224)
+// take the new form on both sides.
 #define FA3_XO_DESC_FOLD 64
 // FA3_XO_EAGER_MAX moves each row's reference maximum whenever a tile's maximum exceeds it, rescaling O then
 // (sessions 7-17), instead of only when it exceeds it by more than FA3_MAX_SLACK.
@@ -613,7 +616,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // tile's low word plus the step's offset / 16 (fa3_wgmma.cuh: the address field is bits 0-13 and every
     // address stays below 2^18) under the shared high word. The low words pass through fa3_opaque once they
     // are formed, so that each step costs one add: not refolded into a masked and shifted address per step
-    // (about a quarter of the main loop's instructions at D = 64 before), and not hoisted out of the tile
+    // (the D = 64 loop went from 507 to 464 instructions per key tile), and not hoisted out of the tile
     // loop and held (two 64-bit registers per k16 step; the wide classes spilled for them).
     constexpr bool FOLD = (XO & FA3_XO_DESC_FOLD) != 0;
     auto issue_qk = [&](int sj) {
@@ -730,7 +733,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             // than FA3_MAX_SLACK (EAGER: whenever it grows); P is then at most 2^FA3_MAX_SLACK, and O and l
             // stay exact (both are taken against the same reference, and the LSE is m + log2 l).
             const float m_tile = mx * sc;
-            const float m_new = !EAGER && m_tile <= m_old + FA3_MAX_SLACK ? m_old : fmaxf(m_old, m_tile);
+            // (The difference, not m_old + SLACK: that sum rounds up past SLACK once |m_old| >= 2^27.)
+            const float m_new = !EAGER && m_tile - m_old <= FA3_MAX_SLACK ? m_old : fmaxf(m_old, m_tile);
             const float m_use = m_new == SDPA_NEG_INF ? 0.f : m_new;
             const float al = fast_exp2(m_old - m_use);
             alpha[hh] = al;

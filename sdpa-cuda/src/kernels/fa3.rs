@@ -349,9 +349,10 @@ fn entry_name(tile: Fa3Tile, dtype: DType, (d, dv): (usize, usize), tail: &str, 
     format!("{}_{}_{dims}_{tail}{pp}", tile.prefix(), dtype.name())
 }
 
-/// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each brings back the other side of an A/B
-/// the product settled, so that a single call times both on the same card (bench/results/gpu/fa3.md, "Fifth
-/// step"). For measurement only: the product kernel runs with neither.
+/// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each is the other side of an A/B the product
+/// settled (the old code, or an alternative measured and left off), so that a single call times both on the
+/// same card (bench/results/gpu/fa3.md, "Fifth step" and "Seventh step"). For measurement only: the product
+/// kernel runs with none of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AbSwitches {
     /// O stored as 16-byte row chunks after a quad transpose (`store16`, session 8's choice), not as the
@@ -365,7 +366,8 @@ pub struct AbSwitches {
     pub exp_fma: Option<u8>,
     /// `desc-fold`: each step's `wgmma` descriptor formed as sessions 7-17 did (the tile's whole descriptor
     /// plus the step's offset, refolded by the compiler into a masked and shifted address per step), not as
-    /// the product's one add to the low word (`FA3_XO_DESC_FOLD`; the plain entries, FP8 included).
+    /// the product's one add to the low word (`FA3_XO_DESC_FOLD`; the plain entries; it restores the Q·Kᵀ
+    /// steps and whole-block V steps, not FP8's P·V steps or the N = 32 product of classes 96, 160, 224).
     pub desc_fold: bool,
     /// `eager-max`: each row's reference maximum moves whenever a tile's maximum exceeds it, O rescaled
     /// then (sessions 7-17), not only past the product's slack of 8 in log2 units (`FA3_XO_EAGER_MAX`; the
