@@ -385,6 +385,19 @@ impl AbSwitches {
             | (u8::from(self.eager_max) << 7)
     }
 
+    /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
+    /// (`variant`) or ragged batches (`ragged`), whose entries have no measurement instantiation, and
+    /// `store16` / `tile-turns` for FP8 inputs (`fp8`).
+    pub fn check(self, fp8: bool, variant: bool, ragged: bool) -> Result<()> {
+        if (self != AbSwitches::default() && (variant || ragged)) || (fp8 && self.touches_stores_or_turns()) {
+            return Err(unsupported(
+                "SDPA_FA3_AB (a measurement switch) applies to the plain entries only, not to windows, softcap \
+                 and ALiBi or ragged batches; store16 and tile-turns to f16/bf16 inputs only",
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether `store16` or `tile-turns` is on (those apply to f16/bf16 inputs only).
     pub fn touches_stores_or_turns(self) -> bool {
         self.store16 || self.tile_turns
@@ -935,13 +948,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
     let ab = ab_switches()?;
-    if (ab != AbSwitches::default() && (masking.var != 0 || ragged.is_some())) || (fp8 && ab.touches_stores_or_turns())
-    {
-        return Err(unsupported(
-            "SDPA_FA3_AB (a measurement switch) applies to the plain entries only, not to windows, softcap and \
-             ALiBi or ragged batches; store16 and tile-turns to f16/bf16 inputs only",
-        ));
-    }
+    ab.check(fp8, masking.var != 0, ragged.is_some())?;
     let program = if ragged.is_some() {
         serve_program(spec.dtype, class, tile, masking, pages.is_some(), pingpong())
     } else if masking.var != 0 {

@@ -367,6 +367,24 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     let fold = AbSwitches::parse("desc-fold").expect("desc-fold");
     assert_eq!((fold.bits(), fold.touches_stores_or_turns()), (64, false));
     assert!(FA3.source.contains("#define FA3_XO_DESC_FOLD 64\n"), "bits changed");
+    // Which calls take which switches: FP8 all but store16 / tile-turns; variant and ragged calls none.
+    let none = AbSwitches::default();
+    for (fp8, variant, ragged) in
+        [(false, false, false), (true, false, false), (false, true, false), (false, false, true)]
+    {
+        assert!(none.check(fp8, variant, ragged).is_ok());
+    }
+    for sw in ["exp-fma=2", "desc-fold", "eager-max"] {
+        let ab = AbSwitches::parse(sw).expect(sw);
+        assert!(ab.check(false, false, false).is_ok() && ab.check(true, false, false).is_ok(), "{sw}");
+        assert!(ab.check(false, true, false).is_err() && ab.check(false, false, true).is_err(), "{sw}");
+    }
+    for sw in ["store16", "tile-turns"] {
+        let ab = AbSwitches::parse(sw).expect(sw);
+        assert!(ab.check(false, false, false).is_ok(), "{sw}");
+        let err = ab.check(true, false, false).expect_err(sw).to_string();
+        assert!(err.contains("f16/bf16 inputs only"), "{err}");
+    }
     let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max").expect("all");
     assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128);
     assert!(FA3.source.contains("#define FA3_XO_EAGER_MAX 128\n"), "bits changed");
