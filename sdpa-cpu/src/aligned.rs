@@ -25,6 +25,17 @@ impl<T: Copy + Default> Aligned<T> {
         Aligned { v, start, len }
     }
 
+    /// [`Aligned::new`], or `None` when the memory cannot be had (sizes a call chose, not a tile's).
+    pub(crate) fn try_new(len: usize) -> Option<Aligned<T>> {
+        let slack = 64 / std::mem::size_of::<T>().max(1);
+        let n = len.checked_add(slack)?;
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).ok()?;
+        v.resize(n, T::default());
+        let start = v.as_ptr().align_offset(64).min(slack);
+        Some(Aligned { v, start, len })
+    }
+
     /// The first element, for the kernels' pointer arithmetic.
     pub(crate) fn ptr(&mut self) -> *mut T {
         self.v[self.start..].as_mut_ptr()

@@ -133,7 +133,9 @@ impl Backend for CpuBackend {
     fn host_bytes_per_call(&self, spec: &AttentionSpec, opts: &RunOptions) -> Result<Option<u64>> {
         let copies = sdpa_core::memory::host_call_bytes(spec, opts.lse)?;
         // `unfused` holds a whole Sk x Sq score matrix (and f32 copies of K and V) per head in flight, one
-        // head per worker; the fused kernels need only per-thread tiles, small beside the buffers.
+        // head per worker; the fused kernels per-thread tiles, small beside the buffers, and each worker a
+        // staged kv head where one fits (`fa2::staged`).
+        let threads = opts.threads.unwrap_or_else(|| self.threads()) as u64;
         let workspace = if opts.kernel == Kernel::Unfused {
             let s = &spec.shape;
             let per_head = (s.sk as u64)
@@ -141,10 +143,11 @@ impl Backend for CpuBackend {
                 .saturating_add((s.sk as u64).saturating_mul((s.d + s.dv) as u64))
                 .saturating_add((s.d.max(s.dv) as u64).saturating_mul(s.sq as u64 + 16))
                 .saturating_mul(4);
-            let in_flight = (opts.threads.unwrap_or_else(|| self.threads()) as u64).min((s.b * s.hq) as u64).max(1);
+            let in_flight = threads.min((s.b * s.hq) as u64).max(1);
             per_head.saturating_mul(in_flight)
         } else {
-            0
+            let s = &spec.shape;
+            crate::fa2::staged_worker_bytes(s.sk, s.d, s.dv).saturating_mul(threads.max(1))
         };
         Ok(Some(copies.saturating_add(workspace)))
     }

@@ -75,6 +75,9 @@ pub(crate) struct Problem<'a, T> {
     pub q_row0: usize,
     /// First packed key row of the part (0 for a dense call or a paged cache).
     pub k_row0: usize,
+    /// Which operands the item kernel stages per kv head (`fa2::staged`), set by the kernels' entry for the
+    /// call; `None` as built.
+    pub stage: Option<crate::fa2::StagePlan>,
 }
 
 /// One sequence's view of a paged KV cache.
@@ -127,6 +130,7 @@ impl<'a, T: CpuElement> Problem<'a, T> {
             pages: None,
             q_row0: 0,
             k_row0: 0,
+            stage: None,
         })
     }
 

@@ -26,6 +26,8 @@ use sdpa_core::softmax::merge_normalized;
 
 #[cfg(target_arch = "x86_64")]
 mod bf16dot;
+mod staged;
+pub(crate) use staged::{worker_bytes as staged_worker_bytes, StagePlan};
 
 /// Tile sizes of one SIMD path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +181,8 @@ pub(crate) struct Scratch {
     pub(crate) qt2: Vec<u32>,
     pub(crate) pb: Vec<u32>,
     pub(crate) v2: Vec<u32>,
+    /// The worker's staged kv head (`staged`), kept from item to item and call to call.
+    pub(crate) head: staged::HeadStage,
     /// The AMX kernel's packed operands and aligned accumulator (path `Amx` only).
     #[cfg(target_arch = "x86_64")]
     pub(crate) amx: Option<Box<crate::amx::kernel::Buffers>>,
@@ -217,6 +221,7 @@ impl Scratch {
             qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
             pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
             v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
+            head: staged::HeadStage::default(),
             #[cfg(target_arch = "x86_64")]
             amx: (path == SimdPath::Amx).then(|| Box::new(crate::amx::kernel::Buffers::new(tiles, d, dv))),
         }
@@ -396,6 +401,13 @@ fn process<S: Simd, T: CpuElement>(
         scr.ot[..dv * brp].fill(0.0);
     }
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
+    // The item's head staged in the worker's scratch, where the call stages (`staged`).
+    let staged = match p.stage {
+        Some(plan) if span.hi > span.lo => scr.head.rows(s, p, plan, it.b, it.kvh, span.lo, span.hi),
+        _ => None,
+    };
+    let staged_k = staged.and_then(|r| r.k.map(|k| (k, r.ks)));
+    let staged_v = staged.and_then(|r| r.v.map(|v| (v, r.vs)));
     let mut j0 = span.lo;
     while j0 < span.hi {
         let j1 = (j0 + t.bc).min(span.hi);
@@ -403,8 +415,10 @@ fn process<S: Simd, T: CpuElement>(
         // f32 tiles are read in place unless they cross a page; the rest are gathered (and widened) into
         // scratch, key by key through the block table when paged.
         let in_place = p.contiguous(j0, j1);
-        let (kptr, ks) = match kf {
-            Some(kf) if in_place => (kf[p.k_row(it.b, it.kvh, j0)..].as_ptr(), p.k_st.s),
+        let (kptr, ks) = match (staged_k, kf) {
+            // SAFETY (the offset): the staging holds the head's keys j0..j1 at their own rows.
+            (Some((k, ks)), _) => (unsafe { k.add(j0 * ks) }, ks),
+            (None, Some(kf)) if in_place => (kf[p.k_row(it.b, it.kvh, j0)..].as_ptr(), p.k_st.s),
             _ => {
                 // At stride d, not dp: the score kernels broadcast K one value at a time (no alignment to
                 // keep), and d-long rows back to back widen in one call whatever d is.
@@ -459,8 +473,10 @@ fn process<S: Simd, T: CpuElement>(
                 micro::online_softmax(s, how, st, brp, nk, nqv, &mut scr.m, &mut scr.l, &mut scr.alpha);
             }
         }
-        let (vptr, vs) = match vf {
-            Some(vf) if in_place && !(S::PV_COPIES_ALIASED_V && aliased_rows(p.v_st.s)) => {
+        let (vptr, vs) = match (staged_v, vf) {
+            // SAFETY (the offset): as for K.
+            (Some((v, vs)), _) => (unsafe { v.add(j0 * vs) }, vs),
+            (None, Some(vf)) if in_place && !(S::PV_COPIES_ALIASED_V && aliased_rows(p.v_st.s)) => {
                 (vf[p.v_row(it.b, it.kvh, j0)..].as_ptr(), p.v_st.s)
             }
             _ => {
@@ -852,6 +868,7 @@ pub(crate) fn all_row_tiles<T: CpuElement>(ps: &[Problem<'_, T>], br: usize) -> 
 /// go heaviest first (rows × keys visited), so long sequences start early and short ones fill the gaps.
 pub(crate) fn run_fa2<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath) {
     let tiles = tiles_of(ps, path, rayon::current_num_threads());
+    let ps = &staged::planned(ps, path, tiles)[..];
     let Some(key) = scratch_key(ps, path, tiles) else { return };
     let mut items: Vec<(usize, Item)> = all_row_tiles(ps, tiles.br)
         .into_iter()
@@ -893,6 +910,7 @@ pub(crate) fn split_count(row_tiles: usize, sk: usize, bc: usize, threads: usize
 /// ones and the items stay balanced.
 pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, threads: usize) {
     let tiles = tiles_of(ps, path, threads);
+    let ps = &staged::planned(ps, path, tiles)[..];
     let Some(key) = scratch_key(ps, path, tiles) else { return };
     let rt = all_row_tiles(ps, tiles.br);
     let total: usize = rt.iter().map(|t| t.5.len()).sum();
@@ -942,11 +960,13 @@ pub(crate) fn run_splitkv<T: CpuElement>(ps: &[Problem<'_, T>], path: SimdPath, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::tail_start;
     use crate::SimdPath;
     use crate::{supported_paths, CpuBackend};
-    use sdpa_core::{Alibi, AttentionSpec, DType, HostBackend, HostInputs, Kernel, Mask, RunOptions, Shape, Window};
+    use sdpa_core::{
+        Alibi, AttentionSpec, DType, HostBackend, HostInputs, HostOutput, Kernel, Mask, RunOptions, Shape, Window,
+    };
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     /// Set by [`causal_skip_changes_no_bit`] while it runs the whole-tile side (other tests running
@@ -1013,17 +1033,7 @@ mod tests {
                     let b = run(true);
                     // `==` takes -0 and +0 as equal (a skipped row may keep -0 where a product made +0);
                     // NaN, the poison of an element left unwritten, fails.
-                    let same = |what: &str, x: &[f32], y: &[f32]| {
-                        let at = x.iter().zip(y).position(|(u, v)| u != v);
-                        assert!(
-                            at.is_none(),
-                            "{label}: {what}[{at:?}] {:?} against {:?}",
-                            at.map(|i| x[i]),
-                            at.map(|i| y[i])
-                        );
-                    };
-                    same("O", &a.o.to_f32_vec(), &b.o.to_f32_vec());
-                    same("LSE", &a.lse.expect("lse"), &b.lse.expect("lse"));
+                    assert_same_output(&label, &a, &b, |u, v| u == v);
                     checked += 1;
                 }
                 // Every kernel splits but the AMX one (bf16 and f16 on that path), which takes whole tiles.
@@ -1033,6 +1043,16 @@ mod tests {
             }
         }
         assert!(checked >= 36, "{checked}");
+    }
+
+    /// Asserts that two runs' O and LSE (requested) agree element by element under `eq`.
+    pub(crate) fn assert_same_output(label: &str, a: &HostOutput, b: &HostOutput, eq: fn(f32, f32) -> bool) {
+        let same = |what: &str, x: &[f32], y: &[f32]| {
+            let at = x.iter().zip(y).position(|(u, v)| !eq(*u, *v));
+            assert!(at.is_none(), "{label}: {what}[{at:?}] {:?} against {:?}", at.map(|i| x[i]), at.map(|i| y[i]));
+        };
+        same("O", &a.o.to_f32_vec(), &b.o.to_f32_vec());
+        same("LSE", a.lse.as_deref().expect("lse"), b.lse.as_deref().expect("lse"));
     }
 
     #[test]
