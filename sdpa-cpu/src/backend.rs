@@ -146,8 +146,9 @@ impl Backend for CpuBackend {
             let in_flight = threads.min((s.b * s.hq) as u64).max(1);
             per_head.saturating_mul(in_flight)
         } else {
-            let s = &spec.shape;
-            crate::fa2::staged_worker_bytes(s.sk, s.d, s.dv).saturating_mul(threads.max(1))
+            let (s, paged) = (&spec.shape, spec.ragged.as_ref().is_some_and(|r| r.pages.is_some()));
+            crate::fa2::staged_worker_bytes(s.sk, s.d, s.dv, spec.dtype, self.simd, paged)
+                .saturating_mul(threads.max(1))
         };
         Ok(Some(copies.saturating_add(workspace)))
     }

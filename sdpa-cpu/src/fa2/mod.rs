@@ -181,8 +181,6 @@ pub(crate) struct Scratch {
     pub(crate) qt2: Vec<u32>,
     pub(crate) pb: Vec<u32>,
     pub(crate) v2: Vec<u32>,
-    /// The worker's staged kv head (`staged`), kept from item to item and call to call.
-    pub(crate) head: staged::HeadStage,
     /// The AMX kernel's packed operands and aligned accumulator (path `Amx` only).
     #[cfg(target_arch = "x86_64")]
     pub(crate) amx: Option<Box<crate::amx::kernel::Buffers>>,
@@ -221,7 +219,6 @@ impl Scratch {
             qt2: if pairs { vec![0; d.div_ceil(2) * br] } else { Vec::new() },
             pb: if pairs { vec![0; tiles.bc.div_ceil(2) * br] } else { Vec::new() },
             v2: if pairs { vec![0; tiles.bc.div_ceil(2) * dvp] } else { Vec::new() },
-            head: staged::HeadStage::default(),
             #[cfg(target_arch = "x86_64")]
             amx: (path == SimdPath::Amx).then(|| Box::new(crate::amx::kernel::Buffers::new(tiles, d, dv))),
         }
@@ -401,9 +398,11 @@ fn process<S: Simd, T: CpuElement>(
         scr.ot[..dv * brp].fill(0.0);
     }
     let (kf, vf) = (T::as_f32(p.k), T::as_f32(p.v));
-    // The item's head staged in the worker's scratch, where the call stages (`staged`).
+    // The item's head staged in the worker's buffer, where the call stages (`staged`).
     let staged = match p.stage {
-        Some(plan) if span.hi > span.lo => scr.head.rows(s, p, plan, it.b, it.kvh, span.lo, span.hi),
+        Some(plan) if span.hi > span.lo => {
+            staged::with_head_stage(|h| h.rows(s, p, plan, it.b, it.kvh, span.lo, span.hi))
+        }
         _ => None,
     };
     let staged_k = staged.and_then(|r| r.k.map(|k| (k, r.ks)));
@@ -969,8 +968,12 @@ pub(crate) mod tests {
     };
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    /// Set by [`causal_skip_changes_no_bit`] while it runs the whole-tile side (other tests running
-    /// meanwhile take whole tiles too, which is what the test shows to be the same).
+    /// Held by every test of this crate's library that runs `fa2`: they flip process-wide switches
+    /// ([`WHOLE_EDGE_TILES`], `staged::tests::UNSTAGED`) and count what the kernels did ([`SPLIT_TILES`],
+    /// `staged::tests::STAGED_ROWS`), so none may run while another does.
+    pub(crate) static FA2_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Set by [`causal_skip_changes_no_bit`] while it runs the whole-tile side.
     pub(super) static WHOLE_EDGE_TILES: AtomicBool = AtomicBool::new(false);
     /// Edge tiles split into pieces so far, by any test: shows that the shapes reach the skip.
     pub(super) static SPLIT_TILES: AtomicUsize = AtomicUsize::new(0);
@@ -982,6 +985,7 @@ pub(crate) mod tests {
     /// mask would not do: its tiles end elsewhere, so the softmax sums its terms in another order.
     #[test]
     fn causal_skip_changes_no_bit() {
+        let _alone = FA2_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         if super::whole_edge_tiles() {
             eprintln!("skipped: SDPA_CPU_CAUSAL_SKIP=0 in the environment takes every edge tile whole");
             return;
@@ -1037,7 +1041,7 @@ pub(crate) mod tests {
                     checked += 1;
                 }
                 // Every kernel splits but the AMX one (bf16 and f16 on that path), which takes whole tiles.
-                // (The count is global: no other test in this binary runs fa2 meanwhile.)
+                // (The count is global: no other test that runs fa2 runs meanwhile, `FA2_TESTS`.)
                 let amx = path == SimdPath::Amx && dtype != DType::F32;
                 assert!(split || amx, "{path} {dtype}: no edge tile was split");
             }
