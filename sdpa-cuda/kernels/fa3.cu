@@ -29,7 +29,8 @@
 // Intra-warpgroup overlap: S(j+1) = Q·K(j+1) is issued before P(j)·V(j), and the softmax of tile j+1
 // runs while P(j)·V(j) is in flight. Inter-warpgroup ping-pong (PP): the consumers take turns issuing
 // their products (named barriers, round robin), so one's softmax runs under the others' GEMMs. O leaves
-// from registers (the Q buffer already holds the next tile's Q).
+// through a small staging tile of each warp in shared memory as 16-byte chunks (the Q buffer already holds
+// the next tile's Q), or from registers where the block has no room for it (classes 160 and up).
 //
 // Causal: key tiles past the work tile's last visible key are never loaded; a consumer whose rows end
 // before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
@@ -54,8 +55,9 @@
 // key is repaired as any other. The protocol (rings, Q buffers, turns) is the dense one.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] | mbarriers
-//   | the work-tile ring (FA3_SCHED mbarrier pairs and tiles).
+//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B]
+//   | O staging [4 NC warps][16][128 B] (where it fits: O_STAGED) | mbarriers | the work-tile ring (FA3_SCHED
+//   mbarrier pairs and tiles).
 #include "common.cuh"
 #include "sm90_async.cuh"
 #include "fa3_fp8.cuh"  // T = sdpa_e4m3: E4M3 inputs, bf16 O (the `Fa3Elem<T>::FP8` switch points below)
@@ -99,6 +101,10 @@
 // FA3_XO_EAGER_MAX moves each row's reference maximum whenever a tile's maximum exceeds it, rescaling O then
 // (sessions 7-17), instead of only when it exceeds it by more than FA3_MAX_SLACK.
 #define FA3_XO_EAGER_MAX 128
+// FA3_XO_DIRECT_O writes O as sessions 10-19 did: the row sums reduced after the last P·V completes, every
+// value's finiteness tested with its own branch, and 4-byte stores of each thread's column pairs straight
+// from registers, instead of the product's staging through shared memory (Fa3Smem::O_STAGED).
+#define FA3_XO_DIRECT_O 256
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
 // rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
@@ -160,6 +166,8 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
 // Depth of the work-tile ring through which the producer hands each tile it takes to the consumers.
 #define FA3_SCHED 4
+// Dynamic shared memory one block may take on sm_90 (227 KB).
+#define FA3_SMEM_LIMIT (227 * 1024)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
@@ -179,7 +187,15 @@ struct Fa3Smem {
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = NC * Q_BYTES;
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
-    static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;
+    static constexpr int TILES_END = V_OFF + ST * V_BYTES;
+    // O's staging (the consumers' epilogue): 16 rows x 64 two-byte columns (2 KB) per consumer warp, where the
+    // block has room for it within the 227 KB an sm_90 block may take (classes 64, 96, 128 and 192/128, every
+    // FP8 class; not 160, 192, 224 and 256); elsewhere O leaves from registers.
+    static constexpr int O_STAGE_BYTES = 4 * NC * 2048;
+    static constexpr bool O_STAGED =
+        TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;
+    static constexpr int O_OFF = TILES_END;
+    static constexpr int BAR_OFF = O_OFF + (O_STAGED ? O_STAGE_BYTES : 0);
     // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
     static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);
     // The work-tile ring (fa3_next_tile): sched_full[FA3_SCHED], sched_empty[FA3_SCHED], then the tiles.
@@ -319,6 +335,45 @@ template <>
 __device__ __forceinline__ unsigned fa3_pack<__half>(float lo, float hi) {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const unsigned*>(&v);
+}
+
+// max(a, b), NaN when either is NaN (fmaxf would drop it): a running maximum of |x| that is finite exactly
+// when every x was.
+__device__ __forceinline__ float fa3_max_nan(float a, float b) {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+
+// Four 8x8 matrices of 16-bit elements from a warp's C-fragment registers (r[i]: matrix i, the thread's two
+// columns 2 (lane % 4) of row lane / 4) into shared memory, row by row; lanes 8i .. 8i + 7 give the addresses of
+// matrix i's rows.
+__device__ __forceinline__ void fa3_stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+__device__ __forceinline__ uint4 fa3_lds16(unsigned addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+// A 16-byte store to global memory where `pred` holds, predicated rather than branched around; `ptr` 16-byte
+// aligned (the host checks O's base and strides: 8-element aligned).
+__device__ __forceinline__ void fa3_stg16_if(bool pred, void* ptr, const uint4& v) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %0, 0;\n"
+        "@p st.global.v4.u32 [%1], {%2, %3, %4, %5};\n"
+        "}\n" ::"r"((int)pred),
+        "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+        : "memory");
 }
 
 // Shared-memory addresses of a block's buffers and barriers (Fa3Smem's layout).
@@ -900,6 +955,18 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         for (int j = a1; j < a2; ++j) step(j, Fa3Flag<false>());
         for (int j = a2; j < je; ++j) step(j, Fa3Flag<true>());
     }
+    // The row sums are final after the last softmax: the product reduces them across the quad while the last
+    // P·V runs (FA3_XO_DIRECT_O: in the epilogue, after it).
+    constexpr bool DIRECT_O = (XO & (FA3_XO_DIRECT_O | FA3_XO_STORE16)) != 0;
+    float lsum[2], inv[2];
+    auto row_sums = [&]() {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            lsum[hh] = quad_sum(l[hh]);
+            // NaN stays NaN; no key seen: zeros. o_scale: V's FP8 descale (1 otherwise, exactly 1 / lsum).
+            inv[hh] = lsum[hh] == 0.f ? 0.f : a.o_scale / lsum[hh];
+        }
+    };
     if (je > ja) {
         const int sp = slot(je - 1);
         sm90_mbar_wait(v_full + 8 * sp, phase(je - 1));
@@ -907,9 +974,12 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         fa3_pin(o);
         issue_pv(sp);
         turn_end();
+        if constexpr (!DIRECT_O) row_sums();
         fa3_wait<0>();
         fa3_pin(o);
         sm90_mbar_arrive(v_empty + 8 * sp);
+    } else {
+        if constexpr (!DIRECT_O) row_sums();
     }
     // Tiles past this warpgroup's rows (causal) or last keys (band).
     for (int j = je; j < n_tiles; ++j) skip(j);
@@ -918,53 +988,124 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_end();
     }
 
-    // Epilogue: normalise, round to the output type (T, or bf16 for FP8 inputs) and store from registers, the
-    // columns below p.dv (a multiple of 8: whole n8 tiles; the others are padding, and may hold garbage from V
-    // blocks never loaded). A thread holds two columns of each n8 tile of its rows and stores them as they are,
-    // 4 bytes each. Session 8 transposed them inside the quad first (fa3_quad_take) for 16-byte stores that fill
-    // whole 32-byte sectors (ncu had flagged the 4-byte ones as uncoalesced at S = 512), but the shuffles cost
-    // more than the sectors saved: up to 8 % at S = 512 (FA3_XO_STORE16, session 10). No staging through shared
-    // memory: the Q buffer already takes the next tile's Q, and the stores drain while the next tile runs.
+    // Epilogue: normalise, round to the output type (T, or bf16 for FP8 inputs) and store the columns below
+    // p.dv (a multiple of 8: whole n8 tiles; the others are padding, and may hold garbage from V blocks never
+    // loaded). A row that wrote a non-finite value is repaired below: the product tracks each row's largest
+    // |x| over its stored columns with a NaN-keeping maximum (one instruction per value, no branch).
+    // Where the block has room (L::O_STAGED), each warp rounds its 16 rows into its own staging tile with
+    // stmatrix and writes them back as 16-byte chunks, whole 128-byte lines per quarter warp. Elsewhere each
+    // thread stores its two columns of each n8 tile, 4 bytes each. Session 20's ncu source page at D = 128,
+    // S = 512 (bench/studies/session20) had the epilogue at a quarter of the consumers' stall samples: a
+    // branch per finiteness test and the 4-byte stores' queue (a register waits until its store has read it).
+    // FA3_XO_DIRECT_O (and FA3_XO_STORE16, session 8's 16-byte stores after a quad transpose) run the
+    // sessions 10-19 epilogue instead.
     static_assert(DT % 4 == 0, "whole groups of four n8 tiles of O");
     using TO = typename Fa3Elem<T>::Out;
     // A ragged call's O rows are packed: row i of its sequence is row q0 + i (the batch stride is not used).
     TO* out = static_cast<TO*>(p.o) + (S::RAGGED ? (i64)sv.q_row0() * p.o_stride[2] : b * p.o_stride[0]) +
               h * p.o_stride[1];
     const int sq = sv.sq(p);
+    if constexpr (DIRECT_O) {
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const float lsum = quad_sum(l[hh]);
-        // NaN stays NaN; no key seen: zeros. o_scale: V's FP8 descale (1 otherwise, exactly 1 / lsum).
-        const float inv = lsum == 0.f ? 0.f : a.o_scale / lsum;
-        const int row = m0 + wrow + g + hh * 8;
-        TO* orow = out + (i64)row * p.o_stride[2];
+        for (int hh = 0; hh < 2; ++hh) {
+            const float lsum_ = quad_sum(l[hh]);
+            const float inv_ = lsum_ == 0.f ? 0.f : a.o_scale / lsum_;
+            const int row = m0 + wrow + g + hh * 8;
+            TO* orow = out + (i64)row * p.o_stride[2];
 #pragma unroll
-        for (int j0 = 0; j0 < DT; j0 += 4) {
-            unsigned v[4];
+            for (int j0 = 0; j0 < DT; j0 += 4) {
+                unsigned v[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = j0 + e;
-                const float x0 = o[j * 4 + hh * 2] * inv, x1 = o[j * 4 + hh * 2 + 1] * inv;
-                bad |= row < sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
-                v[e] = fa3_pack<TO>(x0, x1);
+                for (int e = 0; e < 4; ++e) {
+                    const int j = j0 + e;
+                    const float x0 = o[j * 4 + hh * 2] * inv_, x1 = o[j * 4 + hh * 2 + 1] * inv_;
+                    bad |= row < sq && 8 * j < p.dv && (!isfinite(x0) || !isfinite(x1));
+                    v[e] = fa3_pack<TO>(x0, x1);
+                }
+                if constexpr ((XO & FA3_XO_STORE16) != 0) {
+                    // Session 8's stores (a measurement switch): n8 tile j0 + t of this row, columns in order.
+                    const uint4 w = fa3_quad_take(v, t);
+                    if (row < sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
+                } else {
+                    // This thread's two columns of each n8 tile: no shuffles on the way out, which the
+                    // short calls (few key tiles per output tile) notice.
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (row < sq && 8 * (j0 + e) < p.dv)
+                            *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
+                }
             }
-            if constexpr ((XO & FA3_XO_STORE16) != 0) {
-                // Session 8's stores (a measurement switch): n8 tile j0 + t of this row, columns in order.
-                const uint4 w = fa3_quad_take(v, t);
-                if (row < sq && 8 * (j0 + t) < p.dv) *reinterpret_cast<uint4*>(orow + 8 * (j0 + t)) = w;
-            } else {
-                // This thread's two columns of each n8 tile: no shuffles on the way out, which the
-                // short calls (few key tiles per output tile) notice.
+            // The LSE: [B, Hq, Sq], or [Hq, total_q] for a ragged call (common.cuh lse_row).
+            const i64 lse_at = S::RAGGED ? (i64)h * p.total_q + sv.q_row0() + row : ((i64)b * p.hq + h) * p.sq + row;
+            if (row < sq && p.lse != nullptr && t == 0)
+                p.lse[lse_at] = lsum_ == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum_)) * SDPA_LN2;
+        }
+    } else {
+        // The largest |x| of each of this thread's two rows over the stored columns; NaN if one was NaN.
+        float big[2] = {0.f, 0.f};
+        auto scaled = [&](int j, int hh, float& x0, float& x1) {
+            x0 = o[j * 4 + hh * 2] * inv[hh];
+            x1 = o[j * 4 + hh * 2 + 1] * inv[hh];
+            if (8 * j < p.dv) big[hh] = fa3_max_nan(big[hh], fa3_max_nan(fabsf(x0), fabsf(x1)));
+        };
+        if constexpr (L::O_STAGED) {
+            // The warp's staging tile: 16 rows of 128 bytes (64 columns), the 16-byte chunks of row r at
+            // chunk ^ (r % 8), so that stmatrix's eight rows and a quarter warp's reads of one row each
+            // fall in distinct banks. 64 columns at a time.
+            const unsigned stage = smem_addr(smem) + L::O_OFF + warp * 2048;
+            const int mi = lane >> 3, mr = lane & 7;  // stmatrix: this lane gives row mr of matrix mi
+            // The reads: rows 4i + mi of the warp's 16, columns 8 mr .. 8 mr + 7 of each 64.
+            TO* const orow = out + (i64)(m0 + wrow + mi) * p.o_stride[2] + 8 * mr;
+            const i64 four_rows = 4 * (i64)p.o_stride[2];
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (row < sq && 8 * (j0 + e) < p.dv)
-                        *reinterpret_cast<unsigned*>(orow + 8 * (j0 + e) + 2 * t) = v[e];
+            for (int c = 0; c < (DT + 7) / 8; ++c) {
+                if (64 * c >= p.dv) break;
+                __syncwarp();  // every lane has read the tile's previous contents (this block's, or the last tile's)
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int j0 = 8 * c + 2 * k;  // n8 tiles j0, j0 + 1: matrices (rows 0-7, 8-15) x (j0, j0 + 1)
+                    if (j0 < DT) {
+                        unsigned v[4];
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            float x0, x1;
+                            scaled(j0 + (e >> 1), e & 1, x0, x1);
+                            v[e] = fa3_pack<TO>(x0, x1);
+                        }
+                        const int row = (mi & 1) * 8 + mr, chunk = 2 * k + (mi >> 1);
+                        fa3_stmatrix_x4(stage + row * 128 + ((chunk ^ mr) << 4), v);
+                    }
+                }
+                __syncwarp();
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = 4 * i + mi, col = 64 * c + 8 * mr;
+                    const uint4 w = fa3_lds16(stage + row * 128 + ((mr ^ (row & 7)) << 4));
+                    fa3_stg16_if(m0 + wrow + row < sq && col < p.dv, orow + i * four_rows + 64 * c, w);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int row = m0 + wrow + g + hh * 8;
+                TO* orow = out + (i64)row * p.o_stride[2];
+#pragma unroll
+                for (int j = 0; j < DT; ++j) {
+                    float x0, x1;
+                    scaled(j, hh, x0, x1);
+                    if (row < sq && 8 * j < p.dv) *reinterpret_cast<unsigned*>(orow + 8 * j + 2 * t) = fa3_pack<TO>(x0, x1);
+                }
             }
         }
-        // The LSE: [B, Hq, Sq], or [Hq, total_q] for a ragged call (common.cuh lse_row).
-        const i64 lse_at = S::RAGGED ? (i64)h * p.total_q + sv.q_row0() + row : ((i64)b * p.hq + h) * p.sq + row;
-        if (row < sq && p.lse != nullptr && t == 0)
-            p.lse[lse_at] = lsum == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum)) * SDPA_LN2;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = m0 + wrow + g + hh * 8;
+            bad |= row < sq && !(big[hh] < __int_as_float(0x7f800000));
+            // The LSE: [B, Hq, Sq], or [Hq, total_q] for a ragged call (common.cuh lse_row).
+            const i64 lse_at = S::RAGGED ? (i64)h * p.total_q + sv.q_row0() + row : ((i64)b * p.hq + h) * p.sq + row;
+            if (row < sq && p.lse != nullptr && t == 0)
+                p.lse[lse_at] = lsum[hh] == 0.f ? SDPA_NEG_INF : (m[hh] + log2f(lsum[hh])) * SDPA_LN2;
+        }
     }
     // The warp's own stores are read back by its lanes: __syncwarp orders them. FP8 has no repair yet
     // (careful_row reads the inputs as the output type): a NaN code in V under a masked key of a loaded tile
@@ -1041,7 +1182,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         sm90_mbar_init_fence();
     }
     // Q and K blocks wholly past the call's D are never loaded: zero them once, so that Q·Kᵀ adds nothing
-    // there (nothing else writes those buffers: O is stored from registers).
+    // there (nothing else writes those buffers: O has its own staging).
     const int kb = fa3_live_blocks<L::DS, L::COLS>(p.d);
     if (kb < L::DS / L::COLS) {
         fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / L::COLS, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));

@@ -105,11 +105,11 @@ pub struct Fa3Tile {
 
 impl Fa3Tile {
     /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of every
-    /// consumer, the K and V rings (rows of [`stored`] columns), the mbarriers (full and empty per consumer's
-    /// Q, per K and per V slot) and the work-tile ring (`barrier_bytes`).
+    /// consumer, the K and V rings (rows of [`stored`] columns), O's staging where it fits, the mbarriers
+    /// (full and empty per consumer's Q, per K and per V slot) and the work-tile ring ([`with_o_stage`]).
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
-        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2 + barrier_bytes(*self)
+        with_o_stage(self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2, *self)
     }
 
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
@@ -373,16 +373,22 @@ pub struct AbSwitches {
     /// then (sessions 7-17), not only past the product's slack of 8 in log2 units (`FA3_XO_EAGER_MAX`; the
     /// plain entries, FP8 included).
     pub eager_max: bool,
+    /// `direct-o`: O written as sessions 10-19 did (row sums reduced after the last P·V, a branch per
+    /// finiteness test, 4-byte stores from registers), not through the product's staging (`FA3_XO_DIRECT_O`;
+    /// the plain entries, FP8 included).
+    pub direct_o: bool,
 }
 
 impl AbSwitches {
-    /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7).
-    pub fn bits(self) -> u8 {
-        u8::from(self.store16)
-            | (u8::from(self.tile_turns) << 1)
-            | (self.exp_fma.map_or(0, |k| k + 1) << 2)
-            | (u8::from(self.desc_fold) << 6)
-            | (u8::from(self.eager_max) << 7)
+    /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7, `direct_o`
+    /// bit 8).
+    pub fn bits(self) -> u16 {
+        u16::from(self.store16)
+            | (u16::from(self.tile_turns) << 1)
+            | (self.exp_fma.map_or(0, |k| u16::from(k) + 1) << 2)
+            | (u16::from(self.desc_fold) << 6)
+            | (u16::from(self.eager_max) << 7)
+            | (u16::from(self.direct_o) << 8)
     }
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
@@ -404,7 +410,7 @@ impl AbSwitches {
     }
 
     /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
-    /// `desc-fold` and `eager-max` (empty: none).
+    /// `desc-fold`, `eager-max` and `direct-o` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -413,6 +419,7 @@ impl AbSwitches {
                 "tile-turns" => ab.tile_turns = true,
                 "desc-fold" => ab.desc_fold = true,
                 "eager-max" => ab.eager_max = true,
+                "direct-o" => ab.direct_o = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -423,7 +430,7 @@ impl AbSwitches {
                     None => {
                         return Err(unsupported(format!(
                             "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
-                             desc-fold or eager-max, comma-separated)"
+                             desc-fold, eager-max or direct-o, comma-separated)"
                         )))
                     }
                 },
@@ -479,11 +486,31 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
 /// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
 pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
     let ds = d.div_ceil(128) * 128;
-    t.consumers * 64 * ds + t.stages * t.bn * (ds + dv) + barrier_bytes(t)
+    with_o_stage(t.consumers * 64 * ds + t.stages * t.bn * (ds + dv), t)
 }
 
-/// The shared memory after the tiles, for every element type (fa3.cu `Fa3Smem`): the Q and K/V ring
-/// mbarriers, 8 bytes each, then the work-tile ring (an mbarrier pair and a tile index per slot).
+/// Dynamic shared memory an sm_90 block may take (`FA3_SMEM_LIMIT`).
+pub const SMEM_LIMIT: usize = 227 * 1024;
+
+/// O's staging of a block (`Fa3Smem::O_STAGE_BYTES`): 16 rows of 64 two-byte columns per consumer warp.
+fn o_stage_bytes(t: Fa3Tile) -> usize {
+    4 * t.consumers * 2048
+}
+
+/// Whether a block whose tiles (Q, K and V) take `tiles` bytes stages O through shared memory
+/// (`Fa3Smem::O_STAGED`): where the staging, the barriers and the tiles fit in [`SMEM_LIMIT`].
+pub fn o_staged(tiles: usize, t: Fa3Tile) -> bool {
+    tiles + o_stage_bytes(t) + barrier_bytes(t) <= SMEM_LIMIT
+}
+
+/// A block's shared memory after its tiles (`tiles` bytes), for every element type (fa3.cu `Fa3Smem`): O's
+/// staging where it fits ([`o_staged`]), then the Q and K/V ring mbarriers, 8 bytes each, and the work-tile
+/// ring (an mbarrier pair and a tile index per slot).
+fn with_o_stage(tiles: usize, t: Fa3Tile) -> usize {
+    tiles + if o_staged(tiles, t) { o_stage_bytes(t) } else { 0 } + barrier_bytes(t)
+}
+
+/// The mbarriers and the work-tile ring.
 fn barrier_bytes(t: Fa3Tile) -> usize {
     8 * (2 * t.consumers + 4 * t.stages) + 20 * SCHED_RING
 }
@@ -689,7 +716,14 @@ pub fn programs() -> Vec<Program> {
 /// The measurement switches' entry the compile check builds (and [`programs`] lists): every switch at once
 /// (two eighths of the exponentials on the FMA pipe), at one class, bf16, causal (they touch no layout).
 fn measured_check_program() -> Program {
-    let both = AbSwitches { store16: true, tile_turns: true, exp_fma: Some(2), desc_fold: true, eager_max: true };
+    let both = AbSwitches {
+        store16: true,
+        tile_turns: true,
+        exp_fma: Some(2),
+        desc_fold: true,
+        eager_max: true,
+        direct_o: true,
+    };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 
@@ -1153,8 +1187,8 @@ fn launch_with(call: &Call<'_>, program: &Program, dims: LaunchDims, args: &Fa3A
     // ragged call's maps cover the packed rows of the whole batch, or the pool of a paged cache, whose page
     // indices from the block table the kernel clamps into the pool), the kernel writes O rows < Sq (ragged:
     // rows < Sq_b of each sequence, at its packed offset from the uploaded cu_seqlens) and columns < Dv with
-    // 4-byte stores (16-byte ones with the measurement switch `store16`) that the 8-element alignment
-    // allows, and LSE entries of its own rows (ragged: the `[Hq, total_q]` entries of its sequence's rows).
+    // 4-byte or 16-byte stores (16-byte ones where O is staged, or with the measurement switch `store16`) that
+    // the 8-element alignment allows, and LSE entries of its own rows (ragged: the `[Hq, total_q]` entries of its sequence's rows).
     // A ragged call's `seq_tiles` names sequences < B and query tiles inside them (`fa2::schedule`),
     // `n_seq_tiles` of them. It is launched only on a compute-capability 9.0 device, for which its program
     // is built as sm_90a. `p.workspace` is null (static schedule) or one u32, zero at the

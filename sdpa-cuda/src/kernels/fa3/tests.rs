@@ -181,7 +181,12 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
     for (d, dv) in FA3_FP8_CLASSES {
         assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
     }
-    assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64), 2 * 64 * 128 + 2 * 128 * (128 + 64) + 8 * 12 + 20 * SCHED_RING);
+    // Q, K and Vᵀ, O's staging (2 KB per consumer warp), the barriers.
+    let staging = 8 * 2048;
+    assert_eq!(
+        fp8_smem_bytes(FP8_TILE, 64, 64),
+        2 * 64 * 128 + 2 * 128 * (128 + 64) + staging + 8 * 12 + 20 * SCHED_RING
+    );
     assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
     assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
     assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);
@@ -266,7 +271,10 @@ fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
     let ds = d.div_ceil(cols) * cols;
     let dvs = if fp8 { dv } else { dv.div_ceil(64) * 64 };
     let (q_bytes, k_bytes, v_bytes) = (64 * ds * es, bn * ds * es, bn * dvs * es);
-    let bar_off = nc * q_bytes + st * k_bytes + st * v_bytes;
+    let tiles_end = nc * q_bytes + st * k_bytes + st * v_bytes;
+    let o_stage_bytes = 4 * nc * 2048;
+    let o_staged = tiles_end + o_stage_bytes + 8 * (2 * nc + 4 * st) + 20 * SCHED_RING <= 227 * 1024;
+    let bar_off = tiles_end + if o_staged { o_stage_bytes } else { 0 };
     let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st);
     let sched_off = sched_bar_off + 16 * SCHED_RING;
     let ok = d % 32 == 0 && dv % 32 == 0 && bn % 16 == 0 && bn <= 256;
@@ -287,7 +295,12 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
         "static constexpr int Q_BYTES = 64 * DS * ES;",
         "static constexpr int K_BYTES = BN * DS * ES;",
         "static constexpr int V_BYTES = BN * DVS * ES;",
-        "static constexpr int BAR_OFF = V_OFF + ST * V_BYTES;",
+        "static constexpr int TILES_END = V_OFF + ST * V_BYTES;",
+        "static constexpr int O_STAGE_BYTES = 4 * NC * 2048;",
+        "TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;",
+        "static constexpr int O_OFF = TILES_END;",
+        "static constexpr int BAR_OFF = O_OFF + (O_STAGED ? O_STAGE_BYTES : 0);",
+        "#define FA3_SMEM_LIMIT (227 * 1024)",
         "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);",
         "static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;",
         "static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;",
@@ -374,7 +387,7 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     {
         assert!(none.check(fp8, variant, ragged).is_ok());
     }
-    for sw in ["exp-fma=2", "desc-fold", "eager-max"] {
+    for sw in ["exp-fma=2", "desc-fold", "eager-max", "direct-o"] {
         let ab = AbSwitches::parse(sw).expect(sw);
         assert!(ab.check(false, false, false).is_ok() && ab.check(true, false, false).is_ok(), "{sw}");
         assert!(ab.check(false, true, false).is_err() && ab.check(false, false, true).is_err(), "{sw}");
@@ -385,10 +398,15 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         let err = ab.check(true, false, false).expect_err(sw).to_string();
         assert!(err.contains("f16/bf16 inputs only"), "{err}");
     }
-    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max").expect("all");
-    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128);
+    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o").expect("all");
+    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128 | 256);
     assert!(FA3.source.contains("#define FA3_XO_EAGER_MAX 128\n"), "bits changed");
     assert_eq!(AbSwitches::parse("eager-max").expect("eager-max").bits(), 128);
+    assert!(FA3.source.contains("#define FA3_XO_DIRECT_O 256\n"), "bits changed");
+    let direct = AbSwitches::parse("direct-o").expect("direct-o");
+    assert_eq!((direct.bits(), direct.touches_stores_or_turns()), (256, false));
+    let m = measured_program(DType::BF16, (128, 128), tile, MASK_NONE, true, direct);
+    assert!(m.name.ends_with("_xo256") && m.instantiation.ends_with(", 256)"), "{}", m.instantiation);
     // Every entry takes the slack (the variant ones since session 20); only the switch brings back the eager rule.
     assert!(FA3.source.contains("constexpr bool EAGER = (XO & FA3_XO_EAGER_MAX) != 0;"));
     assert!(FA3.source.contains("#define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)"));
@@ -600,5 +618,30 @@ fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
     assert!(every.iter().all(|p| p.name.ends_with("_varlen") || p.name.ends_with("_paged")));
     for p in compile_check_ragged_programs() {
         assert!(every.contains(&p) && programs().contains(&p) && compile_check_programs().contains(&p), "{}", p.name);
+    }
+}
+
+/// O leaves through shared memory (fa3.cu `Fa3Smem::O_STAGED`, the consumers' epilogue) at the classes whose blocks have room
+/// for it: 64, 96, 128 and MLA's 192/128 in f16/bf16, every FP8 class; the wider ones store from registers.
+#[test]
+fn o_is_staged_where_the_block_has_room() {
+    let tiles = |t: Fa3Tile, d: usize, dv: usize| {
+        t.consumers * 64 * stored(d) * 2 + t.stages * t.bn * (stored(d) + stored(dv)) * 2
+    };
+    for (d, dv) in FA3_CLASSES {
+        for causal in [false, true] {
+            for t in table_tiles(d, dv, causal) {
+                let staged = o_staged(tiles(t, d, dv), t);
+                assert_eq!(staged, dv <= 128, "{d}/{dv} {t:?}");
+                assert!(t.smem_bytes(d, dv) <= SMEM_LIMIT, "{d}/{dv} {t:?}");
+            }
+        }
+    }
+    for (d, dv) in FA3_FP8_CLASSES {
+        for causal in [false, true] {
+            let t = fp8_tile_for(d, dv, causal);
+            let ds = d.div_ceil(128) * 128;
+            assert!(o_staged(t.consumers * 64 * ds + t.stages * t.bn * (ds + dv), t), "FP8 {d}/{dv} {t:?}");
+        }
     }
 }
