@@ -106,7 +106,7 @@ pub struct Fa3Tile {
 impl Fa3Tile {
     /// Dynamic shared memory of a block at head-dim class (`d`, `dv`) (`Fa3Smem::BYTES`): Q of every
     /// consumer, the K and V rings (rows of [`stored`] columns), O's staging where it fits, the mbarriers
-    /// (full and empty per consumer's Q, per K and per V slot) and the work-tile ring ([`with_o_stage`]).
+    /// (full and empty per consumer's Q, per K and per V slot) and the work-tile ring.
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
         with_o_stage(self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2, *self)

@@ -41,7 +41,7 @@
 
 use crate::checked::params::AttnParams;
 use crate::error::unsupported;
-use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Mask, Result, RunOptions, Serving};
+use sdpa_core::{AttentionSpec, DType, F32Math, Kernel, Result, RunOptions, Serving};
 use std::fmt;
 
 /// Head dims (D = Dv) whose `fa2` and `splitkv` tiles (and splitkv's sm_90 copy paths) were chosen by
@@ -259,11 +259,11 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// Whether `fa3` is measured faster than `fa2` for a call it takes (`bench/results/gpu/fa3.md`: the
 /// fa2bench grid on the H100, S = Sq = Sk from 512 to 16k, D = 64 and 128, causal and not; session 8's last
 /// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
-/// and f16; since session 10's kernel, level at 512 and ahead from 1k: session 10's grid 1.00 / 1.06 / 1.11x
-/// at 512 / 1k / 2k in bf16 and 1.00 / 1.05 / 1.11x in f16, session 17 the same in bf16, twice): at least
-/// [`AUTO_FA3_MIN_ROWS`] query rows and keys, at least [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over
-/// the batch and heads (every measured point had 2048), and not a causal call of head dims up to 64 below
-/// [`AUTO_FA3_CAUSAL_64_MIN_KEYS`] keys; or a query chunk over a long cache (at least
+/// and f16; sessions 10-17 level at 512 and ahead from 1k there; since session 20's staged epilogue ahead
+/// everywhere, D = 64 causal included: 1.106 / 1.157x at 512 / 1k in bf16 and 1.103 / 1.153x in f16, the
+/// rest of the grid 1.35-2.04x): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys and at least
+/// [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over the batch and heads (every measured point had 2048
+/// or more); or a query chunk over a long cache (at least
 /// 128 query rows and [`AUTO_FA3_CHUNK_MIN_KEYS`] keys, any tile count: chunked prefill and speculative
 /// verification, where session 10 measured `fa3` 1.50-2.28x `fa2` at Sq = 128 and 256 over 8192 keys, bf16,
 /// D = 128, GQA 8, causal bottom-right, B = 1 and 4, with as few as 32 tiles). Shorter or smaller calls
@@ -276,11 +276,9 @@ pub fn fa3_measured_faster(spec: &AttentionSpec) -> bool {
     }
     let s = spec.shape;
     let tiles = s.sq.div_ceil(128).saturating_mul(s.b).saturating_mul(s.hq);
-    let causal = matches!(spec.mask, Mask::CausalTopLeft | Mask::CausalBottomRight);
-    let short_causal_64 = causal && s.d.max(s.dv) <= 64 && s.sk < AUTO_FA3_CAUSAL_64_MIN_KEYS;
     let prefill = s.sq >= AUTO_FA3_MIN_ROWS && s.sk >= AUTO_FA3_MIN_ROWS && tiles >= AUTO_FA3_MIN_TILES;
     let chunk = s.sq >= 128 && s.sk >= AUTO_FA3_CHUNK_MIN_KEYS;
-    fa3_head_dims_pay(spec) && !short_causal_64 && (prefill || chunk)
+    fa3_head_dims_pay(spec) && (prefill || chunk)
 }
 
 /// Fewest keys for which `auto` picks `fa3` for a query chunk of at least 128 rows whatever its tile count
@@ -311,12 +309,8 @@ pub fn fa3_head_dims_pay(spec: &AttentionSpec) -> bool {
 /// Fewest keys for which `auto` picks `fa3` at head dims 33..63 (padded into the class 64).
 pub const AUTO_FA3_NARROW_MIN_KEYS: usize = 2048;
 
-/// Fewest keys for which `auto` picks `fa3` for causal calls up to head dim 64 ([`fa3_measured_faster`]):
-/// at 512 keys the two kernels ran level (sessions 10 and 17, bf16 and f16), from 1k on `fa3` was ahead.
-pub const AUTO_FA3_CAUSAL_64_MIN_KEYS: usize = 1024;
-
 /// Fewest query rows and keys for which `auto` picks `fa3` over `fa2`: the shortest length of the measured
-/// grid (there `fa3` ran level with `fa2` at D = 64 causal, 1.24-1.44x elsewhere; session 17, bf16).
+/// grid (there `fa3` ran 1.10x `fa2` at D = 64 causal, 1.35-1.65x elsewhere; session 20, bf16 and f16).
 pub const AUTO_FA3_MIN_ROWS: usize = 512;
 /// Fewest query tiles (128 rows of one head) for which `auto` picks `fa3`: a wave of the H100's 132
 /// multiprocessors, rounded down (the measured calls had 16x that).
@@ -703,12 +697,13 @@ mod tests {
         assert_eq!(auto(&chunk(256, 4 * AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa3);
         assert_eq!(auto(&chunk(128, AUTO_FA3_CHUNK_MIN_KEYS - 1), true), Launcher::Fa2);
         assert_eq!(auto(&chunk(127, AUTO_FA3_CHUNK_MIN_KEYS), true), Launcher::Fa2);
-        // Causal at D <= 64 below 1k keys: fa2 (level with fa3 at 512); from 1k on, and at D = 128, fa3.
+        // Causal at D = 64 from the grid's shortest length (fa3 1.10x fa2 at 512 since session 20), as at
+        // D = 128; below it, fa2.
         let causal_at = |d, n| short(d, n).with_mask(Mask::CausalTopLeft);
-        assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS - 1), true), Launcher::Fa2);
-        assert_eq!(auto(&causal_at(64, AUTO_FA3_CAUSAL_64_MIN_KEYS), true), Launcher::Fa3);
+        assert_eq!(auto(&causal_at(64, AUTO_FA3_MIN_ROWS - 1), true), Launcher::Fa2);
+        assert_eq!(auto(&causal_at(64, AUTO_FA3_MIN_ROWS), true), Launcher::Fa3);
         // Head dims 33..63 keep their own, longer threshold under a causal mask too.
-        assert_eq!(auto(&causal_at(40, AUTO_FA3_CAUSAL_64_MIN_KEYS), true), Launcher::Fa2);
+        assert_eq!(auto(&causal_at(40, 1024), true), Launcher::Fa2);
         assert_eq!(auto(&causal_at(40, AUTO_FA3_NARROW_MIN_KEYS), true), Launcher::Fa3);
         assert_eq!(auto(&causal_at(128, 512), true), Launcher::Fa3);
         // A mask: causal runs on fa3 too (fa3 refusing explicit masks shows in `tc.fa3`).
