@@ -1093,7 +1093,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                 for (int j = 0; j < DT; ++j) {
                     float x0, x1;
                     scaled(j, hh, x0, x1);
-                    if (row < sq && 8 * j < p.dv) *reinterpret_cast<unsigned*>(orow + 8 * j + 2 * t) = fa3_pack<TO>(x0, x1);
+                    if (row < sq && 8 * j < p.dv)
+                        *reinterpret_cast<unsigned*>(orow + 8 * j + 2 * t) = fa3_pack<TO>(x0, x1);
                 }
             }
         }
