@@ -105,9 +105,6 @@
 // value's finiteness tested with its own branch, and 4-byte stores of each thread's column pairs straight
 // from registers, instead of the product's staging through shared memory (Fa3Smem::O_STAGED).
 #define FA3_XO_DIRECT_O 256
-// FA3_XO_FULL_DIAG computes a causal warpgroup's last tile whole where the product takes only its first 64 keys
-// (fa3_consume_tile's HALF).
-#define FA3_XO_FULL_DIAG 512
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
 // rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
@@ -677,27 +674,13 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // (the D = 64 loop went from 507 to 464 instructions per key tile), and not hoisted out of the tile
     // loop and held (two 64-bit registers per k16 step; the wide classes spilled for them).
     constexpr bool FOLD = (XO & FA3_XO_DESC_FOLD) != 0;
-    // Causal (f16/bf16, 128-key tiles): a warpgroup whose rows see only the first 64 keys of its last tile (the
-    // first consumer of a work tile on the diagonal) runs that tile's Q·Kᵀ at N = 64 and its P·V over those 64
-    // keys; the scores of the other 64 are masked anyway (every one lies past every row's last key), so their
-    // registers are left as they were and the mask sets them to -inf. At S = 512 a fifth of the tensor work is
-    // masked diagonal scores and this takes half of it. FA3_XO_FULL_DIAG computes the whole tile (before
-    // session 20).
-    constexpr bool HALF = MASK == FA3_MASK_CAUSAL && VAR == 0 && !Fa3Elem<T>::FP8 && BN == 128 && !FOLD &&
-                          (XO & FA3_XO_FULL_DIAG) == 0;
-    auto issue_qk = [&](int sj, bool half) {
+    auto issue_qk = [&](int sj) {
         // The tile's low words: opaque once formed (the product), or formed from opaque addresses (FOLD).
         auto lo = [&](unsigned addr) {
             if constexpr (FOLD) return fa3_desc_lo_k(fa3_opaque(addr));
             else return fa3_opaque(fa3_desc_lo_k(addr));
         };
         const unsigned dq = lo(aQw), dk = lo(aK + sj * L::K_BYTES);
-        if constexpr (HALF) {
-            if (half) {
-#pragma unroll
-                for (int i = NT * 2; i < NT * 4; ++i) s[i] = SDPA_NEG_INF;  // keys 64..127: no product writes them
-            }
-        }
         fa3_fence();
 #pragma unroll
         for (int kk = 0; kk < D / KS; ++kk) {
@@ -708,21 +691,13 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
             if constexpr (FOLD) {
                 fa3_ss(s, fa3_desc(dq) + oq, fa3_desc(dk) + ok, kk > 0, T());  // 64-bit adds, as before
             } else {
-                if constexpr (HALF) {
-                    if (half) {
-                        // The tile's first 64 keys: the first 64 rows of each K block, the same descriptors.
-                        fa3_ss(reinterpret_cast<float(&)[NT * 2]>(s), fa3_desc(dq + oq), fa3_desc(dk + ok), kk > 0,
-                               T());
-                        continue;
-                    }
-                }
                 fa3_ss(s, fa3_desc(dq + oq), fa3_desc(dk + ok), kk > 0, T());
             }
         }
         fa3_commit();
     };
-    // O += P·V of the tile in slot sj, issued and committed (`half`: its first 64 keys only, HALF above).
-    auto issue_pv = [&](int sj, bool half) {
+    // O += P·V of the tile in slot sj, issued and committed.
+    auto issue_pv = [&](int sj) {
         fa3_fence();
         if constexpr (Fa3Elem<T>::FP8) {
             fa3_fp8_pv<DV, KT>(o, pa, fa3_opaque(fa3_desc_lo_k(aV + sj * L::V_BYTES)));  // Vᵀ, K-major (fa3_fp8.cuh)
@@ -735,11 +710,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                     fa3_pv_step<DV, T>(o, pa[kk], fa3_desc_lo_mn(va + kk * 2048, L::BLOCK_KV), L::BLOCK_KV);
             } else {
                 const unsigned v0 = fa3_opaque(fa3_desc_lo_mn(aV + sj * L::V_BYTES, L::BLOCK_KV));
-                // HALF: the first KT / 2 steps, keys 0..63.
-                const int steps = HALF && half ? KT / 2 : KT;
 #pragma unroll
-                for (int kk = 0; kk < KT; ++kk)
-                    if (kk < steps) fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
+                for (int kk = 0; kk < KT; ++kk) fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
             }
         }
         fa3_commit();
@@ -885,8 +857,6 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         ja = 0;
         je = 0;
     }
-    // HALF: this warpgroup's last tile, when its last row sees fewer than 64 of the tile's keys.
-    const bool half_last = HALF && je > ja && wg_last_key - (t0 + je - 1) * BN < BN / 2;
     // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
     // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and
     // hands the turn to the next one's. Each takes exactly n_tiles + 1 turns per tile (its issue steps, one
@@ -935,7 +905,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     if (je > ja) {
         sm90_mbar_wait(k_full + 8 * slot(ja), phase(ja));
         turn_begin();
-        issue_qk(slot(ja), half_last && je - ja == 1);
+        issue_qk(slot(ja));
         turn_end();
         fa3_wait<0>();
         fa3_pin(s);
@@ -951,9 +921,9 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         sm90_mbar_wait(k_full + 8 * sj, phase(j));
         sm90_mbar_wait(v_full + 8 * sp, phase(j - 1));
         turn_begin();
-        issue_qk(sj, decltype(masked)::value && half_last && j == je - 1);
+        issue_qk(sj);
         fa3_pin(o);
-        issue_pv(sp, false);
+        issue_pv(sp);
         turn_end();
         fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
         fa3_pin(s);
@@ -1002,7 +972,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         sm90_mbar_wait(v_full + 8 * sp, phase(je - 1));
         turn_begin();
         fa3_pin(o);
-        issue_pv(sp, half_last);
+        issue_pv(sp);
         turn_end();
         if constexpr (!DIRECT_O) row_sums();
         fa3_wait<0>();
