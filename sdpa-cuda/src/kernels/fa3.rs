@@ -351,12 +351,12 @@ fn entry_name(tile: Fa3Tile, dtype: DType, (d, dv): (usize, usize), tail: &str, 
 
 /// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each is the other side of an A/B the product
 /// settled (the old code, or an alternative measured and left off), so that a single call times both on the
-/// same card (bench/results/gpu/fa3.md, "Fifth step" and "Seventh step"). For measurement only: the product
+/// same card (bench/results/gpu/fa3.md, "Fifth step" to "Eighth step"). For measurement only: the product
 /// kernel runs with none of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AbSwitches {
-    /// O stored as 16-byte row chunks after a quad transpose (`store16`, session 8's choice), not as the
-    /// product's 4-byte column pairs.
+    /// O stored as 16-byte row chunks after a quad transpose (`store16`, session 8's choice), inside the
+    /// epilogue of sessions 10-19 (as `direct-o`), not through the product's staging.
     pub store16: bool,
     /// Ping-pong turns restarted at every work tile (`tile-turns`), not round robin across tiles.
     pub tile_turns: bool,

@@ -261,7 +261,7 @@ pub fn foundation_auto(spec: &AttentionSpec, opts: &RunOptions) -> Kernel {
 /// call: `fa3` 1.07-1.95x `fa2` except at D = 64 causal below 2k keys, 0.90x at 512 and 0.98x at 1k, bf16
 /// and f16; sessions 10-17 level at 512 and ahead from 1k there; since session 20's staged epilogue ahead
 /// everywhere, D = 64 causal included: 1.106 / 1.157x at 512 / 1k in bf16 and 1.103 / 1.153x in f16, the
-/// rest of the grid 1.35-2.04x): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys and at least
+/// rest of the grid 1.25-2.04x): at least [`AUTO_FA3_MIN_ROWS`] query rows and keys and at least
 /// [`AUTO_FA3_MIN_TILES`] query tiles of 128 rows over the batch and heads (every measured point had 2048
 /// or more); or a query chunk over a long cache (at least
 /// 128 query rows and [`AUTO_FA3_CHUNK_MIN_KEYS`] keys, any tile count: chunked prefill and speculative
