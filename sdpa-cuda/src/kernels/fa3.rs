@@ -108,8 +108,13 @@ impl Fa3Tile {
     /// consumer, the K and V rings (rows of [`stored`] columns), O's staging where it fits, the mbarriers
     /// (full and empty per consumer's Q, per K and per V slot) and the work-tile ring.
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
+        with_o_stage(self.tile_bytes(d, dv), *self)
+    }
+
+    /// The tiles' part of [`Fa3Tile::smem_bytes`] (f16/bf16): Q of every consumer and the K and V rings.
+    pub fn tile_bytes(&self, d: usize, dv: usize) -> usize {
         let (d, dv) = (stored(d), stored(dv));
-        with_o_stage(self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2, *self)
+        self.consumers * 64 * d * 2 + self.stages * self.bn * (d + dv) * 2
     }
 
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
@@ -485,8 +490,13 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
 /// Shared memory of an FP8 block at class (`d`, `dv`): Q and K rows of whole 128-column boxes, Vᵀ tiles of
 /// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
 pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
+    with_o_stage(fp8_tile_bytes(t, d, dv), t)
+}
+
+/// The tiles' part of [`fp8_smem_bytes`]: Q, the K ring and the Vᵀ ring.
+pub fn fp8_tile_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
     let ds = d.div_ceil(128) * 128;
-    with_o_stage(t.consumers * 64 * ds + t.stages * t.bn * (ds + dv), t)
+    t.consumers * 64 * ds + t.stages * t.bn * (ds + dv)
 }
 
 /// Dynamic shared memory an sm_90 block may take (`FA3_SMEM_LIMIT`).

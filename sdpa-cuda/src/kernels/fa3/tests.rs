@@ -625,13 +625,10 @@ fn ragged_entries_are_named_and_instantiated_as_the_kernel_declares_them() {
 /// for it: 64, 96, 128 and MLA's 192/128 in f16/bf16, every FP8 class; the wider ones store from registers.
 #[test]
 fn o_is_staged_where_the_block_has_room() {
-    let tiles = |t: Fa3Tile, d: usize, dv: usize| {
-        t.consumers * 64 * stored(d) * 2 + t.stages * t.bn * (stored(d) + stored(dv)) * 2
-    };
     for (d, dv) in FA3_CLASSES {
         for causal in [false, true] {
             for t in table_tiles(d, dv, causal) {
-                let staged = o_staged(tiles(t, d, dv), t);
+                let staged = o_staged(t.tile_bytes(d, dv), t);
                 assert_eq!(staged, dv <= 128, "{d}/{dv} {t:?}");
                 assert!(t.smem_bytes(d, dv) <= SMEM_LIMIT, "{d}/{dv} {t:?}");
             }
@@ -640,8 +637,7 @@ fn o_is_staged_where_the_block_has_room() {
     for (d, dv) in FA3_FP8_CLASSES {
         for causal in [false, true] {
             let t = fp8_tile_for(d, dv, causal);
-            let ds = d.div_ceil(128) * 128;
-            assert!(o_staged(t.consumers * 64 * ds + t.stages * t.bn * (ds + dv), t), "FP8 {d}/{dv} {t:?}");
+            assert!(o_staged(fp8_tile_bytes(t, d, dv), t), "FP8 {d}/{dv} {t:?}");
         }
     }
 }
