@@ -71,10 +71,15 @@ fn every_instantiation_compiles_for_sm80_and_sm90() {
             // entries are looked up by name at launch and tested on the GPU.
             let symbol = [b"\0", program.name.as_bytes(), b"\0"].concat();
             let has_entry = program.is_whole() || c.cubin.windows(symbol.len()).any(|w| w == symbol);
-            match (c.cubin.len() > 1000, has_entry) {
-                (true, true) => Ok(()),
-                (false, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
-                (_, false) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
+            // ptxas compiles code it had to slow down and only says so in the log: a wgmma pipeline it
+            // serialized (C7520, e.g. a branch around wgmma instructions it cannot prove uniform) ran causal
+            // fa3 at 0.70x of itself in session 21, with every test passing.
+            let losses: Vec<&str> = c.log.lines().filter(|l| l.contains("Performance Loss")).collect();
+            match (c.cubin.len() > 1000, has_entry, losses.is_empty()) {
+                (true, true, true) => Ok(()),
+                (false, _, _) => Err(format!("{} {arch}: suspiciously small cubin", program.name)),
+                (_, false, _) => Err(format!("{} {arch}: the image lacks its entry point", program.name)),
+                (_, _, false) => Err(format!("{} {arch}: ptxas reports\n{}", program.name, losses.join("\n"))),
             }
         });
         (t.elapsed().as_secs_f64(), outcome)
