@@ -105,6 +105,9 @@
 // value's finiteness tested with its own branch, and 4-byte stores of each thread's column pairs straight
 // from registers, instead of the product's staging through shared memory (Fa3Smem::O_STAGED).
 #define FA3_XO_DIRECT_O 256
+// FA3_XO_FULL_DIAG runs a causal warpgroup's last P·V over the whole tile where the product takes only the first
+// 64 keys, the ones its rows see (fa3_consume_tile's HALF).
+#define FA3_XO_FULL_DIAG 512
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
 // rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
@@ -674,6 +677,15 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // (the D = 64 loop went from 507 to 464 instructions per key tile), and not hoisted out of the tile
     // loop and held (two 64-bit registers per k16 step; the wide classes spilled for them).
     constexpr bool FOLD = (XO & FA3_XO_DESC_FOLD) != 0;
+    // Causal (f16/bf16, 128-key tiles): a warpgroup whose rows see only the first 64 keys of its last tile (the
+    // first consumer of a work tile on the diagonal) runs that tile's P·V over those 64 keys only: P is 0 at the
+    // other 64 for every row. At S = 512 that is a twentieth of the tensor work, on each tile's critical path.
+    // Q·Kᵀ at N = 64 there as well (session 21) made ptxas serialize the wgmma pipeline whichever way it was
+    // written (C7520, C7515, C7511: accumulators written on one path only, or too few registers for two
+    // shapes), and the causal kernels ran 0.7x as fast, so Q·Kᵀ stays whole. FA3_XO_FULL_DIAG runs the whole
+    // P·V (before session 21).
+    constexpr bool HALF = MASK == FA3_MASK_CAUSAL && VAR == 0 && !Fa3Elem<T>::FP8 && BN == 128 && !FOLD &&
+                          (XO & FA3_XO_FULL_DIAG) == 0;
     auto issue_qk = [&](int sj) {
         // The tile's low words: opaque once formed (the product), or formed from opaque addresses (FOLD).
         auto lo = [&](unsigned addr) {
@@ -696,8 +708,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         }
         fa3_commit();
     };
-    // O += P·V of the tile in slot sj, issued and committed.
-    auto issue_pv = [&](int sj) {
+    // O += P·V of the tile in slot sj, issued and committed (`half`: its first 64 keys only, HALF above).
+    auto issue_pv = [&](int sj, bool half) {
         fa3_fence();
         if constexpr (Fa3Elem<T>::FP8) {
             fa3_fp8_pv<DV, KT>(o, pa, fa3_opaque(fa3_desc_lo_k(aV + sj * L::V_BYTES)));  // Vᵀ, K-major (fa3_fp8.cuh)
@@ -710,8 +722,16 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                     fa3_pv_step<DV, T>(o, pa[kk], fa3_desc_lo_mn(va + kk * 2048, L::BLOCK_KV), L::BLOCK_KV);
             } else {
                 const unsigned v0 = fa3_opaque(fa3_desc_lo_mn(aV + sj * L::V_BYTES, L::BLOCK_KV));
+                bool run_half = false;
+                if constexpr (HALF) run_half = fa3_warp_uniform(half);
+                if (run_half) {
 #pragma unroll
-                for (int kk = 0; kk < KT; ++kk) fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
+                    for (int kk = 0; kk < KT / 2; ++kk)  // keys 0..63
+                        fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
+                } else {
+#pragma unroll
+                    for (int kk = 0; kk < KT; ++kk) fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
+                }
             }
         }
         fa3_commit();
@@ -857,6 +877,8 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         ja = 0;
         je = 0;
     }
+    // HALF: this warpgroup's last tile, when its last row sees fewer than 64 of the tile's keys.
+    const bool half_last = HALF && je > ja && wg_last_key - (t0 + je - 1) * BN < BN / 2;
     // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
     // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and
     // hands the turn to the next one's. Each takes exactly n_tiles + 1 turns per tile (its issue steps, one
@@ -923,7 +945,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         turn_begin();
         issue_qk(sj);
         fa3_pin(o);
-        issue_pv(sp);
+        issue_pv(sp, false);
         turn_end();
         fa3_wait<1>();  // S(j) is done; P(j-1)·V(j-1) may still run
         fa3_pin(s);
@@ -972,7 +994,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         sm90_mbar_wait(v_full + 8 * sp, phase(je - 1));
         turn_begin();
         fa3_pin(o);
-        issue_pv(sp);
+        issue_pv(sp, half_last);
         turn_end();
         if constexpr (!DIRECT_O) row_sums();
         fa3_wait<0>();

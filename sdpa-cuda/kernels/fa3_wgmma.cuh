@@ -38,6 +38,10 @@ __device__ __forceinline__ unsigned fa3_opaque(unsigned x) {
     asm volatile("" : "+r"(x));
     return x;
 }
+// `b` (the same in every thread of the warpgroup) as lane 0 holds it, which ptxas knows to be one value per
+// warp. A branch around wgmma instructions on a condition it cannot see is uniform counts as divergent, and
+// ptxas then serializes every wgmma of the kernel (C7520, "compiler-inserted WG.AR in divergent path").
+__device__ __forceinline__ bool fa3_warp_uniform(bool b) { return __shfl_sync(0xffffffffu, (int)b, 0) != 0; }
 __device__ __forceinline__ void fa3_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void fa3_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

@@ -4,6 +4,8 @@
 //! `__CUDA_ARCH__` itself or in a header it includes), on parallel threads, with no GPU needed: a syntax error
 //! in a `.cu` file or a wrong instantiation line fails here (CI installs the pinned NVRTC and CUDA header
 //! wheels and sets `SDPA_REQUIRE_NVRTC=1`, so a missing NVRTC fails instead of skipping).
+//! So does a program whose ptxas log reports a "Potential Performance Loss" (a serialized wgmma pipeline):
+//! it would run correctly and slowly, which no CPU-only check sees otherwise.
 //!
 //! Variant programs (windows, softcap, ALiBi: 8 maskings beside the 3 plain ones) are compiled for one dtype
 //! and head-dim class per family (`kernels::compile_check_programs`: bf16 at D = 128, every tile and load

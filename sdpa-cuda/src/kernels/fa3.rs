@@ -382,11 +382,15 @@ pub struct AbSwitches {
     /// finiteness test, 4-byte stores from registers), not through the product's staging (`FA3_XO_DIRECT_O`;
     /// the plain entries, FP8 included).
     pub direct_o: bool,
+    /// `full-diag`: a causal warpgroup's last P·V over the whole key tile, where the product runs it over only
+    /// the first 64 keys, the ones its rows see (`FA3_XO_FULL_DIAG`; f16/bf16 causal entries with 128-key
+    /// tiles, a no-op elsewhere).
+    pub full_diag: bool,
 }
 
 impl AbSwitches {
     /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7, `direct_o`
-    /// bit 8).
+    /// bit 8, `full_diag` bit 9).
     pub fn bits(self) -> u16 {
         u16::from(self.store16)
             | (u16::from(self.tile_turns) << 1)
@@ -394,6 +398,7 @@ impl AbSwitches {
             | (u16::from(self.desc_fold) << 6)
             | (u16::from(self.eager_max) << 7)
             | (u16::from(self.direct_o) << 8)
+            | (u16::from(self.full_diag) << 9)
     }
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
@@ -415,7 +420,7 @@ impl AbSwitches {
     }
 
     /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
-    /// `desc-fold`, `eager-max` and `direct-o` (empty: none).
+    /// `desc-fold`, `eager-max`, `direct-o` and `full-diag` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -425,6 +430,7 @@ impl AbSwitches {
                 "desc-fold" => ab.desc_fold = true,
                 "eager-max" => ab.eager_max = true,
                 "direct-o" => ab.direct_o = true,
+                "full-diag" => ab.full_diag = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -435,7 +441,7 @@ impl AbSwitches {
                     None => {
                         return Err(unsupported(format!(
                             "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
-                             desc-fold, eager-max or direct-o, comma-separated)"
+                             desc-fold, eager-max, direct-o or full-diag, comma-separated)"
                         )))
                     }
                 },
@@ -733,6 +739,7 @@ fn measured_check_program() -> Program {
         desc_fold: true,
         eager_max: true,
         direct_o: true,
+        full_diag: true,
     };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }

@@ -387,7 +387,7 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     {
         assert!(none.check(fp8, variant, ragged).is_ok());
     }
-    for sw in ["exp-fma=2", "desc-fold", "eager-max", "direct-o"] {
+    for sw in ["exp-fma=2", "desc-fold", "eager-max", "direct-o", "full-diag"] {
         let ab = AbSwitches::parse(sw).expect(sw);
         assert!(ab.check(false, false, false).is_ok() && ab.check(true, false, false).is_ok(), "{sw}");
         assert!(ab.check(false, true, false).is_err() && ab.check(false, false, true).is_err(), "{sw}");
@@ -398,8 +398,9 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         let err = ab.check(true, false, false).expect_err(sw).to_string();
         assert!(err.contains("f16/bf16 inputs only"), "{err}");
     }
-    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o").expect("all");
-    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128 | 256);
+    let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o,full-diag").expect("all");
+    assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128 | 256 | 512);
+    assert!(FA3.source.contains("#define FA3_XO_FULL_DIAG 512\n"), "bits changed");
     assert!(FA3.source.contains("#define FA3_XO_EAGER_MAX 128\n"), "bits changed");
     assert_eq!(AbSwitches::parse("eager-max").expect("eager-max").bits(), 128);
     assert!(FA3.source.contains("#define FA3_XO_DIRECT_O 256\n"), "bits changed");
