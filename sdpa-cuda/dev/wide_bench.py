@@ -40,6 +40,8 @@ ap.add_argument("--reps", type=int, default=20)
 ap.add_argument("--sweep", default="", help="settings to time a few points under first, e.g. "
                                              "'SDPA_WIDE_SLAB_MB=64,1024;SDPA_WIDE_PV_PARTS=1,8' (the slab budget's "
                                              "and the P·V split's measurements; the main grid runs the defaults)")
+ap.add_argument("--sweep-at", default="", help="the sweep's prefill points instead of its own, as D:S pairs, "
+                "causal only (e.g. 512:1024,512:4096); no decoding points then")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
@@ -68,6 +70,9 @@ sweep_points = [point("sweep", 16384 // s, max(1, 2048 // d), max(1, 2048 // d),
                 for (d, s, c) in [(512, 4096, False), (512, 4096, True), (1024, 4096, False)]]
 sweep_points += [point("sweep", b, hq, 1, 1, sk, 576, "bf16", False, "auto", dv=512)
                  for (b, hq, sk) in [(8, 128, 4096), (1, 128, 32768), (8, 16, 4096), (1, 16, 32768)]]
+if args.sweep_at:
+    sweep_points = [point("sweep", 16384 // s, max(1, 2048 // d), max(1, 2048 // d), s, s, d, "bf16", True, "auto")
+                    for (d, s) in (tuple(int(v) for v in x.split(":")) for x in args.sweep_at.split(","))]
 for setting in [x for x in args.sweep.split(";") if x]:
     var, values = setting.split("=")
     for val in values.split(","):
