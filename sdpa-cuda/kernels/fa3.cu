@@ -677,9 +677,10 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
     // (the D = 64 loop went from 507 to 464 instructions per key tile), and not hoisted out of the tile
     // loop and held (two 64-bit registers per k16 step; the wide classes spilled for them).
     constexpr bool FOLD = (XO & FA3_XO_DESC_FOLD) != 0;
-    // Causal (f16/bf16, 128-key tiles): a warpgroup whose rows see only the first 64 keys of its last tile (the
-    // first consumer of a work tile on the diagonal) runs that tile's P·V over those 64 keys only: P is 0 at the
-    // other 64 for every row. At S = 512 that is a twentieth of the tensor work, on each tile's critical path.
+    // Causal (f16/bf16, 128-key tiles): a warpgroup whose rows see only the first 64 keys of its last tile (with
+    // two consumers and a diagonal on tile bounds, the first consumer of each diagonal work tile) runs that tile's
+    // P·V over those 64 keys only: P is 0 at the other 64 for every row. At S = 512 that is a twentieth of the
+    // tensor work, on each tile's critical path.
     // Q·Kᵀ at N = 64 there as well (session 21) made ptxas serialize the wgmma pipeline whichever way it was
     // written (C7520, C7515, C7511: accumulators written on one path only, or too few registers for two
     // shapes), and the causal kernels ran 0.7x as fast, so Q·Kᵀ stays whole. FA3_XO_FULL_DIAG runs the whole
@@ -877,7 +878,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
         ja = 0;
         je = 0;
     }
-    // HALF: this warpgroup's last tile, when its last row sees fewer than 64 of the tile's keys.
+    // HALF: this warpgroup's last tile, when its last row sees at most the tile's first 64 keys.
     const bool half_last = HALF && je > ja && wg_last_key - (t0 + je - 1) * BN < BN / 2;
     // Turns (PP): the consumers issue their products in turn, round robin over the block's whole run
     // (`turn` counts this warpgroup's turns across its tiles): warpgroup w waits on named barrier 3 + w and

@@ -372,7 +372,9 @@ pub struct AbSwitches {
     /// `desc-fold`: each step's `wgmma` descriptor formed as sessions 7-17 did (the tile's whole descriptor
     /// plus the step's offset, refolded by the compiler into a masked and shifted address per step), not as
     /// the product's one add to the low word (`FA3_XO_DESC_FOLD`; the plain entries; it restores the Q·Kᵀ
-    /// steps and whole-block V steps, not FP8's P·V steps or the N = 32 product of classes 96, 160, 224).
+    /// steps and whole-block V steps, not FP8's P·V steps or the N = 32 product of classes 96, 160, 224). It
+    /// also runs the causal diagonal's P·V whole, as `full_diag` does: the half product is written for the
+    /// one-add descriptors only.
     pub desc_fold: bool,
     /// `eager-max`: each row's reference maximum moves whenever a tile's maximum exceeds it, O rescaled
     /// then (sessions 7-17), not only past the product's slack of 8 in log2 units (`FA3_XO_EAGER_MAX`; the
