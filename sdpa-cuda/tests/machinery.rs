@@ -85,7 +85,8 @@ fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
 
 /// A warm-up loads exactly what the calls then launch: after it, running each call loads nothing more.
 /// The calls cover every family and the variants chosen by layout and device (fa1's tiled SIMT and
-/// tensor-core entries, the tf32 wgmma entry, splitkv's TMA and bulk paths, the small and deep fa2 tiles).
+/// tensor-core entries, the tf32 wgmma entry, splitkv's TMA and bulk paths, the small and deep fa2 tiles, and
+/// on sm_90 the fa3 entry `auto` takes for the long causal call, whose deep fa2 tile is asked for by name).
 #[test]
 fn a_warm_up_loads_what_the_calls_launch() {
     let Some(g) = gpu() else { return };
@@ -101,6 +102,7 @@ fn a_warm_up_loads_what_the_calls_launch() {
         (spec(1, 8, 8, 1, 3000, 96, DType::F16, Mask::None), opts(Kernel::Auto, F32Math::Exact)),
         (spec(1, 1, 1, 64, 64, 64, DType::BF16, Mask::None), opts(Kernel::Fa2, F32Math::Exact)),
         (spec(2, 16, 16, 1000, 1000, 128, DType::F16, Mask::CausalTopLeft), opts(Kernel::Auto, F32Math::Exact)),
+        (spec(2, 16, 16, 1000, 1000, 128, DType::F16, Mask::CausalTopLeft), opts(Kernel::Fa2, F32Math::Exact)),
         (spec(1, 2, 2, 70, 90, 64, DType::BF16, Mask::None), opts(Kernel::Unfused, F32Math::Exact)),
     ];
     let warmed = g.warm_up(&calls).expect("warm-up");
