@@ -723,9 +723,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
                     fa3_pv_step<DV, T>(o, pa[kk], fa3_desc_lo_mn(va + kk * 2048, L::BLOCK_KV), L::BLOCK_KV);
             } else {
                 const unsigned v0 = fa3_opaque(fa3_desc_lo_mn(aV + sj * L::V_BYTES, L::BLOCK_KV));
-                bool run_half = false;
-                if constexpr (HALF) run_half = fa3_warp_uniform(half);
-                if (run_half) {
+                if (HALF && fa3_warp_uniform(half)) {
 #pragma unroll
                     for (int kk = 0; kk < KT / 2; ++kk)  // keys 0..63
                         fa3_pv_step<DV, T>(o, pa[kk], v0 + kk * (2048 / 16), L::BLOCK_KV);
