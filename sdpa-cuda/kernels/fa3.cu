@@ -108,6 +108,10 @@
 // FA3_XO_FULL_DIAG runs a causal warpgroup's last P·V over the whole tile where the product takes only the first
 // 64 keys, the ones its rows see (fa3_consume_tile's HALF).
 #define FA3_XO_FULL_DIAG 512
+// FA3_XO_VT_PREPASS (FP8 entries) reads Vᵀ from the workspace a pre-pass kernel writes before the call (sessions
+// 8-21, fa3_fp8.cuh FA3_FP8_VT_ENTRY) instead of the product's transpose inside the producer warpgroup
+// (Fa3Smem::VT_STAGED, fa3_fp8_transpose_v).
+#define FA3_XO_VT_PREPASS 1024
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
 // rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
@@ -169,13 +173,15 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
 // Depth of the work-tile ring through which the producer hands each tile it takes to the consumers.
 #define FA3_SCHED 4
+// Threads of the producer warpgroup that transpose FP8's V tiles (Fa3Smem::VT_STAGED): its warps 1-3.
+#define FA3_VT_THREADS 96
 // Dynamic shared memory one block may take on sm_90 (227 KB).
 #define FA3_SMEM_LIMIT (227 * 1024)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #include "fa3_wgmma.cuh"
 
-template <typename T, int D, int DV, int BN, int ST, int NC>
+template <typename T, int D, int DV, int BN, int ST, int NC, int XO = 0>
 struct Fa3Smem {
     static constexpr int ES = sizeof(T);            // element bytes: 2, or 1 for E4M3
     static constexpr int COLS = 128 / ES;            // columns of one 128-byte TMA box row
@@ -190,17 +196,29 @@ struct Fa3Smem {
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = NC * Q_BYTES;
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
-    static constexpr int TILES_END = V_OFF + ST * V_BYTES;
+    // FP8 (unless FA3_XO_VT_PREPASS): TMA stages each V tile as it is stored, [keys][128-column boxes], and the
+    // producer's transposing warps write it into the Vᵀ ring (fa3_fp8_transpose_v). Two staged tiles where
+    // they fit beside O's staging (classes 64 and 128), else one (256).
+    static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_PREPASS) == 0;
+    static constexpr int VS_BYTES = VT_STAGED ? BN * 128 * ((DV + 127) / 128) : 0;  // one staged V tile
+    static constexpr int VS_OFF = V_OFF + ST * V_BYTES;
+    static constexpr int SV = !VT_STAGED ? 0
+                              : VS_OFF + 2 * VS_BYTES + 4 * NC * 2048 + 8 * (2 * NC + 4 * ST + 4) + 20 * FA3_SCHED <=
+                                        FA3_SMEM_LIMIT
+                                  ? 2
+                                  : 1;
+    static constexpr int TILES_END = VS_OFF + SV * VS_BYTES;
     // O's staging (the consumers' epilogue): 16 rows x 64 two-byte columns (2 KB) per consumer warp, where the
     // block has room for it within the 227 KB an sm_90 block may take (classes 64, 96, 128 and 192/128, every
     // FP8 class; not 160, 192, 224 and 256); elsewhere O leaves from registers.
     static constexpr int O_STAGE_BYTES = 4 * NC * 2048;
     static constexpr bool O_STAGED =
-        TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;
+        TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST + 2 * SV) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;
     static constexpr int O_OFF = TILES_END;
     static constexpr int BAR_OFF = O_OFF + (O_STAGED ? O_STAGE_BYTES : 0);
-    // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], 8 bytes each.
-    static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);
+    // q_full[NC], q_empty[NC], k_full[ST], k_empty[ST], v_full[ST], v_empty[ST], vs_full[SV], vs_empty[SV],
+    // 8 bytes each.
+    static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST + 2 * SV);
     // The work-tile ring (fa3_next_tile): sched_full[FA3_SCHED], sched_empty[FA3_SCHED], then the tiles.
     static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;
     static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;
@@ -381,8 +399,8 @@ __device__ __forceinline__ void fa3_stg16_if(bool pred, void* ptr, const uint4& 
 
 // Shared-memory addresses of a block's buffers and barriers (Fa3Smem's layout).
 struct Fa3Ring {
-    unsigned q, k, v;                                       // Q of consumer 0, the K ring, the V ring
-    unsigned q_full, q_empty, k_full, k_empty, v_full, v_empty;  // barrier arrays, 8 bytes per entry
+    unsigned q, k, v, vs;  // Q of consumer 0, the K ring, the V ring, FP8's staged V tiles (Fa3Smem::VT_STAGED)
+    unsigned q_full, q_empty, k_full, k_empty, v_full, v_empty, vs_full, vs_empty;  // barrier arrays, 8 bytes each
     unsigned sched_full, sched_empty;                       // the work-tile ring's barriers
     volatile int* sched;                                    // its FA3_SCHED tiles
 };
@@ -392,12 +410,15 @@ __device__ __forceinline__ Fa3Ring fa3_ring(unsigned base) {
     r.q = base + L::Q_OFF;
     r.k = base + L::K_OFF;
     r.v = base + L::V_OFF;
+    r.vs = base + L::VS_OFF;
     r.q_full = base + L::BAR_OFF;
     r.q_empty = r.q_full + 8 * L::NC_;
     r.k_full = r.q_empty + 8 * L::NC_;
     r.k_empty = r.k_full + 8 * L::ST_;
     r.v_full = r.k_empty + 8 * L::ST_;
     r.v_empty = r.v_full + 8 * L::ST_;
+    r.vs_full = r.v_empty + 8 * L::ST_;
+    r.vs_empty = r.vs_full + 8 * L::SV;
     r.sched_full = base + L::SCHED_BAR_OFF;
     r.sched_empty = r.sched_full + 8 * FA3_SCHED;
     return r;
@@ -531,7 +552,7 @@ __device__ __forceinline__ bool fa3_has_rows(const AttnParams& p, const S& sv, i
 // this query tile (tile j of it takes slot (ring + j) % ST, in that slot's use (ring + j) / ST); nq[c]
 // counts consumer c's Q loads so far. The first
 // K tile goes before the Q loads: its slot frees earlier than the Q buffers do.
-template <typename T, int D, int DV, int BN, int ST, int NC, typename S>
+template <typename T, int D, int DV, int BN, int ST, int NC, int XO, typename S>
 __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring& r, const S& sv, int h, int kvh,
                                                  int m0, int t0, int n_tiles, int ring, int (&nq)[NC]) {
     const int b = sv.map_b(), kr = sv.k_row0();  // the maps' batch and first key row
@@ -555,7 +576,7 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
             }
         }
     };
-    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC, XO>;
     constexpr int CB = L::DS / L::COLS, CBV = L::DVS / 64;  // box blocks of a Q/K row and of a V row
     // Blocks holding some of the call's columns: the others are never loaded.
     const int kb = fa3_live_blocks<L::DS, L::COLS>(a.p.d), vb = fa3_live_blocks<L::DVS>(a.p.dv);
@@ -570,6 +591,19 @@ __device__ __forceinline__ void fa3_produce_tile(const Fa3Args& a, const Fa3Ring
                 boxes(r.k + s * L::K_BYTES + c * L::BLOCK_KV, &a.k, L::COLS * c, j, r.k_full + 8 * s, pol);
     };
     auto load_v = [&](int j) {
+        if constexpr (L::VT_STAGED) {
+            // V as stored, into the staging ring (the transposing warps release a slot once they read it):
+            // boxes of 128 columns, as K's, those past the call's dv never loaded.
+            constexpr int CBS = L::VS_BYTES / (BN * 128);
+            const int s = (ring + j) % L::SV, use = (ring + j) / L::SV;
+            const int live = fa3_live_blocks<CBS * 128, 128>(a.p.dv);
+            if (use > 0) sm90_mbar_wait(r.vs_empty + 8 * s, (use - 1) & 1);
+            sm90_mbar_expect(r.vs_full + 8 * s, live * BN * 128);
+#pragma unroll
+            for (int c = 0; c < CBS; ++c)
+                if (c < live) boxes(r.vs + s * L::VS_BYTES + c * BN * 128, &a.v, 128 * c, j, r.vs_full + 8 * s, pol);
+            return;
+        }
         const int s = (ring + j) % ST, use = (ring + j) / ST;
         if (use > 0) sm90_mbar_wait(r.v_empty + 8 * s, (use - 1) & 1);
         if constexpr (Fa3Elem<T>::FP8) {
@@ -630,7 +664,7 @@ __device__ __forceinline__ float fa3_variant_score(const Fa3Args& a, float x, fl
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO, typename S>
 __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char* smem, const Fa3Ring& r, const S& sv,
                                                  int h, int m0, int t0, int n_tiles, int ring, int q_phase, int& turn) {
-    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC, XO>;
     const AttnParams& p = a.p;
     const int b = sv.b;  // the batch, or the sequence of a ragged call
     constexpr int NT = BN / 8;                      // n8 tiles of S
@@ -1152,7 +1186,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     static_assert(SERVE == FA3_SERVE_DENSE || (!Fa3Elem<T>::FP8 && XO == 0),
                   "ragged batches: f16/bf16, no measurement switch");
     constexpr bool RAG = SERVE != FA3_SERVE_DENSE;
-    using L = Fa3Smem<T, D, DV, BN, ST, NC>;
+    using L = Fa3Smem<T, D, DV, BN, ST, NC, XO>;
     constexpr int BM = 64 * NC;
     const AttnParams& p = a.p;
     const int tid = threadIdx.x, warp = tid / 32;
@@ -1192,14 +1226,19 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
             sm90_mbar_init(r.k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
-            sm90_mbar_init(r.v_full + 8 * s, 1);
+            sm90_mbar_init(r.v_full + 8 * s, L::VT_STAGED ? FA3_VT_THREADS : 1);  // (or every transposing thread)
             sm90_mbar_init(r.k_empty + 8 * s, 128 * NC);  // every consumer thread
             sm90_mbar_init(r.v_empty + 8 * s, 128 * NC);
         }
 #pragma unroll
+        for (int s = 0; s < L::SV; ++s) {
+            sm90_mbar_init(r.vs_full + 8 * s, 1);  // the producer's expect_tx
+            sm90_mbar_init(r.vs_empty + 8 * s, FA3_VT_THREADS);
+        }
+#pragma unroll
         for (int s = 0; s < FA3_SCHED; ++s) {
             sm90_mbar_init(r.sched_full + 8 * s, 1);  // the producer's store
-            sm90_mbar_init(r.sched_empty + 8 * s, 128 * NC);
+            sm90_mbar_init(r.sched_empty + 8 * s, 128 * NC + (L::VT_STAGED ? FA3_VT_THREADS : 0));
         }
         sm90_mbar_init_fence();
     }
@@ -1210,6 +1249,12 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / L::COLS, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
         fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / L::COLS, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
     }
+    // FP8's Vᵀ rows past the staged boxes (a class wider than the call's dv by a whole 128-column box) are never
+    // written by the transposing warps: zeros, as the pre-pass's map gave them (their O columns are not stored,
+    // but garbage there could be NaN and send rows to the repair).
+    const int vt_live = min(DV / 32, (p.dv + 127) / 128 * 4);  // 32-row blocks of a Vᵀ slot the warps write
+    if (L::VT_STAGED && vt_live < DV / 32)
+        fa3_zero_blocks(smem + L::V_OFF, ST, L::V_BYTES, DV / 32, vt_live, 32 * 128, tid, FA3_THREADS(NC));
     __syncthreads();
 
     if (wgi == NC) {
@@ -1223,8 +1268,30 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                 if (w < 0) break;
                 int h, m0, t0, n_tiles;
                 const auto sv = tile(w, h, m0, t0, n_tiles);
-                fa3_produce_tile<T, D, DV, BN, ST, NC>(a, r, sv, h, h / p.group, m0, t0, n_tiles, ring, nq);
+                fa3_produce_tile<T, D, DV, BN, ST, NC, XO>(a, r, sv, h, h / p.group, m0, t0, n_tiles, ring, nq);
                 ring += n_tiles;
+            }
+        } else if constexpr (L::VT_STAGED) {
+            if (tid < 128 * NC + 32) return;
+            // FP8: the other three warps write each staged V tile into the Vᵀ ring, in the ring's order (every
+            // V tile the producer loads, whether or not a consumer has rows for it), once the consumers
+            // released the slot; they follow the work tiles as the consumers do.
+            int ring = 0;
+            for (int n = 0;; ++n) {
+                const int w = fa3_take_tile(r, n);
+                if (w < 0) break;
+                int h, m0, t0, n_tiles;
+                tile(w, h, m0, t0, n_tiles);
+                for (int j = 0; j < n_tiles; ++j, ++ring) {
+                    const int s = ring % L::SV, vs = ring % ST, vu = ring / ST;
+                    sm90_mbar_wait(r.vs_full + 8 * s, (ring / L::SV) & 1);
+                    if (vu > 0) sm90_mbar_wait(r.v_empty + 8 * vs, (vu - 1) & 1);
+                    fa3_fp8_transpose_v(r.v + vs * L::V_BYTES, r.vs + s * L::VS_BYTES, 32 * vt_live,
+                                        warp - 4 * NC - 1, 3, tid % 32);
+                    sm90_proxy_fence();  // the stores, for the consumers' wgmma (async proxy)
+                    sm90_mbar_arrive(r.v_full + 8 * vs);
+                    sm90_mbar_arrive(r.vs_empty + 8 * s);
+                }
             }
         }
     } else {

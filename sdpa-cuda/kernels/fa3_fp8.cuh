@@ -199,4 +199,57 @@ __device__ __forceinline__ void fa3_fp8_pv(float (&o)[DV / 2], const unsigned (&
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) fa3_rs(o, pa[kk], fa3_desc(vt_lo + 2 * kk), sdpa_e4m3());
 }
+
+// ---- Vᵀ inside the kernel (the product; FA3_XO_VT_PREPASS brings back the pre-pass above) ----
+// TMA stages a V tile as stored, [BN = 128 keys][128-column boxes] in the 128-byte swizzle (16-byte chunk c of key
+// row k at chunk c ^ (k % 8), boxes BN·128 bytes apart), and the producer warpgroup's three warps that do not
+// issue copies write it into the Vᵀ slot in the layout the pre-pass's tiles had: DV rows of 128 bytes (keys
+// permuted within each 16-key group as fa3_fp8_key_of says), 16-byte chunk g of row d at g ^ (d % 8).
+//
+// One unit is 16 keys (group g) x 32 columns (d0 = 32 db) of a tile: one ldmatrix.x4.trans of 16-bit pairs, four
+// byte permutes, one stmatrix.x4. Matrix m of the load (lanes 8m.. give its row addresses) is keys 8 (m & 1)..
+// of the group at columns d0 + 16 (m >> 1)..; transposed, lane t (q = t % 4, c = t / 4) gets from it keys 2q and
+// 2q + 1 at columns 2c and 2c + 1 of that half, as bytes [k2q c2c, k2q c2c+1, k2q+1 c2c, k2q+1 c2c+1]. Vᵀ row
+// d0 + 2c (+ 1) wants at word q of the group keys 2q, 2q + 1, 2q + 8, 2q + 9 (fa3_fp8_key_of): bytes 0 and 2
+// (1 and 3) of matrices 0 and 1, one prmt. The store's matrix j takes each lane's word for row 8 (j >> 1) · 2 +
+// 2c + e, with e = (c >> 2) ^ (j & 1) choosing the even or odd row: the eight rows one matrix writes then differ
+// in d % 8, so their chunks (g ^ (d % 8)) cover every bank once, as do the load's eight keys (k % 8 = row).
+__device__ __forceinline__ void fa3_ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void fa3_stsm_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned fa3_prmt(unsigned a, unsigned b, unsigned sel) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// Vᵀ of one staged V tile (at `staged`) into a Vᵀ slot (at `vt`) by warp `w` of `nw`, lane `lane`: the units of the
+// first `cols` columns (a multiple of 32: the boxes TMA loaded; later rows of the slot are left as they are, their
+// O columns are never stored). BN = 128 keys.
+__device__ __forceinline__ void fa3_fp8_transpose_v(unsigned vt, unsigned staged, int cols, int w, int nw, int lane) {
+    const int m = lane >> 3, r = lane & 7, c = lane >> 2;
+    // Load: key row 8 (m & 1) + r of the group, chunk 2 (db & 3) + (m >> 1) of box db >> 2, swizzled by r.
+    const unsigned ld = staged + (8 * (m & 1) + r) * 128;
+    // Store: Vᵀ row 16 (m >> 1) + 2r + e of the unit, e as above with j = m.
+    const int row = 16 * (m >> 1) + 2 * r + (((r >> 2) ^ m) & 1);
+    const unsigned lo = 0x6420u, hi = 0x7531u;  // bytes 0, 2 (even row) or 1, 3 (odd row) of two loads
+    const unsigned sa = (c >> 2) ? hi : lo, sb = (c >> 2) ? lo : hi;
+    const int units = 8 * (cols / 32);
+    for (int u = w; u < units; u += nw) {
+        const int g = u & 7, db = u >> 3;
+        unsigned x[4];
+        fa3_ldsm_x4_trans(x, ld + (db >> 2) * (128 * 128) + g * (16 * 128) + (((2 * (db & 3) + (m >> 1)) ^ r) << 4));
+        const int d = 32 * db + row;
+        fa3_stsm_x4(vt + d * 128 + ((g ^ (d & 7)) << 4), fa3_prmt(x[0], x[1], sa), fa3_prmt(x[0], x[1], sb),
+                    fa3_prmt(x[2], x[3], sa), fa3_prmt(x[2], x[3], sb));
+    }
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

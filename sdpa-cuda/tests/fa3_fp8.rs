@@ -202,10 +202,29 @@ fn what_does_not_take_fp8_refuses_it() {
     }
 }
 
+/// More (batch, kv head) pairs than one grid dimension holds (65535): the product transposes V inside the
+/// kernel and takes them (the pre-pass of sessions 8-21, now `SDPA_FA3_AB=vt-prepass`, refused them), GQA 2,
+/// causal, the class 64 padded from 16.
+#[test]
+fn fp8_takes_more_kv_heads_than_a_grid_row_holds() {
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let shape = sh(1, 2 * 70_000, 70_000, 5, 7, 16);
+    let case = Case::new(shape, DType::F8E4M3, Mask::CausalBottomRight, Layout::Bhsd, Kernel::Fa3, F32Math::Exact);
+    let spec = fp8_spec(&case);
+    let inputs = HostInputs::random(&spec, 4242).expect("valid spec");
+    let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("fa3 takes it");
+    let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
+    assert!(r.pass, "{}: {r:?}", case.label());
+}
+
 /// Small FP8 calls of every class for compute-sanitizer (fa3_fp8_run.sh runs this test under memcheck,
 /// racecheck and synccheck with `SDPA_FA3_GRID=2,1`, so that each persistent block walks several tiles):
-/// the Vᵀ pre-pass with partial 64-key and 64-column blocks, and the kernel at 64 (padded from 32), 128 and 256
-/// (Dv below D), causal in both alignments and not, both layouts.
+/// partial key tiles and boxes (the transposing warps' staged V tiles; under `SDPA_FA3_AB=vt-prepass` the
+/// pre-pass's partial 64-key and 64-column blocks), and the kernel at 64 (padded from 32), 128 and 256 (Dv below
+/// D), causal in both alignments and not, both layouts.
 #[test]
 fn small_calls_for_the_sanitizer() {
     let Some(gpu) = gpu() else { return };

@@ -48,9 +48,12 @@
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
-//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so [`run`] first writes Vᵀ into a workspace
-//! (the `fa3_fp8_vt` pre-pass, keys permuted within groups of 16 to match P's registers) and the kernel loads
-//! that. Q's and K's descales are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
+//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so TMA stages each V tile as stored and the
+//! producer warpgroup's three other warps write it transposed into the Vᵀ ring (keys permuted within groups of
+//! 16 to match P's registers; kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`). Sessions 8-21 wrote Vᵀ into a
+//! workspace with a pre-pass kernel instead (`fa3_fp8_vt`), now the measurement switch `vt-prepass`
+//! ([`AbSwitches::vt_prepass`]). Q's and K's descales are folded into the softmax scale, V's into O's final
+//! scale ([`plan_with`]).
 //! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
 //! Speed and accuracy: `bench/results/gpu/fp8.md`.
 
@@ -108,7 +111,7 @@ impl Fa3Tile {
     /// consumer, the K and V rings (rows of [`stored`] columns), O's staging where it fits, the mbarriers
     /// (full and empty per consumer's Q, per K and per V slot) and the work-tile ring.
     pub fn smem_bytes(&self, d: usize, dv: usize) -> usize {
-        with_o_stage(self.tile_bytes(d, dv), *self)
+        with_o_stage(self.tile_bytes(d, dv), *self, 0)
     }
 
     /// The tiles' part of [`Fa3Tile::smem_bytes`] (f16/bf16): Q of every consumer and the K and V rings.
@@ -210,22 +213,32 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
     }
 }
 
-/// Most (batch, kv head) pairs of an FP8 call: the Vᵀ pre-pass launches one grid row (`gridDim.z`) per pair,
-/// and CUDA caps that dimension at 65535. Refused up front, before the workspace is allocated, rather than
-/// failing at launch (launching the pre-pass in chunks of pairs would lift it; not written without a GPU to
-/// run it on).
+/// Most (batch, kv head) pairs of an FP8 call under the `vt-prepass` measurement switch: the Vᵀ pre-pass
+/// launches one grid row (`gridDim.z`) per pair, and CUDA caps that dimension at 65535. Refused before the
+/// workspace is allocated ([`prepass_refuses`]). The product, which transposes V in the kernel, has no such bound.
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
-/// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (f8e4m3's Vᵀ pre-pass is
-/// laid out per dense batch), packed K/V or a paged cache whose page size the key tile's boxes fit ([`paged_tile`]);
+/// Why the `vt-prepass` switch's pre-pass cannot run `spec` (more than [`VT_MAX_BATCH_HEADS`] pairs), or `None`.
+pub fn prepass_refuses(spec: &AttentionSpec) -> Option<String> {
+    let s = spec.shape;
+    (s.b.saturating_mul(s.hkv) > VT_MAX_BATCH_HEADS).then(|| {
+        format!(
+            "SDPA_FA3_AB=vt-prepass: the Vᵀ pre-pass runs one grid row per (batch, kv head) pair, at most \
+             {VT_MAX_BATCH_HEADS} (got B = {} x Hkv = {}); without the switch fa3 takes the call",
+            s.b, s.hkv
+        )
+    })
+}
+
+/// Why `fa3` cannot run the ragged `spec`, or `None` (also for a dense spec). f16/bf16 only (the f8e4m3 entries
+/// have no ragged instantiation), packed K/V or a paged cache whose page size the key tile's boxes fit ([`paged_tile`]);
 /// the others are refused with who takes them. The packed rows must leave the kernel's 32-bit TMA row coordinates
 /// (packed row of a tile plus a box) room: total query rows plus keys below [`VARIANT_MAX_TOKENS`].
 pub fn refuses_ragged(spec: &AttentionSpec) -> Option<String> {
     let r = spec.ragged.as_ref()?;
     if spec.dtype == DType::F8E4M3 {
         return Some(format!(
-            "fa3 runs ragged (varlen) batches of f16 and bf16 only (its f8e4m3 Vᵀ pre-pass is laid out per dense \
-             batch); {}",
+            "fa3 runs ragged (varlen) batches of f16 and bf16 only (its f8e4m3 entries read dense batches); {}",
             elsewhere(spec, "")
         ));
     }
@@ -267,13 +280,6 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
             "fa3 takes f8e4m3 head dims D and Dv that are multiples of 16 up to 256 (classes 64, 128 and 256; \
              TMA rows of whole 16-byte chunks; got D = {}, Dv = {}); no other kernel takes f8e4m3",
             s.d, s.dv
-        ));
-    }
-    if spec.dtype == DType::F8E4M3 && s.b.saturating_mul(s.hkv) > VT_MAX_BATCH_HEADS {
-        return Some(format!(
-            "fa3 takes f8e4m3 calls of at most {VT_MAX_BATCH_HEADS} (batch, kv head) pairs (its Vᵀ pre-pass \
-             runs one grid row per pair; got B = {} x Hkv = {}); no other kernel takes f8e4m3",
-            s.b, s.hkv
         ));
     }
     if head_dim_class(s.d, s.dv).is_none() {
@@ -388,11 +394,16 @@ pub struct AbSwitches {
     /// the first 64 keys, the ones its rows see (`FA3_XO_FULL_DIAG`; f16/bf16 causal entries with 128-key
     /// tiles, a no-op elsewhere).
     pub full_diag: bool,
+    /// `vt-prepass`: FP8's Vᵀ written into a workspace by a pre-pass kernel before the call (sessions 8-21;
+    /// its own launch, which reads and writes V once more, and one grid row per (batch, kv head) pair), where the
+    /// product transposes each V tile in the producer warpgroup (`FA3_XO_VT_PREPASS`; FP8 entries, a no-op
+    /// for f16/bf16).
+    pub vt_prepass: bool,
 }
 
 impl AbSwitches {
     /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7, `direct_o`
-    /// bit 8, `full_diag` bit 9).
+    /// bit 8, `full_diag` bit 9, `vt_prepass` bit 10).
     pub fn bits(self) -> u16 {
         u16::from(self.store16)
             | (u16::from(self.tile_turns) << 1)
@@ -401,6 +412,7 @@ impl AbSwitches {
             | (u16::from(self.eager_max) << 7)
             | (u16::from(self.direct_o) << 8)
             | (u16::from(self.full_diag) << 9)
+            | (u16::from(self.vt_prepass) << 10)
     }
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
@@ -422,7 +434,7 @@ impl AbSwitches {
     }
 
     /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
-    /// `desc-fold`, `eager-max`, `direct-o` and `full-diag` (empty: none).
+    /// `desc-fold`, `eager-max`, `direct-o`, `full-diag` and `vt-prepass` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -433,6 +445,7 @@ impl AbSwitches {
                 "eager-max" => ab.eager_max = true,
                 "direct-o" => ab.direct_o = true,
                 "full-diag" => ab.full_diag = true,
+                "vt-prepass" => ab.vt_prepass = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -443,7 +456,7 @@ impl AbSwitches {
                     None => {
                         return Err(unsupported(format!(
                             "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
-                             desc-fold, eager-max, direct-o or full-diag, comma-separated)"
+                             desc-fold, eager-max, direct-o, full-diag or vt-prepass, comma-separated)"
                         )))
                     }
                 },
@@ -496,15 +509,35 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
 }
 
 /// Shared memory of an FP8 block at class (`d`, `dv`): Q and K rows of whole 128-column boxes, Vᵀ tiles of
-/// `dv` rows of 128 keys, one byte each, and the barriers (`Fa3Smem` with `ES = 1`).
-pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
-    with_o_stage(fp8_tile_bytes(t, d, dv), t)
+/// `dv` rows of 128 keys, one byte each, the V tiles staged for the producer's transpose (`staged`: the product;
+/// not with the pre-pass, [`AbSwitches::vt_prepass`]) and the barriers (`Fa3Smem` with `ES = 1`).
+pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> usize {
+    let (slots, _) = fp8_v_staging(t, d, dv, staged);
+    with_o_stage(fp8_tile_bytes(t, d, dv, staged), t, slots)
 }
 
-/// The tiles' part of [`fp8_smem_bytes`]: Q, the K ring and the Vᵀ ring.
-pub fn fp8_tile_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
+/// The tiles' part of [`fp8_smem_bytes`]: Q, the K ring, the Vᵀ ring and the staged V tiles.
+pub fn fp8_tile_bytes(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> usize {
+    let (slots, bytes) = fp8_v_staging(t, d, dv, staged);
+    fp8_ring_bytes(t, d, dv) + slots * bytes
+}
+
+/// Q, the K ring and the Vᵀ ring of an FP8 block (`Fa3Smem::VS_OFF`).
+fn fp8_ring_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
     let ds = d.div_ceil(128) * 128;
     t.consumers * 64 * ds + t.stages * t.bn * (ds + dv)
+}
+
+/// The V tiles an FP8 block stages for its transposing warps (`Fa3Smem::SV`, `VS_BYTES`): (slots, bytes of
+/// one), a tile being `bn` keys of whole 128-column boxes; two slots where they fit beside O's staging, else
+/// one; none with the pre-pass (`staged` false).
+pub fn fp8_v_staging(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> (usize, usize) {
+    if !staged {
+        return (0, 0);
+    }
+    let bytes = t.bn * 128 * dv.div_ceil(128);
+    let two = fp8_ring_bytes(t, d, dv) + 2 * bytes + o_stage_bytes(t) + barrier_bytes(t, 2) <= SMEM_LIMIT;
+    (if two { 2 } else { 1 }, bytes)
 }
 
 /// Dynamic shared memory an sm_90 block may take (`FA3_SMEM_LIMIT`).
@@ -516,21 +549,22 @@ fn o_stage_bytes(t: Fa3Tile) -> usize {
 }
 
 /// Whether a block whose tiles (Q, K and V) take `tiles` bytes stages O through shared memory
-/// (`Fa3Smem::O_STAGED`): where the staging, the barriers and the tiles fit in [`SMEM_LIMIT`].
-pub fn o_staged(tiles: usize, t: Fa3Tile) -> bool {
-    tiles + o_stage_bytes(t) + barrier_bytes(t) <= SMEM_LIMIT
+/// (`Fa3Smem::O_STAGED`): where the staging, the barriers (with `slots` staged FP8 V tiles) and the tiles fit
+/// in [`SMEM_LIMIT`].
+pub fn o_staged(tiles: usize, t: Fa3Tile, slots: usize) -> bool {
+    tiles + o_stage_bytes(t) + barrier_bytes(t, slots) <= SMEM_LIMIT
 }
 
 /// A block's shared memory after its tiles (`tiles` bytes), for every element type (fa3.cu `Fa3Smem`): O's
 /// staging where it fits ([`o_staged`]), then the Q and K/V ring mbarriers, 8 bytes each, and the work-tile
 /// ring (an mbarrier pair and a tile index per slot).
-fn with_o_stage(tiles: usize, t: Fa3Tile) -> usize {
-    tiles + if o_staged(tiles, t) { o_stage_bytes(t) } else { 0 } + barrier_bytes(t)
+fn with_o_stage(tiles: usize, t: Fa3Tile, slots: usize) -> usize {
+    tiles + if o_staged(tiles, t, slots) { o_stage_bytes(t) } else { 0 } + barrier_bytes(t, slots)
 }
 
-/// The mbarriers and the work-tile ring.
-fn barrier_bytes(t: Fa3Tile) -> usize {
-    8 * (2 * t.consumers + 4 * t.stages) + 20 * SCHED_RING
+/// The mbarriers (with `slots` staged FP8 V tiles, a pair each) and the work-tile ring.
+fn barrier_bytes(t: Fa3Tile, slots: usize) -> usize {
+    8 * (2 * t.consumers + 4 * t.stages + 2 * slots) + 20 * SCHED_RING
 }
 
 /// Threads of a Vᵀ pre-pass block (a 64-key x 64-column tile, one 16-byte load and store each).
@@ -691,10 +725,9 @@ pub fn compile_check_variant_programs() -> Vec<Program> {
         .collect()
 }
 
-/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), and the Vᵀ
-/// pre-pass (7).
+/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]) (6).
 pub fn fp8_programs() -> Vec<Program> {
-    let mut all = vec![vt_program()];
+    let mut all = Vec::new();
     for class in FA3_FP8_CLASSES {
         for mask in [MASK_NONE, MASK_CAUSAL] {
             all.push(program(DType::F8E4M3, class, fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL), mask, true));
@@ -728,6 +761,8 @@ pub fn programs() -> Vec<Program> {
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
+    all.push(fp8_prepass_program());
+    all.push(vt_program());
     all
 }
 
@@ -742,24 +777,34 @@ fn measured_check_program() -> Program {
         eager_max: true,
         direct_o: true,
         full_diag: true,
+        vt_prepass: false, // FP8 only: fp8_prepass_program
     };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
+}
+
+/// FP8's entry under the `vt-prepass` switch (reading the pre-pass's Vᵀ, its own shared-memory layout), at the
+/// class 128, causal; its pre-pass is [`vt_program`].
+fn fp8_prepass_program() -> Program {
+    let ab = AbSwitches { vt_prepass: true, ..AbSwitches::default() };
+    measured_program(DType::F8E4M3, (128, 128), fp8_tile_for(128, 128, true), MASK_CAUSAL, true, ab)
 }
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
 /// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
 /// in constants only), FP8's, two variant entries ([`compile_check_variant_programs`]), three ragged ones
-/// ([`compile_check_ragged_programs`]) and the measurement entry.
+/// ([`compile_check_ragged_programs`]), the measurement entries and the `vt-prepass` switch's pre-pass.
 pub fn compile_check_programs() -> Vec<Program> {
     let mut all: Vec<Program> = FA3_CLASSES
         .into_iter()
         .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
         .collect();
-    // FP8: its own products and layout per class, and the pre-pass.
+    // FP8: its own products and layout per class.
     all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
+    all.push(fp8_prepass_program());
+    all.push(vt_program());
     all
 }
 
@@ -891,7 +936,8 @@ pub fn check(
         }
         None => tile,
     };
-    let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
+    let smem =
+        if fp8 { fp8_smem_bytes(tile, class.0, class.1, fp8_vt_staged()?) } else { tile.smem_bytes(class.0, class.1) };
     if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"
@@ -915,6 +961,11 @@ pub fn check(
     Ok((class, tile))
 }
 
+/// Whether FP8 calls transpose V inside the kernel (the product), not in the `vt-prepass` switch's pre-pass.
+fn fp8_vt_staged() -> Result<bool> {
+    Ok(!ab_switches()?.vt_prepass)
+}
+
 /// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
 fn fp8_aligned(p: &AttnParams) -> bool {
     let ptrs = [p.q, p.k, p.v, p.o].iter().all(|&a| a % 16 == 0);
@@ -928,20 +979,24 @@ pub fn vt_keys(sk: usize) -> usize {
     sk.div_ceil(16) * 16
 }
 
-/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it. FP8 calls get V's
-/// map over V itself here (the checks only); [`run`] plans them over the Vᵀ workspace ([`plan_with`]).
+/// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it. FP8 calls under the
+/// `vt-prepass` switch get V's map over V itself here (the checks only); [`run`] plans them over the Vᵀ
+/// workspace ([`plan_with`]).
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
     plan_with(call, None)
 }
 
-/// [`plan`], with FP8's V map over the Vᵀ workspace at `vt` (`[B, Hkv, Dv, vt_keys(Sk)]` bytes) when given.
+/// [`plan`], with FP8's V map over the pre-pass's Vᵀ workspace at `vt` (`[B, Hkv, Dv, vt_keys(Sk)]` bytes) when
+/// given.
 pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let spec = call.spec;
     let info = call.dev.info();
     let p = &call.params;
     let (class, tile) = check(spec, p, info.compute_capability, info.smem_per_block_optin)?;
     let fp8 = spec.dtype == DType::F8E4M3;
-    let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1) } else { tile.smem_bytes(class.0, class.1) };
+    let ab = ab_switches()?;
+    let smem =
+        if fp8 { fp8_smem_bytes(tile, class.0, class.1, !ab.vt_prepass) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
     let masking = Masking::of(spec);
     // A band (variants) weighs query tiles unequally as a causal mask does (the static schedule's grid).
@@ -959,13 +1014,14 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [nb, h, sl, d], strides: packed(st) };
     let pages = ragged.and_then(|r| r.pages);
     let (k_op, v_op, box_keys) = kv_operands(spec, p, tile.bn);
-    let v_map = if fp8 {
-        // Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
+    let v_map = if fp8 && ab.vt_prepass {
+        // The pre-pass's Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
         let kp = vt_keys(s.sk) as i64;
         let dv = s.dv as i64;
         let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
         padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
     } else {
+        // V as stored (FP8: boxes of 128 one-byte columns, which the kernel stages and transposes).
         padded_tensor_map(&v_op, box_keys)
     };
     let maps = (padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64), padded_tensor_map(&k_op, box_keys), v_map);
@@ -1000,7 +1056,6 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    let ab = ab_switches()?;
     ab.check(fp8, masking.var != 0, ragged.is_some())?;
     let program = if ragged.is_some() {
         serve_program(spec.dtype, class, tile, masking, pages.is_some(), pingpong())
@@ -1034,11 +1089,12 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
     [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
-/// The programs a call launches: its entry, and the Vᵀ pre-pass before it for FP8 inputs. `planned` is the
-/// call's own [`plan`] when the caller made it already (dispatch's `auto`), planned here otherwise.
+/// The programs a call launches: its entry, and for FP8 inputs under the `vt-prepass` switch the Vᵀ pre-pass
+/// before it. `planned` is the call's own [`plan`] when the caller made it already (dispatch's `auto`), planned
+/// here otherwise.
 pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
     let main = planned.map_or_else(|| plan(call), Ok)?.program;
-    Ok(if call.spec.dtype == DType::F8E4M3 { vec![vt_program(), main] } else { vec![main] })
+    Ok(if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged()? { vec![vt_program(), main] } else { vec![main] })
 }
 
 /// `Fa3VtArgs` of kernels/fa3_fp8.cuh (56 bytes on both sides).
@@ -1057,16 +1113,19 @@ const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
 // SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for VtArgs {}
 
-/// FP8: writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted within groups of 16, zeros past Sk) into a
-/// workspace on the call's stream, then runs `fa3` reading it. The workspace is freed stream-ordered after
+/// FP8 under the `vt-prepass` switch: writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted within groups of 16,
+/// zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The workspace is freed stream-ordered after
 /// both kernels; timing a call times both. `planned`, [`run`]'s, stands for the check before allocating
 /// when given; the launch itself is planned again, its V map over the workspace.
-fn run_fp8(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
+fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     use cudarc::driver::DevicePtrMut;
     let s = call.spec.shape;
     let kp = vt_keys(s.sk);
     if planned.is_none() {
         plan(call)?; // refuse before allocating
+    }
+    if let Some(why) = prepass_refuses(call.spec) {
+        return Err(unsupported(why));
     }
     if s.sq == 0 {
         return Ok(()); // no query row: nothing to write
@@ -1142,8 +1201,8 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
 /// already (dispatch, deciding whether `auto` takes `fa3`), so a ragged call's schedule is not built twice;
 /// planned here otherwise.
 pub fn run(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
-    if call.spec.dtype == DType::F8E4M3 {
-        return run_fp8(call, planned);
+    if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged()? {
+        return run_fp8_prepass(call, planned);
     }
     let Plan { program, dims, mut args, schedule, seq_tiles } = planned.map_or_else(|| plan(call), Ok)?;
     let Some(seq_tiles) = seq_tiles else {

@@ -103,18 +103,19 @@ fn plain_model_tile(causal: Option<i64>, sq: i64, sk: i64, bn: i64, m0: i64, nc:
 /// Depth of the work-tile ring (fa3.cu `FA3_SCHED`).
 const MODEL_SCHED: usize = 4;
 
-/// One step of the protocol between the producer's thread and the consumer warpgroups, as fa3.cu issues
-/// them (barrier arrivals and waits only; what the copies and products do is not modelled). Kinds of
-/// mbarrier pairs: K (0) and V (1) ring slots, each consumer's Q buffer (2), the work-tile ring (3).
+/// One step of the protocol between the producer's thread, the consumer warpgroups and (FP8) the transposing
+/// warps, as fa3.cu issues them (barrier arrivals and waits only; what the copies and products do is not
+/// modelled). Kinds of mbarrier pairs: K (0) and V (1) ring slots, each consumer's Q buffer (2), the work-tile
+/// ring (3), FP8's staged V tiles (4).
 #[derive(Debug, Clone, Copy)]
 enum Op {
     /// Producer: wait until the consumers released use `u` of slot `s` of kind `k` (`(k, s, u)`).
     WaitEmpty(usize, usize, usize),
     /// Producer: fill use `u` of a slot (its `full` barrier completes).
     Fill(usize, usize, usize),
-    /// Consumer: wait until use `u` of a slot landed.
+    /// Consumer (or the transposing warps): wait until use `u` of a slot landed.
     WaitFull(usize, usize, usize),
-    /// Consumer: arrive on the `empty` barrier of use `u` of a slot.
+    /// Consumer (or the transposing warps): arrive on the `empty` barrier of use `u` of a slot.
     Release(usize, usize, usize),
     /// `bar.sync b, 256` (a turn begins) and `bar.arrive b, 256` (a turn is handed on).
     Sync(usize),
@@ -125,8 +126,16 @@ enum Op {
 /// turns restarted at every work tile or not (`tt`: FA3_XO_TILE_TURNS): the producer's, then each
 /// consumer's, in program order. The work-tile ring carries the tiles and then the end (-1).
 fn protocol(tiles: &[ModelTile], st: usize, nc: usize, pp: bool, tt: bool) -> Vec<Vec<Op>> {
+    protocol_staged(tiles, st, nc, pp, tt, 0)
+}
+
+/// [`protocol`] with `sv` staged V tiles (FP8's transpose in the kernel, `Fa3Smem::SV`; 0: none): the
+/// producer loads V into the staging ring, and a last agent, the transposing warps, takes the work tiles as
+/// the consumers do and moves each staged tile into the V ring once the consumers released its slot.
+fn protocol_staged(tiles: &[ModelTile], st: usize, nc: usize, pp: bool, tt: bool, sv: usize) -> Vec<Vec<Op>> {
     let mut prod = Vec::new();
-    let mut cons = vec![Vec::new(); nc];
+    // The consumers' ops, then the transposing warps' (which take the work-tile ring too).
+    let mut cons = vec![Vec::new(); nc + usize::from(sv > 0)];
     let (mut ring, mut nq, mut turn) = (0usize, vec![0usize; nc], vec![0usize; nc]);
     // fa3_publish_tile by the producer, fa3_take_tile by every consumer: entry `k` of the work-tile ring.
     let sched = |prod: &mut Vec<Op>, cons: &mut [Vec<Op>], k: usize| {
@@ -167,7 +176,23 @@ fn protocol(tiles: &[ModelTile], st: usize, nc: usize, pp: bool, tt: bool) -> Ve
             if j > 0 {
                 load(&mut prod, 0, j);
             }
-            load(&mut prod, 1, j);
+            if sv == 0 {
+                load(&mut prod, 1, j);
+            } else {
+                // fa3_produce_tile's load_v into the staging ring; the transposing warps fill the V slot.
+                let (s, u) = ((ring + j) % sv, (ring + j) / sv);
+                if u > 0 {
+                    prod.push(Op::WaitEmpty(4, s, u - 1));
+                }
+                prod.push(Op::Fill(4, s, u));
+                let (sj, uj) = at(j);
+                let vt = &mut cons[nc];
+                vt.push(Op::WaitFull(4, s, u));
+                if uj > 0 {
+                    vt.push(Op::WaitEmpty(1, sj, uj - 1));
+                }
+                vt.extend([Op::Fill(1, sj, uj), Op::Release(4, s, u)]);
+            }
         }
         // fa3_consume_tile, per warpgroup.
         for (w, wg) in wgs.iter().enumerate() {
@@ -261,16 +286,25 @@ fn protocol(tiles: &[ModelTile], st: usize, nc: usize, pp: bool, tt: bool) -> Ve
 /// warpgroup other than its owner or an arrival by one other than the previous in the round, and on a
 /// named-barrier arrival while an earlier one is unconsumed (128 more arrivals would complete the
 /// 256-thread barrier without its owner); at the end every fill was released and every hand-over taken.
-fn run_protocol(ops: &[Vec<Op>], st: usize, mut seed: u64) -> Result<(), String> {
-    let nc = ops.len() - 1;
+fn run_protocol(ops: &[Vec<Op>], st: usize, seed: u64) -> Result<(), String> {
+    run_protocol_staged(ops, st, 0, seed)
+}
+
+/// [`run_protocol`] for [`protocol_staged`]'s ops with `sv` staged V tiles: the last agent is then the
+/// transposing warps, which alone release the staging ring and count among those that release the work-tile
+/// ring.
+fn run_protocol_staged(ops: &[Vec<Op>], st: usize, sv: usize, mut seed: u64) -> Result<(), String> {
+    let vt = usize::from(sv > 0);
+    let nc = ops.len() - 1 - vt;
     let slots = |k: usize| match k {
         2 => nc,
         3 => MODEL_SCHED,
+        4 => sv,
         _ => st,
     };
-    let mut full: Vec<Vec<usize>> = (0..4).map(|k| vec![0; slots(k)]).collect();
+    let mut full: Vec<Vec<usize>> = (0..5).map(|k| vec![0; slots(k)]).collect();
     let mut empty = full.clone();
-    let mut pending: Vec<Vec<Vec<bool>>> = (0..4).map(|k| vec![vec![false; nc]; slots(k)]).collect();
+    let mut pending: Vec<Vec<Vec<bool>>> = (0..5).map(|k| vec![vec![false; nc + vt]; slots(k)]).collect();
     let (mut arrivals, mut syncs) = ([0usize; 8], [0usize; 8]);
     let mut pc = vec![0usize; ops.len()];
     loop {
@@ -307,8 +341,13 @@ fn run_protocol(ops: &[Vec<Op>], st: usize, mut seed: u64) -> Result<(), String>
             }
             Op::Release(k, s, u) => {
                 let w = a - 1;
-                // A Q buffer has one consumer; the K/V slots and the work-tile ring take every one.
-                let need = if k == 2 { 1 } else { nc };
+                // A Q buffer has one consumer, a staged V tile the transposing warps; the K/V slots take every
+                // consumer, the work-tile ring every consumer and the transposing warps.
+                let need = match k {
+                    2 | 4 => 1,
+                    3 => nc + vt,
+                    _ => nc,
+                };
                 if empty[k][s] != u || pending[k][s][w] || full[k][s] <= u {
                     return Err(format!("consumer {w} {op:?}: empty at {}, full at {}", empty[k][s], full[k][s]));
                 }
@@ -336,7 +375,7 @@ fn run_protocol(ops: &[Vec<Op>], st: usize, mut seed: u64) -> Result<(), String>
             _ => {}
         }
     }
-    for k in 0..4 {
+    for k in 0..5 {
         if full[k] != empty[k] {
             return Err(format!("kind {k}: fills {:?}, releases {:?}", full[k], empty[k]));
         }
@@ -462,6 +501,41 @@ fn the_plain_and_tile_turn_rings_neither_deadlock_nor_miscount() {
         }
     }
     assert!(runs > 5000, "{runs}");
+}
+
+/// FP8's transpose in the kernel, simulated as the plain entries are
+/// (`the_plain_and_tile_turn_rings_neither_deadlock_nor_miscount`): the producer loads V into one or two staged
+/// slots, the transposing warps take the work tiles and fill the V ring once its slot is released, beside no
+/// mask and causal masks of both alignments, two or three consumers, 128-key tiles, ring depths 1 to 4,
+/// ping-pong (every FP8 entry has it).
+#[test]
+fn the_fp8_staged_v_ring_neither_deadlocks_nor_miscounts() {
+    let mut runs = 0;
+    for (sq, sk) in [(77, 300), (300, 77), (129, 129), (513, 1000), (700, 200), (1000, 650)] {
+        let (sq, sk) = (sq as i64, sk as i64);
+        for causal in [None, Some(0), Some(sk - sq)] {
+            for nc in [2i64, 3] {
+                let all: Vec<_> = (0..(sq + 64 * nc - 1) / (64 * nc))
+                    .rev()
+                    .map(|mb| plain_model_tile(causal, sq, sk, 128, 64 * nc * mb, nc))
+                    .collect();
+                for tiles in model_sequences(&all, 8) {
+                    for st in 1..=4 {
+                        for sv in 1..=2 {
+                            let ops = protocol_staged(&tiles, st, nc as usize, true, false, sv);
+                            for seed in 0..4 {
+                                if let Err(e) = run_protocol_staged(&ops, st, sv, seed) {
+                                    panic!("Sq {sq} Sk {sk} causal {causal:?} NC {nc} ST {st} SV {sv} tiles {tiles:?}: {e}");
+                                }
+                                runs += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(runs > 2000, "{runs}");
 }
 
 /// Regression: a warpgroup skipping tile j waited for its K and V to land before taking its empty turn j,

@@ -179,42 +179,49 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
     assert_eq!(refuses(&spec(128, 128, DType::F8E4M3).with_mask(Mask::CausalTopLeft)), None);
     // Every class fits the H100's 227 KB with the FP8 tile; the programs are named by dtype.
     for (d, dv) in FA3_FP8_CLASSES {
-        assert!(fp8_smem_bytes(FP8_TILE, d, dv) <= 227 * 1024, "{d}/{dv}");
+        for staged in [true, false] {
+            assert!(fp8_smem_bytes(FP8_TILE, d, dv, staged) <= 227 * 1024, "{d}/{dv}");
+        }
     }
-    // Q, K and Vᵀ, O's staging (2 KB per consumer warp), the barriers.
+    // Q, K and Vᵀ, O's staging (2 KB per consumer warp), the barriers; the product adds two staged V tiles of
+    // one 128-column box (16 KB each) and their barrier pairs.
     let staging = 8 * 2048;
-    assert_eq!(
-        fp8_smem_bytes(FP8_TILE, 64, 64),
-        2 * 64 * 128 + 2 * 128 * (128 + 64) + staging + 8 * 12 + 20 * SCHED_RING
-    );
+    let prepass = 2 * 64 * 128 + 2 * 128 * (128 + 64) + staging + 8 * 12 + 20 * SCHED_RING;
+    assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64, false), prepass);
+    assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64, true), prepass + 2 * 16384 + 8 * 4);
+    // At 256 one staged tile (32 KB) fits beside O's staging, two do not.
+    assert_eq!(fp8_v_staging(FP8_TILE, 128, 128, true), (2, 16384));
+    assert_eq!(fp8_v_staging(FP8_TILE, 256, 256, true), (1, 32768));
+    assert_eq!(fp8_v_staging(FP8_TILE, 256, 256, false), (0, 0));
     assert_eq!(fp8_tile_for(64, 64, false).consumers, 3);
     assert_eq!(fp8_tile_for(64, 64, true).consumers, 2);
     assert_eq!(fp8_tile_for(128, 128, false), FP8_TILE);
-    assert!(fp8_smem_bytes(fp8_tile_for(64, 64, false), 64, 64) <= 227 * 1024);
-    assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256) <= 227 * 1024);
+    assert!(fp8_smem_bytes(fp8_tile_for(64, 64, false), 64, 64, true) <= 227 * 1024);
+    // A 3-deep ring at 256 fits only without the staging (a forced tile the planner refuses by its size).
+    assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256, false) <= 227 * 1024);
+    assert!(fp8_smem_bytes(Fa3Tile { stages: 3, ..FP8_TILE }, 256, 256, true) > 227 * 1024);
     let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
     assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
     assert!(p.instantiation.contains("sdpa_e4m3, 128, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
-    assert_eq!(fp8_programs().len(), 7);
+    assert_eq!(fp8_programs().len(), 6);
     assert_eq!(vt_keys(1), 16);
     assert_eq!(vt_keys(32), 32);
     assert_eq!(vt_keys(33), 48);
 }
 
-/// Regression: FP8 calls that `fa3` refuses (variants, explicit masks, ragged batches, a GPU other than
-/// sm_90) were told that `fa2` takes them, which then refuses f8e4m3 too; f16/bf16 keep the advice.
+/// FP8 calls of more (batch, kv head) pairs than a grid dimension holds: the product (V transposed in the
+/// kernel) takes them; the `vt-prepass` switch's pre-pass, one grid row per pair, refuses them before it
+/// allocates its workspace.
 #[test]
-fn fp8_calls_past_the_pre_pass_grid_are_refused_up_front() {
+fn fp8_calls_past_the_pre_pass_grid_run_in_the_product_only() {
     let at = |b: usize, hkv: usize| {
         let shape = Shape { b, hq: hkv, hkv, sq: 16, sk: 16, d: 64, dv: 64 };
-        refuses(&AttentionSpec::new(shape, DType::F8E4M3))
+        AttentionSpec::new(shape, DType::F8E4M3)
     };
-    assert_eq!(at(1, VT_MAX_BATCH_HEADS), None);
-    let why = at(2, 40_000).expect("refused");
-    assert!(why.contains("65535") && why.contains("B = 2 x Hkv = 40000"), "{why}");
-    // bf16 has no pre-pass: the same shape is not refused for it.
-    let shape = Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16, sk: 16, d: 64, dv: 64 };
-    assert_eq!(refuses(&AttentionSpec::new(shape, DType::BF16)), None);
+    assert_eq!(refuses(&at(2, 40_000)), None);
+    assert_eq!(prepass_refuses(&at(1, VT_MAX_BATCH_HEADS)), None);
+    let why = prepass_refuses(&at(2, 40_000)).expect("refused");
+    assert!(why.contains("65535") && why.contains("B = 2 x Hkv = 40000") && why.contains("vt-prepass"), "{why}");
 }
 
 #[test]
@@ -266,16 +273,28 @@ fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
     let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
     let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
     let fp8 = *f.get(1)? == "sdpa_e4m3";
+    // FA3_ENTRY_XO's tenth argument: the measurement switches (FA3_XO_VT_PREPASS = 1024).
+    let xo = if instantiation.starts_with("FA3_ENTRY_XO(") { num(9)? } else { 0 };
+    let vt_staged = fp8 && xo & 1024 == 0;
     let es = if fp8 { 1 } else { 2 };
     let cols = 128 / es;
     let ds = d.div_ceil(cols) * cols;
     let dvs = if fp8 { dv } else { dv.div_ceil(64) * 64 };
     let (q_bytes, k_bytes, v_bytes) = (64 * ds * es, bn * ds * es, bn * dvs * es);
-    let tiles_end = nc * q_bytes + st * k_bytes + st * v_bytes;
+    let vs_bytes = if vt_staged { bn * 128 * dv.div_ceil(128) } else { 0 };
+    let vs_off = nc * q_bytes + st * k_bytes + st * v_bytes;
+    let sv = if !vt_staged {
+        0
+    } else if vs_off + 2 * vs_bytes + 4 * nc * 2048 + 8 * (2 * nc + 4 * st + 4) + 20 * SCHED_RING <= 227 * 1024 {
+        2
+    } else {
+        1
+    };
+    let tiles_end = vs_off + sv * vs_bytes;
     let o_stage_bytes = 4 * nc * 2048;
-    let o_staged = tiles_end + o_stage_bytes + 8 * (2 * nc + 4 * st) + 20 * SCHED_RING <= 227 * 1024;
+    let o_staged = tiles_end + o_stage_bytes + 8 * (2 * nc + 4 * st + 2 * sv) + 20 * SCHED_RING <= 227 * 1024;
     let bar_off = tiles_end + if o_staged { o_stage_bytes } else { 0 };
-    let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st);
+    let sched_bar_off = bar_off + 8 * (2 * nc + 4 * st + 2 * sv);
     let sched_off = sched_bar_off + 16 * SCHED_RING;
     let ok = d % 32 == 0 && dv % 32 == 0 && bn % 16 == 0 && bn <= 256;
     let aligned = k_bytes % 1024 == 0 && v_bytes % 1024 == 0 && (!fp8 || bn == 128);
@@ -295,13 +314,18 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
         "static constexpr int Q_BYTES = 64 * DS * ES;",
         "static constexpr int K_BYTES = BN * DS * ES;",
         "static constexpr int V_BYTES = BN * DVS * ES;",
-        "static constexpr int TILES_END = V_OFF + ST * V_BYTES;",
+        "static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_PREPASS) == 0;",
+        "#define FA3_XO_VT_PREPASS 1024",
+        "static constexpr int VS_BYTES = VT_STAGED ? BN * 128 * ((DV + 127) / 128) : 0;",
+        "static constexpr int VS_OFF = V_OFF + ST * V_BYTES;",
+        ": VS_OFF + 2 * VS_BYTES + 4 * NC * 2048 + 8 * (2 * NC + 4 * ST + 4) + 20 * FA3_SCHED <=",
+        "static constexpr int TILES_END = VS_OFF + SV * VS_BYTES;",
         "static constexpr int O_STAGE_BYTES = 4 * NC * 2048;",
-        "TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;",
+        "TILES_END + O_STAGE_BYTES + 8 * (2 * NC + 4 * ST + 2 * SV) + 20 * FA3_SCHED <= FA3_SMEM_LIMIT;",
         "static constexpr int O_OFF = TILES_END;",
         "static constexpr int BAR_OFF = O_OFF + (O_STAGED ? O_STAGE_BYTES : 0);",
         "#define FA3_SMEM_LIMIT (227 * 1024)",
-        "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST);",
+        "static constexpr int SCHED_BAR_OFF = BAR_OFF + 8 * (2 * NC + 4 * ST + 2 * SV);",
         "static constexpr int SCHED_OFF = SCHED_BAR_OFF + 16 * FA3_SCHED;",
         "static constexpr int BYTES = SCHED_OFF + 4 * FA3_SCHED;",
     ] {
@@ -309,7 +333,8 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
     }
     let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
         let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
-        let host = if fp8 { fp8_smem_bytes(tile, d, dv) } else { tile.smem_bytes(d, dv) };
+        let staged = !p.name.contains("_xo1024");
+        let host = if fp8 { fp8_smem_bytes(tile, d, dv, staged) } else { tile.smem_bytes(d, dv) };
         assert_eq!(host, kernel, "{}", p.name);
         host
     };
@@ -449,7 +474,7 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
             + fp8_programs().len()
             + compile_check_variant_programs().len()
             + compile_check_ragged_programs().len()
-            + 1 // measured_check_program
+            + 3 // measured_check_program, fp8_prepass_program, vt_program
     );
     assert!(compile_check_programs().iter().all(|p| all.contains(p)));
     let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
@@ -629,7 +654,7 @@ fn o_is_staged_where_the_block_has_room() {
     for (d, dv) in FA3_CLASSES {
         for causal in [false, true] {
             for t in table_tiles(d, dv, causal) {
-                let staged = o_staged(t.tile_bytes(d, dv), t);
+                let staged = o_staged(t.tile_bytes(d, dv), t, 0);
                 assert_eq!(staged, dv <= 128, "{d}/{dv} {t:?}");
                 assert!(t.smem_bytes(d, dv) <= SMEM_LIMIT, "{d}/{dv} {t:?}");
             }
@@ -638,7 +663,10 @@ fn o_is_staged_where_the_block_has_room() {
     for (d, dv) in FA3_FP8_CLASSES {
         for causal in [false, true] {
             let t = fp8_tile_for(d, dv, causal);
-            assert!(o_staged(fp8_tile_bytes(t, d, dv), t), "FP8 {d}/{dv} {t:?}");
+            for staged in [true, false] {
+                let slots = fp8_v_staging(t, d, dv, staged).0;
+                assert!(o_staged(fp8_tile_bytes(t, d, dv, staged), t, slots), "FP8 {d}/{dv} {t:?} {staged}");
+            }
         }
     }
 }
