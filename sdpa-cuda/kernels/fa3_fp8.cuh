@@ -1,6 +1,6 @@
-// FP8 (E4M3) for `fa3`: the element tag and traits fa3.cu switches on, the Vᵀ pre-pass, and (sm_90a only) the
-// `wgmma` k32 products and the conversion of P to the A fragment. Handed to NVRTC as an in-memory header
-// (src/sys/modules.rs HEADERS).
+// FP8 (E4M3) for `fa3`: the element tag and traits fa3.cu switches on, the Vᵀ pre-pass (FA3_XO_VT_PREPASS), and
+// (sm_90a only) V's transpose inside the kernel, the `wgmma` k32 products and the conversion of P to the A
+// fragment. Handed to NVRTC as an in-memory header (src/sys/modules.rs HEADERS).
 //
 // What differs from f16/bf16 (src/kernels/fa3.rs plans it):
 // - Q, K, V are E4M3 bytes with per-tensor descales: Q's and K's are folded into the softmax scale on the
@@ -8,11 +8,13 @@
 // - A 128-byte TMA box row holds 128 columns, so a k32 step reads the same 32 bytes of a swizzled row as a
 //   k16 step of a 2-byte type: the descriptors of S = Q·Kᵀ are unchanged.
 // - 8-bit `wgmma` takes both shared-memory operands K-major only. For O += P·V the reduction runs over keys,
-//   so V must be stored [dv][keys]: `fa3_fp8_vt` writes Vᵀ into a workspace before the kernel (the launcher
-//   counts it as part of the call), with the keys of each group of 16 permuted (below), and zeros past Sk.
+//   so V must be stored [dv][keys]: the producer warpgroup transposes each V tile TMA staged as stored
+//   (fa3_fp8_transpose_v, the product since session 22), or under FA3_XO_VT_PREPASS `fa3_fp8_vt` writes Vᵀ into
+//   a workspace before the kernel (the launcher counts it as part of the call); either way with the keys of each
+//   group of 16 permuted (below), and zeros past Sk.
 // - P leaves the softmax in the f32 accumulator layout (thread t of a quad holds keys 2t, 2t+1 and 8+2t, 9+2t
 //   of each 16-key group, rows g and g+8), but an 8-bit A fragment wants keys 4t..4t+3 of the group per
-//   register. Instead of shuffling P between threads, the pre-pass stores each group's keys in the order the
+//   register. Instead of shuffling P between threads, Vᵀ stores each group's keys in the order the
 //   registers already hold them: position 4t+i of a group holds key 2t + (i & 1) + 8 (i >> 1). A sum over
 //   keys does not care about their order, so P·V is unchanged.
 #pragma once
