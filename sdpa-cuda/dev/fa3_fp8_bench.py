@@ -13,7 +13,8 @@ halved for causal), so TFLOPS compare directly.
         [--variants name:VAR=value ...]
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not). Writes
-fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads) to --out and prints a table
+fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads; a variant's runs as kernel
+`fa3-{name}`) to --out and prints a table
 and the median FP8/bf16 speedup (issue 25's bar: >= 1.5x).
 """
 import argparse
@@ -109,6 +110,15 @@ for row in res["rows"]:
         if r.get("descale"):
             rec["descale"] = r["descale"]
         records.append(rec)
+# The variants' FP8 runs (`--variants name:...`) as kernel `fa3-{name}`, those whose check passed.
+for name, recs in variant_runs.items():
+    for r in recs:
+        if not r.get("median_ms") or not r.get("check_pass"):
+            continue
+        records.append(dict(kernel=f"fa3-{name}", backend="cuda", device=res["env"]["name"], dtype="f8e4m3",
+                            mask=r["mask"], layout="bhsd", b=r["b"], hq=r["hq"], hkv=r["hkv"], sq=r["sq"], sk=r["sk"],
+                            d=r["d"], dv=r.get("dv", r["d"]), median_ms=r["median_ms"], tflops=r["tflops"], rel_err=r["rel_err"],
+                            **({"descale": r["descale"]} if r.get("descale") else {})))
 json.dump(dict(env=res["env"], ceilings=res["ceilings"], records=records),
           open(os.path.join(args.out, "fp8_records.json"), "w"), indent=1)
 

@@ -235,23 +235,31 @@ __device__ __forceinline__ unsigned fa3_prmt(unsigned a, unsigned b, unsigned se
 
 // Vᵀ of one staged V tile (at `staged`) into a Vᵀ slot (at `vt`) by warp `w` of `nw`, lane `lane`: the units of the
 // first `cols` columns (a multiple of 32: the boxes TMA loaded; later rows of the slot are left as they are, their
-// O columns are never stored). BN = 128 keys.
+// O columns are never stored). BN = 128 keys. A warp takes four groups of one 32-column block at a time: within
+// them only the group changes, which moves the load by 2048 bytes and the store's chunk by an xor, so each unit
+// costs its load, four permutes, its store and an address (28 instructions per unit when every unit computed its
+// own from u; sessions 22's SASS count).
 __device__ __forceinline__ void fa3_fp8_transpose_v(unsigned vt, unsigned staged, int cols, int w, int nw, int lane) {
     const int m = lane >> 3, r = lane & 7, c = lane >> 2;
     // Load: key row 8 (m & 1) + r of the group, chunk 2 (db & 3) + (m >> 1) of box db >> 2, swizzled by r.
-    const unsigned ld = staged + (8 * (m & 1) + r) * 128;
-    // Store: Vᵀ row 16 (m >> 1) + 2r + e of the unit, e as above with j = m.
+    const unsigned ld_lane = staged + (8 * (m & 1) + r) * 128;
+    // Store: Vᵀ row 16 (m >> 1) + 2r + e of the block, e as above with j = m.
     const int row = 16 * (m >> 1) + 2 * r + (((r >> 2) ^ m) & 1);
     const unsigned lo = 0x6420u, hi = 0x7531u;  // bytes 0, 2 (even row) or 1, 3 (odd row) of two loads
     const unsigned sa = (c >> 2) ? hi : lo, sb = (c >> 2) ? lo : hi;
-    const int units = 8 * (cols / 32);
-    for (int u = w; u < units; u += nw) {
-        const int g = u & 7, db = u >> 3;
-        unsigned x[4];
-        fa3_ldsm_x4_trans(x, ld + (db >> 2) * (128 * 128) + g * (16 * 128) + (((2 * (db & 3) + (m >> 1)) ^ r) << 4));
+    for (int hb = w; hb < cols / 16; hb += nw) {  // half-blocks: groups 4 (hb & 1).. of block hb >> 1
+        const int db = hb >> 1, g0 = 4 * (hb & 1);
+        const unsigned ld = ld_lane + (db >> 2) * (128 * 128) + g0 * 2048 + (((2 * (db & 3) + (m >> 1)) ^ r) << 4);
         const int d = 32 * db + row;
-        fa3_stsm_x4(vt + d * 128 + ((g ^ (d & 7)) << 4), fa3_prmt(x[0], x[1], sa), fa3_prmt(x[0], x[1], sb),
-                    fa3_prmt(x[2], x[3], sa), fa3_prmt(x[2], x[3], sb));
+        const unsigned st = vt + d * 128;
+        const int chunk = g0 ^ (d & 7);  // the store's chunk of group g0 (+ gi: g0 + gi = g0 ^ gi)
+#pragma unroll
+        for (int gi = 0; gi < 4; ++gi) {
+            unsigned x[4];
+            fa3_ldsm_x4_trans(x, ld + gi * 2048);
+            fa3_stsm_x4(st + ((chunk ^ gi) << 4), fa3_prmt(x[0], x[1], sa), fa3_prmt(x[0], x[1], sb),
+                        fa3_prmt(x[2], x[3], sa), fa3_prmt(x[2], x[3], sb));
+        }
     }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

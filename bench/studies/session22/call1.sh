@@ -20,6 +20,6 @@ tail -8 /tmp/tests.txt
 for f in /tmp/w/tests10/*.rc; do echo "$(basename $f) $(cat $f)"; done
 grep -h "test result\|panicked\|fa3 fp8:" /tmp/w/tests10/*.log | head -12 | cut -c1-200
 timeout ${BT:-170} python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench gpu-bundle/cuda_kernels --no-torch \
-  --seqs 512 1024 2048 4096 8192 16384 --variants pre:SDPA_FA3_AB=vt-prepass --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
+  --seqs 512 1024 2048 4096 8192 16384 --variants vt-prepass:SDPA_FA3_AB=vt-prepass --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
 echo "bench rc=$?"; tail -32 "$O/fp8/fp8.log" | cut -c1-150
 cp /tmp/tests.txt "$O/"; cd "$O" && tar czf raw.tgz --remove-files fp8/fa3_*_raw.json tests.txt 2>/dev/null; ls "$O"
