@@ -55,9 +55,10 @@
 // key is repaired as any other. The protocol (rings, Q buffers, turns) is the dense one.
 //
 // Shared memory (1024-byte aligned tiles, the 128-byte swizzle TMA writes; fa3_wgmma.cuh):
-//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B]
-//   | O staging [4 NC warps][16][128 B] (where it fits: O_STAGED) | mbarriers | the work-tile ring (FA3_SCHED
-//   mbarrier pairs and tiles).
+//   Q [NC][DS/64][64][128 B] | K ring ST x [DS/64][BN][128 B] | V ring ST x [DVS/64][BN][128 B] (FP8: Vᵀ,
+//   [DV][128 B] of 128 keys) | FP8's staged V tiles SV x [DV/128][BN][128 B] (VT_STAGED) | O staging [4 NC
+//   warps][16][128 B] (where it fits: O_STAGED) | mbarriers (Q, K, V and staged-V pairs) | the work-tile ring
+//   (FA3_SCHED mbarrier pairs and tiles).
 #include "common.cuh"
 #include "sm90_async.cuh"
 #include "fa3_fp8.cuh"  // T = sdpa_e4m3: E4M3 inputs, bf16 O (the `Fa3Elem<T>::FP8` switch points below)
@@ -173,8 +174,9 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 
 // Depth of the work-tile ring through which the producer hands each tile it takes to the consumers.
 #define FA3_SCHED 4
-// Threads of the producer warpgroup that transpose FP8's V tiles (Fa3Smem::VT_STAGED): its warps 1-3.
-#define FA3_VT_THREADS 96
+// Warps of the producer warpgroup that transpose FP8's V tiles (Fa3Smem::VT_STAGED): its warps 1-3. Lane 0 of
+// each arrives on the V ring's `full` and the staging ring's `empty` barriers for its warp, after __syncwarp.
+#define FA3_VT_WARPS 3
 // Dynamic shared memory one block may take on sm_90 (227 KB).
 #define FA3_SMEM_LIMIT (227 * 1024)
 
@@ -364,15 +366,6 @@ __device__ __forceinline__ float fa3_max_nan(float a, float b) {
     float d;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
     return d;
-}
-
-// Four 8x8 matrices of 16-bit elements from a warp's C-fragment registers (r[i]: matrix i, the thread's two
-// columns 2 (lane % 4) of row lane / 4) into shared memory, row by row; lanes 8i .. 8i + 7 give the addresses of
-// matrix i's rows.
-__device__ __forceinline__ void fa3_stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-                 "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
 }
 
 __device__ __forceinline__ uint4 fa3_lds16(unsigned addr) {
@@ -1226,19 +1219,19 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 #pragma unroll
         for (int s = 0; s < ST; ++s) {
             sm90_mbar_init(r.k_full + 8 * s, 1);  // the producer's expect_tx; the copies' bytes complete it
-            sm90_mbar_init(r.v_full + 8 * s, L::VT_STAGED ? FA3_VT_THREADS : 1);  // (or every transposing thread)
+            sm90_mbar_init(r.v_full + 8 * s, L::VT_STAGED ? FA3_VT_WARPS : 1);  // (or lane 0 of each transposing warp)
             sm90_mbar_init(r.k_empty + 8 * s, 128 * NC);  // every consumer thread
             sm90_mbar_init(r.v_empty + 8 * s, 128 * NC);
         }
 #pragma unroll
         for (int s = 0; s < L::SV; ++s) {
             sm90_mbar_init(r.vs_full + 8 * s, 1);  // the producer's expect_tx
-            sm90_mbar_init(r.vs_empty + 8 * s, FA3_VT_THREADS);
+            sm90_mbar_init(r.vs_empty + 8 * s, FA3_VT_WARPS);
         }
 #pragma unroll
         for (int s = 0; s < FA3_SCHED; ++s) {
             sm90_mbar_init(r.sched_full + 8 * s, 1);  // the producer's store
-            sm90_mbar_init(r.sched_empty + 8 * s, 128 * NC + (L::VT_STAGED ? FA3_VT_THREADS : 0));
+            sm90_mbar_init(r.sched_empty + 8 * s, 128 * NC + (L::VT_STAGED ? 32 * FA3_VT_WARPS : 0));
         }
         sm90_mbar_init_fence();
     }
@@ -1250,8 +1243,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / L::COLS, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
     }
     // FP8's Vᵀ rows past the staged boxes (a class wider than the call's dv by a whole 128-column box) are never
-    // written by the transposing warps: zeros, as the pre-pass's map gave them (their O columns are not stored,
-    // but garbage there could be NaN and send rows to the repair).
+    // written by the transposing warps: zeros, as the pre-pass's map gave them. Only O's columns past dv read
+    // them, which are neither stored nor tested; the zeros keep those accumulators finite all the same.
     const int vt_live = min(DV / 32, (p.dv + 127) / 128 * 4);  // 32-row blocks of a Vᵀ slot the warps write
     if (L::VT_STAGED && vt_live < DV / 32)
         fa3_zero_blocks(smem + L::V_OFF, ST, L::V_BYTES, DV / 32, vt_live, 32 * 128, tid, FA3_THREADS(NC));
@@ -1287,10 +1280,13 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
                     sm90_mbar_wait(r.vs_full + 8 * s, (ring / L::SV) & 1);
                     if (vu > 0) sm90_mbar_wait(r.v_empty + 8 * vs, (vu - 1) & 1);
                     fa3_fp8_transpose_v(r.v + vs * L::V_BYTES, r.vs + s * L::VS_BYTES, 32 * vt_live,
-                                        warp - 4 * NC - 1, 3, tid % 32);
-                    sm90_proxy_fence();  // the stores, for the consumers' wgmma (async proxy)
-                    sm90_mbar_arrive(r.v_full + 8 * vs);
-                    sm90_mbar_arrive(r.vs_empty + 8 * s);
+                                        warp - 4 * NC - 1, FA3_VT_WARPS, tid % 32);
+                    sm90_proxy_fence();  // each lane's stores, for the consumers' wgmma (async proxy)
+                    __syncwarp();        // every lane's loads and fenced stores before lane 0's release
+                    if (tid % 32 == 0) {
+                        sm90_mbar_arrive(r.v_full + 8 * vs);
+                        sm90_mbar_arrive(r.vs_empty + 8 * s);
+                    }
                 }
             }
         }

@@ -222,11 +222,6 @@ __device__ __forceinline__ void fa3_ldsm_x4_trans(unsigned (&r)[4], unsigned add
                  : "r"(addr)
                  : "memory");
 }
-__device__ __forceinline__ void fa3_stsm_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-                 "r"(r2), "r"(r3)
-                 : "memory");
-}
 __device__ __forceinline__ unsigned fa3_prmt(unsigned a, unsigned b, unsigned sel) {
     unsigned d;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
@@ -257,8 +252,9 @@ __device__ __forceinline__ void fa3_fp8_transpose_v(unsigned vt, unsigned staged
         for (int gi = 0; gi < 4; ++gi) {
             unsigned x[4];
             fa3_ldsm_x4_trans(x, ld + gi * 2048);
-            fa3_stsm_x4(st + ((chunk ^ gi) << 4), fa3_prmt(x[0], x[1], sa), fa3_prmt(x[0], x[1], sb),
-                        fa3_prmt(x[2], x[3], sa), fa3_prmt(x[2], x[3], sb));
+            const unsigned y[4] = {fa3_prmt(x[0], x[1], sa), fa3_prmt(x[0], x[1], sb), fa3_prmt(x[2], x[3], sa),
+                                   fa3_prmt(x[2], x[3], sb)};
+            fa3_stmatrix_x4(st + ((chunk ^ gi) << 4), y);  // fa3_wgmma.cuh
         }
     }
 }

@@ -54,6 +54,15 @@ __device__ __forceinline__ void fa3_pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// Four 8x8 matrices of 16-bit elements from a warp's C-fragment registers (r[i]: matrix i, the thread's two
+// columns 2 (lane % 4) of row lane / 4) into shared memory, row by row; lanes 8i .. 8i + 7 give the addresses of
+// matrix i's rows.
+__device__ __forceinline__ void fa3_stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Register reallocation between the warpgroups of a block (all 128 threads of a warpgroup execute it).
 template <int N>
 __device__ __forceinline__ void fa3_regs_inc() {

@@ -6,7 +6,7 @@
 #   1. side by side: tests/fa3_fp8 whole (with the new 140,000-head call), its reference test under vt-prepass,
 #      fa3's reference test (bf16: the layout's template change), wide_heads, machinery and fa2_kernels' auto
 #      reference test; compute-sanitizer memcheck, racecheck and synccheck on fa3_fp8's small calls;
-#   2. fa3_fp8_bench.py on the fa2bench grid (D = 64, 128, causal and not, S = 512..16k), our bf16 fa3, the FP8
+#   2. fa3_fp8_bench.py on the fa2bench grid (D = 64, 128 and 256, causal and not, S = 512..16k), our bf16 fa3, the FP8
 #      product and the FP8 pre-pass in the same run, every output checked (no PyTorch: the bar is FP8 over our
 #      bf16).
 #   [T=300] [BT=170] bash bench/studies/session22/call1.sh
@@ -20,6 +20,6 @@ tail -8 /tmp/tests.txt
 for f in /tmp/w/tests10/*.rc; do echo "$(basename $f) $(cat $f)"; done
 grep -h "test result\|panicked\|fa3 fp8:" /tmp/w/tests10/*.log | head -12 | cut -c1-200
 timeout ${BT:-170} python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench gpu-bundle/cuda_kernels --no-torch \
-  --seqs 512 1024 2048 4096 8192 16384 --variants vt-prepass:SDPA_FA3_AB=vt-prepass --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
+  --dims 64 128 256 --seqs 512 1024 2048 4096 16384 --variants vt-prepass:SDPA_FA3_AB=vt-prepass --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
 echo "bench rc=$?"; tail -32 "$O/fp8/fp8.log" | cut -c1-150
 cp /tmp/tests.txt "$O/"; cd "$O" && tar czf raw.tgz --remove-files fp8/fa3_*_raw.json tests.txt 2>/dev/null; ls "$O"

@@ -215,7 +215,7 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
 
 /// Most (batch, kv head) pairs of an FP8 call under the `vt-prepass` measurement switch: the Vᵀ pre-pass
 /// launches one grid row (`gridDim.z`) per pair, and CUDA caps that dimension at 65535. Refused before the
-/// workspace is allocated ([`prepass_refuses`]). The product, which transposes V in the kernel, has no such bound.
+/// workspace is allocated ([`prepass_refuses`], from `check`). The product, which transposes V in the kernel, has no such bound.
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
 /// Why the `vt-prepass` switch's pre-pass cannot run `spec` (more than [`VT_MAX_BATCH_HEADS`] pairs), or `None`.
@@ -936,8 +936,13 @@ pub fn check(
         }
         None => tile,
     };
-    let smem =
-        if fp8 { fp8_smem_bytes(tile, class.0, class.1, fp8_vt_staged()?) } else { tile.smem_bytes(class.0, class.1) };
+    let staged = !fp8 || fp8_vt_staged()?;
+    if !staged {
+        if let Some(why) = prepass_refuses(spec) {
+            return Err(unsupported(why));
+        }
+    }
+    let smem = if fp8 { fp8_smem_bytes(tile, class.0, class.1, staged) } else { tile.smem_bytes(class.0, class.1) };
     if smem > smem_optin.max(0) as usize {
         return Err(unsupported(format!(
             "fa3 needs {smem} bytes of shared memory per block, the device allows {smem_optin}"
@@ -1122,10 +1127,7 @@ fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     let s = call.spec.shape;
     let kp = vt_keys(s.sk);
     if planned.is_none() {
-        plan(call)?; // refuse before allocating
-    }
-    if let Some(why) = prepass_refuses(call.spec) {
-        return Err(unsupported(why));
+        plan(call)?; // refuse before allocating (`check`: the pre-pass's grid too, prepass_refuses)
     }
     if s.sq == 0 {
         return Ok(()); // no query row: nothing to write
