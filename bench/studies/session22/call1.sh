@@ -11,12 +11,13 @@
 #   2. fa3_fp8_bench.py on the fa2bench grid (D = 64, 128 and 256, causal and not, S = 512..16k), our bf16 fa3,
 #      the FP8 product (pre-pass) and FP8 under vt-kernel in the same run, every output checked (no PyTorch: the
 #      bar is FP8 over our bf16).
-#   [T=300] [BT=170] [SEQS="512 2048 16384"] [RUNS="..."] bash bench/studies/session22/call1.sh
+#   [T=300] [BT=170] [SEQS="512 2048 16384"] [RUNS="..."] [SAN="..."] [SAN_S=150] bash bench/studies/session22/call1.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda
 export OUT=${OUT:-/tmp/out}; O=$OUT; mkdir -p "$O/fp8"
 RUNS=${RUNS:-"fa3_fp8@SDPA_FA3_AB=vt-kernel fa3_fp8 fa3:fa3_matches_the_reference wide_heads machinery fa2_kernels:auto_matches"} \
-  SAN="fa3_fp8:small_calls_for_the_sanitizer@SDPA_FA3_AB=vt-kernel fa3_fp8:small_calls_for_the_sanitizer" SAN_S=150 DEADLINE=${T:-300} \
+  SAN=${SAN:-"fa3_fp8:small_calls_for_the_sanitizer@SDPA_FA3_AB=vt-kernel fa3_fp8:small_calls_for_the_sanitizer"} \
+  SAN_S=${SAN_S:-150} DEADLINE=${T:-300} \
   bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
 tail -8 /tmp/tests.txt
 for f in /tmp/w/tests10/*.rc; do echo "$(basename $f) $(cat $f)"; done
