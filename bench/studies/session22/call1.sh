@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 22's call, never made (no machine could be started in ten tries): FP8's V transposed inside the kernel
+# Session 22's call, never made (no machine could be started in fifteen tries): FP8's V transposed inside the kernel
 # (SDPA_FA3_AB=vt-kernel, kernels/fa3_fp8.cuh fa3_fp8_transpose_v) against the product's pre-pass it is written
 # to replace, and the GPU tests session 21 changed without running. From the repository root with gpu-bundle
 # carried (tests: fa3_fp8, fa3, fa2_kernels, machinery, wide_heads):
