@@ -1,9 +1,9 @@
 // Hopper warpgroup MMA (`wgmma`) for f16/bf16 operands, as `fa3.cu` uses it: shared-memory matrix
 // descriptors of the 128-byte swizzled layout that TMA writes, the fence / commit / wait steps, and the two
 // products of attention: S = Q·Kᵀ with both operands in shared memory (K-major) and O += P·V with P in
-// registers and V read transposed (MN-major) from the [keys][d] rows TMA loaded. Handed to NVRTC as an
-// in-memory header (src/sys/modules.rs HEADERS). sm_90a only: callers include it under
-// __CUDA_ARCH_FEAT_SM90_ALL.
+// registers and V read transposed (MN-major) from the [keys][d] rows TMA loaded; and `stmatrix`, which O's
+// staging (fa3.cu) and FP8's V transpose (fa3_fp8.cuh) share. Handed to NVRTC as an in-memory header
+// (src/sys/modules.rs HEADERS). sm_90a only: callers include it under __CUDA_ARCH_FEAT_SM90_ALL.
 #pragma once
 
 // Layout of every operand tile (what a TMA box of [rows][64 two-byte columns] with the 128-byte swizzle

@@ -418,7 +418,9 @@ impl AbSwitches {
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
     /// (`variant`) or ragged batches (`ragged`), whose entries have no measurement instantiation, and
-    /// `store16` / `tile-turns` for FP8 inputs (`fp8`).
+    /// `store16` / `tile-turns` for FP8 inputs (`fp8`). `vt-kernel` is a no-op for f16/bf16 (their entry under
+    /// it has the same code), so that one environment can time both dtypes (`fa3_fp8_bench.py`, tests/fa3_fp8's
+    /// comparison with bf16).
     pub fn check(self, fp8: bool, variant: bool, ragged: bool) -> Result<()> {
         if (self != AbSwitches::default() && (variant || ragged)) || (fp8 && self.touches_stores_or_turns()) {
             return Err(unsupported(

@@ -432,6 +432,12 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         let err = ab.check(true, false, false).expect_err(sw).to_string();
         assert!(err.contains("f16/bf16 inputs only"), "{err}");
     }
+    // vt-kernel (bit 10, FA3_XO_VT_KERNEL): FP8's, a no-op that f16/bf16 calls accept.
+    let vt = AbSwitches::parse("vt-kernel").expect("vt-kernel");
+    assert_eq!(vt.bits(), 1024);
+    assert!(FA3.source.contains("#define FA3_XO_VT_KERNEL 1024\n"), "bits changed");
+    assert!(vt.check(true, false, false).is_ok() && vt.check(false, false, false).is_ok());
+    assert!(vt.check(true, true, false).is_err() && vt.check(false, false, true).is_err());
     let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o,full-diag").expect("all");
     assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128 | 256 | 512);
     assert!(FA3.source.contains("#define FA3_XO_FULL_DIAG 512\n"), "bits changed");
