@@ -1099,8 +1099,8 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
 }
 
 /// The programs a call launches: its entry, and for FP8 inputs the Vᵀ pre-pass before it (not under the
-/// `vt-kernel` switch). `planned` is the call's own [`plan`] when the caller made it already (dispatch's `auto`), planned
-/// here otherwise.
+/// `vt-kernel` switch). `planned` is the call's own [`plan`] when the caller made it already (dispatch's
+/// `auto`), planned here otherwise.
 pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
     let main = planned.map_or_else(|| plan(call), Ok)?.program;
     Ok(if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged()? { vec![vt_program(), main] } else { vec![main] })
@@ -1122,9 +1122,9 @@ const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
 // SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for VtArgs {}
 
-/// FP8 (the product; not under the `vt-kernel` switch): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted within groups of 16,
-/// zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The workspace is freed stream-ordered after
-/// both kernels; timing a call times both. `planned`, [`run`]'s, stands for the check before allocating
+/// FP8 (the product; not under the `vt-kernel` switch): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted
+/// within groups of 16, zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The
+/// workspace is freed stream-ordered after both kernels; timing a call times both. `planned`, [`run`]'s, stands for the check before allocating
 /// when given; the launch itself is planned again, its V map over the workspace.
 fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     use cudarc::driver::DevicePtrMut;
