@@ -1124,8 +1124,8 @@ unsafe impl DeviceRepr for VtArgs {}
 
 /// FP8 (the product; not under the `vt-kernel` switch): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted
 /// within groups of 16, zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The
-/// workspace is freed stream-ordered after both kernels; timing a call times both. `planned`, [`run`]'s, stands for the check before allocating
-/// when given; the launch itself is planned again, its V map over the workspace.
+/// workspace is freed stream-ordered after both kernels; timing a call times both. `planned`, [`run`]'s, stands
+/// for the check before allocating when given; the launch itself is planned again, its V map over the workspace.
 fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     use cudarc::driver::DevicePtrMut;
     let s = call.spec.shape;
