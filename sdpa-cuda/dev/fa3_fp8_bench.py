@@ -6,16 +6,15 @@ Ours through the Rust driver `cuda_kernels` (NVRTC-compiled programs as users ge
 before each call, median of the reps, output checked against the f64 reference on a few rows): `fa3` on bf16
 inputs and `fa3` on f8e4m3 inputs with descales sqrt(3)/448 (the draws spread over the E4M3 range); the FP8 time
 includes the Vᵀ pre-pass (a second kernel of the same call; `--variants vt-kernel:SDPA_FA3_AB=vt-kernel` times
-the transpose inside the kernel instead). FLOPs are the same count for both (4·B·H·S²·D,
-halved for causal), so TFLOPS compare directly.
+the transpose inside the kernel instead). FLOPs are the same count for both (4·B·H·S²·D, halved for causal), so
+TFLOPS compare directly.
 
     python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench path/to/cuda_kernels [--seqs 512 ... 16384] [--out DIR]
         [--variants name:VAR=value ...]
 
-Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128, S = 512..16k, causal and not). Writes
-fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads; a variant's runs as kernel
-`fa3-{name}`) to --out and prints a table
-and the median FP8/bf16 speedup (issue 25's bar: >= 1.5x).
+Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128 or --dims, S = 512..16k, causal and
+not). Writes fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads; a variant's runs
+as kernel `fa3-{name}`) to --out and prints a table and the median FP8/bf16 speedup (issue 25's bar: >= 1.5x).
 """
 import argparse
 import json

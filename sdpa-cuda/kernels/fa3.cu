@@ -1246,10 +1246,11 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         fa3_zero_blocks(smem + L::Q_OFF, NC, L::Q_BYTES, L::DS / L::COLS, kb, L::BLOCK_Q, tid, FA3_THREADS(NC));
         fa3_zero_blocks(smem + L::K_OFF, ST, L::K_BYTES, L::DS / L::COLS, kb, L::BLOCK_KV, tid, FA3_THREADS(NC));
     }
-    // FP8's Vᵀ rows past the staged boxes (a class wider than the call's dv by a whole 128-column box) are never
-    // written by the transposing warps: zeros, as the pre-pass's map gave them. Only O's columns past dv read
-    // them, which are neither stored nor tested; the zeros keep those accumulators finite all the same.
-    const int vt_live = min(DV / 32, (p.dv + 127) / 128 * 4);  // 32-row blocks of a Vᵀ slot the warps write
+    // The transposing warps write the 32-row blocks of a Vᵀ slot that hold some of the call's dv columns (rows
+    // past dv inside them come from TMA's zeros); the blocks past those they never write are zeroed once here, as
+    // the pre-pass's map gave them. Only O's columns past dv read them, which are neither stored nor tested; the
+    // zeros keep those accumulators finite all the same.
+    const int vt_live = fa3_live_blocks<DV, 32>(p.dv);
     if (L::VT_STAGED && vt_live < DV / 32)
         fa3_zero_blocks(smem + L::V_OFF, ST, L::V_BYTES, DV / 32, vt_live, 32 * 128, tid, FA3_THREADS(NC));
     __syncthreads();

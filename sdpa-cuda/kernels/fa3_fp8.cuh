@@ -229,8 +229,8 @@ __device__ __forceinline__ unsigned fa3_prmt(unsigned a, unsigned b, unsigned se
 }
 
 // Vᵀ of one staged V tile (at `staged`) into a Vᵀ slot (at `vt`) by warp `w` of `nw`, lane `lane`: the units of the
-// first `cols` columns (a multiple of 32: the boxes TMA loaded; later rows of the slot are left as they are, their
-// O columns are never stored). BN = 128 keys. A warp takes four groups of one 32-column block at a time: within
+// first `cols` columns (a multiple of 32 within the boxes TMA loaded; later rows of the slot are left as they are,
+// their O columns are never stored). BN = 128 keys. A warp takes four groups of one 32-column block at a time: within
 // them only the group changes, which moves the load by 2048 bytes and the store's chunk by an xor, so each unit
 // costs its load, four permutes, its store and an address (28 instructions per unit when every unit computed its
 // own from u; sessions 22's SASS count).
