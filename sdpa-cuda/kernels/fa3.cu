@@ -175,6 +175,11 @@ static_assert(sizeof(Fa3Args) == 768, "Fa3Args must match src/kernels/fa3.rs");
 // 128 (NC + 1) threads over BM = 64 NC rows. NC, the ring depth ST and the keys per tile BN are the
 // entries' parameters (src/kernels/fa3.rs `Fa3Tile`).
 #define FA3_THREADS(NC) (128 * ((NC) + 1))
+// Blocks an SM holds at once: one (it takes all the registers), or two of one consumer each (NC = 1, the
+// measurement tile `SDPA_FA3_TILE=bn,stages,1`: two independent work tiles in flight per SM, so that one
+// block's tile start and epilogue run under the other's products). __launch_bounds__ then caps the launch at
+// 128 registers a thread, which the producer's setmaxnreg hands to the consumer.
+#define FA3_MIN_BLOCKS(NC) ((NC) == 1 ? 2 : 1)
 
 // Depth of the work-tile ring through which the producer hands each tile it takes to the consumers.
 #define FA3_SCHED 4
@@ -1182,6 +1187,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
     static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
     static_assert(SERVE == FA3_SERVE_DENSE || (!Fa3Elem<T>::FP8 && XO == 0),
                   "ragged batches: f16/bf16, no measurement switch");
+    static_assert(NC >= 1 && NC <= 3 && (!PP || NC >= 2), "1 to 3 consumers; turns (PP) need two or more");
     constexpr bool RAG = SERVE != FA3_SERVE_DENSE;
     using L = Fa3Smem<T, D, DV, BN, ST, NC, XO>;
     constexpr int BM = 64 * NC;
@@ -1296,9 +1302,10 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
             }
         }
     } else {
-        // The launch gives every thread 65536 / (128 (NC + 1)) registers (168 or 128); the producer's 24
-        // leave the consumers 240 (NC = 2) or 160 (NC = 3).
-        fa3_regs_inc<NC == 2 ? 240 : 160>();
+        // The launch gives every thread 65536 / (128 (NC + 1) FA3_MIN_BLOCKS) registers (168, 128, or 128 for
+        // NC = 1 at two blocks an SM); the producer's 24 leave the consumers 240 (NC = 2), 160 (NC = 3) or 232
+        // (NC = 1).
+        fa3_regs_inc<NC == 2 ? 240 : NC == 3 ? 160 : 232>();
         int ring = 0, nq = 0, turn = 0;
         for (int n = 0;; ++n) {
             const int w = fa3_take_tile(r, n);
@@ -1333,20 +1340,23 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 // Entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]: element type, head-dim class (Q/K width D, V/O width
 // DV), keys per tile, ring depth, mask, ping-pong, consumer warpgroups.
 #define FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC)                                                \
-    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
+        NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, 0)                                                 \
     }
 // Variant entry {tile prefix}_{dtype}_{D}[_{DV}]_band[_softcap][_alibi][_pp0] (f16/bf16): VAR a set of
 // FA3_VAR_* with FA3_VAR_BAND, the band in place of a mask; its own instantiation, so that the plain
 // entries' code and registers stay as they were.
 #define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)                                             \
-    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
+        NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR, 0)                                      \
     }
 // Measurement entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]_xo{XO}: a plain entry with the FA3_XO_*
 // switches XO (`SDPA_FA3_AB`).
 #define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)                                         \
-    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
+        NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, XO)                                                \
     }
 // Ragged entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask or band set}_varlen[_pp0] (f16/bf16; SERVE =
@@ -1354,6 +1364,7 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
 // with packed K/V, each work tile on its sequence's own lengths, band and diagonal. The first nine arguments
 // are in FA3_ENTRY's order (src/kernels/fa3/tests.rs reads them by position).
 #define FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                              \
-    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), 1) NAME(const __grid_constant__ Fa3Args a) { \
+    extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
+        NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY_SERVE(T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE)                                     \
     }

@@ -103,7 +103,8 @@ pub struct Fa3Tile {
     pub bn: usize,
     /// K/V ring slots.
     pub stages: usize,
-    /// Consumer warpgroups (2, or 3: 160 registers each instead of 240).
+    /// Consumer warpgroups (2, or 3: 160 registers each instead of 240; or 1, a measurement tile: two blocks
+    /// an SM where their shared memory fits, [`Fa3Tile::blocks_per_sm`]).
     pub consumers: usize,
 }
 
@@ -124,6 +125,24 @@ impl Fa3Tile {
     /// Query rows per block (a work tile): 64 per consumer warpgroup.
     pub fn rows(&self) -> usize {
         64 * self.consumers
+    }
+
+    /// Blocks an SM holds at once with `smem` bytes of dynamic shared memory each (`FA3_MIN_BLOCKS`): two for one
+    /// consumer where two blocks' shared memory fits the SM's 228 KB (1 KB of it reserved per block), one
+    /// otherwise (a block of two or three consumers takes every register). The persistent grid launches this
+    /// many blocks per SM.
+    pub fn blocks_per_sm(&self, smem: usize) -> usize {
+        if self.consumers == 1 && 2 * (smem + 1024) <= 228 * 1024 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Whether the consumers take turns issuing their products (ping-pong, `PP`): with two or more, unless
+    /// `SDPA_FA3_PINGPONG=0` turns it off (`forced_pp`: FP8 entries keep it on).
+    pub fn pingpong(&self, forced_pp: bool) -> bool {
+        self.consumers > 1 && (forced_pp || pingpong())
     }
 
     /// Threads per block: the consumers and the producer warpgroup (`FA3_THREADS`).
@@ -185,7 +204,7 @@ fn forced_tile() -> Result<Option<Fa3Tile>> {
     parse_tile(&v).map(Some).ok_or_else(|| {
         unsupported(format!(
             "SDPA_FA3_TILE={v}: expected `bn,stages[,consumers]` with bn 64, 80, 96, 112, 128, 176 or 192, 1 to 4 \
-             stages and 2 or 3 consumer warpgroups"
+             stages and 1 (two blocks an SM where they fit), 2 or 3 consumer warpgroups"
         ))
     })
 }
@@ -196,7 +215,7 @@ fn parse_tile(v: &str) -> Option<Fa3Tile> {
     let parsed: Vec<usize> = v.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
     match parsed[..] {
         [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4] => Some(Fa3Tile { bn, stages, consumers: 2 }),
-        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ (2 | 3)] => {
+        [bn @ (64 | 80 | 96 | 112 | 128 | 176 | 192), stages @ 1..=4, consumers @ 1..=3] => {
             Some(Fa3Tile { bn, stages, consumers })
         }
         _ => None,
@@ -506,6 +525,9 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
     match forced_tile()? {
         Some(t) if t.bn != FP8_TILE.bn => {
             Err(unsupported(format!("SDPA_FA3_TILE: f8e4m3 takes {} keys per tile, not {}", FP8_TILE.bn, t.bn)))
+        }
+        Some(t) if t.consumers < 2 => {
+            Err(unsupported("SDPA_FA3_TILE: f8e4m3 takes 2 or 3 consumer warpgroups (its entries take turns)"))
         }
         t => Ok(t),
     }
@@ -1055,7 +1077,10 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let schedule = schedule()?;
     let (blocks, section) = match forced_schedule()? {
         Some((blocks, section)) => (blocks.min(work), section.unwrap_or(1)),
-        None => (grid_blocks(work, n_mblocks, causal, schedule, info.sm_count), 1),
+        None => {
+            let slots = info.sm_count.saturating_mul(tile.blocks_per_sm(smem) as i32);
+            (grid_blocks(work, n_mblocks, causal, schedule, slots), 1)
+        }
     };
     let blocks = blocks.max(1); // no tile (an empty batch): one block that finds no work
     let dims = LaunchDims {
@@ -1067,11 +1092,11 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
     ab.check(fp8, masking.var != 0, ragged.is_some())?;
     let program = if ragged.is_some() {
-        serve_program(spec.dtype, class, tile, masking, pages.is_some(), pingpong())
+        serve_program(spec.dtype, class, tile, masking, pages.is_some(), tile.pingpong(false))
     } else if masking.var != 0 {
-        variant_program(spec.dtype, class, tile, masking.var, pingpong())
+        variant_program(spec.dtype, class, tile, masking.var, tile.pingpong(false))
     } else {
-        measured_program(spec.dtype, class, tile, p.mask_kind, fp8 || pingpong(), ab)
+        measured_program(spec.dtype, class, tile, p.mask_kind, tile.pingpong(fp8), ab)
     };
     // FP8: Q's and K's descales scale the scores (folded into the softmax scale), V's scales O at the end.
     let ds = spec.descales();
@@ -1165,17 +1190,17 @@ fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     r
 }
 
-/// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per
-/// multiprocessor, each walking tiles head by head) except, on the static schedule, under a causal mask
+/// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per slot:
+/// `slots` is the multiprocessors times [`Fa3Tile::blocks_per_sm`]; each block walks tiles head by head) except, on the static schedule, under a causal mask
 /// with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles per head: there the static share cannot balance
 /// the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth over the heads) and one block per tile,
 /// which the hardware hands out as blocks finish, ran faster (H100, fa2bench causal at S = 16k, D = 128:
 /// 604 TFLOPS against 431 persistent; bench/results/gpu/fa3.md). The dynamic schedule balances by itself.
-pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedule, sm_count: i32) -> usize {
+pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedule, slots: i32) -> usize {
     if schedule == Schedule::Static && causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
         work
     } else {
-        work.min(sms(sm_count))
+        work.min(sms(slots))
     }
 }
 
@@ -1183,9 +1208,9 @@ pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedu
 /// ([`grid_blocks`]).
 pub const PERSISTENT_CAUSAL_MAX_MBLOCKS: usize = 64;
 
-/// One block per multiprocessor (a block fills one: all its registers).
-fn sms(sm_count: i32) -> usize {
-    usize::try_from(sm_count).unwrap_or(1).max(1)
+/// The persistent grid's slots as a count, at least one.
+fn sms(slots: i32) -> usize {
+    usize::try_from(slots).unwrap_or(1).max(1)
 }
 
 /// The schedule `SDPA_FA3_GRID=blocks[,section]` forces (tests: many tiles per block on small calls, and

@@ -457,9 +457,32 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
 fn forced_tiles_refuse_parts_that_are_not_numbers() {
     assert_eq!(parse_tile("128, 2"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 2 }));
     assert_eq!(parse_tile("64,4,3"), Some(Fa3Tile { bn: 64, stages: 4, consumers: 3 }));
-    for bad in ["128,x,2", "x,128,2", "128,2,", "128", "100,2", "128,5", "128,2,4", ""] {
+    assert_eq!(parse_tile("128,2,1"), Some(Fa3Tile { bn: 128, stages: 2, consumers: 1 }));
+    for bad in ["128,x,2", "x,128,2", "128,2,", "128", "100,2", "128,5", "128,2,4", "128,2,0", ""] {
         assert_eq!(parse_tile(bad), None, "{bad:?}");
     }
+}
+
+/// One consumer (`SDPA_FA3_TILE=bn,stages,1`): two blocks an SM where their shared memory fits (the class 64 at
+/// 128 keys two deep, with O's staging), one where it does not (the class 128); no turns with one consumer,
+/// and FP8 refuses it (its entries take turns).
+#[test]
+fn one_consumer_runs_two_blocks_an_sm_where_they_fit_and_takes_no_turns() {
+    let one = Fa3Tile { bn: 128, stages: 2, consumers: 1 };
+    let smem64 = one.smem_bytes(64, 64);
+    assert!(smem64 < 100 * 1024, "{smem64}");
+    assert_eq!(one.blocks_per_sm(smem64), 2);
+    assert_eq!(one.blocks_per_sm(one.smem_bytes(128, 128)), 1);
+    assert_eq!(one.rows(), 64);
+    assert_eq!(one.threads(), 256);
+    assert!(!one.pingpong(true) && !one.pingpong(false));
+    let two = Fa3Tile { consumers: 2, ..one };
+    assert_eq!(two.blocks_per_sm(two.smem_bytes(64, 64)), 1);
+    assert!(two.pingpong(true));
+    assert_eq!(one.prefix(), "fa3_t128x2w1");
+    // The kernel caps such a launch at 128 registers a thread and hands the producer's to the consumer.
+    assert!(FA3.source.contains("#define FA3_MIN_BLOCKS(NC) ((NC) == 1 ? 2 : 1)"));
+    assert!(FA3.source.contains("fa3_regs_inc<NC == 2 ? 240 : NC == 3 ? 160 : 232>();"));
 }
 
 #[test]
