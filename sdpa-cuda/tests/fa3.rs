@@ -213,10 +213,19 @@ fn small_calls_for_the_sanitizer() {
         (sh(1, 2, 2, 70, 150, 80), DType::F16, Mask::CausalTopLeft, Layout::Bhsd),
         (Shape { dv: 128, ..sh(1, 2, 1, 70, 150, 64) }, DType::BF16, Mask::None, Layout::Bhsd),
     ];
+    // A tile forced for a measurement run (`SDPA_FA3_TILE`, e.g. one consumer) may not fit the wide classes'
+    // shared memory: those calls are refused by size, and skipped here with a note.
+    let forced = std::env::var_os("SDPA_FA3_TILE").is_some();
     for (n, (shape, dtype, mask, layout)) in calls.into_iter().enumerate() {
         let case = Case::new(shape, dtype, mask, layout, Kernel::Fa3, F32Math::Exact);
         let inputs = HostInputs::random(&case.spec(), 90 + n as u64).expect("valid");
-        let run = gpu.run_host(&case.spec(), &case.opts(), &inputs).expect("runs");
+        let run = match gpu.run_host(&case.spec(), &case.opts(), &inputs) {
+            Err(SdpaError::Unsupported { what, .. }) if forced && what.contains("bytes of shared memory") => {
+                eprintln!("{}: skipped, the forced tile does not fit: {what}", case.label());
+                continue;
+            }
+            r => r.expect("runs"),
+        };
         assert_eq!(run.kernel, Kernel::Fa3, "{}", case.label());
         let r = check_output(&case.spec(), &inputs, &run.output, F32Math::Exact, None).expect("checks");
         assert!(r.pass, "{}: {r:?}", case.label());

@@ -2,8 +2,9 @@
 # Session 22's call (FP8's V transposed in the kernel, `SDPA_FA3_AB=vt-kernel`) and session 23's (the one-consumer
 # tile, `SDPA_FA3_TILE=128,2,1`) in one device call, for when machines start rarely. From the repository root with
 # gpu-bundle carried (tests: fa3_fp8, fa3, fa2_kernels, machinery, wide_heads):
-#   1. side by side: tests/fa3_fp8 whole under vt-kernel and as the product, tests/fa3 whole under the tile,
-#      fa3's reference test, wide_heads and machinery; compute-sanitizer memcheck, racecheck and synccheck on
+#   1. side by side: tests/fa3_fp8 whole under vt-kernel and as the product, fa3's reference test and small calls
+#      under the tile (the reference test with 64-key tiles too), fa3's reference test as the product, wide_heads
+#      and machinery; compute-sanitizer memcheck, racecheck and synccheck on
 #      fa3_fp8's small calls under vt-kernel and on fa3's under the tile;
 #   2. the FP8 grid (D = 64, 128, 256) under vt-kernel against the product's pre-pass and our bf16 (no PyTorch);
 #   3. fa3_bench.py at S = 512, 1k, 2k with the tile forced at D = 64 (128 keys) and at D = 128 (64 keys, so that
@@ -13,7 +14,8 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda
 export OUT=${OUT:-/tmp/out}; O=$OUT; mkdir -p "$O/fp8" "$O/w1"
 W1=SDPA_FA3_TILE=128,2,1
-RUNS=${RUNS:-"fa3_fp8@SDPA_FA3_AB=vt-kernel fa3_fp8 fa3@$W1 fa3:fa3_matches_the_reference wide_heads machinery"} \
+RUNS=${RUNS:-"fa3_fp8@SDPA_FA3_AB=vt-kernel fa3_fp8 fa3:fa3_matches_the_reference@$W1 fa3:small_calls_for_the_sanitizer@$W1 \
+  fa3:fa3_matches_the_reference@SDPA_FA3_TILE=64,2,1 fa3:fa3_matches_the_reference wide_heads machinery"} \
   SAN=${SAN:-"fa3_fp8:small_calls_for_the_sanitizer@SDPA_FA3_AB=vt-kernel fa3:small_calls_for_the_sanitizer@$W1"} \
   SAN_S=${SAN_S:-130} DEADLINE=${T:-250} \
   bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
