@@ -8,11 +8,12 @@
 //! before P(j)·V(j)) and take turns issuing products (ping-pong); `SDPA_FA3_PINGPONG=0` runs the entries
 //! without the turns, for comparisons.
 //!
-//! The grid is persistent ([`grid_blocks`]: one block per multiprocessor walking the work tiles, the next tile's Q and
-//! K/V loaded while the current one finishes); each block takes its next tile from an atomic counter when it is ready
-//! for one ([`Schedule::Dynamic`]; the counter is kept zero between calls, see [`run`]), or follows session 7's static
-//! share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is chosen
-//! by head dim and mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
+//! The grid is persistent ([`grid_blocks`]: one block per multiprocessor (two for a one-consumer tile, where they
+//! fit: [`Fa3Tile::blocks_per_sm`]) walking the work tiles, the next tile's Q and K/V loaded while the current one
+//! finishes); each block takes its next tile from an atomic counter when it is ready for one
+//! ([`Schedule::Dynamic`]; the counter is kept zero between calls, see [`run`]), or follows session 7's static
+//! share (`SDPA_FA3_SCHED=static`); the tile ([`tile_for`]: keys per tile, ring depth, consumer warpgroups) is
+//! chosen by head dim and mask. `SDPA_FA3_TILE` and `SDPA_FA3_GRID` override both for tuning runs and tests.
 //!
 //! Head dims: compiled classes (Q/K width, V/O width) [`FA3_CLASSES`]; a call runs the first class at or
 //! above its D and Dv ([`head_dim_class`]). The tensor maps carry the call's own widths, so TMA fills a box's
@@ -152,7 +153,7 @@ impl Fa3Tile {
 }
 
 impl Fa3Tile {
-    /// The prefix of this tile's entry names: `fa3_t{bn}x{stages}`, with `w3` for three consumers.
+    /// The prefix of this tile's entry names: `fa3_t{bn}x{stages}`, with `w3` for three consumers and `w1` for one.
     pub fn prefix(&self) -> String {
         let w = if self.consumers == 2 { String::new() } else { format!("w{}", self.consumers) };
         format!("fa3_t{}x{}{w}", self.bn, self.stages)
@@ -1191,11 +1192,12 @@ fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
 }
 
 /// Blocks of the grid for `work` query tiles, `n_mblocks` of them per head. Persistent (one block per slot:
-/// `slots` is the multiprocessors times [`Fa3Tile::blocks_per_sm`]; each block walks tiles head by head) except, on the static schedule, under a causal mask
-/// with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles per head: there the static share cannot balance
-/// the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth over the heads) and one block per tile,
-/// which the hardware hands out as blocks finish, ran faster (H100, fa2bench causal at S = 16k, D = 128:
-/// 604 TFLOPS against 431 persistent; bench/results/gpu/fa3.md). The dynamic schedule balances by itself.
+/// `slots` is the multiprocessors times [`Fa3Tile::blocks_per_sm`]; each block walks tiles head by head)
+/// except, on the static schedule, under a causal mask with more than [`PERSISTENT_CAUSAL_MAX_MBLOCKS`] tiles
+/// per head: there the static share cannot balance the tiles' weights (1 to n_mblocks key tiles, in a saw-tooth
+/// over the heads) and one block per tile, which the hardware hands out as blocks finish, ran faster (H100,
+/// fa2bench causal at S = 16k, D = 128: 604 TFLOPS against 431 persistent; bench/results/gpu/fa3.md). The
+/// dynamic schedule balances by itself.
 pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedule, slots: i32) -> usize {
     if schedule == Schedule::Static && causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
         work
