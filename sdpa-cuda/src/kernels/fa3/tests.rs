@@ -366,9 +366,9 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
     // device's limit before launching).
     for class in FA3_CLASSES {
         for bn in [64, 80, 96, 112, 128, 176, 192] {
-            for (stages, consumers) in [(1, 2), (2, 2), (3, 3), (4, 2), (4, 3)] {
+            for (stages, consumers) in [(1, 2), (2, 2), (3, 3), (4, 2), (4, 3), (2, 1), (3, 1)] {
                 let tile = Fa3Tile { bn, stages, consumers };
-                host(&program(DType::BF16, class, tile, MASK_CAUSAL, true), tile, class, false);
+                host(&program(DType::BF16, class, tile, MASK_CAUSAL, tile.pingpong(true)), tile, class, false);
             }
         }
     }
