@@ -9,7 +9,7 @@
 #   2. fa3_bench.py at S = 512, 1k, 2k with the tile forced at D = 64 (128 keys) and at D = 128 (64 keys, so that
 #      two blocks fit an SM), cuDNN in the same run;
 #   3. the FP8 grid (D = 64, 128, 256) under vt-kernel against the product's pre-pass and our bf16 (no PyTorch).
-#   [T=220] [SAN_S=110] [WT=140] [BT=110] bash bench/studies/session23/both.sh
+#   [T=220] [SAN_S=110] [WT=140] [BT=110] [DIMS="64 128 256"] [SEQS=...] [WSEQS=...] [RUNS=...] [SAN=...] bash bench/studies/session23/both.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda
 export OUT=${OUT:-/tmp/out}; O=$OUT; mkdir -p "$O/fp8" "$O/w1"
@@ -25,6 +25,6 @@ timeout ${WT:-140} python3 sdpa-cuda/dev/fa3_bench.py --bench gpu-bundle/cuda_ke
   --tiles 128,2,1@64 64,2,1@128 --tile-seqs ${WSEQS:-512 1024 2048} --variants --out "$O/w1" > "$O/w1/bench.log" 2>&1
 echo "w1 bench rc=$?"; tail -30 "$O/w1/bench.log" | cut -c1-160
 timeout ${BT:-110} python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench gpu-bundle/cuda_kernels --no-torch \
-  --dims 64 128 256 --seqs ${SEQS:-512 2048 16384} --variants vt-kernel:SDPA_FA3_AB=vt-kernel --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
+  --dims ${DIMS:-64 128 256} --seqs ${SEQS:-512 2048 16384} --variants vt-kernel:SDPA_FA3_AB=vt-kernel --out "$O/fp8" > "$O/fp8/fp8.log" 2>&1
 echo "fp8 bench rc=$?"; tail -24 "$O/fp8/fp8.log" | cut -c1-150
 cd "$O" && tar czf raw.tgz --remove-files fp8/fa3_*_raw.json 2>/dev/null; ls "$O" "$O/w1"
