@@ -10,6 +10,18 @@ use sdpa_core::{
     SdpaError, Shape,
 };
 use sdpa_cuda::{CudaBackend, L2Flush};
+use std::sync::{Mutex, MutexGuard};
+
+/// Held by every test here that compiles or loads programs. The disk-cache test points the process-wide
+/// `SDPA_CUDA_CACHE` at a directory of its own and counts the files in it, so no other test may compile
+/// (and store its images there) meanwhile: cargo runs a binary's tests on parallel threads (session 23's
+/// device call saw the warm-up test's ten images land in the cache test's directory).
+static COMPILING: Mutex<()> = Mutex::new(());
+
+fn compiling() -> MutexGuard<'static, ()> {
+    // A test that panicked while holding it poisons it; the next test still runs.
+    COMPILING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 #[test]
 fn opening_a_missing_device_is_an_error_not_a_panic() {
@@ -39,10 +51,11 @@ fn opening_a_missing_device_is_an_error_not_a_panic() {
 #[test]
 fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
     use sdpa_cuda::images::Origin;
+    let _alone = compiling();
     let Some(g) = gpu() else { return };
     let dir = std::env::temp_dir().join(format!("sdpa-cuda-cache-test-{}", std::process::id()));
-    // The cache directory is read per compile; this test owns its process-wide setting only briefly, and
-    // no other test in this binary compiles modules concurrently with a different expectation.
+    // The cache directory is read per compile; this test owns its process-wide setting while it holds
+    // `COMPILING`, which every other test here that compiles takes too.
     std::env::set_var("SDPA_CUDA_CACHE", &dir);
     let bf16 = |sq, sk, mask| AttentionSpec::new(Shape::new(2, 8, sq, sk, 128), DType::BF16).with_mask(mask);
     let calls = [
@@ -89,6 +102,7 @@ fn programs_compile_once_per_instantiation_and_are_cached_on_disk() {
 /// on sm_90 the fa3 entry `auto` takes for the long causal call, whose deep fa2 tile is asked for by name).
 #[test]
 fn a_warm_up_loads_what_the_calls_launch() {
+    let _alone = compiling();
     let Some(g) = gpu() else { return };
     let spec = |b, hq, hkv, sq, sk, d, dtype, mask| {
         AttentionSpec::new(Shape { b, hq, hkv, sq, sk, d, dv: d }, dtype).with_mask(mask)
@@ -118,6 +132,7 @@ fn a_warm_up_loads_what_the_calls_launch() {
 
 #[test]
 fn event_timing_returns_one_positive_time_per_rep() {
+    let _alone = compiling();
     for flush in [L2Flush::Dirty, L2Flush::Clean] {
         let Some(g) = gpu() else { return };
         let g = g.with_l2_flush(flush);
@@ -144,6 +159,7 @@ fn l2_flush_modes_parse() {
 
 #[test]
 fn forward_on_a_callers_stream_and_slices() {
+    let _alone = compiling();
     let Some(g) = gpu() else { return };
     let shape = Shape { b: 2, hq: 4, hkv: 2, sq: 37, sk: 80, d: 64, dv: 64 };
     let spec = AttentionSpec::new(shape, DType::F16).with_layout(Layout::Bshd).with_mask(Mask::CausalBottomRight);
