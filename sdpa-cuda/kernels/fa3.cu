@@ -204,7 +204,7 @@ struct Fa3Smem {
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = NC * Q_BYTES;
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
-    // FP8 (but under FA3_XO_VT_PREPASS): TMA stages each V tile as it is stored, [keys][128-column boxes], and the
+    // FP8 (except under FA3_XO_VT_PREPASS): TMA stages each V tile as it is stored, [keys][128-column boxes], and the
     // producer's transposing warps write it into the Vᵀ ring (fa3_fp8_transpose_v). Two staged tiles where
     // they fit beside O's staging (classes 64 and 128), else one (256).
     static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_PREPASS) == 0;
