@@ -109,14 +109,11 @@
 // FA3_XO_FULL_DIAG runs a causal warpgroup's last P·V over the whole tile where the product takes only the first
 // 64 keys, the ones its rows see (fa3_consume_tile's HALF).
 #define FA3_XO_FULL_DIAG 512
-// FA3_XO_VT_KERNEL (FP8 entries) transposes each V tile inside the kernel, in the producer warpgroup (Fa3Smem::
-// VT_STAGED, fa3_fp8_transpose_v), instead of reading the Vᵀ the product's pre-pass kernel writes into a workspace
-// before the call (fa3_fp8.cuh FA3_FP8_VT_ENTRY). Written in session 22 to replace the pre-pass (one launch
-// and one pass over V less, no workspace, no bound on the (batch, kv head) pairs); checked without a GPU (the
-// layout and the barrier protocol modelled in src/kernels/fa3/protocol.rs, every entry compiled) but not yet run
-// on one, so the product keeps the pre-pass until a GPU call has verified and timed it
-// (bench/studies/session22/call1.sh).
-#define FA3_XO_VT_KERNEL 1024
+// FA3_XO_VT_PREPASS (FP8 entries) reads the Vᵀ a pre-pass kernel writes into a workspace before the call
+// (fa3_fp8.cuh FA3_FP8_VT_ENTRY; the product of sessions 9-22) instead of the product's transpose inside the
+// kernel, in the producer warpgroup (Fa3Smem::VT_STAGED, fa3_fp8_transpose_v; written in session 22, verified and
+// timed on the H100 in session 23: bench/results/gpu/fp8.md).
+#define FA3_XO_VT_PREPASS 1024
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
 // rescaled: P = 2^(x - reference) stays at most 2^8 = 256, well inside bf16, f16 and E4M3 (448) and exact in
@@ -207,10 +204,10 @@ struct Fa3Smem {
     static constexpr int Q_OFF = 0;
     static constexpr int K_OFF = NC * Q_BYTES;
     static constexpr int V_OFF = K_OFF + ST * K_BYTES;
-    // FP8 under FA3_XO_VT_KERNEL: TMA stages each V tile as it is stored, [keys][128-column boxes], and the
+    // FP8 (except under FA3_XO_VT_PREPASS): TMA stages each V tile as it is stored, [keys][128-column boxes], and the
     // producer's transposing warps write it into the Vᵀ ring (fa3_fp8_transpose_v). Two staged tiles where
     // they fit beside O's staging (classes 64 and 128), else one (256).
-    static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_KERNEL) != 0;
+    static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_PREPASS) == 0;
     static constexpr int VS_BYTES = VT_STAGED ? BN * 128 * ((DV + 127) / 128) : 0;  // one staged V tile
     static constexpr int VS_OFF = V_OFF + ST * V_BYTES;
     static constexpr int SV = !VT_STAGED ? 0

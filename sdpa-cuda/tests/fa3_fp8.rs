@@ -203,11 +203,10 @@ fn what_does_not_take_fp8_refuses_it() {
 }
 
 /// More (batch, kv head) pairs than one grid dimension holds (65535), GQA 2, causal, the class 64 padded from
-/// 16: the product's Vᵀ pre-pass (one grid row per pair) refuses the call before allocating its workspace;
-/// under `SDPA_FA3_AB=vt-kernel` (V transposed inside the kernel, no such bound) `fa3` takes it and matches the
-/// reference.
+/// 16: the product (V transposed inside the kernel, no such bound) takes it and matches the reference; under
+/// `SDPA_FA3_AB=vt-prepass` the Vᵀ pre-pass (one grid row per pair) refuses it before allocating its workspace.
 #[test]
-fn fp8_past_the_pre_pass_grid_is_refused_or_taken_in_the_kernel() {
+fn fp8_past_the_pre_pass_grid_is_taken_in_the_kernel_or_refused_by_the_pre_pass() {
     let Some(gpu) = gpu() else { return };
     if !hopper(&gpu) {
         return;
@@ -216,21 +215,21 @@ fn fp8_past_the_pre_pass_grid_is_refused_or_taken_in_the_kernel() {
     let case = Case::new(shape, DType::F8E4M3, Mask::CausalBottomRight, Layout::Bhsd, Kernel::Fa3, F32Math::Exact);
     let spec = fp8_spec(&case);
     let inputs = HostInputs::random(&spec, 4242).expect("valid spec");
-    let in_kernel = std::env::var("SDPA_FA3_AB").is_ok_and(|v| v.split(',').any(|x| x.trim() == "vt-kernel"));
+    let prepass = std::env::var("SDPA_FA3_AB").is_ok_and(|v| v.split(',').any(|x| x.trim() == "vt-prepass"));
     match gpu.run_host(&spec, &case.opts(), &inputs) {
-        Ok(run) if in_kernel => {
+        Ok(run) if !prepass => {
             let r = check_output(&spec, &inputs, &run.output, F32Math::Exact, None).expect("checks");
             assert!(r.pass, "{}: {r:?}", case.label());
         }
-        Err(SdpaError::Unsupported { what, .. }) if !in_kernel => assert!(what.contains("65535"), "{what}"),
-        other => panic!("{} (vt-kernel: {in_kernel}): {:?}", case.label(), other.map(|r| r.kernel)),
+        Err(SdpaError::Unsupported { what, .. }) if prepass => assert!(what.contains("65535"), "{what}"),
+        other => panic!("{} (vt-prepass: {prepass}): {:?}", case.label(), other.map(|r| r.kernel)),
     }
 }
 
 /// Small FP8 calls of every class for compute-sanitizer (fa3_fp8_run.sh runs this test under memcheck,
 /// racecheck and synccheck with `SDPA_FA3_GRID=2,1`, so that each persistent block walks several tiles):
-/// the Vᵀ pre-pass with partial 64-key and 64-column blocks (under `SDPA_FA3_AB=vt-kernel` the transposing
-/// warps' partial staged tiles and boxes instead), and the kernel at 64 (padded from 32), 128 and 256 (Dv below
+/// the transposing warps' partial staged tiles and boxes (under `SDPA_FA3_AB=vt-prepass` the Vᵀ pre-pass with
+/// partial 64-key and 64-column blocks instead), and the kernel at 64 (padded from 32), 128 and 256 (Dv below
 /// D), causal in both alignments and not, both layouts.
 #[test]
 fn small_calls_for_the_sanitizer() {

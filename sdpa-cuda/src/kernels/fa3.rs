@@ -49,13 +49,13 @@
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
-//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so [`run`] first writes Vᵀ into a workspace
-//! (the `fa3_fp8_vt` pre-pass, keys permuted within groups of 16 to match P's registers) and the kernel loads
-//! that. The switch `vt-kernel` ([`AbSwitches::vt_kernel`]) instead has TMA stage each V tile as stored and
-//! the producer warpgroup's three other warps write it transposed into the Vᵀ ring (kernels/fa3_fp8.cuh
-//! `fa3_fp8_transpose_v`): no second launch, no workspace, no bound on the (batch, kv head) pairs; written to
-//! replace the pre-pass, not yet run on a GPU. Q's and K's descales are folded into the softmax scale, V's
-//! into O's final scale ([`plan_with`]).
+//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so TMA stages each V tile as stored and the
+//! producer warpgroup's three warps that issue no copies write it transposed into the Vᵀ ring, keys permuted
+//! within groups of 16 to match P's registers (kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`; session 22, the
+//! product since session 23). The measurement switch `vt-prepass` ([`AbSwitches::vt_prepass`]) runs sessions
+//! 9-22's way instead: [`run`] first writes Vᵀ into a workspace (the `fa3_fp8_vt` pre-pass, a second launch
+//! bounded to [`VT_MAX_BATCH_HEADS`] (batch, kv head) pairs) and the kernel loads that. Q's and K's descales
+//! are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
 //! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
 //! Speed and accuracy: `bench/results/gpu/fp8.md`.
 
@@ -234,9 +234,9 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
     }
 }
 
-/// Most (batch, kv head) pairs of an FP8 call: the Vᵀ pre-pass launches one grid row (`gridDim.z`) per pair,
-/// and CUDA caps that dimension at 65535. Refused before the workspace is allocated ([`prepass_refuses`], from
-/// `check`). The `vt-kernel` switch, which transposes V in the kernel, has no such bound.
+/// Most (batch, kv head) pairs of an FP8 call under the `vt-prepass` switch: the Vᵀ pre-pass launches one grid
+/// row (`gridDim.z`) per pair, and CUDA caps that dimension at 65535. Refused before the workspace is allocated
+/// ([`prepass_refuses`], from `check`). The product, which transposes V in the kernel, has no such bound.
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
 /// Why the FP8 pre-pass cannot run `spec` (more than [`VT_MAX_BATCH_HEADS`] pairs), or `None`.
@@ -244,8 +244,8 @@ pub fn prepass_refuses(spec: &AttentionSpec) -> Option<String> {
     let s = spec.shape;
     (s.b.saturating_mul(s.hkv) > VT_MAX_BATCH_HEADS).then(|| {
         format!(
-            "fa3 takes f8e4m3 calls of at most {VT_MAX_BATCH_HEADS} (batch, kv head) pairs (its Vᵀ pre-pass runs \
-             one grid row per pair; got B = {} x Hkv = {}); no other kernel takes f8e4m3",
+            "fa3's Vᵀ pre-pass (SDPA_FA3_AB=vt-prepass) takes f8e4m3 calls of at most {VT_MAX_BATCH_HEADS} (batch, \
+             kv head) pairs (one grid row per pair; got B = {} x Hkv = {}); without the switch fa3 takes any count",
             s.b, s.hkv
         )
     })
@@ -415,16 +415,16 @@ pub struct AbSwitches {
     /// the first 64 keys, the ones its rows see (`FA3_XO_FULL_DIAG`; f16/bf16 causal entries with 128-key
     /// tiles, a no-op elsewhere).
     pub full_diag: bool,
-    /// `vt-kernel`: FP8's V tiles transposed inside the kernel by the producer warpgroup (session 22), where
-    /// the product writes Vᵀ into a workspace with a pre-pass kernel before the call (its own launch, which
-    /// reads and writes V once more, and one grid row per (batch, kv head) pair) (`FA3_XO_VT_KERNEL`; FP8
-    /// entries, a no-op for f16/bf16). Written to replace the pre-pass, not yet run on a GPU.
-    pub vt_kernel: bool,
+    /// `vt-prepass`: FP8's Vᵀ written into a workspace by a pre-pass kernel before the call (its own launch,
+    /// which reads and writes V once more, and one grid row per (batch, kv head) pair; the product of sessions
+    /// 9-22), where the product's producer warpgroup transposes each V tile inside the kernel
+    /// (`FA3_XO_VT_PREPASS`; FP8 entries, a no-op for f16/bf16).
+    pub vt_prepass: bool,
 }
 
 impl AbSwitches {
     /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7, `direct_o`
-    /// bit 8, `full_diag` bit 9, `vt_kernel` bit 10).
+    /// bit 8, `full_diag` bit 9, `vt_prepass` bit 10).
     pub fn bits(self) -> u16 {
         u16::from(self.store16)
             | (u16::from(self.tile_turns) << 1)
@@ -433,12 +433,12 @@ impl AbSwitches {
             | (u16::from(self.eager_max) << 7)
             | (u16::from(self.direct_o) << 8)
             | (u16::from(self.full_diag) << 9)
-            | (u16::from(self.vt_kernel) << 10)
+            | (u16::from(self.vt_prepass) << 10)
     }
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
     /// (`variant`) or ragged batches (`ragged`), whose entries have no measurement instantiation, and
-    /// `store16` / `tile-turns` for FP8 inputs (`fp8`). `vt-kernel` is a no-op for f16/bf16 (their entry under
+    /// `store16` / `tile-turns` for FP8 inputs (`fp8`). `vt-prepass` is a no-op for f16/bf16 (their entry under
     /// it has the same code), so that one environment can time both dtypes (`fa3_fp8_bench.py`, tests/fa3_fp8's
     /// comparison with bf16).
     pub fn check(self, fp8: bool, variant: bool, ragged: bool) -> Result<()> {
@@ -457,7 +457,7 @@ impl AbSwitches {
     }
 
     /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
-    /// `desc-fold`, `eager-max`, `direct-o`, `full-diag` and `vt-kernel` (empty: none).
+    /// `desc-fold`, `eager-max`, `direct-o`, `full-diag` and `vt-prepass` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -468,7 +468,7 @@ impl AbSwitches {
                 "eager-max" => ab.eager_max = true,
                 "direct-o" => ab.direct_o = true,
                 "full-diag" => ab.full_diag = true,
-                "vt-kernel" => ab.vt_kernel = true,
+                "vt-prepass" => ab.vt_prepass = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -479,7 +479,7 @@ impl AbSwitches {
                     None => {
                         return Err(unsupported(format!(
                             "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
-                             desc-fold, eager-max, direct-o, full-diag or vt-kernel, comma-separated)"
+                             desc-fold, eager-max, direct-o, full-diag or vt-prepass, comma-separated)"
                         )))
                     }
                 },
@@ -535,8 +535,8 @@ fn forced_fp8_tile() -> Result<Option<Fa3Tile>> {
 }
 
 /// Shared memory of an FP8 block at class (`d`, `dv`): Q and K rows of whole 128-column boxes, Vᵀ tiles of
-/// `dv` rows of 128 keys, one byte each, the V tiles staged for the producer's transpose (`staged`: under
-/// [`AbSwitches::vt_kernel`]; none with the product's pre-pass) and the barriers (`Fa3Smem` with `ES = 1`).
+/// `dv` rows of 128 keys, one byte each, the V tiles staged for the producer's transpose (`staged`: the product;
+/// none under [`AbSwitches::vt_prepass`]) and the barriers (`Fa3Smem` with `ES = 1`).
 pub fn fp8_smem_bytes(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> usize {
     let (slots, _) = fp8_v_staging(t, d, dv, staged);
     with_o_stage(fp8_tile_bytes(t, d, dv, staged), t, slots)
@@ -556,7 +556,7 @@ fn fp8_ring_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
 
 /// The V tiles an FP8 block stages for its transposing warps (`Fa3Smem::SV`, `VS_BYTES`): (slots, bytes of
 /// one), a tile being `bn` keys of whole 128-column boxes; two slots where they fit beside O's staging, else
-/// one; none with the product's pre-pass (`staged` false).
+/// one; none under the `vt-prepass` switch (`staged` false).
 pub fn fp8_v_staging(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> (usize, usize) {
     if !staged {
         return (0, 0);
@@ -751,10 +751,9 @@ pub fn compile_check_variant_programs() -> Vec<Program> {
         .collect()
 }
 
-/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), and the Vᵀ
-/// pre-pass (7).
+/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]) (6).
 pub fn fp8_programs() -> Vec<Program> {
-    let mut all = vec![vt_program()];
+    let mut all = Vec::new();
     for class in FA3_FP8_CLASSES {
         for mask in [MASK_NONE, MASK_CAUSAL] {
             all.push(program(DType::F8E4M3, class, fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL), mask, true));
@@ -788,7 +787,7 @@ pub fn programs() -> Vec<Program> {
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
-    all.extend(fp8_vt_kernel_programs());
+    all.extend(fp8_vt_prepass_programs());
     all
 }
 
@@ -803,17 +802,19 @@ fn measured_check_program() -> Program {
         eager_max: true,
         direct_o: true,
         full_diag: true,
-        vt_kernel: false, // FP8 only: fp8_vt_kernel_programs
+        vt_prepass: false, // FP8 only: fp8_vt_prepass_programs
     };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
 }
 
-/// FP8's entries under the `vt-kernel` switch (V transposed in the kernel, their own shared-memory layout: two
-/// staged tiles at 64 and 128, one at 256), causal, one per class.
-fn fp8_vt_kernel_programs() -> Vec<Program> {
-    let ab = AbSwitches { vt_kernel: true, ..AbSwitches::default() };
+/// The `vt-prepass` switch's programs: the Vᵀ pre-pass, and FP8's entries under it (Vᵀ from the pre-pass's
+/// workspace, their own shared-memory layout: no staged V tiles), causal, one per class.
+fn fp8_vt_prepass_programs() -> Vec<Program> {
+    let ab = AbSwitches { vt_prepass: true, ..AbSwitches::default() };
     let tile = |(d, dv): (usize, usize)| fp8_tile_for(d, dv, true);
-    FA3_FP8_CLASSES.into_iter().map(|c| measured_program(DType::F8E4M3, c, tile(c), MASK_CAUSAL, true, ab)).collect()
+    let entries =
+        FA3_FP8_CLASSES.into_iter().map(|c| measured_program(DType::F8E4M3, c, tile(c), MASK_CAUSAL, true, ab));
+    std::iter::once(vt_program()).chain(entries).collect()
 }
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
@@ -825,12 +826,13 @@ pub fn compile_check_programs() -> Vec<Program> {
         .into_iter()
         .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
         .collect();
-    // FP8: its own products and layout per class, and the pre-pass.
-    all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none")));
+    // FP8: its own products and layout per class (the class 64 without a mask runs three consumers, which the
+    // transposing warps count on the work-tile ring).
+    all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none") || p.name.contains("_f8e4m3_64_")));
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
-    all.extend(fp8_vt_kernel_programs());
+    all.extend(fp8_vt_prepass_programs());
     all
 }
 
@@ -992,9 +994,9 @@ pub fn check(
     Ok((class, tile))
 }
 
-/// Whether FP8 calls transpose V inside the kernel (the `vt-kernel` switch), not in the product's pre-pass.
+/// Whether FP8 calls transpose V inside the kernel (the product), not in the pre-pass (the `vt-prepass` switch).
 fn fp8_vt_staged() -> Result<bool> {
-    Ok(ab_switches()?.vt_kernel)
+    Ok(!ab_switches()?.vt_prepass)
 }
 
 /// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
@@ -1011,8 +1013,8 @@ pub fn vt_keys(sk: usize) -> usize {
 }
 
 /// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it. FP8 calls get V's
-/// map over V itself here (the checks only; under the `vt-kernel` switch the map the kernel reads); [`run`] plans
-/// the product's over the Vᵀ workspace ([`plan_with`]).
+/// map over V itself (the map the kernel reads; under the `vt-prepass` switch the checks only: [`run`] plans the
+/// launch again over the Vᵀ workspace, [`plan_with`]).
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
     plan_with(call, None)
 }
@@ -1027,7 +1029,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let fp8 = spec.dtype == DType::F8E4M3;
     let ab = ab_switches()?;
     let smem =
-        if fp8 { fp8_smem_bytes(tile, class.0, class.1, ab.vt_kernel) } else { tile.smem_bytes(class.0, class.1) };
+        if fp8 { fp8_smem_bytes(tile, class.0, class.1, !ab.vt_prepass) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
     let masking = Masking::of(spec);
     // A band (variants) weighs query tiles unequally as a causal mask does (the static schedule's grid).
@@ -1045,15 +1047,14 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let op = |ptr, h, sl, d, st| KvOperand { ptr, dtype: spec.dtype, dims: [nb, h, sl, d], strides: packed(st) };
     let pages = ragged.and_then(|r| r.pages);
     let (k_op, v_op, box_keys) = kv_operands(spec, p, tile.bn);
-    let v_map = if fp8 && !ab.vt_kernel {
+    let v_map = if fp8 && ab.vt_prepass {
         // The pre-pass's Vᵀ: rows of dv columns of Sk_pad keys, boxes of 128 keys x Dv (class) rows.
         let kp = vt_keys(s.sk) as i64;
         let dv = s.dv as i64;
         let st = [s.hkv as i64 * dv * kp, dv * kp, kp];
         padded_tensor_map(&op(vt.unwrap_or(p.v), s.hkv, s.dv, kp as usize, st), class.1)
     } else {
-        // V as stored (FP8 under `vt-kernel`: boxes of 128 one-byte columns, which the kernel stages and
-        // transposes).
+        // V as stored (FP8: boxes of 128 one-byte columns, which the kernel stages and transposes).
         padded_tensor_map(&v_op, box_keys)
     };
     let maps = (padded_tensor_map(&op(p.q, s.hq, lq, s.d, p.q_stride), 64), padded_tensor_map(&k_op, box_keys), v_map);
@@ -1124,8 +1125,8 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
     [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
-/// The programs a call launches: its entry, and for FP8 inputs the Vᵀ pre-pass before it (not under the
-/// `vt-kernel` switch). `planned` is the call's own [`plan`] when the caller made it already (dispatch's
+/// The programs a call launches: its entry, and for FP8 inputs under the `vt-prepass` switch the Vᵀ pre-pass
+/// before it. `planned` is the call's own [`plan`] when the caller made it already (dispatch's
 /// `auto`), planned here otherwise.
 pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
     let main = planned.map_or_else(|| plan(call), Ok)?.program;
@@ -1148,8 +1149,8 @@ const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
 // SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for VtArgs {}
 
-/// FP8 (the product; not under the `vt-kernel` switch): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys permuted
-/// within groups of 16, zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The
+/// FP8 under the `vt-prepass` switch (the product of sessions 9-22): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys
+/// permuted within groups of 16, zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The
 /// workspace is freed stream-ordered after both kernels; timing a call times both. `planned`, [`run`]'s, stands
 /// for the check before allocating when given; the launch itself is planned again, its V map over the workspace.
 fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {

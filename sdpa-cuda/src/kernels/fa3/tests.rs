@@ -183,8 +183,8 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
             assert!(fp8_smem_bytes(FP8_TILE, d, dv, staged) <= 227 * 1024, "{d}/{dv}");
         }
     }
-    // Q, K and Vᵀ, O's staging (2 KB per consumer warp), the barriers; the `vt-kernel` switch adds two staged V
-    // tiles of one 128-column box (16 KB each) and their barrier pairs.
+    // Q, K and Vᵀ, O's staging (2 KB per consumer warp), the barriers; the product adds two staged V tiles of one
+    // 128-column box (16 KB each) and their barrier pairs, which the `vt-prepass` switch has not.
     let staging = 8 * 2048;
     let prepass = 2 * 64 * 128 + 2 * 128 * (128 + 64) + staging + 8 * 12 + 20 * SCHED_RING;
     assert_eq!(fp8_smem_bytes(FP8_TILE, 64, 64, false), prepass);
@@ -203,17 +203,17 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
     let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
     assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
     assert!(p.instantiation.contains("sdpa_e4m3, 128, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
-    assert_eq!(fp8_programs().len(), 7);
+    assert_eq!(fp8_programs().len(), 6);
     assert_eq!(vt_keys(1), 16);
     assert_eq!(vt_keys(32), 32);
     assert_eq!(vt_keys(33), 48);
 }
 
-/// Regression: FP8 calls of more (batch, kv head) pairs than the pre-pass's grid holds are refused before
-/// its workspace is allocated (from `check`); `refuses`, which `auto` asks, leaves them to `check` (the
-/// `vt-kernel` switch has no such bound), and bf16, with no pre-pass, takes them.
+/// FP8 calls of more (batch, kv head) pairs than the pre-pass's grid holds: the pre-pass (the `vt-prepass`
+/// switch) refuses them from `check`, before its workspace is allocated; the product, which transposes V in the
+/// kernel, takes them, as bf16 does. (`tests/fa3_fp8.rs` runs one both ways on the GPU.)
 #[test]
-fn fp8_calls_past_the_pre_pass_grid_are_refused_up_front() {
+fn fp8_calls_past_the_pre_pass_grid_are_refused_by_the_pre_pass_only() {
     let at = |b: usize, hkv: usize| {
         let shape = Shape { b, hq: hkv, hkv, sq: 16, sk: 16, d: 64, dv: 64 };
         AttentionSpec::new(shape, DType::F8E4M3)
@@ -223,8 +223,9 @@ fn fp8_calls_past_the_pre_pass_grid_are_refused_up_front() {
     let why = prepass_refuses(&at(2, 40_000)).expect("refused");
     assert!(why.contains("65535") && why.contains("B = 2 x Hkv = 40000"), "{why}");
     let p = AttnParams::new(&at(2, 40_000), 256, 512, 768, 1024, 0, 0).expect("params");
-    let err = check(&at(2, 40_000), &p, (9, 0), 227 * 1024).expect_err("refused").to_string();
-    assert!(err.contains("65535"), "{err}");
+    if std::env::var_os("SDPA_FA3_AB").is_none() {
+        assert!(check(&at(2, 40_000), &p, (9, 0), 227 * 1024).is_ok());
+    }
     let shape = Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16, sk: 16, d: 64, dv: 64 };
     assert_eq!(refuses(&AttentionSpec::new(shape, DType::BF16)), None);
 }
@@ -278,9 +279,9 @@ fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
     let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
     let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
     let fp8 = *f.get(1)? == "sdpa_e4m3";
-    // FA3_ENTRY_XO's tenth argument: the measurement switches (FA3_XO_VT_KERNEL = 1024).
+    // FA3_ENTRY_XO's tenth argument: the measurement switches (FA3_XO_VT_PREPASS = 1024: no staged V tiles).
     let xo = if instantiation.starts_with("FA3_ENTRY_XO(") { num(9)? } else { 0 };
-    let vt_staged = fp8 && xo & 1024 != 0;
+    let vt_staged = fp8 && xo & 1024 == 0;
     let es = if fp8 { 1 } else { 2 };
     let cols = 128 / es;
     let ds = d.div_ceil(cols) * cols;
@@ -319,8 +320,8 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
         "static constexpr int Q_BYTES = 64 * DS * ES;",
         "static constexpr int K_BYTES = BN * DS * ES;",
         "static constexpr int V_BYTES = BN * DVS * ES;",
-        "static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_KERNEL) != 0;",
-        "#define FA3_XO_VT_KERNEL 1024",
+        "static constexpr bool VT_STAGED = Fa3Elem<T>::FP8 && (XO & FA3_XO_VT_PREPASS) == 0;",
+        "#define FA3_XO_VT_PREPASS 1024",
         "static constexpr int VS_BYTES = VT_STAGED ? BN * 128 * ((DV + 127) / 128) : 0;",
         "static constexpr int VS_OFF = V_OFF + ST * V_BYTES;",
         ": VS_OFF + 2 * VS_BYTES + 4 * NC * 2048 + 8 * (2 * NC + 4 * ST + 4) + 20 * FA3_SCHED <=",
@@ -338,11 +339,11 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
     }
     let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
         let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
-        // FA3_XO_VT_KERNEL (1024) among the entry's measurement switches: the staged layout.
+        // FA3_XO_VT_PREPASS (1024) among the entry's measurement switches: no staged V tiles.
         let xo = p.instantiation.strip_prefix("FA3_ENTRY_XO(").map_or(0, |x| {
             x.trim_end_matches(')').rsplit(", ").next().and_then(|v| v.parse::<u16>().ok()).expect("XO")
         });
-        let staged = xo & 1024 != 0;
+        let staged = xo & 1024 == 0;
         let host = if fp8 { fp8_smem_bytes(tile, d, dv, staged) } else { tile.smem_bytes(d, dv) };
         assert_eq!(host, kernel, "{}", p.name);
         host
@@ -432,10 +433,10 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         let err = ab.check(true, false, false).expect_err(sw).to_string();
         assert!(err.contains("f16/bf16 inputs only"), "{err}");
     }
-    // vt-kernel (bit 10, FA3_XO_VT_KERNEL): FP8's, a no-op that f16/bf16 calls accept.
-    let vt = AbSwitches::parse("vt-kernel").expect("vt-kernel");
+    // vt-prepass (bit 10, FA3_XO_VT_PREPASS): FP8's, a no-op that f16/bf16 calls accept.
+    let vt = AbSwitches::parse("vt-prepass").expect("vt-prepass");
     assert_eq!(vt.bits(), 1024);
-    assert!(FA3.source.contains("#define FA3_XO_VT_KERNEL 1024\n"), "bits changed");
+    assert!(FA3.source.contains("#define FA3_XO_VT_PREPASS 1024\n"), "bits changed");
     assert!(vt.check(true, false, false).is_ok() && vt.check(false, false, false).is_ok());
     assert!(vt.check(true, true, false).is_err() && vt.check(false, false, true).is_err());
     let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o,full-diag").expect("all");
@@ -513,7 +514,7 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
             + compile_check_variant_programs().len()
             + compile_check_ragged_programs().len()
             + 1 // measured_check_program
-            + FA3_FP8_CLASSES.len() // fp8_vt_kernel_programs
+            + 1 + FA3_FP8_CLASSES.len() // fp8_vt_prepass_programs: the pre-pass and one entry per class
     );
     assert!(compile_check_programs().iter().all(|p| all.contains(p)));
     let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
