@@ -109,10 +109,11 @@
 // FA3_XO_FULL_DIAG runs a causal warpgroup's last P·V over the whole tile where the product takes only the first
 // 64 keys, the ones its rows see (fa3_consume_tile's HALF).
 #define FA3_XO_FULL_DIAG 512
-// FA3_XO_VT_PREPASS (FP8 entries) reads the Vᵀ a pre-pass kernel writes into a workspace before the call
-// (fa3_fp8.cuh FA3_FP8_VT_ENTRY; the product of sessions 9-22) instead of the product's transpose inside the
-// kernel, in the producer warpgroup (Fa3Smem::VT_STAGED, fa3_fp8_transpose_v; written in session 22, verified and
-// timed on the H100 in session 23: bench/results/gpu/fp8.md).
+// FA3_XO_VT_PREPASS (FP8 entries, named `_vtp`; not a measurement switch but the layout of long FP8 calls) reads the
+// Vᵀ a pre-pass kernel writes into a workspace before the call (fa3_fp8.cuh FA3_FP8_VT_ENTRY) instead of
+// transposing each V tile inside the kernel, in the producer warpgroup (Fa3Smem::VT_STAGED, fa3_fp8_transpose_v).
+// The transpose in the kernel is faster up to about 2k keys, the pre-pass past them (measured on the H100 in
+// session 23, bench/results/gpu/fp8.md; src/kernels/fa3.rs `fp8_transposes_in_kernel` chooses).
 #define FA3_XO_VT_PREPASS 1024
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is

@@ -9,8 +9,8 @@
 //   k16 step of a 2-byte type: the descriptors of S = Q·Kᵀ are unchanged.
 // - 8-bit `wgmma` takes both shared-memory operands K-major only. For O += P·V the reduction runs over keys,
 //   so V must be stored [dv][keys]: the producer warpgroup transposes each V tile TMA staged as stored
-//   (fa3_fp8_transpose_v), or under FA3_XO_VT_PREPASS `fa3_fp8_vt` writes Vᵀ into a workspace before the kernel
-//   (the launcher counts it as part of the call); either way with the keys of each group of 16
+//   (fa3_fp8_transpose_v; short calls), or `fa3_fp8_vt` writes Vᵀ into a workspace before the kernel (long
+//   calls, the entries under FA3_XO_VT_PREPASS; the launcher counts it as part of the call); either way with the keys of each group of 16
 //   permuted (below), and zeros past Sk.
 // - P leaves the softmax in the f32 accumulator layout (thread t of a quad holds keys 2t, 2t+1 and 8+2t, 9+2t
 //   of each 16-key group, rows g and g+8), but an 8-bit A fragment wants keys 4t..4t+3 of the group per
@@ -41,7 +41,7 @@ struct Fa3Elem<sdpa_e4m3> {
 // Key position within a 16-key group of Vᵀ -> the key stored there (see the top of this file).
 __device__ __forceinline__ int fa3_fp8_key_of(int pos) { return 2 * (pos >> 2) + (pos & 1) + 8 * ((pos >> 1) & 1); }
 
-// The pre-pass's parameter (src/kernels/fa3.rs `VtArgs`; under the measurement switch FA3_XO_VT_PREPASS).
+// The pre-pass's parameter (src/kernels/fa3.rs `VtArgs`; for the entries under FA3_XO_VT_PREPASS).
 struct Fa3VtArgs {
     const unsigned char* v;  // [B, Hkv, Sk, Dv] through v_stride (elements = bytes)
     unsigned char* vt;       // [B, Hkv, Dv, Sk_pad] contiguous
@@ -202,7 +202,7 @@ __device__ __forceinline__ void fa3_fp8_pv(float (&o)[DV / 2], const unsigned (&
     for (int kk = 0; kk < KT; ++kk) fa3_rs(o, pa[kk], fa3_desc(vt_lo + 2 * kk), sdpa_e4m3());
 }
 
-// ---- Vᵀ inside the kernel (the product since session 23; the pre-pass above under FA3_XO_VT_PREPASS) ----
+// ---- Vᵀ inside the kernel (short FP8 calls; long ones read the pre-pass's, FA3_XO_VT_PREPASS) ----
 // TMA stages a V tile as stored, [BN = 128 keys][128-column boxes] in the 128-byte swizzle (16-byte chunk c of key
 // row k at chunk c ^ (k % 8), boxes BN·128 bytes apart), and the producer warpgroup's three warps that do not
 // issue copies write it into the Vᵀ slot in the layout the pre-pass's tiles had: DV rows of 128 bytes (keys

@@ -49,12 +49,16 @@
 //!
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
-//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, so TMA stages each V tile as stored and the
-//! producer warpgroup's three warps that issue no copies write it transposed into the Vᵀ ring, keys permuted
-//! within groups of 16 to match P's registers (kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`; session 22, the
-//! product since session 23). The measurement switch `vt-prepass` ([`AbSwitches::vt_prepass`]) runs sessions
-//! 9-22's way instead: [`run`] first writes Vᵀ into a workspace (the `fa3_fp8_vt` pre-pass, a second launch
-//! bounded to [`VT_MAX_BATCH_HEADS`] (batch, kv head) pairs) and the kernel loads that. Q's and K's descales
+//! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, with the keys of each group of 16 permuted to
+//! match P's registers, in one of two ways ([`fp8_transposes_in_kernel`], by length, measured in session 23):
+//! - short calls (up to 2048 keys, 1024 at the class 256) and calls of more than [`VT_MAX_BATCH_HEADS`] (batch,
+//!   kv head) pairs: TMA stages each V tile as stored and the producer warpgroup's three warps that issue no
+//!   copies write it transposed into the Vᵀ ring (kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`; session 22);
+//! - longer calls: [`run`] first writes Vᵀ into a workspace (the `fa3_fp8_vt` pre-pass, a second launch of one
+//!   grid row per pair) and the kernel loads that (entries `_vtp`), which streams faster once the pre-pass's
+//!   pass over V is small beside the products.
+//!
+//! The switches `vt-kernel` and `vt-prepass` ([`AbSwitches`]) force either at every length. Q's and K's descales
 //! are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
 //! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
 //! Speed and accuracy: `bench/results/gpu/fp8.md`.
@@ -234,9 +238,10 @@ fn elsewhere(spec: &AttentionSpec, for_16_bit: &str) -> String {
     }
 }
 
-/// Most (batch, kv head) pairs of an FP8 call under the `vt-prepass` switch: the Vᵀ pre-pass launches one grid
-/// row (`gridDim.z`) per pair, and CUDA caps that dimension at 65535. Refused before the workspace is allocated
-/// ([`prepass_refuses`], from `check`). The product, which transposes V in the kernel, has no such bound.
+/// Most (batch, kv head) pairs the FP8 pre-pass takes: it launches one grid row (`gridDim.z`) per pair, and CUDA
+/// caps that dimension at 65535. The product transposes V in the kernel for larger calls
+/// ([`fp8_transposes_in_kernel`]); under the `vt-prepass` switch they are refused before the workspace is
+/// allocated ([`prepass_refuses`], from `check`).
 pub const VT_MAX_BATCH_HEADS: usize = 65535;
 
 /// Why the FP8 pre-pass cannot run `spec` (more than [`VT_MAX_BATCH_HEADS`] pairs), or `None`.
@@ -245,7 +250,8 @@ pub fn prepass_refuses(spec: &AttentionSpec) -> Option<String> {
     (s.b.saturating_mul(s.hkv) > VT_MAX_BATCH_HEADS).then(|| {
         format!(
             "fa3's Vᵀ pre-pass (SDPA_FA3_AB=vt-prepass) takes f8e4m3 calls of at most {VT_MAX_BATCH_HEADS} (batch, \
-             kv head) pairs (one grid row per pair; got B = {} x Hkv = {}); without the switch fa3 takes any count",
+             kv head) pairs (one grid row per pair; got B = {} x Hkv = {}); without the switch fa3 takes any count, \
+             transposing V in the kernel",
             s.b, s.hkv
         )
     })
@@ -360,8 +366,12 @@ pub fn measured_program(
     ab: AbSwitches,
 ) -> Program {
     let xo = ab.bits();
-    let xs = if xo == 0 { String::new() } else { format!("_xo{xo}") };
-    let name = format!("{}{xs}", entry_name(tile, dtype, (d, dv), mask_suffix(mask_kind), pingpong));
+    // The pre-pass's layout is a product entry of FP8's long calls (`_vtp`); the other bits are measurement
+    // switches (`_xo{bits}`).
+    let measured = xo & !FA3_XO_VT_PREPASS;
+    let xs = if measured == 0 { String::new() } else { format!("_xo{measured}") };
+    let vtp = if ab.vt_prepass { "_vtp" } else { "" };
+    let name = format!("{}{vtp}{xs}", entry_name(tile, dtype, (d, dv), mask_suffix(mask_kind), pingpong));
     let Fa3Tile { bn, stages, consumers } = tile;
     let mask = super::mask_const("FA3", mask_kind);
     let ty = cuda_type(dtype);
@@ -416,11 +426,18 @@ pub struct AbSwitches {
     /// tiles, a no-op elsewhere).
     pub full_diag: bool,
     /// `vt-prepass`: FP8's Vᵀ written into a workspace by a pre-pass kernel before the call (its own launch,
-    /// which reads and writes V once more, and one grid row per (batch, kv head) pair; the product of sessions
-    /// 9-22), where the product's producer warpgroup transposes each V tile inside the kernel
-    /// (`FA3_XO_VT_PREPASS`; FP8 entries, a no-op for f16/bf16).
+    /// which reads and writes V once more, and one grid row per (batch, kv head) pair), at every length
+    /// (`FA3_XO_VT_PREPASS`, the entry suffix `_vtp`; FP8 entries, a no-op for f16/bf16). The product takes it
+    /// for long calls only ([`fp8_transposes_in_kernel`]); as a planned entry's field, the layout it reads.
     pub vt_prepass: bool,
+    /// `vt-kernel`: FP8's V tiles transposed inside the kernel by the producer warpgroup at every length, where
+    /// the product does so for short calls only ([`fp8_transposes_in_kernel`]). No bit: it only keeps
+    /// `vt_prepass` off.
+    pub vt_kernel: bool,
 }
+
+/// `FA3_XO_VT_PREPASS` in fa3.cu: an FP8 entry that reads the pre-pass's Vᵀ (no staged V tiles).
+const FA3_XO_VT_PREPASS: u16 = 1024;
 
 impl AbSwitches {
     /// The `FA3_XO_*` bits (`exp_fma` as k + 1 in bits 2-5, `desc_fold` bit 6, `eager_max` bit 7, `direct_o`
@@ -433,15 +450,18 @@ impl AbSwitches {
             | (u16::from(self.eager_max) << 7)
             | (u16::from(self.direct_o) << 8)
             | (u16::from(self.full_diag) << 9)
-            | (u16::from(self.vt_prepass) << 10)
+            | if self.vt_prepass { FA3_XO_VT_PREPASS } else { 0 }
     }
 
     /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
     /// (`variant`) or ragged batches (`ragged`), whose entries have no measurement instantiation, and
-    /// `store16` / `tile-turns` for FP8 inputs (`fp8`). `vt-prepass` is a no-op for f16/bf16 (their entry under
-    /// it has the same code), so that one environment can time both dtypes (`fa3_fp8_bench.py`, tests/fa3_fp8's
-    /// comparison with bf16).
+    /// `store16` / `tile-turns` for FP8 inputs (`fp8`), and `vt-prepass` with `vt-kernel`. Those two are no-ops
+    /// for f16/bf16 (their entries are the product's), so that one environment can time both dtypes
+    /// (`fa3_fp8_bench.py`, tests/fa3_fp8's comparison with bf16).
     pub fn check(self, fp8: bool, variant: bool, ragged: bool) -> Result<()> {
+        if self.vt_prepass && self.vt_kernel {
+            return Err(unsupported("SDPA_FA3_AB: vt-prepass and vt-kernel force opposite FP8 layouts; name one"));
+        }
         if (self != AbSwitches::default() && (variant || ragged)) || (fp8 && self.touches_stores_or_turns()) {
             return Err(unsupported(
                 "SDPA_FA3_AB (a measurement switch) applies to the plain entries only, not to windows, softcap \
@@ -457,7 +477,7 @@ impl AbSwitches {
     }
 
     /// Parses `SDPA_FA3_AB`'s value: a comma-separated list of `store16`, `tile-turns`, `exp-fma=k`,
-    /// `desc-fold`, `eager-max`, `direct-o`, `full-diag` and `vt-prepass` (empty: none).
+    /// `desc-fold`, `eager-max`, `direct-o`, `full-diag`, `vt-prepass` and `vt-kernel` (empty: none).
     pub fn parse(v: &str) -> Result<Self> {
         let mut ab = AbSwitches::default();
         for part in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
@@ -469,6 +489,7 @@ impl AbSwitches {
                 "direct-o" => ab.direct_o = true,
                 "full-diag" => ab.full_diag = true,
                 "vt-prepass" => ab.vt_prepass = true,
+                "vt-kernel" => ab.vt_kernel = true,
                 other => match other.strip_prefix("exp-fma=").map(str::parse::<u8>) {
                     Some(Ok(k)) if k <= 8 => ab.exp_fma = Some(k),
                     Some(_) => {
@@ -479,7 +500,7 @@ impl AbSwitches {
                     None => {
                         return Err(unsupported(format!(
                             "SDPA_FA3_AB={v}: unknown switch `{other}` (expected store16, tile-turns, exp-fma=k, \
-                             desc-fold, eager-max, direct-o, full-diag or vt-prepass, comma-separated)"
+                             desc-fold, eager-max, direct-o, full-diag, vt-prepass or vt-kernel, comma-separated)"
                         )))
                     }
                 },
@@ -751,12 +772,17 @@ pub fn compile_check_variant_programs() -> Vec<Program> {
         .collect()
 }
 
-/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]) (6).
+/// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), V transposed in the
+/// kernel (short calls) and read from the pre-pass's workspace (`_vtp`, long calls), and the pre-pass (13).
 pub fn fp8_programs() -> Vec<Program> {
-    let mut all = Vec::new();
+    let mut all = vec![vt_program()];
     for class in FA3_FP8_CLASSES {
         for mask in [MASK_NONE, MASK_CAUSAL] {
-            all.push(program(DType::F8E4M3, class, fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL), mask, true));
+            let tile = fp8_tile_for(class.0, class.1, mask == MASK_CAUSAL);
+            for vt_prepass in [false, true] {
+                let ab = AbSwitches { vt_prepass, ..AbSwitches::default() };
+                all.push(measured_program(DType::F8E4M3, class, tile, mask, true, ab));
+            }
         }
     }
     all
@@ -787,7 +813,6 @@ pub fn programs() -> Vec<Program> {
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
-    all.extend(fp8_vt_prepass_programs());
     all
 }
 
@@ -802,19 +827,10 @@ fn measured_check_program() -> Program {
         eager_max: true,
         direct_o: true,
         full_diag: true,
-        vt_prepass: false, // FP8 only: fp8_vt_prepass_programs
+        vt_prepass: false, // FP8's layout: fp8_programs
+        vt_kernel: false,
     };
     measured_program(DType::BF16, (128, 128), tile_for(128, 128, true, 4096), MASK_CAUSAL, true, both)
-}
-
-/// The `vt-prepass` switch's programs: the Vᵀ pre-pass, and FP8's entries under it (Vᵀ from the pre-pass's
-/// workspace, their own shared-memory layout: no staged V tiles), causal, one per class.
-fn fp8_vt_prepass_programs() -> Vec<Program> {
-    let ab = AbSwitches { vt_prepass: true, ..AbSwitches::default() };
-    let tile = |(d, dv): (usize, usize)| fp8_tile_for(d, dv, true);
-    let entries =
-        FA3_FP8_CLASSES.into_iter().map(|c| measured_program(DType::F8E4M3, c, tile(c), MASK_CAUSAL, true, ab));
-    std::iter::once(vt_program()).chain(entries).collect()
 }
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
@@ -826,13 +842,14 @@ pub fn compile_check_programs() -> Vec<Program> {
         .into_iter()
         .map(|c| program(DType::BF16, c, tile_for(c.0, c.1, true, 4096), MASK_CAUSAL, true))
         .collect();
-    // FP8: its own products and layout per class (the class 64 without a mask runs three consumers, which the
-    // transposing warps count on the work-tile ring).
-    all.extend(fp8_programs().into_iter().filter(|p| !p.name.ends_with("_none") || p.name.contains("_f8e4m3_64_")));
+    // FP8: its own products and layouts per class (causal; and the class 64 without a mask, which runs three
+    // consumers, which the transposing warps count on the work-tile ring), and the pre-pass.
+    let fp8_check =
+        |p: &Program| p.name.contains("_causal") || p.name.contains("_f8e4m3_64_none") || p.name == vt_program().name;
+    all.extend(fp8_programs().into_iter().filter(fp8_check));
     all.extend(compile_check_variant_programs());
     all.extend(compile_check_ragged_programs());
     all.push(measured_check_program());
-    all.extend(fp8_vt_prepass_programs());
     all
 }
 
@@ -964,7 +981,7 @@ pub fn check(
         }
         None => tile,
     };
-    let staged = !fp8 || fp8_vt_staged()?;
+    let staged = !fp8 || fp8_vt_staged(spec)?;
     if !staged {
         if let Some(why) = prepass_refuses(spec) {
             return Err(unsupported(why));
@@ -994,9 +1011,37 @@ pub fn check(
     Ok((class, tile))
 }
 
-/// Whether FP8 calls transpose V inside the kernel (the product), not in the pre-pass (the `vt-prepass` switch).
-fn fp8_vt_staged() -> Result<bool> {
-    Ok(!ab_switches()?.vt_prepass)
+/// Whether an FP8 call transposes V inside the kernel rather than reading the pre-pass's Vᵀ: the switches
+/// `vt-kernel` / `vt-prepass` force either, else [`fp8_transposes_in_kernel`].
+fn fp8_vt_staged(spec: &AttentionSpec) -> Result<bool> {
+    let ab = ab_switches()?;
+    Ok(if ab.vt_kernel {
+        true
+    } else if ab.vt_prepass {
+        false
+    } else {
+        fp8_transposes_in_kernel(spec)
+    })
+}
+
+/// Keys up to which FP8 calls at a class of V width `dv_class` transpose V inside the kernel; past them the
+/// pre-pass's Vᵀ is read (measured on the H100, session 23, bench/results/gpu/fp8.md: the transpose in the kernel
+/// 1.03-1.33x the pre-pass at S = 512 and 2k for the classes 64 and 128, 0.94-0.98x at 16k; at 256 1.18-1.37x
+/// at 512, 0.93 / 1.01x at 2k and 0.81-0.85x from 8k, where its one staging slot holds the loads back).
+pub fn fp8_in_kernel_max_keys(dv_class: usize) -> usize {
+    if dv_class > 128 {
+        1024
+    } else {
+        2048
+    }
+}
+
+/// The product's FP8 layout for `spec`: V transposed inside the kernel up to [`fp8_in_kernel_max_keys`] keys, and
+/// at any length for calls the pre-pass cannot run ([`prepass_refuses`]); the pre-pass's Vᵀ otherwise.
+pub fn fp8_transposes_in_kernel(spec: &AttentionSpec) -> bool {
+    let s = spec.shape;
+    let dv_class = fp8_head_dim_class(s.d, s.dv).map_or(s.dv, |c| c.1);
+    s.sk <= fp8_in_kernel_max_keys(dv_class) || prepass_refuses(spec).is_some()
 }
 
 /// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
@@ -1027,7 +1072,8 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let p = &call.params;
     let (class, tile) = check(spec, p, info.compute_capability, info.smem_per_block_optin)?;
     let fp8 = spec.dtype == DType::F8E4M3;
-    let ab = ab_switches()?;
+    // The entry's switches, with FP8's layout as the call takes it (`vt_prepass`: the pre-pass's Vᵀ).
+    let ab = AbSwitches { vt_prepass: fp8 && !fp8_vt_staged(spec)?, vt_kernel: false, ..ab_switches()? };
     let smem =
         if fp8 { fp8_smem_bytes(tile, class.0, class.1, !ab.vt_prepass) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
@@ -1092,7 +1138,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    ab.check(fp8, masking.var != 0, ragged.is_some())?;
+    ab_switches()?.check(fp8, masking.var != 0, ragged.is_some())?;
     let program = if ragged.is_some() {
         serve_program(spec.dtype, class, tile, masking, pages.is_some(), tile.pingpong(false))
     } else if masking.var != 0 {
@@ -1130,7 +1176,11 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
 /// `auto`), planned here otherwise.
 pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
     let main = planned.map_or_else(|| plan(call), Ok)?.program;
-    Ok(if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged()? { vec![vt_program(), main] } else { vec![main] })
+    Ok(if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged(call.spec)? {
+        vec![vt_program(), main]
+    } else {
+        vec![main]
+    })
 }
 
 /// `Fa3VtArgs` of kernels/fa3_fp8.cuh (56 bytes on both sides).
@@ -1149,10 +1199,11 @@ const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
 // SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for VtArgs {}
 
-/// FP8 under the `vt-prepass` switch (the product of sessions 9-22): writes Vᵀ (`[B, Hkv, Dv, vt_keys(Sk)]`, keys
-/// permuted within groups of 16, zeros past Sk) into a workspace on the call's stream, then runs `fa3` reading it. The
-/// workspace is freed stream-ordered after both kernels; timing a call times both. `planned`, [`run`]'s, stands
-/// for the check before allocating when given; the launch itself is planned again, its V map over the workspace.
+/// FP8 calls past [`fp8_in_kernel_max_keys`] (or any under the `vt-prepass` switch): writes Vᵀ (`[B, Hkv, Dv,
+/// vt_keys(Sk)]`, keys permuted within groups of 16, zeros past Sk) into a workspace on the call's stream, then
+/// runs `fa3` reading it. The workspace is freed stream-ordered after both kernels; timing a call times both.
+/// `planned`, [`run`]'s, stands for the check before allocating when given; the launch itself is planned again,
+/// its V map over the workspace.
 fn run_fp8_prepass(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
     use cudarc::driver::DevicePtrMut;
     let s = call.spec.shape;
@@ -1235,7 +1286,7 @@ fn forced_schedule() -> Result<Option<(usize, Option<usize>)>> {
 /// already (dispatch, deciding whether `auto` takes `fa3`), so a ragged call's schedule is not built twice;
 /// planned here otherwise.
 pub fn run(call: &Call<'_>, planned: Option<Plan>) -> Result<()> {
-    if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged()? {
+    if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged(call.spec)? {
         return run_fp8_prepass(call, planned);
     }
     let Plan { program, dims, mut args, schedule, seq_tiles } = planned.map_or_else(|| plan(call), Ok)?;

@@ -20,8 +20,8 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// - `sm90_async.cuh`: sm_90 mbarriers, bulk and TMA copies, L2 policies (`splitkv`, `tf32_wgmma`, `fa3`).
 /// - `fa3_wgmma.cuh`: f16/bf16 `wgmma` products and descriptors of `fa3`, and the `stmatrix` its epilogue and
 ///   FP8's transpose share.
-/// - `fa3_fp8.cuh`: `fa3`'s E4M3 element, its k32 products, P's conversion, V's transpose in the kernel and
-///   the Vᵀ pre-pass of the `vt-prepass` switch.
+/// - `fa3_fp8.cuh`: `fa3`'s E4M3 element, its k32 products, P's conversion, V's transpose in the kernel (short
+///   calls) and the Vᵀ pre-pass (long ones).
 /// - `splitkv_common.cuh`: split-KV's partials scratch, their merge, the packed GQA row map and the TMA
 ///   entries' parameter (`splitkv`, `splitkv_mla`).
 pub const HEADERS: &[(&str, &str)] = &[

@@ -203,10 +203,28 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
     let p = program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true);
     assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_causal");
     assert!(p.instantiation.contains("sdpa_e4m3, 128, 128, 128, 2, FA3_MASK_CAUSAL, true, 2)"), "{}", p.instantiation);
-    assert_eq!(fp8_programs().len(), 6);
+    assert_eq!(fp8_programs().len(), 13);
+    let long = fp8_programs().into_iter().filter(|p| p.name.ends_with("_vtp")).count();
+    assert_eq!(long, 6, "each class and mask also reads the pre-pass's Vᵀ (long calls)");
     assert_eq!(vt_keys(1), 16);
     assert_eq!(vt_keys(32), 32);
     assert_eq!(vt_keys(33), 48);
+}
+
+/// FP8's layout by length: V transposed in the kernel up to 2048 keys at the classes 64 and 128 and up to 1024
+/// at 256 (measured, session 23), the pre-pass's Vᵀ past them, except for calls the pre-pass cannot run.
+#[test]
+fn fp8_transposes_v_in_the_kernel_for_short_calls_and_where_the_pre_pass_cannot_run() {
+    let at = |b: usize, hkv: usize, sk: usize, d: usize| {
+        AttentionSpec::new(Shape { b, hq: hkv, hkv, sq: 16, sk, d, dv: d }, DType::F8E4M3)
+    };
+    for (d, max) in [(64, 2048), (128, 2048), (256, 1024), (48, 2048), (200, 1024)] {
+        assert!(fp8_transposes_in_kernel(&at(2, 8, max, d)), "{d} {max}");
+        assert!(!fp8_transposes_in_kernel(&at(2, 8, max + 1, d)), "{d} {max}");
+    }
+    assert_eq!(fp8_in_kernel_max_keys(128), 2048);
+    // Past the pre-pass's grid: in the kernel at any length.
+    assert!(fp8_transposes_in_kernel(&at(2, 40_000, 16_384, 128)));
 }
 
 /// FP8 calls of more (batch, kv head) pairs than the pre-pass's grid holds: the pre-pass (the `vt-prepass`
@@ -433,9 +451,21 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
         let err = ab.check(true, false, false).expect_err(sw).to_string();
         assert!(err.contains("f16/bf16 inputs only"), "{err}");
     }
-    // vt-prepass (bit 10, FA3_XO_VT_PREPASS): FP8's, a no-op that f16/bf16 calls accept.
+    // vt-prepass (bit 10, FA3_XO_VT_PREPASS): FP8's, a no-op that f16/bf16 calls accept; vt-kernel has no bit
+    // (it keeps the pre-pass off); the two together are refused.
     let vt = AbSwitches::parse("vt-prepass").expect("vt-prepass");
     assert_eq!(vt.bits(), 1024);
+    let vk = AbSwitches::parse("vt-kernel").expect("vt-kernel");
+    assert_eq!(vk.bits(), 0);
+    assert!(vk.check(true, false, false).is_ok() && vk.check(false, false, false).is_ok());
+    let both = AbSwitches::parse("vt-kernel,vt-prepass").expect("parses");
+    assert!(both.check(true, false, false).expect_err("opposite").to_string().contains("name one"));
+    // The pre-pass's layout names its entry `_vtp`, not `_xo1024` (a product entry of long FP8 calls).
+    let p = measured_program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true, vt);
+    assert!(p.name.ends_with("_causal_vtp") && p.instantiation.ends_with(", 1024)"), "{}", p.name);
+    let both = AbSwitches { direct_o: true, ..vt };
+    let p = measured_program(DType::F8E4M3, (128, 128), FP8_TILE, MASK_CAUSAL, true, both);
+    assert!(p.name.ends_with("_vtp_xo256") && p.instantiation.ends_with(", 1280)"), "{}", p.name);
     assert!(FA3.source.contains("#define FA3_XO_VT_PREPASS 1024\n"), "bits changed");
     assert!(vt.check(true, false, false).is_ok() && vt.check(false, false, false).is_ok());
     assert!(vt.check(true, true, false).is_err() && vt.check(false, false, true).is_err());
@@ -514,7 +544,6 @@ fn programs_are_named_by_tile_dtype_head_dim_mask_and_turns() {
             + compile_check_variant_programs().len()
             + compile_check_ragged_programs().len()
             + 1 // measured_check_program
-            + 1 + FA3_FP8_CLASSES.len() // fp8_vt_prepass_programs: the pre-pass and one entry per class
     );
     assert!(compile_check_programs().iter().all(|p| all.contains(p)));
     let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
