@@ -5,8 +5,9 @@ bf16 is what an FP8 user would otherwise run.
 Ours through the Rust driver `cuda_kernels` (NVRTC-compiled programs as users get them, CUDA events, L2 flushed
 before each call, median of the reps, output checked against the f64 reference on a few rows): `fa3` on bf16
 inputs and `fa3` on f8e4m3 inputs with descales sqrt(3)/448 (the draws spread over the E4M3 range), V transposed
-inside the kernel up to 2k keys and by a Vᵀ pre-pass (a second kernel of the same call) past them; `--variants
-kernel:SDPA_FA3_AB=vt-kernel prepass:SDPA_FA3_AB=vt-prepass` times each way at every length as well. FLOPs are the same count for both (4·B·H·S²·D, halved for causal), so
+inside the kernel up to S = 2k (1k at D = 256) and by a Vᵀ pre-pass (a second kernel of the same call) past them
+(`fa3::fp8_transposes_in_kernel`); `--variants kernel:SDPA_FA3_AB=vt-kernel prepass:SDPA_FA3_AB=vt-prepass` times
+each way at every length as well. FLOPs are the same count for both (4·B·H·S²·D, halved for causal), so
 TFLOPS compare directly.
 
     python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench path/to/cuda_kernels [--seqs 512 ... 16384] [--out DIR]

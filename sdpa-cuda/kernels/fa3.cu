@@ -82,7 +82,8 @@
 // it up to 8 % slower at S <= 4k, most at 512, than the product's 4-byte column pairs; bench/results/gpu/fa3.md
 // "Fifth step"), FA3_XO_TILE_TURNS restarts the ping-pong turns at every work tile (warpgroup 0 waits for the
 // last one to enter the tile) instead of running them round robin across tiles (the same call: within 1 %
-// either way). XO = 0 is the product kernel (`if constexpr`: its code is unchanged).
+// either way). XO = 0 is the product kernel (`if constexpr`: its code is unchanged), and so is FA3_XO_VT_PREPASS
+// (below) alone, FP8's layout for long calls.
 #define FA3_XO_STORE16 1
 #define FA3_XO_TILE_TURNS 2
 // FA3_XO_EXP_FMA (bits 2-5, a value k + 1 for k = 0..8): k of every 8 n8 columns of S take their exponentials
@@ -112,8 +113,9 @@
 // FA3_XO_VT_PREPASS (FP8 entries, named `_vtp`; not a measurement switch but the layout of long FP8 calls) reads the
 // Vᵀ a pre-pass kernel writes into a workspace before the call (fa3_fp8.cuh FA3_FP8_VT_ENTRY) instead of
 // transposing each V tile inside the kernel, in the producer warpgroup (Fa3Smem::VT_STAGED, fa3_fp8_transpose_v).
-// The transpose in the kernel is faster up to about 2k keys, the pre-pass past them (measured on the H100 in
-// session 23, bench/results/gpu/fp8.md; src/kernels/fa3.rs `fp8_transposes_in_kernel` chooses).
+// The transpose in the kernel (once per work tile that loads a V tile) is faster where few work tiles share each
+// V tile (up to Sq = 2k without GQA, 1k at the class 256; decoding), the pre-pass (once per V tile) where many do
+// (measured on the H100 in session 23, bench/results/gpu/fp8.md; src/kernels/fa3.rs `fp8_transposes_in_kernel`).
 #define FA3_XO_VT_PREPASS 1024
 
 // How far (log2 units) a tile's row maximum may pass the row's reference before the reference moves and O is
@@ -1350,8 +1352,8 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR, 0)                                      \
     }
-// Measurement entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0]_xo{XO}: a plain entry with the FA3_XO_*
-// switches XO (`SDPA_FA3_AB`).
+// Measurement entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0][_vtp][_xo{XO}]: a plain entry with the FA3_XO_*
+// switches XO (`SDPA_FA3_AB`; `_vtp`: FA3_XO_VT_PREPASS, the product's FP8 entries for long calls).
 #define FA3_ENTRY_XO(NAME, T, D, DV, BN, ST, MASK, PP, NC, XO)                                         \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
         NAME(const __grid_constant__ Fa3Args a) {                                                      \

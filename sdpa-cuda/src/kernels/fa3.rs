@@ -50,15 +50,16 @@
 //! FP8 (E4M3 inputs with per-tensor descales, bf16 O; kernels/fa3_fp8.cuh): classes 64, 128 and 256 with D and
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
 //! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, with the keys of each group of 16 permuted to
-//! match P's registers, in one of two ways ([`fp8_transposes_in_kernel`], by length, measured in session 23):
-//! - short calls (up to 2048 keys, 1024 at the class 256) and calls of more than [`VT_MAX_BATCH_HEADS`] (batch,
-//!   kv head) pairs: TMA stages each V tile as stored and the producer warpgroup's three warps that issue no
-//!   copies write it transposed into the Vᵀ ring (kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`; session 22);
-//! - longer calls: [`run`] first writes Vᵀ into a workspace (the `fa3_fp8_vt` pre-pass, a second launch of one
-//!   grid row per pair) and the kernel loads that (entries `_vtp`), which streams faster once the pre-pass's
-//!   pass over V is small beside the products.
+//! match P's registers, in one of two ways ([`fp8_transposes_in_kernel`], by how many work tiles read each V
+//! tile, measured in session 23):
+//! - few (short queries: up to Sq = 2048 without GQA, 1024 at the class 256; decoding at any Sk), and calls of
+//!   more than [`VT_MAX_BATCH_HEADS`] (batch, kv head) pairs: TMA stages each V tile as stored and the producer
+//!   warpgroup's three warps that issue no copies write it transposed into the Vᵀ ring, once per work tile that
+//!   loads it (kernels/fa3_fp8.cuh `fa3_fp8_transpose_v`; session 22);
+//! - many: [`run`] first writes Vᵀ into a workspace (the `fa3_fp8_vt` pre-pass, a second launch of one grid row
+//!   per pair, each V tile transposed once) and the kernel loads that (entries `_vtp`).
 //!
-//! The switches `vt-kernel` and `vt-prepass` ([`AbSwitches`]) force either at every length. Q's and K's descales
+//! The switches `vt-kernel` and `vt-prepass` ([`AbSwitches`]) force either for every call. Q's and K's descales
 //! are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
 //! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
 //! Speed and accuracy: `bench/results/gpu/fp8.md`.
@@ -355,8 +356,9 @@ pub fn program(dtype: DType, class: (usize, usize), tile: Fa3Tile, mask_kind: i3
     measured_program(dtype, class, tile, mask_kind, pingpong, AbSwitches::default())
 }
 
-/// [`program`] with the measurement switches `ab` (`SDPA_FA3_AB`): entry `..._xo{bits}` (`FA3_ENTRY_XO`) when
-/// any is on, else the product entry itself.
+/// [`program`] with the switches `ab`: entry `..._xo{bits}` (`FA3_ENTRY_XO`) when a measurement switch
+/// (`SDPA_FA3_AB`) is on, `..._vtp` when an FP8 entry reads the pre-pass's Vᵀ (`vt_prepass`, a product layout of
+/// long FP8 calls), both in that order, else the plain entry itself.
 pub fn measured_program(
     dtype: DType,
     (d, dv): (usize, usize),
@@ -394,7 +396,7 @@ fn entry_name(tile: Fa3Tile, dtype: DType, (d, dv): (usize, usize), tail: &str, 
 /// Measurement switches (`SDPA_FA3_AB`, kernels/fa3.cu `FA3_XO_*`): each is the other side of an A/B the product
 /// settled (the old code, or an alternative measured and left off), so that a single call times both on the
 /// same card (bench/results/gpu/fa3.md, "Fifth step" to "Eighth step"). For measurement only: the product
-/// kernel runs with none of them.
+/// kernel runs with none of them, but for `vt_prepass`, which also names the layout a long FP8 call reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AbSwitches {
     /// O stored as 16-byte row chunks after a quad transpose (`store16`, session 8's choice), inside the
@@ -577,7 +579,7 @@ fn fp8_ring_bytes(t: Fa3Tile, d: usize, dv: usize) -> usize {
 
 /// The V tiles an FP8 block stages for its transposing warps (`Fa3Smem::SV`, `VS_BYTES`): (slots, bytes of
 /// one), a tile being `bn` keys of whole 128-column boxes; two slots where they fit beside O's staging, else
-/// one; none under the `vt-prepass` switch (`staged` false).
+/// one; none where the call reads the pre-pass's Vᵀ (`staged` false).
 pub fn fp8_v_staging(t: Fa3Tile, d: usize, dv: usize, staged: bool) -> (usize, usize) {
     if !staged {
         return (0, 0);
@@ -1024,24 +1026,33 @@ fn fp8_vt_staged(spec: &AttentionSpec) -> Result<bool> {
     })
 }
 
-/// Keys up to which FP8 calls at a class of V width `dv_class` transpose V inside the kernel; past them the
-/// pre-pass's Vᵀ is read (measured on the H100, session 23, bench/results/gpu/fp8.md: the transpose in the kernel
-/// 1.03-1.33x the pre-pass at S = 512 and 2k for the classes 64 and 128, 0.94-0.98x at 16k; at 256 1.18-1.37x
-/// at 512, 0.93 / 1.01x at 2k and 0.81-0.85x from 8k, where its one staging slot holds the loads back).
-pub fn fp8_in_kernel_max_keys(dv_class: usize) -> usize {
+/// Most transposes of each V tile for which an FP8 call at a class of V width `dv_class` transposes V inside the
+/// kernel. The kernel's producer transposes a V tile once per work tile that loads it: once per 128 query rows
+/// of every query head of the kv head's group. The pre-pass transposes it once, in a launch and an extra pass
+/// over V of its own. So the kernel's way pays where few work tiles share a V tile (short calls, decoding) and
+/// the pre-pass where many do. Measured on the H100 in session 23 (bench/results/gpu/fp8.md, Sq = Sk, no GQA,
+/// two consumers or three at 64 without a mask):
+/// - classes 64 and 128: the kernel's way 1.19-1.33x the pre-pass at S = 512 (4 work tiles per V tile) and
+///   1.03-1.09x at 2k (16), 0.94-0.98x at 16k (128);
+/// - class 256: 1.18-1.37x at 512, 0.93 / 1.01x at 2k and 0.81-0.85x from 8k, where its one staging slot holds
+///   the loads back.
+pub fn fp8_in_kernel_max_transposes(dv_class: usize) -> usize {
     if dv_class > 128 {
-        1024
+        8
     } else {
-        2048
+        16
     }
 }
 
-/// The product's FP8 layout for `spec`: V transposed inside the kernel up to [`fp8_in_kernel_max_keys`] keys, and
-/// at any length for calls the pre-pass cannot run ([`prepass_refuses`]); the pre-pass's Vᵀ otherwise.
+/// The product's FP8 layout for `spec`: V transposed inside the kernel where each V tile is transposed at most
+/// [`fp8_in_kernel_max_transposes`] times (the group's query heads times Sq in 128-row tiles: up to Sq = 2048,
+/// or 1024 at the class 256, without GQA; decoding at any Sk), and at any size for calls the pre-pass cannot
+/// run ([`prepass_refuses`]); the pre-pass's Vᵀ otherwise.
 pub fn fp8_transposes_in_kernel(spec: &AttentionSpec) -> bool {
     let s = spec.shape;
     let dv_class = fp8_head_dim_class(s.d, s.dv).map_or(s.dv, |c| c.1);
-    s.sk <= fp8_in_kernel_max_keys(dv_class) || prepass_refuses(spec).is_some()
+    let transposes = (s.hq / s.hkv.max(1)).saturating_mul(s.sq.div_ceil(128));
+    transposes <= fp8_in_kernel_max_transposes(dv_class) || prepass_refuses(spec).is_some()
 }
 
 /// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
@@ -1058,8 +1069,8 @@ pub fn vt_keys(sk: usize) -> usize {
 }
 
 /// Program, launch shape and tensor maps of `fa3` for the call, or why it cannot run it. FP8 calls get V's
-/// map over V itself (the map the kernel reads; under the `vt-prepass` switch the checks only: [`run`] plans the
-/// launch again over the Vᵀ workspace, [`plan_with`]).
+/// map over V itself (the map the kernel reads; where the call takes the pre-pass, the checks only: [`run`] plans
+/// the launch again over the Vᵀ workspace, [`plan_with`]).
 pub fn plan(call: &Call<'_>) -> Result<Plan> {
     plan_with(call, None)
 }
@@ -1171,9 +1182,9 @@ pub fn softcap_consts(cap: f32, scale_log2: f32) -> [f32; 3] {
     [2.0 * scale_log2 / cap, cap * log2e, -2.0 * cap * log2e]
 }
 
-/// The programs a call launches: its entry, and for FP8 inputs under the `vt-prepass` switch the Vᵀ pre-pass
-/// before it. `planned` is the call's own [`plan`] when the caller made it already (dispatch's
-/// `auto`), planned here otherwise.
+/// The programs a call launches: its entry, and for FP8 inputs that take the pre-pass
+/// ([`fp8_transposes_in_kernel`], the switches) the Vᵀ pre-pass before it. `planned` is the call's own [`plan`]
+/// when the caller made it already (dispatch's `auto`), planned here otherwise.
 pub fn programs_for(call: &Call<'_>, planned: Option<Plan>) -> Result<Vec<Program>> {
     let main = planned.map_or_else(|| plan(call), Ok)?.program;
     Ok(if call.spec.dtype == DType::F8E4M3 && !fp8_vt_staged(call.spec)? {
@@ -1199,7 +1210,7 @@ const _: () = assert!(std::mem::size_of::<VtArgs>() == 56);
 // SAFETY: plain data with C layout matching the kernel's `Fa3VtArgs` (size asserted on both sides).
 unsafe impl DeviceRepr for VtArgs {}
 
-/// FP8 calls past [`fp8_in_kernel_max_keys`] (or any under the `vt-prepass` switch): writes Vᵀ (`[B, Hkv, Dv,
+/// FP8 calls past [`fp8_in_kernel_max_transposes`] (or any under the `vt-prepass` switch): writes Vᵀ (`[B, Hkv, Dv,
 /// vt_keys(Sk)]`, keys permuted within groups of 16, zeros past Sk) into a workspace on the call's stream, then
 /// runs `fa3` reading it. The workspace is freed stream-ordered after both kernels; timing a call times both.
 /// `planned`, [`run`]'s, stands for the check before allocating when given; the launch itself is planned again,

@@ -211,20 +211,34 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
     assert_eq!(vt_keys(33), 48);
 }
 
-/// FP8's layout by length: V transposed in the kernel up to 2048 keys at the classes 64 and 128 and up to 1024
-/// at 256 (measured, session 23), the pre-pass's Vᵀ past them, except for calls the pre-pass cannot run.
+/// FP8's layout by how many work tiles transpose each V tile (the group's query heads times Sq in 128-row
+/// tiles): in the kernel up to 16 at the classes 64 and 128 (Sq = 2048 without GQA) and 8 at 256 (Sq = 1024),
+/// as measured in session 23; the pre-pass's Vᵀ past them, except for calls the pre-pass cannot run. Decoding
+/// takes the kernel's transpose at any Sk; GQA counts the group's heads.
 #[test]
-fn fp8_transposes_v_in_the_kernel_for_short_calls_and_where_the_pre_pass_cannot_run() {
-    let at = |b: usize, hkv: usize, sk: usize, d: usize| {
-        AttentionSpec::new(Shape { b, hq: hkv, hkv, sq: 16, sk, d, dv: d }, DType::F8E4M3)
+fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
+    let at = |hq: usize, hkv: usize, sq: usize, sk: usize, d: usize| {
+        AttentionSpec::new(Shape { b: 2, hq, hkv, sq, sk, d, dv: d }, DType::F8E4M3)
     };
     for (d, max) in [(64, 2048), (128, 2048), (256, 1024), (48, 2048), (200, 1024)] {
-        assert!(fp8_transposes_in_kernel(&at(2, 8, max, d)), "{d} {max}");
-        assert!(!fp8_transposes_in_kernel(&at(2, 8, max + 1, d)), "{d} {max}");
+        assert!(fp8_transposes_in_kernel(&at(8, 8, max, max, d)), "{d} {max}");
+        assert!(!fp8_transposes_in_kernel(&at(8, 8, max + 1, max + 1, d)), "{d} {max}");
+        // Decoding and short queries over long caches, and a long query over few keys.
+        assert!(fp8_transposes_in_kernel(&at(8, 8, 1, 100_000, d)), "{d}");
+        assert!(fp8_transposes_in_kernel(&at(8, 8, 4, 100_000, d)), "{d}");
+        assert!(!fp8_transposes_in_kernel(&at(8, 8, 16_384, 512, d)), "{d}");
     }
-    assert_eq!(fp8_in_kernel_max_keys(128), 2048);
-    // Past the pre-pass's grid: in the kernel at any length.
-    assert!(fp8_transposes_in_kernel(&at(2, 40_000, 16_384, 128)));
+    // GQA 8: eight query heads share each V tile, so 256 query rows a head reach the class 128's 16.
+    assert!(fp8_transposes_in_kernel(&at(64, 8, 256, 4096, 128)));
+    assert!(!fp8_transposes_in_kernel(&at(64, 8, 257, 4096, 128)));
+    assert_eq!(fp8_in_kernel_max_transposes(128), 16);
+    assert_eq!(fp8_in_kernel_max_transposes(256), 8);
+    // Past the pre-pass's grid: in the kernel at any size.
+    let many = AttentionSpec::new(
+        Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16_384, sk: 16_384, d: 128, dv: 128 },
+        DType::F8E4M3,
+    );
+    assert!(fp8_transposes_in_kernel(&many));
 }
 
 /// FP8 calls of more (batch, kv head) pairs than the pre-pass's grid holds: the pre-pass (the `vt-prepass`
