@@ -10,8 +10,8 @@
 // - 8-bit `wgmma` takes both shared-memory operands K-major only. For O += P·V the reduction runs over keys,
 //   so V must be stored [dv][keys]: the producer warpgroup transposes each V tile TMA staged as stored
 //   (fa3_fp8_transpose_v; short calls), or `fa3_fp8_vt` writes Vᵀ into a workspace before the kernel (long
-//   calls, the entries under FA3_XO_VT_PREPASS; the launcher counts it as part of the call); either way with the keys of each group of 16
-//   permuted (below), and zeros past Sk.
+//   calls, the entries under FA3_XO_VT_PREPASS; the launcher counts it as part of the call); either way with
+//   the keys of each group of 16 permuted (below), and zeros past Sk.
 // - P leaves the softmax in the f32 accumulator layout (thread t of a quad holds keys 2t, 2t+1 and 8+2t, 9+2t
 //   of each 16-key group, rows g and g+8), but an 8-bit A fragment wants keys 4t..4t+3 of the group per
 //   register. Instead of shuffling P between threads, Vᵀ stores each group's keys in the order the

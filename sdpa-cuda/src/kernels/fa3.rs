@@ -473,6 +473,16 @@ impl AbSwitches {
         Ok(())
     }
 
+    /// Whether an FP8 call `spec` transposes V inside the kernel rather than reading the pre-pass's Vᵀ: `vt-kernel`
+    /// / `vt-prepass` force either, else [`fp8_transposes_in_kernel`].
+    pub fn fp8_in_kernel(self, spec: &AttentionSpec) -> bool {
+        if self.vt_kernel || self.vt_prepass {
+            self.vt_kernel
+        } else {
+            fp8_transposes_in_kernel(spec)
+        }
+    }
+
     /// Whether `store16` or `tile-turns` is on (those apply to f16/bf16 inputs only).
     pub fn touches_stores_or_turns(self) -> bool {
         self.store16 || self.tile_turns
@@ -1013,17 +1023,10 @@ pub fn check(
     Ok((class, tile))
 }
 
-/// Whether an FP8 call transposes V inside the kernel rather than reading the pre-pass's Vᵀ: the switches
-/// `vt-kernel` / `vt-prepass` force either, else [`fp8_transposes_in_kernel`].
+/// Whether an FP8 call transposes V inside the kernel rather than reading the pre-pass's Vᵀ, under the
+/// environment's switches ([`AbSwitches::fp8_in_kernel`]).
 fn fp8_vt_staged(spec: &AttentionSpec) -> Result<bool> {
-    let ab = ab_switches()?;
-    Ok(if ab.vt_kernel {
-        true
-    } else if ab.vt_prepass {
-        false
-    } else {
-        fp8_transposes_in_kernel(spec)
-    })
+    Ok(ab_switches()?.fp8_in_kernel(spec))
 }
 
 /// Most transposes of each V tile for which an FP8 call at a class of V width `dv_class` transposes V inside the
@@ -1084,7 +1087,8 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let (class, tile) = check(spec, p, info.compute_capability, info.smem_per_block_optin)?;
     let fp8 = spec.dtype == DType::F8E4M3;
     // The entry's switches, with FP8's layout as the call takes it (`vt_prepass`: the pre-pass's Vᵀ).
-    let ab = AbSwitches { vt_prepass: fp8 && !fp8_vt_staged(spec)?, vt_kernel: false, ..ab_switches()? };
+    let env = ab_switches()?;
+    let ab = AbSwitches { vt_prepass: fp8 && !env.fp8_in_kernel(spec), vt_kernel: false, ..env };
     let smem =
         if fp8 { fp8_smem_bytes(tile, class.0, class.1, !ab.vt_prepass) } else { tile.smem_bytes(class.0, class.1) };
     let s = spec.shape;
@@ -1149,7 +1153,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
         smem_bytes: smem as u32,
     };
     let section = i32::try_from(section.clamp(1, s.b * s.hq)).unwrap_or(i32::MAX);
-    ab_switches()?.check(fp8, masking.var != 0, ragged.is_some())?;
+    env.check(fp8, masking.var != 0, ragged.is_some())?;
     let program = if ragged.is_some() {
         serve_program(spec.dtype, class, tile, masking, pages.is_some(), tile.pingpong(false))
     } else if masking.var != 0 {
@@ -1265,7 +1269,7 @@ pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedu
     if schedule == Schedule::Static && causal && n_mblocks > PERSISTENT_CAUSAL_MAX_MBLOCKS {
         work
     } else {
-        work.min(sms(slots))
+        work.min(at_least_one(slots))
     }
 }
 
@@ -1274,7 +1278,7 @@ pub fn grid_blocks(work: usize, n_mblocks: usize, causal: bool, schedule: Schedu
 pub const PERSISTENT_CAUSAL_MAX_MBLOCKS: usize = 64;
 
 /// The persistent grid's slots as a count, at least one.
-fn sms(slots: i32) -> usize {
+fn at_least_one(slots: i32) -> usize {
     usize::try_from(slots).unwrap_or(1).max(1)
 }
 
