@@ -38,16 +38,26 @@ ap.add_argument("--tiles", nargs="*", default=[],
 ap.add_argument("--tile-seqs", nargs="*", type=int, default=[4096, 16384])
 ap.add_argument("--variants", nargs="*", default=[],
                 help="`name:VAR=value` environments (e.g. SDPA_FA3_AB=exp-fma=2) timed on the FP8 grid against the default")
+ap.add_argument("--serving", action="store_true",
+                help="also time GQA and decoding shapes (SERVING below), where the V layout rule counts the group's heads")
 ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
-shapes = [(d, causal, s) for d in args.dims for causal in [False, True] for s in args.seqs]
+# (b, hq, hkv, sq, sk, d, causal): the fa2bench grid, and with --serving the shapes where a V tile is read by
+# several work tiles of a group (GQA 4 and 8; decoding, which keeps the kernel's transpose at any cache length).
+shapes = [(16384 // s, 2048 // d, 2048 // d, s, s, d, causal) for d in args.dims for causal in [False, True]
+          for s in args.seqs]
+SERVING = [(8, 32, 8, 1, 4096, 128, False), (1, 32, 8, 1, 32768, 128, False), (8, 32, 4, 4, 8192, 128, True),
+           (4, 32, 8, 2048, 2048, 128, True), (4, 32, 8, 4096, 4096, 128, False), (16, 32, 4, 512, 512, 128, True),
+           (2, 16, 2, 1024, 8192, 256, True)]
+if args.serving:
+    shapes += [sh for sh in SERVING if sh[5] in args.dims]
 
 
 def grid(dtype):
-    return [point("fa2bench", 16384 // s, 2048 // d, 2048 // d, s, s, d, dtype, causal, "fa3")
-            for (d, causal, s) in shapes]
+    return [point("fa2bench" if hq == hkv and sq == sk else "serving", b, hq, hkv, sq, sk, d, dtype, causal, "fa3")
+            for (b, hq, hkv, sq, sk, d, causal) in shapes]
 
 
 res = dict(env=env_info(date=False), ceilings={}, rows=[])
@@ -59,7 +69,7 @@ for name, dtype in [("bf16", "bf16"), ("fp8", "f8e4m3")]:
 tile_runs = {}
 for t in args.tiles:
     log(f"timing fa3 fp8 with SDPA_FA3_TILE={t} ...")
-    pts = [p for p in grid("f8e4m3") if p["sq"] in args.tile_seqs]
+    pts = [p for p in grid("f8e4m3") if p["sq"] in args.tile_seqs and p["sq"] == p["sk"]]
     tile_runs[t] = run_points(args.bench, pts, os.path.join(args.out, f"fa3_fp8_tile_{t.replace(',', 'x')}_raw.json"),
                               warmup=3, reps=args.reps, env={"SDPA_FA3_TILE": t}, on_error="none") or []
 res["tiles"] = tile_runs
@@ -75,22 +85,21 @@ res["ceilings"]["gemm_bf16_TFLOPs"] = gemm_tflops(torch.bfloat16)
 
 
 def shape_key(r):
-    return (r["b"], r["hq"], r["sq"], r["d"], r["mask"])
+    return (r["b"], r["hq"], r["hkv"], r["sq"], r["sk"], r["d"], r["mask"])
 
 
 by = {name: {shape_key(r): r for r in recs} for name, recs in runs.items()}
-for (d, causal, s) in shapes:
-    b, h = 16384 // s, 2048 // d
-    k = (b, h, s, d, "causal" if causal else "none")
-    t_default = None
-    if not args.no_torch:
+for (b, h, hkv, sq, sk, d, causal) in shapes:
+    k = (b, h, hkv, sq, sk, d, "causal" if causal else "none")
+    t_default, s = None, sq
+    if not args.no_torch and h == hkv and sq == sk:
         g = torch.Generator(device="cuda").manual_seed(0)
         q, kk, v = (torch.randn(b, h, s, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
         t_default = bench(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=causal))
         del q, kk, v
         torch.cuda.empty_cache()
     b16, f8 = by["bf16"].get(k, {}), by["fp8"].get(k, {})
-    res["rows"].append(dict(b=b, h=h, s=s, d=d, causal=causal, torch_default_ms=t_default, bf16=b16, fp8=f8,
+    res["rows"].append(dict(b=b, h=h, hkv=hkv, s=sq, sk=sk, d=d, causal=causal, torch_default_ms=t_default, bf16=b16, fp8=f8,
                             speedup=(b16["median_ms"] / f8["median_ms"]) if (b16.get("median_ms") and
                                                                              f8.get("median_ms")) else None))
 json.dump(res, open(os.path.join(args.out, "fa3_fp8_bench.json"), "w"), indent=1)
@@ -102,8 +111,8 @@ for row in res["rows"]:
         if not r.get("median_ms") or not r.get("check_pass"):
             continue
         rec = dict(kernel="fa3", backend="cuda", device=res["env"]["name"], dtype=dtype,
-                   mask="causal" if row["causal"] else "none", layout="bhsd", b=row["b"], hq=row["h"], hkv=row["h"],
-                   sq=row["s"], sk=row["s"], d=row["d"], dv=row["d"], median_ms=r["median_ms"], tflops=r["tflops"],
+                   mask="causal" if row["causal"] else "none", layout="bhsd", b=row["b"], hq=row["h"], hkv=row["hkv"],
+                   sq=row["s"], sk=row["sk"], d=row["d"], dv=row["d"], median_ms=r["median_ms"], tflops=r["tflops"],
                    rel_err=r["rel_err"])
         if row["torch_default_ms"]:
             rec["torch_default_ms"] = row["torch_default_ms"]
@@ -127,14 +136,14 @@ def fm(x, spec="7.1f"):
     return "      -" if x is None else format(x, spec)
 
 
-log(f"\n{'D':>3} {'c':1} {'S':>5} | {'bf16 TF':>7} {'ok':2} | {'fp8 TF':>7} {'ok':2} {'relerr':>7} | {'fp8/bf16':>8} | "
+log(f"\n{'D':>3} {'c':1} {'S':>5} {'Sk':>5} {'B,Hq/Hkv':>9} | {'bf16 TF':>7} {'ok':2} | {'fp8 TF':>7} {'ok':2} {'relerr':>7} | {'fp8/bf16':>8} | "
     f"{'cudnn TF':>8} {'fp8/cudnn':>9}")
 for row in res["rows"]:
     b16, f8 = row["bf16"], row["fp8"]
-    fl = 4 * row["b"] * row["h"] * row["s"] * row["s"] * row["d"] * (0.5 if row["causal"] else 1.0)
+    fl = 4 * row["b"] * row["h"] * row["s"] * row["sk"] * row["d"] * (0.5 if row["causal"] else 1.0)
     cud = fl / row["torch_default_ms"] / 1e9 if row["torch_default_ms"] else None
     xc = row["torch_default_ms"] / f8["median_ms"] if (row["torch_default_ms"] and f8.get("median_ms")) else None
-    log(f"{row['d']:>3} {int(row['causal'])} {row['s']:>5} | {fm(b16.get('tflops'))} {'y' if b16.get('check_pass') else 'N'} | "
+    log(f"{row['d']:>3} {int(row['causal'])} {row['s']:>5} {row['sk']:>5} {str(row['b']) + ',' + str(row['h']) + '/' + str(row['hkv']):>9} | {fm(b16.get('tflops'))} {'y' if b16.get('check_pass') else 'N'} | "
         f"{fm(f8.get('tflops'))} {'y' if f8.get('check_pass') else 'N'} {fm(f8.get('rel_err'), '7.4f')} | "
         f"{fm(row['speedup'], '8.3f')} | {fm(cud, '8.1f')} {fm(xc, '9.3f')}")
 sp = sorted(r["speedup"] for r in res["rows"] if r["speedup"])
@@ -149,7 +158,8 @@ def against_default(label, recs):
     for r in recs:
         base = by["fp8"].get(shape_key(r), {})
         x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
-        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']} x{fm(x, '.3f')}"
+        sk = "" if r["sk"] == r["sq"] else f"/{r['sk']} g{r['hq'] // r['hkv']}"
+        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']}{sk} x{fm(x, '.3f')}"
                      f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
     log(f"{label} vs default: " + ", ".join(parts))
 

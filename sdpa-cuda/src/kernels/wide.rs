@@ -61,6 +61,17 @@ pub fn slab_budget(free: usize) -> Result<usize> {
         .ok_or_else(|| unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}")))
 }
 
+/// `SDPA_WIDE_SLAB_HEADS=n` (measurement): slabs of every query row of `n` GEMM batches ((batch, kv head)
+/// pairs), so that a short call's slab of scores and probabilities can stay in L2 between the three steps
+/// that write and read it (D = 512 at 1k keys: 6 MiB a head). `None` when unset.
+pub fn forced_slab_heads() -> Result<Option<usize>> {
+    let Ok(v) = std::env::var("SDPA_WIDE_SLAB_HEADS") else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(Some(n)),
+        _ => Err(unsupported(format!("SDPA_WIDE_SLAB_HEADS must be a positive count of heads, got {v:?}"))),
+    }
+}
+
 /// The bytes of `SDPA_WIDE_SLAB_MB`'s value, or `None` when it is not a whole number of MiB from 1 to what
 /// a `usize` of bytes holds (a shift would drop the high bits of a larger one and slab by a wrapped size).
 fn slab_mb_bytes(v: &str) -> Option<usize> {
@@ -181,10 +192,16 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         .context()
         .mem_get_info()
         .map_err(|e| unsupported(format!("the wide-head path could not read the free GPU memory: {e:?}")))?;
-    let (rows_per_slab, z_per_slab) = slab_shape(bt.rows, bt.n_z, s.sk, es, slab_budget(free)?);
-    // Causal masks and windows: rows whose bands end before the last key (the softmax masks the rest).
-    let banded = !bt.fold && (p.band_hi as i64) < s.sk as i64 - 1;
-    let rows_per_slab = banded_rows(rows_per_slab, s.sk, banded);
+    let (rows_per_slab, z_per_slab) = match forced_slab_heads()? {
+        // Every row of `n` GEMM batches a slab, whatever the budget (a measurement switch).
+        Some(n) => (bt.rows.max(1), n.min(bt.n_z.max(1))),
+        None => {
+            let (rows, z) = slab_shape(bt.rows, bt.n_z, s.sk, es, slab_budget(free)?);
+            // Causal masks and windows: rows whose bands end before the last key (the softmax masks the rest).
+            let banded = !bt.fold && (p.band_hi as i64) < s.sk as i64 - 1;
+            (banded_rows(rows, s.sk, banded), z)
+        }
+    };
     // Scores and probabilities of the largest slab.
     let n_scores = rows_per_slab
         .checked_mul(z_per_slab)
