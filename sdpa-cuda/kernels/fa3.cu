@@ -36,7 +36,8 @@
 // before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
-// Variants (FA3_ENTRY_VAR, f16/bf16; written in session 9, verified on the H100 in session 10): a key band per row
+// Variants (FA3_ENTRY_VAR; f16/bf16 written in session 9, verified on the H100 in session 10; FP8 since session 24,
+// the same code on E4M3 scores, whose descales the host folds into the scale and the softcap's constants): a key band per row
 // (windows, causal masks as its special case) loads only the tiles from the work tile's first row's first
 // key to its last row's last one; each consumer computes the tiles its own rows see and releases the others,
 // leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn
@@ -1184,7 +1185,7 @@ __device__ __forceinline__ void fa3_consume_tile(const Fa3Args& a, unsigned char
 template <typename T, int D, int DV, int BN, int ST, int MASK, bool PP, int NC, int VAR, int XO,
           int SERVE = FA3_SERVE_DENSE>
 __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* smem) {
-    static_assert(VAR == 0 || (MASK == FA3_MASK_NONE && !Fa3Elem<T>::FP8), "variants: f16/bf16, the band as mask");
+    static_assert(VAR == 0 || MASK == FA3_MASK_NONE, "variants: the band as mask");
     static_assert(SERVE == FA3_SERVE_DENSE || (!Fa3Elem<T>::FP8 && XO == 0),
                   "ragged batches: f16/bf16, no measurement switch");
     static_assert(NC >= 1 && NC <= 3 && (!PP || NC >= 2), "1 to 3 consumers; turns (PP) need two or more");
@@ -1344,13 +1345,13 @@ __device__ __forceinline__ void fa3_forward(const Fa3Args& a, unsigned char* sme
         NAME(const __grid_constant__ Fa3Args a) {                                                      \
         FA3_BODY(T, D, DV, BN, ST, MASK, PP, NC, 0, 0)                                                 \
     }
-// Variant entry {tile prefix}_{dtype}_{D}[_{DV}]_band[_softcap][_alibi][_pp0] (f16/bf16): VAR a set of
-// FA3_VAR_* with FA3_VAR_BAND, the band in place of a mask; its own instantiation, so that the plain
-// entries' code and registers stay as they were.
-#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)                                             \
+// Variant entry {tile prefix}_{dtype}_{D}[_{DV}]_band[_softcap][_alibi][_pp0][_vtp]: VAR a set of FA3_VAR_*
+// with FA3_VAR_BAND, the band in place of a mask; its own instantiation, so that the plain entries' code and
+// registers stay as they were. XO is 0, or FA3_XO_VT_PREPASS for FP8 entries that read the pre-pass's Vᵀ.
+#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC, XO)                                         \
     extern "C" __global__ void __launch_bounds__(FA3_THREADS(NC), FA3_MIN_BLOCKS(NC))                  \
         NAME(const __grid_constant__ Fa3Args a) {                                                      \
-        FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR, 0)                                      \
+        FA3_BODY(T, D, DV, BN, ST, FA3_MASK_NONE, PP, NC, VAR, XO)                                     \
     }
 // Measurement entry {tile prefix}_{dtype}_{D}[_{DV}]_{mask}[_pp0][_vtp][_xo{XO}]: a plain entry with the FA3_XO_*
 // switches XO (`SDPA_FA3_AB`; `_vtp`: FA3_XO_VT_PREPASS, the product's FP8 entries for long calls).

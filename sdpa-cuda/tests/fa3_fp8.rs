@@ -116,6 +116,73 @@ fn fp8_matches_the_reference() {
     assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// Windows, softcap and ALiBi on FP8 inputs (`FA3_ENTRY_VAR` over E4M3 scores; session 24): left windows on
+/// causal masks and alone, symmetric and one-sided ones, a window that leaves rows with no key, softcap with
+/// logits up to about ±1e4 (the descales folded into its constants), ALiBi (standard and given slopes, both
+/// diagonals), everything together; the three FP8 classes (64 padded from 32, 128, 256 with Dv below D), GQA,
+/// Sq != Sk both ways, both layouts, LSE on and off. A call whose V tiles many work tiles share (GQA 4 over
+/// eight query tiles: no window, or a causal mask) takes the pre-pass's Vᵀ, the windowed ones the kernel's
+/// transpose (`fa3::fp8_transposes_in_kernel`), so both layouts run; `SDPA_FA3_AB=vt-kernel` or `vt-prepass`
+/// forces either for every case.
+#[test]
+fn fp8_variants_match_the_reference() {
+    use sdpa_core::{Alibi, Diagonal, Variants, Window};
+    let Some(gpu) = gpu() else { return };
+    if !hopper(&gpu) {
+        return;
+    }
+    let w = |l: Option<usize>, r: Option<usize>| Some(Window { left: l, right: r });
+    let v = |window, softcap, alibi, diagonal| Variants { window, softcap, alibi, diagonal };
+    let (tl, br) = (Some(Diagonal::TopLeft), Some(Diagonal::BottomRight));
+    let shapes = [
+        sh(2, 4, 1, 77, 300, 32),                        // GQA 4, Sq < Sk, class 64 padded
+        sh(1, 8, 2, 1000, 1000, 128),                    // GQA 4, eight query tiles: both layouts
+        Shape { dv: 128, ..sh(1, 4, 2, 300, 190, 256) }, // Sq > Sk, class 256 with Dv below D
+    ];
+    let mut failures = Vec::new();
+    let mut n = 0usize;
+    for shape in shapes {
+        let slopes: Vec<f32> = (0..shape.hq).map(|h| 0.02 + 0.5 * h as f32 / shape.hq as f32).collect();
+        let configs = [
+            (Mask::CausalBottomRight, v(w(Some(150), Some(0)), None, None, None), false),
+            (Mask::None, v(w(Some(5), Some(0)), None, None, tl), false),
+            (Mask::None, v(w(Some(64), Some(64)), None, None, br), false),
+            (Mask::None, v(w(None, Some(3)), None, None, tl), false),
+            (Mask::CausalTopLeft, v(w(Some(100), None), None, None, None), false),
+            (Mask::None, v(w(Some(2), Some(0)), None, None, br), false), // Sq > Sk: rows with no key
+            (Mask::None, v(None, Some(30.0), None, None), true),
+            (Mask::CausalBottomRight, v(w(Some(33), Some(0)), Some(50.0), None, None), true),
+            (Mask::CausalTopLeft, v(None, None, Some(Alibi::Standard), None), false),
+            (Mask::None, v(None, None, Some(Alibi::Slopes(slopes.clone())), br), false),
+            (Mask::None, v(w(Some(70), Some(20)), Some(30.0), Some(Alibi::Standard), br), false),
+        ];
+        for (mask, variants, big) in configs {
+            let layout = if n.is_multiple_of(2) { Layout::Bhsd } else { Layout::Bshd };
+            let mut case = Case::new(shape, DType::F8E4M3, mask, layout, Kernel::Fa3, F32Math::Exact);
+            case.lse = !n.is_multiple_of(3);
+            n += 1;
+            let mut spec = fp8_spec(&case).with_variants(variants);
+            if big {
+                // Logits up to about ±1e4 (the draws' products, times the descales, times this scale).
+                spec = spec.with_scale(7500.0 / (shape.d as f64).sqrt());
+            }
+            let label = format!("{} {}", case.label(), spec.variants.label(spec.diagonal()));
+            let inputs = HostInputs::random(&spec, 52_000 + n as u64).expect("valid spec");
+            match gpu.run_host(&spec, &case.opts(), &inputs) {
+                Ok(run) if run.kernel != Kernel::Fa3 => failures.push(format!("{label}: ran {}", run.kernel)),
+                Ok(run) => match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)) {
+                    Ok(r) if r.pass => {}
+                    Ok(r) => failures.push(format!("{label}: {r:?}")),
+                    Err(e) => failures.push(format!("{label}: check: {e}")),
+                },
+                Err(e) => failures.push(format!("{label}: error: {e}")),
+            }
+        }
+    }
+    eprintln!("fa3 fp8 variants: {n} cases, {} failed", failures.len());
+    assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
 /// Relative L2 difference of two outputs in logical order.
 fn rel_l2(a: &[f64], b: &[f64]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
@@ -230,23 +297,35 @@ fn fp8_past_the_pre_pass_grid_is_taken_in_the_kernel_or_refused_by_the_pre_pass(
 /// racecheck and synccheck with `SDPA_FA3_GRID=2,1`, so that each persistent block walks several tiles):
 /// the transposing warps' partial staged tiles and boxes (under `SDPA_FA3_AB=vt-prepass` the Vᵀ pre-pass with
 /// partial 64-key and 64-column blocks instead), and the kernel at 64 (padded from 32), 128 and 256 (Dv below
-/// D), causal in both alignments and not, both layouts.
+/// D), causal in both alignments and not, both layouts; the variant entries with a window and softcap (leading
+/// and trailing tiles released unread) and with ALiBi on a causal mask.
 #[test]
 fn small_calls_for_the_sanitizer() {
+    use sdpa_core::{Alibi, Diagonal, Variants, Window};
     let Some(gpu) = gpu() else { return };
     if !hopper(&gpu) {
         return;
     }
+    let plain = Variants::default();
+    let windowed = Variants {
+        window: Some(Window { left: Some(40), right: Some(10) }),
+        softcap: Some(30.0),
+        diagonal: Some(Diagonal::BottomRight),
+        ..Variants::default()
+    };
+    let alibi = Variants { alibi: Some(Alibi::Standard), ..Variants::default() };
     let calls = [
-        (sh(1, 4, 1, 70, 200, 128), Mask::CausalTopLeft, Layout::Bhsd),
-        (sh(1, 2, 2, 33, 300, 64), Mask::CausalBottomRight, Layout::Bshd),
-        (sh(1, 2, 1, 130, 100, 32), Mask::None, Layout::Bhsd),
-        (Shape { dv: 192, ..sh(1, 2, 1, 70, 150, 256) }, Mask::CausalBottomRight, Layout::Bshd),
-        (sh(1, 2, 2, 140, 150, 256), Mask::None, Layout::Bhsd),
+        (sh(1, 4, 1, 70, 200, 128), Mask::CausalTopLeft, Layout::Bhsd, plain.clone()),
+        (sh(1, 2, 2, 33, 300, 64), Mask::CausalBottomRight, Layout::Bshd, plain.clone()),
+        (sh(1, 2, 1, 130, 100, 32), Mask::None, Layout::Bhsd, plain.clone()),
+        (Shape { dv: 192, ..sh(1, 2, 1, 70, 150, 256) }, Mask::CausalBottomRight, Layout::Bshd, plain.clone()),
+        (sh(1, 2, 2, 140, 150, 256), Mask::None, Layout::Bhsd, plain),
+        (sh(1, 4, 2, 200, 300, 128), Mask::None, Layout::Bshd, windowed),
+        (sh(1, 2, 2, 150, 140, 256), Mask::CausalTopLeft, Layout::Bhsd, alibi),
     ];
-    for (n, (shape, mask, layout)) in calls.into_iter().enumerate() {
+    for (n, (shape, mask, layout, variants)) in calls.into_iter().enumerate() {
         let case = Case::new(shape, DType::F8E4M3, mask, layout, Kernel::Fa3, F32Math::Exact);
-        let spec = fp8_spec(&case);
+        let spec = fp8_spec(&case).with_variants(variants);
         let inputs = HostInputs::random(&spec, 90 + n as u64).expect("valid");
         let run = gpu.run_host(&spec, &case.opts(), &inputs).expect("runs");
         assert_eq!(run.kernel, Kernel::Fa3, "{}", case.label());

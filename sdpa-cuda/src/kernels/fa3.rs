@@ -26,11 +26,12 @@
 //! where it takes the call and was measured faster than `fa2` ([`super::policy::resolve_auto`];
 //! `bench/results/gpu/fa3.md`).
 //!
-//! Windows, softcap and ALiBi (f16/bf16; `FA3_ENTRY_VAR`, [`variant_program`]; written in session 9 without a GPU,
-//! verified on the H100 in session 10: `bench/results/gpu/fa3.md`). A variant entry restricts the keys to the call's
-//! band (windows, causal masks as a special case): only the key tiles some row of the work tile sees are loaded, each
-//! consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask code; softcap and ALiBi
-//! transform the scores in registers before the online softmax. Two consumers at every class ([`variant_tile_for`]).
+//! Windows, softcap and ALiBi (`FA3_ENTRY_VAR`, [`variant_program`]; f16/bf16 written in session 9 without a GPU,
+//! verified on the H100 in session 10: `bench/results/gpu/fa3.md`; f8e4m3 since session 24). A variant entry restricts
+//! the keys to the call's band (windows, causal masks as a special case): only the key tiles some row of the work tile
+//! sees are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask code;
+//! softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at every class
+//! ([`variant_tile_for`], [`fp8_variant_tile_for`]). FP8 variant entries come in both V layouts (below).
 //!
 //! Ragged (varlen) batches, K/V packed or in a paged cache (f16/bf16; `FA3_ENTRY_SERVE`, [`serve_program`]), were
 //! written in session 10 without a GPU and verified on the H100 in the same session (`bench/results/gpu/fa3.md`,
@@ -51,7 +52,7 @@
 //! Dv multiples of 16 ([`fp8_head_dim_class`]), 128 keys per tile ([`fp8_tile_for`]), Q, K and V bases and
 //! strides multiples of 16 bytes. 8-bit `wgmma` reads V K-major, with the keys of each group of 16 permuted to
 //! match P's registers, in one of two ways ([`fp8_transposes_in_kernel`], by how many work tiles read each V
-//! tile, measured in session 23):
+//! tile, measured in session 23; under a window, only the query tiles its rows straddle, [`query_tiles_per_key`]):
 //! - few (short queries: up to Sq = 2048 without GQA, 1024 at the class 256; decoding at any Sk), and calls of
 //!   more than [`VT_MAX_BATCH_HEADS`] (batch, kv head) pairs: TMA stages each V tile as stored and the producer
 //!   warpgroup's three warps that issue no copies write it transposed into the Vᵀ ring, once per work tile that
@@ -321,12 +322,6 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     if !kinds.is_empty() {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
         let names = names.join(", ");
-        if spec.dtype == DType::F8E4M3 {
-            return Some(format!(
-                "fa3 does not implement {names} for f8e4m3 inputs (f16 and bf16 only); {}",
-                elsewhere(spec, "")
-            ));
-        }
         if s.sq.saturating_add(s.sk) >= VARIANT_MAX_TOKENS {
             return Some(format!(
                 "fa3 takes {names} for Sq + Sk below {VARIANT_MAX_TOKENS} (its band arithmetic is 32-bit; got Sq = \
@@ -455,16 +450,17 @@ impl AbSwitches {
             | if self.vt_prepass { FA3_XO_VT_PREPASS } else { 0 }
     }
 
-    /// Refuses switches a call's entry does not take: any switch for windows, softcap and ALiBi
+    /// Refuses switches a call's entry does not take: any measurement switch for windows, softcap and ALiBi
     /// (`variant`) or ragged batches (`ragged`), whose entries have no measurement instantiation, and
-    /// `store16` / `tile-turns` for FP8 inputs (`fp8`), and `vt-prepass` with `vt-kernel`. Those two are no-ops
-    /// for f16/bf16 (their entries are the product's), so that one environment can time both dtypes
-    /// (`fa3_fp8_bench.py`, tests/fa3_fp8's comparison with bf16).
+    /// `store16` / `tile-turns` for FP8 inputs (`fp8`), and `vt-prepass` with `vt-kernel`. Those two name FP8's
+    /// layout, which variant entries have too, and are no-ops for f16/bf16 (their entries are the product's), so
+    /// that one environment can time both dtypes (`fa3_fp8_bench.py`, tests/fa3_fp8's comparison with bf16).
     pub fn check(self, fp8: bool, variant: bool, ragged: bool) -> Result<()> {
         if self.vt_prepass && self.vt_kernel {
             return Err(unsupported("SDPA_FA3_AB: vt-prepass and vt-kernel force opposite FP8 layouts; name one"));
         }
-        if (self != AbSwitches::default() && (variant || ragged)) || (fp8 && self.touches_stores_or_turns()) {
+        let measuring = AbSwitches { vt_prepass: false, vt_kernel: false, ..self } != AbSwitches::default();
+        if (measuring && (variant || ragged)) || (fp8 && self.touches_stores_or_turns()) {
             return Err(unsupported(
                 "SDPA_FA3_AB (a measurement switch) applies to the plain entries only, not to windows, softcap \
                  and ALiBi or ragged batches; store16 and tile-turns to f16/bf16 inputs only",
@@ -552,6 +548,12 @@ pub const FP8_TILE: Fa3Tile = Fa3Tile { bn: 128, stages: 2, consumers: 2 };
 pub fn fp8_tile_for(d: usize, dv: usize, causal: bool) -> Fa3Tile {
     let consumers = if (d, dv) == (64, 64) && !causal { 3 } else { 2 };
     Fa3Tile { consumers, ..FP8_TILE }
+}
+
+/// The FP8 tile of a variant call (a band, maybe softcap and ALiBi) at class (`d`, `dv`): [`FP8_TILE`], two consumers
+/// at every class, as f16/bf16 variant calls take them ([`variant_tile_for`]). Not measured.
+pub fn fp8_variant_tile_for(d: usize, dv: usize) -> Fa3Tile {
+    fp8_tile_for(d, dv, true)
 }
 
 /// An FP8 tile forced by `SDPA_FA3_TILE` (tuning runs): the keys per tile must stay 128.
@@ -742,14 +744,26 @@ pub fn ragged_programs() -> Vec<Program> {
     all
 }
 
-/// The program of variant entry `{tile prefix}_{dtype}_{d}[_{dv}]_band[_softcap][_alibi][_pp0]`
+/// The program of variant entry `{tile prefix}_{dtype}_{d}[_{dv}]_band[_softcap][_alibi][_pp0][_vtp]`
 /// (`FA3_ENTRY_VAR`): `var` is a [`Masking`] variant set (`VAR_BAND` with softcap and ALiBi bits) over no
-/// mask; f16/bf16 only.
-pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var: i32, pingpong: bool) -> Program {
-    let name = entry_name(tile, dtype, (d, dv), &Masking { kind: MASK_NONE, var }.suffix(), pingpong);
+/// mask; `vt_prepass` (FP8 only): the entry reads the pre-pass's Vᵀ (`_vtp`, `FA3_XO_VT_PREPASS`), as FP8's
+/// plain entries for long calls do ([`fp8_transposes_in_kernel`]).
+pub fn variant_program(
+    dtype: DType,
+    (d, dv): (usize, usize),
+    tile: Fa3Tile,
+    var: i32,
+    pingpong: bool,
+    vt_prepass: bool,
+) -> Program {
+    let vt_prepass = vt_prepass && dtype == DType::F8E4M3;
+    let vtp = if vt_prepass { "_vtp" } else { "" };
+    let name =
+        format!("{}{vtp}", entry_name(tile, dtype, (d, dv), &Masking { kind: MASK_NONE, var }.suffix(), pingpong));
     let Fa3Tile { bn, stages, consumers } = tile;
+    let xo = if vt_prepass { FA3_XO_VT_PREPASS } else { 0 };
     let line = format!(
-        "FA3_ENTRY_VAR({name}, {}, {d}, {dv}, {bn}, {stages}, {}, {pingpong}, {consumers})",
+        "FA3_ENTRY_VAR({name}, {}, {d}, {dv}, {bn}, {stages}, {}, {pingpong}, {consumers}, {xo})",
         cuda_type(dtype),
         var_const(var | crate::checked::params::VAR_BAND)
     );
@@ -757,16 +771,31 @@ pub fn variant_program(dtype: DType, (d, dv): (usize, usize), tile: Fa3Tile, var
 }
 
 /// Every variant entry a launch can ask for (with the table's tiles and ping-pong): each dtype (f16, bf16),
-/// class and variant set (band; with softcap, ALiBi, both), 64 programs. Not in [`programs`] (the
-/// compile check and `warm_up_all` build those; at about 6 s each they would add minutes to both): they
-/// compile on first use and stay in the disk cache, except [`compile_check_variant_programs`].
-/// `SDPA_NVRTC_ALL=1` compiles them all in `tests/nvrtc_compile.rs`.
+/// class and variant set (band; with softcap, ALiBi, both), 64 programs, and FP8's ([`fp8_variant_programs`],
+/// 24). Not in [`programs`] (the compile check and `warm_up_all` build those; at about 6 s each they would add
+/// minutes to both): they compile on first use and stay in the disk cache, except
+/// [`compile_check_variant_programs`]. `SDPA_NVRTC_ALL=1` compiles them all in `tests/nvrtc_compile.rs`.
 pub fn variant_programs() -> Vec<Program> {
     let mut all = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for (d, dv) in FA3_CLASSES {
             for m in Masking::variants().into_iter().filter(|m| m.kind == MASK_NONE) {
-                all.push(variant_program(dtype, (d, dv), variant_tile_for(d, dv), m.var, true));
+                all.push(variant_program(dtype, (d, dv), variant_tile_for(d, dv), m.var, true, false));
+            }
+        }
+    }
+    all.extend(fp8_variant_programs());
+    all
+}
+
+/// FP8's variant entries: each FP8 class and variant set at [`fp8_variant_tile_for`]'s tile, with V transposed in
+/// the kernel and reading the pre-pass's Vᵀ (`_vtp`), 24 programs.
+pub fn fp8_variant_programs() -> Vec<Program> {
+    let mut all = Vec::new();
+    for (d, dv) in FA3_FP8_CLASSES {
+        for m in Masking::variants().into_iter().filter(|m| m.kind == MASK_NONE) {
+            for vt_prepass in [false, true] {
+                all.push(variant_program(DType::F8E4M3, (d, dv), fp8_variant_tile_for(d, dv), m.var, true, vt_prepass));
             }
         }
     }
@@ -774,14 +803,19 @@ pub fn variant_programs() -> Vec<Program> {
 }
 
 /// The variant entries the CI compile check builds (and [`programs`] lists): bf16 with every variant bit at
-/// the class 128 and at 256 (the widest accumulators, where registers are tightest). Within a class the
-/// variant sets differ by code that the full set contains; the classes differ in constants.
+/// the class 128 and at 256 (the widest accumulators, where registers are tightest), and FP8's at 256 in both
+/// layouts. Within a class the variant sets differ by code that the full set contains; the classes differ in
+/// constants.
 pub fn compile_check_variant_programs() -> Vec<Program> {
     let all = crate::checked::params::VAR_BAND | VAR_SOFTCAP | VAR_ALIBI;
-    [(128, 128), (256, 256)]
+    let mut check: Vec<Program> = [(128, 128), (256, 256)]
         .into_iter()
-        .map(|(d, dv)| variant_program(DType::BF16, (d, dv), variant_tile_for(d, dv), all, true))
-        .collect()
+        .map(|(d, dv)| variant_program(DType::BF16, (d, dv), variant_tile_for(d, dv), all, true, false))
+        .collect();
+    for vt_prepass in [false, true] {
+        check.push(variant_program(DType::F8E4M3, (256, 256), fp8_variant_tile_for(256, 256), all, true, vt_prepass));
+    }
+    check
 }
 
 /// The FP8 programs: each class and mask with ping-pong at its tile ([`fp8_tile_for`]), V transposed in the
@@ -967,7 +1001,14 @@ pub fn check(
         .ok_or_else(|| unsupported("fa3: no head-dim class"))?;
     let causal = p.mask_kind == MASK_CAUSAL;
     let tile = if fp8 {
-        forced_fp8_tile()?.unwrap_or_else(|| fp8_tile_for(class.0, class.1, causal))
+        let plain = spec.variants.is_plain();
+        forced_fp8_tile()?.unwrap_or_else(|| {
+            if plain {
+                fp8_tile_for(class.0, class.1, causal)
+            } else {
+                fp8_variant_tile_for(class.0, class.1)
+            }
+        })
     } else if !spec.variants.is_plain() {
         forced_tile()?.unwrap_or_else(|| variant_tile_for(class.0, class.1))
     } else if spec.ragged.is_some() {
@@ -1054,8 +1095,22 @@ pub fn fp8_in_kernel_max_transposes(dv_class: usize) -> usize {
 pub fn fp8_transposes_in_kernel(spec: &AttentionSpec) -> bool {
     let s = spec.shape;
     let dv_class = fp8_head_dim_class(s.d, s.dv).map_or(s.dv, |c| c.1);
-    let transposes = (s.hq / s.hkv.max(1)).saturating_mul(s.sq.div_ceil(128));
+    let transposes = (s.hq / s.hkv.max(1)).saturating_mul(query_tiles_per_key(spec));
     transposes <= fp8_in_kernel_max_transposes(dv_class) || prepass_refuses(spec).is_some()
+}
+
+/// Most 128-row query tiles that load one key's tile: Sq in 128-row tiles, or under a band bounded on both sides
+/// (a window: `w` rows see each key) the tiles `w` rows can straddle, one more than they fill.
+pub fn query_tiles_per_key(spec: &AttentionSpec) -> usize {
+    let all = spec.shape.sq.div_ceil(128);
+    let band = spec.band();
+    match (band.lo, band.hi) {
+        (Some(lo), Some(hi)) => {
+            let rows = usize::try_from((hi - lo + 1).max(0)).unwrap_or(usize::MAX);
+            all.min(rows.div_ceil(128).saturating_add(1))
+        }
+        _ => all,
+    }
 }
 
 /// FP8 operands for TMA: Q, K and V (bytes) with 16-byte aligned bases and strides, O (bf16) with 8-element ones.
@@ -1157,7 +1212,7 @@ pub fn plan_with(call: &Call<'_>, vt: Option<u64>) -> Result<Plan> {
     let program = if ragged.is_some() {
         serve_program(spec.dtype, class, tile, masking, pages.is_some(), tile.pingpong(false))
     } else if masking.var != 0 {
-        variant_program(spec.dtype, class, tile, masking.var, tile.pingpong(false))
+        variant_program(spec.dtype, class, tile, masking.var, tile.pingpong(fp8), ab.vt_prepass)
     } else {
         measured_program(spec.dtype, class, tile, p.mask_kind, tile.pingpong(fp8), ab)
     };

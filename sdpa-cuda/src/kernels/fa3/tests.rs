@@ -62,10 +62,10 @@ fn fa3_refuses_what_it_lacks_with_the_reason() {
     assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
 }
 
-/// Windows, softcap and ALiBi: taken for f16 and bf16, refused for f8e4m3 (naming the variants); what fa3
-/// lacks besides stays refused.
+/// Windows, softcap and ALiBi: taken for f16, bf16 and f8e4m3 (at FP8's head dims); what fa3 lacks besides stays
+/// refused.
 #[test]
-fn variants_are_taken_for_f16_and_bf16_only() {
+fn variants_are_taken_for_every_dtype() {
     use sdpa_core::variants::{Alibi, Diagonal, Window};
     let plain = spec(128, 128, DType::BF16);
     let cases = [
@@ -81,12 +81,12 @@ fn variants_are_taken_for_f16_and_bf16_only() {
         let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
         assert_eq!(refuses(&f16), None);
         let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
-        let why = refuses(&fp8).expect("f8e4m3 refuses variants");
-        assert!(why.contains("f8e4m3") && why.contains("does not implement"), "{why}");
+        assert_eq!(refuses(&fp8), None, "{}", v.variants.label(v.diagonal()));
     }
-    let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..cases[5].clone() };
-    let named = refuses(&fp8).expect("refused");
-    assert!(named.contains("softcap") && named.contains("alibi"), "{named}");
+    // FP8's head dims still bound it: D = 120 is no multiple of 16.
+    let odd =
+        AttentionSpec { dtype: DType::F8E4M3, shape: Shape { d: 120, dv: 120, ..cases[3].shape }, ..cases[3].clone() };
+    assert!(refuses(&odd).expect("refused").contains("multiples of 16"));
     let explicit = plain.clone().with_mask(Mask::Explicit(ExplicitMask::full(MaskValues::Boolean, &plain.shape)));
     let explicit = explicit.with_window(Window::left(8));
     assert!(refuses(&explicit).expect("refused").contains("explicit"));
@@ -126,20 +126,26 @@ fn variant_programs_are_named_by_their_variant_bits() {
     use crate::checked::params::VAR_BAND;
     let t = variant_tile_for(128, 128);
     assert_eq!(t, Fa3Tile { bn: 128, stages: 2, consumers: 2 });
-    let p = variant_program(DType::BF16, (128, 128), t, VAR_BAND | VAR_SOFTCAP | VAR_ALIBI, true);
+    let p = variant_program(DType::BF16, (128, 128), t, VAR_BAND | VAR_SOFTCAP | VAR_ALIBI, true, false);
     assert_eq!(p.name, "fa3_t128x2_bf16_128_band_softcap_alibi");
     assert_eq!(
         p.instantiation,
         "FA3_ENTRY_VAR(fa3_t128x2_bf16_128_band_softcap_alibi, __nv_bfloat16, 128, 128, 128, 2, \
-         FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI, true, 2)"
+         FA3_VAR_BAND | FA3_VAR_SOFTCAP | FA3_VAR_ALIBI, true, 2, 0)"
     );
-    let p = variant_program(DType::F16, (192, 128), variant_tile_for(192, 128), VAR_BAND, false);
+    let p = variant_program(DType::F16, (192, 128), variant_tile_for(192, 128), VAR_BAND, false, false);
     assert_eq!(p.name, "fa3_t128x2_f16_192_128_band_pp0");
-    assert!(p.instantiation.ends_with(", 192, 128, 128, 2, FA3_VAR_BAND, false, 2)"), "{}", p.instantiation);
+    assert!(p.instantiation.ends_with(", 192, 128, 128, 2, FA3_VAR_BAND, false, 2, 0)"), "{}", p.instantiation);
+    // The pre-pass's layout is FP8's alone (f16/bf16 entries ignore the flag).
+    assert_eq!(variant_program(DType::BF16, (128, 128), t, VAR_BAND, true, true).name, "fa3_t128x2_bf16_128_band");
+    let p =
+        variant_program(DType::F8E4M3, (128, 128), fp8_variant_tile_for(128, 128), VAR_BAND | VAR_SOFTCAP, true, true);
+    assert_eq!(p.name, "fa3_t128x2_f8e4m3_128_band_softcap_vtp");
+    assert!(p.instantiation.ends_with(", FA3_VAR_BAND | FA3_VAR_SOFTCAP, true, 2, 1024)"), "{}", p.instantiation);
     // Every variant entry: two consumers (240 registers each), the tile fits, names unique and apart
-    // from the plain ones; only the compile check's two are in `programs`.
+    // from the plain ones; only the compile check's four are in `programs`.
     let all = variant_programs();
-    assert_eq!(all.len(), 2 * FA3_CLASSES.len() * 4);
+    assert_eq!(all.len(), 2 * FA3_CLASSES.len() * 4 + FA3_FP8_CLASSES.len() * 4 * 2);
     let mut names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     names.dedup();
@@ -150,14 +156,21 @@ fn variant_programs_are_named_by_their_variant_bits() {
         assert_eq!(t.consumers, 2);
         assert!(t.smem_bytes(d, dv) <= 227 * 1024, "{t:?} at {d}/{dv}");
     }
+    for (d, dv) in FA3_FP8_CLASSES {
+        let t = fp8_variant_tile_for(d, dv);
+        assert_eq!(t, Fa3Tile { bn: 128, stages: 2, consumers: 2 });
+        for staged in [false, true] {
+            assert!(fp8_smem_bytes(t, d, dv, staged) <= 227 * 1024, "{t:?} at {d}/{dv}");
+        }
+    }
     let listed = programs();
     let check = compile_check_variant_programs();
-    assert_eq!(check.len(), 2);
+    assert_eq!(check.len(), 4);
     assert!(check.iter().all(|p| all.contains(p) && listed.contains(p) && compile_check_programs().contains(p)));
     let dense_band = |p: &&Program| p.name.contains("_band") && !p.name.ends_with("_varlen");
     assert_eq!(listed.iter().filter(dense_band).count(), check.len());
     // The kernel side has the entry macro and the variant bits the names stand for.
-    assert!(FA3.source.contains("#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC)"));
+    assert!(FA3.source.contains("#define FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC, XO)"));
     assert!(FA3.source.contains("#define FA3_VAR_SOFTCAP 2\n") && FA3.source.contains("#define FA3_VAR_ALIBI 4\n"));
     assert_eq!((VAR_BAND, VAR_SOFTCAP, VAR_ALIBI), (1, 2, 4));
 }
@@ -217,6 +230,7 @@ fn fp8_runs_three_classes_and_refuses_the_rest_with_the_reason() {
 /// takes the kernel's transpose at any Sk; GQA counts the group's heads.
 #[test]
 fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
+    use sdpa_core::variants::{Diagonal, Window};
     let at = |hq: usize, hkv: usize, sq: usize, sk: usize, d: usize| {
         AttentionSpec::new(Shape { b: 2, hq, hkv, sq, sk, d, dv: d }, DType::F8E4M3)
     };
@@ -233,7 +247,24 @@ fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
     assert!(!fp8_transposes_in_kernel(&at(64, 8, 257, 4096, 128)));
     assert_eq!(fp8_in_kernel_max_transposes(128), 16);
     assert_eq!(fp8_in_kernel_max_transposes(256), 8);
-    // Past the pre-pass's grid: in the kernel at any size.
+    // A window bounds the query tiles that load a key's tile: w rows straddle ceil(w / 128) + 1 tiles. A
+    // causal mask alone, or a window open on one side, leaves every tile of Sq.
+    let long = at(8, 8, 16_384, 16_384, 128);
+    assert_eq!(query_tiles_per_key(&long), 128);
+    assert_eq!(query_tiles_per_key(&long.clone().with_mask(Mask::CausalBottomRight)), 128);
+    assert_eq!(query_tiles_per_key(&long.clone().with_window(Window { left: Some(100), right: None })), 128);
+    let local = |left: usize| long.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(left));
+    assert_eq!(query_tiles_per_key(&local(127)), 2); // 128 rows see each key
+    assert_eq!(query_tiles_per_key(&local(128)), 3);
+    assert!(fp8_transposes_in_kernel(&local(1919))); // 1920 rows: 16 tiles
+    assert!(!fp8_transposes_in_kernel(&local(1920)));
+    let both = long.clone().with_window(Window { left: Some(64), right: Some(63) }).with_diagonal(Diagonal::TopLeft);
+    assert_eq!(query_tiles_per_key(&both), 2);
+    // Never more than Sq's own tiles; GQA multiplies.
+    assert_eq!(query_tiles_per_key(&at(8, 8, 100, 16_384, 128).with_window(Window::left(4096))), 1);
+    let gqa = at(64, 8, 16_384, 16_384, 128).with_mask(Mask::CausalBottomRight).with_window(Window::left(255));
+    assert!(!fp8_transposes_in_kernel(&gqa)); // 3 tiles x 8 heads
+                                              // Past the pre-pass's grid: in the kernel at any size.
     let many = AttentionSpec::new(
         Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16_384, sk: 16_384, d: 128, dv: 128 },
         DType::F8E4M3,
@@ -271,12 +302,7 @@ fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
         let s = Shape { b: 2, sq: 200, sk: 300, ..fp8.shape };
         AttentionSpec { shape: s, ..fp8.clone() }.with_ragged(r, sdpa_core::Layout::Bshd)
     };
-    let cases = [
-        fp8.clone().with_window(sdpa_core::variants::Window::left(64)),
-        fp8.clone().with_softcap(30.0),
-        explicit,
-        ragged,
-    ];
+    let cases = [explicit, ragged];
     for s in &cases {
         let why = refuses(s).expect("refused");
         assert!(!why.contains("fa2 does") && !why.contains("splitkv do"), "{why}");
@@ -298,7 +324,7 @@ fn fp8_refusals_name_no_kernel_that_refuses_fp8() {
 /// lines asserted below), for the entry `instantiation` (`FA3_ENTRY(name, T, D, DV, BN, ST, MASK, PP, NC)`),
 /// with its static_asserts; `None` where one of them would fail to compile.
 fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
-    // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC), FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC) and
+    // FA3_ENTRY(NAME, T, D, DV, BN, ST, MASK, PP, NC), FA3_ENTRY_VAR(NAME, T, D, DV, BN, ST, VAR, PP, NC, XO) and
     // FA3_ENTRY_SERVE(NAME, T, D, DV, BN, ST, MASK, PP, NC, VAR, SERVE) put the layout's parameters at the
     // same places.
     let inner = instantiation
@@ -311,8 +337,13 @@ fn kernel_smem_bytes(instantiation: &str) -> Option<usize> {
     let num = |i: usize| f.get(i).and_then(|x| x.parse::<usize>().ok());
     let (d, dv, bn, st, nc) = (num(2)?, num(3)?, num(4)?, num(5)?, num(8)?);
     let fp8 = *f.get(1)? == "sdpa_e4m3";
-    // FA3_ENTRY_XO's tenth argument: the measurement switches (FA3_XO_VT_PREPASS = 1024: no staged V tiles).
-    let xo = if instantiation.starts_with("FA3_ENTRY_XO(") { num(9)? } else { 0 };
+    // The tenth argument of FA3_ENTRY_XO and FA3_ENTRY_VAR: the switches (FA3_XO_VT_PREPASS = 1024: no staged V
+    // tiles).
+    let xo = if instantiation.starts_with("FA3_ENTRY_XO(") || instantiation.starts_with("FA3_ENTRY_VAR(") {
+        num(9)?
+    } else {
+        0
+    };
     let vt_staged = fp8 && xo & 1024 == 0;
     let es = if fp8 { 1 } else { 2 };
     let cols = 128 / es;
@@ -372,7 +403,8 @@ fn host_shared_memory_equals_the_kernel_layout_for_every_entry() {
     let host = |p: &Program, tile: Fa3Tile, (d, dv): (usize, usize), fp8: bool| {
         let kernel = kernel_smem_bytes(&p.instantiation).unwrap_or_else(|| panic!("{} does not compile", p.name));
         // FA3_XO_VT_PREPASS (1024) among the entry's measurement switches: no staged V tiles.
-        let xo = p.instantiation.strip_prefix("FA3_ENTRY_XO(").map_or(0, |x| {
+        let inst = &p.instantiation;
+        let xo = inst.strip_prefix("FA3_ENTRY_XO(").or_else(|| inst.strip_prefix("FA3_ENTRY_VAR(")).map_or(0, |x| {
             x.trim_end_matches(')').rsplit(", ").next().and_then(|v| v.parse::<u16>().ok()).expect("XO")
         });
         let staged = xo & 1024 == 0;
@@ -482,7 +514,12 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     assert!(p.name.ends_with("_vtp_xo256") && p.instantiation.ends_with(", 1280)"), "{}", p.name);
     assert!(FA3.source.contains("#define FA3_XO_VT_PREPASS 1024\n"), "bits changed");
     assert!(vt.check(true, false, false).is_ok() && vt.check(false, false, false).is_ok());
-    assert!(vt.check(true, true, false).is_err() && vt.check(false, false, true).is_err());
+    // The layout switches reach FP8's variant entries (and pass f16/bf16 ones and ragged calls untouched); a
+    // measurement switch does not.
+    assert!(vt.check(true, true, false).is_ok() && vk.check(true, true, false).is_ok());
+    assert!(vt.check(false, false, true).is_ok() && vk.check(false, true, true).is_ok());
+    let direct_vt = AbSwitches { direct_o: true, ..vt };
+    assert!(direct_vt.check(true, true, false).is_err() && direct_vt.check(false, false, true).is_err());
     let all = AbSwitches::parse("store16,tile-turns,exp-fma=8,desc-fold,eager-max,direct-o,full-diag").expect("all");
     assert_eq!(all.bits(), 1 | 2 | (9 << 2) | 64 | 128 | 256 | 512);
     assert!(FA3.source.contains("#define FA3_XO_FULL_DIAG 512\n"), "bits changed");
