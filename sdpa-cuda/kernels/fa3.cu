@@ -36,8 +36,9 @@
 // before a loaded tile releases it unread. Rows past Sq and keys past Sk arrive as zeros from TMA (the
 // tensor maps know the extents); keys past Sk are masked. GQA: the K/V head is h / group.
 //
-// Variants (FA3_ENTRY_VAR; f16/bf16 written in session 9, verified on the H100 in session 10; FP8 since session 24,
-// the same code on E4M3 scores, whose descales the host folds into the scale and the softcap's constants): a key band per row
+// Variants (FA3_ENTRY_VAR; f16/bf16 written in session 9, verified on the H100 in session 10; FP8 written in
+// session 24, the same code on E4M3 scores whose descales the host folds into the scale and the softcap's
+// constants, behind SDPA_FA3_FP8_VARIANTS=1 until a GPU verifies it): a key band per row
 // (windows, causal masks as its special case) loads only the tiles from the work tile's first row's first
 // key to its last row's last one; each consumer computes the tiles its own rows see and releases the others,
 // leading and trailing, unread; only tiles crossing a band edge run the band test. Softcap and ALiBi turn

@@ -6,8 +6,10 @@
 //! 192), more query tiles than multiprocessors. The tolerance is `sdpa_core::check::tolerance(F8E4M3)`
 //! (8e-2, derived there from P's rounding to E4M3). Beside it, the accuracy against bf16: FP8 and bf16
 //! `fa3` on the same draws (rounded to each format), both against the f64 reference of the bf16 inputs,
-//! printed and bounded. What does not take FP8 refuses it with the reason. Skips (printing why) without a
-//! GPU or on a GPU other than compute capability 9.0 (after checking that FP8 is refused there).
+//! printed and bounded. Windows, softcap and ALiBi on FP8 (session 24) likewise, in both V layouts, behind their
+//! verification switch `SDPA_FA3_FP8_VARIANTS=1` (without it, refused naming it). What does not take FP8 refuses
+//! it with the reason. Skips (printing why) without a GPU or on a GPU other than compute capability 9.0 (after
+//! checking that FP8 is refused there).
 
 mod common;
 
@@ -120,16 +122,22 @@ fn fp8_matches_the_reference() {
 /// causal masks and alone, symmetric and one-sided ones, a window that leaves rows with no key, softcap with
 /// logits up to about ±1e4 (the descales folded into its constants), ALiBi (standard and given slopes, both
 /// diagonals), everything together; the three FP8 classes (64 padded from 32, 128, 256 with Dv below D), GQA,
-/// Sq != Sk both ways, both layouts, LSE on and off. A call whose V tiles many work tiles share (GQA 4 over
-/// eight query tiles: no window, or a causal mask) takes the pre-pass's Vᵀ, the windowed ones the kernel's
-/// transpose (`fa3::fp8_transposes_in_kernel`), so both layouts run; `SDPA_FA3_AB=vt-kernel` or `vt-prepass`
-/// forces either for every case.
+/// Sq != Sk both ways, both layouts, LSE on and off. Calls whose V tiles many work tiles share take the pre-pass's
+/// Vᵀ (GQA 4 over eight query tiles without a window; a 600-key window over 16 query tiles, whose first work
+/// tiles start past key tile 0), the others the kernel's transpose (`fa3::fp8_transposes_in_kernel`): both
+/// layouts must run; `SDPA_FA3_AB=vt-kernel` or `vt-prepass` forces either for every case. Behind
+/// `SDPA_FA3_FP8_VARIANTS=1` (`fa3::FP8_VARIANTS_SWITCH`); without it each call must be refused naming it.
 #[test]
 fn fp8_variants_match_the_reference() {
     use sdpa_core::{Alibi, Diagonal, Variants, Window};
+    use sdpa_cuda::kernels::fa3;
     let Some(gpu) = gpu() else { return };
     if !hopper(&gpu) {
         return;
+    }
+    let enabled = fa3::fp8_variants_enabled();
+    if !enabled {
+        eprintln!("fa3 fp8 variants: {}=1 is not set, checking that they are refused", fa3::FP8_VARIANTS_SWITCH);
     }
     let w = |l: Option<usize>, r: Option<usize>| Some(Window { left: l, right: r });
     let v = |window, softcap, alibi, diagonal| Variants { window, softcap, alibi, diagonal };
@@ -139,8 +147,8 @@ fn fp8_variants_match_the_reference() {
         sh(1, 8, 2, 1000, 1000, 128),                    // GQA 4, eight query tiles: both layouts
         Shape { dv: 128, ..sh(1, 4, 2, 300, 190, 256) }, // Sq > Sk, class 256 with Dv below D
     ];
-    let mut failures = Vec::new();
-    let mut n = 0usize;
+    // (shape, mask, variants, big scale) of every case.
+    let mut cases = Vec::new();
     for shape in shapes {
         let slopes: Vec<f32> = (0..shape.hq).map(|h| 0.02 + 0.5 * h as f32 / shape.hq as f32).collect();
         let configs = [
@@ -156,30 +164,43 @@ fn fp8_variants_match_the_reference() {
             (Mask::None, v(None, None, Some(Alibi::Slopes(slopes.clone())), br), false),
             (Mask::None, v(w(Some(70), Some(20)), Some(30.0), Some(Alibi::Standard), br), false),
         ];
-        for (mask, variants, big) in configs {
-            let layout = if n.is_multiple_of(2) { Layout::Bhsd } else { Layout::Bshd };
-            let mut case = Case::new(shape, DType::F8E4M3, mask, layout, Kernel::Fa3, F32Math::Exact);
-            case.lse = !n.is_multiple_of(3);
-            n += 1;
-            let mut spec = fp8_spec(&case).with_variants(variants);
-            if big {
-                // Logits up to about ±1e4 (the draws' products, times the descales, times this scale).
-                spec = spec.with_scale(7500.0 / (shape.d as f64).sqrt());
-            }
-            let label = format!("{} {}", case.label(), spec.variants.label(spec.diagonal()));
-            let inputs = HostInputs::random(&spec, 52_000 + n as u64).expect("valid spec");
-            match gpu.run_host(&spec, &case.opts(), &inputs) {
-                Ok(run) if run.kernel != Kernel::Fa3 => failures.push(format!("{label}: ran {}", run.kernel)),
-                Ok(run) => match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)) {
-                    Ok(r) if r.pass => {}
-                    Ok(r) => failures.push(format!("{label}: {r:?}")),
-                    Err(e) => failures.push(format!("{label}: check: {e}")),
-                },
-                Err(e) => failures.push(format!("{label}: error: {e}")),
-            }
+        cases.extend(configs.into_iter().map(|(mask, variants, big)| (shape, mask, variants, big)));
+    }
+    // A window over 16 query tiles of GQA 4: the pre-pass's layout (6 query tiles x 4 heads a V tile), work tiles
+    // whose keys start past tile 0, consumers releasing leading tiles unread, rows with no key (Sq > Sk).
+    cases.push((sh(1, 8, 2, 2000, 1000, 128), Mask::None, v(w(Some(600), Some(0)), None, None, br), false));
+    let mut failures = Vec::new();
+    let (mut n, mut in_kernel) = (0usize, 0usize);
+    for (shape, mask, variants, big) in cases {
+        let layout = if n.is_multiple_of(2) { Layout::Bhsd } else { Layout::Bshd };
+        let mut case = Case::new(shape, DType::F8E4M3, mask, layout, Kernel::Fa3, F32Math::Exact);
+        case.lse = !n.is_multiple_of(3);
+        n += 1;
+        let mut spec = fp8_spec(&case).with_variants(variants);
+        if big {
+            // Logits up to about ±1e4 (the draws' products, times the descales, times this scale).
+            spec = spec.with_scale(7500.0 / (shape.d as f64).sqrt());
+        }
+        in_kernel += usize::from(fa3::fp8_transposes_in_kernel(&spec));
+        let label = format!("{} {}", case.label(), spec.variants.label(spec.diagonal()));
+        let inputs = HostInputs::random(&spec, 52_000 + n as u64).expect("valid spec");
+        match gpu.run_host(&spec, &case.opts(), &inputs) {
+            Err(SdpaError::Unsupported { what, .. }) if !enabled && what.contains(fa3::FP8_VARIANTS_SWITCH) => {}
+            _ if !enabled => failures.push(format!("{label}: not refused naming {}", fa3::FP8_VARIANTS_SWITCH)),
+            Ok(run) if run.kernel != Kernel::Fa3 => failures.push(format!("{label}: ran {}", run.kernel)),
+            Ok(run) if run.output.o.dtype() != DType::BF16 || case.lse != run.output.lse.is_some() => failures
+                .push(format!("{label}: O is {}, LSE returned: {}", run.output.o.dtype(), run.output.lse.is_some())),
+            Ok(run) => match check_output(&spec, &inputs, &run.output, F32Math::Exact, rows_for(&shape)) {
+                Ok(r) if r.pass => {}
+                Ok(r) => failures.push(format!("{label}: {r:?}")),
+                Err(e) => failures.push(format!("{label}: check: {e}")),
+            },
+            Err(e) => failures.push(format!("{label}: error: {e}")),
         }
     }
-    eprintln!("fa3 fp8 variants: {n} cases, {} failed", failures.len());
+    // The product's rule sends some cases each way (the switches override it when set).
+    assert!(in_kernel > 0 && in_kernel < n, "{in_kernel} of {n} cases transpose V in the kernel");
+    eprintln!("fa3 fp8 variants: {n} cases ({in_kernel} with V transposed in the kernel), {} failed", failures.len());
     assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -307,6 +328,7 @@ fn small_calls_for_the_sanitizer() {
         return;
     }
     let plain = Variants::default();
+    // Over 300 keys, rows 0..63 see none of key tile 2 and rows 256.. none of key tile 0: tiles skipped both ends.
     let windowed = Variants {
         window: Some(Window { left: Some(40), right: Some(10) }),
         softcap: Some(30.0),
@@ -320,10 +342,14 @@ fn small_calls_for_the_sanitizer() {
         (sh(1, 2, 1, 130, 100, 32), Mask::None, Layout::Bhsd, plain.clone()),
         (Shape { dv: 192, ..sh(1, 2, 1, 70, 150, 256) }, Mask::CausalBottomRight, Layout::Bshd, plain.clone()),
         (sh(1, 2, 2, 140, 150, 256), Mask::None, Layout::Bhsd, plain),
-        (sh(1, 4, 2, 200, 300, 128), Mask::None, Layout::Bshd, windowed),
+        (sh(1, 4, 2, 300, 300, 128), Mask::None, Layout::Bshd, windowed),
         (sh(1, 2, 2, 150, 140, 256), Mask::CausalTopLeft, Layout::Bhsd, alibi),
     ];
     for (n, (shape, mask, layout, variants)) in calls.into_iter().enumerate() {
+        if !variants.is_plain() && !sdpa_cuda::kernels::fa3::fp8_variants_enabled() {
+            eprintln!("skipping an FP8 variant call: SDPA_FA3_FP8_VARIANTS=1 is not set");
+            continue;
+        }
         let case = Case::new(shape, DType::F8E4M3, mask, layout, Kernel::Fa3, F32Math::Exact);
         let spec = fp8_spec(&case).with_variants(variants);
         let inputs = HostInputs::random(&spec, 90 + n as u64).expect("valid");

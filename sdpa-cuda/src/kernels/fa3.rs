@@ -27,7 +27,8 @@
 //! `bench/results/gpu/fa3.md`).
 //!
 //! Windows, softcap and ALiBi (`FA3_ENTRY_VAR`, [`variant_program`]; f16/bf16 written in session 9 without a GPU,
-//! verified on the H100 in session 10: `bench/results/gpu/fa3.md`; f8e4m3 since session 24). A variant entry restricts
+//! verified on the H100 in session 10: `bench/results/gpu/fa3.md`; f8e4m3 written in session 24, behind
+//! [`FP8_VARIANTS_SWITCH`] until a GPU verifies it). A variant entry restricts
 //! the keys to the call's band (windows, causal masks as a special case): only the key tiles some row of the work tile
 //! sees are loaded, each consumer computes its own rows' tiles, and only tiles crossing a band edge run the mask code;
 //! softcap and ALiBi transform the scores in registers before the online softmax. Two consumers at every class
@@ -62,7 +63,8 @@
 //!
 //! The switches `vt-kernel` and `vt-prepass` ([`AbSwitches`]) force either for every call. Q's and K's descales
 //! are folded into the softmax scale, V's into O's final scale ([`plan_with`]).
-//! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile reaches that tile's rows.
+//! No non-finite repair yet: a NaN code in V under a masked key of a loaded tile (past the diagonal, or outside a
+//! row's window) reaches that tile's rows, where f16/bf16 keep it out.
 //! Speed and accuracy: `bench/results/gpu/fp8.md`.
 
 use crate::checked::call::Call;
@@ -293,6 +295,16 @@ pub fn refuses_ragged(spec: &AttentionSpec) -> Option<String> {
     None
 }
 
+/// The verification switch of FP8's windows, softcap and ALiBi (session 24, written without a GPU): until a GPU
+/// run verifies them, f8e4m3 variant calls are refused unless it is `1`, as session 9's f16/bf16 variants were
+/// behind `SDPA_FA3_VARIANTS=1` until session 10 ran them.
+pub const FP8_VARIANTS_SWITCH: &str = "SDPA_FA3_FP8_VARIANTS";
+
+/// Whether [`FP8_VARIANTS_SWITCH`] is `1`.
+pub fn fp8_variants_enabled() -> bool {
+    std::env::var_os(FP8_VARIANTS_SWITCH).is_some_and(|v| v == "1")
+}
+
 /// Bound on Sq + Sk of the calls `fa3` takes with variants: the kernel's band tests and ALiBi distances
 /// (keys minus band bounds, keys minus rows and diagonals) are 32-bit, which 64 Ki below 2^31 leaves room for
 /// (64-bit ones made ptxas spill in the main loop).
@@ -322,6 +334,13 @@ pub fn refuses(spec: &AttentionSpec) -> Option<String> {
     if !kinds.is_empty() {
         let names: Vec<&str> = kinds.iter().map(|v| v.name()).collect();
         let names = names.join(", ");
+        if spec.dtype == DType::F8E4M3 && !fp8_variants_enabled() {
+            return Some(format!(
+                "fa3's {names} for f8e4m3 inputs are written but not yet verified on a GPU: \
+                 {FP8_VARIANTS_SWITCH}=1 runs them (f16 and bf16 take them); {}",
+                elsewhere(spec, "")
+            ));
+        }
         if s.sq.saturating_add(s.sk) >= VARIANT_MAX_TOKENS {
             return Some(format!(
                 "fa3 takes {names} for Sq + Sk below {VARIANT_MAX_TOKENS} (its band arithmetic is 32-bit; got Sq = \
@@ -881,7 +900,7 @@ fn measured_check_program() -> Program {
 
 /// The `fa3` programs the CI compile check builds: one per head-dim class (bf16, causal, ping-pong, its tile
 /// from 4k keys; each class has its own wgmma widths and shared-memory layout, the dtypes and masks differ
-/// in constants only), FP8's, two variant entries ([`compile_check_variant_programs`]), three ragged ones
+/// in constants only), FP8's, four variant entries ([`compile_check_variant_programs`]), three ragged ones
 /// ([`compile_check_ragged_programs`]) and the measurement entries.
 pub fn compile_check_programs() -> Vec<Program> {
     let mut all: Vec<Program> = FA3_CLASSES
@@ -1099,15 +1118,19 @@ pub fn fp8_transposes_in_kernel(spec: &AttentionSpec) -> bool {
     transposes <= fp8_in_kernel_max_transposes(dv_class) || prepass_refuses(spec).is_some()
 }
 
-/// Most 128-row query tiles that load one key's tile: Sq in 128-row tiles, or under a band bounded on both sides
-/// (a window: `w` rows see each key) the tiles `w` rows can straddle, one more than they fill.
+/// Most 128-row query tiles that load one 128-key tile: Sq in 128-row tiles, or under a band bounded on both
+/// sides (a window) the tiles its rows span. Key tile [k0, k0 + 127] (k0 a multiple of 128) is loaded by rows
+/// k0 - hi ..= k0 + 127 - lo (`lo`, `hi`: the band's visible key minus row), so by row tiles
+/// floor((k0 - hi) / 128) ..= floor((k0 + 127 - lo) / 128): ceil(hi / 128) + floor((127 - lo) / 128) + 1 of them
+/// whatever k0 (at most Sq's).
 pub fn query_tiles_per_key(spec: &AttentionSpec) -> usize {
     let all = spec.shape.sq.div_ceil(128);
     let band = spec.band();
     match (band.lo, band.hi) {
-        (Some(lo), Some(hi)) => {
-            let rows = usize::try_from((hi - lo + 1).max(0)).unwrap_or(usize::MAX);
-            all.min(rows.div_ceil(128).saturating_add(1))
+        (Some(lo), Some(hi)) if hi >= lo => {
+            let ceil_hi = -(-hi).div_euclid(128);
+            let tiles = ceil_hi + (127 - lo).div_euclid(128) + 1;
+            usize::try_from(tiles.max(1)).map_or(all, |t| all.min(t))
         }
         _ => all,
     }

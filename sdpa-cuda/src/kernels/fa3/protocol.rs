@@ -542,6 +542,52 @@ fn the_fp8_staged_v_ring_neither_deadlocks_nor_miscounts() {
     assert!(runs > 2000, "{runs}");
 }
 
+/// FP8's transpose in the kernel under a band (session 24's FP8 variant entries): the staged-V ring of
+/// `the_fp8_staged_v_ring_neither_deadlocks_nor_miscounts` with the work tiles of windows (key ranges that start
+/// past the first tile, so consumers release leading tiles unread; rows with no key), two consumers (FP8's
+/// variant tile), 128-key tiles, ring depths 1 to 3, one or two staged slots, ping-pong.
+#[test]
+fn the_fp8_staged_v_ring_under_a_band_neither_deadlocks_nor_miscounts() {
+    use sdpa_core::variants::{Diagonal, Window};
+    let mut runs = 0;
+    for (sq, sk) in [(300, 200), (513, 1000), (1000, 650), (2000, 1000)] {
+        for (left, right, mask) in [
+            (Some(5), Some(0), Mask::CausalBottomRight),
+            (Some(150), Some(0), Mask::None),
+            (Some(64), Some(64), Mask::None),
+            (Some(600), Some(0), Mask::None),
+            (Some(2), Some(0), Mask::None),
+        ] {
+            let spec = AttentionSpec::new(Shape { b: 1, hq: 1, hkv: 1, sq, sk, d: 128, dv: 128 }, DType::F8E4M3)
+                .with_mask(mask)
+                .with_window(Window { left, right })
+                .with_diagonal(Diagonal::BottomRight);
+            let (lo, hi) = spec.band().clamped(sq, sk);
+            let nc = 2i64;
+            let all: Vec<_> = (0..(sq as i64 + 64 * nc - 1) / (64 * nc))
+                .rev()
+                .map(|mb| model_tile(lo, hi, sq as i64, sk as i64, 128, 64 * nc * mb, nc))
+                .collect();
+            for tiles in model_sequences(&all, 8) {
+                for st in 1..=3 {
+                    for sv in 1..=2 {
+                        let ops = protocol_staged(&tiles, st, nc as usize, true, false, sv);
+                        for seed in 0..4 {
+                            if let Err(e) = run_protocol_staged(&ops, st, sv, seed) {
+                                panic!(
+                                    "Sq {sq} Sk {sk} window {left:?},{right:?} ST {st} SV {sv} tiles {tiles:?}: {e}"
+                                );
+                            }
+                            runs += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(runs > 1000, "{runs}");
+}
+
 /// Regression: a warpgroup skipping tile j waited for its K and V to land before taking its empty turn j,
 /// and with ring depth 1 the fill of V(j) waits for V(j - 1) from a later warpgroup that releases it only
 /// after its own turn j: with three consumers, the first seeing no key of a work tile whose others do

@@ -62,8 +62,8 @@ fn fa3_refuses_what_it_lacks_with_the_reason() {
     assert!(refuses(&plain.with_scale(-1.0)).expect("refused").contains("positive scale"));
 }
 
-/// Windows, softcap and ALiBi: taken for f16, bf16 and f8e4m3 (at FP8's head dims); what fa3 lacks besides stays
-/// refused.
+/// Windows, softcap and ALiBi: taken for f16, bf16 and f8e4m3 (at FP8's head dims; FP8 behind its verification
+/// switch, refused naming it without); what fa3 lacks besides stays refused.
 #[test]
 fn variants_are_taken_for_every_dtype() {
     use sdpa_core::variants::{Alibi, Diagonal, Window};
@@ -81,7 +81,10 @@ fn variants_are_taken_for_every_dtype() {
         let f16 = AttentionSpec { dtype: DType::F16, ..v.clone() };
         assert_eq!(refuses(&f16), None);
         let fp8 = AttentionSpec { dtype: DType::F8E4M3, ..v.clone() };
-        assert_eq!(refuses(&fp8), None, "{}", v.variants.label(v.diagonal()));
+        match refuses(&fp8) {
+            None => assert!(fp8_variants_enabled(), "taken without {FP8_VARIANTS_SWITCH}=1"),
+            Some(why) => assert!(!fp8_variants_enabled() && why.contains(FP8_VARIANTS_SWITCH), "{why}"),
+        }
     }
     // FP8's head dims still bound it: D = 120 is no multiple of 16.
     let odd =
@@ -247,19 +250,40 @@ fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
     assert!(!fp8_transposes_in_kernel(&at(64, 8, 257, 4096, 128)));
     assert_eq!(fp8_in_kernel_max_transposes(128), 16);
     assert_eq!(fp8_in_kernel_max_transposes(256), 8);
-    // A window bounds the query tiles that load a key's tile: w rows straddle ceil(w / 128) + 1 tiles. A
-    // causal mask alone, or a window open on one side, leaves every tile of Sq.
+    // A window bounds the query tiles that load a key tile: rows k0 - hi ..= k0 + 127 - lo. A causal mask alone,
+    // or a window open on one side, leaves every tile of Sq.
     let long = at(8, 8, 16_384, 16_384, 128);
     assert_eq!(query_tiles_per_key(&long), 128);
     assert_eq!(query_tiles_per_key(&long.clone().with_mask(Mask::CausalBottomRight)), 128);
     assert_eq!(query_tiles_per_key(&long.clone().with_window(Window { left: Some(100), right: None })), 128);
     let local = |left: usize| long.clone().with_mask(Mask::CausalBottomRight).with_window(Window::left(left));
-    assert_eq!(query_tiles_per_key(&local(127)), 2); // 128 rows see each key
-    assert_eq!(query_tiles_per_key(&local(128)), 3);
-    assert!(fp8_transposes_in_kernel(&local(1919))); // 1920 rows: 16 tiles
-    assert!(!fp8_transposes_in_kernel(&local(1920)));
+    assert_eq!(query_tiles_per_key(&local(127)), 2); // rows k0 ..= k0 + 254
+    assert_eq!(query_tiles_per_key(&local(128)), 2); // rows k0 ..= k0 + 255
+    assert_eq!(query_tiles_per_key(&local(129)), 3);
+    assert!(fp8_transposes_in_kernel(&local(1920))); // rows k0 ..= k0 + 2047: 16 tiles
+    assert!(!fp8_transposes_in_kernel(&local(1921)));
+    // A diagonal off the tiles' grid (Sk = Sq + 64, bottom-right): rows k0 - 64 ..= k0 + 190, three tiles.
+    let shifted = at(8, 8, 16_384, 16_448, 128).with_mask(Mask::CausalBottomRight).with_window(Window::left(127));
+    assert_eq!(query_tiles_per_key(&shifted), 3);
     let both = long.clone().with_window(Window { left: Some(64), right: Some(63) }).with_diagonal(Diagonal::TopLeft);
-    assert_eq!(query_tiles_per_key(&both), 2);
+    assert_eq!(query_tiles_per_key(&both), 3); // rows k0 - 63 ..= k0 + 191
+                                               // Against a count of the row tiles that load key tiles in the middle of a long call, for windows of both
+                                               // sides and diagonals off the grid (lo, hi: visible key minus row).
+    for (sk_extra, left, right) in [(0, 0, 0), (64, 127, 0), (5, 300, 17), (100, 1, 1), (0, 1000, 129), (77, 129, 250)]
+    {
+        let spec = at(1, 1, 16_384, 16_384 + sk_extra, 128)
+            .with_window(Window { left: Some(left), right: Some(right) })
+            .with_diagonal(Diagonal::BottomRight);
+        let (lo, hi) = (sk_extra as i64 - left as i64, sk_extra as i64 + right as i64);
+        let most = (40..60)
+            .map(|t| {
+                let k0 = 128 * t;
+                let (first, last) = (k0 - hi, k0 + 127 - lo); // rows that see some key of the tile
+                (last.div_euclid(128) - first.div_euclid(128) + 1) as usize
+            })
+            .max();
+        assert_eq!(Some(query_tiles_per_key(&spec)), most, "{sk_extra} {left} {right}");
+    }
     // Never more than Sq's own tiles; GQA multiplies.
     assert_eq!(query_tiles_per_key(&at(8, 8, 100, 16_384, 128).with_window(Window::left(4096))), 1);
     let gqa = at(64, 8, 16_384, 16_384, 128).with_mask(Mask::CausalBottomRight).with_window(Window::left(255));
@@ -479,7 +503,8 @@ fn measurement_switches_name_their_entries_and_refuse_unknown_words() {
     let fold = AbSwitches::parse("desc-fold").expect("desc-fold");
     assert_eq!((fold.bits(), fold.touches_stores_or_turns()), (64, false));
     assert!(FA3.source.contains("#define FA3_XO_DESC_FOLD 64\n"), "bits changed");
-    // Which calls take which switches: FP8 all but store16 / tile-turns; variant and ragged calls none.
+    // Which calls take which switches: FP8 all but store16 / tile-turns; variant and ragged calls the layout
+    // switches only.
     let none = AbSwitches::default();
     for (fp8, variant, ragged) in
         [(false, false, false), (true, false, false), (false, true, false), (false, false, true)]
