@@ -43,7 +43,7 @@ pub struct SweepArgs {
     /// Kernels: unfused, fa1, fa2, splitkv, auto, fa3 (CUDA on sm_90 only).
     #[arg(long, value_delimiter = ',')]
     kernel: Vec<String>,
-    /// Element types: f32, f16, bf16.
+    /// Element types: f32, f16, bf16, f8e4m3 (FP8 inputs with the default descales; fa3 on sm_90 and the reference).
     #[arg(long, value_delimiter = ',')]
     dtype: Vec<DType>,
     /// B,Hq,Hkv,Sq,Sk,D[,Dv]; repeat the flag for several shapes.
