@@ -6,15 +6,16 @@ Ours through the Rust driver `cuda_kernels` (NVRTC-compiled programs as users ge
 before each call, median of the reps, output checked against the f64 reference on a few rows): `fa3` on bf16
 inputs and `fa3` on f8e4m3 inputs with descales sqrt(3)/448 (the draws spread over the E4M3 range), V transposed
 inside the kernel up to S = 2k (1k at D = 256) and by a Vᵀ pre-pass (a second kernel of the same call) past them
-(`fa3::fp8_transposes_in_kernel`); `--variants kernel:SDPA_FA3_AB=vt-kernel prepass:SDPA_FA3_AB=vt-prepass` times
-each way at every length as well. FLOPs are the same count for both (4·B·H·S²·D, halved for causal), so
+(`fa3::fp8_transposes_in_kernel`, which counts the work tiles sharing each V tile); `--variants kernel:SDPA_FA3_AB=vt-kernel prepass:SDPA_FA3_AB=vt-prepass` times
+each way at every length as well. FLOPs are the same count for both (4·B·H·Sq·Sk·D on the grid, halved for causal), so
 TFLOPS compare directly.
 
     python3 sdpa-cuda/dev/fa3_fp8_bench.py --bench path/to/cuda_kernels [--seqs 512 ... 16384] [--out DIR]
         [--variants name:VAR=value ...]
 
 Grid: fa2bench (batch x seqlen = 16k tokens, hidden 2048, D = 64 and 128 or --dims, S = 512..16k, causal and
-not). Writes fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads; a variant's runs
+not); `--serving` adds GQA 4 and 8 prefill and decoding shapes (causal bottom-right where Sq != Sk), where the
+layout rule counts the group's query heads. Writes fa3_fp8_bench.json (raw) and fp8_records.json (the flat records `sdpa report` reads; a variant's runs
 as kernel `fa3-{name}`) to --out and prints a table and the median FP8/bf16 speedup (issue 25's bar: >= 1.5x).
 """
 import argparse
@@ -55,9 +56,19 @@ if args.serving:
     shapes += [sh for sh in SERVING if sh[5] in args.dims]
 
 
+def mask_of(sq, sk, causal):
+    """The mask of a point: none, or causal aligned top-left where Sq = Sk and bottom-right otherwise (a decoding
+    step or a chunk of queries at the end of the keys)."""
+    return "none" if not causal else "causal" if sq == sk else "causal-br"
+
+
 def grid(dtype):
-    return [point("fa2bench" if hq == hkv and sq == sk else "serving", b, hq, hkv, sq, sk, d, dtype, causal, "fa3")
-            for (b, hq, hkv, sq, sk, d, causal) in shapes]
+    pts = []
+    for (b, hq, hkv, sq, sk, d, causal) in shapes:
+        p = point("fa2bench" if hq == hkv and sq == sk else "serving", b, hq, hkv, sq, sk, d, dtype, causal, "fa3")
+        p["mask"] = mask_of(sq, sk, causal)
+        pts.append(p)
+    return pts
 
 
 res = dict(env=env_info(date=False), ceilings={}, rows=[])
@@ -90,7 +101,7 @@ def shape_key(r):
 
 by = {name: {shape_key(r): r for r in recs} for name, recs in runs.items()}
 for (b, h, hkv, sq, sk, d, causal) in shapes:
-    k = (b, h, hkv, sq, sk, d, "causal" if causal else "none")
+    k = (b, h, hkv, sq, sk, d, mask_of(sq, sk, causal))
     t_default, s = None, sq
     if not args.no_torch and h == hkv and sq == sk:
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -111,7 +122,7 @@ for row in res["rows"]:
         if not r.get("median_ms") or not r.get("check_pass"):
             continue
         rec = dict(kernel="fa3", backend="cuda", device=res["env"]["name"], dtype=dtype,
-                   mask="causal" if row["causal"] else "none", layout="bhsd", b=row["b"], hq=row["h"], hkv=row["hkv"],
+                   mask=mask_of(row["s"], row["sk"], row["causal"]), layout="bhsd", b=row["b"], hq=row["h"], hkv=row["hkv"],
                    sq=row["s"], sk=row["sk"], d=row["d"], dv=row["d"], median_ms=r["median_ms"], tflops=r["tflops"],
                    rel_err=r["rel_err"])
         if row["torch_default_ms"]:
@@ -158,8 +169,9 @@ def against_default(label, recs):
     for r in recs:
         base = by["fp8"].get(shape_key(r), {})
         x = base["median_ms"] / r["median_ms"] if (base.get("median_ms") and r.get("median_ms")) else None
-        sk = "" if r["sk"] == r["sq"] else f"/{r['sk']} g{r['hq'] // r['hkv']}"
-        parts.append(f"D{r['d']}{'c' if r['mask'] == 'causal' else ''} S{r['sq']}{sk} x{fm(x, '.3f')}"
+        sk = "" if r["sk"] == r["sq"] else f"/{r['sk']}"
+        heads = "" if r["hq"] == r["hkv"] else f" B{r['b']} {r['hq']}/{r['hkv']}"
+        parts.append(f"D{r['d']}{'c' if r['mask'] != 'none' else ''} S{r['sq']}{sk}{heads} x{fm(x, '.3f')}"
                      f"{'' if r.get('check_pass') else ' CHECK FAILED'}")
     log(f"{label} vs default: " + ", ".join(parts))
 

@@ -166,7 +166,7 @@ fn fp8_variants_match_the_reference() {
         ];
         cases.extend(configs.into_iter().map(|(mask, variants, big)| (shape, mask, variants, big)));
     }
-    // A window over 16 query tiles of GQA 4: the pre-pass's layout (6 query tiles x 4 heads a V tile), work tiles
+    // A window over 16 query tiles of GQA 4: the pre-pass's layout (7 query tiles x 4 heads a V tile), work tiles
     // whose keys start past tile 0, consumers releasing leading tiles unread, rows with no key (Sq > Sk).
     cases.push((sh(1, 8, 2, 2000, 1000, 128), Mask::None, v(w(Some(600), Some(0)), None, None, br), false));
     let mut failures = Vec::new();

@@ -13,6 +13,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 CUDA_HOME=/usr/local/cuda
 export OUT=${OUT:-/tmp/out}; O=$OUT; mkdir -p "$O/fp8"
+rm -rf /tmp/w/tests10  # another call's logs, when one ran on this machine before
 RUNS=${RUNS:-"fa3_fp8 machinery fa3:fa3_matches_the_reference wide_heads@SDPA_WIDE_SLAB_HEADS=2"} SAN=${SAN:-"fa3_fp8:small_calls_for_the_sanitizer"} \
   SAN_S=${SAN_S:-70} DEADLINE=${T:-200} bash bench/studies/session10/tests10.sh > /tmp/tests.txt 2>&1
 cp /tmp/tests.txt "$O/"; tail -12 /tmp/tests.txt

@@ -61,9 +61,10 @@ pub fn slab_budget(free: usize) -> Result<usize> {
         .ok_or_else(|| unsupported(format!("SDPA_WIDE_SLAB_MB must be a whole number of MiB (at least 1), got {v:?}")))
 }
 
-/// `SDPA_WIDE_SLAB_HEADS=n` (measurement): slabs of every query row of `n` GEMM batches ((batch, kv head)
-/// pairs), so that a short call's slab of scores and probabilities can stay in L2 between the three steps
-/// that write and read it (D = 512 at 1k keys: 6 MiB a head). `None` when unset.
+/// `SDPA_WIDE_SLAB_HEADS=n` (measurement): slabs of the query rows of `n` GEMM batches ((batch, kv head)
+/// pairs): all of them, or under a band [`banded_rows`]' share, whatever the budget, so that a short call's slab of
+/// scores and probabilities can stay in L2 between the three steps that write and read it (D = 512 at 1k keys:
+/// 6 MiB a head). `None` when unset.
 pub fn forced_slab_heads() -> Result<Option<usize>> {
     let Ok(v) = std::env::var("SDPA_WIDE_SLAB_HEADS") else { return Ok(None) };
     match v.trim().parse::<usize>() {
@@ -192,16 +193,15 @@ pub fn run(call: &Call<'_>) -> Result<()> {
         .context()
         .mem_get_info()
         .map_err(|e| unsupported(format!("the wide-head path could not read the free GPU memory: {e:?}")))?;
+    let budget = slab_budget(free)?;
     let (rows_per_slab, z_per_slab) = match forced_slab_heads()? {
         // Every row of `n` GEMM batches a slab, whatever the budget (a measurement switch).
         Some(n) => (bt.rows.max(1), n.min(bt.n_z.max(1))),
-        None => {
-            let (rows, z) = slab_shape(bt.rows, bt.n_z, s.sk, es, slab_budget(free)?);
-            // Causal masks and windows: rows whose bands end before the last key (the softmax masks the rest).
-            let banded = !bt.fold && (p.band_hi as i64) < s.sk as i64 - 1;
-            (banded_rows(rows, s.sk, banded), z)
-        }
+        None => slab_shape(bt.rows, bt.n_z, s.sk, es, budget),
     };
+    // Causal masks and windows: rows whose bands end before the last key (the softmax masks the rest).
+    let banded = !bt.fold && (p.band_hi as i64) < s.sk as i64 - 1;
+    let rows_per_slab = banded_rows(rows_per_slab, s.sk, banded);
     // Scores and probabilities of the largest slab.
     let n_scores = rows_per_slab
         .checked_mul(z_per_slab)

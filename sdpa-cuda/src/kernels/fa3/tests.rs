@@ -267,8 +267,9 @@ fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
     assert_eq!(query_tiles_per_key(&shifted), 3);
     let both = long.clone().with_window(Window { left: Some(64), right: Some(63) }).with_diagonal(Diagonal::TopLeft);
     assert_eq!(query_tiles_per_key(&both), 3); // rows k0 - 63 ..= k0 + 191
-                                               // Against a count of the row tiles that load key tiles in the middle of a long call, for windows of both
-                                               // sides and diagonals off the grid (lo, hi: visible key minus row).
+
+    // Against a count of the row tiles that load key tiles in the middle of a long call, for windows of both
+    // sides and diagonals off the grid (lo, hi: visible key minus row).
     for (sk_extra, left, right) in [(0, 0, 0), (64, 127, 0), (5, 300, 17), (100, 1, 1), (0, 1000, 129), (77, 129, 250)]
     {
         let spec = at(1, 1, 16_384, 16_384 + sk_extra, 128)
@@ -288,7 +289,8 @@ fn fp8_transposes_v_in_the_kernel_where_few_work_tiles_share_a_v_tile() {
     assert_eq!(query_tiles_per_key(&at(8, 8, 100, 16_384, 128).with_window(Window::left(4096))), 1);
     let gqa = at(64, 8, 16_384, 16_384, 128).with_mask(Mask::CausalBottomRight).with_window(Window::left(255));
     assert!(!fp8_transposes_in_kernel(&gqa)); // 3 tiles x 8 heads
-                                              // Past the pre-pass's grid: in the kernel at any size.
+
+    // Past the pre-pass's grid: in the kernel at any size.
     let many = AttentionSpec::new(
         Shape { b: 2, hq: 40_000, hkv: 40_000, sq: 16_384, sk: 16_384, d: 128, dv: 128 },
         DType::F8E4M3,
