@@ -507,6 +507,27 @@ fn the_plain_and_tile_turn_rings_neither_deadlock_nor_miscount() {
     assert!(runs > 5000, "{runs}");
 }
 
+/// Runs FP8's staged-V protocol over sequences of `all`'s work tiles (`nc` consumers, ping-pong) at ring depths
+/// 1 to `st_max` and one or two staged slots, under four interleavings each; panics naming `what` and the
+/// configuration on the first deadlock or miscount. Returns the runs made.
+fn run_staged_sequences(all: &[ModelTile], nc: usize, st_max: usize, what: &str) -> usize {
+    let mut runs = 0;
+    for tiles in model_sequences(all, 8) {
+        for st in 1..=st_max {
+            for sv in 1..=2 {
+                let ops = protocol_staged(&tiles, st, nc, true, false, sv);
+                for seed in 0..4 {
+                    if let Err(e) = run_protocol_staged(&ops, st, sv, seed) {
+                        panic!("{what} NC {nc} ST {st} SV {sv} tiles {tiles:?}: {e}");
+                    }
+                    runs += 1;
+                }
+            }
+        }
+    }
+    runs
+}
+
 /// FP8's transpose in the kernel, simulated as the plain entries are
 /// (`the_plain_and_tile_turn_rings_neither_deadlock_nor_miscount`): the producer loads V into one or two staged
 /// slots, the transposing warps take the work tiles and fill the V ring once its slot is released, beside no
@@ -523,19 +544,7 @@ fn the_fp8_staged_v_ring_neither_deadlocks_nor_miscounts() {
                     .rev()
                     .map(|mb| plain_model_tile(causal, sq, sk, 128, 64 * nc * mb, nc))
                     .collect();
-                for tiles in model_sequences(&all, 8) {
-                    for st in 1..=4 {
-                        for sv in 1..=2 {
-                            let ops = protocol_staged(&tiles, st, nc as usize, true, false, sv);
-                            for seed in 0..4 {
-                                if let Err(e) = run_protocol_staged(&ops, st, sv, seed) {
-                                    panic!("Sq {sq} Sk {sk} causal {causal:?} NC {nc} ST {st} SV {sv} tiles {tiles:?}: {e}");
-                                }
-                                runs += 1;
-                            }
-                        }
-                    }
-                }
+                runs += run_staged_sequences(&all, nc as usize, 4, &format!("Sq {sq} Sk {sk} causal {causal:?}"));
             }
         }
     }
@@ -568,21 +577,7 @@ fn the_fp8_staged_v_ring_under_a_band_neither_deadlocks_nor_miscounts() {
                 .rev()
                 .map(|mb| model_tile(lo, hi, sq as i64, sk as i64, 128, 64 * nc * mb, nc))
                 .collect();
-            for tiles in model_sequences(&all, 8) {
-                for st in 1..=3 {
-                    for sv in 1..=2 {
-                        let ops = protocol_staged(&tiles, st, nc as usize, true, false, sv);
-                        for seed in 0..4 {
-                            if let Err(e) = run_protocol_staged(&ops, st, sv, seed) {
-                                panic!(
-                                    "Sq {sq} Sk {sk} window {left:?},{right:?} ST {st} SV {sv} tiles {tiles:?}: {e}"
-                                );
-                            }
-                            runs += 1;
-                        }
-                    }
-                }
-            }
+            runs += run_staged_sequences(&all, nc as usize, 3, &format!("Sq {sq} Sk {sk} window {left:?},{right:?}"));
         }
     }
     assert!(runs > 1000, "{runs}");
